@@ -1,0 +1,22 @@
+"""gkeflow's KFP components: prepare_data, train_model, evaluate_model, register_model.
+
+The components are loaded lazily: inside a running step only the logic modules are
+imported, and those must not pull in the KFP DSL.
+"""
+
+import importlib
+
+_COMPONENTS = {
+    "prepare_data": "components.prepare.component",
+    "train_model": "components.train.component",
+    "evaluate_model": "components.evaluate.component",
+    "register_model": "components.register.component",
+}
+
+__all__ = list(_COMPONENTS)
+
+
+def __getattr__(name: str):
+    if name in _COMPONENTS:
+        return getattr(importlib.import_module(_COMPONENTS[name]), name)
+    raise AttributeError(f"module 'components' has no attribute {name!r}")

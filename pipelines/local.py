@@ -1,0 +1,192 @@
+"""Run the training pipeline on this machine with ``kfp.local`` and summarise what happened.
+
+Each step runs as a subprocess of the current Python (``SubprocessRunner``, no Docker):
+the suite's package must be importable here, exactly as it is in the suite's image.
+The full log goes to ``<output>/logs/<run>.log``; progress events and a per-step log
+tail are kept so a failure can be reported with its step and error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+EXECUTING = re.compile(r"Executing task '([^']+)'")
+FINISHED = re.compile(r"Task '([^']+)' finished with status (\w+)")
+LOG_TAIL_LINES = 25
+
+
+@dataclass
+class StepReport:
+    name: str
+    status: str = "RUNNING"
+    started: float = 0.0
+    finished: float = 0.0
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float:
+        return max(0.0, (self.finished or time.time()) - self.started)
+
+    def error_lines(self, limit: int = 12) -> list[str]:
+        """The end of the step's own output: its traceback and exception, when it failed."""
+        lines = [line for line in self.log if line.strip()]
+        for index in range(len(lines) - 1, -1, -1):
+            if lines[index].lstrip().startswith("Traceback (most recent call last)"):
+                tail = lines[index:]
+                return tail[-limit:]
+        return lines[-limit:]
+
+
+@dataclass
+class LocalRunResult:
+    ok: bool
+    run_dir: Path | None
+    log_path: Path
+    steps: list[StepReport]
+    duration_s: float
+    error: str = ""
+
+    def step(self, name: str) -> StepReport | None:
+        return next((s for s in self.steps if s.name == name), None)
+
+    @property
+    def failed_step(self) -> StepReport | None:
+        return next((s for s in self.steps if s.status == "FAILURE"), None)
+
+    def output_dir(self, task: str, output: str) -> Path | None:
+        if self.run_dir is None:
+            return None
+        path = self.run_dir / task / output
+        return path if path.exists() else None
+
+    def executor_output(self, task: str) -> dict[str, Any]:
+        if self.run_dir is None:
+            return {}
+        path = self.run_dir / task / "executor_output.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def artifact_metadata(self, task: str, output: str) -> dict[str, Any]:
+        artifacts = self.executor_output(task).get("artifacts", {})
+        entries = artifacts.get(output, {}).get("artifacts", [])
+        return dict(entries[0].get("metadata", {})) if entries else {}
+
+    def parameter_outputs(self, task: str) -> dict[str, Any]:
+        return dict(self.executor_output(task).get("parameterValues", {}))
+
+
+class _EventStream(io.TextIOBase):
+    """Receives everything kfp.local prints; logs it, tracks steps, optionally echoes it."""
+
+    def __init__(self, log_file, echo, on_event: Callable[[StepReport], None] | None):
+        self._log_file = log_file
+        self._echo = echo
+        self._on_event = on_event
+        self._pending = ""
+        self.steps: dict[str, StepReport] = {}
+        self._current: StepReport | None = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._log_file.write(text)
+        self._log_file.flush()
+        if self._echo is not None:
+            self._echo.write(text)
+            self._echo.flush()
+        self._pending += text
+        while "\n" in self._pending:
+            line, self._pending = self._pending.split("\n", 1)
+            self._line(ANSI.sub("", line))
+        return len(text)
+
+    def flush(self) -> None:
+        self._log_file.flush()
+
+    def _line(self, line: str) -> None:
+        if match := EXECUTING.search(line):
+            step = StepReport(name=match.group(1), started=time.time())
+            self.steps[step.name] = step
+            self._current = step
+            if self._on_event:
+                self._on_event(step)
+            return
+        if match := FINISHED.search(line):
+            step = self.steps.get(match.group(1))
+            if step:
+                step.status = match.group(2)
+                step.finished = time.time()
+                self._current = None
+                if self._on_event:
+                    self._on_event(step)
+            return
+        if self._current is not None:
+            self._current.log.append(line)
+
+
+def run_local(
+    arguments: dict[str, Any],
+    output_dir: Path,
+    echo_logs: bool = False,
+    on_event: Callable[[StepReport], None] | None = None,
+    enable_caching: bool = True,
+) -> LocalRunResult:
+    """Run ``training_pipeline`` with ``arguments`` under ``output_dir`` using kfp.local."""
+    from kfp import local
+
+    from pipelines.training import training_pipeline
+
+    output_dir = Path(output_dir).resolve()
+    pipeline_root = output_dir / "runs"
+    logs = output_dir / "logs"
+    for folder in (pipeline_root, logs):
+        folder.mkdir(parents=True, exist_ok=True)
+    before = set(pipeline_root.iterdir())
+    log_path = logs / time.strftime("run-%Y%m%d-%H%M%S.log")
+
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(pipeline_root),
+        raise_on_error=False,
+        enable_caching=enable_caching,
+        cache_root=str(output_dir / "cache"),
+    )
+    started = time.time()
+    error = ""
+    with log_path.open("w", encoding="utf-8") as log_file:
+        stream = _EventStream(log_file, sys.__stdout__ if echo_logs else None, on_event)
+        with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream), \
+                warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*non-Python base image.*")
+            warnings.filterwarnings("ignore", message=".*is not supported.*local.*")
+            try:
+                training_pipeline(**arguments)
+            except Exception as exc:  # kfp.local raises for invalid arguments
+                error = f"{type(exc).__name__}: {exc}"
+                print(error)
+    duration = time.time() - started
+    new_runs = sorted(set(pipeline_root.iterdir()) - before, key=lambda p: p.stat().st_mtime)
+    steps = list(stream.steps.values())
+    ok = not error and bool(steps) and all(s.status == "SUCCESS" for s in steps)
+    if not ok and not error:
+        failed = next((s for s in steps if s.status != "SUCCESS"), None)
+        error = f"step {failed.name} failed" if failed else "the pipeline did not run any step"
+    return LocalRunResult(
+        ok=ok,
+        run_dir=new_runs[-1] if new_runs else None,
+        log_path=log_path,
+        steps=steps,
+        duration_s=duration,
+        error=error,
+    )
