@@ -1,0 +1,283 @@
+"""The ``gkeflow`` command: run pipelines locally, compile them per target, inspect models."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from pipelines.compile import COMPILE_TARGETS, DEFAULT_OUTPUT
+
+DEFAULT_RUN_OUTPUT = Path("gkeflow-output")
+REGISTRY_FILE = "registry.db"
+
+
+def _console() -> Console:
+    """Rich output on stdout; wide enough for tables when stdout is not a terminal."""
+    width = None if sys.stdout.isatty() else 160
+    return Console(file=sys.stdout, highlight=False, width=width)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gkeflow")
+def main() -> None:
+    """gkeflow: Kubeflow Pipelines components and pipelines for TensorFlow on GKE and Vertex AI.
+
+    \b
+    Common tasks:
+      gkeflow run                      train on the bundled penguins data, locally
+      gkeflow run --data my.csv --label target
+      gkeflow compile                  write compiled/training.{gke,vertex}.yaml
+      gkeflow models list              models in the local registry
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# run
+
+
+def _default_model_name(data: str | None) -> str:
+    if not data:
+        return "penguins-classifier"
+    stem = re.sub(r"[^a-z0-9-]+", "-", Path(data).stem.lower()).strip("-") or "model"
+    if not stem[0].isalpha():
+        stem = f"m-{stem}"
+    return f"{stem[:50]}-classifier"
+
+
+@main.command()
+@click.option("--data", "data", metavar="PATH",
+              help="CSV file to train on. Default: the bundled Palmer Penguins data.")
+@click.option("--label", "label", metavar="COLUMN",
+              help="Column holding the class to predict (required with --data; "
+                   "'species' for the bundled data).")
+@click.option("--output", "output", type=click.Path(file_okay=False, path_type=Path),
+              default=DEFAULT_RUN_OUTPUT, show_default=True,
+              help="Where runs, logs, the step cache and the local registry are written.")
+@click.option("--epochs", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=0.01,
+              show_default=True)
+@click.option("--train-ratio", type=float, default=0.7, show_default=True)
+@click.option("--eval-ratio", type=float, default=0.15, show_default=True)
+@click.option("--test-ratio", type=float, default=0.15, show_default=True)
+@click.option("--model-name", metavar="NAME",
+              help="Registered model name. Default: penguins-classifier, or <data file>-classifier.")
+@click.option("--min-accuracy", type=click.FloatRange(0, 1), default=0.8, show_default=True,
+              help="Test accuracy required before the model is registered.")
+@click.option("--no-cache", is_flag=True, help="Re-run every step instead of reusing cached ones.")
+@click.option("-v", "--verbose", is_flag=True, help="Stream every step's log to the terminal.")
+def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eval_ratio,
+        test_ratio, model_name, min_accuracy, no_cache, verbose) -> None:
+    """Run the training pipeline on this machine with kfp.local (no cloud, no Docker).
+
+    Executes the same pipeline definition that `gkeflow compile` writes for GKE and
+    Vertex: prepare -> train -> evaluate -> register (only if accuracy >= --min-accuracy).
+    Every step runs as a subprocess; the full log is saved under OUTPUT/logs/.
+    """
+    from components.prepare.logic import EMBEDDED_PENGUINS, SplitRatios
+    from pipelines.local import run_local
+
+    console = _console()
+    if data and not label:
+        raise click.UsageError("--label is required with --data: name the column to predict.")
+    if data and not Path(data).is_file():
+        raise click.BadParameter(f"no such file: {data}", param_hint="--data")
+    try:
+        SplitRatios(train_ratio, eval_ratio, test_ratio)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--train-ratio/--eval-ratio/--test-ratio")
+    model_name = model_name or _default_model_name(data)
+    output = output.resolve()
+    arguments = {
+        "data_uri": str(Path(data).resolve()) if data else EMBEDDED_PENGUINS,
+        "label_column": label or "species",
+        "train_ratio": train_ratio,
+        "eval_ratio": eval_ratio,
+        "test_ratio": test_ratio,
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "learning_rate": learning_rate,
+        "model_name": model_name,
+        "min_accuracy": min_accuracy,
+        "registry_uri": f"sqlite:///{output / REGISTRY_FILE}",
+    }
+    console.print(f"[bold]gkeflow run[/bold]: training pipeline on "
+                  f"{data or 'the bundled Palmer Penguins data'} (label: {arguments['label_column']})")
+
+    def on_event(step) -> None:
+        if step.status == "RUNNING":
+            console.print(f"  [cyan]…[/cyan] {step.name} started")
+        else:
+            mark = "[green]✓[/green]" if step.status == "SUCCESS" else "[red]✗[/red]"
+            console.print(f"  {mark} {step.name} {step.status.lower()} in {step.duration_s:.1f}s")
+
+    result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
+                       enable_caching=not no_cache)
+    _print_run_summary(console, result, arguments)
+    if not result.ok:
+        sys.exit(1)
+
+
+def _print_run_summary(console: Console, result, arguments: dict) -> None:
+    console.print()
+    table = Table(title="Steps", title_justify="left")
+    for column in ("step", "status", "seconds"):
+        table.add_column(column)
+    for step in result.steps:
+        table.add_row(step.name, step.status, f"{step.duration_s:.1f}")
+    console.print(table)
+
+    metrics = result.artifact_metadata("evaluate-model", "metrics")
+    if metrics:
+        metrics_table = Table(title="Evaluation on the test split", title_justify="left")
+        metrics_table.add_column("metric")
+        metrics_table.add_column("value", justify="right")
+        for name, value in metrics.items():
+            if name == "passed":
+                continue
+            shown = (f"{value:.0f}" if float(value).is_integer() and name.endswith("examples")
+                     else f"{value:.4f}")
+            metrics_table.add_row(name, shown)
+        console.print(metrics_table)
+        passed = result.parameter_outputs("evaluate-model").get("Output")
+        accuracy = metrics.get("accuracy", float("nan"))
+        verdict = "[green]passed[/green]" if passed else "[yellow]did not pass[/yellow]"
+        console.print(f"Gate: accuracy {accuracy:.4f} {verdict} min_accuracy="
+                      f"{arguments['min_accuracy']:g}")
+    registered = result.parameter_outputs("register-model")
+    if registered:
+        console.print(f"Registered: [bold]{arguments['model_name']}[/bold] version "
+                      f"{registered.get('model_version')} ({registered.get('resource_name')})")
+    elif result.ok:
+        console.print("Registered: nothing (the model did not pass the gate)")
+    if result.run_dir:
+        console.print(f"Artifacts: {result.run_dir}")
+        model_dir = result.output_dir("train-model", "model")
+        if model_dir:
+            console.print(f"Model:     {model_dir}")
+        report = result.output_dir("evaluate-model", "report")
+        if report:
+            console.print(f"Report:    {report}")
+    console.print(f"Log:       {result.log_path}")
+    console.print(f"Total:     {result.duration_s:.1f}s")
+    if not result.ok:
+        failed = result.failed_step
+        console.print()
+        if failed:
+            console.print(f"[red bold]FAILED[/red bold]: step {failed.name}")
+            for line in failed.error_lines():
+                console.print(line.rstrip(), markup=False)
+        else:
+            console.print(f"[red bold]FAILED[/red bold]: {result.error}", markup=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# compile
+
+
+@main.command("compile")
+@click.option("--target", type=click.Choice([*COMPILE_TARGETS, "all"]), default="all",
+              show_default=True, help="Backend to compile for.")
+@click.option("--output", type=click.Path(file_okay=False, path_type=Path),
+              default=DEFAULT_OUTPUT, show_default=True, help="Directory for the YAML files.")
+@click.option("--check", is_flag=True,
+              help="Write nothing; exit 1 naming the files that differ from what the code "
+                   "produces now.")
+def compile_command(target: str, output: Path, check: bool) -> None:
+    """Compile the pipelines to YAML for Kubeflow Pipelines on GKE and/or Vertex AI Pipelines.
+
+    Writes <pipeline>.<target>.yaml: the GKE file carries kfp-kubernetes settings
+    (node selectors, tolerations); the Vertex file is a single document with NVIDIA_*
+    accelerator types.
+    """
+    from pipelines.compile import compile_all, stale_files
+
+    targets = COMPILE_TARGETS if target == "all" else (target,)
+    console = _console()
+    if check:
+        stale = stale_files(output, targets)
+        if stale:
+            for path in stale:
+                console.print(f"stale: {path}", markup=False)
+            console.print("Run `gkeflow compile` and commit the result.")
+            sys.exit(1)
+        console.print(f"compiled pipelines in {output} are up to date", markup=False)
+        return
+    for path in compile_all(output, targets):
+        console.print(f"wrote {path}", markup=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# models
+
+
+@main.group()
+def models() -> None:
+    """Inspect and promote models in the registry."""
+
+
+def _registry_option(func):
+    return click.option(
+        "--registry", metavar="URI",
+        default=f"sqlite:///{DEFAULT_RUN_OUTPUT / REGISTRY_FILE}", show_default=True,
+        help="Local registry database (sqlite:///<path>); `gkeflow run` writes "
+             "<output>/registry.db.",
+    )(func)
+
+
+@models.command("list")
+@click.option("--name", metavar="NAME", help="Only this model's versions.")
+@_registry_option
+def models_list(name: str | None, registry: str) -> None:
+    """List models, their versions, key metrics and aliases."""
+    from components.register.local_registry import LocalRegistry, registry_path
+
+    if not registry_path(registry).exists():
+        raise click.ClickException(f"no registry at {registry_path(registry)}; "
+                                   "run `gkeflow run` first or pass --registry")
+    versions = LocalRegistry(registry).list(name=name)
+    console = _console()
+    if not versions:
+        console.print("no models registered" + (f" under {name!r}" if name else ""))
+        return
+    table = Table()
+    for column in ("model", "version", "aliases", "accuracy", "run id", "created", "uri"):
+        table.add_column(column)
+    import datetime
+
+    for v in versions:
+        accuracy = v.metrics.get("accuracy")
+        table.add_row(
+            v.name, str(v.version), ",".join(v.aliases),
+            f"{accuracy:.4f}" if accuracy is not None else "",
+            v.run_id,
+            datetime.datetime.fromtimestamp(v.created_at).strftime("%Y-%m-%d %H:%M:%S"),
+            v.uri,
+        )
+    console.print(table)
+
+
+@models.command("promote")
+@click.argument("name")
+@click.argument("version", type=int)
+@click.option("--alias", default="champion", show_default=True,
+              help="Alias to point at VERSION (moved from any other version).")
+@_registry_option
+def models_promote(name: str, version: int, alias: str, registry: str) -> None:
+    """Point an alias (default: champion) at VERSION of model NAME."""
+    from components.register.local_registry import LocalRegistry, RegistryError
+
+    try:
+        promoted = LocalRegistry(registry).set_alias(name, version, alias)
+    except RegistryError as exc:
+        raise click.ClickException(str(exc)) from exc
+    _console().print(f"{promoted.name} version {promoted.version} is now {alias!r}", markup=False)
+
+
+if __name__ == "__main__":
+    main()
