@@ -116,8 +116,13 @@ def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eva
             mark = "[green]✓[/green]" if step.status == "SUCCESS" else "[red]✗[/red]"
             console.print(f"  {mark} {step.name} {step.status.lower()} in {step.duration_s:.1f}s")
 
-    result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
-                       enable_caching=not no_cache)
+    from pipelines.local import LocalRunError
+
+    try:
+        result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
+                           enable_caching=not no_cache)
+    except LocalRunError as exc:
+        raise click.ClickException(str(exc)) from exc
     _print_run_summary(console, result, arguments)
     if not result.ok:
         sys.exit(1)
@@ -170,8 +175,10 @@ def _print_run_summary(console: Console, result, arguments: dict) -> None:
         console.print()
         if failed:
             console.print(f"[red bold]FAILED[/red bold]: step {failed.name}")
-            for line in failed.error_lines():
-                console.print(line.rstrip(), markup=False)
+            import textwrap
+
+            console.print(textwrap.dedent("\n".join(failed.error_lines())).rstrip(),
+                          markup=False, soft_wrap=True)
         else:
             console.print(f"[red bold]FAILED[/red bold]: {result.error}", markup=False)
 

@@ -135,6 +135,33 @@ class _EventStream(io.TextIOBase):
             self._current.log.append(line)
 
 
+#: kfp.local's SubprocessRunner rewrites every "python3" in a step's arguments to the path
+#: of the interpreter, paths inside parameter values included.
+_REWRITTEN_WORD = "python3"
+
+
+class LocalRunError(ValueError):
+    """The local run cannot start; the message says why."""
+
+
+def stage_local_inputs(arguments: dict[str, Any], output_dir: Path) -> dict[str, Any]:
+    """Link local input files whose path kfp.local would corrupt to a safe path under output."""
+    staged = dict(arguments)
+    for key, value in arguments.items():
+        if isinstance(value, str) and _REWRITTEN_WORD in value and Path(value).exists():
+            source = Path(value).resolve()
+            link = output_dir / "inputs" / f"{abs(hash(str(source))) % 10**8:08d}-{source.name}"
+            if _REWRITTEN_WORD in str(link):
+                raise LocalRunError(f"cannot stage {source}: its file name contains "
+                                    f"{_REWRITTEN_WORD!r}; rename or copy the file")
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(source)
+            staged[key] = str(link)
+    return staged
+
+
 def run_local(
     arguments: dict[str, Any],
     output_dir: Path,
@@ -148,6 +175,12 @@ def run_local(
     from pipelines.training import training_pipeline
 
     output_dir = Path(output_dir).resolve()
+    if _REWRITTEN_WORD in str(output_dir):
+        raise LocalRunError(
+            f"the output directory {output_dir} contains {_REWRITTEN_WORD!r}, which kfp.local "
+            "rewrites in step arguments; choose another --output"
+        )
+    arguments = stage_local_inputs(arguments, output_dir)
     pipeline_root = output_dir / "runs"
     logs = output_dir / "logs"
     for folder in (pipeline_root, logs):

@@ -9,6 +9,7 @@ and strings ("" for missing).
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,17 +55,34 @@ class TrainResult:
     features: list[str] = field(default_factory=list)
 
 
+def input_names(schema: Schema) -> dict[str, str]:
+    """Column name -> the model input's name (letters, digits and '_'; unique)."""
+    names: dict[str, str] = {}
+    for column in schema.features:
+        base = re.sub(r"[^A-Za-z0-9_]+", "_", column.name).strip("_").lower() or "feature"
+        if not base[0].isalpha():
+            base = f"f_{base}"
+        name, n = base, 2
+        while name in names.values():
+            name, n = f"{base}_{n}", n + 1
+        names[column.name] = name
+    return names
+
+
+def column_to_input(values: pd.Series, kind: str) -> np.ndarray:
+    """One raw column as the model takes it: float32 with NaN, or text with '' for missing."""
+    if kind == "numeric":
+        return pd.to_numeric(values, errors="coerce").to_numpy("float32")
+    return values.astype(object).where(values.notna(), "").astype(str).to_numpy(object)
+
+
 def to_model_inputs(frame: pd.DataFrame, schema: Schema) -> dict[str, np.ndarray]:
-    """Raw feature arrays in the exported model's input format."""
+    """Raw feature arrays keyed by the model's input names."""
+    names = input_names(schema)
     inputs: dict[str, np.ndarray] = {}
     for column in schema.features:
         values = frame[column.name] if column.name in frame else pd.Series([None] * len(frame))
-        if column.type == "numeric":
-            inputs[column.name] = pd.to_numeric(values, errors="coerce").to_numpy("float32")
-        else:
-            inputs[column.name] = (
-                values.astype(object).where(values.notna(), "").astype(str).to_numpy(object)
-            )
+        inputs[names[column.name]] = column_to_input(values, column.type)
     return inputs
 
 
@@ -105,24 +123,25 @@ def build_model(schema: Schema, train_inputs: dict[str, np.ndarray], params: Tra
 
     inputs, encoded = {}, []
     for column in schema.features:
-        values = train_inputs[column.name]
+        name = input_names(schema)[column.name]
+        values = train_inputs[name]
         if column.type == "numeric":
-            inp = keras.Input(shape=(), dtype="float32", name=column.name)
+            inp = keras.Input(shape=(), dtype="float32", name=name)
             present = values[~np.isnan(values)]
             mean = float(present.mean()) if present.size else 0.0
             std = float(present.std()) if present.size else 1.0
-            encoded.append(ImputeNormalize(mean, std, name=f"{column.name}_norm")(inp))
+            encoded.append(ImputeNormalize(mean, std, name=f"{name}_norm")(inp))
         else:
-            inp = keras.Input(shape=(), dtype="string", name=column.name)
+            inp = keras.Input(shape=(), dtype="string", name=name)
             vocabulary = sorted({v for v in values.tolist() if v != ""})
             lookup = keras.layers.StringLookup(
                 vocabulary=vocabulary or ["<none>"],
                 num_oov_indices=1,
                 output_mode="one_hot",
-                name=f"{column.name}_onehot",
+                name=f"{name}_onehot",
             )
             encoded.append(lookup(keras.layers.Reshape((1,))(inp)))
-        inputs[column.name] = inp
+        inputs[name] = inp
     x = keras.layers.Concatenate(name="features")(encoded) if len(encoded) > 1 else encoded[0]
     for i, units in enumerate(params.hidden_units):
         x = keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(x)
@@ -171,7 +190,9 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
             params.batch_size, None,
         )
     started = time.perf_counter()
-    history = model.fit(train_ds, validation_data=eval_ds, epochs=params.epochs, verbose=2)
+    history = model.fit(
+        train_ds, validation_data=eval_ds, epochs=params.epochs, verbose=2, shuffle=False
+    )
     elapsed = time.perf_counter() - started
 
     final = {name: float(values[-1]) for name, values in history.history.items()}
@@ -190,7 +211,10 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
             "keras_version": keras.__version__,
             "label": schema.label,
             "label_vocabulary": schema.label_vocabulary,
-            "features": [{"name": c.name, "type": c.type} for c in schema.features],
+            "features": [
+                {"name": c.name, "input": input_names(schema)[c.name], "type": c.type}
+                for c in schema.features
+            ],
             "signature": SERVING_SIGNATURE,
             "params": asdict(params),
             "metrics": metrics,
@@ -226,13 +250,15 @@ class ExportedModel:
     def predict_proba(self, inputs: dict[str, np.ndarray], batch_size: int = 4096) -> np.ndarray:
         import tensorflow as tf
 
-        names = [f["name"] for f in self.metadata["features"]]
-        kinds = {f["name"]: f["type"] for f in self.metadata["features"]}
+        kinds = {f["input"]: f["type"] for f in self.metadata["features"]}
+        missing = sorted(set(kinds) - set(inputs))
+        if missing:
+            raise ValueError(f"missing model inputs: {', '.join(missing)}")
         total = len(next(iter(inputs.values()))) if inputs else 0
         chunks = []
         for start in range(0, total, batch_size):
             batch = {}
-            for name in names:
+            for name in kinds:
                 values = inputs[name][start:start + batch_size]
                 dtype = tf.float32 if kinds[name] == "numeric" else tf.string
                 batch[name] = tf.constant(values, dtype=dtype)
@@ -247,13 +273,7 @@ class ExportedModel:
         inputs = {}
         for feature in self.metadata["features"]:
             values = frame[feature["name"]] if feature["name"] in frame else pd.Series(
-                [None] * len(frame))
-            if feature["type"] == "numeric":
-                inputs[feature["name"]] = pd.to_numeric(values, errors="coerce").to_numpy(
-                    "float32")
-            else:
-                inputs[feature["name"]] = (
-                    values.astype(object).where(values.notna(), "").astype(str).to_numpy(object)
-                )
+                [None] * len(frame), dtype=object)
+            inputs[feature["input"]] = column_to_input(values, feature["type"])
         probs = self.predict_proba(inputs)
         return [self.label_vocabulary[i] for i in probs.argmax(axis=1)]

@@ -1,0 +1,97 @@
+"""The `gkeflow` command through its real entry point, in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def gkeflow(*args: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    executable = shutil.which("gkeflow", path=str(Path(sys.executable).parent))
+    assert executable, "the gkeflow console script is not installed in this environment"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run([executable, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.mark.parametrize("command", [
+    [], ["run"], ["compile"], ["models"], ["models", "list"], ["models", "promote"],
+])
+def test_every_command_has_help(command):
+    result = gkeflow(*command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "Usage: gkeflow" in result.stdout
+    assert len(result.stdout.splitlines()) > 3
+
+
+def test_data_without_label_is_a_usage_error(tmp_path, churn_csv):
+    result = gkeflow("run", "--data", str(churn_csv), "--output", str(tmp_path))
+    assert result.returncode == 2
+    assert "--label is required" in result.stderr
+
+
+def test_bad_ratios_are_a_usage_error(tmp_path):
+    result = gkeflow("run", "--train-ratio", "0.9", "--output", str(tmp_path))
+    assert result.returncode == 2 and "sum to 1" in result.stderr
+
+
+@pytest.mark.slow
+def test_run_on_another_csv_then_list_models(tmp_path, churn_csv):
+    out = tmp_path / "out"
+    result = gkeflow("run", "--data", str(churn_csv), "--label", "status", "--epochs", "30",
+                     "--min-accuracy", "0.7", "--output", str(out))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for step in ("prepare-data", "train-model", "evaluate-model", "register-model"):
+        assert f"✓ {step} success" in result.stdout
+    assert "Registered: customer-churn-classifier version 1" in result.stdout
+    assert "Gate: accuracy" in result.stdout and "passed" in result.stdout
+
+    listed = gkeflow("models", "list", "--registry", f"sqlite:///{out / 'registry.db'}")
+    assert listed.returncode == 0
+    assert "customer-churn-classifier" in listed.stdout
+
+    promoted = gkeflow("models", "promote", "customer-churn-classifier", "1",
+                       "--registry", f"sqlite:///{out / 'registry.db'}")
+    assert promoted.returncode == 0 and "'champion'" in promoted.stdout
+    missing = gkeflow("models", "promote", "customer-churn-classifier", "7",
+                      "--registry", f"sqlite:///{out / 'registry.db'}")
+    assert missing.returncode == 1 and "no version 7" in missing.stderr
+
+
+@pytest.mark.slow
+def test_failed_run_exits_nonzero_with_step_and_error_last(tmp_path, churn_csv):
+    result = gkeflow("run", "--data", str(churn_csv), "--label", "nope", "--output",
+                     str(tmp_path))
+    assert result.returncode == 1
+    tail = result.stdout.strip().splitlines()[-12:]
+    assert any("FAILED: step prepare-data" in line for line in tail)
+    assert "label column 'nope' not found" in tail[-1]
+
+
+def test_models_list_without_registry(tmp_path):
+    result = gkeflow("models", "list", "--registry", f"sqlite:///{tmp_path / 'none.db'}")
+    assert result.returncode == 1 and "no registry" in result.stderr
+
+
+def test_compile_writes_and_check_detects_drift(tmp_path):
+    assert gkeflow("compile", "--output", str(tmp_path)).returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["training.gke.yaml",
+                                                          "training.vertex.yaml"]
+    ok = gkeflow("compile", "--check", "--output", str(tmp_path))
+    assert ok.returncode == 0, ok.stdout
+    (tmp_path / "training.gke.yaml").write_text("stale\n")
+    stale = gkeflow("compile", "--check", "--output", str(tmp_path))
+    assert stale.returncode == 1
+    assert "training.gke.yaml" in stale.stdout and "training.vertex.yaml" not in stale.stdout
+
+
+def test_compile_check_passes_on_the_repository():
+    result = gkeflow("compile", "--check", cwd=REPO)
+    assert result.returncode == 0, result.stdout

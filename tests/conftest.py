@@ -1,0 +1,81 @@
+"""Shared fixtures: small CSVs, the bundled data prepared once, a model trained once."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONTRACTS = REPO_ROOT.parent / "shared" / "contracts"
+
+
+@pytest.fixture
+def write_csv(tmp_path):
+    """Write text to a CSV file under tmp_path and return its path."""
+
+    def _write(text: str | bytes, name: str = "data.csv") -> Path:
+        path = tmp_path / name
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text, encoding="utf-8")
+        return path
+
+    return _write
+
+
+def make_churn_csv(path: Path, rows: int = 400, seed: int = 7) -> Path:
+    """A classification CSV unlike penguins: mixed types, string labels, missing values.
+
+    The label follows a rule over two columns, so a model can learn it.
+    """
+    rng = random.Random(seed)
+    plans = ["basic", "plus", "premium"]
+    regions = ["north", "south", "east", "west"]
+    lines = ["customer_id,tenure months,monthly-fee,plan,region,support_calls,status"]
+    for i in range(rows):
+        tenure = rng.randint(1, 72)
+        fee = round(rng.uniform(10, 120), 2)
+        plan = rng.choice(plans)
+        region = rng.choice(regions)
+        calls = rng.randint(0, 9)
+        status = "churned" if (calls >= 5 or (tenure < 12 and plan == "basic")) else "stayed"
+        cells = [f"c{i:05d}", str(tenure), str(fee), plan, region, str(calls), status]
+        if rng.random() < 0.05:
+            cells[2] = ""
+        if rng.random() < 0.05:
+            cells[4] = "NA"
+        lines.append(",".join(cells))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def churn_csv(tmp_path_factory) -> Path:
+    return make_churn_csv(tmp_path_factory.mktemp("churn") / "customer churn.csv")
+
+
+@pytest.fixture(scope="session")
+def prepared_penguins(tmp_path_factory):
+    """The bundled penguins data prepared once: (dataset_dir, PrepareResult)."""
+    from components.prepare.logic import EMBEDDED_PENGUINS, prepare
+
+    out = tmp_path_factory.mktemp("prepared") / "dataset"
+    result = prepare(EMBEDDED_PENGUINS, out, "species")
+    return out, result
+
+
+@pytest.fixture(scope="session")
+def trained_penguins(prepared_penguins, tmp_path_factory):
+    """A model trained once on the prepared penguins: (model_dir, TrainResult)."""
+    from components.train.logic import TrainParams, train
+
+    dataset_dir, prepared = prepared_penguins
+    model_dir = tmp_path_factory.mktemp("trained") / "model"
+    result = train(dataset_dir, prepared.schema, model_dir, TrainParams(epochs=8))
+    return model_dir, result

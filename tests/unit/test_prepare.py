@@ -1,0 +1,141 @@
+"""prepare logic: schema inference, deterministic splits, quarantine, clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from components.prepare.logic import (
+    DataError,
+    EMBEDDED_PENGUINS,
+    Schema,
+    SplitRatios,
+    assign_splits,
+    load_split,
+    prepare,
+)
+
+
+def test_penguins_schema_and_counts(prepared_penguins):
+    dataset_dir, result = prepared_penguins
+    schema = result.schema
+    assert schema.label == "species"
+    assert schema.label_vocabulary == ["Adelie", "Chinstrap", "Gentoo"]
+    types = {c.name: (c.type, c.role) for c in schema.columns}
+    assert types["island"] == ("categorical", "feature")
+    assert types["bill_length_mm"] == ("numeric", "feature")
+    assert types["species"] == ("categorical", "label")
+    assert result.rows_read == 344
+    assert sum(result.split_rows.values()) + result.rejected_rows == result.rows_read
+    for split in ("train", "eval", "test"):
+        assert (dataset_dir / f"{split}.csv").exists()
+    assert Schema.load(dataset_dir) == schema
+
+
+def test_missing_values_survive_as_missing(prepared_penguins):
+    dataset_dir, result = prepared_penguins
+    frames = [load_split(dataset_dir, s, result.schema) for s in ("train", "eval", "test")]
+    both = pd.concat(frames)
+    assert both["bill_length_mm"].isna().sum() == 2
+    assert both["sex"].isna().sum() == 11
+
+
+def test_split_is_deterministic_and_order_independent():
+    frame = pd.DataFrame({"a": [str(i) for i in range(1000)], "b": ["x"] * 1000})
+    ratios = SplitRatios(0.6, 0.2, 0.2)
+    first = assign_splits(frame, ratios)
+    shuffled = frame.sample(frac=1.0, random_state=3)
+    second = assign_splits(shuffled, ratios)
+    assert (first.loc[shuffled.index] == second).all()
+    counts = first.value_counts(normalize=True)
+    assert abs(counts["train"] - 0.6) < 0.06 and abs(counts["test"] - 0.2) < 0.05
+
+
+@pytest.mark.parametrize(
+    "ratios, message",
+    [((0.8, 0.1, 0.2), "sum to 1"), ((1.0, 0.0, 0.0), "between 0 and 1"), ((0.5, -0.1, 0.6), "between")],
+)
+def test_bad_ratios_are_rejected(ratios, message):
+    with pytest.raises(ValueError, match=message):
+        SplitRatios(*ratios)
+
+
+def test_unknown_label_names_it_and_the_columns(write_csv, tmp_path):
+    path = write_csv("a,b,c\n1,x,y\n2,z,w\n")
+    with pytest.raises(DataError) as err:
+        prepare(str(path), tmp_path / "out", "target")
+    assert "'target'" in str(err.value) and "a, b, c" in str(err.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_empty_file_is_a_clear_error(write_csv, tmp_path):
+    with pytest.raises(DataError, match="empty"):
+        prepare(str(write_csv("")), tmp_path / "out", "y")
+
+
+def test_header_only_file_is_a_clear_error(write_csv, tmp_path):
+    with pytest.raises(DataError, match="header but no data rows"):
+        prepare(str(write_csv("x,y\n")), tmp_path / "out", "y")
+
+
+def test_missing_file_and_unknown_scheme(tmp_path):
+    with pytest.raises(DataError, match="not found"):
+        prepare(str(tmp_path / "nope.csv"), tmp_path / "out", "y")
+    with pytest.raises(DataError, match="unsupported data URI scheme"):
+        prepare("ftp://host/x.csv", tmp_path / "out", "y")
+
+
+def test_ragged_rows_and_missing_labels_are_quarantined(write_csv, tmp_path):
+    rows = ["x,kind,y"] + [f"{i},{'ab'[i % 2]},{'pq'[i % 2]}" for i in range(40)]
+    rows += ["1,a,p,EXTRA", "2", "3,b,"]
+    result = prepare(str(write_csv("\n".join(rows) + "\n")), tmp_path / "out", "y",
+                     max_rejected_fraction=0.5)
+    assert result.rows_read == 43
+    assert result.rejected_rows == 3
+    assert sum(result.split_rows.values()) == 40
+    rejected = pd.read_csv(tmp_path / "out" / "rejected.csv")
+    assert len(rejected) == 3
+    assert set(rejected["reason"]) == {
+        "expected 3 columns, got 4", "expected 3 columns, got 1", "missing label 'y'"
+    }
+
+
+def test_too_many_rejected_rows_fails_with_samples(write_csv, tmp_path):
+    rows = ["x,y", "1,a", "2,b", "3", "4", "5,a,b"]
+    with pytest.raises(DataError) as err:
+        prepare(str(write_csv("\n".join(rows))), tmp_path / "out", "y")
+    assert "3 of 5 rows rejected" in str(err.value) and "sample rows" in str(err.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_all_null_column_is_ignored_not_a_crash(write_csv, tmp_path):
+    rows = ["x,empty,y"] + [f"{i},,{'ab'[i % 2]}" for i in range(20)]
+    result = prepare(str(write_csv("\n".join(rows))), tmp_path / "out", "y")
+    roles = {c.name: c.role for c in result.schema.columns}
+    assert roles["empty"] == "ignored"
+
+
+def test_single_class_label_is_a_clear_error(write_csv, tmp_path):
+    with pytest.raises(DataError, match="at least 2 distinct"):
+        prepare(str(write_csv("x,y\n1,a\n2,a\n")), tmp_path / "out", "y")
+
+
+def test_failed_prepare_leaves_no_published_output(write_csv, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(DataError):
+        prepare(str(write_csv("x,y\n1,a\n")), out, "y")
+    assert list(tmp_path.glob("out*")) == [] and list(tmp_path.glob(".partial-*")) == []
+
+
+def test_embedded_source_resolves():
+    from components.prepare.logic import resolve_source
+
+    assert resolve_source(EMBEDDED_PENGUINS).name == "penguins.csv"
+
+
+def test_schema_json_roundtrip(prepared_penguins):
+    dataset_dir, result = prepared_penguins
+    raw = json.loads((dataset_dir / "schema.json").read_text())
+    assert raw["label_vocabulary"] == result.schema.label_vocabulary
