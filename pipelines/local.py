@@ -38,7 +38,7 @@ class StepReport:
     def duration_s(self) -> float:
         return max(0.0, (self.finished or time.time()) - self.started)
 
-    def error_lines(self, limit: int = 12) -> list[str]:
+    def error_lines(self, limit: int = 8) -> list[str]:
         """The end of the step's own output: its traceback and exception, when it failed."""
         lines = [line for line in self.log if line.strip()]
         for index in range(len(lines) - 1, -1, -1):
