@@ -1,0 +1,45 @@
+# gkeflow developer commands. `make help` lists them.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help install demo run test test-fast lint compile check-compiled bench clean
+
+help: ## Show this help
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install gkeflow with its dev tools
+
+demo: $(STAMP) ## Install, then run the training pipeline locally on the bundled data
+	$(BIN)/gkeflow run
+
+run: demo ## Alias of demo
+
+test: $(STAMP) ## Install, then run the whole test suite
+	$(BIN)/python -m pytest
+
+test-fast: $(STAMP) ## Tests that do not train models or run pipelines
+	$(BIN)/python -m pytest -m "not slow"
+
+lint: $(STAMP) ## Static checks
+	$(BIN)/ruff check components pipelines tests bench
+
+compile: $(STAMP) ## Regenerate compiled/*.yaml for GKE and Vertex
+	$(BIN)/gkeflow compile
+
+check-compiled: $(STAMP) ## Fail when compiled/ is out of date with the code
+	$(BIN)/gkeflow compile --check
+
+bench: $(STAMP) ## End-to-end benchmark (see bench/RESULTS.md)
+	$(BIN)/python bench/e2e.py
+
+clean: ## Remove the virtual environment, caches and local run output
+	rm -rf $(VENV) gkeflow-output .pytest_cache .ruff_cache *.egg-info
