@@ -202,7 +202,7 @@ def run_local(
         with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream), \
                 warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*non-Python base image.*")
-            warnings.filterwarnings("ignore", message=".*is not supported.*local.*")
+            warnings.filterwarnings("ignore", message=".*no effect in the current local runner.*")
             try:
                 training_pipeline(**arguments)
             except Exception as exc:  # kfp.local raises for invalid arguments
