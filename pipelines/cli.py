@@ -32,6 +32,7 @@ def main() -> None:
       gkeflow run                      train on the bundled penguins data, locally
       gkeflow run --data my.csv --label target
       gkeflow compile                  write compiled/training.{gke,vertex}.yaml
+      gkeflow plan --target vertex     what each step requests on Vertex AI
       gkeflow models list              models in the local registry
     """
 
@@ -187,6 +188,38 @@ def _print_run_summary(console: Console, result, arguments: dict) -> None:
 # compile
 
 
+def _compute_options(func):
+    """--config and --compute: per-step compute from gkeflow.yaml, then from the command line."""
+    func = click.option(
+        "--compute", "compute_overrides", metavar="STEP.FIELD=VALUE", multiple=True,
+        help="Override one compute field of one step, e.g. train-model.accelerator=nvidia-l4 "
+             "or train-model.accelerator_count=2; repeatable. Fields: "
+             "cpu, memory, accelerator, accelerator_count, spot, shm_size, timeout_s, retries, "
+             "retry_backoff_s, retry_backoff_factor, retry_max_duration_s, caching.",
+    )(func)
+    return click.option(
+        "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+        help="gkeflow.yaml whose `compute:` section overrides the defaults per step. "
+             "Default: ./gkeflow.yaml when it exists.",
+    )(func)
+
+
+def _resolve_compute(config_path: Path | None, compute_overrides: tuple[str, ...]) -> dict:
+    """Per-step profiles: defaults in code, then gkeflow.yaml, then --compute flags."""
+    from pipelines.compute import ComputeError, apply_overrides
+    from pipelines.config import ConfigError, load_config
+    from pipelines.training import DEFAULT_COMPUTE
+
+    try:
+        profiles = load_config(config_path).compute_overrides(DEFAULT_COMPUTE)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        return apply_overrides(profiles, compute_overrides)
+    except ComputeError as exc:
+        raise click.BadParameter(str(exc), param_hint="--compute") from exc
+
+
 @main.command("compile")
 @click.option("--target", type=click.Choice([*COMPILE_TARGETS, "all"]), default="all",
               show_default=True, help="Backend to compile for.")
@@ -195,28 +228,102 @@ def _print_run_summary(console: Console, result, arguments: dict) -> None:
 @click.option("--check", is_flag=True,
               help="Write nothing; exit 1 naming the files that differ from what the code "
                    "produces now.")
-def compile_command(target: str, output: Path, check: bool) -> None:
+@click.option("--release", is_flag=True,
+              help="Refuse to compile when any step's image is referenced by tag only "
+                   "(no digest in images/images.lock.json).")
+@_compute_options
+def compile_command(target: str, output: Path, check: bool, release: bool,
+                    config_path: Path | None, compute_overrides: tuple[str, ...]) -> None:
     """Compile the pipelines to YAML for Kubeflow Pipelines on GKE and/or Vertex AI Pipelines.
 
     Writes <pipeline>.<target>.yaml: the GKE file carries kfp-kubernetes settings
     (node selectors, tolerations); the Vertex file is a single document with NVIDIA_*
-    accelerator types.
+    accelerator types. Each step's compute (defaults, gkeflow.yaml, --compute) is
+    validated for the target first; images are pinned to the digests in
+    images/images.lock.json. `gkeflow plan` shows what each step will request.
     """
-    from pipelines.compile import compile_all, stale_files
+    from components.images import ImageLockError
+    from pipelines.compile import ReleaseError, compile_all, stale_files
+    from pipelines.compute import ComputeError, target_notes
 
     targets = COMPILE_TARGETS if target == "all" else (target,)
     console = _console()
-    if check:
-        stale = stale_files(output, targets)
-        if stale:
-            for path in stale:
-                console.print(f"stale: {path}", markup=False)
-            console.print("Run `gkeflow compile` and commit the result.")
-            sys.exit(1)
-        console.print(f"compiled pipelines in {output} are up to date", markup=False)
-        return
-    for path in compile_all(output, targets):
+    compute = _resolve_compute(config_path, compute_overrides)
+    try:
+        if check:
+            stale = stale_files(output, targets, compute=compute)
+            if stale:
+                for path in stale:
+                    console.print(f"stale: {path}", markup=False)
+                console.print("Run `gkeflow compile` and commit the result.")
+                sys.exit(1)
+            console.print(f"compiled pipelines in {output} are up to date", markup=False)
+            return
+        paths = compile_all(output, targets, compute=compute, release=release)
+    except (ComputeError, ReleaseError, ImageLockError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    for path in paths:
         console.print(f"wrote {path}", markup=False)
+    for compile_target in targets:
+        for note in target_notes(compute, compile_target):
+            console.print(f"note ({compile_target}): {note}", markup=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# plan
+
+
+@main.command("plan")
+@click.argument("pipeline", default="training")
+@click.option("--target", type=click.Choice(COMPILE_TARGETS), default="gke", show_default=True,
+              help="Backend whose requests to show.")
+@_compute_options
+def plan_command(pipeline: str, target: str, config_path: Path | None,
+                 compute_overrides: tuple[str, ...]) -> None:
+    """Show what each step of PIPELINE (default: training) will request on a target.
+
+    One row per step: image, CPU, memory, accelerator (as the target spells it), GPU
+    count, spot, retries, caching, timeout, /dev/shm and the machine shape that hosts it.
+    The compute is validated exactly as `gkeflow compile` does; requests the target
+    cannot honour are listed below the table.
+    """
+    from components.images import ImageLockError, is_pinned, load_lock, pin
+    from pipelines.compile import PIPELINES
+    from pipelines.compute import ComputeError, plan, target_notes
+
+    if pipeline not in PIPELINES:
+        raise click.BadParameter(f"unknown pipeline {pipeline!r}; available: "
+                                 f"{', '.join(PIPELINES)}", param_hint="PIPELINE")
+    from pipelines.training import resolve_compute, step_images
+
+    compute = _resolve_compute(config_path, compute_overrides)
+    try:
+        profiles = resolve_compute(target, compute)
+        lock = load_lock()
+    except (ComputeError, ImageLockError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    images = {step: pin(image, lock) for step, image in step_images().items()}
+    rows = plan(profiles, target, {step: image.rsplit("/", 1)[-1]
+                                   for step, image in images.items()})
+    caption = ("CPU and memory: request = limit" if target == "gke"
+               else "CPU and memory: limits; Vertex AI picks the machine")
+    table = Table(title=f"{pipeline} on {target}", title_justify="left", caption=caption,
+                  caption_justify="left")
+    columns = ("step", "image", "cpu", "memory", "accelerator", "count", "spot", "retries",
+               "caching", "timeout", "shm", "machine")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(getattr(row, column) for column in columns))
+    console = _console()
+    if not sys.stdout.isatty():
+        console.width = 220  # one line per step when the plan is piped or captured
+    console.print(table)
+    for image in sorted(set(images.values())):
+        pinned = "pinned" if is_pinned(image) else "tag only: `gkeflow compile --release` refuses it"
+        console.print(f"image {image} ({pinned})", markup=False)
+    for note in target_notes(profiles, target):
+        console.print(f"note: {note}", markup=False)
 
 
 # ---------------------------------------------------------------------------------------------

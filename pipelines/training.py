@@ -13,19 +13,65 @@ from kfp import dsl
 
 from components import evaluate_model, prepare_data, register_model, train_model
 from components.prepare.logic import EMBEDDED_PENGUINS
-from pipelines.compute import ComputeProfile, apply_compute
+from pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
 
 PIPELINE_NAME = "gkeflow-training"
 
-#: Default per-step compute; a T4 GPU for training only.
+#: Default per-step compute: one T4 GPU for training only, sized to fit an n1-standard-8 GKE
+#: node (what GKE leaves to pods) and a Vertex n1-standard-8 machine. Every retry field is
+#: explicit; data preparation and registration are never served from cache.
 DEFAULT_COMPUTE: Mapping[str, ComputeProfile] = {
-    "prepare-data": ComputeProfile(cpu="2", memory="8G", caching=False),
+    "prepare-data": ComputeProfile(cpu="2", memory="8G", caching=False, timeout_s=3600),
     "train-model": ComputeProfile(
-        cpu="8", memory="30G", accelerator="nvidia-tesla-t4", accelerator_count=1, retries=2
+        cpu="7", memory="26G", accelerator="nvidia-tesla-t4", accelerator_count=1,
+        timeout_s=6 * 3600, retries=2, retry_backoff_s=60, retry_backoff_factor=2.0,
+        retry_max_duration_s=3600,
     ),
-    "evaluate-model": ComputeProfile(cpu="2", memory="8G"),
-    "register-model": ComputeProfile(cpu="1", memory="2G", caching=False, retries=2),
+    "evaluate-model": ComputeProfile(cpu="2", memory="8G", timeout_s=3600),
+    "register-model": ComputeProfile(
+        cpu="1", memory="2G", caching=False, timeout_s=600, retries=2, retry_backoff_s=30,
+        retry_backoff_factor=2.0, retry_max_duration_s=600,
+    ),
 }
+
+#: Step -> the component it runs (and so the image it runs in).
+STEP_COMPONENTS = {
+    "prepare-data": prepare_data,
+    "train-model": train_model,
+    "evaluate-model": evaluate_model,
+    "register-model": register_model,
+}
+
+
+def step_images() -> dict[str, str]:
+    """Step -> the image its component runs in, as declared by the component."""
+    return {
+        step: component.component_spec.implementation.container.image
+        for step, component in STEP_COMPONENTS.items()
+    }
+
+
+def resolve_compute(
+    target: str, compute: Mapping[str, ComputeProfile] | None = None
+) -> dict[str, ComputeProfile]:
+    """Per-step profiles (defaults, then ``compute``), validated for ``target``.
+
+    Raises:
+        ComputeError: naming every step whose request cannot be met, what it asked and
+            the valid choices.
+    """
+    from components.images import IMAGES
+
+    unknown = sorted(set(compute or {}) - set(DEFAULT_COMPUTE))
+    if unknown:
+        raise ComputeError(
+            f"unknown step(s) {', '.join(unknown)}; steps are {', '.join(DEFAULT_COMPUTE)}"
+        )
+    profiles = {**DEFAULT_COMPUTE, **(compute or {})}
+    gpu_images = {step: IMAGES.get(image) for step, image in step_images().items()}
+    validate_profiles(profiles, target, gpu_images)
+    return profiles
+
 
 STEP_DISPLAY_NAMES = {
     "prepare-data": "Prepare data",
@@ -38,8 +84,8 @@ STEP_DISPLAY_NAMES = {
 def build_training_pipeline(
     target: str = "local", compute: Optional[Mapping[str, ComputeProfile]] = None
 ):
-    """Define ``training_pipeline`` with each step's compute applied for ``target``."""
-    profiles = {**DEFAULT_COMPUTE, **(compute or {})}
+    """Define ``training_pipeline`` with each step's compute validated and applied for ``target``."""
+    profiles = resolve_compute(target, compute)
 
     def configure(task: dsl.PipelineTask, step: str) -> dsl.PipelineTask:
         task.set_display_name(STEP_DISPLAY_NAMES[step])

@@ -60,9 +60,17 @@ def test_gke_train_step_requests_gpu_with_node_selector_and_toleration(compiled)
             assert "accelerator" not in res, task
         assert res["cpuLimit"] and res["memoryLimit"] and res["resourceCpuRequest"]
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    assert set(executors) == {f"exec-{GPU_TASK}"}
-    config = json_format.ParseDict(executors[f"exec-{GPU_TASK}"],
-                                   k8s.KubernetesExecutorConfig(), ignore_unknown_fields=False)
+    configs = {
+        name.removeprefix("exec-"): json_format.ParseDict(
+            value, k8s.KubernetesExecutorConfig(), ignore_unknown_fields=False)
+        for name, value in executors.items()
+    }
+    for task, other in configs.items():
+        # Every step has a timeout; GPU scheduling settings only on the GPU step.
+        assert other.active_deadline_seconds > 0, task
+        if task != GPU_TASK:
+            assert not other.node_selector.labels and not other.tolerations, task
+    config = configs[GPU_TASK]
     assert dict(config.node_selector.labels) == {
         "cloud.google.com/gke-accelerator": "nvidia-tesla-t4"
     }

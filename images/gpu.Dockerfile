@@ -1,0 +1,33 @@
+# gkeflow GPU image: Python 3.11, TensorFlow with CUDA (tensorflow[and-cuda]), kfp and the
+# gkeflow suite. Runs training on NVIDIA GPUs (GKE and Vertex AI). Built from the repository root:
+#   docker build -f images/gpu.Dockerfile -t <registry>/gkeflow-gpu:<version> .
+# CUDA and cuDNN come as pip wheels; the NVIDIA driver comes from the node (GKE mounts it
+# under /usr/local/nvidia). Everything is installed at build time; the final image has no
+# pip index configured.
+
+FROM python:3.11.11-slim-bookworm AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY components ./components
+COPY pipelines ./pipelines
+RUN python -m venv /opt/gkeflow \
+    && /opt/gkeflow/bin/pip install --no-cache-dir ".[gpu]"
+
+FROM python:3.11.11-slim-bookworm
+RUN groupadd --gid 10001 gkeflow \
+    && useradd --uid 10001 --gid gkeflow --create-home --shell /usr/sbin/nologin gkeflow
+COPY --from=build /opt/gkeflow /opt/gkeflow
+ENV PATH=/opt/gkeflow/bin:/usr/local/nvidia/bin:$PATH \
+    LD_LIBRARY_PATH=/usr/local/nvidia/lib64 \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_INDEX=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    TF_CPP_MIN_LOG_LEVEL=1
+# Fail the build, not a pipeline run, when the suite cannot be imported.
+RUN python -c "import kfp, tensorflow, components.train.logic, components.register.logic"
+USER 10001:10001
+WORKDIR /home/gkeflow

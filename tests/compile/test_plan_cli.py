@@ -1,0 +1,167 @@
+"""`gkeflow plan` shows what the compiled YAML requests; compute overrides from file and flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from components.images import load_lock, pin
+from pipelines.cli import main
+from pipelines.compute import GKE_TO_VERTEX_ACCELERATOR, plan
+from pipelines.training import resolve_compute, step_images
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def _compiled(target: str) -> tuple[dict, dict]:
+    docs = [d for d in yaml.safe_load_all((REPO / "compiled" / f"training.{target}.yaml")
+                                          .read_text()) if d]
+    return docs[0], (docs[1] if len(docs) > 1 else {})
+
+
+@pytest.mark.parametrize("target", ["gke", "vertex"])
+def test_plan_rows_match_the_committed_compiled_yaml(target):
+    spec, platform = _compiled(target)
+    tasks = dict(spec["root"]["dag"]["tasks"])
+    for component in spec["components"].values():
+        tasks.update(component.get("dag", {}).get("tasks", {}))
+    k8s = (platform.get("platforms", {}).get("kubernetes", {}).get("deploymentSpec", {})
+           .get("executors", {}))
+    lock = load_lock()
+    images = {step: pin(image, lock) for step, image in step_images().items()}
+    rows = plan(resolve_compute(target), target, images)
+    assert [r.step for r in rows] == ["prepare-data", "train-model", "evaluate-model",
+                                      "register-model"]
+    for row in rows:
+        executor = spec["deploymentSpec"]["executors"][f"exec-{row.step}"]["container"]
+        resources = executor["resources"]
+        assert executor["image"] == row.image
+        assert resources["resourceCpuLimit"] == row.cpu
+        assert resources["resourceMemoryLimit"] == row.memory
+        accelerator = resources.get("accelerator", {})
+        assert accelerator.get("resourceCount", "0") == row.count
+        if accelerator and target == "vertex":
+            assert row.accelerator == accelerator["resourceType"]
+            assert row.accelerator in GKE_TO_VERTEX_ACCELERATOR.values()
+        elif accelerator:
+            assert row.accelerator.startswith(accelerator["resourceType"])
+            selector = k8s[f"exec-{row.step}"]["nodeSelector"]["labels"]
+            assert row.accelerator == (
+                f"nvidia.com/gpu ({selector['cloud.google.com/gke-accelerator']})")
+        else:
+            assert row.accelerator == "-"
+        cached = tasks[row.step]["cachingOptions"].get("enableCache", False)
+        assert row.caching == ("on" if cached else "off")
+        retry = tasks[row.step].get("retryPolicy")
+        assert row.retries.split(" ")[0] == str(retry["maxRetryCount"] if retry else 0)
+        if target == "gke":
+            seconds = int(k8s[f"exec-{row.step}"]["activeDeadlineSeconds"])
+            assert row.timeout in {f"{seconds}s", f"{seconds // 60}m", f"{seconds // 3600}h"}
+        else:
+            assert row.timeout.startswith("not enforced")
+
+
+def test_plan_command_prints_every_step_and_the_image_state():
+    result = _invoke("plan", "--target", "vertex")
+    assert result.exit_code == 0, result.output
+    for text in ("training on vertex", "prepare-data", "train-model", "NVIDIA_TESLA_T4",
+                 "n1-standard-8", "evaluate-model", "register-model", "gkeflow-gpu:0.1.0",
+                 "tag only: `gkeflow compile --release` refuses it",
+                 "note: timeout_s is not enforced on Vertex AI Pipelines"):
+        assert text in result.output, text
+
+
+def test_plan_and_compile_explain_themselves():
+    for command in ("plan", "compile"):
+        result = _invoke(command, "--help")
+        assert result.exit_code == 0
+        assert "--compute STEP.FIELD=VALUE" in result.output
+        assert "--config" in result.output
+    assert "--release" in _invoke("compile", "--help").output
+
+
+def test_plan_with_overrides_from_flags():
+    result = _invoke("plan", "--target", "gke", "--compute", "train-model.accelerator=NVIDIA_L4",
+                     "--compute", "train-model.accelerator_count=8", "--compute",
+                     "train-model.cpu=90", "--compute", "train-model.memory=300G",
+                     "--compute", "train-model.spot=true")
+    assert result.exit_code == 0, result.output
+    assert "nvidia.com/gpu (nvidia-l4)" in result.output
+    assert "g2-standard-96 or larger" in result.output
+    assert "143051Mi" in result.output  # half the memory as a memory-backed /dev/shm
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--compute", "train-model.accelerator_count=3"],
+         ("train-model: nvidia-tesla-t4 x 3 fits no machine; the N1 family hosts "
+         "nvidia-tesla-t4 in counts of 1, 2, 4")),
+        (["--compute", "train-model.accelerator=nvidia-tesla-k80"],
+         "train-model: unknown accelerator 'nvidia-tesla-k80'"),
+        (["--compute", "evaluate-model.accelerator_count=1"],
+         "evaluate-model: asks for 1 GPU(s) but names no accelerator"),
+    ],
+)
+def test_invalid_compute_is_refused_before_compiling(tmp_path, args, message):
+    for command in (["plan"], ["compile", "--output", str(tmp_path)]):
+        result = CliRunner().invoke(main, command + args)
+        assert result.exit_code == 1, result.output
+        assert message in result.output
+    assert not list(tmp_path.iterdir())
+
+
+def test_bad_override_syntax_is_a_usage_error():
+    result = CliRunner().invoke(main, ["plan", "--compute", "train-model.gpus=2"])
+    assert result.exit_code == 2
+    assert "unknown compute field(s) gpus" in result.output
+
+
+def test_compute_from_gkeflow_yaml_then_flags(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("gkeflow.yaml").write_text(
+        "compute:\n"
+        "  train-model: {accelerator: nvidia-a100-80gb, accelerator_count: 2, cpu: '20',\n"
+        "                memory: 160G, spot: true}\n"
+    )
+    out = tmp_path / "out"
+    result = _invoke("compile", "--output", str(out), "--compute", "train-model.cpu=22")
+    assert result.exit_code == 0, result.output
+    assert "spot is not applied on Vertex AI Pipelines" in result.output
+    vertex = (out / "training.vertex.yaml").read_text()
+    assert "NVIDIA_A100_80GB" in vertex and "resourceCpuLimit: '22'" in vertex
+    gke = (out / "training.gke.yaml").read_text()
+    assert "cloud.google.com/gke-accelerator: nvidia-a100-80gb" in gke
+    assert "cloud.google.com/gke-spot: 'true'" in gke
+    # --check compares against what the same file and flags produce.
+    check = ["compile", "--output", str(out), "--check"]
+    assert _invoke(*check, "--compute", "train-model.cpu=22").exit_code == 0
+    stale = CliRunner().invoke(main, check)
+    assert stale.exit_code == 1 and "stale:" in stale.output
+
+
+def test_invalid_gkeflow_yaml_names_the_step(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("gkeflow.yaml").write_text(
+        "compute:\n  train-model: {accelerator: nvidia-tesla-a100, accelerator_count: 3}\n")
+    result = CliRunner().invoke(main, ["plan"])
+    assert result.exit_code == 1
+    assert "train-model: nvidia-tesla-a100 x 3 fits no machine" in result.output
+    Path("gkeflow.yaml").write_text("compute:\n  train-model: {spot: sometimes}\n")
+    result = CliRunner().invoke(main, ["plan"])
+    assert result.exit_code == 1
+    assert "compute.train-model: spot must be true or false" in result.output
+
+
+def test_release_compile_refuses_the_unbuilt_images(tmp_path):
+    result = CliRunner().invoke(main, ["compile", "--release", "--output", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "refusing a release build of training for gke" in result.output
+    assert "referenced by tag only" in result.output
