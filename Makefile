@@ -31,6 +31,7 @@ test-fast: $(STAMP) ## Tests that do not train models or run pipelines
 
 lint: $(STAMP) ## Static checks
 	$(BIN)/ruff check components pipelines tests bench
+	$(BIN)/hadolint images/*.Dockerfile
 
 compile: $(STAMP) ## Regenerate compiled/*.yaml for GKE and Vertex
 	$(BIN)/gkeflow compile
