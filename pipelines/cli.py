@@ -264,6 +264,13 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
         raise click.ClickException(str(exc)) from exc
     for path in paths:
         console.print(f"wrote {path}", markup=False)
+    from components.images import IMAGES, is_pinned, load_lock, pin
+
+    tag_only = [image for image in IMAGES if not is_pinned(pin(image, load_lock()))]
+    if tag_only:
+        console.print(f"note: image(s) referenced by tag only, not by digest: "
+                      f"{', '.join(tag_only)} (images/build.sh records digests; "
+                      "`gkeflow compile --release` refuses tags)", markup=False)
     for compile_target in targets:
         for note in target_notes(compute, compile_target):
             console.print(f"note ({compile_target}): {note}", markup=False)
