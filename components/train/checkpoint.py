@@ -6,9 +6,10 @@ atomically: it is the commit point, so a kill at any moment leaves either the pr
 checkpoint or the new one, never a torn one. ``best.weights.h5`` holds the weights of the
 best epoch for early stopping.
 
-A checkpoint taken mid-epoch (every N steps, or on SIGTERM) records the epoch as not
-completed; the resumed run restarts that epoch from its first batch with the saved weights,
-so no completed epoch is repeated and at most the work since the last checkpoint is lost.
+A checkpoint taken mid-epoch (every N steps, or on SIGTERM, which stops training after the
+current batch) records the epoch as not completed; the resumed run restarts that epoch from
+its first batch with the saved weights, so no completed epoch is repeated and at most the
+work since the last checkpoint is lost.
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ class TrainingCheckpoint(keras.callbacks.Callback):
 
         def handler(signum, frame):
             self.preempted = True
+            if self.model is not None:
+                self.model.stop_training = True  # Keras stops after the current batch
 
         return signal.signal(signal.SIGTERM, handler)
 
@@ -119,16 +122,9 @@ class TrainingCheckpoint(keras.callbacks.Callback):
         self._epoch = epoch
         self._step = 0
 
-    def on_train_batch_end(self, batch, logs=None):
-        self._step += 1
-        if self.preempted:
-            self.save(self._epoch, self._step)
-            self.model.stop_training = True
-        elif self.every_steps and self._step % self.every_steps == 0:
-            self.save(self._epoch, self._step)
-
     def on_epoch_end(self, epoch, logs=None):
         if self.preempted:
+            self.save(epoch, self._step)  # epoch not completed: a retry restarts it
             return
         for name, value in (logs or {}).items():
             self.state.history.setdefault(name, []).append(float(value))
@@ -162,3 +158,24 @@ class TrainingCheckpoint(keras.callbacks.Callback):
     def remove(self) -> None:
         """Delete the checkpoints after a successful run."""
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class StepCheckpoint(TrainingCheckpoint):
+    """Also checkpoints every ``every_steps`` batches.
+
+    A separate class because a batch-level hook makes Keras hand every batch's logs to
+    Python, which costs throughput when no step checkpoints are wanted.
+    """
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._step += 1
+        if self.every_steps and self._step % self.every_steps == 0 and not self.preempted:
+            self.save(self._epoch, self._step)
+
+
+def make_checkpoint(directory: Path, state: CheckpointState | None = None, every_epochs: int = 1,
+                    every_steps: int = 0, patience: int = 0,
+                    monitor: str = "val_loss") -> TrainingCheckpoint:
+    cls = StepCheckpoint if every_steps else TrainingCheckpoint
+    return cls(directory, state, every_epochs=every_epochs, every_steps=every_steps,
+               patience=patience, monitor=monitor)

@@ -216,7 +216,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     import tensorflow as tf
 
     from components.train import devices as dev
-    from components.train.checkpoint import Preempted, TrainingCheckpoint, load_state
+    from components.train.checkpoint import Preempted, load_state, make_checkpoint
     from components.train.models import build_builtin, build_preprocessor, build_user_model
 
     found = dev.detect()
@@ -276,7 +276,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         keras.mixed_precision.set_dtype_policy("float32")
 
     workdir = checkpoint_dir or Path(tempfile.mkdtemp(prefix="gkeflow-train-"))
-    checkpoint = TrainingCheckpoint(
+    checkpoint = make_checkpoint(
         workdir, state,
         every_epochs=params.checkpoint_every_epochs if checkpoint_dir else 0,
         every_steps=params.checkpoint_every_steps if checkpoint_dir else 0,
@@ -301,8 +301,8 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     elapsed = time.perf_counter() - started
     if checkpoint.preempted:
         raise Preempted(
-            f"stopped by SIGTERM; checkpoint written at epoch {checkpoint.state.epochs_completed}"
-            f" step {checkpoint.state.steps_in_epoch} in {workdir}; a retry resumes from it"
+            f"stopped by SIGTERM; checkpoint written during epoch "
+            f"{checkpoint.state.epochs_completed + 1} in {workdir}; a retry resumes from it"
         )
     history = checkpoint.state.history
     restored = checkpoint.restore_best()
