@@ -101,6 +101,8 @@ def build_training_pipeline(
         epochs: int = 20,
         batch_size: int = 32,
         learning_rate: float = 0.01,
+        model_type: str = "mlp",
+        user_module: str = "",
         model_name: str = "penguins-classifier",
         min_accuracy: float = 0.8,
         registry_uri: str = "sqlite:///gkeflow-registry.db",
@@ -116,6 +118,8 @@ def build_training_pipeline(
             epochs: Passes over the training split.
             batch_size: Examples per gradient step.
             learning_rate: Adam learning rate.
+            model_type: Built-in model family: mlp or wide_deep.
+            user_module: Your own model: a module with build_model(schema, hparams); empty = built-in.
             model_name: Name under which the model is registered.
             min_accuracy: Test accuracy required before the model is registered.
             registry_uri: Model registry; sqlite:///<path> is the embedded registry.
@@ -137,6 +141,12 @@ def build_training_pipeline(
                 epochs=epochs,
                 batch_size=batch_size,
                 learning_rate=learning_rate,
+                model_type=model_type,
+                user_module=user_module,
+                require_gpu=target != "local" and profiles["train-model"].uses_gpu,
+                checkpoint_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
+                pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
             ),
             "train-model",
         )

@@ -12,39 +12,88 @@ def train_model(
     schema: Input[Artifact],
     model: Output[Model],
     metrics: Output[Metrics],
+    tensorboard: Output[Artifact],
     epochs: int = 20,
     batch_size: int = 32,
     learning_rate: float = 0.01,
+    model_type: str = "mlp",
+    hidden_units: str = "64,32",
+    dropout: float = 0.1,
+    early_stopping_patience: int = 5,
+    precision: str = "auto",
+    jit_compile: str = "auto",
+    user_module: str = "",
+    require_gpu: bool = False,
+    checkpoint_every_epochs: int = 1,
+    checkpoint_every_steps: int = 0,
+    checkpoint_root: str = "",
+    pipeline_run_id: str = "",
+    task_name: str = "train-model",
     seed: int = 42,
 ):
     """Trains a Keras classifier on the train split and exports a SavedModel taking raw features.
+
+    Uses every GPU of the pod (MirroredStrategy) or every worker in TF_CONFIG, fails fast when
+    a GPU was requested but is not visible, and resumes from its last checkpoint when retried.
 
     Args:
         dataset: Splits written by prepare_data.
         schema: Column types and vocabularies written by prepare_data.
         model: SavedModel whose serving signature takes raw feature values.
-        metrics: Final training and validation loss and accuracy.
-        epochs: Passes over the training split.
-        batch_size: Examples per gradient step.
-        learning_rate: Adam learning rate.
-        seed: Random seed for weight initialisation and shuffling.
+        metrics: Loss and accuracy at the best epoch, examples/s, GPU memory.
+        tensorboard: TensorBoard event files of the run.
+        epochs: Maximum passes over the training split.
+        batch_size: Examples per step per replica (the global batch scales with replicas).
+        learning_rate: Adam learning rate for one replica (scaled linearly with replicas).
+        model_type: Built-in model: mlp or wide_deep.
+        hidden_units: Sizes of the hidden layers, comma-separated.
+        dropout: Dropout rate after each hidden layer.
+        early_stopping_patience: Epochs without eval-loss improvement before stopping; 0 = off.
+        precision: auto, float32, mixed_float16 or mixed_bfloat16.
+        jit_compile: XLA compilation: auto (on GPUs), on or off.
+        user_module: Python module (file path or import name) with build_model(schema, hparams).
+        require_gpu: Fail instead of training on CPU when no GPU is visible.
+        checkpoint_every_epochs: Checkpoint every N epochs (0 = only on SIGTERM).
+        checkpoint_every_steps: Also checkpoint every N steps (0 = off).
+        checkpoint_root: Pipeline root; checkpoints live under <root>/checkpoints/<run>/<task>.
+        pipeline_run_id: Run id; the checkpoint location is the same on every retry of a run.
+        task_name: Task name, part of the checkpoint location.
+        seed: Random seed for weights and shuffling.
     """
     from pathlib import Path
 
     from components.prepare.logic import Schema
-    from components.train.logic import TrainParams, train
+    from components.train.logic import TrainParams, resolve_checkpoint_dir, train
 
+    params = TrainParams(
+        epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
+        model_type=model_type,
+        hidden_units=tuple(int(u) for u in hidden_units.split(",") if u.strip()),
+        dropout=dropout, seed=seed, early_stopping_patience=early_stopping_patience,
+        precision=precision, jit_compile=jit_compile, require_gpu=require_gpu,
+        user_module=user_module, checkpoint_every_epochs=checkpoint_every_epochs,
+        checkpoint_every_steps=checkpoint_every_steps,
+    )
     result = train(
         dataset_dir=Path(dataset.path),
         schema=Schema.load(Path(schema.path)),
         model_dir=Path(model.path),
-        params=TrainParams(
-            epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed
-        ),
+        params=params,
+        checkpoint_dir=resolve_checkpoint_dir(checkpoint_root, pipeline_run_id, task_name),
+        tensorboard_dir=Path(tensorboard.path),
+        data_uri=dataset.uri,
     )
     for name, value in result.metrics.items():
         metrics.log_metric(name, round(value, 6))
     metrics.log_metric("examples_per_s", round(result.examples_per_s, 1))
-    model.metadata.update(
-        {"framework": "tensorflow", "epochs_run": result.epochs_run, "features": result.features}
-    )
+    metrics.log_metric("best_epoch", result.best_epoch)
+    model.metadata.update({
+        "framework": "tensorflow",
+        "epochs_run": result.epochs_run,
+        "best_epoch": result.best_epoch,
+        "features": result.features,
+        "strategy": result.strategy,
+        "precision": result.precision,
+        "training_data_uri": dataset.uri,
+    })
+    tensorboard.metadata["log_dir"] = tensorboard.uri

@@ -9,7 +9,11 @@ and strings ("" for missing).
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import signal
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,16 +30,34 @@ SERVING_SIGNATURE = "serve"
 
 @dataclass(frozen=True)
 class TrainParams:
-    """Hyperparameters of the built-in tabular classifier."""
+    """Hyperparameters and run settings of ``train``.
+
+    ``batch_size`` is per replica: the global batch is ``batch_size * replicas``. With
+    ``scale_learning_rate`` the learning rate is multiplied by the number of replicas too
+    (the linear scaling rule), so one setting works for 1 or 8 GPUs.
+    """
 
     epochs: int = 20
     batch_size: int = 32
     learning_rate: float = 0.01
+    model_type: str = "mlp"
     hidden_units: tuple[int, ...] = (64, 32)
     dropout: float = 0.1
     seed: int = 42
+    early_stopping_patience: int = 5
+    scale_learning_rate: bool = True
+    precision: str = "auto"
+    jit_compile: str = "auto"
+    require_gpu: bool = False
+    user_module: str = ""
+    cache_dataset: bool = True
+    checkpoint_every_epochs: int = 1
+    checkpoint_every_steps: int = 0
 
     def __post_init__(self) -> None:
+        from components.train.devices import PRECISIONS
+        from components.train.models import MODEL_TYPES
+
         if self.epochs < 1:
             raise ValueError(f"epochs must be >= 1; got {self.epochs}")
         if self.batch_size < 1:
@@ -44,6 +66,18 @@ class TrainParams:
             raise ValueError(f"learning_rate must be in (0, 10); got {self.learning_rate}")
         if not (0.0 <= self.dropout < 1.0):
             raise ValueError(f"dropout must be in [0, 1); got {self.dropout}")
+        if self.model_type not in MODEL_TYPES and not self.user_module:
+            raise ValueError(f"model_type must be one of {', '.join(MODEL_TYPES)}; "
+                             f"got {self.model_type!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; "
+                             f"got {self.precision!r}")
+        if self.jit_compile not in ("auto", "on", "off"):
+            raise ValueError(f"jit_compile must be auto, on or off; got {self.jit_compile!r}")
+        if self.early_stopping_patience < 0:
+            raise ValueError("early_stopping_patience must be >= 0 (0 disables it)")
+        if self.checkpoint_every_epochs < 0 or self.checkpoint_every_steps < 0:
+            raise ValueError("checkpoint frequencies must be >= 0")
 
 
 @dataclass
@@ -53,6 +87,11 @@ class TrainResult:
     epochs_run: int
     examples_per_s: float
     features: list[str] = field(default_factory=list)
+    best_epoch: int = 0
+    resumed_from_epoch: int = 0
+    epoch_examples_per_s: list[float] = field(default_factory=list)
+    strategy: str = ""
+    precision: str = "float32"
 
 
 def input_names(schema: Schema) -> dict[str, str]:
@@ -98,80 +137,97 @@ def encode_labels(frame: pd.DataFrame, schema: Schema) -> np.ndarray:
     return labels.map(index).to_numpy("int32")
 
 
-def build_model(schema: Schema, train_inputs: dict[str, np.ndarray], params: TrainParams):
-    """The built-in classifier: preprocessing layers adapted on the train split + an MLP."""
-    import keras
-    import tensorflow as tf
-
-    @keras.saving.register_keras_serializable(package="gkeflow")
-    class ImputeNormalize(keras.layers.Layer):
-        """Missing values -> mean, standardise, and append a missing-indicator."""
-
-        def __init__(self, mean: float, std: float, **kwargs):
-            super().__init__(**kwargs)
-            self.mean = float(mean)
-            self.std = float(std) if std > 0 else 1.0
-
-        def call(self, x):
-            x = tf.cast(tf.reshape(x, (-1, 1)), tf.float32)
-            missing = tf.math.is_nan(x)
-            filled = tf.where(missing, tf.constant(self.mean, tf.float32), x)
-            return tf.concat([(filled - self.mean) / self.std, tf.cast(missing, tf.float32)], 1)
-
-        def get_config(self):
-            return {**super().get_config(), "mean": self.mean, "std": self.std}
-
-    inputs, encoded = {}, []
-    for column in schema.features:
-        name = input_names(schema)[column.name]
-        values = train_inputs[name]
-        if column.type == "numeric":
-            inp = keras.Input(shape=(), dtype="float32", name=name)
-            present = values[~np.isnan(values)]
-            mean = float(present.mean()) if present.size else 0.0
-            std = float(present.std()) if present.size else 1.0
-            encoded.append(ImputeNormalize(mean, std, name=f"{name}_norm")(inp))
-        else:
-            inp = keras.Input(shape=(), dtype="string", name=name)
-            vocabulary = sorted({v for v in values.tolist() if v != ""})
-            lookup = keras.layers.StringLookup(
-                vocabulary=vocabulary or ["<none>"],
-                num_oov_indices=1,
-                output_mode="one_hot",
-                name=f"{name}_onehot",
-            )
-            encoded.append(lookup(keras.layers.Reshape((1,))(inp)))
-        inputs[name] = inp
-    x = keras.layers.Concatenate(name="features")(encoded) if len(encoded) > 1 else encoded[0]
-    for i, units in enumerate(params.hidden_units):
-        x = keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(x)
-        if params.dropout:
-            x = keras.layers.Dropout(params.dropout, seed=params.seed)(x)
-    outputs = keras.layers.Dense(
-        len(schema.label_vocabulary), activation="softmax", name="probabilities"
-    )(x)
-    model = keras.Model(inputs=inputs, outputs=outputs, name="gkeflow_classifier")
-    model.compile(
-        optimizer=keras.optimizers.Adam(params.learning_rate),
-        loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
-    )
-    return model
-
-
 def make_dataset(inputs: dict[str, np.ndarray], labels: np.ndarray, batch_size: int,
-                 shuffle_seed: int | None):
+                 preprocessor=None, seed: int | None = None, shuffle: bool = False,
+                 cache: bool = False):
+    """tf.data over raw rows: shuffle (seeded), batch, vectorised preprocessing, prefetch."""
     import tensorflow as tf
 
     dataset = tf.data.Dataset.from_tensor_slices((inputs, labels))
-    if shuffle_seed is not None:
-        dataset = dataset.shuffle(len(labels), seed=shuffle_seed, reshuffle_each_iteration=True)
-    return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    if shuffle:
+        dataset = dataset.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
+    dataset = dataset.batch(batch_size)
+    if preprocessor is not None:
+        dataset = dataset.map(lambda x, y: (preprocessor(x), y),
+                              num_parallel_calls=tf.data.AUTOTUNE,
+                              deterministic=seed is not None)
+    if cache:
+        dataset = dataset.cache()
+    options = tf.data.Options()
+    options.deterministic = seed is not None
+    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
-def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParams) -> TrainResult:
-    """Train on ``train.csv``, validate on ``eval.csv``, export a SavedModel to ``model_dir``."""
+class _Throughput:
+    """Examples per second of each epoch, for the metrics."""
+
+    def __new__(cls, examples_per_epoch: int):
+        import keras
+
+        class Throughput(keras.callbacks.Callback):
+            def __init__(self):
+                super().__init__()
+                self.rates: list[float] = []
+
+            def on_epoch_begin(self, epoch, logs=None):
+                self._started = time.perf_counter()
+
+            def on_epoch_end(self, epoch, logs=None):
+                elapsed = time.perf_counter() - self._started
+                self.rates.append(examples_per_epoch / max(elapsed, 1e-9))
+
+        return Throughput()
+
+
+def _export(model_dir: Path, preprocessor, classifier, schema: Schema, metadata: dict) -> None:
     import keras
+    import tensorflow as tf
+
+    names = input_names(schema)
+    signature = {
+        names[c.name]: tf.TensorSpec([None], tf.float32 if c.type == "numeric" else tf.string,
+                                     name=names[c.name])
+        for c in schema.features
+    }
+
+    @tf.function(input_signature=[signature])
+    def serve(features):
+        return tf.cast(classifier(preprocessor(features), training=False), tf.float32)
+
+    with publish_dir(model_dir) as scratch:
+        archive = keras.export.ExportArchive()
+        archive.track(preprocessor)
+        archive.track(classifier)
+        archive.add_endpoint(SERVING_SIGNATURE, serve)
+        archive.write_out(str(scratch), verbose=False)
+        (scratch / MODEL_METADATA_FILE).write_text(json.dumps(metadata, indent=2))
+
+
+def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParams,
+          checkpoint_dir: Path | None = None, tensorboard_dir: Path | None = None,
+          data_uri: str = "") -> TrainResult:
+    """Train on the train split, validate on eval, export a SavedModel to ``model_dir``.
+
+    With ``checkpoint_dir`` (a location that is the same on every retry of the step) the run
+    resumes from the last checkpoint there, checkpoints on SIGTERM, and removes its
+    checkpoints after success.
+    """
+    import keras
+    import tensorflow as tf
+
+    from components.train import devices as dev
+    from components.train.checkpoint import Preempted, load_state, make_checkpoint
+    from components.train.models import build_builtin, build_preprocessor, build_user_model
+
+    found = dev.detect()
+    dev.require_gpu(found, params.require_gpu)
+    plan = dev.plan_strategy(found, os.environ.get("TF_CONFIG", ""))
+    strategy = dev.make_strategy(plan)
+    replicas = strategy.num_replicas_in_sync
+    precision = dev.choose_precision(params.precision, found)
+    jit = dev.choose_jit(params.jit_compile, found)
+    print(f"devices: {found.gpus or found.cpus}; {plan.description}; replicas={replicas}; "
+          f"precision={precision}; jit_compile={jit}")
 
     keras.utils.set_random_seed(params.seed)
     train_frame = load_split(dataset_dir, "train", schema)
@@ -180,53 +236,131 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         raise ValueError(f"the train split in {dataset_dir} has no rows")
     train_inputs = to_model_inputs(train_frame, schema)
     train_labels = encode_labels(train_frame, schema)
-    model = build_model(schema, train_inputs, params)
+    names = input_names(schema)
+    preprocessor = build_preprocessor(schema, train_inputs, names)
+    input_dim = int(preprocessor.outputs[0].shape[-1])
+    num_classes = len(schema.label_vocabulary)
 
-    train_ds = make_dataset(train_inputs, train_labels, params.batch_size, params.seed)
+    global_batch = params.batch_size * replicas
+    learning_rate = params.learning_rate * (replicas if params.scale_learning_rate else 1)
+    train_ds = make_dataset(train_inputs, train_labels, global_batch, preprocessor,
+                            seed=params.seed, shuffle=True, cache=params.cache_dataset)
     eval_ds = None
     if not eval_frame.empty:
-        eval_ds = make_dataset(
-            to_model_inputs(eval_frame, schema), encode_labels(eval_frame, schema),
-            params.batch_size, None,
-        )
-    started = time.perf_counter()
-    history = model.fit(
-        train_ds, validation_data=eval_ds, epochs=params.epochs, verbose=2, shuffle=False
-    )
-    elapsed = time.perf_counter() - started
+        eval_ds = make_dataset(to_model_inputs(eval_frame, schema),
+                               encode_labels(eval_frame, schema), global_batch, preprocessor,
+                               seed=params.seed, cache=params.cache_dataset)
 
-    final = {name: float(values[-1]) for name, values in history.history.items()}
-    metrics = {
-        "train_loss": final["loss"],
-        "train_accuracy": final["accuracy"],
-    }
+    state = load_state(checkpoint_dir) if checkpoint_dir else None
+    keras.mixed_precision.set_dtype_policy(precision)
+    try:
+        with strategy.scope():
+            if state is not None:
+                classifier = keras.models.load_model(checkpoint_dir / state.model_file)
+                print(f"resuming from checkpoint: {state.epochs_completed} epochs completed "
+                      f"({checkpoint_dir})")
+            else:
+                hparams = {**asdict(params), "input_dim": input_dim, "num_classes": num_classes}
+                classifier = (
+                    build_user_model(params.user_module, schema, hparams) if params.user_module
+                    else build_builtin(params.model_type, input_dim, num_classes,
+                                       params.hidden_units, params.dropout, params.seed)
+                )
+                classifier.compile(
+                    optimizer=keras.optimizers.Adam(learning_rate),
+                    loss="sparse_categorical_crossentropy",
+                    metrics=["accuracy"],
+                    jit_compile=jit,
+                )
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+
+    workdir = checkpoint_dir or Path(tempfile.mkdtemp(prefix="gkeflow-train-"))
+    checkpoint = make_checkpoint(
+        workdir, state,
+        every_epochs=params.checkpoint_every_epochs if checkpoint_dir else 0,
+        every_steps=params.checkpoint_every_steps if checkpoint_dir else 0,
+        patience=params.early_stopping_patience if eval_ds is not None else 0,
+        monitor="val_loss" if eval_ds is not None else "loss",
+    )
+    throughput = _Throughput(len(train_labels))
+    callbacks = [checkpoint, throughput]
+    if tensorboard_dir is not None:
+        callbacks.append(keras.callbacks.TensorBoard(log_dir=str(tensorboard_dir)))
+    initial_epoch = state.epochs_completed if state else 0
+    previous_handler = checkpoint.install_sigterm_handler() if checkpoint_dir else None
+    started = time.perf_counter()
+    try:
+        if initial_epoch < params.epochs and not (state and state.stopped_early):
+            classifier.fit(train_ds, validation_data=eval_ds, epochs=params.epochs,
+                           initial_epoch=initial_epoch, callbacks=callbacks, verbose=2,
+                           shuffle=False)
+    finally:
+        if previous_handler is not None:
+            signal.signal(signal.SIGTERM, previous_handler)
+    elapsed = time.perf_counter() - started
+    if checkpoint.preempted:
+        raise Preempted(
+            f"stopped by SIGTERM; checkpoint written during epoch "
+            f"{checkpoint.state.epochs_completed + 1} in {workdir}; a retry resumes from it"
+        )
+    history = checkpoint.state.history
+    restored = checkpoint.restore_best()
+    best_epoch = checkpoint.state.best_epoch or len(history.get("loss", []))
+
+    final = {name: values[best_epoch - 1] for name, values in history.items()
+             if len(values) >= best_epoch}
+    metrics = {"train_loss": final.get("loss", float("nan")),
+               "train_accuracy": final.get("accuracy", float("nan"))}
     if "val_loss" in final:
         metrics["eval_loss"] = final["val_loss"]
         metrics["eval_accuracy"] = final["val_accuracy"]
+    metrics.update(dev.gpu_memory_metrics())
 
-    with publish_dir(model_dir) as scratch:
-        model.export(str(scratch), format="tf_saved_model", verbose=False)
-        metadata = {
-            "framework": "tensorflow",
-            "keras_version": keras.__version__,
-            "label": schema.label,
-            "label_vocabulary": schema.label_vocabulary,
-            "features": [
-                {"name": c.name, "input": input_names(schema)[c.name], "type": c.type}
-                for c in schema.features
-            ],
-            "signature": SERVING_SIGNATURE,
-            "params": asdict(params),
-            "metrics": metrics,
-        }
-        (scratch / MODEL_METADATA_FILE).write_text(json.dumps(metadata, indent=2))
+    metadata = {
+        "framework": "tensorflow",
+        "framework_version": tf.__version__,
+        "keras_version": keras.__version__,
+        "label": schema.label,
+        "label_vocabulary": schema.label_vocabulary,
+        "features": [
+            {"name": c.name, "input": names[c.name], "type": c.type} for c in schema.features
+        ],
+        "signature": SERVING_SIGNATURE,
+        "input_signature": {
+            names[c.name]: ("float32" if c.type == "numeric" else "string")
+            for c in schema.features
+        },
+        "model": params.user_module or params.model_type,
+        "params": asdict(params),
+        "training_data_uri": data_uri or str(dataset_dir),
+        "best_epoch": best_epoch,
+        "restored_best_weights": restored,
+        "epochs_run": len(history.get("loss", [])),
+        "strategy": plan.description,
+        "replicas": replicas,
+        "precision": precision,
+        "metrics": metrics,
+    }
+    _export(model_dir, preprocessor, classifier, schema, metadata)
+    if checkpoint_dir:
+        checkpoint.remove()
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
 
+    rates = throughput.rates
     return TrainResult(
         metrics=metrics,
-        history={k: [float(x) for x in v] for k, v in history.history.items()},
-        epochs_run=len(history.history["loss"]),
-        examples_per_s=len(train_labels) * params.epochs / max(elapsed, 1e-9),
+        history=history,
+        epochs_run=len(history.get("loss", [])),
+        examples_per_s=(sum(rates) / len(rates)) if rates else
+        len(train_labels) * max(1, params.epochs - initial_epoch) / max(elapsed, 1e-9),
         features=[c.name for c in schema.features],
+        best_epoch=best_epoch,
+        resumed_from_epoch=initial_epoch,
+        epoch_examples_per_s=rates,
+        strategy=plan.description,
+        precision=precision,
     )
 
 
@@ -277,3 +411,27 @@ class ExportedModel:
             inputs[feature["input"]] = column_to_input(values, feature["type"])
         probs = self.predict_proba(inputs)
         return [self.label_vocabulary[i] for i in probs.argmax(axis=1)]
+
+
+def resolve_checkpoint_dir(pipeline_root: str, run_id: str, task_name: str) -> Path | None:
+    """``<root>/checkpoints/<run>/<task>``: the same path on every retry of one run's task.
+
+    ``gs://bucket/path`` roots are used through the Cloud Storage FUSE mount at ``/gcs/``
+    (present on Vertex AI); without a root, a run id or that mount, there is no stable
+    location and the step trains without resumable checkpoints.
+    """
+    if not pipeline_root or not run_id or "{{" in pipeline_root + run_id:
+        return None
+    root = pipeline_root.rstrip("/")
+    if root.startswith("gs://"):
+        fuse = Path("/gcs") / root[len("gs://"):]
+        if not Path("/gcs").is_dir():
+            print(f"no Cloud Storage FUSE mount for {root}; training without resumable "
+                  "checkpoints")
+            return None
+        root = str(fuse)
+    elif "://" in root:
+        print(f"unsupported checkpoint root {root}; training without resumable checkpoints")
+        return None
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{run_id}/{task_name}").strip("-")
+    return Path(root) / "checkpoints" / safe

@@ -12,10 +12,12 @@ from components.train.logic import ExportedModel, TrainParams, input_names
 
 def test_training_learns_and_logs_metrics(trained_penguins):
     _, result = trained_penguins
-    assert result.epochs_run == 8
+    assert 1 <= result.best_epoch <= result.epochs_run <= 8
+    assert len(result.history["loss"]) == result.epochs_run
     assert result.metrics["train_accuracy"] > 0.85
     assert result.metrics["eval_accuracy"] > 0.85
-    assert result.metrics["train_loss"] < result.history["loss"][0]
+    assert result.metrics["eval_loss"] == min(result.history["val_loss"])
+    assert len(result.epoch_examples_per_s) == result.epochs_run
     assert result.examples_per_s > 0
 
 

@@ -1,0 +1,110 @@
+"""Training throughput: `train`'s logic on prepared data vs bare `model.fit` on NumPy arrays.
+
+Both train the same classifier (the built-in MLP over the same preprocessed features) with
+the same batch size, epochs and validation split, in this process. The baseline gets its
+features preprocessed once up front and held in memory as NumPy arrays: the fastest a
+Keras `fit` can go. `fit_ratio` = steady-state examples/s of `train` / of the baseline
+(median over epochs after the first, which includes tracing and cache filling).
+
+    python bench/train.py [--quick] [--rows N] [--epochs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def synthetic_csv(path: Path, rows: int, seed: int = 0) -> Path:
+    """10 numeric + 3 categorical columns and a 3-class label that depends on them."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({f"x{i}": rng.normal(size=rows).round(4) for i in range(10)})
+    for i, size in enumerate((5, 20, 100)):
+        frame[f"c{i}"] = [f"v{j}" for j in rng.integers(0, size, rows)]
+    score = frame["x0"] + 0.5 * frame["x1"] - frame["x2"] * (frame["c0"] == "v1")
+    frame["label"] = np.select([score < -0.5, score < 0.5], ["low", "mid"], "high")
+    frame.to_csv(path, index=False)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="20k rows, 3 epochs")
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=256)
+    args = parser.parse_args()
+    rows, epochs = (20_000, 3) if args.quick else (args.rows, args.epochs)
+
+    import keras
+    import tensorflow as tf
+
+    from components.prepare.logic import Schema, load_split, prepare
+    from components.train.logic import (
+        TrainParams,
+        _Throughput,
+        encode_labels,
+        input_names,
+        to_model_inputs,
+        train,
+    )
+    from components.train.models import build_builtin, build_preprocessor
+
+    gpus = tf.config.list_physical_devices("GPU")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        started = time.perf_counter()
+        prepare(str(synthetic_csv(tmp / "data.csv", rows)), tmp / "dataset", "label")
+        schema = Schema.load(tmp / "dataset")
+        print(f"rows={rows} epochs={epochs} batch={args.batch_size} gpus={len(gpus)} "
+              f"(data ready in {time.perf_counter() - started:.1f}s)")
+
+        def run_train(precision: str) -> float:
+            params = TrainParams(epochs=epochs, batch_size=args.batch_size, learning_rate=1e-3,
+                                 early_stopping_patience=0, precision=precision)
+            result = train(tmp / "dataset", schema, tmp / f"model-{precision}", params)
+            return statistics.median(result.epoch_examples_per_s[1:] or
+                                     result.epoch_examples_per_s)
+
+        ours = run_train("float32")
+
+        # Baseline: the same model on in-memory NumPy arrays of preprocessed features.
+        keras.utils.set_random_seed(42)
+        train_frame = load_split(tmp / "dataset", "train", schema)
+        eval_frame = load_split(tmp / "dataset", "eval", schema)
+        raw_train = to_model_inputs(train_frame, schema)
+        preprocessor = build_preprocessor(schema, raw_train, input_names(schema))
+        x_train = preprocessor.predict(raw_train, batch_size=8192, verbose=0)
+        x_eval = preprocessor.predict(to_model_inputs(eval_frame, schema), batch_size=8192,
+                                      verbose=0)
+        y_train, y_eval = encode_labels(train_frame, schema), encode_labels(eval_frame, schema)
+        model = build_builtin("mlp", x_train.shape[1], len(schema.label_vocabulary),
+                              (64, 32), 0.1, 42)
+        model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                      loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        throughput = _Throughput(len(y_train))
+        model.fit(x_train, y_train, validation_data=(x_eval, y_eval), epochs=epochs,
+                  batch_size=args.batch_size, callbacks=[throughput], verbose=0)
+        baseline = statistics.median(throughput.rates[1:] or throughput.rates)
+
+        print(f"train (prepared data, tf.data):        {ours:12.0f} examples/s")
+        print(f"bare model.fit (NumPy arrays in RAM):  {baseline:12.0f} examples/s")
+        if gpus:
+            mixed = run_train("auto")
+            print(f"train, mixed precision (auto):         {mixed:12.0f} examples/s "
+                  f"({mixed / ours:.2f}x float32)")
+        print(f"train_examples_per_s={ours:.1f} fit_ratio={ours / baseline:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""Models: the feature preprocessor, the built-in tabular family, and bring-your-own models.
+
+The *preprocessor* maps raw features (floats with NaN for missing, strings with "" for
+missing) to one dense float vector; it has no trainable weights and runs in the tf.data
+input pipeline during training, and inside the exported serving function.
+
+The *classifier* maps that vector to class probabilities. Built in: ``mlp`` and
+``wide_deep``. A team's own model comes from a module exposing::
+
+    def build_model(schema: Schema, hparams: dict) -> keras.Model
+
+which receives ``hparams["input_dim"]`` (length of the dense vector) and
+``hparams["num_classes"]`` and must return a model taking one input of shape
+``(input_dim,)`` and returning ``(batch, num_classes)`` probabilities (softmax).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from components.prepare.logic import Schema
+
+MODEL_TYPES = ("mlp", "wide_deep")
+MAX_CATEGORIES = 200
+
+
+def build_preprocessor(schema: Schema, train_inputs: dict[str, np.ndarray],
+                       input_names: dict[str, str]):
+    """Raw feature dict -> dense float32 vector, adapted on the train split."""
+    import keras
+    import tensorflow as tf
+
+    class ImputeNormalize(keras.layers.Layer):
+        """Missing values -> the train mean, standardise, append a missing-indicator."""
+
+        def __init__(self, mean: float, std: float, **kwargs):
+            super().__init__(dtype="float32", **kwargs)
+            self.mean = float(mean)
+            self.std = float(std) if std > 0 else 1.0
+
+        def call(self, x):
+            x = tf.cast(tf.reshape(x, (-1, 1)), tf.float32)
+            missing = tf.math.is_nan(x)
+            filled = tf.where(missing, tf.constant(self.mean, tf.float32), x)
+            return tf.concat(
+                [(filled - self.mean) / self.std, tf.cast(missing, tf.float32)], 1
+            )
+
+    inputs, encoded = {}, []
+    for column in schema.features:
+        name = input_names[column.name]
+        values = train_inputs[name]
+        if column.type == "numeric":
+            inp = keras.Input(shape=(), dtype="float32", name=name)
+            present = values[~np.isnan(values)]
+            mean = float(present.mean()) if present.size else 0.0
+            std = float(present.std()) if present.size else 1.0
+            encoded.append(ImputeNormalize(mean, std, name=f"{name}_norm")(inp))
+        else:
+            inp = keras.Input(shape=(), dtype="string", name=name)
+            observed, counts = np.unique(values[values != ""].astype(str), return_counts=True)
+            top = observed[np.argsort(-counts, kind="stable")][:MAX_CATEGORIES]
+            lookup = keras.layers.StringLookup(
+                vocabulary=sorted(top.tolist()) or ["<none>"],
+                num_oov_indices=1,
+                output_mode="one_hot",
+                dtype="float32",
+                name=f"{name}_onehot",
+            )
+            encoded.append(lookup(keras.layers.Reshape((1,))(inp)))
+        inputs[name] = inp
+    x = keras.layers.Concatenate(name="features", dtype="float32")(encoded) \
+        if len(encoded) > 1 else encoded[0]
+    return keras.Model(inputs=inputs, outputs=x, name="preprocessor")
+
+
+def build_builtin(model_type: str, input_dim: int, num_classes: int,
+                  hidden_units: tuple[int, ...], dropout: float, seed: int):
+    """``mlp``: dense layers; ``wide_deep``: a linear (wide) part plus an MLP (deep) part."""
+    import keras
+
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"unknown model_type {model_type!r}; valid: {', '.join(MODEL_TYPES)}")
+    features = keras.Input(shape=(input_dim,), name="features")
+    x = features
+    for i, units in enumerate(hidden_units):
+        x = keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(x)
+        if dropout:
+            x = keras.layers.Dropout(dropout, seed=seed + i, name=f"dropout_{i}")(x)
+    logits = keras.layers.Dense(num_classes, name="deep_logits")(x)
+    if model_type == "wide_deep":
+        wide = keras.layers.Dense(num_classes, name="wide_logits")(features)
+        logits = keras.layers.Add(name="logits")([logits, wide])
+    probabilities = keras.layers.Activation("softmax", dtype="float32",
+                                            name="probabilities")(logits)
+    return keras.Model(features, probabilities, name=f"gkeflow_{model_type}")
+
+
+def load_user_builder(module: str):
+    """``build_model`` from a ``.py`` file path or an importable module name."""
+    if not module:
+        raise ValueError("no user module given")
+    if module.endswith(".py"):
+        path = Path(module)
+        if not path.is_file():
+            raise FileNotFoundError(f"user model module not found: {path}")
+        spec = importlib.util.spec_from_file_location(f"gkeflow_user_model_{path.stem}", path)
+        loaded = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = loaded
+        spec.loader.exec_module(loaded)
+    else:
+        loaded = importlib.import_module(module)
+    builder = getattr(loaded, "build_model", None)
+    if not callable(builder):
+        raise AttributeError(
+            f"user model module {module!r} has no build_model(schema, hparams) function"
+        )
+    return builder
+
+
+def build_user_model(module: str, schema: Schema, hparams: dict):
+    """Call the user's ``build_model`` and check the model's input and output shapes."""
+    model = load_user_builder(module)(schema, dict(hparams))
+    if not hasattr(model, "fit") or not hasattr(model, "inputs"):
+        raise TypeError(f"build_model in {module!r} must return a keras.Model; "
+                        f"got {type(model).__name__}")
+    if len(model.inputs) != 1 or model.inputs[0].shape[-1] != hparams["input_dim"]:
+        shapes = [tuple(i.shape) for i in model.inputs]
+        raise ValueError(
+            f"the model from {module!r} must take one input of shape (None, "
+            f"{hparams['input_dim']}); it takes {shapes}"
+        )
+    if model.outputs[0].shape[-1] != hparams["num_classes"]:
+        raise ValueError(
+            f"the model from {module!r} must output {hparams['num_classes']} class "
+            f"probabilities; it outputs shape {tuple(model.outputs[0].shape)}"
+        )
+    return model
