@@ -214,17 +214,6 @@ def test_policy_and_threshold_errors_are_clear():
 # --- the real models --------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def weak_penguins(prepared_penguins, tmp_path_factory):
-    """A barely trained model: one epoch at a tiny learning rate."""
-    from components.train.logic import TrainParams, train
-
-    dataset_dir, prepared = prepared_penguins
-    model_dir = tmp_path_factory.mktemp("weak") / "model"
-    train(dataset_dir, prepared.schema, model_dir, TrainParams(epochs=1, learning_rate=1e-6))
-    return model_dir
-
-
 def _registry_with(tmp_path, *model_dirs, champion: int = 0):
     uri = f"sqlite:///{tmp_path / 'registry.db'}"
     registry = LocalRegistry(uri)
@@ -369,3 +358,37 @@ def test_component_body_logs_what_the_kubeflow_ui_renders(prepared_penguins, tra
     assert evidence["blessed"] is True and evidence["roc"]["class"] == "Chinstrap"
     assert outputs["evaluation"].metadata["reasons"] == evidence["reasons"]
     assert (tmp_path / "model_card").read_text().startswith(f"# Model card: {NAME}")
+
+
+# --- the pipeline's gate ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["gke", "vertex"])
+def test_evaluation_is_never_cached_and_gates_registration(tmp_path, target):
+    import yaml
+    from kfp import compiler
+
+    from pipelines.compute import ComputeProfile
+    from pipelines.training import build_training_pipeline
+
+    # Even a configuration that asks for caching cannot make evaluation reuse an old champion.
+    pipeline = build_training_pipeline(
+        target, compute={"evaluate-model": ComputeProfile(cpu="2", memory="8G", caching=True)})
+    path = tmp_path / "p.yaml"
+    compiler.Compiler().compile(pipeline, str(path))
+    spec = next(yaml.safe_load_all(path.read_text()))
+    tasks = spec["root"]["dag"]["tasks"]
+    assert not tasks["evaluate-model"]["cachingOptions"].get("enableCache", False)
+    gate = tasks["condition-1"]
+    assert gate["triggerPolicy"]["condition"] == \
+        "inputs.parameter_values['pipelinechannel--evaluate-model-Output'] == true"
+    register = spec["components"]["comp-condition-1"]["dag"]["tasks"]["register-model"]
+    assert not register["cachingOptions"].get("enableCache", False)
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    for name, default in [("comparison_metric", "accuracy"), ("regression_tolerance", 0.01),
+                          ("thresholds", ""), ("slice_columns", ""), ("positive_class", "")]:
+        assert params[name]["defaultValue"] == default
+        assert params[name]["description"]
+    evaluate_inputs = tasks["evaluate-model"]["inputs"]["parameters"]
+    assert evaluate_inputs["registry_uri"]["componentInputParameter"] == "registry_uri"
+    assert evaluate_inputs["model_name"]["componentInputParameter"] == "model_name"
