@@ -26,8 +26,8 @@ from components.evaluate.metrics import (
     LOWER_IS_BETTER,
     OVERALL_METRICS,
     Curve,
-    MetricSet,
     MetricsError,
+    MetricSet,
     compute_metrics,
     log_loss,
     metric_key,
@@ -420,7 +420,11 @@ class Evaluation:
         """The ``Metrics`` artifact: overall, per-class and per-slice accuracy, all finite."""
         values = self.metrics.scalars()
         for s in self.slices:
-            values[f"slice_{metric_key(s.column)}_{metric_key(s.value)}_accuracy"] = s.accuracy
+            key = f"slice_{metric_key(s.column)}_{metric_key(s.value)}"
+            n = 2
+            while f"{key}_accuracy" in values:  # values that differ only in punctuation
+                key, n = f"slice_{metric_key(s.column)}_{metric_key(s.value)}_{n}", n + 1
+            values[f"{key}_accuracy"] = s.accuracy
         return values
 
     def to_dict(self) -> dict[str, Any]:

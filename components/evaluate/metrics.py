@@ -259,7 +259,7 @@ def compute_metrics(true: np.ndarray, probabilities: np.ndarray, labels: list[st
         pr = _mean_defined([m.pr_auc for m in per_class.values()])
     return MetricSet(
         labels=list(labels),
-        examples=int(len(true)),
+        examples=len(true),
         accuracy=float(np.trace(matrix) / matrix.sum()),
         precision_macro=float(np.mean([m.precision for m in per_class.values()])),
         recall_macro=float(np.mean([m.recall for m in per_class.values()])),

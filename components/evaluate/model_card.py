@@ -25,9 +25,9 @@ def render_model_card(evaluation: Evaluation) -> str:
     policy = e.policy
     lines += [
         "",
-        f"Policy: min_accuracy {policy.min_accuracy:g}; thresholds "
-        f"{', '.join(str(t) for t in policy.thresholds) or 'none'}; no regression on "
-        f"{policy.comparison_metric} beyond {policy.regression_tolerance:g}.",
+        (f"Policy: min_accuracy {policy.min_accuracy:g}; thresholds "
+         f"{', '.join(str(t) for t in policy.thresholds) or 'none'}; no regression on "
+         f"{policy.comparison_metric} beyond {policy.regression_tolerance:g}."),
         "",
         "## Data",
         "",

@@ -7,6 +7,7 @@ import math
 import shutil
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from components.evaluate.logic import (
@@ -17,6 +18,8 @@ from components.evaluate.logic import (
     decide,
     evaluate,
     parse_thresholds,
+    slice_metrics,
+    slice_values,
 )
 from components.evaluate.metrics import (
     Curve,
@@ -305,6 +308,32 @@ def test_unloadable_champion_is_a_clear_error(prepared_penguins, trained_penguin
         _evaluate(prepared_penguins, trained_penguins[0], model_name=NAME, registry_uri=uri)
 
 
+def test_champion_uri_with_unsupported_scheme_is_a_clear_error(prepared_penguins,
+                                                              trained_penguins, tmp_path):
+    uri = _registry_with(tmp_path, "s3://bucket/models/1")
+    with pytest.raises(EvaluationError, match="unsupported scheme 's3'"):
+        _evaluate(prepared_penguins, trained_penguins[0], model_name=NAME, registry_uri=uri)
+
+
+def test_slices_partition_rows_and_keep_missing_and_rare_values():
+    test = pd.DataFrame({"colour": ["red", "red", None, "blue", "red, dark"],
+                         "size": ["s", "m", "s", "m", "s"]})
+    true = np.array([0, 1, 0, 1, 0])
+    probs = np.array([[.9, .1], [.2, .8], [.4, .6], [.7, .3], [.6, .4]])
+    slices = slice_metrics(test, ["colour"], true, probs, champion_probabilities=probs[:, ::-1])
+    by_value = {s.value: s for s in slices}
+    assert sorted(by_value) == ["(missing)", "blue", "red", "red, dark"]
+    assert by_value["red"].examples == 2 and by_value["red"].accuracy == 1.0
+    assert by_value["red"].champion_accuracy == 0.0
+    assert by_value["(missing)"].accuracy == 0.0 and by_value["blue"].accuracy == 0.0
+    assert by_value["(missing)"].log_loss == pytest.approx(-np.log(0.4))
+    # Macro F1 over the classes seen in the slice: "blue" has true 1, predicted 0 -> 0.
+    assert by_value["blue"].f1_macro == 0.0
+    many = pd.Series([f"v{i % 40}" for i in range(200)])
+    pooled = slice_values(many)
+    assert pooled.nunique() == 25 and (pooled == "(other)").sum() == 200 - 24 * 5
+
+
 def test_slice_columns_are_checked(prepared_penguins):
     dataset_dir, prepared = prepared_penguins
     test = load_split(dataset_dir, "test", prepared.schema)
@@ -392,3 +421,14 @@ def test_evaluation_is_never_cached_and_gates_registration(tmp_path, target):
     evaluate_inputs = tasks["evaluate-model"]["inputs"]["parameters"]
     assert evaluate_inputs["registry_uri"]["componentInputParameter"] == "registry_uri"
     assert evaluate_inputs["model_name"]["componentInputParameter"] == "model_name"
+
+
+def test_label_count_mismatch_between_model_and_data_is_a_clear_error(prepared_penguins,
+                                                                      trained_penguins):
+    import dataclasses
+
+    dataset_dir, prepared = prepared_penguins
+    schema = dataclasses.replace(prepared.schema, label_vocabulary=["Adelie", "Gentoo"])
+    with pytest.raises(EvaluationError, match=r"label-count mismatch: the model was trained "
+                                              r"for 3 labels .* but the data's schema has 2"):
+        evaluate(dataset_dir, schema, trained_penguins[0])
