@@ -144,7 +144,7 @@ def _print_run_summary(console: Console, result, arguments: dict) -> None:
         metrics_table.add_column("metric")
         metrics_table.add_column("value", justify="right")
         for name, value in metrics.items():
-            if name == "passed":
+            if name == "passed" or name.startswith("slice_"):
                 continue
             shown = (f"{value:.0f}" if float(value).is_integer() and name.endswith("examples")
                      else f"{value:.4f}")
@@ -153,8 +153,13 @@ def _print_run_summary(console: Console, result, arguments: dict) -> None:
         passed = result.parameter_outputs("evaluate-model").get("Output")
         accuracy = metrics.get("accuracy", float("nan"))
         verdict = "[green]passed[/green]" if passed else "[yellow]did not pass[/yellow]"
-        console.print(f"Gate: accuracy {accuracy:.4f} {verdict} min_accuracy="
-                      f"{arguments['min_accuracy']:g}")
+        console.print(f"Gate: accuracy {accuracy:.4f} (min_accuracy="
+                      f"{arguments['min_accuracy']:g}, champion comparison): {verdict}")
+        reasons = result.artifact_metadata("evaluate-model", "evaluation").get("reasons", [])
+        for reason in reasons:
+            mark = "[green]✓[/green]" if reason.startswith("PASS") else "[red]✗[/red]"
+            console.print(f"  {mark} ", end="")
+            console.print(reason.split(" ", 1)[-1], markup=False, soft_wrap=True)
     registered = result.parameter_outputs("register-model")
     if registered:
         console.print(f"Registered: [bold]{arguments['model_name']}[/bold] version "
@@ -166,7 +171,8 @@ def _print_run_summary(console: Console, result, arguments: dict) -> None:
         model_dir = result.output_dir("train-model", "model")
         if model_dir:
             console.print(f"Model:     {model_dir}")
-        report = result.output_dir("evaluate-model", "report")
+        report = (result.output_dir("evaluate-model", "model_card")
+                  or result.output_dir("evaluate-model", "report"))
         if report:
             console.print(f"Report:    {report}")
     console.print(f"Log:       {result.log_path}")

@@ -1,4 +1,4 @@
-"""The training pipeline: prepare -> train -> evaluate -> (passes?) -> register.
+"""The training pipeline: prepare -> train -> evaluate -> (blessed?) -> register.
 
 One definition, built for a target: :func:`build_training_pipeline` is called with
 ``"local"`` for ``kfp.local`` runs and with ``"gke"`` / ``"vertex"`` by the compiler,
@@ -27,7 +27,7 @@ DEFAULT_COMPUTE: Mapping[str, ComputeProfile] = {
         timeout_s=6 * 3600, retries=2, retry_backoff_s=60, retry_backoff_factor=2.0,
         retry_max_duration_s=3600,
     ),
-    "evaluate-model": ComputeProfile(cpu="2", memory="8G", timeout_s=3600),
+    "evaluate-model": ComputeProfile(cpu="2", memory="8G", caching=False, timeout_s=3600),
     "register-model": ComputeProfile(
         cpu="1", memory="2G", caching=False, timeout_s=600, retries=2, retry_backoff_s=30,
         retry_backoff_factor=2.0, retry_max_duration_s=600,
@@ -106,8 +106,13 @@ def build_training_pipeline(
         model_name: str = "penguins-classifier",
         min_accuracy: float = 0.8,
         registry_uri: str = "sqlite:///gkeflow-registry.db",
+        comparison_metric: str = "accuracy",
+        regression_tolerance: float = 0.01,
+        thresholds: str = "",
+        slice_columns: str = "",
+        positive_class: str = "",
     ):
-        """Trains a TensorFlow classifier on a CSV and registers it when it is accurate enough.
+        """Trains a TensorFlow classifier on a CSV and registers it when evaluation blesses it.
 
         Args:
             data_uri: CSV to train on; embedded://penguins is the bundled Palmer Penguins data.
@@ -123,6 +128,16 @@ def build_training_pipeline(
             model_name: Name under which the model is registered.
             min_accuracy: Test accuracy required before the model is registered.
             registry_uri: Model registry; sqlite:///<path> is the embedded registry.
+            comparison_metric: Metric on which the new model must not regress against the
+                registry's champion (accuracy, precision_macro, recall_macro, f1_macro,
+                log_loss, roc_auc, pr_auc or ece).
+            regression_tolerance: How far the new model may fall behind the champion on
+                comparison_metric and still be registered.
+            thresholds: Further absolute requirements, comma-separated, e.g.
+                "f1_macro>=0.8,log_loss<=0.5"; empty for none.
+            slice_columns: Categorical columns to slice test metrics by, comma-separated;
+                empty slices by every categorical feature with at most 20 values.
+            positive_class: Class whose ROC curve is shown; empty means the last label.
         """
         prepare = configure(
             prepare_data(
@@ -156,10 +171,19 @@ def build_training_pipeline(
                 schema=prepare.outputs["schema"],
                 model=train.outputs["model"],
                 min_accuracy=min_accuracy,
+                model_name=model_name,
+                registry_uri=registry_uri,
+                comparison_metric=comparison_metric,
+                regression_tolerance=regression_tolerance,
+                thresholds=thresholds,
+                slice_columns=slice_columns,
+                positive_class=positive_class,
             ),
             "evaluate-model",
         )
-        with dsl.If(evaluate.outputs["Output"] == True, name="model-passes"):  # noqa: E712
+        # The champion may change between runs: evaluation is never served from cache.
+        evaluate.set_caching_options(False)
+        with dsl.If(evaluate.outputs["Output"] == True, name="model-blessed"):  # noqa: E712
             configure(
                 register_model(
                     model=train.outputs["model"],

@@ -79,3 +79,14 @@ def trained_penguins(prepared_penguins, tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("trained") / "model"
     result = train(dataset_dir, prepared.schema, model_dir, TrainParams(epochs=8))
     return model_dir, result
+
+
+@pytest.fixture(scope="session")
+def weak_penguins(prepared_penguins, tmp_path_factory):
+    """A barely trained model on the prepared penguins: one epoch at a tiny learning rate."""
+    from components.train.logic import TrainParams, train
+
+    dataset_dir, prepared = prepared_penguins
+    model_dir = tmp_path_factory.mktemp("weak") / "model"
+    train(dataset_dir, prepared.schema, model_dir, TrainParams(epochs=1, learning_rate=1e-6))
+    return model_dir

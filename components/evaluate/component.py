@@ -22,26 +22,54 @@ def evaluate_model(
     model: Input[Model],
     metrics: Output[Metrics],
     classification_metrics: Output[ClassificationMetrics],
-    report: Output[Markdown],
+    model_card: Output[Markdown],
+    evaluation: Output[Artifact],
     min_accuracy: float = 0.8,
+    model_name: str = "",
+    registry_uri: str = "",
+    comparison_metric: str = "accuracy",
+    regression_tolerance: float = 0.0,
+    thresholds: str = "",
+    slice_columns: str = "",
+    positive_class: str = "",
 ) -> bool:
-    """Scores the model on the held-out test split and decides whether it may be registered.
+    """Scores the model and the registry's champion on the test split; blesses or rejects it.
 
     Args:
         dataset: Splits written by prepare_data; the test split is scored.
         schema: Column types and label vocabulary written by prepare_data.
-        model: SavedModel written by train_model.
-        metrics: Test accuracy and per-class precision, recall and F1.
-        classification_metrics: Confusion matrix over the label vocabulary.
-        report: The decision and the metrics, rendered in the Kubeflow UI.
-        min_accuracy: Test accuracy the model must reach to pass.
+        model: SavedModel written by train_model (the challenger).
+        metrics: Accuracy, macro and per-class precision/recall/F1, log loss, ROC AUC,
+            PR AUC, expected calibration error (ece) and per-slice accuracy.
+        classification_metrics: Confusion matrix over the label vocabulary and the ROC
+            curve of the positive class (at most 200 points).
+        model_card: Data summary, metrics against the champion, slices and the decision
+            with its reasons, rendered in the Kubeflow UI.
+        evaluation: The same evidence as JSON (evaluation.json).
+        min_accuracy: Test accuracy the model must reach to be blessed.
+        model_name: Registered model whose champion the model is compared with; empty
+            skips the comparison.
+        registry_uri: Registry holding the champion; empty skips the comparison.
+        comparison_metric: Overall metric on which the model must not regress against the
+            champion (accuracy, precision_macro, recall_macro, f1_macro, log_loss, roc_auc,
+            pr_auc or ece).
+        regression_tolerance: How far the model may fall behind the champion on
+            comparison_metric and still be blessed.
+        thresholds: Further absolute requirements, comma-separated, e.g.
+            "f1_macro>=0.8,log_loss<=0.5"; empty for none.
+        slice_columns: Categorical columns to slice metrics by, comma-separated; empty
+            slices by every categorical feature with at most 20 values.
+        positive_class: Class whose ROC curve is logged (and whose AUCs are reported for
+            binary labels); empty means the last label of the vocabulary.
 
     Returns:
-        Whether the model meets min_accuracy and may be registered.
+        Whether the model is blessed and may be registered.
     """
     from pathlib import Path
 
-    from components.evaluate.logic import evaluate, render_report
+    from components._atomic import write_text_atomic
+    from components.evaluate.logic import evaluate
+    from components.evaluate.model_card import render_model_card
     from components.prepare.logic import Schema
 
     result = evaluate(
@@ -49,12 +77,33 @@ def evaluate_model(
         schema=Schema.load(Path(schema.path)),
         model_dir=Path(model.path),
         min_accuracy=min_accuracy,
+        model_name=model_name,
+        registry_uri=registry_uri,
+        slice_columns=slice_columns,
+        positive_class=positive_class,
+        comparison_metric=comparison_metric,
+        regression_tolerance=regression_tolerance,
+        thresholds=thresholds,
     )
     for name, value in result.scalar_metrics().items():
         metrics.log_metric(name, round(value, 6))
-    classification_metrics.log_confusion_matrix(result.labels, result.confusion_matrix)
-    Path(report.path).parent.mkdir(parents=True, exist_ok=True)
-    Path(report.path).write_text(render_report(result), encoding="utf-8")
     metrics.metadata["passed"] = float(result.passed)
-    print(result.decision)
+    classification_metrics.log_confusion_matrix(result.metrics.labels,
+                                                result.metrics.confusion_matrix)
+    classification_metrics.log_roc_curve(
+        fpr=[round(float(v), 6) for v in result.roc.fpr],
+        tpr=[round(float(v), 6) for v in result.roc.tpr],
+        threshold=[round(float(v), 6) for v in result.roc.thresholds],
+    )
+    classification_metrics.metadata["rocPositiveClass"] = result.roc_class
+    write_text_atomic(Path(model_card.path), render_model_card(result))
+    write_text_atomic(Path(evaluation.path), result.to_json())
+    evaluation.metadata.update({
+        "blessed": result.passed,
+        "reasons": result.decision.reasons,
+        "champion_version": result.champion.version if result.champion else 0,
+    })
+    for reason in result.decision.reasons:
+        print(reason)
+    print(result.decision.summary)
     return result.passed

@@ -52,6 +52,7 @@ def test_run_on_another_csv_then_list_models(tmp_path, churn_csv):
         assert f"✓ {step} success" in result.stdout
     assert "Registered: customer-churn-classifier version 1" in result.stdout
     assert "Gate: accuracy" in result.stdout and "passed" in result.stdout
+    assert "✓ no champion registered: thresholds alone decide" in result.stdout
 
     listed = gkeflow("models", "list", "--registry", f"sqlite:///{out / 'registry.db'}")
     assert listed.returncode == 0

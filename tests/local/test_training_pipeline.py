@@ -1,6 +1,9 @@
-"""The training pipeline really runs under kfp.local: it trains, evaluates, gates and registers."""
+"""The training pipeline really runs under kfp.local: it trains, evaluates against the
+registry's champion, gates and registers."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -17,7 +20,15 @@ def _arguments(tmp_path, **overrides):
     return {"epochs": 8, "registry_uri": f"sqlite:///{tmp_path / 'registry.db'}", **overrides}
 
 
-def test_pipeline_trains_evaluates_and_registers(tmp_path):
+def _register_champion(tmp_path, model_dir) -> None:
+    registry = LocalRegistry(tmp_path / "registry.db")
+    registry.register("penguins-classifier", str(model_dir), {}, run_id="earlier-run")
+    registry.set_alias("penguins-classifier", 1, "champion")
+
+
+def test_pipeline_blesses_a_model_better_than_the_champion_and_registers_it(
+        tmp_path, weak_penguins):
+    _register_champion(tmp_path, weak_penguins)
     result = run_local(_arguments(tmp_path), tmp_path / "out")
     assert result.ok, result.error + "\n" + "\n".join(result.failed_step.error_lines())
     assert [s.name for s in result.steps] == STEPS
@@ -33,11 +44,18 @@ def test_pipeline_trains_evaluates_and_registers(tmp_path):
 
     metrics = result.artifact_metadata("evaluate-model", "metrics")
     assert metrics["accuracy"] >= 0.8 and metrics["passed"] == 1.0
+    assert {"f1_macro", "log_loss", "roc_auc", "pr_auc", "ece",
+            "slice_island_Biscoe_accuracy"} <= set(metrics)
     confusion = result.artifact_metadata("evaluate-model", "classification_metrics")
     categories = [a["displayName"] for a in confusion["confusionMatrix"]["annotationSpecs"]]
     assert categories == ["Adelie", "Chinstrap", "Gentoo"]
-    assert (result.output_dir("evaluate-model", "report")).read_text().startswith(
-        "# Evaluation: PASSED")
+    assert 2 <= len(confusion["confidenceMetrics"]) <= 200
+    assert result.parameter_outputs("evaluate-model") == {"Output": True}
+    card = result.output_dir("evaluate-model", "model_card").read_text()
+    assert card.startswith("# Model card: penguins-classifier\n\n## Decision: BLESSED")
+    assert "champion penguins-classifier v1 (champion)" in card and "## Slices" in card
+    evidence = json.loads(result.output_dir("evaluate-model", "evaluation").read_text())
+    assert evidence["champion"]["version"] == 1 and "is no worse" in evidence["reasons"][-1]
 
     model = ExportedModel(result.output_dir("train-model", "model"))
     assert model.predict_rows([
@@ -48,19 +66,26 @@ def test_pipeline_trains_evaluates_and_registers(tmp_path):
 
     registered = result.parameter_outputs("register-model")
     versions = LocalRegistry(tmp_path / "registry.db").list(name="penguins-classifier")
-    assert [v.version for v in versions] == [registered["model_version"]] == [1]
-    assert versions[0].uri == str(result.output_dir("train-model", "model"))
-    assert versions[0].run_id and versions[0].metrics["accuracy"] == metrics["accuracy"]
+    assert [v.version for v in versions] == [1, registered["model_version"]] == [1, 2]
+    assert versions[1].uri == str(result.output_dir("train-model", "model"))
+    assert versions[1].run_id and versions[1].metrics["accuracy"] == metrics["accuracy"]
 
 
-def test_unreachable_min_accuracy_registers_nothing(tmp_path):
+def test_gate_blocks_a_model_worse_than_the_champion(tmp_path, trained_penguins):
+    _register_champion(tmp_path, trained_penguins[0])
     result = run_local(
-        _arguments(tmp_path, epochs=1, learning_rate=1e-6, min_accuracy=1.0), tmp_path / "out"
+        _arguments(tmp_path, epochs=1, learning_rate=1e-6, min_accuracy=0.0), tmp_path / "out"
     )
     assert result.ok, result.error
     assert [s.name for s in result.steps] == STEPS[:3]
     assert result.parameter_outputs("evaluate-model") == {"Output": False}
-    assert LocalRegistry(tmp_path / "registry.db").list() == []
+    assert result.artifact_metadata("evaluate-model", "metrics")["passed"] == 0.0
+    reasons = result.artifact_metadata("evaluate-model", "evaluation")["reasons"]
+    assert reasons[0] == "PASS accuracy " + reasons[0].split()[2] + " >= min_accuracy 0"
+    assert reasons[-1].startswith("FAIL accuracy") and "beyond the tolerance 0.01" in reasons[-1]
+    card = result.output_dir("evaluate-model", "model_card").read_text()
+    assert "## Decision: NOT BLESSED" in card and reasons[-1][5:] in card
+    assert [v.version for v in LocalRegistry(tmp_path / "registry.db").list()] == [1]
 
 
 def test_failing_step_is_reported_with_its_error(tmp_path):

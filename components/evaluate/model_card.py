@@ -1,0 +1,95 @@
+"""The model card: the evaluation's evidence as Markdown the Kubeflow UI renders."""
+
+from __future__ import annotations
+
+from components.evaluate.logic import Evaluation
+from components.evaluate.metrics import LOWER_IS_BETTER, OVERALL_METRICS
+
+
+def _cell(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def _escape(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render_model_card(evaluation: Evaluation) -> str:
+    """Decision, data summary, metrics against the champion, per-class metrics, confusion
+    matrix and slices, as one Markdown document."""
+    e = evaluation
+    verdict = "BLESSED" if e.decision.blessed else "NOT BLESSED"
+    title = f"# Model card: {_escape(e.model_name)}" if e.model_name else "# Model card"
+    lines = [title, "", f"## Decision: {verdict}", ""]
+    lines += [f"- {'✅' if c.ok else '❌'} {_escape(c.detail)}" for c in e.decision.checks]
+    policy = e.policy
+    lines += [
+        "",
+        (f"Policy: min_accuracy {policy.min_accuracy:g}; thresholds "
+         f"{', '.join(str(t) for t in policy.thresholds) or 'none'}; no regression on "
+         f"{policy.comparison_metric} beyond {policy.regression_tolerance:g}."),
+        "",
+        "## Data",
+        "",
+        f"Label: `{_escape(e.data['label'])}`. Rows per split: "
+        + ", ".join(f"{k} {v}" for k, v in e.data["rows"].items()) + ".",
+        "",
+        "Features: " + ", ".join(f"`{_escape(f['name'])}` ({f['type']})"
+                                 for f in e.data["features"]) + ".",
+        "",
+        "| class | test examples |",
+        "|---|---|",
+    ]
+    lines += [f"| {_escape(k)} | {v} |" for k, v in e.data["test_class_counts"].items()]
+
+    champion = e.champion
+    lines += ["", f"## Metrics on the test split ({e.metrics.examples} examples)", ""]
+    if champion is not None and champion.metrics is not None:
+        theirs = champion.metrics.overall()
+        lines += [f"| metric | challenger | champion {_escape(champion.label)} | change |",
+                  "|---|---|---|---|"]
+        for name, mine in e.metrics.overall().items():
+            other = theirs[name]
+            change = "n/a" if mine is None or other is None else f"{mine - other:+.4f}"
+            lines.append(f"| {name} | {_cell(mine)} | {_cell(other)} | {change} |")
+    else:
+        lines += ["| metric | challenger |", "|---|---|"]
+        lines += [f"| {n} | {_cell(v)} |" for n, v in e.metrics.overall().items()]
+        lines += ["", "Champion: " + (
+            "none registered." if champion is None else
+            f"{_escape(champion.label)} is not comparable ({_escape(champion.not_comparable)}).")]
+    lower = ", ".join(m for m in OVERALL_METRICS if m in LOWER_IS_BETTER)
+    lines += ["", f"Lower is better for {lower}; higher for the rest. ROC AUC and PR AUC are "
+              + ("of the positive class `" + _escape(e.roc_class) + "`."
+                 if len(e.metrics.labels) == 2 else "macro averages of one-vs-rest AUCs."),
+              "", "## Per class", "",
+              "| class | precision | recall | F1 | ROC AUC | PR AUC | support |",
+              "|---|---|---|---|---|---|---|"]
+    for label, m in e.metrics.per_class.items():
+        lines.append(f"| {_escape(label)} | {m.precision:.3f} | {m.recall:.3f} | {m.f1:.3f} | "
+                     f"{_cell(m.roc_auc)} | {_cell(m.pr_auc)} | {m.support} |")
+    lines += ["", "## Confusion matrix (rows: true, columns: predicted)", "",
+              "| | " + " | ".join(_escape(x) for x in e.metrics.labels) + " |",
+              "|---" * (len(e.metrics.labels) + 1) + "|"]
+    for label, row in zip(e.metrics.labels, e.metrics.confusion_matrix):
+        lines.append(f"| **{_escape(label)}** | " + " | ".join(str(v) for v in row) + " |")
+
+    lines += ["", "## Slices", ""]
+    if not e.slices:
+        lines.append("No categorical columns to slice by.")
+    else:
+        with_champion = any(s.champion_accuracy is not None for s in e.slices)
+        header = "| column | value | examples | accuracy | vs overall | macro F1 | log loss |"
+        rule = "|---|---|---|---|---|---|---|"
+        if with_champion:
+            header += " champion accuracy |"
+            rule += "---|"
+        lines += [header, rule]
+        for s in e.slices:
+            row = (f"| {_escape(s.column)} | {_escape(s.value)} | {s.examples} | "
+                   f"{s.accuracy:.4f} | {s.accuracy - e.metrics.accuracy:+.4f} | "
+                   f"{s.f1_macro:.4f} | {s.log_loss:.4f} |")
+            if with_champion:
+                row += f" {_cell(s.champion_accuracy)} |"
+            lines.append(row)
+    return "\n".join(lines) + "\n"
