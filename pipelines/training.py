@@ -27,6 +27,15 @@ DEFAULT_COMPUTE: Mapping[str, ComputeProfile] = {
     "register-model": ComputeProfile(cpu="1", memory="2G", caching=False, retries=2),
 }
 
+#: Where each target registers models unless the run says otherwise: the embedded registry
+#: locally, the in-cluster Kubeflow Model Registry on GKE. Vertex AI runs pass
+#: ``registry_uri=vertex://projects/<project>/locations/<location>``.
+DEFAULT_REGISTRY_URIS: Mapping[str, str] = {
+    "local": "sqlite:///gkeflow-registry.db",
+    "gke": "kubeflow://model-registry-service.kubeflow.svc.cluster.local:8080",
+    "vertex": "sqlite:///gkeflow-registry.db",
+}
+
 STEP_DISPLAY_NAMES = {
     "prepare-data": "Prepare data",
     "train-model": "Train model",
@@ -40,6 +49,11 @@ def build_training_pipeline(
 ):
     """Define ``training_pipeline`` with each step's compute applied for ``target``."""
     profiles = {**DEFAULT_COMPUTE, **(compute or {})}
+    if target == "vertex":  # same step, with a google.VertexModel output for Vertex lineage
+        from components.register.vertex_component import register_model as register_step
+    else:
+        register_step = register_model
+    default_registry_uri = DEFAULT_REGISTRY_URIS.get(target, DEFAULT_REGISTRY_URIS["local"])
 
     def configure(task: dsl.PipelineTask, step: str) -> dsl.PipelineTask:
         task.set_display_name(STEP_DISPLAY_NAMES[step])
@@ -57,7 +71,7 @@ def build_training_pipeline(
         learning_rate: float = 0.01,
         model_name: str = "penguins-classifier",
         min_accuracy: float = 0.8,
-        registry_uri: str = "sqlite:///gkeflow-registry.db",
+        registry_uri: str = default_registry_uri,
     ):
         """Trains a TensorFlow classifier on a CSV and registers it when it is accurate enough.
 
@@ -72,7 +86,7 @@ def build_training_pipeline(
             learning_rate: Adam learning rate.
             model_name: Name under which the model is registered.
             min_accuracy: Test accuracy required before the model is registered.
-            registry_uri: Model registry; sqlite:///<path> is the embedded registry.
+            registry_uri: Model registry: sqlite:///<path> (embedded), vertex://projects/<p>/locations/<l> or kubeflow://host:port.
         """
         prepare = configure(
             prepare_data(
@@ -105,12 +119,14 @@ def build_training_pipeline(
         )
         with dsl.If(evaluate.outputs["Output"] == True, name="model-passes"):  # noqa: E712
             configure(
-                register_model(
+                register_step(
                     model=train.outputs["model"],
                     metrics=evaluate.outputs["metrics"],
                     model_name=model_name,
                     pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                    pipeline_task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
                     registry_uri=registry_uri,
+                    data_uri=data_uri,
                 ),
                 "register-model",
             )
