@@ -265,20 +265,15 @@ def _open_cli_registry(backend, registry, project, location, api_endpoint, host,
     from pipelines.config import ConfigError, load_config
 
     try:
-        settings = load_config(config_path).registry
+        configured = load_config(config_path).registry
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
     changes = {k: v for k, v in {"backend": backend, "project": project, "location": location,
                                  "api_endpoint": api_endpoint, "host": host,
                                  "port": port}.items() if v is not None}
-    if changes:
-        settings = settings.model_copy(update=changes)
-        if backend and backend != load_config(config_path).registry.backend:
-            settings = settings.model_copy(update={"uri": ""})
-    if settings.backend == "local" and not settings.uri and settings.path == (
-            "gkeflow-output/registry.db"):
-        settings = settings.model_copy(
-            update={"path": str(DEFAULT_RUN_OUTPUT / REGISTRY_FILE)})
+    if backend and backend != configured.backend:
+        changes["uri"] = ""  # the file's URI is for another backend
+    settings = configured.model_copy(update=changes)
     try:
         uri = registry or settings.registry_uri()
         kind = backend_of(uri)
@@ -306,7 +301,7 @@ def models_list(name: str | None, **connection) -> None:
     """
     from components.register.local_registry import RegistryError
 
-    registry, uri, kind = _open_cli_registry(**connection)
+    registry, _, kind = _open_cli_registry(**connection)
     console = _console()
     try:
         with console.status(f"reading the {kind} registry…"):
@@ -347,7 +342,7 @@ def models_promote(name: str, version: int, alias: str, **connection) -> None:
     """
     from components.register.local_registry import RegistryError
 
-    registry, uri, kind = _open_cli_registry(**connection)
+    registry, _, kind = _open_cli_registry(**connection)
     try:
         with _console().status(f"promoting {name} version {version} in the {kind} registry…"):
             promoted = registry.set_alias(name, version, alias)

@@ -219,8 +219,8 @@ class KubeflowRegistry:
         }
 
         def attempt() -> tuple[Any, Any, bool]:
-            from model_registry.types import RegisteredModel
             from model_registry.types import ModelVersion as MrModelVersion
+            from model_registry.types import RegisteredModel
             from mr_openapi.exceptions import ApiException
 
             api = self._client._api

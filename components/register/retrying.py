@@ -48,7 +48,7 @@ def with_retries(
             return operation()
         except RegistryError:
             raise
-        except Exception as exc:  # noqa: BLE001 - classified below
+        except Exception as exc:
             mapped = classify(exc)
             if mapped is None:
                 raise

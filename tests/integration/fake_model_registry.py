@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import re
 import threading
 import time
@@ -22,8 +23,6 @@ from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
 PREFIX = "/api/model_registry/v1alpha3"
-
-import logging  # noqa: E402
 
 logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
@@ -65,7 +64,7 @@ class FakeModelRegistry:
         """Answer the next ``times`` matching requests with ``status`` and ``message``."""
         self.failures.append(InjectedFailure(status, message, method, path_contains, times))
 
-    def __enter__(self) -> FakeModelRegistry:
+    def __enter__(self):
         self._server = make_server("127.0.0.1", 0, self._wsgi, threaded=True)
         self.port = self._server.server_port
         self.url = f"http://127.0.0.1:{self.port}"

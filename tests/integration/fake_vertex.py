@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import re
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from google.cloud import aiplatform_v1 as v1
 from google.protobuf import timestamp_pb2
@@ -27,8 +28,6 @@ LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 ALIAS = re.compile(r"^[a-z][a-zA-Z0-9-]{0,126}[a-z0-9-]$")
 COMMON_QUERY = {"$alt"}
-
-import logging  # noqa: E402
 
 logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
@@ -61,7 +60,7 @@ class FakeVertex:
         """Answer the next ``times`` matching requests with ``status`` and ``message``."""
         self.failures.append([status, message, method, path_contains, times])
 
-    def __enter__(self) -> FakeVertex:
+    def __enter__(self):
         self._server = make_server("127.0.0.1", 0, self._wsgi, threaded=True)
         self.port = self._server.server_port
         self.endpoint = f"http://127.0.0.1:{self.port}"
@@ -194,7 +193,7 @@ class FakeVertex:
         if problems:
             raise Rejected(400, "; ".join(problems))
         now = timestamp_pb2.Timestamp()
-        now.FromDatetime(datetime.now(timezone.utc))
+        now.FromDatetime(datetime.now(UTC))
         if request.parent_model:
             match = re.fullmatch(rf"{self.parent}/models/(\d+)", request.parent_model)
             if not match or match.group(1) not in self.models:
@@ -239,7 +238,7 @@ class FakeVertex:
         target = self._version(model_id, version)
         versions = self.models[model_id]
         for alias in request.version_aliases:
-            name = alias[1:] if alias.startswith("-") else alias
+            name = alias.removeprefix("-")
             if not ALIAS.match(name):
                 raise Rejected(400, f"invalid version alias {alias!r}")
             if alias.startswith("-"):
@@ -276,7 +275,7 @@ def _strict(message_type, request: Request):
     try:
         return message_type.from_json(request.get_data(as_text=True) or "{}",
                                       ignore_unknown_fields=False)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise Rejected(400, f"invalid {message_type.__name__} body: {exc}") from exc
 
 

@@ -51,6 +51,13 @@ def test_pipeline_trains_evaluates_and_registers(tmp_path):
     assert [v.version for v in versions] == [registered["model_version"]] == [1]
     assert versions[0].uri == str(result.output_dir("train-model", "model"))
     assert versions[0].run_id and versions[0].metrics["accuracy"] == metrics["accuracy"]
+    # The registered version as an output artifact, and its lineage.
+    described = result.artifact_metadata("register-model", "registered_model")
+    assert described["resourceName"] == registered["resource_name"] == (
+        "local://penguins-classifier/versions/1")
+    assert described["version"] == 1 and described["backend"] == "local"
+    assert versions[0].lineage == {"data_uri": "embedded://penguins",
+                                   "pipeline_task": "register-model"}
 
 
 def test_unreachable_min_accuracy_registers_nothing(tmp_path):
