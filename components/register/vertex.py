@@ -74,9 +74,10 @@ def parse_vertex_uri(uri: str) -> VertexLocation:
 def _classify(exc: Exception) -> Exception | None:
     from google.api_core import exceptions as gexc
 
-    if isinstance(exc, (gexc.ServerError, gexc.TooManyRequests, ConnectionError)):
+    if isinstance(exc, (gexc.ServerError, gexc.TooManyRequests, gexc.RetryError,
+                        ConnectionError)):
         return TransientRegistryError(f"{type(exc).__name__}: {getattr(exc, 'message', exc)}")
-    if isinstance(exc, gexc.ClientError):
+    if isinstance(exc, gexc.GoogleAPICallError):
         return RegistryError(f"Vertex AI rejected the request ({exc.code}): {exc.message}")
     try:
         import requests
