@@ -349,26 +349,85 @@ def models() -> None:
 
 
 def _registry_option(func):
-    return click.option(
-        "--registry", metavar="URI",
-        default=f"sqlite:///{DEFAULT_RUN_OUTPUT / REGISTRY_FILE}", show_default=True,
-        help="Local registry database (sqlite:///<path>); `gkeflow run` writes "
-             "<output>/registry.db.",
-    )(func)
+    """The connection options shared by the ``models`` commands."""
+    options = [
+        click.option("--backend", type=click.Choice(["local", "vertex", "kubeflow"]),
+                     help="Registry to use. Default: registry.backend in gkeflow.yaml, else "
+                          "local."),
+        click.option("--registry", metavar="URI",
+                     help="Registry URI, overriding everything else: sqlite:///<path>, "
+                          "vertex://projects/<p>/locations/<l>, kubeflow://host:port. "
+                          f"Default for local: sqlite:///{DEFAULT_RUN_OUTPUT / REGISTRY_FILE} "
+                          "(what `gkeflow run` writes)."),
+        click.option("--project", metavar="PROJECT", help="Vertex AI: Google Cloud project."),
+        click.option("--location", metavar="REGION", help="Vertex AI: region, e.g. us-central1."),
+        click.option("--api-endpoint", metavar="HOST",
+                     help="Vertex AI: API endpoint other than the regional default."),
+        click.option("--host", metavar="HOST",
+                     help="Kubeflow Model Registry: REST host (e.g. "
+                          "model-registry-service.kubeflow.svc.cluster.local)."),
+        click.option("--port", type=click.IntRange(1, 65535),
+                     help="Kubeflow Model Registry: REST port (default 8080)."),
+        click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+                     help="Config file with a registry: section. Default: ./gkeflow.yaml if "
+                          "present."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _open_cli_registry(backend, registry, project, location, api_endpoint, host, port,
+                       config_path):
+    """Flags over gkeflow.yaml's ``registry:`` over defaults -> (registry, URI, backend)."""
+    from components.register.backends import RegistrySettings, backend_of, open_registry
+    from components.register.local_registry import RegistryError, registry_path
+    from pipelines.config import ConfigError, load_config
+
+    try:
+        configured = load_config(config_path).registry
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    changes = {k: v for k, v in {"backend": backend, "project": project, "location": location,
+                                 "api_endpoint": api_endpoint, "host": host,
+                                 "port": port}.items() if v is not None}
+    if backend and backend != configured.backend:
+        changes["uri"] = ""  # the file's URI is for another backend
+    settings = configured.model_copy(update=changes)
+    try:
+        uri = registry or settings.registry_uri()
+        kind = backend_of(uri)
+        if kind == "local" and not registry_path(uri).exists():
+            raise click.ClickException(f"no registry at {registry_path(uri)}; "
+                                       "run `gkeflow run` first or pass --registry")
+        opened = open_registry(uri, RegistrySettings(
+            serving_image=settings.serving_image, api_endpoint=settings.api_endpoint,
+            author=settings.author))
+    except (ConfigError, RegistryError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    return opened, uri, kind
 
 
 @models.command("list")
 @click.option("--name", metavar="NAME", help="Only this model's versions.")
 @_registry_option
-def models_list(name: str | None, registry: str) -> None:
-    """List models, their versions, key metrics and aliases."""
-    from components.register.local_registry import LocalRegistry, registry_path
+def models_list(name: str | None, **connection) -> None:
+    """List models, their versions, key metrics and aliases.
 
-    if not registry_path(registry).exists():
-        raise click.ClickException(f"no registry at {registry_path(registry)}; "
-                                   "run `gkeflow run` first or pass --registry")
-    versions = LocalRegistry(registry).list(name=name)
+    Works with every registry: the embedded one `gkeflow run` writes (default), Vertex AI
+    Model Registry (--backend vertex --project P --location L) and Kubeflow Model Registry
+    (--backend kubeflow --host H --port N); settings may also come from gkeflow.yaml's
+    registry: section.
+    """
+    from components.register.local_registry import RegistryError
+
+    registry, _, kind = _open_cli_registry(**connection)
     console = _console()
+    try:
+        with console.status(f"reading the {kind} registry…"):
+            versions = registry.list(name=name)
+    except RegistryError as exc:
+        raise click.ClickException(str(exc)) from exc
     if not versions:
         console.print("no models registered" + (f" under {name!r}" if name else ""))
         return
@@ -395,15 +454,22 @@ def models_list(name: str | None, registry: str) -> None:
 @click.option("--alias", default="champion", show_default=True,
               help="Alias to point at VERSION (moved from any other version).")
 @_registry_option
-def models_promote(name: str, version: int, alias: str, registry: str) -> None:
-    """Point an alias (default: champion) at VERSION of model NAME."""
-    from components.register.local_registry import LocalRegistry, RegistryError
+def models_promote(name: str, version: int, alias: str, **connection) -> None:
+    """Point an alias (default: champion) at VERSION of model NAME.
 
+    The alias moves from whichever version held it. Same connection options as
+    `gkeflow models list`.
+    """
+    from components.register.local_registry import RegistryError
+
+    registry, _, kind = _open_cli_registry(**connection)
     try:
-        promoted = LocalRegistry(registry).set_alias(name, version, alias)
+        with _console().status(f"promoting {name} version {version} in the {kind} registry…"):
+            promoted = registry.set_alias(name, version, alias)
     except RegistryError as exc:
         raise click.ClickException(str(exc)) from exc
-    _console().print(f"{promoted.name} version {promoted.version} is now {alias!r}", markup=False)
+    _console().print(f"{promoted.name} version {promoted.version} is now {alias!r} "
+                     f"({promoted.resource_name})", markup=False)
 
 
 if __name__ == "__main__":

@@ -7,15 +7,18 @@ The file is optional; every key has a default in code. Sections:
 
         compute:
           train-model: {accelerator: nvidia-l4, accelerator_count: 1, spot: true}
+
+``registry``
+    the model registry ``gkeflow models`` uses (:class:`RegistryConfig`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 DEFAULT_CONFIG_FILE = Path("gkeflow.yaml")
 
@@ -24,12 +27,61 @@ class ConfigError(ValueError):
     """``gkeflow.yaml`` is invalid; the message names the file, the key and the problem."""
 
 
+class RegistryConfig(BaseModel):
+    """``registry:``: which model registry ``gkeflow models`` talks to, and how to reach it.
+
+    Example::
+
+        registry:
+          backend: vertex            # local | vertex | kubeflow
+          project: my-project
+          location: europe-west4
+
+    Secrets are not configuration: Vertex AI uses Application Default Credentials, the
+    Kubeflow Model Registry client the token file named by KF_PIPELINES_SA_TOKEN_PATH.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["local", "vertex", "kubeflow"] = "local"
+    #: A full registry URI; when set it wins over the fields below.
+    uri: str = ""
+    #: local: the SQLite file.
+    path: str = "gkeflow-output/registry.db"
+    #: vertex: project, region, optional API endpoint and serving container.
+    project: str = ""
+    location: str = "us-central1"
+    api_endpoint: str = ""
+    serving_image: str = ""
+    #: kubeflow: the Model Registry's REST address.
+    host: str = ""
+    port: int = Field(default=8080, ge=1, le=65535)
+    secure: bool = False
+    author: str = "gkeflow"
+
+    def registry_uri(self) -> str:
+        """The URI for :func:`components.register.backends.open_registry`."""
+        if self.uri:
+            return self.uri
+        if self.backend == "vertex":
+            if not self.project:
+                raise ConfigError("registry.project is required for the vertex backend")
+            return f"vertex://projects/{self.project}/locations/{self.location}"
+        if self.backend == "kubeflow":
+            if not self.host:
+                raise ConfigError("registry.host is required for the kubeflow backend")
+            scheme = "https" if self.secure else "http"
+            return f"{scheme}://{self.host}:{self.port}"
+        return f"sqlite:///{self.path}"
+
+
 class GkeflowConfig(BaseModel):
     """The whole of ``gkeflow.yaml``."""
 
     model_config = ConfigDict(extra="forbid")
 
     compute: dict[str, dict[str, Any]] = {}
+    registry: RegistryConfig = RegistryConfig()
 
     def compute_overrides(self, defaults) -> dict:
         """Per-step :class:`ComputeProfile` objects: ``defaults`` with this file's overrides."""

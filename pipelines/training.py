@@ -73,6 +73,15 @@ def resolve_compute(
     return profiles
 
 
+#: Where each target registers models unless the run says otherwise: the embedded registry
+#: locally, the in-cluster Kubeflow Model Registry on GKE. Vertex AI runs pass
+#: ``registry_uri=vertex://projects/<project>/locations/<location>``.
+DEFAULT_REGISTRY_URIS: Mapping[str, str] = {
+    "local": "sqlite:///gkeflow-registry.db",
+    "gke": "kubeflow://model-registry-service.kubeflow.svc.cluster.local:8080",
+    "vertex": "sqlite:///gkeflow-registry.db",
+}
+
 STEP_DISPLAY_NAMES = {
     "prepare-data": "Prepare data",
     "train-model": "Train model",
@@ -86,6 +95,11 @@ def build_training_pipeline(
 ):
     """Define ``training_pipeline`` with each step's compute validated and applied for ``target``."""
     profiles = resolve_compute(target, compute)
+    if target == "vertex":  # same step, with a google.VertexModel output for Vertex lineage
+        from components.register.vertex_component import register_model as register_step
+    else:
+        register_step = register_model
+    default_registry_uri = DEFAULT_REGISTRY_URIS.get(target, DEFAULT_REGISTRY_URIS["local"])
 
     def configure(task: dsl.PipelineTask, step: str) -> dsl.PipelineTask:
         task.set_display_name(STEP_DISPLAY_NAMES[step])
@@ -105,7 +119,7 @@ def build_training_pipeline(
         user_module: str = "",
         model_name: str = "penguins-classifier",
         min_accuracy: float = 0.8,
-        registry_uri: str = "sqlite:///gkeflow-registry.db",
+        registry_uri: str = default_registry_uri,
         comparison_metric: str = "accuracy",
         regression_tolerance: float = 0.01,
         thresholds: str = "",
@@ -127,7 +141,8 @@ def build_training_pipeline(
             user_module: Your own model: a module with build_model(schema, hparams); empty = built-in.
             model_name: Name under which the model is registered.
             min_accuracy: Test accuracy required before the model is registered.
-            registry_uri: Model registry; sqlite:///<path> is the embedded registry.
+            registry_uri: Model registry: sqlite:///<path> (embedded),
+                vertex://projects/<p>/locations/<l> or kubeflow://host:port.
             comparison_metric: Metric on which the new model must not regress against the
                 registry's champion (accuracy, precision_macro, recall_macro, f1_macro,
                 log_loss, roc_auc, pr_auc or ece).
@@ -185,12 +200,14 @@ def build_training_pipeline(
         evaluate.set_caching_options(False)
         with dsl.If(evaluate.outputs["Output"] == True, name="model-blessed"):  # noqa: E712
             configure(
-                register_model(
+                register_step(
                     model=train.outputs["model"],
                     metrics=evaluate.outputs["metrics"],
                     model_name=model_name,
                     pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                    pipeline_task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
                     registry_uri=registry_uri,
+                    data_uri=data_uri,
                 ),
                 "register-model",
             )

@@ -1,21 +1,28 @@
 """One small interface over model registries, chosen by the registry URI's scheme.
 
 - ``sqlite:///<path>`` (or a plain path): the embedded registry, :class:`LocalRegistry`.
+- ``vertex://projects/<project>/locations/<location>``: Vertex AI Model Registry.
+- ``kubeflow://host:port`` or ``http(s)://host[:port]``: Kubeflow Model Registry.
 
 Callers use :func:`open_registry` and the methods of :class:`RegistryBackend` only.
+Every backend is idempotent per (model name, pipeline run id, task key).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from components.register.local_registry import LocalRegistry, ModelVersion
+from components.register.local_registry import LocalRegistry, ModelVersion, RegistryError
+
+BACKENDS = ("local", "vertex", "kubeflow")
 
 
 class RegistryBackend(Protocol):
     def register(self, name: str, uri: str, metrics: dict[str, float], run_id: str,
                  task_key: str = ..., labels: dict[str, str] | None = ...,
-                 aliases: tuple[str, ...] = ...) -> tuple[ModelVersion, bool]: ...
+                 aliases: tuple[str, ...] = ...,
+                 lineage: dict[str, str] | None = ...) -> tuple[ModelVersion, bool]: ...
 
     def set_alias(self, name: str, version: int, alias: str) -> ModelVersion: ...
 
@@ -26,8 +33,64 @@ class RegistryBackend(Protocol):
     def list(self, name: str | None = None) -> list[ModelVersion]: ...
 
 
-def open_registry(uri: str) -> RegistryBackend:
-    """The registry behind ``uri``."""
+@dataclass(frozen=True)
+class RegistrySettings:
+    """Connection settings beyond the URI. Secrets are never settings: credentials and tokens
+    come from the environment (Application Default Credentials, the pod's service account).
+
+    Attributes:
+        serving_image: Vertex AI: the prediction container registered with each version
+            (empty: the TensorFlow 2 CPU prebuilt container).
+        api_endpoint: Vertex AI: an API endpoint other than the regional default.
+        author: Kubeflow Model Registry: the author/owner recorded on what is created.
+        attempts: Calls per remote operation, the first included (server errors are retried).
+        retry_delay_s: First wait between attempts; doubled each time.
+    """
+
+    serving_image: str = ""
+    api_endpoint: str = ""
+    author: str = "gkeflow"
+    attempts: int = 5
+    retry_delay_s: float = 0.5
+
+
+def backend_of(uri: str) -> str:
+    """``"local"``, ``"vertex"`` or ``"kubeflow"`` for a registry URI."""
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    if scheme in ("", "sqlite"):
+        return "local"
+    if scheme == "vertex":
+        return "vertex"
+    if scheme in ("kubeflow", "http", "https"):
+        return "kubeflow"
+    raise RegistryError(
+        f"unknown registry URI scheme {scheme!r} in {uri!r}: use sqlite:///<path>, "
+        "vertex://projects/<project>/locations/<location> or kubeflow://host:port"
+    )
+
+
+def open_registry(uri: str, settings: RegistrySettings | None = None,
+                  credentials: Any = None) -> RegistryBackend:
+    """The registry behind ``uri``.
+
+    Args:
+        uri: Registry URI; its scheme picks the backend.
+        settings: Connection settings (defaults when omitted).
+        credentials: Vertex AI only: google-auth credentials; default: from the environment.
+    """
+    settings = settings or RegistrySettings()
+    backend = backend_of(uri)
+    if backend == "vertex":
+        from components.register.vertex import VertexRegistry
+
+        return VertexRegistry(uri, serving_image=settings.serving_image,
+                              api_endpoint=settings.api_endpoint, credentials=credentials,
+                              attempts=settings.attempts, retry_delay_s=settings.retry_delay_s)
+    if backend == "kubeflow":
+        from components.register.kubeflow import KubeflowRegistry
+
+        return KubeflowRegistry(uri, author=settings.author, attempts=settings.attempts,
+                                retry_delay_s=settings.retry_delay_s)
     return LocalRegistry(uri)
 
 

@@ -1,9 +1,15 @@
-"""KFP shell of the registration step."""
+"""KFP shells of the registration step.
+
+:func:`register_model` writes a generic ``system.Artifact`` describing the registered
+version; :mod:`components.register.vertex_component` holds the same step with a
+``google.VertexModel`` output for Vertex AI Pipelines. Both run
+:func:`components.register.logic.register_for_pipeline`.
+"""
 
 from typing import NamedTuple
 
 from kfp import dsl
-from kfp.dsl import Input, Metrics, Model
+from kfp.dsl import Artifact, Input, Metrics, Model, Output
 
 from components.images import CPU_IMAGE
 
@@ -12,41 +18,47 @@ from components.images import CPU_IMAGE
 def register_model(
     model: Input[Model],
     metrics: Input[Metrics],
+    registered_model: Output[Artifact],
     model_name: str,
     pipeline_run_id: str,
+    pipeline_task_name: str = "register-model",
     registry_uri: str = "sqlite:///gkeflow-registry.db",
     labels: str = "",
+    aliases: str = "",
+    data_uri: str = "",
+    serving_image: str = "",
 ) -> NamedTuple("RegistrationOutputs", model_version=int, resource_name=str):
-    """Records the model as a new version in the model registry (once per pipeline run).
+    """Records the model as a new version in the model registry (once per pipeline run and task).
 
     Args:
         model: SavedModel to register.
         metrics: Evaluation metrics stored with the version.
+        registered_model: The registered version; metadata holds resourceName, version, backend.
         model_name: Registered model name (lower-case letters, digits, '-').
-        pipeline_run_id: Run that produced the model; a retry of the same run reuses its version.
-        registry_uri: Registry to write to: sqlite:///<path> for the embedded registry.
-        labels: Extra key=value labels, comma-separated.
+        pipeline_run_id: Run that produced the model; a retry of the same run and task reuses its version.
+        pipeline_task_name: Task registering the model (part of the retry key).
+        registry_uri: sqlite:///<path> (embedded), vertex://projects/<p>/locations/<l> (Vertex AI) or kubeflow://host:port (Kubeflow Model Registry).
+        labels: Extra key=value labels, comma-separated (lower-case letters, digits, '_', '-').
+        aliases: Aliases to point at the new version, comma-separated (e.g. candidate).
+        data_uri: Data the model was trained on, recorded as lineage.
+        serving_image: Vertex AI prediction container; empty: the TensorFlow 2 prebuilt one.
 
     Returns:
         model_version: The version number in the registry.
         resource_name: The registry's name for this version.
     """
     from collections import namedtuple
-    from pathlib import Path
 
-    from components.register.logic import parse_labels, register
+    from components.register.logic import register_for_pipeline
 
-    version, created = register(
-        model_dir=Path(model.path),
-        model_uri=model.uri,
-        model_name=model_name,
-        metrics={k: float(v) for k, v in metrics.metadata.items()
-                 if isinstance(v, (int, float))},
-        run_id=pipeline_run_id,
-        registry_uri=registry_uri,
-        labels=parse_labels(labels),
+    outcome = register_for_pipeline(
+        model_path=model.path, model_uri=model.uri, metrics_metadata=dict(metrics.metadata),
+        model_name=model_name, run_id=pipeline_run_id, task_key=pipeline_task_name,
+        registry_uri=registry_uri, labels=labels, aliases=aliases, data_uri=data_uri,
+        serving_image=serving_image,
     )
-    print(("registered" if created else "already registered by this run:")
-          + f" {version.name} version {version.version} ({version.resource_name})")
+    registered_model.uri = outcome.artifact_uri or registered_model.uri
+    registered_model.metadata.update(outcome.metadata)
+    print(outcome.message)
     outputs = namedtuple("RegistrationOutputs", ["model_version", "resource_name"])
-    return outputs(version.version, version.resource_name)
+    return outputs(outcome.version.version, outcome.version.resource_name)

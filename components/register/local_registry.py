@@ -11,7 +11,7 @@ import json
 import re
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _SCHEMA = """
@@ -54,10 +54,15 @@ class ModelVersion:
     run_id: str
     created_at: float
     aliases: tuple[str, ...] = ()
+    #: The backend's own name for this version; empty for the embedded registry.
+    resource: str = ""
+    #: Where the version came from: pipeline task, data URI, ...
+    lineage: dict[str, str] = field(default_factory=dict)
 
     @property
     def resource_name(self) -> str:
-        return f"local://{self.name}/versions/{self.version}"
+        """The registry's name for this version (e.g. a Vertex AI model resource name)."""
+        return self.resource or f"local://{self.name}/versions/{self.version}"
 
 
 def validate_model_name(name: str) -> None:
@@ -93,6 +98,14 @@ class LocalRegistry:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as conn:
             conn.executescript(_SCHEMA)
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(model_versions)")}
+            if "lineage" not in columns:  # databases written before lineage was recorded
+                try:
+                    conn.execute("ALTER TABLE model_versions "
+                                 "ADD COLUMN lineage TEXT NOT NULL DEFAULT '{}'")
+                except sqlite3.OperationalError as exc:  # added by a concurrent opener
+                    if "duplicate column" not in str(exc):
+                        raise
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
@@ -109,6 +122,7 @@ class LocalRegistry:
         task_key: str = "register-model",
         labels: dict[str, str] | None = None,
         aliases: tuple[str, ...] = (),
+        lineage: dict[str, str] | None = None,
     ) -> tuple[ModelVersion, bool]:
         """Add a version, or return the one this run and task already added.
 
@@ -135,9 +149,12 @@ class LocalRegistry:
                     (name,),
                 ).fetchone()[0]
                 conn.execute(
-                    "INSERT INTO model_versions VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO model_versions (name, version, uri, metrics, labels, run_id, "
+                    "task_key, created_at, lineage) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (name, version, uri, json.dumps(metrics, sort_keys=True),
-                     json.dumps(labels or {}, sort_keys=True), run_id, task_key, time.time()),
+                     json.dumps(labels or {}, sort_keys=True), run_id, task_key, time.time(),
+                     json.dumps({"pipeline_task": task_key, **(lineage or {})},
+                                sort_keys=True)),
                 )
                 for alias in aliases:
                     self._set_alias(conn, name, alias, version)
@@ -196,7 +213,8 @@ class LocalRegistry:
 
     def list(self, name: str | None = None, version: int | None = None,
              run_id: str | None = None) -> list[ModelVersion]:
-        query = "SELECT name, version, uri, metrics, labels, run_id, created_at FROM model_versions"
+        query = ("SELECT name, version, uri, metrics, labels, run_id, created_at, lineage "
+                 "FROM model_versions")
         clauses, args = [], []
         for column, value in (("name", name), ("version", version), ("run_id", run_id)):
             if value is not None:
@@ -215,6 +233,7 @@ class LocalRegistry:
             ModelVersion(
                 name=n, version=v, uri=u, metrics=json.loads(m), labels=json.loads(lab),
                 run_id=r, created_at=c, aliases=tuple(sorted(aliases.get((n, v), []))),
+                lineage=json.loads(lin),
             )
-            for n, v, u, m, lab, r, c in rows
+            for n, v, u, m, lab, r, c, lin in rows
         ]

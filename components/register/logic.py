@@ -1,15 +1,24 @@
-"""Registration: record a blessed model as a new version in a model registry."""
+"""Registration: record a blessed model as a new version in a model registry.
+
+Everything a registry could reject is checked here first, so bad input fails with a
+clear message before any remote call: the model directory, the model name, labels,
+aliases and the registry URI.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from components.register.backends import RegistrySettings, backend_of, open_registry
 from components.register.local_registry import (
-    LocalRegistry,
     ModelVersion,
     RegistryError,
+    validate_alias,
     validate_model_name,
 )
+from components.register.names import validate_labels
 
 
 def check_model_dir(model_dir: Path) -> None:
@@ -34,6 +43,33 @@ def parse_labels(text: str) -> dict[str, str]:
     return labels
 
 
+def parse_aliases(text: str) -> tuple[str, ...]:
+    """``"candidate, challenger"`` -> ``("candidate", "challenger")``, each validated."""
+    aliases = tuple(dict.fromkeys(a.strip() for a in text.split(",") if a.strip()))
+    for alias in aliases:
+        validate_alias(alias)
+    return aliases
+
+
+def check_registry_uri(registry_uri: str, model_uri: str) -> str:
+    """Validate the registry URI (and what its backend needs of the model URI); the backend."""
+    backend = backend_of(registry_uri)
+    if backend == "vertex":
+        from components.register.vertex import parse_vertex_uri
+
+        parse_vertex_uri(registry_uri)
+        if not model_uri.startswith("gs://"):
+            raise RegistryError(
+                "Vertex AI serves models from Cloud Storage; the model URI must start with "
+                f"gs:// (got {model_uri!r})"
+            )
+    elif backend == "kubeflow":
+        from components.register.kubeflow import parse_kubeflow_uri
+
+        parse_kubeflow_uri(registry_uri)
+    return backend
+
+
 def register(
     model_dir: Path,
     model_uri: str,
@@ -43,11 +79,43 @@ def register(
     registry_uri: str,
     labels: dict[str, str] | None = None,
     task_key: str = "register-model",
+    aliases: tuple[str, ...] = (),
+    lineage: dict[str, str] | None = None,
+    settings: RegistrySettings | None = None,
+    credentials: Any = None,
 ) -> tuple[ModelVersion, bool]:
-    """Register ``model_uri`` as a new version of ``model_name``; idempotent per run and task."""
+    """Register ``model_uri`` as a new version of ``model_name``; idempotent per run and task.
+
+    Args:
+        model_dir: Local copy of the SavedModel (checked before anything is registered).
+        model_uri: Where the registry records the model (gs://... for Vertex AI).
+        model_name: Registered model name.
+        metrics: Evaluation metrics stored with the version.
+        run_id: Pipeline run id; with ``task_key`` it makes a retry find its version.
+        registry_uri: Registry to write to; its scheme picks the backend.
+        labels: Extra labels (lower-case keys and values).
+        task_key: The pipeline task registering the model.
+        aliases: Aliases to point at the new version (e.g. ``candidate``).
+        lineage: Extra provenance (e.g. ``data_uri``) recorded with the version.
+        settings: Connection settings for remote registries.
+        credentials: Vertex AI credentials; default: from the environment.
+
+    Returns:
+        The version and whether it was created now (False: a retry found it).
+    """
     validate_model_name(model_name)
     check_model_dir(model_dir)
-    registry = LocalRegistry(registry_uri)
+    labels = dict(labels or {})
+    validate_labels(labels)
+    for alias in aliases:
+        validate_alias(alias)
+    if not run_id:
+        raise RegistryError("pipeline run id is empty")
+    if not task_key:
+        raise RegistryError("task key is empty")
+    check_registry_uri(registry_uri, model_uri)
+    lineage = {k: str(v) for k, v in (lineage or {}).items() if str(v)}
+    registry = open_registry(registry_uri, settings, credentials=credentials)
     return registry.register(
         name=model_name,
         uri=model_uri,
@@ -55,4 +123,85 @@ def register(
         run_id=run_id,
         task_key=task_key,
         labels=labels,
+        aliases=tuple(aliases),
+        lineage=lineage,
     )
+
+
+@dataclass(frozen=True)
+class RegistrationOutcome:
+    """What the pipeline step reports: the version, the output artifact's URI and metadata."""
+
+    version: ModelVersion
+    created: bool
+    backend: str
+    artifact_uri: str
+    metadata: dict[str, Any]
+
+    @property
+    def message(self) -> str:
+        verb = "registered" if self.created else "already registered by this run and task:"
+        return (f"{verb} {self.version.name} version {self.version.version} "
+                f"in the {self.backend} registry ({self.version.resource_name})")
+
+
+def _vertex_resource_uri(resource_name: str) -> str:
+    """``projects/p/locations/l/models/m@1`` -> its REST address (what Vertex AI links)."""
+    location = resource_name.split("/locations/", 1)[1].split("/", 1)[0]
+    return f"https://{location}-aiplatform.googleapis.com/v1/{resource_name}"
+
+
+def register_for_pipeline(
+    model_path: str,
+    model_uri: str,
+    metrics_metadata: dict[str, Any],
+    model_name: str,
+    run_id: str,
+    task_key: str,
+    registry_uri: str,
+    labels: str = "",
+    aliases: str = "",
+    data_uri: str = "",
+    serving_image: str = "",
+    credentials: Any = None,
+    settings: RegistrySettings | None = None,
+) -> RegistrationOutcome:
+    """The registration step over plain values: parses the text parameters, registers, and
+    describes the result for the step's output artifact."""
+    metrics = {k: float(v) for k, v in metrics_metadata.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if settings is None:
+        settings = RegistrySettings(serving_image=serving_image)
+    elif serving_image:
+        from dataclasses import replace
+
+        settings = replace(settings, serving_image=serving_image)
+    version, created = register(
+        model_dir=Path(model_path),
+        model_uri=model_uri,
+        model_name=model_name,
+        metrics=metrics,
+        run_id=run_id,
+        registry_uri=registry_uri,
+        labels=parse_labels(labels),
+        task_key=task_key,
+        aliases=parse_aliases(aliases),
+        lineage={"data_uri": data_uri},
+        settings=settings,
+        credentials=credentials,
+    )
+    backend = backend_of(registry_uri)
+    metadata: dict[str, Any] = {
+        "resourceName": version.resource_name,
+        "modelName": version.name,
+        "version": version.version,
+        "backend": backend,
+        "aliases": list(version.aliases),
+        "modelUri": version.uri,
+        "pipelineRunId": run_id,
+        "createdNow": created,
+    }
+    artifact_uri = ""
+    if backend == "vertex":
+        artifact_uri = _vertex_resource_uri(version.resource_name)
+    return RegistrationOutcome(version, created, backend, artifact_uri, metadata)

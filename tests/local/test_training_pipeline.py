@@ -69,6 +69,13 @@ def test_pipeline_blesses_a_model_better_than_the_champion_and_registers_it(
     assert [v.version for v in versions] == [1, registered["model_version"]] == [1, 2]
     assert versions[1].uri == str(result.output_dir("train-model", "model"))
     assert versions[1].run_id and versions[1].metrics["accuracy"] == metrics["accuracy"]
+    # The registered version as an output artifact, and its lineage.
+    described = result.artifact_metadata("register-model", "registered_model")
+    assert described["resourceName"] == registered["resource_name"] == (
+        "local://penguins-classifier/versions/2")
+    assert described["version"] == 2 and described["backend"] == "local"
+    assert versions[1].lineage == {"data_uri": "embedded://penguins",
+                                   "pipeline_task": "register-model"}
 
 
 def test_gate_blocks_a_model_worse_than_the_champion(tmp_path, trained_penguins):

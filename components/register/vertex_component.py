@@ -1,0 +1,64 @@
+"""The registration step for Vertex AI Pipelines: the output is a ``google.VertexModel``.
+
+Same inputs and behaviour as :func:`components.register.component.register_model` (and the
+same component name, so the pipeline's task is ``register-model`` on every target); only
+the output type differs, so Vertex AI links the run to the model version it registered.
+"""
+
+from typing import NamedTuple
+
+from kfp import dsl
+from kfp.dsl import Input, Metrics, Model, Output
+
+from components.images import CPU_IMAGE
+from components.register.artifact_types import VertexModel
+
+
+@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+def register_model(
+    model: Input[Model],
+    metrics: Input[Metrics],
+    registered_model: Output[VertexModel],
+    model_name: str,
+    pipeline_run_id: str,
+    pipeline_task_name: str = "register-model",
+    registry_uri: str = "sqlite:///gkeflow-registry.db",
+    labels: str = "",
+    aliases: str = "",
+    data_uri: str = "",
+    serving_image: str = "",
+) -> NamedTuple("RegistrationOutputs", model_version=int, resource_name=str):
+    """Records the model as a new version in the model registry (once per pipeline run and task).
+
+    Args:
+        model: SavedModel to register (in Cloud Storage for Vertex AI).
+        metrics: Evaluation metrics stored with the version.
+        registered_model: The registered Vertex AI model version (metadata resourceName).
+        model_name: Registered model name (lower-case letters, digits, '-').
+        pipeline_run_id: Run that produced the model; a retry of the same run and task reuses its version.
+        pipeline_task_name: Task registering the model (part of the retry key).
+        registry_uri: vertex://projects/<p>/locations/<l> (Vertex AI Model Registry); sqlite:/// and kubeflow:// also work.
+        labels: Extra key=value labels, comma-separated (lower-case letters, digits, '_', '-').
+        aliases: Aliases to point at the new version, comma-separated (e.g. candidate).
+        data_uri: Data the model was trained on, recorded as lineage.
+        serving_image: Vertex AI prediction container; empty: the TensorFlow 2 prebuilt one.
+
+    Returns:
+        model_version: The version number in the registry.
+        resource_name: The registry's name for this version.
+    """
+    from collections import namedtuple
+
+    from components.register.logic import register_for_pipeline
+
+    outcome = register_for_pipeline(
+        model_path=model.path, model_uri=model.uri, metrics_metadata=dict(metrics.metadata),
+        model_name=model_name, run_id=pipeline_run_id, task_key=pipeline_task_name,
+        registry_uri=registry_uri, labels=labels, aliases=aliases, data_uri=data_uri,
+        serving_image=serving_image,
+    )
+    registered_model.uri = outcome.artifact_uri or registered_model.uri
+    registered_model.metadata.update(outcome.metadata)
+    print(outcome.message)
+    outputs = namedtuple("RegistrationOutputs", ["model_version", "resource_name"])
+    return outputs(outcome.version.version, outcome.version.resource_name)

@@ -1,0 +1,81 @@
+"""`gkeflow models list|promote` on every backend, through the real entry point (a subprocess)
+talking to the local fake registries."""
+
+from __future__ import annotations
+
+from components.register.backends import open_registry
+from components.register.local_registry import LocalRegistry
+from tests.cli.test_cli import gkeflow
+
+
+def test_local_backend_from_config_file(tmp_path):
+    db = tmp_path / "models.db"
+    registry = LocalRegistry(db)
+    registry.register("churn", "/m/1", {"accuracy": 0.8}, "run-1")
+    registry.register("churn", "/m/2", {"accuracy": 0.9}, "run-2")
+    config = tmp_path / "gkeflow.yaml"
+    config.write_text(f"registry:\n  backend: local\n  path: {db}\n")
+
+    promoted = gkeflow("models", "promote", "churn", "2", "--alias", "champion",
+                       "--config", str(config))
+    assert promoted.returncode == 0, promoted.stderr
+    assert "churn version 2 is now 'champion'" in promoted.stdout
+    listed = gkeflow("models", "list", "--config", str(config))
+    assert listed.returncode == 0, listed.stderr
+    assert "0.9000" in listed.stdout and "champion" in listed.stdout
+    assert registry.get_by_alias("churn", "champion").version == 2
+
+
+def test_config_errors_are_reported(tmp_path):
+    config = tmp_path / "gkeflow.yaml"
+    config.write_text("registry:\n  backend: vertex\n")
+    result = gkeflow("models", "list", "--config", str(config))
+    assert result.returncode == 1
+    assert "registry.project is required" in result.stderr
+    config.write_text("registry:\n  backend: mlflow\n")
+    result = gkeflow("models", "list", "--config", str(config))
+    assert result.returncode == 1 and "registry.backend" in result.stderr
+
+
+def test_vertex_backend_with_flags(fake_vertex, vertex_uri, fast_retries):
+    registry = open_registry(vertex_uri, fast_retries(api_endpoint=fake_vertex.endpoint))
+    registry.register("churn", "gs://b/1", {"accuracy": 0.8}, "run-1")
+    registry.register("churn", "gs://b/2", {"accuracy": 0.9}, "run-2")
+    flags = ["--backend", "vertex", "--project", fake_vertex.project,
+             "--location", fake_vertex.location, "--api-endpoint", fake_vertex.endpoint]
+
+    promoted = gkeflow("models", "promote", "churn", "1", *flags)
+    assert promoted.returncode == 0, promoted.stderr
+    assert "churn version 1 is now 'champion'" in promoted.stdout
+    assert registry.get_by_alias("churn", "champion").version == 1
+    listed = gkeflow("models", "list", "--name", "churn", *flags)
+    assert listed.returncode == 0, listed.stderr
+    assert "gs://b/2" in listed.stdout and "champion" in listed.stdout
+    missing = gkeflow("models", "promote", "churn", "5", *flags)
+    assert missing.returncode == 1 and "has no version 5" in missing.stderr
+    assert fake_vertex.violations == []
+
+
+def test_kubeflow_backend_with_flags(fake_model_registry, fast_retries):
+    uri = f"kubeflow://127.0.0.1:{fake_model_registry.port}"
+    registry = open_registry(uri, fast_retries())
+    registry.register("churn", "gs://b/1", {"accuracy": 0.8}, "run-1")
+    flags = ["--backend", "kubeflow", "--host", "127.0.0.1",
+             "--port", str(fake_model_registry.port)]
+
+    promoted = gkeflow("models", "promote", "churn", "1", "--alias", "production", *flags)
+    assert promoted.returncode == 0, promoted.stderr
+    assert registry.get_by_alias("churn", "production").version == 1
+    listed = gkeflow("models", "list", *flags)
+    assert listed.returncode == 0, listed.stderr
+    assert "production" in listed.stdout and "0.8000" in listed.stdout
+    bad_alias = gkeflow("models", "promote", "churn", "1", "--alias", "Prod!", *flags)
+    assert bad_alias.returncode == 1 and "invalid alias" in bad_alias.stderr
+
+
+def test_registry_uri_flag_wins(fake_model_registry, fast_retries):
+    uri = f"kubeflow://127.0.0.1:{fake_model_registry.port}"
+    open_registry(uri, fast_retries()).register("churn", "gs://b/1", {}, "run-1")
+    listed = gkeflow("models", "list", "--backend", "vertex", "--registry", uri)
+    assert listed.returncode == 0, listed.stderr
+    assert "churn" in listed.stdout
