@@ -144,7 +144,9 @@ def _kfp_client_class():
 
         def get_kfp_healthz(self, sleep_duration: int = 5):
             return call("Kubeflow Pipelines health check",
-                        lambda: self._healthz_api.healthz_service_get_healthz(),
+                        lambda: self._healthz_api.healthz_service_get_healthz(
+                            _request_timeout=(self._gkeflow_policy.timeout_s,
+                                              self._gkeflow_policy.timeout_s)),
                         self._gkeflow_policy)
 
     return _Client
@@ -203,10 +205,14 @@ class KfpBackend:
             client_class = _kfp_client_class()
             client_class._gkeflow_policy = self.policy
             token = self._token()
-            self._client = _quiet(lambda: client_class(
-                host=self.target.host, existing_token=token,
-                client_id=self.target.auth.iap_client_id, namespace=self.target.namespace,
-                ui_host=self.target.ui_url))()
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "This client only works", FutureWarning)
+                self._client = _quiet(lambda: client_class(
+                    host=self.target.host, existing_token=token,
+                    client_id=self.target.auth.iap_client_id,
+                    namespace=self.target.namespace, ui_host=self.target.ui_url))()
             self._apply_timeout(self._client)
         return self._client
 

@@ -78,11 +78,21 @@ def _is_timeout(exc: BaseException) -> bool:
     import requests
     import urllib3
 
-    if isinstance(exc, (TimeoutError, requests.exceptions.Timeout,
-                        urllib3.exceptions.TimeoutError)):
-        return True
-    reason = getattr(exc, "reason", None)
-    return isinstance(reason, (urllib3.exceptions.TimeoutError, TimeoutError))
+    candidates = [exc, getattr(exc, "reason", None)]
+    if isinstance(exc, requests.exceptions.ConnectionError) and exc.args:
+        candidates.append(exc.args[0])
+        candidates.append(getattr(exc.args[0], "reason", None))
+    for candidate in candidates:
+        # urllib3's "connection refused" is a subclass of its connect-timeout error.
+        if isinstance(candidate, (urllib3.exceptions.NewConnectionError,
+                                  requests.exceptions.ConnectTimeout)):
+            if not isinstance(candidate, urllib3.exceptions.NewConnectionError):
+                return True
+            return False
+        if isinstance(candidate, (TimeoutError, requests.exceptions.Timeout,
+                                  urllib3.exceptions.TimeoutError)):
+            return True
+    return False
 
 
 def classify(exc: BaseException) -> _Failure | None:

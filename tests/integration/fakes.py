@@ -160,7 +160,8 @@ class _Server:
 
     def inject(self, method: str, path_re: str, status: int = 503, count: int = 1,
                delay_s: float = 0.0, message: str = "injected failure") -> None:
-        """The next ``count`` matching requests fail with ``status`` (after ``delay_s``)."""
+        """The next ``count`` matching requests fail with ``status`` after ``delay_s``
+        (``status=200``: answered normally, only late; ``status=0``: connection dropped)."""
         with self.lock:
             self.faults.append(Fault(method, path_re, status, count, delay_s, message))
 
@@ -192,6 +193,9 @@ class _Server:
             if fault.status == 0:  # drop the connection without an answer
                 handler.close_connection = True
                 return
+            if fault.status == 200:  # only slow: answer normally after the delay
+                fault = None
+        if fault:
             return self._send(handler, fault.status, self.error_body(fault.status,
                                                                      fault.message))
         try:
