@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -115,7 +116,9 @@ def classify(exc: BaseException) -> _Failure | None:
         retry = isinstance(exc, (gexc.ServerError, gexc.TooManyRequests)) or status is None
         if isinstance(exc, gexc.DeadlineExceeded):
             retry = True
-        return _Failure(retry, status, exc.message or str(exc))
+        # REST errors read "POST https://...: <the server's message>"; keep the message.
+        message = re.sub(r"^(GET|POST|PATCH|PUT|DELETE) \S+: ", "", exc.message or str(exc))
+        return _Failure(retry, status, message)
     if _is_timeout(exc):
         return _Failure(True, None, "timed out")
     if isinstance(exc, (requests.exceptions.ConnectionError, urllib3.exceptions.HTTPError,
