@@ -267,8 +267,7 @@ class KfpBackend:
         done: list[str] = []
         pipeline_id, version_id = self.find_pipeline_version(prepared)
         if version_id:
-            return pipeline_id, version_id, [f"pipeline version {prepared.version_name} "
-                                             "already uploaded"]
+            return pipeline_id, version_id, [f"pipeline version {prepared.version_name} already uploaded"]
         if not pipeline_id:
             if self.dry_run:
                 self._plan("POST", f"/apis/v2beta1/pipelines/upload?name="

@@ -34,6 +34,7 @@ Vertex's scheduler; :func:`next_runs` skips a skipped local time and runs a repe
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -43,8 +44,8 @@ _FIELDS = (
     ("hour", 0, 23, {}),
     ("day-of-month", 1, 31, {}),
     ("month", 1, 12, {n: i + 1 for i, n in enumerate(
-        "JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC".split())}),
-    ("day-of-week", 0, 6, {n: i for i, n in enumerate("SUN MON TUE WED THU FRI SAT".split())}),
+        ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"])}),
+    ("day-of-week", 0, 6, {n: i for i, n in enumerate(["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"])}),
 )
 
 
@@ -154,7 +155,7 @@ def _render(values: frozenset[int] | set[int], low: int, high: int) -> str:
         return "*"
     if len(ordered) >= 3:
         step = ordered[1] - ordered[0]
-        if all(b - a == step for a, b in zip(ordered, ordered[1:])):
+        if all(b - a == step for a, b in itertools.pairwise(ordered)):
             if step == 1:
                 return f"{ordered[0]}-{ordered[-1]}"
             if ordered[0] - step < low and ordered[-1] + step > high:
@@ -192,7 +193,7 @@ def kfp_cron(cron: str, time_zone: str, at: dt.datetime | None = None) -> KfpCro
     cron has the same meaning.
     """
     expr = CronExpression.parse(cron)
-    at = at or dt.datetime.now(dt.timezone.utc)
+    at = at or dt.datetime.now(dt.UTC)
     offset = utc_offset_minutes(time_zone, at)
     exact = _zone_has_fixed_offset(time_zone, at.year)
     if offset == 0:
@@ -267,7 +268,7 @@ def next_runs(cron: str, time_zone: str, count: int = 3,
     """
     expr = CronExpression.parse(cron)
     tz = zone(time_zone)
-    after = (after or dt.datetime.now(dt.timezone.utc)).astimezone(tz)
+    after = (after or dt.datetime.now(dt.UTC)).astimezone(tz)
     results: list[dt.datetime] = []
     day = after.date()
     for _ in range(366 * 8):
@@ -277,7 +278,7 @@ def next_runs(cron: str, time_zone: str, count: int = 3,
                     naive = dt.datetime(day.year, day.month, day.day, hour, minute)
                     local = naive.replace(tzinfo=tz, fold=0)
                     # A time in a spring-forward gap does not round-trip through UTC.
-                    if local.astimezone(dt.timezone.utc).astimezone(tz).replace(
+                    if local.astimezone(dt.UTC).astimezone(tz).replace(
                             tzinfo=None) != naive:
                         continue
                     if local > after:

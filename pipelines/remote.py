@@ -87,9 +87,7 @@ def _is_timeout(exc: BaseException) -> bool:
         # urllib3's "connection refused" is a subclass of its connect-timeout error.
         if isinstance(candidate, (urllib3.exceptions.NewConnectionError,
                                   requests.exceptions.ConnectTimeout)):
-            if not isinstance(candidate, urllib3.exceptions.NewConnectionError):
-                return True
-            return False
+            return not isinstance(candidate, urllib3.exceptions.NewConnectionError)
         if isinstance(candidate, (TimeoutError, requests.exceptions.Timeout,
                                   urllib3.exceptions.TimeoutError)):
             return True
@@ -139,7 +137,7 @@ def call(what: str, func: Callable[[], T], policy: RetryPolicy, *, idempotent: b
         attempt += 1
         try:
             return func()
-        except Exception as exc:  # noqa: BLE001 - classified below
+        except Exception as exc:
             failure = classify(exc)
             if failure is None:
                 raise

@@ -27,7 +27,13 @@ from typing import Any
 
 from pipelines.backends import RemoteSchedule, ScheduleRequest
 from pipelines.config import GkeflowConfig, ScheduleConfig
-from pipelines.cron import kfp_cron, kfp_cron_to_five_fields, next_runs, split_vertex_cron, vertex_cron
+from pipelines.cron import (
+    kfp_cron,
+    kfp_cron_to_five_fields,
+    next_runs,
+    split_vertex_cron,
+    vertex_cron,
+)
 from pipelines.submit import make_backend, prepare_pipeline, resolve_parameters
 
 
@@ -200,7 +206,7 @@ def _next_runs_for(remote: RemoteSchedule, count: int, now: dt.datetime) -> list
     if remote.next_run_time and count == 1:
         value = remote.next_run_time
         if isinstance(value, dt.datetime):
-            return [value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)]
+            return [value if value.tzinfo else value.replace(tzinfo=dt.UTC)]
     try:
         if remote.target == "gke":
             runs = next_runs(kfp_cron_to_five_fields(remote.cron), "UTC", count, now)
@@ -220,7 +226,7 @@ def list_schedules(config: GkeflowConfig, *, target: str | None = None, count: i
                    backends: dict | None = None, now: dt.datetime | None = None
                    ) -> list[ScheduleRow]:
     """What is on the target(s), with the next ``count`` run times (in each schedule's zone)."""
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     backends = backends or {}
     names = {(s.target, s.name) for s in config.schedules}
     rows = []

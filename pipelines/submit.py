@@ -46,11 +46,12 @@ class SubmitError(RuntimeError):
 def source_version(cwd: Path | None = None) -> str:
     """The git commit (``g<12 hex>``, ``-dirty`` if the tree has changes) or ``v<package>``."""
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd,
+        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd, check=False,
                                 capture_output=True, text=True, timeout=10)
         if commit.returncode == 0 and commit.stdout.strip():
             dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                                   cwd=cwd, capture_output=True, text=True, timeout=10)
+                                   cwd=cwd, check=False, capture_output=True, text=True,
+                                   timeout=10)
             suffix = "-dirty" if dirty.returncode == 0 and dirty.stdout.strip() else ""
             return f"g{commit.stdout.strip()}{suffix}"
     except (OSError, subprocess.SubprocessError):
@@ -168,7 +169,7 @@ def resolve_parameters(config: GkeflowConfig, prepared: PreparedPipeline, enviro
 
 def run_name(pipeline: str, environment: str, now: dt.datetime | None = None) -> str:
     """``training-prod-20260101-120000-ab12``: sortable, unique, valid as a Vertex job id."""
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=4))
     return f"{pipeline}-{environment}-{now:%Y%m%d-%H%M%S}-{suffix}".lower()
 

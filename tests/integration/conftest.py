@@ -95,5 +95,5 @@ def gkeflow(*args: str, cwd: Path, env: dict | None = None, timeout: int = 300):
     executable = shutil.which("gkeflow", path=str(Path(sys.executable).parent))
     assert executable, "the gkeflow console script is not installed in this environment"
     full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
-    return subprocess.run([executable, *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([executable, *args], cwd=cwd, check=False, capture_output=True, text=True,
                           timeout=timeout, env=full_env)

@@ -69,7 +69,7 @@ class Recorded:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_pipeline_spec_strict(spec: dict, platform: dict | None = None) -> None:
@@ -351,9 +351,9 @@ class FakeKfpServer(_Server):
     # -- routing ------------------------------------------------------------------------------
 
     def route(self, record: Recorded) -> tuple[int, Any]:
-        if self.expected_token is not None:
-            if record.headers.get("authorization") != f"Bearer {self.expected_token}":
-                return 401, self.error_body(401, "Unauthorized: missing or wrong bearer token")
+        if self.expected_token is not None and \
+                record.headers.get("authorization") != f"Bearer {self.expected_token}":
+            return 401, self.error_body(401, "Unauthorized: missing or wrong bearer token")
         body = self._check_request(record)
         status, payload = self._route(record, body)
         self._check_response(record, status, payload)
@@ -620,7 +620,7 @@ class FakeVertexServer(_Server):
                 if job.name in self.jobs:
                     raise Conflict(f"PipelineJob {job.name} already exists")
                 job.state = aiplatform_v1.PipelineState.PIPELINE_STATE_PENDING
-                job.create_time = dt.datetime.now(dt.timezone.utc)
+                job.create_time = dt.datetime.now(dt.UTC)
                 self.jobs[job.name] = job
                 from google.protobuf import json_format
 
@@ -637,7 +637,7 @@ class FakeVertexServer(_Server):
                 self._check_schedule(schedule)
                 schedule.name = f"{match[1]}/schedules/{self.new_id()}"
                 schedule.state = aiplatform_v1.Schedule.State.ACTIVE
-                schedule.create_time = dt.datetime.now(dt.timezone.utc)
+                schedule.create_time = dt.datetime.now(dt.UTC)
                 self._set_next_run(schedule)
                 self.schedules[schedule.name] = schedule
                 return 200, self._json(schedule)
@@ -716,7 +716,7 @@ class FakeVertexServer(_Server):
         from pipelines.cron import next_runs, split_vertex_cron
 
         cron, time_zone = split_vertex_cron(schedule.cron)
-        schedule.next_run_time = next_runs(cron, time_zone, 1)[0].astimezone(dt.timezone.utc)
+        schedule.next_run_time = next_runs(cron, time_zone, 1)[0].astimezone(dt.UTC)
 
     def _advance_job(self, name: str):
         from google.cloud import aiplatform_v1

@@ -19,8 +19,8 @@ from pipelines.schedule import apply, list_schedules
 from pipelines.submit import submit, wait_for_run
 from tests.integration.conftest import FAST, TOKEN
 
-WINTER = dt.datetime(2026, 1, 15, 12, tzinfo=dt.timezone.utc)
-SUMMER = dt.datetime(2026, 7, 15, 12, tzinfo=dt.timezone.utc)
+WINTER = dt.datetime(2026, 1, 15, 12, tzinfo=dt.UTC)
+SUMMER = dt.datetime(2026, 7, 15, 12, tzinfo=dt.UTC)
 
 
 def backend(config, policy=FAST, dry_run=False):

@@ -90,8 +90,8 @@ def test_5xx_retried_4xx_surfaced_timeouts_retried_on_reads(vertex_server, make_
                                                             tmp_path):
     config = make_config(None, vertex_server.url)
     vertex_server.inject("POST", r"/pipelineJobs$", status=503, count=2)
-    submission, used = submit(config, "training", "vertex", environment="default",
-                              overrides={}, workdir=tmp_path / "a", backend=backend(config))
+    submission, _ = submit(config, "training", "vertex", environment="default",
+                           overrides={}, workdir=tmp_path / "a", backend=backend(config))
     assert len(vertex_server.calls("POST", r"/pipelineJobs$")) == 3
     assert list(vertex_server.jobs) == [submission.run_id]
 
