@@ -529,6 +529,11 @@ class VertexBackend:
             from google.auth.credentials import AnonymousCredentials
 
             credentials = AnonymousCredentials()
+        # The SDK logs "Creating PipelineJobSchedule..." and code snippets at INFO on
+        # stdout; gkeflow prints its own summary.
+        import logging
+
+        logging.getLogger("google.cloud.aiplatform").setLevel(logging.WARNING)
         kwargs = {"api_endpoint": self.target.api_endpoint} if self.target.api_endpoint else {}
         aiplatform.init(project=self.target.project, location=self.target.region,
                         credentials=credentials, api_transport="rest", **kwargs)
@@ -571,7 +576,9 @@ class VertexBackend:
 
     @staticmethod
     def _job_body(job, prepared: PreparedPipeline) -> dict:
-        body = json.loads(type(job._gca_resource).to_json(job._gca_resource))
+        body = json.loads(type(job._gca_resource).to_json(
+            job._gca_resource, use_integers_for_enums=False,
+            always_print_fields_with_no_presence=False))
         body["pipelineSpec"] = (f"<pipeline spec {prepared.display_name}: {prepared.task_count} "
                                 f"tasks, sha256 {prepared.spec_sha256[:12]}>")
         return body

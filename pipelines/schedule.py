@@ -91,11 +91,19 @@ def build_request(schedule: ScheduleConfig, config: GkeflowConfig, prepared, *,
         utc_offset_minutes=offset)
 
 
-def _targets_in_use(config: GkeflowConfig, target: str | None) -> list[str]:
+def _targets_in_use(config: GkeflowConfig, target: str | None,
+                    all_configured: bool = True) -> list[str]:
+    """``target`` alone, or the targets that schedules use (plus, with ``all_configured``,
+    every configured target, so that lists and prunes see everything)."""
     if target:
+        if getattr(config.targets, target) is None:
+            from pipelines.config import ConfigError
+
+            raise ConfigError(f"targets.{target} is not configured in gkeflow.yaml")
         return [target]
     used = {s.target for s in config.schedules}
-    return [t for t in ("gke", "vertex") if t in used or getattr(config.targets, t) is not None]
+    return [t for t in ("gke", "vertex")
+            if t in used or (all_configured and getattr(config.targets, t) is not None)]
 
 
 def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
@@ -111,7 +119,7 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
         if on_action:
             on_action(action)
 
-    for target_name in _targets_in_use(config, target):
+    for target_name in _targets_in_use(config, target, all_configured=prune):
         wanted = [s for s in config.schedules if s.target == target_name]
         backend = backends.get(target_name) or make_backend(config, target_name, dry_run=dry_run)
         existing: dict[str, list[RemoteSchedule]] = {}
