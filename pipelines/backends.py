@@ -533,7 +533,9 @@ class VertexBackend:
         # stdout; gkeflow prints its own summary.
         import logging
 
-        logging.getLogger("google.cloud.aiplatform").setLevel(logging.WARNING)
+        for name in list(logging.root.manager.loggerDict):
+            if name.startswith("google.cloud.aiplatform"):
+                logging.getLogger(name).setLevel(logging.WARNING)
         kwargs = {"api_endpoint": self.target.api_endpoint} if self.target.api_endpoint else {}
         aiplatform.init(project=self.target.project, location=self.target.region,
                         credentials=credentials, api_transport="rest", **kwargs)
