@@ -530,6 +530,9 @@ def schedule_list(count, target, config_path) -> None:
     from pipelines.schedule import list_schedules
 
     config = _load(config_path)
+    if config.targets.gke is None and config.targets.vertex is None:
+        raise click.ClickException(f"{config_path}: no targets configured; add targets.gke "
+                                   "and/or targets.vertex (`gkeflow init` shows how)")
     rows = list_schedules(config, target=target, count=count)
     console = _console()
     if not rows:
