@@ -10,6 +10,18 @@ The file is optional; every key has a default in code. Sections:
 
 ``registry``
     the model registry ``gkeflow models`` uses (:class:`RegistryConfig`).
+
+``targets``
+    where `gkeflow submit` / `gkeflow schedule` send pipelines: ``gke`` (Kubeflow Pipelines
+    API) and ``vertex`` (Vertex AI Pipelines).
+
+``parameters``
+    pipeline parameters per environment (``default``, ``dev``, ``prod``...).
+
+``schedules``
+    recurring runs: name, pipeline, target, 5-field cron, time zone, parameters, ...
+
+`gkeflow init` writes a commented example of every section.
 """
 
 from __future__ import annotations
@@ -18,7 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 DEFAULT_CONFIG_FILE = Path("gkeflow.yaml")
 
@@ -82,6 +94,13 @@ class GkeflowConfig(BaseModel):
 
     compute: dict[str, dict[str, Any]] = {}
     registry: RegistryConfig = RegistryConfig()
+    targets: Targets = Field(default_factory=lambda: Targets())
+    parameters: dict[str, dict[str, ParameterValue]] = {}
+    schedules: list[ScheduleConfig] = []
+
+    @model_validator(mode="after")
+    def _check_references(self):
+        return _targets_model_validator(self)
 
     def compute_overrides(self, defaults) -> dict:
         """Per-step :class:`ComputeProfile` objects: ``defaults`` with this file's overrides."""
@@ -104,7 +123,11 @@ def _format_validation_error(path: Path, exc: ValidationError) -> str:
     problems = []
     for error in exc.errors():
         key = ".".join(str(p) for p in error["loc"]) or "(top level)"
-        problems.append(f"{path}: {key}: {error['msg']}")
+        message = error["msg"].removeprefix("Value error, ")
+        if not error["loc"] and error["type"] == "value_error":
+            problems.append(f"{path}: {message}")  # the message names its own key
+            continue
+        problems.append(f"{path}: {key}: {message}")
     return "\n".join(problems)
 
 
@@ -126,3 +149,328 @@ def load_config(path: Path | str | None = None) -> GkeflowConfig:
         return GkeflowConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_format_validation_error(path, exc)) from exc
+
+
+# ---------------------------------------------------------------------------------------------
+# Targets, per-environment parameters and schedules (`gkeflow submit`, `gkeflow schedule`).
+#
+# These sections are optional and independent of ``compute``; they are declared as separate
+# models and attached to :class:`GkeflowConfig` below so the file keeps one root model.
+
+import re as _re
+from typing import Literal as _Literal
+
+from pydantic import Field as _Field
+from pydantic import field_validator as _field_validator
+from pydantic import model_validator as _model_validator
+
+#: Targets that `gkeflow submit` and `gkeflow schedule` talk to.
+REMOTE_TARGETS = ("gke", "vertex")
+DEFAULT_ENVIRONMENT = "default"
+_NAME_RE = _re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
+_ENV_VAR_RE = _re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_KMS_KEY_RE = _re.compile(r"^projects/[^/]+/locations/[^/]+/keyRings/[^/]+/cryptoKeys/[^/]+$")
+_NETWORK_RE = _re.compile(r"^projects/[^/]+/global/networks/[^/]+$")
+_SERVICE_ACCOUNT_RE = _re.compile(r"^[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com$")
+_REGION_RE = _re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GkeAuth(_Strict):
+    """How `gkeflow` authenticates to the Kubeflow Pipelines API on GKE.
+
+    Exactly one of: ``token_env`` (a bearer token read from that environment variable),
+    ``iap_client_id`` (Google credentials exchanged for an IAP ID token), ``google: true``
+    (Google application-default credentials' access token), or nothing (no authentication,
+    e.g. through ``kubectl port-forward``).
+    """
+
+    token_env: str | None = None
+    iap_client_id: str | None = None
+    google: bool = False
+
+    @_field_validator("token_env")
+    @classmethod
+    def _env_var_name(cls, value):
+        if value is not None and not _ENV_VAR_RE.match(value):
+            raise ValueError(f"{value!r} is not an environment variable name; put the "
+                             "variable's name here, never the token itself")
+        return value
+
+    @_model_validator(mode="after")
+    def _one_method(self):
+        chosen = [k for k in ("token_env", "iap_client_id") if getattr(self, k)]
+        if self.google:
+            chosen.append("google")
+        if len(chosen) > 1:
+            raise ValueError(f"choose one authentication method, not {' and '.join(chosen)}")
+        return self
+
+
+class GkeTarget(_Strict):
+    """Kubeflow Pipelines on GKE (the open-source KFP API, v2beta1)."""
+
+    host: str
+    namespace: str = "kubeflow"
+    experiment: str = "gkeflow"
+    ui_url: str | None = None
+    service_account: str | None = None
+    pipeline_root: str | None = None
+    auth: GkeAuth = GkeAuth()
+    timeout_s: float = _Field(30.0, gt=0)
+    retries: int = _Field(4, ge=0, le=10)
+
+    @_field_validator("host", "ui_url")
+    @classmethod
+    def _url(cls, value):
+        if value is None:
+            return value
+        if not _re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"{value!r} is not an http(s) URL (e.g. https://kfp.example.com)")
+        return value.rstrip("/")
+
+    @_field_validator("experiment")
+    @classmethod
+    def _experiment(cls, value):
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+
+def normalise_gcs_uri(value: str) -> str:
+    """``gs://bucket/path/`` -> ``gs://bucket/path``; raises ValueError for anything else."""
+    value = value.strip()
+    match = _re.match(r"^gs://([a-z0-9][a-z0-9._-]{1,221}[a-z0-9])(/.*)?$", value)
+    if not match:
+        raise ValueError(f"{value!r} is not a gs://BUCKET[/PATH] URI")
+    path = _re.sub(r"/{2,}", "/", match.group(2) or "").rstrip("/")
+    return f"gs://{match.group(1)}{path}"
+
+
+class VertexTarget(_Strict):
+    """Vertex AI Pipelines."""
+
+    project: str
+    region: str
+    pipeline_root: str
+    service_account: str
+    network: str | None = None
+    encryption_key: str | None = None
+    labels: dict[str, str] = {}
+    enable_caching: bool | None = None
+    api_endpoint: str | None = None
+    timeout_s: float = _Field(60.0, gt=0)
+    retries: int = _Field(4, ge=0, le=10)
+
+    @_field_validator("project")
+    @classmethod
+    def _project(cls, value):
+        if not _re.match(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$", value):
+            raise ValueError(f"{value!r} is not a Google Cloud project id "
+                             "(6-30 lowercase letters, digits, hyphens)")
+        return value
+
+    @_field_validator("region")
+    @classmethod
+    def _region(cls, value):
+        if not _REGION_RE.match(value):
+            raise ValueError(f"{value!r} is not a region (e.g. us-central1)")
+        return value
+
+    @_field_validator("pipeline_root")
+    @classmethod
+    def _root(cls, value):
+        return normalise_gcs_uri(value)
+
+    @_field_validator("service_account")
+    @classmethod
+    def _sa(cls, value):
+        if not _SERVICE_ACCOUNT_RE.match(value):
+            raise ValueError(f"{value!r} is not a service account e-mail "
+                             "(NAME@PROJECT.iam.gserviceaccount.com)")
+        return value
+
+    @_field_validator("network")
+    @classmethod
+    def _network(cls, value):
+        if value is not None and not _NETWORK_RE.match(value):
+            raise ValueError(f"{value!r} is not a network name "
+                             "(projects/PROJECT_NUMBER/global/networks/NETWORK)")
+        return value
+
+    @_field_validator("encryption_key")
+    @classmethod
+    def _key(cls, value):
+        if value is not None and not _KMS_KEY_RE.match(value):
+            raise ValueError(f"{value!r} is not a Cloud KMS key "
+                             "(projects/P/locations/L/keyRings/R/cryptoKeys/K)")
+        return value
+
+    @_field_validator("api_endpoint")
+    @classmethod
+    def _endpoint(cls, value):
+        if value is not None and not _re.match(r"^(https?://)?[^/\s]+$", value):
+            raise ValueError(f"{value!r} is not a host[:port] or http(s)://host[:port]")
+        return value
+
+
+class Targets(_Strict):
+    gke: GkeTarget | None = None
+    vertex: VertexTarget | None = None
+
+
+ParameterValue = bool | int | float | str
+
+
+class ScheduleConfig(_Strict):
+    """One recurring run of a pipeline on one target."""
+
+    name: str
+    pipeline: str = "training"
+    target: _Literal["gke", "vertex"]
+    cron: str
+    time_zone: str = "UTC"
+    environment: str = DEFAULT_ENVIRONMENT
+    parameters: dict[str, ParameterValue] = {}
+    max_concurrency: int = _Field(1, ge=1, le=10)
+    catch_up: bool = False
+    enabled: bool = True
+
+    @_field_validator("name")
+    @classmethod
+    def _name(cls, value):
+        if not _NAME_RE.match(value):
+            raise ValueError(f"{value!r} must be 1-63 lowercase letters, digits and hyphens, "
+                             "starting with a letter")
+        return value
+
+    @_field_validator("pipeline")
+    @classmethod
+    def _pipeline(cls, value):
+        from pipelines.compile import PIPELINES
+
+        if value not in PIPELINES:
+            raise ValueError(f"unknown pipeline {value!r}; pipelines are {', '.join(PIPELINES)}")
+        return value
+
+    @_field_validator("cron")
+    @classmethod
+    def _cron(cls, value):
+        from pipelines.cron import CronError, CronExpression
+
+        try:
+            CronExpression.parse(value)
+        except CronError as exc:
+            raise ValueError(str(exc)) from None
+        return " ".join(value.split())
+
+    @_field_validator("time_zone")
+    @classmethod
+    def _tz(cls, value):
+        from pipelines.cron import CronError, zone
+
+        try:
+            zone(value)
+        except CronError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+
+def _targets_model_validator(config: GkeflowConfig) -> GkeflowConfig:
+    seen: set[str] = set()
+    for index, schedule in enumerate(config.schedules):
+        where = f"schedules.{index}"
+        if schedule.name in seen:
+            raise ValueError(f"{where}.name: {schedule.name!r} is used by another schedule; "
+                             "schedule names must be unique")
+        seen.add(schedule.name)
+        if getattr(config.targets, schedule.target) is None:
+            raise ValueError(f"{where}.target: {schedule.target!r} is not configured under "
+                             f"targets.{schedule.target}")
+        if (schedule.environment != DEFAULT_ENVIRONMENT
+                and schedule.environment not in config.parameters):
+            raise ValueError(f"{where}.environment: {schedule.environment!r} is not under "
+                             f"parameters (environments: {', '.join(config.parameters) or 'none'})")
+    return config
+
+
+# The root model refers to the models above by name; resolve those names now.
+GkeflowConfig.model_rebuild()
+
+
+#: What `gkeflow init` writes: every section, commented, valid as it stands.
+EXAMPLE_CONFIG = '''\
+# gkeflow.yaml: configuration as code for gkeflow (validated on every command).
+# Keep it in git; secrets never go here, only the names of environment variables.
+
+# Per-step compute overrides (see `gkeflow compile --help`), e.g.:
+# compute:
+#   train-model: {accelerator: nvidia-l4, accelerator_count: 1, spot: true}
+
+targets:
+  # Kubeflow Pipelines on GKE: `gkeflow submit --target gke`.
+  gke:
+    host: https://kfp.example.com/pipeline   # the KFP API (and UI) URL
+    namespace: kubeflow                      # your profile namespace on multi-user installs
+    experiment: gkeflow                      # runs and schedules go here; created if missing
+    # ui_url: https://kfp.example.com        # if the UI lives elsewhere than host
+    # service_account: pipeline-runner       # Kubernetes service account for the runs
+    # pipeline_root: gs://my-bucket/kfp-root
+    auth:
+      token_env: KFP_TOKEN                   # bearer token read from $KFP_TOKEN (never logged)
+      # or: iap_client_id: 1234-abc.apps.googleusercontent.com   (IAP, Google credentials)
+      # or: google: true                     (Google application-default credentials)
+    timeout_s: 30                            # per request; 5xx/connection errors are retried
+    retries: 4
+
+  # Vertex AI Pipelines: `gkeflow submit --target vertex`.
+  vertex:
+    project: my-project
+    region: us-central1
+    pipeline_root: gs://my-bucket/vertex-root
+    service_account: pipelines@my-project.iam.gserviceaccount.com
+    # network: projects/123456789/global/networks/my-vpc   # private services access
+    # encryption_key: projects/my-project/locations/us-central1/keyRings/ml/cryptoKeys/pipelines
+    labels:                                  # sanitised to Vertex's label rules
+      team: ml-platform
+    # enable_caching: false                  # default: as compiled (per step)
+    timeout_s: 60
+    retries: 4
+
+# Pipeline parameters per environment: `gkeflow submit --env prod`.
+# "default" is used when no --env is given; --param KEY=VALUE wins over these.
+parameters:
+  default:
+    epochs: 20
+  dev:
+    epochs: 2
+    min_accuracy: 0.5
+  prod:
+    epochs: 50
+    min_accuracy: 0.9
+    model_name: penguins-classifier
+
+# Recurring runs: `gkeflow schedule apply` makes these real (idempotent).
+# cron: 5 fields (minute hour day-of-month month day-of-week) in time_zone.
+# On GKE, KFP runs crons in UTC: the time zone is converted with its current UTC offset;
+# re-run `gkeflow schedule apply` after a daylight-saving change (see pipelines/cron.py).
+schedules:
+  - name: nightly-training
+    pipeline: training
+    target: vertex
+    cron: "0 2 * * *"
+    time_zone: Europe/Berlin
+    environment: prod
+    parameters: {}                           # on top of parameters.<environment>
+    max_concurrency: 1
+    catch_up: false                          # do not backfill runs missed while paused
+    enabled: true
+  - name: weekly-training-gke
+    target: gke
+    cron: "30 6 * * 1"
+    time_zone: UTC
+    environment: prod
+'''

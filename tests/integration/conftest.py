@@ -1,12 +1,106 @@
-"""Fixtures for registry backends talking HTTP to local fake servers."""
+"""Fixtures: fake KFP, Vertex and Kubeflow Model Registry servers (checked for contract
+violations after each test), configs pointing at them, and fast retry policies."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
+from pipelines.remote import RetryPolicy
 from tests.conftest import CONTRACTS
+from tests.integration.fakes import KFP_SWAGGER, FakeKfpServer, FakeVertexServer
+
+TOKEN = "kfp-test-token-5f1c9e2a7b"  # a value that must never show up in any output
+FAST = RetryPolicy(attempts=4, base_delay_s=0.01, max_delay_s=0.05, timeout_s=5.0)
+
+
+@pytest.fixture
+def kfp_server():
+    with FakeKfpServer(expected_token=TOKEN) as server:
+        yield server
+        assert not server.violations, "requests broke the KFP contract:\n" + "\n".join(
+            server.violations)
+
+
+@pytest.fixture
+def vertex_server():
+    with FakeVertexServer() as server:
+        yield server
+        assert not server.violations, "requests broke the Vertex contract:\n" + "\n".join(
+            server.violations)
+
+
+@pytest.fixture
+def token_env(monkeypatch):
+    monkeypatch.setenv("GKEFLOW_TEST_KFP_TOKEN", TOKEN)
+    return "GKEFLOW_TEST_KFP_TOKEN"
+
+
+def config_dict(kfp_url: str | None, vertex_url: str | None, schedules=(), **extra) -> dict:
+    targets = {}
+    if kfp_url:
+        targets["gke"] = {"host": kfp_url, "experiment": "gkeflow-tests",
+                          "auth": {"token_env": "GKEFLOW_TEST_KFP_TOKEN"}}
+    if vertex_url:
+        targets["vertex"] = {
+            "project": "my-project", "region": "us-central1",
+            "pipeline_root": "gs://my-bucket//pipeline-root/",
+            "service_account": "pipelines@my-project.iam.gserviceaccount.com",
+            "network": "projects/123456/global/networks/ml-vpc",
+            "encryption_key": "projects/my-project/locations/us-central1/keyRings/ml/"
+                              "cryptoKeys/pipelines",
+            "labels": {"Team Name": "ML Platform!", "cost-center": "R&D 42"},
+            "enable_caching": False, "api_endpoint": vertex_url}
+    return {"targets": targets,
+            "parameters": {"default": {"epochs": 2}, "prod": {"epochs": 5,
+                                                              "min_accuracy": 0.9}},
+            "schedules": list(schedules), **extra}
+
+
+@pytest.fixture
+def make_config():
+    from pipelines.config import GkeflowConfig
+
+    def _make(*args, **kwargs) -> GkeflowConfig:
+        return GkeflowConfig.model_validate(config_dict(*args, **kwargs))
+
+    return _make
+
+
+@pytest.fixture
+def write_config(tmp_path):
+    def _write(data: dict, name: str = "gkeflow.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        return path
+
+    return _write
+
+
+@pytest.fixture
+def swagger_layer():
+    if not KFP_SWAGGER.exists():
+        pytest.skip(f"{KFP_SWAGGER.parent} not present: KFP request bodies are not checked "
+                    "against the swagger in this run")
+    return KFP_SWAGGER
+
+
+def gkeflow(*args: str, cwd: Path, env: dict | None = None, timeout: int = 300):
+    """The real `gkeflow` console script in a subprocess."""
+    executable = shutil.which("gkeflow", path=str(Path(sys.executable).parent))
+    assert executable, "the gkeflow console script is not installed in this environment"
+    full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
+    return subprocess.run([executable, *args], cwd=cwd, check=False, capture_output=True, text=True,
+                          timeout=timeout, env=full_env)
+
+
+# ---------------------------------------------------------------- model registries
 
 MODEL_REGISTRY_CONTRACT = CONTRACTS / "kubeflow-model-registry.openapi.yaml"
 

@@ -1,0 +1,160 @@
+"""Calls to remote APIs (Kubeflow Pipelines, Vertex AI): retries, timeouts, clear errors.
+
+Every remote call goes through :func:`call`: connection errors and 5xx answers are retried
+with exponential backoff (plus jitter); a timeout is retried only for calls that are safe to
+repeat; a 4xx answer is raised at once as :class:`RemoteError` carrying the server's own
+message. Secrets never appear in messages: :func:`redact` removes known tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_SECRETS: set[str] = set()
+
+
+def register_secret(value: str | None) -> None:
+    """Remember a secret so that :func:`redact` removes it from any text."""
+    if value and len(value) >= 4:
+        _SECRETS.add(value)
+
+
+def redact(text: str) -> str:
+    for secret in _SECRETS:
+        text = text.replace(secret, "***")
+    return text
+
+
+class RemoteError(RuntimeError):
+    """A remote call failed; the message says which call, the status and the server's words."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(redact(message))
+        self.status = status
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 5  # first try included
+    base_delay_s: float = 0.5
+    max_delay_s: float = 8.0
+    timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class _Failure:
+    retryable: bool
+    status: int | None
+    message: str
+
+
+def _server_message(body) -> str:
+    if body is None:
+        return ""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    try:
+        data = json.loads(body)
+    except (TypeError, ValueError):
+        return str(body).strip()[:500]
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        if isinstance(error, dict):
+            return str(error.get("message") or error.get("error") or data)[:500]
+        return str(data.get("message") or error)[:500]
+    return str(data)[:500]
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    import requests
+    import urllib3
+
+    candidates = [exc, getattr(exc, "reason", None)]
+    if isinstance(exc, requests.exceptions.ConnectionError) and exc.args:
+        candidates.append(exc.args[0])
+        candidates.append(getattr(exc.args[0], "reason", None))
+    for candidate in candidates:
+        # urllib3's "connection refused" is a subclass of its connect-timeout error.
+        if isinstance(candidate, (urllib3.exceptions.NewConnectionError,
+                                  requests.exceptions.ConnectTimeout)):
+            return not isinstance(candidate, urllib3.exceptions.NewConnectionError)
+        if isinstance(candidate, (TimeoutError, requests.exceptions.Timeout,
+                                  urllib3.exceptions.TimeoutError)):
+            return True
+    return False
+
+
+def classify(exc: BaseException) -> _Failure | None:
+    """What a failure means for a retry; ``None`` for errors that are not about the call."""
+    import requests
+    import urllib3
+    from google.api_core import exceptions as gexc
+
+    try:
+        from kfp_server_api.exceptions import ApiException
+    except ImportError:  # pragma: no cover - kfp is a dependency
+        ApiException = ()  # type: ignore[assignment]
+
+    if isinstance(exc, ApiException):
+        status = exc.status or None
+        message = _server_message(exc.body) or (exc.reason or "")
+        return _Failure(status is None or status >= 500 or status == 429, status, message)
+    if isinstance(exc, gexc.GoogleAPICallError):
+        status = exc.code if isinstance(exc.code, int) else None
+        retry = isinstance(exc, (gexc.ServerError, gexc.TooManyRequests)) or status is None
+        if isinstance(exc, gexc.DeadlineExceeded):
+            retry = True
+        # REST errors read "POST https://...: <the server's message>"; keep the message.
+        message = re.sub(r"^(GET|POST|PATCH|PUT|DELETE) \S+: ", "", exc.message or str(exc))
+        return _Failure(retry, status, message)
+    if _is_timeout(exc):
+        return _Failure(True, None, "timed out")
+    if isinstance(exc, (requests.exceptions.ConnectionError, urllib3.exceptions.HTTPError,
+                        ConnectionError)):
+        return _Failure(True, None, f"cannot connect ({type(exc).__name__})")
+    return None
+
+
+def call(what: str, func: Callable[[], T], policy: RetryPolicy, *, idempotent: bool = True,
+         sleep: Callable[[float], None] = time.sleep) -> T:
+    """Run ``func`` (one remote call) with ``policy``; ``what`` names it in messages.
+
+    Non-idempotent calls (creating a run) are not retried after a timeout, since the server
+    may have acted on them; they are retried after connection errors and 5xx answers.
+    """
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return func()
+        except Exception as exc:
+            failure = classify(exc)
+            if failure is None:
+                raise
+            status = f"HTTP {failure.status}" if failure.status else failure.message
+            retry = failure.retryable and attempt < policy.attempts
+            if retry and not idempotent and _is_timeout(exc):
+                retry = False
+            if not retry:
+                if failure.status and 400 <= failure.status < 500:
+                    raise RemoteError(f"{what} was refused ({status}): {failure.message}",
+                                      failure.status) from None
+                tries = f" after {attempt} attempt{'s' if attempt > 1 else ''}"
+                detail = f": {failure.message}" if failure.status else ""
+                raise RemoteError(f"{what} failed ({status}){detail}{tries}",
+                                  failure.status) from None
+            delay = min(policy.max_delay_s, policy.base_delay_s * 2 ** (attempt - 1))
+            delay *= 0.5 + random.random() / 2
+            log.warning("%s: %s; retrying in %.1fs (attempt %d of %d)", what,
+                        redact(status), delay, attempt + 1, policy.attempts)
+            sleep(delay)

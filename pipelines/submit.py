@@ -1,0 +1,241 @@
+"""`gkeflow submit`: compile a pipeline for a target and start one run there.
+
+* **gke** (Kubeflow Pipelines): the pipeline is uploaded once (by name), then a pipeline
+  version named ``<git commit or package version>-<spec hash>`` is uploaded once, so the
+  Kubeflow UI lists every version that was shipped; the run is created in the configured
+  experiment (created if missing) and pinned to that version.
+* **vertex** (Vertex AI Pipelines): a ``PipelineJob`` with the configured service account,
+  network, CMEK key, caching choice, sanitised labels and normalised ``gs://`` root.
+
+Parameters are merged in this order (later wins): the pipeline's defaults,
+``parameters.<environment>`` from ``gkeflow.yaml``, then ``--param`` / a schedule's own.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import random
+import string
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipelines.backends import (
+    KfpBackend,
+    PreparedPipeline,
+    RunStatus,
+    VertexBackend,
+)
+from pipelines.config import DEFAULT_ENVIRONMENT, ConfigError, GkeflowConfig
+
+
+class SubmitError(RuntimeError):
+    """Submission cannot proceed; the message says why and what to change."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiling and naming
+
+
+def source_version(cwd: Path | None = None) -> str:
+    """The git commit (``g<12 hex>``, ``-dirty`` if the tree has changes) or ``v<package>``."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd, check=False,
+                                capture_output=True, text=True, timeout=10)
+        if commit.returncode == 0 and commit.stdout.strip():
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                   cwd=cwd, check=False, capture_output=True, text=True,
+                                   timeout=10)
+            suffix = "-dirty" if dirty.returncode == 0 and dirty.stdout.strip() else ""
+            return f"g{commit.stdout.strip()}{suffix}"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"v{version('gkeflow')}"
+    except PackageNotFoundError:
+        return "v0"
+
+
+def prepare_pipeline(pipeline: str, target: str, workdir: Path,
+                     version: str | None = None) -> PreparedPipeline:
+    """Compile ``pipeline`` for ``target`` into ``workdir`` and describe the result.
+
+    The version name ends with a hash of the compiled spec, so one name always means one
+    spec: uploading the same name twice is skipped, a changed spec gets a new name.
+    """
+    from pipelines.compile import PIPELINES, compile_pipeline
+
+    if pipeline not in PIPELINES:
+        raise SubmitError(f"unknown pipeline {pipeline!r}; pipelines are {', '.join(PIPELINES)}")
+    path = compile_pipeline(pipeline, target, workdir)
+    text = path.read_bytes()
+    sha = hashlib.sha256(text).hexdigest()
+    docs = list(yaml.safe_load_all(text))
+    spec = docs[0]
+    parameters = spec.get("root", {}).get("inputDefinitions", {}).get("parameters", {})
+    version_name = f"{version or source_version()}-{sha[:8]}"
+    return PreparedPipeline(
+        name=pipeline, display_name=spec["pipelineInfo"]["name"], target=target, path=str(path),
+        spec_sha256=sha, version_name=version_name,
+        parameter_types={k: v.get("parameterType", "STRING") for k, v in parameters.items()},
+        task_count=len(spec.get("root", {}).get("dag", {}).get("tasks", {})))
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameters
+
+
+def _coerce(name: str, value: Any, kind: str, source: str) -> Any:
+    def bad(expected: str):
+        return SubmitError(f"{source}: parameter {name!r} expects {expected}, got {value!r}")
+
+    if kind == "NUMBER_INTEGER":
+        if isinstance(value, bool):
+            raise bad("an integer")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                raise bad("an integer") from None
+        raise bad("an integer")
+    if kind == "NUMBER_DOUBLE":
+        if isinstance(value, bool):
+            raise bad("a number")
+        if isinstance(value, (int, float)):
+            return float(value)
+        try:
+            return float(str(value).strip())
+        except ValueError:
+            raise bad("a number") from None
+    if kind == "BOOLEAN":
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("true", "1", "yes"):
+            return True
+        if text in ("false", "0", "no"):
+            return False
+        raise bad("true or false")
+    if kind == "STRING":
+        if isinstance(value, (dict, list)):
+            raise bad("a string")
+        return str(value)
+    return value
+
+
+def parse_param_options(options: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """``("epochs=5", "model_name=x")`` -> dict; each item must be ``KEY=VALUE``."""
+    params: dict[str, str] = {}
+    for item in options:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SubmitError(f"--param {item!r}: expected KEY=VALUE")
+        params[key.strip()] = value
+    return params
+
+
+def resolve_parameters(config: GkeflowConfig, prepared: PreparedPipeline, environment: str,
+                       overrides: dict[str, Any], override_source: str = "--param"
+                       ) -> dict[str, Any]:
+    """Environment parameters, then ``overrides``, checked against the pipeline's inputs."""
+    if environment != DEFAULT_ENVIRONMENT and environment not in config.parameters:
+        known = ", ".join(config.parameters) or "none"
+        raise SubmitError(f"environment {environment!r} is not under parameters in gkeflow.yaml "
+                          f"(environments: {known})")
+    layers = [(f"gkeflow.yaml parameters.{environment}", config.parameters.get(environment, {})),
+              (override_source, overrides)]
+    merged: dict[str, Any] = {}
+    for source, values in layers:
+        for name, value in values.items():
+            if name not in prepared.parameter_types:
+                raise SubmitError(
+                    f"{source}: {prepared.name} has no parameter {name!r}; parameters are "
+                    f"{', '.join(sorted(prepared.parameter_types))}")
+            merged[name] = _coerce(name, value, prepared.parameter_types[name], source)
+    return merged
+
+
+def run_name(pipeline: str, environment: str, now: dt.datetime | None = None) -> str:
+    """``training-prod-20260101-120000-ab12``: sortable, unique, valid as a Vertex job id."""
+    now = now or dt.datetime.now(dt.UTC)
+    suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=4))
+    return f"{pipeline}-{environment}-{now:%Y%m%d-%H%M%S}-{suffix}".lower()
+
+
+# ---------------------------------------------------------------------------------------------
+# Submitting and waiting
+
+
+@dataclass
+class Submission:
+    target: str
+    run_id: str  # KFP run id or Vertex job resource name
+    url: str
+    version_name: str
+    parameters: dict[str, Any]
+    notes: list[str]
+
+
+def make_backend(config: GkeflowConfig, target: str, *, dry_run: bool = False):
+    target_config = getattr(config.targets, target, None)
+    if target_config is None:
+        raise ConfigError(f"targets.{target} is not configured in gkeflow.yaml; run "
+                          "`gkeflow init` for an example")
+    if target == "gke":
+        return KfpBackend(target_config, dry_run=dry_run)
+    return VertexBackend(target_config, dry_run=dry_run)
+
+
+def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: str,
+           overrides: dict[str, Any], workdir: Path, backend=None, dry_run: bool = False,
+           version: str | None = None) -> tuple[Submission, Any]:
+    """Compile, upload (KFP) and start one run; returns the submission and the backend."""
+    backend = backend or make_backend(config, target, dry_run=dry_run)
+    prepared = prepare_pipeline(pipeline, target, workdir, version=version)
+    parameters = resolve_parameters(config, prepared, environment, overrides)
+    name = run_name(pipeline, environment)
+    notes: list[str] = []
+    if target == "gke":
+        pipeline_id, version_id, notes = backend.ensure_pipeline_version(prepared)
+        run_id = backend.create_run(prepared, pipeline_id, version_id, name, parameters)
+        url = backend.run_url(run_id)
+    else:
+        labels = {"gkeflow-pipeline": pipeline, "gkeflow-environment": environment,
+                  "gkeflow-version": prepared.version_name}
+        run_id = backend.submit(prepared, name, parameters, labels)
+        url = backend.console_url(run_id)
+    return Submission(target, run_id, url, prepared.version_name, parameters, notes), backend
+
+
+def wait_for_run(backend, run_id: str, *, poll_s: float = 10.0, timeout_s: float = 24 * 3600,
+                 on_change: Callable[[str, str | None, str], None] | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> RunStatus:
+    """Poll until the run ends; ``on_change(task, old_state, new_state)`` for every change
+    (task ``""`` is the run itself). Raises :class:`SubmitError` after ``timeout_s``."""
+    seen: dict[str, str] = {}
+    started = time.monotonic()
+    while True:
+        status = backend.run_status(run_id)
+        for task, state in [*sorted(status.tasks.items()), ("", status.state)]:
+            if seen.get(task) != state:
+                if on_change:
+                    on_change(task, seen.get(task), state)
+                seen[task] = state
+        if status.done:
+            return status
+        if time.monotonic() - started > timeout_s:
+            raise SubmitError(f"run {run_id} still {status.state} after {timeout_s:.0f}s; "
+                              "it keeps running on the target")
+        sleep(poll_s)
