@@ -146,6 +146,20 @@ def parse_param_options(options: tuple[str, ...] | list[str]) -> dict[str, str]:
     return params
 
 
+def target_defaults(config: GkeflowConfig, prepared: PreparedPipeline) -> dict[str, Any]:
+    """Parameters that follow from the target's config unless set explicitly.
+
+    On Vertex AI the model registry is the project's Vertex AI Model Registry: the embedded
+    SQLite default would live and die inside one pod.
+    """
+    defaults: dict[str, Any] = {}
+    vertex = config.targets.vertex
+    if prepared.target == "vertex" and vertex is not None \
+            and "registry_uri" in prepared.parameter_types:
+        defaults["registry_uri"] = f"vertex://projects/{vertex.project}/locations/{vertex.region}"
+    return defaults
+
+
 def resolve_parameters(config: GkeflowConfig, prepared: PreparedPipeline, environment: str,
                        overrides: dict[str, Any], override_source: str = "--param"
                        ) -> dict[str, Any]:
@@ -154,7 +168,8 @@ def resolve_parameters(config: GkeflowConfig, prepared: PreparedPipeline, enviro
         known = ", ".join(config.parameters) or "none"
         raise SubmitError(f"environment {environment!r} is not under parameters in gkeflow.yaml "
                           f"(environments: {known})")
-    layers = [(f"gkeflow.yaml parameters.{environment}", config.parameters.get(environment, {})),
+    layers = [(f"defaults for target {prepared.target}", target_defaults(config, prepared)),
+              (f"gkeflow.yaml parameters.{environment}", config.parameters.get(environment, {})),
               (override_source, overrides)]
     merged: dict[str, Any] = {}
     for source, values in layers:

@@ -59,8 +59,10 @@ def test_submit_sends_a_complete_pipeline_job(vertex_server, make_config, tmp_pa
     assert body["network"] == "projects/123456/global/networks/ml-vpc"
     assert body["encryptionSpec"]["kmsKeyName"].endswith("/cryptoKeys/pipelines")
     assert body["runtimeConfig"]["gcsOutputDirectory"] == "gs://my-bucket/pipeline-root"
+    # The registry defaults to the project's Vertex AI Model Registry on this target.
     assert body["runtimeConfig"]["parameterValues"] == {
-        "epochs": 5, "min_accuracy": 0.9, "learning_rate": 0.05}
+        "epochs": 5, "min_accuracy": 0.9, "learning_rate": 0.05,
+        "registry_uri": "vertex://projects/my-project/locations/us-central1"}
     labels = body["labels"]
     assert labels["team-name"] == "ml-platform" and labels["cost-center"] == "r-d-42"
     assert labels["gkeflow-environment"] == "prod"
@@ -132,7 +134,9 @@ def test_apply_is_idempotent_updates_in_place_and_replaces_on_new_parameters(
     job = schedule_body["createPipelineJobRequest"]["pipelineJob"]
     assert job["serviceAccount"] == "pipelines@my-project.iam.gserviceaccount.com"
     assert job["labels"]["gkeflow-schedule"] == "nightly"
-    assert job["runtimeConfig"]["parameterValues"] == {"epochs": 5, "min_accuracy": 0.9}
+    assert job["runtimeConfig"]["parameterValues"] == {
+        "epochs": 5, "min_accuracy": 0.9,
+        "registry_uri": "vertex://projects/my-project/locations/us-central1"}
     (original,) = vertex_server.schedules
 
     retimed = make_config(None, vertex_server.url,
