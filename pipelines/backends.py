@@ -267,7 +267,8 @@ class KfpBackend:
         done: list[str] = []
         pipeline_id, version_id = self.find_pipeline_version(prepared)
         if version_id:
-            return pipeline_id, version_id, [f"pipeline version {prepared.version_name} already uploaded"]
+            note = f"pipeline version {prepared.version_name} already uploaded"
+            return pipeline_id, version_id, [note]
         if not pipeline_id:
             if self.dry_run:
                 self._plan("POST", f"/apis/v2beta1/pipelines/upload?name="
@@ -378,8 +379,10 @@ class KfpBackend:
         schedules: list[RemoteSchedule] = []
         token = ""
         while True:
-            page = self._call("list recurring runs", lambda t=token: self.client.list_recurring_runs(
-                page_token=t, page_size=100, experiment_id=experiment_id))
+            page = self._call(
+                "list recurring runs",
+                lambda t=token: self.client.list_recurring_runs(
+                    page_token=t, page_size=100, experiment_id=experiment_id))
             for recurring in page.recurring_runs or []:
                 match = _KFP_DESCRIPTION_RE.match(recurring.description or "")
                 if not match:

@@ -70,7 +70,8 @@ def _default_model_name(data: str | None) -> str:
 @click.option("--eval-ratio", type=float, default=0.15, show_default=True)
 @click.option("--test-ratio", type=float, default=0.15, show_default=True)
 @click.option("--model-name", metavar="NAME",
-              help="Registered model name. Default: penguins-classifier, or <data file>-classifier.")
+              help="Registered model name. Default: penguins-classifier, or "
+                   "<data file>-classifier.")
 @click.option("--min-accuracy", type=click.FloatRange(0, 1), default=0.8, show_default=True,
               help="Test accuracy required before the model is registered.")
 @click.option("--no-cache", is_flag=True, help="Re-run every step instead of reusing cached ones.")
@@ -94,7 +95,9 @@ def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eva
     try:
         SplitRatios(train_ratio, eval_ratio, test_ratio)
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--train-ratio/--eval-ratio/--test-ratio")
+        raise click.BadParameter(
+            str(exc), param_hint="--train-ratio/--eval-ratio/--test-ratio"
+        ) from exc
     model_name = model_name or _default_model_name(data)
     output = output.resolve()
     arguments = {
@@ -111,7 +114,8 @@ def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eva
         "registry_uri": f"sqlite:///{output / REGISTRY_FILE}",
     }
     console.print(f"[bold]gkeflow run[/bold]: training pipeline on "
-                  f"{data or 'the bundled Palmer Penguins data'} (label: {arguments['label_column']})")
+                  f"{data or 'the bundled Palmer Penguins data'} "
+                  f"(label: {arguments['label_column']})")
 
     def on_event(step) -> None:
         if step.status == "RUNNING":
@@ -336,7 +340,8 @@ def plan_command(pipeline: str, target: str, config_path: Path | None,
         console.width = 220  # one line per step when the plan is piped or captured
     console.print(table)
     for image in sorted(set(images.values())):
-        pinned = "pinned" if is_pinned(image) else "tag only: `gkeflow compile --release` refuses it"
+        pinned = ("pinned" if is_pinned(image)
+                  else "tag only: `gkeflow compile --release` refuses it")
         console.print(f"image {image} ({pinned})", markup=False)
     for note in target_notes(profiles, target):
         console.print(f"note: {note}", markup=False)
@@ -549,7 +554,7 @@ def init_command(path: Path, force: bool) -> None:
         try:
             load_config(tmp)
         except ConfigError as exc:  # pragma: no cover - guarded by a unit test
-            raise click.ClickException(f"internal error: the example is invalid: {exc}")
+            raise click.ClickException(f"internal error: the example is invalid: {exc}") from exc
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -26,11 +26,19 @@ The file is optional; every key has a default in code. Sections:
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 DEFAULT_CONFIG_FILE = Path("gkeflow.yaml")
 
@@ -157,22 +165,16 @@ def load_config(path: Path | str | None = None) -> GkeflowConfig:
 # These sections are optional and independent of ``compute``; they are declared as separate
 # models and attached to :class:`GkeflowConfig` below so the file keeps one root model.
 
-import re as _re
-from typing import Literal as _Literal
-
-from pydantic import Field as _Field
-from pydantic import field_validator as _field_validator
-from pydantic import model_validator as _model_validator
 
 #: Targets that `gkeflow submit` and `gkeflow schedule` talk to.
 REMOTE_TARGETS = ("gke", "vertex")
 DEFAULT_ENVIRONMENT = "default"
-_NAME_RE = _re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
-_ENV_VAR_RE = _re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_KMS_KEY_RE = _re.compile(r"^projects/[^/]+/locations/[^/]+/keyRings/[^/]+/cryptoKeys/[^/]+$")
-_NETWORK_RE = _re.compile(r"^projects/[^/]+/global/networks/[^/]+$")
-_SERVICE_ACCOUNT_RE = _re.compile(r"^[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com$")
-_REGION_RE = _re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+_NAME_RE = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
+_ENV_VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_KMS_KEY_RE = re.compile(r"^projects/[^/]+/locations/[^/]+/keyRings/[^/]+/cryptoKeys/[^/]+$")
+_NETWORK_RE = re.compile(r"^projects/[^/]+/global/networks/[^/]+$")
+_SERVICE_ACCOUNT_RE = re.compile(r"^[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com$")
+_REGION_RE = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
 
 
 class _Strict(BaseModel):
@@ -192,7 +194,7 @@ class GkeAuth(_Strict):
     iap_client_id: str | None = None
     google: bool = False
 
-    @_field_validator("token_env")
+    @field_validator("token_env")
     @classmethod
     def _env_var_name(cls, value):
         if value is not None and not _ENV_VAR_RE.match(value):
@@ -200,7 +202,7 @@ class GkeAuth(_Strict):
                              "variable's name here, never the token itself")
         return value
 
-    @_model_validator(mode="after")
+    @model_validator(mode="after")
     def _one_method(self):
         chosen = [k for k in ("token_env", "iap_client_id") if getattr(self, k)]
         if self.google:
@@ -220,19 +222,19 @@ class GkeTarget(_Strict):
     service_account: str | None = None
     pipeline_root: str | None = None
     auth: GkeAuth = GkeAuth()
-    timeout_s: float = _Field(30.0, gt=0)
-    retries: int = _Field(4, ge=0, le=10)
+    timeout_s: float = Field(30.0, gt=0)
+    retries: int = Field(4, ge=0, le=10)
 
-    @_field_validator("host", "ui_url")
+    @field_validator("host", "ui_url")
     @classmethod
     def _url(cls, value):
         if value is None:
             return value
-        if not _re.match(r"^https?://[^/\s]+", value):
+        if not re.match(r"^https?://[^/\s]+", value):
             raise ValueError(f"{value!r} is not an http(s) URL (e.g. https://kfp.example.com)")
         return value.rstrip("/")
 
-    @_field_validator("experiment")
+    @field_validator("experiment")
     @classmethod
     def _experiment(cls, value):
         if not value.strip():
@@ -243,10 +245,10 @@ class GkeTarget(_Strict):
 def normalise_gcs_uri(value: str) -> str:
     """``gs://bucket/path/`` -> ``gs://bucket/path``; raises ValueError for anything else."""
     value = value.strip()
-    match = _re.match(r"^gs://([a-z0-9][a-z0-9._-]{1,221}[a-z0-9])(/.*)?$", value)
+    match = re.match(r"^gs://([a-z0-9][a-z0-9._-]{1,221}[a-z0-9])(/.*)?$", value)
     if not match:
         raise ValueError(f"{value!r} is not a gs://BUCKET[/PATH] URI")
-    path = _re.sub(r"/{2,}", "/", match.group(2) or "").rstrip("/")
+    path = re.sub(r"/{2,}", "/", match.group(2) or "").rstrip("/")
     return f"gs://{match.group(1)}{path}"
 
 
@@ -262,30 +264,30 @@ class VertexTarget(_Strict):
     labels: dict[str, str] = {}
     enable_caching: bool | None = None
     api_endpoint: str | None = None
-    timeout_s: float = _Field(60.0, gt=0)
-    retries: int = _Field(4, ge=0, le=10)
+    timeout_s: float = Field(60.0, gt=0)
+    retries: int = Field(4, ge=0, le=10)
 
-    @_field_validator("project")
+    @field_validator("project")
     @classmethod
     def _project(cls, value):
-        if not _re.match(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$", value):
+        if not re.match(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$", value):
             raise ValueError(f"{value!r} is not a Google Cloud project id "
                              "(6-30 lowercase letters, digits, hyphens)")
         return value
 
-    @_field_validator("region")
+    @field_validator("region")
     @classmethod
     def _region(cls, value):
         if not _REGION_RE.match(value):
             raise ValueError(f"{value!r} is not a region (e.g. us-central1)")
         return value
 
-    @_field_validator("pipeline_root")
+    @field_validator("pipeline_root")
     @classmethod
     def _root(cls, value):
         return normalise_gcs_uri(value)
 
-    @_field_validator("service_account")
+    @field_validator("service_account")
     @classmethod
     def _sa(cls, value):
         if not _SERVICE_ACCOUNT_RE.match(value):
@@ -293,7 +295,7 @@ class VertexTarget(_Strict):
                              "(NAME@PROJECT.iam.gserviceaccount.com)")
         return value
 
-    @_field_validator("network")
+    @field_validator("network")
     @classmethod
     def _network(cls, value):
         if value is not None and not _NETWORK_RE.match(value):
@@ -301,7 +303,7 @@ class VertexTarget(_Strict):
                              "(projects/PROJECT_NUMBER/global/networks/NETWORK)")
         return value
 
-    @_field_validator("encryption_key")
+    @field_validator("encryption_key")
     @classmethod
     def _key(cls, value):
         if value is not None and not _KMS_KEY_RE.match(value):
@@ -309,10 +311,10 @@ class VertexTarget(_Strict):
                              "(projects/P/locations/L/keyRings/R/cryptoKeys/K)")
         return value
 
-    @_field_validator("api_endpoint")
+    @field_validator("api_endpoint")
     @classmethod
     def _endpoint(cls, value):
-        if value is not None and not _re.match(r"^(https?://)?[^/\s]+$", value):
+        if value is not None and not re.match(r"^(https?://)?[^/\s]+$", value):
             raise ValueError(f"{value!r} is not a host[:port] or http(s)://host[:port]")
         return value
 
@@ -330,16 +332,16 @@ class ScheduleConfig(_Strict):
 
     name: str
     pipeline: str = "training"
-    target: _Literal["gke", "vertex"]
+    target: Literal["gke", "vertex"]
     cron: str
     time_zone: str = "UTC"
     environment: str = DEFAULT_ENVIRONMENT
     parameters: dict[str, ParameterValue] = {}
-    max_concurrency: int = _Field(1, ge=1, le=10)
+    max_concurrency: int = Field(1, ge=1, le=10)
     catch_up: bool = False
     enabled: bool = True
 
-    @_field_validator("name")
+    @field_validator("name")
     @classmethod
     def _name(cls, value):
         if not _NAME_RE.match(value):
@@ -347,7 +349,7 @@ class ScheduleConfig(_Strict):
                              "starting with a letter")
         return value
 
-    @_field_validator("pipeline")
+    @field_validator("pipeline")
     @classmethod
     def _pipeline(cls, value):
         from pipelines.compile import PIPELINES
@@ -356,7 +358,7 @@ class ScheduleConfig(_Strict):
             raise ValueError(f"unknown pipeline {value!r}; pipelines are {', '.join(PIPELINES)}")
         return value
 
-    @_field_validator("cron")
+    @field_validator("cron")
     @classmethod
     def _cron(cls, value):
         from pipelines.cron import CronError, CronExpression
@@ -367,7 +369,7 @@ class ScheduleConfig(_Strict):
             raise ValueError(str(exc)) from None
         return " ".join(value.split())
 
-    @_field_validator("time_zone")
+    @field_validator("time_zone")
     @classmethod
     def _tz(cls, value):
         from pipelines.cron import CronError, zone

@@ -45,7 +45,8 @@ _FIELDS = (
     ("day-of-month", 1, 31, {}),
     ("month", 1, 12, {n: i + 1 for i, n in enumerate(
         ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"])}),
-    ("day-of-week", 0, 6, {n: i for i, n in enumerate(["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"])}),
+    ("day-of-week", 0, 6,
+     {n: i for i, n in enumerate(["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"])}),
 )
 
 
@@ -127,7 +128,7 @@ class CronExpression:
                 f"cron {text!r} has {len(fields)} fields; expected 5: minute hour "
                 "day-of-month month day-of-week (e.g. '0 2 * * *'); put the time zone in "
                 "time_zone, not in the cron")
-        parsed = [_parse_field(f, spec) for f, spec in zip(fields, _FIELDS)]
+        parsed = [_parse_field(f, spec) for f, spec in zip(fields, _FIELDS, strict=True)]
         return cls(" ".join(fields), *parsed, fields)
 
     @property

@@ -247,7 +247,8 @@ def list_schedules(config: GkeflowConfig, *, target: str | None = None, count: i
                 try:
                     current = kfp_cron(remote.local_cron, remote.time_zone, at=now)
                     if current.cron != remote.cron:
-                        warning = (f"{remote.time_zone} is now UTC{current.utc_offset_minutes/60:+g}h"
+                        now_offset = current.utc_offset_minutes / 60
+                        warning = (f"{remote.time_zone} is now UTC{now_offset:+g}h"
                                    f" but this was converted at UTC"
                                    f"{remote.utc_offset_minutes/60:+g}h; run "
                                    "`gkeflow schedule apply`")

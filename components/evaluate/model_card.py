@@ -71,7 +71,7 @@ def render_model_card(evaluation: Evaluation) -> str:
     lines += ["", "## Confusion matrix (rows: true, columns: predicted)", "",
               "| | " + " | ".join(_escape(x) for x in e.metrics.labels) + " |",
               "|---" * (len(e.metrics.labels) + 1) + "|"]
-    for label, row in zip(e.metrics.labels, e.metrics.confusion_matrix):
+    for label, row in zip(e.metrics.labels, e.metrics.confusion_matrix, strict=True):
         lines.append(f"| **{_escape(label)}** | " + " | ".join(str(v) for v in row) + " |")
 
     lines += ["", "## Slices", ""]

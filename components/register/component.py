@@ -35,9 +35,11 @@ def register_model(
         metrics: Evaluation metrics stored with the version.
         registered_model: The registered version; metadata holds resourceName, version, backend.
         model_name: Registered model name (lower-case letters, digits, '-').
-        pipeline_run_id: Run that produced the model; a retry of the same run and task reuses its version.
+        pipeline_run_id: Run that produced the model; a retry of the same run and task
+            reuses its version.
         pipeline_task_name: Task registering the model (part of the retry key).
-        registry_uri: sqlite:///<path> (embedded), vertex://projects/<p>/locations/<l> (Vertex AI) or kubeflow://host:port (Kubeflow Model Registry).
+        registry_uri: sqlite:///<path> (embedded), vertex://projects/<p>/locations/<l>
+            (Vertex AI) or kubeflow://host:port (Kubeflow Model Registry).
         labels: Extra key=value labels, comma-separated (lower-case letters, digits, '_', '-').
         aliases: Aliases to point at the new version, comma-separated (e.g. candidate).
         data_uri: Data the model was trained on, recorded as lineage.

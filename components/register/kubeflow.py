@@ -198,7 +198,7 @@ class KubeflowRegistry:
         aliases: tuple[str, ...] = (),
         lineage: dict[str, str] | None = None,
     ) -> tuple[ModelVersion, bool]:
-        """Add a version of ``name`` pointing at ``uri``, or return the one this run and task made."""
+        """Add a version of ``name`` at ``uri``, or return the one this run and task made."""
         validate_model_name(name)
         for alias in aliases:
             validate_alias(alias)

@@ -93,15 +93,16 @@ def gpu_diagnostics() -> str:
 
     build = tf.sysconfig.get_build_info()
     lines = [
-        f"TensorFlow {tf.__version__}, built with CUDA: {tf.test.is_built_with_cuda()} "
-        f"(cuda {build.get('cuda_version', 'n/a')}, cudnn {build.get('cudnn_version', 'n/a')})",
+        (f"TensorFlow {tf.__version__}, built with CUDA: {tf.test.is_built_with_cuda()} "
+         f"(cuda {build.get('cuda_version', 'n/a')}, cudnn {build.get('cudnn_version', 'n/a')})"),
         f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}",
         f"LD_LIBRARY_PATH={os.environ.get('LD_LIBRARY_PATH', '(unset)')}",
     ]
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
-            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20,
+                                 check=False)
             lines.append(f"nvidia-smi -L: {(out.stdout or out.stderr).strip() or '(no output)'}")
         except (OSError, subprocess.TimeoutExpired) as exc:
             lines.append(f"nvidia-smi failed: {exc}")

@@ -18,7 +18,7 @@ def gkeflow(*args: str, cwd: Path | None = None, timeout: int = 600) -> subproce
     assert executable, "the gkeflow console script is not installed in this environment"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     return subprocess.run([executable, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+                          timeout=timeout, env=env, check=False)
 
 
 @pytest.mark.parametrize("command", [
