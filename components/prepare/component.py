@@ -24,7 +24,7 @@ def prepare_data(
     reject_unseen_categories: bool = False,
     bq_query: str = "",
     bq_filter: str = "",
-    rows_per_shard: int = 1000000,
+    rows_per_shard: int = 250000,
 ):
     """Streams tabular data into validated, deterministic train/eval/test TFRecord splits.
 

@@ -24,6 +24,7 @@ import hashlib
 import json
 import math
 import os
+import queue
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -53,7 +54,7 @@ STATS_FILE = "stats.json"
 REJECTED_FILE = "rejected.csv"
 REPORT_FILE = "report.md"
 SAMPLE_ROWS = 10_000
-ROWS_PER_SHARD = 1_000_000
+ROWS_PER_SHARD = 250_000
 SAMPLE_REJECTS = 5
 
 
@@ -567,51 +568,91 @@ class _Batch:
         return [v.decode("utf-8", "backslashreplace") for v in joined.to_pylist()]
 
 
-def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
-                    rejects: _RejectLog) -> _Partial:
-    partial = _Partial(stats=_new_stats(plan.schema))
+def _process_batch(raw: pa.RecordBatch, source: Source, plan: _Plan, partial: _Partial,
+                   writers: records.SplitWriters, rejects: _RejectLog) -> None:
+    if raw.num_rows == 0:
+        return
+    if raw.schema.names != plan.header:
+        raise DataError(
+            f"{source.name} has columns {raw.schema.names}, unlike the first input file's "
+            f"{plan.header}"
+        )
     schema = plan.schema
-    writers = {split: records.ShardWriter(scratch / split, f"part-{index:05d}",
-                                          plan.rows_per_shard) for split in SPLITS}
+    batch = _Batch(raw, plan)
+    partial.rows_read += batch.n
+    partial.unseen.update(batch.unseen)
+    bad_rows = np.flatnonzero(batch.reason >= 0)
+    if bad_rows.size:
+        rejects.add_many(
+            source.name, batch.rejected_texts(bad_rows),
+            [batch.reason_texts[batch.reason[i]] for i in bad_rows],
+            [batch.reason_columns[batch.reason[i]] for i in bad_rows],
+        )
+    codes = splits_from_hashes(batch.row_hashes(plan), plan.ratios)
+    codes[bad_rows] = -1
+    for code, split in enumerate(SPLITS):
+        rows = np.flatnonzero(codes == code)
+        if rows.size == 0:
+            continue
+        partial.split_rows[split] += rows.size
+        _update_stats(partial.stats[split], batch, schema, rows)
+        _write_blocks(writers, split, batch, schema, rows)
+
+
+def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
+                    rejects: _RejectLog, lanes: int = 1) -> list[_Partial]:
+    """Stream one input file. With several lanes its batches are dealt round-robin to
+    that many threads (each with its own shards), so one large file uses several cores."""
+    partials = [_Partial(stats=_new_stats(plan.schema)) for _ in range(lanes + 1)]
+    unparsed = partials[-1]  # rows the CSV parser rejected (counted by the reader thread)
+    writers = [records.SplitWriters(scratch, f"part-{index:05d}-{lane}", SPLITS,
+                                    plan.rows_per_shard) for lane in range(lanes)]
 
     def reject_unparsed(name: str, text: str, reason: str) -> None:
         rejects.add(name, text, reason)
-        partial.rows_read += 1
+        unparsed.rows_read += 1
 
-    try:
-        for raw in source.batches(reject_unparsed):
-            if raw.num_rows == 0:
+    inboxes = [queue.Queue(maxsize=2) for _ in range(lanes)]
+    errors: list[BaseException] = []
+    failed = threading.Event()
+
+    def lane_main(lane: int) -> None:
+        while True:
+            raw = inboxes[lane].get()
+            if raw is None:
+                return
+            if failed.is_set():
                 continue
-            header = raw.schema.names
-            if header != plan.header:
-                raise DataError(
-                    f"{source.name} has columns {header}, unlike the first input file's "
-                    f"{plan.header}"
-                )
-            batch = _Batch(raw, plan)
-            partial.rows_read += batch.n
-            partial.unseen.update(batch.unseen)
-            bad_rows = np.flatnonzero(batch.reason >= 0)
-            if bad_rows.size:
-                rejects.add_many(
-                    source.name, batch.rejected_texts(bad_rows),
-                    [batch.reason_texts[batch.reason[i]] for i in bad_rows],
-                    [batch.reason_columns[batch.reason[i]] for i in bad_rows],
-                )
-            codes = splits_from_hashes(batch.row_hashes(plan), plan.ratios)
-            codes[bad_rows] = -1
-            for code, split in enumerate(SPLITS):
-                rows = np.flatnonzero(codes == code)
-                if rows.size == 0:
-                    continue
-                partial.split_rows[split] += rows.size
-                _update_stats(partial.stats[split], batch, schema, rows)
-                _write_blocks(writers[split], batch, schema, rows)
+            try:
+                _process_batch(raw, source, plan, partials[lane], writers[lane], rejects)
+            except BaseException as exc:  # re-raised below
+                errors.append(exc)
+                failed.set()
+
+    threads = [threading.Thread(target=lane_main, args=(k,), daemon=True)
+               for k in range(lanes)]
+    for thread in threads:
+        thread.start()
+    try:
+        for i, raw in enumerate(source.batches(reject_unparsed)):
+            if failed.is_set():
+                break
+            inboxes[i % lanes].put(raw)
     finally:
-        for writer in writers.values():
-            writer.close()
-    partial.shards = {split: w.paths for split, w in writers.items()}
-    return partial
+        for inbox in inboxes:
+            inbox.put(None)
+        for thread in threads:
+            thread.join()
+        for writer in writers:
+            try:
+                writer.close()
+            except BaseException as exc:
+                errors.append(exc)
+    if errors:
+        raise errors[0]
+    for partial, writer in zip(partials, writers):
+        partial.shards = writer.paths
+    return partials
 
 
 def _update_stats(stats: dict, batch: _Batch, schema: Schema, rows: np.ndarray) -> None:
@@ -627,7 +668,7 @@ def _update_stats(stats: dict, batch: _Batch, schema: Schema, rows: np.ndarray) 
             )
 
 
-def _write_blocks(writer: records.ShardWriter, batch: _Batch, schema: Schema,
+def _write_blocks(writers: records.SplitWriters, split: str, batch: _Batch, schema: Schema,
                   rows: np.ndarray) -> None:
     encoded_dictionaries = {
         name: [v.encode("utf-8") for v in dictionary] + [b""]
@@ -645,7 +686,7 @@ def _write_blocks(writer: records.ShardWriter, batch: _Batch, schema: Schema,
             used, local = np.unique(indices, return_inverse=True)
             dictionary = encoded_dictionaries[column.name]
             categorical[column.name] = ([dictionary[i] for i in used], local)
-        writer.write(records.encode_block(block.size, numeric, categorical), block.size)
+        writers.write(split, records.encode_block(block.size, numeric, categorical), block.size)
 
 
 # --- the step ------------------------------------------------------------------------------
@@ -800,11 +841,13 @@ def prepare(
     with publish_dir(output_dir) as scratch:
         rejects = _RejectLog(scratch / REJECTED_FILE)
         try:
-            with ThreadPoolExecutor(max_workers=max(1, min(workers, len(sources)))) as pool:
-                partials = list(pool.map(
-                    lambda item: _process_source(item[0], item[1], plan, scratch, rejects),
+            parallel_files = max(1, min(workers, len(sources)))
+            lanes = max(1, workers // parallel_files)
+            with ThreadPoolExecutor(max_workers=parallel_files) as pool:
+                partials = [p for per_file in pool.map(
+                    lambda item: _process_source(item[0], item[1], plan, scratch, rejects, lanes),
                     enumerate(sources),
-                ))
+                ) for p in per_file]
         finally:
             rejects.close()
         rows_read = sum(p.rows_read for p in partials)
@@ -861,7 +904,7 @@ def prepare(
             if column.role == "ignored" and column.note:
                 problems.append(f"column {column.name!r} ignored: {column.note}")
 
-        shards = {s: sum(len(p.shards[s]) for p in partials) for s in SPLITS}
+        shards = {s: sum(len(p.shards.get(s, ())) for p in partials) for s in SPLITS}
         stats_doc = {
             "rows_read": rows_read,
             "rejected_rows": rejects.count,

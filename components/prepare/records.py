@@ -24,7 +24,9 @@ encoded with numpy and framed here, GZIP through zlib). Any TensorFlow reads it:
 
 from __future__ import annotations
 
+import queue
 import struct
+import threading
 import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -35,9 +37,11 @@ import numpy as np
 RECORD_SUFFIX = ".tfrecord.gz"
 ROWS_FEATURE = "__rows__"
 BLOCK_ROWS = 4096
-#: zlib level for the GZIP shards: 1 compresses within ~10% of level 6 on tabular blocks
-#: at several times the speed.
+#: zlib settings of the GZIP shards: level 1 with the RLE strategy (run-length + Huffman
+#: coding, no match search) compresses float-heavy blocks about 2x faster than plain level 1
+#: for files ~10% larger; any GZIP reader (tf.data included) reads them.
 COMPRESSION_LEVEL = 1
+COMPRESSION_STRATEGY = zlib.Z_RLE
 
 
 def value_key(column: str) -> str:
@@ -161,7 +165,8 @@ class ShardWriter:
         path = self.directory / f"{self.prefix}-{len(self.paths):05d}{RECORD_SUFFIX}"
         self.paths.append(path)
         self._handle = path.open("wb")
-        self._compressor = zlib.compressobj(COMPRESSION_LEVEL, zlib.DEFLATED, 31)
+        self._compressor = zlib.compressobj(COMPRESSION_LEVEL, zlib.DEFLATED, 31, 8,
+                                            COMPRESSION_STRATEGY)
         self._rows_in_shard = 0
 
     def write(self, record: bytes, rows: int) -> None:
@@ -177,6 +182,52 @@ class ShardWriter:
             self._handle.write(self._compressor.flush())
             self._handle.close()
             self._handle = None
+
+
+class SplitWriters:
+    """One :class:`ShardWriter` per split, fed through a queue to a thread that compresses
+    and writes (zlib releases the GIL), so encoding and compression overlap."""
+
+    def __init__(self, root: Path, prefix: str, splits: Sequence[str], rows_per_shard: int):
+        self.writers = {s: ShardWriter(Path(root) / s, prefix, rows_per_shard) for s in splits}
+        self._queue: queue.Queue = queue.Queue(maxsize=16)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                break
+            if self._error is not None:
+                continue
+            try:
+                split, record, rows = item
+                self.writers[split].write(record, rows)
+            except BaseException as exc:  # re-raised in the producer
+                self._error = exc
+        for writer in self.writers.values():
+            try:
+                writer.close()
+            except BaseException as exc:
+                self._error = self._error or exc
+
+    def write(self, split: str, record: bytes, rows: int) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put((split, record, rows))
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    @property
+    def paths(self) -> dict[str, list[Path]]:
+        return {split: w.paths for split, w in self.writers.items()}
 
 
 # --- reading -------------------------------------------------------------------------------
