@@ -183,7 +183,13 @@ def _as_strings(array: pa.Array) -> pa.Array:
     return pc.cast(array, pa.string())
 
 
-def _parses_as_numbers(array: pa.Array) -> bool:
+#: A text column is numeric when at least this fraction of its sampled values are
+#: numbers; the rest are then rejected row by row as "not a number".
+NUMERIC_MIN_FRACTION = 0.95
+
+
+def _parses_as_numbers(array: pa.Array, min_fraction: float = 1.0) -> bool:
+    """Whether the (non-null) values are numbers; ``min_fraction`` of them at least."""
     if pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
         return True
     if pa.types.is_boolean(array.type) or pa.types.is_temporal(array.type):
@@ -191,7 +197,10 @@ def _parses_as_numbers(array: pa.Array) -> bool:
     try:
         pc.cast(_as_strings(array), pa.float64())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return False
+        if min_fraction >= 1.0 or len(array) == 0:
+            return False
+        _, bad = _to_float(array)
+        return 1.0 - bad.mean() >= min_fraction
     return True
 
 
@@ -203,7 +212,7 @@ def _infer_from_table(table: pa.Table, label_column: str, max_vocabulary: int) -
         )
     columns: list[ColumnSchema] = []
     for name in names:
-        array = table.column(name).combine_chunks()
+        array, _ = _null_invalid_utf8(table.column(name).combine_chunks())
         present = array.drop_null() if not pa.types.is_string(array.type) else pc.drop_null(
             pc.if_else(pc.equal(array, ""), pa.scalar(None, array.type), array))
         nullable = len(present) < len(array)
@@ -213,7 +222,7 @@ def _infer_from_table(table: pa.Table, label_column: str, max_vocabulary: int) -
             columns.append(
                 ColumnSchema(name, "categorical", "ignored", True, note="all values missing")
             )
-        elif _parses_as_numbers(present):
+        elif _parses_as_numbers(present, NUMERIC_MIN_FRACTION):
             columns.append(ColumnSchema(name, "numeric", "feature", nullable))
         else:
             distinct = pc.count_distinct(_as_strings(present)).as_py()
@@ -449,6 +458,15 @@ def _invalid_utf8(array: pa.Array) -> np.ndarray | None:
         return bad
 
 
+def _null_invalid_utf8(array: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
+    """The array with invalid UTF-8 values nulled, and their mask (None when all valid)."""
+    bad = _invalid_utf8(array)
+    if bad is None:
+        return array, None
+    cleaned = pc.if_else(pa.array(bad), pa.scalar(None, pa.binary()), array.view(pa.binary()))
+    return cleaned.view(array.type), bad
+
+
 def _to_float(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """float64 values (NaN = missing) and a mask of values that are not numbers."""
     n = len(array)
@@ -489,11 +507,9 @@ class _Batch:
             array = batch.column(column.name)
             if isinstance(array, pa.ChunkedArray):
                 array = array.combine_chunks()
-            bad_utf8 = _invalid_utf8(array)
+            array, bad_utf8 = _null_invalid_utf8(array)
             if bad_utf8 is not None:
                 self.reject(bad_utf8, f"column {column.name!r}: not valid UTF-8", column.name)
-                array = pc.if_else(pa.array(bad_utf8), pa.scalar(None, pa.binary()),
-                                   array.view(pa.binary())).view(pa.string())
             if column.type == "numeric":
                 values, bad = _to_float(array)
                 if bad.any():
@@ -674,8 +690,9 @@ def _write_blocks(writers: records.SplitWriters, split: str, batch: _Batch, sche
         name: [v.encode("utf-8") for v in dictionary] + [b""]
         for name, (_, dictionary) in batch.categorical.items()
     }
-    for start in range(0, rows.size, records.BLOCK_ROWS):
-        block = rows[start:start + records.BLOCK_ROWS]
+    step = min(records.BLOCK_ROWS, writers.rows_per_shard)
+    for start in range(0, rows.size, step):
+        block = rows[start:start + step]
         numeric = {c.name: batch.numeric[c.name][block] for c in schema.columns
                    if c.type == "numeric"}
         categorical = {}
@@ -691,10 +708,10 @@ def _write_blocks(writers: records.SplitWriters, split: str, batch: _Batch, sche
 
 # --- the step ------------------------------------------------------------------------------
 
-def _sample(sources: list[Source], problems: list[str]) -> tuple[list[str], pa.Table, int]:
-    """The header, the first rows (for type inference) and how many files are usable."""
+def _sample(sources: list[Source], problems: list[str]) -> tuple[list[str], pa.Table, list]:
+    """The header, the first rows (for type inference) and the non-empty sources."""
     header: list[str] | None = None
-    usable = 0
+    usable = []
     for source in sources:
         try:
             names = source.header()
@@ -709,12 +726,12 @@ def _sample(sources: list[Source], problems: list[str]) -> tuple[list[str], pa.T
             raise DataError(
                 f"{source.name} has columns {names}, unlike {sources[0].name}'s {header}"
             )
-        usable += 1
+        usable.append(source)
     if header is None:
         raise DataError("every input file is empty")
     batches, rows = [], 0
     unparsed: list[tuple[str, str]] = []
-    for source in sources:
+    for source in usable:
         try:
             for batch in source.batches(lambda _, text, reason: unparsed.append((reason, text)),
                                         prefetch=False):
@@ -819,7 +836,7 @@ def prepare(
         sources = resolve_sources(source)
 
     problems: list[str] = []
-    header, sample, usable = _sample(sources, problems)
+    header, sample, sources = _sample(sources, problems)
     if expected_schema is not None and not isinstance(expected_schema, Schema):
         expected_schema = Schema.load(Path(expected_schema))
     if expected_schema is not None:

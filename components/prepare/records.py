@@ -189,6 +189,7 @@ class SplitWriters:
     and writes (zlib releases the GIL), so encoding and compression overlap."""
 
     def __init__(self, root: Path, prefix: str, splits: Sequence[str], rows_per_shard: int):
+        self.rows_per_shard = rows_per_shard
         self.writers = {s: ShardWriter(Path(root) / s, prefix, rows_per_shard) for s in splits}
         self._queue: queue.Queue = queue.Queue(maxsize=16)
         self._error: BaseException | None = None

@@ -65,8 +65,11 @@ class Source:
         if self.format == "parquet":
             with self._stream() as stream:
                 return list(pq.ParquetFile(stream).schema_arrow.names)
-        with self._stream() as stream:
-            first = _read_first_line(stream)
+        try:
+            with self._stream() as stream:
+                first = _read_first_line(stream)
+        except OSError as exc:
+            raise DataError(f"cannot read {self.name}: {exc}") from exc
         if first is None or not first.strip():
             raise DataError(f"data file is empty (no header row): {self.name}")
         try:
@@ -119,17 +122,17 @@ class Source:
                         check_utf8=False,  # checked per column, bad rows quarantined
                     ),
                 )
-            except pa.ArrowInvalid as exc:
+            except (pa.ArrowInvalid, OSError) as exc:
                 if "Empty CSV file" in str(exc):
                     return
-                raise DataError(f"cannot parse CSV {self.name}: {exc}") from exc
+                raise DataError(f"cannot read CSV {self.name}: {exc}") from exc
             while True:
                 try:
                     batch = reader.read_next_batch()
                 except StopIteration:
                     return
-                except pa.ArrowInvalid as exc:
-                    raise DataError(f"cannot parse CSV {self.name}: {exc}") from exc
+                except (pa.ArrowInvalid, OSError) as exc:  # OSError: e.g. corrupt gzip
+                    raise DataError(f"cannot read CSV {self.name}: {exc}") from exc
                 yield batch
 
 
