@@ -628,7 +628,7 @@ def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
         rejects.add(name, text, reason)
         unparsed.rows_read += 1
 
-    inboxes = [queue.Queue(maxsize=2) for _ in range(lanes)]
+    inboxes = [queue.Queue(maxsize=1) for _ in range(lanes)]
     errors: list[BaseException] = []
     failed = threading.Event()
 
@@ -700,8 +700,10 @@ def _write_blocks(writers: records.SplitWriters, split: str, batch: _Batch, sche
             if column.type == "numeric":
                 continue
             indices = batch.categorical[column.name][0][block]
-            used, local = np.unique(indices, return_inverse=True)
             dictionary = encoded_dictionaries[column.name]
+            present = np.bincount(indices, minlength=len(dictionary)) > 0
+            used = np.flatnonzero(present)  # the block's own, smaller dictionary
+            local = (np.cumsum(present) - 1)[indices]
             categorical[column.name] = ([dictionary[i] for i in used], local)
         writers.write(split, records.encode_block(block.size, numeric, categorical), block.size)
 

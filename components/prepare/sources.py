@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 EMBEDDED_PENGUINS = "embedded://penguins"
 NULL_VALUES = ["", "NA", "N/A", "NaN", "nan", "null", "NULL", "None", "?"]
-CSV_BLOCK_BYTES = 4 << 20
+CSV_BLOCK_BYTES = 2 << 20
 PARQUET_BATCH_ROWS = 65536
 
 
@@ -151,7 +151,7 @@ def _read_first_line(stream) -> bytes | None:
     return data.split(b"\n", 1)[0].rstrip(b"\r")
 
 
-def _prefetched(iterator: Iterator, depth: int = 2) -> Iterator:
+def _prefetched(iterator: Iterator, depth: int = 1) -> Iterator:
     """Read ahead in a thread: Arrow parses the next block while this one is processed."""
     items: queue.Queue = queue.Queue(maxsize=depth)
     done = object()

@@ -321,3 +321,24 @@ def test_schema_from_bad_file_is_a_clear_error(tmp_path, write_csv):
     (tmp_path / "schema.json").write_text('{"label": "y"}')
     with pytest.raises(DataError, match="invalid schema file"):
         Schema.load(tmp_path / "schema.json")
+
+
+def test_wide_dictionaries_roundtrip(tmp_path):
+    """Blocks with hundreds of distinct values (multi-byte varint indices) read back intact."""
+    rows = [f"{i},{i * 0.5},city{(i * 7) % 500},{'ab'[i % 2]}" for i in range(2000)]
+    path = tmp_path / "wide.csv"
+    path.write_text("\n".join(["id,x,city,y", *rows]) + "\n")
+    result = prepare(str(path), tmp_path / "out", "y", max_vocabulary=2000)
+    assert len(result.schema.column("city").vocabulary) == 500
+    frame = _all_rows(tmp_path / "out", result.schema).sort_values("id")
+    expected = [f"city{(i * 7) % 500}" for i in range(2000)]
+    assert frame["city"].tolist() == expected
+    assert frame["x"].tolist() == [i * 0.5 for i in range(2000)]
+
+
+def test_varints_match_protobuf():
+    from google.protobuf.internal import encoder
+
+    values = np.array([0, 1, 127, 128, 300, 16383, 16384, 2**21, 2**35, 2**62], dtype=np.int64)
+    expected = b"".join(encoder._VarintBytes(int(v)) for v in values)
+    assert records._varints(values) == expected
