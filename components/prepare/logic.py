@@ -311,13 +311,15 @@ _NULL_HASH = np.uint64(0x6A09E667F3BCC909)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser: a bijective, well-spread 64-bit mix."""
+    """splitmix64's finaliser: a bijective, well-spread 64-bit mix (of a copy of ``x``)."""
+    x = np.array(x, dtype=np.uint64, copy=True)
     with np.errstate(over="ignore"):
-        x = x ^ (x >> np.uint64(30))
-        x = x * _M1
-        x = x ^ (x >> np.uint64(27))
-        x = x * _M2
-        return x ^ (x >> np.uint64(31))
+        x ^= x >> np.uint64(30)
+        x *= _M1
+        x ^= x >> np.uint64(27)
+        x *= _M2
+        x ^= x >> np.uint64(31)
+    return x
 
 
 def _hash_text(values: list) -> np.ndarray:
@@ -330,10 +332,10 @@ def _hash_text(values: list) -> np.ndarray:
 
 
 def hash_numeric(values: np.ndarray) -> np.ndarray:
-    """Stable hashes of float64 values (NaN and -0.0 canonicalised)."""
+    """Stable hash inputs for float64 values: their bits (NaN and -0.0 canonicalised)."""
     values = np.asarray(values, dtype=np.float64) + 0.0
     bits = values.view(np.uint64)
-    return np.where(np.isnan(values), _NULL_HASH, _mix(bits ^ _GOLDEN))
+    return np.where(np.isnan(values), _NULL_HASH, bits)  # mixed in combine_hashes
 
 
 def hash_categorical(indices: np.ndarray, dictionary: list) -> np.ndarray:
@@ -345,7 +347,8 @@ def combine_hashes(column_hashes: list[np.ndarray]) -> np.ndarray:
     row = np.zeros(len(column_hashes[0]) if column_hashes else 0, dtype=np.uint64)
     with np.errstate(over="ignore"):
         for i, h in enumerate(column_hashes):
-            row = _mix(row ^ (h + np.uint64(i + 1) * _GOLDEN))
+            row ^= h + np.uint64(i + 1) * _GOLDEN
+            row = _mix(row)
     return row
 
 
@@ -467,6 +470,18 @@ def _null_invalid_utf8(array: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
     return cleaned.view(array.type), bad
 
 
+def _fast_float(array: pa.Array) -> np.ndarray | None:
+    """float64 values when every value converts (NaN = missing), else None."""
+    try:
+        if pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
+            values = pc.cast(array, pa.float64())
+        else:
+            values = pc.cast(_as_strings(array), pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return values.to_numpy(zero_copy_only=False)
+
+
 def _to_float(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """float64 values (NaN = missing) and a mask of values that are not numbers."""
     n = len(array)
@@ -507,6 +522,11 @@ class _Batch:
             array = batch.column(column.name)
             if isinstance(array, pa.ChunkedArray):
                 array = array.combine_chunks()
+            if column.type == "numeric":
+                values = _fast_float(array)
+                if values is not None:  # all numbers (so ASCII): nothing to reject
+                    self.numeric[column.name] = values
+                    continue
             array, bad_utf8 = _null_invalid_utf8(array)
             if bad_utf8 is not None:
                 self.reject(bad_utf8, f"column {column.name!r}: not valid UTF-8", column.name)
@@ -606,13 +626,21 @@ def _process_batch(raw: pa.RecordBatch, source: Source, plan: _Plan, partial: _P
         )
     codes = splits_from_hashes(batch.row_hashes(plan), plan.ratios)
     codes[bad_rows] = -1
+    dictionaries = {
+        name: [v.encode("utf-8") for v in dictionary] + [b""]
+        for name, (_, dictionary) in batch.categorical.items()
+    }
     for code, split in enumerate(SPLITS):
         rows = np.flatnonzero(codes == code)
         if rows.size == 0:
             continue
         partial.split_rows[split] += rows.size
-        _update_stats(partial.stats[split], batch, schema, rows)
-        _write_blocks(writers, split, batch, schema, rows)
+        numeric = {c.name: batch.numeric[c.name][rows] for c in schema.columns
+                   if c.type == "numeric"}
+        categorical = {c.name: batch.categorical[c.name][0][rows] for c in schema.columns
+                       if c.type != "numeric"}
+        _update_stats(partial.stats[split], numeric, categorical, batch)
+        _write_blocks(writers, split, numeric, categorical, dictionaries, rows.size)
 
 
 def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
@@ -671,41 +699,35 @@ def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
     return partials
 
 
-def _update_stats(stats: dict, batch: _Batch, schema: Schema, rows: np.ndarray) -> None:
-    for column in schema.columns:
-        if column.type == "numeric":
-            stats[column.name].update(batch.numeric[column.name][rows])
-        else:
-            indices, dictionary = batch.categorical[column.name]
-            counts = np.bincount(indices[rows], minlength=len(dictionary) + 1)
-            present = np.flatnonzero(counts[:-1])
-            stats[column.name].add_counts(
-                {dictionary[i]: int(counts[i]) for i in present}, int(counts[-1])
-            )
+def _update_stats(stats: dict, numeric: dict[str, np.ndarray],
+                  categorical: dict[str, np.ndarray], batch: _Batch) -> None:
+    for name, values in numeric.items():
+        stats[name].update(values)
+    for name, indices in categorical.items():
+        dictionary = batch.categorical[name][1]
+        counts = np.bincount(indices, minlength=len(dictionary) + 1)
+        present = np.flatnonzero(counts[:-1])
+        stats[name].add_counts({dictionary[i]: int(counts[i]) for i in present},
+                               int(counts[-1]))
 
 
-def _write_blocks(writers: records.SplitWriters, split: str, batch: _Batch, schema: Schema,
-                  rows: np.ndarray) -> None:
-    encoded_dictionaries = {
-        name: [v.encode("utf-8") for v in dictionary] + [b""]
-        for name, (_, dictionary) in batch.categorical.items()
-    }
+def _write_blocks(writers: records.SplitWriters, split: str, numeric: dict[str, np.ndarray],
+                  categorical: dict[str, np.ndarray], dictionaries: dict[str, list[bytes]],
+                  rows: int) -> None:
     step = min(records.BLOCK_ROWS, writers.rows_per_shard)
-    for start in range(0, rows.size, step):
-        block = rows[start:start + step]
-        numeric = {c.name: batch.numeric[c.name][block] for c in schema.columns
-                   if c.type == "numeric"}
-        categorical = {}
-        for column in schema.columns:
-            if column.type == "numeric":
-                continue
-            indices = batch.categorical[column.name][0][block]
-            dictionary = encoded_dictionaries[column.name]
+    for start in range(0, rows, step):
+        stop = min(start + step, rows)
+        block_numeric = {name: values[start:stop] for name, values in numeric.items()}
+        block_categorical = {}
+        for name, all_indices in categorical.items():
+            indices = all_indices[start:stop]
+            dictionary = dictionaries[name]
             present = np.bincount(indices, minlength=len(dictionary)) > 0
             used = np.flatnonzero(present)  # the block's own, smaller dictionary
             local = (np.cumsum(present) - 1)[indices]
-            categorical[column.name] = ([dictionary[i] for i in used], local)
-        writers.write(split, records.encode_block(block.size, numeric, categorical), block.size)
+            block_categorical[name] = ([dictionary[i] for i in used], local)
+        writers.write(split, records.encode_block(stop - start, block_numeric,
+                                                  block_categorical), stop - start)
 
 
 # --- the step ------------------------------------------------------------------------------

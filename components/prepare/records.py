@@ -55,7 +55,12 @@ def dictionary_key(column: str) -> str:
 
 # --- protobuf wire encoding (tf.train.Example), vectorised with numpy --------------------
 
+_SMALL_VARINTS = [bytes((i,)) for i in range(128)]
+
+
 def _varint(value: int) -> bytes:
+    if value < 128:
+        return _SMALL_VARINTS[value]
     out = bytearray()
     while True:
         byte = value & 0x7F
