@@ -280,20 +280,22 @@ def make_tf_dataset(
     if unknown:
         raise ValueError(f"columns {unknown} are not in the schema")
     spec = {ROWS_FEATURE: tf.io.FixedLenFeature([1], tf.int64)}
+    # RaggedFeature without partitions parses a list straight into a dense 1-D tensor
+    # (VarLenFeature would build a SparseTensor's indices first)
     for column in wanted:
         if column.type == "numeric":
-            spec[value_key(column.name)] = tf.io.VarLenFeature(tf.float32)
+            spec[value_key(column.name)] = tf.io.RaggedFeature(tf.float32)
         else:
-            spec[value_key(column.name)] = tf.io.VarLenFeature(tf.int64)
-            spec[dictionary_key(column.name)] = tf.io.VarLenFeature(tf.string)
+            spec[value_key(column.name)] = tf.io.RaggedFeature(tf.int64)
+            spec[dictionary_key(column.name)] = tf.io.RaggedFeature(tf.string)
 
     def parse_block(record):
         parsed = tf.io.parse_single_example(record, spec)
         block = {}
         for column in wanted:
-            values = parsed[value_key(column.name)].values
+            values = parsed[value_key(column.name)]
             if column.type != "numeric":
-                values = tf.gather(parsed[dictionary_key(column.name)].values, values)
+                values = tf.gather(parsed[dictionary_key(column.name)], values)
             block[column.name] = values
         if shuffle_seed is not None:
             order = tf.random.shuffle(tf.range(parsed[ROWS_FEATURE][0]), seed=shuffle_seed)
