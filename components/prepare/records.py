@@ -37,7 +37,7 @@ import numpy as np
 
 RECORD_SUFFIX = ".tfrecord.gz"
 ROWS_FEATURE = "__rows__"
-BLOCK_ROWS = 4096
+BLOCK_ROWS = 16384
 #: zlib settings of the GZIP shards: level 1 with the RLE strategy (run-length + Huffman
 #: coding, no match search) compresses float-heavy blocks about 2x faster than plain level 1
 #: for files ~10% larger; any GZIP reader (tf.data included) reads them.

@@ -170,7 +170,7 @@ def make_dataset(inputs: dict[str, np.ndarray], labels: np.ndarray, batch_size: 
 
 
 def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParams) -> TrainResult:
-    """Train on ``train.csv``, validate on ``eval.csv``, export a SavedModel to ``model_dir``."""
+    """Train on the train split, validate on the eval split, export a SavedModel to ``model_dir``."""
     import keras
 
     keras.utils.set_random_seed(params.seed)
