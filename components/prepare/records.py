@@ -1,7 +1,7 @@
 """The prepared dataset's on-disk format: sharded, GZIP-compressed TFRecord of column blocks.
 
 Record encoding (chosen for read and write speed, still plain ``tf.train.Example``):
-each record is one ``tf.train.Example`` holding a *block* of up to a few thousand rows in
+each record is one ``tf.train.Example`` holding a *block* of up to 16,384 rows in
 columnar form, instead of one Example per row.
 
 - numeric column ``c``: feature ``v:c``, a packed ``float_list`` with one float32 per row
