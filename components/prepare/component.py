@@ -57,7 +57,12 @@ def prepare_data(
     from pathlib import Path
 
     from components.prepare.logic import (
-        REJECTED_FILE, REPORT_FILE, SCHEMA_FILE, SplitRatios, fetch_schema, prepare,
+        REJECTED_FILE,
+        REPORT_FILE,
+        SCHEMA_FILE,
+        SplitRatios,
+        fetch_schema,
+        prepare,
     )
 
     result = prepare(

@@ -38,8 +38,8 @@ import pyarrow.compute as pc
 
 from components._atomic import publish_dir
 from components.prepare import records
-from components.prepare.records import make_tf_dataset  # noqa: F401  (re-exported)
-from components.prepare.sources import (  # noqa: F401  (re-exported)
+from components.prepare.records import make_tf_dataset
+from components.prepare.sources import (
     EMBEDDED_PENGUINS,
     NULL_VALUES,
     DataError,
@@ -669,7 +669,7 @@ def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
                 continue
             try:
                 _process_batch(raw, source, plan, partials[lane], writers[lane], rejects)
-            except BaseException as exc:  # re-raised below
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
                 errors.append(exc)
                 failed.set()
 
@@ -690,7 +690,7 @@ def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
         for writer in writers:
             try:
                 writer.close()
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 (re-raised)
                 errors.append(exc)
     if errors:
         raise errors[0]
@@ -1035,9 +1035,18 @@ def load_split(dataset_dir: Path, split: str, schema: Schema) -> pd.DataFrame:
 
 
 __all__ = [
-    "ColumnSchema", "DataError", "EMBEDDED_PENGUINS", "PrepareResult", "Schema",
-    "SplitRatios", "assign_splits", "infer_schema", "load_split", "make_tf_dataset",
-    "prepare", "resolve_source",
+    "EMBEDDED_PENGUINS",
+    "ColumnSchema",
+    "DataError",
+    "PrepareResult",
+    "Schema",
+    "SplitRatios",
+    "assign_splits",
+    "infer_schema",
+    "load_split",
+    "make_tf_dataset",
+    "prepare",
+    "resolve_source",
 ]
 
 

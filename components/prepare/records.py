@@ -212,12 +212,12 @@ class SplitWriters:
             try:
                 split, record, rows = item
                 self.writers[split].write(record, rows)
-            except BaseException as exc:  # re-raised in the producer
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the producer
                 self._error = exc
         for writer in self.writers.values():
             try:
                 writer.close()
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 (re-raised)
                 self._error = self._error or exc
 
     def write(self, split: str, record: bytes, rows: int) -> None:

@@ -51,9 +51,10 @@ class Source:
     opener: Callable[[], object]  # -> binary file object or pyarrow NativeFile
     format: str  # "csv" | "parquet"
     compression: str | None = None  # "gzip" for .gz
+    header_opener: Callable[[], object] | None = None  # cheaper opener for the first line
 
-    def _stream(self):
-        handle = self.opener()
+    def _stream(self, for_header: bool = False):
+        handle = (self.header_opener if for_header and self.header_opener else self.opener)()
         if not isinstance(handle, pa.NativeFile):
             handle = pa.PythonFile(handle, mode="r")
         if self.compression:
@@ -66,7 +67,7 @@ class Source:
             with self._stream() as stream:
                 return list(pq.ParquetFile(stream).schema_arrow.names)
         try:
-            with self._stream() as stream:
+            with self._stream(for_header=True) as stream:
                 first = _read_first_line(stream)
         except OSError as exc:
             raise DataError(f"cannot read {self.name}: {exc}") from exc
@@ -164,7 +165,7 @@ def _prefetched(iterator: Iterator, depth: int = 1) -> Iterator:
                     return
                 items.put(item)
             items.put(done)
-        except BaseException as exc:  # handed to the consumer
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             items.put(exc)
 
     thread = threading.Thread(target=produce, daemon=True)
@@ -278,6 +279,8 @@ def gcs_sources(uri: str, client=None) -> list[Source]:
                 lambda b=blob: b.open("rb", chunk_size=8 << 20, raw_download=True),
                 fmt,
                 compression,
+                header_opener=lambda b=blob: b.open("rb", chunk_size=256 << 10,
+                                                    raw_download=True),
             )
         )
     return sources

@@ -271,7 +271,7 @@ def test_parquet_and_gzip_local_sources(tmp_path):
 def test_records_are_plain_tf_examples(prepared_penguins):
     import tensorflow as tf
 
-    dataset_dir, result = prepared_penguins
+    dataset_dir, _ = prepared_penguins
     files = records.split_files(dataset_dir, "train")
     raw = next(iter(tf.data.TFRecordDataset(files, compression_type="GZIP")))
     example = tf.train.Example.FromString(raw.numpy())
