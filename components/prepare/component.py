@@ -1,7 +1,7 @@
 """KFP shell of the data-preparation step."""
 
 from kfp import dsl
-from kfp.dsl import Artifact, Dataset, Output
+from kfp.dsl import Artifact, Dataset, Markdown, Output
 
 from components.images import CPU_IMAGE
 
@@ -12,30 +12,58 @@ def prepare_data(
     label_column: str,
     dataset: Output[Dataset],
     schema: Output[Artifact],
+    report: Output[Markdown],
+    rejected: Output[Dataset],
     train_ratio: float = 0.7,
     eval_ratio: float = 0.15,
     test_ratio: float = 0.15,
     max_rejected_fraction: float = 0.1,
+    key_column: str = "",
+    expected_schema_uri: str = "",
+    max_missing_fraction: float = 1.0,
+    reject_unseen_categories: bool = False,
+    bq_query: str = "",
+    bq_filter: str = "",
+    rows_per_shard: int = 250000,
 ):
-    """Reads a CSV, infers its schema and splits it deterministically into train/eval/test.
+    """Streams tabular data into validated, deterministic train/eval/test TFRecord splits.
 
-    Rows that cannot be parsed or have no label are kept aside in rejected.csv with
-    their reason, never dropped silently.
+    Rows that cannot be parsed or fail validation are kept aside in the rejected output
+    with their reason, never dropped silently: rows read = train + eval + test + rejected.
 
     Args:
-        data_uri: CSV file to read; embedded://penguins is the bundled Palmer Penguins data.
+        data_uri: Local path or glob, gs://bucket/path (globs allowed), bq://project.dataset.table,
+            or embedded://penguins (bundled data). CSV (optionally .gz) or Parquet.
         label_column: Column holding the class to predict.
-        dataset: Directory with train.csv, eval.csv, test.csv, rejected.csv and schema.json.
-        schema: schema.json: each column's type (numeric/categorical), role and vocabulary.
+        dataset: train/, eval/, test/ (GZIP TFRecord shards of column blocks), schema.json,
+            stats.json, rejected.csv and report.md.
+        schema: schema.json: each column's type, role, vocabulary and nullability.
+        report: Data report: row counts, problems found, per-column statistics.
+        rejected: CSV of the rejected rows: source, reason, row text.
         train_ratio: Fraction of rows for training.
         eval_ratio: Fraction of rows for validation during training.
         test_ratio: Fraction of rows held out for evaluation.
         max_rejected_fraction: Fail when more than this fraction of rows is rejected.
+        key_column: Split by a stable hash of this column; empty: hash of the whole row.
+        expected_schema_uri: A previous schema.json or a YAML schema to validate against
+            (local path or gs://); empty: infer the schema.
+        max_missing_fraction: Fail when a feature column misses more than this fraction.
+        reject_unseen_categories: Reject rows with categories outside the expected schema.
+        bq_query: For bq:// sources: a SQL query to read instead of the whole table.
+        bq_filter: For bq:// sources: a SQL row filter (WHERE clause) on the table.
+        rows_per_shard: Rows per TFRecord shard file.
     """
     import shutil
     from pathlib import Path
 
-    from components.prepare.logic import SCHEMA_FILE, SplitRatios, prepare
+    from components.prepare.logic import (
+        REJECTED_FILE,
+        REPORT_FILE,
+        SCHEMA_FILE,
+        SplitRatios,
+        fetch_schema,
+        prepare,
+    )
 
     result = prepare(
         source=data_uri,
@@ -43,15 +71,29 @@ def prepare_data(
         label_column=label_column,
         ratios=SplitRatios(train_ratio, eval_ratio, test_ratio),
         max_rejected_fraction=max_rejected_fraction,
+        key_column=key_column,
+        expected_schema=fetch_schema(expected_schema_uri) if expected_schema_uri else None,
+        max_missing_fraction=max_missing_fraction,
+        reject_unseen_categories=reject_unseen_categories,
+        bq_query=bq_query,
+        bq_filter=bq_filter,
+        rows_per_shard=rows_per_shard,
     )
-    Path(schema.path).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(Path(dataset.path) / SCHEMA_FILE, schema.path)
+    for artifact, name in ((schema, SCHEMA_FILE), (report, REPORT_FILE),
+                           (rejected, REJECTED_FILE)):
+        Path(artifact.path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(dataset.path) / name, artifact.path)
     dataset.metadata.update(
         {
             "rows_read": result.rows_read,
             "rejected_rows": result.rejected_rows,
             **{f"{name}_rows": count for name, count in result.split_rows.items()},
+            **{f"{name}_shards": count for name, count in result.shards.items()},
+            "format": "tfrecord-gzip-column-blocks",
         }
+    )
+    rejected.metadata.update(
+        {"rows": result.rejected_rows, "reasons": dict(result.rejected_reasons)}
     )
     schema.metadata.update(
         {
@@ -62,3 +104,5 @@ def prepare_data(
     )
     print(f"rows read {result.rows_read}: {result.split_rows}, rejected {result.rejected_rows}"
           f" {result.rejected_reasons}")
+    for problem in result.problems:
+        print(f"problem: {problem}")

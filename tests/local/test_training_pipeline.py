@@ -38,6 +38,10 @@ def test_pipeline_blesses_a_model_better_than_the_champion_and_registers_it(
     assert dataset["rows_read"] == 344
     assert dataset["train_rows"] + dataset["eval_rows"] + dataset["test_rows"] + \
         dataset["rejected_rows"] == 344
+    assert dataset["train_shards"] >= 1
+    assert result.output_dir("prepare-data", "report").read_text().startswith("# Data report")
+    assert result.artifact_metadata("prepare-data", "rejected")["rows"] == \
+        dataset["rejected_rows"]
 
     train_metrics = result.artifact_metadata("train-model", "metrics")
     assert {"train_loss", "train_accuracy", "eval_loss", "eval_accuracy"} <= set(train_metrics)

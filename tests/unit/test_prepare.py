@@ -30,7 +30,7 @@ def test_penguins_schema_and_counts(prepared_penguins):
     assert result.rows_read == 344
     assert sum(result.split_rows.values()) + result.rejected_rows == result.rows_read
     for split in ("train", "eval", "test"):
-        assert (dataset_dir / f"{split}.csv").exists()
+        assert list((dataset_dir / split).glob("part-*.tfrecord.gz"))
     assert Schema.load(dataset_dir) == schema
 
 

@@ -1,0 +1,303 @@
+"""Data sources by URI, read as streams of Arrow record batches (memory bounded by a batch).
+
+- local files, ``file://`` paths and globs (``data/*.csv``, ``data/**/*.csv.gz``);
+- ``gs://bucket/path`` and ``gs://bucket/prefix/*.csv`` through google-cloud-storage,
+  streamed in chunks (``Blob.open``), never downloaded whole;
+- CSV (optionally gzip-compressed, ``.gz``) and Parquet (``.parquet``/``.pq``);
+- ``bq://project.dataset.table`` through google-cloud-bigquery, with an optional SQL query
+  or row filter (see :mod:`components.prepare.bigquery`);
+- ``embedded://penguins``, the bundled Palmer Penguins CSV.
+
+Every source yields batches through :meth:`Source.batches`; CSV rows that cannot be parsed
+(ragged rows, broken quoting) are handed to a callback with their text and reason, never
+dropped.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob as globlib
+import os
+import queue
+import re
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+EMBEDDED_PENGUINS = "embedded://penguins"
+NULL_VALUES = ["", "NA", "N/A", "NaN", "nan", "null", "NULL", "None", "?"]
+CSV_BLOCK_BYTES = 2 << 20
+PARQUET_BATCH_ROWS = 65536
+
+
+class DataError(ValueError):
+    """The input data cannot be prepared; the message names the problem."""
+
+
+#: (source name, raw row text, reason) for a row that could not be parsed.
+RejectRow = Callable[[str, str, str], None]
+
+
+@dataclass
+class Source:
+    """One input file, local or in Cloud Storage, CSV or Parquet."""
+
+    name: str  # as shown in messages: the path or gs:// URI
+    opener: Callable[[], object]  # -> binary file object or pyarrow NativeFile
+    format: str  # "csv" | "parquet"
+    compression: str | None = None  # "gzip" for .gz
+    header_opener: Callable[[], object] | None = None  # cheaper opener for the first line
+
+    def _stream(self, for_header: bool = False):
+        handle = (self.header_opener if for_header and self.header_opener else self.opener)()
+        if not isinstance(handle, pa.NativeFile):
+            handle = pa.PythonFile(handle, mode="r")
+        if self.compression:
+            handle = pa.CompressedInputStream(handle, self.compression)
+        return handle
+
+    def header(self) -> list[str]:
+        """The column names (a CSV's first row); DataError if the file is empty."""
+        if self.format == "parquet":
+            with self._stream() as stream:
+                return list(pq.ParquetFile(stream).schema_arrow.names)
+        try:
+            with self._stream(for_header=True) as stream:
+                first = _read_first_line(stream)
+        except OSError as exc:
+            raise DataError(f"cannot read {self.name}: {exc}") from exc
+        if first is None or not first.strip():
+            raise DataError(f"data file is empty (no header row): {self.name}")
+        try:
+            text = first.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataError(f"the header row of {self.name} is not valid UTF-8: {exc}") from exc
+        import csv
+
+        names = next(csv.reader([text]))
+        duplicates = sorted({h for h in names if names.count(h) > 1})
+        if duplicates:
+            raise DataError(f"duplicate column names in {self.name}: {', '.join(duplicates)}")
+        if not any(n.strip() for n in names):
+            raise DataError(f"data file has an empty header row: {self.name}")
+        return names
+
+    def batches(self, reject: RejectRow, prefetch: bool = True) -> Iterator[pa.RecordBatch]:
+        """The file's rows as record batches; CSV cells as strings (nulls for missing)."""
+        iterator = self._csv_batches(reject) if self.format == "csv" else self._parquet_batches()
+        return _prefetched(iterator) if prefetch else iterator
+
+    def _parquet_batches(self) -> Iterator[pa.RecordBatch]:
+        with self._stream() as stream:
+            try:
+                parquet = pq.ParquetFile(stream)
+            except (pa.ArrowInvalid, OSError) as exc:
+                raise DataError(f"cannot read Parquet file {self.name}: {exc}") from exc
+            yield from parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS)
+
+    def _csv_batches(self, reject: RejectRow) -> Iterator[pa.RecordBatch]:
+        names = self.header()
+
+        def keep_aside(row: pacsv.InvalidRow) -> str:
+            reject(
+                self.name, row.text,
+                f"expected {row.expected_columns} columns, got {row.actual_columns}",
+            )
+            return "skip"
+
+        with self._stream() as stream:
+            try:
+                reader = pacsv.open_csv(
+                    stream,
+                    read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+                    parse_options=pacsv.ParseOptions(invalid_row_handler=keep_aside),
+                    convert_options=pacsv.ConvertOptions(
+                        column_types={name: pa.string() for name in names},
+                        null_values=NULL_VALUES,
+                        strings_can_be_null=True,
+                        check_utf8=False,  # checked per column, bad rows quarantined
+                    ),
+                )
+            except (pa.ArrowInvalid, OSError) as exc:
+                if "Empty CSV file" in str(exc):
+                    return
+                raise DataError(f"cannot read CSV {self.name}: {exc}") from exc
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    return
+                except (pa.ArrowInvalid, OSError) as exc:  # OSError: e.g. corrupt gzip
+                    raise DataError(f"cannot read CSV {self.name}: {exc}") from exc
+                yield batch
+
+
+def _read_first_line(stream) -> bytes | None:
+    chunks = []
+    while True:
+        chunk = stream.read(65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        if b"\n" in chunk:
+            break
+    data = b"".join(chunks)
+    if not data:
+        return None
+    return data.split(b"\n", 1)[0].rstrip(b"\r")
+
+
+def _prefetched(iterator: Iterator, depth: int = 1) -> Iterator:
+    """Read ahead in a thread: Arrow parses the next block while this one is processed."""
+    items: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in iterator:
+                if stop.is_set():
+                    return
+                items.put(item)
+            items.put(done)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            items.put(exc)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = items.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():
+            try:
+                items.get_nowait()
+            except queue.Empty:
+                thread.join(0.05)
+
+
+def _format_of(name: str) -> tuple[str, str | None]:
+    lower = name.lower()
+    compression = "gzip" if lower.endswith(".gz") else None
+    if compression:
+        lower = lower[: -len(".gz")]
+    if lower.endswith((".parquet", ".pq")):
+        if compression:
+            raise DataError(f"gzip-compressed Parquet is not supported: {name}")
+        return "parquet", None
+    return "csv", compression
+
+
+def _has_wildcard(text: str) -> bool:
+    return any(ch in text for ch in "*?[")
+
+
+def local_sources(pattern: str) -> list[Source]:
+    if _has_wildcard(pattern):
+        paths = sorted(Path(p) for p in globlib.glob(pattern, recursive=True))
+        paths = [p for p in paths if p.is_file()]
+        if not paths:
+            raise DataError(f"no files match {pattern!r}")
+    else:
+        path = Path(pattern)
+        if not path.exists():
+            raise DataError(f"data file not found: {path}")
+        if path.is_dir():
+            paths = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+            if not paths:
+                raise DataError(f"data directory is empty: {path}")
+        else:
+            paths = [path]
+    sources = []
+    for path in paths:
+        fmt, compression = _format_of(path.name)
+        sources.append(
+            Source(str(path), lambda p=path: pa.OSFile(str(p), "rb"), fmt, compression)
+        )
+    return sources
+
+
+_GS = re.compile(r"^gs://(?P<bucket>[^/]+)/?(?P<path>.*)$")
+
+
+def gcs_client():
+    """A Cloud Storage client: credentials from the environment; with
+    ``STORAGE_EMULATOR_HOST`` set (an emulator), anonymous."""
+    from google.cloud import storage
+
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        from google.auth.credentials import AnonymousCredentials
+
+        return storage.Client(
+            project=os.environ.get("GOOGLE_CLOUD_PROJECT", "local"),
+            credentials=AnonymousCredentials(),
+        )
+    return storage.Client()
+
+
+def gcs_sources(uri: str, client=None) -> list[Source]:
+    match = _GS.match(uri)
+    if not match or not match["bucket"]:
+        raise DataError(f"malformed Cloud Storage URI {uri!r}; expected gs://bucket/path")
+    client = client or gcs_client()
+    bucket = client.bucket(match["bucket"])
+    path = match["path"]
+    if _has_wildcard(path):
+        prefix = re.split(r"[*?\[]", path, maxsplit=1)[0]
+        blobs = [
+            b for b in client.list_blobs(bucket, prefix=prefix)
+            if fnmatch.fnmatchcase(b.name, path) and not b.name.endswith("/")
+        ]
+    else:
+        blob = bucket.get_blob(path) if path else None
+        if blob is not None:
+            blobs = [blob]
+        else:  # a "directory": every object under it
+            prefix = path.rstrip("/") + "/" if path else ""
+            blobs = [b for b in client.list_blobs(bucket, prefix=prefix)
+                     if not b.name.endswith("/")]
+    if not blobs:
+        raise DataError(f"no objects match {uri!r}")
+    sources = []
+    for blob in sorted(blobs, key=lambda b: b.name):
+        fmt, compression = _format_of(blob.name)
+        sources.append(
+            Source(
+                f"gs://{bucket.name}/{blob.name}",
+                # Blob.open streams in chunks; raw bytes (no transcoding of .gz objects)
+                lambda b=blob: b.open("rb", chunk_size=8 << 20, raw_download=True),
+                fmt,
+                compression,
+                header_opener=lambda b=blob: b.open("rb", chunk_size=256 << 10,
+                                                    raw_download=True),
+            )
+        )
+    return sources
+
+
+def resolve_sources(uri: str) -> list[Source]:
+    """The input files a data URI names (not for ``bq://``, see the bigquery module)."""
+    if uri == EMBEDDED_PENGUINS:
+        import palmerpenguins
+
+        return local_sources(str(Path(palmerpenguins.__file__).parent / "data" / "penguins.csv"))
+    if uri.startswith("gs://"):
+        return gcs_sources(uri)
+    if "://" in uri and not uri.startswith("file://"):
+        scheme = uri.split("://", 1)[0]
+        raise DataError(
+            f"unsupported data URI scheme {scheme!r} in {uri!r}; use a local path or glob, "
+            f"gs://bucket/path, bq://project.dataset.table or {EMBEDDED_PENGUINS}"
+        )
+    return local_sources(uri.removeprefix("file://"))
