@@ -9,7 +9,6 @@ metric. Everything it found is in the returned :class:`Evaluation`.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import operator
@@ -33,7 +32,7 @@ from components.evaluate.metrics import (
     metric_key,
     positive_class_roc,
 )
-from components.prepare.logic import REJECTED_FILE, SPLITS, Schema, load_split
+from components.prepare.logic import Schema, load_split
 from components.train.logic import ExportedModel, encode_labels, to_model_inputs
 
 #: Slice columns chosen automatically (``slice_columns=""``) have at most this many values.
@@ -470,12 +469,14 @@ class Evaluation:
 
 def data_summary(dataset_dir: Path, schema: Schema, test: pd.DataFrame) -> dict[str, Any]:
     """Rows per split, the features and the class distribution of the test split."""
-    rows = {}
-    for split in (*SPLITS, REJECTED_FILE.removesuffix(".csv")):
-        path = Path(dataset_dir) / f"{split}.csv"
-        if path.exists():
-            with path.open(encoding="utf-8", newline="") as handle:
-                rows[split] = max(0, sum(1 for _ in csv.reader(handle)) - 1)
+    rows: dict[str, int] = {}
+    stats_path = Path(dataset_dir) / "stats.json"
+    if stats_path.exists():  # what prepare_data counted
+        recorded = json.loads(stats_path.read_text(encoding="utf-8"))
+        rows = {split: int(n) for split, n in recorded.get("split_rows", {}).items()}
+        rows["rejected"] = int(recorded.get("rejected_rows", 0))
+    else:
+        rows["test"] = len(test)
     counts = test[schema.label].astype(str).value_counts()
     return {
         "label": schema.label,
@@ -500,7 +501,7 @@ def evaluate(
     regression_tolerance: float = 0.0,
     thresholds: str = "",
 ) -> Evaluation:
-    """Score ``model_dir`` (and the registry's champion) on ``test.csv``, and decide.
+    """Score ``model_dir`` (and the registry's champion) on the test split, and decide.
 
     Without ``registry_uri`` and ``model_name`` no champion is looked up.
     """

@@ -50,7 +50,7 @@ class TrainParams:
     jit_compile: str = "auto"
     require_gpu: bool = False
     user_module: str = ""
-    cache_dataset: bool = True
+    cache_dataset: str = "auto"
     checkpoint_every_epochs: int = 1
     checkpoint_every_steps: int = 0
 
@@ -76,6 +76,8 @@ class TrainParams:
             raise ValueError(f"jit_compile must be auto, on or off; got {self.jit_compile!r}")
         if self.early_stopping_patience < 0:
             raise ValueError("early_stopping_patience must be >= 0 (0 disables it)")
+        if self.cache_dataset not in ("auto", "on", "off"):
+            raise ValueError(f"cache_dataset must be auto, on or off; got {self.cache_dataset!r}")
         if self.checkpoint_every_epochs < 0 or self.checkpoint_every_steps < 0:
             raise ValueError("checkpoint frequencies must be >= 0")
 
@@ -158,6 +160,66 @@ def make_dataset(inputs: dict[str, np.ndarray], labels: np.ndarray, batch_size: 
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
+def split_rows(dataset_dir: Path) -> dict[str, int]:
+    """Rows per split, as prepare_data recorded them in ``stats.json``."""
+    path = Path(dataset_dir) / "stats.json"
+    if not path.exists():
+        raise FileNotFoundError(f"no stats.json in {dataset_dir}; was it written by prepare_data?")
+    return {k: int(v) for k, v in json.loads(path.read_text())["split_rows"].items()}
+
+
+#: ``cache_dataset="auto"`` keeps preprocessed splits in memory up to this many bytes, or a
+#: quarter of the machine's memory if that is less.
+CACHE_BUDGET_BYTES = 2 * 2**30
+
+
+def should_cache(setting: str, rows: int, input_dim: int) -> bool:
+    """Cache the preprocessed train/eval batches when asked, or (``auto``) when they fit."""
+    if setting != "auto":
+        return setting == "on"
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = 4 * CACHE_BUDGET_BYTES
+    return rows * (input_dim + 1) * 4 <= min(CACHE_BUDGET_BYTES, memory // 4)
+
+
+def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size: int,
+                       preprocessor, seed: int | None = None, shuffle: bool = False,
+                       cache: bool = False):
+    """Batches ``(dense features, label index)`` streamed from a prepared split's shards.
+
+    Reads the TFRecord column blocks in parallel (shards interleaved, blocks parsed in
+    parallel, shuffled by a seed when ``shuffle``), then preprocesses whole batches and
+    prefetches. ``cache`` keeps the preprocessed batches in memory after the first epoch
+    (for splits that fit; later epochs then see the same batches in a shuffled order).
+    """
+    import tensorflow as tf
+
+    from components.prepare.records import make_tf_dataset
+
+    names = input_names(schema)
+    labels = tf.keras.layers.StringLookup(vocabulary=schema.label_vocabulary,
+                                          num_oov_indices=0, dtype="string")
+    columns = [c.name for c in schema.features] + [schema.label]
+    dataset = make_tf_dataset(dataset_dir, split, schema, batch_size,
+                              shuffle_seed=seed if shuffle else None, columns=columns)
+
+    def to_model(batch):
+        features = {names[c.name]: batch[c.name] for c in schema.features}
+        return preprocessor(features), labels(batch[schema.label])
+
+    dataset = dataset.map(to_model, num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=seed is not None)
+    if cache:
+        dataset = dataset.cache()
+        if shuffle:
+            dataset = dataset.shuffle(64, seed=seed, reshuffle_each_iteration=True)
+    options = tf.data.Options()
+    options.deterministic = seed is not None
+    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
 class _Throughput:
     """Examples per second of each epoch, for the metrics."""
 
@@ -217,7 +279,13 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
 
     from components.train import devices as dev
     from components.train.checkpoint import Preempted, load_state, make_checkpoint
-    from components.train.models import build_builtin, build_preprocessor, build_user_model
+    from components.train.models import (
+        build_builtin,
+        build_preprocessor,
+        build_user_model,
+        feature_stats_from_arrays,
+        feature_stats_from_prepared,
+    )
 
     found = dev.detect()
     dev.require_gpu(found, params.require_gpu)
@@ -230,26 +298,29 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
           f"precision={precision}; jit_compile={jit}")
 
     keras.utils.set_random_seed(params.seed)
-    train_frame = load_split(dataset_dir, "train", schema)
-    eval_frame = load_split(dataset_dir, "eval", schema)
-    if train_frame.empty:
+    rows = split_rows(dataset_dir)
+    if not rows.get("train"):
         raise ValueError(f"the train split in {dataset_dir} has no rows")
-    train_inputs = to_model_inputs(train_frame, schema)
-    train_labels = encode_labels(train_frame, schema)
     names = input_names(schema)
-    preprocessor = build_preprocessor(schema, train_inputs, names)
+    stats = feature_stats_from_prepared(schema, dataset_dir)
+    if stats is None:  # no statistics recorded: fit on the train split itself
+        train_frame = load_split(dataset_dir, "train", schema)
+        stats = feature_stats_from_arrays(schema, to_model_inputs(train_frame, schema), names)
+    preprocessor = build_preprocessor(schema, stats, names)
     input_dim = int(preprocessor.outputs[0].shape[-1])
     num_classes = len(schema.label_vocabulary)
 
     global_batch = params.batch_size * replicas
     learning_rate = params.learning_rate * (replicas if params.scale_learning_rate else 1)
-    train_ds = make_dataset(train_inputs, train_labels, global_batch, preprocessor,
-                            seed=params.seed, shuffle=True, cache=params.cache_dataset)
+    cache = should_cache(params.cache_dataset, rows["train"] + rows.get("eval", 0), input_dim)
+    print(f"input pipeline: {rows['train']} train rows streamed from TFRecord shards; "
+          f"preprocessed batches cached in memory: {cache}")
+    train_ds = make_split_dataset(dataset_dir, "train", schema, global_batch, preprocessor,
+                                  seed=params.seed, shuffle=True, cache=cache)
     eval_ds = None
-    if not eval_frame.empty:
-        eval_ds = make_dataset(to_model_inputs(eval_frame, schema),
-                               encode_labels(eval_frame, schema), global_batch, preprocessor,
-                               seed=params.seed, cache=params.cache_dataset)
+    if rows.get("eval"):
+        eval_ds = make_split_dataset(dataset_dir, "eval", schema, global_batch, preprocessor,
+                                     seed=params.seed, cache=cache)
 
     state = load_state(checkpoint_dir) if checkpoint_dir else None
     keras.mixed_precision.set_dtype_policy(precision)
@@ -283,7 +354,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         patience=params.early_stopping_patience if eval_ds is not None else 0,
         monitor="val_loss" if eval_ds is not None else "loss",
     )
-    throughput = _Throughput(len(train_labels))
+    throughput = _Throughput(rows["train"])
     callbacks = [checkpoint, throughput]
     if tensorboard_dir is not None:
         callbacks.append(keras.callbacks.TensorBoard(log_dir=str(tensorboard_dir)))
@@ -354,7 +425,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         history=history,
         epochs_run=len(history.get("loss", [])),
         examples_per_s=(sum(rates) / len(rates)) if rates else
-        len(train_labels) * max(1, params.epochs - initial_epoch) / max(elapsed, 1e-9),
+        rows["train"] * max(1, params.epochs - initial_epoch) / max(elapsed, 1e-9),
         features=[c.name for c in schema.features],
         best_epoch=best_epoch,
         resumed_from_epoch=initial_epoch,

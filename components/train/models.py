@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,12 +27,61 @@ import numpy as np
 from components.prepare.logic import Schema
 
 MODEL_TYPES = ("mlp", "wide_deep")
-MAX_CATEGORIES = 200
+#: Categories one-hot encoded per column when fitting on arrays (prepare_data keeps up to
+#: 1000 in the schema).
+MAX_CATEGORIES = 1000
 
 
-def build_preprocessor(schema: Schema, train_inputs: dict[str, np.ndarray],
-                       input_names: dict[str, str]):
-    """Raw feature dict -> dense float32 vector, adapted on the train split."""
+@dataclass(frozen=True)
+class FeatureStats:
+    """What the preprocessor is fitted on: numeric means/stds and categorical vocabularies."""
+
+    numeric: dict[str, tuple[float, float]]  # column -> (mean, std) over the train split
+    vocabularies: dict[str, list[str]]  # column -> known values
+
+
+def feature_stats_from_arrays(schema: Schema, train_inputs: dict[str, np.ndarray],
+                              input_names: dict[str, str]) -> FeatureStats:
+    """Fit on raw arrays (keyed by input name) of the train split."""
+    numeric, vocabularies = {}, {}
+    for column in schema.features:
+        values = train_inputs[input_names[column.name]]
+        if column.type == "numeric":
+            present = values[~np.isnan(values)]
+            numeric[column.name] = ((float(present.mean()), float(present.std()))
+                                    if present.size else (0.0, 1.0))
+        else:
+            observed, counts = np.unique(values[values != ""].astype(str), return_counts=True)
+            top = observed[np.argsort(-counts, kind="stable")][:MAX_CATEGORIES]
+            vocabularies[column.name] = sorted(top.tolist())
+    return FeatureStats(numeric, vocabularies)
+
+
+def feature_stats_from_prepared(schema: Schema, dataset_dir: Path) -> FeatureStats | None:
+    """Fit on what prepare_data recorded: ``stats.json`` (train split) and the schema.
+
+    None when the dataset has no statistics for the train split.
+    """
+    import json
+
+    path = Path(dataset_dir) / "stats.json"
+    if not path.exists():
+        return None
+    train = json.loads(path.read_text()).get("splits", {}).get("train", {}).get("columns", {})
+    numeric, vocabularies = {}, {}
+    for column in schema.features:
+        stats = train.get(column.name, {})
+        if column.type == "numeric":
+            if "mean" not in stats:
+                return None
+            numeric[column.name] = (float(stats["mean"]), float(stats.get("std") or 1.0))
+        else:
+            vocabularies[column.name] = list(column.vocabulary)
+    return FeatureStats(numeric, vocabularies)
+
+
+def build_preprocessor(schema: Schema, stats: FeatureStats, input_names: dict[str, str]):
+    """Raw feature dict -> dense float32 vector, fitted on the train split's statistics."""
     import keras
     import tensorflow as tf
 
@@ -54,19 +104,14 @@ def build_preprocessor(schema: Schema, train_inputs: dict[str, np.ndarray],
     inputs, encoded = {}, []
     for column in schema.features:
         name = input_names[column.name]
-        values = train_inputs[name]
         if column.type == "numeric":
             inp = keras.Input(shape=(), dtype="float32", name=name)
-            present = values[~np.isnan(values)]
-            mean = float(present.mean()) if present.size else 0.0
-            std = float(present.std()) if present.size else 1.0
+            mean, std = stats.numeric[column.name]
             encoded.append(ImputeNormalize(mean, std, name=f"{name}_norm")(inp))
         else:
             inp = keras.Input(shape=(), dtype="string", name=name)
-            observed, counts = np.unique(values[values != ""].astype(str), return_counts=True)
-            top = observed[np.argsort(-counts, kind="stable")][:MAX_CATEGORIES]
             lookup = keras.layers.StringLookup(
-                vocabulary=sorted(top.tolist()) or ["<none>"],
+                vocabulary=stats.vocabularies[column.name] or ["<none>"],
                 num_oov_indices=1,
                 output_mode="one_hot",
                 dtype="float32",

@@ -82,3 +82,42 @@ def test_bad_hyperparameters_are_rejected(field, value):
 def test_missing_model_dir_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no SavedModel"):
         ExportedModel(tmp_path)
+
+
+def test_cache_auto_keeps_small_splits_and_streams_large_ones():
+    from components.train.logic import CACHE_BUDGET_BYTES, should_cache
+
+    assert should_cache("auto", rows=100_000, input_dim=50)
+    too_many_rows = CACHE_BUDGET_BYTES // (51 * 4) + 1
+    assert not should_cache("auto", rows=too_many_rows, input_dim=50)
+    assert should_cache("on", rows=too_many_rows, input_dim=50)
+    assert not should_cache("off", rows=10, input_dim=5)
+    with pytest.raises(ValueError, match="cache_dataset"):
+        TrainParams(cache_dataset="sometimes")
+
+
+def test_training_streams_the_prepared_shards(prepared_penguins, tmp_path):
+    """The train split is read from its TFRecord shards, not from a table in memory."""
+    from components.train.logic import make_split_dataset
+    from components.train.models import build_preprocessor, feature_stats_from_prepared
+
+    dataset_dir, prepared = prepared_penguins
+    schema = prepared.schema
+    stats = feature_stats_from_prepared(schema, dataset_dir)
+    assert stats is not None and set(stats.numeric) == {
+        c.name for c in schema.features if c.type == "numeric"}
+    preprocessor = build_preprocessor(schema, stats, input_names(schema))
+    dataset = make_split_dataset(dataset_dir, "train", schema, 64, preprocessor, seed=1,
+                                 shuffle=True)
+    rows, labels = 0, set()
+    for features, label in dataset:
+        assert features.shape[1] == preprocessor.outputs[0].shape[-1]
+        assert np.isfinite(features.numpy()).all()
+        rows += int(features.shape[0])
+        labels.update(label.numpy().tolist())
+    assert rows == prepared.split_rows["train"]
+    assert labels == {0, 1, 2}
+    first = [lab.numpy().tolist() for _, lab in dataset.take(2)]
+    again = [lab.numpy().tolist() for _, lab in make_split_dataset(
+        dataset_dir, "train", schema, 64, preprocessor, seed=1, shuffle=True).take(2)]
+    assert first == again, "a seed gives the same order"
