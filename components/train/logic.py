@@ -186,7 +186,7 @@ def should_cache(setting: str, rows: int, input_dim: int) -> bool:
 
 def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size: int,
                        preprocessor, seed: int | None = None, shuffle: bool = False,
-                       cache: bool = False):
+                       cache: bool = False, drop_remainder: bool = False):
     """Batches ``(dense features, label index)`` streamed from a prepared split's shards.
 
     Reads the TFRecord column blocks in parallel (shards interleaved, blocks parsed in
@@ -203,7 +203,8 @@ def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size
                                           num_oov_indices=0, dtype="string")
     columns = [c.name for c in schema.features] + [schema.label]
     dataset = make_tf_dataset(dataset_dir, split, schema, batch_size,
-                              shuffle_seed=seed if shuffle else None, columns=columns)
+                              shuffle_seed=seed if shuffle else None, columns=columns,
+                              drop_remainder=drop_remainder)
 
     def to_model(batch):
         features = {names[c.name]: batch[c.name] for c in schema.features}
@@ -315,8 +316,15 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     cache = should_cache(params.cache_dataset, rows["train"] + rows.get("eval", 0), input_dim)
     print(f"input pipeline: {rows['train']} train rows streamed from TFRecord shards; "
           f"preprocessed batches cached in memory: {cache}")
+    if replicas > 1 and rows["train"] < global_batch:
+        raise ValueError(
+            f"the train split has {rows['train']} rows, fewer than one global batch "
+            f"({params.batch_size} per replica x {replicas} replicas); lower batch_size"
+        )
+    # Several replicas split each batch between them: keep every training batch whole.
     train_ds = make_split_dataset(dataset_dir, "train", schema, global_batch, preprocessor,
-                                  seed=params.seed, shuffle=True, cache=cache)
+                                  seed=params.seed, shuffle=True, cache=cache,
+                                  drop_remainder=replicas > 1)
     eval_ds = None
     if rows.get("eval"):
         eval_ds = make_split_dataset(dataset_dir, "eval", schema, global_batch, preprocessor,
