@@ -159,3 +159,19 @@ def gpu_memory_metrics() -> dict[str, float]:
             continue
         metrics[f"gpu{i}_peak_memory_mib"] = info["peak"] / 2**20
     return metrics
+
+
+def gpu_utilisation() -> float | None:
+    """Mean utilisation (%) of the visible GPUs now, from ``nvidia-smi``; None where absent."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=10, check=False,
+        )
+        values = [float(v) for v in out.stdout.split() if v.strip()]
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+    return sum(values) / len(values) if values else None

@@ -222,22 +222,40 @@ def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size
 
 
 class _Throughput:
-    """Examples per second of each epoch, for the metrics."""
+    """Examples per second of each epoch (and GPU utilisation where visible), for the metrics
+    and, with a log directory, as TensorBoard scalars."""
 
-    def __new__(cls, examples_per_epoch: int):
+    def __new__(cls, examples_per_epoch: int, log_dir: Path | None = None,
+                sample_gpus: bool = False):
         import keras
+        import tensorflow as tf
+
+        from components.train.devices import gpu_utilisation
+
+        writer = tf.summary.create_file_writer(str(log_dir / "throughput")) if log_dir else None
 
         class Throughput(keras.callbacks.Callback):
             def __init__(self):
                 super().__init__()
                 self.rates: list[float] = []
+                self.gpu_utilisation: list[float] = []
 
             def on_epoch_begin(self, epoch, logs=None):
                 self._started = time.perf_counter()
 
             def on_epoch_end(self, epoch, logs=None):
                 elapsed = time.perf_counter() - self._started
-                self.rates.append(examples_per_epoch / max(elapsed, 1e-9))
+                rate = examples_per_epoch / max(elapsed, 1e-9)
+                self.rates.append(rate)
+                utilisation = gpu_utilisation() if sample_gpus else None
+                if utilisation is not None:
+                    self.gpu_utilisation.append(utilisation)
+                if writer is not None:
+                    with writer.as_default():
+                        tf.summary.scalar("examples_per_s", rate, step=epoch)
+                        if utilisation is not None:
+                            tf.summary.scalar("gpu_utilisation_pct", utilisation, step=epoch)
+                    writer.flush()
 
         return Throughput()
 
@@ -362,7 +380,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         patience=params.early_stopping_patience if eval_ds is not None else 0,
         monitor="val_loss" if eval_ds is not None else "loss",
     )
-    throughput = _Throughput(rows["train"])
+    throughput = _Throughput(rows["train"], tensorboard_dir, sample_gpus=bool(found.gpus))
     callbacks = [checkpoint, throughput]
     if tensorboard_dir is not None:
         callbacks.append(keras.callbacks.TensorBoard(log_dir=str(tensorboard_dir)))
@@ -395,6 +413,9 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         metrics["eval_loss"] = final["val_loss"]
         metrics["eval_accuracy"] = final["val_accuracy"]
     metrics.update(dev.gpu_memory_metrics())
+    if throughput.gpu_utilisation:
+        metrics["gpu_utilisation_pct"] = sum(throughput.gpu_utilisation) / len(
+            throughput.gpu_utilisation)
 
     metadata = {
         "framework": "tensorflow",

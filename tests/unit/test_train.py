@@ -121,3 +121,23 @@ def test_training_streams_the_prepared_shards(prepared_penguins, tmp_path):
     again = [lab.numpy().tolist() for _, lab in make_split_dataset(
         dataset_dir, "train", schema, 64, preprocessor, seed=1, shuffle=True).take(2)]
     assert first == again, "a seed gives the same order"
+
+
+def test_tensorboard_logs_carry_epoch_throughput(prepared_penguins, tmp_path):
+    import tensorflow as tf
+
+    from components.train.logic import train
+
+    dataset_dir, prepared = prepared_penguins
+    result = train(dataset_dir, prepared.schema, tmp_path / "model",
+                   TrainParams(epochs=2, early_stopping_patience=0),
+                   tensorboard_dir=tmp_path / "tb")
+    events = list((tmp_path / "tb" / "throughput").glob("events.out.tfevents.*"))
+    assert events
+    rates = [value.simple_value if value.HasField("simple_value")
+             else float(tf.make_ndarray(value.tensor))
+             for event in tf.compat.v1.train.summary_iterator(str(events[0]))
+             for value in event.summary.value if value.tag == "examples_per_s"]
+    assert len(rates) == 2 and all(r > 0 for r in rates)
+    assert rates == pytest.approx(result.epoch_examples_per_s, rel=1e-4)
+    assert (tmp_path / "tb" / "train").is_dir()  # Keras' own loss/accuracy curves
