@@ -93,7 +93,7 @@ STEP_DISPLAY_NAMES = {
 def build_training_pipeline(
     target: str = "local", compute: Optional[Mapping[str, ComputeProfile]] = None
 ):
-    """Define ``training_pipeline`` with each step's compute validated and applied for ``target``."""
+    """Define ``training_pipeline``, each step's compute validated and applied for ``target``."""
     profiles = resolve_compute(target, compute)
     if target == "vertex":  # same step, with a google.VertexModel output for Vertex lineage
         from components.register.vertex_component import register_model as register_step
@@ -138,7 +138,8 @@ def build_training_pipeline(
             batch_size: Examples per gradient step.
             learning_rate: Adam learning rate.
             model_type: Built-in model family: mlp or wide_deep.
-            user_module: Your own model: a module with build_model(schema, hparams); empty = built-in.
+            user_module: Your own model: a module with build_model(schema, hparams);
+                empty = built-in.
             model_name: Name under which the model is registered.
             min_accuracy: Test accuracy required before the model is registered.
             registry_uri: Model registry: sqlite:///<path> (embedded),

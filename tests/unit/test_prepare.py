@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from components.prepare.logic import (
-    DataError,
     EMBEDDED_PENGUINS,
+    DataError,
     Schema,
     SplitRatios,
     assign_splits,
@@ -55,7 +55,8 @@ def test_split_is_deterministic_and_order_independent():
 
 @pytest.mark.parametrize(
     "ratios, message",
-    [((0.8, 0.1, 0.2), "sum to 1"), ((1.0, 0.0, 0.0), "between 0 and 1"), ((0.5, -0.1, 0.6), "between")],
+    [((0.8, 0.1, 0.2), "sum to 1"), ((1.0, 0.0, 0.0), "between 0 and 1"),
+     ((0.5, -0.1, 0.6), "between")],
 )
 def test_bad_ratios_are_rejected(ratios, message):
     with pytest.raises(ValueError, match=message):
