@@ -51,6 +51,18 @@ def workers_in_tf_config(tf_config: str) -> int:
     return sum(len(cluster.get(role, [])) for role in ("chief", "worker")) or 1
 
 
+def is_chief(tf_config: str) -> bool:
+    """Whether this process writes shared outputs: the chief, else worker 0, else alone."""
+    if not tf_config:
+        return True
+    task = json.loads(tf_config).get("task", {})
+    cluster = json.loads(tf_config).get("cluster", {})
+    kind, index = task.get("type", "worker"), int(task.get("index", 0))
+    if "chief" in cluster:
+        return kind == "chief"
+    return kind == "worker" and index == 0
+
+
 def plan_strategy(devices: Devices, tf_config: str = "") -> StrategyPlan:
     """Several workers -> MultiWorkerMirrored; several GPUs (or logical CPUs) -> Mirrored."""
     workers = workers_in_tf_config(tf_config)

@@ -186,13 +186,15 @@ def should_cache(setting: str, rows: int, input_dim: int) -> bool:
 
 def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size: int,
                        preprocessor, seed: int | None = None, shuffle: bool = False,
-                       cache: bool = False, drop_remainder: bool = False):
+                       cache: bool = False, drop_remainder: bool = False, workers: int = 1):
     """Batches ``(dense features, label index)`` streamed from a prepared split's shards.
 
     Reads the TFRecord column blocks in parallel (shards interleaved, blocks parsed in
     parallel, shuffled by a seed when ``shuffle``), then preprocesses whole batches and
     prefetches. ``cache`` keeps the preprocessed batches in memory after the first epoch
     (for splits that fit; later epochs then see the same batches in a shuffled order).
+    With several ``workers`` each reads its own shards when there are enough of them, else
+    every worker reads all and keeps its share of the batches.
     """
     import tensorflow as tf
 
@@ -218,7 +220,82 @@ def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size
             dataset = dataset.shuffle(64, seed=seed, reshuffle_each_iteration=True)
     options = tf.data.Options()
     options.deterministic = seed is not None
+    if workers > 1:
+        from components.prepare.records import split_files
+
+        policy = tf.data.experimental.AutoShardPolicy
+        enough = len(split_files(dataset_dir, split)) >= workers
+        options.experimental_distribute.auto_shard_policy = (
+            policy.FILE if enough else policy.DATA)
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def fit_multi_worker(model, strategy, train_ds, eval_ds, epochs: int, initial_epoch: int,
+                     callbacks: list, global_batch: int) -> None:
+    """``model.fit`` for MultiWorkerMirroredStrategy, as a custom training loop.
+
+    Keras 3's ``fit`` cannot drive MultiWorkerMirroredStrategy (keras-team/keras#20585), so
+    each step runs through ``strategy.run`` here, with the same loss, optimizer and
+    callbacks (checkpoints, early stopping, throughput) as the single-worker path.
+    """
+    import keras
+    import tensorflow as tf
+
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction="none")
+    optimizer = model.optimizer
+    for callback in callbacks:
+        callback.set_model(model)
+
+    def replica_metrics(x, y, training: bool):
+        probabilities = model(x, training=training)
+        per_example = loss_fn(y, probabilities)
+        hits = tf.cast(tf.equal(tf.argmax(probabilities, 1, output_type=tf.int64),
+                                tf.cast(y, tf.int64)), tf.float32)
+        return per_example, hits
+
+    @tf.function
+    def train_step(x, y):
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                per_example, hits = replica_metrics(x, y, True)
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+            gradients = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
+            return tf.reduce_sum(per_example), tf.reduce_sum(hits), tf.cast(tf.size(hits),
+                                                                            tf.float32)
+        totals = strategy.run(step, args=(x, y))
+        return [strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None) for t in totals]
+
+    @tf.function
+    def eval_step(x, y):
+        def step(x, y):
+            per_example, hits = replica_metrics(x, y, False)
+            return tf.reduce_sum(per_example), tf.reduce_sum(hits), tf.cast(tf.size(hits),
+                                                                            tf.float32)
+        totals = strategy.run(step, args=(x, y))
+        return [strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None) for t in totals]
+
+    def run(dataset, step_fn) -> tuple[float, float]:
+        loss = hits = count = 0.0
+        for x, y in strategy.experimental_distribute_dataset(dataset):
+            batch_loss, batch_hits, batch_count = step_fn(x, y)
+            loss, hits, count = loss + float(batch_loss), hits + float(batch_hits), \
+                count + float(batch_count)
+        return loss / max(count, 1.0), hits / max(count, 1.0)
+
+    for epoch in range(initial_epoch, epochs):
+        for callback in callbacks:
+            callback.on_epoch_begin(epoch)
+        loss, accuracy = run(train_ds, train_step)
+        logs = {"loss": loss, "accuracy": accuracy}
+        if eval_ds is not None:
+            logs["val_loss"], logs["val_accuracy"] = run(eval_ds, eval_step)
+        print(f"Epoch {epoch + 1}/{epochs} - " + " - ".join(f"{k}: {v:.4f}"
+                                                            for k, v in logs.items()))
+        for callback in callbacks:
+            callback.on_epoch_end(epoch, logs)
+        if model.stop_training:
+            break
 
 
 class _Throughput:
@@ -306,10 +383,17 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         feature_stats_from_prepared,
     )
 
-    found = dev.detect()
+    tf_config = os.environ.get("TF_CONFIG", "")
+    if dev.workers_in_tf_config(tf_config) > 1:
+        # Collective ops must be configured before anything else touches TensorFlow's runtime.
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        found = dev.detect()
+        plan = dev.plan_strategy(found, tf_config)
+    else:
+        found = dev.detect()
+        plan = dev.plan_strategy(found, tf_config)
+        strategy = dev.make_strategy(plan)
     dev.require_gpu(found, params.require_gpu)
-    plan = dev.plan_strategy(found, os.environ.get("TF_CONFIG", ""))
-    strategy = dev.make_strategy(plan)
     replicas = strategy.num_replicas_in_sync
     precision = dev.choose_precision(params.precision, found)
     jit = dev.choose_jit(params.jit_compile, found)
@@ -342,11 +426,11 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     # Several replicas split each batch between them: keep every training batch whole.
     train_ds = make_split_dataset(dataset_dir, "train", schema, global_batch, preprocessor,
                                   seed=params.seed, shuffle=True, cache=cache,
-                                  drop_remainder=replicas > 1)
+                                  drop_remainder=replicas > 1, workers=plan.workers)
     eval_ds = None
     if rows.get("eval"):
         eval_ds = make_split_dataset(dataset_dir, "eval", schema, global_batch, preprocessor,
-                                     seed=params.seed, cache=cache)
+                                     seed=params.seed, cache=cache, workers=plan.workers)
 
     state = load_state(checkpoint_dir) if checkpoint_dir else None
     keras.mixed_precision.set_dtype_policy(precision)
@@ -372,7 +456,11 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     finally:
         keras.mixed_precision.set_dtype_policy("float32")
 
-    workdir = checkpoint_dir or Path(tempfile.mkdtemp(prefix="gkeflow-train-"))
+    # Every worker of a multi-worker run saves (saving is a collective operation), but only
+    # the chief writes where others look: the rest write to private scratch directories.
+    chief = dev.is_chief(os.environ.get("TF_CONFIG", ""))
+    private = Path(tempfile.mkdtemp(prefix="gkeflow-train-"))
+    workdir = checkpoint_dir if (checkpoint_dir and chief) else private
     checkpoint = make_checkpoint(
         workdir, state,
         every_epochs=params.checkpoint_every_epochs if checkpoint_dir else 0,
@@ -389,9 +477,13 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     started = time.perf_counter()
     try:
         if initial_epoch < params.epochs and not (state and state.stopped_early):
-            classifier.fit(train_ds, validation_data=eval_ds, epochs=params.epochs,
-                           initial_epoch=initial_epoch, callbacks=callbacks, verbose=2,
-                           shuffle=False)
+            if plan.kind == "multi_worker_mirrored":
+                fit_multi_worker(classifier, strategy, train_ds, eval_ds, params.epochs,
+                                 initial_epoch, callbacks, global_batch)
+            else:
+                classifier.fit(train_ds, validation_data=eval_ds, epochs=params.epochs,
+                               initial_epoch=initial_epoch, callbacks=callbacks, verbose=2,
+                               shuffle=False)
     finally:
         if previous_handler is not None:
             signal.signal(signal.SIGTERM, previous_handler)
@@ -442,11 +534,11 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         "precision": precision,
         "metrics": metrics,
     }
-    _export(model_dir, preprocessor, classifier, schema, metadata)
-    if checkpoint_dir:
+    _export(model_dir if chief else private / "model", preprocessor, classifier, schema,
+            metadata)
+    if checkpoint_dir and chief:
         checkpoint.remove()
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
+    shutil.rmtree(private, ignore_errors=True)
 
     rates = throughput.rates
     return TrainResult(

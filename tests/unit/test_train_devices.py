@@ -77,3 +77,18 @@ def test_jit_compile_defaults_on_for_gpus_only():
     assert choose_jit("on", ONE_CPU) is True and choose_jit("off", TWO_GPUS) is False
     with pytest.raises(ValueError):
         choose_jit("maybe", ONE_CPU)
+
+
+def test_only_the_chief_writes_shared_outputs():
+    from components.train.devices import is_chief
+
+    assert is_chief("")
+    workers = json.loads(tf_config(2))
+    assert is_chief(json.dumps(workers))
+    workers["task"]["index"] = 1
+    assert not is_chief(json.dumps(workers))
+    with_chief = {"cluster": {"chief": ["c:1"], "worker": ["w:1"]},
+                  "task": {"type": "worker", "index": 0}}
+    assert not is_chief(json.dumps(with_chief))
+    with_chief["task"] = {"type": "chief", "index": 0}
+    assert is_chief(json.dumps(with_chief))

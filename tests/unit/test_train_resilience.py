@@ -220,3 +220,31 @@ def test_checkpoint_location_is_stable_per_run_and_task(tmp_path):
     assert first != resolve_checkpoint_dir(str(tmp_path), "run-43", "train-model")
     assert resolve_checkpoint_dir("", "run", "t") is None
     assert resolve_checkpoint_dir("s3://x", "run", "t") is None
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_multi_worker_training_over_two_local_workers(prepared_penguins, tmp_path):
+    """Two processes on loopback, as a Vertex AI worker pool would run them with TF_CONFIG."""
+    dataset_dir, _ = prepared_penguins
+    cluster = {"worker": [f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"]}
+    workers = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        setup = f"import os; os.environ['TF_CONFIG'] = {tf_config!r}"
+        workers.append(run_training(
+            dataset_dir, tmp_path / f"model-{index}", tmp_path / "ckpt",
+            {"epochs": 2, "early_stopping_patience": 0, "batch_size": 16}, setup, wait=False))
+    outputs = [w.communicate(timeout=600)[0] for w in workers]
+    for worker, out in zip(workers, outputs, strict=True):
+        assert worker.returncode == 0, out[-3000:]
+    assert parse_result(outputs[0])["strategy"] == "MultiWorkerMirroredStrategy over 2 workers"
+    assert ExportedModel(tmp_path / "model-0").predict_rows([{"island": "Biscoe"}])
+    assert not (tmp_path / "model-1").exists(), "only the chief exports the model"
+    assert not (tmp_path / "ckpt").exists(), "the chief removes its checkpoints after success"
