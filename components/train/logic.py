@@ -9,6 +9,7 @@ and strings ("" for missing).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -480,8 +481,28 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
             if plan.kind == "multi_worker_mirrored":
                 fit_multi_worker(classifier, strategy, train_ds, eval_ds, params.epochs,
                                  initial_epoch, callbacks, global_batch)
+            elif cache:
+                # Keras stops an epoch after the known number of steps, before the end of the
+                # data, which would leave a cache unfinished (and refilled every epoch):
+                # repeat the cached data and say how many steps make an epoch.
+                rounding = math.floor if replicas > 1 else math.ceil
+                classifier.fit(
+                    train_ds.repeat(), validation_data=eval_ds and eval_ds.repeat(),
+                    epochs=params.epochs, initial_epoch=initial_epoch, callbacks=callbacks,
+                    steps_per_epoch=rounding(rows["train"] / global_batch),
+                    validation_steps=math.ceil(rows.get("eval", 0) / global_batch) or None,
+                    verbose=2, shuffle=False)
             else:
-                classifier.fit(train_ds, validation_data=eval_ds, epochs=params.epochs,
+                # The number of batches is known from prepare's counts: telling tf.data lets
+                # Keras size each epoch instead of discovering its end.
+                import tensorflow as tf
+
+                rounding = math.floor if replicas > 1 else math.ceil
+                known = tf.data.experimental.assert_cardinality
+                train_known = train_ds.apply(known(rounding(rows["train"] / global_batch)))
+                eval_known = eval_ds and eval_ds.apply(
+                    known(math.ceil(rows["eval"] / global_batch)))
+                classifier.fit(train_known, validation_data=eval_known, epochs=params.epochs,
                                initial_epoch=initial_epoch, callbacks=callbacks, verbose=2,
                                shuffle=False)
     finally:
