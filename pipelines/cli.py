@@ -74,10 +74,19 @@ def _default_model_name(data: str | None) -> str:
                    "<data file>-classifier.")
 @click.option("--min-accuracy", type=click.FloatRange(0, 1), default=0.8, show_default=True,
               help="Test accuracy required before the model is registered.")
+@click.option("--model-type", type=click.Choice(["mlp", "wide_deep"]), default="mlp",
+              show_default=True, help="Built-in model family.")
+@click.option("--user-module", metavar="PATH",
+              help="Your own model: a .py file (or module) with build_model(schema, hparams).")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="Any other pipeline parameter, e.g. thresholds=f1_macro>=0.9 or "
+                   "slice_columns=island (repeatable; see `gkeflow plan` for steps and "
+                   "README for parameters).")
 @click.option("--no-cache", is_flag=True, help="Re-run every step instead of reusing cached ones.")
 @click.option("-v", "--verbose", is_flag=True, help="Stream every step's log to the terminal.")
 def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eval_ratio,
-        test_ratio, model_name, min_accuracy, no_cache, verbose) -> None:
+        test_ratio, model_name, min_accuracy, model_type, user_module, params, no_cache,
+        verbose) -> None:
     """Run the training pipeline on this machine with kfp.local (no cloud, no Docker).
 
     Executes the same pipeline definition that `gkeflow compile` writes for GKE and
@@ -112,7 +121,14 @@ def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eva
         "model_name": model_name,
         "min_accuracy": min_accuracy,
         "registry_uri": f"sqlite:///{output / REGISTRY_FILE}",
+        "model_type": model_type,
     }
+    if user_module:
+        if user_module.endswith(".py") and not Path(user_module).is_file():
+            raise click.BadParameter(f"no such file: {user_module}", param_hint="--user-module")
+        arguments["user_module"] = (str(Path(user_module).resolve())
+                                    if user_module.endswith(".py") else user_module)
+    arguments.update(_pipeline_params(params))
     console.print(f"[bold]gkeflow run[/bold]: training pipeline on "
                   f"{data or 'the bundled Palmer Penguins data'} "
                   f"(label: {arguments['label_column']})")
@@ -134,6 +150,29 @@ def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eva
     _print_run_summary(console, result, arguments)
     if not result.ok:
         sys.exit(1)
+
+
+def _pipeline_params(options: tuple[str, ...]) -> dict:
+    """``KEY=VALUE`` options as typed arguments of the training pipeline."""
+    from pipelines.training import training_pipeline
+
+    inputs = training_pipeline.component_spec.inputs
+    casts = {"Integer": int, "Float": float, "String": str,
+             "Boolean": lambda v: {"true": True, "false": False}[v.lower()]}
+    values = {}
+    for option in options:
+        key, sep, raw = option.partition("=")
+        key = key.strip()
+        if not sep or key not in inputs:
+            raise click.BadParameter(
+                f"{option!r}: expected KEY=VALUE with KEY one of {', '.join(inputs)}",
+                param_hint="--param")
+        try:
+            values[key] = casts.get(inputs[key].type, str)(raw.strip())
+        except (ValueError, KeyError) as exc:
+            raise click.BadParameter(f"{key} must be of type {inputs[key].type}; got {raw!r}",
+                                     param_hint="--param") from exc
+    return values
 
 
 def _print_run_summary(console: Console, result, arguments: dict) -> None:

@@ -96,3 +96,20 @@ def test_compile_writes_and_check_detects_drift(tmp_path):
 def test_compile_check_passes_on_the_repository():
     result = gkeflow("compile", "--check", cwd=REPO)
     assert result.returncode == 0, result.stdout
+
+
+def test_param_is_checked_against_the_pipeline(tmp_path):
+    unknown = gkeflow("run", "--param", "bogus=1", "--output", str(tmp_path))
+    assert unknown.returncode == 2 and "KEY one of data_uri" in unknown.stderr
+    mistyped = gkeflow("run", "--param", "epochs=many", "--output", str(tmp_path))
+    assert mistyped.returncode == 2 and "epochs must be of type Integer" in mistyped.stderr
+
+
+@pytest.mark.slow
+def test_run_passes_model_type_and_params_through(tmp_path):
+    result = gkeflow("run", "--epochs", "3", "--model-type", "wide_deep",
+                     "--param", "thresholds=log_loss<=0", "--output", str(tmp_path))
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "log_loss" in result.stdout and "Registered: nothing" in result.stdout
+    metadata = next((tmp_path / "runs").glob("*/train-model/model/gkeflow_model.json"))
+    assert '"model": "wide_deep"' in metadata.read_text()
