@@ -509,9 +509,10 @@ def _to_float(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 class _Batch:
     """One record batch, typed per the schema, with per-row rejection reasons."""
 
-    def __init__(self, batch: pa.RecordBatch, plan: _Plan):
+    def __init__(self, batch: pa.RecordBatch, plan: _Plan, as_text=None):
         self.n = batch.num_rows
         self.raw = batch
+        self.as_text = as_text  # None, or a function: the same rows, every cell as text
         self.reason = np.full(self.n, -1, dtype=np.int32)
         self.reason_texts: list[str] = []
         self.reason_columns: list[str | None] = []
@@ -593,7 +594,8 @@ class _Batch:
         return combine_hashes(hashes)
 
     def rejected_texts(self, rows: np.ndarray) -> list[str]:
-        taken = self.raw.take(pa.array(rows))
+        raw = self.as_text() if self.as_text is not None else self.raw
+        taken = raw.take(pa.array(rows))
         parts = []
         for array in taken.columns:
             strings = array.view(pa.binary()) if pa.types.is_string(array.type) else pc.cast(
@@ -605,7 +607,8 @@ class _Batch:
 
 
 def _process_batch(raw: pa.RecordBatch, source: Source, plan: _Plan, partial: _Partial,
-                   writers: records.SplitWriters, rejects: _RejectLog) -> None:
+                   writers: records.SplitWriters, rejects: _RejectLog,
+                   as_text=None) -> None:
     if raw.num_rows == 0:
         return
     if raw.schema.names != plan.header:
@@ -614,7 +617,7 @@ def _process_batch(raw: pa.RecordBatch, source: Source, plan: _Plan, partial: _P
             f"{plan.header}"
         )
     schema = plan.schema
-    batch = _Batch(raw, plan)
+    batch = _Batch(raw, plan, as_text)
     partial.rows_read += batch.n
     partial.unseen.update(batch.unseen)
     bad_rows = np.flatnonzero(batch.reason >= 0)
@@ -662,13 +665,15 @@ def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
 
     def lane_main(lane: int) -> None:
         while True:
-            raw = inboxes[lane].get()
-            if raw is None:
+            item = inboxes[lane].get()
+            if item is None:
                 return
             if failed.is_set():
                 continue
             try:
-                _process_batch(raw, source, plan, partials[lane], writers[lane], rejects)
+                raw, as_text = item
+                _process_batch(raw, source, plan, partials[lane], writers[lane], rejects,
+                               as_text)
             except BaseException as exc:  # noqa: BLE001 - re-raised below
                 errors.append(exc)
                 failed.set()
@@ -678,10 +683,10 @@ def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
     for thread in threads:
         thread.start()
     try:
-        for i, raw in enumerate(source.batches(reject_unparsed)):
+        for i, item in enumerate(_typed_batches(source, plan, reject_unparsed)):
             if failed.is_set():
                 break
-            inboxes[i % lanes].put(raw)
+            inboxes[i % lanes].put(item)
     finally:
         for inbox in inboxes:
             inbox.put(None)
@@ -697,6 +702,14 @@ def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
     for partial, writer in zip(partials, writers):
         partial.shards = writer.paths
     return partials
+
+
+def _typed_batches(source, plan: _Plan, reject):
+    """A source's batches, numeric columns parsed as numbers where the source can."""
+    if not hasattr(source, "typed_batches"):  # e.g. BigQuery: typed by its own schema
+        return ((batch, None) for batch in source.batches(reject))
+    numeric = [c.name for c in plan.schema.columns if c.type == "numeric"]
+    return source.typed_batches(reject, numeric)
 
 
 def _update_stats(stats: dict, numeric: dict[str, np.ndarray],
