@@ -651,13 +651,16 @@ def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
     """Stream one input file. With several lanes its batches are dealt round-robin to
     that many threads (each with its own shards), so one large file uses several cores."""
     partials = [_Partial(stats=_new_stats(plan.schema)) for _ in range(lanes + 1)]
-    unparsed = partials[-1]  # rows the CSV parser rejected (counted by the reader thread)
+    unparsed = partials[-1]  # rows the CSV parser rejected (counted as the lanes parse)
     writers = [records.SplitWriters(scratch, f"part-{index:05d}-{lane}", SPLITS,
                                     plan.rows_per_shard) for lane in range(lanes)]
 
+    unparsed_lock = threading.Lock()
+
     def reject_unparsed(name: str, text: str, reason: str) -> None:
         rejects.add(name, text, reason)
-        unparsed.rows_read += 1
+        with unparsed_lock:
+            unparsed.rows_read += 1
 
     inboxes = [queue.Queue(maxsize=1) for _ in range(lanes)]
     errors: list[BaseException] = []
@@ -665,12 +668,15 @@ def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
 
     def lane_main(lane: int) -> None:
         while True:
-            item = inboxes[lane].get()
-            if item is None:
+            parse = inboxes[lane].get()
+            if parse is None:
                 return
             if failed.is_set():
                 continue
             try:
+                item = parse()
+                if item is None:
+                    continue
                 raw, as_text = item
                 _process_batch(raw, source, plan, partials[lane], writers[lane], rejects,
                                as_text)
@@ -683,10 +689,10 @@ def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
     for thread in threads:
         thread.start()
     try:
-        for i, item in enumerate(_typed_batches(source, plan, reject_unparsed)):
+        for i, parse in enumerate(_blocks(source, plan, reject_unparsed)):
             if failed.is_set():
                 break
-            inboxes[i % lanes].put(item)
+            inboxes[i % lanes].put(parse)
     finally:
         for inbox in inboxes:
             inbox.put(None)
@@ -704,12 +710,13 @@ def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
     return partials
 
 
-def _typed_batches(source, plan: _Plan, reject):
-    """A source's batches, numeric columns parsed as numbers where the source can."""
-    if not hasattr(source, "typed_batches"):  # e.g. BigQuery: typed by its own schema
-        return ((batch, None) for batch in source.batches(reject))
+def _blocks(source, plan: _Plan, reject):
+    """A source's blocks, each a function returning ``(batch, as_text)`` or None; numeric
+    columns parsed as numbers where the source can (see ``Source.typed_blocks``)."""
+    if not hasattr(source, "typed_blocks"):  # e.g. BigQuery: typed by its own schema
+        return (lambda batch=batch: (batch, None) for batch in source.batches(reject))
     numeric = [c.name for c in plan.schema.columns if c.type == "numeric"]
-    return source.typed_batches(reject, numeric)
+    return source.typed_blocks(reject, numeric)
 
 
 def _update_stats(stats: dict, numeric: dict[str, np.ndarray],

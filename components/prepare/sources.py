@@ -94,24 +94,29 @@ class Source:
         iterator = self._csv_batches(reject) if self.format == "csv" else self._parquet_batches()
         return _prefetched(iterator) if prefetch else iterator
 
-    def typed_batches(self, reject: RejectRow, float_columns: Sequence[str],
-                      prefetch: bool = True) -> Iterator[TypedBatch]:
-        """Like :meth:`batches`, but CSV blocks whose ``float_columns`` all hold numbers
-        come with those columns parsed as float64 by the CSV reader itself (no text
-        column to build, then cast). A block with any other value in them is read as
-        text, exactly as :meth:`batches` reads it, so its bad values are found and
-        quarantined row by row. Each item is ``(batch, as_text)``: ``as_text`` is None
-        when the batch is all text, else a function returning the same rows as text
+    def typed_blocks(self, reject: RejectRow, float_columns: Sequence[str],
+                     prefetch: bool = True) -> Iterator[Callable[[], TypedBatch | None]]:
+        """The file's rows as a stream of blocks to parse, each a function that parses
+        one block into ``(batch, as_text)`` (None for a block without rows): the reading
+        happens here, the parsing where the function is called, so several threads can
+        parse one file's blocks in parallel.
+
+        CSV blocks whose ``float_columns`` all hold numbers come with those columns
+        parsed as float64 by the CSV reader itself (no text column to build, then cast).
+        A block with any other value in them is read as text, exactly as :meth:`batches`
+        reads it, so its bad values are found and quarantined row by row. ``as_text`` is
+        None when the batch is all text, else a function returning the same rows as text
         (the original cells, for rejected rows).
         """
         if self.format != "csv" or not float_columns:
-            iterator = ((batch, None) for batch in self.batches(reject, prefetch=False))
+            iterator = (lambda batch=batch: (batch, None)
+                        for batch in self.batches(reject, prefetch=False))
         else:
-            iterator = self._typed_csv_batches(reject, list(float_columns))
+            iterator = self._csv_blocks(reject, list(float_columns))
         return _prefetched(iterator) if prefetch else iterator
 
-    def _typed_csv_batches(self, reject: RejectRow,
-                           float_columns: list[str]) -> Iterator[TypedBatch]:
+    def _csv_blocks(self, reject: RejectRow,
+                    float_columns: list[str]) -> Iterator[Callable[[], TypedBatch | None]]:
         names = self.header()
         read_options = pacsv.ReadOptions(column_names=names, use_threads=False,
                                          block_size=2 * CSV_BLOCK_BYTES)
@@ -140,27 +145,26 @@ class Source:
             batches = table.combine_chunks().to_batches()
             return batches[0] if batches else None
 
-        def text_of(block: pa.Buffer) -> Callable[[], pa.RecordBatch]:
-            return lambda: parse(block, as_text, [])
+        def parse_block(block: pa.Buffer) -> TypedBatch | None:
+            rejected: list[tuple[str, str]] = []
+            try:
+                batch = parse(block, typed, rejected)
+                text = lambda: parse(block, as_text, [])  # noqa: E731
+            except pa.ArrowInvalid:  # a value that is not a number: read the block as text
+                rejected = []
+                try:
+                    batch = parse(block, as_text, rejected)
+                except pa.ArrowInvalid as exc:
+                    raise DataError(f"cannot read CSV {self.name}: {exc}") from exc
+                text = None
+            for row_text, reason in rejected:
+                reject(self.name, row_text, reason)
+            return (batch, text) if batch is not None and batch.num_rows else None
 
         with self._stream() as stream:
             try:
                 for block in _line_blocks(stream, skip_first_line=True):
-                    rejected: list[tuple[str, str]] = []
-                    try:
-                        batch = parse(block, typed, rejected)
-                        text = text_of(block)
-                    except pa.ArrowInvalid:  # a value that is not a number: read it as text
-                        rejected = []
-                        try:
-                            batch = parse(block, as_text, rejected)
-                        except pa.ArrowInvalid as exc:
-                            raise DataError(f"cannot read CSV {self.name}: {exc}") from exc
-                        text = None
-                    for row_text, reason in rejected:
-                        reject(self.name, row_text, reason)
-                    if batch is not None and batch.num_rows:
-                        yield batch, text
+                    yield lambda block=block: parse_block(block)
             except OSError as exc:  # e.g. corrupt gzip
                 raise DataError(f"cannot read CSV {self.name}: {exc}") from exc
 
