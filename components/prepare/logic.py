@@ -470,8 +470,44 @@ def _null_invalid_utf8(array: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
     return cleaned.view(array.type), bad
 
 
+def _is_text_dictionary(type_: pa.DataType) -> bool:
+    return pa.types.is_dictionary(type_) and (
+        pa.types.is_string(type_.value_type) or pa.types.is_large_string(type_.value_type))
+
+
+def _dictionary_codes(array: pa.DictionaryArray) -> tuple[np.ndarray, list, np.ndarray | None]:
+    """Per-row indices into a dictionary of text values (``len(dictionary)`` = missing),
+    the values, and the mask of rows whose value is not valid UTF-8 (None when all are).
+
+    Works on the array's own dictionary: each distinct value is checked and decoded once.
+    Empty and invalid values count as missing, as :class:`_Batch` treats plain text.
+    """
+    raw = array.dictionary.view(pa.binary()).to_pylist()
+    values: list[str] = []
+    remap = np.empty(len(raw) + 1, dtype=np.int64)
+    invalid = np.zeros(len(raw) + 1, dtype=bool)
+    for i, value in enumerate(raw):
+        try:
+            text = value.decode("utf-8") if value else None
+        except UnicodeDecodeError:
+            text = None
+            invalid[i] = True
+        if text is None:
+            remap[i] = -1
+        else:
+            remap[i] = len(values)
+            values.append(text)
+    remap[remap < 0] = len(values)
+    remap[-1] = len(values)
+    indices = array.indices.fill_null(len(raw)).to_numpy(zero_copy_only=False)
+    codes = remap[indices]
+    return codes, values, (invalid[indices] if invalid.any() else None)
+
+
 def _fast_float(array: pa.Array) -> np.ndarray | None:
     """float64 values when every value converts (NaN = missing), else None."""
+    if pa.types.is_float64(array.type):
+        return array.to_numpy(zero_copy_only=False)
     try:
         if pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
             values = pc.cast(array, pa.float64())
@@ -528,6 +564,13 @@ class _Batch:
                 if values is not None:  # all numbers (so ASCII): nothing to reject
                     self.numeric[column.name] = values
                     continue
+            elif _is_text_dictionary(array.type):  # the CSV reader's dictionary-encoded text
+                indices, dictionary, bad_utf8 = _dictionary_codes(array)
+                if bad_utf8 is not None:
+                    self.reject(bad_utf8, f"column {column.name!r}: not valid UTF-8",
+                                column.name)
+                self.categorical[column.name] = (indices, dictionary)
+                continue
             array, bad_utf8 = _null_invalid_utf8(array)
             if bad_utf8 is not None:
                 self.reject(bad_utf8, f"column {column.name!r}: not valid UTF-8", column.name)

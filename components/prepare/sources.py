@@ -102,7 +102,8 @@ class Source:
         parse one file's blocks in parallel.
 
         CSV blocks whose ``float_columns`` all hold numbers come with those columns
-        parsed as float64 by the CSV reader itself (no text column to build, then cast).
+        parsed as float64 by the CSV reader itself (no text column to build, then cast)
+        and the other columns dictionary-encoded.
         A block with any other value in them is read as text, exactly as :meth:`batches`
         reads it, so its bad values are found and quarantined row by row. ``as_text`` is
         None when the batch is all text, else a function returning the same rows as text
@@ -121,7 +122,10 @@ class Source:
         read_options = pacsv.ReadOptions(column_names=names, use_threads=False,
                                          block_size=2 * CSV_BLOCK_BYTES)
         as_text = {name: pa.string() for name in names}
-        typed = dict(as_text, **dict.fromkeys(float_columns, pa.float64()))
+        # numbers as float64; text dictionary-encoded by the reader (each distinct value
+        # is then checked, decoded and hashed once per block)
+        typed = dict.fromkeys(names, pa.dictionary(pa.int32(), pa.string()))
+        typed.update(dict.fromkeys(float_columns, pa.float64()))
 
         def parse(block: pa.Buffer, types: dict, rejected: list) -> pa.RecordBatch | None:
             def keep_aside(row: pacsv.InvalidRow) -> str:
