@@ -46,7 +46,7 @@ from components.prepare.sources import (
     Source,
     resolve_sources,
 )
-from components.prepare.stats import CategoricalStats, NumericStats
+from components.prepare.stats import CategoricalStats, NumericStats, update_numeric_stats
 
 SPLITS = ("train", "eval", "test")
 SCHEMA_FILE = "schema.json"
@@ -343,12 +343,28 @@ def hash_categorical(indices: np.ndarray, dictionary: list) -> np.ndarray:
     return _hash_text(list(dictionary) + [None])[indices]
 
 
+def _mix_in_place(x: np.ndarray, scratch: np.ndarray) -> None:
+    """:func:`_mix` of ``x`` in place (``scratch``: a buffer of the same shape)."""
+    with np.errstate(over="ignore"):
+        np.right_shift(x, np.uint64(30), out=scratch)
+        x ^= scratch
+        x *= _M1
+        np.right_shift(x, np.uint64(27), out=scratch)
+        x ^= scratch
+        x *= _M2
+        np.right_shift(x, np.uint64(31), out=scratch)
+        x ^= scratch
+
+
 def combine_hashes(column_hashes: list[np.ndarray]) -> np.ndarray:
-    row = np.zeros(len(column_hashes[0]) if column_hashes else 0, dtype=np.uint64)
+    n = len(column_hashes[0]) if column_hashes else 0
+    row = np.zeros(n, dtype=np.uint64)
+    scratch = np.empty(n, dtype=np.uint64)
     with np.errstate(over="ignore"):
         for i, h in enumerate(column_hashes):
-            row ^= h + np.uint64(i + 1) * _GOLDEN
-            row = _mix(row)
+            np.add(h, np.uint64(i + 1) * _GOLDEN, out=scratch)
+            row ^= scratch
+            _mix_in_place(row, scratch)
     return row
 
 
@@ -672,21 +688,36 @@ def _process_batch(raw: pa.RecordBatch, source: Source, plan: _Plan, partial: _P
         )
     codes = splits_from_hashes(batch.row_hashes(plan), plan.ratios)
     codes[bad_rows] = -1
-    dictionaries = {
-        name: [v.encode("utf-8") for v in dictionary] + [b""]
+    # the rows grouped by split (rejected first), in their order within each split: one
+    # gather per column, then each split is a contiguous slice
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(SPLITS) + 1), side="left")
+    order = order[bounds[0]:]
+    bounds = bounds - bounds[0]
+    numeric_names = [c.name for c in schema.columns if c.type == "numeric"]
+    numeric = np.empty((len(numeric_names), order.size), dtype=np.float64)
+    for row, name in enumerate(numeric_names):
+        np.take(batch.numeric[name], order, out=numeric[row])
+    numeric32 = numeric.astype(np.float32)
+    categorical = {c.name: batch.categorical[c.name][0][order] for c in schema.columns
+                   if c.type != "numeric"}
+    entries = {  # each dictionary value's protobuf encoding, shared by the blocks
+        name: records.bytes_entries([v.encode("utf-8") for v in dictionary] + [b""])
         for name, (_, dictionary) in batch.categorical.items()
     }
     for code, split in enumerate(SPLITS):
-        rows = np.flatnonzero(codes == code)
-        if rows.size == 0:
+        start, stop = int(bounds[code]), int(bounds[code + 1])
+        if stop == start:
             continue
-        partial.split_rows[split] += rows.size
-        numeric = {c.name: batch.numeric[c.name][rows] for c in schema.columns
-                   if c.type == "numeric"}
-        categorical = {c.name: batch.categorical[c.name][0][rows] for c in schema.columns
-                       if c.type != "numeric"}
-        _update_stats(partial.stats[split], numeric, categorical, batch)
-        _write_blocks(writers, split, numeric, categorical, dictionaries, rows.size)
+        partial.split_rows[split] += stop - start
+        stats = partial.stats[split]
+        update_numeric_stats([stats[name] for name in numeric_names],
+                             numeric[:, start:stop])
+        split_categorical = {name: indices[start:stop] for name, indices in categorical.items()}
+        _update_categorical_stats(stats, split_categorical, batch)
+        _write_blocks(writers, split,
+                      {name: numeric32[row, start:stop] for row, name in enumerate(numeric_names)},
+                      split_categorical, entries, stop - start)
 
 
 def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
@@ -762,10 +793,8 @@ def _blocks(source, plan: _Plan, reject):
     return source.typed_blocks(reject, numeric)
 
 
-def _update_stats(stats: dict, numeric: dict[str, np.ndarray],
-                  categorical: dict[str, np.ndarray], batch: _Batch) -> None:
-    for name, values in numeric.items():
-        stats[name].update(values)
+def _update_categorical_stats(stats: dict, categorical: dict[str, np.ndarray],
+                              batch: _Batch) -> None:
     for name, indices in categorical.items():
         dictionary = batch.categorical[name][1]
         counts = np.bincount(indices, minlength=len(dictionary) + 1)
@@ -775,8 +804,10 @@ def _update_stats(stats: dict, numeric: dict[str, np.ndarray],
 
 
 def _write_blocks(writers: records.SplitWriters, split: str, numeric: dict[str, np.ndarray],
-                  categorical: dict[str, np.ndarray], dictionaries: dict[str, list[bytes]],
+                  categorical: dict[str, np.ndarray], entries: dict[str, list[bytes]],
                   rows: int) -> None:
+    """Encode and queue one split's rows of a batch, in blocks of up to BLOCK_ROWS rows;
+    ``entries``: per categorical column, its dictionary values' protobuf encodings."""
     step = min(records.BLOCK_ROWS, writers.rows_per_shard)
     for start in range(0, rows, step):
         stop = min(start + step, rows)
@@ -784,11 +815,11 @@ def _write_blocks(writers: records.SplitWriters, split: str, numeric: dict[str, 
         block_categorical = {}
         for name, all_indices in categorical.items():
             indices = all_indices[start:stop]
-            dictionary = dictionaries[name]
-            present = np.bincount(indices, minlength=len(dictionary)) > 0
+            encoded = entries[name]
+            present = np.bincount(indices, minlength=len(encoded)) > 0
             used = np.flatnonzero(present)  # the block's own, smaller dictionary
             local = (np.cumsum(present) - 1)[indices]
-            block_categorical[name] = ([dictionary[i] for i in used], local)
+            block_categorical[name] = (records.EncodedValues(encoded[i] for i in used), local)
         writers.write(split, records.encode_block(stop - start, block_numeric,
                                                   block_categorical), stop - start)
 

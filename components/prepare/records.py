@@ -108,8 +108,19 @@ def _int64_feature(values: np.ndarray) -> bytes:
     return _field(3, _field(1, _varints(values)))  # Feature.int64_list{value: packed}
 
 
+class EncodedValues(list):
+    """bytes values already encoded by :func:`bytes_entries` (a block's dictionary built
+    from entries encoded once per batch)."""
+
+
+def bytes_entries(values: Iterable[bytes]) -> list[bytes]:
+    """Each value encoded as an entry of a ``bytes_list`` (see :class:`EncodedValues`)."""
+    return [_field(1, v) for v in values]
+
+
 def _bytes_feature(values: Iterable[bytes]) -> bytes:
-    return _field(1, b"".join(_field(1, v) for v in values))  # Feature.bytes_list
+    entries = values if isinstance(values, EncodedValues) else bytes_entries(values)
+    return _field(1, b"".join(entries))  # Feature.bytes_list
 
 
 def encode_block(
@@ -122,7 +133,8 @@ def encode_block(
     Args:
         rows: Rows in the block.
         numeric: Column -> float values (NaN = missing).
-        categorical: Column -> (dictionary values, per-row indices into them).
+        categorical: Column -> (dictionary values, per-row indices into them); the values
+            as bytes, or as :class:`EncodedValues`.
     """
     entries = [(ROWS_FEATURE, _int64_feature(np.array([rows])))]
     for name, values in numeric.items():
