@@ -109,7 +109,7 @@ class Source:
         None when the batch is all text, else a function returning the same rows as text
         (the original cells, for rejected rows).
         """
-        if self.format != "csv" or not float_columns:
+        if self.format != "csv":
             iterator = (lambda batch=batch: (batch, None)
                         for batch in self.batches(reject, prefetch=False))
         else:
