@@ -46,7 +46,7 @@ from components.prepare.sources import (
     Source,
     resolve_sources,
 )
-from components.prepare.stats import CategoricalStats, NumericStats
+from components.prepare.stats import CategoricalStats, NumericStats, update_numeric_stats
 
 SPLITS = ("train", "eval", "test")
 SCHEMA_FILE = "schema.json"
@@ -343,12 +343,28 @@ def hash_categorical(indices: np.ndarray, dictionary: list) -> np.ndarray:
     return _hash_text(list(dictionary) + [None])[indices]
 
 
+def _mix_in_place(x: np.ndarray, scratch: np.ndarray) -> None:
+    """:func:`_mix` of ``x`` in place (``scratch``: a buffer of the same shape)."""
+    with np.errstate(over="ignore"):
+        np.right_shift(x, np.uint64(30), out=scratch)
+        x ^= scratch
+        x *= _M1
+        np.right_shift(x, np.uint64(27), out=scratch)
+        x ^= scratch
+        x *= _M2
+        np.right_shift(x, np.uint64(31), out=scratch)
+        x ^= scratch
+
+
 def combine_hashes(column_hashes: list[np.ndarray]) -> np.ndarray:
-    row = np.zeros(len(column_hashes[0]) if column_hashes else 0, dtype=np.uint64)
+    n = len(column_hashes[0]) if column_hashes else 0
+    row = np.zeros(n, dtype=np.uint64)
+    scratch = np.empty(n, dtype=np.uint64)
     with np.errstate(over="ignore"):
         for i, h in enumerate(column_hashes):
-            row ^= h + np.uint64(i + 1) * _GOLDEN
-            row = _mix(row)
+            np.add(h, np.uint64(i + 1) * _GOLDEN, out=scratch)
+            row ^= scratch
+            _mix_in_place(row, scratch)
     return row
 
 
@@ -470,8 +486,44 @@ def _null_invalid_utf8(array: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
     return cleaned.view(array.type), bad
 
 
+def _is_text_dictionary(type_: pa.DataType) -> bool:
+    return pa.types.is_dictionary(type_) and (
+        pa.types.is_string(type_.value_type) or pa.types.is_large_string(type_.value_type))
+
+
+def _dictionary_codes(array: pa.DictionaryArray) -> tuple[np.ndarray, list, np.ndarray | None]:
+    """Per-row indices into a dictionary of text values (``len(dictionary)`` = missing),
+    the values, and the mask of rows whose value is not valid UTF-8 (None when all are).
+
+    Works on the array's own dictionary: each distinct value is checked and decoded once.
+    Empty and invalid values count as missing, as :class:`_Batch` treats plain text.
+    """
+    raw = array.dictionary.view(pa.binary()).to_pylist()
+    values: list[str] = []
+    remap = np.empty(len(raw) + 1, dtype=np.int64)
+    invalid = np.zeros(len(raw) + 1, dtype=bool)
+    for i, value in enumerate(raw):
+        try:
+            text = value.decode("utf-8") if value else None
+        except UnicodeDecodeError:
+            text = None
+            invalid[i] = True
+        if text is None:
+            remap[i] = -1
+        else:
+            remap[i] = len(values)
+            values.append(text)
+    remap[remap < 0] = len(values)
+    remap[-1] = len(values)
+    indices = array.indices.fill_null(len(raw)).to_numpy(zero_copy_only=False)
+    codes = remap[indices]
+    return codes, values, (invalid[indices] if invalid.any() else None)
+
+
 def _fast_float(array: pa.Array) -> np.ndarray | None:
     """float64 values when every value converts (NaN = missing), else None."""
+    if pa.types.is_float64(array.type):
+        return array.to_numpy(zero_copy_only=False)
     try:
         if pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
             values = pc.cast(array, pa.float64())
@@ -509,9 +561,10 @@ def _to_float(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 class _Batch:
     """One record batch, typed per the schema, with per-row rejection reasons."""
 
-    def __init__(self, batch: pa.RecordBatch, plan: _Plan):
+    def __init__(self, batch: pa.RecordBatch, plan: _Plan, as_text=None):
         self.n = batch.num_rows
         self.raw = batch
+        self.as_text = as_text  # None, or a function: the same rows, every cell as text
         self.reason = np.full(self.n, -1, dtype=np.int32)
         self.reason_texts: list[str] = []
         self.reason_columns: list[str | None] = []
@@ -527,6 +580,13 @@ class _Batch:
                 if values is not None:  # all numbers (so ASCII): nothing to reject
                     self.numeric[column.name] = values
                     continue
+            elif _is_text_dictionary(array.type):  # the CSV reader's dictionary-encoded text
+                indices, dictionary, bad_utf8 = _dictionary_codes(array)
+                if bad_utf8 is not None:
+                    self.reject(bad_utf8, f"column {column.name!r}: not valid UTF-8",
+                                column.name)
+                self.categorical[column.name] = (indices, dictionary)
+                continue
             array, bad_utf8 = _null_invalid_utf8(array)
             if bad_utf8 is not None:
                 self.reject(bad_utf8, f"column {column.name!r}: not valid UTF-8", column.name)
@@ -593,7 +653,8 @@ class _Batch:
         return combine_hashes(hashes)
 
     def rejected_texts(self, rows: np.ndarray) -> list[str]:
-        taken = self.raw.take(pa.array(rows))
+        raw = self.as_text() if self.as_text is not None else self.raw
+        taken = raw.take(pa.array(rows))
         parts = []
         for array in taken.columns:
             strings = array.view(pa.binary()) if pa.types.is_string(array.type) else pc.cast(
@@ -605,7 +666,8 @@ class _Batch:
 
 
 def _process_batch(raw: pa.RecordBatch, source: Source, plan: _Plan, partial: _Partial,
-                   writers: records.SplitWriters, rejects: _RejectLog) -> None:
+                   writers: records.SplitWriters, rejects: _RejectLog,
+                   as_text=None) -> None:
     if raw.num_rows == 0:
         return
     if raw.schema.names != plan.header:
@@ -614,7 +676,7 @@ def _process_batch(raw: pa.RecordBatch, source: Source, plan: _Plan, partial: _P
             f"{plan.header}"
         )
     schema = plan.schema
-    batch = _Batch(raw, plan)
+    batch = _Batch(raw, plan, as_text)
     partial.rows_read += batch.n
     partial.unseen.update(batch.unseen)
     bad_rows = np.flatnonzero(batch.reason >= 0)
@@ -626,21 +688,36 @@ def _process_batch(raw: pa.RecordBatch, source: Source, plan: _Plan, partial: _P
         )
     codes = splits_from_hashes(batch.row_hashes(plan), plan.ratios)
     codes[bad_rows] = -1
-    dictionaries = {
-        name: [v.encode("utf-8") for v in dictionary] + [b""]
+    # the rows grouped by split (rejected first), in their order within each split: one
+    # gather per column, then each split is a contiguous slice
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(SPLITS) + 1), side="left")
+    order = order[bounds[0]:]
+    bounds = bounds - bounds[0]
+    numeric_names = [c.name for c in schema.columns if c.type == "numeric"]
+    numeric = np.empty((len(numeric_names), order.size), dtype=np.float64)
+    for row, name in enumerate(numeric_names):
+        np.take(batch.numeric[name], order, out=numeric[row])
+    numeric32 = numeric.astype(np.float32)
+    categorical = {c.name: batch.categorical[c.name][0][order] for c in schema.columns
+                   if c.type != "numeric"}
+    entries = {  # each dictionary value's protobuf encoding, shared by the blocks
+        name: records.bytes_entries([v.encode("utf-8") for v in dictionary] + [b""])
         for name, (_, dictionary) in batch.categorical.items()
     }
     for code, split in enumerate(SPLITS):
-        rows = np.flatnonzero(codes == code)
-        if rows.size == 0:
+        start, stop = int(bounds[code]), int(bounds[code + 1])
+        if stop == start:
             continue
-        partial.split_rows[split] += rows.size
-        numeric = {c.name: batch.numeric[c.name][rows] for c in schema.columns
-                   if c.type == "numeric"}
-        categorical = {c.name: batch.categorical[c.name][0][rows] for c in schema.columns
-                       if c.type != "numeric"}
-        _update_stats(partial.stats[split], numeric, categorical, batch)
-        _write_blocks(writers, split, numeric, categorical, dictionaries, rows.size)
+        partial.split_rows[split] += stop - start
+        stats = partial.stats[split]
+        update_numeric_stats([stats[name] for name in numeric_names],
+                             numeric[:, start:stop])
+        split_categorical = {name: indices[start:stop] for name, indices in categorical.items()}
+        _update_categorical_stats(stats, split_categorical, batch)
+        _write_blocks(writers, split,
+                      {name: numeric32[row, start:stop] for row, name in enumerate(numeric_names)},
+                      split_categorical, entries, stop - start)
 
 
 def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
@@ -648,13 +725,16 @@ def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
     """Stream one input file. With several lanes its batches are dealt round-robin to
     that many threads (each with its own shards), so one large file uses several cores."""
     partials = [_Partial(stats=_new_stats(plan.schema)) for _ in range(lanes + 1)]
-    unparsed = partials[-1]  # rows the CSV parser rejected (counted by the reader thread)
+    unparsed = partials[-1]  # rows the CSV parser rejected (counted as the lanes parse)
     writers = [records.SplitWriters(scratch, f"part-{index:05d}-{lane}", SPLITS,
                                     plan.rows_per_shard) for lane in range(lanes)]
 
+    unparsed_lock = threading.Lock()
+
     def reject_unparsed(name: str, text: str, reason: str) -> None:
         rejects.add(name, text, reason)
-        unparsed.rows_read += 1
+        with unparsed_lock:
+            unparsed.rows_read += 1
 
     inboxes = [queue.Queue(maxsize=1) for _ in range(lanes)]
     errors: list[BaseException] = []
@@ -662,13 +742,18 @@ def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
 
     def lane_main(lane: int) -> None:
         while True:
-            raw = inboxes[lane].get()
-            if raw is None:
+            parse = inboxes[lane].get()
+            if parse is None:
                 return
             if failed.is_set():
                 continue
             try:
-                _process_batch(raw, source, plan, partials[lane], writers[lane], rejects)
+                item = parse()
+                if item is None:
+                    continue
+                raw, as_text = item
+                _process_batch(raw, source, plan, partials[lane], writers[lane], rejects,
+                               as_text)
             except BaseException as exc:  # noqa: BLE001 - re-raised below
                 errors.append(exc)
                 failed.set()
@@ -678,10 +763,10 @@ def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
     for thread in threads:
         thread.start()
     try:
-        for i, raw in enumerate(source.batches(reject_unparsed)):
+        for i, parse in enumerate(_blocks(source, plan, reject_unparsed)):
             if failed.is_set():
                 break
-            inboxes[i % lanes].put(raw)
+            inboxes[i % lanes].put(parse)
     finally:
         for inbox in inboxes:
             inbox.put(None)
@@ -699,10 +784,17 @@ def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
     return partials
 
 
-def _update_stats(stats: dict, numeric: dict[str, np.ndarray],
-                  categorical: dict[str, np.ndarray], batch: _Batch) -> None:
-    for name, values in numeric.items():
-        stats[name].update(values)
+def _blocks(source, plan: _Plan, reject):
+    """A source's blocks, each a function returning ``(batch, as_text)`` or None; numeric
+    columns parsed as numbers where the source can (see ``Source.typed_blocks``)."""
+    if not hasattr(source, "typed_blocks"):  # e.g. BigQuery: typed by its own schema
+        return (lambda batch=batch: (batch, None) for batch in source.batches(reject))
+    numeric = [c.name for c in plan.schema.columns if c.type == "numeric"]
+    return source.typed_blocks(reject, numeric)
+
+
+def _update_categorical_stats(stats: dict, categorical: dict[str, np.ndarray],
+                              batch: _Batch) -> None:
     for name, indices in categorical.items():
         dictionary = batch.categorical[name][1]
         counts = np.bincount(indices, minlength=len(dictionary) + 1)
@@ -712,8 +804,10 @@ def _update_stats(stats: dict, numeric: dict[str, np.ndarray],
 
 
 def _write_blocks(writers: records.SplitWriters, split: str, numeric: dict[str, np.ndarray],
-                  categorical: dict[str, np.ndarray], dictionaries: dict[str, list[bytes]],
+                  categorical: dict[str, np.ndarray], entries: dict[str, list[bytes]],
                   rows: int) -> None:
+    """Encode and queue one split's rows of a batch, in blocks of up to BLOCK_ROWS rows;
+    ``entries``: per categorical column, its dictionary values' protobuf encodings."""
     step = min(records.BLOCK_ROWS, writers.rows_per_shard)
     for start in range(0, rows, step):
         stop = min(start + step, rows)
@@ -721,11 +815,11 @@ def _write_blocks(writers: records.SplitWriters, split: str, numeric: dict[str, 
         block_categorical = {}
         for name, all_indices in categorical.items():
             indices = all_indices[start:stop]
-            dictionary = dictionaries[name]
-            present = np.bincount(indices, minlength=len(dictionary)) > 0
+            encoded = entries[name]
+            present = np.bincount(indices, minlength=len(encoded)) > 0
             used = np.flatnonzero(present)  # the block's own, smaller dictionary
             local = (np.cumsum(present) - 1)[indices]
-            block_categorical[name] = ([dictionary[i] for i in used], local)
+            block_categorical[name] = (records.EncodedValues(encoded[i] for i in used), local)
         writers.write(split, records.encode_block(stop - start, block_numeric,
                                                   block_categorical), stop - start)
 

@@ -21,7 +21,7 @@ import os
 import queue
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +41,8 @@ class DataError(ValueError):
 
 #: (source name, raw row text, reason) for a row that could not be parsed.
 RejectRow = Callable[[str, str, str], None]
+#: A record batch, and None or a function returning the same rows with every cell as text.
+TypedBatch = tuple[pa.RecordBatch, "Callable[[], pa.RecordBatch] | None"]
 
 
 @dataclass
@@ -92,6 +94,84 @@ class Source:
         iterator = self._csv_batches(reject) if self.format == "csv" else self._parquet_batches()
         return _prefetched(iterator) if prefetch else iterator
 
+    def typed_blocks(self, reject: RejectRow, float_columns: Sequence[str],
+                     prefetch: bool = True) -> Iterator[Callable[[], TypedBatch | None]]:
+        """The file's rows as a stream of blocks to parse, each a function that parses
+        one block into ``(batch, as_text)`` (None for a block without rows): the reading
+        happens here, the parsing where the function is called, so several threads can
+        parse one file's blocks in parallel.
+
+        CSV blocks whose ``float_columns`` all hold numbers come with those columns
+        parsed as float64 by the CSV reader itself (no text column to build, then cast)
+        and the other columns dictionary-encoded.
+        A block with any other value in them is read as text, exactly as :meth:`batches`
+        reads it, so its bad values are found and quarantined row by row. ``as_text`` is
+        None when the batch is all text, else a function returning the same rows as text
+        (the original cells, for rejected rows).
+        """
+        if self.format != "csv":
+            iterator = (lambda batch=batch: (batch, None)
+                        for batch in self.batches(reject, prefetch=False))
+        else:
+            iterator = self._csv_blocks(reject, list(float_columns))
+        return _prefetched(iterator) if prefetch else iterator
+
+    def _csv_blocks(self, reject: RejectRow,
+                    float_columns: list[str]) -> Iterator[Callable[[], TypedBatch | None]]:
+        names = self.header()
+        read_options = pacsv.ReadOptions(column_names=names, use_threads=False,
+                                         block_size=2 * CSV_BLOCK_BYTES)
+        as_text = {name: pa.string() for name in names}
+        # numbers as float64; text dictionary-encoded by the reader (each distinct value
+        # is then checked, decoded and hashed once per block)
+        typed = dict.fromkeys(names, pa.dictionary(pa.int32(), pa.string()))
+        typed.update(dict.fromkeys(float_columns, pa.float64()))
+
+        def parse(block: pa.Buffer, types: dict, rejected: list) -> pa.RecordBatch | None:
+            def keep_aside(row: pacsv.InvalidRow) -> str:
+                rejected.append(
+                    (row.text, f"expected {row.expected_columns} columns, got "
+                               f"{row.actual_columns}"))
+                return "skip"
+
+            try:
+                table = pacsv.read_csv(
+                    pa.BufferReader(block), read_options=read_options,
+                    parse_options=pacsv.ParseOptions(invalid_row_handler=keep_aside),
+                    convert_options=pacsv.ConvertOptions(
+                        column_types=types, null_values=NULL_VALUES, strings_can_be_null=True,
+                        check_utf8=False),  # checked per column, bad rows quarantined
+                )
+            except pa.ArrowInvalid as exc:
+                if "Empty CSV file" in str(exc):
+                    return None
+                raise
+            batches = table.combine_chunks().to_batches()
+            return batches[0] if batches else None
+
+        def parse_block(block: pa.Buffer) -> TypedBatch | None:
+            rejected: list[tuple[str, str]] = []
+            try:
+                batch = parse(block, typed, rejected)
+                text = lambda: parse(block, as_text, [])  # noqa: E731
+            except pa.ArrowInvalid:  # a value that is not a number: read the block as text
+                rejected = []
+                try:
+                    batch = parse(block, as_text, rejected)
+                except pa.ArrowInvalid as exc:
+                    raise DataError(f"cannot read CSV {self.name}: {exc}") from exc
+                text = None
+            for row_text, reason in rejected:
+                reject(self.name, row_text, reason)
+            return (batch, text) if batch is not None and batch.num_rows else None
+
+        with self._stream() as stream:
+            try:
+                for block in _line_blocks(stream, skip_first_line=True):
+                    yield lambda block=block: parse_block(block)
+            except OSError as exc:  # e.g. corrupt gzip
+                raise DataError(f"cannot read CSV {self.name}: {exc}") from exc
+
     def _parquet_batches(self) -> Iterator[pa.RecordBatch]:
         with self._stream() as stream:
             try:
@@ -135,6 +215,34 @@ class Source:
                 except (pa.ArrowInvalid, OSError) as exc:  # OSError: e.g. corrupt gzip
                     raise DataError(f"cannot read CSV {self.name}: {exc}") from exc
                 yield batch
+
+
+def _line_blocks(stream, skip_first_line: bool) -> Iterator[pa.Buffer]:
+    """The stream's bytes in blocks of about CSV_BLOCK_BYTES, each cut after a line end
+    (like the CSV reader's own blocks: a line end always ends a row)."""
+    carry = b""
+    first = skip_first_line
+    while True:
+        data = stream.read(CSV_BLOCK_BYTES)
+        if not data:
+            if carry and not first:
+                yield pa.py_buffer(carry)
+            return
+        data = carry + data if carry else data
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+        if first:
+            start = data.find(b"\n") + 1  # the header, as Source.header reads it
+            if start == 0:
+                carry = data
+                continue
+            first = False
+        else:
+            start = 0
+        if cut <= start:
+            carry = data[start:]
+            continue
+        yield pa.py_buffer(data)[start:cut]
+        carry = data[cut:]
 
 
 def _read_first_line(stream) -> bytes | None:

@@ -60,6 +60,29 @@ class NumericStats:
         }
 
 
+def update_numeric_stats(stats: list[NumericStats], values: np.ndarray) -> None:
+    """``stats[k].update(values[k])`` for every row k of a 2-D array, in a few vectorised
+    passes (one row per column, NaN = missing)."""
+    if values.shape[1] == 0:
+        return
+    missing = np.isnan(values)
+    n = values.shape[1]
+    absent = missing.sum(axis=1)
+    present = n - absent
+    filled = np.where(missing, 0.0, values)
+    means = filled.sum(axis=1) / np.maximum(present, 1)
+    np.subtract(filled, means[:, None], out=filled)
+    filled[missing] = 0.0
+    m2 = np.einsum("ij,ij->i", filled, filled)
+    lows, highs = np.fmin.reduce(values, axis=1), np.fmax.reduce(values, axis=1)
+    for k, column in enumerate(stats):
+        column.count += n
+        column.missing += int(absent[k])
+        if present[k]:
+            column._merge(int(present[k]), float(means[k]), float(m2[k]), float(lows[k]),
+                          float(highs[k]))
+
+
 def _moments(values: np.ndarray) -> tuple[float, float]:
     mean = float(values.mean())
     return mean, float(((values - mean) ** 2).sum())

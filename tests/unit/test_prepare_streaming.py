@@ -353,3 +353,53 @@ def test_row_hash_is_pinned():
                              _hash_text(["a", None, "b", "b"])])
     assert [hex(int(h)) for h in hashes] == [
         "0xbd32e17058db8cd4", "0x27824ae515b3b8e1", "0xbd71289a1c0f715b", "0xbd71289a1c0f715b"]
+
+
+def test_line_blocks_end_at_line_ends():
+    from components.prepare import sources
+
+    text = b"a,b\r\n1,2\r\n3,4\n" + b"5," + b"6" * 5000 + b"\n7,8"
+    original = sources.CSV_BLOCK_BYTES
+    try:
+        sources.CSV_BLOCK_BYTES = 7
+        blocks = [bytes(b) for b in sources._line_blocks(pa.BufferReader(text), True)]
+    finally:
+        sources.CSV_BLOCK_BYTES = original
+    assert b"".join(blocks) == text[len(b"a,b\r\n"):]
+    assert all(b.endswith((b"\n", b"\r")) for b in blocks[:-1])
+    assert blocks[-1] == b"7,8"
+    assert [bytes(b) for b in sources._line_blocks(pa.BufferReader(b"a,b"), True)] == []
+
+
+def test_numeric_blocks_parsed_as_numbers_or_as_text_give_the_same_result(
+        write_csv, tmp_path, monkeypatch):
+    """Numeric columns are parsed as numbers per CSV block; a block holding a non-number
+    is read as text instead. With small blocks (some typed, some not) the outcome equals
+    that of one block: same rejects with their original text, same rows in each split."""
+    from components.prepare import sources
+
+    lines = [HEADER, *_lines(3000)]
+    lines[100] = "99,abc,u,pos"  # not a number: its block is read as text
+    lines[1500] = "1499,1.50,u,"  # missing label in a typed block: the text stays "1.50"
+    lines[2000] = "1999,2.0,\xff,neg"  # invalid UTF-8 in a dictionary-encoded column
+    lines[2500] = "2499,3.0"  # ragged
+    data = write_csv("\n".join(lines).encode("utf-8").replace(b"\xc3\xbf", b"\xff") + b"\n")
+    whole = prepare(str(data), tmp_path / "whole", "y")
+    monkeypatch.setattr(sources, "CSV_BLOCK_BYTES", 4096)
+    blocks = prepare(str(data), tmp_path / "blocks", "y")
+    for result, out in ((whole, tmp_path / "whole"), (blocks, tmp_path / "blocks")):
+        _check_accounting(result, out)
+        assert result.rejected_reasons == {
+            "column 'x': not a number": 1, "missing label 'y'": 1,
+            "column 'kind': not valid UTF-8": 1, "expected 4 columns, got 2": 1}
+        rows = set(_rejected(out)["row"])
+        assert {"99,abc,u,pos", "1499,1.50,u,", "2499,3.0"} <= rows
+        assert "1999,2.0,\\xff,neg" in rows
+    assert whole.split_rows == blocks.split_rows
+    for split in ("train", "eval", "test"):
+        a = load_split(tmp_path / "whole", split, whole.schema).sort_values("id")
+        b = load_split(tmp_path / "blocks", split, blocks.schema).sort_values("id")
+        pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
+    assert json.loads((tmp_path / "whole" / "stats.json").read_text())["splits"]["train"][
+        "columns"]["kind"] == json.loads((tmp_path / "blocks" / "stats.json").read_text())[
+        "splits"]["train"]["columns"]["kind"]
