@@ -4,9 +4,10 @@ Both train the same classifier (the built-in MLP over the same preprocessed feat
 the same batch size, epochs and validation split, in this process. `train` reads the
 prepared TFRecord shards (parallel reads, parsing, preprocessing of whole batches,
 prefetch) and, with `cache_dataset="auto"`, keeps the preprocessed batches in memory when
-they fit; the baseline gets its features preprocessed once up front and
-held in memory as NumPy arrays: the fastest a Keras `fit` can go. `fit_ratio` = steady-state examples/s of `train` / of the baseline
-(median over epochs after the first, which includes tracing and cache filling).
+they fit; the baseline gets its features preprocessed once up front and held in memory
+as NumPy arrays: the fastest a Keras `fit` can go. `fit_ratio` = steady-state examples/s
+of `train` / of the baseline (median over epochs after the first, which includes tracing
+and cache filling).
 
     python bench/train.py [--quick] [--rows N] [--epochs N]
 """

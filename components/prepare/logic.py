@@ -416,7 +416,7 @@ class _RejectLog:
 
     def add_many(self, source: str, texts, reasons, columns) -> None:
         with self._lock:
-            for text, reason, column in zip(texts, reasons, columns):
+            for text, reason, column in zip(texts, reasons, columns, strict=True):
                 self._writer.writerow([source, reason, text])
                 self.reasons[reason] += 1
                 if column:
@@ -779,7 +779,7 @@ def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
                 errors.append(exc)
     if errors:
         raise errors[0]
-    for partial, writer in zip(partials, writers):
+    for partial, writer in zip(partials, writers, strict=True):
         partial.shards = writer.paths
     return partials
 
