@@ -779,7 +779,7 @@ def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
                 errors.append(exc)
     if errors:
         raise errors[0]
-    for partial, writer in zip(partials, writers, strict=True):
+    for partial, writer in zip(partials, writers, strict=False):  # one writer per lane used
         partial.shards = writer.paths
     return partials
 
