@@ -152,18 +152,25 @@ def _kfp_client_class():
     return _Client
 
 
-class KfpBackend:
+class _TargetBackend:
+    """What both targets keep: their config, the retry policy, dry-run's planned requests."""
+
+    def __init__(self, target, *, dry_run: bool = False, policy: RetryPolicy | None = None):
+        self.target = target
+        self.dry_run = dry_run
+        self.policy = policy or RetryPolicy(attempts=target.retries + 1,
+                                            timeout_s=target.timeout_s)
+        self.planned: list[PlannedRequest] = []
+
+
+class KfpBackend(_TargetBackend):
     """Kubeflow Pipelines on GKE, through ``kfp.Client``."""
 
     target_name = "gke"
 
     def __init__(self, target: GkeTarget, *, dry_run: bool = False,
                  policy: RetryPolicy | None = None):
-        self.target = target
-        self.dry_run = dry_run
-        self.policy = policy or RetryPolicy(attempts=target.retries + 1,
-                                            timeout_s=target.timeout_s)
-        self.planned: list[PlannedRequest] = []
+        super().__init__(target, dry_run=dry_run, policy=policy)
         self._client = None
         self._experiment_id: str | None = None
 
@@ -499,18 +506,14 @@ def _is_local_endpoint(endpoint: str | None) -> bool:
                                             endpoint))
 
 
-class VertexBackend:
+class VertexBackend(_TargetBackend):
     """Vertex AI Pipelines, through ``google.cloud.aiplatform``."""
 
     target_name = "vertex"
 
     def __init__(self, target: VertexTarget, *, dry_run: bool = False,
                  policy: RetryPolicy | None = None):
-        self.target = target
-        self.dry_run = dry_run
-        self.policy = policy or RetryPolicy(attempts=target.retries + 1,
-                                            timeout_s=target.timeout_s)
-        self.planned: list[PlannedRequest] = []
+        super().__init__(target, dry_run=dry_run, policy=policy)
         self._initialised = False
 
     @property
