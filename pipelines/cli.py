@@ -217,10 +217,12 @@ def _print_run_summary(console: Console, result, arguments: dict) -> None:
         model_dir = result.output_dir("train-model", "model")
         if model_dir:
             console.print(f"Model:     {model_dir}")
-        report = (result.output_dir("evaluate-model", "model_card")
-                  or result.output_dir("evaluate-model", "report"))
-        if report:
-            console.print(f"Report:    {report}")
+        data_report = result.output_dir("prepare-data", "report")
+        if data_report:
+            console.print(f"Data:      {data_report}")
+        model_card = result.output_dir("evaluate-model", "model_card")
+        if model_card:
+            console.print(f"Card:      {model_card}")
     console.print(f"Log:       {result.log_path}")
     console.print(f"Total:     {result.duration_s:.1f}s")
     if not result.ok:
