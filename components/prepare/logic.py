@@ -686,11 +686,13 @@ def _process_batch(raw: pa.RecordBatch, source: Source, plan: _Plan, partial: _P
             [batch.reason_texts[batch.reason[i]] for i in bad_rows],
             [batch.reason_columns[batch.reason[i]] for i in bad_rows],
         )
-    codes = splits_from_hashes(batch.row_hashes(plan), plan.ratios)
+    hashes = batch.row_hashes(plan)
+    codes = splits_from_hashes(hashes, plan.ratios)
     codes[bad_rows] = -1
-    # the rows grouped by split (rejected first), in their order within each split: one
-    # gather per column, then each split is a contiguous slice
-    order = np.argsort(codes, kind="stable")
+    # the rows grouped by split (rejected first) and, within a split, ordered by their hash:
+    # a pseudo-random order independent of the input's (sorted files come out shuffled, so
+    # readers need no per-row shuffle); one gather per column, then each split is a slice
+    order = np.lexsort((hashes, codes))
     bounds = np.searchsorted(codes[order], np.arange(len(SPLITS) + 1), side="left")
     order = order[bounds[0]:]
     bounds = bounds - bounds[0]

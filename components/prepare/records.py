@@ -273,8 +273,10 @@ def make_tf_dataset(
     """A ``tf.data.Dataset`` of batches ``{column: tensor}`` over one prepared split.
 
     Numeric columns are float32 (NaN = missing), categorical ones strings ("" = missing).
-    With ``shuffle_seed`` the shard order, the block order and the rows within each block
-    are shuffled (deterministically for a given seed); otherwise rows come in file order.
+    Rows are stored in a pseudo-random order within each block (prepare orders them by
+    their row hash), so a sorted input file does not give sorted batches. With
+    ``shuffle_seed`` the shard order and the block order are shuffled too, differently at
+    every pass and deterministically for a given seed; otherwise blocks come in file order.
 
     Args:
         dataset_dir: The ``dataset`` directory written by prepare.
@@ -309,9 +311,6 @@ def make_tf_dataset(
             if column.type != "numeric":
                 values = tf.gather(parsed[dictionary_key(column.name)], values)
             block[column.name] = values
-        if shuffle_seed is not None:
-            order = tf.random.shuffle(tf.range(parsed[ROWS_FEATURE][0]), seed=shuffle_seed)
-            block = {name: tf.gather(values, order) for name, values in block.items()}
         return block
 
     if not files:
