@@ -55,9 +55,9 @@ def main() -> None:
     from components.prepare.logic import Schema, load_split, prepare
     from components.train.logic import (
         TrainParams,
-        _Throughput,
         encode_labels,
         input_names,
+        throughput_callback,
         to_model_inputs,
         train,
     )
@@ -102,7 +102,7 @@ def main() -> None:
                               (64, 32), 0.1, 42)
         model.compile(optimizer=keras.optimizers.Adam(1e-3),
                       loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-        throughput = _Throughput(len(y_train))
+        throughput = throughput_callback(len(y_train))
         model.fit(x_train, y_train, validation_data=(x_eval, y_eval), epochs=epochs,
                   batch_size=args.batch_size, callbacks=[throughput], verbose=0)
         baseline = statistics.median(throughput.rates[1:] or throughput.rates)

@@ -9,6 +9,7 @@ tail are kept so a failure can be reported with its step and error.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import re
@@ -150,7 +151,8 @@ def stage_local_inputs(arguments: dict[str, Any], output_dir: Path) -> dict[str,
     for key, value in arguments.items():
         if isinstance(value, str) and _REWRITTEN_WORD in value and Path(value).exists():
             source = Path(value).resolve()
-            link = output_dir / "inputs" / f"{abs(hash(str(source))) % 10**8:08d}-{source.name}"
+            digest = hashlib.sha256(str(source).encode()).hexdigest()[:8]  # stable across runs
+            link = output_dir / "inputs" / f"{digest}-{source.name}"
             if _REWRITTEN_WORD in str(link):
                 raise LocalRunError(f"cannot stage {source}: its file name contains "
                                     f"{_REWRITTEN_WORD!r}; rename or copy the file")

@@ -140,27 +140,6 @@ def encode_labels(frame: pd.DataFrame, schema: Schema) -> np.ndarray:
     return labels.map(index).to_numpy("int32")
 
 
-def make_dataset(inputs: dict[str, np.ndarray], labels: np.ndarray, batch_size: int,
-                 preprocessor=None, seed: int | None = None, shuffle: bool = False,
-                 cache: bool = False):
-    """tf.data over raw rows: shuffle (seeded), batch, vectorised preprocessing, prefetch."""
-    import tensorflow as tf
-
-    dataset = tf.data.Dataset.from_tensor_slices((inputs, labels))
-    if shuffle:
-        dataset = dataset.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
-    dataset = dataset.batch(batch_size)
-    if preprocessor is not None:
-        dataset = dataset.map(lambda x, y: (preprocessor(x), y),
-                              num_parallel_calls=tf.data.AUTOTUNE,
-                              deterministic=seed is not None)
-    if cache:
-        dataset = dataset.cache()
-    options = tf.data.Options()
-    options.deterministic = seed is not None
-    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
-
-
 def split_rows(dataset_dir: Path) -> dict[str, int]:
     """Rows per split, as prepare_data recorded them in ``stats.json``."""
     path = Path(dataset_dir) / "stats.json"
@@ -299,43 +278,42 @@ def fit_multi_worker(model, strategy, train_ds, eval_ds, epochs: int, initial_ep
             break
 
 
-class _Throughput:
-    """Examples per second of each epoch (and GPU utilisation where visible), for the metrics
-    and, with a log directory, as TensorBoard scalars."""
+def throughput_callback(examples_per_epoch: int, log_dir: Path | None = None,
+                        sample_gpus: bool = False):
+    """A Keras callback recording examples per second of each epoch (and GPU utilisation
+    where visible) in ``.rates`` / ``.gpu_utilisation`` and, with a log directory, as
+    TensorBoard scalars."""
+    import keras
+    import tensorflow as tf
 
-    def __new__(cls, examples_per_epoch: int, log_dir: Path | None = None,
-                sample_gpus: bool = False):
-        import keras
-        import tensorflow as tf
+    from components.train.devices import gpu_utilisation
 
-        from components.train.devices import gpu_utilisation
+    writer = tf.summary.create_file_writer(str(log_dir / "throughput")) if log_dir else None
 
-        writer = tf.summary.create_file_writer(str(log_dir / "throughput")) if log_dir else None
+    class Throughput(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.rates: list[float] = []
+            self.gpu_utilisation: list[float] = []
 
-        class Throughput(keras.callbacks.Callback):
-            def __init__(self):
-                super().__init__()
-                self.rates: list[float] = []
-                self.gpu_utilisation: list[float] = []
+        def on_epoch_begin(self, epoch, logs=None):
+            self._started = time.perf_counter()
 
-            def on_epoch_begin(self, epoch, logs=None):
-                self._started = time.perf_counter()
+        def on_epoch_end(self, epoch, logs=None):
+            elapsed = time.perf_counter() - self._started
+            rate = examples_per_epoch / max(elapsed, 1e-9)
+            self.rates.append(rate)
+            utilisation = gpu_utilisation() if sample_gpus else None
+            if utilisation is not None:
+                self.gpu_utilisation.append(utilisation)
+            if writer is not None:
+                with writer.as_default():
+                    tf.summary.scalar("examples_per_s", rate, step=epoch)
+                    if utilisation is not None:
+                        tf.summary.scalar("gpu_utilisation_pct", utilisation, step=epoch)
+                writer.flush()
 
-            def on_epoch_end(self, epoch, logs=None):
-                elapsed = time.perf_counter() - self._started
-                rate = examples_per_epoch / max(elapsed, 1e-9)
-                self.rates.append(rate)
-                utilisation = gpu_utilisation() if sample_gpus else None
-                if utilisation is not None:
-                    self.gpu_utilisation.append(utilisation)
-                if writer is not None:
-                    with writer.as_default():
-                        tf.summary.scalar("examples_per_s", rate, step=epoch)
-                        if utilisation is not None:
-                            tf.summary.scalar("gpu_utilisation_pct", utilisation, step=epoch)
-                    writer.flush()
-
-        return Throughput()
+    return Throughput()
 
 
 def _export(model_dir: Path, preprocessor, classifier, schema: Schema, metadata: dict) -> None:
@@ -469,7 +447,8 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         patience=params.early_stopping_patience if eval_ds is not None else 0,
         monitor="val_loss" if eval_ds is not None else "loss",
     )
-    throughput = _Throughput(rows["train"], tensorboard_dir, sample_gpus=bool(found.gpus))
+    throughput = throughput_callback(rows["train"], tensorboard_dir,
+                                     sample_gpus=bool(found.gpus))
     callbacks = [checkpoint, throughput]
     if tensorboard_dir is not None:
         callbacks.append(keras.callbacks.TensorBoard(log_dir=str(tensorboard_dir)))

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
+
+from tests.integration.wsgi_fake import WsgiFake
 
 PREFIX = "/api/model_registry/v1alpha3"
 
@@ -37,7 +38,7 @@ class InjectedFailure:
 
 
 @dataclass
-class FakeModelRegistry:
+class FakeModelRegistry(WsgiFake):
     contract: Path
     registered_models: dict[str, dict] = field(default_factory=dict)
     model_versions: dict[str, dict] = field(default_factory=dict)
@@ -63,16 +64,6 @@ class FakeModelRegistry:
              path_contains: str | None = None) -> None:
         """Answer the next ``times`` matching requests with ``status`` and ``message``."""
         self.failures.append(InjectedFailure(status, message, method, path_contains, times))
-
-    def __enter__(self):
-        self._server = make_server("127.0.0.1", 0, self._wsgi, threaded=True)
-        self.port = self._server.server_port
-        self.url = f"http://127.0.0.1:{self.port}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
 
     # -- HTTP ---------------------------------------------------------------------------------
 

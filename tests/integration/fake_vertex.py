@@ -21,8 +21,9 @@ from datetime import UTC, datetime
 
 from google.cloud import aiplatform_v1 as v1
 from google.protobuf import timestamp_pb2
-from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
+
+from tests.integration.wsgi_fake import WsgiFake
 
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
@@ -40,7 +41,7 @@ class Rejected(Exception):
 
 
 @dataclass
-class FakeVertex:
+class FakeVertex(WsgiFake):
     project: str = "test-project"
     location: str = "us-central1"
     #: model id -> list of versions (v1.Model), version ids "1", "2", ...
@@ -59,16 +60,6 @@ class FakeVertex:
              path_contains: str | None = None) -> None:
         """Answer the next ``times`` matching requests with ``status`` and ``message``."""
         self.failures.append([status, message, method, path_contains, times])
-
-    def __enter__(self):
-        self._server = make_server("127.0.0.1", 0, self._wsgi, threaded=True)
-        self.port = self._server.server_port
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
 
     # -- HTTP ---------------------------------------------------------------------------------
 
