@@ -25,10 +25,10 @@ DIRECT = """
 import time, sys
 from pathlib import Path
 started = time.perf_counter()
-from components.prepare.logic import EMBEDDED_PENGUINS, prepare
-from components.train.logic import TrainParams, train
-from components.evaluate.logic import evaluate
-from components.register.logic import register
+from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS, prepare
+from gkeflow.components.train.logic import TrainParams, train
+from gkeflow.components.evaluate.logic import evaluate
+from gkeflow.components.register.logic import register
 out = Path(sys.argv[1])
 prepared = prepare(EMBEDDED_PENGUINS, out / "dataset", "species")
 train(out / "dataset", prepared.schema, out / "model", TrainParams(epochs=int(sys.argv[2])))

@@ -68,7 +68,7 @@ def _schema(pa):
 # --- the measurements, each run in a child process --------------------------------------------
 
 def run_prepare(csv_path: str, out: str) -> dict:
-    from components.prepare.logic import prepare
+    from gkeflow.components.prepare.logic import prepare
 
     started = time.perf_counter()
     result = prepare(csv_path, Path(out), "label")
@@ -105,7 +105,7 @@ def run_baseline(csv_path: str, out: str, limit: int) -> dict:
 
 
 def run_read_fast(dataset_dir: str, _: str, batch_size: int = 1024) -> dict:
-    from components.prepare.logic import Schema, make_tf_dataset
+    from gkeflow.components.prepare.logic import Schema, make_tf_dataset
 
     schema = Schema.load(Path(dataset_dir))
     dataset = make_tf_dataset(Path(dataset_dir), "train", schema, batch_size, shuffle_seed=1)

@@ -52,8 +52,8 @@ def main() -> None:
     import keras
     import tensorflow as tf
 
-    from components.prepare.logic import Schema, load_split, prepare
-    from components.train.logic import (
+    from gkeflow.components.prepare.logic import Schema, load_split, prepare
+    from gkeflow.components.train.logic import (
         TrainParams,
         encode_labels,
         input_names,
@@ -61,7 +61,7 @@ def main() -> None:
         to_model_inputs,
         train,
     )
-    from components.train.models import (
+    from gkeflow.components.train.models import (
         build_builtin,
         build_preprocessor,
         feature_stats_from_prepared,

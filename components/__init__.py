@@ -7,10 +7,10 @@ imported, and those must not pull in the KFP DSL.
 import importlib
 
 _COMPONENTS = {
-    "prepare_data": "components.prepare.component",
-    "train_model": "components.train.component",
-    "evaluate_model": "components.evaluate.component",
-    "register_model": "components.register.component",
+    "prepare_data": "gkeflow.components.prepare.component",
+    "train_model": "gkeflow.components.train.component",
+    "evaluate_model": "gkeflow.components.evaluate.component",
+    "register_model": "gkeflow.components.register.component",
 }
 
 __all__ = list(_COMPONENTS)

@@ -5,7 +5,7 @@ Every component runs in one of two images built from ``images/`` (``cpu.Dockerfi
 no step installs anything at run time.
 
 Components name the images by tag (:data:`CPU_IMAGE`, :data:`GPU_IMAGE`). The image build
-(``images/build.sh``: Cloud Build, then ``python -m components.images record-build``) writes
+(``images/build.sh``: Cloud Build, then ``python -m gkeflow.components.images record-build``) writes
 the pushed digests to ``images/images.lock.json``; the compiler replaces each tag by its
 digest from that file (:func:`pin`), and ``gkeflow compile --release`` refuses a reference
 that is still tag-only.
@@ -129,8 +129,8 @@ def record_build(build: dict, lock_path: Path | str = LOCK_FILE) -> dict[str, st
 
 
 def _main(argv: list[str]) -> int:
-    usage = ("usage: python -m components.images tags\n"
-             "       python -m components.images record-build BUILD_JSON [LOCK_FILE]")
+    usage = ("usage: python -m gkeflow.components.images tags\n"
+             "       python -m gkeflow.components.images record-build BUILD_JSON [LOCK_FILE]")
     if argv[:1] == ["tags"] and len(argv) == 1:
         print(f"_CPU_IMAGE={CPU_IMAGE},_GPU_IMAGE={GPU_IMAGE}")
         return 0

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
-substitutions="$("$PYTHON" -m components.images tags)"
+substitutions="$("$PYTHON" -m gkeflow.components.images tags)"
 build_json="$(mktemp)"
 trap 'rm -f "$build_json"' EXIT
 build_id="$(gcloud builds submit --config images/cloudbuild.yaml \
@@ -14,5 +14,5 @@ build_id="$(gcloud builds submit --config images/cloudbuild.yaml \
 echo "Cloud Build $build_id: streaming its log"
 gcloud builds log --stream "$build_id" "$@" || true
 gcloud builds describe "$build_id" --format=json "$@" > "$build_json"
-"$PYTHON" -m components.images record-build "$build_json"
+"$PYTHON" -m gkeflow.components.images record-build "$build_json"
 echo "Now run: .venv/bin/gkeflow compile --release"

@@ -23,6 +23,6 @@ ENV PATH=/opt/gkeflow/bin:$PATH \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     TF_CPP_MIN_LOG_LEVEL=1
 # Fail the build, not a pipeline run, when the suite cannot be imported.
-RUN python -c "import kfp, tensorflow, components.train.logic, components.register.logic"
+RUN python -c "import kfp, tensorflow, gkeflow.components.train.logic, gkeflow.components.register.logic"
 USER 10001:10001
 WORKDIR /home/gkeflow

@@ -3,7 +3,7 @@
 :class:`KfpBackend` talks to the Kubeflow Pipelines v2beta1 API through ``kfp.Client``;
 :class:`VertexBackend` talks to Vertex AI through ``google.cloud.aiplatform``. Both expose the
 same small surface (upload, run, poll, list/create/update/pause/resume/delete schedules);
-every remote call goes through :func:`pipelines.remote.call` (retries, timeouts, clear
+every remote call goes through :func:`gkeflow.pipelines.remote.call` (retries, timeouts, clear
 errors). With ``dry_run`` the writes are recorded as :class:`PlannedRequest` instead of sent
 (reads still happen, so the plan reflects what is really there).
 """
@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.config import GkeTarget, VertexTarget
-from pipelines.remote import RemoteError, RetryPolicy, call, register_secret
+from gkeflow.pipelines.config import GkeTarget, VertexTarget
+from gkeflow.pipelines.remote import RemoteError, RetryPolicy, call, register_secret
 
 #: Marker in the description (KFP) / label (Vertex) of schedules that gkeflow manages.
 MANAGED_LABEL = "gkeflow-schedule"
@@ -631,7 +631,7 @@ class VertexBackend(_TargetBackend):
     # -- schedules ----------------------------------------------------------------------------
 
     def list_schedules(self) -> list[RemoteSchedule]:
-        from pipelines.cron import split_vertex_cron
+        from gkeflow.pipelines.cron import split_vertex_cron
 
         client = self._client("schedule")
         pager = self._call("list schedules", lambda: client.list_schedules(

@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from pipelines.compile import COMPILE_TARGETS, DEFAULT_OUTPUT
+from gkeflow.pipelines.compile import COMPILE_TARGETS, DEFAULT_OUTPUT
 
 DEFAULT_RUN_OUTPUT = Path("gkeflow-output")
 REGISTRY_FILE = "registry.db"
@@ -93,8 +93,8 @@ def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eva
     Vertex: prepare -> train -> evaluate -> register (only if accuracy >= --min-accuracy).
     Every step runs as a subprocess; the full log is saved under OUTPUT/logs/.
     """
-    from components.prepare.logic import EMBEDDED_PENGUINS, SplitRatios
-    from pipelines.local import run_local
+    from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS, SplitRatios
+    from gkeflow.pipelines.local import run_local
 
     console = _console()
     if data and not label:
@@ -140,7 +140,7 @@ def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eva
             mark = "[green]✓[/green]" if step.status == "SUCCESS" else "[red]✗[/red]"
             console.print(f"  {mark} {step.name} {step.status.lower()} in {step.duration_s:.1f}s")
 
-    from pipelines.local import LocalRunError
+    from gkeflow.pipelines.local import LocalRunError
 
     try:
         result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
@@ -154,7 +154,7 @@ def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eva
 
 def _pipeline_params(options: tuple[str, ...]) -> dict:
     """``KEY=VALUE`` options as typed arguments of the training pipeline."""
-    from pipelines.training import training_pipeline
+    from gkeflow.pipelines.training import training_pipeline
 
     inputs = training_pipeline.component_spec.inputs
     casts = {"Integer": int, "Float": float, "String": str,
@@ -260,9 +260,9 @@ def _compute_options(func):
 
 def _resolve_compute(config_path: Path | None, compute_overrides: tuple[str, ...]) -> dict:
     """Per-step profiles: defaults in code, then gkeflow.yaml, then --compute flags."""
-    from pipelines.compute import ComputeError, apply_overrides
-    from pipelines.config import ConfigError, load_config
-    from pipelines.training import DEFAULT_COMPUTE
+    from gkeflow.pipelines.compute import ComputeError, apply_overrides
+    from gkeflow.pipelines.config import ConfigError, load_config
+    from gkeflow.pipelines.training import DEFAULT_COMPUTE
 
     try:
         profiles = load_config(config_path).compute_overrides(DEFAULT_COMPUTE)
@@ -296,9 +296,9 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
     validated for the target first; images are pinned to the digests in
     images/images.lock.json. `gkeflow plan` shows what each step will request.
     """
-    from components.images import ImageLockError
-    from pipelines.compile import ReleaseError, compile_all, stale_files
-    from pipelines.compute import ComputeError, target_notes
+    from gkeflow.components.images import ImageLockError
+    from gkeflow.pipelines.compile import ReleaseError, compile_all, stale_files
+    from gkeflow.pipelines.compute import ComputeError, target_notes
 
     targets = COMPILE_TARGETS if target == "all" else (target,)
     console = _console()
@@ -318,7 +318,7 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
         raise click.ClickException(str(exc)) from exc
     for path in paths:
         console.print(f"wrote {path}", markup=False)
-    from components.images import IMAGES, is_pinned, load_lock, pin
+    from gkeflow.components.images import IMAGES, is_pinned, load_lock, pin
 
     tag_only = [image for image in IMAGES if not is_pinned(pin(image, load_lock()))]
     if tag_only:
@@ -348,14 +348,14 @@ def plan_command(pipeline: str, target: str, config_path: Path | None,
     The compute is validated exactly as `gkeflow compile` does; requests the target
     cannot honour are listed below the table.
     """
-    from components.images import ImageLockError, is_pinned, load_lock, pin
-    from pipelines.compile import PIPELINES
-    from pipelines.compute import ComputeError, plan, target_notes
+    from gkeflow.components.images import ImageLockError, is_pinned, load_lock, pin
+    from gkeflow.pipelines.compile import PIPELINES
+    from gkeflow.pipelines.compute import ComputeError, plan, target_notes
 
     if pipeline not in PIPELINES:
         raise click.BadParameter(f"unknown pipeline {pipeline!r}; available: "
                                  f"{', '.join(PIPELINES)}", param_hint="PIPELINE")
-    from pipelines.training import resolve_compute, step_images
+    from gkeflow.pipelines.training import resolve_compute, step_images
 
     compute = _resolve_compute(config_path, compute_overrides)
     try:
@@ -429,9 +429,9 @@ def _registry_option(func):
 def _open_cli_registry(backend, registry, project, location, api_endpoint, host, port,
                        config_path):
     """Flags over gkeflow.yaml's ``registry:`` over defaults -> (registry, URI, backend)."""
-    from components.register.backends import RegistrySettings, backend_of, open_registry
-    from components.register.local_registry import RegistryError, registry_path
-    from pipelines.config import ConfigError, load_config
+    from gkeflow.components.register.backends import RegistrySettings, backend_of, open_registry
+    from gkeflow.components.register.local_registry import RegistryError, registry_path
+    from gkeflow.pipelines.config import ConfigError, load_config
 
     try:
         configured = load_config(config_path).registry
@@ -468,7 +468,7 @@ def models_list(name: str | None, **connection) -> None:
     (--backend kubeflow --host H --port N); settings may also come from gkeflow.yaml's
     registry: section.
     """
-    from components.register.local_registry import RegistryError
+    from gkeflow.components.register.local_registry import RegistryError
 
     registry, _, kind = _open_cli_registry(**connection)
     console = _console()
@@ -509,7 +509,7 @@ def models_promote(name: str, version: int, alias: str, **connection) -> None:
     The alias moves from whichever version held it. Same connection options as
     `gkeflow models list`.
     """
-    from components.register.local_registry import RegistryError
+    from gkeflow.components.register.local_registry import RegistryError
 
     registry, _, kind = _open_cli_registry(**connection)
     try:
@@ -533,7 +533,7 @@ def _config_option(func):
 
 
 def _load(config_path: Path):
-    from pipelines.config import ConfigError, load_config
+    from gkeflow.pipelines.config import ConfigError, load_config
 
     if not config_path.exists():
         raise click.ClickException(f"{config_path} not found; `gkeflow init` writes a "
@@ -550,10 +550,10 @@ def _remote_errors(func):
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        from pipelines.config import ConfigError
-        from pipelines.cron import CronError
-        from pipelines.remote import RemoteError, redact
-        from pipelines.submit import SubmitError
+        from gkeflow.pipelines.config import ConfigError
+        from gkeflow.pipelines.cron import CronError
+        from gkeflow.pipelines.remote import RemoteError, redact
+        from gkeflow.pipelines.submit import SubmitError
 
         try:
             return func(*args, **kwargs)
@@ -580,7 +580,7 @@ def init_command(path: Path, force: bool) -> None:
     Edit the values, then `gkeflow submit --target gke|vertex` or `gkeflow schedule apply`.
     The example is valid as written (it is checked before it is written).
     """
-    from pipelines.config import EXAMPLE_CONFIG, ConfigError, load_config
+    from gkeflow.pipelines.config import EXAMPLE_CONFIG, ConfigError, load_config
 
     if path.exists() and not force:
         raise click.ClickException(f"{path} already exists; pass --force to overwrite it")
@@ -641,7 +641,7 @@ def submit_command(pipeline, target, environment, params, wait, poll_s, timeout_
     """
     import tempfile
 
-    from pipelines.submit import parse_param_options, submit, wait_for_run
+    from gkeflow.pipelines.submit import parse_param_options, submit, wait_for_run
 
     config = _load(config_path)
     console = _console()
@@ -719,7 +719,7 @@ def schedule_apply(prune, dry_run, target, config_path) -> None:
     """
     import tempfile
 
-    from pipelines.schedule import apply
+    from gkeflow.pipelines.schedule import apply
 
     config = _load(config_path)
     console = _console()
@@ -759,7 +759,7 @@ def schedule_list(count, target, config_path) -> None:
     Times are shown in the schedule's own time zone. A KFP schedule converted with a UTC
     offset that no longer holds (daylight saving changed) is flagged.
     """
-    from pipelines.schedule import list_schedules
+    from gkeflow.pipelines.schedule import list_schedules
 
     config = _load(config_path)
     if config.targets.gke is None and config.targets.vertex is None:
@@ -795,7 +795,7 @@ def schedule_list(count, target, config_path) -> None:
 def schedule_pause(name, target, config_path) -> None:
     """Pause schedule NAME (no new runs until resumed). `apply` would resume it while the
     file says enabled: true."""
-    from pipelines.schedule import set_enabled
+    from gkeflow.pipelines.schedule import set_enabled
 
     for line in set_enabled(_load(config_path), name, False, target=target):
         _console().print(line, markup=False)
@@ -810,7 +810,7 @@ def schedule_pause(name, target, config_path) -> None:
 @_remote_errors
 def schedule_resume(name, catch_up, target, config_path) -> None:
     """Resume paused schedule NAME."""
-    from pipelines.schedule import set_enabled
+    from gkeflow.pipelines.schedule import set_enabled
 
     for line in set_enabled(_load(config_path), name, True, target=target, catch_up=catch_up):
         _console().print(line, markup=False)
@@ -824,7 +824,7 @@ def schedule_resume(name, catch_up, target, config_path) -> None:
 def schedule_delete(name, target, config_path) -> None:
     """Delete schedule NAME from the target(s). `apply` recreates it while it is in the
     file."""
-    from pipelines.schedule import delete
+    from gkeflow.pipelines.schedule import delete
 
     for line in delete(_load(config_path), name, target=target):
         _console().print(line, markup=False)

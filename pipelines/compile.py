@@ -21,7 +21,7 @@ class ReleaseError(ValueError):
 
 
 def _training(target: str, compute=None):
-    from pipelines.training import build_training_pipeline
+    from gkeflow.pipelines.training import build_training_pipeline
 
     return build_training_pipeline(target, compute)
 
@@ -36,7 +36,7 @@ def compiled_path(output_dir: Path, pipeline: str, target: str) -> Path:
 
 def pin_images(pipeline, lock: Mapping[str, str]) -> dict[str, str]:
     """Replace each executor's image by its digest from ``lock``; returns executor -> image."""
-    from components.images import pin
+    from gkeflow.components.images import pin
 
     executors = pipeline.pipeline_spec.deployment_spec["executors"]
     images = {}
@@ -63,13 +63,13 @@ def compile_pipeline(
         pipeline: Short name in :data:`PIPELINES`.
         target: "gke" or "vertex".
         output_dir: Directory for the YAML file.
-        compute: Per-step :class:`~pipelines.compute.ComputeProfile` overrides.
+        compute: Per-step :class:`~gkeflow.pipelines.compute.ComputeProfile` overrides.
         lock: Tag -> digest; default: the image lock file.
         release: Refuse tag-only image references (:class:`ReleaseError`).
     """
     from kfp import compiler
 
-    from components.images import is_pinned, load_lock
+    from gkeflow.components.images import is_pinned, load_lock
 
     if pipeline not in PIPELINES:
         raise ValueError(f"unknown pipeline {pipeline!r}; available: {', '.join(PIPELINES)}")

@@ -3,7 +3,7 @@
 A :class:`ComputeProfile` says what a step needs: CPU, memory, accelerator and count,
 spot, shared memory, timeout, retries (every retry field explicit) and caching.
 :func:`validate_profiles` checks a whole pipeline's profiles against the machine shapes in
-:mod:`pipelines.accelerators` before anything is compiled, and :func:`apply_compute` turns a
+:mod:`gkeflow.pipelines.accelerators` before anything is compiled, and :func:`apply_compute` turns a
 profile into what each backend understands:
 
 - ``gke`` (open-source Kubeflow Pipelines): CPU and memory requests and limits on every
@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from pipelines import accelerators as acc
+from gkeflow.pipelines import accelerators as acc
 
 TARGETS = ("gke", "vertex", "local")
 

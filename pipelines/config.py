@@ -3,7 +3,7 @@
 The file is optional; every key has a default in code. Sections:
 
 ``compute``
-    per-step overrides of :class:`pipelines.compute.ComputeProfile` fields, e.g.::
+    per-step overrides of :class:`gkeflow.pipelines.compute.ComputeProfile` fields, e.g.::
 
         compute:
           train-model: {accelerator: nvidia-l4, accelerator_count: 1, spot: true}
@@ -80,7 +80,7 @@ class RegistryConfig(BaseModel):
     author: str = "gkeflow"
 
     def registry_uri(self) -> str:
-        """The URI for :func:`components.register.backends.open_registry`."""
+        """The URI for :func:`gkeflow.components.register.backends.open_registry`."""
         if self.uri:
             return self.uri
         if self.backend == "vertex":
@@ -112,7 +112,7 @@ class GkeflowConfig(BaseModel):
 
     def compute_overrides(self, defaults) -> dict:
         """Per-step :class:`ComputeProfile` objects: ``defaults`` with this file's overrides."""
-        from pipelines.compute import ComputeError
+        from gkeflow.pipelines.compute import ComputeError
 
         profiles = dict(defaults)
         for step, changes in self.compute.items():
@@ -352,7 +352,7 @@ class ScheduleConfig(_Strict):
     @field_validator("pipeline")
     @classmethod
     def _pipeline(cls, value):
-        from pipelines.compile import PIPELINES
+        from gkeflow.pipelines.compile import PIPELINES
 
         if value not in PIPELINES:
             raise ValueError(f"unknown pipeline {value!r}; pipelines are {', '.join(PIPELINES)}")
@@ -361,7 +361,7 @@ class ScheduleConfig(_Strict):
     @field_validator("cron")
     @classmethod
     def _cron(cls, value):
-        from pipelines.cron import CronError, CronExpression
+        from gkeflow.pipelines.cron import CronError, CronExpression
 
         try:
             CronExpression.parse(value)
@@ -372,7 +372,7 @@ class ScheduleConfig(_Strict):
     @field_validator("time_zone")
     @classmethod
     def _tz(cls, value):
-        from pipelines.cron import CronError, zone
+        from gkeflow.pipelines.cron import CronError, zone
 
         try:
             zone(value)

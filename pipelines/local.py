@@ -174,7 +174,7 @@ def run_local(
     """Run ``training_pipeline`` with ``arguments`` under ``output_dir`` using kfp.local."""
     from kfp import local
 
-    from pipelines.training import training_pipeline
+    from gkeflow.pipelines.training import training_pipeline
 
     output_dir = Path(output_dir).resolve()
     if _REWRITTEN_WORD in str(output_dir):

@@ -25,16 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipelines.backends import RemoteSchedule, ScheduleRequest
-from pipelines.config import GkeflowConfig, ScheduleConfig
-from pipelines.cron import (
+from gkeflow.pipelines.backends import RemoteSchedule, ScheduleRequest
+from gkeflow.pipelines.config import GkeflowConfig, ScheduleConfig
+from gkeflow.pipelines.cron import (
     kfp_cron,
     kfp_cron_to_five_fields,
     next_runs,
     split_vertex_cron,
     vertex_cron,
 )
-from pipelines.submit import make_backend, prepare_pipeline, resolve_parameters
+from gkeflow.pipelines.submit import make_backend, prepare_pipeline, resolve_parameters
 
 
 @dataclass
@@ -97,7 +97,7 @@ def _targets_in_use(config: GkeflowConfig, target: str | None,
     every configured target, so that lists and prunes see everything)."""
     if target:
         if getattr(config.targets, target) is None:
-            from pipelines.config import ConfigError
+            from gkeflow.pipelines.config import ConfigError
 
             raise ConfigError(f"targets.{target} is not configured in gkeflow.yaml")
         return [target]
@@ -224,7 +224,7 @@ def _next_runs_for(remote: RemoteSchedule, count: int, now: dt.datetime) -> list
     except ValueError:
         return []
     if remote.time_zone:
-        from pipelines.cron import zone
+        from gkeflow.pipelines.cron import zone
 
         runs = [r.astimezone(zone(remote.time_zone)) for r in runs]
     return runs

@@ -26,13 +26,13 @@ from typing import Any
 
 import yaml
 
-from pipelines.backends import (
+from gkeflow.pipelines.backends import (
     KfpBackend,
     PreparedPipeline,
     RunStatus,
     VertexBackend,
 )
-from pipelines.config import DEFAULT_ENVIRONMENT, ConfigError, GkeflowConfig
+from gkeflow.pipelines.config import DEFAULT_ENVIRONMENT, ConfigError, GkeflowConfig
 
 
 class SubmitError(RuntimeError):
@@ -71,7 +71,7 @@ def prepare_pipeline(pipeline: str, target: str, workdir: Path,
     The version name ends with a hash of the compiled spec, so one name always means one
     spec: uploading the same name twice is skipped, a changed spec gets a new name.
     """
-    from pipelines.compile import PIPELINES, compile_pipeline
+    from gkeflow.pipelines.compile import PIPELINES, compile_pipeline
 
     if pipeline not in PIPELINES:
         raise SubmitError(f"unknown pipeline {pipeline!r}; pipelines are {', '.join(PIPELINES)}")

@@ -11,9 +11,9 @@ from typing import Optional
 
 from kfp import dsl
 
-from components import evaluate_model, prepare_data, register_model, train_model
-from components.prepare.logic import EMBEDDED_PENGUINS
-from pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
+from gkeflow.components import evaluate_model, prepare_data, register_model, train_model
+from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
+from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
 
 PIPELINE_NAME = "gkeflow-training"
 
@@ -60,7 +60,7 @@ def resolve_compute(
         ComputeError: naming every step whose request cannot be met, what it asked and
             the valid choices.
     """
-    from components.images import IMAGES
+    from gkeflow.components.images import IMAGES
 
     unknown = sorted(set(compute or {}) - set(DEFAULT_COMPUTE))
     if unknown:
@@ -96,7 +96,7 @@ def build_training_pipeline(
     """Define ``training_pipeline``, each step's compute validated and applied for ``target``."""
     profiles = resolve_compute(target, compute)
     if target == "vertex":  # same step, with a google.VertexModel output for Vertex lineage
-        from components.register.vertex_component import register_model as register_step
+        from gkeflow.components.register.vertex_component import register_model as register_step
     else:
         register_step = register_model
     default_registry_uri = DEFAULT_REGISTRY_URIS.get(target, DEFAULT_REGISTRY_URIS["local"])

@@ -63,7 +63,7 @@ def churn_csv(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def prepared_penguins(tmp_path_factory):
     """The bundled penguins data prepared once: (dataset_dir, PrepareResult)."""
-    from components.prepare.logic import EMBEDDED_PENGUINS, prepare
+    from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS, prepare
 
     out = tmp_path_factory.mktemp("prepared") / "dataset"
     result = prepare(EMBEDDED_PENGUINS, out, "species")
@@ -73,7 +73,7 @@ def prepared_penguins(tmp_path_factory):
 @pytest.fixture(scope="session")
 def trained_penguins(prepared_penguins, tmp_path_factory):
     """A model trained once on the prepared penguins: (model_dir, TrainResult)."""
-    from components.train.logic import TrainParams, train
+    from gkeflow.components.train.logic import TrainParams, train
 
     dataset_dir, prepared = prepared_penguins
     model_dir = tmp_path_factory.mktemp("trained") / "model"
@@ -84,7 +84,7 @@ def trained_penguins(prepared_penguins, tmp_path_factory):
 @pytest.fixture(scope="session")
 def weak_penguins(prepared_penguins, tmp_path_factory):
     """A barely trained model on the prepared penguins: one epoch at a tiny learning rate."""
-    from components.train.logic import TrainParams, train
+    from gkeflow.components.train.logic import TrainParams, train
 
     dataset_dir, prepared = prepared_penguins
     model_dir = tmp_path_factory.mktemp("weak") / "model"

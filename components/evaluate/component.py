@@ -12,7 +12,7 @@ from kfp.dsl import (
     Output,
 )
 
-from components.images import CPU_IMAGE
+from gkeflow.components.images import CPU_IMAGE
 
 
 @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
@@ -67,10 +67,10 @@ def evaluate_model(
     """
     from pathlib import Path
 
-    from components._atomic import write_text_atomic
-    from components.evaluate.logic import evaluate
-    from components.evaluate.model_card import render_model_card
-    from components.prepare.logic import Schema
+    from gkeflow.components._atomic import write_text_atomic
+    from gkeflow.components.evaluate.logic import evaluate
+    from gkeflow.components.evaluate.model_card import render_model_card
+    from gkeflow.components.prepare.logic import Schema
 
     result = evaluate(
         dataset_dir=Path(dataset.path),

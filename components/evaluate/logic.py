@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from components.evaluate.metrics import (
+from gkeflow.components.evaluate.metrics import (
     LOWER_IS_BETTER,
     OVERALL_METRICS,
     Curve,
@@ -32,8 +32,8 @@ from components.evaluate.metrics import (
     metric_key,
     positive_class_roc,
 )
-from components.prepare.logic import Schema, load_split
-from components.train.logic import ExportedModel, encode_labels, to_model_inputs
+from gkeflow.components.prepare.logic import Schema, load_split
+from gkeflow.components.train.logic import ExportedModel, encode_labels, to_model_inputs
 
 #: Slice columns chosen automatically (``slice_columns=""``) have at most this many values.
 AUTO_SLICE_MAX_VALUES = 20
@@ -323,7 +323,7 @@ def slice_metrics(test: pd.DataFrame, columns: list[str], true: np.ndarray,
 
 def find_champion(registry_uri: str, model_name: str):
     """The registry's ``champion`` of ``model_name``, else its latest version, else None."""
-    from components.register.backends import champion_or_latest, open_registry
+    from gkeflow.components.register.backends import champion_or_latest, open_registry
 
     return champion_or_latest(open_registry(registry_uri), model_name)
 
@@ -387,7 +387,7 @@ def score_champion(version, test: pd.DataFrame, schema: Schema, true: np.ndarray
 
 
 def _champion_inputs(model: ExportedModel, test: pd.DataFrame) -> dict[str, np.ndarray]:
-    from components.train.logic import column_to_input
+    from gkeflow.components.train.logic import column_to_input
 
     return {f["input"]: column_to_input(test[f["name"]], f["type"])
             for f in model.metadata["features"]}

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from components.evaluate.logic import Evaluation
-from components.evaluate.metrics import LOWER_IS_BETTER, OVERALL_METRICS
+from gkeflow.components.evaluate.logic import Evaluation
+from gkeflow.components.evaluate.metrics import LOWER_IS_BETTER, OVERALL_METRICS
 
 
 def _cell(value: float | None) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from components.prepare.sources import DataError, _prefetched
+from gkeflow.components.prepare.sources import DataError, _prefetched
 
 PAGE_ROWS = 50_000
 _BQ = re.compile(r"^bq://(?P<project>[A-Za-z0-9_:.\-]+)\.(?P<dataset>\w+)\.(?P<table>[\w\-$]+)$")

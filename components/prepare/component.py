@@ -3,7 +3,7 @@
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Markdown, Output
 
-from components.images import CPU_IMAGE
+from gkeflow.components.images import CPU_IMAGE
 
 
 @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
@@ -56,7 +56,7 @@ def prepare_data(
     import shutil
     from pathlib import Path
 
-    from components.prepare.logic import (
+    from gkeflow.components.prepare.logic import (
         REJECTED_FILE,
         REPORT_FILE,
         SCHEMA_FILE,

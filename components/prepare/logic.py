@@ -13,7 +13,7 @@ with one rename, so a failed or killed step never leaves a split that looks comp
 
 Output layout (the ``dataset`` artifact)::
 
-    train/part-*.tfrecord.gz   eval/...   test/...   (see components.prepare.records)
+    train/part-*.tfrecord.gz   eval/...   test/...   (see gkeflow.components.prepare.records)
     schema.json  stats.json  rejected.csv  report.md
 """
 
@@ -36,17 +36,17 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from components._atomic import publish_dir
-from components.prepare import records
-from components.prepare.records import make_tf_dataset
-from components.prepare.sources import (
+from gkeflow.components._atomic import publish_dir
+from gkeflow.components.prepare import records
+from gkeflow.components.prepare.records import make_tf_dataset
+from gkeflow.components.prepare.sources import (
     EMBEDDED_PENGUINS,
     NULL_VALUES,
     DataError,
     Source,
     resolve_sources,
 )
-from components.prepare.stats import CategoricalStats, NumericStats, update_numeric_stats
+from gkeflow.components.prepare.stats import CategoricalStats, NumericStats, update_numeric_stats
 
 SPLITS = ("train", "eval", "test")
 SCHEMA_FILE = "schema.json"
@@ -950,7 +950,7 @@ def prepare(
     if rows_per_shard < 1:
         raise ValueError(f"rows_per_shard must be >= 1; got {rows_per_shard}")
     if source.startswith("bq://"):
-        from components.prepare.bigquery import bigquery_sources
+        from gkeflow.components.prepare.bigquery import bigquery_sources
 
         sources = bigquery_sources(source, query=bq_query, row_filter=bq_filter)
     else:
@@ -1070,7 +1070,7 @@ def prepare(
             stats=stats_doc,
             shards=shards,
         )
-        from components.prepare.report import render_report
+        from gkeflow.components.prepare.report import render_report
 
         (scratch / REPORT_FILE).write_text(
             render_report(source, result, rejects.samples), encoding="utf-8"
@@ -1083,7 +1083,7 @@ def fetch_schema(uri: str) -> Schema:
     or a .yaml/.yml file)."""
     if not uri.startswith("gs://"):
         return Schema.load(Path(uri.removeprefix("file://")))
-    from components.prepare.sources import _GS, gcs_client
+    from gkeflow.components.prepare.sources import _GS, gcs_client
 
     match = _GS.match(uri)
     bucket = gcs_client().bucket(match["bucket"])

@@ -281,7 +281,7 @@ def make_tf_dataset(
     Args:
         dataset_dir: The ``dataset`` directory written by prepare.
         split: "train", "eval" or "test".
-        schema: The dataset's :class:`~components.prepare.logic.Schema`.
+        schema: The dataset's :class:`~gkeflow.components.prepare.logic.Schema`.
         batch_size: Rows per batch.
         shuffle_seed: Seed for shuffling; None keeps the order.
         columns: Columns to read; default all columns of the schema.

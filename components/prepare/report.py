@@ -12,7 +12,7 @@ def _cell(value) -> str:
 
 
 def render_report(source: str, result, rejected_samples: list[tuple[str, str]]) -> str:
-    """Markdown for a :class:`~components.prepare.logic.PrepareResult`."""
+    """Markdown for a :class:`~gkeflow.components.prepare.logic.PrepareResult`."""
     lines = [f"# Data report: `{source}`", ""]
     lines += ["| rows read | train | eval | test | rejected |", "|---|---|---|---|---|"]
     splits = result.split_rows

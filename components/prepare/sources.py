@@ -5,7 +5,7 @@
   streamed in chunks (``Blob.open``), never downloaded whole;
 - CSV (optionally gzip-compressed, ``.gz``) and Parquet (``.parquet``/``.pq``);
 - ``bq://project.dataset.table`` through google-cloud-bigquery, with an optional SQL query
-  or row filter (see :mod:`components.prepare.bigquery`);
+  or row filter (see :mod:`gkeflow.components.prepare.bigquery`);
 - ``embedded://penguins``, the bundled Palmer Penguins CSV.
 
 Every source yields batches through :meth:`Source.batches`; CSV rows that cannot be parsed

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from components.register.local_registry import LocalRegistry, ModelVersion, RegistryError
+from gkeflow.components.register.local_registry import LocalRegistry, ModelVersion, RegistryError
 
 BACKENDS = ("local", "vertex", "kubeflow")
 
@@ -81,13 +81,13 @@ def open_registry(uri: str, settings: RegistrySettings | None = None,
     settings = settings or RegistrySettings()
     backend = backend_of(uri)
     if backend == "vertex":
-        from components.register.vertex import VertexRegistry
+        from gkeflow.components.register.vertex import VertexRegistry
 
         return VertexRegistry(uri, serving_image=settings.serving_image,
                               api_endpoint=settings.api_endpoint, credentials=credentials,
                               attempts=settings.attempts, retry_delay_s=settings.retry_delay_s)
     if backend == "kubeflow":
-        from components.register.kubeflow import KubeflowRegistry
+        from gkeflow.components.register.kubeflow import KubeflowRegistry
 
         return KubeflowRegistry(uri, author=settings.author, attempts=settings.attempts,
                                 retry_delay_s=settings.retry_delay_s)

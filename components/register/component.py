@@ -1,9 +1,9 @@
 """KFP shells of the registration step.
 
 :func:`register_model` writes a generic ``system.Artifact`` describing the registered
-version; :mod:`components.register.vertex_component` holds the same step with a
+version; :mod:`gkeflow.components.register.vertex_component` holds the same step with a
 ``google.VertexModel`` output for Vertex AI Pipelines. Both run
-:func:`components.register.logic.register_for_pipeline`.
+:func:`gkeflow.components.register.logic.register_for_pipeline`.
 """
 
 from typing import NamedTuple
@@ -11,7 +11,7 @@ from typing import NamedTuple
 from kfp import dsl
 from kfp.dsl import Artifact, Input, Metrics, Model, Output
 
-from components.images import CPU_IMAGE
+from gkeflow.components.images import CPU_IMAGE
 
 
 @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
@@ -51,7 +51,7 @@ def register_model(
     """
     from collections import namedtuple
 
-    from components.register.logic import register_for_pipeline
+    from gkeflow.components.register.logic import register_for_pipeline
 
     outcome = register_for_pipeline(
         model_path=model.path, model_uri=model.uri, metrics_metadata=dict(metrics.metadata),

@@ -21,14 +21,14 @@ import json
 import re
 from typing import Any
 
-from components.register.local_registry import (
+from gkeflow.components.register.local_registry import (
     ModelVersion,
     RegistryError,
     validate_alias,
     validate_model_name,
 )
-from components.register.names import retry_key, validate_labels
-from components.register.retrying import TransientRegistryError, with_retries
+from gkeflow.components.register.names import retry_key, validate_labels
+from gkeflow.components.register.retrying import TransientRegistryError, with_retries
 
 ALIAS_PREFIX = "alias:"
 LABEL_PREFIX = "label:"

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.register.backends import RegistrySettings, backend_of, open_registry
-from components.register.local_registry import (
+from gkeflow.components.register.backends import RegistrySettings, backend_of, open_registry
+from gkeflow.components.register.local_registry import (
     ModelVersion,
     RegistryError,
     validate_alias,
     validate_model_name,
 )
-from components.register.names import validate_labels
+from gkeflow.components.register.names import validate_labels
 
 
 def check_model_dir(model_dir: Path) -> None:
@@ -55,7 +55,7 @@ def check_registry_uri(registry_uri: str, model_uri: str) -> str:
     """Validate the registry URI (and what its backend needs of the model URI); the backend."""
     backend = backend_of(registry_uri)
     if backend == "vertex":
-        from components.register.vertex import parse_vertex_uri
+        from gkeflow.components.register.vertex import parse_vertex_uri
 
         parse_vertex_uri(registry_uri)
         if not model_uri.startswith("gs://"):
@@ -64,7 +64,7 @@ def check_registry_uri(registry_uri: str, model_uri: str) -> str:
                 f"gs:// (got {model_uri!r})"
             )
     elif backend == "kubeflow":
-        from components.register.kubeflow import parse_kubeflow_uri
+        from gkeflow.components.register.kubeflow import parse_kubeflow_uri
 
         parse_kubeflow_uri(registry_uri)
     return backend

@@ -11,7 +11,7 @@ import hashlib
 import math
 import re
 
-from components.register.local_registry import RegistryError
+from gkeflow.components.register.local_registry import RegistryError
 
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")

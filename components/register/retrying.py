@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from components.register.local_registry import RegistryError
+from gkeflow.components.register.local_registry import RegistryError
 
 T = TypeVar("T")
 

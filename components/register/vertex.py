@@ -21,13 +21,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from components.register.local_registry import (
+from gkeflow.components.register.local_registry import (
     ModelVersion,
     RegistryError,
     validate_alias,
     validate_model_name,
 )
-from components.register.names import (
+from gkeflow.components.register.names import (
     MAX_LABELS,
     METRIC_LABEL_PREFIX,
     RETRY_KEY_LABEL,
@@ -39,7 +39,7 @@ from components.register.names import (
     sanitise_label_value,
     validate_labels,
 )
-from components.register.retrying import TransientRegistryError, with_retries
+from gkeflow.components.register.retrying import TransientRegistryError, with_retries
 
 #: TensorFlow 2 CPU prebuilt prediction container; override per registration or in gkeflow.yaml.
 DEFAULT_SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"

@@ -1,6 +1,6 @@
 """The registration step for Vertex AI Pipelines: the output is a ``google.VertexModel``.
 
-Same inputs and behaviour as :func:`components.register.component.register_model` (and the
+Same inputs and behaviour as :func:`gkeflow.components.register.component.register_model` (and the
 same component name, so the pipeline's task is ``register-model`` on every target); only
 the output type differs, so Vertex AI links the run to the model version it registered.
 """
@@ -10,8 +10,8 @@ from typing import NamedTuple
 from kfp import dsl
 from kfp.dsl import Input, Metrics, Model, Output
 
-from components.images import CPU_IMAGE
-from components.register.artifact_types import VertexModel
+from gkeflow.components.images import CPU_IMAGE
+from gkeflow.components.register.artifact_types import VertexModel
 
 
 @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
@@ -51,7 +51,7 @@ def register_model(
     """
     from collections import namedtuple
 
-    from components.register.logic import register_for_pipeline
+    from gkeflow.components.register.logic import register_for_pipeline
 
     outcome = register_for_pipeline(
         model_path=model.path, model_uri=model.uri, metrics_metadata=dict(metrics.metadata),

@@ -3,7 +3,7 @@
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
-from components.images import GPU_IMAGE
+from gkeflow.components.images import GPU_IMAGE
 
 
 @dsl.component(base_image=GPU_IMAGE, install_kfp_package=False)
@@ -62,8 +62,8 @@ def train_model(
     """
     from pathlib import Path
 
-    from components.prepare.logic import Schema
-    from components.train.logic import TrainParams, resolve_checkpoint_dir, train
+    from gkeflow.components.prepare.logic import Schema
+    from gkeflow.components.train.logic import TrainParams, resolve_checkpoint_dir, train
 
     params = TrainParams(
         epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,

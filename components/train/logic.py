@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from components._atomic import publish_dir
-from components.prepare.logic import Schema, load_split
+from gkeflow.components._atomic import publish_dir
+from gkeflow.components.prepare.logic import Schema, load_split
 
 MODEL_METADATA_FILE = "gkeflow_model.json"
 SERVING_SIGNATURE = "serve"
@@ -56,8 +56,8 @@ class TrainParams:
     checkpoint_every_steps: int = 0
 
     def __post_init__(self) -> None:
-        from components.train.devices import PRECISIONS
-        from components.train.models import MODEL_TYPES
+        from gkeflow.components.train.devices import PRECISIONS
+        from gkeflow.components.train.models import MODEL_TYPES
 
         if self.epochs < 1:
             raise ValueError(f"epochs must be >= 1; got {self.epochs}")
@@ -178,7 +178,7 @@ def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size
     """
     import tensorflow as tf
 
-    from components.prepare.records import make_tf_dataset
+    from gkeflow.components.prepare.records import make_tf_dataset
 
     names = input_names(schema)
     labels = tf.keras.layers.StringLookup(vocabulary=schema.label_vocabulary,
@@ -201,7 +201,7 @@ def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size
     options = tf.data.Options()
     options.deterministic = seed is not None
     if workers > 1:
-        from components.prepare.records import split_files
+        from gkeflow.components.prepare.records import split_files
 
         policy = tf.data.experimental.AutoShardPolicy
         enough = len(split_files(dataset_dir, split)) >= workers
@@ -286,7 +286,7 @@ def throughput_callback(examples_per_epoch: int, log_dir: Path | None = None,
     import keras
     import tensorflow as tf
 
-    from components.train.devices import gpu_utilisation
+    from gkeflow.components.train.devices import gpu_utilisation
 
     writer = tf.summary.create_file_writer(str(log_dir / "throughput")) if log_dir else None
 
@@ -352,9 +352,9 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     import keras
     import tensorflow as tf
 
-    from components.train import devices as dev
-    from components.train.checkpoint import Preempted, load_state, make_checkpoint
-    from components.train.models import (
+    from gkeflow.components.train import devices as dev
+    from gkeflow.components.train.checkpoint import Preempted, load_state, make_checkpoint
+    from gkeflow.components.train.models import (
         build_builtin,
         build_preprocessor,
         build_user_model,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from components.prepare.logic import Schema
+from gkeflow.components.prepare.logic import Schema
 
 MODEL_TYPES = ("mlp", "wide_deep")
 #: Categories one-hot encoded per column when fitting on arrays (prepare_data keeps up to

@@ -10,7 +10,7 @@ from google.protobuf import json_format
 from kfp import components
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from pipelines.compile import compile_all, stale_files
+from gkeflow.pipelines.compile import compile_all, stale_files
 
 GPU_TASK = "train-model"
 

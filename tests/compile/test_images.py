@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import images
-from components.images import (
+from gkeflow.components import images
+from gkeflow.components.images import (
     CPU_IMAGE,
     GPU_IMAGE,
     ImageLockError,
@@ -22,7 +22,7 @@ from components.images import (
     pin,
     record_build,
 )
-from pipelines.compile import ReleaseError, compile_pipeline
+from gkeflow.pipelines.compile import ReleaseError, compile_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGES_DIR = REPO / "images"
@@ -108,7 +108,7 @@ def test_cloud_build_config_builds_and_pushes_both_images_declared_in_images_py(
     assert built == {("images/cpu.Dockerfile", "${_CPU_IMAGE}"),
                      ("images/gpu.Dockerfile", "${_GPU_IMAGE}")}
     assert all(s["args"][-1] == "." for s in config["steps"])
-    tags = subprocess.run([sys.executable, "-m", "components.images", "tags"], cwd=REPO,
+    tags = subprocess.run([sys.executable, "-m", "gkeflow.components.images", "tags"], cwd=REPO,
                           capture_output=True, text=True, check=True).stdout.strip()
     assert tags == f"_CPU_IMAGE={CPU_IMAGE},_GPU_IMAGE={GPU_IMAGE}"
 
@@ -142,7 +142,7 @@ def test_record_build_writes_the_lock_and_pin_uses_it(tmp_path):
 def test_record_build_via_the_command_line(tmp_path):
     build_json, lock_path = tmp_path / "build.json", tmp_path / "lock.json"
     build_json.write_text(json.dumps(_build()))
-    out = subprocess.run([sys.executable, "-m", "components.images", "record-build",
+    out = subprocess.run([sys.executable, "-m", "gkeflow.components.images", "record-build",
                           str(build_json), str(lock_path)], cwd=REPO, capture_output=True,
                          text=True, check=True).stdout
     assert f"{CPU_IMAGE} -> {CPU_DIGEST}" in out

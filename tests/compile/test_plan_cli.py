@@ -8,10 +8,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from components.images import load_lock, pin
-from pipelines.cli import main
-from pipelines.compute import GKE_TO_VERTEX_ACCELERATOR, plan
-from pipelines.training import resolve_compute, step_images
+from gkeflow.components.images import load_lock, pin
+from gkeflow.pipelines.cli import main
+from gkeflow.pipelines.compute import GKE_TO_VERTEX_ACCELERATOR, plan
+from gkeflow.pipelines.training import resolve_compute, step_images
 
 REPO = Path(__file__).resolve().parents[2]
 

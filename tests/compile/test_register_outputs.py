@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import yaml
 
-from pipelines.compile import compile_pipeline
+from gkeflow.pipelines.compile import compile_pipeline
 
 
 def _register_component(path):
@@ -18,7 +18,7 @@ def test_vertex_target_outputs_a_vertex_model(tmp_path):
     output = component["outputDefinitions"]["artifacts"]["registered_model"]["artifactType"]
     assert output["schemaTitle"] == "google.VertexModel"
     executor = spec["deploymentSpec"]["executors"]["exec-register-model"]["container"]
-    assert "from components.register.artifact_types import VertexModel" in "".join(
+    assert "from gkeflow.components.register.artifact_types import VertexModel" in "".join(
         executor["command"])
 
 

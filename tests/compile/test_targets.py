@@ -17,9 +17,9 @@ from google.protobuf import json_format
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from pipelines.compile import compile_pipeline
-from pipelines.compute import ComputeProfile, fitting_shape
-from pipelines.training import DEFAULT_COMPUTE
+from gkeflow.pipelines.compile import compile_pipeline
+from gkeflow.pipelines.compute import ComputeProfile, fitting_shape
+from gkeflow.pipelines.training import DEFAULT_COMPUTE
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_STEP = "train-model"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.remote import RetryPolicy
+from gkeflow.pipelines.remote import RetryPolicy
 from tests.conftest import CONTRACTS
 from tests.integration.fakes import KFP_SWAGGER, FakeKfpServer, FakeVertexServer
 
@@ -65,7 +65,7 @@ def config_dict(kfp_url: str | None, vertex_url: str | None, schedules=(), **ext
 
 @pytest.fixture
 def make_config():
-    from pipelines.config import GkeflowConfig
+    from gkeflow.pipelines.config import GkeflowConfig
 
     def _make(*args, **kwargs) -> GkeflowConfig:
         return GkeflowConfig.model_validate(config_dict(*args, **kwargs))
@@ -129,7 +129,7 @@ def vertex_uri(fake_vertex) -> str:
 
 @pytest.fixture
 def fast_retries():
-    from components.register.backends import RegistrySettings
+    from gkeflow.components.register.backends import RegistrySettings
 
     def make(**kwargs) -> RegistrySettings:
         return RegistrySettings(retry_delay_s=0.01, **kwargs)

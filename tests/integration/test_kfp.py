@@ -13,10 +13,10 @@ import logging
 import pytest
 import requests
 
-from pipelines.backends import KfpBackend
-from pipelines.remote import RemoteError, RetryPolicy
-from pipelines.schedule import apply, list_schedules
-from pipelines.submit import submit, wait_for_run
+from gkeflow.pipelines.backends import KfpBackend
+from gkeflow.pipelines.remote import RemoteError, RetryPolicy
+from gkeflow.pipelines.schedule import apply, list_schedules
+from gkeflow.pipelines.submit import submit, wait_for_run
 from tests.integration.conftest import FAST, TOKEN
 
 WINTER = dt.datetime(2026, 1, 15, 12, tzinfo=dt.UTC)
@@ -86,7 +86,7 @@ def test_submit_uploads_pipeline_once_and_a_version_per_commit(kfp_server, token
 
 def test_unknown_or_mistyped_parameters_are_refused_before_any_request(kfp_server, token_env,
                                                                        make_config, tmp_path):
-    from pipelines.submit import SubmitError
+    from gkeflow.pipelines.submit import SubmitError
 
     config = make_config(kfp_server.url, None)
     with pytest.raises(SubmitError, match="has no parameter 'epoch'"):

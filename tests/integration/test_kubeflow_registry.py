@@ -7,10 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from components.register.backends import champion_or_latest, open_registry
-from components.register.kubeflow import KubeflowRegistry
-from components.register.local_registry import RegistryError
-from components.register.logic import register, register_for_pipeline
+from gkeflow.components.register.backends import champion_or_latest, open_registry
+from gkeflow.components.register.kubeflow import KubeflowRegistry
+from gkeflow.components.register.local_registry import RegistryError
+from gkeflow.components.register.logic import register, register_for_pipeline
 
 
 def _posts(fake, fragment: str) -> int:

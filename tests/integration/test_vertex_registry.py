@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from components.register.backends import champion_or_latest, open_registry
-from components.register.local_registry import RegistryError
-from components.register.logic import register, register_for_pipeline
-from components.register.names import RETRY_KEY_LABEL, RUN_ID_LABEL
-from components.register.vertex import DEFAULT_SERVING_IMAGE
+from gkeflow.components.register.backends import champion_or_latest, open_registry
+from gkeflow.components.register.local_registry import RegistryError
+from gkeflow.components.register.logic import register, register_for_pipeline
+from gkeflow.components.register.names import RETRY_KEY_LABEL, RUN_ID_LABEL
+from gkeflow.components.register.vertex import DEFAULT_SERVING_IMAGE
 
 
 def _uploads(fake) -> int:

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from components.register.local_registry import LocalRegistry
-from components.train.logic import ExportedModel
-from pipelines.local import run_local
+from gkeflow.components.register.local_registry import LocalRegistry
+from gkeflow.components.train.logic import ExportedModel
+from gkeflow.pipelines.local import run_local
 
 pytestmark = pytest.mark.slow
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines import accelerators as acc
-from pipelines.compute import (
+from gkeflow.pipelines import accelerators as acc
+from gkeflow.pipelines.compute import (
     ComputeError,
     ComputeProfile,
     apply_overrides,
@@ -16,7 +16,7 @@ from pipelines.compute import (
     target_notes,
     validate_profiles,
 )
-from pipelines.training import DEFAULT_COMPUTE, resolve_compute
+from gkeflow.pipelines.training import DEFAULT_COMPUTE, resolve_compute
 
 
 def gpu(accelerator: str, count: int, cpu: str = "4", memory: str = "16G", **kw):

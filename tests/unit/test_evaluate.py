@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from components.evaluate.logic import (
+from gkeflow.components.evaluate.logic import (
     BlessingPolicy,
     Champion,
     EvaluationError,
@@ -21,7 +21,7 @@ from components.evaluate.logic import (
     slice_metrics,
     slice_values,
 )
-from components.evaluate.metrics import (
+from gkeflow.components.evaluate.metrics import (
     Curve,
     MetricsError,
     average_precision,
@@ -32,9 +32,9 @@ from components.evaluate.metrics import (
     roc_auc,
     roc_curve,
 )
-from components.evaluate.model_card import render_model_card
-from components.prepare.logic import load_split
-from components.register.local_registry import LocalRegistry
+from gkeflow.components.evaluate.model_card import render_model_card
+from gkeflow.components.prepare.logic import load_split
+from gkeflow.components.register.local_registry import LocalRegistry
 
 NAME = "penguins-classifier"
 
@@ -352,7 +352,7 @@ def test_component_body_logs_what_the_kubeflow_ui_renders(prepared_penguins, tra
     """The component body itself, with real artifacts: the UI's metadata structure."""
     from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Markdown, Metrics, Model
 
-    from components.evaluate.component import evaluate_model
+    from gkeflow.components.evaluate.component import evaluate_model
 
     dataset_dir, _ = prepared_penguins
     outputs = {name: cls(uri=str(tmp_path / name)) for name, cls in [
@@ -397,8 +397,8 @@ def test_evaluation_is_never_cached_and_gates_registration(tmp_path, target):
     import yaml
     from kfp import compiler
 
-    from pipelines.compute import ComputeProfile
-    from pipelines.training import build_training_pipeline
+    from gkeflow.pipelines.compute import ComputeProfile
+    from gkeflow.pipelines.training import build_training_pipeline
 
     # Even a configuration that asks for caching cannot make evaluation reuse an old champion.
     pipeline = build_training_pipeline(

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from components.prepare.logic import (
+from gkeflow.components.prepare.logic import (
     EMBEDDED_PENGUINS,
     DataError,
     Schema,
@@ -131,7 +131,7 @@ def test_failed_prepare_leaves_no_published_output(write_csv, tmp_path):
 
 
 def test_embedded_source_resolves():
-    from components.prepare.logic import resolve_source
+    from gkeflow.components.prepare.logic import resolve_source
 
     assert resolve_source(EMBEDDED_PENGUINS).name == "penguins.csv"
 

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from components.prepare import records
-from components.prepare.logic import (
+from gkeflow.components.prepare import records
+from gkeflow.components.prepare.logic import (
     DataError,
     Schema,
     SplitRatios,
@@ -346,7 +346,7 @@ def test_varints_match_protobuf():
 def test_row_hash_is_pinned():
     """The split hash is a format: changing it would move rows between splits of datasets
     prepared before and after the change. -0.0 and 0.0 hash alike; so do NaN and missing."""
-    from components.prepare.logic import _hash_text, combine_hashes, hash_numeric
+    from gkeflow.components.prepare.logic import _hash_text, combine_hashes, hash_numeric
 
     hashes = combine_hashes([hash_numeric(np.array([1.5, np.nan, -0.0, 0.0])),
                              _hash_text(["a", None, "b", "b"])])
@@ -355,7 +355,7 @@ def test_row_hash_is_pinned():
 
 
 def test_line_blocks_end_at_line_ends():
-    from components.prepare import sources
+    from gkeflow.components.prepare import sources
 
     text = b"a,b\r\n1,2\r\n3,4\n" + b"5," + b"6" * 5000 + b"\n7,8"
     original = sources.CSV_BLOCK_BYTES
@@ -375,7 +375,7 @@ def test_numeric_blocks_parsed_as_numbers_or_as_text_give_the_same_result(
     """Numeric columns are parsed as numbers per CSV block; a block holding a non-number
     is read as text instead. With small blocks (some typed, some not) the outcome equals
     that of one block: same rejects with their original text, same rows in each split."""
-    from components.prepare import sources
+    from gkeflow.components.prepare import sources
 
     lines = [HEADER, *_lines(3000)]
     lines[100] = "99,abc,u,pos"  # not a number: its block is read as text

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from components.register.local_registry import LocalRegistry, RegistryError, registry_path
-from components.register.logic import check_model_dir, parse_labels, register
+from gkeflow.components.register.local_registry import LocalRegistry, RegistryError, registry_path
+from gkeflow.components.register.logic import check_model_dir, parse_labels, register
 
 
 @pytest.fixture
@@ -167,7 +167,7 @@ def test_invalid_labels_and_aliases_fail_before_the_registry_is_created(tmp_path
 
 
 def test_pipeline_step_outcome_for_the_local_registry(tmp_path, model_dir):
-    from components.register.logic import register_for_pipeline
+    from gkeflow.components.register.logic import register_for_pipeline
 
     uri = f"sqlite:///{tmp_path / 'r.db'}"
     kwargs = {"model_path": str(model_dir), "model_uri": "/m", "model_name": "m",
@@ -188,7 +188,7 @@ def test_pipeline_step_outcome_for_the_local_registry(tmp_path, model_dir):
 
 
 def test_metric_labels_round_trip_exactly():
-    from components.register.names import metric_from_label, metric_labels, metric_to_label
+    from gkeflow.components.register.names import metric_from_label, metric_labels, metric_to_label
 
     for value in (0.0, 0.9123456789012345, 1e-07, -2.5, 123456.0):
         assert metric_from_label(metric_to_label(value)) == value
@@ -198,7 +198,7 @@ def test_metric_labels_round_trip_exactly():
 
 
 def test_label_sanitising():
-    from components.register.names import sanitise_label_key, sanitise_label_value
+    from gkeflow.components.register.names import sanitise_label_key, sanitise_label_value
 
     assert sanitise_label_value("Training-Pipeline 2026/01/01") == "training-pipeline-2026-01-01"
     long = sanitise_label_value("x" * 100)
@@ -207,7 +207,7 @@ def test_label_sanitising():
 
 
 def test_retries_transient_then_reports():
-    from components.register.retrying import TransientRegistryError, with_retries
+    from gkeflow.components.register.retrying import TransientRegistryError, with_retries
 
     calls, waits = [], []
 
@@ -231,9 +231,9 @@ def test_retries_transient_then_reports():
 
 
 def test_backend_of_and_uri_parsing():
-    from components.register.backends import backend_of
-    from components.register.kubeflow import parse_kubeflow_uri
-    from components.register.vertex import parse_vertex_uri
+    from gkeflow.components.register.backends import backend_of
+    from gkeflow.components.register.kubeflow import parse_kubeflow_uri
+    from gkeflow.components.register.vertex import parse_vertex_uri
 
     assert backend_of("sqlite:///r.db") == backend_of("r.db") == "local"
     assert backend_of("vertex://projects/p/locations/l") == "vertex"
@@ -249,7 +249,7 @@ def test_backend_of_and_uri_parsing():
 
 
 def test_registry_config_section(tmp_path):
-    from pipelines.config import ConfigError, load_config
+    from gkeflow.pipelines.config import ConfigError, load_config
 
     path = tmp_path / "gkeflow.yaml"
     path.write_text("registry:\n  backend: vertex\n  project: p\n  location: europe-west4\n")

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from components.train.logic import ExportedModel, TrainParams, input_names
+from gkeflow.components.train.logic import ExportedModel, TrainParams, input_names
 
 
 def test_training_learns_and_logs_metrics(trained_penguins):
@@ -60,7 +60,7 @@ def test_model_metadata_describes_the_signature(trained_penguins):
 
 
 def test_input_names_are_safe_and_unique():
-    from components.prepare.logic import ColumnSchema, Schema
+    from gkeflow.components.prepare.logic import ColumnSchema, Schema
 
     schema = Schema("y", ["a", "b"], [
         ColumnSchema("Delta 15 N (o/oo)", "numeric", "feature", True),
@@ -85,7 +85,7 @@ def test_missing_model_dir_is_a_clear_error(tmp_path):
 
 
 def test_cache_auto_keeps_small_splits_and_streams_large_ones():
-    from components.train.logic import CACHE_BUDGET_BYTES, should_cache
+    from gkeflow.components.train.logic import CACHE_BUDGET_BYTES, should_cache
 
     assert should_cache("auto", rows=100_000, input_dim=50)
     too_many_rows = CACHE_BUDGET_BYTES // (51 * 4) + 1
@@ -98,8 +98,8 @@ def test_cache_auto_keeps_small_splits_and_streams_large_ones():
 
 def test_training_streams_the_prepared_shards(prepared_penguins, tmp_path):
     """The train split is read from its TFRecord shards, not from a table in memory."""
-    from components.train.logic import make_split_dataset
-    from components.train.models import build_preprocessor, feature_stats_from_prepared
+    from gkeflow.components.train.logic import make_split_dataset
+    from gkeflow.components.train.models import build_preprocessor, feature_stats_from_prepared
 
     dataset_dir, prepared = prepared_penguins
     schema = prepared.schema
@@ -126,7 +126,7 @@ def test_training_streams_the_prepared_shards(prepared_penguins, tmp_path):
 def test_tensorboard_logs_carry_epoch_throughput(prepared_penguins, tmp_path):
     import tensorflow as tf
 
-    from components.train.logic import train
+    from gkeflow.components.train.logic import train
 
     dataset_dir, prepared = prepared_penguins
     result = train(dataset_dir, prepared.schema, tmp_path / "model",

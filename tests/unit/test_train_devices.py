@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from components.train.devices import (
+from gkeflow.components.train.devices import (
     Devices,
     choose_jit,
     choose_precision,
@@ -80,7 +80,7 @@ def test_jit_compile_defaults_on_for_gpus_only():
 
 
 def test_only_the_chief_writes_shared_outputs():
-    from components.train.devices import is_chief
+    from gkeflow.components.train.devices import is_chief
 
     assert is_chief("")
     workers = json.loads(tf_config(2))

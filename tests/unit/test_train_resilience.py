@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from components.prepare.logic import prepare
-from components.train.checkpoint import load_state
-from components.train.logic import ExportedModel, TrainParams, resolve_checkpoint_dir, train
+from gkeflow.components.prepare.logic import prepare
+from gkeflow.components.train.checkpoint import load_state
+from gkeflow.components.train.logic import ExportedModel, TrainParams, resolve_checkpoint_dir, train
 
 pytestmark = pytest.mark.slow
 
@@ -24,8 +24,8 @@ RUNNER = textwrap.dedent("""
     import json, sys
     from pathlib import Path
     {setup}
-    from components.prepare.logic import Schema
-    from components.train.logic import TrainParams, train
+    from gkeflow.components.prepare.logic import Schema
+    from gkeflow.components.train.logic import TrainParams, train
     data, model, ckpt, params = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
     params["hidden_units"] = tuple(params.get("hidden_units", (64, 32)))
     result = train(Path(data), Schema.load(Path(data)), Path(model), TrainParams(**params),
