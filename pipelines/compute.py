@@ -132,6 +132,26 @@ def _to_seconds(field: str, value: Any) -> int:
     return int(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]
 
 
+SCHEDULING = ("standard", "spot", "flex-start", "reservation")
+
+
+def _to_scheduling(value: Any, spot: bool) -> str:
+    text = value.strip().lower().replace("_", "-") if isinstance(value, str) else value
+    if text not in SCHEDULING:
+        raise ComputeError(f"scheduling must be one of {', '.join(SCHEDULING)}; got {value!r}")
+    if spot and text not in ("standard", "spot"):
+        raise ComputeError(f"spot: true contradicts scheduling: {text}; keep one of them")
+    return "spot" if spot else text
+
+
+def _to_duration_text(field: str, value: Any) -> str:
+    """A duration kept as written ("" for none), checked to parse."""
+    if value in ("", None):
+        return ""
+    seconds = _to_seconds(field, value)
+    return format_duration(seconds)
+
+
 def _to_cpu(value: Any) -> str:
     if isinstance(value, bool):
         raise ComputeError(f"cpu must be a CPU quantity such as 2, 0.5 or 500m; got {value!r}")
@@ -166,7 +186,15 @@ class ComputeProfile:
         accelerator: GPU model by its GKE name (nvidia-tesla-t4, nvidia-l4, ...); the
             Vertex spelling (NVIDIA_TESLA_T4, ...) is accepted and stored as the GKE name.
         accelerator_count: GPUs; 0 for none.
-        spot: Run on Spot capacity (GKE only).
+        spot: Alias of ``scheduling="spot"`` (kept for existing configs).
+        scheduling: Capacity the step runs on: standard (on demand), spot, flex-start
+            (Dynamic Workload Scheduler) or reservation.
+        max_wait: How long flex-start capacity may be queued for, e.g. "2h"; "" for the
+            engine's default.
+        replicas: Machines (GKE: pods) the step runs on; more than 1 only for training.
+        queue: Kueue LocalQueue the step's pods are admitted through (GKE); "" for none.
+        ephemeral_storage: Local disk the step may write, e.g. "50Gi" (GKE request and
+            limit); "" for the node's default.
         shm_size: Size of a memory-backed /dev/shm (GPU steps on GKE); "" means none on
             single-GPU steps and half the memory limit on multi-GPU steps.
         timeout_s: Seconds before the step is stopped (GKE); 0 for no limit.
@@ -182,6 +210,11 @@ class ComputeProfile:
     accelerator: str = ""
     accelerator_count: int = 0
     spot: bool = False
+    scheduling: str = "standard"
+    max_wait: str = ""
+    replicas: int = 1
+    queue: str = ""
+    ephemeral_storage: str = ""
     shm_size: str = ""
     timeout_s: int = 0
     retries: int = 0
@@ -199,6 +232,15 @@ class ComputeProfile:
         set_(self, "accelerator", canonical_accelerator(self.accelerator.strip()))
         set_(self, "accelerator_count", _to_int("accelerator_count", self.accelerator_count))
         set_(self, "spot", _to_bool("spot", self.spot))
+        set_(self, "scheduling", _to_scheduling(self.scheduling, self.spot))
+        set_(self, "spot", self.scheduling == "spot")
+        set_(self, "max_wait", _to_duration_text("max_wait", self.max_wait))
+        set_(self, "replicas", _to_int("replicas", self.replicas))
+        if not isinstance(self.queue, str):
+            raise ComputeError(f"queue must be a Kueue LocalQueue name; got {self.queue!r}")
+        set_(self, "queue", self.queue.strip())
+        set_(self, "ephemeral_storage",
+             _to_memory("ephemeral_storage", self.ephemeral_storage, allow_empty=True))
         set_(self, "shm_size", _to_memory("shm_size", self.shm_size, allow_empty=True))
         set_(self, "timeout_s", _to_seconds("timeout_s", self.timeout_s))
         set_(self, "retries", _to_int("retries", self.retries))
@@ -229,6 +271,12 @@ class ComputeProfile:
             raise ComputeError(
                 f"unknown compute field(s) {', '.join(unknown)}; valid: {', '.join(FIELD_NAMES)}"
             )
+        if "scheduling" in changes and "spot" not in changes:
+            changes["spot"] = False  # the alias follows the field it stands for
+        elif "spot" in changes and "scheduling" not in changes:
+            spot = _to_bool("spot", changes["spot"])
+            changes["scheduling"] = "spot" if spot else (
+                "standard" if self.scheduling == "spot" else self.scheduling)
         return replace(self, **changes)
 
 
@@ -369,6 +417,13 @@ def profile_problems(
                 f"{step}: shm_size {p.shm_size} must be smaller than memory {p.memory} "
                 "(a memory-backed /dev/shm counts against the memory limit)"
             )
+    if p.replicas < 1:
+        problems.append(f"{step}: replicas must be >= 1; got {p.replicas}")
+    if p.max_wait and p.scheduling != "flex-start":
+        problems.append(
+            f"{step}: max_wait applies to scheduling=flex-start only; this step's scheduling "
+            f"is {p.scheduling}"
+        )
     if p.timeout_s < 0:
         problems.append(f"{step}: timeout_s must be >= 0 (0 for no limit); got {p.timeout_s}")
     if p.retries < 0:
