@@ -13,7 +13,8 @@ demand), ``spot``, ``flex-start`` (Dynamic Workload Scheduler) and ``reservation
 Sources, cited per entry by key:
 
 - ``gpus``: Compute Engine, "GPU machine types", https://cloud.google.com/compute/docs/gpus
-  (read 2026-11-30): N1 GPUs and, per GPU count, the vCPU and memory maxima of the N1 VM.
+  (read 2026-11-30): N1 GPUs and, per GPU count, the vCPU and memory maxima of the N1 VM;
+  "A4X: offers machine types that have up to 140 vCPUs and 884 GB of memory".
 - ``aom``: Compute Engine, "Accelerator-optimized machine family",
   https://cloud.google.com/compute/docs/accelerator-optimized-machines (read 2026-11-30):
   series A4X, A4, A3, A2, G4, G2 and their shapes.
@@ -38,10 +39,13 @@ Sources, cited per entry by key:
   005261080a6b8102f3d95ff2147a855250f40272 (read 2026-11-30): GPU count -> machine type
   for A100, A100-80GB, L4, H100, H100-MEGA, H200, B200; N1 maxima per GPU count for T4,
   V100, P4 and P100 (P100 x 4: "except for us-east1-c, europe-west1-d, europe-west1-b").
-  Its test for G4 maps RTXPRO6000 x 1/2/4/8 to g4-standard-48/96/192/384.
-- ``skypilot-vms``: skypilot-org/skypilot-catalog ``catalogs/v8/gcp/vms.csv`` at commit
-  006059e0f18acb1341e22a27751e9f80df6ba92f (generated from the Compute Engine API; read
-  2026-11-30): vCPUs and GiB of a2-*, a3-edgegpu-8g, a3-highgpu-*.
+  A SkyPilot unit test for G4 maps RTXPRO6000 x 1/2/4/8 to g4-standard-48/96/192/384.
+- ``skypilot-vms``: skypilot-org/skypilot-catalog ``catalogs/v8/gcp/vms.csv`` at commits
+  006059e0f18acb1341e22a27751e9f80df6ba92f and 8427bbff988abdd050a9f51addd314ef31cb4e85
+  (generated from the Compute Engine API; read 2026-11-30): vCPUs and GiB of a2-*,
+  a3-edgegpu-8g, a3-highgpu-*, a3-ultragpu-8g (224 / 2952), a4-highgpu-8g (224 / 3968),
+  g2-standard-*, n1-*. It lists no g4-* or a4x-* rows: the G4 and A4X vCPU / GB figures
+  rest on ``aom`` alone.
 - ``aiplatform``: ``google.cloud.aiplatform_v1.AcceleratorType`` of google-cloud-aiplatform
   2.7 (installed; checked 2026-11-30 by tests/unit/test_gpu_catalogue.py).
 
@@ -107,7 +111,9 @@ ZONE_LIMITS: dict[tuple[str, int], tuple[tuple[int, float], tuple[str, ...]]] = 
 }
 
 #: N1 predefined machine types: (series, GB per vCPU, vCPU sizes) (Compute Engine,
-#: "General-purpose machine family", read 2026-11-29). Custom N1 shapes are not modelled.
+#: "General-purpose machine family", read 2026-11-29). Memory is a whole number of MiB, as the
+#: Compute Engine API reports it (skypilot-vms: n1-highcpu-2 has 1.7998046875 GiB = 1843 MiB,
+#: not 1.8). Custom N1 shapes are not modelled.
 N1_SERIES = (
     ("n1-standard", 3.75, (1, 2, 4, 8, 16, 32, 64, 96)),
     ("n1-highmem", 6.5, (2, 4, 8, 16, 32, 64, 96)),
@@ -120,7 +126,7 @@ def _n1_shapes(accelerator: str) -> tuple[MachineShape, ...]:
     for count, (max_vcpus, max_memory) in N1_GPU_LIMITS[accelerator].items():
         for series, gib_per_vcpu, sizes in N1_SERIES:
             for vcpus in sizes:
-                memory = vcpus * gib_per_vcpu
+                memory = round(vcpus * gib_per_vcpu * 1024) / 1024  # whole MiB, as the API
                 if vcpus <= max_vcpus and memory <= max_memory:
                     shapes.append(
                         MachineShape(f"{series}-{vcpus}", vcpus, memory, accelerator, count))
@@ -149,7 +155,8 @@ FAMILIES: tuple[Family, ...] = (
                 "and europe-west1-d"),
     Family("N1", "nvidia-tesla-p4", "NVIDIA_TESLA_P4", _n1_shapes("nvidia-tesla-p4"),
            NO_FLEX, ("gpus", "skypilot", "flex", "vertex-dws", "aiplatform")),
-    # G2: NVIDIA L4 (aom; skypilot maps L4 x 1 to g2-standard-4..32, x2/x4/x8 to 24/48/96).
+    # G2: NVIDIA L4 (aom, skypilot-vms; skypilot maps L4 x 1 to g2-standard-4..32 and
+    # x2/x4/x8 to 24/48/96).
     Family("G2", "nvidia-l4", "NVIDIA_L4", _fixed(
         "nvidia-l4",
         ("g2-standard-4", 4, 16, 1), ("g2-standard-8", 8, 32, 1),
@@ -158,7 +165,7 @@ FAMILIES: tuple[Family, ...] = (
         ("g2-standard-48", 48, 192, 4), ("g2-standard-96", 96, 384, 8),
     ), ALL, ("aom", "skypilot", "flex", "vertex-dws", "aiplatform")),
     # G4: NVIDIA RTX PRO 6000 Blackwell Server Edition; no flex-start (flex: "except A4X and
-    # G4"); counts per shape from skypilot's G4 test, vCPU / GB from aom.
+    # G4"); GPUs per shape from skypilot's G4 test, vCPU / GB from aom (not in skypilot-vms).
     Family("G4", "nvidia-rtx-pro-6000", "NVIDIA_RTX_PRO_6000", _fixed(
         "nvidia-rtx-pro-6000",
         ("g4-standard-48", 48, 180, 1), ("g4-standard-96", 96, 360, 2),
@@ -195,12 +202,14 @@ FAMILIES: tuple[Family, ...] = (
     Family("A3 Mega", "nvidia-h100-mega-80gb", "NVIDIA_H100_MEGA_80GB", _fixed(
         "nvidia-h100-mega-80gb", ("a3-megagpu-8g", 208, 1872, 8),
     ), ALL, ("aom", "skypilot", "resbound", "flex", "vertex-dws", "aiplatform")),
-    # A3 Ultra: NVIDIA H200 141GB: reservation, Spot or flex-start; not on demand.
+    # A3 Ultra: NVIDIA H200 141GB (skypilot-vms: 224 vCPUs, 2952 GiB): reservation, Spot or
+    # flex-start; not on demand.
     Family("A3 Ultra", "nvidia-h200-141gb", "NVIDIA_H200_141GB", _fixed(
         "nvidia-h200-141gb", ("a3-ultragpu-8g", 224, 2952, 8),
     ), NOT_ON_DEMAND, ("aom", "skypilot", "consume", "resbound", "flex", "vertex-dws",
                        "aiplatform")),
-    # A4: NVIDIA B200: reservation, Spot or flex-start; not on demand.
+    # A4: NVIDIA B200 (skypilot-vms: 224 vCPUs, 3968 GiB): reservation, Spot or flex-start;
+    # not on demand.
     Family("A4", "nvidia-b200", "NVIDIA_B200", _fixed(
         "nvidia-b200", ("a4-highgpu-8g", 224, 3968, 8),
     ), NOT_ON_DEMAND, ("aom", "skypilot", "consume", "resbound", "flex", "vertex-dws",
@@ -209,7 +218,8 @@ FAMILIES: tuple[Family, ...] = (
     # (consume: flex-start and Spot on "any GPU machine except A4X").
     Family("A4X", "nvidia-gb200", "NVIDIA_GB200", _fixed(
         "nvidia-gb200", ("a4x-highgpu-4g", 140, 884, 4),
-    ), frozenset({RESERVATION}), ("aom", "consume", "resbound", "vertex-a4x", "aiplatform"),
+    ), frozenset({RESERVATION}), ("gpus", "aom", "consume", "resbound", "vertex-a4x",
+                                  "aiplatform"),
            cpu_arch=ARM64),
 )
 

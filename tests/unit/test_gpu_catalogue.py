@@ -97,7 +97,8 @@ def test_each_n1_gpu_matches_its_limits_and_predefined_shapes(accelerator):
     assert family.vertex_type == vertex_type
     assert set(family.consumption) == {"standard", "spot", "reservation"}
     assert sorted({s.accelerator_count for s in family.shapes}) == sorted(limits)
-    predefined = [(f"{series}-{n}", n, n * per_vcpu)
+    # Memory in whole MiB as the Compute Engine API reports it (n1-highcpu-2: 1843 MiB).
+    predefined = [(f"{series}-{n}", n, round(n * per_vcpu * 1024) / 1024)
                   for series, per_vcpu in (("n1-standard", 3.75), ("n1-highmem", 6.5),
                                            ("n1-highcpu", 0.9))
                   for n in (1, 2, 4, 8, 16, 32, 64, 96) if (series, n) != ("n1-highmem", 1)
