@@ -8,8 +8,9 @@ profile into what each backend understands:
 
 - ``gke`` (open-source Kubeflow Pipelines): CPU and memory requests and limits on every
   step; on GPU steps only the accelerator type ``nvidia.com/gpu`` with the count, the GKE
-  accelerator node selector and the ``nvidia.com/gpu`` toleration, the Spot node selector
-  and toleration when spot, and a memory-backed ``/dev/shm`` on multi-GPU steps;
+  accelerator node selector and the ``nvidia.com/gpu`` toleration, the selectors, tolerations
+  and labels of the step's capacity (spot, flex-start, reservation, Kueue queue: see
+  :mod:`gkeflow.pipelines.capacity`), and a memory-backed ``/dev/shm`` on multi-GPU steps;
   ``activeDeadlineSeconds`` when the step has a timeout;
 - ``vertex`` (Vertex AI Pipelines): CPU and memory limits and the ``NVIDIA_*`` accelerator
   type and count; no Kubernetes settings, so the compiled YAML stays a single document;
@@ -36,7 +37,7 @@ GKE_TO_VERTEX_ACCELERATOR = {name: a.vertex_type for name, a in acc.ACCELERATORS
 VERTEX_TO_GKE_ACCELERATOR = {v: k for k, v in GKE_TO_VERTEX_ACCELERATOR.items()}
 
 GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
-GKE_SPOT_LABEL = "cloud.google.com/gke-spot"
+GKE_SPOT_LABEL = capacity.GKE_SPOT_LABEL
 GPU_RESOURCE = "nvidia.com/gpu"
 SHM_VOLUME = "dshm"
 SHM_PATH = "/dev/shm"
