@@ -79,7 +79,7 @@ def _consumption_problems(step: str, p) -> list[str]:
     if not p.uses_gpu:
         if p.scheduling == cat.FLEX_START:
             return [f"{step}: scheduling=flex-start obtains GPU machines; this step asks for "
-                    "no GPU (use standard or spot)"]
+                    "no GPU (use standard, spot or reservation)"]
         return []
     if p.accelerator not in acc.ACCELERATORS or p.accelerator_count not in acc.valid_counts(
             p.accelerator):
