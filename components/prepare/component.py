@@ -25,6 +25,7 @@ def prepare_data(
     bq_query: str = "",
     bq_filter: str = "",
     rows_per_shard: int = 250000,
+    shard_root: str = "",
 ):
     """Streams tabular data into validated, deterministic train/eval/test TFRecord splits.
 
@@ -52,6 +53,10 @@ def prepare_data(
         bq_query: For bq:// sources: a SQL query to read instead of the whole table.
         bq_filter: For bq:// sources: a SQL row filter (WHERE clause) on the table.
         rows_per_shard: Rows per TFRecord shard file.
+        shard_root: gs:// prefix (or local directory) for the shards; the dataset output
+            then holds only their manifest (shards.json), so no step stages the shards on
+            its disk. Empty: next to the dataset artifact when the pipeline root is gs://
+            or local, inside it otherwise (e.g. a MinIO root).
     """
     import shutil
     from pathlib import Path
@@ -64,6 +69,7 @@ def prepare_data(
         fetch_schema,
         prepare,
     )
+    from gkeflow.components.prepare.shard_store import resolve_shard_root
 
     result = prepare(
         source=data_uri,
@@ -78,6 +84,7 @@ def prepare_data(
         bq_query=bq_query,
         bq_filter=bq_filter,
         rows_per_shard=rows_per_shard,
+        shard_root=resolve_shard_root(dataset.uri, shard_root),
     )
     for artifact, name in ((schema, SCHEMA_FILE), (report, REPORT_FILE),
                            (rejected, REJECTED_FILE)):

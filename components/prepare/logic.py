@@ -919,6 +919,7 @@ def prepare(
     rows_per_shard: int = ROWS_PER_SHARD,
     max_vocabulary: int = 1000,
     workers: int = 0,
+    shard_root: str = "",
 ) -> PrepareResult:
     """Stream ``source`` into TFRecord splits, ``schema.json``, ``stats.json``,
     ``rejected.csv`` and ``report.md`` under ``output_dir`` (published atomically).
@@ -942,6 +943,9 @@ def prepare(
         rows_per_shard: Rows per TFRecord shard file.
         max_vocabulary: Most frequent values kept in a categorical column's vocabulary.
         workers: Input files processed in parallel; 0 = one per CPU.
+        shard_root: Write the shards there (a gs:// URI or a local directory, see
+            ``shard_store``) and only their manifest into ``output_dir``; empty: the
+            shards go inside ``output_dir``.
     """
     if not 0.0 <= max_rejected_fraction <= 1.0:
         raise ValueError(f"max_rejected_fraction must be in [0, 1]; got {max_rejected_fraction}")
@@ -985,7 +989,8 @@ def prepare(
             lanes = max(1, workers // parallel_files)
             with ThreadPoolExecutor(max_workers=parallel_files) as pool:
                 partials = [p for per_file in pool.map(
-                    lambda item: _process_source(item[0], item[1], plan, scratch, rejects, lanes),
+                    lambda item: _process_source(item[0], item[1], plan, shard_root or scratch,
+                                                 rejects, lanes),
                     enumerate(sources),
                 ) for p in per_file]
         finally:
@@ -1058,6 +1063,11 @@ def prepare(
                 for split in SPLITS
             },
         }
+        if shard_root:
+            from gkeflow.components.prepare.shard_store import write_manifest
+
+            write_manifest(scratch, shard_root, {
+                s: [f for p in partials for f in p.shards.get(s, ())] for s in SPLITS})
         (scratch / "schema.json").write_text(schema.to_json(), encoding="utf-8")
         (scratch / STATS_FILE).write_text(json.dumps(stats_doc, indent=2), encoding="utf-8")
         result = PrepareResult(

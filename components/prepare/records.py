@@ -169,8 +169,8 @@ class ShardWriter:
     """Writes GZIP TFRecord shards ``<prefix>-<n>.tfrecord.gz``, starting a new one every
     ``rows_per_shard`` rows."""
 
-    def __init__(self, directory: Path, prefix: str, rows_per_shard: int):
-        self.directory = Path(directory)
+    def __init__(self, directory: Path | str, prefix: str, rows_per_shard: int):
+        self.directory = directory  # a local path or a gs:// URI (see shard_store)
         self.prefix = prefix
         self.rows_per_shard = rows_per_shard
         self.paths: list[Path] = []
@@ -180,10 +180,11 @@ class ShardWriter:
         self._rows_in_shard = 0
 
     def _open(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / f"{self.prefix}-{len(self.paths):05d}{RECORD_SUFFIX}"
+        from gkeflow.components.prepare.shard_store import open_shard
+
+        path, self._handle = open_shard(
+            self.directory, f"{self.prefix}-{len(self.paths):05d}{RECORD_SUFFIX}")
         self.paths.append(path)
-        self._handle = path.open("wb")
         self._compressor = isal_zlib.compressobj(COMPRESSION_LEVEL, isal_zlib.DEFLATED, 31)
         self._rows_in_shard = 0
 
@@ -206,9 +207,11 @@ class SplitWriters:
     """One :class:`ShardWriter` per split, fed through a queue to a thread that compresses
     and writes (ISA-L releases the GIL), so encoding and compression overlap."""
 
-    def __init__(self, root: Path, prefix: str, splits: Sequence[str], rows_per_shard: int):
+    def __init__(self, root: Path | str, prefix: str, splits: Sequence[str], rows_per_shard: int):
+        from gkeflow.components.prepare.shard_store import join
+
         self.rows_per_shard = rows_per_shard
-        self.writers = {s: ShardWriter(Path(root) / s, prefix, rows_per_shard) for s in splits}
+        self.writers = {s: ShardWriter(join(root, s), prefix, rows_per_shard) for s in splits}
         self._queue: queue.Queue = queue.Queue(maxsize=8)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -252,13 +255,10 @@ class SplitWriters:
 # --- reading -------------------------------------------------------------------------------
 
 def split_files(dataset_dir: Path, split: str) -> list[str]:
-    directory = Path(dataset_dir) / split
-    if not directory.is_dir():
-        raise FileNotFoundError(
-            f"no {split!r} split in {dataset_dir} (expected a directory of *{RECORD_SUFFIX} "
-            f"shards); was it written by prepare_data?"
-        )
-    return sorted(str(p) for p in directory.glob(f"*{RECORD_SUFFIX}"))
+    """One split's shards: local paths or gs:// URIs (see ``shard_store``)."""
+    from gkeflow.components.prepare.shard_store import split_shards
+
+    return split_shards(dataset_dir, split, RECORD_SUFFIX)
 
 
 def make_tf_dataset(
@@ -323,8 +323,10 @@ def make_tf_dataset(
     if shuffle_seed is not None:
         names = names.shuffle(len(files), seed=shuffle_seed, reshuffle_each_iteration=True)
     # shards are decompressed in parallel: GZIP inflation is the costliest part of reading
+    from gkeflow.components.prepare.shard_store import record_dataset_fn
+
     records = names.interleave(
-        lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP", buffer_size=1 << 20),
+        record_dataset_fn(files),
         cycle_length=min(len(files), max(2, os.cpu_count() or 2)),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,

@@ -39,6 +39,9 @@ def test_pipeline_blesses_a_model_better_than_the_champion_and_registers_it(
     assert dataset["train_rows"] + dataset["eval_rows"] + dataset["test_rows"] + \
         dataset["rejected_rows"] == 344
     assert dataset["train_shards"] >= 1
+    # the shards sit next to the artifact: only their manifest passes through the store
+    dataset_dir = result.output_dir("prepare-data", "dataset")
+    assert (dataset_dir / "shards.json").exists() and not list(dataset_dir.rglob("*.tfrecord.gz"))
     assert result.output_dir("prepare-data", "report").read_text().startswith("# Data report")
     assert result.artifact_metadata("prepare-data", "rejected")["rows"] == \
         dataset["rejected_rows"]

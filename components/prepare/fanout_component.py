@@ -1,0 +1,130 @@
+"""KFP shells of fan-out preparation: plan the groups, prepare each group, merge."""
+
+from kfp import dsl
+from kfp.dsl import Artifact, Dataset, Input, Markdown, Output
+
+from gkeflow.components.images import CPU_IMAGE
+
+
+@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+def plan_prepare(
+    data_uri: str,
+    label_column: str,
+    plan: Output[Artifact],
+    max_groups: int = 8,
+    train_ratio: float = 0.7,
+    eval_ratio: float = 0.15,
+    test_ratio: float = 0.15,
+    key_column: str = "",
+    expected_schema_uri: str = "",
+    reject_unseen_categories: bool = False,
+    rows_per_shard: int = 250000,
+    shard_root: str = "",
+) -> list[int]:
+    """Fixes the schema from a sample of the input files and deals the files into groups.
+
+    Args:
+        data_uri: Local path or glob, or gs://bucket/path (globs allowed): CSV (optionally
+            .gz) or Parquet files.
+        label_column: Column holding the class to predict.
+        plan: plan.json: the fixed schema, the files and their groups, the shard root.
+        max_groups: Most groups (parallel preparation pods), at most 100.
+        train_ratio: Fraction of rows for training.
+        eval_ratio: Fraction of rows for validation during training.
+        test_ratio: Fraction of rows held out for evaluation.
+        key_column: Split by a stable hash of this column; empty: hash of the whole row.
+        expected_schema_uri: A previous schema.json or a YAML schema to validate against;
+            empty: infer the schema from the first rows.
+        reject_unseen_categories: Reject rows with categories outside the expected schema.
+        rows_per_shard: Rows per TFRecord shard file.
+        shard_root: gs:// prefix (or local directory) for the shards; empty: next to the
+            plan artifact when the pipeline root is gs:// or local, else inside each part.
+
+    Returns:
+        The group indices, for dsl.ParallelFor.
+    """
+    from pathlib import Path
+
+    from gkeflow.components.prepare.fanout import plan_groups
+    from gkeflow.components.prepare.logic import SplitRatios, fetch_schema
+    from gkeflow.components.prepare.shard_store import resolve_shard_root
+
+    groups = plan_groups(
+        data_uri, Path(plan.path), label_column, max_groups,
+        ratios=SplitRatios(train_ratio, eval_ratio, test_ratio), key_column=key_column,
+        expected_schema=fetch_schema(expected_schema_uri) if expected_schema_uri else None,
+        reject_unseen_categories=reject_unseen_categories, rows_per_shard=rows_per_shard,
+        shard_root=resolve_shard_root(plan.uri, shard_root),
+    )
+    plan.metadata["groups"] = len(groups)
+    print(f"{len(groups)} groups")
+    return groups
+
+
+@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+def prepare_group(plan: Input[Artifact], group: int, part: Output[Artifact]):
+    """Prepares one group of input files against the plan's fixed schema.
+
+    Args:
+        plan: The plan from plan_prepare.
+        group: Index of the group to prepare.
+        part: part.json (row counts, mergeable statistics, shard list) and rejected.csv.
+    """
+    from pathlib import Path
+
+    from gkeflow.components.prepare.fanout import prepare_group as run
+
+    summary = run(Path(plan.path), group, Path(part.path))
+    part.metadata.update(summary)
+    print(summary)
+
+
+@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+def merge_prepared(
+    plan: Input[Artifact],
+    parts: Input[list[Artifact]],
+    dataset: Output[Dataset],
+    schema: Output[Artifact],
+    report: Output[Markdown],
+    rejected: Output[Dataset],
+    max_rejected_fraction: float = 0.1,
+    max_missing_fraction: float = 1.0,
+):
+    """Merges the groups into one dataset, as a single-pod prepare_data would write it.
+
+    Args:
+        plan: The plan from plan_prepare.
+        parts: Every group's part.
+        dataset: schema.json, stats.json, rejected.csv, report.md and the shards (or their
+            manifest, shards.json).
+        schema: schema.json: each column's type, role, vocabulary and nullability.
+        report: Data report: row counts, problems found, per-column statistics.
+        rejected: CSV of the rejected rows: source, reason, row text.
+        max_rejected_fraction: Fail when more than this fraction of rows is rejected.
+        max_missing_fraction: Fail when a feature column misses more than this fraction.
+    """
+    import shutil
+    from pathlib import Path
+
+    from gkeflow.components.prepare.fanout import merge_groups
+    from gkeflow.components.prepare.logic import REJECTED_FILE, REPORT_FILE, SCHEMA_FILE
+
+    result = merge_groups(Path(plan.path), [Path(p.path) for p in parts], Path(dataset.path),
+                          max_rejected_fraction, max_missing_fraction)
+    for artifact, name in ((schema, SCHEMA_FILE), (report, REPORT_FILE),
+                           (rejected, REJECTED_FILE)):
+        Path(artifact.path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(dataset.path) / name, artifact.path)
+    dataset.metadata.update({
+        "rows_read": result.rows_read,
+        "rejected_rows": result.rejected_rows,
+        **{f"{name}_rows": count for name, count in result.split_rows.items()},
+        **{f"{name}_shards": count for name, count in result.shards.items()},
+        "format": "tfrecord-gzip-column-blocks",
+    })
+    rejected.metadata.update({"rows": result.rejected_rows,
+                              "reasons": dict(result.rejected_reasons)})
+    schema.metadata.update({"label": result.schema.label,
+                            "classes": len(result.schema.label_vocabulary),
+                            "features": len(result.schema.features)})
+    print(f"rows read {result.rows_read}: {result.split_rows}, rejected {result.rejected_rows}")

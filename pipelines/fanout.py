@@ -1,0 +1,94 @@
+"""Fan-out data preparation: one plan step, up to ``groups`` preparation pods in parallel
+(``dsl.ParallelFor`` with bounded ``parallelism``), one merge step.
+
+The merged dataset is the one a single ``prepare_data`` step writes from the same files
+(same split of every row, same schema, same statistics up to floating-point summation
+order); its shards stay in the shard root (only manifests pass through the artifact
+store). ``fanout_prepare_pipeline`` runs on its own, or as a sub-pipeline whose
+``dataset`` and ``schema`` outputs feed ``train_model`` and ``evaluate_model``.
+"""
+
+from collections.abc import Mapping
+from typing import Optional
+
+from kfp import dsl
+
+from gkeflow.components.prepare.fanout_component import (
+    merge_prepared,
+    plan_prepare,
+    prepare_group,
+)
+from gkeflow.pipelines.compute import ComputeProfile, apply_compute, validate_profiles
+
+PIPELINE_NAME = "gkeflow-fanout-prepare"
+#: Preparation pods running at once (a compile-time constant of dsl.ParallelFor).
+MAX_PARALLEL = 8
+
+#: Per-step compute. A group pod needs the CPU/memory of one prepare_data pod; it writes its
+#: shards straight to the shard root, so its disk holds only rejected rows and part.json.
+DEFAULT_COMPUTE: Mapping[str, ComputeProfile] = {
+    "plan-prepare": ComputeProfile(cpu="1", memory="2G", caching=False, timeout_s=1800),
+    "prepare-group": ComputeProfile(cpu="2", memory="8G", caching=False, timeout_s=3600,
+                                    retries=2, retry_backoff_s=30, retry_backoff_factor=2.0,
+                                    retry_max_duration_s=3600),
+    "merge-prepared": ComputeProfile(cpu="1", memory="4G", caching=False, timeout_s=1800),
+}
+
+
+def build_fanout_pipeline(target: str = "local",
+                          compute: Optional[Mapping[str, ComputeProfile]] = None,
+                          parallelism: int = MAX_PARALLEL):
+    """Define ``fanout_prepare_pipeline`` with each step's compute applied for ``target``."""
+    unknown = sorted(set(compute or {}) - set(DEFAULT_COMPUTE))
+    if unknown:
+        raise ValueError(f"unknown step(s) {', '.join(unknown)}; steps are "
+                         f"{', '.join(DEFAULT_COMPUTE)}")
+    profiles = {**DEFAULT_COMPUTE, **(compute or {})}
+    validate_profiles(profiles, target)
+
+    @dsl.pipeline(name=PIPELINE_NAME)
+    def fanout_prepare_pipeline(
+        data_uri: str,
+        label_column: str,
+        max_groups: int = 8,
+        train_ratio: float = 0.7,
+        eval_ratio: float = 0.15,
+        test_ratio: float = 0.15,
+        key_column: str = "",
+        max_rejected_fraction: float = 0.1,
+        rows_per_shard: int = 250000,
+        shard_root: str = "",
+    ) -> dsl.Dataset:
+        """Prepares many input files in parallel pods and merges them into one dataset.
+
+        Args:
+            data_uri: Glob or prefix of CSV/Parquet files, local or gs://.
+            label_column: Column holding the class to predict.
+            max_groups: Most groups of input files (at most 100).
+            train_ratio: Fraction of rows for training.
+            eval_ratio: Fraction of rows for validation during training.
+            test_ratio: Fraction of rows held out for evaluation.
+            key_column: Split by a stable hash of this column; empty: of the whole row.
+            max_rejected_fraction: Fail when more than this fraction of rows is rejected.
+            rows_per_shard: Rows per TFRecord shard file.
+            shard_root: gs:// prefix for the shards; empty: next to the artifacts.
+        """
+        plan = apply_compute(plan_prepare(
+            data_uri=data_uri, label_column=label_column, max_groups=max_groups,
+            train_ratio=train_ratio, eval_ratio=eval_ratio, test_ratio=test_ratio,
+            key_column=key_column, rows_per_shard=rows_per_shard, shard_root=shard_root,
+        ), profiles["plan-prepare"], target)
+        with dsl.ParallelFor(plan.outputs["Output"], parallelism=parallelism) as group:
+            part = apply_compute(prepare_group(plan=plan.outputs["plan"], group=group),
+                                 profiles["prepare-group"], target)
+        merge = apply_compute(merge_prepared(
+            plan=plan.outputs["plan"], parts=dsl.Collected(part.outputs["part"]),
+            max_rejected_fraction=max_rejected_fraction,
+        ), profiles["merge-prepared"], target)
+        return merge.outputs["dataset"]
+
+    return fanout_prepare_pipeline
+
+
+#: The pipeline as ``kfp.local`` runs it.
+fanout_prepare_pipeline = build_fanout_pipeline("local")
