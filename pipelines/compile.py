@@ -26,8 +26,15 @@ def _training(target: str, compute=None):
     return build_training_pipeline(target, compute)
 
 
+def _fanout_prepare(target: str, compute=None):
+    from gkeflow.pipelines.fanout import build_fanout_pipeline
+
+    return build_fanout_pipeline(target, compute)
+
+
 #: Pipeline short name -> builder taking a target and per-step compute overrides.
-PIPELINES: dict[str, Callable[..., object]] = {"training": _training}
+PIPELINES: dict[str, Callable[..., object]] = {"training": _training,
+                                               "fanout-prepare": _fanout_prepare}
 
 
 def compiled_path(output_dir: Path, pipeline: str, target: str) -> Path:

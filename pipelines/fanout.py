@@ -38,12 +38,10 @@ DEFAULT_COMPUTE: Mapping[str, ComputeProfile] = {
 def build_fanout_pipeline(target: str = "local",
                           compute: Optional[Mapping[str, ComputeProfile]] = None,
                           parallelism: int = MAX_PARALLEL):
-    """Define ``fanout_prepare_pipeline`` with each step's compute applied for ``target``."""
-    unknown = sorted(set(compute or {}) - set(DEFAULT_COMPUTE))
-    if unknown:
-        raise ValueError(f"unknown step(s) {', '.join(unknown)}; steps are "
-                         f"{', '.join(DEFAULT_COMPUTE)}")
-    profiles = {**DEFAULT_COMPUTE, **(compute or {})}
+    """Define ``fanout_prepare_pipeline`` with each step's compute applied for ``target``
+    (``compute`` may hold other pipelines' steps too: only this pipeline's are used)."""
+    profiles = {**DEFAULT_COMPUTE,
+                **{k: v for k, v in (compute or {}).items() if k in DEFAULT_COMPUTE}}
     validate_profiles(profiles, target)
 
     @dsl.pipeline(name=PIPELINE_NAME)
