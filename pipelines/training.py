@@ -125,6 +125,7 @@ def build_training_pipeline(
         thresholds: str = "",
         slice_columns: str = "",
         positive_class: str = "",
+        shard_root: str = "",
     ):
         """Trains a TensorFlow classifier on a CSV and registers it when evaluation blesses it.
 
@@ -154,6 +155,9 @@ def build_training_pipeline(
             slice_columns: Categorical columns to slice test metrics by, comma-separated;
                 empty slices by every categorical feature with at most 20 values.
             positive_class: Class whose ROC curve is shown; empty means the last label.
+            shard_root: gs:// prefix for the prepared shards (only their manifest passes
+                through the artifact store); empty: next to the dataset artifact on a gs://
+                or local pipeline root, inside it on other roots (MinIO).
         """
         prepare = configure(
             prepare_data(
@@ -162,6 +166,7 @@ def build_training_pipeline(
                 train_ratio=train_ratio,
                 eval_ratio=eval_ratio,
                 test_ratio=test_ratio,
+                shard_root=shard_root,
             ),
             "prepare-data",
         )
