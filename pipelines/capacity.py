@@ -22,10 +22,12 @@ before anything is compiled, and applies them to a single-pod GKE step:
 - ``queue``: pod label ``kueue.x-k8s.io/queue-name: QUEUE`` (Kueue, plain Pod
   integration).
 
-``ephemeral_storage`` is validated only: kfp 2.17 has no ephemeral-storage field (the
-pipeline spec's ``ResourceSpec`` carries CPU, memory and accelerator; kfp-kubernetes'
-``KubernetesExecutorConfig`` has no container resources), so a single-pod step cannot
-request it; engines that write their own pod spec (a JobSet) apply it.
+``ephemeral_storage``: kfp 2.17 has no ephemeral-storage field (the pipeline spec's
+``ResourceSpec`` carries CPU, memory and accelerator; kfp-kubernetes'
+``KubernetesExecutorConfig`` has no container resources), so a single-pod GKE step gets it
+as a sized generic ephemeral volume over the launcher's staging directory
+(:mod:`gkeflow.pipelines.scratch`); engines that write their own pod spec (a JobSet) apply
+it as a request. Vertex AI steps stage nothing (``/gcs``) and do not apply it.
 """
 
 from __future__ import annotations
@@ -158,11 +160,10 @@ def capacity_notes(profiles, target: str) -> list[str]:
     if target in ("vertex", "local"):
         checks.append((lambda p: p.queue,
                        f"queue (Kueue) applies on gke only; ignored on {target}"))
-    if target != "local":
+    if target == "vertex":
         checks.append((lambda p: p.ephemeral_storage,
-                       "ephemeral_storage is not applied to a single-pod step (kfp 2.17 has "
-                       "no ephemeral-storage request); engines that build their own pods "
-                       "apply it"))
+                       "ephemeral_storage is not applied on Vertex AI (steps read artifacts "
+                       "through /gcs and stage nothing)"))
     notes = []
     for applies, text in checks:
         steps = [step for step, profile in profiles.items() if applies(profile)]

@@ -559,6 +559,9 @@ def _apply_gke(task, profile: ComputeProfile) -> None:
             task, volume_name=SHM_VOLUME, mount_path=SHM_PATH, medium="Memory",
             size_limit=profile.effective_shm_size,
         )
+    from gkeflow.pipelines.scratch import apply_gke_disk
+
+    apply_gke_disk(task, profile)
     if profile.timeout_s:
         kubernetes.set_timeout(task, profile.timeout_s)
 
@@ -612,7 +615,9 @@ def plan(
         if target == "vertex" and p.scheduling != "standard":
             scheduling += " (not applied on Vertex)"
         queue = (p.queue if target == "gke" else f"not applied ({p.queue})") if p.queue else "-"
-        disk = f"not applied ({p.ephemeral_storage})" if p.ephemeral_storage else "-"
+        from gkeflow.pipelines.scratch import describe_disk
+
+        disk = describe_disk(p, target)
         retries = (
             f"{p.retries} (backoff {format_duration(p.retry_backoff_s)} x"
             f"{p.retry_backoff_factor:g}, max {format_duration(p.retry_max_duration_s)})"

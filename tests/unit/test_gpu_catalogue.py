@@ -216,9 +216,9 @@ def test_vertex_and_local_say_what_they_do_not_apply():
     vertex = "\n".join(target_notes(profiles, "vertex"))
     assert "scheduling flex-start and reservation are not applied to a Vertex AI" in vertex
     assert "queue (Kueue) applies on gke only; ignored on vertex: train-model" in vertex
-    assert "ephemeral_storage is not applied to a single-pod step" in vertex
+    assert "ephemeral_storage is not applied on Vertex AI" in vertex
     gke = "\n".join(target_notes(profiles, "gke"))
-    assert "queue" not in gke and "ephemeral_storage is not applied" in gke
+    assert "queue" not in gke and "ephemeral_storage" not in gke  # a volume on GKE
 
 
 def test_p100_x4_above_64_vcpus_is_accepted_with_the_zones_it_cannot_use():
@@ -240,7 +240,7 @@ def test_plan_shows_capacity_nodes_gpus_queue_and_disk():
     rows = {r.step: r for r in plan(profiles, "gke", {})}
     train = rows["train-model"]
     assert (train.capacity, train.nodes, train.gpus) == ("flex-start (wait 3h)", "2 x 8", "16")
-    assert (train.queue, train.disk) == ("team-a", "not applied (200Gi)")
+    assert (train.queue, train.disk) == ("team-a", "200Gi volume at /minio")
     assert rows["evaluate-model"].capacity == "reservation cpu-pool"
     assert (rows["evaluate-model"].nodes, rows["evaluate-model"].gpus) == ("1 x 0", "0")
     vertex = {r.step: r for r in plan(profiles, "vertex", {})}["train-model"]
