@@ -99,3 +99,28 @@ def test_corrupt_object_fails_loudly(prepared, bucket):
     finally:
         blob.upload_from_string(good)
     assert len(list(shard_store.gcs_records(uri))) >= 1
+
+
+def test_first_record_needs_only_the_first_chunk(bucket):
+    """Streaming: the first record is handed over after one chunk of a large shard, not
+    after a download of the whole object."""
+    import gzip
+    import os
+
+    from gkeflow.components.prepare.records import frame_record
+
+    records = [os.urandom(64 << 10) for _ in range(64)]  # 4 MiB, incompressible
+    data = gzip.compress(b"".join(frame_record(r) for r in records), compresslevel=1)
+    bucket.blob("big/part-00000.tfrecord.gz").upload_from_string(data)
+    fetched = []
+
+    def counted():
+        for chunk in shard_store.gcs_chunks("gs://shards/big/part-00000.tfrecord.gz",
+                                            chunk_bytes=256 << 10):
+            fetched.append(len(chunk))
+            yield chunk
+
+    stream = shard_store.iter_records(counted())
+    assert next(stream) == records[0]
+    assert sum(fetched) <= 256 << 10 < len(data) // 8
+    assert list(stream) == records[1:] and sum(fetched) == len(data)
