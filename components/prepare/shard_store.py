@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import threading
 import uuid
 import zlib
 from collections.abc import Iterator, Sequence
@@ -225,16 +226,16 @@ def gcs_records(uri: str, client=None) -> Iterator[bytes]:
     yield from iter_records(gcs_chunks(uri, client), uri)
 
 
-_CLIENTS: dict[int, object] = {}
+_LOCAL = threading.local()
 
 
-def _process_client():
-    """One storage client per process (clients are not fork-safe; tf.data calls the
-    generator from its own threads, which may share it)."""
+def _thread_client():
+    """One storage client per thread and process: tf.data runs the generators of several
+    shards in its own threads, and the client's HTTP session is not made to be shared."""
     pid = os.getpid()
-    if pid not in _CLIENTS:
-        _CLIENTS[pid] = _client()
-    return _CLIENTS[pid]
+    if getattr(_LOCAL, "pid", None) != pid:
+        _LOCAL.pid, _LOCAL.client = pid, _client()
+    return _LOCAL.client
 
 
 def record_dataset_fn(files: Sequence[str]):
@@ -246,7 +247,7 @@ def record_dataset_fn(files: Sequence[str]):
     if files and is_gcs(str(files[0])):
         def from_gcs(uri):
             return tf.data.Dataset.from_generator(
-                lambda u: gcs_records(u.decode("utf-8"), _process_client()),
+                lambda u: gcs_records(u.decode("utf-8"), _thread_client()),
                 args=(uri,),
                 output_signature=tf.TensorSpec([], tf.string),
             )
