@@ -124,3 +124,30 @@ def test_first_record_needs_only_the_first_chunk(bucket):
     assert next(stream) == records[0]
     assert sum(fetched) <= 256 << 10 < len(data) // 8
     assert list(stream) == records[1:] and sum(fetched) == len(data)
+
+
+def test_fanout_over_gcs_files_equals_one_pod(bucket, tmp_path):
+    """Input files and shards in Cloud Storage: plan, 3 groups (one retried), merge."""
+    from gkeflow.components.prepare import fanout
+    from tests.unit.test_prepare_fanout import assert_same_dataset, make_inputs
+
+    pattern = make_inputs(tmp_path / "in", files=5, rows=4000)
+    for path in sorted((tmp_path / "in").glob("*.csv")):
+        bucket.blob(f"logs/{path.name}").upload_from_filename(str(path))
+    single = prepare("gs://shards/logs/*.csv", tmp_path / "single", "status",
+                     rows_per_shard=500)
+    assert single.rows_read == prepare(pattern, tmp_path / "local", "status").rows_read
+    root = "gs://shards/fan/_shards/plan"
+    groups = fanout.plan_groups("gs://shards/logs/*.csv", tmp_path / "plan", "status", 3,
+                                rows_per_shard=500, shard_root=root)
+    for group in groups:
+        fanout.prepare_group(tmp_path / "plan", group, tmp_path / f"part-{group}", workers=1)
+    fanout.prepare_group(tmp_path / "plan", 1, tmp_path / "part-1", workers=1)  # a retry
+    merged = fanout.merge_groups(tmp_path / "plan", [tmp_path / f"part-{g}" for g in groups],
+                                 tmp_path / "merged")
+    assert_same_dataset(tmp_path / "single", tmp_path / "merged", single, merged)
+    listed = [f for files in shard_store.read_manifest(tmp_path / "merged")["splits"].values()
+              for f in files]
+    stored = {f"gs://shards/{b.name}" for b in bucket.list_blobs(prefix="fan/")}
+    assert set(listed) < stored  # the first attempt of group 1 is left out
+    assert len({uri.split("/attempt-")[0] for uri in listed}) == 3
