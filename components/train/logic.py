@@ -204,7 +204,9 @@ def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size
         from gkeflow.components.prepare.records import split_files
 
         policy = tf.data.experimental.AutoShardPolicy
-        enough = len(split_files(dataset_dir, split)) >= workers
+        files = split_files(dataset_dir, split)
+        # tf.data cannot shard streamed gs:// shards by file (no file reader op to rewrite)
+        enough = len(files) >= workers and not str(files[0] if files else "").startswith("gs://")
         options.experimental_distribute.auto_shard_policy = (
             policy.FILE if enough else policy.DATA)
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
