@@ -60,9 +60,19 @@ def _split_gcs(uri: str) -> tuple[str, str]:
 
 
 def _client():
-    from gkeflow.components.prepare.sources import gcs_client
+    from google.auth.exceptions import DefaultCredentialsError
 
-    return gcs_client()
+    from gkeflow.components.prepare.sources import DataError, gcs_client
+
+    try:
+        return gcs_client()
+    except DefaultCredentialsError as exc:
+        raise DataError(
+            "no Google Cloud credentials to read or write gs:// shards: run `gcloud auth "
+            "application-default login` or set GOOGLE_APPLICATION_CREDENTIALS (on GKE: "
+            "Workload Identity for the pipeline's service account), or leave shard_root "
+            "empty to keep the shards with the dataset artifact"
+        ) from exc
 
 
 def resolve_shard_root(artifact_uri: str, shard_root: str = "",

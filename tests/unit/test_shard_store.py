@@ -42,3 +42,16 @@ def test_shard_root_next_to_the_artifact_not_under_it(tmp_path):
     assert given != shard_store.resolve_shard_root("minio://mlpipeline/x/dataset", "gs://big/data")
     with pytest.raises(ValueError, match="gs:// URI or a local path"):
         shard_store.resolve_shard_root("gs://b/x/dataset", "s3://elsewhere")
+
+
+def test_missing_credentials_name_the_fix(tmp_path, monkeypatch):
+    from gkeflow.components.prepare.logic import DataError, prepare
+    from tests.conftest import make_churn_csv
+
+    for name in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
+    csv = make_churn_csv(tmp_path / "churn.csv", rows=50)
+    with pytest.raises(DataError, match="no Google Cloud credentials.*shard_root"):
+        prepare(str(csv), tmp_path / "out", "status", shard_root="gs://b/shards/a1")
+    assert not (tmp_path / "out").exists()
