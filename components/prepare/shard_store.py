@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import threading
 import uuid
 import zlib
 from collections.abc import Iterator, Sequence
@@ -236,16 +235,16 @@ def gcs_records(uri: str, client=None) -> Iterator[bytes]:
     yield from iter_records(gcs_chunks(uri, client), uri)
 
 
-_LOCAL = threading.local()
+_CLIENTS: dict[int, object] = {}
 
 
-def _thread_client():
-    """One storage client per thread and process: tf.data runs the generators of several
-    shards in its own threads, and the client's HTTP session is not made to be shared."""
+def _process_client():
+    """One storage client per process, shared by the reader threads of tf.data (a client
+    is not fork-safe; its connection pool serves several threads)."""
     pid = os.getpid()
-    if getattr(_LOCAL, "pid", None) != pid:
-        _LOCAL.pid, _LOCAL.client = pid, _client()
-    return _LOCAL.client
+    if pid not in _CLIENTS:
+        _CLIENTS[pid] = _client()
+    return _CLIENTS[pid]
 
 
 def record_dataset_fn(files: Sequence[str]):
@@ -257,7 +256,7 @@ def record_dataset_fn(files: Sequence[str]):
     if files and is_gcs(str(files[0])):
         def from_gcs(uri):
             return tf.data.Dataset.from_generator(
-                lambda u: gcs_records(u.decode("utf-8"), _thread_client()),
+                lambda u: gcs_records(u.decode("utf-8"), _process_client()),
                 args=(uri,),
                 output_signature=tf.TensorSpec([], tf.string),
             )

