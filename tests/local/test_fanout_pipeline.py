@@ -4,6 +4,7 @@ Collected parts, merge) and writes the dataset one prepare_data step writes."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -41,5 +42,11 @@ def test_fanout_pipeline_on_8_files_equals_one_pod(tmp_path):
         schema=Schema.from_json((merged_dir / "schema.json").read_text()),
         problems=single.problems)
     assert_same_dataset(tmp_path / "single", merged_dir, single, merged)
-    # the problems (and everything else) as the report shows them
-    assert (merged_dir / "report.md").read_text() == (tmp_path / "single" / "report.md").read_text()
+    # the report, but for its sample rejected rows: a single pod takes the first ones its
+    # parallel readers meet, in no fixed order
+    def report(directory):
+        lines = (directory / "report.md").read_text().splitlines()
+        samples = [line for line in lines if re.match(r"^- .*: `.*`$", line)]
+        return [line for line in lines if line not in samples], len(samples)
+
+    assert report(merged_dir) == report(tmp_path / "single")
