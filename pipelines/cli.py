@@ -357,7 +357,10 @@ def plan_command(pipeline: str, target: str, config_path: Path | None,
     if pipeline not in PIPELINES:
         raise click.BadParameter(f"unknown pipeline {pipeline!r}; available: "
                                  f"{', '.join(PIPELINES)}", param_hint="PIPELINE")
-    from gkeflow.pipelines.training import resolve_compute, step_images
+    if pipeline == "fanout-prepare":
+        from gkeflow.pipelines.fanout import resolve_compute, step_images
+    else:
+        from gkeflow.pipelines.training import resolve_compute, step_images
 
     compute = _resolve_compute(config_path, compute_overrides)
     try:

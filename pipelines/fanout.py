@@ -35,14 +35,28 @@ DEFAULT_COMPUTE: Mapping[str, ComputeProfile] = {
 }
 
 
+def resolve_compute(target: str, compute: Optional[Mapping[str, ComputeProfile]] = None
+                    ) -> dict[str, ComputeProfile]:
+    """Per-step profiles (defaults, then this pipeline's steps in ``compute``), validated."""
+    profiles = {**DEFAULT_COMPUTE,
+                **{k: v for k, v in (compute or {}).items() if k in DEFAULT_COMPUTE}}
+    validate_profiles(profiles, target)
+    return profiles
+
+
+def step_images() -> dict[str, str]:
+    """Step -> the image its component runs in."""
+    steps = {"plan-prepare": plan_prepare, "prepare-group": prepare_group,
+             "merge-prepared": merge_prepared}
+    return {step: c.component_spec.implementation.container.image for step, c in steps.items()}
+
+
 def build_fanout_pipeline(target: str = "local",
                           compute: Optional[Mapping[str, ComputeProfile]] = None,
                           parallelism: int = MAX_PARALLEL):
     """Define ``fanout_prepare_pipeline`` with each step's compute applied for ``target``
     (``compute`` may hold other pipelines' steps too: only this pipeline's are used)."""
-    profiles = {**DEFAULT_COMPUTE,
-                **{k: v for k, v in (compute or {}).items() if k in DEFAULT_COMPUTE}}
-    validate_profiles(profiles, target)
+    profiles = resolve_compute(target, compute)
 
     @dsl.pipeline(name=PIPELINE_NAME)
     def fanout_prepare_pipeline(

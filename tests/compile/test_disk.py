@@ -52,3 +52,17 @@ def test_fanout_pipeline_compiles_for_both_targets(tmp_path):
         resources = spec["deploymentSpec"]["executors"]["exec-prepare-group"]["container"][
             "resources"]
         assert resources.get("cpuLimit") == 2.0 or resources.get("resourceCpuLimit") == "2"
+
+
+def test_plan_shows_the_fanout_pipelines_own_steps(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from gkeflow.pipelines.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["plan", "fanout-prepare", "--target", "gke"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    for step in ("plan-prepare", "prepare-group", "merge-prepared"):
+        assert step in result.output
+    assert "train-model" not in result.output
