@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from gkeflow.pipelines.cli_errors import ErrorReportingGroup
 from gkeflow.pipelines.compile import COMPILE_TARGETS, DEFAULT_OUTPUT
 
 DEFAULT_RUN_OUTPUT = Path("gkeflow-output")
@@ -22,9 +23,12 @@ def _console() -> Console:
     return Console(file=sys.stdout, highlight=False, width=width)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=ErrorReportingGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="gkeflow")
-def main() -> None:
+@click.option("--debug", is_flag=True,
+              help="Show the traceback of a failure (also GKEFLOW_DEBUG=1).")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
     """gkeflow: Kubeflow Pipelines components and pipelines for TensorFlow on GKE and Vertex AI.
 
     \b
@@ -37,7 +41,11 @@ def main() -> None:
       gkeflow init                     write an example gkeflow.yaml
       gkeflow submit --target vertex   run the pipeline on Vertex AI (or --target gke)
       gkeflow schedule apply           create/update the schedules of gkeflow.yaml
+
+    A failure prints one line saying what to fix and exits non-zero; `gkeflow --debug
+    COMMAND` shows the traceback.
     """
+    ctx.obj = {"debug": debug}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,7 +286,8 @@ def _resolve_compute(config_path: Path | None, compute_overrides: tuple[str, ...
 @click.option("--target", type=click.Choice([*COMPILE_TARGETS, "all"]), default="all",
               show_default=True, help="Backend to compile for.")
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path),
-              default=DEFAULT_OUTPUT, show_default=True, help="Directory for the YAML files.")
+              default=DEFAULT_OUTPUT, show_default=True,
+              help="Directory for the YAML files (relative to the current directory).")
 @click.option("--check", is_flag=True,
               help="Write nothing; exit 1 naming the files that differ from what the code "
                    "produces now.")
@@ -550,14 +559,14 @@ def _remote_errors(func):
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        from gkeflow.pipelines.config import ConfigError
-        from gkeflow.pipelines.cron import CronError
-        from gkeflow.pipelines.remote import RemoteError, redact
-        from gkeflow.pipelines.submit import SubmitError
+        from gkeflow.pipelines.cli_errors import _expected_types, debug_enabled
+        from gkeflow.pipelines.remote import redact
 
         try:
             return func(*args, **kwargs)
-        except (RemoteError, SubmitError, ConfigError, CronError, LookupError) as exc:
+        except _expected_types() as exc:
+            if debug_enabled(click.get_current_context(silent=True)):
+                raise
             raise click.ClickException(redact(str(exc))) from None
 
     return wrapper

@@ -13,7 +13,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 COMPILE_TARGETS = ("gke", "vertex")
-DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "compiled"
+#: Relative: ``compiled/`` of the directory the command runs in (the user's project), not
+#: the installed package's source tree.
+DEFAULT_OUTPUT = Path("compiled")
 
 
 class ReleaseError(ValueError):
