@@ -13,8 +13,9 @@ Idempotent creates: a create passes ``recover``, which looks up the resource by 
 request id the client chose. It runs before every retry, after the last failure and on a 409
 Conflict: when an earlier attempt did reach the server, the existing resource is returned
 instead of a second one being made. A timed-out create is looked up but not retried: the
-server may still be working on it, and a retry could race it. Look-ups share the call's time budget: no request
-(create or look-up) starts unless a whole timeout still fits in :func:`max_total_s`.
+server may still be working on it, and a retry could race it. Look-ups share the call's
+time budget: no request (create or look-up) starts unless a whole timeout still fits in
+:func:`max_total_s`.
 """
 
 from __future__ import annotations
