@@ -49,6 +49,14 @@ def _kfp_client_class():
 
         _gkeflow_policy = RetryPolicy()
 
+        _gkeflow_namespace = "kubeflow"
+
+        def _load_context_setting_or_default(self):
+            # gkeflow names the namespace (targets.gke.namespace): without one, kfp.Client
+            # would spend a health-check request at construction to guess it.
+            super()._load_context_setting_or_default()
+            self._context_setting["namespace"] = self._gkeflow_namespace
+
         def _load_config(self, *args, **kwargs):
             config = super()._load_config(*args, **kwargs)
             config.retries = no_library_retries()  # urllib3 would retry 3x inside each attempt
@@ -109,6 +117,7 @@ class KfpBackend(_TargetBackend):
         if self._client is None:
             client_class = _kfp_client_class()
             client_class._gkeflow_policy = self.policy
+            client_class._gkeflow_namespace = self.target.namespace
             token = self._token()
             import warnings
 

@@ -169,9 +169,14 @@ def call(what: str, func: Callable[[], T], policy: RetryPolicy, *, idempotent: b
     """
     deadline = time.monotonic() + max_total_s(policy)
 
+    looked_up = False
+
     def time_for(requests: int, wait: float = 0.0) -> bool:
-        """Whether ``requests`` more requests (each up to the timeout) fit the budget."""
-        return time.monotonic() + wait + requests * policy.timeout_s <= deadline + 1e-3
+        """Whether ``requests`` more requests (each up to the timeout) fit the budget; only
+        look-ups can spend it early (otherwise ``policy.attempts`` is the bound)."""
+        if not looked_up:
+            return True
+        return time.monotonic() + wait + requests * policy.timeout_s <= deadline
 
     attempt = 0
     while True:
@@ -185,6 +190,7 @@ def call(what: str, func: Callable[[], T], policy: RetryPolicy, *, idempotent: b
             status = f"HTTP {failure.status}" if failure.status else failure.message
             if recover is not None and (failure.retryable or failure.status == 409) \
                     and (failure.status == 409 or time_for(1)):
+                looked_up = True
                 found = _recover(what, recover)
                 if found is not None:
                     log.warning("%s: %s, but the server had done it; using the result", what,

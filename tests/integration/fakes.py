@@ -191,6 +191,12 @@ class _Server:
         with self.lock:
             self.requests.append(record)
         fault = self._fault_for(handler.command, parsed.path)
+        if fault and fault.after:
+            try:
+                self.route(record)
+            except (Invalid, LookupError, Conflict) as exc:
+                with self.lock:
+                    self.violations.append(f"{record.method} {record.path}: {exc}")
         if fault:
             if fault.delay_s:
                 time.sleep(fault.delay_s)
@@ -199,12 +205,6 @@ class _Server:
                 return
             if fault.status == 200:  # only slow: answer normally after the delay
                 fault = None
-        if fault and fault.after:
-            try:
-                self.route(record)
-            except (Invalid, LookupError, Conflict) as exc:
-                with self.lock:
-                    self.violations.append(f"{record.method} {record.path}: {exc}")
         if fault:
             return self._send(handler, fault.status, self.error_body(fault.status,
                                                                      fault.message))
