@@ -15,8 +15,9 @@ import click
 DEBUG_ENV = "GKEFLOW_DEBUG"
 
 
-def describe(exc: BaseException) -> str:
-    """One line for ``exc``: the message of an expected failure, else type and message."""
+def describe(exc: BaseException) -> tuple[str, bool]:
+    """One line for ``exc`` and whether it is an expected failure (its message is then
+    enough); else its type and message."""
     from gkeflow.pipelines.credentials import ADC_FIX
     from gkeflow.pipelines.remote import classify, redact
 
@@ -25,19 +26,19 @@ def describe(exc: BaseException) -> str:
     except ImportError:  # pragma: no cover - google-auth is a dependency
         auth = None
     if auth is not None and isinstance(exc, auth.DefaultCredentialsError):
-        return f"no Google credentials found: {ADC_FIX}"
+        return f"no Google credentials found: {ADC_FIX}", True
     if auth is not None and isinstance(exc, auth.RefreshError):
-        return f"the Google credentials were refused ({exc}); {ADC_FIX}"
+        return f"the Google credentials were refused ({exc}); {ADC_FIX}", True
     if auth is not None and isinstance(exc, auth.TransportError):
-        return f"cannot reach Google's token service ({type(exc).__name__}); check the network"
+        return (f"cannot reach Google's token service ({type(exc).__name__}); check the "
+                "network"), True
     failure = classify(exc)
     if failure is not None:
-        return redact(f"remote call failed: {failure.message}")
+        return redact(f"remote call failed: {failure.message}"), True
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    expected = _expected_types()
-    if isinstance(exc, expected):
-        return redact(text or type(exc).__name__)
-    return redact(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+    if isinstance(exc, _expected_types()):
+        return redact(text or type(exc).__name__), True
+    return redact(f"{type(exc).__name__}: {text}" if text else type(exc).__name__), False
 
 
 def _expected_types() -> tuple[type, ...]:
@@ -75,9 +76,7 @@ class ErrorReportingGroup(click.Group):
         except Exception as exc:
             if debug_enabled(ctx):
                 raise
-            from gkeflow.pipelines.remote import classify
-
-            message = describe(exc)
-            if not isinstance(exc, _expected_types()) and classify(exc) is None:
+            message, expected = describe(exc)
+            if not expected:
                 message += " (`gkeflow --debug ...` shows the traceback)"
             raise click.ClickException(message) from None

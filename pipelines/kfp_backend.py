@@ -90,9 +90,12 @@ class KfpBackend(_TargetBackend):
         if auth.token_env:
             token = os.environ.get(auth.token_env, "")
             if not token:
-                raise RemoteError(f"environment variable {auth.token_env} is empty or not set "
-                                  "(targets.gke.auth.token_env names it); export the "
-                                  "Kubeflow Pipelines bearer token there")
+                from gkeflow.pipelines.credentials import CredentialsError
+
+                raise CredentialsError(
+                    f"environment variable {auth.token_env} is empty or not set "
+                    "(targets.gke.auth.token_env names it); export the Kubeflow Pipelines "
+                    "bearer token there")
             register_secret(token)
             return token
         if auth.google:
