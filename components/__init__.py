@@ -11,6 +11,7 @@ _COMPONENTS = {
     "train_model": "gkeflow.components.train.component",
     "evaluate_model": "gkeflow.components.evaluate.component",
     "register_model": "gkeflow.components.register.component",
+    "fingerprint_data": "gkeflow.components.fingerprint.component",
 }
 
 __all__ = list(_COMPONENTS)

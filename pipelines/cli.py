@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -53,17 +52,16 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 def _default_model_name(data: str | None) -> str:
-    if not data:
-        return "penguins-classifier"
-    stem = re.sub(r"[^a-z0-9-]+", "-", Path(data).stem.lower()).strip("-") or "model"
-    if not stem[0].isalpha():
-        stem = f"m-{stem}"
-    return f"{stem[:50]}-classifier"
+    from gkeflow.pipelines.run_inputs import default_model_name
+
+    return default_model_name(data)
 
 
 @main.command()
-@click.option("--data", "data", metavar="PATH",
-              help="CSV file to train on. Default: the bundled Palmer Penguins data.")
+@click.option("--data", "data", metavar="PATH|URI",
+              help="Data to train on, as the prepare step reads it: a CSV/Parquet file, a "
+                   "directory, a glob ('data/*.csv.gz'), gs://bucket/path or "
+                   "bq://project.dataset.table. Default: the bundled Palmer Penguins data.")
 @click.option("--label", "label", metavar="COLUMN",
               help="Column holding the class to predict (required with --data; "
                    "'species' for the bundled data).")
@@ -91,10 +89,12 @@ def _default_model_name(data: str | None) -> str:
                    "slice_columns=island (repeatable; see `gkeflow plan` for steps and "
                    "README for parameters).")
 @click.option("--no-cache", is_flag=True, help="Re-run every step instead of reusing cached ones.")
+@click.option("--require-registered", is_flag=True,
+              help="Exit 3 when the run succeeds but the gate blocks registration (for CI).")
 @click.option("-v", "--verbose", is_flag=True, help="Stream every step's log to the terminal.")
 def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eval_ratio,
         test_ratio, model_name, min_accuracy, model_type, user_module, params, no_cache,
-        verbose) -> None:
+        require_registered, verbose) -> None:
     """Run the training pipeline on this machine with kfp.local (no cloud, no Docker).
 
     Executes the same pipeline definition that `gkeflow compile` writes for GKE and
@@ -107,8 +107,7 @@ def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eva
     console = _console()
     if data and not label:
         raise click.UsageError("--label is required with --data: name the column to predict.")
-    if data and not Path(data).is_file():
-        raise click.BadParameter(f"no such file: {data}", param_hint="--data")
+    data_uri = _resolve_data(data) if data else None
     try:
         SplitRatios(train_ratio, eval_ratio, test_ratio)
     except ValueError as exc:
@@ -118,7 +117,7 @@ def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eva
     model_name = model_name or _default_model_name(data)
     output = output.resolve()
     arguments = {
-        "data_uri": str(Path(data).resolve()) if data else EMBEDDED_PENGUINS,
+        "data_uri": data_uri or EMBEDDED_PENGUINS,
         "label_column": label or "species",
         "train_ratio": train_ratio,
         "eval_ratio": eval_ratio,
@@ -145,7 +144,10 @@ def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eva
         if step.status == "RUNNING":
             console.print(f"  [cyan]…[/cyan] {step.name} started")
         else:
-            mark = "[green]✓[/green]" if step.status == "SUCCESS" else "[red]✗[/red]"
+            mark = "[green]✓[/green]" if step.status in ("SUCCESS", "CACHED") else "[red]✗[/red]"
+            if step.status == "CACHED":
+                console.print(f"  {mark} {step.name} cached (inputs unchanged)")
+                return
             console.print(f"  {mark} {step.name} {step.status.lower()} in {step.duration_s:.1f}s")
 
     from gkeflow.pipelines.local import LocalRunError
@@ -158,6 +160,19 @@ def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eva
     _print_run_summary(console, result, arguments)
     if not result.ok:
         sys.exit(1)
+    if require_registered and not result.parameter_outputs("register-model"):
+        console.print("[red bold]NOT REGISTERED[/red bold]: the gate blocked registration "
+                      "(--require-registered)")
+        sys.exit(3)
+
+
+def _resolve_data(data: str) -> str:
+    from gkeflow.pipelines.run_inputs import RunInputError, resolve_data_uri
+
+    try:
+        return resolve_data_uri(data)
+    except RunInputError as exc:
+        raise click.BadParameter(str(exc), param_hint="--data") from None
 
 
 def _pipeline_params(options: tuple[str, ...]) -> dict:
@@ -429,6 +444,9 @@ def _registry_option(func):
         click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
                      help="Config file with a registry: section. Default: ./gkeflow.yaml if "
                           "present."),
+        click.option("--output", "run_output", type=click.Path(file_okay=False, path_type=Path),
+                     help="The --output directory of `gkeflow run`: use its local registry "
+                          f"(OUTPUT/{REGISTRY_FILE})."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -436,8 +454,12 @@ def _registry_option(func):
 
 
 def _open_cli_registry(backend, registry, project, location, api_endpoint, host, port,
-                       config_path):
+                       config_path, run_output=None):
     """Flags over gkeflow.yaml's ``registry:`` over defaults -> (registry, URI, backend)."""
+    if run_output is not None:
+        if registry or (backend and backend != "local"):
+            raise click.UsageError("--output names a local registry; drop --registry/--backend")
+        registry = f"sqlite:///{Path(run_output).resolve() / REGISTRY_FILE}"
     from gkeflow.components.register.backends import RegistrySettings, backend_of, open_registry
     from gkeflow.components.register.local_registry import RegistryError, registry_path
     from gkeflow.pipelines.config import ConfigError, load_config

@@ -116,6 +116,16 @@ class _EventStream(io.TextIOBase):
         self._log_file.flush()
 
     def _line(self, line: str) -> None:
+        from gkeflow.pipelines.local_cache import CACHE_HIT
+
+        if line.startswith(CACHE_HIT):
+            now = time.time()
+            step = StepReport(name=line[len(CACHE_HIT):].strip(), status="CACHED", started=now,
+                              finished=now)
+            self.steps[step.name] = step
+            if self._on_event:
+                self._on_event(step)
+            return
         if match := EXECUTING.search(line):
             step = StepReport(name=match.group(1), started=time.time())
             self.steps[step.name] = step
@@ -199,7 +209,9 @@ def run_local(
     )
     started = time.time()
     error = ""
-    with log_path.open("w", encoding="utf-8") as log_file:
+    from gkeflow.pipelines.local_cache import metadata_only_artifacts_hit
+
+    with log_path.open("w", encoding="utf-8") as log_file, metadata_only_artifacts_hit():
         stream = _EventStream(log_file, sys.__stdout__ if echo_logs else None, on_event)
         with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream), \
                 warnings.catch_warnings():
@@ -213,9 +225,9 @@ def run_local(
     duration = time.time() - started
     new_runs = sorted(set(pipeline_root.iterdir()) - before, key=lambda p: p.stat().st_mtime)
     steps = list(stream.steps.values())
-    ok = not error and bool(steps) and all(s.status == "SUCCESS" for s in steps)
+    ok = not error and bool(steps) and all(s.status in ("SUCCESS", "CACHED") for s in steps)
     if not ok and not error:
-        failed = next((s for s in steps if s.status != "SUCCESS"), None)
+        failed = next((s for s in steps if s.status not in ("SUCCESS", "CACHED")), None)
         error = f"step {failed.name} failed" if failed else "the pipeline did not run any step"
     return LocalRunResult(
         ok=ok,

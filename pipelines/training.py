@@ -11,7 +11,13 @@ from typing import Optional
 
 from kfp import dsl
 
-from gkeflow.components import evaluate_model, prepare_data, register_model, train_model
+from gkeflow.components import (
+    evaluate_model,
+    fingerprint_data,
+    prepare_data,
+    register_model,
+    train_model,
+)
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
 
@@ -19,9 +25,12 @@ PIPELINE_NAME = "gkeflow-training"
 
 #: Default per-step compute: one T4 GPU for training only, sized to fit an n1-standard-8 GKE
 #: node (what GKE leaves to pods) and a Vertex n1-standard-8 machine. Every retry field is
-#: explicit; data preparation and registration are never served from cache.
+#: explicit. Data preparation is cached on the fingerprint of its input's content, which a
+#: light step computes at run time and never caches; evaluation (the champion may change)
+#: and registration are never served from cache.
 DEFAULT_COMPUTE: Mapping[str, ComputeProfile] = {
-    "prepare-data": ComputeProfile(cpu="2", memory="8G", caching=False, timeout_s=3600),
+    "fingerprint-data": ComputeProfile(cpu="1", memory="2G", caching=False, timeout_s=1800),
+    "prepare-data": ComputeProfile(cpu="2", memory="8G", caching=True, timeout_s=3600),
     "train-model": ComputeProfile(
         cpu="7", memory="26G", accelerator="nvidia-tesla-t4", accelerator_count=1,
         timeout_s=6 * 3600, retries=2, retry_backoff_s=60, retry_backoff_factor=2.0,
@@ -36,6 +45,7 @@ DEFAULT_COMPUTE: Mapping[str, ComputeProfile] = {
 
 #: Step -> the component it runs (and so the image it runs in).
 STEP_COMPONENTS = {
+    "fingerprint-data": fingerprint_data,
     "prepare-data": prepare_data,
     "train-model": train_model,
     "evaluate-model": evaluate_model,
@@ -83,6 +93,7 @@ DEFAULT_REGISTRY_URIS: Mapping[str, str] = {
 }
 
 STEP_DISPLAY_NAMES = {
+    "fingerprint-data": "Fingerprint data",
     "prepare-data": "Prepare data",
     "train-model": "Train model",
     "evaluate-model": "Evaluate model",
@@ -155,6 +166,7 @@ def build_training_pipeline(
                 empty slices by every categorical feature with at most 20 values.
             positive_class: Class whose ROC curve is shown; empty means the last label.
         """
+        fingerprint = configure(fingerprint_data(data_uri=data_uri), "fingerprint-data")
         prepare = configure(
             prepare_data(
                 data_uri=data_uri,
@@ -162,6 +174,7 @@ def build_training_pipeline(
                 train_ratio=train_ratio,
                 eval_ratio=eval_ratio,
                 test_ratio=test_ratio,
+                data_fingerprint=fingerprint.output,
             ),
             "prepare-data",
         )
@@ -176,7 +189,11 @@ def build_training_pipeline(
                 user_module=user_module,
                 require_gpu=target != "local" and profiles["train-model"].uses_gpu,
                 checkpoint_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
-                pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                # Checkpoints are keyed on what the step trains on and with (a retry resumes),
+                # not on the run id, which would make training uncacheable.
+                pipeline_run_id=f"{fingerprint.output}-{label_column}-{train_ratio}-"
+                                f"{eval_ratio}-{test_ratio}-{epochs}-{batch_size}-"
+                                f"{learning_rate}-{model_type}-{user_module}",
                 task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
             ),
             "train-model",

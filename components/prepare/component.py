@@ -25,6 +25,7 @@ def prepare_data(
     bq_query: str = "",
     bq_filter: str = "",
     rows_per_shard: int = 250000,
+    data_fingerprint: str = "",
 ):
     """Streams tabular data into validated, deterministic train/eval/test TFRecord splits.
 
@@ -52,6 +53,8 @@ def prepare_data(
         bq_query: For bq:// sources: a SQL query to read instead of the whole table.
         bq_filter: For bq:// sources: a SQL row filter (WHERE clause) on the table.
         rows_per_shard: Rows per TFRecord shard file.
+        data_fingerprint: Fingerprint of the input's content (from fingerprint_data); not
+            read, it makes the step's cache key follow the data rather than its URI.
     """
     import shutil
     from pathlib import Path

@@ -37,8 +37,8 @@ def test_plan_rows_match_the_committed_compiled_yaml(target):
     lock = load_lock()
     images = {step: pin(image, lock) for step, image in step_images().items()}
     rows = plan(resolve_compute(target), target, images)
-    assert [r.step for r in rows] == ["prepare-data", "train-model", "evaluate-model",
-                                      "register-model"]
+    assert [r.step for r in rows] == ["fingerprint-data", "prepare-data", "train-model",
+                                      "evaluate-model", "register-model"]
     for row in rows:
         executor = spec["deploymentSpec"]["executors"][f"exec-{row.step}"]["container"]
         resources = executor["resources"]

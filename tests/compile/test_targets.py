@@ -210,8 +210,10 @@ def test_retry_fields_are_all_explicit(compiled_cases):
     assert policies["prepare-data"] is None  # no retries asked, none compiled
     caching = {name: t["cachingOptions"].get("enableCache", False)
                for name, t in spec["root"]["dag"]["tasks"].items() if name in DEFAULT_COMPUTE}
-    # Ingest and the champion look-up in evaluation are never served from cache.
-    assert caching == {"prepare-data": False, "train-model": True, "evaluate-model": False}
+    # The data fingerprint (computed at run time) and the champion look-up in evaluation
+    # are never served from cache; preparation is, keyed on that fingerprint.
+    assert caching == {"fingerprint-data": False, "prepare-data": True, "train-model": True,
+                       "evaluate-model": False}
 
 
 # --------------------------------------------------------------------------- secrets

@@ -70,7 +70,7 @@ def test_cli_overrides_name_step_and_field():
     assert profiles["train-model"].accelerator == "nvidia-l4"
     assert profiles["train-model"].accelerator_count == 2
     assert profiles["prepare-data"] == DEFAULT_COMPUTE["prepare-data"]
-    with pytest.raises(ComputeError, match="unknown step 'tain-model'; steps are prepare-data"):
+    with pytest.raises(ComputeError, match="unknown step 'tain-model'; steps are fingerp"):
         apply_overrides(DEFAULT_COMPUTE, ["tain-model.cpu=2"])
     with pytest.raises(ComputeError, match="expected STEP.FIELD=VALUE"):
         apply_overrides(DEFAULT_COMPUTE, ["train-model=2"])
@@ -215,7 +215,8 @@ def test_defaults_are_valid_on_every_target_and_only_training_has_a_gpu():
         resolve_compute(target)
     assert [s for s, p in DEFAULT_COMPUTE.items() if p.uses_gpu] == ["train-model"]
     assert fitting_shape(DEFAULT_COMPUTE["train-model"], "gke").name == "n1-standard-8"
-    assert not DEFAULT_COMPUTE["prepare-data"].caching
+    assert not DEFAULT_COMPUTE["fingerprint-data"].caching
+    assert DEFAULT_COMPUTE["prepare-data"].caching  # keyed on the run-time fingerprint
     assert not DEFAULT_COMPUTE["register-model"].caching
 
 
@@ -246,7 +247,7 @@ def test_plan_spells_each_target_and_notes_what_vertex_cannot_honour():
     assert gke["train-model"].timeout == "1h"
     assert vertex["train-model"].timeout == "not enforced (1h asked)"
     assert gke["train-model"].retries == "1 (backoff 30s x2, max 1h)"
-    assert gke["prepare-data"].caching == "off" and gke["prepare-data"].accelerator == "-"
+    assert gke["prepare-data"].caching == "on" and gke["prepare-data"].accelerator == "-"
     assert gke["train-model"].image == "gpu-image"
     notes = target_notes(profiles, "vertex")
     assert notes == [
