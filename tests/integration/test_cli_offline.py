@@ -70,8 +70,11 @@ def test_dry_runs_need_no_token_credentials_or_network(offline_config, tmp_path)
 
 def test_credential_and_connection_errors_are_one_line_with_the_fix(offline_config, tmp_path):
     config = ("--config", str(offline_config))
-    for command in (["submit", "--target", "vertex"], ["schedule", "list", "--target", "vertex"]):
-        result = _run(*command, *config, cwd=tmp_path)
+    for command in (["submit", "--target", "vertex", *config],
+                    ["schedule", "list", "--target", "vertex", *config],
+                    ["models", "list", "--backend", "vertex", "--project", "my-project",
+                     "--location", "us-central1"]):
+        result = _run(*command, cwd=tmp_path)
         assert result.returncode == 1
         assert ADC_FIX in result.stderr and "Traceback" not in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr

@@ -162,7 +162,9 @@ def test_wrong_token_is_a_clear_401_and_the_token_is_never_shown(kfp_server, mon
 def test_missing_token_variable_is_named(kfp_server, monkeypatch, make_config, tmp_path):
     monkeypatch.delenv("GKEFLOW_TEST_KFP_TOKEN", raising=False)
     config = make_config(kfp_server.url, None)
-    with pytest.raises(RemoteError, match="GKEFLOW_TEST_KFP_TOKEN is empty or not set"):
+    from gkeflow.pipelines.credentials import CredentialsError
+
+    with pytest.raises(CredentialsError, match="GKEFLOW_TEST_KFP_TOKEN is empty or not set"):
         submit(config, "training", "gke", environment="default", overrides={},
                workdir=tmp_path, backend=backend(config), version="g1")
 
