@@ -82,11 +82,14 @@ def _default_model_name(data: str | None) -> str:
               help="Any other pipeline parameter, e.g. thresholds=f1_macro>=0.9 or "
                    "slice_columns=island (repeatable; see `gkeflow plan` for steps and "
                    "README for parameters).")
+@click.option("--compute", "compute_overrides", metavar="STEP.FIELD=VALUE", multiple=True,
+              help="Override one compute field of one step; locally, train-model.replicas=N "
+                   "trains with N worker processes (MultiWorkerMirroredStrategy).")
 @click.option("--no-cache", is_flag=True, help="Re-run every step instead of reusing cached ones.")
 @click.option("-v", "--verbose", is_flag=True, help="Stream every step's log to the terminal.")
 def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eval_ratio,
-        test_ratio, model_name, min_accuracy, model_type, user_module, params, no_cache,
-        verbose) -> None:
+        test_ratio, model_name, min_accuracy, model_type, user_module, params, compute_overrides,
+        no_cache, verbose) -> None:
     """Run the training pipeline on this machine with kfp.local (no cloud, no Docker).
 
     Executes the same pipeline definition that `gkeflow compile` writes for GKE and
@@ -142,9 +145,10 @@ def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eva
 
     from gkeflow.pipelines.local import LocalRunError
 
+    compute = _resolve_compute(None, compute_overrides) if compute_overrides else None
     try:
         result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
-                           enable_caching=not no_cache)
+                           enable_caching=not no_cache, compute=compute)
     except LocalRunError as exc:
         raise click.ClickException(str(exc)) from exc
     _print_run_summary(console, result, arguments)
@@ -217,6 +221,9 @@ def _print_run_summary(console: Console, result, arguments: dict) -> None:
         model_dir = result.output_dir("train-model", "model")
         if model_dir:
             console.print(f"Model:     {model_dir}")
+        strategy = result.artifact_metadata("train-model", "model").get("strategy")
+        if strategy:
+            console.print(f"Training:  {strategy}", markup=False)
         data_report = result.output_dir("prepare-data", "report")
         if data_report:
             console.print(f"Data:      {data_report}")
