@@ -481,9 +481,15 @@ def target_notes(profiles: Mapping[str, ComputeProfile], target: str) -> list[st
         )
     else:
         checks = ()
+    from gkeflow.pipelines.engines import training_engine
+
+    # A step an engine runs (a Vertex AI CustomJob) honours spot and timeout itself.
+    engine_run = {step for step, profile in profiles.items()
+                  if step == "train-model" and training_engine(target, profile) is not None}
     notes = []
     for applies, text in checks:
-        steps = [step for step, profile in profiles.items() if applies(profile)]
+        steps = [step for step, profile in profiles.items()
+                 if applies(profile) and not (step in engine_run and target == "vertex")]
         if steps:
             notes.append(f"{text}: {', '.join(steps)}")
     return notes
@@ -571,8 +577,13 @@ def plan(
     profiles: Mapping[str, ComputeProfile], target: str, images: Mapping[str, str]
 ) -> list[PlanRow]:
     """One :class:`PlanRow` per step: what is requested on ``target`` (validated profiles)."""
+    from gkeflow.pipelines.engines import training_engine
+
     rows = []
     for step, p in profiles.items():
+        # On Vertex AI a CustomJob runs the training step and honours spot and timeout.
+        custom_job = (target == "vertex" and step == "train-model"
+                      and training_engine(target, p) is not None)
         if target == "vertex":
             accelerator = GKE_TO_VERTEX_ACCELERATOR.get(p.accelerator, "") if p.uses_gpu else ""
         else:
@@ -586,7 +597,7 @@ def plan(
             machine = "chosen by Vertex AI"
         else:
             machine = "any node pool"
-        spot = "yes" if p.spot and target == "gke" else (
+        spot = "yes" if p.spot and (target == "gke" or custom_job) else (
             "no (not on Vertex)" if p.spot and target == "vertex" else "no")
         retries = (
             f"{p.retries} (backoff {format_duration(p.retry_backoff_s)} x"
@@ -594,7 +605,7 @@ def plan(
             if p.retries else "0"
         )
         if p.timeout_s:
-            timeout = (format_duration(p.timeout_s) if target == "gke"
+            timeout = (format_duration(p.timeout_s) if target == "gke" or custom_job
                        else f"not enforced ({format_duration(p.timeout_s)} asked)")
         else:
             timeout = "none"

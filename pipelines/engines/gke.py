@@ -116,13 +116,12 @@ class JobSetEngine:
         return profile.replicas > 1
 
     def task(self, profile: ComputeProfile, arguments: dict[str, Any]):
-        from gkeflow.components.images import GPU_IMAGE, load_lock, pin
+        from gkeflow.components.images import GPU_IMAGE
         from gkeflow.components.scaleout.component import train_model_jobset
         from gkeflow.components.scaleout.jobset import dumps
-
-        template = jobset_template(profile, pin(GPU_IMAGE, load_lock()))
         from gkeflow.pipelines.engines import as_training_step
 
+        template = jobset_template(profile, GPU_IMAGE)  # the compiler pins it by digest
         return as_training_step(train_model_jobset)(jobset_template=dumps(template),
                                                     **arguments)
 
