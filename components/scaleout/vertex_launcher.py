@@ -91,9 +91,12 @@ def run_custom_job(job_client, pipeline_client, project: str, location: str, pay
     job = validated_job(payload)
     parent = f"projects/{project}/locations/{location}"
 
-    existing = [j for j in job_client.list_custom_jobs(
-        parent=parent, filter=f'labels.{LAUNCH_LABEL}="{key}"', timeout=REQUEST_TIMEOUT_S)
-        if j.state.name not in TERMINAL_FAILED]
+    from google.cloud import aiplatform_v1
+
+    listing = aiplatform_v1.ListCustomJobsRequest(parent=parent,
+                                                  filter=f'labels.{LAUNCH_LABEL}="{key}"')
+    existing = [j for j in job_client.list_custom_jobs(request=listing, timeout=REQUEST_TIMEOUT_S)
+                if j.state.name not in TERMINAL_FAILED]
     if existing:
         current = existing[0]
         echo(f"re-attaching to CustomJob {current.name} ({current.state.name}), created by an "
