@@ -67,6 +67,7 @@ def run_worker(dataset_uri: str, schema_uri: str, output_uri: str, params: dict,
         summary = {
             "metrics": result.metrics,
             "examples_per_s": result.examples_per_s,
+            "epoch_examples_per_s": list(result.epoch_examples_per_s),
             "epochs_run": result.epochs_run,
             "best_epoch": result.best_epoch,
             "features": result.features,
