@@ -492,6 +492,8 @@ def target_notes(profiles: Mapping[str, ComputeProfile], target: str) -> list[st
                  if applies(profile) and not (step in engine_run and target == "vertex")]
         if steps:
             notes.append(f"{text}: {', '.join(steps)}")
+    for step in sorted(engine_run):  # what the training step really launches, and so costs
+        notes.append(training_engine(target, profiles[step]).describe(profiles[step]))
     return notes
 
 

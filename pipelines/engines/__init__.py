@@ -37,6 +37,9 @@ class TrainEngine(Protocol):
     def launcher_profile(self, profile: ComputeProfile) -> ComputeProfile:
         """The compute of the step's own pod (the workload gets ``profile``)."""
 
+    def describe(self, profile: ComputeProfile) -> str:
+        """One line for ``plan`` and ``compile``: what the step launches, machines and GPUs."""
+
 
 def launcher_profile(profile: ComputeProfile) -> ComputeProfile:
     """A small CPU pod with the training step's retries, timeout and caching."""
@@ -54,6 +57,13 @@ def as_training_step(component):
     renamed.component_spec.name = "train-model"
     renamed.name = "train-model"
     return renamed
+
+
+def gpus_text(profile: ComputeProfile, accelerator: str) -> str:
+    if not profile.uses_gpu:
+        return "no GPU"
+    return (f"{profile.accelerator_count} x {accelerator} each, "
+            f"{profile.replicas * profile.accelerator_count} GPUs in all")
 
 
 def training_engine(target: str, profile: ComputeProfile) -> TrainEngine | None:

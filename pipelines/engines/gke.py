@@ -112,6 +112,15 @@ def jobset_template(profile: ComputeProfile, image: str) -> dict[str, Any]:
 class JobSetEngine:
     name = "gke"
 
+    def describe(self, profile: ComputeProfile) -> str:
+        from gkeflow.pipelines.engines import gpus_text
+
+        queue = f", Kueue queue {profile.queue}" if profile.queue else ""
+        nodes = f" on {profile.accelerator} nodes" if profile.uses_gpu else ""
+        return (f"train-model launches a JobSet of {profile.replicas} pods "
+                f"({gpus_text(profile, GPU_RESOURCE)}){nodes}, scheduling "
+                f"{profile.scheduling}{queue}; launched by a 1-CPU pipeline step")
+
     def applies(self, profile: ComputeProfile) -> bool:
         return profile.replicas > 1
 

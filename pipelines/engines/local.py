@@ -10,6 +10,10 @@ from gkeflow.pipelines.compute import ComputeProfile
 class LocalWorkers:
     name = "local"
 
+    def describe(self, profile: ComputeProfile) -> str:
+        return (f"train-model runs {profile.replicas} worker processes on this machine "
+                "(MultiWorkerMirroredStrategy over loopback)")
+
     def applies(self, profile: ComputeProfile) -> bool:
         return profile.replicas > 1
 

@@ -151,6 +151,16 @@ def custom_job_component(component, profile: ComputeProfile, launcher_image: str
 class CustomJobEngine:
     name = "vertex"
 
+    def describe(self, profile: ComputeProfile) -> str:
+        from gkeflow.pipelines.engines import gpus_text
+
+        accelerator = GKE_TO_VERTEX_ACCELERATOR.get(profile.accelerator, "")
+        timeout = scheduling(profile)["timeout"]
+        return (f"train-model runs as a Vertex AI CustomJob: {profile.replicas} x "
+                f"{machine_type(profile)} ({gpus_text(profile, accelerator)}), "
+                f"scheduling {STRATEGIES[profile.scheduling]}, timeout {timeout}; "
+                "launched by a 1-vCPU pipeline step")
+
     def applies(self, profile: ComputeProfile) -> bool:
         return (profile.replicas > 1 or profile.scheduling != "standard"
                 or profile.timeout_s > 0)

@@ -241,18 +241,25 @@ def test_plan_spells_each_target_and_notes_what_vertex_cannot_honour():
     assert vertex["train-model"].accelerator == "NVIDIA_L4"
     assert vertex["train-model"].machine == "g2-standard-24"
     assert gke["train-model"].machine == "g2-standard-24 or larger"
-    assert (gke["train-model"].spot, vertex["train-model"].spot) == ("yes", "no (not on Vertex)")
+    # On Vertex AI, training with spot or a timeout runs as a CustomJob, which honours both.
+    assert (gke["train-model"].spot, vertex["train-model"].spot) == ("yes", "yes")
     assert gke["train-model"].shm == "42915Mi" and vertex["train-model"].shm == "-"
     assert gke["train-model"].timeout == "1h"
-    assert vertex["train-model"].timeout == "not enforced (1h asked)"
+    assert vertex["train-model"].timeout == "1h"
+    assert vertex["prepare-data"].timeout == "not enforced (1h asked)"
     assert gke["train-model"].retries == "1 (backoff 30s x2, max 1h)"
     assert gke["prepare-data"].caching == "off" and gke["prepare-data"].accelerator == "-"
     assert gke["train-model"].image == "gpu-image"
     notes = target_notes(profiles, "vertex")
     assert notes == [
-        ("spot is not applied on Vertex AI Pipelines (a pipeline step runs on on-demand "
-        "capacity): train-model"),
         ("timeout_s is not enforced on Vertex AI Pipelines (the pipeline spec has no per-step "
-        "timeout): prepare-data, train-model"),
+        "timeout): prepare-data"),
+        ("train-model runs as a Vertex AI CustomJob: 1 x g2-standard-24 (2 x NVIDIA_L4 each, "
+         "2 GPUs in all), scheduling SPOT, timeout 3600s; launched by a 1-vCPU pipeline step"),
     ]
+    plain = {**profiles, "train-model": profiles["train-model"].with_overrides(
+        spot=False, timeout_s=0)}
+    assert target_notes(plain, "vertex") == [
+        ("timeout_s is not enforced on Vertex AI Pipelines (the pipeline spec has no per-step "
+        "timeout): prepare-data")]
     assert target_notes(profiles, "gke") == []
