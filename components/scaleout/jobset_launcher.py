@@ -24,6 +24,8 @@ from gkeflow.components.scaleout import results, storage
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 REQUEST_TIMEOUT_S = 30
+#: Seconds between looks at the JobSet and the chief's log.
+POLL_S = 10.0
 
 
 class JobSetFailed(RuntimeError):
@@ -227,7 +229,7 @@ def worker_args(dataset_uri: str, schema_uri: str, output: str, params: dict,
 def launch_in_cluster(template: dict, dataset_uri: str, schema_uri: str, params: dict,
                       pipeline_root: str, run_id: str, task_name: str, model_dir: Path,
                       api: KubeApi | None = None, namespace: str = "", pod_name: str = "",
-                      poll_s: float = 10.0) -> dict:
+                      poll_s: float | None = None) -> dict:
     """The step's body: launch in the step's own namespace, install the model, return summary."""
     import os
 
@@ -246,7 +248,7 @@ def launch_in_cluster(template: dict, dataset_uri: str, schema_uri: str, params:
                          worker_args(dataset_uri, schema_uri, output, params, pipeline_root,
                                      run_id, task_name),
                          run_id, task_name)
-    summary = launch(api, manifest, output, poll_s=poll_s)
+    summary = launch(api, manifest, output, poll_s=poll_s or POLL_S)
     with tempfile.TemporaryDirectory(prefix="gkeflow-model-") as scratch:
         published = storage.download(output, Path(scratch) / "model")
         results.install_model(published, model_dir)

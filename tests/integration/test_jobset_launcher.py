@@ -190,3 +190,40 @@ def test_storage_round_trip_publishes_the_marker_last(bucket, tmp_path):
     copy = storage.download(uri, tmp_path / "copy")
     assert (copy / "variables" / "v.index").read_bytes() == b"ix"
     assert (copy / "saved_model.pb").read_bytes() == b"pb"
+
+
+def test_the_component_body_launches_with_in_cluster_settings(bucket, tmp_path, monkeypatch):
+    """``train_model_jobset``'s own body: in-cluster config, namespace and pod name as a pod
+    sees them, real artifacts; its outputs carry the chief's model, metrics and metadata."""
+    from kfp import dsl
+    from kubernetes import config
+
+    import gkeflow.components.scaleout.jobset_launcher as launcher
+    from gkeflow.components.scaleout.component import train_model_jobset
+
+    sa_dir = tmp_path / "sa"
+    sa_dir.mkdir()
+    (sa_dir / "namespace").write_text(NS + "\n")
+    monkeypatch.setattr(launcher, "SA_DIR", sa_dir)
+    monkeypatch.setattr(launcher, "POLL_S", 0.01)
+    monkeypatch.setenv("HOSTNAME", "launcher-pod")
+    template = jobset_template(DEFAULT_COMPUTE["train-model"].with_overrides(replicas=2), "i")
+    output = launcher.output_uri("gs://root/p", "run-7", "train-model")
+    with FakeKube(running_looks=1, on_complete=publisher(tmp_path, output)) as kube:
+        kube.add_pod(NS, "launcher-pod", service_account="pipeline-runner")
+        monkeypatch.setattr(config, "load_incluster_config", lambda: client.Configuration
+                            .set_default(client.Configuration(host=kube.url)))
+        model = dsl.Model(uri=str(tmp_path / "model"))
+        metrics = dsl.Metrics(uri=str(tmp_path / "metrics"))
+        tensorboard = dsl.Artifact(uri=str(tmp_path / "tb"))
+        train_model_jobset.python_func(
+            dataset=dsl.Dataset(uri="gs://root/p/dataset"),
+            schema=dsl.Artifact(uri="gs://root/p/schema"), model=model, metrics=metrics,
+            tensorboard=tensorboard, jobset_template=js.dumps(template), epochs=2,
+            checkpoint_root="gs://root/p", pipeline_run_id="run-7", task_name="train-model")
+    assert (tmp_path / "model" / "saved_model.pb").read_bytes() == b"model"
+    assert model.metadata["workers"] == 2 and model.metadata["engine"] == "GKE JobSet"
+    assert metrics.metadata["workers"] == 2
+    [created] = kube.created
+    assert created["metadata"]["name"] == js.jobset_name("run-7", "train-model")
+    assert kube.deleted == [created["metadata"]["name"]]
