@@ -17,7 +17,7 @@ from gkeflow.pipelines.cli import main
 def test_run_with_two_local_workers(tmp_path):
     out = tmp_path / "out"
     result = CliRunner().invoke(main, [
-        "run", "--output", str(out), "--epochs", "2", "--no-cache",
+        "run", "--output", str(out), "--epochs", "1", "--no-cache",
         "--compute", "train-model.replicas=2"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "Training:  MultiWorkerMirroredStrategy over 2 workers" in result.output
