@@ -32,6 +32,8 @@ def main() -> None:
       gkeflow run                      train on the bundled penguins data, locally
       gkeflow run --data my.csv --label target
       gkeflow compile                  write compiled/training.{gke,vertex}.yaml
+                                       and compiled/components/<component>.yaml
+      gkeflow docs                     regenerate docs/components.md from the components
       gkeflow plan --target vertex     what each step requests on Vertex AI
       gkeflow models list              models in the local registry
       gkeflow init                     write an example gkeflow.yaml
@@ -298,6 +300,7 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
     """
     from gkeflow.components.images import ImageLockError
     from gkeflow.pipelines.compile import ReleaseError, compile_all, stale_files
+    from gkeflow.pipelines.component_yaml import compile_components, stale_component_files
     from gkeflow.pipelines.compute import ComputeError, target_notes
 
     targets = COMPILE_TARGETS if target == "all" else (target,)
@@ -305,7 +308,7 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
     compute = _resolve_compute(config_path, compute_overrides)
     try:
         if check:
-            stale = stale_files(output, targets, compute=compute)
+            stale = stale_files(output, targets, compute=compute) + stale_component_files(output)
             if stale:
                 for path in stale:
                     console.print(f"stale: {path}", markup=False)
@@ -314,6 +317,7 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
             console.print(f"compiled pipelines in {output} are up to date", markup=False)
             return
         paths = compile_all(output, targets, compute=compute, release=release)
+        paths += compile_components(output, release=release)
     except (ComputeError, ReleaseError, ImageLockError) as exc:
         raise click.ClickException(str(exc)) from exc
     for path in paths:
@@ -328,6 +332,18 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
     for compile_target in targets:
         for note in target_notes(compute, compile_target):
             console.print(f"note ({compile_target}): {note}", markup=False)
+
+
+@main.command("docs")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where to write the reference. Default: docs/components.md.")
+@click.option("--check", is_flag=True,
+              help="Write nothing; exit 1 when the reference differs from the component specs.")
+def docs_command(output: Path | None, check: bool) -> None:
+    """Generate docs/components.md, the component reference, from the component specs."""
+    from gkeflow.pipelines.reference import main as reference_main
+
+    sys.exit(reference_main([*(["--check"] if check else []), *([str(output)] if output else [])]))
 
 
 # ---------------------------------------------------------------------------------------------
