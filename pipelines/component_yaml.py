@@ -56,24 +56,33 @@ def load_suite_component(name: str):
 
 
 def versioned_component(name: str, lock: Mapping[str, str] | None = None):
-    """A copy of component ``name`` with its image pinned by ``lock`` and the version in its env.
+    """A copy of component ``name`` with its image pinned by ``lock`` and the version described.
+
+    Works on any single-step component (``@dsl.component`` or ``@dsl.container_component``);
+    the registered component itself is left unchanged.
 
     Args:
         name: One of :func:`component_names`.
         lock: Tag -> digest; ``None`` leaves the image as declared (by tag).
     """
-    from kfp.dsl.python_component import PythonComponent
-
     from gkeflow.components.images import pin
 
     component = load_suite_component(name)
     spec = copy.deepcopy(component.component_spec)
     container = spec.implementation.container
+    if container is None:
+        raise ValueError(f"component {name!r} is not a single container step; only those "
+                         "are shipped as component YAML")
     if lock is not None:
         container.image = pin(container.image, dict(lock))
     spec.description = f"{(spec.description or '').rstrip()}\n\n{version_line()}".lstrip()
-    _describe_outputs(spec, component.python_func.__doc__ or "")
-    return PythonComponent(component_spec=spec, python_func=component.python_func)
+    function = getattr(component, "python_func", None) or getattr(component, "pipeline_func",
+                                                                   None)
+    _describe_outputs(spec, getattr(function, "__doc__", None) or "")
+    clone = copy.copy(component)
+    clone.component_spec = spec
+    clone.description = spec.description
+    return clone
 
 
 def _describe_outputs(spec, docstring: str) -> None:

@@ -46,11 +46,24 @@ def echo_step(source: Input[Artifact], copy: Output[Artifact], times: int = 2) -
     return "copied " * times
 
 
+@dsl.container_component
+def shout_step(text: str, said: dsl.OutputPath(str)):
+    """Says it aloud; a container component registered later.
+
+    Args:
+        text: What to say.
+        said: Where it is written.
+    """
+    return dsl.ContainerSpec(image=GPU_IMAGE, command=["sh", "-c"],
+                             args=[f"echo {text} > {said}"])
+
+
 @pytest.fixture
 def extra_component(monkeypatch):
     """Register one more component the way the suite registers its own."""
-    monkeypatch.setitem(suite._COMPONENTS, "echo_step", __name__)
-    monkeypatch.setattr(suite, "__all__", [*suite.__all__, "echo_step"])
+    for name in ("echo_step", "shout_step"):
+        monkeypatch.setitem(suite._COMPONENTS, name, __name__)
+    monkeypatch.setattr(suite, "__all__", [*suite.__all__, "echo_step", "shout_step"])
 
 
 @pytest.fixture(scope="module")
@@ -141,12 +154,16 @@ def test_stale_missing_and_orphan_files_are_detected(tmp_path):
 
 def test_a_component_added_to_the_registry_is_compiled_and_documented(tmp_path,
                                                                        extra_component):
-    assert "echo_step" in component_names()
-    paths = {p.stem: p for p in compile_components(tmp_path)}
+    assert component_names()[-2:] == ["echo_step", "shout_step"]
+    paths = {p.stem: p for p in compile_components(tmp_path, lock={GPU_IMAGE: GPU_DIGEST})}
+    shout = components.load_component_from_file(str(paths["shout_step"]))
+    assert set(shout.component_spec.inputs) == {"text"}
+    assert shout.component_spec.implementation.container.image.endswith(f"@{GPU_DIGEST}")
     loaded = components.load_component_from_file(str(paths["echo_step"]))
     assert set(loaded.component_spec.inputs) == {"source", "times"}
-    assert stale_component_files(tmp_path) == []
+    assert stale_component_files(tmp_path, lock={GPU_IMAGE: GPU_DIGEST}) == []
     text = reference.render()
+    assert "## shout_step" in text and "| `said` | `STRING` | Where it is written. |" in text
     assert "## echo_step" in text
     assert "| `times` | `NUMBER_INTEGER` | `2` | How often to say so. |" in text
     assert "| `copy` | `system.Artifact` | The copy. |" in text

@@ -10,6 +10,7 @@ editable install stays out of it), which keeps the test fast and offline.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -39,10 +40,19 @@ def _sources(folder: str) -> set[str]:
             if p.suffix in (".py", ".yaml") and "__pycache__" not in p.parts}
 
 
+#: Not part of a source checkout: environments, caches and earlier build output.
+_NOT_SOURCE = shutil.ignore_patterns(".venv", ".git", "build", "dist", "*.egg-info",
+                                     "__pycache__", ".pytest_cache", ".ruff_cache",
+                                     "gkeflow-output", "*.db")
+
+
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> dict[str, Path]:
+    """Built from a clean copy of the checkout, so nothing stale in it can leak in."""
+    source = tmp_path_factory.mktemp("source") / "gkeflow"
+    shutil.copytree(REPO, source, ignore=_NOT_SOURCE, symlinks=True)
     out = tmp_path_factory.mktemp("dist")
-    _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", out, REPO], REPO,
+    _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", out, source], source,
          timeout=300)
     wheels, sdists = list(out.glob("*.whl")), list(out.glob("*.tar.gz"))
     assert [w.name for w in wheels] == [f"gkeflow-{VERSION}-py3-none-any.whl"]
@@ -93,8 +103,8 @@ def test_wheel_and_sdist_hold_every_module_and_no_test_or_top_level_package(dist
     with tarfile.open(dist["sdist"]) as sdist:
         members = {Path(m).relative_to(f"gkeflow-{VERSION}").as_posix()
                    for m in sdist.getnames() if "/" in m}
-    assert {"pyproject.toml", "setup.py", "README.md", "components/images.py",
-            "pipelines/cli.py"} <= members
+    assert {"pyproject.toml", "setup.py", "README.md", "CHANGELOG.md", "docs/components.md",
+            "components/images.py", "pipelines/cli.py"} <= members
 
 
 def test_fresh_venv_imports_gkeflow_next_to_a_projects_own_packages(fresh_venv, project):
