@@ -18,7 +18,11 @@ import re
 import sys
 from pathlib import Path
 
-DEFAULT_PATH = Path(__file__).resolve().parent.parent / "docs" / "components.md"
+_CHECKOUT = Path(__file__).resolve().parent.parent
+#: docs/components.md of the source checkout; from an installed package, of the current
+#: directory (never inside site-packages).
+DEFAULT_PATH = (_CHECKOUT if (_CHECKOUT / "pyproject.toml").exists() else Path.cwd()) \
+    / "docs" / "components.md"
 _HEADER = (
     "<!-- Generated from the component specs by `gkeflow docs` "
     "(python -m gkeflow.pipelines.reference); do not edit. -->\n"
