@@ -97,6 +97,14 @@ def test_each_file_loads_with_kfp_and_has_the_python_components_interface(compil
                               ignore_unknown_fields=False)
 
 
+def test_a_file_loads_from_a_url(compiled, httpserver):
+    text = compiled["evaluate_model"].read_text()
+    httpserver.expect_request("/v/evaluate_model.yaml").respond_with_data(text)
+    loaded = components.load_component_from_url(httpserver.url_for("/v/evaluate_model.yaml"))
+    assert loaded.name == "evaluate-model"
+    assert "min_accuracy" in loaded.component_spec.inputs
+
+
 def test_each_file_carries_the_version_in_its_header_and_description(compiled):
     for name, path in compiled.items():
         text = path.read_text()
