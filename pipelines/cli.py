@@ -359,8 +359,10 @@ def plan_command(pipeline: str, target: str, config_path: Path | None,
                  compute_overrides: tuple[str, ...]) -> None:
     """Show what each step of PIPELINE (default: training) will request on a target.
 
-    One row per step: image, CPU, memory, accelerator (as the target spells it), GPU
-    count, spot, retries, caching, timeout, /dev/shm and the machine shape that hosts it.
+    One row per step: image, CPU, memory, accelerator (as the target spells it), GPUs per
+    node, capacity (on-demand, spot, flex-start or reservation), nodes x GPUs per node,
+    total GPUs, Kueue queue, ephemeral disk, retries, caching, timeout, /dev/shm and the
+    machine shape that hosts it.
     The compute is validated exactly as `gkeflow compile` does; requests the target
     cannot honour are listed below the table.
     """
@@ -386,8 +388,8 @@ def plan_command(pipeline: str, target: str, config_path: Path | None,
                else "CPU and memory: limits; Vertex AI picks the machine")
     table = Table(title=f"{pipeline} on {target}", title_justify="left", caption=caption,
                   caption_justify="left")
-    columns = ("step", "image", "cpu", "memory", "accelerator", "count", "spot", "retries",
-               "caching", "timeout", "shm", "machine")
+    columns = ("step", "image", "cpu", "memory", "accelerator", "count", "capacity", "nodes",
+               "gpus", "queue", "disk", "retries", "caching", "timeout", "shm", "machine")
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
