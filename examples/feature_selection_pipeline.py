@@ -73,11 +73,11 @@ def select_features(
     for column in features:
         column_stats = train_columns.get(column["name"], {})
         count = column_stats.get("count") or 0
-        missing = (column_stats.get("missing") or 0) / count if count else 1.0
+        missing = (column_stats.get("missing") or 0) / count if count else 0.0
         reason = ""
         if column["name"] in wanted_gone:
             reason = "dropped by drop_columns"
-        elif missing > max_missing_fraction:
+        elif count and missing > max_missing_fraction:
             reason = f"missing in {missing:.0%} of train rows (> {max_missing_fraction:.0%})"
         elif column_stats.get("std") == 0 or column_stats.get("distinct") == 1:
             reason = "a single value in the train split"

@@ -118,6 +118,15 @@ def test_select_features_marks_dropped_features_ignored_with_the_reason(tmp_path
         Path(artifacts["report"].path).read_text()
 
 
+def test_select_features_keeps_a_feature_without_statistics(tmp_path):
+    artifacts = _artifacts(tmp_path, {"known": {"count": 10, "missing": 0, "std": 1.0}})
+    schema = json.loads(Path(artifacts["schema"].path).read_text())
+    schema["columns"].append({"name": "unprofiled", "type": "numeric", "role": "feature",
+                              "nullable": True, "vocabulary": [], "note": ""})
+    Path(artifacts["schema"].path).write_text(json.dumps(schema))
+    assert example.select_features.python_func(**artifacts) == 2
+
+
 def test_select_features_refuses_unknown_names_and_an_empty_selection(tmp_path):
     artifacts = _artifacts(tmp_path, {"only": {"count": 10, "missing": 0, "std": 1.0}})
     with pytest.raises(ValueError, match="drop_columns names no feature column: nope"):
