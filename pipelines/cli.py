@@ -32,6 +32,8 @@ def main() -> None:
       gkeflow run                      train on the bundled penguins data, locally
       gkeflow run --data my.csv --label target
       gkeflow compile                  write compiled/training.{gke,vertex}.yaml
+                                       and compiled/components/<component>.yaml
+      gkeflow docs                     regenerate docs/components.md from the components
       gkeflow plan --target vertex     what each step requests on Vertex AI
       gkeflow models list              models in the local registry
       gkeflow init                     write an example gkeflow.yaml
@@ -305,6 +307,7 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
     """
     from gkeflow.components.images import ImageLockError
     from gkeflow.pipelines.compile import ReleaseError, compile_all, stale_files
+    from gkeflow.pipelines.component_yaml import compile_components, stale_component_files
     from gkeflow.pipelines.compute import ComputeError, target_notes
 
     targets = COMPILE_TARGETS if target == "all" else (target,)
@@ -312,7 +315,7 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
     compute = _resolve_compute(config_path, compute_overrides)
     try:
         if check:
-            stale = stale_files(output, targets, compute=compute)
+            stale = stale_files(output, targets, compute=compute) + stale_component_files(output)
             if stale:
                 for path in stale:
                     console.print(f"stale: {path}", markup=False)
@@ -321,6 +324,7 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
             console.print(f"compiled pipelines in {output} are up to date", markup=False)
             return
         paths = compile_all(output, targets, compute=compute, release=release)
+        paths += compile_components(output, release=release)
     except (ComputeError, ReleaseError, ImageLockError) as exc:
         raise click.ClickException(str(exc)) from exc
     for path in paths:
@@ -337,6 +341,18 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
             console.print(f"note ({compile_target}): {note}", markup=False)
 
 
+@main.command("docs")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where to write the reference. Default: docs/components.md.")
+@click.option("--check", is_flag=True,
+              help="Write nothing; exit 1 when the reference differs from the component specs.")
+def docs_command(output: Path | None, check: bool) -> None:
+    """Generate docs/components.md, the component reference, from the component specs."""
+    from gkeflow.pipelines.reference import main as reference_main
+
+    sys.exit(reference_main([*(["--check"] if check else []), *([str(output)] if output else [])]))
+
+
 # ---------------------------------------------------------------------------------------------
 # plan
 
@@ -350,8 +366,10 @@ def plan_command(pipeline: str, target: str, config_path: Path | None,
                  compute_overrides: tuple[str, ...]) -> None:
     """Show what each step of PIPELINE (default: training) will request on a target.
 
-    One row per step: image, CPU, memory, accelerator (as the target spells it), GPU
-    count, spot, retries, caching, timeout, /dev/shm and the machine shape that hosts it.
+    One row per step: image, CPU, memory, accelerator (as the target spells it), GPUs per
+    node, capacity (on-demand, spot, flex-start or reservation), nodes x GPUs per node,
+    total GPUs, Kueue queue, ephemeral disk, retries, caching, timeout, /dev/shm and the
+    machine shape that hosts it.
     The compute is validated exactly as `gkeflow compile` does; requests the target
     cannot honour are listed below the table.
     """
@@ -377,8 +395,8 @@ def plan_command(pipeline: str, target: str, config_path: Path | None,
                else "CPU and memory: limits; Vertex AI picks the machine")
     table = Table(title=f"{pipeline} on {target}", title_justify="left", caption=caption,
                   caption_justify="left")
-    columns = ("step", "image", "cpu", "memory", "accelerator", "count", "spot", "retries",
-               "caching", "timeout", "shm", "machine")
+    columns = ("step", "image", "cpu", "memory", "accelerator", "count", "capacity", "nodes",
+               "gpus", "queue", "disk", "retries", "caching", "timeout", "shm", "machine")
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:

@@ -15,7 +15,6 @@ from typing import Any
 
 from gkeflow.pipelines.compute import (
     GKE_ACCELERATOR_LABEL,
-    GKE_SPOT_LABEL,
     GPU_RESOURCE,
     SHM_PATH,
     SHM_VOLUME,
@@ -23,29 +22,38 @@ from gkeflow.pipelines.compute import (
     memory_bytes,
 )
 
-GKE_FLEX_START_LABEL = "cloud.google.com/gke-flex-start"
 #: Taint GKE puts on nodes created by queued provisioning (flex-start with all-or-nothing).
 GKE_QUEUED_TAINT = "cloud.google.com/gke-queued"
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 WORKER_COMMAND = ["python3", "-u", "-m", "gkeflow.components.scaleout.worker"]
 
 
 def _scheduling(profile: ComputeProfile) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """Node selectors and tolerations of every worker: the single-pod step's capacity rules
+    (:mod:`gkeflow.pipelines.capacity`) written into the JobSet's pod template."""
+    from gkeflow.pipelines import capacity
+
     selectors: dict[str, str] = {}
     tolerations: list[dict[str, str]] = []
     if profile.uses_gpu:
         selectors[GKE_ACCELERATOR_LABEL] = profile.accelerator
         tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
     if profile.scheduling == "spot":
-        selectors[GKE_SPOT_LABEL] = "true"
-        tolerations.append({"key": GKE_SPOT_LABEL, "operator": "Equal", "value": "true",
-                            "effect": "NoSchedule"})
+        selectors[capacity.GKE_SPOT_LABEL] = "true"
+        tolerations.append({"key": capacity.GKE_SPOT_LABEL, "operator": "Equal",
+                            "value": "true", "effect": "NoSchedule"})
     elif profile.scheduling == "flex-start":
-        selectors[GKE_FLEX_START_LABEL] = "true"
-        tolerations.append({"key": GKE_FLEX_START_LABEL, "operator": "Equal", "value": "true",
-                            "effect": "NoSchedule"})
+        selectors[capacity.GKE_FLEX_START_LABEL] = "true"
+        tolerations.append({"key": capacity.GKE_FLEX_START_LABEL, "operator": "Equal",
+                            "value": "true", "effect": "NoSchedule"})
+        # Queued provisioning (all-or-nothing multi-node capacity) taints its nodes too.
         tolerations.append({"key": GKE_QUEUED_TAINT, "operator": "Exists",
                             "effect": "NoSchedule"})
+    elif profile.scheduling == "reservation":
+        project, name = capacity.split_reservation(profile.reservation)
+        selectors[capacity.GKE_RESERVATION_NAME_LABEL] = name
+        selectors[capacity.GKE_RESERVATION_AFFINITY_LABEL] = "specific"
+        if project:
+            selectors[capacity.GKE_RESERVATION_PROJECT_LABEL] = project
     return selectors, tolerations
 
 
@@ -93,6 +101,8 @@ def jobset_template(profile: ComputeProfile, image: str) -> dict[str, Any]:
         job_spec["activeDeadlineSeconds"] = profile.timeout_s
     labels = {"app.kubernetes.io/managed-by": "gkeflow"}
     if profile.queue:
+        from gkeflow.pipelines.capacity import KUEUE_QUEUE_LABEL
+
         labels[KUEUE_QUEUE_LABEL] = profile.queue
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",

@@ -87,7 +87,12 @@ def custom_job_payload(profile: ComputeProfile, container: dict[str, Any],
         machine["accelerator_type"] = GKE_TO_VERTEX_ACCELERATOR[profile.accelerator]
         machine["accelerator_count"] = profile.accelerator_count
     if profile.scheduling == "reservation":
-        machine["reservation_affinity"] = {"reservation_affinity_type": "ANY_RESERVATION"}
+        # The reservation as written (projects/PROJECT/zones/ZONE/reservations/NAME on Vertex).
+        machine["reservation_affinity"] = {
+            "reservation_affinity_type": "SPECIFIC_RESERVATION",
+            "key": "compute.googleapis.com/reservation-name",
+            "values": [profile.reservation],
+        }
     chief = {
         "machine_spec": machine,
         "replica_count": 1,
