@@ -126,3 +126,24 @@ def test_worker_params_reject_unknown_keys():
     assert train_params({"epochs": 2, "hidden_units": "8,4"}).hidden_units == (8, 4)
     with pytest.raises(ValueError, match="unknown training parameter"):
         train_params({"epoch": 2})
+
+
+def test_reservation_reaches_every_jobset_pod_and_the_custom_job():
+    from tests.compile.customjob import strict_custom_job
+
+    profile = TRAIN.with_overrides(replicas=2, scheduling="reservation",
+                                   reservation="projects/shared-proj/reservations/t4-pool")
+    template = gke.jobset_template(profile, "img")
+    validate_jobset(js.finish(template, "gkeflow-train-r", "ns", "", []))
+    pod = template["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {
+        "cloud.google.com/gke-accelerator": "nvidia-tesla-t4",
+        "cloud.google.com/reservation-name": "t4-pool",
+        "cloud.google.com/reservation-affinity": "specific",
+        "cloud.google.com/reservation-project": "shared-proj"}
+    container = {"image": "img", "command": ["python3"], "args": ["{{$}}"]}
+    job = strict_custom_job(vertex.custom_job_payload(profile, container, "train-model"))
+    affinity = job.job_spec.worker_pool_specs[0].machine_spec.reservation_affinity
+    assert affinity.reservation_affinity_type.name == "SPECIFIC_RESERVATION"
+    assert list(affinity.values) == ["projects/shared-proj/reservations/t4-pool"]
+    assert job.job_spec.worker_pool_specs[0].container_spec.args == ["{{$.json_escape[1]}}"]
