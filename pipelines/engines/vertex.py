@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from typing import Any
 
 from gkeflow.pipelines.compute import (
@@ -56,6 +57,13 @@ def machine_type(profile: ComputeProfile) -> str:
             return f"n1-standard-{vcpus}"
     raise ComputeError(f"no n1-standard machine hosts cpu {profile.cpu} and memory "
                        f"{profile.memory}; lower them or add an accelerator")
+
+
+def boot_disk_gb(profile: ComputeProfile) -> int:
+    """Each replica's boot disk: the profile's ephemeral storage, at least Vertex's 100 GB."""
+    if not profile.ephemeral_storage:
+        return 100
+    return max(100, math.ceil(memory_bytes(profile.ephemeral_storage) / 10**9))
 
 
 def scheduling(profile: ComputeProfile) -> dict[str, Any]:
@@ -101,7 +109,7 @@ def custom_job_payload(profile: ComputeProfile, container: dict[str, Any],
             "command": _with_escaped_executor_input(container.get("command", [])),
             "args": _with_escaped_executor_input(container.get("args", [])),
         },
-        "disk_spec": {"boot_disk_type": "pd-ssd", "boot_disk_size_gb": 100},
+        "disk_spec": {"boot_disk_type": "pd-ssd", "boot_disk_size_gb": boot_disk_gb(profile)},
     }
     pools = [chief]
     if profile.replicas > 1:

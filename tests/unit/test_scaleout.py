@@ -147,3 +147,5 @@ def test_reservation_reaches_every_jobset_pod_and_the_custom_job():
     assert affinity.reservation_affinity_type.name == "SPECIFIC_RESERVATION"
     assert list(affinity.values) == ["projects/shared-proj/reservations/t4-pool"]
     assert job.job_spec.worker_pool_specs[0].container_spec.args == ["{{$.json_escape[1]}}"]
+    assert vertex.boot_disk_gb(profile) == 100
+    assert vertex.boot_disk_gb(profile.with_overrides(ephemeral_storage="500Gi")) == 537
