@@ -160,23 +160,25 @@ def launch(api: KubeApi, manifest: dict, output_uri: str, poll_s: float = 5.0,
              f"{output_uri}; nothing to launch")
         api.delete(namespace, name)
         return summary
-    existing = api.get(namespace, name)
-    if existing is not None and js.state(existing)[0] == "Failed":
-        echo(f"JobSet {name} from an earlier attempt failed; replacing it")
-        api.delete(namespace, name)
-        _wait_gone(api, namespace, name, poll_s, delete_wait_s)
-        existing = None
-    if existing is not None or not api.create(namespace, manifest):
-        echo(f"re-attaching to JobSet {name} in {namespace} (created by an earlier attempt)")
-    else:
-        echo(f"created JobSet {name} in {namespace}: {js.replicas_of(manifest)} workers")
 
     def on_sigterm(signum, frame):
         raise Cancelled(f"cancelled; JobSet {name} deleted")
 
+    # Handle SIGTERM before creating anything, so a cancel never leaves a JobSet behind.
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     follower = _LogFollower(api, namespace, name, echo)
     try:
+        existing = api.get(namespace, name)
+        if existing is not None and js.state(existing)[0] == "Failed":
+            echo(f"JobSet {name} from an earlier attempt failed; replacing it")
+            api.delete(namespace, name)
+            _wait_gone(api, namespace, name, poll_s, delete_wait_s)
+            existing = None
+        if existing is not None or not api.create(namespace, manifest):
+            echo(f"re-attaching to JobSet {name} in {namespace} (created by an earlier "
+                 "attempt)")
+        else:
+            echo(f"created JobSet {name} in {namespace}: {js.replicas_of(manifest)} workers")
         last_line = ""
         while True:
             current = api.get(namespace, name)

@@ -95,29 +95,35 @@ def run_custom_job(job_client, pipeline_client, project: str, location: str, pay
 
     listing = aiplatform_v1.ListCustomJobsRequest(parent=parent,
                                                   filter=f'labels.{LAUNCH_LABEL}="{key}"')
-    existing = [j for j in job_client.list_custom_jobs(request=listing, timeout=REQUEST_TIMEOUT_S)
-                if j.state.name not in TERMINAL_FAILED]
-    if existing:
-        current = existing[0]
-        echo(f"re-attaching to CustomJob {current.name} ({current.state.name}), created by an "
-             "earlier attempt of this step")
-    else:
-        current = job_client.create_custom_job(parent=parent, custom_job=job,
-                                               timeout=REQUEST_TIMEOUT_S)
-        pools = [f"{p.replica_count} x {p.machine_spec.machine_type}"
-                 for p in job.job_spec.worker_pool_specs]
-        echo(f"created CustomJob {current.name}: {' + '.join(pools)}, "
-             f"{job.job_spec.scheduling.strategy.name}")
-    if gcp_resources_path:
-        Path(gcp_resources_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(gcp_resources_path).write_text(gcp_resources(current.name, location))
+
+    def live_jobs():
+        return [j for j in job_client.list_custom_jobs(request=listing,
+                                                       timeout=REQUEST_TIMEOUT_S)
+                if j.state.name not in TERMINAL_FAILED and j.state.name != SUCCEEDED]
 
     def on_sigterm(signum, frame):
-        job_client.cancel_custom_job(name=current.name, timeout=REQUEST_TIMEOUT_S)
-        raise CustomJobFailed(f"cancelled; CustomJob {current.name} cancelled")
+        raise _SigTerm()
 
+    # Handle SIGTERM before creating anything, so a cancel never leaves a job running.
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
+        existing = [j for j in job_client.list_custom_jobs(request=listing,
+                                                           timeout=REQUEST_TIMEOUT_S)
+                    if j.state.name not in TERMINAL_FAILED]
+        if existing:
+            current = existing[0]
+            echo(f"re-attaching to CustomJob {current.name} ({current.state.name}), created by "
+                 "an earlier attempt of this step")
+        else:
+            current = job_client.create_custom_job(parent=parent, custom_job=job,
+                                                   timeout=REQUEST_TIMEOUT_S)
+            pools = [f"{p.replica_count} x {p.machine_spec.machine_type}"
+                     for p in job.job_spec.worker_pool_specs]
+            echo(f"created CustomJob {current.name}: {' + '.join(pools)}, "
+                 f"{job.job_spec.scheduling.strategy.name}")
+        if gcp_resources_path:
+            Path(gcp_resources_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(gcp_resources_path).write_text(gcp_resources(current.name, location))
         last = ""
         while True:
             current = job_client.get_custom_job(name=current.name, timeout=REQUEST_TIMEOUT_S)
@@ -130,8 +136,19 @@ def run_custom_job(job_client, pipeline_client, project: str, location: str, pay
                 raise CustomJobFailed(f"CustomJob {current.name} ended {current.state.name}: "
                                       f"{current.error.message or 'no error message'}")
             time.sleep(poll_s)
+    except _SigTerm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one cancel, even if SIGTERM repeats
+        names = [j.name for j in live_jobs()]
+        for name in names:
+            job_client.cancel_custom_job(name=name, timeout=REQUEST_TIMEOUT_S)
+        raise CustomJobFailed(f"cancelled (SIGTERM); cancelled {', '.join(names) or 'nothing'}"
+                              ) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class _SigTerm(BaseException):
+    """SIGTERM arrived: the step is being cancelled."""
 
 
 def main(argv: list[str] | None = None) -> int:
