@@ -10,6 +10,14 @@ of `train` / of the baseline (median over epochs after the first, which includes
 and cache filling).
 
     python bench/train.py [--quick] [--rows N] [--epochs N]
+
+With ``--workers N`` it measures scale-out instead: the same training through the scale-out
+worker entrypoint as 1 process, then as N processes on loopback (MultiWorkerMirroredStrategy,
+the TF_CONFIG construction GKE JobSets use), with the same batch size per worker; it prints
+each run's steady-state examples/s (median over epochs after the first) and the scaling
+efficiency = examples/s with N workers / (N x examples/s with 1).
+
+    python bench/train.py --workers 2 [--quick] [--rows N] [--epochs N]
 """
 
 from __future__ import annotations
@@ -46,8 +54,13 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--workers", type=int, default=0,
+                        help="Measure 1 vs N local workers (N >= 2) instead.")
     args = parser.parse_args()
     rows, epochs = (20_000, 3) if args.quick else (args.rows, args.epochs)
+    if args.workers:
+        bench_workers(rows, epochs, args.batch_size, args.workers)
+        return
 
     import keras
     import tensorflow as tf
@@ -116,6 +129,58 @@ def main() -> None:
             print(f"train, mixed precision (auto):         {mixed:12.0f} examples/s "
                   f"({mixed / ours:.2f}x float32)")
         print(f"train_examples_per_s={ours:.1f} fit_ratio={ours / baseline:.3f}")
+
+
+def bench_workers(rows: int, epochs: int, batch_size: int, workers: int) -> None:
+    """1 worker process vs ``workers`` processes on loopback, same data and batch per worker."""
+    import json
+    import os
+    import subprocess
+
+    import tensorflow as tf
+
+    from gkeflow.components.prepare.logic import prepare
+    from gkeflow.components.scaleout import storage
+    from gkeflow.components.scaleout.local_workers import run_local_workers
+
+    if workers < 2:
+        raise SystemExit("--workers must be >= 2")
+    gpus = tf.config.list_physical_devices("GPU")
+    params = {"epochs": epochs, "batch_size": batch_size, "learning_rate": 1e-3,
+              "early_stopping_patience": 0}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        prepare(str(synthetic_csv(tmp / "data.csv", rows)), tmp / "dataset", "label")
+        print(f"rows={rows} epochs={epochs} batch per worker={batch_size} gpus={len(gpus)} "
+              f"cpus={os.cpu_count()}")
+        started = time.perf_counter()
+        env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+        single = subprocess.run(
+            [sys.executable, "-m", "gkeflow.components.scaleout.worker", "--dataset",
+             str(tmp / "dataset"), "--schema", str(tmp / "dataset"), "--output",
+             str(tmp / "one"), "--params", json.dumps(params)],
+            env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"}, capture_output=True, text=True, check=False)
+        if single.returncode:
+            raise SystemExit(single.stdout[-3000:] + single.stderr[-3000:])
+        one = storage.published_summary(str(tmp / "one"))
+        one_wall = time.perf_counter() - started
+        started = time.perf_counter()
+        many, published = run_local_workers(str(tmp / "dataset"), str(tmp / "dataset"), params,
+                                            workers, echo=lambda _: None)
+        many_wall = time.perf_counter() - started
+
+        def steady(summary: dict) -> float:
+            rates = summary["epoch_examples_per_s"]
+            return statistics.median(rates[1:] or rates)
+
+        rate_one, rate_many = steady(one), steady(many)
+        print(f"1 worker  ({one['strategy']}): {rate_one:10.0f} examples/s, "
+              f"wall {one_wall:.1f}s")
+        print(f"{workers} workers ({many['strategy']}): {rate_many:10.0f} examples/s, "
+              f"wall {many_wall:.1f}s")
+        print(f"examples_per_s_1={rate_one:.1f} examples_per_s_{workers}={rate_many:.1f} "
+              f"speedup={rate_many / rate_one:.3f} "
+              f"scaling_efficiency={rate_many / (workers * rate_one):.3f}")
 
 
 if __name__ == "__main__":

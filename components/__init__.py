@@ -6,6 +6,9 @@ imported, and those must not pull in the KFP DSL.
 
 import importlib
 
+#: The suite's components: each one listed here is also shipped as
+#: compiled/components/<name>.yaml (`gkeflow compile`) and documented in
+#: docs/components.md (`gkeflow docs`).
 _COMPONENTS = {
     "prepare_data": "gkeflow.components.prepare.component",
     "train_model": "gkeflow.components.train.component",

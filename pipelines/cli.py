@@ -35,6 +35,8 @@ def main(ctx: click.Context, debug: bool) -> None:
       gkeflow run                      train on the bundled penguins data, locally
       gkeflow run --data my.csv --label target
       gkeflow compile                  write compiled/training.{gke,vertex}.yaml
+                                       and compiled/components/<component>.yaml
+      gkeflow docs                     regenerate docs/components.md from the components
       gkeflow plan --target vertex     what each step requests on Vertex AI
       gkeflow models list              models in the local registry
       gkeflow init                     write an example gkeflow.yaml
@@ -88,13 +90,16 @@ def _default_model_name(data: str | None) -> str:
               help="Any other pipeline parameter, e.g. thresholds=f1_macro>=0.9 or "
                    "slice_columns=island (repeatable; see `gkeflow plan` for steps and "
                    "README for parameters).")
+@click.option("--compute", "compute_overrides", metavar="STEP.FIELD=VALUE", multiple=True,
+              help="Override one compute field of one step; locally, train-model.replicas=N "
+                   "trains with N worker processes (MultiWorkerMirroredStrategy).")
 @click.option("--no-cache", is_flag=True, help="Re-run every step instead of reusing cached ones.")
 @click.option("--require-registered", is_flag=True,
               help="Exit 3 when the run succeeds but the gate blocks registration (for CI).")
 @click.option("-v", "--verbose", is_flag=True, help="Stream every step's log to the terminal.")
 def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eval_ratio,
-        test_ratio, model_name, min_accuracy, model_type, user_module, params, no_cache,
-        require_registered, verbose) -> None:
+        test_ratio, model_name, min_accuracy, model_type, user_module, params, compute_overrides,
+        no_cache, require_registered, verbose) -> None:
     """Run the training pipeline on this machine with kfp.local (no cloud, no Docker).
 
     Executes the same pipeline definition that `gkeflow compile` writes for GKE and
@@ -152,9 +157,10 @@ def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eva
 
     from gkeflow.pipelines.local import LocalRunError
 
+    compute = _resolve_compute(None, compute_overrides) if compute_overrides else None
     try:
         result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
-                           enable_caching=not no_cache)
+                           enable_caching=not no_cache, compute=compute)
     except LocalRunError as exc:
         raise click.ClickException(str(exc)) from exc
     _print_run_summary(console, result, arguments)
@@ -240,6 +246,9 @@ def _print_run_summary(console: Console, result, arguments: dict) -> None:
         model_dir = result.output_dir("train-model", "model")
         if model_dir:
             console.print(f"Model:     {model_dir}")
+        strategy = result.artifact_metadata("train-model", "model").get("strategy")
+        if strategy:
+            console.print(f"Training:  {strategy}", markup=False)
         data_report = result.output_dir("prepare-data", "report")
         if data_report:
             console.print(f"Data:      {data_report}")
@@ -322,6 +331,7 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
     """
     from gkeflow.components.images import ImageLockError
     from gkeflow.pipelines.compile import ReleaseError, compile_all, stale_files
+    from gkeflow.pipelines.component_yaml import compile_components, stale_component_files
     from gkeflow.pipelines.compute import ComputeError, target_notes
 
     targets = COMPILE_TARGETS if target == "all" else (target,)
@@ -329,7 +339,7 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
     compute = _resolve_compute(config_path, compute_overrides)
     try:
         if check:
-            stale = stale_files(output, targets, compute=compute)
+            stale = stale_files(output, targets, compute=compute) + stale_component_files(output)
             if stale:
                 for path in stale:
                     console.print(f"stale: {path}", markup=False)
@@ -338,6 +348,7 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
             console.print(f"compiled pipelines in {output} are up to date", markup=False)
             return
         paths = compile_all(output, targets, compute=compute, release=release)
+        paths += compile_components(output, release=release)
     except (ComputeError, ReleaseError, ImageLockError) as exc:
         raise click.ClickException(str(exc)) from exc
     for path in paths:
@@ -354,6 +365,18 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
             console.print(f"note ({compile_target}): {note}", markup=False)
 
 
+@main.command("docs")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where to write the reference. Default: docs/components.md.")
+@click.option("--check", is_flag=True,
+              help="Write nothing; exit 1 when the reference differs from the component specs.")
+def docs_command(output: Path | None, check: bool) -> None:
+    """Generate docs/components.md, the component reference, from the component specs."""
+    from gkeflow.pipelines.reference import main as reference_main
+
+    sys.exit(reference_main([*(["--check"] if check else []), *([str(output)] if output else [])]))
+
+
 # ---------------------------------------------------------------------------------------------
 # plan
 
@@ -367,8 +390,10 @@ def plan_command(pipeline: str, target: str, config_path: Path | None,
                  compute_overrides: tuple[str, ...]) -> None:
     """Show what each step of PIPELINE (default: training) will request on a target.
 
-    One row per step: image, CPU, memory, accelerator (as the target spells it), GPU
-    count, spot, retries, caching, timeout, /dev/shm and the machine shape that hosts it.
+    One row per step: image, CPU, memory, accelerator (as the target spells it), GPUs per
+    node, capacity (on-demand, spot, flex-start or reservation), nodes x GPUs per node,
+    total GPUs, Kueue queue, ephemeral disk, retries, caching, timeout, /dev/shm and the
+    machine shape that hosts it.
     The compute is validated exactly as `gkeflow compile` does; requests the target
     cannot honour are listed below the table.
     """
@@ -394,8 +419,8 @@ def plan_command(pipeline: str, target: str, config_path: Path | None,
                else "CPU and memory: limits; Vertex AI picks the machine")
     table = Table(title=f"{pipeline} on {target}", title_justify="left", caption=caption,
                   caption_justify="left")
-    columns = ("step", "image", "cpu", "memory", "accelerator", "count", "spot", "retries",
-               "caching", "timeout", "shm", "machine")
+    columns = ("step", "image", "cpu", "memory", "accelerator", "count", "capacity", "nodes",
+               "gpus", "queue", "disk", "retries", "caching", "timeout", "shm", "machine")
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:

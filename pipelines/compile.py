@@ -48,7 +48,62 @@ def pin_images(pipeline, lock: Mapping[str, str]) -> dict[str, str]:
         container = executors[name]["container"]
         container["image"] = pin(container["image"], dict(lock))
         images[name] = container["image"]
+        # A launcher's workload (a Vertex AI CustomJob payload) names its own image.
+        args = list(container["args"]) if "args" in container else []
+        for index, arg in enumerate(args):
+            pinned = _pin_embedded(arg, lock, images, f"{name} (workload)")
+            if pinned != arg:
+                args[index] = pinned
+                container["args"] = args
+    for task_name, task in pipeline.pipeline_spec.root.dag.tasks.items():
+        for param in task.inputs.parameters.values():  # a JobSet template passed as a constant
+            constant = param.runtime_value.constant
+            if constant.HasField("string_value"):
+                pinned = _pin_embedded(constant.string_value, lock, images,
+                                       f"{task_name} (workload)")
+                if pinned != constant.string_value:
+                    constant.string_value = pinned
     return images
+
+
+#: Keys under which a workload embedded as JSON names its container image.
+_IMAGE_KEYS = ("image", "image_uri")
+
+
+def _pin_embedded(text: str, lock: Mapping[str, str], images: dict[str, str],
+                  label: str) -> str:
+    """``text`` with the images of an embedded JSON workload pinned; unchanged otherwise."""
+    import json
+
+    from gkeflow.components.images import pin
+
+    if not text.startswith("{") or not any(f'"{key}"' in text for key in _IMAGE_KEYS):
+        return text
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return text
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in _IMAGE_KEYS and isinstance(value, str):
+                    node[key] = pin(value, dict(lock))
+                    found.append(node[key])
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(document)
+    if not found:
+        return text
+    for index, image in enumerate(found):
+        images[f"{label} {index}"] = image
+    compact = "," in text and ", " not in text
+    return json.dumps(document, sort_keys=True, separators=(",", ":") if compact else None)
 
 
 def compile_pipeline(

@@ -8,8 +8,9 @@ profile into what each backend understands:
 
 - ``gke`` (open-source Kubeflow Pipelines): CPU and memory requests and limits on every
   step; on GPU steps only the accelerator type ``nvidia.com/gpu`` with the count, the GKE
-  accelerator node selector and the ``nvidia.com/gpu`` toleration, the Spot node selector
-  and toleration when spot, and a memory-backed ``/dev/shm`` on multi-GPU steps;
+  accelerator node selector and the ``nvidia.com/gpu`` toleration, the selectors, tolerations
+  and labels of the step's capacity (spot, flex-start, reservation, Kueue queue: see
+  :mod:`gkeflow.pipelines.capacity`), and a memory-backed ``/dev/shm`` on multi-GPU steps;
   ``activeDeadlineSeconds`` when the step has a timeout;
 - ``vertex`` (Vertex AI Pipelines): CPU and memory limits and the ``NVIDIA_*`` accelerator
   type and count; no Kubernetes settings, so the compiled YAML stays a single document;
@@ -27,6 +28,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from gkeflow.pipelines import accelerators as acc
+from gkeflow.pipelines import capacity
 
 TARGETS = ("gke", "vertex", "local")
 
@@ -35,7 +37,7 @@ GKE_TO_VERTEX_ACCELERATOR = {name: a.vertex_type for name, a in acc.ACCELERATORS
 VERTEX_TO_GKE_ACCELERATOR = {v: k for k, v in GKE_TO_VERTEX_ACCELERATOR.items()}
 
 GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
-GKE_SPOT_LABEL = "cloud.google.com/gke-spot"
+GKE_SPOT_LABEL = capacity.GKE_SPOT_LABEL
 GPU_RESOURCE = "nvidia.com/gpu"
 SHM_VOLUME = "dshm"
 SHM_PATH = "/dev/shm"
@@ -195,6 +197,8 @@ class ComputeProfile:
         queue: Kueue LocalQueue the step's pods are admitted through (GKE); "" for none.
         ephemeral_storage: Local disk the step may write, e.g. "50Gi" (GKE request and
             limit); "" for the node's default.
+        reservation: The Compute Engine reservation a scheduling=reservation step consumes:
+            its name, or projects/PROJECT/reservations/NAME for a shared one.
         shm_size: Size of a memory-backed /dev/shm (GPU steps on GKE); "" means none on
             single-GPU steps and half the memory limit on multi-GPU steps.
         timeout_s: Seconds before the step is stopped (GKE); 0 for no limit.
@@ -215,6 +219,7 @@ class ComputeProfile:
     replicas: int = 1
     queue: str = ""
     ephemeral_storage: str = ""
+    reservation: str = ""
     shm_size: str = ""
     timeout_s: int = 0
     retries: int = 0
@@ -241,6 +246,9 @@ class ComputeProfile:
         set_(self, "queue", self.queue.strip())
         set_(self, "ephemeral_storage",
              _to_memory("ephemeral_storage", self.ephemeral_storage, allow_empty=True))
+        if not isinstance(self.reservation, str):
+            raise ComputeError(f"reservation must be a reservation name; got {self.reservation!r}")
+        set_(self, "reservation", self.reservation.strip())
         set_(self, "shm_size", _to_memory("shm_size", self.shm_size, allow_empty=True))
         set_(self, "timeout_s", _to_seconds("timeout_s", self.timeout_s))
         set_(self, "retries", _to_int("retries", self.retries))
@@ -338,9 +346,13 @@ def fitting_shape(profile: ComputeProfile, target: str) -> acc.MachineShape | No
 
 
 def profile_problems(
-    step: str, profile: ComputeProfile, target: str, image_has_gpu: bool | None = None
+    step: str, profile: ComputeProfile, target: str, image_has_gpu: bool | None = None,
+    multi_node_steps: tuple[str, ...] = capacity.MULTI_NODE_STEPS,
 ) -> list[str]:
-    """Everything wrong with ``profile`` for ``step`` on ``target``; empty when it is valid."""
+    """Everything wrong with ``profile`` for ``step`` on ``target``; empty when it is valid.
+
+    ``multi_node_steps`` names the steps that may run on more than one machine.
+    """
     problems = []
     p = profile
     if target not in TARGETS:
@@ -397,14 +409,14 @@ def profile_problems(
                 f"{step}: asks for {p.accelerator} but runs in a CPU-only image, "
                 "which cannot use a GPU; drop the accelerator or run the step in the GPU image"
             )
-    if not p.uses_gpu and target == "vertex" and (
-        cpu_cores(p.cpu) > acc.VERTEX_CPU_ONLY_MAX_VCPUS
-        or memory_bytes(p.memory) > acc.VERTEX_CPU_ONLY_MAX_MEMORY_GIB * acc.GIB
+    if target == "vertex" and capacity.runs_as_pipeline_step(p) and (
+        cpu_cores(p.cpu) > acc.VERTEX_STEP_MAX_VCPUS
+        or memory_bytes(p.memory) > acc.VERTEX_STEP_MAX_MEMORY_GIB * acc.GIB
     ):
         problems.append(
             f"{step}: cpu {p.cpu} and memory {p.memory} exceed what Vertex AI Pipelines gives "
-            f"a step without accelerator: at most {acc.VERTEX_CPU_ONLY_MAX_VCPUS} vCPUs and "
-            f"{acc.VERTEX_CPU_ONLY_MAX_MEMORY_GIB} GiB"
+            f"a step {'with' if p.uses_gpu else 'without'} accelerator: at most "
+            f"{acc.VERTEX_STEP_MAX_VCPUS} vCPUs and {acc.VERTEX_STEP_MAX_MEMORY_GIB} GiB"
         )
     if p.shm_size:
         if not p.uses_gpu:
@@ -419,6 +431,7 @@ def profile_problems(
             )
     if p.replicas < 1:
         problems.append(f"{step}: replicas must be >= 1; got {p.replicas}")
+    problems.extend(capacity.capacity_problems(step, p, target, multi_node_steps))
     if p.max_wait and p.scheduling != "flex-start":
         problems.append(
             f"{step}: max_wait applies to scheduling=flex-start only; this step's scheduling "
@@ -447,12 +460,20 @@ def validate_profiles(
     profiles: Mapping[str, ComputeProfile],
     target: str,
     gpu_images: Mapping[str, bool] | None = None,
+    multi_node_steps: tuple[str, ...] = capacity.MULTI_NODE_STEPS,
 ) -> None:
-    """Raise :class:`ComputeError` listing every invalid step; ``gpu_images``: step -> GPU image?"""
+    """Raise :class:`ComputeError` listing every invalid step.
+
+    Args:
+        profiles: Step -> its compute profile.
+        target: gke, vertex or local.
+        gpu_images: Step -> whether its image can use a GPU.
+        multi_node_steps: Steps that may have replicas > 1 (the training step by default).
+    """
     problems = []
     for step, profile in profiles.items():
         has_gpu = (gpu_images or {}).get(step)
-        problems.extend(profile_problems(step, profile, target, has_gpu))
+        problems.extend(profile_problems(step, profile, target, has_gpu, multi_node_steps))
     if problems:
         raise ComputeError(
             f"invalid compute for target {target}:\n" + "\n".join(f"  - {p}" for p in problems)
@@ -481,12 +502,26 @@ def target_notes(profiles: Mapping[str, ComputeProfile], target: str) -> list[st
         )
     else:
         checks = ()
+    if target == "vertex":
+        checks += (
+            (lambda p: p.scheduling in ("flex-start", "reservation"),
+             ("scheduling flex-start and reservation are not applied to a Vertex AI Pipelines "
+              "step (only a CustomJob asks for them)")),
+        )
+    from gkeflow.pipelines.engines import training_engine
+
+    # A step an engine runs (a Vertex AI CustomJob) honours spot and timeout itself.
+    engine_run = {step for step, profile in profiles.items()
+                  if step == "train-model" and training_engine(target, profile) is not None}
     notes = []
     for applies, text in checks:
-        steps = [step for step, profile in profiles.items() if applies(profile)]
+        steps = [step for step, profile in profiles.items()
+                 if applies(profile) and not (step in engine_run and target == "vertex")]
         if steps:
             notes.append(f"{text}: {', '.join(steps)}")
-    return notes
+    for step in sorted(engine_run):  # what the training step really launches, and so costs
+        notes.append(training_engine(target, profiles[step]).describe(profiles[step]))
+    return notes + capacity.capacity_notes(profiles, target)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -526,20 +561,11 @@ def _apply_gke(task, profile: ComputeProfile) -> None:
         task.set_accelerator_type(GPU_RESOURCE).set_accelerator_limit(profile.accelerator_count)
         kubernetes.add_node_selector(task, GKE_ACCELERATOR_LABEL, profile.accelerator)
         kubernetes.add_toleration(task, key=GPU_RESOURCE, operator="Exists", effect="NoSchedule")
-        if profile.spot:
-            kubernetes.add_node_selector(task, GKE_SPOT_LABEL, "true")
-            kubernetes.add_toleration(
-                task, key=GKE_SPOT_LABEL, operator="Equal", value="true", effect="NoSchedule"
-            )
-        if profile.effective_shm_size:
-            kubernetes.empty_dir_mount(
-                task, volume_name=SHM_VOLUME, mount_path=SHM_PATH, medium="Memory",
-                size_limit=profile.effective_shm_size,
-            )
-    elif profile.spot:
-        kubernetes.add_node_selector(task, GKE_SPOT_LABEL, "true")
-        kubernetes.add_toleration(
-            task, key=GKE_SPOT_LABEL, operator="Equal", value="true", effect="NoSchedule"
+    capacity.apply_gke_capacity(task, profile)
+    if profile.uses_gpu and profile.effective_shm_size:
+        kubernetes.empty_dir_mount(
+            task, volume_name=SHM_VOLUME, mount_path=SHM_PATH, medium="Memory",
+            size_limit=profile.effective_shm_size,
         )
     if profile.timeout_s:
         kubernetes.set_timeout(task, profile.timeout_s)
@@ -559,7 +585,11 @@ class PlanRow:
     memory: str
     accelerator: str
     count: str
-    spot: str
+    capacity: str
+    nodes: str
+    gpus: str
+    queue: str
+    disk: str
     retries: str
     caching: str
     timeout: str
@@ -571,8 +601,13 @@ def plan(
     profiles: Mapping[str, ComputeProfile], target: str, images: Mapping[str, str]
 ) -> list[PlanRow]:
     """One :class:`PlanRow` per step: what is requested on ``target`` (validated profiles)."""
+    from gkeflow.pipelines.engines import training_engine
+
     rows = []
     for step, p in profiles.items():
+        # On Vertex AI a CustomJob runs the training step and honours spot and timeout.
+        custom_job = (target == "vertex" and step == "train-model"
+                      and training_engine(target, p) is not None)
         if target == "vertex":
             accelerator = GKE_TO_VERTEX_ACCELERATOR.get(p.accelerator, "") if p.uses_gpu else ""
         else:
@@ -586,22 +621,29 @@ def plan(
             machine = "chosen by Vertex AI"
         else:
             machine = "any node pool"
-        spot = "yes" if p.spot and target == "gke" else (
-            "no (not on Vertex)" if p.spot and target == "vertex" else "no")
+        scheduling, nodes, gpus = capacity.describe(p, target)
+        if target == "vertex" and p.scheduling != "standard" and not custom_job:
+            scheduling += " (not applied on Vertex)"
+        queue = (p.queue if target == "gke" else f"not applied ({p.queue})") if p.queue else "-"
+        own_pods = target == "gke" and step == "train-model" and training_engine(
+            target, p) is not None  # a JobSet's pods request their ephemeral storage
+        disk = (p.ephemeral_storage if own_pods else f"not applied ({p.ephemeral_storage})"
+                ) if p.ephemeral_storage else "-"
         retries = (
             f"{p.retries} (backoff {format_duration(p.retry_backoff_s)} x"
             f"{p.retry_backoff_factor:g}, max {format_duration(p.retry_max_duration_s)})"
             if p.retries else "0"
         )
         if p.timeout_s:
-            timeout = (format_duration(p.timeout_s) if target == "gke"
+            timeout = (format_duration(p.timeout_s) if target == "gke" or custom_job
                        else f"not enforced ({format_duration(p.timeout_s)} asked)")
         else:
             timeout = "none"
         shm = (p.effective_shm_size if target == "gke" and p.uses_gpu else "") or "-"
         rows.append(PlanRow(
             step=step, image=images.get(step, ""), cpu=p.cpu, memory=p.memory,
-            accelerator=accelerator or "-", count=str(p.accelerator_count), spot=spot,
+            accelerator=accelerator or "-", count=str(p.accelerator_count),
+            capacity=scheduling, nodes=nodes, gpus=gpus, queue=queue, disk=disk,
             retries=retries, caching="on" if p.caching else "off", timeout=timeout,
             shm=shm, machine=machine,
         ))

@@ -180,11 +180,23 @@ def run_local(
     echo_logs: bool = False,
     on_event: Callable[[StepReport], None] | None = None,
     enable_caching: bool = True,
+    compute: dict | None = None,
 ) -> LocalRunResult:
-    """Run ``training_pipeline`` with ``arguments`` under ``output_dir`` using kfp.local."""
+    """Run ``training_pipeline`` with ``arguments`` under ``output_dir`` using kfp.local.
+
+    ``compute``: per-step profiles; ``train-model`` with ``replicas > 1`` trains with that
+    many worker processes on loopback.
+    """
     from kfp import local
 
-    from gkeflow.pipelines.training import training_pipeline
+    from gkeflow.pipelines.compute import ComputeError
+    from gkeflow.pipelines.training import build_training_pipeline, training_pipeline
+
+    if compute:
+        try:
+            training_pipeline = build_training_pipeline("local", compute)
+        except ComputeError as exc:
+            raise LocalRunError(str(exc)) from exc
 
     output_dir = Path(output_dir).resolve()
     if _REWRITTEN_WORD in str(output_dir):

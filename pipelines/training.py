@@ -20,6 +20,7 @@ from gkeflow.components import (
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
+from gkeflow.pipelines.engines import training_engine
 
 PIPELINE_NAME = "gkeflow-training"
 
@@ -112,9 +113,21 @@ def build_training_pipeline(
         register_step = register_model
     default_registry_uri = DEFAULT_REGISTRY_URIS.get(target, DEFAULT_REGISTRY_URIS["local"])
 
-    def configure(task: dsl.PipelineTask, step: str) -> dsl.PipelineTask:
+    def configure(task: dsl.PipelineTask, step: str,
+                  profile: Optional[ComputeProfile] = None) -> dsl.PipelineTask:
         task.set_display_name(STEP_DISPLAY_NAMES[step])
-        return apply_compute(task, profiles[step], target)
+        return apply_compute(task, profile or profiles[step], target)
+
+    # Training beyond one pod (several machines, Spot/flex-start on Vertex AI) goes through
+    # the target's engine: a Vertex AI CustomJob, a GKE JobSet or local worker processes.
+    train_engine = training_engine(target, profiles["train-model"])
+
+    def train_step(**arguments) -> dsl.PipelineTask:
+        if train_engine is None:
+            return configure(train_model(**arguments), "train-model")
+        profile = profiles["train-model"]
+        return configure(train_engine.task(profile, arguments), "train-model",
+                         train_engine.launcher_profile(profile))
 
     @dsl.pipeline(name=PIPELINE_NAME)
     def training_pipeline(
@@ -178,25 +191,27 @@ def build_training_pipeline(
             ),
             "prepare-data",
         )
-        train = configure(
-            train_model(
-                dataset=prepare.outputs["dataset"],
-                schema=prepare.outputs["schema"],
-                epochs=epochs,
-                batch_size=batch_size,
-                learning_rate=learning_rate,
-                model_type=model_type,
-                user_module=user_module,
-                require_gpu=target != "local" and profiles["train-model"].uses_gpu,
-                checkpoint_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
-                # Checkpoints are keyed on what the step trains on and with (a retry resumes),
-                # not on the run id, which would make training uncacheable.
-                pipeline_run_id=f"{fingerprint.output}-{label_column}-{train_ratio}-"
-                                f"{eval_ratio}-{test_ratio}-{epochs}-{batch_size}-"
-                                f"{learning_rate}-{model_type}-{user_module}",
-                task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
-            ),
-            "train-model",
+        # One-pod training keys its checkpoints on what it trains on and with (a retry of the
+        # step resumes; a finished one removes them), not on the run id, which would keep
+        # training out of the cache. Multi-worker engines keep the run id: they name and
+        # re-attach their jobs by it.
+        checkpoint_key = dsl.PIPELINE_JOB_ID_PLACEHOLDER
+        if train_engine is None and profiles["train-model"].caching:
+            checkpoint_key = (f"{fingerprint.output}-{label_column}-{train_ratio}-"
+                              f"{eval_ratio}-{test_ratio}-{epochs}-{batch_size}-"
+                              f"{learning_rate}-{model_type}-{user_module}")
+        train = train_step(
+            dataset=prepare.outputs["dataset"],
+            schema=prepare.outputs["schema"],
+            epochs=epochs,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            model_type=model_type,
+            user_module=user_module,
+            require_gpu=target != "local" and profiles["train-model"].uses_gpu,
+            checkpoint_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
+            pipeline_run_id=checkpoint_key,
+            task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
         )
         evaluate = configure(
             evaluate_model(

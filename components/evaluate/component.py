@@ -69,6 +69,7 @@ def evaluate_model(
 
     from gkeflow.components._atomic import write_text_atomic
     from gkeflow.components.evaluate.logic import evaluate
+    from gkeflow.components.evaluate.metrics import roc_points
     from gkeflow.components.evaluate.model_card import render_model_card
     from gkeflow.components.prepare.logic import Schema
 
@@ -90,11 +91,7 @@ def evaluate_model(
     metrics.metadata["passed"] = float(result.passed)
     classification_metrics.log_confusion_matrix(result.metrics.labels,
                                                 result.metrics.confusion_matrix)
-    classification_metrics.log_roc_curve(
-        fpr=[round(float(v), 6) for v in result.roc.fpr],
-        tpr=[round(float(v), 6) for v in result.roc.tpr],
-        threshold=[round(float(v), 6) for v in result.roc.thresholds],
-    )
+    classification_metrics.log_roc_curve(**roc_points(result.roc))
     classification_metrics.metadata["rocPositiveClass"] = result.roc_class
     write_text_atomic(Path(model_card.path), render_model_card(result))
     write_text_atomic(Path(evaluation.path), result.to_json())

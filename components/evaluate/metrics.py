@@ -302,3 +302,19 @@ def downsample_curve(curve: Curve, max_points: int = MAX_CURVE_POINTS) -> Curve:
         return curve
     keep = np.unique(np.round(np.linspace(0, len(curve) - 1, max_points)).astype(int))
     return Curve(curve.fpr[keep], curve.tpr[keep], curve.thresholds[keep])
+
+
+def roc_points(curve: Curve) -> dict[str, list[float]]:
+    """``curve`` as the lists ``ClassificationMetrics.log_roc_curve`` takes, unrounded.
+
+    Every value is the exact double the curve holds (Python's ``repr`` of a float round-trips,
+    and KFP stores metadata as doubles), so predicting the positive class when its
+    probability is >= a point's threshold gives back that point's FPR and TPR on the test
+    split. Rounding thresholds to a few decimals would merge the many tiny thresholds of a
+    confident model (all reading 0.0) and move others past neighbouring scores.
+    """
+    return {
+        "fpr": [float(v) for v in curve.fpr],
+        "tpr": [float(v) for v in curve.tpr],
+        "threshold": [float(v) for v in curve.thresholds],
+    }

@@ -11,6 +11,7 @@ from kfp import components
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from gkeflow.pipelines.compile import compile_all, stale_files
+from tests.compile.customjob import custom_job_payload, strict_custom_job
 
 GPU_TASK = "train-model"
 
@@ -83,10 +84,13 @@ def test_vertex_is_one_document_with_nvidia_types_on_train_only(compiled):
     documents = _documents(compiled["vertex"])
     assert len(documents) == 1
     resources = _resources(documents[0])
-    assert resources[GPU_TASK]["accelerator"]["type"] == "NVIDIA_TESLA_T4"
+    # Training has a timeout, so it runs as a CustomJob: the GPUs are the job's machines'.
+    job = strict_custom_job(custom_job_payload(documents[0], GPU_TASK))
+    machine = job.job_spec.worker_pool_specs[0].machine_spec
+    assert machine.accelerator_type.name == "NVIDIA_TESLA_T4"
+    assert job.job_spec.scheduling.timeout.total_seconds() == 6 * 3600
     for task, res in resources.items():
-        if task != GPU_TASK:
-            assert "accelerator" not in res, task
+        assert "accelerator" not in res, task
     assert "nvidia.com/gpu" not in compiled["vertex"].read_text()
     assert "gke-accelerator" not in compiled["vertex"].read_text()
 

@@ -54,6 +54,10 @@ def test_pipeline_blesses_a_model_better_than_the_champion_and_registers_it(
     categories = [a["displayName"] for a in confusion["confusionMatrix"]["annotationSpecs"]]
     assert categories == ["Adelie", "Chinstrap", "Gentoo"]
     assert 2 <= len(confusion["confidenceMetrics"]) <= 200
+    # Unrounded thresholds: distinct and decreasing (rounded ones collapse to 0.0 on a
+    # confident model; tests/unit/test_roc_thresholds.py recomputes each point's rates).
+    roc_thresholds = [p["confidenceThreshold"] for p in confusion["confidenceMetrics"]]
+    assert all(a > b for a, b in zip(roc_thresholds, roc_thresholds[1:], strict=False))
     assert result.parameter_outputs("evaluate-model") == {"Output": True}
     card = result.output_dir("evaluate-model", "model_card").read_text()
     assert card.startswith("# Model card: penguins-classifier\n\n## Decision: BLESSED")

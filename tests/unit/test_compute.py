@@ -165,30 +165,32 @@ def test_gke_allocatable_follows_the_documented_reservations():
     cpu, memory = acc.gke_allocatable(shape)
     # 8 vCPU: 0.06 + 0.01 + 2 x 0.005 + 4 x 0.0025 = 0.09 reserved.
     assert cpu == pytest.approx(7.91)
-    # 30 GiB: 25% of 4 + 20% of 4 + 10% of 8 + 6% of 14 = 3.44 GiB, plus 100 MiB eviction.
-    assert memory == pytest.approx(30 - 3.44 - 100 / 1024)
+    # 30 GiB = 30720 MiB: kernel 30720 / 64 + 16 + 64 = 560 MiB; kube-reserved on GKE's
+    # 1000-MiB "GB": 1000 + 800 + 800 + 6% of 14720 = 3483 MiB; eviction 100 MiB.
+    assert memory == (30720 - 560 - 3483 - 100) / 1024
 
 
 @pytest.mark.parametrize(
-    ("accelerator", "count", "cpu", "memory", "vertex_shape"),
+    ("accelerator", "count", "cpu", "memory", "vertex_shape", "scheduling"),
     [
-        ("nvidia-tesla-t4", 1, "7", "26G", "n1-standard-8"),
-        ("nvidia-tesla-t4", 4, "64", "200G", "n1-standard-64"),
-        ("nvidia-l4", 1, "4", "12G", "g2-standard-4"),
-        ("nvidia-l4", 8, "90", "300G", "g2-standard-96"),
-        ("nvidia-tesla-a100", 2, "20", "100G", "a2-highgpu-2g"),
-        ("nvidia-a100-80gb", 8, "90", "1000G", "a2-ultragpu-8g"),
-        ("nvidia-h100-80gb", 4, "100", "800G", "a3-highgpu-4g"),
-        ("nvidia-h100-mega-80gb", 8, "200", "1500G", "a3-megagpu-8g"),
-        ("nvidia-h200-141gb", 8, "200", "2500G", "a3-ultragpu-8g"),
-        ("nvidia-tesla-v100", 8, "96", "600G", "n1-highmem-96"),
-        ("nvidia-tesla-p100", 4, "32", "200G", "n1-highmem-32"),
+        ("nvidia-tesla-t4", 1, "7", "26G", "n1-standard-8", "standard"),
+        ("nvidia-tesla-t4", 4, "64", "200G", "n1-standard-64", "standard"),
+        ("nvidia-l4", 1, "4", "12G", "g2-standard-4", "standard"),
+        ("nvidia-l4", 8, "90", "300G", "g2-standard-96", "standard"),
+        ("nvidia-tesla-a100", 2, "20", "100G", "a2-highgpu-2g", "standard"),
+        ("nvidia-a100-80gb", 8, "90", "600G", "a2-ultragpu-8g", "standard"),
+        ("nvidia-h100-80gb", 4, "100", "800G", "a3-highgpu-4g", "spot"),
+        ("nvidia-h100-mega-80gb", 8, "96", "600G", "a3-megagpu-8g", "standard"),
+        ("nvidia-h100-mega-80gb", 8, "200", "1500G", "a3-megagpu-8g", "spot"),
+        ("nvidia-h200-141gb", 8, "200", "2500G", "a3-ultragpu-8g", "spot"),
+        ("nvidia-tesla-v100", 8, "96", "600G", "n1-highmem-96", "standard"),
+        ("nvidia-tesla-p100", 4, "32", "200G", "n1-highmem-32", "standard"),
     ],
 )
 def test_valid_requests_map_to_the_smallest_machine_of_their_family(
-    accelerator, count, cpu, memory, vertex_shape
+    accelerator, count, cpu, memory, vertex_shape, scheduling
 ):
-    profile = gpu(accelerator, count, cpu=cpu, memory=memory)
+    profile = gpu(accelerator, count, cpu=cpu, memory=memory, scheduling=scheduling)
     assert profile_problems("train-model", profile, "vertex") == []
     shape = fitting_shape(profile, "vertex")
     assert shape.name == vertex_shape
@@ -242,18 +244,26 @@ def test_plan_spells_each_target_and_notes_what_vertex_cannot_honour():
     assert vertex["train-model"].accelerator == "NVIDIA_L4"
     assert vertex["train-model"].machine == "g2-standard-24"
     assert gke["train-model"].machine == "g2-standard-24 or larger"
-    assert (gke["train-model"].spot, vertex["train-model"].spot) == ("yes", "no (not on Vertex)")
+    # On Vertex AI, training with spot or a timeout runs as a CustomJob, which honours both.
+    assert (gke["train-model"].capacity, vertex["train-model"].capacity) == ("spot", "spot")
+    assert (gke["train-model"].nodes, gke["train-model"].gpus) == ("1 x 2", "2")
     assert gke["train-model"].shm == "42915Mi" and vertex["train-model"].shm == "-"
     assert gke["train-model"].timeout == "1h"
-    assert vertex["train-model"].timeout == "not enforced (1h asked)"
+    assert vertex["train-model"].timeout == "1h"
+    assert vertex["prepare-data"].timeout == "not enforced (1h asked)"
     assert gke["train-model"].retries == "1 (backoff 30s x2, max 1h)"
     assert gke["prepare-data"].caching == "on" and gke["prepare-data"].accelerator == "-"
     assert gke["train-model"].image == "gpu-image"
     notes = target_notes(profiles, "vertex")
     assert notes == [
-        ("spot is not applied on Vertex AI Pipelines (a pipeline step runs on on-demand "
-        "capacity): train-model"),
         ("timeout_s is not enforced on Vertex AI Pipelines (the pipeline spec has no per-step "
-        "timeout): prepare-data, train-model"),
+        "timeout): prepare-data"),
+        ("train-model runs as a Vertex AI CustomJob: 1 x g2-standard-24 (2 x NVIDIA_L4 each, "
+         "2 GPUs in all), scheduling SPOT, timeout 3600s; launched by a 1-vCPU pipeline step"),
     ]
+    plain = {**profiles, "train-model": profiles["train-model"].with_overrides(
+        spot=False, timeout_s=0)}
+    assert target_notes(plain, "vertex") == [
+        ("timeout_s is not enforced on Vertex AI Pipelines (the pipeline spec has no per-step "
+        "timeout): prepare-data")]
     assert target_notes(profiles, "gke") == []

@@ -1,0 +1,213 @@
+"""How a step obtains its machines: consumption option, replicas, queue, reservation.
+
+Checks the capacity fields of a :class:`~gkeflow.pipelines.compute.ComputeProfile`
+(``scheduling``, ``max_wait``, ``replicas``, ``queue``, ``reservation``,
+``ephemeral_storage``) against the catalogue in :mod:`gkeflow.pipelines.gpu_catalogue`
+before anything is compiled, and applies them to a single-pod GKE step:
+
+- ``spot``: node selector ``cloud.google.com/gke-spot: "true"`` and its NoSchedule
+  toleration (GKE, "Spot VMs");
+- ``flex-start``: node selector ``cloud.google.com/gke-flex-start: "true"`` (GKE, "Run a
+  small batch workload with flex-start provisioning mode", https://cloud.google.com/
+  kubernetes-engine/docs/how-to/dws-flex-start-training, read 2026-11-30) and a toleration
+  of the same key: the cluster autoscaler treats that key as "a label / (optional) taint
+  key used for nodes using Flex Start provisioning model" (kubernetes/autoscaler, GKE
+  labels), so a tainted flex-start node pool admits the pod too;
+- ``reservation``: node selectors ``cloud.google.com/reservation-name: NAME`` and
+  ``cloud.google.com/reservation-affinity: "specific"``, plus
+  ``cloud.google.com/reservation-project: PROJECT`` for a shared reservation written
+  ``projects/PROJECT/reservations/NAME`` (GKE, "Consuming reserved zonal resources",
+  https://cloud.google.com/kubernetes-engine/docs/how-to/consuming-reservations, read
+  2026-11-30);
+- ``queue``: pod label ``kueue.x-k8s.io/queue-name: QUEUE`` (Kueue, plain Pod
+  integration).
+
+``ephemeral_storage`` is validated only: kfp 2.17 has no ephemeral-storage field (the
+pipeline spec's ``ResourceSpec`` carries CPU, memory and accelerator; kfp-kubernetes'
+``KubernetesExecutorConfig`` has no container resources), so a single-pod step cannot
+request it; engines that write their own pod spec (a JobSet) apply it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from gkeflow.pipelines import accelerators as acc
+from gkeflow.pipelines import gpu_catalogue as cat
+
+GKE_SPOT_LABEL = "cloud.google.com/gke-spot"
+GKE_FLEX_START_LABEL = "cloud.google.com/gke-flex-start"
+GKE_RESERVATION_NAME_LABEL = "cloud.google.com/reservation-name"
+GKE_RESERVATION_PROJECT_LABEL = "cloud.google.com/reservation-project"
+GKE_RESERVATION_AFFINITY_LABEL = "cloud.google.com/reservation-affinity"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+#: Steps that may run on several machines unless a pipeline names others.
+MULTI_NODE_STEPS = ("train-model",)
+
+_OPTION_TEXT = {cat.STANDARD: "on demand", cat.SPOT: "as Spot",
+                cat.FLEX_START: "with flex-start", cat.RESERVATION: "from a reservation"}
+#: A Kubernetes label value (Kueue queue names are object names, a subset).
+_LABEL_VALUE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_RESERVATION_RE = re.compile(
+    r"^(?:projects/(?P<project>[a-z][-a-z0-9]{4,28}[a-z0-9])/reservations/)?"
+    r"(?P<name>[a-z]([-a-z0-9]{0,61}[a-z0-9])?)$")
+
+
+def _join(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def split_reservation(reservation: str) -> tuple[str, str]:
+    """``"projects/p/reservations/r"`` -> ``("p", "r")``; ``"r"`` -> ``("", "r")``."""
+    match = _RESERVATION_RE.match(reservation)
+    if not match:
+        raise ValueError(reservation)
+    return match.group("project") or "", match.group("name")
+
+
+def offered_options(profile) -> frozenset[str]:
+    """Consumption options of the shapes that can host ``profile``'s GPUs (all for CPU steps)."""
+    if not profile.uses_gpu:
+        return frozenset(cat.CONSUMPTION) - {cat.FLEX_START}
+    shapes = acc.shapes_for(profile.accelerator, profile.accelerator_count)
+    return frozenset().union(*(acc.consumption_of(s) for s in shapes)) if shapes else frozenset()
+
+
+def _consumption_problems(step: str, p) -> list[str]:
+    if not p.uses_gpu:
+        if p.scheduling == cat.FLEX_START:
+            return [f"{step}: scheduling=flex-start obtains GPU machines; this step asks for "
+                    "no GPU (use standard, spot or reservation)"]
+        return []
+    if p.accelerator not in acc.ACCELERATORS or p.accelerator_count not in acc.valid_counts(
+            p.accelerator):
+        return []  # reported by the shape checks
+    accelerator = acc.ACCELERATORS[p.accelerator]
+    problems = []
+    if accelerator.cpu_arch not in cat.IMAGE_ARCHITECTURES:
+        problems.append(
+            f"{step}: {p.accelerator} runs only on {accelerator.family} machines, whose CPUs "
+            f"are {accelerator.cpu_arch} (Arm); the suite's images are built for "
+            f"{', '.join(sorted(cat.IMAGE_ARCHITECTURES))} only and cannot start there. Use "
+            "nvidia-b200 (A4, x86) for Blackwell GPUs, or build an Arm image first")
+    offered = offered_options(p)
+    if p.scheduling not in offered:
+        shapes = acc.shapes_for(p.accelerator, p.accelerator_count)
+        what = shapes[0].name if len({s.name for s in shapes}) == 1 else (
+            f"{p.accelerator} x {p.accelerator_count}")
+        problems.append(
+            f"{step}: {what} is not offered {_OPTION_TEXT[p.scheduling]}: use scheduling="
+            f"{_join(acc.ordered(offered))}")
+    return problems
+
+
+def capacity_problems(step: str, p, target: str,
+                      multi_node_steps: Iterable[str] = MULTI_NODE_STEPS) -> list[str]:
+    """Everything wrong with ``p``'s capacity fields for ``step``; empty when valid."""
+    problems = _consumption_problems(step, p)
+    if p.scheduling == cat.FLEX_START:
+        if p.timeout_s <= 0:
+            problems.append(
+                f"{step}: scheduling=flex-start needs a maximum run time: set timeout_s "
+                "(at most 7d; flex-start capacity runs for up to 7 days)")
+        elif p.timeout_s > cat.FLEX_START_MAX_RUN_S:
+            problems.append(
+                f"{step}: timeout_s {p.timeout_s} is longer than flex-start allows "
+                f"({cat.FLEX_START_MAX_RUN_S} s = 7 days)")
+    multi = tuple(multi_node_steps)
+    if p.replicas > 1 and step not in multi:
+        problems.append(
+            f"{step}: replicas {p.replicas}: only {_join(list(multi)) if multi else 'no step'} "
+            "can run on several machines; set replicas to 1")
+    if p.queue and not _LABEL_VALUE_RE.match(p.queue):
+        problems.append(
+            f"{step}: queue {p.queue!r} is not a Kueue LocalQueue name (lower-case letters, "
+            "digits and '-', at most 63 characters)")
+    if p.reservation:
+        if p.scheduling != cat.RESERVATION:
+            problems.append(
+                f"{step}: reservation applies to scheduling=reservation only; this step's "
+                f"scheduling is {p.scheduling}")
+        try:
+            split_reservation(p.reservation)
+        except ValueError:
+            problems.append(
+                f"{step}: reservation {p.reservation!r} must be a reservation name or "
+                "projects/PROJECT/reservations/NAME")
+    elif p.scheduling == cat.RESERVATION:
+        problems.append(
+            f"{step}: scheduling=reservation needs the reservation: set reservation=NAME "
+            "(or projects/PROJECT/reservations/NAME for a shared one)")
+    return problems
+
+
+def runs_as_pipeline_step(p) -> bool:
+    """Whether a Vertex step runs as a plain pipeline step (one machine, standard capacity).
+
+    Such a step gets the machine Vertex AI Pipelines picks, capped at 96 vCPUs / 624 GB;
+    other scheduling or several replicas need a CustomJob with an explicit machine type.
+    """
+    return p.replicas == 1 and p.scheduling == cat.STANDARD
+
+
+def capacity_notes(profiles, target: str) -> list[str]:
+    """Capacity requests ``target`` cannot honour on a single step, said out loud."""
+    checks = []
+    if target in ("vertex", "local"):
+        checks.append((lambda p: p.queue,
+                       f"queue (Kueue) applies on gke only; ignored on {target}"))
+    if target != "local":
+        checks.append((lambda p: p.ephemeral_storage,
+                       "ephemeral_storage is not applied to a single-pod step (kfp 2.17 has "
+                       "no ephemeral-storage request); engines that build their own pods "
+                       "apply it"))
+    notes = []
+    for applies, text in checks:
+        steps = [step for step, profile in profiles.items() if applies(profile)]
+        if steps:
+            notes.append(f"{text}: {', '.join(steps)}")
+    for step, p in profiles.items():
+        if p.uses_gpu and p.accelerator in acc.ACCELERATORS:
+            from gkeflow.pipelines.compute import cpu_cores, memory_bytes
+
+            caveat = acc.zone_limit_note(p.accelerator, p.accelerator_count,
+                                         cpu_cores(p.cpu), memory_bytes(p.memory) / acc.GIB)
+            if caveat:
+                notes.append(f"{step}: {caveat}")
+    return notes
+
+
+def apply_gke_capacity(task, p) -> None:
+    """Selectors, tolerations and labels that place a single-pod GKE step on its capacity."""
+    from kfp import kubernetes
+
+    if p.scheduling == cat.SPOT:
+        kubernetes.add_node_selector(task, GKE_SPOT_LABEL, "true")
+        kubernetes.add_toleration(
+            task, key=GKE_SPOT_LABEL, operator="Equal", value="true", effect="NoSchedule")
+    elif p.scheduling == cat.FLEX_START:
+        kubernetes.add_node_selector(task, GKE_FLEX_START_LABEL, "true")
+        kubernetes.add_toleration(
+            task, key=GKE_FLEX_START_LABEL, operator="Equal", value="true",
+            effect="NoSchedule")
+    elif p.scheduling == cat.RESERVATION:
+        project, name = split_reservation(p.reservation)
+        kubernetes.add_node_selector(task, GKE_RESERVATION_NAME_LABEL, name)
+        kubernetes.add_node_selector(task, GKE_RESERVATION_AFFINITY_LABEL, "specific")
+        if project:
+            kubernetes.add_node_selector(task, GKE_RESERVATION_PROJECT_LABEL, project)
+    if p.queue:
+        kubernetes.add_pod_label(task, KUEUE_QUEUE_LABEL, p.queue)
+
+
+def describe(p, target: str) -> tuple[str, str, str]:
+    """(capacity, nodes x GPUs per node, total GPUs) of a step for ``gkeflow plan``."""
+    capacity = {cat.STANDARD: "on-demand"}.get(p.scheduling, p.scheduling)
+    if p.scheduling == cat.FLEX_START and p.max_wait:
+        capacity += f" (wait {p.max_wait})"
+    elif p.scheduling == cat.RESERVATION:
+        capacity += f" {p.reservation}"
+    nodes = f"{p.replicas} x {p.accelerator_count}"
+    return capacity, nodes, str(p.replicas * p.accelerator_count)
