@@ -677,7 +677,8 @@ def init_command(path: Path, force: bool) -> None:
               show_default=True, help="Give up waiting after this many seconds (the run "
                                       "continues).")
 @click.option("--dry-run", is_flag=True,
-              help="Print the requests that would create the run; change nothing.")
+              help="Offline: print the requests that would create the run (server-assigned "
+                   "ids as placeholders); needs no token, credentials or network.")
 @_config_option
 @_remote_errors
 def submit_command(pipeline, target, environment, params, wait, poll_s, timeout_s, dry_run,
@@ -693,7 +694,9 @@ def submit_command(pipeline, target, environment, params, wait, poll_s, timeout_
 
     Parameters: the pipeline's defaults, then parameters.<--env> from gkeflow.yaml, then
     --param. Connection errors and 5xx answers are retried with backoff; every call has a
-    timeout. Bearer tokens are read from the environment and never printed.
+    timeout and at most (retries + 1) x timeout_s plus backoff in all; a retried create
+    never makes a second run. Bearer tokens are read from the environment and never
+    printed.
     """
     import tempfile
 
@@ -757,8 +760,8 @@ def _target_option(func):
 @click.option("--prune", is_flag=True,
               help="Also delete gkeflow schedules that are no longer in the file.")
 @click.option("--dry-run", is_flag=True,
-              help="Read what is there, print the requests that would change it; change "
-                   "nothing.")
+              help="Offline: print the requests that would create the schedules (nothing is "
+                   "read, so it shows creates); needs no token, credentials or network.")
 @_target_option
 @_config_option
 @_remote_errors
