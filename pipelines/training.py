@@ -179,7 +179,8 @@ def build_training_pipeline(
                 empty slices by every categorical feature with at most 20 values.
             positive_class: Class whose ROC curve is shown; empty means the last label.
         """
-        fingerprint = configure(fingerprint_data(data_uri=data_uri), "fingerprint-data")
+        fingerprint = configure(fingerprint_data(data_uri=data_uri, user_module=user_module),
+                                "fingerprint-data")
         prepare = configure(
             prepare_data(
                 data_uri=data_uri,
@@ -187,7 +188,7 @@ def build_training_pipeline(
                 train_ratio=train_ratio,
                 eval_ratio=eval_ratio,
                 test_ratio=test_ratio,
-                data_fingerprint=fingerprint.output,
+                data_fingerprint=fingerprint.outputs["data"],
             ),
             "prepare-data",
         )
@@ -197,9 +198,9 @@ def build_training_pipeline(
         # re-attach their jobs by it.
         checkpoint_key = dsl.PIPELINE_JOB_ID_PLACEHOLDER
         if train_engine is None and profiles["train-model"].caching:
-            checkpoint_key = (f"{fingerprint.output}-{label_column}-{train_ratio}-"
+            checkpoint_key = (f"{fingerprint.outputs['data']}-{label_column}-{train_ratio}-"
                               f"{eval_ratio}-{test_ratio}-{epochs}-{batch_size}-"
-                              f"{learning_rate}-{model_type}-{user_module}")
+                              f"{learning_rate}-{model_type}-{fingerprint.outputs['code']}")
         train = train_step(
             dataset=prepare.outputs["dataset"],
             schema=prepare.outputs["schema"],

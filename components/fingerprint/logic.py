@@ -18,6 +18,10 @@ What goes in, per source kind:
 * ``embedded://penguins``: the bundled file's bytes.
 
 The fingerprint is ``sha256:<hex>`` of a canonical JSON of those facts.
+
+:func:`code_fingerprint` does the same for a training ``user_module`` (a ``.py`` file or an
+importable module: its source bytes), so that training's cache key follows the model code
+too, without touching preparation's.
 """
 
 from __future__ import annotations
@@ -118,3 +122,29 @@ def fingerprint(data_uri: str, bq_query: str = "", bq_filter: str = "") -> Finge
     canonical = json.dumps({"uri": data_uri, "kind": kind, "items": items}, sort_keys=True,
                            default=str)
     return Fingerprint(f"sha256:{hashlib.sha256(canonical.encode()).hexdigest()}", kind, items)
+
+
+def code_fingerprint(user_module: str) -> str:
+    """``sha256:<hex>`` of a user module's source (``""`` for the built-in models).
+
+    A ``.py`` path is read as is; a dotted module name is located without importing it.
+    A module that cannot be found here still gets a value (from its name), so that the
+    step fails where the module is used, with that step's error, not here.
+    """
+    if not user_module:
+        return ""
+    source: bytes | None = None
+    path = Path(os.path.expanduser(user_module))
+    if user_module.endswith(".py") and path.is_file():
+        source = path.read_bytes()
+    elif not user_module.endswith(".py"):
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(user_module)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.origin and Path(spec.origin).is_file():
+            source = Path(spec.origin).read_bytes()
+    digest = hashlib.sha256(user_module.encode() + b"\0" + (source or b"<not found>"))
+    return f"sha256:{digest.hexdigest()}"

@@ -44,3 +44,17 @@ def test_globs_and_directories_cover_every_file(tmp_path):
 
 def test_embedded_data_has_a_stable_fingerprint():
     assert fingerprint(EMBEDDED_PENGUINS).value == fingerprint(EMBEDDED_PENGUINS).value
+
+
+def test_user_module_fingerprint_follows_its_source(tmp_path):
+    from gkeflow.components.fingerprint.logic import code_fingerprint
+
+    assert code_fingerprint("") == ""
+    module = tmp_path / "my_model.py"
+    module.write_text("def build_model(schema, hparams):\n    return None\n")
+    first = code_fingerprint(str(module))
+    assert first.startswith("sha256:") and code_fingerprint(str(module)) == first
+    module.write_text("def build_model(schema, hparams):\n    return 1\n")
+    assert code_fingerprint(str(module)) != first
+    # An importable module is found without importing it; an unknown one still gets a value.
+    assert code_fingerprint("json") != code_fingerprint("no_such_module_xyz")
