@@ -23,11 +23,36 @@ class ReleaseError(ValueError):
 def _training(target: str, compute=None):
     from gkeflow.pipelines.training import build_training_pipeline
 
-    return build_training_pipeline(target, compute)
+    return build_training_pipeline(target, training_compute(compute))
+
+
+def _prediction(target: str, compute=None):
+    from gkeflow.pipelines.prediction import build_prediction_pipeline
+
+    return build_prediction_pipeline(target, compute)
 
 
 #: Pipeline short name -> builder taking a target and per-step compute overrides.
-PIPELINES: dict[str, Callable[..., object]] = {"training": _training}
+PIPELINES: dict[str, Callable[..., object]] = {"training": _training, "prediction": _prediction}
+
+
+def default_compute() -> dict:
+    """Every pipeline's steps and their default compute (gkeflow.yaml may override any)."""
+    from gkeflow.pipelines.prediction import DEFAULT_COMPUTE as PREDICTION
+    from gkeflow.pipelines.training import DEFAULT_COMPUTE as TRAINING
+
+    return {**TRAINING, **PREDICTION}
+
+
+def training_compute(compute: Mapping | None) -> Mapping | None:
+    """``compute`` without other pipelines' steps (one gkeflow.yaml holds every pipeline's);
+    a step no pipeline has stays, so the training pipeline reports it."""
+    from gkeflow.pipelines.training import DEFAULT_COMPUTE
+
+    if compute is None:
+        return None
+    return {step: p for step, p in compute.items()
+            if step in DEFAULT_COMPUTE or step not in default_compute()}
 
 
 def compiled_path(output_dir: Path, pipeline: str, target: str) -> Path:

@@ -3,7 +3,7 @@
 from typing import NamedTuple
 
 from kfp import dsl
-from kfp.dsl import Dataset, Markdown, Metrics, Output
+from kfp.dsl import Dataset, Input, Markdown, Metrics, Output
 
 from gkeflow.components.images import CPU_IMAGE
 
@@ -110,3 +110,29 @@ def predict_batch(
           f"{result.rows_rejected} rejected")
     outputs = namedtuple("PredictOutputs", ["model_version", "rows_scored", "rows_rejected"])
     return outputs(result.model_version, result.rows_scored, result.rows_rejected)
+
+
+@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+def report_predictions(
+    predictions: Input[Dataset],
+    scoring_report: Input[Markdown],
+    summary: Output[Markdown],
+    metrics: Output[Metrics],
+):
+    """Summarises a scoring run: predicted-class mix, confidence, then counts and drift.
+
+    Args:
+        predictions: The predictions written by predict_batch.
+        scoring_report: The scoring step's report (counts, rejects, drift).
+        summary: Markdown summary shown in the Kubeflow UI.
+        metrics: Rows, mean top-class probability and each class's share.
+    """
+    from pathlib import Path
+
+    from gkeflow.components.predict.summary import predictions_file, summarize
+
+    text, figures = summarize(predictions_file(Path(predictions.path)),
+                              Path(scoring_report.path).read_text(encoding="utf-8"))
+    Path(summary.path).write_text(text, encoding="utf-8")
+    for name, value in figures.items():
+        metrics.log_metric(name, value)
