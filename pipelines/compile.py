@@ -55,6 +55,17 @@ def training_compute(compute: Mapping | None) -> Mapping | None:
             if step in DEFAULT_COMPUTE or step not in default_compute()}
 
 
+def parameters_of_other_pipelines(pipeline: str) -> set[str]:
+    """Parameters that other pipelines take and ``pipeline`` does not (on any target): a
+    shared ``parameters:`` environment in gkeflow.yaml may set them for those pipelines."""
+    def names(name: str) -> set[str]:
+        return {key for target in COMPILE_TARGETS
+                for key in PIPELINES[name](target).component_spec.inputs}
+
+    others = set().union(*(names(n) for n in PIPELINES if n != pipeline))
+    return others - names(pipeline) if pipeline in PIPELINES else others
+
+
 def compiled_path(output_dir: Path, pipeline: str, target: str) -> Path:
     return Path(output_dir) / f"{pipeline}.{target}.yaml"
 

@@ -33,7 +33,7 @@ def _data_uri(data: str | None) -> str:
     return str(path.resolve())
 
 
-def _choose_model(registry_uri: str, model: str | None) -> tuple[str, str]:
+def _choose_model(registry_uri: str, model: str | None) -> tuple[str, str, Any]:
     """The model reference to score with and how it was chosen; usage errors otherwise."""
     from gkeflow.components.predict.resolve import PredictError, parse_model_ref, resolve_version
     from gkeflow.components.register.local_registry import LocalRegistry, registry_path
@@ -56,7 +56,7 @@ def _choose_model(registry_uri: str, model: str | None) -> tuple[str, str]:
         version, how = resolve_version(registry_uri, ref)
     except PredictError as exc:
         raise click.BadParameter(str(exc), param_hint="--model") from exc
-    return f"{version.name}@{version.version}", how
+    return f"{version.name}@{version.version}", how, ref
 
 
 def prediction_params(options: tuple[str, ...]) -> dict[str, Any]:
@@ -92,10 +92,12 @@ def run_prediction_command(console: Console, data: str | None, model: str | None
     output = Path(output).resolve()
     registry_uri = f"sqlite:///{output / registry_file}"
     data_uri = _data_uri(data)
-    reference, how = _choose_model(registry_uri, model)
-    name, _, version = reference.partition("@")
-    arguments: dict[str, Any] = {"data_uri": data_uri, "model_name": name,
-                                 "model_version": int(version), "registry_uri": registry_uri}
+    reference, how, ref = _choose_model(registry_uri, model)
+    # the step resolves the same reference (an alias stays an alias in its metadata)
+    arguments: dict[str, Any] = {
+        "data_uri": data_uri, "model_name": ref.name, "model_version": ref.version,
+        "model_alias": "" if ref.version or ref.alias == "champion" else ref.alias,
+        "registry_uri": registry_uri}
     arguments.update(prediction_params(params))
     console.print(f"[bold]gkeflow run[/bold]: prediction pipeline on {data_uri} with "
                   f"{reference} ({how})", soft_wrap=True)

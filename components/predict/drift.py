@@ -146,7 +146,7 @@ def render_drift_report(tracker: DriftTracker, threshold: float, *, model: str, 
                   sorted(reject_reasons.items(), key=lambda kv: -kv[1])]
         lines.append("")
     lines += ["## Drift against the training data", "",
-              "| column | type | drift | missing values (training) | new categories "
+              "| column | type | drift | missing values | new categories "
               "| below / above training range | examples |",
               "|---|---|---:|---|---:|---|---|"]
     for column in sorted(tracker.columns.values(), key=lambda c: -c.fraction):
@@ -155,8 +155,9 @@ def render_drift_report(tracker: DriftTracker, threshold: float, *, model: str, 
                          "(scored as missing) | | | |")
             continue
         trained = tracker.missing_rates.get(column.name)
-        missing = _pct(column.missing, column.rows) + (
-            f" ({trained:.1%})" if trained is not None else "")
+        missing = (f"{column.missing} ({column.missing / column.rows:.1%}; training "
+                   f"{trained:.1%})" if trained is not None and column.rows
+                   else _pct(column.missing, column.rows))
         if column.type == "numeric":
             rng = (f"{column.below} / {column.above} (training {column.low:g} to "
                    f"{column.high:g})" if column.name in tracker.ranges else "not checked")

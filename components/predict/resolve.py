@@ -221,8 +221,6 @@ def training_profile(model_dir: Path) -> TrainingProfile:
 def _add_ranges(profile: TrainingProfile, stats: dict) -> None:
     splits = stats.get("splits", {})
     for column in profile.schema.features:
-        if column.type != "numeric":
-            continue
         lows, highs, count, missing = [], [], 0, 0
         for split in splits.values():
             entry = split.get("columns", {}).get(column.name)
@@ -233,7 +231,7 @@ def _add_ranges(profile: TrainingProfile, stats: dict) -> None:
             if entry.get("min") is not None:
                 lows.append(entry["min"])
                 highs.append(entry["max"])
-        if lows:
+        if lows and column.type == "numeric":
             profile.ranges[column.name] = (min(lows), max(highs))
         if count:
             profile.missing_rates[column.name] = missing / count
