@@ -284,8 +284,8 @@ def predict(
     version, selected_by = resolve_version(registry_uri, ref)
     model_dir = fetch_model(version.uri, Path(workdir))
     profile = training_profile(model_dir)
-    started = time.perf_counter()
     scorer = Scorer(model_dir, batch_rows)
+    started = time.perf_counter()  # scoring only: the model load is not per row
     sink = PredictionSink(output_uri, fmt, output_schema(key_column, scorer.classes),
                           run_id=run_id, bq_write_mode=bq_write_mode)
     rejects = RejectsFile(Path(rejects_path))

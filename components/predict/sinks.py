@@ -168,8 +168,9 @@ class PredictionSink:
             job_id = f"gkeflow_predict_{digest}"
         try:
             with self.scratch.open("rb") as handle:
-                job = client.load_table_from_file(handle, table_id, job_id=job_id,
-                                                  job_config=config)
+                job = client.load_table_from_file(
+                    handle, table_id, job_id=job_id, job_config=config,
+                    size=self.scratch.stat().st_size)  # small: one multipart request
         except exceptions.Conflict:
             job = client.get_job(job_id)
         except exceptions.GoogleAPICallError as exc:

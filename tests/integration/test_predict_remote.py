@@ -173,3 +173,31 @@ def test_predict_reads_model_and_rows_from_gcs_and_writes_there(gcs, trained_pen
                                      .download_as_bytes()))
     assert table.num_rows == 40 and table.column_names[0] == "row_number"
     assert table.column("row_number").to_pylist() == list(range(40))
+
+
+def test_predictions_load_into_bigquery_once_per_run(tmp_path, monkeypatch):
+    import pyarrow as pa
+
+    from gkeflow.components.predict.logic import publish_copy
+    from tests.integration.fake_bigquery_load import FakeBigQueryLoads
+
+    local = tmp_path / "predictions.parquet"
+    pq.write_table(pa.table({"id": ["a", "b", "c"], "predicted_class": ["x", "y", "x"],
+                             "probability_x": pa.array([0.9, 0.2, 0.8], pa.float32()),
+                             "model_name": ["m"] * 3, "model_version": [2, 2, 2]}), local)
+    with FakeBigQueryLoads("proj") as fake:
+        monkeypatch.setenv("BIGQUERY_API_ENDPOINT", fake.url)
+        publish_copy(str(local), "bq://proj.scores.daily", run_id="run-1",
+                     bq_write_mode="append")
+        assert fake.tables["proj.scores.daily"].num_rows == 3
+        # a retried step: the load job of this run exists already, nothing is loaded twice
+        publish_copy(str(local), "bq://proj.scores.daily", run_id="run-1",
+                     bq_write_mode="append")
+        assert fake.inserts == 2 and fake.tables["proj.scores.daily"].num_rows == 3
+        publish_copy(str(local), "bq://proj.scores.daily", run_id="run-2",
+                     bq_write_mode="append")
+        assert fake.tables["proj.scores.daily"].num_rows == 6
+        publish_copy(str(local), "bq://proj.scores.daily", run_id="run-3")
+        table = fake.tables["proj.scores.daily"]
+        assert table.num_rows == 3 and table.column("id").to_pylist() == ["a", "b", "c"]
+        assert not fake.violations, fake.violations
