@@ -88,8 +88,14 @@ def predict_batch(
         reject_unseen_categories=reject_unseen_categories, bq_query=bq_query,
         bq_filter=bq_filter, bq_write_mode=bq_write_mode, run_id=pipeline_run_id,
     )
+    from gkeflow.components.predict.logic import DriftError
+
     with tempfile.TemporaryDirectory() as workdir:
-        result = predict(output_uri=local_file, workdir=Path(workdir), **common)
+        try:
+            result = predict(output_uri=local_file, workdir=Path(workdir), **common)
+        except DriftError:  # a failed step's artifacts are not uploaded: log the report
+            print(Path(report.path).read_text(encoding="utf-8"))
+            raise
         if output_uri:  # the same rows, published to the requested destination
             from gkeflow.components.predict.logic import publish_copy
 
