@@ -31,6 +31,7 @@ def main() -> None:
     Common tasks:
       gkeflow run                      train on the bundled penguins data, locally
       gkeflow run --data my.csv --label target
+      gkeflow run --pipeline prediction --data new.csv   score rows with the champion
       gkeflow compile                  write compiled/training.{gke,vertex}.yaml
       gkeflow plan --target vertex     what each step requests on Vertex AI
       gkeflow models list              models in the local registry

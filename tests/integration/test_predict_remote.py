@@ -201,3 +201,31 @@ def test_predictions_load_into_bigquery_once_per_run(tmp_path, monkeypatch):
         table = fake.tables["proj.scores.daily"]
         assert table.num_rows == 3 and table.column("id").to_pylist() == ["a", "b", "c"]
         assert not fake.violations, fake.violations
+
+
+@pytest.mark.parametrize("backend", ["kubeflow", "vertex"])
+def test_the_scoring_model_is_found_in_remote_registries(backend, request, fast_retries,
+                                                          saved_model_dir):
+    """Champion alias, explicit version and the newest-version fallback, per backend."""
+    from gkeflow.components.predict.resolve import parse_model_ref, resolve_version
+    from gkeflow.components.register.backends import open_registry
+
+    if backend == "kubeflow":
+        fake = request.getfixturevalue("fake_model_registry")
+        uri, settings = f"kubeflow://127.0.0.1:{fake.port}", fast_retries()
+    else:
+        fake = request.getfixturevalue("fake_vertex")
+        uri = f"vertex://projects/{fake.project}/locations/{fake.location}"
+        settings = fast_retries(api_endpoint=fake.endpoint)
+    registry = open_registry(uri, settings)
+    registry.register("churn", "gs://models/churn/1", {"accuracy": 0.9}, run_id="run-1")
+    registry.register("churn", "gs://models/churn/2", {"accuracy": 0.8}, run_id="run-2")
+    newest, note = resolve_version(uri, parse_model_ref("churn"), registry=registry)
+    assert newest.uri == "gs://models/churn/2" and "newest version 2" in note
+    registry.set_alias("churn", 1, "champion")
+    champion, note = resolve_version(uri, parse_model_ref("churn@champion"), registry=registry)
+    assert champion.uri == "gs://models/churn/1" and "alias 'champion'" in note
+    second, _ = resolve_version(uri, parse_model_ref("churn@2"), registry=registry)
+    assert second.version == 2 and second.uri == "gs://models/churn/2"
+    with pytest.raises(PredictError):
+        resolve_version(uri, parse_model_ref("churn@staging"), registry=registry)
