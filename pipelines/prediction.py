@@ -193,7 +193,7 @@ def build_prediction_pipeline(
 
         Args:
             data_uri: Rows to score: CSV/Parquet path or glob, gs:// URI or glob, or
-                bq://project.dataset.table (batch prediction jobs: gs:// CSV/JSONL or bq://).
+                bq://project.dataset.table (batch prediction jobs: gs:// JSONL or bq://).
             model_name: Registered model to score with.
             model_version: Version to use; 0 = by alias.
             model_alias: Alias to use; empty = champion (the newest version when none

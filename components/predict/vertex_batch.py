@@ -1,7 +1,7 @@
 """Scoring on Vertex AI: a BatchPredictionJob for a model in the Vertex AI Model Registry.
 
 The alternative to the ``predict_batch`` step on Vertex AI: Vertex AI reads the input
-(Cloud Storage CSV/JSONL or a BigQuery table), serves the registered version with its
+(Cloud Storage JSONL or a BigQuery table), serves the registered version with its
 serving container on machines it starts, and writes predictions to Cloud Storage or
 BigQuery. The request body is built here and checked with
 ``google.cloud.aiplatform_v1.BatchPredictionJob`` (unknown fields refused) before it is
@@ -10,7 +10,9 @@ the job it created instead of starting a second one.
 
 The input is sent as objects keyed by column name (``instanceConfig.instanceType:
 object``, only the model's features), which is what the exported model's raw-feature
-signature takes; the serving container must serve that signature (``serve``).
+signature takes (exported as ``serve`` and ``serving_default``). Vertex AI builds such
+objects from JSONL files and BigQuery rows only, so CSV input is refused with a message;
+columns must carry the model's input names.
 """
 
 from __future__ import annotations
@@ -50,15 +52,14 @@ def _input_config(data_uri: str) -> dict:
     if not uris or not all(_GCS.match(u) for u in uris):
         raise PredictError(f"a Vertex AI batch prediction job reads gs:// files or a bq:// "
                            f"table; got {data_uri!r}")
-    lower = uris[0].lower()
-    if lower.endswith((".jsonl", ".json")):
-        fmt = "jsonl"
-    elif lower.endswith(".csv") or lower.endswith("*"):
-        fmt = "csv"
-    else:
-        raise PredictError(f"input {uris[0]!r}: a batch prediction job takes .csv or .jsonl "
-                           "files (Parquet: use the predict_batch step)")
-    return {"instancesFormat": fmt, "gcsSource": {"uris": uris}}
+    bad = [u for u in uris if not u.lower().endswith((".jsonl", ".jsonl*", "*.jsonl"))]
+    if bad:
+        raise PredictError(
+            f"input {bad[0]!r}: a batch prediction job sends each row to the model as an "
+            "object keyed by column name, which Vertex AI does for JSONL files (one object "
+            "per line) and BigQuery tables, not for CSV; give .jsonl files or a bq:// table, "
+            "or score CSV/Parquet with the in-pipeline step (use_batch_prediction_job=false)")
+    return {"instancesFormat": "jsonl", "gcsSource": {"uris": uris}}
 
 
 def _output_config(output_uri: str) -> dict:
@@ -95,7 +96,8 @@ def batch_prediction_job_body(
     Args:
         display_name: The job's name (carries the run's hash: see :func:`job_display_name`).
         model_resource: ``projects/p/locations/l/models/m@version``.
-        data_uri: gs:// CSV/JSONL file(s) (comma-separated) or bq://project.dataset.table.
+        data_uri: gs:// JSONL file(s) (comma-separated, globs allowed) or
+            bq://project.dataset.table.
         output_uri: gs:// prefix or bq://project[.dataset].
         features: Columns sent to the model (its raw features).
         key_column: Column returned with each prediction to identify the row.
@@ -246,4 +248,12 @@ def _model_features(version) -> list[str]:
     if text is None:
         raise PredictError(f"no {MODEL_METADATA_FILE} at {version.uri}: cannot tell which "
                            "columns the model takes")
-    return [f["name"] for f in json.loads(text)["features"]]
+    features = json.loads(text)["features"]
+    renamed = [f"{f['name']!r} (model input {f['input']!r})" for f in features
+               if f["name"] != f["input"]]
+    if renamed:
+        raise PredictError(
+            "a batch prediction job passes columns to the model under their own names, but "
+            "the model's inputs are named differently: " + ", ".join(renamed) + "; rename "
+            "those columns in the input to the model's names, or use the in-pipeline step")
+    return [f["name"] for f in features]

@@ -33,7 +33,8 @@ def batch_predict_vertex(
         model_version: Version to use; 0 = by alias.
         model_alias: Alias to use; empty = champion (the newest version when none was
             promoted).
-        data_uri: gs:// CSV or JSONL file(s), comma-separated, or bq://project.dataset.table.
+        data_uri: gs:// JSONL file(s) (one object per line), comma-separated, or
+            bq://project.dataset.table.
         output_uri: gs:// prefix or bq://project[.dataset] for the predictions.
         pipeline_run_id: Run id; a retried step finds the job it created.
         key_column: Column returned with each prediction to identify the row.

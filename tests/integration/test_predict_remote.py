@@ -103,7 +103,7 @@ def job_service():
 
 def test_the_body_is_checked_against_the_api_type():
     body = batch_prediction_job_body(
-        "score", "projects/p/locations/us-central1/models/12@3", "gs://data/in/*.csv",
+        "score", "projects/p/locations/us-central1/models/12@3", "gs://data/in/*.jsonl",
         "gs://out/preds", FEATURES, key_column="id",
         spec=BatchJobSpec(accelerator_type="NVIDIA_L4", accelerator_count=1,
                           max_replica_count=4))
@@ -112,16 +112,22 @@ def test_the_body_is_checked_against_the_api_type():
     assert list(job.instance_config.included_fields) == [*FEATURES, "id"]
     assert job.dedicated_resources.max_replica_count == 4
     with pytest.raises(PredictError, match="invalid BatchPredictionJob body"):
-        batch_prediction_job_body("s", "projects/p/locations/l/models/1@1", "gs://data/a.csv",
-                                  "gs://out/x", FEATURES,
+        batch_prediction_job_body("s", "projects/p/locations/l/models/1@1",
+                                  "gs://data/a.jsonl", "gs://out/x", FEATURES,
                                   spec=BatchJobSpec(accelerator_type="NVIDIA_NOPE",
                                                     accelerator_count=1))
     with pytest.raises(PredictError, match="must name a version"):
-        batch_prediction_job_body("s", "projects/p/locations/l/models/1", "gs://data/a.csv",
+        batch_prediction_job_body("s", "projects/p/locations/l/models/1", "gs://data/a.jsonl",
                                   "gs://out/x", FEATURES)
-    with pytest.raises(PredictError, match="Parquet: use the predict_batch step"):
-        batch_prediction_job_body("s", "projects/p/locations/l/models/1@1",
-                                  "gs://data/a.parquet", "gs://out/x", FEATURES)
+    for data in ("gs://data/a.parquet", "gs://data/a.csv"):
+        with pytest.raises(PredictError, match="JSONL files .* or a bq:// table"):
+            batch_prediction_job_body("s", "projects/p/locations/l/models/1@1", data,
+                                      "gs://out/x", FEATURES)
+    table = batch_prediction_job_body("s", "projects/p/locations/l/models/1@1",
+                                      "bq://p.d.new_rows", "bq://p.scores", FEATURES)
+    assert table["inputConfig"] == {"instancesFormat": "bigquery",
+                                    "bigquerySource": {"inputUri": "bq://p.d.new_rows"}}
+    assert table["outputConfig"]["predictionsFormat"] == "bigquery"
 
 
 def test_batch_job_for_the_champion_is_created_once_per_run(gcs, job_service):
@@ -132,7 +138,7 @@ def test_batch_job_for_the_champion_is_created_once_per_run(gcs, job_service):
                                                    retry_delay_s=0.01))
     registry.register("penguins", MODEL_URI, {"accuracy": 0.9}, run_id="train-1",
                       aliases=("champion",))
-    args = dict(registry_uri=uri, model="penguins", data_uri="gs://data/new.csv",
+    args = dict(registry_uri=uri, model="penguins", data_uri="gs://data/new.jsonl",
                 output_uri="gs://out/preds", run_id="score-run-1", key_column="id",
                 api_endpoint=job_service.url, poll_s=0.01, timeout_s=10)
     first = run_batch_prediction(**args)
@@ -146,6 +152,12 @@ def test_batch_job_for_the_champion_is_created_once_per_run(gcs, job_service):
     assert len(job_service.created_bodies) == 1
     with pytest.raises(PredictError, match="Vertex AI Model Registry"):
         run_batch_prediction(**{**args, "registry_uri": "sqlite:///x.db"})
+    gcs.bucket("models").blob("renamed/1/gkeflow_model.json").upload_from_string(json.dumps(
+        {"features": [{"name": "tenure months", "input": "tenure_months", "type": "numeric"}]}))
+    registry.register("renamed", "gs://models/renamed/1", {}, run_id="train-2")
+    with pytest.raises(PredictError, match="'tenure months' \\(model input 'tenure_months'\\)"):
+        run_batch_prediction(**{**args, "model": "renamed"})
+    assert len(job_service.created_bodies) == 1
 
 
 @pytest.mark.slow
