@@ -180,7 +180,7 @@ def score_stream(sources, header: list[str], profile: TrainingProfile, scorer: S
             if kept_rows:
                 probs = scorer(model_inputs(rows, schema, names, keep))
                 if key_column:
-                    keys = rows.text[key_column].filter(pa.array(keep))
+                    keys = rows.key.filter(pa.array(keep))
                 else:
                     keys = pa.array(np.flatnonzero(keep) + read, pa.int64())
                 columns = [keys, pa.array(np.asarray(scorer.classes, dtype=object)[
@@ -284,6 +284,9 @@ def predict(
     version, selected_by = resolve_version(registry_uri, ref)
     model_dir = fetch_model(version.uri, Path(workdir))
     profile = training_profile(model_dir)
+    if not key_column:  # a key declared in the training schema identifies rows here too
+        keys = [c.name for c in profile.schema.columns if c.role == "key" and c.name in header]
+        key_column = keys[0] if len(keys) == 1 else ""
     scorer = Scorer(model_dir, batch_rows)
     started = time.perf_counter()  # scoring only: the model load is not per row
     sink = PredictionSink(output_uri, fmt, output_schema(key_column, scorer.classes),

@@ -31,6 +31,7 @@ class TypedRows:
     text: dict[str, pa.Array]  # column -> string array, null = missing
     reason: np.ndarray
     reasons: list[str] = field(default_factory=list)
+    key: pa.Array | None = None  # the key column as text, when there is one
 
     def reject(self, mask: np.ndarray, reason: str) -> None:
         mask = mask & (self.reason < 0)
@@ -149,7 +150,7 @@ def type_rows(batch: pa.RecordBatch, schema: Schema, key_column: str = "") -> Ty
         missing = np.asarray(pc.fill_null(pc.equal(key, ""), True).to_numpy(
             zero_copy_only=False), dtype=bool)
         rows.reject(missing, f"missing key {key_column!r}")
-        rows.text[key_column] = key
+        rows.key = key
     return rows
 
 

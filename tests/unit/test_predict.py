@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -210,3 +211,31 @@ def test_parquet_input_and_a_glob_score_like_csv(tmp_path, registered):
     assert a["predicted_class"].tolist() == b["predicted_class"].tolist()
     np.testing.assert_allclose(a["probability_Adelie"], b["probability_Adelie"], rtol=1e-5)
     assert json.loads(json.dumps(from_parquet.metadata()))["rows_scored"] == 30
+
+
+@pytest.mark.slow
+def test_a_key_declared_in_the_schema_or_a_feature_as_key(tmp_path, registered):
+    import shutil
+
+    from gkeflow.components.prepare.logic import ColumnSchema, Schema
+
+    _, model_dir = registered
+    copy = tmp_path / "model"
+    shutil.copytree(model_dir, copy)
+    meta = json.loads((copy / "gkeflow_model.json").read_text())
+    schema = Schema.load(Path(meta["training_data_uri"]))
+    schema.columns.insert(0, ColumnSchema("id", "categorical", "key", False))
+    (copy / "schema.json").write_text(schema.to_json())  # found before the dataset's
+    uri = f"sqlite:///{tmp_path / 'keyed.db'}"
+    LocalRegistry(uri).register("penguins-classifier", str(copy), {}, run_id="k")
+    frame = _penguins_csv(tmp_path / "new.csv", rows=12)
+    _run(tmp_path, tmp_path / "new.csv", uri)
+    out = pq.read_table(tmp_path / "predictions.parquet").to_pandas()
+    assert out.columns[0] == "id" and out["id"].tolist() == frame["id"].tolist()
+    # a feature may be the key too: it stays a feature for the model
+    by_island = _run(tmp_path, tmp_path / "new.csv", uri, key_column="island",
+                     out_name="i.parquet")
+    island = pq.read_table(tmp_path / "i.parquet").to_pandas()
+    assert island["island"].tolist() == frame["island"].tolist()
+    assert island["predicted_class"].tolist() == out["predicted_class"].tolist()
+    assert by_island.rows_scored == 12
