@@ -74,8 +74,13 @@ def predict_batch(
     from pathlib import Path
 
     from gkeflow.components.predict.logic import predict
+    from gkeflow.components.predict.sinks import check_output_uri
+    from gkeflow.components.predict.sinks import output_format as format_of
 
-    extension = "csv" if output_format == "csv" else "parquet"
+    extension = format_of("", output_format)  # refuses anything but parquet or csv
+    if output_uri:  # refused before any row is scored, not after
+        check_output_uri(output_uri)
+        format_of(output_uri, extension)
     Path(predictions.path).mkdir(parents=True, exist_ok=True)
     local_file = str(Path(predictions.path) / f"predictions.{extension}")
     Path(rejected.path).mkdir(parents=True, exist_ok=True)
