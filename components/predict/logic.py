@@ -351,8 +351,14 @@ def publish_copy(local_file: str, output_uri: str, run_id: str = "",
     if source_format == "parquet":
         parquet = pq.ParquetFile(local_file)
         schema, batches = parquet.schema_arrow, parquet.iter_batches(batch_size=DEFAULT_BATCH_ROWS)
-    else:
-        reader = pacsv.open_csv(local_file)
+    else:  # the columns' own types: a key such as "007" stays text
+        with open(local_file, encoding="utf-8") as handle:
+            names = handle.readline().rstrip("\r\n").replace('"', "").split(",")
+        types = {n: (pa.float32() if n.startswith("probability_") else
+                     pa.int64() if n in (ROW_NUMBER, "model_version") else pa.string())
+                 for n in names}
+        reader = pacsv.open_csv(local_file, convert_options=pacsv.ConvertOptions(
+            column_types=types, strings_can_be_null=False))
         schema, batches = reader.schema, reader
     sink = PredictionSink(output_uri, output_format(output_uri, source_format), schema,
                           run_id=run_id, bq_write_mode=bq_write_mode)

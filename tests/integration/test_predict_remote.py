@@ -241,3 +241,24 @@ def test_the_scoring_model_is_found_in_remote_registries(backend, request, fast_
     assert second.version == 2 and second.uri == "gs://models/churn/2"
     with pytest.raises(PredictError):
         resolve_version(uri, parse_model_ref("churn@staging"), registry=registry)
+
+
+def test_a_csv_predictions_file_is_copied_with_its_types(gcs, tmp_path):
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    from gkeflow.components.predict.logic import publish_copy
+
+    local = tmp_path / "predictions.csv"
+    pacsv.write_csv(pa.table({"id": ["007", "010"], "predicted_class": ["1", "2"],
+                              "probability_1": pa.array([0.75, 0.25], pa.float32()),
+                              "probability_2": pa.array([0.25, 0.75], pa.float32()),
+                              "model_name": ["m", "m"], "model_version": [4, 4]}), local)
+    publish_copy(str(local), "gs://out/copy.parquet")
+    table = pq.read_table(io.BytesIO(gcs.bucket("out").blob("copy.parquet").download_as_bytes()))
+    assert table.column("id").to_pylist() == ["007", "010"]
+    assert table.column("predicted_class").to_pylist() == ["1", "2"]
+    assert table.schema.field("probability_1").type == pa.float32()
+    publish_copy(str(local), "gs://out/copy.csv")
+    text = gcs.bucket("out").blob("copy.csv").download_as_text()
+    assert text.splitlines()[1].startswith('"007","1",0.75')
