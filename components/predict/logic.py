@@ -352,8 +352,10 @@ def publish_copy(local_file: str, output_uri: str, run_id: str = "",
         parquet = pq.ParquetFile(local_file)
         schema, batches = parquet.schema_arrow, parquet.iter_batches(batch_size=DEFAULT_BATCH_ROWS)
     else:  # the columns' own types: a key such as "007" stays text
-        with open(local_file, encoding="utf-8") as handle:
-            names = handle.readline().rstrip("\r\n").replace('"', "").split(",")
+        import csv
+
+        with open(local_file, encoding="utf-8", newline="") as handle:
+            names = next(csv.reader(handle))
         types = {n: (pa.float32() if n.startswith("probability_") else
                      pa.int64() if n in (ROW_NUMBER, "model_version") else pa.string())
                  for n in names}
