@@ -239,3 +239,59 @@ def test_a_key_declared_in_the_schema_or_a_feature_as_key(tmp_path, registered):
     assert island["island"].tolist() == frame["island"].tolist()
     assert island["predicted_class"].tolist() == out["predicted_class"].tolist()
     assert by_island.rows_scored == 12
+
+
+@pytest.mark.slow
+def test_every_row_is_counted_once_whatever_the_damage(tmp_path_factory, registered):
+    """On CSVs damaged at random (seeded), rows read = scored + rejected = data lines,
+    and the predictions hold exactly the ids of the rows not rejected, in order."""
+    import random
+
+    uri, _ = registered
+    good = ["Biscoe", "41.1", "18.2", "192", "4050", "male", "2008"]
+    damage = ["ok", "ok", "ok", "text", "empty", "short", "long", "utf8", "nokey", "unseen",
+              "huge"]
+
+    def check(kinds):
+        work = tmp_path_factory.mktemp("prop")
+        lines, expected_kept = [], []
+        for i, kind in enumerate(kinds):
+            cells = [f"k{i}", "Adelie", *good]
+            if kind == "text":
+                cells[3] = "abc"
+            elif kind == "empty":
+                cells[2:] = [""] * 7
+            elif kind == "short":
+                cells = cells[:4]
+            elif kind == "long":
+                cells.append("extra")
+            elif kind == "nokey":
+                cells[0] = ""
+            elif kind == "unseen":
+                cells[2] = "Nowhere"
+            elif kind == "huge":
+                cells[3] = "1e9"
+            line = ",".join(cells).encode()
+            if kind == "utf8":
+                line = line.replace(b"Biscoe", b"Bis\xffcoe")
+            lines.append(line)
+            if kind in ("ok", "empty", "unseen", "huge"):
+                expected_kept.append(f"k{i}")
+        data = work / "d.csv"
+        data.write_bytes(b"\n".join([("id," + PENGUIN_HEADER).encode(), *lines]) + b"\n")
+        result = _run(work, data, uri, key_column="id", max_rejected_fraction=1.0,
+                      max_drift=1.0)
+        assert result.rows_read == len(kinds)
+        assert result.rows_scored + result.rows_rejected == result.rows_read
+        assert result.rows_scored == len(expected_kept)
+        if expected_kept:
+            out = pq.read_table(work / "predictions.parquet").to_pandas()
+            assert out["id"].tolist() == expected_kept
+        with open(work / "rejected.csv", newline="") as handle:
+            rejected = list(csv.DictReader(handle))
+        assert len(rejected) == result.rows_rejected and all(r["reason"] for r in rejected)
+
+    rng = random.Random(19)  # fixed cases: reproducible, bounded time
+    for size in (1, 2, 5, 17, 40, 40):
+        check([rng.choice(damage) for _ in range(size)])
+    check(["utf8"] * 3 + ["ok"])
