@@ -99,6 +99,9 @@ def run_prediction_command(console: Console, data: str | None, model: str | None
         "model_alias": "" if ref.version or ref.alias == "champion" else ref.alias,
         "registry_uri": registry_uri}
     arguments.update(prediction_params(params))
+    target = arguments.get("output_uri", "")
+    if target and "://" not in target:  # steps run elsewhere: a local path must be absolute
+        arguments["output_uri"] = str(Path(target).expanduser().absolute())
     console.print(f"[bold]gkeflow run[/bold]: prediction pipeline on {data_uri} with "
                   f"{reference} ({how})", soft_wrap=True)
 
@@ -143,6 +146,8 @@ def _print_summary(console: Console, result) -> None:
     if folder:
         files = sorted(p for p in folder.iterdir() if p.name.startswith("predictions."))
         console.print(f"Predictions: {files[0] if files else folder}", markup=False)
+    if meta.get("published_to"):
+        console.print(f"Published:   {meta['published_to']}", markup=False)
     for label, task, name, file in (("Rejected:", "predict-batch", "rejected", "rejected.csv"),
                                     ("Report:", "report-predictions", "summary", "")):
         path = result.output_dir(task, name)

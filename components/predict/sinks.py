@@ -123,7 +123,10 @@ class PredictionSink:
                 self._upload_gcs()
             elif self.uri.startswith("bq://"):
                 self._load_bigquery()
-            else:
+            else:  # mkstemp made it private; published files get the usual mode
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(self.scratch, 0o666 & ~umask)
                 os.replace(self.scratch, Path(self.uri.removeprefix("file://")))
         finally:
             with contextlib.suppress(FileNotFoundError):

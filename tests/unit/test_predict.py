@@ -127,6 +127,7 @@ def test_predictions_equal_the_exported_models_own_outputs(tmp_path, registered)
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
     assert set(out["model_version"]) == {1} and set(out["model_name"]) == {"penguins-classifier"}
     assert result.metadata()["rows_read"] == 60
+    assert (tmp_path / "predictions.parquet").stat().st_mode & 0o044  # not private
     assert "**OK**" in (tmp_path / "report.md").read_text()
 
 
