@@ -31,6 +31,7 @@ def main() -> None:
     Common tasks:
       gkeflow run                      train on the bundled penguins data, locally
       gkeflow run --data my.csv --label target
+      gkeflow run --pipeline prediction --data new.csv   score rows with the champion
       gkeflow compile                  write compiled/training.{gke,vertex}.yaml
                                        and compiled/components/<component>.yaml
       gkeflow docs                     regenerate docs/components.md from the components
@@ -56,8 +57,16 @@ def _default_model_name(data: str | None) -> str:
 
 
 @main.command()
+@click.option("--pipeline", type=click.Choice(["training", "prediction"]), default="training",
+              show_default=True,
+              help="training: prepare, train, evaluate, register. prediction: score --data "
+                   "with a model registered by an earlier run in the same --output.")
+@click.option("--model", "model_ref", metavar="NAME[@VERSION|@ALIAS]",
+              help="--pipeline prediction: the registered model (default: the only one, at "
+                   "its champion alias or newest version).")
 @click.option("--data", "data", metavar="PATH",
-              help="CSV file to train on. Default: the bundled Palmer Penguins data.")
+              help="CSV file to train on (or, with --pipeline prediction, rows to score). "
+                   "Default: the bundled Palmer Penguins data.")
 @click.option("--label", "label", metavar="COLUMN",
               help="Column holding the class to predict (required with --data; "
                    "'species' for the bundled data).")
@@ -89,19 +98,28 @@ def _default_model_name(data: str | None) -> str:
                    "trains with N worker processes (MultiWorkerMirroredStrategy).")
 @click.option("--no-cache", is_flag=True, help="Re-run every step instead of reusing cached ones.")
 @click.option("-v", "--verbose", is_flag=True, help="Stream every step's log to the terminal.")
-def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eval_ratio,
-        test_ratio, model_name, min_accuracy, model_type, user_module, params, compute_overrides,
-        no_cache, verbose) -> None:
+def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_rate,
+        train_ratio, eval_ratio, test_ratio, model_name, min_accuracy, model_type, user_module,
+        params, compute_overrides, no_cache, verbose) -> None:
     """Run the training pipeline on this machine with kfp.local (no cloud, no Docker).
 
     Executes the same pipeline definition that `gkeflow compile` writes for GKE and
     Vertex: prepare -> train -> evaluate -> register (only if accuracy >= --min-accuracy).
     Every step runs as a subprocess; the full log is saved under OUTPUT/logs/.
+    With --pipeline prediction: score --data with a registered model (see README).
     """
     from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS, SplitRatios
     from gkeflow.pipelines.local import run_local
 
     console = _console()
+    if pipeline == "prediction":
+        from gkeflow.pipelines.run_prediction import run_prediction_command
+
+        return run_prediction_command(console, data, model_ref, output, REGISTRY_FILE, params,
+                                      no_cache, verbose)
+    if model_ref:
+        raise click.UsageError("--model applies to --pipeline prediction; name the model to "
+                               "train with --model-name")
     if data and not label:
         raise click.UsageError("--label is required with --data: name the column to predict.")
     if data and not Path(data).is_file():
@@ -269,12 +287,12 @@ def _compute_options(func):
 
 def _resolve_compute(config_path: Path | None, compute_overrides: tuple[str, ...]) -> dict:
     """Per-step profiles: defaults in code, then gkeflow.yaml, then --compute flags."""
+    from gkeflow.pipelines.compile import default_compute
     from gkeflow.pipelines.compute import ComputeError, apply_overrides
     from gkeflow.pipelines.config import ConfigError, load_config
-    from gkeflow.pipelines.training import DEFAULT_COMPUTE
 
     try:
-        profiles = load_config(config_path).compute_overrides(DEFAULT_COMPUTE)
+        profiles = load_config(config_path).compute_overrides(default_compute())
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
@@ -359,11 +377,13 @@ def docs_command(output: Path | None, check: bool) -> None:
 
 @main.command("plan")
 @click.argument("pipeline", default="training")
+@click.option("--pipeline", "pipeline_option", metavar="NAME",
+              help="The pipeline (same as the PIPELINE argument).")
 @click.option("--target", type=click.Choice(COMPILE_TARGETS), default="gke", show_default=True,
               help="Backend whose requests to show.")
 @_compute_options
-def plan_command(pipeline: str, target: str, config_path: Path | None,
-                 compute_overrides: tuple[str, ...]) -> None:
+def plan_command(pipeline: str, pipeline_option: str | None, target: str,
+                 config_path: Path | None, compute_overrides: tuple[str, ...]) -> None:
     """Show what each step of PIPELINE (default: training) will request on a target.
 
     One row per step: image, CPU, memory, accelerator (as the target spells it), GPUs per
@@ -377,18 +397,28 @@ def plan_command(pipeline: str, target: str, config_path: Path | None,
     from gkeflow.pipelines.compile import PIPELINES
     from gkeflow.pipelines.compute import ComputeError, plan, target_notes
 
+    pipeline = pipeline_option or pipeline
     if pipeline not in PIPELINES:
         raise click.BadParameter(f"unknown pipeline {pipeline!r}; available: "
                                  f"{', '.join(PIPELINES)}", param_hint="PIPELINE")
-    from gkeflow.pipelines.training import resolve_compute, step_images
+    if pipeline == "prediction":
+        from gkeflow.pipelines.prediction import resolve_compute, step_images
+    else:
+        from gkeflow.pipelines.training import resolve_compute, step_images
 
     compute = _resolve_compute(config_path, compute_overrides)
+    if pipeline == "training":
+        from gkeflow.pipelines.compile import training_compute
+
+        compute = training_compute(compute)
     try:
         profiles = resolve_compute(target, compute)
         lock = load_lock()
+        images = (step_images(target, profiles) if pipeline == "prediction"
+                  else step_images())
     except (ComputeError, ImageLockError) as exc:
         raise click.ClickException(str(exc)) from exc
-    images = {step: pin(image, lock) for step, image in step_images().items()}
+    images = {step: pin(image, lock) for step, image in images.items()}
     rows = plan(profiles, target, {step: image.rsplit("/", 1)[-1]
                                    for step, image in images.items()})
     caption = ("CPU and memory: request = limit" if target == "gke"

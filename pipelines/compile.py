@@ -23,11 +23,47 @@ class ReleaseError(ValueError):
 def _training(target: str, compute=None):
     from gkeflow.pipelines.training import build_training_pipeline
 
-    return build_training_pipeline(target, compute)
+    return build_training_pipeline(target, training_compute(compute))
+
+
+def _prediction(target: str, compute=None):
+    from gkeflow.pipelines.prediction import build_prediction_pipeline
+
+    return build_prediction_pipeline(target, compute)
 
 
 #: Pipeline short name -> builder taking a target and per-step compute overrides.
-PIPELINES: dict[str, Callable[..., object]] = {"training": _training}
+PIPELINES: dict[str, Callable[..., object]] = {"training": _training, "prediction": _prediction}
+
+
+def default_compute() -> dict:
+    """Every pipeline's steps and their default compute (gkeflow.yaml may override any)."""
+    from gkeflow.pipelines.prediction import DEFAULT_COMPUTE as PREDICTION
+    from gkeflow.pipelines.training import DEFAULT_COMPUTE as TRAINING
+
+    return {**TRAINING, **PREDICTION}
+
+
+def training_compute(compute: Mapping | None) -> Mapping | None:
+    """``compute`` without other pipelines' steps (one gkeflow.yaml holds every pipeline's);
+    a step no pipeline has stays, so the training pipeline reports it."""
+    from gkeflow.pipelines.training import DEFAULT_COMPUTE
+
+    if compute is None:
+        return None
+    return {step: p for step, p in compute.items()
+            if step in DEFAULT_COMPUTE or step not in default_compute()}
+
+
+def parameters_of_other_pipelines(pipeline: str) -> set[str]:
+    """Parameters that other pipelines take and ``pipeline`` does not (on any target): a
+    shared ``parameters:`` environment in gkeflow.yaml may set them for those pipelines."""
+    def names(name: str) -> set[str]:
+        return {key for target in COMPILE_TARGETS
+                for key in PIPELINES[name](target).component_spec.inputs}
+
+    others = set().union(*(names(n) for n in PIPELINES if n != pipeline))
+    return others - names(pipeline) if pipeline in PIPELINES else others
 
 
 def compiled_path(output_dir: Path, pipeline: str, target: str) -> Path:

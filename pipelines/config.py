@@ -475,4 +475,14 @@ schedules:
     cron: "30 6 * * 1"
     time_zone: UTC
     environment: prod
+  - name: nightly-scoring                    # score the day's rows with the champion
+    pipeline: prediction
+    target: vertex
+    cron: "0 4 * * *"
+    time_zone: Europe/Berlin
+    parameters:
+      data_uri: gs://my-bucket/incoming/*.csv
+      key_column: id
+      output_uri: bq://my-project.scoring.penguins
+      bq_write_mode: append
 '''

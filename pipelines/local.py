@@ -171,22 +171,26 @@ def run_local(
     on_event: Callable[[StepReport], None] | None = None,
     enable_caching: bool = True,
     compute: dict | None = None,
+    pipeline: Callable | None = None,
 ) -> LocalRunResult:
-    """Run ``training_pipeline`` with ``arguments`` under ``output_dir`` using kfp.local.
+    """Run ``pipeline`` (default: the training pipeline) with ``arguments`` under
+    ``output_dir`` using kfp.local.
 
-    ``compute``: per-step profiles; ``train-model`` with ``replicas > 1`` trains with that
-    many worker processes on loopback.
+    ``compute``: per-step profiles of the training pipeline; ``train-model`` with
+    ``replicas > 1`` trains with that many worker processes on loopback.
     """
     from kfp import local
 
-    from gkeflow.pipelines.compute import ComputeError
-    from gkeflow.pipelines.training import build_training_pipeline, training_pipeline
+    if pipeline is None:
+        from gkeflow.pipelines.compute import ComputeError
+        from gkeflow.pipelines.training import build_training_pipeline, training_pipeline
 
-    if compute:
-        try:
-            training_pipeline = build_training_pipeline("local", compute)
-        except ComputeError as exc:
-            raise LocalRunError(str(exc)) from exc
+        pipeline = training_pipeline
+        if compute:
+            try:
+                pipeline = build_training_pipeline("local", compute)
+            except ComputeError as exc:
+                raise LocalRunError(str(exc)) from exc
 
     output_dir = Path(output_dir).resolve()
     if _REWRITTEN_WORD in str(output_dir):
@@ -218,7 +222,7 @@ def run_local(
             warnings.filterwarnings("ignore", message=".*non-Python base image.*")
             warnings.filterwarnings("ignore", message=".*no effect in the current local runner.*")
             try:
-                training_pipeline(**arguments)
+                pipeline(**arguments)
             except Exception as exc:  # kfp.local raises for invalid arguments
                 error = f"{type(exc).__name__}: {exc}"
                 print(error)
