@@ -30,7 +30,7 @@ def predict_batch(
     bq_filter: str = "",
     bq_write_mode: str = "truncate",
     pipeline_run_id: str = "",
-) -> NamedTuple("PredictOutputs", model_version=int, rows_scored=int, rows_rejected=int):
+) -> NamedTuple("PredictOutputs", scored_version=int, rows_scored=int, rows_rejected=int):
     """Scores new rows with a registered model (the champion by default) in large batches.
 
     Args:
@@ -65,7 +65,7 @@ def predict_batch(
         pipeline_run_id: Run id; a retried BigQuery load finds the first one.
 
     Returns:
-        model_version: The version that scored the rows.
+        scored_version: The version that scored the rows.
         rows_scored: Rows with a prediction.
         rows_rejected: Rows set aside in rejected.csv.
     """
@@ -119,7 +119,7 @@ def predict_batch(
     print(f"scored {result.rows_scored} of {result.rows_read} rows with {result.model_name} "
           f"version {result.model_version} ({result.selected_by}); "
           f"{result.rows_rejected} rejected")
-    outputs = namedtuple("PredictOutputs", ["model_version", "rows_scored", "rows_rejected"])
+    outputs = namedtuple("PredictOutputs", ["scored_version", "rows_scored", "rows_rejected"])
     return outputs(result.model_version, result.rows_scored, result.rows_rejected)
 
 
