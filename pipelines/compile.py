@@ -26,8 +26,16 @@ def _training(target: str, compute=None):
     return build_training_pipeline(target, compute)
 
 
+def _sweep(target: str, compute=None):
+    """The sweep pipeline with ./gkeflow.yaml's ``sweep:`` section, or the default sweep."""
+    from gkeflow.pipelines.config import load_config
+    from gkeflow.pipelines.sweep import build_sweep_pipeline
+
+    return build_sweep_pipeline(target, compute, load_config().sweep)
+
+
 #: Pipeline short name -> builder taking a target and per-step compute overrides.
-PIPELINES: dict[str, Callable[..., object]] = {"training": _training}
+PIPELINES: dict[str, Callable[..., object]] = {"training": _training, "sweep": _sweep}
 
 
 def compiled_path(output_dir: Path, pipeline: str, target: str) -> Path:
@@ -93,10 +101,41 @@ def compile_pipeline(
         tmp_path = Path(tmp.name)
     try:
         compiler.Compiler().compile(built, str(tmp_path))
+        _stable_header(tmp_path)
         tmp_path.replace(path)
     finally:
         tmp_path.unlink(missing_ok=True)
     return path
+
+
+def _stable_header(path: Path) -> None:
+    """Sort the keys of dict defaults in the YAML's header comment.
+
+    kfp renders a default such as the sweep's trial list from a protobuf Struct, whose key
+    order changes from one process to the next; sorted, the file is the same every time.
+    """
+    import ast
+    import re
+
+    def sort(value):
+        if isinstance(value, dict):
+            return {k: sort(value[k]) for k in sorted(value)}
+        if isinstance(value, list):
+            return [sort(v) for v in value]
+        return value
+
+    def stable(match: re.Match) -> str:
+        try:
+            return f"[Default: {sort(ast.literal_eval(match.group(1)))!r}]"
+        except (ValueError, SyntaxError):
+            return match.group(0)
+
+    lines = path.read_text().split("\n")
+    for index, line in enumerate(lines):
+        if not line.startswith("#"):
+            break
+        lines[index] = re.sub(r"\[Default: ([\[{].*)\]$", stable, line)
+    path.write_text("\n".join(lines))
 
 
 def compile_all(

@@ -170,11 +170,14 @@ def run_local(
     echo_logs: bool = False,
     on_event: Callable[[StepReport], None] | None = None,
     enable_caching: bool = True,
+    pipeline: Callable[..., Any] | None = None,
 ) -> LocalRunResult:
-    """Run ``training_pipeline`` with ``arguments`` under ``output_dir`` using kfp.local."""
+    """Run ``pipeline`` (default: ``training_pipeline``) with ``arguments`` under
+    ``output_dir`` using kfp.local."""
     from kfp import local
 
-    from gkeflow.pipelines.training import training_pipeline
+    if pipeline is None:
+        from gkeflow.pipelines.training import training_pipeline as pipeline
 
     output_dir = Path(output_dir).resolve()
     if _REWRITTEN_WORD in str(output_dir):
@@ -206,7 +209,7 @@ def run_local(
             warnings.filterwarnings("ignore", message=".*non-Python base image.*")
             warnings.filterwarnings("ignore", message=".*no effect in the current local runner.*")
             try:
-                training_pipeline(**arguments)
+                pipeline(**arguments)
             except Exception as exc:  # kfp.local raises for invalid arguments
                 error = f"{type(exc).__name__}: {exc}"
                 print(error)

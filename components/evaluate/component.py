@@ -71,6 +71,7 @@ def evaluate_model(
     from gkeflow.components.evaluate.logic import evaluate
     from gkeflow.components.evaluate.model_card import render_model_card
     from gkeflow.components.prepare.logic import Schema
+    from gkeflow.components.sweep.logic import sweep_card_section
 
     result = evaluate(
         dataset_dir=Path(dataset.path),
@@ -96,7 +97,8 @@ def evaluate_model(
         threshold=[round(float(v), 6) for v in result.roc.thresholds],
     )
     classification_metrics.metadata["rocPositiveClass"] = result.roc_class
-    write_text_atomic(Path(model_card.path), render_model_card(result))
+    write_text_atomic(Path(model_card.path),
+                      render_model_card(result) + sweep_card_section(Path(model.path)))
     write_text_atomic(Path(evaluation.path), result.to_json())
     evaluation.metadata.update({
         "blessed": result.passed,
