@@ -183,8 +183,9 @@ class Selection:
             "best_value": self.best.value(self.metric),
             "hyperparameters": self.best.hyperparameters,
             "trials": self.rows,
-            "succeeded": sum(1 for r in self.rows if r["status"] == "succeeded"),
-            "failed": sum(1 for r in self.rows if r["status"] != "succeeded"),
+            # a trial without a finite metric cannot be compared: it counts as failed
+            "succeeded": sum(1 for r in self.rows if r["rank"] is not None),
+            "failed": sum(1 for r in self.rows if r["rank"] is None),
         }
 
 
@@ -212,7 +213,7 @@ def export_best_model(selection: Selection, model_paths: Mapping[str, Path],
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(source, staging)
     (staging / SWEEP_FILE).write_text(json.dumps(selection.summary(), indent=2,
-                                                 sort_keys=True, default=str) + "\n")
+                                                 default=str) + "\n")
     if destination.exists():
         shutil.rmtree(destination)
     staging.rename(destination)

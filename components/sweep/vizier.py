@@ -109,16 +109,15 @@ def outcomes(job: Mapping[str, Any], metric: str) -> tuple[list[dict], list[str]
 
 
 def submit_and_wait(body: Mapping[str, Any], project: str, location: str,
-                    client: Any = None, poll_s: float = 60.0,
+                    api_endpoint: str = "", credentials: Any = None, poll_s: float = 60.0,
                     on_state: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Create the job once per pipeline run (a retried step finds and follows the job its
     first attempt created), wait for it to end; returns the finished job as JSON."""
     from google.cloud import aiplatform_v1
 
-    if client is None:
-        client = aiplatform_v1.JobServiceClient(
-            client_options={"api_endpoint": f"{location}-aiplatform.googleapis.com"},
-            transport="rest")
+    client = aiplatform_v1.JobServiceClient(
+        client_options={"api_endpoint": api_endpoint or f"{location}-aiplatform.googleapis.com"},
+        credentials=credentials, transport="rest")
     parent = f"projects/{project}/locations/{location}"
     run_label = body["labels"][RUN_LABEL]
     existing = list(client.list_hyperparameter_tuning_jobs(
@@ -138,4 +137,5 @@ def submit_and_wait(body: Mapping[str, Any], project: str, location: str,
             break
         time.sleep(poll_s)
         job = client.get_hyperparameter_tuning_job(name=job.name)
-    return json.loads(aiplatform_v1.HyperparameterTuningJob.to_json(job))
+    return json.loads(aiplatform_v1.HyperparameterTuningJob.to_json(
+        job, use_integers_for_enums=False))
