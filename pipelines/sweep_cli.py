@@ -59,7 +59,7 @@ def resolve_sweep(config_path: Path | None = None, sweep_params: tuple[str, ...]
         return sweep_from_flags(configured, sweep_params, algorithm, max_trials,
                                 parallel_trials, metric, direction, seed)
     except SweepError as exc:
-        raise click.BadParameter(str(exc), param_hint="--sweep-param / sweep:") from None
+        raise click.BadParameter(str(exc), param_hint="--sweep-param") from None
 
 
 def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate, train_ratio,

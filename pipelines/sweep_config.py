@@ -27,6 +27,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
@@ -238,8 +239,11 @@ def parse_sweep(raw: Mapping[str, Any] | None, where: str = "sweep") -> SweepCon
         for error in exc.errors():
             loc = [str(p) for p in error["loc"] if p not in ("choice", "uniform", "loguniform",
                                                            "int")]
-            key = ".".join([where, *loc])
-            problems.append(f"{key}: {error['msg'].removeprefix('Value error, ')}")
+            message = error["msg"].removeprefix("Value error, ")
+            if not loc and re.match(r"^[a-z_.]+: ", message):
+                problems.append(f"{where}.{message}")  # the message names its own key
+                continue
+            problems.append(f"{'.'.join([where, *loc])}: {message}")
         raise SweepError("\n".join(problems)) from None
 
 
