@@ -117,14 +117,19 @@ class _EventStream(io.TextIOBase):
 
     def _line(self, line: str) -> None:
         if match := EXECUTING.search(line):
-            step = StepReport(name=match.group(1), started=time.time())
+            name, n = match.group(1), 1
+            while name in self.steps:  # a ParallelFor runs the same task once per item
+                n += 1
+                name = f"{match.group(1)} #{n}"
+            step = StepReport(name=name, started=time.time())
             self.steps[step.name] = step
             self._current = step
             if self._on_event:
                 self._on_event(step)
             return
         if match := FINISHED.search(line):
-            step = self.steps.get(match.group(1))
+            step = next((s for key, s in self.steps.items() if s.status == "RUNNING"
+                         and key.split(" #")[0] == match.group(1)), None)
             if step:
                 step.status = match.group(2)
                 step.finished = time.time()

@@ -189,7 +189,7 @@ def build_sweep_pipeline(target: str = "local",
                 model_type=model_type, hidden_units=hidden_units, dropout=dropout,
                 early_stopping_patience=early_stopping_patience,
                 user_module=user_module, require_gpu=require_gpu,
-                spec=_vizier_spec(sweep, profiles[TRIAL_STEP]),
+                spec=_vizier_spec(sweep, profiles[TRIAL_STEP]), trial_image=_trial_image(),
                 pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
                 pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
             ), "tune-with-vizier")
@@ -243,6 +243,7 @@ def build_sweep_pipeline(target: str = "local",
                 pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
                 pipeline_task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
                 registry_uri=registry_uri,
+                labels=best.outputs["labels"],
                 data_uri=data_uri,
             ), "register-model")
 
@@ -253,6 +254,13 @@ def _vizier_spec(sweep: SweepConfig, profile: ComputeProfile) -> str:
     from gkeflow.pipelines.vizier import tuning_spec
 
     return tuning_spec(sweep, profile)
+
+
+def _trial_image() -> str:
+    """The GPU image Vizier trials run in, pinned to its digest when the lock file has one."""
+    from gkeflow.components.images import GPU_IMAGE, load_lock, pin
+
+    return pin(GPU_IMAGE, load_lock())
 
 
 def sweep_plan(sweep: SweepConfig, profiles: Mapping[str, ComputeProfile]) -> dict[str, int]:

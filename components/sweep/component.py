@@ -19,7 +19,7 @@ def select_best_trial(
     direction: str = "maximize",
     tuned: str = "",
 ) -> NamedTuple("Selection", best_trial=str, best_value=float, hyperparameters=str,
-                table=str):
+                table=str, labels=str):
     """Picks the sweep's best trial by its eval-split metric and hands its model on.
 
     A failed trial is listed, not fatal; the step fails only when every trial failed.
@@ -41,13 +41,19 @@ def select_best_trial(
         best_value: Its metric on the eval split.
         hyperparameters: Its hyperparameters (JSON).
         table: The trial table (JSON rows, best first).
+        labels: The winner's trial id and hyperparameters as registry labels.
     """
     import json
     from collections import namedtuple
     from pathlib import Path
 
     from gkeflow.components._atomic import write_text_atomic
-    from gkeflow.components.sweep.logic import export_best_model, select, table_markdown
+    from gkeflow.components.sweep.logic import (
+        export_best_model,
+        registry_labels,
+        select,
+        table_markdown,
+    )
 
     selection = select(trials, reports, metric, direction,
                        [t for t in tuned.split(",") if t.strip()])
@@ -64,7 +70,8 @@ def select_best_trial(
     markdown = table_markdown(selection.rows, metric, direction)
     write_text_atomic(Path(trial_table.path), markdown)
     print(markdown)
-    outputs = namedtuple("Selection", ["best_trial", "best_value", "hyperparameters", "table"])
+    outputs = namedtuple("Selection", ["best_trial", "best_value", "hyperparameters", "table",
+                                       "labels"])
     return outputs(summary["best_trial"], float(summary["best_value"]),
                    json.dumps(summary["hyperparameters"], sort_keys=True),
-                   json.dumps(selection.rows, default=str))
+                   json.dumps(selection.rows, default=str), registry_labels(selection))

@@ -189,6 +189,18 @@ class Selection:
         }
 
 
+def registry_labels(selection: Selection) -> str:
+    """``sweep-trial=trial-002,hp-learning_rate=0_03,...``: the winner as registry labels
+    (every registry accepts them; numbers are written with '_' for '.')."""
+    from gkeflow.components.register.names import sanitise_label_key, sanitise_label_value
+
+    labels = {"sweep-trial": sanitise_label_value(selection.best.trial_id)}
+    for name, value in sorted(selection.best.hyperparameters.items()):
+        text = repr(value).replace(".", "_") if isinstance(value, float) else str(value)
+        labels[sanitise_label_key(f"hp-{name}")[:63]] = sanitise_label_value(text)
+    return ",".join(f"{k}={v}" for k, v in labels.items())
+
+
 def select(trials: Sequence[Mapping[str, Any]], reports: Iterable[Any], metric: str,
            direction: str, tuned: Sequence[str] | None = None) -> Selection:
     outcomes = parse_outcomes(trials, reports)

@@ -34,7 +34,7 @@ def tune_with_vizier(
     service_account: str = "",
     poll_s: float = 60.0,
 ) -> NamedTuple("Selection", best_trial=str, best_value=float, hyperparameters=str,
-                table=str):
+                table=str, labels=str):
     """Runs the sweep's trials as one Vertex AI hyperparameter tuning job and picks the best.
 
     The job is created once per pipeline run (a retry follows it); each trial runs the
@@ -72,6 +72,7 @@ def tune_with_vizier(
         best_value: Its metric on the eval split.
         hyperparameters: Its hyperparameters (JSON).
         table: The trial table (JSON rows, best first).
+        labels: The winner's trial id and hyperparameters as registry labels.
     """
     import json
     import os
@@ -80,7 +81,12 @@ def tune_with_vizier(
 
     from gkeflow.components._atomic import write_text_atomic
     from gkeflow.components.sweep import vizier
-    from gkeflow.components.sweep.logic import export_best_model, select, table_markdown
+    from gkeflow.components.sweep.logic import (
+        export_best_model,
+        registry_labels,
+        select,
+        table_markdown,
+    )
 
     del trials
     project = os.environ.get("CLOUD_ML_PROJECT_ID", "")
@@ -115,7 +121,8 @@ def tune_with_vizier(
     markdown = table_markdown(selection.rows, metric, direction)
     write_text_atomic(Path(trial_table.path), markdown)
     print(markdown)
-    outputs = namedtuple("Selection", ["best_trial", "best_value", "hyperparameters", "table"])
+    outputs = namedtuple("Selection", ["best_trial", "best_value", "hyperparameters", "table",
+                                       "labels"])
     return outputs(summary["best_trial"], float(summary["best_value"]),
                    json.dumps(summary["hyperparameters"], sort_keys=True),
-                   json.dumps(selection.rows, default=str))
+                   json.dumps(selection.rows, default=str), registry_labels(selection))

@@ -11,6 +11,7 @@ from gkeflow.components.sweep.logic import (
     SWEEP_FILE,
     NoSuccessfulTrial,
     export_best_model,
+    registry_labels,
     select,
     sweep_card_section,
     trial_report,
@@ -94,3 +95,17 @@ def test_exported_model_carries_the_sweep_and_the_card_shows_it(tmp_path):
     assert sweep_card_section(tmp_path / "m0") == ""
     with pytest.raises(FileNotFoundError, match="trial-002"):
         export_best_model(selection, {}, tmp_path / "nowhere")
+
+
+def test_the_winner_becomes_registry_labels_every_registry_accepts():
+    from gkeflow.components.register.logic import parse_labels
+    from gkeflow.components.register.names import validate_labels
+
+    trials = [{"trial_id": "trial-000", "learning_rate": 1e-05, "hidden_units": "64,32",
+               "batch_size": 64.0}]
+    labels = registry_labels(select(trials, [_report(0, 0.5)], "eval_accuracy", "maximize"))
+    assert labels == ("sweep-trial=trial-000,hp-batch_size=64,hp-hidden_units=64-32,"
+                      "hp-learning_rate=1e-05")
+    validate_labels(parse_labels(labels))
+    assert registry_labels(select(TRIALS, [_report(2, 0.9)], "eval_accuracy", "maximize")) == (
+        "sweep-trial=trial-002,hp-batch_size=64,hp-learning_rate=0_1")
