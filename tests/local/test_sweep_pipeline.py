@@ -65,6 +65,8 @@ def test_sweep_picks_the_best_trial_tolerates_a_failed_one_and_registers_it(tmp_
     order = [m.group(1) for m in re.finditer(r"│\s+\d*\s+│ (trial-\d{3}) │", stdout)]
     assert order == ["trial-002", "trial-001", "trial-000", "trial-003"], stdout
     assert "Best trial: trial-002" in stdout and "Received: units=0" in stdout
+    assert all(re.search(rf"│ train-model{n}\s+│ SUCCESS", stdout)
+               for n in ("", " #2", " #3", " #4"))  # every trial in the steps table
 
     run_dir = next((out / "runs").glob("gkeflow-sweep-*"))
     table = json.loads(json.loads((run_dir / "select-best-trial" / "executor_output.json")
@@ -79,6 +81,8 @@ def test_sweep_picks_the_best_trial_tolerates_a_failed_one_and_registers_it(tmp_
 
     versions = LocalRegistry(out / "registry.db").list(name="separable-classifier")
     assert len(versions) == 1
+    assert {k: v for k, v in versions[0].labels.items() if not k.startswith("gkeflow-")} == {
+        "sweep-trial": "trial-002", "hp-learning_rate": "0_3", "hp-hidden_units": "16"}
     registered = Path(versions[0].uri)
     summary = json.loads((registered / SWEEP_FILE).read_text())
     assert summary["best_trial"] == "trial-002"
