@@ -23,8 +23,6 @@ job instead (:mod:`gkeflow.pipelines.vizier`), then the same selection logic, ev
 gate and registration follow.
 """
 
-
-
 from collections.abc import Mapping
 from typing import Any
 
