@@ -177,6 +177,9 @@ def print_trial_table(console, result) -> None:
     best = rows[0]
     console.print(f"Best trial: [bold]{best['trial_id']}[/bold] ({metric} "
                   f"{best[metric]:.4f})")
+    model_dir = result.output_dir("select-best-trial", "best_model")
+    if model_dir:
+        console.print(f"Best model: {model_dir} (with sweep.json)", markup=False)
 
 
 def plan_lines(sweep, profiles, target: str) -> list[str]:

@@ -65,6 +65,7 @@ def test_sweep_picks_the_best_trial_tolerates_a_failed_one_and_registers_it(tmp_
     order = [m.group(1) for m in re.finditer(r"│\s+\d*\s+│ (trial-\d{3}) │", stdout)]
     assert order == ["trial-002", "trial-001", "trial-000", "trial-003"], stdout
     assert "Best trial: trial-002" in stdout and "Received: units=0" in stdout
+    assert "select-best-trial/best_model (with sweep.json)" in " ".join(stdout.split())
     assert all(re.search(rf"│ train-model{n}\s+│ SUCCESS", stdout)
                for n in ("", " #2", " #3", " #4"))  # every trial in the steps table
 
