@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gkeflow.pipelines.compile import COMPILE_TARGETS, DEFAULT_OUTPUT
+from gkeflow.pipelines.sweep_cli import sweep_options
 
 DEFAULT_RUN_OUTPUT = Path("gkeflow-output")
 REGISTRY_FILE = "registry.db"
@@ -56,11 +57,26 @@ def _default_model_name(data: str | None) -> str:
     return f"{stem[:50]}-classifier"
 
 
+#: `gkeflow run --pipeline NAME` -> "module:function" running it (training and prediction run
+#: inline below).
+RUN_PIPELINES = {
+    "training": "", "prediction": "", "sweep": "gkeflow.pipelines.sweep_cli:run_sweep",
+}
+
+
+def _dispatch_run(pipeline: str, **options) -> None:
+    import importlib
+
+    module, _, function = RUN_PIPELINES[pipeline].partition(":")
+    getattr(importlib.import_module(module), function)(_console(), **options)
+
+
 @main.command()
-@click.option("--pipeline", type=click.Choice(["training", "prediction"]), default="training",
+@click.option("--pipeline", type=click.Choice(list(RUN_PIPELINES)), default="training",
               show_default=True,
-              help="training: prepare, train, evaluate, register. prediction: score --data "
-                   "with a model registered by an earlier run in the same --output.")
+              help="training: prepare, train, evaluate, register. sweep: one model per trial "
+                   "of the search space, the best registered. prediction: score --data with a "
+                   "model registered by an earlier run in the same --output.")
 @click.option("--model", "model_ref", metavar="NAME[@VERSION|@ALIAS]",
               help="--pipeline prediction: the registered model (default: the only one, at "
                    "its champion alias or newest version).")
@@ -98,16 +114,27 @@ def _default_model_name(data: str | None) -> str:
                    "trains with N worker processes (MultiWorkerMirroredStrategy).")
 @click.option("--no-cache", is_flag=True, help="Re-run every step instead of reusing cached ones.")
 @click.option("-v", "--verbose", is_flag=True, help="Stream every step's log to the terminal.")
+@sweep_options
 def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_rate,
         train_ratio, eval_ratio, test_ratio, model_name, min_accuracy, model_type, user_module,
-        params, compute_overrides, no_cache, verbose) -> None:
+        params, compute_overrides, no_cache, verbose, **pipeline_options) -> None:
     """Run the training pipeline on this machine with kfp.local (no cloud, no Docker).
 
     Executes the same pipeline definition that `gkeflow compile` writes for GKE and
     Vertex: prepare -> train -> evaluate -> register (only if accuracy >= --min-accuracy).
     Every step runs as a subprocess; the full log is saved under OUTPUT/logs/.
     With --pipeline prediction: score --data with a registered model (see README).
+
+    --pipeline sweep trains one model per trial (the sweep: section of gkeflow.yaml and
+    the (sweep) flags), prints the trial table and evaluates and registers the best.
     """
+    if RUN_PIPELINES[pipeline]:
+        return _dispatch_run(
+            pipeline, data=data, label=label, output=output, epochs=epochs,
+            batch_size=batch_size, learning_rate=learning_rate, train_ratio=train_ratio,
+            eval_ratio=eval_ratio, test_ratio=test_ratio, model_name=model_name,
+            min_accuracy=min_accuracy, model_type=model_type, user_module=user_module,
+            params=params, no_cache=no_cache, verbose=verbose, **pipeline_options)
     from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS, SplitRatios
     from gkeflow.pipelines.local import run_local
 
@@ -403,6 +430,14 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
                                  f"{', '.join(PIPELINES)}", param_hint="PIPELINE")
     if pipeline == "prediction":
         from gkeflow.pipelines.prediction import resolve_compute, step_images
+    elif pipeline == "sweep":
+        from gkeflow.pipelines.sweep import resolve_sweep_compute, step_images
+        from gkeflow.pipelines.sweep_cli import resolve_sweep
+
+        sweep = resolve_sweep(config_path)
+
+        def resolve_compute(target, compute):
+            return resolve_sweep_compute(target, compute, sweep.engine)
     else:
         from gkeflow.pipelines.training import resolve_compute, step_images
 
@@ -418,7 +453,7 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
                   else step_images())
     except (ComputeError, ImageLockError) as exc:
         raise click.ClickException(str(exc)) from exc
-    images = {step: pin(image, lock) for step, image in images.items()}
+    images = {step: pin(image, lock) for step, image in images.items() if step in profiles}
     rows = plan(profiles, target, {step: image.rsplit("/", 1)[-1]
                                    for step, image in images.items()})
     caption = ("CPU and memory: request = limit" if target == "gke"
@@ -441,6 +476,11 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
         console.print(f"image {image} ({pinned})", markup=False)
     for note in target_notes(profiles, target):
         console.print(f"note: {note}", markup=False)
+    if pipeline == "sweep":
+        from gkeflow.pipelines.sweep_cli import plan_lines
+
+        for line in plan_lines(sweep, profiles, target):
+            console.print(line, markup=False)
 
 
 # ---------------------------------------------------------------------------------------------

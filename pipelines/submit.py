@@ -132,6 +132,18 @@ def _coerce(name: str, value: Any, kind: str, source: str) -> Any:
         if isinstance(value, (dict, list)):
             raise bad("a string")
         return str(value)
+    if kind in ("LIST", "STRUCT"):  # e.g. the sweep's trials, given as JSON on the command line
+        expected = list if kind == "LIST" else dict
+        if isinstance(value, str):
+            import json
+
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise bad(f"a JSON {expected.__name__}") from None
+        if not isinstance(value, expected):
+            raise bad(f"a JSON {expected.__name__}")
+        return value
     return value
 
 
