@@ -441,11 +441,9 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     else:
         from gkeflow.pipelines.training import resolve_compute, step_images
 
-    compute = _resolve_compute(config_path, compute_overrides)
-    if pipeline == "training":
-        from gkeflow.pipelines.compile import training_compute
+    from gkeflow.pipelines.compile import pipeline_compute
 
-        compute = training_compute(compute)
+    compute = pipeline_compute(pipeline, _resolve_compute(config_path, compute_overrides))
     try:
         profiles = resolve_compute(target, compute)
         lock = load_lock()

@@ -74,11 +74,6 @@ def pipeline_compute(pipeline: str, compute: Mapping | None) -> Mapping | None:
     return {step: p for step, p in compute.items() if step in own or step not in known}
 
 
-def training_compute(compute: Mapping | None) -> Mapping | None:
-    """``compute`` restricted to the training pipeline's steps (see :func:`pipeline_compute`)."""
-    return pipeline_compute("training", compute)
-
-
 def parameters_of_other_pipelines(pipeline: str) -> set[str]:
     """Parameters that other pipelines take and ``pipeline`` does not (on any target): a
     shared ``parameters:`` environment in gkeflow.yaml may set them for those pipelines."""

@@ -40,4 +40,4 @@ def test_invalid_sweeps_are_reported_before_anything_runs(tmp_path):
 def test_run_help_lists_the_pipelines_and_sweep_flags():
     result = gkeflow("run", "--help")
     assert result.returncode == 0
-    assert "[training|sweep]" in result.stdout and "--sweep-param" in result.stdout
+    assert "[training|prediction|sweep]" in result.stdout and "--sweep-param" in result.stdout
