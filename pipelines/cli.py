@@ -11,6 +11,7 @@ from rich.table import Table
 
 from gkeflow.pipelines.cli_errors import ErrorReportingGroup
 from gkeflow.pipelines.compile import COMPILE_TARGETS, DEFAULT_OUTPUT
+from gkeflow.pipelines.sweep_cli import sweep_options
 
 DEFAULT_RUN_OUTPUT = Path("gkeflow-output")
 REGISTRY_FILE = "registry.db"
@@ -34,6 +35,7 @@ def main(ctx: click.Context, debug: bool) -> None:
     Common tasks:
       gkeflow run                      train on the bundled penguins data, locally
       gkeflow run --data my.csv --label target
+      gkeflow run --pipeline prediction --data new.csv   score rows with the champion
       gkeflow compile                  write compiled/training.{gke,vertex}.yaml
                                        and compiled/components/<component>.yaml
       gkeflow docs                     regenerate docs/components.md from the components
@@ -59,11 +61,34 @@ def _default_model_name(data: str | None) -> str:
     return default_model_name(data)
 
 
+#: `gkeflow run --pipeline NAME` -> "module:function" running it (training and prediction run
+#: inline below).
+RUN_PIPELINES = {
+    "training": "", "prediction": "", "sweep": "gkeflow.pipelines.sweep_cli:run_sweep",
+}
+
+
+def _dispatch_run(pipeline: str, **options) -> None:
+    import importlib
+
+    module, _, function = RUN_PIPELINES[pipeline].partition(":")
+    getattr(importlib.import_module(module), function)(_console(), **options)
+
+
 @main.command()
+@click.option("--pipeline", type=click.Choice(list(RUN_PIPELINES)), default="training",
+              show_default=True,
+              help="training: prepare, train, evaluate, register. sweep: one model per trial "
+                   "of the search space, the best registered. prediction: score --data with a "
+                   "model registered by an earlier run in the same --output.")
+@click.option("--model", "model_ref", metavar="NAME[@VERSION|@ALIAS]",
+              help="--pipeline prediction: the registered model (default: the only one, at "
+                   "its champion alias or newest version).")
 @click.option("--data", "data", metavar="PATH|URI",
-              help="Data to train on, as the prepare step reads it: a CSV/Parquet file, a "
-                   "directory, a glob ('data/*.csv.gz'), gs://bucket/path or "
-                   "bq://project.dataset.table. Default: the bundled Palmer Penguins data.")
+              help="Data to train on (or, with --pipeline prediction, rows to score), as the "
+                   "prepare step reads it: a CSV/Parquet file, a directory, a glob "
+                   "('data/*.csv.gz'), gs://bucket/path or bq://project.dataset.table. "
+                   "Default: the bundled Palmer Penguins data.")
 @click.option("--label", "label", metavar="COLUMN",
               help="Column holding the class to predict (required with --data; "
                    "'species' for the bundled data).")
@@ -97,19 +122,40 @@ def _default_model_name(data: str | None) -> str:
 @click.option("--require-registered", is_flag=True,
               help="Exit 3 when the run succeeds but the gate blocks registration (for CI).")
 @click.option("-v", "--verbose", is_flag=True, help="Stream every step's log to the terminal.")
-def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eval_ratio,
-        test_ratio, model_name, min_accuracy, model_type, user_module, params, compute_overrides,
-        no_cache, require_registered, verbose) -> None:
+@sweep_options
+def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_rate,
+        train_ratio, eval_ratio, test_ratio, model_name, min_accuracy, model_type, user_module,
+        params, compute_overrides, no_cache, require_registered, verbose,
+        **pipeline_options) -> None:
     """Run the training pipeline on this machine with kfp.local (no cloud, no Docker).
 
     Executes the same pipeline definition that `gkeflow compile` writes for GKE and
     Vertex: prepare -> train -> evaluate -> register (only if accuracy >= --min-accuracy).
     Every step runs as a subprocess; the full log is saved under OUTPUT/logs/.
+    With --pipeline prediction: score --data with a registered model (see README).
+
+    --pipeline sweep trains one model per trial (the sweep: section of gkeflow.yaml and
+    the (sweep) flags), prints the trial table and evaluates and registers the best.
     """
+    if RUN_PIPELINES[pipeline]:
+        return _dispatch_run(
+            pipeline, data=data, label=label, output=output, epochs=epochs,
+            batch_size=batch_size, learning_rate=learning_rate, train_ratio=train_ratio,
+            eval_ratio=eval_ratio, test_ratio=test_ratio, model_name=model_name,
+            min_accuracy=min_accuracy, model_type=model_type, user_module=user_module,
+            params=params, no_cache=no_cache, verbose=verbose, **pipeline_options)
     from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS, SplitRatios
     from gkeflow.pipelines.local import run_local
 
     console = _console()
+    if pipeline == "prediction":
+        from gkeflow.pipelines.run_prediction import run_prediction_command
+
+        return run_prediction_command(console, data, model_ref, output, REGISTRY_FILE, params,
+                                      no_cache, verbose)
+    if model_ref:
+        raise click.UsageError("--model applies to --pipeline prediction; name the model to "
+                               "train with --model-name")
     if data and not label:
         raise click.UsageError("--label is required with --data: name the column to predict.")
     data_uri = _resolve_data(data) if data else None
@@ -292,12 +338,12 @@ def _compute_options(func):
 
 def _resolve_compute(config_path: Path | None, compute_overrides: tuple[str, ...]) -> dict:
     """Per-step profiles: defaults in code, then gkeflow.yaml, then --compute flags."""
+    from gkeflow.pipelines.compile import default_compute
     from gkeflow.pipelines.compute import ComputeError, apply_overrides
     from gkeflow.pipelines.config import ConfigError, load_config
-    from gkeflow.pipelines.training import DEFAULT_COMPUTE
 
     try:
-        profiles = load_config(config_path).compute_overrides(DEFAULT_COMPUTE)
+        profiles = load_config(config_path).compute_overrides(default_compute())
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
@@ -383,11 +429,13 @@ def docs_command(output: Path | None, check: bool) -> None:
 
 @main.command("plan")
 @click.argument("pipeline", default="training")
+@click.option("--pipeline", "pipeline_option", metavar="NAME",
+              help="The pipeline (same as the PIPELINE argument).")
 @click.option("--target", type=click.Choice(COMPILE_TARGETS), default="gke", show_default=True,
               help="Backend whose requests to show.")
 @_compute_options
-def plan_command(pipeline: str, target: str, config_path: Path | None,
-                 compute_overrides: tuple[str, ...]) -> None:
+def plan_command(pipeline: str, pipeline_option: str | None, target: str,
+                 config_path: Path | None, compute_overrides: tuple[str, ...]) -> None:
     """Show what each step of PIPELINE (default: training) will request on a target.
 
     One row per step: image, CPU, memory, accelerator (as the target spells it), GPUs per
@@ -401,18 +449,34 @@ def plan_command(pipeline: str, target: str, config_path: Path | None,
     from gkeflow.pipelines.compile import PIPELINES
     from gkeflow.pipelines.compute import ComputeError, plan, target_notes
 
+    pipeline = pipeline_option or pipeline
     if pipeline not in PIPELINES:
         raise click.BadParameter(f"unknown pipeline {pipeline!r}; available: "
                                  f"{', '.join(PIPELINES)}", param_hint="PIPELINE")
-    from gkeflow.pipelines.training import resolve_compute, step_images
+    if pipeline == "prediction":
+        from gkeflow.pipelines.prediction import resolve_compute, step_images
+    elif pipeline == "sweep":
+        from gkeflow.pipelines.sweep import resolve_sweep_compute, step_images
+        from gkeflow.pipelines.sweep_cli import resolve_sweep
 
-    compute = _resolve_compute(config_path, compute_overrides)
+        sweep = resolve_sweep(config_path)
+
+        def resolve_compute(target, compute):
+            return resolve_sweep_compute(target, compute, sweep.engine)
+    else:
+        from gkeflow.pipelines.training import resolve_compute, step_images
+
+    from gkeflow.pipelines.compile import pipeline_compute
+
+    compute = pipeline_compute(pipeline, _resolve_compute(config_path, compute_overrides))
     try:
         profiles = resolve_compute(target, compute)
         lock = load_lock()
+        images = (step_images(target, profiles) if pipeline == "prediction"
+                  else step_images())
     except (ComputeError, ImageLockError) as exc:
         raise click.ClickException(str(exc)) from exc
-    images = {step: pin(image, lock) for step, image in step_images().items()}
+    images = {step: pin(image, lock) for step, image in images.items() if step in profiles}
     rows = plan(profiles, target, {step: image.rsplit("/", 1)[-1]
                                    for step, image in images.items()})
     caption = ("CPU and memory: request = limit" if target == "gke"
@@ -435,6 +499,11 @@ def plan_command(pipeline: str, target: str, config_path: Path | None,
         console.print(f"image {image} ({pinned})", markup=False)
     for note in target_notes(profiles, target):
         console.print(f"note: {note}", markup=False)
+    if pipeline == "sweep":
+        from gkeflow.pipelines.sweep_cli import plan_lines
+
+        for line in plan_lines(sweep, profiles, target):
+            console.print(line, markup=False)
 
 
 # ---------------------------------------------------------------------------------------------

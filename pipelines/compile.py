@@ -25,11 +25,66 @@ class ReleaseError(ValueError):
 def _training(target: str, compute=None):
     from gkeflow.pipelines.training import build_training_pipeline
 
-    return build_training_pipeline(target, compute)
+    return build_training_pipeline(target, pipeline_compute("training", compute))
+
+
+def _prediction(target: str, compute=None):
+    from gkeflow.pipelines.prediction import build_prediction_pipeline
+
+    return build_prediction_pipeline(target, pipeline_compute("prediction", compute))
+
+
+def _sweep(target: str, compute=None):
+    """The sweep pipeline with ./gkeflow.yaml's ``sweep:`` section, or the default sweep."""
+    from gkeflow.pipelines.config import load_config
+    from gkeflow.pipelines.sweep import build_sweep_pipeline
+
+    return build_sweep_pipeline(target, pipeline_compute("sweep", compute), load_config().sweep)
 
 
 #: Pipeline short name -> builder taking a target and per-step compute overrides.
-PIPELINES: dict[str, Callable[..., object]] = {"training": _training}
+PIPELINES: dict[str, Callable[..., object]] = {
+    "training": _training, "prediction": _prediction, "sweep": _sweep,
+}
+
+
+def _steps_of(pipeline: str) -> Mapping:
+    """``pipeline``'s steps and their default compute."""
+    if pipeline == "prediction":
+        from gkeflow.pipelines.prediction import DEFAULT_COMPUTE
+    elif pipeline == "sweep":
+        from gkeflow.pipelines.sweep import SWEEP_COMPUTE as DEFAULT_COMPUTE
+    else:
+        from gkeflow.pipelines.training import DEFAULT_COMPUTE
+    return DEFAULT_COMPUTE
+
+
+def default_compute() -> dict:
+    """Every pipeline's steps and their default compute (gkeflow.yaml may override any)."""
+    merged: dict = {}
+    for name in PIPELINES:
+        merged.update(_steps_of(name))
+    return merged
+
+
+def pipeline_compute(pipeline: str, compute: Mapping | None) -> Mapping | None:
+    """``compute`` without other pipelines' steps (one gkeflow.yaml holds every pipeline's);
+    a step no pipeline has stays, so the pipeline reports it."""
+    if compute is None:
+        return None
+    own, known = _steps_of(pipeline), default_compute()
+    return {step: p for step, p in compute.items() if step in own or step not in known}
+
+
+def parameters_of_other_pipelines(pipeline: str) -> set[str]:
+    """Parameters that other pipelines take and ``pipeline`` does not (on any target): a
+    shared ``parameters:`` environment in gkeflow.yaml may set them for those pipelines."""
+    def names(name: str) -> set[str]:
+        return {key for target in COMPILE_TARGETS
+                for key in PIPELINES[name](target).component_spec.inputs}
+
+    others = set().union(*(names(n) for n in PIPELINES if n != pipeline))
+    return others - names(pipeline) if pipeline in PIPELINES else others
 
 
 def compiled_path(output_dir: Path, pipeline: str, target: str) -> Path:
@@ -150,10 +205,41 @@ def compile_pipeline(
         tmp_path = Path(tmp.name)
     try:
         compiler.Compiler().compile(built, str(tmp_path))
+        _stable_header(tmp_path)
         tmp_path.replace(path)
     finally:
         tmp_path.unlink(missing_ok=True)
     return path
+
+
+def _stable_header(path: Path) -> None:
+    """Sort the keys of dict defaults in the YAML's header comment.
+
+    kfp renders a default such as the sweep's trial list from a protobuf Struct, whose key
+    order changes from one process to the next; sorted, the file is the same every time.
+    """
+    import ast
+    import re
+
+    def sort(value):
+        if isinstance(value, dict):
+            return {k: sort(value[k]) for k in sorted(value)}
+        if isinstance(value, list):
+            return [sort(v) for v in value]
+        return value
+
+    def stable(match: re.Match) -> str:
+        try:
+            return f"[Default: {sort(ast.literal_eval(match.group(1)))!r}]"
+        except (ValueError, SyntaxError):
+            return match.group(0)
+
+    lines = path.read_text().split("\n")
+    for index, line in enumerate(lines):
+        if not line.startswith("#"):
+            break
+        lines[index] = re.sub(r"\[Default: ([\[{].*)\]$", stable, line)
+    path.write_text("\n".join(lines))
 
 
 def compile_all(

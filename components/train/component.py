@@ -30,7 +30,8 @@ def train_model(
     pipeline_run_id: str = "",
     task_name: str = "train-model",
     seed: int = 42,
-):
+    continue_on_error: bool = False,
+) -> str:
     """Trains a Keras classifier on the train split and exports a SavedModel taking raw features.
 
     Uses every GPU of the pod (MirroredStrategy) or every worker in TF_CONFIG, fails fast when
@@ -59,10 +60,17 @@ def train_model(
         pipeline_run_id: Run id; the checkpoint location is the same on every retry of a run.
         task_name: Task name, part of the checkpoint location.
         seed: Random seed for weights and shuffling.
+        continue_on_error: Report a training error in the returned summary instead of
+            failing the step (sweep trials); a preemption still fails it, so a retry resumes.
+
+    Returns:
+        JSON summary: trial_id (the task name), status, eval-split metrics and model URI.
     """
     from pathlib import Path
 
     from gkeflow.components.prepare.logic import Schema
+    from gkeflow.components.sweep.logic import trial_report
+    from gkeflow.components.train.checkpoint import Preempted
     from gkeflow.components.train.logic import TrainParams, resolve_checkpoint_dir, train
 
     params = TrainParams(
@@ -74,15 +82,23 @@ def train_model(
         user_module=user_module, checkpoint_every_epochs=checkpoint_every_epochs,
         checkpoint_every_steps=checkpoint_every_steps,
     )
-    result = train(
-        dataset_dir=Path(dataset.path),
-        schema=Schema.load(Path(schema.path)),
-        model_dir=Path(model.path),
-        params=params,
-        checkpoint_dir=resolve_checkpoint_dir(checkpoint_root, pipeline_run_id, task_name),
-        tensorboard_dir=Path(tensorboard.path),
-        data_uri=dataset.uri,
-    )
+    try:
+        result = train(
+            dataset_dir=Path(dataset.path),
+            schema=Schema.load(Path(schema.path)),
+            model_dir=Path(model.path),
+            params=params,
+            checkpoint_dir=resolve_checkpoint_dir(checkpoint_root, pipeline_run_id, task_name),
+            tensorboard_dir=Path(tensorboard.path),
+            data_uri=dataset.uri,
+        )
+    except Exception as exc:
+        if not continue_on_error or isinstance(exc, Preempted):
+            raise
+        import traceback
+
+        traceback.print_exc()
+        return trial_report(task_name, model.uri, error=f"{type(exc).__name__}: {exc}")
     for name, value in result.metrics.items():
         metrics.log_metric(name, round(value, 6))
     metrics.log_metric("examples_per_s", round(result.examples_per_s, 1))
@@ -97,3 +113,4 @@ def train_model(
         "training_data_uri": dataset.uri,
     })
     tensorboard.metadata["log_dir"] = tensorboard.uri
+    return trial_report(task_name, model.uri, result.metrics)

@@ -83,8 +83,9 @@ def test_models_list_without_registry(tmp_path):
 
 def test_compile_writes_and_check_detects_drift(tmp_path):
     assert gkeflow("compile", "--output", str(tmp_path)).returncode == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["components", "training.gke.yaml",
-                                                          "training.vertex.yaml"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "components", "prediction.gke.yaml", "prediction.vertex.yaml", "sweep.gke.yaml",
+        "sweep.vertex.yaml", "training.gke.yaml", "training.vertex.yaml"]
     ok = gkeflow("compile", "--check", "--output", str(tmp_path))
     assert ok.returncode == 0, ok.stdout
     (tmp_path / "training.gke.yaml").write_text("stale\n")

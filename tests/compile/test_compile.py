@@ -19,7 +19,7 @@ GPU_TASK = "train-model"
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("compiled")
-    return {p.name.split(".")[1]: p for p in compile_all(out)}
+    return {p.name.split(".")[1]: p for p in compile_all(out, pipelines=["training"])}
 
 
 def _documents(path: Path) -> list[dict]:
