@@ -251,6 +251,34 @@ class SplitWriters:
 
 # --- reading -------------------------------------------------------------------------------
 
+#: The per-epoch row shuffle permutes rows within windows of this many blocks (taken in a
+#: shuffled block order), so a batch mixes rows of several blocks, differently every epoch.
+SHUFFLE_WINDOW_BLOCKS = 4
+
+
+def _epoch_seeds(seed: int):
+    """Pairs of int64 seeds, a different sequence every time the dataset is iterated (each
+    epoch) and the same sequences for the same ``seed``."""
+    import tensorflow as tf
+
+    return tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
+
+
+def permute_rows(dataset, seed: int, window_rows: int = SHUFFLE_WINDOW_BLOCKS * BLOCK_ROWS):
+    """Rows of a dataset of row-major tensors (tuples or dicts sharing their first
+    dimension) regrouped into windows of ``window_rows`` and permuted within each window,
+    by a permutation that changes every epoch (seeded, reproducible)."""
+    import tensorflow as tf
+
+    def permute(window, pair):
+        first = tf.nest.flatten(window)[0]
+        order = tf.random.experimental.stateless_shuffle(tf.range(tf.shape(first)[0]), pair)
+        return tf.nest.map_structure(lambda t: tf.gather(t, order), window)
+
+    windows = dataset.rebatch(window_rows)
+    return tf.data.Dataset.zip(windows, _epoch_seeds(seed)).map(
+        permute, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
 def split_files(dataset_dir: Path, split: str) -> list[str]:
     directory = Path(dataset_dir) / split
     if not directory.is_dir():
@@ -275,8 +303,11 @@ def make_tf_dataset(
     Numeric columns are float32 (NaN = missing), categorical ones strings ("" = missing).
     Rows are stored in a pseudo-random order within each block (prepare orders them by
     their row hash), so a sorted input file does not give sorted batches. With
-    ``shuffle_seed`` the shard order and the block order are shuffled too, differently at
-    every pass and deterministically for a given seed; otherwise blocks come in file order.
+    ``shuffle_seed`` the rows come in a fresh order at every pass (epoch), deterministic
+    for a given seed: shards and blocks are shuffled, then the rows of
+    ``SHUFFLE_WINDOW_BLOCKS`` consecutive blocks are permuted together. The permutation
+    moves dictionary codes, not strings, so it costs one integer or float gather per
+    column. Without a seed, blocks come in file order.
 
     Args:
         dataset_dir: The ``dataset`` directory written by prepare.
@@ -298,10 +329,13 @@ def make_tf_dataset(
     # (VarLenFeature would build a SparseTensor's indices first)
     for column in wanted:
         if column.type == "numeric":
-            spec[value_key(column.name)] = tf.io.RaggedFeature(tf.float32)
+            spec[value_key(column.name)] = tf.io.RaggedFeature(tf.float32,
+                                                               row_splits_dtype=tf.int64)
         else:
-            spec[value_key(column.name)] = tf.io.RaggedFeature(tf.int64)
-            spec[dictionary_key(column.name)] = tf.io.RaggedFeature(tf.string)
+            spec[value_key(column.name)] = tf.io.RaggedFeature(tf.int64,
+                                                               row_splits_dtype=tf.int64)
+            spec[dictionary_key(column.name)] = tf.io.RaggedFeature(
+                tf.string, row_splits_dtype=tf.int64)
 
     def parse_block(record):
         parsed = tf.io.parse_single_example(record, spec)
@@ -311,6 +345,24 @@ def make_tf_dataset(
             if column.type != "numeric":
                 values = tf.gather(parsed[dictionary_key(column.name)], values)
             block[column.name] = values
+        return block
+
+    def permute_window(records, pair):
+        """The rows of several blocks, permuted together. Categorical columns are permuted
+        as codes into the blocks' concatenated dictionaries, then looked up once."""
+        window = tf.io.parse_example(records, spec)  # ragged: one row per block
+        first = window[value_key(wanted[0].name)].flat_values
+        order = tf.random.experimental.stateless_shuffle(tf.range(tf.shape(first)[0]), pair)
+        block = {}
+        for column in wanted:
+            values = window[value_key(column.name)]
+            if column.type == "numeric":
+                block[column.name] = tf.gather(values.flat_values, order)
+                continue
+            dictionary = window[dictionary_key(column.name)]
+            codes = values.flat_values + tf.repeat(dictionary.row_starts(),
+                                                   values.row_lengths())
+            block[column.name] = tf.gather(dictionary.flat_values, tf.gather(codes, order))
         return block
 
     if not files:
@@ -329,7 +381,12 @@ def make_tf_dataset(
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
-    if shuffle_seed is not None:
+    if shuffle_seed is None:
+        blocks = records.map(parse_block, num_parallel_calls=tf.data.AUTOTUNE,
+                             deterministic=True)
+    else:
         records = records.shuffle(256, seed=shuffle_seed, reshuffle_each_iteration=True)
-    blocks = records.map(parse_block, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        windows = records.batch(SHUFFLE_WINDOW_BLOCKS)
+        blocks = tf.data.Dataset.zip(windows, _epoch_seeds(shuffle_seed)).map(
+            permute_window, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return blocks.rebatch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)

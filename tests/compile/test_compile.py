@@ -13,6 +13,8 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from gkeflow.pipelines.compile import compile_all, stale_files
 
 GPU_TASK = "train-model"
+#: kfp-kubernetes' volume steps: the KFP driver performs them, no pod runs.
+VOLUME_STEPS = {"exec-createpvc", "exec-deletepvc"}
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +32,7 @@ def _resources(spec: dict) -> dict[str, dict]:
     return {
         name.removeprefix("exec-"): executor["container"].get("resources", {})
         for name, executor in executors.items()
+        if name not in VOLUME_STEPS
     }
 
 
@@ -64,6 +67,7 @@ def test_gke_train_step_requests_gpu_with_node_selector_and_toleration(compiled)
         name.removeprefix("exec-"): json_format.ParseDict(
             value, k8s.KubernetesExecutorConfig(), ignore_unknown_fields=False)
         for name, value in executors.items()
+        if name not in VOLUME_STEPS
     }
     for task, other in configs.items():
         # Every step has a timeout; GPU scheduling settings only on the GPU step.
