@@ -3,6 +3,7 @@ atomic commits under kills, generation preconditions, and a killed training resu
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -27,6 +28,9 @@ def bucket():
 
     server = fake_gcs.FakeGCSServer()
     server.start()
+    # The wrapper pipes the server's request log to stderr and never reads it: after a few
+    # hundred requests the pipe is full and the server blocks. Drain it.
+    threading.Thread(target=server._process.stderr.read, daemon=True).start()
     try:
         yield _storage_client().create_bucket("ckpt")
     finally:
