@@ -175,8 +175,8 @@ def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size
     within windows of several blocks). ``cache`` keeps the preprocessed rows in memory after
     the first epoch (for splits that fit), in blocks that are shuffled and permuted the
     same way every epoch after the cache, so cached batches are not the same every epoch.
-    With several ``workers`` each reads its own shards when there are enough of them, else
-    every worker reads all and keeps its share of the batches.
+    With several ``workers`` each reads its own shards when there are enough of them and
+    rows are not shuffled, else every worker reads all and keeps its share of the batches.
     """
     import tensorflow as tf
 
@@ -211,8 +211,10 @@ def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size
 
         policy = tf.data.experimental.AutoShardPolicy
         enough = len(split_files(dataset_dir, split)) >= workers
+        # the per-epoch row shuffle draws its seeds from a non-file source, which FILE
+        # sharding cannot split: shuffled splits are sharded by batch (DATA)
         options.experimental_distribute.auto_shard_policy = (
-            policy.FILE if enough else policy.DATA)
+            policy.FILE if enough and not shuffle else policy.DATA)
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
