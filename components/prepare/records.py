@@ -251,8 +251,8 @@ class SplitWriters:
 
 # --- reading -------------------------------------------------------------------------------
 
-#: The per-epoch row shuffle permutes rows within windows of this many blocks (taken in a
-#: shuffled block order), so a batch mixes rows of several blocks, differently every epoch.
+#: :func:`permute_rows` (the per-epoch shuffle of cached, preprocessed rows) permutes rows
+#: within windows of this many blocks, so a batch mixes rows of several blocks.
 SHUFFLE_WINDOW_BLOCKS = 4
 
 
@@ -304,10 +304,11 @@ def make_tf_dataset(
     Rows are stored in a pseudo-random order within each block (prepare orders them by
     their row hash), so a sorted input file does not give sorted batches. With
     ``shuffle_seed`` the rows come in a fresh order at every pass (epoch), deterministic
-    for a given seed: shards and blocks are shuffled, then the rows of
-    ``SHUFFLE_WINDOW_BLOCKS`` consecutive blocks are permuted together. The permutation
-    moves dictionary codes, not strings, so it costs one integer or float gather per
-    column. Without a seed, blocks come in file order.
+    for a given seed: shards and blocks are shuffled, and the rows of each block are
+    permuted by a permutation drawn for that block and pass. The permutation moves numbers
+    and dictionary codes, not strings, so it costs one integer or float gather per column;
+    the strings are looked up once, as without shuffling. Without a seed, blocks come in
+    file order.
 
     Args:
         dataset_dir: The ``dataset`` directory written by prepare.
@@ -347,22 +348,18 @@ def make_tf_dataset(
             block[column.name] = values
         return block
 
-    def permute_window(records, pair):
-        """The rows of several blocks, permuted together. Categorical columns are permuted
-        as codes into the blocks' concatenated dictionaries, then looked up once."""
-        window = tf.io.parse_example(records, spec)  # ragged: one row per block
-        first = window[value_key(wanted[0].name)].flat_values
-        order = tf.random.experimental.stateless_shuffle(tf.range(tf.shape(first)[0]), pair)
+    def parse_permuted(record, pair):
+        """A block with its rows in a fresh order: numbers and dictionary codes are
+        permuted, then the strings looked up once (as without shuffling)."""
+        parsed = tf.io.parse_single_example(record, spec)
+        rows = tf.shape(parsed[value_key(wanted[0].name)])[0]
+        order = tf.random.experimental.stateless_shuffle(tf.range(rows), pair)
         block = {}
         for column in wanted:
-            values = window[value_key(column.name)]
-            if column.type == "numeric":
-                block[column.name] = tf.gather(values.flat_values, order)
-                continue
-            dictionary = window[dictionary_key(column.name)]
-            codes = values.flat_values + tf.repeat(dictionary.row_starts(),
-                                                   values.row_lengths())
-            block[column.name] = tf.gather(dictionary.flat_values, tf.gather(codes, order))
+            values = tf.gather(parsed[value_key(column.name)], order)
+            if column.type != "numeric":
+                values = tf.gather(parsed[dictionary_key(column.name)], values)
+            block[column.name] = values
         return block
 
     if not files:
@@ -386,7 +383,6 @@ def make_tf_dataset(
                              deterministic=True)
     else:
         records = records.shuffle(256, seed=shuffle_seed, reshuffle_each_iteration=True)
-        windows = records.batch(SHUFFLE_WINDOW_BLOCKS)
-        blocks = tf.data.Dataset.zip(windows, _epoch_seeds(shuffle_seed)).map(
-            permute_window, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        blocks = tf.data.Dataset.zip(records, _epoch_seeds(shuffle_seed)).map(
+            parse_permuted, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return blocks.rebatch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)

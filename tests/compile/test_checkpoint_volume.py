@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from google.protobuf import json_format
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
@@ -48,3 +49,17 @@ def test_gke_creates_mounts_and_deletes_a_volume_per_run(tmp_path):
     vspec = yaml.safe_load(vertex)
     assert vspec["root"]["dag"]["tasks"]["train-model"]["inputs"]["parameters"][
         "checkpoint_uri"]["componentInputParameter"] == "checkpoint_uri"
+
+
+@pytest.mark.parametrize("target", ["gke", "vertex"])
+def test_gkeflow_yaml_sets_checkpoint_uri_per_environment(tmp_path, target):
+    from gkeflow.pipelines.config import GkeflowConfig
+    from gkeflow.pipelines.submit import prepare_pipeline, resolve_parameters
+
+    prepared = prepare_pipeline("training", target, tmp_path)
+    config = GkeflowConfig.model_validate(
+        {"parameters": {"prod": {"checkpoint_uri": "gs://team-ckpt/training"}}})
+    assert resolve_parameters(config, prepared, "prod", {})["checkpoint_uri"] == (
+        "gs://team-ckpt/training")
+    assert resolve_parameters(config, prepared, "prod", {"checkpoint_uri": "/mnt/ckpt"})[
+        "checkpoint_uri"] == "/mnt/ckpt"

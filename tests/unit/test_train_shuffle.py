@@ -33,7 +33,7 @@ def test_reader_gives_every_epoch_a_fresh_row_order(churn):
     # every row exactly once per epoch
     assert sorted(np.concatenate(first)) == sorted(np.concatenate(second))
     assert len(set(np.concatenate(first))) == len(np.concatenate(first))
-    # batches mix blocks: the rows of one batch do not come from one block only
+    # the first batches of two epochs share few rows
     overlap = len(set(first[0]) & set(second[0]))
     assert overlap < len(first[0]) // 2
     # reproducible for a seed, different for another
