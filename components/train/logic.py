@@ -171,10 +171,10 @@ def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size
 
     Reads the TFRecord column blocks in parallel (shards interleaved, blocks parsed in
     parallel), then preprocesses whole batches and prefetches. With ``shuffle`` every epoch
-    sees the rows in a fresh order (seeded: shards and blocks shuffled, rows permuted
-    within windows of several blocks). ``cache`` keeps the preprocessed rows in memory after
-    the first epoch (for splits that fit), in blocks that are shuffled and permuted the
-    same way every epoch after the cache, so cached batches are not the same every epoch.
+    sees the rows in a fresh order (seeded: shards and blocks shuffled, each block's rows
+    permuted). ``cache`` keeps the preprocessed rows in memory after the first epoch (for
+    splits that fit), in blocks that are shuffled every epoch after the cache, and whose
+    rows are permuted within windows of several blocks, so cached batches change too.
     With several ``workers`` each reads its own shards when there are enough of them and
     rows are not shuffled, else every worker reads all and keeps its share of the batches.
     """
