@@ -13,6 +13,7 @@ from kfp import dsl
 
 from gkeflow.components import evaluate_model, prepare_data, register_model, train_model
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
+from gkeflow.pipelines.checkpoints import add_checkpoint_volume
 from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
 from gkeflow.pipelines.engines import training_engine
 
@@ -113,7 +114,10 @@ def build_training_pipeline(
 
     def train_step(**arguments) -> dsl.PipelineTask:
         if train_engine is None:
-            return configure(train_model(**arguments), "train-model")
+            task = configure(train_model(**arguments), "train-model")
+            if target == "gke":  # the default MinIO root cannot hold checkpoints: a volume can
+                add_checkpoint_volume(task)
+            return task
         profile = profiles["train-model"]
         return configure(train_engine.task(profile, arguments), "train-model",
                          train_engine.launcher_profile(profile))
@@ -138,6 +142,7 @@ def build_training_pipeline(
         thresholds: str = "",
         slice_columns: str = "",
         positive_class: str = "",
+        checkpoint_uri: str = "",
     ):
         """Trains a TensorFlow classifier on a CSV and registers it when evaluation blesses it.
 
@@ -167,6 +172,8 @@ def build_training_pipeline(
             slice_columns: Categorical columns to slice test metrics by, comma-separated;
                 empty slices by every categorical feature with at most 20 values.
             positive_class: Class whose ROC curve is shown; empty means the last label.
+            checkpoint_uri: Where training checkpoints go (gs://bucket/path or a mounted
+                directory); empty = under a gs:// pipeline root, else the run's volume.
         """
         prepare = configure(
             prepare_data(
@@ -190,6 +197,7 @@ def build_training_pipeline(
             checkpoint_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
             pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
+            checkpoint_uri=checkpoint_uri,
         )
         evaluate = configure(
             evaluate_model(
