@@ -192,7 +192,10 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
 
     from gkeflow.pipelines.local import LocalRunError
 
-    compute = _resolve_compute(None, compute_overrides) if compute_overrides else None
+    from gkeflow.pipelines.compile import pipeline_compute
+
+    compute = (pipeline_compute("training", _resolve_compute(None, compute_overrides))
+               if compute_overrides else None)
     try:
         result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
                            enable_caching=not no_cache, compute=compute)
