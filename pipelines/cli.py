@@ -190,9 +190,8 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
             mark = "[green]✓[/green]" if step.status == "SUCCESS" else "[red]✗[/red]"
             console.print(f"  {mark} {step.name} {step.status.lower()} in {step.duration_s:.1f}s")
 
-    from gkeflow.pipelines.local import LocalRunError
-
     from gkeflow.pipelines.compile import pipeline_compute
+    from gkeflow.pipelines.local import LocalRunError
 
     compute = (pipeline_compute("training", _resolve_compute(None, compute_overrides))
                if compute_overrides else None)
