@@ -125,6 +125,9 @@ def build_training_pipeline(
         thresholds: str = "",
         slice_columns: str = "",
         positive_class: str = "",
+        key_column: str = "",
+        exclude_columns: str = "",
+        feature_columns: str = "",
     ):
         """Trains a TensorFlow classifier on a CSV and registers it when evaluation blesses it.
 
@@ -154,6 +157,10 @@ def build_training_pipeline(
             slice_columns: Categorical columns to slice test metrics by, comma-separated;
                 empty slices by every categorical feature with at most 20 values.
             positive_class: Class whose ROC curve is shown; empty means the last label.
+            key_column: Column whose stable hash assigns rows to splits (rows sharing a
+                key share a split); never a feature. Empty: hash of the whole row.
+            exclude_columns: Columns never used as features, comma-separated.
+            feature_columns: The only feature columns, comma-separated; empty: inferred.
         """
         prepare = configure(
             prepare_data(
@@ -162,6 +169,9 @@ def build_training_pipeline(
                 train_ratio=train_ratio,
                 eval_ratio=eval_ratio,
                 test_ratio=test_ratio,
+                key_column=key_column,
+                exclude_columns=exclude_columns,
+                feature_columns=feature_columns,
             ),
             "prepare-data",
         )

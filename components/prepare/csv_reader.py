@@ -153,16 +153,33 @@ def _lines_with(positions: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return np.searchsorted(starts, positions, side="right") - 1
 
 
+def _quotes_pair_up(data: bytes) -> bool:
+    """Whether every quote of a block of whole lines opens a quoted value at the start of
+    a field and the next one closes it on the same line (``""`` inside counts as a close
+    and a reopen): then every line end ends a row, as in a block without quotes."""
+    arr = np.frombuffer(data, dtype=np.uint8)
+    quotes = np.flatnonzero(arr == _QUOTE)
+    if quotes.size % 2:
+        return False
+    opens, closes = quotes[0::2], quotes[1::2]
+    prev = arr[opens - 1] if opens[0] > 0 else np.append(_NL, arr[opens[1:] - 1])
+    if not np.all((prev == _COMMA) | (prev == _NL) | (prev == _QUOTE)):
+        return False
+    newlines = np.flatnonzero(arr == _NL)
+    return bool(np.array_equal(np.searchsorted(newlines, opens),
+                               np.searchsorted(newlines, closes)))
+
+
 def quick_cut(data: bytes, first_line: int, columns: int, limits: RowLimits,
               final: bool) -> Cut:
-    """A block without quotes: when it holds no NUL byte, no lone carriage return and no
-    over-long line, Arrow reads it as is (its column counts are checked as it parses);
-    otherwise it is cut by :func:`split_rows`."""
+    """A block whose line ends all end rows (see :func:`_quotes_pair_up`): when it holds
+    no NUL byte, no lone carriage return and no over-long line, Arrow reads it as is (its
+    column counts are checked as it parses); otherwise it is cut by :func:`split_rows`."""
     if b"\x00" in data or _has_long_line(data, limits.max_row_bytes):
-        return split_rows(data, first_line, columns, limits, final)
+        return split_rows(data, first_line, columns, limits, True)
     crs = data.count(b"\r")
     if crs and data.count(b"\r\n") != crs:
-        return split_rows(data, first_line, columns, limits, final)
+        return split_rows(data, first_line, columns, limits, True)
     return Cut(data, first_line, consumed=len(data), checked=False, columns=columns,
                limits=limits)
 
@@ -437,7 +454,7 @@ def cut_blocks(stream, columns: int, limits: RowLimits) -> Iterator[Callable[[],
                 carry = data
                 continue
             block, rest = data[:end], data[end:]
-        if b'"' not in block:
+        if b'"' not in block or _quotes_pair_up(block):
             lines = block.count(b"\n") + (1 if final and not block.endswith(b"\n") else 0)
             yield lambda block=block, line=line, final=final: quick_cut(
                 block, line, columns, limits, final)
