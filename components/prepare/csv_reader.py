@@ -73,6 +73,8 @@ class RowOrigin:
                  cut: Cut | None = None):
         self._lines, self.data, self._starts, self._ends = lines, data, starts, ends
         self._cut = cut
+        if cut is not None:
+            self.data = cut.data
 
     def _resolve(self) -> None:
         if self._cut is not None and self._lines is None:
@@ -315,8 +317,8 @@ def _walk(cut: Cut, arr, starts, ends, content_ends, blank, bad, reasons, quotes
         i = upto
         if i >= n:
             break
-        end_line, fields, problem = _follow_quotes(arr, starts, ends, content_ends, quotes, i,
-                                                   limits)
+        end_line, fields, problem, strict = _follow_quotes(arr, starts, ends, content_ends,
+                                                           quotes, i, limits)
         if end_line is None and not final and problem is None:
             stop_at = i  # still open at the end of the block: read on
             break
@@ -331,10 +333,22 @@ def _walk(cut: Cut, arr, starts, ends, content_ends, blank, bad, reasons, quotes
             problem = (f"quote opened on line {first_line + i} closes on line "
                        f"{first_line + end_line} into {fields} columns, expected {columns}")
         if problem is None and end_line > i:
+            # a value spanning lines: accepted when it reads strictly (RFC 4180) and the
+            # lines after its opening line do not read as rows of their own
             inner = slice(i + 1, end_line + 1)
-            if (~bad[inner] & ~blank[inner] & (line_fields[inner] == columns)).any():
-                problem = (f"unclosed quote opened on line {first_line + i}: the lines after "
-                           f"it are complete rows")
+            if not strict or (~bad[inner] & ~blank[inner]
+                              & (line_fields[inner] == columns)).any():
+                problem = f"unclosed quote opened on line {first_line + i}"
+            else:
+                alt_end, alt_fields, alt_problem, alt_strict = _follow_quotes(
+                    arr, starts, ends, content_ends, quotes, i + 1, limits)
+                if alt_end is None and alt_problem is None and not final:
+                    stop_at = i  # decided with the next block
+                    break
+                if alt_end is not None and alt_strict and alt_fields == columns:
+                    problem = f"unclosed quote opened on line {first_line + i}"
+            if problem is not None:
+                problem += ": the lines after it read as rows of their own"
         if problem is None:
             text = data[start:int(content_ends[end_line])]
             if b"\x00" in text:
@@ -361,16 +375,19 @@ def _walk(cut: Cut, arr, starts, ends, content_ends, blank, bad, reasons, quotes
 
 
 def _follow_quotes(arr: np.ndarray, starts, ends, content_ends, quotes: np.ndarray, line: int,
-                   limits: RowLimits) -> tuple[int | None, int, str | None]:
+                   limits: RowLimits) -> tuple[int | None, int, str | None, bool]:
     """Follow a row starting at ``line`` quote by quote (Arrow's rules).
 
-    Returns ``(last line, column count, None)`` when the row ends within the limits,
-    ``(None, 0, reason)`` when it does not (or holds a carriage return outside quotes),
-    ``(None, 0, None)`` when the block ends first.
+    Returns ``(last line, column count, None, strict)`` when the row ends within the
+    limits, ``(None, 0, reason, False)`` when it does not (or holds a carriage return
+    outside quotes), ``(None, 0, None, False)`` when the block ends first. ``strict``: no
+    quote inside an unquoted value and every closing quote followed by a comma or the
+    line end (RFC 4180).
     """
     start = int(starts[line])
     k = int(np.searchsorted(quotes, start))
     inside = False
+    strict = True
     fields = 1
     lone_cr = False
     pos = start  # unquoted bytes counted up to here
@@ -392,24 +409,27 @@ def _follow_quotes(arr: np.ndarray, starts, ends, content_ends, quotes: np.ndarr
                     continue
                 inside = False
                 pos = q + 1
+                if q + 1 < arr.size and arr[q + 1] not in (_COMMA, _CR, _NL):
+                    strict = False
             elif q == int(starts[current]) or arr[q - 1] == _COMMA:
                 count(pos, q)
                 inside = True
-            # else: a literal quote inside an unquoted value
+            else:
+                strict = False  # a literal quote inside an unquoted value
             k += 1
         if not inside:
             count(pos, int(content_ends[current]))
             if lone_cr:
-                return None, 0, "carriage return outside quotes inside the row"
+                return None, 0, "carriage return outside quotes inside the row", False
             if end - start > limits.max_row_bytes:
-                return None, 0, f"row longer than {limits.max_row_bytes} bytes"
-            return current, fields, None
+                return None, 0, f"row longer than {limits.max_row_bytes} bytes", False
+            return current, fields, None, strict
         if current - line + 1 >= limits.max_quoted_lines or end - start > limits.max_row_bytes:
             return None, 0, (f"not closed within {limits.max_quoted_lines} lines / "
-                             f"{limits.max_row_bytes} bytes")
+                             f"{limits.max_row_bytes} bytes"), False
         current += 1
         if current >= starts.size:
-            return None, 0, None
+            return None, 0, None, False
 
 
 # --- blocks of a file ----------------------------------------------------------------------
@@ -519,24 +539,17 @@ def _types(names: list[str], float_columns: Sequence[str] | None) -> dict:
 
 
 def _arrow_parse(buffer: pa.Buffer, names: list[str], types: dict) -> pa.RecordBatch | None:
-    invalid = []
-
-    def keep_aside(row) -> str:
-        invalid.append(row)
-        return "skip"
-
+    """Arrow's parse of whole rows; ArrowInvalid on a value of the wrong type or a row
+    with the wrong number of columns."""
     table = pacsv.read_csv(
         pa.BufferReader(buffer),
         read_options=pacsv.ReadOptions(column_names=names, use_threads=False,
                                        block_size=max(buffer.size + 1, 1 << 20)),
-        parse_options=pacsv.ParseOptions(invalid_row_handler=keep_aside,
-                                         newlines_in_values=True),
+        parse_options=pacsv.ParseOptions(newlines_in_values=True),
         convert_options=pacsv.ConvertOptions(
             column_types=types, null_values=NULL_VALUES, strings_can_be_null=True,
             check_utf8=False),  # checked per column, bad rows quarantined
     )
-    if invalid:
-        return None
     batches = table.combine_chunks().to_batches()
     return batches[0] if batches else None
 
