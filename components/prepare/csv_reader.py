@@ -15,6 +15,13 @@ Reading a CSV file happens in two passes over each block of about 2 MiB:
    rejects only the line where the quote opened; reading resumes at the next line. So one
    stray quote costs one row, never the rest of the file.
 
+   A quoted value spanning lines is accepted only when it reads strictly (RFC 4180: its
+   closing quote followed by a comma or the line end, no quote inside an unquoted value)
+   and the lines after its opening line do not read as a row of their own; otherwise the
+   opening line is taken for a stray quote. Input that reads both ways stays ambiguous:
+   a value ending with a line end (``"a\n"``), followed by a row holding a quoted
+   ``",,,"``, can be read as one stray quote and other rows.
+
    Rows with the wrong number of columns, NUL bytes, a carriage return outside quotes or
    more than ``max_row_bytes`` bytes are rejected here too, with their original bytes and
    line number. Blank lines are not rows (skipped, as Arrow skips them).
@@ -156,20 +163,21 @@ def _lines_with(positions: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 
 def _quotes_pair_up(data: bytes) -> bool:
-    """Whether every quote of a block of whole lines opens a quoted value at the start of
-    a field and the next one closes it on the same line (``""`` inside counts as a close
-    and a reopen): then every line end ends a row, as in a block without quotes."""
+    """Whether every other quote of a block of whole lines opens a quoted value at the
+    start of a field and the next one closes it on the same line (``""`` inside a value
+    reads as a close and a reopen): then every line end of the block ends a row, as in a
+    block without quotes."""
     arr = np.frombuffer(data, dtype=np.uint8)
     quotes = np.flatnonzero(arr == _QUOTE)
     if quotes.size % 2:
         return False
-    opens, closes = quotes[0::2], quotes[1::2]
+    opens = quotes[0::2]
     prev = arr[opens - 1] if opens[0] > 0 else np.append(_NL, arr[opens[1:] - 1])
     if not np.all((prev == _COMMA) | (prev == _NL) | (prev == _QUOTE)):
         return False
     newlines = np.flatnonzero(arr == _NL)
     return bool(np.array_equal(np.searchsorted(newlines, opens),
-                               np.searchsorted(newlines, closes)))
+                               np.searchsorted(newlines, quotes[1::2])))
 
 
 def quick_cut(data: bytes, first_line: int, columns: int, limits: RowLimits,
