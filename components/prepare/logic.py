@@ -1,20 +1,30 @@
 """Data preparation: stream a source, validate it, split it deterministically, quarantine bad rows.
 
 Plain functions over paths and primitives; the KFP component in ``component.py``
-is a thin shell around :func:`prepare`.
+is a thin shell around :func:`prepare`. The stages, one module each:
 
-The input is read as Arrow record batches (memory is bounded by a few batches, whatever
-the input size); several input files are processed in parallel. Each row lands in the
-train, eval or test split by a stable 64-bit hash of its key column (or of the whole row),
-so the same row goes to the same split on every run and machine. Rows that cannot be
-parsed or fail validation are written to ``rejected.csv`` with the reason, and always
-``rows read = train + eval + test + rejected``. Everything is written aside and published
-with one rename, so a failed or killed step never leaves a split that looks complete.
+- ``sources``: input files by URI (local, gs://, Parquet, embedded); ``bigquery``;
+- ``csv_reader``: CSV rows cut from the raw bytes (broken quoting recovered line by
+  line), then parsed by Arrow; each row keeps its line number and original bytes;
+- ``schema``: the dataset :class:`Schema` every stage reads; ``infer``: types and column
+  roles from a sample, or validation against an expected schema;
+- ``values`` and ``batch``: a record batch typed per the schema, a rejection reason per row;
+- ``splits``: the deterministic split by a stable row hash;
+- ``stream``: the parallel pass that types, splits, counts and writes each block;
+- ``records``, ``stats``, ``rejects``, ``report``: the outputs.
+
+Every row read lands in train, eval or test, or in ``rejected.csv``/``rejected.jsonl``
+with its reason: ``rows read = train + eval + test + rejected``. Everything is written
+aside and published with one rename, so a failed or killed step never leaves a split that
+looks complete.
 
 Output layout (the ``dataset`` artifact)::
 
     train/part-*.tfrecord.gz   eval/...   test/...   (see gkeflow.components.prepare.records)
-    schema.json  stats.json  rejected.csv  report.md
+    schema.json  stats.json  rejected.csv  rejected.jsonl  report.md
+
+The names other modules import from here (``Schema``, ``SplitRatios``, ``load_split``,
+``prepare``...) stay importable from this module.
 """
 
 from __future__ import annotations
