@@ -131,11 +131,22 @@ class Cut:
         """The good rows, one per line, as Arrow reads them."""
         if self.clean:
             return pa.py_buffer(self.data)[:self.consumed]
+        if self.starts.size == 0:
+            return pa.py_buffer(b"")
+        # each row with its own line end; rows that follow each other copied in one piece
+        arr = np.frombuffer(self.data, dtype=np.uint8)
+        ends = self.ends.copy()
+        for byte in (_CR, _NL):
+            ends += (ends < arr.size) & (arr[np.minimum(ends, arr.size - 1)] == byte)
+        breaks = np.flatnonzero(ends[:-1] != self.starts[1:])
+        run_starts = np.concatenate([self.starts[:1], self.starts[breaks + 1]]).tolist()
+        run_ends = np.concatenate([ends[breaks], ends[-1:]]).tolist()
         view = memoryview(self.data)
         parts = []
-        for start, end in zip(self.starts.tolist(), self.ends.tolist(), strict=True):
+        for start, end in zip(run_starts, run_ends, strict=True):
             parts.append(view[start:end])
-            parts.append(b"\n")
+            if self.data[end - 1:end] != b"\n":
+                parts.append(b"\n")
         return pa.py_buffer(b"".join(parts))
 
 
@@ -298,9 +309,12 @@ def _walk(cut: Cut, arr, starts, ends, content_ends, blank, bad, reasons, quotes
     followed quote by quote."""
     data = cut.data
     n = starts.size
-    keep_starts: list[int] = []
-    keep_ends: list[int] = []
-    keep_lines: list[int] = []
+    keep_starts: list[np.ndarray] = []
+    keep_ends: list[np.ndarray] = []
+    keep_lines: list[np.ndarray] = []
+    rejects: list[tuple[int, tuple[int, bytes, str]]] = []
+    has_reason = np.zeros(n, dtype=bool)
+    has_reason[list(reasons)] = True
     first_line = cut.first_line
     cut.clean = False
     i = 0
@@ -312,16 +326,15 @@ def _walk(cut: Cut, arr, starts, ends, content_ends, blank, bad, reasons, quotes
         while b < len(bad_lines) and bad_lines[b] < i:
             b += 1
         upto = bad_lines[b] if b < len(bad_lines) else n
-        for j in range(i, upto):
-            if blank[j]:
-                continue
-            if j in reasons:
-                cut.rejects.append((first_line + j, data[starts[j]:content_ends[j]],
-                                    reasons[j]))
-                continue
-            keep_starts.append(int(starts[j]))
-            keep_ends.append(int(content_ends[j]))
-            keep_lines.append(first_line + j)
+        if upto > i:  # vectorised: the run's good lines, then its rejected ones
+            run = np.arange(i, upto)
+            good = run[~blank[i:upto] & ~has_reason[i:upto]]
+            keep_starts.append(starts[good])
+            keep_ends.append(content_ends[good])
+            keep_lines.append(first_line + good)
+            for j in run[has_reason[i:upto]].tolist():
+                rejects.append((j, (first_line + j, data[starts[j]:content_ends[j]],
+                                    reasons[j])))
         i = upto
         if i >= n:
             break
@@ -362,12 +375,12 @@ def _walk(cut: Cut, arr, starts, ends, content_ends, blank, bad, reasons, quotes
             if b"\x00" in text:
                 problem = "NUL byte in the row"
         if problem is not None:  # reject the opening line only; resume at the next line
-            cut.rejects.append((first_line + i, data[start:int(content_ends[i])], problem))
+            rejects.append((i, (first_line + i, data[start:int(content_ends[i])], problem)))
             i += 1
             continue
-        keep_starts.append(start)
-        keep_ends.append(int(content_ends[end_line]))
-        keep_lines.append(first_line + i)
+        keep_starts.append(np.array([start]))
+        keep_ends.append(np.array([int(content_ends[end_line])]))
+        keep_lines.append(np.array([first_line + i]))
         i = end_line + 1
     else:
         stop_at = n
@@ -377,9 +390,11 @@ def _walk(cut: Cut, arr, starts, ends, content_ends, blank, bad, reasons, quotes
     else:
         cut.consumed = int(starts[stop_at])
         cut.consumed_lines = stop_at
-    cut.starts = np.array(keep_starts, dtype=np.int64)
-    cut.ends = np.array(keep_ends, dtype=np.int64)
-    cut.lines = np.array(keep_lines, dtype=np.int64)
+    def joined(parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+    cut.starts, cut.ends, cut.lines = joined(keep_starts), joined(keep_ends), joined(keep_lines)
+    cut.rejects.extend(item for _, item in sorted(rejects, key=lambda r: r[0]))
 
 
 def _follow_quotes(arr: np.ndarray, starts, ends, content_ends, quotes: np.ndarray, line: int,
