@@ -82,18 +82,20 @@ def run_prepare(csv_path: str, out: str) -> dict:
             "rejected": result.rejected_rows}
 
 
-def damage(path: Path, out: Path, every: int = 100_000) -> int:
+def run_damage(csv_path: str, out: str, every: int = 100_000) -> dict:
     """A copy of a generated CSV with one stray quote every ``every`` rows (a quoted value
-    whose closing quote is missing); returns how many rows were damaged."""
-    lines = path.read_bytes().split(b"\n")
+    whose closing quote is missing), streamed line by line; ``rows``: how many."""
     damaged = 0
-    for index in range(every, len(lines) - 1, every):
-        first = lines[index].find(b'",')
-        if first > 0:
-            lines[index] = lines[index][:first] + lines[index][first + 1:]
-            damaged += 1
-    out.write_bytes(b"\n".join(lines))
-    return damaged
+    started = time.perf_counter()
+    with open(csv_path, "rb") as source, open(out, "wb") as target:
+        for index, line in enumerate(source):
+            if index and index % every == 0:
+                first = line.find(b'",')
+                if first > 0:
+                    line = line[:first] + line[first + 1:]
+                    damaged += 1
+            target.write(line)
+    return {"rows": damaged, "seconds": time.perf_counter() - started}
 
 
 def run_parse(csv_path: str, _: str) -> dict:
@@ -167,7 +169,8 @@ def _best_of(dataset, passes: int) -> dict:
 
 
 MEASUREMENTS = {"prepare": run_prepare, "parse": run_parse, "baseline": run_baseline,
-                "read_fast": run_read_fast, "read_examples": run_read_examples}
+                "read_fast": run_read_fast, "read_examples": run_read_examples,
+                "damage": run_damage}
 
 
 def measure(name: str, *args) -> dict:
@@ -210,7 +213,7 @@ def main() -> None:
             print(f"prepare {label}: {results[f'prepare_{label}']}", flush=True)
             if label == "small":  # the cost of recovering from broken quoting
                 damaged_path = tmp / "damaged.csv"
-                damaged = damage(csv_path, damaged_path)
+                damaged = measure("damage", csv_path, damaged_path)["rows"]
                 results["prepare_damaged"] = measure("prepare", damaged_path,
                                                      tmp / "prepared-damaged")
                 assert results["prepare_damaged"]["rejected"] == damaged, results

@@ -186,9 +186,9 @@ def _quotes_pair_up(data: bytes) -> bool:
     prev = arr[opens - 1] if opens[0] > 0 else np.append(_NL, arr[opens[1:] - 1])
     if not np.all((prev == _COMMA) | (prev == _NL) | (prev == _QUOTE)):
         return False
-    newlines = np.flatnonzero(arr == _NL)
-    return bool(np.array_equal(np.searchsorted(newlines, opens),
-                               np.searchsorted(newlines, quotes[1::2])))
+    # a line end inside a pair has an odd number of quotes before it
+    before = np.searchsorted(quotes, np.flatnonzero(arr == _NL))
+    return not np.any(before & 1)
 
 
 def quick_cut(data: bytes, first_line: int, columns: int, limits: RowLimits,
@@ -198,8 +198,7 @@ def quick_cut(data: bytes, first_line: int, columns: int, limits: RowLimits,
     column counts are checked as it parses); otherwise it is cut by :func:`split_rows`."""
     if b"\x00" in data or _has_long_line(data, limits.max_row_bytes):
         return split_rows(data, first_line, columns, limits, True)
-    crs = data.count(b"\r")
-    if crs and data.count(b"\r\n") != crs:
+    if b"\r" in data and data.count(b"\r") != data.count(b"\r\n"):
         return split_rows(data, first_line, columns, limits, True)
     return Cut(data, first_line, consumed=len(data), checked=False, columns=columns,
                limits=limits)
@@ -529,8 +528,7 @@ def parse_cut(cut: Cut, names: list[str], float_columns: Sequence[str] | None,
                 batch = _arrow_parse(buffer, names, dict.fromkeys(names, pa.string()))
             except pa.ArrowInvalid:
                 batch = None
-        lines = cut.data.count(b"\n") + (0 if cut.data.endswith(b"\n") else 1)
-        if batch is not None and batch.num_rows == lines:  # no ragged row, no blank line
+        if batch is not None:  # one row per non-blank line (Arrow skips blank lines too)
             return batch, RowOrigin(cut=cut)
         cut = split_rows(cut.data, cut.first_line, cut.columns, cut.limits, True)
     for line, raw, reason in cut.rejects:

@@ -238,3 +238,13 @@ def test_parquet_nested_and_binary_columns_are_ignored_not_a_crash(tmp_path):
     assert roles["blob"][0] == "ignored" and roles["blob"][1].startswith("binary")
     assert result.rows_read == n and result.rejected_rows == 0
     assert any("'tags' ignored: nested" in p for p in result.problems)
+
+
+def test_blank_lines_are_not_rows_and_do_not_shift_line_numbers(write_csv, tmp_path):
+    body = "".join(line + ("\n\n" if i % 10 == 0 else "\n") for i, line in
+                   enumerate(_rows(60)))
+    path = write_csv(HEADER + "\n" + body + "id60,abc,red,no\n\r\nid61,1.0,red,yes\n")
+    result = prepare(str(path), tmp_path / "out", "y", max_rejected_fraction=0.5)
+    assert result.rows_read == 62 and result.rejected_rows == 1
+    [reject] = _jsonl(tmp_path / "out")
+    assert reject["line"] == 68 and reject["row"] == "id60,abc,red,no"
