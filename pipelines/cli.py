@@ -84,7 +84,7 @@ def _default_model_name(data: str | None) -> str:
                    "README for parameters).")
 @click.option("--key", "key_column", metavar="COLUMN", default="",
               help="Split rows by a stable hash of this column (rows sharing a key share a "
-                   "split); never a feature.")
+                   "split); its role is key, not a feature unless also in --features.")
 @click.option("--exclude", "exclude_columns", metavar="COL[,COL]", multiple=True,
               help="Columns never used as features; repeatable or comma-separated.")
 @click.option("--features", "feature_columns", metavar="COL[,COL]", multiple=True,

@@ -158,7 +158,7 @@ def build_training_pipeline(
                 empty slices by every categorical feature with at most 20 values.
             positive_class: Class whose ROC curve is shown; empty means the last label.
             key_column: Column whose stable hash assigns rows to splits (rows sharing a
-                key share a split); never a feature. Empty: hash of the whole row.
+                key share a split); its role is key, not a feature. Empty: hash of the whole row.
             exclude_columns: Columns never used as features, comma-separated.
             feature_columns: The only feature columns, comma-separated; empty: inferred.
         """

@@ -51,7 +51,8 @@ def prepare_data(
         test_ratio: Fraction of rows held out for evaluation.
         max_rejected_fraction: Fail when more than this fraction of rows is rejected.
         key_column: Split by a stable hash of this column (rows sharing a key share a
-            split); never a feature. Empty: hash of the whole row.
+            split); its role is key (not a feature unless in feature_columns). Empty: hash
+            of the whole row.
         expected_schema_uri: A previous schema.json or a YAML schema to validate against
             (local path or gs://); empty: infer the schema.
         max_missing_fraction: Fail when a feature column misses more than this fraction.

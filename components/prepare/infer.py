@@ -123,8 +123,9 @@ def check_column_names(header: list[str], label_column: str, key_column: str = "
 
 def apply_column_roles(schema: Schema, key_column: str = "", exclude_columns=(),
                        feature_columns=()) -> None:
-    """The roles the user chose over the inferred ones: the key column and excluded
-    columns are ignored; with ``feature_columns``, exactly those are the features."""
+    """The roles the user chose over the inferred ones: the key column gets the role
+    ``key`` (not a feature, unless named in ``feature_columns``: a feature can be the key),
+    excluded columns are ignored; with ``feature_columns``, exactly those are features."""
     excluded = set(column_names(exclude_columns))
     features = set(column_names(feature_columns))
     for column in schema.columns:
@@ -138,15 +139,15 @@ def apply_column_roles(schema: Schema, key_column: str = "", exclude_columns=(),
             column.role, column.note = "feature", ""
         elif column.name in excluded:
             column.role, column.note = "ignored", "excluded by exclude_columns"
+        elif column.name == key_column:
+            column.role, column.note = "key", KEY_NOTE
         elif features:
             column.role, column.note = "ignored", "not in feature_columns"
-        elif column.name == key_column and column.role == "feature":
-            column.role, column.note = "ignored", "the key column (splits rows, not a feature)"
 
 
+KEY_NOTE = "the key column: splits rows, identifies them in predictions; not a feature"
 #: Notes of roles the user chose (not reported as problems).
-CHOSEN_NOTES = ("excluded by exclude_columns", "not in feature_columns",
-                "the key column (splits rows, not a feature)")
+CHOSEN_NOTES = ("excluded by exclude_columns", "not in feature_columns", KEY_NOTE)
 
 
 def infer_schema(frame: pd.DataFrame, label_column: str, max_vocabulary: int = 1000) -> Schema:

@@ -123,10 +123,8 @@ def _sample(sources: list[Source], problems: list[str]) -> tuple[list[str], pa.T
     unparsed: list[tuple[str, str]] = []  # (reason, text) of rows the reader set aside
     for source in usable:
         try:
-            for batch in source.batches(
-                    lambda _, __, raw, reason: unparsed.append(
-                        (reason, raw.decode("utf-8", "backslashreplace"))),
-                    prefetch=False):
+            for batch in source.batches(lambda _, text, reason: unparsed.append((reason, text)),
+                                        prefetch=False):
                 batches.append(batch)
                 rows += batch.num_rows
                 if rows >= SAMPLE_ROWS:
@@ -155,9 +153,9 @@ def _finalise_schema(schema: Schema, stats: dict, inferred: bool,
         totals = [stats[split][column.name] for split in SPLITS]
         count = sum(s.count for s in totals)
         missing = sum(s.missing for s in totals)
-        if inferred or column.role == "ignored":
+        if inferred or column.role in ("ignored", "key"):
             column.nullable = missing > 0
-        if column.type == "categorical" and inferred and column.role != "ignored":
+        if column.type == "categorical" and inferred and column.role in ("feature", "label"):
             counts: Counter = Counter()
             for s in totals:
                 counts.update(s.values)

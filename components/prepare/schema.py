@@ -18,7 +18,7 @@ SCHEMA_FILE = "schema.json"
 class ColumnSchema:
     name: str
     type: str  # "numeric" | "categorical"
-    role: str  # "feature" | "label" | "ignored"
+    role: str  # "feature" | "label" | "key" | "ignored"
     nullable: bool
     vocabulary: list[str] = field(default_factory=list)
     note: str = ""

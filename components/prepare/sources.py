@@ -50,6 +50,8 @@ class DataError(ValueError):
 
 #: (source name, line number, original bytes, reason) for a row that could not be parsed.
 RejectRow = Callable[[str, int, bytes, str], None]
+#: (source name, row text, reason): the same, for :meth:`Source.batches`.
+RejectText = Callable[[str, str, str], None]
 __all__ = ["CSV_BLOCK_BYTES", "NULL_VALUES", "DataError", "Source", "TypedBatch"]
 
 
@@ -100,9 +102,20 @@ class Source:
             raise DataError(f"data file has an empty header row: {self.name}")
         return names
 
-    def batches(self, reject: RejectRow, prefetch: bool = True) -> Iterator[pa.RecordBatch]:
-        """The file's rows as record batches; CSV cells as strings (nulls for missing)."""
-        iterator = self._csv_batches(reject) if self.format == "csv" else self._parquet_batches()
+    def batches(self, reject: RejectText, prefetch: bool = True) -> Iterator[pa.RecordBatch]:
+        """The file's rows as record batches; CSV cells as strings (nulls for missing).
+
+        ``reject(source name, row text, reason)`` gets each CSV row set aside while reading
+        (the text decoded from its original bytes, invalid UTF-8 as ``\\xNN``);
+        :meth:`typed_blocks` gives line numbers and the bytes themselves.
+        """
+        if self.format != "csv":
+            iterator = self._parquet_batches()
+        else:
+            def on_reject(name: str, _line: int, raw: bytes, reason: str) -> None:
+                reject(name, raw.decode("utf-8", "backslashreplace"), reason)
+
+            iterator = self._csv_batches(on_reject)
         return _prefetched(iterator) if prefetch else iterator
 
     def typed_blocks(self, reject: RejectRow, float_columns: Sequence[str],
@@ -119,7 +132,7 @@ class Source:
         row's line number and original bytes.
         """
         if self.format != "csv":
-            iterator = numbered(self.batches(reject, prefetch=False))
+            iterator = numbered(self._parquet_batches())
         else:
             iterator = self._csv_blocks(reject, list(float_columns))
         return _prefetched(iterator) if prefetch else iterator

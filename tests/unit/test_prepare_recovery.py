@@ -210,7 +210,8 @@ def test_key_exclude_and_feature_columns(write_csv, tmp_path):
     path = write_csv("\n".join([HEADER, *_rows(120)]) + "\n")
     result = prepare(str(path), tmp_path / "a", "y", key_column="id", exclude_columns="kind")
     roles = {c.name: c.role for c in result.schema.columns}
-    assert roles == {"id": "ignored", "x": "feature", "kind": "ignored", "y": "label"}
+    assert roles == {"id": "key", "x": "feature", "kind": "ignored", "y": "label"}
+    assert not any("'id'" in p or "'kind'" in p for p in result.problems)
     only = prepare(str(path), tmp_path / "b", "y", feature_columns=["kind"])
     assert [c.name for c in only.schema.features] == ["kind"]
     for kwargs, parameter in (({"exclude_columns": "kind,nope"}, "exclude_columns"),
@@ -248,3 +249,17 @@ def test_blank_lines_are_not_rows_and_do_not_shift_line_numbers(write_csv, tmp_p
     assert result.rows_read == 62 and result.rejected_rows == 1
     [reject] = _jsonl(tmp_path / "out")
     assert reject["line"] == 68 and reject["row"] == "id60,abc,red,no"
+
+
+def test_source_batches_hand_set_aside_rows_to_a_three_argument_callback(write_csv):
+    """Source.batches (used by prediction) keeps its (source, text, reason) callback."""
+    from gkeflow.components.prepare.sources import resolve_sources
+
+    path = write_csv(b"\n".join([HEADER.encode(), b"A1,\xff\xfe,1", b'a,1.0,"open,no',
+                                 *(r.encode() for r in _rows(5))]) + b"\n")
+    [source] = resolve_sources(str(path))
+    seen = []
+    rows = sum(b.num_rows for b in source.batches(lambda *r: seen.append(r), prefetch=False))
+    assert rows == 5
+    assert [(name, text) for name, text, _ in seen] == [
+        (str(path), "A1,\\xff\\xfe,1"), (str(path), 'a,1.0,"open,no')]
