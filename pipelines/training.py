@@ -143,6 +143,9 @@ def build_training_pipeline(
         slice_columns: str = "",
         positive_class: str = "",
         checkpoint_uri: str = "",
+        key_column: str = "",
+        exclude_columns: str = "",
+        feature_columns: str = "",
     ):
         """Trains a TensorFlow classifier on a CSV and registers it when evaluation blesses it.
 
@@ -174,6 +177,10 @@ def build_training_pipeline(
             positive_class: Class whose ROC curve is shown; empty means the last label.
             checkpoint_uri: Where training checkpoints go (gs://bucket/path or a mounted
                 directory); empty = under a gs:// pipeline root, else the run's volume.
+            key_column: Column whose stable hash assigns rows to splits (rows sharing a
+                key share a split); its role is key, not a feature. Empty: hash of the whole row.
+            exclude_columns: Columns never used as features, comma-separated.
+            feature_columns: The only feature columns, comma-separated; empty: inferred.
         """
         prepare = configure(
             prepare_data(
@@ -182,6 +189,9 @@ def build_training_pipeline(
                 train_ratio=train_ratio,
                 eval_ratio=eval_ratio,
                 test_ratio=test_ratio,
+                key_column=key_column,
+                exclude_columns=exclude_columns,
+                feature_columns=feature_columns,
             ),
             "prepare-data",
         )
