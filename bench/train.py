@@ -7,7 +7,12 @@ prefetch) and, with `cache_dataset="auto"`, keeps the preprocessed batches in me
 they fit; the baseline gets its features preprocessed once up front and held in memory
 as NumPy arrays: the fastest a Keras `fit` can go. `fit_ratio` = steady-state examples/s
 of `train` / of the baseline (median over epochs after the first, which includes tracing
-and cache filling).
+and cache filling). Both `train` runs shuffle rows afresh every epoch (the default).
+
+`sigterm_to_commit_s`: `train` runs in a child process with a checkpoint directory; after
+its first checkpoint, a SIGTERM is sent in the middle of an epoch, and the parent times
+how long until the new checkpoint's `state.json` is committed (and until the child exits,
+with code 143 and a one-line message).
 
     python bench/train.py [--quick] [--rows N] [--epochs N]
 
@@ -23,7 +28,11 @@ efficiency = examples/s with N workers / (N x examples/s with 1).
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +55,65 @@ def synthetic_csv(path: Path, rows: int, seed: int = 0) -> Path:
     frame["label"] = np.select([score < -0.5, score < 0.5], ["low", "mid"], "high")
     frame.to_csv(path, index=False)
     return path
+
+
+SIGTERM_CHILD = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {repo!r})
+from gkeflow.components.prepare.logic import Schema
+from gkeflow.components.train.checkpoint import exit_on_preemption
+from gkeflow.components.train.logic import TrainParams, train
+data = Path({data!r})
+params = TrainParams(epochs=50, batch_size={batch}, learning_rate=1e-3, early_stopping_patience=0)
+with exit_on_preemption():
+    train(data, Schema.load(data), Path({model!r}), params, checkpoint_dir={ckpt!r})
+"""
+
+
+def measure_sigterm(dataset: Path, work: Path, batch_size: int) -> dict:
+    """Seconds from SIGTERM (mid-epoch, after the first checkpoint) to the committed
+    checkpoint and to the process's exit."""
+    ckpt = work / "ckpt"
+    state_file = ckpt / "state.json"
+    code = SIGTERM_CHILD.format(repo=str(Path(__file__).resolve().parent.parent),
+                                data=str(dataset), batch=batch_size, model=str(work / "model"),
+                                ckpt=str(ckpt))
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    first = None
+    while first is None:
+        if child.poll() is not None:
+            raise SystemExit("training ended before its first checkpoint:\n"
+                             + child.stderr.read()[-2000:])
+        if state_file.exists():
+            first = json.loads(state_file.read_text())
+        time.sleep(0.01)
+    epoch_started = time.perf_counter()
+    time.sleep(0.6)  # into the next epoch
+    while json.loads(state_file.read_text())["model_file"] != first["model_file"]:
+        first = json.loads(state_file.read_text())  # an epoch ended meanwhile: go on
+        time.sleep(0.3)
+    sent = time.perf_counter()
+    child.send_signal(signal.SIGTERM)
+    committed = None
+    while committed is None:
+        try:
+            if json.loads(state_file.read_text())["model_file"] != first["model_file"]:
+                committed = time.perf_counter()
+        except (OSError, ValueError):
+            pass
+        if committed is None and child.poll() is not None:
+            break
+        time.sleep(0.002)
+    _, err = child.communicate(timeout=120)
+    exited = time.perf_counter()
+    lines = [line for line in err.splitlines() if "SIGTERM" in line]
+    return {"sigterm_to_commit_s": (committed or exited) - sent,
+            "sigterm_to_exit_s": exited - sent, "exit_code": child.returncode,
+            "message": lines[-1] if lines else "", "traceback": "Traceback" in err,
+            "signal_after_epoch_start_s": sent - epoch_started}
 
 
 def main() -> None:
@@ -128,7 +196,12 @@ def main() -> None:
             mixed = run_train("auto")
             print(f"train, mixed precision (auto):         {mixed:12.0f} examples/s "
                   f"({mixed / ours:.2f}x float32)")
-        print(f"train_examples_per_s={ours:.1f} fit_ratio={ours / baseline:.3f}")
+        preemption = measure_sigterm(tmp / "dataset", tmp / "sigterm", args.batch_size)
+        print(f"SIGTERM: exit code {preemption['exit_code']}, traceback: "
+              f"{preemption['traceback']}, exit after {preemption['sigterm_to_exit_s']:.2f}s; "
+              f"message: {preemption['message']}")
+        print(f"train_examples_per_s={ours:.1f} fit_ratio={ours / baseline:.3f} "
+              f"sigterm_to_commit_s={preemption['sigterm_to_commit_s']:.3f}")
 
 
 def bench_workers(rows: int, epochs: int, batch_size: int, workers: int) -> None:

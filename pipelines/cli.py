@@ -118,15 +118,25 @@ def _dispatch_run(pipeline: str, **options) -> None:
 @click.option("--compute", "compute_overrides", metavar="STEP.FIELD=VALUE", multiple=True,
               help="Override one compute field of one step; locally, train-model.replicas=N "
                    "trains with N worker processes (MultiWorkerMirroredStrategy).")
+@click.option("--key", "key_column", metavar="COLUMN", default="",
+              help="Split rows by a stable hash of this column (rows sharing a key share a "
+                   "split); its role is key, not a feature unless also in --features.")
+@click.option("--exclude", "exclude_columns", metavar="COL[,COL]", multiple=True,
+              help="Columns never used as features; repeatable or comma-separated.")
+@click.option("--features", "feature_columns", metavar="COL[,COL]", multiple=True,
+              help="The only feature columns; repeatable or comma-separated. Default: "
+                   "inferred (constant and identifier-like columns are left out).")
 @click.option("--no-cache", is_flag=True, help="Re-run every step instead of reusing cached ones.")
 @click.option("--require-registered", is_flag=True,
               help="Exit 3 when the run succeeds but the gate blocks registration (for CI).")
 @click.option("-v", "--verbose", is_flag=True, help="Stream every step's log to the terminal.")
+@click.option("--debug", is_flag=True,
+              help="On a failed step, show its Python traceback, not only the message.")
 @sweep_options
 def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_rate,
         train_ratio, eval_ratio, test_ratio, model_name, min_accuracy, model_type, user_module,
-        params, compute_overrides, no_cache, require_registered, verbose,
-        **pipeline_options) -> None:
+        params, compute_overrides, key_column, exclude_columns, feature_columns, no_cache,
+        require_registered, verbose, debug, **pipeline_options) -> None:
     """Run the training pipeline on this machine with kfp.local (no cloud, no Docker).
 
     Executes the same pipeline definition that `gkeflow compile` writes for GKE and
@@ -187,6 +197,17 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
         arguments["user_module"] = (str(Path(user_module).resolve())
                                     if user_module.endswith(".py") else user_module)
     arguments.update(_pipeline_params(params))
+    for name, value in (("key_column", key_column),
+                        ("exclude_columns", ",".join(exclude_columns)),
+                        ("feature_columns", ",".join(feature_columns))):
+        if value:
+            arguments[name] = value
+    from gkeflow.pipelines.run_checks import ParameterError, validate_run_arguments
+
+    try:
+        validate_run_arguments(arguments)
+    except ParameterError as exc:
+        raise click.ClickException(str(exc)) from None
     console.print(f"[bold]gkeflow run[/bold]: training pipeline on "
                   f"{data or 'the bundled Palmer Penguins data'} "
                   f"(label: {arguments['label_column']})")
@@ -201,15 +222,17 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
                 return
             console.print(f"  {mark} {step.name} {step.status.lower()} in {step.duration_s:.1f}s")
 
+    from gkeflow.pipelines.compile import pipeline_compute
     from gkeflow.pipelines.local import LocalRunError
 
-    compute = _resolve_compute(None, compute_overrides) if compute_overrides else None
+    compute = (pipeline_compute("training", _resolve_compute(None, compute_overrides))
+               if compute_overrides else None)
     try:
         result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
                            enable_caching=not no_cache, compute=compute)
     except LocalRunError as exc:
         raise click.ClickException(str(exc)) from exc
-    _print_run_summary(console, result, arguments)
+    _print_run_summary(console, result, arguments, debug)
     if not result.ok:
         sys.exit(1)
     if require_registered and not result.parameter_outputs("register-model"):
@@ -250,7 +273,7 @@ def _pipeline_params(options: tuple[str, ...]) -> dict:
     return values
 
 
-def _print_run_summary(console: Console, result, arguments: dict) -> None:
+def _print_run_summary(console: Console, result, arguments: dict, debug: bool = False) -> None:
     console.print()
     table = Table(title="Steps", title_justify="left")
     for column in ("step", "status", "seconds"):
@@ -310,8 +333,16 @@ def _print_run_summary(console: Console, result, arguments: dict) -> None:
             console.print(f"[red bold]FAILED[/red bold]: step {failed.name}")
             import textwrap
 
-            console.print(textwrap.dedent("\n".join(failed.error_lines())).rstrip(),
-                          markup=False, soft_wrap=True)
+            from gkeflow.pipelines.run_checks import user_error
+
+            message = None if debug else user_error(failed.log)
+            if message is not None:  # the data's or a parameter's problem: no traceback
+                console.print(textwrap.indent(message, "  "), markup=False, soft_wrap=True)
+                console.print(f"(traceback in {result.log_path}; --debug shows it)")
+            else:
+                lines = failed.error_lines(limit=1000 if debug else 8)
+                console.print(textwrap.dedent("\n".join(lines)).rstrip(),
+                              markup=False, soft_wrap=True)
         else:
             console.print(f"[red bold]FAILED[/red bold]: {result.error}", markup=False)
 

@@ -101,6 +101,8 @@ def pin_images(pipeline, lock: Mapping[str, str]) -> dict[str, str]:
         if "container" not in executors[name]:
             continue
         container = executors[name]["container"]
+        if container["image"].startswith("argostub/"):
+            continue  # kfp-kubernetes volume steps: performed by the KFP driver, no container
         container["image"] = pin(container["image"], dict(lock))
         images[name] = container["image"]
         # A launcher's workload (a Vertex AI CustomJob payload) names its own image.

@@ -19,6 +19,7 @@ from gkeflow.components import (
     train_model,
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
+from gkeflow.pipelines.checkpoints import add_checkpoint_volume
 from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
 from gkeflow.pipelines.engines import training_engine
 
@@ -124,7 +125,10 @@ def build_training_pipeline(
 
     def train_step(**arguments) -> dsl.PipelineTask:
         if train_engine is None:
-            return configure(train_model(**arguments), "train-model")
+            task = configure(train_model(**arguments), "train-model")
+            if target == "gke":  # the default MinIO root cannot hold checkpoints: a volume can
+                add_checkpoint_volume(task)
+            return task
         profile = profiles["train-model"]
         return configure(train_engine.task(profile, arguments), "train-model",
                          train_engine.launcher_profile(profile))
@@ -149,6 +153,10 @@ def build_training_pipeline(
         thresholds: str = "",
         slice_columns: str = "",
         positive_class: str = "",
+        checkpoint_uri: str = "",
+        key_column: str = "",
+        exclude_columns: str = "",
+        feature_columns: str = "",
     ):
         """Trains a TensorFlow classifier on a CSV and registers it when evaluation blesses it.
 
@@ -178,6 +186,12 @@ def build_training_pipeline(
             slice_columns: Categorical columns to slice test metrics by, comma-separated;
                 empty slices by every categorical feature with at most 20 values.
             positive_class: Class whose ROC curve is shown; empty means the last label.
+            checkpoint_uri: Where training checkpoints go (gs://bucket/path or a mounted
+                directory); empty = under a gs:// pipeline root, else the run's volume.
+            key_column: Column whose stable hash assigns rows to splits (rows sharing a
+                key share a split); its role is key, not a feature. Empty: hash of the whole row.
+            exclude_columns: Columns never used as features, comma-separated.
+            feature_columns: The only feature columns, comma-separated; empty: inferred.
         """
         fingerprint = configure(fingerprint_data(data_uri=data_uri, user_module=user_module),
                                 "fingerprint-data")
@@ -188,6 +202,9 @@ def build_training_pipeline(
                 train_ratio=train_ratio,
                 eval_ratio=eval_ratio,
                 test_ratio=test_ratio,
+                key_column=key_column,
+                exclude_columns=exclude_columns,
+                feature_columns=feature_columns,
                 data_fingerprint=fingerprint.outputs["data"],
             ),
             "prepare-data",
@@ -213,6 +230,7 @@ def build_training_pipeline(
             checkpoint_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
             pipeline_run_id=checkpoint_key,
             task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
+            checkpoint_uri=checkpoint_uri,
         )
         evaluate = configure(
             evaluate_model(

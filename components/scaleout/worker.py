@@ -42,7 +42,8 @@ def run_worker(dataset_uri: str, schema_uri: str, output_uri: str, params: dict,
     from gkeflow.components.prepare.logic import Schema
     from gkeflow.components.scaleout import cluster, storage
     from gkeflow.components.train import devices
-    from gkeflow.components.train.logic import resolve_checkpoint_dir, train
+    from gkeflow.components.train.logic import train
+    from gkeflow.components.train.store import resolve_checkpoint_location
 
     config = cluster.tf_config_from_env()
     if config:
@@ -59,7 +60,8 @@ def run_worker(dataset_uri: str, schema_uri: str, output_uri: str, params: dict,
             schema=Schema.load(schema_path),
             model_dir=model_dir,
             params=train_params(params),
-            checkpoint_dir=resolve_checkpoint_dir(checkpoint_root, run_id, task_name),
+            checkpoint_dir=resolve_checkpoint_location("", checkpoint_root, run_id,
+                                                       task_name) or None,
             data_uri=dataset_uri,
         )
         if not chief:

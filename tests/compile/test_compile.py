@@ -14,6 +14,8 @@ from gkeflow.pipelines.compile import compile_all, stale_files
 from tests.compile.customjob import custom_job_payload, strict_custom_job
 
 GPU_TASK = "train-model"
+#: kfp-kubernetes' volume steps: the KFP driver performs them, no pod runs.
+VOLUME_STEPS = {"exec-createpvc", "exec-deletepvc"}
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +33,7 @@ def _resources(spec: dict) -> dict[str, dict]:
     return {
         name.removeprefix("exec-"): executor["container"].get("resources", {})
         for name, executor in executors.items()
+        if name not in VOLUME_STEPS
     }
 
 
@@ -65,6 +68,7 @@ def test_gke_train_step_requests_gpu_with_node_selector_and_toleration(compiled)
         name.removeprefix("exec-"): json_format.ParseDict(
             value, k8s.KubernetesExecutorConfig(), ignore_unknown_fields=False)
         for name, value in executors.items()
+        if name not in VOLUME_STEPS
     }
     for task, other in configs.items():
         # Every step has a timeout; GPU scheduling settings only on the GPU step.
