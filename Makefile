@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo run test test-fast lint compile check-compiled bench clean
+.PHONY: help install demo run test test-fast lint compile check-compiled docs check-docs dist bench clean
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -30,14 +30,23 @@ test-fast: $(STAMP) ## Tests that do not train models or run pipelines
 	$(BIN)/python -m pytest -m "not slow"
 
 lint: $(STAMP) ## Static checks
-	$(BIN)/ruff check components pipelines tests bench
+	$(BIN)/ruff check components pipelines tests bench examples
 	$(BIN)/hadolint images/*.Dockerfile
 
-compile: $(STAMP) ## Regenerate compiled/*.yaml for GKE and Vertex
+compile: $(STAMP) ## Regenerate compiled/*.yaml for GKE and Vertex and compiled/components/
 	$(BIN)/gkeflow compile
 
 check-compiled: $(STAMP) ## Fail when compiled/ is out of date with the code
 	$(BIN)/gkeflow compile --check
+
+docs: $(STAMP) ## Regenerate docs/components.md from the component specs
+	$(BIN)/gkeflow docs
+
+check-docs: $(STAMP) ## Fail when docs/components.md is out of date with the components
+	$(BIN)/gkeflow docs --check
+
+dist: $(STAMP) ## Build the wheel and sdist into dist/ (version: components/images.py)
+	$(BIN)/python -m build --no-isolation --outdir dist .
 
 bench: $(STAMP) ## End-to-end benchmark (see bench/RESULTS.md)
 	$(BIN)/python bench/e2e.py

@@ -5,6 +5,12 @@ the four logic functions (prepare, train, evaluate, register) called directly in
 fresh Python process (imports included in both). The ratio is the orchestration overhead:
 one subprocess, one TensorFlow import and artifact I/O per step.
 
+Then caching: a cold `gkeflow run` (empty output directory, caching on) and the same run
+again on unchanged data. ``cached_ratio`` is the re-run's total over the cold total; the
+steps served from cache (preparation and training, keyed on the data fingerprint) are
+compared step by step in ``cached_steps_ratio`` (their time in the re-run, zero when served
+from cache, over their cold time); the fingerprint, evaluation and registration always run.
+
     python bench/e2e.py [--epochs N]
 """
 
@@ -20,6 +26,7 @@ import time
 from pathlib import Path
 
 STEP_LINE = re.compile(r"✓ (\S+) success in ([0-9.]+)s")
+CACHED_LINE = re.compile(r"✓ (\S+) cached")
 
 DIRECT = """
 import time, sys
@@ -64,12 +71,38 @@ def main() -> None:
             sys.exit(f"direct run failed:\n{direct.stderr[-3000:]}")
         direct_total = float(re.search(r"direct_total_s=([0-9.]+)", direct.stdout).group(1))
 
+        runs = []
+        for attempt in ("cold", "cached"):
+            started = time.perf_counter()
+            cached_run = subprocess.run(
+                [gkeflow, "run", "--epochs", str(args.epochs), "--output", f"{tmp}/cache"],
+                capture_output=True, text=True, check=False)
+            seconds = time.perf_counter() - started
+            if cached_run.returncode != 0:
+                sys.exit(f"{attempt} gkeflow run failed:\n{cached_run.stdout[-3000:]}")
+            ran = {name: float(s) for name, s in STEP_LINE.findall(cached_run.stdout)}
+            runs.append((seconds, ran, CACHED_LINE.findall(cached_run.stdout)))
+
     print(f"epochs: {args.epochs}")
     for name, seconds in steps:
         print(f"  {name:<16} {float(seconds):7.2f} s")
     print(f"  {'total (gkeflow run)':<16} {e2e_total:7.2f} s")
     print(f"  {'direct (4 logic fns, 1 process)':<16} {direct_total:7.2f} s")
     print(f"e2e_total_s={e2e_total:.3f} overhead_ratio={e2e_total / direct_total:.3f}")
+
+    (cold_s, cold_steps, _), (warm_s, warm_steps, served) = runs
+    cacheable = [name for name in served if name in cold_steps]
+    cold_part = sum(cold_steps[name] for name in cacheable)
+    warm_part = sum(warm_steps.get(name, 0.0) for name in cacheable)
+    print("caching (same data twice):")
+    for name, seconds in cold_steps.items():
+        again = "cached" if name in served else f"{warm_steps.get(name, 0.0):.2f} s"
+        print(f"  {name:<16} {seconds:7.2f} s -> {again}")
+    print(f"  {'total':<16} {cold_s:7.2f} s -> {warm_s:.2f} s")
+    print(f"cold_total_s={cold_s:.3f} cached_total_s={warm_s:.3f} "
+          f"cached_ratio={warm_s / cold_s:.3f} "
+          f"cached_steps_ratio={(warm_part / cold_part) if cold_part else float('nan'):.3f} "
+          f"cached_steps={','.join(cacheable) or 'none'}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""gkeflow's KFP components: prepare_data, train_model, evaluate_model, register_model.
+"""gkeflow's KFP components: prepare_data, train_model, evaluate_model, register_model,
+predict_batch, report_predictions.
 
 The components are loaded lazily: inside a running step only the logic modules are
 imported, and those must not pull in the KFP DSL.
@@ -6,11 +7,17 @@ imported, and those must not pull in the KFP DSL.
 
 import importlib
 
+#: The suite's components: each one listed here is also shipped as
+#: compiled/components/<name>.yaml (`gkeflow compile`) and documented in
+#: docs/components.md (`gkeflow docs`).
 _COMPONENTS = {
     "prepare_data": "gkeflow.components.prepare.component",
     "train_model": "gkeflow.components.train.component",
     "evaluate_model": "gkeflow.components.evaluate.component",
     "register_model": "gkeflow.components.register.component",
+    "fingerprint_data": "gkeflow.components.fingerprint.component",
+    "predict_batch": "gkeflow.components.predict.component",
+    "report_predictions": "gkeflow.components.predict.component",
 }
 
 __all__ = list(_COMPONENTS)

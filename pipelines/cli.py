@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -10,7 +9,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from gkeflow.pipelines.cli_errors import ErrorReportingGroup
 from gkeflow.pipelines.compile import COMPILE_TARGETS, DEFAULT_OUTPUT
+from gkeflow.pipelines.sweep_cli import sweep_options
 
 DEFAULT_RUN_OUTPUT = Path("gkeflow-output")
 REGISTRY_FILE = "registry.db"
@@ -22,22 +23,32 @@ def _console() -> Console:
     return Console(file=sys.stdout, highlight=False, width=width)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=ErrorReportingGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="gkeflow")
-def main() -> None:
+@click.option("--debug", is_flag=True,
+              help="Show the traceback of a failure (also GKEFLOW_DEBUG=1).")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
     """gkeflow: Kubeflow Pipelines components and pipelines for TensorFlow on GKE and Vertex AI.
 
     \b
     Common tasks:
       gkeflow run                      train on the bundled penguins data, locally
       gkeflow run --data my.csv --label target
+      gkeflow run --pipeline prediction --data new.csv   score rows with the champion
       gkeflow compile                  write compiled/training.{gke,vertex}.yaml
+                                       and compiled/components/<component>.yaml
+      gkeflow docs                     regenerate docs/components.md from the components
       gkeflow plan --target vertex     what each step requests on Vertex AI
       gkeflow models list              models in the local registry
       gkeflow init                     write an example gkeflow.yaml
       gkeflow submit --target vertex   run the pipeline on Vertex AI (or --target gke)
       gkeflow schedule apply           create/update the schedules of gkeflow.yaml
+
+    A failure prints one line saying what to fix and exits non-zero; `gkeflow --debug
+    COMMAND` shows the traceback.
     """
+    ctx.obj = {"debug": debug}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -45,17 +56,39 @@ def main() -> None:
 
 
 def _default_model_name(data: str | None) -> str:
-    if not data:
-        return "penguins-classifier"
-    stem = re.sub(r"[^a-z0-9-]+", "-", Path(data).stem.lower()).strip("-") or "model"
-    if not stem[0].isalpha():
-        stem = f"m-{stem}"
-    return f"{stem[:50]}-classifier"
+    from gkeflow.pipelines.run_inputs import default_model_name
+
+    return default_model_name(data)
+
+
+#: `gkeflow run --pipeline NAME` -> "module:function" running it (training and prediction run
+#: inline below).
+RUN_PIPELINES = {
+    "training": "", "prediction": "", "sweep": "gkeflow.pipelines.sweep_cli:run_sweep",
+}
+
+
+def _dispatch_run(pipeline: str, **options) -> None:
+    import importlib
+
+    module, _, function = RUN_PIPELINES[pipeline].partition(":")
+    getattr(importlib.import_module(module), function)(_console(), **options)
 
 
 @main.command()
-@click.option("--data", "data", metavar="PATH",
-              help="CSV file to train on. Default: the bundled Palmer Penguins data.")
+@click.option("--pipeline", type=click.Choice(list(RUN_PIPELINES)), default="training",
+              show_default=True,
+              help="training: prepare, train, evaluate, register. sweep: one model per trial "
+                   "of the search space, the best registered. prediction: score --data with a "
+                   "model registered by an earlier run in the same --output.")
+@click.option("--model", "model_ref", metavar="NAME[@VERSION|@ALIAS]",
+              help="--pipeline prediction: the registered model (default: the only one, at "
+                   "its champion alias or newest version).")
+@click.option("--data", "data", metavar="PATH|URI",
+              help="Data to train on (or, with --pipeline prediction, rows to score), as the "
+                   "prepare step reads it: a CSV/Parquet file, a directory, a glob "
+                   "('data/*.csv.gz'), gs://bucket/path or bq://project.dataset.table. "
+                   "Default: the bundled Palmer Penguins data.")
 @click.option("--label", "label", metavar="COLUMN",
               help="Column holding the class to predict (required with --data; "
                    "'species' for the bundled data).")
@@ -82,25 +115,60 @@ def _default_model_name(data: str | None) -> str:
               help="Any other pipeline parameter, e.g. thresholds=f1_macro>=0.9 or "
                    "slice_columns=island (repeatable; see `gkeflow plan` for steps and "
                    "README for parameters).")
+@click.option("--compute", "compute_overrides", metavar="STEP.FIELD=VALUE", multiple=True,
+              help="Override one compute field of one step; locally, train-model.replicas=N "
+                   "trains with N worker processes (MultiWorkerMirroredStrategy).")
+@click.option("--key", "key_column", metavar="COLUMN", default="",
+              help="Split rows by a stable hash of this column (rows sharing a key share a "
+                   "split); its role is key, not a feature unless also in --features.")
+@click.option("--exclude", "exclude_columns", metavar="COL[,COL]", multiple=True,
+              help="Columns never used as features; repeatable or comma-separated.")
+@click.option("--features", "feature_columns", metavar="COL[,COL]", multiple=True,
+              help="The only feature columns; repeatable or comma-separated. Default: "
+                   "inferred (constant and identifier-like columns are left out).")
 @click.option("--no-cache", is_flag=True, help="Re-run every step instead of reusing cached ones.")
+@click.option("--require-registered", is_flag=True,
+              help="Exit 3 when the run succeeds but the gate blocks registration (for CI).")
 @click.option("-v", "--verbose", is_flag=True, help="Stream every step's log to the terminal.")
-def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eval_ratio,
-        test_ratio, model_name, min_accuracy, model_type, user_module, params, no_cache,
-        verbose) -> None:
+@click.option("--debug", is_flag=True,
+              help="On a failed step, show its Python traceback, not only the message.")
+@sweep_options
+def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_rate,
+        train_ratio, eval_ratio, test_ratio, model_name, min_accuracy, model_type, user_module,
+        params, compute_overrides, key_column, exclude_columns, feature_columns, no_cache,
+        require_registered, verbose, debug, **pipeline_options) -> None:
     """Run the training pipeline on this machine with kfp.local (no cloud, no Docker).
 
     Executes the same pipeline definition that `gkeflow compile` writes for GKE and
     Vertex: prepare -> train -> evaluate -> register (only if accuracy >= --min-accuracy).
     Every step runs as a subprocess; the full log is saved under OUTPUT/logs/.
+    With --pipeline prediction: score --data with a registered model (see README).
+
+    --pipeline sweep trains one model per trial (the sweep: section of gkeflow.yaml and
+    the (sweep) flags), prints the trial table and evaluates and registers the best.
     """
+    if RUN_PIPELINES[pipeline]:
+        return _dispatch_run(
+            pipeline, data=data, label=label, output=output, epochs=epochs,
+            batch_size=batch_size, learning_rate=learning_rate, train_ratio=train_ratio,
+            eval_ratio=eval_ratio, test_ratio=test_ratio, model_name=model_name,
+            min_accuracy=min_accuracy, model_type=model_type, user_module=user_module,
+            params=params, no_cache=no_cache, verbose=verbose, **pipeline_options)
     from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS, SplitRatios
     from gkeflow.pipelines.local import run_local
 
     console = _console()
+    if pipeline == "prediction":
+        from gkeflow.pipelines.run_prediction import run_prediction_command
+
+        return run_prediction_command(console, data, model_ref, output, REGISTRY_FILE, params,
+                                      no_cache, verbose)
+    if model_ref:
+        raise click.UsageError("--model applies to --pipeline prediction; name the model to "
+                               "train with --model-name")
     if data and not label:
         raise click.UsageError("--label is required with --data: name the column to predict.")
-    if data and not Path(data).is_file():
-        raise click.BadParameter(f"no such file: {data}", param_hint="--data")
+    data_uri = _resolve_data(data) if data else None
     try:
         SplitRatios(train_ratio, eval_ratio, test_ratio)
     except ValueError as exc:
@@ -110,7 +178,7 @@ def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eva
     model_name = model_name or _default_model_name(data)
     output = output.resolve()
     arguments = {
-        "data_uri": str(Path(data).resolve()) if data else EMBEDDED_PENGUINS,
+        "data_uri": data_uri or EMBEDDED_PENGUINS,
         "label_column": label or "species",
         "train_ratio": train_ratio,
         "eval_ratio": eval_ratio,
@@ -129,6 +197,17 @@ def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eva
         arguments["user_module"] = (str(Path(user_module).resolve())
                                     if user_module.endswith(".py") else user_module)
     arguments.update(_pipeline_params(params))
+    for name, value in (("key_column", key_column),
+                        ("exclude_columns", ",".join(exclude_columns)),
+                        ("feature_columns", ",".join(feature_columns))):
+        if value:
+            arguments[name] = value
+    from gkeflow.pipelines.run_checks import ParameterError, validate_run_arguments
+
+    try:
+        validate_run_arguments(arguments)
+    except ParameterError as exc:
+        raise click.ClickException(str(exc)) from None
     console.print(f"[bold]gkeflow run[/bold]: training pipeline on "
                   f"{data or 'the bundled Palmer Penguins data'} "
                   f"(label: {arguments['label_column']})")
@@ -137,19 +216,38 @@ def run(data, label, output, epochs, batch_size, learning_rate, train_ratio, eva
         if step.status == "RUNNING":
             console.print(f"  [cyan]…[/cyan] {step.name} started")
         else:
-            mark = "[green]✓[/green]" if step.status == "SUCCESS" else "[red]✗[/red]"
+            mark = "[green]✓[/green]" if step.status in ("SUCCESS", "CACHED") else "[red]✗[/red]"
+            if step.status == "CACHED":
+                console.print(f"  {mark} {step.name} cached (inputs unchanged)")
+                return
             console.print(f"  {mark} {step.name} {step.status.lower()} in {step.duration_s:.1f}s")
 
+    from gkeflow.pipelines.compile import pipeline_compute
     from gkeflow.pipelines.local import LocalRunError
 
+    compute = (pipeline_compute("training", _resolve_compute(None, compute_overrides))
+               if compute_overrides else None)
     try:
         result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
-                           enable_caching=not no_cache)
+                           enable_caching=not no_cache, compute=compute)
     except LocalRunError as exc:
         raise click.ClickException(str(exc)) from exc
-    _print_run_summary(console, result, arguments)
+    _print_run_summary(console, result, arguments, debug)
     if not result.ok:
         sys.exit(1)
+    if require_registered and not result.parameter_outputs("register-model"):
+        console.print("[red bold]NOT REGISTERED[/red bold]: the gate blocked registration "
+                      "(--require-registered)")
+        sys.exit(3)
+
+
+def _resolve_data(data: str) -> str:
+    from gkeflow.pipelines.run_inputs import RunInputError, resolve_data_uri
+
+    try:
+        return resolve_data_uri(data)
+    except RunInputError as exc:
+        raise click.BadParameter(str(exc), param_hint="--data") from None
 
 
 def _pipeline_params(options: tuple[str, ...]) -> dict:
@@ -175,7 +273,7 @@ def _pipeline_params(options: tuple[str, ...]) -> dict:
     return values
 
 
-def _print_run_summary(console: Console, result, arguments: dict) -> None:
+def _print_run_summary(console: Console, result, arguments: dict, debug: bool = False) -> None:
     console.print()
     table = Table(title="Steps", title_justify="left")
     for column in ("step", "status", "seconds"):
@@ -217,6 +315,9 @@ def _print_run_summary(console: Console, result, arguments: dict) -> None:
         model_dir = result.output_dir("train-model", "model")
         if model_dir:
             console.print(f"Model:     {model_dir}")
+        strategy = result.artifact_metadata("train-model", "model").get("strategy")
+        if strategy:
+            console.print(f"Training:  {strategy}", markup=False)
         data_report = result.output_dir("prepare-data", "report")
         if data_report:
             console.print(f"Data:      {data_report}")
@@ -232,8 +333,16 @@ def _print_run_summary(console: Console, result, arguments: dict) -> None:
             console.print(f"[red bold]FAILED[/red bold]: step {failed.name}")
             import textwrap
 
-            console.print(textwrap.dedent("\n".join(failed.error_lines())).rstrip(),
-                          markup=False, soft_wrap=True)
+            from gkeflow.pipelines.run_checks import user_error
+
+            message = None if debug else user_error(failed.log)
+            if message is not None:  # the data's or a parameter's problem: no traceback
+                console.print(textwrap.indent(message, "  "), markup=False, soft_wrap=True)
+                console.print(f"(traceback in {result.log_path}; --debug shows it)")
+            else:
+                lines = failed.error_lines(limit=1000 if debug else 8)
+                console.print(textwrap.dedent("\n".join(lines)).rstrip(),
+                              markup=False, soft_wrap=True)
         else:
             console.print(f"[red bold]FAILED[/red bold]: {result.error}", markup=False)
 
@@ -260,12 +369,12 @@ def _compute_options(func):
 
 def _resolve_compute(config_path: Path | None, compute_overrides: tuple[str, ...]) -> dict:
     """Per-step profiles: defaults in code, then gkeflow.yaml, then --compute flags."""
+    from gkeflow.pipelines.compile import default_compute
     from gkeflow.pipelines.compute import ComputeError, apply_overrides
     from gkeflow.pipelines.config import ConfigError, load_config
-    from gkeflow.pipelines.training import DEFAULT_COMPUTE
 
     try:
-        profiles = load_config(config_path).compute_overrides(DEFAULT_COMPUTE)
+        profiles = load_config(config_path).compute_overrides(default_compute())
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
@@ -278,7 +387,8 @@ def _resolve_compute(config_path: Path | None, compute_overrides: tuple[str, ...
 @click.option("--target", type=click.Choice([*COMPILE_TARGETS, "all"]), default="all",
               show_default=True, help="Backend to compile for.")
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path),
-              default=DEFAULT_OUTPUT, show_default=True, help="Directory for the YAML files.")
+              default=DEFAULT_OUTPUT, show_default=True,
+              help="Directory for the YAML files (relative to the current directory).")
 @click.option("--check", is_flag=True,
               help="Write nothing; exit 1 naming the files that differ from what the code "
                    "produces now.")
@@ -298,6 +408,7 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
     """
     from gkeflow.components.images import ImageLockError
     from gkeflow.pipelines.compile import ReleaseError, compile_all, stale_files
+    from gkeflow.pipelines.component_yaml import compile_components, stale_component_files
     from gkeflow.pipelines.compute import ComputeError, target_notes
 
     targets = COMPILE_TARGETS if target == "all" else (target,)
@@ -305,7 +416,7 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
     compute = _resolve_compute(config_path, compute_overrides)
     try:
         if check:
-            stale = stale_files(output, targets, compute=compute)
+            stale = stale_files(output, targets, compute=compute) + stale_component_files(output)
             if stale:
                 for path in stale:
                     console.print(f"stale: {path}", markup=False)
@@ -314,6 +425,7 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
             console.print(f"compiled pipelines in {output} are up to date", markup=False)
             return
         paths = compile_all(output, targets, compute=compute, release=release)
+        paths += compile_components(output, release=release)
     except (ComputeError, ReleaseError, ImageLockError) as exc:
         raise click.ClickException(str(exc)) from exc
     for path in paths:
@@ -330,17 +442,31 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
             console.print(f"note ({compile_target}): {note}", markup=False)
 
 
+@main.command("docs")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where to write the reference. Default: docs/components.md.")
+@click.option("--check", is_flag=True,
+              help="Write nothing; exit 1 when the reference differs from the component specs.")
+def docs_command(output: Path | None, check: bool) -> None:
+    """Generate docs/components.md, the component reference, from the component specs."""
+    from gkeflow.pipelines.reference import main as reference_main
+
+    sys.exit(reference_main([*(["--check"] if check else []), *([str(output)] if output else [])]))
+
+
 # ---------------------------------------------------------------------------------------------
 # plan
 
 
 @main.command("plan")
 @click.argument("pipeline", default="training")
+@click.option("--pipeline", "pipeline_option", metavar="NAME",
+              help="The pipeline (same as the PIPELINE argument).")
 @click.option("--target", type=click.Choice(COMPILE_TARGETS), default="gke", show_default=True,
               help="Backend whose requests to show.")
 @_compute_options
-def plan_command(pipeline: str, target: str, config_path: Path | None,
-                 compute_overrides: tuple[str, ...]) -> None:
+def plan_command(pipeline: str, pipeline_option: str | None, target: str,
+                 config_path: Path | None, compute_overrides: tuple[str, ...]) -> None:
     """Show what each step of PIPELINE (default: training) will request on a target.
 
     One row per step: image, CPU, memory, accelerator (as the target spells it), GPUs per
@@ -354,21 +480,36 @@ def plan_command(pipeline: str, target: str, config_path: Path | None,
     from gkeflow.pipelines.compile import PIPELINES
     from gkeflow.pipelines.compute import ComputeError, plan, target_notes
 
+    pipeline = pipeline_option or pipeline
     if pipeline not in PIPELINES:
         raise click.BadParameter(f"unknown pipeline {pipeline!r}; available: "
                                  f"{', '.join(PIPELINES)}", param_hint="PIPELINE")
-    if pipeline == "fanout-prepare":
+    if pipeline == "prediction":
+        from gkeflow.pipelines.prediction import resolve_compute, step_images
+    elif pipeline == "fanout-prepare":
         from gkeflow.pipelines.fanout import resolve_compute, step_images
+    elif pipeline == "sweep":
+        from gkeflow.pipelines.sweep import resolve_sweep_compute, step_images
+        from gkeflow.pipelines.sweep_cli import resolve_sweep
+
+        sweep = resolve_sweep(config_path)
+
+        def resolve_compute(target, compute):
+            return resolve_sweep_compute(target, compute, sweep.engine)
     else:
         from gkeflow.pipelines.training import resolve_compute, step_images
 
-    compute = _resolve_compute(config_path, compute_overrides)
+    from gkeflow.pipelines.compile import pipeline_compute
+
+    compute = pipeline_compute(pipeline, _resolve_compute(config_path, compute_overrides))
     try:
         profiles = resolve_compute(target, compute)
         lock = load_lock()
+        images = (step_images(target, profiles) if pipeline == "prediction"
+                  else step_images())
     except (ComputeError, ImageLockError) as exc:
         raise click.ClickException(str(exc)) from exc
-    images = {step: pin(image, lock) for step, image in step_images().items()}
+    images = {step: pin(image, lock) for step, image in images.items() if step in profiles}
     rows = plan(profiles, target, {step: image.rsplit("/", 1)[-1]
                                    for step, image in images.items()})
     caption = ("CPU and memory: request = limit" if target == "gke"
@@ -391,6 +532,11 @@ def plan_command(pipeline: str, target: str, config_path: Path | None,
         console.print(f"image {image} ({pinned})", markup=False)
     for note in target_notes(profiles, target):
         console.print(f"note: {note}", markup=False)
+    if pipeline == "sweep":
+        from gkeflow.pipelines.sweep_cli import plan_lines
+
+        for line in plan_lines(sweep, profiles, target):
+            console.print(line, markup=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -425,6 +571,9 @@ def _registry_option(func):
         click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
                      help="Config file with a registry: section. Default: ./gkeflow.yaml if "
                           "present."),
+        click.option("--output", "run_output", type=click.Path(file_okay=False, path_type=Path),
+                     help="The --output directory of `gkeflow run`: use its local registry "
+                          f"(OUTPUT/{REGISTRY_FILE})."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -432,8 +581,12 @@ def _registry_option(func):
 
 
 def _open_cli_registry(backend, registry, project, location, api_endpoint, host, port,
-                       config_path):
+                       config_path, run_output=None):
     """Flags over gkeflow.yaml's ``registry:`` over defaults -> (registry, URI, backend)."""
+    if run_output is not None:
+        if registry or (backend and backend != "local"):
+            raise click.UsageError("--output names a local registry; drop --registry/--backend")
+        registry = f"sqlite:///{Path(run_output).resolve() / REGISTRY_FILE}"
     from gkeflow.components.register.backends import RegistrySettings, backend_of, open_registry
     from gkeflow.components.register.local_registry import RegistryError, registry_path
     from gkeflow.pipelines.config import ConfigError, load_config
@@ -527,312 +680,12 @@ def models_promote(name: str, version: int, alias: str, **connection) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# init, submit, schedule
+# init, submit, schedule: pipelines/cli_ship.py
 
+from gkeflow.pipelines.cli_ship import init_command, schedule_group, submit_command  # noqa: E402
 
-def _config_option(func):
-    return click.option(
-        "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-        default=Path("gkeflow.yaml"), show_default=True,
-        help="The configuration file (`gkeflow init` writes an example).")(func)
-
-
-def _load(config_path: Path):
-    from gkeflow.pipelines.config import ConfigError, load_config
-
-    if not config_path.exists():
-        raise click.ClickException(f"{config_path} not found; `gkeflow init` writes a "
-                                   "commented example")
-    try:
-        return load_config(config_path)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from exc
-
-
-def _remote_errors(func):
-    """Turn the expected failures of remote work into one clear line and exit 1."""
-    import functools
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        from gkeflow.pipelines.config import ConfigError
-        from gkeflow.pipelines.cron import CronError
-        from gkeflow.pipelines.remote import RemoteError, redact
-        from gkeflow.pipelines.submit import SubmitError
-
-        try:
-            return func(*args, **kwargs)
-        except (RemoteError, SubmitError, ConfigError, CronError, LookupError) as exc:
-            raise click.ClickException(redact(str(exc))) from None
-
-    return wrapper
-
-
-def _print_planned(console: Console, planned) -> None:
-    console.print(f"[bold]--dry-run[/bold]: {len(planned)} request(s) would be sent; "
-                  "nothing was changed")
-    for request in planned:
-        console.print(request.render(), markup=False, soft_wrap=True)
-
-
-@main.command("init")
-@click.option("--path", type=click.Path(dir_okay=False, path_type=Path),
-              default=Path("gkeflow.yaml"), show_default=True, help="File to write.")
-@click.option("--force", is_flag=True, help="Overwrite an existing file.")
-def init_command(path: Path, force: bool) -> None:
-    """Write a commented example gkeflow.yaml: targets, parameters per environment, schedules.
-
-    Edit the values, then `gkeflow submit --target gke|vertex` or `gkeflow schedule apply`.
-    The example is valid as written (it is checked before it is written).
-    """
-    from gkeflow.pipelines.config import EXAMPLE_CONFIG, ConfigError, load_config
-
-    if path.exists() and not force:
-        raise click.ClickException(f"{path} already exists; pass --force to overwrite it")
-    import os
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(EXAMPLE_CONFIG)
-        try:
-            load_config(tmp)
-        except ConfigError as exc:  # pragma: no cover - guarded by a unit test
-            raise click.ClickException(f"internal error: the example is invalid: {exc}") from exc
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    _console().print(f"wrote {path}; edit targets, parameters and schedules, then run "
-                     "`gkeflow submit --target gke|vertex`", markup=False)
-
-
-@main.command("submit")
-@click.argument("pipeline", default="training")
-@click.option("--target", type=click.Choice(["gke", "vertex"]), required=True,
-              help="gke: Kubeflow Pipelines (targets.gke); vertex: Vertex AI (targets.vertex).")
-@click.option("--env", "environment", default="default", show_default=True,
-              help="Which `parameters:` section of gkeflow.yaml to use.")
-@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
-              help="A pipeline parameter (repeatable); wins over the environment's value.")
-@click.option("--wait", is_flag=True,
-              help="Follow the run: print each step's state changes, exit 1 unless it "
-                   "succeeds.")
-@click.option("--poll", "poll_s", type=click.FloatRange(min=0.01), default=10.0,
-              show_default=True, help="Seconds between status checks with --wait.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=24 * 3600.0,
-              show_default=True, help="Give up waiting after this many seconds (the run "
-                                      "continues).")
-@click.option("--dry-run", is_flag=True,
-              help="Print the requests that would create the run; change nothing.")
-@_config_option
-@_remote_errors
-def submit_command(pipeline, target, environment, params, wait, poll_s, timeout_s, dry_run,
-                   config_path) -> None:
-    """Compile PIPELINE (default: training) for a target and start a run there.
-
-    \b
-    gke:    uploads the pipeline once and a version named after the git commit (or the
-            package version) plus a hash of the spec, creates the run in the configured
-            experiment (created if needed) and prints the run's Kubeflow UI URL.
-    vertex: creates a PipelineJob with the configured service account, network, CMEK key,
-            labels and pipeline root, and prints the Cloud console URL.
-
-    Parameters: the pipeline's defaults, then parameters.<--env> from gkeflow.yaml, then
-    --param. Connection errors and 5xx answers are retried with backoff; every call has a
-    timeout. Bearer tokens are read from the environment and never printed.
-    """
-    import tempfile
-
-    from gkeflow.pipelines.submit import parse_param_options, submit, wait_for_run
-
-    config = _load(config_path)
-    console = _console()
-    overrides = parse_param_options(params)
-    console.print(f"[bold]gkeflow submit[/bold]: {pipeline} -> {target} (environment "
-                  f"{environment})")
-    with tempfile.TemporaryDirectory(prefix="gkeflow-submit-") as workdir:
-        submission, backend = submit(config, pipeline, target, environment=environment,
-                                     overrides=overrides, workdir=Path(workdir),
-                                     dry_run=dry_run)
-    if dry_run:
-        _print_planned(console, backend.planned)
-        return
-    for note in submission.notes:
-        console.print(f"  {note}", markup=False)
-    console.print(f"  version:    {submission.version_name}", markup=False)
-    console.print(f"  run:        {submission.run_id}", markup=False)
-    console.print(f"  parameters: {submission.parameters}", markup=False)
-    console.print(f"Run URL: {submission.url}", markup=False, soft_wrap=True)
-    if not wait:
-        return
-
-    def on_change(task, old, new):
-        if not task:
-            console.print(f"run {new.lower()}", markup=False)
-            return
-        mark = {"SUCCEEDED": "[green]✓[/green]", "FAILED": "[red]✗[/red]",
-                "RUNNING": "[cyan]…[/cyan]"}.get(new, "·")
-        console.print(f"  {mark} {task} {new.lower()}")
-
-    status = wait_for_run(backend, submission.run_id, poll_s=poll_s, timeout_s=timeout_s,
-                          on_change=on_change)
-    if status.state != "SUCCEEDED":
-        detail = f": {status.error}" if status.error else ""
-        raise click.ClickException(f"run {submission.run_id} ended {status.state}{detail} "
-                                   f"(see {submission.url})")
-    console.print(f"[green bold]SUCCEEDED[/green bold]: {submission.url}")
-
-
-@main.group("schedule")
-def schedule_group() -> None:
-    """Recurring runs from the `schedules:` section of gkeflow.yaml, on GKE and Vertex.
-
-    \b
-    gkeflow schedule apply [--prune] [--dry-run]   make the targets match the file
-    gkeflow schedule list                          what is scheduled, next run times
-    gkeflow schedule pause|resume|delete NAME
-    """
-
-
-def _target_option(func):
-    return click.option("--target", type=click.Choice(["gke", "vertex"]),
-                        help="Only this target (default: every configured target).")(func)
-
-
-@schedule_group.command("apply")
-@click.option("--prune", is_flag=True,
-              help="Also delete gkeflow schedules that are no longer in the file.")
-@click.option("--dry-run", is_flag=True,
-              help="Read what is there, print the requests that would change it; change "
-                   "nothing.")
-@_target_option
-@_config_option
-@_remote_errors
-def schedule_apply(prune, dry_run, target, config_path) -> None:
-    """Create, update or replace the schedules of gkeflow.yaml on their targets (idempotent).
-
-    Running it twice leaves one schedule per name. A schedule whose pipeline version or
-    parameters changed is replaced (KFP: also when its cron, max_concurrency or catch_up
-    changed, since KFP cannot update a recurring run); on Vertex a changed cron or
-    max_concurrency is updated in place; enabled: false pauses. Schedules on a target
-    that are not in the file are only reported, unless --prune. KFP runs the cron in UTC:
-    the time zone is converted with its current UTC offset (re-run apply after a
-    daylight-saving change; `schedule list` warns when needed).
-    """
-    import tempfile
-
-    from gkeflow.pipelines.schedule import apply
-
-    config = _load(config_path)
-    console = _console()
-    styles = {"create": "green", "replace": "yellow", "update": "yellow", "delete": "red",
-              "pause": "yellow", "resume": "green", "upload": "cyan", "unchanged": "dim",
-              "kept": "magenta"}
-
-    def on_action(action) -> None:
-        style = styles.get(action.kind, "white")
-        verb = f"would {action.kind}" if dry_run and action.kind not in ("unchanged", "kept") \
-            else action.kind
-        console.print(f"  [{style}]{verb:>16}[/{style}] {action.target}/{action.schedule}"
-                      + (f"  ({action.detail})" if action.detail else ""))
-
-    if not config.schedules and not prune:
-        console.print("no schedules in the file; nothing to apply (add `schedules:` or use "
-                      "--prune to remove gkeflow schedules from the targets)")
-        return
-    with tempfile.TemporaryDirectory(prefix="gkeflow-schedule-") as workdir:
-        result = apply(config, workdir=Path(workdir), target=target, prune=prune,
-                       dry_run=dry_run, on_action=on_action)
-    if dry_run:
-        _print_planned(console, result.planned)
-    elif not result.changed:
-        console.print("everything already matches gkeflow.yaml")
-
-
-@schedule_group.command("list")
-@click.option("--next", "count", type=click.IntRange(1, 20), default=1, show_default=True,
-              help="How many upcoming run times to show per schedule.")
-@_target_option
-@_config_option
-@_remote_errors
-def schedule_list(count, target, config_path) -> None:
-    """List gkeflow's schedules on the targets with their next run times.
-
-    Times are shown in the schedule's own time zone. A KFP schedule converted with a UTC
-    offset that no longer holds (daylight saving changed) is flagged.
-    """
-    from gkeflow.pipelines.schedule import list_schedules
-
-    config = _load(config_path)
-    if config.targets.gke is None and config.targets.vertex is None:
-        raise click.ClickException(f"{config_path}: no targets configured; add targets.gke "
-                                   "and/or targets.vertex (`gkeflow init` shows how)")
-    rows = list_schedules(config, target=target, count=count)
-    console = _console()
-    if not rows:
-        console.print("no gkeflow schedules on the configured targets")
-        return
-    table = Table()
-    for column in ("target", "name", "state", "cron on target", "gkeflow.yaml", "max conc.",
-                   "next run"):
-        table.add_column(column)
-    for row in rows:
-        state = "active" if row.enabled else "paused"
-        nxt = "\n".join(t.strftime("%Y-%m-%d %H:%M %Z") for t in row.next_runs) or "-"
-        local = row.local if row.in_config else f"{row.local} (not in file)".strip()
-        table.add_row(row.target, row.name, state, row.cron, local, str(row.max_concurrency),
-                      nxt)
-    console.print(table)
-    for row in rows:
-        if row.warning:
-            console.print(f"[yellow]warning[/yellow] {row.target}/{row.name}: {row.warning}",
-                          soft_wrap=True)
-
-
-@schedule_group.command("pause")
-@click.argument("name")
-@_target_option
-@_config_option
-@_remote_errors
-def schedule_pause(name, target, config_path) -> None:
-    """Pause schedule NAME (no new runs until resumed). `apply` would resume it while the
-    file says enabled: true."""
-    from gkeflow.pipelines.schedule import set_enabled
-
-    for line in set_enabled(_load(config_path), name, False, target=target):
-        _console().print(line, markup=False)
-
-
-@schedule_group.command("resume")
-@click.argument("name")
-@click.option("--catch-up", is_flag=True,
-              help="Vertex: also start the runs missed while paused.")
-@_target_option
-@_config_option
-@_remote_errors
-def schedule_resume(name, catch_up, target, config_path) -> None:
-    """Resume paused schedule NAME."""
-    from gkeflow.pipelines.schedule import set_enabled
-
-    for line in set_enabled(_load(config_path), name, True, target=target, catch_up=catch_up):
-        _console().print(line, markup=False)
-
-
-@schedule_group.command("delete")
-@click.argument("name")
-@_target_option
-@_config_option
-@_remote_errors
-def schedule_delete(name, target, config_path) -> None:
-    """Delete schedule NAME from the target(s). `apply` recreates it while it is in the
-    file."""
-    from gkeflow.pipelines.schedule import delete
-
-    for line in delete(_load(config_path), name, target=target):
-        _console().print(line, markup=False)
+for _command in (init_command, submit_command, schedule_group):
+    main.add_command(_command)
 
 
 if __name__ == "__main__":

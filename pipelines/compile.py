@@ -13,7 +13,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 COMPILE_TARGETS = ("gke", "vertex")
-DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "compiled"
+#: Relative: ``compiled/`` of the directory the command runs in (the user's project), not
+#: the installed package's source tree.
+DEFAULT_OUTPUT = Path("compiled")
 
 
 class ReleaseError(ValueError):
@@ -23,18 +25,75 @@ class ReleaseError(ValueError):
 def _training(target: str, compute=None):
     from gkeflow.pipelines.training import build_training_pipeline
 
-    return build_training_pipeline(target, compute)
+    return build_training_pipeline(target, pipeline_compute("training", compute))
+
+
+def _prediction(target: str, compute=None):
+    from gkeflow.pipelines.prediction import build_prediction_pipeline
+
+    return build_prediction_pipeline(target, pipeline_compute("prediction", compute))
+
+
+def _sweep(target: str, compute=None):
+    """The sweep pipeline with ./gkeflow.yaml's ``sweep:`` section, or the default sweep."""
+    from gkeflow.pipelines.config import load_config
+    from gkeflow.pipelines.sweep import build_sweep_pipeline
+
+    return build_sweep_pipeline(target, pipeline_compute("sweep", compute), load_config().sweep)
 
 
 def _fanout_prepare(target: str, compute=None):
     from gkeflow.pipelines.fanout import build_fanout_pipeline
 
-    return build_fanout_pipeline(target, compute)
+    return build_fanout_pipeline(target, pipeline_compute("fanout-prepare", compute))
 
 
 #: Pipeline short name -> builder taking a target and per-step compute overrides.
-PIPELINES: dict[str, Callable[..., object]] = {"training": _training,
-                                               "fanout-prepare": _fanout_prepare}
+PIPELINES: dict[str, Callable[..., object]] = {
+    "training": _training, "prediction": _prediction, "sweep": _sweep,
+    "fanout-prepare": _fanout_prepare,
+}
+
+
+def _steps_of(pipeline: str) -> Mapping:
+    """``pipeline``'s steps and their default compute."""
+    if pipeline == "prediction":
+        from gkeflow.pipelines.prediction import DEFAULT_COMPUTE
+    elif pipeline == "sweep":
+        from gkeflow.pipelines.sweep import SWEEP_COMPUTE as DEFAULT_COMPUTE
+    elif pipeline == "fanout-prepare":
+        from gkeflow.pipelines.fanout import DEFAULT_COMPUTE
+    else:
+        from gkeflow.pipelines.training import DEFAULT_COMPUTE
+    return DEFAULT_COMPUTE
+
+
+def default_compute() -> dict:
+    """Every pipeline's steps and their default compute (gkeflow.yaml may override any)."""
+    merged: dict = {}
+    for name in PIPELINES:
+        merged.update(_steps_of(name))
+    return merged
+
+
+def pipeline_compute(pipeline: str, compute: Mapping | None) -> Mapping | None:
+    """``compute`` without other pipelines' steps (one gkeflow.yaml holds every pipeline's);
+    a step no pipeline has stays, so the pipeline reports it."""
+    if compute is None:
+        return None
+    own, known = _steps_of(pipeline), default_compute()
+    return {step: p for step, p in compute.items() if step in own or step not in known}
+
+
+def parameters_of_other_pipelines(pipeline: str) -> set[str]:
+    """Parameters that other pipelines take and ``pipeline`` does not (on any target): a
+    shared ``parameters:`` environment in gkeflow.yaml may set them for those pipelines."""
+    def names(name: str) -> set[str]:
+        return {key for target in COMPILE_TARGETS
+                for key in PIPELINES[name](target).component_spec.inputs}
+
+    others = set().union(*(names(n) for n in PIPELINES if n != pipeline))
+    return others - names(pipeline) if pipeline in PIPELINES else others
 
 
 def compiled_path(output_dir: Path, pipeline: str, target: str) -> Path:
@@ -51,9 +110,66 @@ def pin_images(pipeline, lock: Mapping[str, str]) -> dict[str, str]:
         if "container" not in executors[name]:
             continue
         container = executors[name]["container"]
+        if container["image"].startswith("argostub/"):
+            continue  # kfp-kubernetes volume steps: performed by the KFP driver, no container
         container["image"] = pin(container["image"], dict(lock))
         images[name] = container["image"]
+        # A launcher's workload (a Vertex AI CustomJob payload) names its own image.
+        args = list(container["args"]) if "args" in container else []
+        for index, arg in enumerate(args):
+            pinned = _pin_embedded(arg, lock, images, f"{name} (workload)")
+            if pinned != arg:
+                args[index] = pinned
+                container["args"] = args
+    for task_name, task in pipeline.pipeline_spec.root.dag.tasks.items():
+        for param in task.inputs.parameters.values():  # a JobSet template passed as a constant
+            constant = param.runtime_value.constant
+            if constant.HasField("string_value"):
+                pinned = _pin_embedded(constant.string_value, lock, images,
+                                       f"{task_name} (workload)")
+                if pinned != constant.string_value:
+                    constant.string_value = pinned
     return images
+
+
+#: Keys under which a workload embedded as JSON names its container image.
+_IMAGE_KEYS = ("image", "image_uri")
+
+
+def _pin_embedded(text: str, lock: Mapping[str, str], images: dict[str, str],
+                  label: str) -> str:
+    """``text`` with the images of an embedded JSON workload pinned; unchanged otherwise."""
+    import json
+
+    from gkeflow.components.images import pin
+
+    if not text.startswith("{") or not any(f'"{key}"' in text for key in _IMAGE_KEYS):
+        return text
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return text
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in _IMAGE_KEYS and isinstance(value, str):
+                    node[key] = pin(value, dict(lock))
+                    found.append(node[key])
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(document)
+    if not found:
+        return text
+    for index, image in enumerate(found):
+        images[f"{label} {index}"] = image
+    compact = "," in text and ", " not in text
+    return json.dumps(document, sort_keys=True, separators=(",", ":") if compact else None)
 
 
 def compile_pipeline(
@@ -100,10 +216,41 @@ def compile_pipeline(
         tmp_path = Path(tmp.name)
     try:
         compiler.Compiler().compile(built, str(tmp_path))
+        _stable_header(tmp_path)
         tmp_path.replace(path)
     finally:
         tmp_path.unlink(missing_ok=True)
     return path
+
+
+def _stable_header(path: Path) -> None:
+    """Sort the keys of dict defaults in the YAML's header comment.
+
+    kfp renders a default such as the sweep's trial list from a protobuf Struct, whose key
+    order changes from one process to the next; sorted, the file is the same every time.
+    """
+    import ast
+    import re
+
+    def sort(value):
+        if isinstance(value, dict):
+            return {k: sort(value[k]) for k in sorted(value)}
+        if isinstance(value, list):
+            return [sort(v) for v in value]
+        return value
+
+    def stable(match: re.Match) -> str:
+        try:
+            return f"[Default: {sort(ast.literal_eval(match.group(1)))!r}]"
+        except (ValueError, SyntaxError):
+            return match.group(0)
+
+    lines = path.read_text().split("\n")
+    for index, line in enumerate(lines):
+        if not line.startswith("#"):
+            break
+        lines[index] = re.sub(r"\[Default: ([\[{].*)\]$", stable, line)
+    path.write_text("\n".join(lines))
 
 
 def compile_all(

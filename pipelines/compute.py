@@ -508,11 +508,19 @@ def target_notes(profiles: Mapping[str, ComputeProfile], target: str) -> list[st
              ("scheduling flex-start and reservation are not applied to a Vertex AI Pipelines "
               "step (only a CustomJob asks for them)")),
         )
+    from gkeflow.pipelines.engines import training_engine
+
+    # A step an engine runs (a Vertex AI CustomJob) honours spot and timeout itself.
+    engine_run = {step for step, profile in profiles.items()
+                  if step == "train-model" and training_engine(target, profile) is not None}
     notes = []
     for applies, text in checks:
-        steps = [step for step, profile in profiles.items() if applies(profile)]
+        steps = [step for step, profile in profiles.items()
+                 if applies(profile) and not (step in engine_run and target == "vertex")]
         if steps:
             notes.append(f"{text}: {', '.join(steps)}")
+    for step in sorted(engine_run):  # what the training step really launches, and so costs
+        notes.append(training_engine(target, profiles[step]).describe(profiles[step]))
     return notes + capacity.capacity_notes(profiles, target)
 
 
@@ -596,8 +604,13 @@ def plan(
     profiles: Mapping[str, ComputeProfile], target: str, images: Mapping[str, str]
 ) -> list[PlanRow]:
     """One :class:`PlanRow` per step: what is requested on ``target`` (validated profiles)."""
+    from gkeflow.pipelines.engines import training_engine
+
     rows = []
     for step, p in profiles.items():
+        # On Vertex AI a CustomJob runs the training step and honours spot and timeout.
+        custom_job = (target == "vertex" and step == "train-model"
+                      and training_engine(target, p) is not None)
         if target == "vertex":
             accelerator = GKE_TO_VERTEX_ACCELERATOR.get(p.accelerator, "") if p.uses_gpu else ""
         else:
@@ -612,19 +625,22 @@ def plan(
         else:
             machine = "any node pool"
         scheduling, nodes, gpus = capacity.describe(p, target)
-        if target == "vertex" and p.scheduling != "standard":
+        if target == "vertex" and p.scheduling != "standard" and not custom_job:
             scheduling += " (not applied on Vertex)"
         queue = (p.queue if target == "gke" else f"not applied ({p.queue})") if p.queue else "-"
         from gkeflow.pipelines.scratch import describe_disk
 
-        disk = describe_disk(p, target)
+        own_pods = target == "gke" and step == "train-model" and training_engine(
+            target, p) is not None  # a JobSet's pods request their ephemeral storage
+        disk = p.ephemeral_storage if own_pods and p.ephemeral_storage else describe_disk(
+            p, target)
         retries = (
             f"{p.retries} (backoff {format_duration(p.retry_backoff_s)} x"
             f"{p.retry_backoff_factor:g}, max {format_duration(p.retry_max_duration_s)})"
             if p.retries else "0"
         )
         if p.timeout_s:
-            timeout = (format_duration(p.timeout_s) if target == "gke"
+            timeout = (format_duration(p.timeout_s) if target == "gke" or custom_job
                        else f"not enforced ({format_duration(p.timeout_s)} asked)")
         else:
             timeout = "none"

@@ -21,6 +21,10 @@ The file is optional; every key has a default in code. Sections:
 ``schedules``
     recurring runs: name, pipeline, target, 5-field cron, time zone, parameters, ...
 
+``sweep``
+    the hyperparameter search space of the sweep pipeline
+    (:class:`gkeflow.pipelines.sweep_config.SweepConfig`).
+
 `gkeflow init` writes a commented example of every section.
 """
 
@@ -39,6 +43,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from gkeflow.pipelines.sweep_config import SweepConfig
 
 DEFAULT_CONFIG_FILE = Path("gkeflow.yaml")
 
@@ -105,6 +111,7 @@ class GkeflowConfig(BaseModel):
     targets: Targets = Field(default_factory=lambda: Targets())
     parameters: dict[str, dict[str, ParameterValue]] = {}
     schedules: list[ScheduleConfig] = []
+    sweep: SweepConfig | None = None
 
     @model_validator(mode="after")
     def _check_references(self):
@@ -475,4 +482,14 @@ schedules:
     cron: "30 6 * * 1"
     time_zone: UTC
     environment: prod
+  - name: nightly-scoring                    # score the day's rows with the champion
+    pipeline: prediction
+    target: vertex
+    cron: "0 4 * * *"
+    time_zone: Europe/Berlin
+    parameters:
+      data_uri: gs://my-bucket/incoming/*.csv
+      key_column: id
+      output_uri: bq://my-project.scoring.penguins
+      bq_write_mode: append
 '''

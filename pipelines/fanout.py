@@ -70,6 +70,9 @@ def build_fanout_pipeline(target: str = "local",
         max_rejected_fraction: float = 0.1,
         rows_per_shard: int = 250000,
         shard_root: str = "",
+        exclude_columns: str = "",
+        feature_columns: str = "",
+        merge_label_case: bool = False,
     ) -> dsl.Dataset:
         """Prepares many input files in parallel pods and merges them into one dataset.
 
@@ -84,11 +87,16 @@ def build_fanout_pipeline(target: str = "local",
             max_rejected_fraction: Fail when more than this fraction of rows is rejected.
             rows_per_shard: Rows per TFRecord shard file.
             shard_root: gs:// prefix for the shards; empty: next to the artifacts.
+            exclude_columns: Columns never used as features, comma-separated.
+            feature_columns: The only feature columns, comma-separated; empty: inferred.
+            merge_label_case: Lower-case the label values, so "yes" and "YES" are one class.
         """
         plan = apply_compute(plan_prepare(
             data_uri=data_uri, label_column=label_column, max_groups=max_groups,
             train_ratio=train_ratio, eval_ratio=eval_ratio, test_ratio=test_ratio,
             key_column=key_column, rows_per_shard=rows_per_shard, shard_root=shard_root,
+            exclude_columns=exclude_columns, feature_columns=feature_columns,
+            merge_label_case=merge_label_case,
         ), profiles["plan-prepare"], target)
         with dsl.ParallelFor(plan.outputs["Output"], parallelism=parallelism) as group:
             part = apply_compute(prepare_group(plan=plan.outputs["plan"], group=group),

@@ -4,6 +4,18 @@ Every remote call goes through :func:`call`: connection errors and 5xx answers a
 with exponential backoff (plus jitter); a timeout is retried only for calls that are safe to
 repeat; a 4xx answer is raised at once as :class:`RemoteError` carrying the server's own
 message. Secrets never appear in messages: :func:`redact` removes known tokens.
+
+Bounded: each attempt is one HTTP request with the policy's timeout (the client libraries'
+own retries are turned off by the backends), so one call takes at most
+:func:`max_total_s`: ``attempts x timeout_s`` plus the backoff between attempts.
+
+Idempotent creates: a create passes ``recover``, which looks up the resource by the name or
+request id the client chose. It runs before every retry, after the last failure and on a 409
+Conflict: when an earlier attempt did reach the server, the existing resource is returned
+instead of a second one being made. A timed-out create is looked up but not retried: the
+server may still be working on it, and a retry could race it. Look-ups share the call's
+time budget: no request (create or look-up) starts unless a whole timeout still fits in
+:func:`max_total_s`.
 """
 
 from __future__ import annotations
@@ -125,13 +137,47 @@ def classify(exc: BaseException) -> _Failure | None:
     return None
 
 
+def backoff_s(policy: RetryPolicy, attempt: int) -> float:
+    """The longest wait after failed attempt number ``attempt`` (1-based)."""
+    return min(policy.max_delay_s, policy.base_delay_s * 2 ** (attempt - 1))
+
+
+def max_total_s(policy: RetryPolicy) -> float:
+    """The most one :func:`call` can take: every attempt timing out, plus the waits."""
+    return policy.attempts * policy.timeout_s + sum(
+        backoff_s(policy, attempt) for attempt in range(1, policy.attempts))
+
+
+def no_library_retries():
+    """A urllib3 ``Retry`` that never retries (redirects still followed): the client's own
+    retries would multiply :func:`call`'s attempts (urllib3's default is three)."""
+    from urllib3.util.retry import Retry
+
+    return Retry(total=None, connect=0, read=0, status=0, other=0, redirect=5,
+                 raise_on_status=False)
+
+
 def call(what: str, func: Callable[[], T], policy: RetryPolicy, *, idempotent: bool = True,
-         sleep: Callable[[float], None] = time.sleep) -> T:
+         sleep: Callable[[float], None] = time.sleep,
+         recover: Callable[[], T | None] | None = None) -> T:
     """Run ``func`` (one remote call) with ``policy``; ``what`` names it in messages.
 
     Non-idempotent calls (creating a run) are not retried after a timeout, since the server
-    may have acted on them; they are retried after connection errors and 5xx answers.
+    may still act on them; they are retried after connection errors and 5xx answers.
+    ``recover`` (look the resource up; ``None`` when absent) is consulted after every
+    failure of a create and on a 409, so a create the server carried out is not repeated.
     """
+    deadline = time.monotonic() + max_total_s(policy)
+
+    looked_up = False
+
+    def time_for(requests: int, wait: float = 0.0) -> bool:
+        """Whether ``requests`` more requests (each up to the timeout) fit the budget; only
+        look-ups can spend it early (otherwise ``policy.attempts`` is the bound)."""
+        if not looked_up:
+            return True
+        return time.monotonic() + wait + requests * policy.timeout_s <= deadline
+
     attempt = 0
     while True:
         attempt += 1
@@ -142,9 +188,20 @@ def call(what: str, func: Callable[[], T], policy: RetryPolicy, *, idempotent: b
             if failure is None:
                 raise
             status = f"HTTP {failure.status}" if failure.status else failure.message
+            if recover is not None and (failure.retryable or failure.status == 409) \
+                    and (failure.status == 409 or time_for(1)):
+                looked_up = True
+                found = _recover(what, recover)
+                if found is not None:
+                    log.warning("%s: %s, but the server had done it; using the result", what,
+                                redact(status))
+                    return found
             retry = failure.retryable and attempt < policy.attempts
             if retry and not idempotent and _is_timeout(exc):
-                retry = False
+                retry = False  # the server may still be working on it: a retry could race
+            delay = backoff_s(policy, attempt) * (0.5 + random.random() / 2)
+            if retry and not time_for(1, delay):
+                retry = False  # the call's time budget is spent (look-ups took some)
             if not retry:
                 if failure.status and 400 <= failure.status < 500:
                     raise RemoteError(f"{what} was refused ({status}): {failure.message}",
@@ -153,8 +210,19 @@ def call(what: str, func: Callable[[], T], policy: RetryPolicy, *, idempotent: b
                 detail = f": {failure.message}" if failure.status else ""
                 raise RemoteError(f"{what} failed ({status}){detail}{tries}",
                                   failure.status) from None
-            delay = min(policy.max_delay_s, policy.base_delay_s * 2 ** (attempt - 1))
-            delay *= 0.5 + random.random() / 2
             log.warning("%s: %s; retrying in %.1fs (attempt %d of %d)", what,
                         redact(status), delay, attempt + 1, policy.attempts)
             sleep(delay)
+
+
+def _recover(what: str, recover: Callable[[], T | None]) -> T | None:
+    """``recover()``; a look-up that fails itself counts as "not found" (the create is then
+    retried, and its own retries consult the look-up again)."""
+    try:
+        return recover()
+    except Exception as exc:  # noqa: BLE001 - only remote failures are swallowed
+        if classify(exc) is None and not isinstance(exc, RemoteError):
+            raise
+        log.warning("%s: could not look for an earlier attempt's result: %s", what,
+                    redact(str(exc)))
+        return None

@@ -132,6 +132,18 @@ def _coerce(name: str, value: Any, kind: str, source: str) -> Any:
         if isinstance(value, (dict, list)):
             raise bad("a string")
         return str(value)
+    if kind in ("LIST", "STRUCT"):  # e.g. the sweep's trials, given as JSON on the command line
+        expected = list if kind == "LIST" else dict
+        if isinstance(value, str):
+            import json
+
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise bad(f"a JSON {expected.__name__}") from None
+        if not isinstance(value, expected):
+            raise bad(f"a JSON {expected.__name__}")
+        return value
     return value
 
 
@@ -172,8 +184,15 @@ def resolve_parameters(config: GkeflowConfig, prepared: PreparedPipeline, enviro
               (f"gkeflow.yaml parameters.{environment}", config.parameters.get(environment, {})),
               (override_source, overrides)]
     merged: dict[str, Any] = {}
+    shared = set()
+    if config.parameters.get(environment):  # an environment serves every pipeline
+        from gkeflow.pipelines.compile import parameters_of_other_pipelines
+
+        shared = parameters_of_other_pipelines(prepared.name)
     for source, values in layers:
         for name, value in values.items():
+            if source.startswith("gkeflow.yaml") and name in shared:
+                continue  # another pipeline's parameter (e.g. epochs when scoring)
             if name not in prepared.parameter_types:
                 raise SubmitError(
                     f"{source}: {prepared.name} has no parameter {name!r}; parameters are "

@@ -11,17 +11,28 @@ from typing import Optional
 
 from kfp import dsl
 
-from gkeflow.components import evaluate_model, prepare_data, register_model, train_model
+from gkeflow.components import (
+    evaluate_model,
+    fingerprint_data,
+    prepare_data,
+    register_model,
+    train_model,
+)
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
+from gkeflow.pipelines.checkpoints import add_checkpoint_volume
 from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
+from gkeflow.pipelines.engines import training_engine
 
 PIPELINE_NAME = "gkeflow-training"
 
 #: Default per-step compute: one T4 GPU for training only, sized to fit an n1-standard-8 GKE
 #: node (what GKE leaves to pods) and a Vertex n1-standard-8 machine. Every retry field is
-#: explicit; data preparation and registration are never served from cache.
+#: explicit. Data preparation is cached on the fingerprint of its input's content, which a
+#: light step computes at run time and never caches; evaluation (the champion may change)
+#: and registration are never served from cache.
 DEFAULT_COMPUTE: Mapping[str, ComputeProfile] = {
-    "prepare-data": ComputeProfile(cpu="2", memory="8G", caching=False, timeout_s=3600),
+    "fingerprint-data": ComputeProfile(cpu="1", memory="2G", caching=False, timeout_s=1800),
+    "prepare-data": ComputeProfile(cpu="2", memory="8G", caching=True, timeout_s=3600),
     "train-model": ComputeProfile(
         cpu="7", memory="26G", accelerator="nvidia-tesla-t4", accelerator_count=1,
         timeout_s=6 * 3600, retries=2, retry_backoff_s=60, retry_backoff_factor=2.0,
@@ -36,6 +47,7 @@ DEFAULT_COMPUTE: Mapping[str, ComputeProfile] = {
 
 #: Step -> the component it runs (and so the image it runs in).
 STEP_COMPONENTS = {
+    "fingerprint-data": fingerprint_data,
     "prepare-data": prepare_data,
     "train-model": train_model,
     "evaluate-model": evaluate_model,
@@ -83,6 +95,7 @@ DEFAULT_REGISTRY_URIS: Mapping[str, str] = {
 }
 
 STEP_DISPLAY_NAMES = {
+    "fingerprint-data": "Fingerprint data",
     "prepare-data": "Prepare data",
     "train-model": "Train model",
     "evaluate-model": "Evaluate model",
@@ -101,9 +114,24 @@ def build_training_pipeline(
         register_step = register_model
     default_registry_uri = DEFAULT_REGISTRY_URIS.get(target, DEFAULT_REGISTRY_URIS["local"])
 
-    def configure(task: dsl.PipelineTask, step: str) -> dsl.PipelineTask:
+    def configure(task: dsl.PipelineTask, step: str,
+                  profile: Optional[ComputeProfile] = None) -> dsl.PipelineTask:
         task.set_display_name(STEP_DISPLAY_NAMES[step])
-        return apply_compute(task, profiles[step], target)
+        return apply_compute(task, profile or profiles[step], target)
+
+    # Training beyond one pod (several machines, Spot/flex-start on Vertex AI) goes through
+    # the target's engine: a Vertex AI CustomJob, a GKE JobSet or local worker processes.
+    train_engine = training_engine(target, profiles["train-model"])
+
+    def train_step(**arguments) -> dsl.PipelineTask:
+        if train_engine is None:
+            task = configure(train_model(**arguments), "train-model")
+            if target == "gke":  # the default MinIO root cannot hold checkpoints: a volume can
+                add_checkpoint_volume(task)
+            return task
+        profile = profiles["train-model"]
+        return configure(train_engine.task(profile, arguments), "train-model",
+                         train_engine.launcher_profile(profile))
 
     @dsl.pipeline(name=PIPELINE_NAME)
     def training_pipeline(
@@ -125,6 +153,10 @@ def build_training_pipeline(
         thresholds: str = "",
         slice_columns: str = "",
         positive_class: str = "",
+        checkpoint_uri: str = "",
+        key_column: str = "",
+        exclude_columns: str = "",
+        feature_columns: str = "",
         shard_root: str = "",
     ):
         """Trains a TensorFlow classifier on a CSV and registers it when evaluation blesses it.
@@ -155,10 +187,18 @@ def build_training_pipeline(
             slice_columns: Categorical columns to slice test metrics by, comma-separated;
                 empty slices by every categorical feature with at most 20 values.
             positive_class: Class whose ROC curve is shown; empty means the last label.
+            checkpoint_uri: Where training checkpoints go (gs://bucket/path or a mounted
+                directory); empty = under a gs:// pipeline root, else the run's volume.
+            key_column: Column whose stable hash assigns rows to splits (rows sharing a
+                key share a split); its role is key, not a feature. Empty: hash of the whole row.
+            exclude_columns: Columns never used as features, comma-separated.
+            feature_columns: The only feature columns, comma-separated; empty: inferred.
             shard_root: gs:// prefix for the prepared shards (only their manifest passes
                 through the artifact store); empty: next to the dataset artifact on a gs://
                 or local pipeline root, inside it on other roots (MinIO).
         """
+        fingerprint = configure(fingerprint_data(data_uri=data_uri, user_module=user_module),
+                                "fingerprint-data")
         prepare = configure(
             prepare_data(
                 data_uri=data_uri,
@@ -166,25 +206,36 @@ def build_training_pipeline(
                 train_ratio=train_ratio,
                 eval_ratio=eval_ratio,
                 test_ratio=test_ratio,
+                key_column=key_column,
+                exclude_columns=exclude_columns,
+                feature_columns=feature_columns,
+                data_fingerprint=fingerprint.outputs["data"],
                 shard_root=shard_root,
             ),
             "prepare-data",
         )
-        train = configure(
-            train_model(
-                dataset=prepare.outputs["dataset"],
-                schema=prepare.outputs["schema"],
-                epochs=epochs,
-                batch_size=batch_size,
-                learning_rate=learning_rate,
-                model_type=model_type,
-                user_module=user_module,
-                require_gpu=target != "local" and profiles["train-model"].uses_gpu,
-                checkpoint_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
-                pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
-            ),
-            "train-model",
+        # One-pod training keys its checkpoints on what it trains on and with (a retry of the
+        # step resumes; a finished one removes them), not on the run id, which would keep
+        # training out of the cache. Multi-worker engines keep the run id: they name and
+        # re-attach their jobs by it.
+        checkpoint_key = dsl.PIPELINE_JOB_ID_PLACEHOLDER
+        if train_engine is None and profiles["train-model"].caching:
+            checkpoint_key = (f"{fingerprint.outputs['data']}-{label_column}-{train_ratio}-"
+                              f"{eval_ratio}-{test_ratio}-{epochs}-{batch_size}-"
+                              f"{learning_rate}-{model_type}-{fingerprint.outputs['code']}")
+        train = train_step(
+            dataset=prepare.outputs["dataset"],
+            schema=prepare.outputs["schema"],
+            epochs=epochs,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            model_type=model_type,
+            user_module=user_module,
+            require_gpu=target != "local" and profiles["train-model"].uses_gpu,
+            checkpoint_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
+            pipeline_run_id=checkpoint_key,
+            task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
+            checkpoint_uri=checkpoint_uri,
         )
         evaluate = configure(
             evaluate_model(

@@ -11,7 +11,8 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-CONTRACTS = REPO_ROOT.parent / "shared" / "contracts"
+#: API contracts vendored with their source and commit (tests/contracts/README.md).
+CONTRACTS = REPO_ROOT / "tests" / "contracts"
 
 
 @pytest.fixture

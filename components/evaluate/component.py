@@ -72,6 +72,7 @@ def evaluate_model(
     from gkeflow.components.evaluate.metrics import roc_points
     from gkeflow.components.evaluate.model_card import render_model_card
     from gkeflow.components.prepare.logic import Schema
+    from gkeflow.components.sweep.logic import sweep_card_section
 
     result = evaluate(
         dataset_dir=Path(dataset.path),
@@ -93,7 +94,8 @@ def evaluate_model(
                                                 result.metrics.confusion_matrix)
     classification_metrics.log_roc_curve(**roc_points(result.roc))
     classification_metrics.metadata["rocPositiveClass"] = result.roc_class
-    write_text_atomic(Path(model_card.path), render_model_card(result))
+    write_text_atomic(Path(model_card.path),
+                      render_model_card(result) + sweep_card_section(Path(model.path)))
     write_text_atomic(Path(evaluation.path), result.to_json())
     evaluation.metadata.update({
         "blessed": result.passed,

@@ -25,6 +25,12 @@ def prepare_data(
     bq_query: str = "",
     bq_filter: str = "",
     rows_per_shard: int = 250000,
+    exclude_columns: str = "",
+    feature_columns: str = "",
+    merge_label_case: bool = False,
+    max_quoted_lines: int = 100,
+    max_row_bytes: int = 1048576,
+    data_fingerprint: str = "",
     shard_root: str = "",
 ):
     """Streams tabular data into validated, deterministic train/eval/test TFRecord splits.
@@ -37,15 +43,18 @@ def prepare_data(
             or embedded://penguins (bundled data). CSV (optionally .gz) or Parquet.
         label_column: Column holding the class to predict.
         dataset: train/, eval/, test/ (GZIP TFRecord shards of column blocks), schema.json,
-            stats.json, rejected.csv and report.md.
+            stats.json, rejected.csv, rejected.jsonl and report.md.
         schema: schema.json: each column's type, role, vocabulary and nullability.
         report: Data report: row counts, problems found, per-column statistics.
-        rejected: CSV of the rejected rows: source, reason, row text.
+        rejected: CSV of the rejected rows: source file, line number, reason, the row's
+            original text (and its bytes in base64 when they are not valid UTF-8).
         train_ratio: Fraction of rows for training.
         eval_ratio: Fraction of rows for validation during training.
         test_ratio: Fraction of rows held out for evaluation.
         max_rejected_fraction: Fail when more than this fraction of rows is rejected.
-        key_column: Split by a stable hash of this column; empty: hash of the whole row.
+        key_column: Split by a stable hash of this column (rows sharing a key share a
+            split); its role is key (not a feature unless in feature_columns). Empty: hash
+            of the whole row.
         expected_schema_uri: A previous schema.json or a YAML schema to validate against
             (local path or gs://); empty: infer the schema.
         max_missing_fraction: Fail when a feature column misses more than this fraction.
@@ -53,6 +62,15 @@ def prepare_data(
         bq_query: For bq:// sources: a SQL query to read instead of the whole table.
         bq_filter: For bq:// sources: a SQL row filter (WHERE clause) on the table.
         rows_per_shard: Rows per TFRecord shard file.
+        exclude_columns: Columns never used as features, comma-separated.
+        feature_columns: The only feature columns, comma-separated; empty: inferred
+            (constant and identifier-like columns are left out, with the reason in the report).
+        merge_label_case: Lower-case the label values, so "yes" and "YES" are one class.
+        max_quoted_lines: Lines a quoted CSV value may span; beyond, only the line where
+            the quote opened is rejected and reading resumes at the next line.
+        max_row_bytes: Bytes a CSV row may take; longer rows are rejected.
+        data_fingerprint: Fingerprint of the input's content (from fingerprint_data); not
+            read, it makes the step's cache key follow the data rather than its URI.
         shard_root: gs:// prefix (or local directory) for the shards; the dataset output
             then holds only their manifest (shards.json), so no step stages the shards on
             its disk. Empty: next to the dataset artifact when the pipeline root is gs://
@@ -84,6 +102,11 @@ def prepare_data(
         bq_query=bq_query,
         bq_filter=bq_filter,
         rows_per_shard=rows_per_shard,
+        exclude_columns=exclude_columns,
+        feature_columns=feature_columns,
+        merge_label_case=merge_label_case,
+        max_quoted_lines=max_quoted_lines,
+        max_row_bytes=max_row_bytes,
         shard_root=resolve_shard_root(dataset.uri, shard_root),
     )
     for artifact, name in ((schema, SCHEMA_FILE), (report, REPORT_FILE),

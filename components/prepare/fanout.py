@@ -11,8 +11,8 @@ Three plain steps, each a KFP component in ``fanout_component.py``:
    statistics (moments, value counts), plus its rejected rows;
 3. :func:`merge_groups` merges the files' statistics in input-file order, finalises the
    schema (vocabularies from all rows), applies the same checks and writes the same
-   ``schema.json``, ``stats.json``, ``rejected.csv``, ``report.md`` and shard manifest as a
-   single-pod run.
+   ``schema.json``, ``stats.json``, ``rejected.csv``, ``rejected.jsonl``, ``report.md`` and
+   shard manifest as a single-pod run.
 
 A row's split depends only on its own hash, so every row lands in the same split as in one
 pod; the statistics are the same up to floating-point summation order.
@@ -30,14 +30,29 @@ from pathlib import Path
 
 from gkeflow.components._atomic import publish_dir
 from gkeflow.components.prepare import logic, shard_store
+from gkeflow.components.prepare.batch import _Plan
+from gkeflow.components.prepare.csv_reader import RowLimits
+from gkeflow.components.prepare.infer import (
+    CHOSEN_NOTES,
+    _check_label_vocabulary,
+    _infer_from_table,
+    apply_column_roles,
+    check_column_names,
+    validate_against,
+)
 from gkeflow.components.prepare.logic import (
-    REJECTED_FILE,
     REPORT_FILE,
     SPLITS,
     STATS_FILE,
     PrepareResult,
     Schema,
     SplitRatios,
+)
+from gkeflow.components.prepare.rejects import (
+    REJECTED_FILE,
+    REJECTED_JSONL,
+    SAMPLE_REJECTS,
+    RejectLog,
 )
 from gkeflow.components.prepare.sources import DataError, resolve_sources
 from gkeflow.components.prepare.stats import CategoricalStats, NumericStats
@@ -60,6 +75,11 @@ def plan_groups(
     rows_per_shard: int = logic.ROWS_PER_SHARD,
     max_vocabulary: int = 1000,
     shard_root: str = "",
+    exclude_columns: str | list[str] = "",
+    feature_columns: str | list[str] = "",
+    merge_label_case: bool = False,
+    max_quoted_lines: int = RowLimits.max_quoted_lines,
+    max_row_bytes: int = RowLimits.max_row_bytes,
 ) -> list[int]:
     """Fix the schema and deal the input files into groups; returns the group indices."""
     if not 1 <= max_groups <= MAX_GROUPS:
@@ -68,19 +88,22 @@ def plan_groups(
         raise ValueError(f"rows_per_shard must be >= 1; got {rows_per_shard}")
     if source.startswith("bq://"):
         raise DataError("fan-out preparation reads files; prepare bq:// tables in one step")
+    limits = RowLimits(max_quoted_lines, max_row_bytes)
     problems: list[str] = []
-    header, sample, sources = logic._sample(resolve_sources(source), problems)
+    header, sample, sources = logic._sample(_with_limits(resolve_sources(source), limits),
+                                            problems)
+    check_column_names(header, label_column, key_column, exclude_columns, feature_columns)
     if expected_schema is not None:
-        schema, found = logic.validate_against(expected_schema, header, sample, label_column)
+        schema, found = validate_against(expected_schema, header, sample, label_column)
         problems.extend(found)
     else:
-        schema = logic._infer_from_table(sample, label_column, max_vocabulary)
-        if not schema.features:
-            raise DataError("no usable feature columns besides the label")
-    if key_column and key_column not in header:
+        schema = _infer_from_table(sample, label_column, max_vocabulary)
+    apply_column_roles(schema, key_column, exclude_columns, feature_columns)
+    if not schema.features:
         raise DataError(
-            f"key column {key_column!r} not found; available columns: {', '.join(header)}"
-        )
+            "no usable feature columns besides the label; "
+            + "; ".join(f"{c.name}: {c.note}" for c in schema.columns if c.role == "ignored")
+            + " (name the features with feature_columns to override)")
     files = [s.name for s in sources]
     count = min(max_groups, len(files))
     bounds = [round(k * len(files) / count) for k in range(count + 1)]
@@ -95,6 +118,9 @@ def plan_groups(
         "reject_unseen": reject_unseen_categories and expected_schema is not None,
         "rows_per_shard": rows_per_shard,
         "max_vocabulary": max_vocabulary,
+        "merge_label_case": merge_label_case,
+        "max_quoted_lines": max_quoted_lines,
+        "max_row_bytes": max_row_bytes,
         "problems": problems,
         "files": files,
         "groups": [[bounds[k], bounds[k + 1]] for k in range(count)],
@@ -106,13 +132,22 @@ def plan_groups(
     return list(range(count))
 
 
-def _load_plan(plan_dir: Path) -> tuple[dict, logic._Plan]:
+def _with_limits(sources: list, limits: RowLimits) -> list:
+    """``sources`` with the CSV row limits set (as ``prepare`` sets them)."""
+    for item in sources:
+        if hasattr(item, "limits"):
+            item.limits = limits
+    return sources
+
+
+def _load_plan(plan_dir: Path) -> tuple[dict, _Plan]:
     doc = json.loads((Path(plan_dir) / PLAN_FILE).read_text(encoding="utf-8"))
     schema = Schema.from_json(json.dumps(doc["schema"]))
     schema.label_vocabulary = list(doc["label_vocabulary"])
-    plan = logic._Plan(schema, doc["header"], SplitRatios(**doc["ratios"]), doc["key_column"],
-                       fixed_labels=not doc["inferred"], reject_unseen=doc["reject_unseen"],
-                       rows_per_shard=doc["rows_per_shard"])
+    plan = _Plan(schema, doc["header"], SplitRatios(**doc["ratios"]), doc["key_column"],
+                 fixed_labels=not doc["inferred"], reject_unseen=doc["reject_unseen"],
+                 rows_per_shard=doc["rows_per_shard"],
+                 lower_labels=doc.get("merge_label_case", False))
     return doc, plan
 
 
@@ -157,9 +192,11 @@ def prepare_group(plan_dir: Path, group: int, part_dir: Path, workers: int = 0) 
         raise ValueError(f"group {group} is not in the plan ({len(doc['groups'])} groups)")
     start, stop = doc["groups"][group]
     names = doc["files"][start:stop]
+    limits = RowLimits(doc.get("max_quoted_lines", RowLimits.max_quoted_lines),
+                       doc.get("max_row_bytes", RowLimits.max_row_bytes))
     sources = []
     for name in names:
-        found = resolve_sources(name)
+        found = _with_limits(resolve_sources(name), limits)
         if len(found) != 1:
             raise DataError(f"input file {name} changed since the plan was made")
         sources.append(found[0])
@@ -168,7 +205,7 @@ def prepare_group(plan_dir: Path, group: int, part_dir: Path, workers: int = 0) 
         root = (shard_store.resolve_shard_root("", str(shard_store.join(
             doc["shard_root"], f"group-{group:05d}"))) if doc["shard_root"]
             else str(scratch / "shards"))
-        rejects = logic._RejectLog(scratch / REJECTED_FILE)
+        rejects = RejectLog(scratch)
         try:
             parallel = max(1, min(workers, len(sources)))
             lanes = max(1, workers // parallel)
@@ -189,6 +226,7 @@ def prepare_group(plan_dir: Path, group: int, part_dir: Path, workers: int = 0) 
                 "split_rows": p.split_rows,
                 "stats": _stats_state(p.stats),
                 "unseen": dict(p.unseen),
+                "nonfinite": dict(p.nonfinite),
                 "shards": {s: [str(Path(f).relative_to(scratch)) if inline else str(f)
                                for f in p.shards.get(s, ())] for s in SPLITS},
             } for p in partials])
@@ -236,25 +274,31 @@ def merge_groups(plan_dir: Path, part_dirs: list[Path], output_dir: Path,
         rejects = _MergedRejects()
         stats = logic._new_stats(schema)
         unseen: Counter = Counter()
+        nonfinite: Counter = Counter()
         rows_read = 0
         split_rows = dict.fromkeys(SPLITS, 0)
         shards: dict[str, list[str]] = {s: [] for s in SPLITS}
-        with (scratch / REJECTED_FILE).open("w", encoding="utf-8", newline="") as out:
-            out.write("source,reason,row\r\n")
+        with (scratch / REJECTED_FILE).open("wb") as out, \
+                (scratch / REJECTED_JSONL).open("wb") as out_jsonl:
             for group in sorted(by_group):
                 part, part_dir = by_group[group]
-                with (part_dir / REJECTED_FILE).open(encoding="utf-8", newline="") as handle:
-                    handle.readline()
+                with (part_dir / REJECTED_FILE).open("rb") as handle:
+                    header = handle.readline()  # the same header line in every part
+                    if group == min(by_group):
+                        out.write(header)
                     shutil.copyfileobj(handle, out)
+                with (part_dir / REJECTED_JSONL).open("rb") as handle:
+                    shutil.copyfileobj(handle, out_jsonl)
                 rejects.reasons.update(part["rejected"]["reasons"])
                 rejects.columns.update(part["rejected"]["columns"])
                 for sample in part["rejected"]["samples"]:
-                    if len(rejects.samples) < logic.SAMPLE_REJECTS:
+                    if len(rejects.samples) < SAMPLE_REJECTS:
                         rejects.samples.append(tuple(sample))
                 for partials in part["files"]:
                     for p in partials:
                         rows_read += p["rows_read"]
                         unseen.update(p["unseen"])
+                        nonfinite.update(p.get("nonfinite", {}))
                         for split in SPLITS:
                             split_rows[split] += p["split_rows"][split]
                             for name, s in _stats_from_state(p["stats"])[split].items():
@@ -269,7 +313,7 @@ def merge_groups(plan_dir: Path, part_dirs: list[Path], output_dir: Path,
                                     shards[split].append(str(target))
         _check_counts(source, rows_read, split_rows, rejects)
         logic._finalise_schema(schema, stats, doc["inferred"], doc["max_vocabulary"])
-        logic._check_label_vocabulary(schema)
+        _check_label_vocabulary(schema)
         _check_fractions(schema, stats, rows_read, rejects, max_rejected_fraction,
                          max_missing_fraction)
         for name, n in unseen.most_common():
@@ -278,13 +322,18 @@ def merge_groups(plan_dir: Path, part_dirs: list[Path], output_dir: Path,
                 + (" (rejected)" if plan.reject_unseen else " (kept; the model maps them "
                    "to its out-of-vocabulary bucket)")
             )
+        for name, n in sorted(nonfinite.items()):
+            problems.append(f"column {name!r}: {n} non-finite values (inf, -inf, NaN) "
+                            f"treated as missing")
+        problems.extend(logic._label_problems(schema, stats))
         for column in schema.columns:
-            if column.role == "ignored" and column.note:
+            if column.role == "ignored" and column.note and column.note not in CHOSEN_NOTES:
                 problems.append(f"column {column.name!r} ignored: {column.note}")
         stats_doc = {
             "rows_read": rows_read,
             "rejected_rows": rejects.count,
             "rejected_reasons": dict(rejects.reasons.most_common()),
+            "nonfinite_values": dict(sorted(nonfinite.items())),
             "split_rows": split_rows,
             "splits": {
                 split: {"count": split_rows[split],
@@ -295,7 +344,9 @@ def merge_groups(plan_dir: Path, part_dirs: list[Path], output_dir: Path,
         if doc["shard_root"]:
             shard_store.write_manifest(scratch, doc["shard_root"], shards)
         (scratch / "schema.json").write_text(schema.to_json(), encoding="utf-8")
-        (scratch / STATS_FILE).write_text(json.dumps(stats_doc, indent=2), encoding="utf-8")
+        stats_doc = logic.strict_json(stats_doc)
+        (scratch / STATS_FILE).write_text(json.dumps(stats_doc, indent=2, allow_nan=False),
+                                          encoding="utf-8")
         result = PrepareResult(
             rows_read=rows_read, split_rows=split_rows, rejected_rows=rejects.count,
             rejected_reasons=dict(rejects.reasons), schema=schema, problems=problems,

@@ -20,6 +20,11 @@ def plan_prepare(
     reject_unseen_categories: bool = False,
     rows_per_shard: int = 250000,
     shard_root: str = "",
+    exclude_columns: str = "",
+    feature_columns: str = "",
+    merge_label_case: bool = False,
+    max_quoted_lines: int = 100,
+    max_row_bytes: int = 1048576,
 ) -> list[int]:
     """Fixes the schema from a sample of the input files and deals the files into groups.
 
@@ -39,6 +44,13 @@ def plan_prepare(
         rows_per_shard: Rows per TFRecord shard file.
         shard_root: gs:// prefix (or local directory) for the shards; empty: next to the
             plan artifact when the pipeline root is gs:// or local, else inside each part.
+        exclude_columns: Columns never used as features, comma-separated.
+        feature_columns: The only feature columns, comma-separated; empty: inferred
+            (constant and identifier-like columns are left out, with the reason in the report).
+        merge_label_case: Lower-case the label values, so "yes" and "YES" are one class.
+        max_quoted_lines: Lines a quoted CSV value may span; beyond, only the line where
+            the quote opened is rejected and reading resumes at the next line.
+        max_row_bytes: Bytes a CSV row may take; longer rows are rejected.
 
     Returns:
         The group indices, for dsl.ParallelFor.
@@ -55,6 +67,9 @@ def plan_prepare(
         expected_schema=fetch_schema(expected_schema_uri) if expected_schema_uri else None,
         reject_unseen_categories=reject_unseen_categories, rows_per_shard=rows_per_shard,
         shard_root=resolve_shard_root(plan.uri, shard_root),
+        exclude_columns=exclude_columns, feature_columns=feature_columns,
+        merge_label_case=merge_label_case, max_quoted_lines=max_quoted_lines,
+        max_row_bytes=max_row_bytes,
     )
     plan.metadata["groups"] = len(groups)
     print(f"{len(groups)} groups")
@@ -68,7 +83,8 @@ def prepare_group(plan: Input[Artifact], group: int, part: Output[Artifact]):
     Args:
         plan: The plan from plan_prepare.
         group: Index of the group to prepare.
-        part: part.json (row counts, mergeable statistics, shard list) and rejected.csv.
+        part: part.json (row counts, mergeable statistics, shard list), rejected.csv and
+            rejected.jsonl.
     """
     from pathlib import Path
 
@@ -95,11 +111,12 @@ def merge_prepared(
     Args:
         plan: The plan from plan_prepare.
         parts: Every group's part.
-        dataset: schema.json, stats.json, rejected.csv, report.md and the shards (or their
-            manifest, shards.json).
+        dataset: schema.json, stats.json, rejected.csv, rejected.jsonl, report.md and the
+            shards (or their manifest, shards.json).
         schema: schema.json: each column's type, role, vocabulary and nullability.
         report: Data report: row counts, problems found, per-column statistics.
-        rejected: CSV of the rejected rows: source, reason, row text.
+        rejected: CSV of the rejected rows: source file, line number, reason, the row's
+            original text (and its bytes in base64 when they are not valid UTF-8).
         max_rejected_fraction: Fail when more than this fraction of rows is rejected.
         max_missing_fraction: Fail when a feature column misses more than this fraction.
     """
@@ -127,4 +144,7 @@ def merge_prepared(
     schema.metadata.update({"label": result.schema.label,
                             "classes": len(result.schema.label_vocabulary),
                             "features": len(result.schema.features)})
-    print(f"rows read {result.rows_read}: {result.split_rows}, rejected {result.rejected_rows}")
+    print(f"rows read {result.rows_read}: {result.split_rows}, rejected {result.rejected_rows}"
+          f" {result.rejected_reasons}")
+    for problem in result.problems:
+        print(f"problem: {problem}")

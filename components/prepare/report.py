@@ -32,7 +32,8 @@ def render_report(source: str, result, rejected_samples: list[tuple[str, str]]) 
         lines += ["## Rejected rows", "", "| reason | rows |", "|---|---|"]
         for reason, n in sorted(result.rejected_reasons.items(), key=lambda kv: -kv[1]):
             lines.append(f"| {_cell(reason)} | {n} |")
-        lines += ["", "Samples (all rejected rows, with reasons, are in `rejected.csv`):", ""]
+        lines += ["", "Samples (every rejected row, with its file, line number, reason and "
+                      "original text, is in `rejected.csv` and `rejected.jsonl`):", ""]
         for reason, text in rejected_samples:
             shown = _cell(text[:160]).replace("`", "'")
             lines.append(f"- {_cell(reason)}: `{shown}`")

@@ -25,13 +25,22 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from gkeflow.components.prepare.csv_reader import (
+    CSV_BLOCK_BYTES,
+    NULL_VALUES,
+    UTF8_BOM,
+    RowLimits,
+    RowOrigin,
+    TypedBatch,
+    cut_blocks,
+    parse_cut,
+)
+
 EMBEDDED_PENGUINS = "embedded://penguins"
-NULL_VALUES = ["", "NA", "N/A", "NaN", "nan", "null", "NULL", "None", "?"]
-CSV_BLOCK_BYTES = 2 << 20
 PARQUET_BATCH_ROWS = 65536
 
 
@@ -39,10 +48,11 @@ class DataError(ValueError):
     """The input data cannot be prepared; the message names the problem."""
 
 
-#: (source name, raw row text, reason) for a row that could not be parsed.
-RejectRow = Callable[[str, str, str], None]
-#: A record batch, and None or a function returning the same rows with every cell as text.
-TypedBatch = tuple[pa.RecordBatch, "Callable[[], pa.RecordBatch] | None"]
+#: (source name, line number, original bytes, reason) for a row that could not be parsed.
+RejectRow = Callable[[str, int, bytes, str], None]
+#: (source name, row text, reason): the same, for :meth:`Source.batches`.
+RejectText = Callable[[str, str, str], None]
+__all__ = ["CSV_BLOCK_BYTES", "NULL_VALUES", "DataError", "Source", "TypedBatch"]
 
 
 @dataclass
@@ -54,6 +64,7 @@ class Source:
     format: str  # "csv" | "parquet"
     compression: str | None = None  # "gzip" for .gz
     header_opener: Callable[[], object] | None = None  # cheaper opener for the first line
+    limits: RowLimits = RowLimits()
 
     def _stream(self, for_header: bool = False):
         handle = (self.header_opener if for_header and self.header_opener else self.opener)()
@@ -73,6 +84,8 @@ class Source:
                 first = _read_first_line(stream)
         except OSError as exc:
             raise DataError(f"cannot read {self.name}: {exc}") from exc
+        if first is not None and first.startswith(UTF8_BOM):
+            first = first[len(UTF8_BOM):]
         if first is None or not first.strip():
             raise DataError(f"data file is empty (no header row): {self.name}")
         try:
@@ -89,86 +102,53 @@ class Source:
             raise DataError(f"data file has an empty header row: {self.name}")
         return names
 
-    def batches(self, reject: RejectRow, prefetch: bool = True) -> Iterator[pa.RecordBatch]:
-        """The file's rows as record batches; CSV cells as strings (nulls for missing)."""
-        iterator = self._csv_batches(reject) if self.format == "csv" else self._parquet_batches()
+    def batches(self, reject: RejectText, prefetch: bool = True) -> Iterator[pa.RecordBatch]:
+        """The file's rows as record batches; CSV cells as strings (nulls for missing).
+
+        ``reject(source name, row text, reason)`` gets each CSV row set aside while reading
+        (the text decoded from its original bytes, invalid UTF-8 as ``\\xNN``);
+        :meth:`typed_blocks` gives line numbers and the bytes themselves.
+        """
+        if self.format != "csv":
+            iterator = self._parquet_batches()
+        else:
+            def on_reject(name: str, _line: int, raw: bytes, reason: str) -> None:
+                reject(name, raw.decode("utf-8", "backslashreplace"), reason)
+
+            iterator = self._csv_batches(on_reject)
         return _prefetched(iterator) if prefetch else iterator
 
     def typed_blocks(self, reject: RejectRow, float_columns: Sequence[str],
                      prefetch: bool = True) -> Iterator[Callable[[], TypedBatch | None]]:
         """The file's rows as a stream of blocks to parse, each a function that parses
-        one block into ``(batch, as_text)`` (None for a block without rows): the reading
+        one block into ``(batch, origin)`` (None for a block without rows): the reading
         happens here, the parsing where the function is called, so several threads can
         parse one file's blocks in parallel.
 
         CSV blocks whose ``float_columns`` all hold numbers come with those columns
-        parsed as float64 by the CSV reader itself (no text column to build, then cast)
-        and the other columns dictionary-encoded.
-        A block with any other value in them is read as text, exactly as :meth:`batches`
-        reads it, so its bad values are found and quarantined row by row. ``as_text`` is
-        None when the batch is all text, else a function returning the same rows as text
-        (the original cells, for rejected rows).
+        parsed as float64 and the other columns dictionary-encoded; a block with any
+        other value in them is read as text (its bad values are found row by row later).
+        ``origin`` (:class:`~gkeflow.components.prepare.csv_reader.RowOrigin`) gives each
+        row's line number and original bytes.
         """
         if self.format != "csv":
-            iterator = (lambda batch=batch: (batch, None)
-                        for batch in self.batches(reject, prefetch=False))
+            iterator = numbered(self._parquet_batches())
         else:
             iterator = self._csv_blocks(reject, list(float_columns))
         return _prefetched(iterator) if prefetch else iterator
 
-    def _csv_blocks(self, reject: RejectRow,
-                    float_columns: list[str]) -> Iterator[Callable[[], TypedBatch | None]]:
+    def _csv_blocks(self, reject: RejectRow, float_columns: list[str] | None,
+                    ) -> Iterator[Callable[[], TypedBatch | None]]:
         names = self.header()
-        read_options = pacsv.ReadOptions(column_names=names, use_threads=False,
-                                         block_size=2 * CSV_BLOCK_BYTES)
-        as_text = {name: pa.string() for name in names}
-        # numbers as float64; text dictionary-encoded by the reader (each distinct value
-        # is then checked, decoded and hashed once per block)
-        typed = dict.fromkeys(names, pa.dictionary(pa.int32(), pa.string()))
-        typed.update(dict.fromkeys(float_columns, pa.float64()))
+        limits = self.limits
 
-        def parse(block: pa.Buffer, types: dict, rejected: list) -> pa.RecordBatch | None:
-            def keep_aside(row: pacsv.InvalidRow) -> str:
-                rejected.append(
-                    (row.text, f"expected {row.expected_columns} columns, got "
-                               f"{row.actual_columns}"))
-                return "skip"
-
-            try:
-                table = pacsv.read_csv(
-                    pa.BufferReader(block), read_options=read_options,
-                    parse_options=pacsv.ParseOptions(invalid_row_handler=keep_aside),
-                    convert_options=pacsv.ConvertOptions(
-                        column_types=types, null_values=NULL_VALUES, strings_can_be_null=True,
-                        check_utf8=False),  # checked per column, bad rows quarantined
-                )
-            except pa.ArrowInvalid as exc:
-                if "Empty CSV file" in str(exc):
-                    return None
-                raise
-            batches = table.combine_chunks().to_batches()
-            return batches[0] if batches else None
-
-        def parse_block(block: pa.Buffer) -> TypedBatch | None:
-            rejected: list[tuple[str, str]] = []
-            try:
-                batch = parse(block, typed, rejected)
-                text = lambda: parse(block, as_text, [])  # noqa: E731
-            except pa.ArrowInvalid:  # a value that is not a number: read the block as text
-                rejected = []
-                try:
-                    batch = parse(block, as_text, rejected)
-                except pa.ArrowInvalid as exc:
-                    raise DataError(f"cannot read CSV {self.name}: {exc}") from exc
-                text = None
-            for row_text, reason in rejected:
-                reject(self.name, row_text, reason)
-            return (batch, text) if batch is not None and batch.num_rows else None
+        def on_reject(line: int, raw: bytes, reason: str) -> None:
+            reject(self.name, line, raw, reason)
 
         with self._stream() as stream:
             try:
-                for block in _line_blocks(stream, skip_first_line=True):
-                    yield lambda block=block: parse_block(block)
+                for cut in cut_blocks(stream, len(names), limits):
+                    yield lambda cut=cut: parse_cut(cut(), names, float_columns, on_reject)
             except OSError as exc:  # e.g. corrupt gzip
                 raise DataError(f"cannot read CSV {self.name}: {exc}") from exc
 
@@ -178,71 +158,27 @@ class Source:
                 parquet = pq.ParquetFile(stream)
             except (pa.ArrowInvalid, OSError) as exc:
                 raise DataError(f"cannot read Parquet file {self.name}: {exc}") from exc
-            yield from parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS)
+            try:
+                yield from parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS)
+            except (pa.ArrowInvalid, OSError) as exc:
+                raise DataError(f"cannot read Parquet file {self.name}: {exc}") from exc
 
     def _csv_batches(self, reject: RejectRow) -> Iterator[pa.RecordBatch]:
-        names = self.header()
-
-        def keep_aside(row: pacsv.InvalidRow) -> str:
-            reject(
-                self.name, row.text,
-                f"expected {row.expected_columns} columns, got {row.actual_columns}",
-            )
-            return "skip"
-
-        with self._stream() as stream:
-            try:
-                reader = pacsv.open_csv(
-                    stream,
-                    read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES),
-                    parse_options=pacsv.ParseOptions(invalid_row_handler=keep_aside),
-                    convert_options=pacsv.ConvertOptions(
-                        column_types={name: pa.string() for name in names},
-                        null_values=NULL_VALUES,
-                        strings_can_be_null=True,
-                        check_utf8=False,  # checked per column, bad rows quarantined
-                    ),
-                )
-            except (pa.ArrowInvalid, OSError) as exc:
-                if "Empty CSV file" in str(exc):
-                    return
-                raise DataError(f"cannot read CSV {self.name}: {exc}") from exc
-            while True:
-                try:
-                    batch = reader.read_next_batch()
-                except StopIteration:
-                    return
-                except (pa.ArrowInvalid, OSError) as exc:  # OSError: e.g. corrupt gzip
-                    raise DataError(f"cannot read CSV {self.name}: {exc}") from exc
-                yield batch
+        """Every cell as text (the sample the schema is inferred from)."""
+        for parse in self._csv_blocks(reject, None):
+            item = parse()
+            if item is not None:
+                yield item[0]
 
 
-def _line_blocks(stream, skip_first_line: bool) -> Iterator[pa.Buffer]:
-    """The stream's bytes in blocks of about CSV_BLOCK_BYTES, each cut after a line end
-    (like the CSV reader's own blocks: a line end always ends a row)."""
-    carry = b""
-    first = skip_first_line
-    while True:
-        data = stream.read(CSV_BLOCK_BYTES)
-        if not data:
-            if carry and not first:
-                yield pa.py_buffer(carry)
-            return
-        data = carry + data if carry else data
-        cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
-        if first:
-            start = data.find(b"\n") + 1  # the header, as Source.header reads it
-            if start == 0:
-                carry = data
-                continue
-            first = False
-        else:
-            start = 0
-        if cut <= start:
-            carry = data[start:]
-            continue
-        yield pa.py_buffer(data)[start:cut]
-        carry = data[cut:]
+def numbered(batches: Iterator[pa.RecordBatch]) -> Iterator[Callable[[], TypedBatch]]:
+    """Batches of a source without text rows (Parquet, BigQuery), as blocks whose rows
+    are numbered from 1 (no original bytes)."""
+    row = 1
+    for batch in batches:
+        origin = RowOrigin(np.arange(row, row + batch.num_rows, dtype=np.int64))
+        row += batch.num_rows
+        yield lambda batch=batch, origin=origin: (batch, origin)
 
 
 def _read_first_line(stream) -> bytes | None:

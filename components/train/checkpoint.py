@@ -1,36 +1,47 @@
 """Preemption-safe training state: atomic checkpoints, resume, early stopping, SIGTERM.
 
-A checkpoint directory holds ``model-<n>.keras`` (weights and optimizer state) and
-``state.json`` (epochs completed, history, early-stopping state), which is written last and
-atomically: it is the commit point, so a kill at any moment leaves either the previous
-checkpoint or the new one, never a torn one. ``best.weights.h5`` holds the weights of the
-best epoch for early stopping.
+One commit covers everything a retry needs: the model with its optimizer state
+(``model-<epoch>-<step>-<nonce>.keras``), the best epoch's weights
+(``best-<epoch>-<nonce>.weights.npz``, only when a better epoch was seen since the last
+commit) and ``state.json`` (epochs completed, history, early-stopping state and the names
+of those two objects), written last: it is the commit point (see
+:mod:`gkeflow.components.train.store`). Between commits the best weights are held in
+memory, so they never run ahead of the committed state: a kill at any instant leaves the
+previous checkpoint or the new one, whole.
 
-A checkpoint taken mid-epoch (every N steps, or on SIGTERM, which stops training after the
-current batch) records the epoch as not completed; the resumed run restarts that epoch from
-its first batch with the saved weights, so no completed epoch is repeated and at most the
-work since the last checkpoint is lost.
+A checkpoint taken mid-epoch (every N steps, or on SIGTERM) records the epoch as not
+completed; the resumed run restarts that epoch from its first batch with the saved
+weights, so no completed epoch is repeated and at most the work since the last checkpoint
+is lost.
+
+On SIGTERM (Spot preemption, node shutdown) training stops after the current batch,
+skips the validation pass, commits, and raises :class:`Preempted`; :func:`exit_on_preemption`
+turns that into a one-line message and exit code 143, which KFP and Vertex AI retry.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import math
-import os
 import shutil
 import signal
-import tempfile
+import sys
+import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import keras
+import numpy as np
 
-STATE_FILE = "state.json"
-BEST_WEIGHTS = "best.weights.h5"
+from gkeflow.components.train.store import STATE_FILE, LocalStore, open_store
+
+#: Exit code of a step stopped by SIGTERM after committing its checkpoint (128 + SIGTERM).
+PREEMPTED_EXIT_CODE = 143
 
 
 class Preempted(RuntimeError):
-    """Training stopped on SIGTERM after writing a checkpoint; a retry resumes from it."""
+    """Training stopped on SIGTERM after committing a checkpoint; a retry resumes from it."""
 
 
 @dataclass
@@ -38,6 +49,7 @@ class CheckpointState:
     epochs_completed: int = 0
     steps_in_epoch: int = 0
     model_file: str = ""
+    best_file: str = ""
     history: dict[str, list[float]] = field(default_factory=dict)
     best_value: float = math.inf
     best_epoch: int = 0
@@ -45,97 +57,147 @@ class CheckpointState:
     stopped_early: bool = False
 
 
-def _write_json_atomic(path: Path, payload: dict) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".state-", dir=path.parent)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(payload, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+def read_checkpoint(store) -> tuple[CheckpointState, object] | None:
+    """The last committed checkpoint in ``store`` and its commit token, or None."""
+    found = store.read_state()
+    if found is None:
+        return None
+    payload, token = found
+    known = set(CheckpointState.__dataclass_fields__)
+    state = CheckpointState(**{k: v for k, v in payload.items() if k in known})
+    if not state.model_file or not store.exists(state.model_file):
+        print(f"checkpoint state in {store.uri} names a missing model {state.model_file!r}; "
+              "starting from scratch")
+        return None
+    return state, token
 
 
-def load_state(directory: Path) -> CheckpointState | None:
-    """The last committed checkpoint in ``directory``, or None."""
-    path = Path(directory) / STATE_FILE
-    if not path.exists():
-        return None
-    state = CheckpointState(**json.loads(path.read_text()))
-    if not (Path(directory) / state.model_file).exists():
-        return None
-    return state
+def load_state(location: Path | str) -> CheckpointState | None:
+    """The last committed checkpoint at ``location`` (a directory or ``gs://`` URI), or None."""
+    found = read_checkpoint(open_store(location))
+    return found[0] if found else None
+
+
+def save_weights(weights: list[np.ndarray], path: Path) -> None:
+    with open(path, "wb") as handle:
+        np.savez(handle, *weights)
+
+
+def load_weights(path: Path) -> list[np.ndarray]:
+    with np.load(path) as data:
+        return [data[f"arr_{i}"] for i in range(len(data.files))]
 
 
 class TrainingCheckpoint(keras.callbacks.Callback):
-    """Saves resumable checkpoints and applies early stopping on ``monitor``."""
+    """Commits resumable checkpoints and applies early stopping on ``monitor``."""
 
-    def __init__(self, directory: Path, state: CheckpointState | None = None,
+    def __init__(self, store, state: CheckpointState | None = None, token: object = None,
                  every_epochs: int = 1, every_steps: int = 0, patience: int = 0,
                  monitor: str = "val_loss"):
         super().__init__()
         if every_epochs < 0 or every_steps < 0:
             raise ValueError("checkpoint frequencies must be >= 0")
-        self.directory = Path(directory)
+        self.store = store if not isinstance(store, (str, Path)) else open_store(store)
         self.state = state or CheckpointState()
+        self.token = token
         self.every_epochs = every_epochs
         self.every_steps = every_steps
         self.patience = patience
         self.monitor = monitor
         self.preempted = False
+        self.signal_at: float | None = None
+        self.commit_after_signal_s: float | None = None
         self._epoch = self.state.epochs_completed
         self._step = 0
+        self._best_pending: list[np.ndarray] | None = None  # better weights not yet committed
+        self._best_seen: list[np.ndarray] | None = None
+        self._last_commit_started = -math.inf
 
     # -- signals ------------------------------------------------------------------------------
     def install_sigterm_handler(self):
-        """On SIGTERM (Spot preemption), checkpoint after the current batch and stop."""
+        """On SIGTERM: finish the current batch, skip validation, commit and stop."""
 
         def handler(signum, frame):
+            if self.preempted:
+                return
             self.preempted = True
+            self.signal_at = time.perf_counter()
             if self.model is not None:
                 self.model.stop_training = True  # Keras stops after the current batch
+                self.model.stop_evaluating = True  # ...and a running validation pass
 
         return signal.signal(signal.SIGTERM, handler)
 
     # -- saving -------------------------------------------------------------------------------
     def save(self, epochs_completed: int, steps_in_epoch: int = 0) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        generation = f"model-{epochs_completed:05d}-{steps_in_epoch:07d}.keras"
-        fd, tmp = tempfile.mkstemp(prefix=".model-", suffix=".keras", dir=self.directory)
-        os.close(fd)
-        self.model.save(tmp)
-        os.replace(tmp, self.directory / generation)
-        previous = self.state.model_file
+        """Commit the model, optimizer state, pending best weights and ``state.json``."""
+        self._last_commit_started = time.perf_counter()
+        staging = self.store.staging()
+        try:
+            nonce = uuid.uuid4().hex[:8]
+            model_file = f"model-{epochs_completed:05d}-{steps_in_epoch:07d}-{nonce}.keras"
+            self.model.save(staging / "model.keras")
+            self.store.put(staging / "model.keras", model_file)
+            best_file = self.state.best_file
+            if self._best_pending is not None:
+                best_file = f"best-{self.state.best_epoch:05d}-{nonce}.weights.npz"
+                save_weights(self._best_pending, staging / "best.npz")
+                self.store.put(staging / "best.npz", best_file)
+            committed = {**asdict(self.state), "epochs_completed": epochs_completed,
+                         "steps_in_epoch": steps_in_epoch, "model_file": model_file,
+                         "best_file": best_file}
+            self.token = self.store.commit(committed, self.token)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
         self.state.epochs_completed = epochs_completed
         self.state.steps_in_epoch = steps_in_epoch
-        self.state.model_file = generation
-        _write_json_atomic(self.directory / STATE_FILE, asdict(self.state))
-        if previous and previous != generation:
-            (self.directory / previous).unlink(missing_ok=True)
+        self.state.model_file = model_file
+        self.state.best_file = best_file
+        self._best_pending = None
+        keep = {STATE_FILE, model_file, best_file}
+        for name in self.store.names():  # older checkpoints, uncommitted objects of kills
+            if name not in keep:
+                self.store.delete(name)
+        if self.signal_at is not None and self.commit_after_signal_s is None:
+            self.commit_after_signal_s = time.perf_counter() - self.signal_at
 
-    def _save_best(self) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=".best-", suffix=".weights.h5", dir=self.directory)
-        os.close(fd)
-        self.model.save_weights(tmp)
-        os.replace(tmp, self.directory / BEST_WEIGHTS)
+    def _stop_preempted(self, epoch: int, steps: int) -> None:
+        if self._last_commit_started < (self.signal_at or 0.0):  # nothing committed since
+            self.save(epoch, steps)
+        raise Preempted(
+            f"training stopped by SIGTERM in epoch {epoch + 1}; checkpoint "
+            f"({self.state.epochs_completed} epochs completed) committed to {self.store.uri} "
+            f"{self.commit_after_signal_s or 0.0:.2f} s after the signal; a retry resumes "
+            "from it"
+        )
+
+    def stop_if_preempted(self) -> None:
+        """After ``fit``: a signal that came during a commit stops training here."""
+        if self.preempted:
+            self._stop_preempted(self.state.epochs_completed, 0)
 
     # -- callbacks ----------------------------------------------------------------------------
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
         self._step = 0
 
+    def on_test_begin(self, logs=None):
+        if self.preempted:  # the validation pass after a stopped epoch: skip it
+            self._stop_preempted(self._epoch, self._step)
+
     def on_epoch_end(self, epoch, logs=None):
         if self.preempted:
-            self.save(epoch, self._step)  # epoch not completed: a retry restarts it
-            return
+            self._stop_preempted(epoch, self._step)
         for name, value in (logs or {}).items():
             self.state.history.setdefault(name, []).append(float(value))
         value = (logs or {}).get(self.monitor)
         if value is not None:
-            self.directory.mkdir(parents=True, exist_ok=True)
             if value < self.state.best_value:
                 self.state.best_value = float(value)
                 self.state.best_epoch = epoch + 1
                 self.state.wait = 0
-                self._save_best()
+                self._best_pending = [np.array(w) for w in self.model.get_weights()]
+                self._best_seen = self._best_pending
             else:
                 self.state.wait += 1
                 if self.patience and self.state.wait >= self.patience:
@@ -149,15 +211,20 @@ class TrainingCheckpoint(keras.callbacks.Callback):
 
     def restore_best(self) -> bool:
         """Load the best epoch's weights into the model, when early stopping tracked one."""
-        path = self.directory / BEST_WEIGHTS
-        if self.state.best_epoch and path.exists():
-            self.model.load_weights(path)
-            return True
-        return False
+        if not self.state.best_epoch:
+            return False
+        weights = self._best_seen
+        if weights is None and self.state.best_file:
+            path = self.store.fetch(self.state.best_file, self.store.staging() / "best.npz")
+            weights = load_weights(path)
+        if weights is None:
+            return False
+        self.model.set_weights(weights)
+        return True
 
     def remove(self) -> None:
         """Delete the checkpoints after a successful run."""
-        shutil.rmtree(self.directory, ignore_errors=True)
+        self.store.remove_all()
 
 
 class StepCheckpoint(TrainingCheckpoint):
@@ -173,9 +240,23 @@ class StepCheckpoint(TrainingCheckpoint):
             self.save(self._epoch, self._step)
 
 
-def make_checkpoint(directory: Path, state: CheckpointState | None = None, every_epochs: int = 1,
-                    every_steps: int = 0, patience: int = 0,
+def make_checkpoint(store, state: CheckpointState | None = None, token: object = None,
+                    every_epochs: int = 1, every_steps: int = 0, patience: int = 0,
                     monitor: str = "val_loss") -> TrainingCheckpoint:
     cls = StepCheckpoint if every_steps else TrainingCheckpoint
-    return cls(directory, state, every_epochs=every_epochs, every_steps=every_steps,
+    return cls(store, state, token, every_epochs=every_epochs, every_steps=every_steps,
                patience=patience, monitor=monitor)
+
+
+@contextlib.contextmanager
+def exit_on_preemption():
+    """Turn :class:`Preempted` into one line on stderr and exit code 143 (no traceback)."""
+    try:
+        yield
+    except Preempted as exc:
+        print(f"gkeflow: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(PREEMPTED_EXIT_CODE) from None
+
+
+__all__ = ["CheckpointState", "LocalStore", "Preempted", "TrainingCheckpoint",
+           "exit_on_preemption", "load_state", "make_checkpoint", "read_checkpoint"]

@@ -29,12 +29,17 @@ def train_model(
     checkpoint_root: str = "",
     pipeline_run_id: str = "",
     task_name: str = "train-model",
+    checkpoint_uri: str = "",
+    checkpoint_key: str = "",
     seed: int = 42,
-):
+    continue_on_error: bool = False,
+) -> str:
     """Trains a Keras classifier on the train split and exports a SavedModel taking raw features.
 
     Uses every GPU of the pod (MirroredStrategy) or every worker in TF_CONFIG, fails fast when
     a GPU was requested but is not visible, and resumes from its last checkpoint when retried.
+    On SIGTERM (Spot preemption) it stops after the current batch, commits a checkpoint and
+    exits with code 143, which the step's retry policy retries.
 
     Args:
         dataset: Splits written by prepare_data.
@@ -55,15 +60,28 @@ def train_model(
         require_gpu: Fail instead of training on CPU when no GPU is visible.
         checkpoint_every_epochs: Checkpoint every N epochs (0 = only on SIGTERM).
         checkpoint_every_steps: Also checkpoint every N steps (0 = off).
-        checkpoint_root: Pipeline root; checkpoints live under <root>/checkpoints/<run>/<task>.
+        checkpoint_root: Pipeline root; checkpoints live under <root>/checkpoints/<run>/<task>
+            for gs:// and local roots, else on the run's checkpoint volume when mounted.
         pipeline_run_id: Run id; the checkpoint location is the same on every retry of a run.
         task_name: Task name, part of the checkpoint location.
+        checkpoint_uri: Where checkpoints go instead (gs://bucket/path or a mounted
+            directory), under <checkpoint_uri>/<run>/<task>; empty = as above.
+        checkpoint_key: Extra part of the checkpoint location, to keep several trainings
+            in one task apart (e.g. sweep trials); empty = none.
         seed: Random seed for weights and shuffling.
+        continue_on_error: Report a training error in the returned summary instead of
+            failing the step (sweep trials); a preemption still fails it, so a retry resumes.
+
+    Returns:
+        JSON summary: trial_id (the task name), status, eval-split metrics and model URI.
     """
     from pathlib import Path
 
     from gkeflow.components.prepare.logic import Schema
-    from gkeflow.components.train.logic import TrainParams, resolve_checkpoint_dir, train
+    from gkeflow.components.sweep.logic import trial_report
+    from gkeflow.components.train.checkpoint import Preempted, exit_on_preemption
+    from gkeflow.components.train.logic import TrainParams, train
+    from gkeflow.components.train.store import resolve_checkpoint_location
 
     params = TrainParams(
         epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
@@ -74,15 +92,26 @@ def train_model(
         user_module=user_module, checkpoint_every_epochs=checkpoint_every_epochs,
         checkpoint_every_steps=checkpoint_every_steps,
     )
-    result = train(
-        dataset_dir=Path(dataset.path),
-        schema=Schema.load(Path(schema.path)),
-        model_dir=Path(model.path),
-        params=params,
-        checkpoint_dir=resolve_checkpoint_dir(checkpoint_root, pipeline_run_id, task_name),
-        tensorboard_dir=Path(tensorboard.path),
-        data_uri=dataset.uri,
-    )
+    location = resolve_checkpoint_location(checkpoint_uri, checkpoint_root, pipeline_run_id,
+                                           task_name, checkpoint_key)
+    with exit_on_preemption():
+        try:
+            result = train(
+                dataset_dir=Path(dataset.path),
+                schema=Schema.load(Path(schema.path)),
+                model_dir=Path(model.path),
+                params=params,
+                checkpoint_dir=location or None,
+                tensorboard_dir=Path(tensorboard.path),
+                data_uri=dataset.uri,
+            )
+        except Exception as exc:
+            if not continue_on_error or isinstance(exc, Preempted):
+                raise
+            import traceback
+
+            traceback.print_exc()
+            return trial_report(task_name, model.uri, error=f"{type(exc).__name__}: {exc}")
     for name, value in result.metrics.items():
         metrics.log_metric(name, round(value, 6))
     metrics.log_metric("examples_per_s", round(result.examples_per_s, 1))
@@ -97,3 +126,4 @@ def train_model(
         "training_data_uri": dataset.uri,
     })
     tensorboard.metadata["log_dir"] = tensorboard.uri
+    return trial_report(task_name, model.uri, result.metrics)

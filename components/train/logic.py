@@ -170,23 +170,27 @@ def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size
     """Batches ``(dense features, label index)`` streamed from a prepared split's shards.
 
     Reads the TFRecord column blocks in parallel (shards interleaved, blocks parsed in
-    parallel, shuffled by a seed when ``shuffle``), then preprocesses whole batches and
-    prefetches. ``cache`` keeps the preprocessed batches in memory after the first epoch
-    (for splits that fit; later epochs then see the same batches in a shuffled order).
-    With several ``workers`` each reads its own shards when there are enough of them, else
-    every worker reads all and keeps its share of the batches.
+    parallel), then preprocesses whole batches and prefetches. With ``shuffle`` every epoch
+    sees the rows in a fresh order (seeded: shards and blocks shuffled, each block's rows
+    permuted). ``cache`` keeps the preprocessed rows in memory after the first epoch (for
+    splits that fit), in blocks that are shuffled every epoch after the cache, and whose
+    rows are permuted within windows of several blocks, so cached batches change too.
+    With several ``workers`` each reads its own shards when there are enough of them and
+    rows are not shuffled, else every worker reads all and keeps its share of the batches.
     """
     import tensorflow as tf
 
-    from gkeflow.components.prepare.records import make_tf_dataset
+    from gkeflow.components.prepare.records import BLOCK_ROWS, make_tf_dataset, permute_rows
 
     names = input_names(schema)
     labels = tf.keras.layers.StringLookup(vocabulary=schema.label_vocabulary,
                                           num_oov_indices=0, dtype="string")
     columns = [c.name for c in schema.features] + [schema.label]
-    dataset = make_tf_dataset(dataset_dir, split, schema, batch_size,
-                              shuffle_seed=seed if shuffle else None, columns=columns,
-                              drop_remainder=drop_remainder)
+    shuffle_cached = cache and shuffle
+    dataset = make_tf_dataset(dataset_dir, split, schema,
+                              BLOCK_ROWS if shuffle_cached else batch_size,
+                              shuffle_seed=seed if shuffle and not cache else None,
+                              columns=columns, drop_remainder=drop_remainder and not shuffle_cached)
 
     def to_model(batch):
         features = {names[c.name]: batch[c.name] for c in schema.features}
@@ -196,8 +200,10 @@ def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size
                           deterministic=seed is not None)
     if cache:
         dataset = dataset.cache()
-        if shuffle:
-            dataset = dataset.shuffle(64, seed=seed, reshuffle_each_iteration=True)
+    if shuffle_cached:
+        blocks = dataset.shuffle(1024, seed=seed, reshuffle_each_iteration=True)
+        dataset = permute_rows(blocks, seed or 0).rebatch(batch_size,
+                                                          drop_remainder=drop_remainder)
     options = tf.data.Options()
     options.deterministic = seed is not None
     if workers > 1:
@@ -207,8 +213,10 @@ def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size
         files = split_files(dataset_dir, split)
         # tf.data cannot shard streamed gs:// shards by file (no file reader op to rewrite)
         enough = len(files) >= workers and not str(files[0] if files else "").startswith("gs://")
+        # the per-epoch row shuffle draws its seeds from a non-file source, which FILE
+        # sharding cannot split: shuffled splits are sharded by batch (DATA)
         options.experimental_distribute.auto_shard_policy = (
-            policy.FILE if enough else policy.DATA)
+            policy.FILE if enough and not shuffle else policy.DATA)
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
@@ -263,6 +271,8 @@ def fit_multi_worker(model, strategy, train_ds, eval_ds, epochs: int, initial_ep
             batch_loss, batch_hits, batch_count = step_fn(x, y)
             loss, hits, count = loss + float(batch_loss), hits + float(batch_hits), \
                 count + float(batch_count)
+            if model.stop_training:  # SIGTERM: stop after the current batch
+                break
         return loss / max(count, 1.0), hits / max(count, 1.0)
 
     for epoch in range(initial_epoch, epochs):
@@ -270,7 +280,7 @@ def fit_multi_worker(model, strategy, train_ds, eval_ds, epochs: int, initial_ep
             callback.on_epoch_begin(epoch)
         loss, accuracy = run(train_ds, train_step)
         logs = {"loss": loss, "accuracy": accuracy}
-        if eval_ds is not None:
+        if eval_ds is not None and not model.stop_training:
             logs["val_loss"], logs["val_accuracy"] = run(eval_ds, eval_step)
         print(f"Epoch {epoch + 1}/{epochs} - " + " - ".join(f"{k}: {v:.4f}"
                                                             for k, v in logs.items()))
@@ -343,19 +353,21 @@ def _export(model_dir: Path, preprocessor, classifier, schema: Schema, metadata:
 
 
 def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParams,
-          checkpoint_dir: Path | None = None, tensorboard_dir: Path | None = None,
+          checkpoint_dir: Path | str | None = None, tensorboard_dir: Path | None = None,
           data_uri: str = "") -> TrainResult:
     """Train on the train split, validate on eval, export a SavedModel to ``model_dir``.
 
-    With ``checkpoint_dir`` (a location that is the same on every retry of the step) the run
-    resumes from the last checkpoint there, checkpoints on SIGTERM, and removes its
+    With ``checkpoint_dir`` (a directory or a ``gs://`` URI that is the same on every retry
+    of the step, see :func:`~gkeflow.components.train.store.resolve_checkpoint_location`)
+    the run resumes from the last checkpoint committed there, commits one on SIGTERM and
+    raises :class:`~gkeflow.components.train.checkpoint.Preempted`, and removes its
     checkpoints after success.
     """
     import keras
     import tensorflow as tf
 
     from gkeflow.components.train import devices as dev
-    from gkeflow.components.train.checkpoint import Preempted, load_state, make_checkpoint
+    from gkeflow.components.train.checkpoint import make_checkpoint, read_checkpoint
     from gkeflow.components.train.models import (
         build_builtin,
         build_preprocessor,
@@ -363,6 +375,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         feature_stats_from_arrays,
         feature_stats_from_prepared,
     )
+    from gkeflow.components.train.store import LocalStore, open_store
 
     tf_config = os.environ.get("TF_CONFIG", "")
     if dev.workers_in_tf_config(tf_config) > 1:
@@ -413,14 +426,17 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         eval_ds = make_split_dataset(dataset_dir, "eval", schema, global_batch, preprocessor,
                                      seed=params.seed, cache=cache, workers=plan.workers)
 
-    state = load_state(checkpoint_dir) if checkpoint_dir else None
+    store = open_store(checkpoint_dir) if checkpoint_dir else None
+    resume = read_checkpoint(store) if store is not None else None
+    state, token = resume if resume else (None, None)
     keras.mixed_precision.set_dtype_policy(precision)
     try:
         with strategy.scope():
             if state is not None:
-                classifier = keras.models.load_model(checkpoint_dir / state.model_file)
+                local = store.fetch(state.model_file, store.staging() / state.model_file)
+                classifier = keras.models.load_model(local)
                 print(f"resuming from checkpoint: {state.epochs_completed} epochs completed "
-                      f"({checkpoint_dir})")
+                      f"({store.uri})")
             else:
                 hparams = {**asdict(params), "input_dim": input_dim, "num_classes": num_classes}
                 classifier = (
@@ -441,9 +457,9 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     # the chief writes where others look: the rest write to private scratch directories.
     chief = dev.is_chief(os.environ.get("TF_CONFIG", ""))
     private = Path(tempfile.mkdtemp(prefix="gkeflow-train-"))
-    workdir = checkpoint_dir if (checkpoint_dir and chief) else private
     checkpoint = make_checkpoint(
-        workdir, state,
+        store if (store is not None and chief) else LocalStore(private / "checkpoint"),
+        state, token,
         every_epochs=params.checkpoint_every_epochs if checkpoint_dir else 0,
         every_steps=params.checkpoint_every_steps if checkpoint_dir else 0,
         patience=params.early_stopping_patience if eval_ds is not None else 0,
@@ -490,11 +506,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         if previous_handler is not None:
             signal.signal(signal.SIGTERM, previous_handler)
     elapsed = time.perf_counter() - started
-    if checkpoint.preempted:
-        raise Preempted(
-            f"stopped by SIGTERM; checkpoint written during epoch "
-            f"{checkpoint.state.epochs_completed + 1} in {workdir}; a retry resumes from it"
-        )
+    checkpoint.stop_if_preempted()
     history = checkpoint.state.history
     restored = checkpoint.restore_best()
     best_epoch = checkpoint.state.best_epoch or len(history.get("loss", []))
@@ -538,7 +550,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     }
     _export(model_dir if chief else private / "model", preprocessor, classifier, schema,
             metadata)
-    if checkpoint_dir and chief:
+    if store is not None and chief:
         checkpoint.remove()
     shutil.rmtree(private, ignore_errors=True)
 
@@ -605,27 +617,3 @@ class ExportedModel:
             inputs[feature["input"]] = column_to_input(values, feature["type"])
         probs = self.predict_proba(inputs)
         return [self.label_vocabulary[i] for i in probs.argmax(axis=1)]
-
-
-def resolve_checkpoint_dir(pipeline_root: str, run_id: str, task_name: str) -> Path | None:
-    """``<root>/checkpoints/<run>/<task>``: the same path on every retry of one run's task.
-
-    ``gs://bucket/path`` roots are used through the Cloud Storage FUSE mount at ``/gcs/``
-    (present on Vertex AI); without a root, a run id or that mount, there is no stable
-    location and the step trains without resumable checkpoints.
-    """
-    if not pipeline_root or not run_id or "{{" in pipeline_root + run_id:
-        return None
-    root = pipeline_root.rstrip("/")
-    if root.startswith("gs://"):
-        fuse = Path("/gcs") / root[len("gs://"):]
-        if not Path("/gcs").is_dir():
-            print(f"no Cloud Storage FUSE mount for {root}; training without resumable "
-                  "checkpoints")
-            return None
-        root = str(fuse)
-    elif "://" in root:
-        print(f"unsupported checkpoint root {root}; training without resumable checkpoints")
-        return None
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{run_id}/{task_name}").strip("-")
-    return Path(root) / "checkpoints" / safe

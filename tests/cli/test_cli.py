@@ -66,14 +66,45 @@ def test_run_on_another_csv_then_list_models(tmp_path, churn_csv):
     assert missing.returncode == 1 and "no version 7" in missing.stderr
 
 
-@pytest.mark.slow
-def test_failed_run_exits_nonzero_with_step_and_error_last(tmp_path, churn_csv):
+def test_unknown_columns_fail_before_any_step_listing_the_columns(tmp_path, churn_csv):
     result = gkeflow("run", "--data", str(churn_csv), "--label", "nope", "--output",
                      str(tmp_path))
     assert result.returncode == 1
-    tail = result.stdout.strip().splitlines()[-12:]
+    assert "label_column: unknown column(s) 'nope'; available columns:" in result.stderr
+    assert "prepare-data" not in result.stdout and "Traceback" not in result.stderr
+    header = churn_csv.read_text().splitlines()[0]
+    for flag in ("--key", "--exclude", "--features"):
+        result = gkeflow("run", "--data", str(churn_csv), "--label", "status", flag, "bogus",
+                         "--output", str(tmp_path))
+        assert result.returncode == 1, flag
+        assert "unknown column(s) 'bogus'" in result.stderr
+        assert f"available columns: {header.replace(',', ', ')}" in result.stderr
+
+
+@pytest.mark.parametrize("param, message", [
+    ("thresholds=f1_macro>>0.8", "invalid threshold 'f1_macro>>0.8'"),
+    ("comparison_metric=speed", "unknown comparison_metric 'speed'"),
+])
+def test_policy_parameters_fail_before_any_step(tmp_path, param, message):
+    result = gkeflow("run", "--param", param, "--output", str(tmp_path))
+    assert result.returncode == 1 and message in result.stderr
+    assert "prepare-data" not in result.stdout
+
+
+@pytest.mark.slow
+def test_a_data_error_in_a_step_is_a_short_message_traceback_with_debug(tmp_path, write_csv):
+    data = write_csv("a,b,y\n" + "".join(f"{i},{i % 3},same\n" for i in range(40)))
+    result = gkeflow("run", "--data", str(data), "--label", "y", "--output",
+                     str(tmp_path / "one"))
+    assert result.returncode == 1
+    tail = result.stdout.strip().splitlines()[-4:]
     assert any("FAILED: step prepare-data" in line for line in tail)
-    assert "label column 'nope' not found" in tail[-1]
+    assert "needs at least 2 distinct values" in result.stdout
+    assert "Traceback" not in result.stdout and "File \"" not in result.stdout
+    debug = gkeflow("run", "--data", str(data), "--label", "y", "--debug", "--output",
+                    str(tmp_path / "two"))
+    assert debug.returncode == 1 and "Traceback" in debug.stdout
+    assert "DataError" in debug.stdout
 
 
 def test_models_list_without_registry(tmp_path):
@@ -84,8 +115,9 @@ def test_models_list_without_registry(tmp_path):
 def test_compile_writes_and_check_detects_drift(tmp_path):
     assert gkeflow("compile", "--output", str(tmp_path)).returncode == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "fanout-prepare.gke.yaml", "fanout-prepare.vertex.yaml", "training.gke.yaml",
-        "training.vertex.yaml"]
+        "components", "fanout-prepare.gke.yaml", "fanout-prepare.vertex.yaml",
+        "prediction.gke.yaml", "prediction.vertex.yaml", "sweep.gke.yaml",
+        "sweep.vertex.yaml", "training.gke.yaml", "training.vertex.yaml"]
     ok = gkeflow("compile", "--check", "--output", str(tmp_path))
     assert ok.returncode == 0, ok.stdout
     (tmp_path / "training.gke.yaml").write_text("stale\n")

@@ -12,6 +12,7 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from gkeflow.pipelines.cli import main
 from gkeflow.pipelines.compile import compile_pipeline
 from gkeflow.pipelines.compute import ComputeProfile
+from tests.compile.customjob import custom_job_payload, strict_custom_job
 
 
 def _train(**fields) -> dict[str, ComputeProfile]:
@@ -43,9 +44,18 @@ def _compiled(tmp_path, target: str, compute) -> tuple[dict, dict]:
 )
 def test_new_families_compile_for_both_targets(tmp_path, fields, vertex_type):
     spec, _ = _compiled(tmp_path / "vertex", "vertex", _train(**fields))
-    resources = spec["deploymentSpec"]["executors"]["exec-train-model"]["container"]["resources"]
-    assert (resources["accelerator"]["resourceType"], resources["accelerator"]["resourceCount"]) \
-        == (vertex_type, str(fields["accelerator_count"]))
+    payload = custom_job_payload(spec)
+    if payload:  # spot: the step runs as a CustomJob, whose machines carry the GPUs
+        machine = strict_custom_job(payload).job_spec.worker_pool_specs[0].machine_spec
+        assert (machine.accelerator_type.name, machine.accelerator_count) == (
+            vertex_type, fields["accelerator_count"])
+    else:
+        resources = spec["deploymentSpec"]["executors"]["exec-train-model"]["container"][
+            "resources"]
+        assert (resources["accelerator"]["resourceType"],
+                resources["accelerator"]["resourceCount"]) == (
+            vertex_type, str(fields["accelerator_count"]))
+    assert (payload is not None) == (fields.get("scheduling") == "spot")
     spec, executor = _compiled(tmp_path / "gke", "gke", _train(**fields))
     resources = spec["deploymentSpec"]["executors"]["exec-train-model"]["container"]["resources"]
     assert resources["accelerator"]["resourceType"] == "nvidia.com/gpu"

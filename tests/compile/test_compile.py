@@ -11,8 +11,11 @@ from kfp import components
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from gkeflow.pipelines.compile import compile_all, stale_files
+from tests.compile.customjob import custom_job_payload, strict_custom_job
 
 GPU_TASK = "train-model"
+#: kfp-kubernetes' volume steps: the KFP driver performs them, no pod runs.
+VOLUME_STEPS = {"exec-createpvc", "exec-deletepvc"}
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +33,7 @@ def _resources(spec: dict) -> dict[str, dict]:
     return {
         name.removeprefix("exec-"): executor["container"].get("resources", {})
         for name, executor in executors.items()
+        if name not in VOLUME_STEPS
     }
 
 
@@ -64,6 +68,7 @@ def test_gke_train_step_requests_gpu_with_node_selector_and_toleration(compiled)
         name.removeprefix("exec-"): json_format.ParseDict(
             value, k8s.KubernetesExecutorConfig(), ignore_unknown_fields=False)
         for name, value in executors.items()
+        if name not in VOLUME_STEPS
     }
     for task, other in configs.items():
         # Every step has a timeout; GPU scheduling settings only on the GPU step.
@@ -83,10 +88,13 @@ def test_vertex_is_one_document_with_nvidia_types_on_train_only(compiled):
     documents = _documents(compiled["vertex"])
     assert len(documents) == 1
     resources = _resources(documents[0])
-    assert resources[GPU_TASK]["accelerator"]["type"] == "NVIDIA_TESLA_T4"
+    # Training has a timeout, so it runs as a CustomJob: the GPUs are the job's machines'.
+    job = strict_custom_job(custom_job_payload(documents[0], GPU_TASK))
+    machine = job.job_spec.worker_pool_specs[0].machine_spec
+    assert machine.accelerator_type.name == "NVIDIA_TESLA_T4"
+    assert job.job_spec.scheduling.timeout.total_seconds() == 6 * 3600
     for task, res in resources.items():
-        if task != GPU_TASK:
-            assert "accelerator" not in res, task
+        assert "accelerator" not in res, task
     assert "nvidia.com/gpu" not in compiled["vertex"].read_text()
     assert "gke-accelerator" not in compiled["vertex"].read_text()
 

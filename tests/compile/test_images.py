@@ -23,6 +23,7 @@ from gkeflow.components.images import (
     record_build,
 )
 from gkeflow.pipelines.compile import ReleaseError, compile_pipeline
+from tests.compile.customjob import custom_job_payload
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGES_DIR = REPO / "images"
@@ -39,8 +40,18 @@ def _hadolint() -> str:
 
 
 def _executor_images(path: Path) -> set[str]:
+    """Every step's image, and the image of the workload a launcher step starts."""
     spec = next(yaml.safe_load_all(path.read_text()))
-    return {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()}
+    # argostub/* are kfp-kubernetes' volume steps (CreatePVC, DeletePVC): the KFP driver
+    # performs them itself and starts no container
+    images = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()
+              if not e["container"]["image"].startswith("argostub/")}
+    for name in spec["deploymentSpec"]["executors"]:
+        payload = custom_job_payload(spec, name.removeprefix("exec-"))
+        if payload:
+            images.update(p["container_spec"]["image_uri"]
+                          for p in payload["job_spec"]["worker_pool_specs"])
+    return images
 
 
 def _build(status: str = "SUCCESS", pushed=((CPU_IMAGE, CPU_DIGEST), (GPU_IMAGE, GPU_DIGEST))):

@@ -12,6 +12,7 @@ from gkeflow.components.images import load_lock, pin
 from gkeflow.pipelines.cli import main
 from gkeflow.pipelines.compute import GKE_TO_VERTEX_ACCELERATOR, plan
 from gkeflow.pipelines.training import resolve_compute, step_images
+from tests.compile.customjob import custom_job_payload, strict_custom_job
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,10 +38,20 @@ def test_plan_rows_match_the_committed_compiled_yaml(target):
     lock = load_lock()
     images = {step: pin(image, lock) for step, image in step_images().items()}
     rows = plan(resolve_compute(target), target, images)
-    assert [r.step for r in rows] == ["prepare-data", "train-model", "evaluate-model",
-                                      "register-model"]
+    assert [r.step for r in rows] == ["fingerprint-data", "prepare-data", "train-model",
+                                      "evaluate-model", "register-model"]
     for row in rows:
         executor = spec["deploymentSpec"]["executors"][f"exec-{row.step}"]["container"]
+        job = custom_job_payload(spec, row.step) if target == "vertex" else None
+        if job is not None:  # the step launches a CustomJob: the plan shows the job's machines
+            job = strict_custom_job(job).job_spec
+            chief = job.worker_pool_specs[0]
+            assert chief.container_spec.image_uri == row.image
+            assert chief.machine_spec.machine_type == row.machine
+            assert str(chief.machine_spec.accelerator_count) == row.count
+            assert chief.machine_spec.accelerator_type.name == row.accelerator
+            assert row.timeout == f"{int(job.scheduling.timeout.total_seconds()) // 3600}h"
+            continue
         resources = executor["resources"]
         assert executor["image"] == row.image
         assert resources["resourceCpuLimit"] == row.cpu
@@ -134,9 +145,12 @@ def test_compute_from_gkeflow_yaml_then_flags(tmp_path, monkeypatch):
     out = tmp_path / "out"
     result = _invoke("compile", "--output", str(out), "--compute", "train-model.cpu=22")
     assert result.exit_code == 0, result.output
-    assert "spot is not applied on Vertex AI Pipelines" in result.output
-    vertex = (out / "training.vertex.yaml").read_text()
-    assert "NVIDIA_A100_80GB" in vertex and "resourceCpuLimit: '22'" in vertex
+    # Training runs as a CustomJob on Vertex AI (it has a timeout), which honours spot.
+    assert "spot is not applied on Vertex AI Pipelines" not in result.output
+    vertex = yaml.safe_load((out / "training.vertex.yaml").read_text())
+    job = strict_custom_job(custom_job_payload(vertex)).job_spec
+    assert job.scheduling.strategy.name == "SPOT"
+    assert job.worker_pool_specs[0].machine_spec.accelerator_type.name == "NVIDIA_A100_80GB"
     gke = (out / "training.gke.yaml").read_text()
     assert "cloud.google.com/gke-accelerator: nvidia-a100-80gb" in gke
     assert "cloud.google.com/gke-spot: 'true'" in gke

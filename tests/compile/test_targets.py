@@ -20,6 +20,7 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from gkeflow.pipelines.compile import compile_pipeline
 from gkeflow.pipelines.compute import ComputeProfile, fitting_shape
 from gkeflow.pipelines.training import DEFAULT_COMPUTE
+from tests.compile.customjob import custom_job_payload, strict_custom_job
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_STEP = "train-model"
@@ -154,17 +155,24 @@ def test_vertex(compiled_cases, count, spot):
         assert kubernetes_only not in text
     res = resources(docs[0])
     profile = TRAIN_PROFILES[count]
-    for step, p in {**DEFAULT_COMPUTE, GPU_STEP: profile}.items():
+    for step, p in DEFAULT_COMPUTE.items():
+        if step == GPU_STEP:  # a CustomJob launcher (the profile has a timeout): a small pod
+            assert res[step]["resourceCpuLimit"] == "1" and "accelerator" not in res[step]
+            continue
         assert res[step]["resourceCpuLimit"] == p.cpu and res[step]["resourceMemoryLimit"] == (
             p.memory)
         assert "resourceCpuRequest" not in res[step]
+    job = strict_custom_job(custom_job_payload(docs[0], GPU_STEP))
+    assert job.job_spec.scheduling.strategy.name == ("SPOT" if spot else "STANDARD")
+    assert job.job_spec.scheduling.timeout.total_seconds() == profile.timeout_s
+    [chief] = job.job_spec.worker_pool_specs
     if count:
         vertex_types = {1: "NVIDIA_TESLA_T4", 2: "NVIDIA_L4", 8: "NVIDIA_TESLA_A100"}
-        assert res[GPU_STEP]["accelerator"]["resourceType"] == vertex_types[count]
-        assert res[GPU_STEP]["accelerator"]["resourceCount"] == str(count)
-        assert fitting_shape(profile, "vertex") is not None
+        assert chief.machine_spec.accelerator_type.name == vertex_types[count]
+        assert chief.machine_spec.accelerator_count == count
+        assert chief.machine_spec.machine_type == fitting_shape(profile, "vertex").name
     else:
-        assert "accelerator" not in res[GPU_STEP]
+        assert chief.machine_spec.accelerator_count == 0
 
 
 @pytest.mark.parametrize("count", sorted(TRAIN_PROFILES))
@@ -189,9 +197,9 @@ def test_vertex_yaml_loads_as_a_pipeline_job_without_network(compiled_cases, cou
     resource = job._gca_resource
     body = type(resource).to_json(resource)
     parsed = aiplatform_v1.PipelineJob.from_json(body, ignore_unknown_fields=False)
-    executors = dict(parsed.pipeline_spec["deploymentSpec"]["executors"])
-    accelerator = executors["exec-train-model"]["container"]["resources"].get("accelerator")
-    assert (accelerator is not None) == (count > 0)
+    payload = custom_job_payload(json_format.MessageToDict(parsed._pb.pipeline_spec))
+    machine = strict_custom_job(payload).job_spec.worker_pool_specs[0].machine_spec
+    assert (machine.accelerator_count > 0) == (count > 0)
     assert parsed.runtime_config.gcs_output_directory == "gs://gkeflow-test-bucket/root"
 
 
@@ -210,8 +218,10 @@ def test_retry_fields_are_all_explicit(compiled_cases):
     assert policies["prepare-data"] is None  # no retries asked, none compiled
     caching = {name: t["cachingOptions"].get("enableCache", False)
                for name, t in spec["root"]["dag"]["tasks"].items() if name in DEFAULT_COMPUTE}
-    # Ingest and the champion look-up in evaluation are never served from cache.
-    assert caching == {"prepare-data": False, "train-model": True, "evaluate-model": False}
+    # The data fingerprint (computed at run time) and the champion look-up in evaluation
+    # are never served from cache; preparation is, keyed on that fingerprint.
+    assert caching == {"fingerprint-data": False, "prepare-data": True, "train-model": True,
+                       "evaluate-model": False}
 
 
 # --------------------------------------------------------------------------- secrets

@@ -150,7 +150,7 @@ def registry_token(tmp_path, monkeypatch) -> str:
 def fake_model_registry(registry_token):
     if not MODEL_REGISTRY_CONTRACT.exists():
         pytest.skip(f"{MODEL_REGISTRY_CONTRACT} not present: the Kubeflow Model Registry "
-                    "contract layer needs ../shared/contracts")
+                    "contract layer needs tests/contracts")
     pytest.importorskip("openapi_core", reason="openapi-core validates the fake's requests")
     from tests.integration.fake_model_registry import FakeModelRegistry
 

@@ -66,6 +66,7 @@ class FakeBigQuery:
         self.schema = schema
         self.rows = rows
         self.filter_fn = filter_fn or (lambda sql, rows: rows)
+        self.modified_ms = 1767225600000  # the table's lastModifiedTime (ms since epoch)
         self.requests: list[tuple[str, str, dict]] = []
         self.errors: list[str] = []
         self.queries: list[str] = []
@@ -144,7 +145,7 @@ class FakeBigQuery:
                                                "datasetId": fake.dataset,
                                                "tableId": fake.table},
                             "schema": fake._schema_json(), "numRows": str(len(fake.rows)),
-                            "type": "TABLE"})
+                            "lastModifiedTime": str(fake.modified_ms), "type": "TABLE"})
                 elif url.path == table_path + "/data":
                     if self._check_params(params, LIST_PARAMS):
                         self._reply(200, {"kind": "bigquery#tableDataList",

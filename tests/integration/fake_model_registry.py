@@ -1,7 +1,7 @@
 """A small in-memory Kubeflow Model Registry (REST v1alpha3) for tests.
 
 Every request and every response is validated against the published OpenAPI contract
-(``../shared/contracts/kubeflow-model-registry.openapi.yaml``) with openapi-core; a
+(``tests/contracts/kubeflow-model-registry.openapi.yaml``) with openapi-core; a
 request that breaks the contract is answered 400 with the validator's message and
 recorded in :attr:`FakeModelRegistry.contract_violations`. Names and external ids are
 unique as on the real server (409 on a duplicate). Failures can be injected.

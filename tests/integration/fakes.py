@@ -41,7 +41,7 @@ from typing import Any
 
 import yaml
 
-CONTRACTS = Path(__file__).resolve().parents[3] / "shared" / "contracts"
+CONTRACTS = Path(__file__).resolve().parents[1] / "contracts"
 KFP_SWAGGER = CONTRACTS / "kfp-v2beta1.swagger.json"
 
 
@@ -57,6 +57,7 @@ class Fault:
     count: int = 1
     delay_s: float = 0.0
     message: str = "injected failure"
+    after: bool = False  # execute the request first, then answer with the failure
 
 
 @dataclass
@@ -159,11 +160,14 @@ class _Server:
         return f"{next(self._ids):06d}"
 
     def inject(self, method: str, path_re: str, status: int = 503, count: int = 1,
-               delay_s: float = 0.0, message: str = "injected failure") -> None:
+               delay_s: float = 0.0, message: str = "injected failure",
+               after: bool = False) -> None:
         """The next ``count`` matching requests fail with ``status`` after ``delay_s``
-        (``status=200``: answered normally, only late; ``status=0``: connection dropped)."""
+        (``status=200``: answered normally, only late; ``status=0``: connection dropped).
+        With ``after=True`` the request is carried out first (a create creates), and only
+        the answer is the failure: what a client sees when a server fails after acting."""
         with self.lock:
-            self.faults.append(Fault(method, path_re, status, count, delay_s, message))
+            self.faults.append(Fault(method, path_re, status, count, delay_s, message, after))
 
     def calls(self, method: str | None = None, path_re: str = "") -> list[Recorded]:
         return [r for r in self.requests
@@ -187,6 +191,12 @@ class _Server:
         with self.lock:
             self.requests.append(record)
         fault = self._fault_for(handler.command, parsed.path)
+        if fault and fault.after:
+            try:
+                self.route(record)
+            except (Invalid, LookupError, Conflict) as exc:
+                with self.lock:
+                    self.violations.append(f"{record.method} {record.path}: {exc}")
         if fault:
             if fault.delay_s:
                 time.sleep(fault.delay_s)
@@ -387,6 +397,13 @@ class FakeKfpServer(_Server):
                 items = self._filter(list(self.pipelines.values()),
                                      self._first(record, "filter"))
                 return 200, {"pipelines": items, "total_size": len(items)}
+            if path == "/pipelines" and method == "POST":
+                if any(p["name"] == body["name"] for p in self.pipelines.values()):
+                    raise Conflict(f"pipeline with name {body['name']} already exists")
+                pipeline_id = self.new_id()
+                self.pipelines[pipeline_id] = {
+                    **body, "pipeline_id": pipeline_id, "created_at": _now()}
+                return 200, self.pipelines[pipeline_id]
             if path == "/pipelines/upload" and method == "POST":
                 return self._upload(record, pipeline_id=None)
             if path == "/pipelines/upload_version" and method == "POST":
@@ -414,6 +431,12 @@ class FakeKfpServer(_Server):
                 return 200, experiment
             if path == "/runs" and method == "POST":
                 return 200, self._create_run(body)
+            if path == "/runs" and method == "GET":
+                experiment = self._first(record, "experiment_id")
+                items = [r for r in self.runs.values()
+                         if not experiment or r["experiment_id"] == experiment]
+                items = self._filter(items, self._first(record, "filter"))
+                return 200, {"runs": items, "total_size": len(items)}
             match = re.fullmatch(r"/runs/([^/:]+)", path)
             if match and method == "GET":
                 return 200, self._advance_run(match[1])

@@ -53,8 +53,8 @@ def test_the_fake_rejects_what_the_contract_rejects(kfp_server, swagger_layer):
     kfp_server.violations.clear()
 
 
-def test_submit_uploads_pipeline_once_and_a_version_per_commit(kfp_server, token_env,
-                                                               make_config, tmp_path):
+def test_submit_creates_pipeline_once_and_one_version_per_commit(kfp_server, token_env,
+                                                                 make_config, tmp_path):
     config = make_config(kfp_server.url, None)
     first, _ = submit(config, "training", "gke", environment="prod",
                       overrides={"epochs": "7"}, workdir=tmp_path / "a",
@@ -64,10 +64,13 @@ def test_submit_uploads_pipeline_once_and_a_version_per_commit(kfp_server, token
     other, _ = submit(config, "training", "gke", environment="default", overrides={},
                       workdir=tmp_path / "c", backend=backend(config), version="gdef456")
 
-    assert len(kfp_server.calls("POST", r"/pipelines/upload$")) == 1
+    # The pipeline is created empty (an upload would add a default version of its own),
+    # so the Kubeflow UI shows exactly one version per shipped spec.
+    assert len(kfp_server.calls("POST", r"/pipelines$")) == 1
+    assert kfp_server.calls("POST", r"/pipelines/upload$") == []
     assert len(kfp_server.calls("POST", r"/pipelines/upload_version$")) == 2
     assert [v["name"] for v in kfp_server.versions.values()] == [
-        "gkeflow-training", first.version_name, other.version_name]
+        first.version_name, other.version_name]
     assert first.version_name.startswith("gabc123-") and again.version_name == first.version_name
     assert len(kfp_server.experiments) == 1
     runs = bodies(kfp_server, "POST", r"/runs$")
@@ -159,7 +162,9 @@ def test_wrong_token_is_a_clear_401_and_the_token_is_never_shown(kfp_server, mon
 def test_missing_token_variable_is_named(kfp_server, monkeypatch, make_config, tmp_path):
     monkeypatch.delenv("GKEFLOW_TEST_KFP_TOKEN", raising=False)
     config = make_config(kfp_server.url, None)
-    with pytest.raises(RemoteError, match="GKEFLOW_TEST_KFP_TOKEN is empty or not set"):
+    from gkeflow.pipelines.credentials import CredentialsError
+
+    with pytest.raises(CredentialsError, match="GKEFLOW_TEST_KFP_TOKEN is empty or not set"):
         submit(config, "training", "gke", environment="default", overrides={},
                workdir=tmp_path, backend=backend(config), version="g1")
 
@@ -289,13 +294,24 @@ def test_daylight_saving_change_is_flagged_and_fixed_by_apply(kfp_server, token_
     assert row.warning == "" and row.next_runs[0].strftime("%H:%M") == "02:00"
 
 
-def test_dry_run_reads_but_writes_nothing(kfp_server, token_env, make_config, tmp_path):
+def test_dry_run_is_offline_and_shows_every_request_with_placeholders(
+        kfp_server, make_config, tmp_path, monkeypatch):
+    # No token in the environment, and the server must not be contacted at all.
+    monkeypatch.delenv("GKEFLOW_TEST_KFP_TOKEN", raising=False)
     config = make_config(kfp_server.url, None, schedules=[_schedule()])
     result = apply(config, workdir=tmp_path, backends={"gke": backend(config, dry_run=True)},
                    version="g1", at=WINTER)
-    assert [r.method for r in kfp_server.requests if r.method != "GET"] == []
+    assert kfp_server.requests == []
     rendered = "\n".join(p.render() for p in result.planned)
-    assert "POST " + kfp_server.url + "/apis/v2beta1/pipelines/upload?name=gkeflow-training" \
-        in rendered
+    host = kfp_server.url
+    for line in (f"GET {host}/apis/v2beta1/pipelines?filter=",
+                 f"POST {host}/apis/v2beta1/pipelines    # only if the pipeline does not exist",
+                 f"POST {host}/apis/v2beta1/pipelines/upload_version?name=g1-",
+                 "&pipelineid=<pipeline_id>",
+                 f"POST {host}/apis/v2beta1/experiments    # only if",
+                 f"POST {host}/apis/v2beta1/recurringruns"):
+        assert line in rendered
+    assert '"experiment_id": "<experiment_id>"' in rendered
+    assert '"pipeline_version_id": "<pipeline_version_id>"' in rendered
     assert '"cron": "0 0 1 * * *"' in rendered and "Authorization: Bearer ***" in rendered
-    assert TOKEN not in rendered
+    assert [a.kind for a in result.actions] == ["create"]

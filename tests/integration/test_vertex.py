@@ -96,12 +96,14 @@ def test_5xx_retried_4xx_surfaced_timeouts_retried_on_reads(vertex_server, make_
                            overrides={}, workdir=tmp_path / "a", backend=backend(config))
     assert len(vertex_server.calls("POST", r"/pipelineJobs$")) == 3
     assert list(vertex_server.jobs) == [submission.run_id]
+    # Before each retry the job id (ours) was looked up: it did not exist yet.
+    assert len(vertex_server.calls("GET", r"/pipelineJobs/")) == 2
 
     slow = RetryPolicy(attempts=3, base_delay_s=0.01, max_delay_s=0.02, timeout_s=0.5)
     vertex_server.inject("GET", r"/pipelineJobs/", status=200, delay_s=1.5, count=1)
     status = backend(config, slow).run_status(submission.run_id)
     assert status.state in ("PENDING", "RUNNING")
-    assert len(vertex_server.calls("GET", r"/pipelineJobs/")) == 2
+    assert len(vertex_server.calls("GET", r"/pipelineJobs/")) == 4
 
     vertex_server.inject("POST", r"/pipelineJobs$", status=403, count=5,
                          message="Permission 'aiplatform.pipelineJobs.create' denied")
@@ -201,8 +203,9 @@ def test_schedule_create_retries_5xx_and_dry_run_writes_nothing(vertex_server, m
     config = make_config(None, vertex_server.url, schedules=[_schedule()])
     planned = apply(config, workdir=tmp_path / "1",
                     backends={"vertex": backend(config, dry_run=True)}, version="g1")
-    assert [r.method for r in vertex_server.requests] == ["GET"]
-    assert '"cron": "TZ=Europe/Berlin 0 2 * * *"' in planned.planned[0].render()
+    assert vertex_server.requests == []  # a dry run is offline
+    assert planned.planned[0].method == "GET"  # shown: the read apply would make first
+    assert '"cron": "TZ=Europe/Berlin 0 2 * * *"' in planned.planned[1].render()
     vertex_server.inject("POST", r"/schedules$", status=500, count=1)
     apply(config, workdir=tmp_path / "2", backends={"vertex": backend(config)}, version="g1")
     assert len(vertex_server.calls("POST", r"/schedules$")) == 2

@@ -13,7 +13,8 @@ from gkeflow.pipelines.local import run_local
 
 pytestmark = pytest.mark.slow
 
-STEPS = ["prepare-data", "train-model", "evaluate-model", "register-model"]
+STEPS = ["fingerprint-data", "prepare-data", "train-model", "evaluate-model",
+         "register-model"]
 
 
 def _arguments(tmp_path, **overrides):
@@ -95,7 +96,7 @@ def test_gate_blocks_a_model_worse_than_the_champion(tmp_path, trained_penguins)
         _arguments(tmp_path, epochs=1, learning_rate=1e-6, min_accuracy=0.0), tmp_path / "out"
     )
     assert result.ok, result.error
-    assert [s.name for s in result.steps] == STEPS[:3]
+    assert [s.name for s in result.steps] == STEPS[:4]
     assert result.parameter_outputs("evaluate-model") == {"Output": False}
     assert result.artifact_metadata("evaluate-model", "metrics")["passed"] == 0.0
     reasons = result.artifact_metadata("evaluate-model", "evaluation")["reasons"]
@@ -110,5 +111,5 @@ def test_failing_step_is_reported_with_its_error(tmp_path):
     result = run_local(_arguments(tmp_path, label_column="no_such_column"), tmp_path / "out")
     assert not result.ok
     assert result.failed_step.name == "prepare-data"
-    assert "label column 'no_such_column' not found" in result.failed_step.error_lines()[-1]
-    assert [s.name for s in result.steps] == ["prepare-data"]
+    assert "'no_such_column'" in result.failed_step.error_lines()[-1]
+    assert [s.name for s in result.steps] == ["fingerprint-data", "prepare-data"]

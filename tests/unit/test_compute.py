@@ -70,7 +70,7 @@ def test_cli_overrides_name_step_and_field():
     assert profiles["train-model"].accelerator == "nvidia-l4"
     assert profiles["train-model"].accelerator_count == 2
     assert profiles["prepare-data"] == DEFAULT_COMPUTE["prepare-data"]
-    with pytest.raises(ComputeError, match="unknown step 'tain-model'; steps are prepare-data"):
+    with pytest.raises(ComputeError, match="unknown step 'tain-model'; steps are fingerp"):
         apply_overrides(DEFAULT_COMPUTE, ["tain-model.cpu=2"])
     with pytest.raises(ComputeError, match="expected STEP.FIELD=VALUE"):
         apply_overrides(DEFAULT_COMPUTE, ["train-model=2"])
@@ -217,7 +217,8 @@ def test_defaults_are_valid_on_every_target_and_only_training_has_a_gpu():
         resolve_compute(target)
     assert [s for s, p in DEFAULT_COMPUTE.items() if p.uses_gpu] == ["train-model"]
     assert fitting_shape(DEFAULT_COMPUTE["train-model"], "gke").name == "n1-standard-8"
-    assert not DEFAULT_COMPUTE["prepare-data"].caching
+    assert not DEFAULT_COMPUTE["fingerprint-data"].caching
+    assert DEFAULT_COMPUTE["prepare-data"].caching  # keyed on the run-time fingerprint
     assert not DEFAULT_COMPUTE["register-model"].caching
 
 
@@ -243,20 +244,26 @@ def test_plan_spells_each_target_and_notes_what_vertex_cannot_honour():
     assert vertex["train-model"].accelerator == "NVIDIA_L4"
     assert vertex["train-model"].machine == "g2-standard-24"
     assert gke["train-model"].machine == "g2-standard-24 or larger"
-    assert (gke["train-model"].capacity, vertex["train-model"].capacity) == (
-        "spot", "spot (not applied on Vertex)")
+    # On Vertex AI, training with spot or a timeout runs as a CustomJob, which honours both.
+    assert (gke["train-model"].capacity, vertex["train-model"].capacity) == ("spot", "spot")
     assert (gke["train-model"].nodes, gke["train-model"].gpus) == ("1 x 2", "2")
     assert gke["train-model"].shm == "42915Mi" and vertex["train-model"].shm == "-"
     assert gke["train-model"].timeout == "1h"
-    assert vertex["train-model"].timeout == "not enforced (1h asked)"
+    assert vertex["train-model"].timeout == "1h"
+    assert vertex["prepare-data"].timeout == "not enforced (1h asked)"
     assert gke["train-model"].retries == "1 (backoff 30s x2, max 1h)"
-    assert gke["prepare-data"].caching == "off" and gke["prepare-data"].accelerator == "-"
+    assert gke["prepare-data"].caching == "on" and gke["prepare-data"].accelerator == "-"
     assert gke["train-model"].image == "gpu-image"
     notes = target_notes(profiles, "vertex")
     assert notes == [
-        ("spot is not applied on Vertex AI Pipelines (a pipeline step runs on on-demand "
-        "capacity): train-model"),
         ("timeout_s is not enforced on Vertex AI Pipelines (the pipeline spec has no per-step "
-        "timeout): prepare-data, train-model"),
+        "timeout): prepare-data"),
+        ("train-model runs as a Vertex AI CustomJob: 1 x g2-standard-24 (2 x NVIDIA_L4 each, "
+         "2 GPUs in all), scheduling SPOT, timeout 3600s; launched by a 1-vCPU pipeline step"),
     ]
+    plain = {**profiles, "train-model": profiles["train-model"].with_overrides(
+        spot=False, timeout_s=0)}
+    assert target_notes(plain, "vertex") == [
+        ("timeout_s is not enforced on Vertex AI Pipelines (the pipeline spec has no per-step "
+        "timeout): prepare-data")]
     assert target_notes(profiles, "gke") == []

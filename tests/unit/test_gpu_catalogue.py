@@ -214,7 +214,12 @@ def test_vertex_and_local_say_what_they_do_not_apply():
     profiles = {"train-model": gpu("nvidia-b200", 8, scheduling="flex-start", timeout_s="1d",
                                    queue="team-a", ephemeral_storage="100Gi")}
     vertex = "\n".join(target_notes(profiles, "vertex"))
-    assert "scheduling flex-start and reservation are not applied to a Vertex AI" in vertex
+    # Training with flex-start runs as a Vertex AI CustomJob, which asks for it.
+    assert "scheduling flex-start and reservation are not applied to a Vertex AI" not in vertex
+    assert "train-model runs as a Vertex AI CustomJob" in vertex and "FLEX_START" in vertex
+    evaluate = {"evaluate-model": ComputeProfile(scheduling="flex-start")}
+    assert "scheduling flex-start and reservation are not applied to a Vertex AI" in "\n".join(
+        target_notes(evaluate, "vertex"))
     assert "queue (Kueue) applies on gke only; ignored on vertex: train-model" in vertex
     assert "ephemeral_storage is not applied on Vertex AI" in vertex
     gke = "\n".join(target_notes(profiles, "gke"))
@@ -240,11 +245,12 @@ def test_plan_shows_capacity_nodes_gpus_queue_and_disk():
     rows = {r.step: r for r in plan(profiles, "gke", {})}
     train = rows["train-model"]
     assert (train.capacity, train.nodes, train.gpus) == ("flex-start (wait 3h)", "2 x 8", "16")
-    assert (train.queue, train.disk) == ("team-a", "200Gi volume at /minio")
+    # Two replicas on GKE run as a JobSet, whose pods request their ephemeral storage.
+    assert (train.queue, train.disk) == ("team-a", "200Gi")
     assert rows["evaluate-model"].capacity == "reservation cpu-pool"
     assert (rows["evaluate-model"].nodes, rows["evaluate-model"].gpus) == ("1 x 0", "0")
     vertex = {r.step: r for r in plan(profiles, "vertex", {})}["train-model"]
-    assert vertex.capacity == "flex-start (wait 3h) (not applied on Vertex)"
+    assert vertex.capacity == "flex-start (wait 3h)"  # the CustomJob asks for it
     assert vertex.queue == "not applied (team-a)"
 
 

@@ -61,6 +61,10 @@ def assert_same_dataset(single_dir: Path, merged_dir: Path, single, merged) -> N
                       json.loads((single_dir / "stats.json").read_text()))
     lines = lambda d: sorted((d / "rejected.csv").read_text().splitlines()[1:])  # noqa: E731
     assert lines(merged_dir) == lines(single_dir)
+    assert ((merged_dir / "rejected.csv").read_text().splitlines()[0]
+            == (single_dir / "rejected.csv").read_text().splitlines()[0])
+    records = lambda d: sorted((d / "rejected.jsonl").read_text().splitlines())  # noqa: E731
+    assert records(merged_dir) == records(single_dir) and records(merged_dir)
     for split in ("train", "eval", "test"):
         here = load_split(single_dir, split, single.schema)
         there = load_split(merged_dir, split, merged.schema)

@@ -59,16 +59,16 @@ def _rows_in(dataset_dir, split, schema):
     return frame.itertuples()
 
 
-def test_malformed_quoting_is_quarantined_with_its_text(write_csv, tmp_path):
+def test_malformed_quoting_rejects_only_the_opening_line(write_csv, tmp_path):
     lines = [HEADER, *_lines(100), '100,1.5,"u,pos', *_lines(20, start=101)]
     result = prepare(str(write_csv("\n".join(lines) + "\n")), tmp_path / "out", "y",
                      max_rejected_fraction=0.5)
     _check_accounting(result, tmp_path / "out")
     rejected = _rejected(tmp_path / "out")
-    assert result.rejected_rows >= 1
-    assert rejected["reason"].str.startswith("expected 4 columns").all()
-    # the unterminated quote swallowed the following lines: their text is kept, not lost
-    assert rejected["row"].str.contains("101,").any()
+    # the unclosed quote costs its own line only; the 20 lines after it are kept
+    assert result.rejected_rows == 1 and result.rows_read == 121
+    assert rejected["reason"][0].startswith("unclosed quote opened on line 102")
+    assert rejected["row"][0] == '100,1.5,"u,pos' and rejected["line"][0] == 102
 
 
 def test_wrong_types_are_rejected_row_by_row(write_csv, tmp_path):
@@ -177,7 +177,8 @@ def test_key_column_keeps_a_key_in_one_split(tmp_path):
     frame = _all_rows(tmp_path / "out", result.schema)
     assert frame.groupby("user")["_split"].nunique().max() == 1
     assert result.rejected_reasons == {"missing key 'user'": 1}
-    with pytest.raises(DataError, match="key column 'nope' not found"):
+    with pytest.raises(DataError, match="key_column: unknown column.*'nope'.*available "
+                                        "columns: user, x, kind, y"):
         prepare(str(path), tmp_path / "out2", "y", key_column="nope")
 
 
@@ -354,20 +355,23 @@ def test_row_hash_is_pinned():
         "0xbd32e17058db8cd4", "0x27824ae515b3b8e1", "0xbd71289a1c0f715b", "0xbd71289a1c0f715b"]
 
 
-def test_line_blocks_end_at_line_ends():
-    from gkeflow.components.prepare import sources
+def test_blocks_end_at_row_ends_and_keep_line_numbers(monkeypatch):
+    from gkeflow.components.prepare import csv_reader
 
-    text = b"a,b\r\n1,2\r\n3,4\n" + b"5," + b"6" * 5000 + b"\n7,8"
-    original = sources.CSV_BLOCK_BYTES
-    try:
-        sources.CSV_BLOCK_BYTES = 7
-        blocks = [bytes(b) for b in sources._line_blocks(pa.BufferReader(text), True)]
-    finally:
-        sources.CSV_BLOCK_BYTES = original
-    assert b"".join(blocks) == text[len(b"a,b\r\n"):]
-    assert all(b.endswith((b"\n", b"\r")) for b in blocks[:-1])
-    assert blocks[-1] == b"7,8"
-    assert [bytes(b) for b in sources._line_blocks(pa.BufferReader(b"a,b"), True)] == []
+    text = (b"a,b\r\n1,2\r\n3,4\n" + b"5," + b"6" * 5000 + b'\n"7\n7",8\n9,"x\n' + b"y" * 40
+            + b'"\n10,10')
+    monkeypatch.setattr(csv_reader, "CSV_BLOCK_BYTES", 7)
+    rows = []
+    for cut in csv_reader.cut_blocks(pa.BufferReader(text), 2, csv_reader.RowLimits()):
+        cut = cut()
+        if not cut.checked:
+            cut = csv_reader.split_rows(cut.data, cut.first_line, 2, cut.limits, True)
+        assert not cut.rejects
+        rows += [(int(line), cut.data[s:e]) for line, s, e in zip(cut.lines, cut.starts,
+                                                                   cut.ends, strict=True)]
+    assert rows == [(2, b"1,2"), (3, b"3,4"), (4, b"5," + b"6" * 5000), (5, b'"7\n7",8'),
+                    (7, b'9,"x\n' + b"y" * 40 + b'"'), (9, b"10,10")]
+    assert list(csv_reader.cut_blocks(pa.BufferReader(b"a,b"), 2, csv_reader.RowLimits())) == []
 
 
 def test_numeric_blocks_parsed_as_numbers_or_as_text_give_the_same_result(
@@ -410,7 +414,7 @@ def test_a_sorted_file_comes_out_shuffled_and_seeds_reorder_blocks(tmp_path):
     lines = ["x,label"] + [f"{i},{'low' if i < rows // 2 else 'high'}" for i in range(rows)]
     (tmp_path / "sorted.csv").write_text("\n".join(lines) + "\n")
     result = prepare(str(tmp_path / "sorted.csv"), tmp_path / "out", "label",
-                     ratios=SplitRatios(0.9, 0.05, 0.05))
+                     ratios=SplitRatios(0.9, 0.05, 0.05), feature_columns="x")
     schema = result.schema
 
     def values(seed):

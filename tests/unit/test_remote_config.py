@@ -19,7 +19,9 @@ def test_the_example_is_valid_and_keeps_the_compute_section_working(tmp_path):
     assert config.targets.gke.auth.token_env == "KFP_TOKEN"
     assert config.targets.vertex.pipeline_root == "gs://my-bucket/vertex-root"
     assert config.parameters["prod"]["epochs"] == 50
-    assert [s.name for s in config.schedules] == ["nightly-training", "weekly-training-gke"]
+    assert [s.name for s in config.schedules] == ["nightly-training", "weekly-training-gke",
+                                                  "nightly-scoring"]
+    assert config.schedules[2].pipeline == "prediction"
     assert config.compute == {}
 
 

@@ -117,10 +117,13 @@ def test_training_streams_the_prepared_shards(prepared_penguins, tmp_path):
         labels.update(label.numpy().tolist())
     assert rows == prepared.split_rows["train"]
     assert labels == {0, 1, 2}
-    first = [lab.numpy().tolist() for _, lab in dataset.take(2)]
+    second_epoch = [lab.numpy().tolist() for _, lab in dataset.take(2)]
+    first = [lab.numpy().tolist() for _, lab in make_split_dataset(
+        dataset_dir, "train", schema, 64, preprocessor, seed=1, shuffle=True).take(2)]
     again = [lab.numpy().tolist() for _, lab in make_split_dataset(
         dataset_dir, "train", schema, 64, preprocessor, seed=1, shuffle=True).take(2)]
     assert first == again, "a seed gives the same order"
+    assert second_epoch != first, "the next epoch gets a fresh order"
 
 
 def test_tensorboard_logs_carry_epoch_throughput(prepared_penguins, tmp_path):

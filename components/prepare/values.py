@@ -1,0 +1,142 @@
+"""Column values as Arrow hands them over: text checks (UTF-8), numbers, dictionary codes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gkeflow.components.prepare.sources import NULL_VALUES
+
+
+def _as_strings(array: pa.Array) -> pa.Array:
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if pa.types.is_dictionary(array.type):
+        array = array.cast(array.type.value_type)
+    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+        return array
+    if pa.types.is_binary(array.type):
+        return array.view(pa.string())
+    return pc.cast(array, pa.string())
+
+
+#: A text column is numeric when at least this fraction of its sampled values are
+#: numbers; the rest are then rejected row by row as "not a number".
+NUMERIC_MIN_FRACTION = 0.95
+
+
+def _parses_as_numbers(array: pa.Array, min_fraction: float = 1.0) -> bool:
+    """Whether the (non-null) values are numbers; ``min_fraction`` of them at least."""
+    if pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
+        return True
+    if pa.types.is_boolean(array.type) or pa.types.is_temporal(array.type):
+        return False
+    try:
+        pc.cast(_as_strings(array), pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        if min_fraction >= 1.0 or len(array) == 0:
+            return False
+        _, bad = _to_float(array)
+        return 1.0 - bad.mean() >= min_fraction
+    return True
+
+
+def _invalid_utf8(array: pa.Array) -> np.ndarray | None:
+    """Row mask of values that are not valid UTF-8, or None when all are valid."""
+    if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
+        return None
+    try:
+        array.validate(full=True)
+        return None
+    except pa.ArrowInvalid:
+        raw = array.view(pa.binary()).to_pylist()
+        bad = np.zeros(len(raw), dtype=bool)
+        for i, value in enumerate(raw):
+            if value is not None:
+                try:
+                    value.decode("utf-8")
+                except UnicodeDecodeError:
+                    bad[i] = True
+        return bad
+
+
+def _null_invalid_utf8(array: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
+    """The array with invalid UTF-8 values nulled, and their mask (None when all valid)."""
+    bad = _invalid_utf8(array)
+    if bad is None:
+        return array, None
+    cleaned = pc.if_else(pa.array(bad), pa.scalar(None, pa.binary()), array.view(pa.binary()))
+    return cleaned.view(array.type), bad
+
+
+def _is_text_dictionary(type_: pa.DataType) -> bool:
+    return pa.types.is_dictionary(type_) and (
+        pa.types.is_string(type_.value_type) or pa.types.is_large_string(type_.value_type))
+
+
+def _dictionary_codes(array: pa.DictionaryArray) -> tuple[np.ndarray, list, np.ndarray | None]:
+    """Per-row indices into a dictionary of text values (``len(dictionary)`` = missing),
+    the values, and the mask of rows whose value is not valid UTF-8 (None when all are).
+
+    Works on the array's own dictionary: each distinct value is checked and decoded once.
+    Empty and invalid values count as missing, as :class:`_Batch` treats plain text.
+    """
+    raw = array.dictionary.view(pa.binary()).to_pylist()
+    values: list[str] = []
+    remap = np.empty(len(raw) + 1, dtype=np.int64)
+    invalid = np.zeros(len(raw) + 1, dtype=bool)
+    for i, value in enumerate(raw):
+        try:
+            text = value.decode("utf-8") if value else None
+        except UnicodeDecodeError:
+            text = None
+            invalid[i] = True
+        if text is None:
+            remap[i] = -1
+        else:
+            remap[i] = len(values)
+            values.append(text)
+    remap[remap < 0] = len(values)
+    remap[-1] = len(values)
+    indices = array.indices.fill_null(len(raw)).to_numpy(zero_copy_only=False)
+    codes = remap[indices]
+    return codes, values, (invalid[indices] if invalid.any() else None)
+
+
+def _fast_float(array: pa.Array) -> np.ndarray | None:
+    """float64 values when every value converts (NaN = missing), else None."""
+    if pa.types.is_float64(array.type):
+        return array.to_numpy(zero_copy_only=False)
+    try:
+        if pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
+            values = pc.cast(array, pa.float64())
+        else:
+            values = pc.cast(_as_strings(array), pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return values.to_numpy(zero_copy_only=False)
+
+
+def _to_float(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """float64 values (NaN = missing) and a mask of values that are not numbers."""
+    n = len(array)
+    if pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
+        return pc.cast(array, pa.float64()).to_numpy(zero_copy_only=False).astype(
+            np.float64, copy=False), np.zeros(n, dtype=bool)
+    strings = _as_strings(array)
+    try:
+        values = pc.cast(strings, pa.float64())
+        return values.to_numpy(zero_copy_only=False), np.zeros(n, dtype=bool)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    out = np.full(n, np.nan)
+    bad = np.zeros(n, dtype=bool)
+    for i, text in enumerate(strings.to_pylist()):
+        if text is None or text.strip() in NULL_VALUES:
+            continue
+        try:
+            out[i] = float(text)
+        except ValueError:
+            bad[i] = True
+    return out, bad

@@ -1,0 +1,68 @@
+"""The cluster a multi-worker run forms, and the ``TF_CONFIG`` each worker reads.
+
+One construction for every engine that has to build ``TF_CONFIG`` itself: a GKE JobSet
+(stable pod host names behind its headless service, index from the Job's completion index)
+and local worker processes on loopback. Vertex AI sets ``TF_CONFIG`` on its own replicas.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+#: Port every JobSet worker listens on for collective operations.
+WORKER_PORT = 2222
+#: The replicated job of a training JobSet.
+REPLICATED_JOB = "worker"
+#: Comma-separated ``host:port`` of every worker, chief (index 0) first.
+HOSTS_ENV = "GKEFLOW_WORKER_HOSTS"
+#: This worker's index; a JobSet pod reads the Job's completion index instead.
+INDEX_ENV = "GKEFLOW_WORKER_INDEX"
+COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
+
+
+def jobset_hosts(jobset: str, replicas: int, subdomain: str = "",
+                 replicated_job: str = REPLICATED_JOB, port: int = WORKER_PORT) -> list[str]:
+    """``host:port`` of each pod of a JobSet's replicated job (one Job of ``replicas`` pods).
+
+    JobSet names pods ``<jobset>-<replicatedJob>-<jobIndex>-<podIndex>`` and resolves them as
+    ``<hostname>.<subdomain>`` (the subdomain defaults to the JobSet's name).
+    """
+    if replicas < 1:
+        raise ValueError(f"replicas must be >= 1; got {replicas}")
+    subdomain = subdomain or jobset
+    return [f"{jobset}-{replicated_job}-0-{index}.{subdomain}:{port}" for index in range(replicas)]
+
+
+def loopback_hosts(ports: list[int]) -> list[str]:
+    """``127.0.0.1:<port>`` for each port: workers as processes on this machine."""
+    return [f"127.0.0.1:{port}" for port in ports]
+
+
+def tf_config(hosts: list[str], index: int) -> str:
+    """``TF_CONFIG`` for worker ``index`` of ``hosts`` (worker 0 is the chief that saves)."""
+    if not hosts:
+        raise ValueError("a cluster needs at least one worker")
+    if not 0 <= index < len(hosts):
+        raise ValueError(f"worker index {index} is outside 0..{len(hosts) - 1}")
+    return json.dumps({"cluster": {"worker": list(hosts)},
+                       "task": {"type": "worker", "index": index}})
+
+
+def tf_config_from_env(environ: dict[str, str] | None = None) -> str:
+    """``TF_CONFIG`` for this process from :data:`HOSTS_ENV` and its index, or ``""``.
+
+    The index is :data:`INDEX_ENV`, else the Job completion index Kubernetes sets on each
+    pod of an Indexed Job. An existing ``TF_CONFIG`` (Vertex AI sets one) is kept.
+    """
+    environ = os.environ if environ is None else environ
+    if environ.get("TF_CONFIG"):
+        return environ["TF_CONFIG"]
+    hosts = [h for h in environ.get(HOSTS_ENV, "").split(",") if h.strip()]
+    if not hosts:
+        return ""
+    raw = environ.get(INDEX_ENV, environ.get(COMPLETION_INDEX_ENV, ""))
+    if not raw.strip().isdigit():
+        raise ValueError(f"{HOSTS_ENV} names {len(hosts)} workers but neither {INDEX_ENV} nor "
+                         f"{COMPLETION_INDEX_ENV} gives this worker's index")
+    return tf_config(hosts, int(raw))

@@ -1,0 +1,131 @@
+"""KFP shells of the scaled-out training step: same inputs and outputs as ``train_model``.
+
+``train_model_local_workers`` runs the workers as processes beside it (``kfp.local``);
+``train_model_jobset`` launches them as a GKE JobSet and waits for it. Both hand the chief's
+exported model and summary back as the step's ``model`` and ``metrics`` outputs.
+"""
+
+from kfp import dsl
+from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
+
+from gkeflow.components.images import CPU_IMAGE, GPU_IMAGE
+
+
+@dsl.component(base_image=GPU_IMAGE, install_kfp_package=False)
+def train_model_local_workers(
+    dataset: Input[Dataset],
+    schema: Input[Artifact],
+    model: Output[Model],
+    metrics: Output[Metrics],
+    tensorboard: Output[Artifact],
+    replicas: int = 2,
+    epochs: int = 20,
+    batch_size: int = 32,
+    learning_rate: float = 0.01,
+    model_type: str = "mlp",
+    user_module: str = "",
+    require_gpu: bool = False,
+    checkpoint_root: str = "",
+    pipeline_run_id: str = "",
+    task_name: str = "train-model",
+):
+    """Trains with MultiWorkerMirroredStrategy over several worker processes on this machine.
+
+    Args:
+        dataset: Splits written by prepare_data.
+        schema: Column types and vocabularies written by prepare_data.
+        model: SavedModel exported by the chief (worker 0).
+        metrics: Loss and accuracy at the best epoch, examples/s, number of workers.
+        tensorboard: TensorBoard event files of the run.
+        replicas: Worker processes, talking over loopback.
+        epochs: Maximum passes over the training split.
+        batch_size: Examples per step per replica (the global batch scales with replicas).
+        learning_rate: Adam learning rate for one replica (scaled linearly with replicas).
+        model_type: Built-in model: mlp or wide_deep.
+        user_module: Python module (file path or import name) with build_model(schema, hparams).
+        require_gpu: Fail instead of training on CPU when no GPU is visible.
+        checkpoint_root: Pipeline root; checkpoints live under <root>/checkpoints/<run>/<task>.
+        pipeline_run_id: Run id; the checkpoint location is the same on every retry of a run.
+        task_name: Task name, part of the checkpoint location.
+    """
+    import shutil
+    from pathlib import Path
+
+    from gkeflow.components.scaleout import results
+    from gkeflow.components.scaleout.local_workers import run_local_workers
+
+    params = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
+              "model_type": model_type, "user_module": user_module, "require_gpu": require_gpu}
+    summary, published = run_local_workers(
+        dataset.path, schema.path, params, replicas, checkpoint_root, pipeline_run_id,
+        task_name)
+    try:
+        results.install_model(published, Path(model.path))
+    finally:
+        shutil.rmtree(published.parent, ignore_errors=True)
+    for name, value in results.metric_items(summary).items():
+        metrics.log_metric(name, value)
+    model.metadata.update(results.model_metadata(summary, dataset.uri, "local processes"))
+    Path(tensorboard.path).mkdir(parents=True, exist_ok=True)
+    tensorboard.metadata["log_dir"] = tensorboard.uri
+    print(f"trained with {summary['strategy']}")
+
+
+@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+def train_model_jobset(
+    dataset: Input[Dataset],
+    schema: Input[Artifact],
+    model: Output[Model],
+    metrics: Output[Metrics],
+    tensorboard: Output[Artifact],
+    jobset_template: str,
+    epochs: int = 20,
+    batch_size: int = 32,
+    learning_rate: float = 0.01,
+    model_type: str = "mlp",
+    user_module: str = "",
+    require_gpu: bool = False,
+    checkpoint_root: str = "",
+    pipeline_run_id: str = "",
+    task_name: str = "train-model",
+):
+    """Trains on several GKE nodes: launches a JobSet of GPU pods and waits for it.
+
+    The JobSet's name comes from the run id and task name, so a retried step re-attaches to
+    the JobSet it launched instead of starting a second one. The chief's log is streamed
+    here; the step fails when the JobSet fails and deletes it when it ends or is cancelled.
+    Inputs and the model move through the pipeline root (Cloud Storage).
+
+    Args:
+        dataset: Splits written by prepare_data.
+        schema: Column types and vocabularies written by prepare_data.
+        model: SavedModel exported by the chief (worker 0).
+        metrics: Loss and accuracy at the best epoch, examples/s, number of workers.
+        tensorboard: TensorBoard event files of the run.
+        jobset_template: The JobSet to launch (JSON), as compiled from the step's compute.
+        epochs: Maximum passes over the training split.
+        batch_size: Examples per step per replica (the global batch scales with replicas).
+        learning_rate: Adam learning rate for one replica (scaled linearly with replicas).
+        model_type: Built-in model: mlp or wide_deep.
+        user_module: Python module (file path or import name) with build_model(schema, hparams).
+        require_gpu: Fail instead of training on CPU when no GPU is visible.
+        checkpoint_root: Pipeline root: inputs, checkpoints and the model travel through it.
+        pipeline_run_id: Run id; names the JobSet together with task_name.
+        task_name: Task name.
+    """
+    import json
+    from pathlib import Path
+
+    from gkeflow.components.scaleout import jobset_launcher, results
+
+    params = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
+              "model_type": model_type, "user_module": user_module, "require_gpu": require_gpu}
+    summary = jobset_launcher.launch_in_cluster(
+        template=json.loads(jobset_template), dataset_uri=dataset.uri, schema_uri=schema.uri,
+        params=params, pipeline_root=checkpoint_root, run_id=pipeline_run_id,
+        task_name=task_name, model_dir=Path(model.path))
+    for name, value in results.metric_items(summary).items():
+        metrics.log_metric(name, value)
+    model.metadata.update(results.model_metadata(summary, dataset.uri, "GKE JobSet"))
+    Path(tensorboard.path).mkdir(parents=True, exist_ok=True)
+    tensorboard.metadata["log_dir"] = tensorboard.uri

@@ -1,0 +1,97 @@
+"""A training JobSet: the compiled template finished for one run, and its state read back.
+
+The template (compiled from the step's compute, see :mod:`gkeflow.pipelines.engines.gke`)
+holds one replicated job ``worker`` whose single Indexed Job runs one pod per machine. At
+run time :func:`finish` names it after the run and task, and gives every pod the command
+that trains and the host names of all workers; each pod builds its own ``TF_CONFIG`` from
+those and its completion index (:mod:`gkeflow.components.scaleout.cluster`).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+
+from gkeflow.components.scaleout import cluster
+
+GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
+NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gkeflow"}
+#: JobSet name + "-worker-0-<pod index>" must stay a DNS label (63 characters).
+_NAME_HASH_CHARS = 16
+
+
+def jobset_name(run_id: str, task_name: str) -> str:
+    """The same DNS-safe name for every attempt of one run's task."""
+    digest = hashlib.sha256(f"{run_id}\0{task_name}".encode()).hexdigest()[:_NAME_HASH_CHARS]
+    return f"gkeflow-train-{digest}"
+
+
+def _label_value(text: str) -> str:
+    value = re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:63].strip("-._")
+    return value or "none"
+
+
+def replicas_of(template: dict) -> int:
+    job = template["spec"]["replicatedJobs"][0]
+    return int(job["replicas"]) * int(job["template"]["spec"]["parallelism"])
+
+
+def finish(template: dict, name: str, namespace: str, service_account: str, args: list[str],
+           run_id: str = "", task_name: str = "") -> dict:
+    """The JobSet to create: ``template`` named, placed and given each worker's command."""
+    manifest = copy.deepcopy(template)
+    metadata = manifest.setdefault("metadata", {})
+    metadata["name"] = name
+    metadata["namespace"] = namespace
+    labels = metadata.setdefault("labels", {})
+    labels.update(MANAGED_BY)
+    if run_id:
+        labels["gkeflow/run-id"] = _label_value(run_id)
+    if task_name:
+        labels["gkeflow/task"] = _label_value(task_name)
+    replicated = manifest["spec"]["replicatedJobs"][0]
+    hosts = cluster.jobset_hosts(name, replicas_of(manifest),
+                                 manifest["spec"].get("network", {}).get("subdomain", ""),
+                                 replicated["name"])
+    pod = replicated["template"]["spec"]["template"]
+    pod.setdefault("metadata", {}).setdefault("labels", {}).update(MANAGED_BY)
+    if service_account:
+        pod["spec"]["serviceAccountName"] = service_account
+    container = pod["spec"]["containers"][0]
+    container["args"] = list(args)
+    env = [e for e in container.get("env", []) if e["name"] != cluster.HOSTS_ENV]
+    env.append({"name": cluster.HOSTS_ENV, "value": ",".join(hosts)})
+    container["env"] = env
+    return manifest
+
+
+def state(jobset: dict) -> tuple[str, str]:
+    """("Completed" | "Failed" | "Running", message) from a JobSet's status."""
+    status = jobset.get("status") or {}
+    terminal = status.get("terminalState", "")
+    for condition in status.get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") in ("Completed", "Failed"):
+            return condition["type"], condition.get("message", "")
+    if terminal in ("Completed", "Failed"):
+        return terminal, ""
+    return "Running", ""
+
+
+def describe(jobset: dict) -> str:
+    """One line for logs: name, state, ready/succeeded/failed jobs."""
+    counts = (jobset.get("status") or {}).get("replicatedJobsStatus") or []
+    parts = [f"{c.get('name')}: ready {c.get('ready', 0)}, succeeded {c.get('succeeded', 0)}, "
+             f"failed {c.get('failed', 0)}" for c in counts]
+    current, _ = state(jobset)
+    return f"JobSet {jobset['metadata']['name']} {current}" + (
+        f" ({'; '.join(parts)})" if parts else "")
+
+
+def dumps(manifest: dict) -> str:
+    return json.dumps(manifest, sort_keys=True, separators=(",", ":"))

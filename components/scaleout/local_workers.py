@@ -1,0 +1,92 @@
+"""Several training workers as processes on this machine, talking over loopback.
+
+The same ``TF_CONFIG`` construction as a GKE JobSet (:mod:`gkeflow.components.scaleout.cluster`)
+and the same worker entrypoint, so a local run exercises multi-worker training end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from gkeflow.components.scaleout import cluster, storage
+
+
+class WorkersFailed(RuntimeError):
+    """A worker exited non-zero; the message names it and ends with its log."""
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct loopback ports that are free now."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def run_local_workers(dataset: str, schema: str, params: dict, replicas: int,
+                      checkpoint_root: str = "", run_id: str = "", task_name: str = "",
+                      echo=print, timeout_s: float | None = None) -> tuple[dict, Path]:
+    """Train with ``replicas`` worker processes; returns (chief's summary, published model dir).
+
+    The caller owns the returned directory's parent (a temporary directory) and removes it.
+    """
+    if replicas < 2:
+        raise ValueError(f"local workers need replicas >= 2; got {replicas}")
+    staging = Path(tempfile.mkdtemp(prefix="gkeflow-local-workers-"))
+    output = staging / "model"
+    hosts = cluster.loopback_hosts(free_ports(replicas))
+    processes = []
+    logs: list[list[str]] = [[] for _ in range(replicas)]
+    for index in range(replicas):
+        env = {**os.environ, cluster.HOSTS_ENV: ",".join(hosts),
+               cluster.INDEX_ENV: str(index), "TF_CPP_MIN_LOG_LEVEL": "2"}
+        env.pop("TF_CONFIG", None)
+        command = [sys.executable, "-m", "gkeflow.components.scaleout.worker",
+                   "--dataset", dataset, "--schema", schema, "--output", str(output),
+                   "--params", json.dumps(params), "--checkpoint-root", checkpoint_root,
+                   "--run-id", run_id, "--task-name", task_name]
+        processes.append(subprocess.Popen(command, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True, env=env))
+
+    def pump(index: int) -> None:
+        for line in processes[index].stdout:
+            logs[index].append(line.rstrip("\n"))
+            if index == 0:  # the chief's log is the step's log
+                echo(line.rstrip("\n"))
+
+    threads = [threading.Thread(target=pump, args=(i,), daemon=True) for i in range(replicas)]
+    for thread in threads:
+        thread.start()
+    try:
+        for process in processes:
+            process.wait(timeout=timeout_s)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.terminate()
+                process.wait()
+        for thread in threads:
+            thread.join(timeout=10)
+    failed = [i for i, p in enumerate(processes) if p.returncode != 0]
+    if failed:
+        index = failed[0]
+        tail = "\n".join(logs[index][-30:])
+        raise WorkersFailed(f"worker {index} of {replicas} exited with "
+                            f"{processes[index].returncode}:\n{tail}")
+    summary = storage.published_summary(str(output))
+    if summary is None:
+        raise WorkersFailed("the chief exited without publishing its model")
+    return summary, output

@@ -1,0 +1,251 @@
+"""Trial outcomes of a sweep, the choice of the best trial and the trial table.
+
+Plain functions over JSON values: the KFP step (``select_best_trial``), the Vertex AI
+tuning step and ``gkeflow run --pipeline sweep`` all use them, so every engine picks the
+same winner from the same results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: The file a sweep's winning model carries: its trial, hyperparameters and the trial table.
+SWEEP_FILE = "sweep.json"
+
+
+class NoSuccessfulTrial(RuntimeError):
+    """Every trial failed (or reported no metric): there is nothing to select."""
+
+
+@dataclass
+class TrialOutcome:
+    """One trial: its hyperparameters and what training reported."""
+
+    trial_id: str
+    hyperparameters: dict[str, Any]
+    status: str = "missing"
+    metrics: dict[str, float] = field(default_factory=dict)
+    model_uri: str = ""
+    error: str = ""
+
+    def value(self, metric: str) -> float | None:
+        value = self.metrics.get(metric)
+        if self.status != "succeeded" or value is None:
+            return None
+        value = float(value)
+        return value if math.isfinite(value) else None
+
+
+def trial_report(task_name: str, model_uri: str, metrics: Mapping[str, float] | None = None,
+                 error: str = "") -> str:
+    """What a training step returns: the JSON a selection step reads back."""
+    return json.dumps({
+        "trial_id": task_name,
+        "status": "failed" if error else "succeeded",
+        "metrics": {k: float(v) for k, v in (metrics or {}).items()},
+        "model_uri": model_uri,
+        "error": error[-2000:],
+    }, sort_keys=True)
+
+
+def parse_outcomes(trials: Sequence[Mapping[str, Any]],
+                   reports: Iterable[str | Mapping[str, Any] | None]) -> list[TrialOutcome]:
+    """Join the trial list with the reports trials returned (in any order, some missing)."""
+    by_id: dict[str, dict] = {}
+    for report in reports:
+        if report in (None, ""):
+            continue
+        data = json.loads(report) if isinstance(report, str) else dict(report)
+        by_id[str(data.get("trial_id", ""))] = data
+    outcomes = []
+    for trial in trials:
+        trial_id = str(trial["trial_id"])
+        params = {k: _typed(k, v) for k, v in trial.items() if k != "trial_id"}
+        data = by_id.get(trial_id)
+        if data is None:
+            outcomes.append(TrialOutcome(trial_id, params, "missing",
+                                         error="the trial reported no result"))
+            continue
+        outcomes.append(TrialOutcome(
+            trial_id, params, str(data.get("status", "failed")),
+            {k: float(v) for k, v in (data.get("metrics") or {}).items()},
+            str(data.get("model_uri", "")), str(data.get("error", ""))))
+    return outcomes
+
+
+def _typed(name: str, value: Any) -> Any:
+    """Integer hyperparameters back as ints (pipeline specs carry every number as a double)."""
+    from gkeflow.components.sweep.hparams import TUNABLE_DEFAULTS
+
+    if isinstance(TUNABLE_DEFAULTS.get(name), int) and isinstance(value, float) \
+            and value.is_integer():
+        return int(value)
+    return value
+
+
+def _sort_key(outcome: TrialOutcome, metric: str, direction: str):
+    value = outcome.value(metric)
+    if value is None:
+        return (1, 0.0, outcome.trial_id)
+    return (0, -value if direction == "maximize" else value, outcome.trial_id)
+
+
+def rank(outcomes: Sequence[TrialOutcome], metric: str, direction: str) -> list[TrialOutcome]:
+    """Best first; ties go to the lower trial id; failed trials last, by trial id."""
+    if direction not in ("maximize", "minimize"):
+        raise ValueError(f"direction must be maximize or minimize, not {direction!r}")
+    return sorted(outcomes, key=lambda o: _sort_key(o, metric, direction))
+
+
+def select_best(outcomes: Sequence[TrialOutcome], metric: str,
+                direction: str) -> TrialOutcome:
+    """The best trial on ``metric``; raises :class:`NoSuccessfulTrial` when none succeeded."""
+    ranked = rank(outcomes, metric, direction)
+    if not ranked or ranked[0].value(metric) is None:
+        details = "; ".join(f"{o.trial_id}: {_last_line(o.error) or o.status}"
+                            for o in outcomes) or "no trials"
+        raise NoSuccessfulTrial(f"every trial failed, nothing to select ({details})")
+    return ranked[0]
+
+
+def _last_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def trial_table(outcomes: Sequence[TrialOutcome], metric: str, direction: str,
+                tuned: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Rows sorted best first: rank, trial, status, metric, the tuned hyperparameters."""
+    tuned = list(tuned) if tuned else _varying(outcomes)
+    rows = []
+    for position, outcome in enumerate(rank(outcomes, metric, direction), start=1):
+        value = outcome.value(metric)
+        rows.append({
+            "rank": position if value is not None else None,
+            "trial_id": outcome.trial_id,
+            "status": outcome.status,
+            metric: value,
+            **{name: outcome.hyperparameters.get(name) for name in tuned},
+            "error": _last_line(outcome.error)[:200],
+        })
+    return rows
+
+
+def _varying(outcomes: Sequence[TrialOutcome]) -> list[str]:
+    """Hyperparameters whose value differs between trials (all of them for one trial)."""
+    if not outcomes:
+        return []
+    names = list(outcomes[0].hyperparameters)
+    varying = [n for n in names
+               if len({json.dumps(o.hyperparameters.get(n)) for o in outcomes}) > 1]
+    return varying or names
+
+
+def table_markdown(rows: Sequence[Mapping[str, Any]], metric: str, direction: str) -> str:
+    """The trial table as Markdown (the Kubeflow UI renders it)."""
+    if not rows:
+        return "No trials.\n"
+    columns = [c for c in rows[0] if c != "error"]
+    if any(r.get("error") for r in rows):
+        columns.append("error")
+    lines = [f"Trials sorted by {metric} ({direction}), best first.", "",
+             "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = []
+        for column in columns:
+            value = row.get(column)
+            text = "" if value is None else (f"{value:.4f}" if isinstance(value, float)
+                                             and column == metric else str(value))
+            cells.append(text.replace("|", "\\|"))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Selection:
+    best: TrialOutcome
+    rows: list[dict[str, Any]]
+    metric: str
+    direction: str
+
+    def summary(self) -> dict[str, Any]:
+        """What the winning model carries (``sweep.json``) and its artifact metadata."""
+        return {
+            "best_trial": self.best.trial_id,
+            "metric": self.metric,
+            "direction": self.direction,
+            "best_value": self.best.value(self.metric),
+            "hyperparameters": self.best.hyperparameters,
+            "trials": self.rows,
+            # a trial without a finite metric cannot be compared: it counts as failed
+            "succeeded": sum(1 for r in self.rows if r["rank"] is not None),
+            "failed": sum(1 for r in self.rows if r["rank"] is None),
+        }
+
+
+def registry_labels(selection: Selection) -> str:
+    """``sweep-trial=trial-002,hp-learning_rate=0_03,...``: the winner as registry labels
+    (every registry accepts them; numbers are written with '_' for '.')."""
+    from gkeflow.components.register.names import sanitise_label_key, sanitise_label_value
+
+    labels = {"sweep-trial": sanitise_label_value(selection.best.trial_id)}
+    for name, value in sorted(selection.best.hyperparameters.items()):
+        text = repr(value).replace(".", "_") if isinstance(value, float) else str(value)
+        labels[sanitise_label_key(f"hp-{name}")[:63]] = sanitise_label_value(text)
+    return ",".join(f"{k}={v}" for k, v in labels.items())
+
+
+def select(trials: Sequence[Mapping[str, Any]], reports: Iterable[Any], metric: str,
+           direction: str, tuned: Sequence[str] | None = None) -> Selection:
+    outcomes = parse_outcomes(trials, reports)
+    best = select_best(outcomes, metric, direction)
+    return Selection(best, trial_table(outcomes, metric, direction, tuned), metric, direction)
+
+
+def export_best_model(selection: Selection, model_paths: Mapping[str, Path],
+                      destination: Path) -> Path:
+    """Copy the winner's SavedModel to ``destination`` with ``sweep.json`` beside it.
+
+    ``model_paths`` maps a trial's model URI to where its files are readable here.
+    The copy goes to a sibling directory first and is renamed into place, so a half
+    copy never looks like a model.
+    """
+    source = model_paths.get(selection.best.model_uri)
+    if source is None or not Path(source).is_dir():
+        raise FileNotFoundError(f"the model of {selection.best.trial_id} "
+                                f"({selection.best.model_uri}) is not readable here")
+    destination = Path(destination)
+    staging = destination.with_name(destination.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging)
+    (staging / SWEEP_FILE).write_text(json.dumps(selection.summary(), indent=2,
+                                                 default=str) + "\n")
+    if destination.exists():
+        shutil.rmtree(destination)
+    staging.rename(destination)
+    return destination
+
+
+def sweep_card_section(model_dir: Path) -> str:
+    """A model card section from ``sweep.json`` in ``model_dir``; empty when absent."""
+    path = Path(model_dir) / SWEEP_FILE
+    if not path.is_file():
+        return ""
+    summary = json.loads(path.read_text())
+    params = ", ".join(f"`{k}={v}`" for k, v in summary["hyperparameters"].items())
+    return ("\n## Hyperparameter sweep\n\n"
+            f"Best of {len(summary['trials'])} trials: **{summary['best_trial']}** "
+            f"({summary['metric']} {summary['best_value']:.4f} on the eval split, "
+            f"{summary['direction']}); {summary['failed']} trial(s) failed.\n\n"
+            f"Hyperparameters: {params}.\n\n"
+            + table_markdown(summary["trials"], summary["metric"], summary["direction"]))
+
+
+def as_dict(outcome: TrialOutcome) -> dict[str, Any]:
+    return asdict(outcome)

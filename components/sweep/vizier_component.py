@@ -1,0 +1,128 @@
+"""KFP shell of ``engine: vizier``: a Vertex AI hyperparameter tuning job, then selection."""
+
+from typing import NamedTuple
+
+from kfp import dsl
+from kfp.dsl import Artifact, Dataset, Input, Markdown, Model, Output
+
+from gkeflow.components.images import CPU_IMAGE, GPU_IMAGE
+
+
+@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+def tune_with_vizier(
+    dataset: Input[Dataset],
+    schema: Input[Artifact],
+    best_model: Output[Model],
+    trial_table: Output[Markdown],
+    trials: list,
+    spec: str,
+    pipeline_run_id: str,
+    pipeline_root: str,
+    metric: str = "eval_accuracy",
+    direction: str = "maximize",
+    tuned: str = "",
+    epochs: int = 20,
+    batch_size: int = 32,
+    learning_rate: float = 0.01,
+    model_type: str = "mlp",
+    hidden_units: str = "64,32",
+    dropout: float = 0.1,
+    early_stopping_patience: int = 5,
+    user_module: str = "",
+    require_gpu: bool = False,
+    trial_image: str = GPU_IMAGE,
+    service_account: str = "",
+    poll_s: float = 60.0,
+) -> NamedTuple("Selection", best_trial=str, best_value=float, hyperparameters=str,
+                table=str, labels=str):
+    """Runs the sweep's trials as one Vertex AI hyperparameter tuning job and picks the best.
+
+    The job is created once per pipeline run (a retry follows it); each trial runs the
+    suite's training code on its own machine and GPU and reports its eval-split metric.
+    Failed trials are listed; the step fails only when every trial failed.
+
+    Args:
+        dataset: Splits written by prepare_data (read through the /gcs mount).
+        schema: Schema written by prepare_data.
+        best_model: The winner's SavedModel with sweep.json beside it.
+        trial_table: Trials sorted by the metric, best first.
+        trials: Unused by Vizier (it chooses the points); kept so both engines share one
+            pipeline signature.
+        spec: Study, machine and scheduling, compiled from gkeflow.yaml's sweep section.
+        pipeline_run_id: Run id; names the job and keys its idempotent creation.
+        pipeline_root: gs:// pipeline root; trial outputs go under <root>/sweeps/<run>.
+        metric: eval_accuracy or eval_loss.
+        direction: maximize or minimize.
+        tuned: The hyperparameters the sweep varies, comma-separated.
+        epochs: Trials' epochs unless searched (likewise the next five).
+        batch_size: Examples per gradient step.
+        learning_rate: Adam learning rate.
+        model_type: mlp or wide_deep.
+        hidden_units: Hidden layer sizes, comma-separated.
+        dropout: Dropout rate.
+        early_stopping_patience: Epochs without improvement before a trial stops.
+        user_module: Your own model module; empty = built-in.
+        require_gpu: Trials fail instead of training on CPU when no GPU is visible.
+        trial_image: Image every trial runs in.
+        service_account: Service account of the trials; empty = the project's default.
+        poll_s: Seconds between status checks.
+
+    Returns:
+        best_trial: The winning trial's id.
+        best_value: Its metric on the eval split.
+        hyperparameters: Its hyperparameters (JSON).
+        table: The trial table (JSON rows, best first).
+        labels: The winner's trial id and hyperparameters as registry labels.
+    """
+    import json
+    import os
+    from collections import namedtuple
+    from pathlib import Path
+
+    from gkeflow.components._atomic import write_text_atomic
+    from gkeflow.components.sweep import vizier
+    from gkeflow.components.sweep.logic import (
+        export_best_model,
+        registry_labels,
+        select,
+        table_markdown,
+    )
+
+    del trials
+    project = os.environ.get("CLOUD_ML_PROJECT_ID", "")
+    location = os.environ.get("CLOUD_ML_REGION", os.environ.get("GOOGLE_CLOUD_REGION", ""))
+    if not project or not location:
+        raise RuntimeError("engine: vizier runs on Vertex AI Pipelines only (no project or "
+                           "region in the step's environment)")
+    output_uri = f"{pipeline_root.rstrip('/')}/sweeps/{vizier.label_value(pipeline_run_id)}"
+    body = vizier.build_job(
+        json.loads(spec), display_name=f"gkeflow-sweep-{pipeline_run_id}", image=trial_image,
+        dataset_uri=dataset.uri, schema_uri=schema.uri, output_uri=output_uri,
+        run_id=pipeline_run_id, user_module=user_module, require_gpu=require_gpu,
+        service_account=service_account,
+        fixed={"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
+               "model_type": model_type, "hidden_units": hidden_units, "dropout": dropout,
+               "early_stopping_patience": early_stopping_patience})
+    job = vizier.submit_and_wait(body, project, location, poll_s=poll_s,
+                                 on_state=lambda s: print(f"tuning job: {s}"))
+    found, reports = vizier.outcomes(job, metric)
+    selection = select(found, reports, metric, direction,
+                       [t for t in tuned.split(",") if t.strip()])
+    models = {r["model_uri"]: Path(vizier.fuse_path(r["model_uri"]))
+              for r in map(json.loads, reports)}
+    export_best_model(selection, models, Path(best_model.path))
+    summary = selection.summary()
+    best_model.metadata.update({
+        "framework": "tensorflow", "sweep_best_trial": summary["best_trial"],
+        "sweep_metric": metric, "sweep_best_value": summary["best_value"],
+        "hyperparameters": summary["hyperparameters"], "sweep_trials": summary["trials"],
+        "tuning_job": job.get("name", ""),
+    })
+    markdown = table_markdown(selection.rows, metric, direction)
+    write_text_atomic(Path(trial_table.path), markdown)
+    print(markdown)
+    outputs = namedtuple("Selection", ["best_trial", "best_value", "hyperparameters", "table",
+                                       "labels"])
+    return outputs(summary["best_trial"], float(summary["best_value"]),
+                   json.dumps(summary["hyperparameters"], sort_keys=True),
+                   json.dumps(selection.rows, default=str), registry_labels(selection))

@@ -1,0 +1,1 @@
+"""Pipelines built from gkeflow's components next to components of your own."""

@@ -1,0 +1,90 @@
+"""Checks of `gkeflow run` arguments before any step starts, and the short message a user
+sees when a step fails on their data or parameters (the traceback stays in the log)."""
+
+from __future__ import annotations
+
+import re
+
+
+class ParameterError(ValueError):
+    """A pipeline argument that cannot work; the message names it and the fix."""
+
+
+def validate_run_arguments(arguments: dict) -> None:
+    """ParameterError for the first argument that would make a step fail: split ratios,
+    the evaluation policy (``thresholds`` syntax, ``comparison_metric``), and for a local
+    file, the label, key, excluded and feature columns against its header."""
+    from gkeflow.components.prepare.logic import SplitRatios
+
+    try:
+        SplitRatios(arguments.get("train_ratio", 0.7), arguments.get("eval_ratio", 0.15),
+                    arguments.get("test_ratio", 0.15))
+    except ValueError as exc:
+        raise ParameterError(f"train_ratio/eval_ratio/test_ratio: {exc}") from None
+    _check_policy(arguments)
+    _check_columns(arguments)
+
+
+def _check_policy(arguments: dict) -> None:
+    from gkeflow.components.evaluate.logic import (
+        BlessingPolicy,
+        EvaluationError,
+        parse_thresholds,
+    )
+
+    try:
+        BlessingPolicy(
+            min_accuracy=arguments.get("min_accuracy", 0.8),
+            thresholds=tuple(parse_thresholds(arguments.get("thresholds", ""))),
+            comparison_metric=arguments.get("comparison_metric", "accuracy"),
+            regression_tolerance=arguments.get("regression_tolerance", 0.01),
+        )
+    except EvaluationError as exc:
+        raise ParameterError(str(exc)) from None
+
+
+def _check_columns(arguments: dict) -> None:
+    from gkeflow.components.prepare.infer import check_column_names
+    from gkeflow.components.prepare.sources import DataError, resolve_sources
+
+    data_uri = str(arguments.get("data_uri", ""))
+    if "://" in data_uri and not data_uri.startswith(("file://", "embedded://")):
+        return  # remote data: checked by the step itself
+    try:
+        sources = resolve_sources(data_uri)
+        header = sources[0].header()
+        check_column_names(header, arguments.get("label_column", ""),
+                           arguments.get("key_column", ""),
+                           arguments.get("exclude_columns", ""),
+                           arguments.get("feature_columns", ""))
+        if arguments.get("label_column") and arguments["label_column"] not in header:
+            raise DataError(f"label column {arguments['label_column']!r} not found; "
+                            f"available columns: {', '.join(header)}")
+    except DataError as exc:
+        raise ParameterError(str(exc)) from None
+
+
+#: Exceptions a step raises for problems in the data or the parameters: shown as their
+#: message alone (the traceback is in the run log, and shown with --debug).
+USER_ERRORS = ("DataError", "EvaluationError", "ParameterError", "ConfigError")
+_ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(" + "|".join(USER_ERRORS) + r"): (.*)$")
+
+
+def user_error(log_lines: list[str]) -> str | None:
+    """The message of the data or parameter error a step's log ends with, or None.
+
+    The message is the exception line and the lines after it (a message may hold
+    sample rows), up to the end of the traceback block.
+    """
+    lines = [line.rstrip() for line in log_lines]
+    for index in range(len(lines) - 1, -1, -1):
+        match = _ERROR_LINE.match(lines[index])
+        if match:
+            message = [match.group(2)]
+            for line in lines[index + 1:]:
+                if not line.strip() or line.lstrip().startswith(("Traceback", "ERROR", "INFO",
+                                                                 "WARNING")):
+                    break
+                message.append(line)
+            return "\n".join(message)
+    return None

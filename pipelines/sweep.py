@@ -1,0 +1,282 @@
+"""The sweep pipeline: prepare once -> trials in parallel -> best trial -> evaluate -> register.
+
+``build_sweep_pipeline(target, compute, sweep)`` reuses the training pipeline's components
+and compute helper: every trial is a ``train_model`` step with the ``train-model`` compute
+profile (its own GPU), fanned out with ``dsl.ParallelFor(parallelism=parallel_trials)``.
+``select_best_trial`` reads the trials' eval-split metrics through ``dsl.Collected`` and
+hands the winner's model to the same evaluation, champion gate and registration as
+training.
+
+A failed trial must not fail the sweep. kfp 2.17's local runner aborts a ParallelFor at
+its first failed iteration and fails the run even when a downstream task calls
+``ignore_upstream_failure()``; on the backends, collecting the outputs of failed
+iterations is not defined. So trials run ``train_model(continue_on_error=True)``: a
+training error is logged and reported as the trial's result (a preemption still fails
+the step, so its retry resumes from the trial's checkpoint), and the selection fails only
+when every trial failed.
+
+Each trial's checkpoints live under ``<root>/checkpoints/<run id>/<trial id>``: the trial
+id is passed as the task name, the part of the checkpoint location that differs per task.
+
+On Vertex AI with ``engine: vizier`` the trials run as one Vertex AI hyperparameter tuning
+job instead (:mod:`gkeflow.pipelines.vizier`), then the same selection logic, evaluation,
+gate and registration follow.
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+from kfp import dsl
+
+from gkeflow.components import (
+    evaluate_model,
+    fingerprint_data,
+    prepare_data,
+    register_model,
+    train_model,
+)
+from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
+from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
+from gkeflow.pipelines.sweep_config import SweepConfig, default_sweep, expand_trials
+from gkeflow.pipelines.training import DEFAULT_COMPUTE, DEFAULT_REGISTRY_URIS
+
+PIPELINE_NAME = "gkeflow-sweep"
+TRIAL_STEP = "train-model"  # trials use the training step's compute profile
+
+#: The training steps' defaults plus the selection steps, in pipeline order. Trials use the
+#: ``train-model`` profile, so ``compute: train-model`` in gkeflow.yaml sizes each trial.
+SWEEP_COMPUTE: Mapping[str, ComputeProfile] = {
+    # Preparation is cached on the data's run-time fingerprint, as in training.
+    "fingerprint-data": DEFAULT_COMPUTE["fingerprint-data"],
+    "prepare-data": DEFAULT_COMPUTE["prepare-data"],
+    TRIAL_STEP: DEFAULT_COMPUTE[TRIAL_STEP],
+    "select-best-trial": ComputeProfile(cpu="1", memory="4G", caching=False, timeout_s=1800),
+    "tune-with-vizier": ComputeProfile(cpu="1", memory="2G", caching=False),
+    "evaluate-model": DEFAULT_COMPUTE["evaluate-model"],
+    "register-model": DEFAULT_COMPUTE["register-model"],
+}
+
+STEP_DISPLAY_NAMES = {
+    "fingerprint-data": "Fingerprint data",
+    "prepare-data": "Prepare data",
+    "train-model": "Train trial",
+    "select-best-trial": "Select best trial",
+    "tune-with-vizier": "Tune with Vertex AI Vizier",
+    "evaluate-model": "Evaluate best trial",
+    "register-model": "Register best trial",
+}
+
+
+def _components() -> dict[str, Any]:
+    from gkeflow.components.sweep.component import select_best_trial
+    from gkeflow.components.sweep.vizier_component import tune_with_vizier
+
+    return {"fingerprint-data": fingerprint_data, "prepare-data": prepare_data,
+            "train-model": train_model,
+            "select-best-trial": select_best_trial, "tune-with-vizier": tune_with_vizier,
+            "evaluate-model": evaluate_model, "register-model": register_model}
+
+
+def step_images() -> dict[str, str]:
+    return {step: c.component_spec.implementation.container.image
+            for step, c in _components().items()}
+
+
+def resolve_sweep_compute(target: str, compute: Mapping[str, ComputeProfile] | None = None,
+                          engine: str = "kfp") -> dict[str, ComputeProfile]:
+    """The sweep's per-step profiles (its defaults, then ``compute``), validated for ``target``."""
+    from gkeflow.components.images import IMAGES
+
+    unknown = sorted(set(compute or {}) - set(SWEEP_COMPUTE))
+    if unknown:
+        raise ComputeError(f"unknown step(s) {', '.join(unknown)}; steps are "
+                           f"{', '.join(SWEEP_COMPUTE)}")
+    profiles = {**SWEEP_COMPUTE, **(compute or {})}
+    drop = "select-best-trial" if uses_vizier(target, engine) else "tune-with-vizier"
+    profiles.pop(drop)
+    gpu_images = {step: IMAGES.get(image) for step, image in step_images().items()}
+    validate_profiles(profiles, target, gpu_images)
+    return profiles
+
+
+def uses_vizier(target: str, engine: str) -> bool:
+    """Vizier runs trials only on Vertex AI; GKE and local runs fan out with ParallelFor."""
+    return engine == "vizier" and target == "vertex"
+
+
+def build_sweep_pipeline(target: str = "local",
+                         compute: Mapping[str, ComputeProfile] | None = None,
+                         sweep: SweepConfig | None = None):
+    """Define ``sweep_pipeline`` for ``target``: trials expanded from ``sweep`` (default:
+    :func:`default_sweep`), each step's compute validated and applied."""
+    sweep = sweep or default_sweep()
+    vizier = uses_vizier(target, sweep.engine)
+    profiles = resolve_sweep_compute(target, compute, sweep.engine)
+    trials_default = expand_trials(sweep)
+    tuned = ",".join(sweep.tuned)
+    if target == "vertex":
+        from gkeflow.components.register.vertex_component import register_model as register_step
+    else:
+        register_step = register_model
+    default_registry_uri = DEFAULT_REGISTRY_URIS.get(target, DEFAULT_REGISTRY_URIS["local"])
+    require_gpu = target != "local" and profiles[TRIAL_STEP].uses_gpu
+    components = _components()
+
+    def configure(task: dsl.PipelineTask, step: str) -> dsl.PipelineTask:
+        task.set_display_name(STEP_DISPLAY_NAMES[step])
+        return apply_compute(task, profiles[step], target)
+
+    @dsl.pipeline(name=PIPELINE_NAME)
+    def sweep_pipeline(
+        data_uri: str = EMBEDDED_PENGUINS,
+        label_column: str = "species",
+        train_ratio: float = 0.7,
+        eval_ratio: float = 0.15,
+        test_ratio: float = 0.15,
+        trials: list = trials_default,
+        metric: str = sweep.metric,
+        direction: str = sweep.direction,
+        epochs: int = 20,
+        batch_size: int = 32,
+        learning_rate: float = 0.01,
+        model_type: str = "mlp",
+        hidden_units: str = "64,32",
+        dropout: float = 0.1,
+        early_stopping_patience: int = 5,
+        user_module: str = "",
+        model_name: str = "penguins-classifier",
+        min_accuracy: float = 0.8,
+        registry_uri: str = default_registry_uri,
+        comparison_metric: str = "accuracy",
+        regression_tolerance: float = 0.01,
+        thresholds: str = "",
+        slice_columns: str = "",
+        positive_class: str = "",
+    ):
+        """Trains one model per trial in parallel, then evaluates and registers the best.
+
+        Args:
+            data_uri: CSV to train on; embedded://penguins is the bundled Palmer Penguins data.
+            label_column: Column holding the class to predict.
+            train_ratio: Fraction of rows for training.
+            eval_ratio: Fraction of rows for validation; trials are compared on it.
+            test_ratio: Fraction of rows held out for the final evaluation of the best trial.
+            trials: One dict per trial: trial_id and the searched hyperparameters
+                (`sweep:` in gkeflow.yaml generates them; every trial has the same keys).
+            metric: Eval-split metric the trials are compared on: eval_accuracy or eval_loss.
+            direction: maximize or minimize the metric.
+            epochs: Maximum passes over the training split, unless searched.
+            batch_size: Examples per gradient step, unless searched.
+            learning_rate: Adam learning rate, unless searched.
+            model_type: Built-in model family (mlp or wide_deep), unless searched.
+            hidden_units: Hidden layer sizes, comma-separated, unless searched.
+            dropout: Dropout rate after each hidden layer, unless searched.
+            early_stopping_patience: Epochs without eval-loss improvement before a trial
+                stops (0 = off), unless searched.
+            user_module: Your own model: a module with build_model(schema, hparams);
+                empty = built-in.
+            model_name: Name under which the best model is registered.
+            min_accuracy: Test accuracy required before the best model is registered.
+            registry_uri: Model registry: sqlite:///<path> (embedded),
+                vertex://projects/<p>/locations/<l> or kubeflow://host:port.
+            comparison_metric: Metric on which the best model must not regress against the
+                registry's champion.
+            regression_tolerance: How far the best model may fall behind the champion.
+            thresholds: Further absolute requirements, e.g. "f1_macro>=0.8"; empty for none.
+            slice_columns: Categorical columns to slice test metrics by, comma-separated.
+            positive_class: Class whose ROC curve is shown; empty means the last label.
+        """
+        fingerprint = configure(fingerprint_data(data_uri=data_uri), "fingerprint-data")
+        prepare = configure(prepare_data(
+            data_uri=data_uri, label_column=label_column, train_ratio=train_ratio,
+            eval_ratio=eval_ratio, test_ratio=test_ratio,
+            data_fingerprint=fingerprint.outputs["data"]), "prepare-data")
+        if vizier:
+            best = configure(components["tune-with-vizier"](
+                dataset=prepare.outputs["dataset"], schema=prepare.outputs["schema"],
+                trials=trials, metric=metric, direction=direction, tuned=tuned,
+                epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
+                model_type=model_type, hidden_units=hidden_units, dropout=dropout,
+                early_stopping_patience=early_stopping_patience,
+                user_module=user_module, require_gpu=require_gpu,
+                spec=_vizier_spec(sweep, profiles[TRIAL_STEP]), trial_image=_trial_image(),
+                pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
+            ), "tune-with-vizier")
+        else:
+            with dsl.ParallelFor(items=trials, parallelism=sweep.parallel_trials,
+                                 name="trials") as trial:
+                fixed = {"epochs": epochs, "batch_size": batch_size,
+                         "learning_rate": learning_rate, "model_type": model_type,
+                         "hidden_units": hidden_units, "dropout": dropout,
+                         "early_stopping_patience": early_stopping_patience}
+                hparams = {name: getattr(trial, name) if name in sweep.parameters else value
+                           for name, value in fixed.items()}
+                train = configure(train_model(
+                    dataset=prepare.outputs["dataset"],
+                    schema=prepare.outputs["schema"],
+                    **hparams,
+                    user_module=user_module,
+                    require_gpu=require_gpu,
+                    checkpoint_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
+                    pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                    task_name=trial.trial_id,
+                    continue_on_error=True,
+                ), TRIAL_STEP)
+            best = configure(components["select-best-trial"](
+                trials=trials,
+                reports=dsl.Collected(train.outputs["Output"]),
+                models=dsl.Collected(train.outputs["model"]),
+                metric=metric,
+                direction=direction,
+                tuned=tuned,
+            ), "select-best-trial")
+        evaluate = configure(evaluate_model(
+            dataset=prepare.outputs["dataset"],
+            schema=prepare.outputs["schema"],
+            model=best.outputs["best_model"],
+            min_accuracy=min_accuracy,
+            model_name=model_name,
+            registry_uri=registry_uri,
+            comparison_metric=comparison_metric,
+            regression_tolerance=regression_tolerance,
+            thresholds=thresholds,
+            slice_columns=slice_columns,
+            positive_class=positive_class,
+        ), "evaluate-model")
+        evaluate.set_caching_options(False)
+        with dsl.If(evaluate.outputs["Output"] == True, name="model-blessed"):  # noqa: E712
+            configure(register_step(
+                model=best.outputs["best_model"],
+                metrics=evaluate.outputs["metrics"],
+                model_name=model_name,
+                pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                pipeline_task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
+                registry_uri=registry_uri,
+                labels=best.outputs["labels"],
+                data_uri=data_uri,
+            ), "register-model")
+
+    return sweep_pipeline
+
+
+def _vizier_spec(sweep: SweepConfig, profile: ComputeProfile) -> str:
+    from gkeflow.pipelines.vizier import tuning_spec
+
+    return tuning_spec(sweep, profile)
+
+
+def _trial_image() -> str:
+    """The GPU image Vizier trials run in, pinned to its digest when the lock file has one."""
+    from gkeflow.components.images import GPU_IMAGE, load_lock, pin
+
+    return pin(GPU_IMAGE, load_lock())
+
+
+def sweep_plan(sweep: SweepConfig, profiles: Mapping[str, ComputeProfile]) -> dict[str, int]:
+    """Trial count, GPUs per trial and the most GPUs in use at once."""
+    trials = sweep.trial_count()
+    per_trial = profiles[TRIAL_STEP].accelerator_count if profiles[TRIAL_STEP].uses_gpu else 0
+    at_once = min(sweep.parallel_trials, trials)
+    return {"trials": trials, "parallel_trials": at_once, "gpus_per_trial": per_trial,
+            "max_gpus_at_once": per_trial * at_once}

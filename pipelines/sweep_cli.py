@@ -1,0 +1,198 @@
+"""``gkeflow run --pipeline sweep`` and the sweep parts of ``gkeflow plan``.
+
+Kept apart from :mod:`gkeflow.pipelines.cli` so the command module only dispatches.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+
+def sweep_options(func):
+    """Flags of ``gkeflow run`` that shape a sweep (ignored by the other pipelines)."""
+    options = [
+        click.option("--sweep-param", "sweep_params", multiple=True, metavar="NAME=SPEC",
+                     help="(sweep) A searched hyperparameter, repeatable: NAME=a,b,c (choice; "
+                          "';' separates hidden_units choices), NAME=uniform:LO:HI, "
+                          "NAME=loguniform:LO:HI or NAME=int:LO:HI[:STEP]. Replaces the "
+                          "same name in gkeflow.yaml's sweep: section."),
+        click.option("--search", "algorithm", type=click.Choice(["grid", "random"]),
+                     help="(sweep) Grid over every combination, or seeded random sampling."),
+        click.option("--max-trials", type=click.IntRange(1, 100),
+                     help="(sweep) Number of trials (random), or the cap on the grid."),
+        click.option("--parallel-trials", type=click.IntRange(1, 100),
+                     help="(sweep) Trials running at once (each on its own GPU remotely)."),
+        click.option("--metric", type=click.Choice(["eval_accuracy", "eval_loss"]),
+                     help="(sweep) Eval-split metric trials are compared on."),
+        click.option("--direction", type=click.Choice(["maximize", "minimize"]),
+                     help="(sweep) Default: maximize accuracy, minimize loss."),
+        click.option("--seed", type=int, help="(sweep) Seed of the random search."),
+        click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+                     help="(sweep) gkeflow.yaml with a sweep: section. Default: ./gkeflow.yaml "
+                          "when it exists."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def resolve_sweep(config_path: Path | None = None, sweep_params: tuple[str, ...] = (),
+                  algorithm: str | None = None, max_trials: int | None = None,
+                  parallel_trials: int | None = None, metric: str | None = None,
+                  direction: str | None = None, seed: int | None = None):
+    """The search space: gkeflow.yaml's ``sweep:`` (or the default one), then the flags."""
+    from gkeflow.pipelines.config import ConfigError, load_config
+    from gkeflow.pipelines.sweep_config import SweepError, default_sweep, sweep_from_flags
+
+    try:
+        configured = load_config(config_path).sweep
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if configured is None and not sweep_params:
+        configured = default_sweep()
+    try:
+        return sweep_from_flags(configured, sweep_params, algorithm, max_trials,
+                                parallel_trials, metric, direction, seed)
+    except SweepError as exc:
+        raise click.BadParameter(str(exc), param_hint="--sweep-param") from None
+
+
+def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate, train_ratio,
+              eval_ratio, test_ratio, model_name, min_accuracy, model_type, user_module,
+              params, no_cache, verbose, config_path=None, sweep_params=(), algorithm=None,
+              max_trials=None, parallel_trials=None, metric=None, direction=None, seed=None,
+              **_ignored: Any) -> None:
+    """Run the sweep pipeline locally; print the trial table and what was registered."""
+    from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS, SplitRatios
+    from gkeflow.pipelines.cli import REGISTRY_FILE, _default_model_name, _print_run_summary
+    from gkeflow.pipelines.local import LocalRunError, run_local
+    from gkeflow.pipelines.sweep import build_sweep_pipeline
+
+    if data and not label:
+        raise click.UsageError("--label is required with --data: name the column to predict.")
+    if data and not Path(data).is_file():
+        raise click.BadParameter(f"no such file: {data}", param_hint="--data")
+    try:
+        SplitRatios(train_ratio, eval_ratio, test_ratio)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--train-ratio/--eval-ratio/--test-ratio"
+                                 ) from exc
+    sweep = resolve_sweep(config_path, sweep_params, algorithm, max_trials, parallel_trials,
+                          metric, direction, seed)
+    pipeline = build_sweep_pipeline("local", sweep=sweep)
+    output = Path(output).resolve()
+    arguments: dict[str, Any] = {
+        "data_uri": str(Path(data).resolve()) if data else EMBEDDED_PENGUINS,
+        "label_column": label or "species",
+        "train_ratio": train_ratio, "eval_ratio": eval_ratio, "test_ratio": test_ratio,
+        "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
+        "model_type": model_type,
+        "model_name": model_name or _default_model_name(data),
+        "min_accuracy": min_accuracy,
+        "registry_uri": f"sqlite:///{output / REGISTRY_FILE}",
+    }
+    if user_module:
+        if user_module.endswith(".py") and not Path(user_module).is_file():
+            raise click.BadParameter(f"no such file: {user_module}", param_hint="--user-module")
+        arguments["user_module"] = (str(Path(user_module).resolve())
+                                    if user_module.endswith(".py") else user_module)
+    arguments.update(pipeline_params(pipeline, params))
+    trials = arguments.get("trials") or pipeline.component_spec.inputs["trials"].default
+    console.print(f"[bold]gkeflow run[/bold]: sweep of {len(trials)} trial(s), "
+                  f"{sweep.parallel_trials} at a time ({sweep.algorithm} search over "
+                  f"{', '.join(sweep.tuned)}; {sweep.direction} {sweep.metric}) on "
+                  f"{data or 'the bundled Palmer Penguins data'} "
+                  f"(label: {arguments['label_column']})")
+
+    def on_event(step) -> None:
+        if step.status == "RUNNING":
+            console.print(f"  [cyan]…[/cyan] {step.name} started")
+        else:
+            mark = "[green]✓[/green]" if step.status == "SUCCESS" else "[red]✗[/red]"
+            console.print(f"  {mark} {step.name} {step.status.lower()} in {step.duration_s:.1f}s")
+
+    try:
+        result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
+                           enable_caching=not no_cache, pipeline=pipeline)
+    except LocalRunError as exc:
+        raise click.ClickException(str(exc)) from exc
+    print_trial_table(console, result)
+    _print_run_summary(console, result, arguments)
+    if not result.ok:
+        sys.exit(1)
+
+
+def pipeline_params(pipeline, options: tuple[str, ...]) -> dict:
+    """``KEY=VALUE`` options as typed arguments of ``pipeline`` (lists and dicts as JSON)."""
+    inputs = pipeline.component_spec.inputs
+    casts = {"Integer": int, "Float": float, "String": str, "List": json.loads,
+             "Dict": json.loads,
+             "Boolean": lambda v: {"true": True, "false": False}[v.lower()]}
+    values = {}
+    for option in options:
+        key, sep, raw = option.partition("=")
+        key = key.strip()
+        if not sep or key not in inputs:
+            raise click.BadParameter(
+                f"{option!r}: expected KEY=VALUE with KEY one of {', '.join(inputs)}",
+                param_hint="--param")
+        try:
+            values[key] = casts.get(inputs[key].type, str)(raw.strip())
+        except (ValueError, KeyError) as exc:
+            raise click.BadParameter(f"{key} must be of type {inputs[key].type}; got {raw!r}",
+                                     param_hint="--param") from exc
+    return values
+
+
+def print_trial_table(console, result) -> None:
+    """The trial table the selection step wrote, best first (nothing when it did not run)."""
+    from rich.table import Table
+
+    rows = json.loads(result.parameter_outputs("select-best-trial").get("table") or "[]")
+    if not rows:
+        failed = [line for step in result.steps if step.name == "select-best-trial"
+                  for line in step.error_lines(3)]
+        if failed:
+            console.print("\n".join(failed), markup=False, soft_wrap=True)
+        return
+    console.print()
+    metric = next(k for k in rows[0] if k not in ("rank", "trial_id", "status"))
+    table = Table(title=f"Trials by {metric}, best first", title_justify="left")
+    columns = [c for c in rows[0] if c != "error" or any(r.get("error") for r in rows)]
+    for column in columns:
+        table.add_column(column, justify="right" if column in ("rank", metric) else "left")
+    for row in rows:
+        cells = []
+        for column in columns:
+            value = row.get(column)
+            cells.append("" if value is None else f"{value:.4f}" if column == metric
+                         else str(value))
+        table.add_row(*cells)
+    console.print(table)
+    best = rows[0]
+    console.print(f"Best trial: [bold]{best['trial_id']}[/bold] ({metric} "
+                  f"{best[metric]:.4f})")
+    model_dir = result.output_dir("select-best-trial", "best_model")
+    if model_dir:
+        console.print(f"Best model: {model_dir} (with sweep.json)", markup=False)
+
+
+def plan_lines(sweep, profiles, target: str) -> list[str]:
+    """What `gkeflow plan sweep` adds below the step table."""
+    from gkeflow.pipelines.sweep import sweep_plan, uses_vizier
+
+    figures = sweep_plan(sweep, profiles)
+    engine = ("Vertex AI hyperparameter tuning job (Vizier)" if uses_vizier(target, sweep.engine)
+              else "ParallelFor")
+    return [
+        f"sweep: {figures['trials']} trial(s), {sweep.algorithm} search over "
+        f"{', '.join(sweep.tuned)}; best by {sweep.metric} ({sweep.direction}); {engine}",
+        f"sweep: {figures['gpus_per_trial']} GPU(s) per trial, at most "
+        f"{figures['parallel_trials']} trial(s) at once = at most "
+        f"{figures['max_gpus_at_once']} GPU(s) in use at once",
+    ]

@@ -1,0 +1,85 @@
+"""`gkeflow run --data` takes what prepare takes; an unchanged input reuses preparation and
+training, a changed one never does; `models list --output`; `--require-registered`;
+`compile` writes into the current directory."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gkeflow.pipelines.run_inputs import RunInputError, default_model_name, resolve_data_uri
+from tests.cli.test_cli import gkeflow
+from tests.conftest import make_churn_csv
+
+
+def test_data_uris_are_checked_and_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / "a.csv").write_text("x,y\n1,a\n")
+    assert resolve_data_uri("parts/*.csv") == str(tmp_path / "parts" / "*.csv")
+    assert resolve_data_uri("parts") == str(tmp_path / "parts")
+    for uri in ("gs://bucket/data/*.csv.gz", "bq://proj.ds.table", "embedded://penguins"):
+        assert resolve_data_uri(uri) == uri
+    for bad, message in (("parts/*.parquet", "no files match"), ("missing.csv", "not found"),
+                         ("gs:///x", "malformed Cloud Storage URI"),
+                         ("bq://proj.table", "malformed BigQuery URI"),
+                         ("s3://b/k", "unsupported URI scheme")):
+        with pytest.raises(RunInputError, match=message):
+            resolve_data_uri(bad)
+    assert default_model_name("data/customer churn.csv") == "customer-churn-classifier"
+    assert default_model_name("data/parts/*.csv.gz") == "parts-classifier"
+    assert default_model_name("bq://proj.ds.sales_2024") == "sales-2024-classifier"
+
+
+def test_unmatched_glob_is_a_usage_error_before_any_step(tmp_path):
+    result = gkeflow("run", "--data", str(tmp_path / "nothing-*.csv"), "--label", "y",
+                     "--output", str(tmp_path / "out"))
+    assert result.returncode == 2 and "no files match" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_compile_writes_compiled_in_the_current_directory(tmp_path):
+    result = gkeflow("compile", "--target", "vertex", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "compiled" / "training.vertex.yaml").is_file()
+
+
+def _statuses(stdout: str) -> dict[str, str]:
+    return dict(re.findall(r"[✓✗] (\S+) (success|cached|failure)", stdout))
+
+
+@pytest.mark.slow
+def test_unchanged_data_reuses_prepare_and_train_changed_data_never_does(tmp_path):
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    header, *rows = make_churn_csv(tmp_path / "all.csv", rows=300).read_text().splitlines()
+    for index in range(2):
+        (parts / f"part-{index}.csv").write_text(
+            "\n".join([header, *rows[index::2]]) + "\n")
+    base = ("run", "--data", str(parts / "*.csv"), "--label", "status", "--epochs", "1",
+            "--output", str(tmp_path / "out"))
+
+    cold = gkeflow(*base, "--min-accuracy", "0")
+    assert cold.returncode == 0, cold.stdout[-2000:] + cold.stderr
+    assert _statuses(cold.stdout) == {"fingerprint-data": "success", "prepare-data": "success",
+                                      "train-model": "success", "evaluate-model": "success",
+                                      "register-model": "success"}
+    listed = gkeflow("models", "list", "--output", str(tmp_path / "out"))
+    assert listed.returncode == 0 and "parts-classifier" in listed.stdout
+
+    # Same bytes: preparation and training are served from cache, evaluation is not; the
+    # gate (accuracy 1.0 after one epoch) blocks registration -> exit 3.
+    warm = gkeflow(*base, "--min-accuracy", "1", "--require-registered")
+    assert warm.returncode == 3, warm.stdout[-2000:] + warm.stderr
+    assert _statuses(warm.stdout) == {"fingerprint-data": "success", "prepare-data": "cached",
+                                      "train-model": "cached", "evaluate-model": "success"}
+    assert "NOT REGISTERED" in warm.stdout
+
+    # One row changed in one file: nothing downstream of the data is reused.
+    part = parts / "part-1.csv"
+    part.write_text(part.read_text().replace("stayed", "churned", 1))
+    changed = gkeflow(*base, "--min-accuracy", "0")
+    assert changed.returncode == 0, changed.stdout[-2000:] + changed.stderr
+    statuses = _statuses(changed.stdout)
+    assert statuses["prepare-data"] == "success" and statuses["train-model"] == "success"

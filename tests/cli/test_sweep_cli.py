@@ -1,0 +1,43 @@
+"""`gkeflow run --pipeline sweep` errors and `gkeflow plan sweep`, through the console script."""
+
+from __future__ import annotations
+
+from tests.cli.test_cli import gkeflow
+
+
+def test_plan_sweep_shows_trials_gpus_per_trial_and_at_once(tmp_path):
+    (tmp_path / "gkeflow.yaml").write_text(
+        "sweep:\n  max_trials: 6\n  parallel_trials: 3\n  parameters:\n"
+        "    learning_rate: {type: loguniform, min: 0.0001, max: 0.1}\n")
+    result = gkeflow("plan", "sweep", "--target", "vertex", "--compute",
+                     "train-model.accelerator_count=2", "--compute", "train-model.cpu=14",
+                     "--compute", "train-model.memory=52G", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "select-best-trial" in result.stdout and "NVIDIA_TESLA_T4" in result.stdout
+    assert "sweep: 6 trial(s), random search over learning_rate" in result.stdout
+    assert ("sweep: 2 GPU(s) per trial, at most 3 trial(s) at once = at most 6 GPU(s) in use "
+            "at once") in result.stdout
+
+
+def test_invalid_sweeps_are_reported_before_anything_runs(tmp_path):
+    bad_flag = gkeflow("run", "--pipeline", "sweep", "--sweep-param", "momentum=0.1,0.9",
+                       "--output", str(tmp_path / "out"), cwd=tmp_path)
+    assert bad_flag.returncode == 2
+    assert "sweep.parameters.momentum: not a tunable hyperparameter" in bad_flag.stderr
+    assert "Traceback" not in bad_flag.stderr and not (tmp_path / "out").exists()
+    (tmp_path / "gkeflow.yaml").write_text(
+        "sweep:\n  algorithm: grid\n  parameters:\n"
+        "    learning_rate: {type: uniform, min: 0.001, max: 0.1}\n")
+    bad_file = gkeflow("run", "--pipeline", "sweep", "--output", str(tmp_path / "out"),
+                       cwd=tmp_path)
+    assert bad_file.returncode == 1
+    assert "gkeflow.yaml: sweep: parameters.learning_rate: a uniform range has no grid" in (
+        bad_file.stderr)
+    plan = gkeflow("plan", "sweep", cwd=tmp_path)
+    assert plan.returncode == 1 and "a uniform range has no grid" in plan.stderr
+
+
+def test_run_help_lists_the_pipelines_and_sweep_flags():
+    result = gkeflow("run", "--help")
+    assert result.returncode == 0
+    assert "[training|prediction|sweep]" in result.stdout and "--sweep-param" in result.stdout

@@ -1,0 +1,25 @@
+"""Reading the Vertex AI CustomJob a compiled training step launches."""
+
+from __future__ import annotations
+
+import json
+
+
+def custom_job_payload(document: dict, task: str = "train-model") -> dict | None:
+    """The CustomJob payload of ``task``'s launcher in a compiled Vertex document; None if the
+    step runs as a plain pipeline step."""
+    container = document["deploymentSpec"]["executors"][f"exec-{task}"]["container"]
+    args = list(container.get("args", []))
+    if "--payload" not in args:
+        return None
+    return json.loads(args[args.index("--payload") + 1])
+
+
+def strict_custom_job(payload: dict):
+    """``payload`` parsed as ``aiplatform_v1.CustomJob`` with unknown fields rejected."""
+    from google.cloud import aiplatform_v1
+    from google.protobuf import json_format
+
+    message = aiplatform_v1.CustomJob.pb(aiplatform_v1.CustomJob())
+    json_format.ParseDict(payload, message, ignore_unknown_fields=False)
+    return aiplatform_v1.CustomJob.wrap(message)

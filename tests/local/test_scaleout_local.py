@@ -1,0 +1,42 @@
+"""`gkeflow run --compute train-model.replicas=2`: two worker processes on loopback train with
+MultiWorkerMirroredStrategy inside the real kfp.local pipeline; evaluation reads the chief's
+model; the summary and the model metadata name the strategy and the worker count."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from gkeflow.components.train.logic import ExportedModel
+from gkeflow.pipelines.cli import main
+
+
+@pytest.mark.slow
+def test_run_with_two_local_workers(tmp_path):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, [
+        "run", "--output", str(out), "--epochs", "1", "--no-cache",
+        "--compute", "train-model.replicas=2"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "Training:  MultiWorkerMirroredStrategy over 2 workers" in result.output
+    [run_dir] = (out / "runs").glob("gkeflow-training-*")
+    executor = json.loads((run_dir / "train-model" / "executor_output.json").read_text())
+    model = executor["artifacts"]["model"]["artifacts"][0]["metadata"]
+    assert model["strategy"] == "MultiWorkerMirroredStrategy over 2 workers"
+    assert model["workers"] == 2 and model["engine"] == "local processes"
+    metrics = executor["artifacts"]["metrics"]["artifacts"][0]["metadata"]
+    assert metrics["workers"] == 2 and metrics["examples_per_s"] > 0
+    exported = ExportedModel(run_dir / "train-model" / "model")
+    assert exported.predict_rows([{"island": "Biscoe", "bill_length_mm": 45.0}])
+    assert not list((run_dir / "train-model" / "model").glob("_GKEFLOW_COMPLETE*"))
+    assert (run_dir / "evaluate-model").is_dir() and (run_dir / "register-model").is_dir()
+
+
+def test_invalid_replicas_is_a_short_error_before_any_step(tmp_path):
+    result = CliRunner().invoke(main, ["run", "--output", str(tmp_path / "o"),
+                                       "--compute", "train-model.replicas=0"])
+    assert result.exit_code != 0
+    assert "replicas must be >= 1" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "o" / "runs").exists()

@@ -1,0 +1,47 @@
+"""`gkeflow run` checks before the first step, and the short message of a failed step."""
+
+from __future__ import annotations
+
+import pytest
+
+from gkeflow.pipelines.run_checks import ParameterError, user_error, validate_run_arguments
+
+
+def _arguments(path, **changes) -> dict:
+    return {"data_uri": str(path), "label_column": "y", "train_ratio": 0.7,
+            "eval_ratio": 0.15, "test_ratio": 0.15, "min_accuracy": 0.8, **changes}
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"train_ratio": 0.9}, "train_ratio/eval_ratio/test_ratio: split ratios must sum to 1"),
+    ({"thresholds": "f1_macro=>0.8"}, "invalid threshold 'f1_macro=>0.8'"),
+    ({"thresholds": "speed>=1"}, "unknown metric 'speed'"),
+    ({"comparison_metric": "speed"}, "unknown comparison_metric 'speed'"),
+    ({"label_column": "Y"}, "label_column: unknown column(s) 'Y'; available columns: "
+                            "id, x, y"),
+    ({"key_column": "ID"}, "key_column: unknown column(s) 'ID'"),
+    ({"exclude_columns": "x,z"}, "exclude_columns: unknown column(s) 'z'"),
+    ({"feature_columns": "y"}, "feature_columns names the label column 'y'"),
+])
+def test_bad_arguments_are_named_before_any_step(write_csv, changes, message):
+    path = write_csv(b"\xef\xbb\xbfid,x,y\n1,2,a\n")
+    with pytest.raises(ParameterError) as err:
+        validate_run_arguments(_arguments(path, **changes))
+    assert message in str(err.value)
+
+
+def test_good_arguments_pass(write_csv):
+    path = write_csv("id,x,y\n1,2,a\n")
+    validate_run_arguments(_arguments(path, key_column="id", exclude_columns="x",
+                                      thresholds="f1_macro>=0.5", comparison_metric="f1_macro"))
+
+
+def test_user_error_is_the_exception_message_without_traceback():
+    log = ["Traceback (most recent call last):", '  File "x.py", line 1, in <module>',
+           "    prepare()",
+           "gkeflow.components.prepare.sources.DataError: 9 of 10 rows rejected (90.0%)",
+           "sample rows:", "  expected 4 columns, got 3: a,b,c", "",
+           "ERROR: task failed"]
+    assert user_error(log) == ("9 of 10 rows rejected (90.0%)\nsample rows:\n"
+                               "  expected 4 columns, got 3: a,b,c")
+    assert user_error(["Traceback (most recent call last):", "KeyError: 'x'"]) is None

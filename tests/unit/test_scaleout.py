@@ -1,0 +1,151 @@
+"""Scale-out building blocks without a cluster: TF_CONFIG from host names and index, JobSet
+names and manifests, JobSet states, Vertex AI machine and scheduling choices."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from gkeflow.components.scaleout import cluster
+from gkeflow.components.scaleout import jobset as js
+from gkeflow.components.scaleout.worker import train_params
+from gkeflow.components.train.devices import is_chief, workers_in_tf_config
+from gkeflow.pipelines.compute import ComputeError, ComputeProfile
+from gkeflow.pipelines.engines import gke, training_engine, vertex
+from gkeflow.pipelines.training import DEFAULT_COMPUTE
+from tests.integration.fake_kube import validate_jobset
+
+TRAIN = DEFAULT_COMPUTE["train-model"]
+
+
+def test_jobset_host_names_follow_the_jobset_naming_scheme():
+    assert cluster.jobset_hosts("js", 3) == [
+        "js-worker-0-0.js:2222", "js-worker-0-1.js:2222", "js-worker-0-2.js:2222"]
+    assert cluster.jobset_hosts("js", 1, subdomain="net", port=1)[0] == "js-worker-0-0.net:1"
+    with pytest.raises(ValueError, match="replicas must be >= 1"):
+        cluster.jobset_hosts("js", 0)
+
+
+def test_each_pod_builds_its_tf_config_from_the_hosts_and_its_completion_index():
+    hosts = cluster.jobset_hosts("js", 2)
+    configs = [cluster.tf_config_from_env({cluster.HOSTS_ENV: ",".join(hosts),
+                                           cluster.COMPLETION_INDEX_ENV: str(i)})
+               for i in range(2)]
+    for index, config in enumerate(configs):
+        parsed = json.loads(config)
+        assert parsed == {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": index}}
+        assert workers_in_tf_config(config) == 2
+    assert [is_chief(c) for c in configs] == [True, False]
+    # a local worker names its index explicitly; an existing TF_CONFIG (Vertex AI) is kept
+    local = cluster.tf_config_from_env({cluster.HOSTS_ENV: "127.0.0.1:1,127.0.0.1:2",
+                                        cluster.INDEX_ENV: "1"})
+    assert json.loads(local)["task"]["index"] == 1
+    assert cluster.tf_config_from_env({"TF_CONFIG": "{}", cluster.HOSTS_ENV: "a:1"}) == "{}"
+    assert cluster.tf_config_from_env({}) == ""
+
+
+def test_a_worker_without_an_index_or_outside_the_cluster_is_a_clear_error():
+    with pytest.raises(ValueError, match="JOB_COMPLETION_INDEX"):
+        cluster.tf_config_from_env({cluster.HOSTS_ENV: "a:1,b:1"})
+    with pytest.raises(ValueError, match="outside 0..1"):
+        cluster.tf_config(["a:1", "b:1"], 2)
+
+
+def test_jobset_name_is_stable_per_run_and_task_and_keeps_host_names_dns_labels():
+    name = js.jobset_name("run-1", "train-model")
+    assert name == js.jobset_name("run-1", "train-model")
+    assert name != js.jobset_name("run-1", "train-model-2") != js.jobset_name("run-2",
+                                                                               "train-model")
+    longest_host = cluster.jobset_hosts(name, 1000)[-1].split(".")[0]
+    assert len(longest_host) <= 63 and re.fullmatch(r"[a-z0-9-]+", longest_host)
+
+
+def test_finished_manifest_is_valid_and_leaves_the_template_untouched():
+    template = gke.jobset_template(TRAIN.with_overrides(replicas=4), "img:1")
+    before = json.dumps(template, sort_keys=True)
+    manifest = js.finish(template, "gkeflow-train-x", "ns", "sa", ["--a", "b"],
+                         run_id="0f1e/run id", task_name="train-model")
+    validate_jobset(manifest)
+    assert json.dumps(template, sort_keys=True) == before
+    assert manifest["metadata"]["labels"]["gkeflow/run-id"] == "0f1e-run-id"
+    env = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"][0]["env"]
+    hosts = [e["value"] for e in env if e["name"] == cluster.HOSTS_ENV]
+    assert hosts == [",".join(cluster.jobset_hosts("gkeflow-train-x", 4))]
+    assert js.replicas_of(manifest) == 4
+
+
+def test_cpu_only_jobset_pods_have_no_gpu_settings_and_keep_ephemeral_storage():
+    profile = ComputeProfile(cpu="4", memory="16G", replicas=2, ephemeral_storage="50Gi")
+    pod = gke.jobset_template(profile, "img")["spec"]["replicatedJobs"][0]["template"]["spec"][
+        "template"]["spec"]
+    assert "nodeSelector" not in pod and "tolerations" not in pod
+    assert pod["containers"][0]["resources"]["limits"] == {
+        "cpu": "4", "memory": "16G", "ephemeral-storage": "50Gi"}
+
+
+@pytest.mark.parametrize(("status", "expected"), [
+    ({}, "Running"),
+    ({"conditions": [{"type": "Completed", "status": "True"}]}, "Completed"),
+    ({"conditions": [{"type": "Failed", "status": "False"}]}, "Running"),
+    ({"conditions": [{"type": "Failed", "status": "True", "message": "m"}]}, "Failed"),
+    ({"terminalState": "Failed"}, "Failed"),
+])
+def test_jobset_state(status, expected):
+    assert js.state({"metadata": {"name": "x"}, "status": status})[0] == expected
+
+
+def test_vertex_machines_and_scheduling():
+    assert vertex.machine_type(TRAIN) == "n1-standard-8"
+    assert vertex.machine_type(ComputeProfile(cpu="3", memory="10G")) == "n1-standard-4"
+    with pytest.raises(ComputeError, match="no n1-standard machine"):
+        vertex.machine_type(ComputeProfile(cpu="200", memory="10G"))
+    assert vertex.scheduling(ComputeProfile()) == {
+        "timeout": "604800s", "restart_job_on_worker_restart": False, "strategy": "STANDARD"}
+    flex = vertex.scheduling(ComputeProfile(scheduling="flex-start", max_wait="30m",
+                                            replicas=2, timeout_s=3600))
+    assert flex == {"timeout": "3600s", "restart_job_on_worker_restart": True,
+                    "strategy": "FLEX_START", "max_wait_duration": "1800s"}
+
+
+def test_which_engine_runs_the_training_step():
+    plain = TRAIN.with_overrides(timeout_s=0)
+    assert training_engine("vertex", plain) is None
+    assert training_engine("vertex", plain.with_overrides(scheduling="spot")).name == "vertex"
+    assert training_engine("vertex", TRAIN).name == "vertex"  # a timeout needs a CustomJob
+    assert training_engine("gke", TRAIN) is None  # one pod honours spot and timeout itself
+    assert training_engine("gke", TRAIN.with_overrides(replicas=2)).name == "gke"
+    assert training_engine("local", TRAIN.with_overrides(replicas=2)).name == "local"
+    launcher = training_engine("gke", TRAIN.with_overrides(replicas=2)).launcher_profile(TRAIN)
+    assert not launcher.uses_gpu and launcher.retries == TRAIN.retries
+
+
+def test_worker_params_reject_unknown_keys():
+    assert train_params({"epochs": 2, "hidden_units": "8,4"}).hidden_units == (8, 4)
+    with pytest.raises(ValueError, match="unknown training parameter"):
+        train_params({"epoch": 2})
+
+
+def test_reservation_reaches_every_jobset_pod_and_the_custom_job():
+    from tests.compile.customjob import strict_custom_job
+
+    profile = TRAIN.with_overrides(replicas=2, scheduling="reservation",
+                                   reservation="projects/shared-proj/reservations/t4-pool")
+    template = gke.jobset_template(profile, "img")
+    validate_jobset(js.finish(template, "gkeflow-train-r", "ns", "", []))
+    pod = template["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {
+        "cloud.google.com/gke-accelerator": "nvidia-tesla-t4",
+        "cloud.google.com/reservation-name": "t4-pool",
+        "cloud.google.com/reservation-affinity": "specific",
+        "cloud.google.com/reservation-project": "shared-proj"}
+    container = {"image": "img", "command": ["python3"], "args": ["{{$}}"]}
+    job = strict_custom_job(vertex.custom_job_payload(profile, container, "train-model"))
+    affinity = job.job_spec.worker_pool_specs[0].machine_spec.reservation_affinity
+    assert affinity.reservation_affinity_type.name == "SPECIFIC_RESERVATION"
+    assert list(affinity.values) == ["projects/shared-proj/reservations/t4-pool"]
+    assert job.job_spec.worker_pool_specs[0].container_spec.args == ["{{$.json_escape[1]}}"]
+    assert vertex.boot_disk_gb(profile) == 100
+    assert vertex.boot_disk_gb(profile.with_overrides(ephemeral_storage="500Gi")) == 537
