@@ -27,7 +27,8 @@ before anything is compiled, and applies them to a single-pod GKE step:
 ``KubernetesExecutorConfig`` has no container resources), so a single-pod GKE step gets it
 as a sized generic ephemeral volume over the launcher's staging directory
 (:mod:`gkeflow.pipelines.scratch`); engines that write their own pod spec (a JobSet) apply
-it as a request. Vertex AI steps stage nothing (``/gcs``) and do not apply it.
+it as a request, a Vertex AI CustomJob as its boot disk. Single-pod Vertex AI steps stage
+nothing (``/gcs``) and do not apply it.
 """
 
 from __future__ import annotations
@@ -162,8 +163,9 @@ def capacity_notes(profiles, target: str) -> list[str]:
                        f"queue (Kueue) applies on gke only; ignored on {target}"))
     if target == "vertex":
         checks.append((lambda p: p.ephemeral_storage,
-                       "ephemeral_storage is not applied on Vertex AI (steps read artifacts "
-                       "through /gcs and stage nothing)"))
+                       "ephemeral_storage is not applied to a single-pod Vertex AI step (it "
+                       "reads artifacts through /gcs and stages nothing); a training "
+                       "CustomJob takes it as its boot disk"))
     notes = []
     for applies, text in checks:
         steps = [step for step, profile in profiles.items() if applies(profile)]

@@ -221,7 +221,7 @@ def test_vertex_and_local_say_what_they_do_not_apply():
     assert "scheduling flex-start and reservation are not applied to a Vertex AI" in "\n".join(
         target_notes(evaluate, "vertex"))
     assert "queue (Kueue) applies on gke only; ignored on vertex: train-model" in vertex
-    assert "ephemeral_storage is not applied on Vertex AI" in vertex
+    assert "ephemeral_storage is not applied to a single-pod Vertex AI step" in vertex
     gke = "\n".join(target_notes(profiles, "gke"))
     assert "queue" not in gke and "ephemeral_storage" not in gke  # a volume on GKE
 
