@@ -252,25 +252,10 @@ def _resolve_data(data: str) -> str:
 
 def _pipeline_params(options: tuple[str, ...]) -> dict:
     """``KEY=VALUE`` options as typed arguments of the training pipeline."""
+    from gkeflow.pipelines.params import pipeline_params
     from gkeflow.pipelines.training import training_pipeline
 
-    inputs = training_pipeline.component_spec.inputs
-    casts = {"Integer": int, "Float": float, "String": str,
-             "Boolean": lambda v: {"true": True, "false": False}[v.lower()]}
-    values = {}
-    for option in options:
-        key, sep, raw = option.partition("=")
-        key = key.strip()
-        if not sep or key not in inputs:
-            raise click.BadParameter(
-                f"{option!r}: expected KEY=VALUE with KEY one of {', '.join(inputs)}",
-                param_hint="--param")
-        try:
-            values[key] = casts.get(inputs[key].type, str)(raw.strip())
-        except (ValueError, KeyError) as exc:
-            raise click.BadParameter(f"{key} must be of type {inputs[key].type}; got {raw!r}",
-                                     param_hint="--param") from exc
-    return values
+    return pipeline_params(training_pipeline, options)
 
 
 def _print_run_summary(console: Console, result, arguments: dict, debug: bool = False) -> None:

@@ -61,25 +61,10 @@ def _choose_model(registry_uri: str, model: str | None) -> tuple[str, str, Any]:
 
 def prediction_params(options: tuple[str, ...]) -> dict[str, Any]:
     """``KEY=VALUE`` options as typed arguments of the prediction pipeline."""
+    from gkeflow.pipelines.params import pipeline_params
     from gkeflow.pipelines.prediction import prediction_pipeline
 
-    inputs = prediction_pipeline.component_spec.inputs
-    casts = {"Integer": int, "Float": float, "String": str,
-             "Boolean": lambda v: {"true": True, "false": False}[v.lower()]}
-    values = {}
-    for option in options:
-        key, sep, raw = option.partition("=")
-        key = key.strip()
-        if not sep or key not in inputs:
-            raise click.BadParameter(
-                f"{option!r}: expected KEY=VALUE with KEY one of {', '.join(inputs)}",
-                param_hint="--param")
-        try:
-            values[key] = casts.get(inputs[key].type, str)(raw.strip())
-        except (ValueError, KeyError) as exc:
-            raise click.BadParameter(f"{key} must be of type {inputs[key].type}; got {raw!r}",
-                                     param_hint="--param") from exc
-    return values
+    return pipeline_params(prediction_pipeline, options)
 
 
 def run_prediction_command(console: Console, data: str | None, model: str | None,

@@ -12,6 +12,8 @@ from typing import Any
 
 import click
 
+from gkeflow.pipelines.params import pipeline_params
+
 
 def sweep_options(func):
     """Flags of ``gkeflow run`` that shape a sweep (ignored by the other pipelines)."""
@@ -125,28 +127,6 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
     _print_run_summary(console, result, arguments)
     if not result.ok:
         sys.exit(1)
-
-
-def pipeline_params(pipeline, options: tuple[str, ...]) -> dict:
-    """``KEY=VALUE`` options as typed arguments of ``pipeline`` (lists and dicts as JSON)."""
-    inputs = pipeline.component_spec.inputs
-    casts = {"Integer": int, "Float": float, "String": str, "List": json.loads,
-             "Dict": json.loads,
-             "Boolean": lambda v: {"true": True, "false": False}[v.lower()]}
-    values = {}
-    for option in options:
-        key, sep, raw = option.partition("=")
-        key = key.strip()
-        if not sep or key not in inputs:
-            raise click.BadParameter(
-                f"{option!r}: expected KEY=VALUE with KEY one of {', '.join(inputs)}",
-                param_hint="--param")
-        try:
-            values[key] = casts.get(inputs[key].type, str)(raw.strip())
-        except (ValueError, KeyError) as exc:
-            raise click.BadParameter(f"{key} must be of type {inputs[key].type}; got {raw!r}",
-                                     param_hint="--param") from exc
-    return values
 
 
 def print_trial_table(console, result) -> None:

@@ -1,0 +1,36 @@
+"""``--param KEY=VALUE`` options of ``gkeflow run`` as typed arguments of a pipeline."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+_CASTS = {
+    "Integer": int, "Float": float, "String": str, "List": json.loads, "Dict": json.loads,
+    "Boolean": lambda v: {"true": True, "false": False}[v.lower()],
+}
+
+
+def pipeline_params(pipeline, options: tuple[str, ...]) -> dict[str, Any]:
+    """``KEY=VALUE`` options as typed arguments of ``pipeline`` (lists and dicts as JSON).
+
+    Raises:
+        click.BadParameter: naming the option, and the valid keys or the expected type.
+    """
+    inputs = pipeline.component_spec.inputs
+    values = {}
+    for option in options:
+        key, sep, raw = option.partition("=")
+        key = key.strip()
+        if not sep or key not in inputs:
+            raise click.BadParameter(
+                f"{option!r}: expected KEY=VALUE with KEY one of {', '.join(inputs)}",
+                param_hint="--param")
+        try:
+            values[key] = _CASTS.get(inputs[key].type, str)(raw.strip())
+        except (ValueError, KeyError) as exc:
+            raise click.BadParameter(f"{key} must be of type {inputs[key].type}; got {raw!r}",
+                                     param_hint="--param") from exc
+    return values
