@@ -314,8 +314,8 @@ def merge_groups(plan_dir: Path, part_dirs: list[Path], output_dir: Path,
         _check_counts(source, rows_read, split_rows, rejects)
         logic._finalise_schema(schema, stats, doc["inferred"], doc["max_vocabulary"])
         _check_label_vocabulary(schema)
-        _check_fractions(schema, stats, rows_read, rejects, max_rejected_fraction,
-                         max_missing_fraction)
+        logic.check_fractions(schema, stats, rows_read, rejects, max_rejected_fraction,
+                              max_missing_fraction)
         for name, n in unseen.most_common():
             problems.append(
                 f"column {name!r}: {n} values not in the expected vocabulary"
@@ -368,26 +368,3 @@ def _check_counts(source: str, rows_read: int, split_rows: dict, rejects) -> Non
     if sum(split_rows.values()) == 0:
         raise DataError(f"no usable rows in {source}: every row was rejected "
                         f"({logic._reason_summary(rejects)})\n{logic._samples(rejects)}")
-
-
-def _check_fractions(schema: Schema, stats: dict, rows_read: int, rejects,
-                     max_rejected_fraction: float, max_missing_fraction: float) -> None:
-    fraction = rejects.count / rows_read
-    if fraction > max_rejected_fraction:
-        columns = ", ".join(f"{c} ({n})" for c, n in rejects.columns.most_common()) or "-"
-        raise DataError(
-            f"{rejects.count} of {rows_read} rows rejected ({fraction:.1%}), above the limit "
-            f"of {max_rejected_fraction:.1%}; reasons: {dict(rejects.reasons.most_common())}; "
-            f"columns: {columns}\nsample rows:\n{logic._samples(rejects)}"
-        )
-    too_sparse = []
-    for column in schema.features:
-        count = sum(stats[s][column.name].count for s in SPLITS)
-        missing = sum(stats[s][column.name].missing for s in SPLITS)
-        if count and missing / count > max_missing_fraction:
-            too_sparse.append(f"{column.name} ({missing / count:.1%} missing)")
-    if too_sparse:
-        raise DataError(
-            f"feature columns miss more values than max_missing_fraction="
-            f"{max_missing_fraction:.1%} allows: {', '.join(too_sparse)}"
-        )

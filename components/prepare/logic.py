@@ -310,26 +310,8 @@ def prepare(
         _finalise_schema(schema, stats, expected_schema is None, max_vocabulary)
         _check_label_vocabulary(schema)
 
-        rejected_fraction = rejects.count / rows_read
-        if rejected_fraction > max_rejected_fraction:
-            columns = ", ".join(f"{c} ({n})" for c, n in rejects.columns.most_common()) or "-"
-            raise DataError(
-                f"{rejects.count} of {rows_read} rows rejected ({rejected_fraction:.1%}), above "
-                f"the limit of {max_rejected_fraction:.1%}; reasons: "
-                f"{dict(rejects.reasons.most_common())}; columns: {columns}\n"
-                f"sample rows:\n{_samples(rejects)}"
-            )
-        too_sparse = []
-        for column in schema.features:
-            count = sum(stats[s][column.name].count for s in SPLITS)
-            missing = sum(stats[s][column.name].missing for s in SPLITS)
-            if count and missing / count > max_missing_fraction:
-                too_sparse.append(f"{column.name} ({missing / count:.1%} missing)")
-        if too_sparse:
-            raise DataError(
-                f"feature columns miss more values than max_missing_fraction="
-                f"{max_missing_fraction:.1%} allows: {', '.join(too_sparse)}"
-            )
+        check_fractions(schema, stats, rows_read, rejects, max_rejected_fraction,
+                        max_missing_fraction)
         for name, n in unseen.most_common():
             problems.append(
                 f"column {name!r}: {n} values not in the expected vocabulary"
@@ -510,3 +492,28 @@ def resolve_source(source: str) -> Path:
     if len(sources) != 1 or sources[0].name.startswith("gs://"):
         raise DataError(f"{source!r} is not a single local file")
     return Path(sources[0].name)
+
+
+def check_fractions(schema: Schema, stats: dict, rows_read: int, rejects,
+                     max_rejected_fraction: float, max_missing_fraction: float) -> None:
+    """Raise :class:`DataError` when too many rows were rejected or a feature misses too
+    many values (the whole-file checks after every row is read)."""
+    fraction = rejects.count / rows_read
+    if fraction > max_rejected_fraction:
+        columns = ", ".join(f"{c} ({n})" for c, n in rejects.columns.most_common()) or "-"
+        raise DataError(
+            f"{rejects.count} of {rows_read} rows rejected ({fraction:.1%}), above the limit "
+            f"of {max_rejected_fraction:.1%}; reasons: {dict(rejects.reasons.most_common())}; "
+            f"columns: {columns}\nsample rows:\n{_samples(rejects)}"
+        )
+    too_sparse = []
+    for column in schema.features:
+        count = sum(stats[s][column.name].count for s in SPLITS)
+        missing = sum(stats[s][column.name].missing for s in SPLITS)
+        if count and missing / count > max_missing_fraction:
+            too_sparse.append(f"{column.name} ({missing / count:.1%} missing)")
+    if too_sparse:
+        raise DataError(
+            f"feature columns miss more values than max_missing_fraction="
+            f"{max_missing_fraction:.1%} allows: {', '.join(too_sparse)}"
+        )
