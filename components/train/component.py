@@ -112,6 +112,20 @@ def train_model(
 
             traceback.print_exc()
             return trial_report(task_name, model.uri, error=f"{type(exc).__name__}: {exc}")
+    import os
+
+    from gkeflow.components.train.devices import is_chief
+
+    if not is_chief(os.environ.get("TF_CONFIG", "")):
+        # A worker replica of a multi-node job (a Vertex AI CustomJob's worker pool runs this
+        # same step): the chief publishes the model, metrics and the step's outputs. Leave
+        # before the KFP executor writes this replica's outputs over the chief's.
+        import sys
+
+        print("gkeflow: worker replica done; the chief publishes the step's outputs",
+              flush=True)
+        sys.stderr.flush()
+        os._exit(0)
     for name, value in result.metrics.items():
         metrics.log_metric(name, round(value, 6))
     metrics.log_metric("examples_per_s", round(result.examples_per_s, 1))
