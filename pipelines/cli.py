@@ -352,6 +352,15 @@ def _compute_options(func):
     )(func)
 
 
+def _load_config_or_exit(config_path: Path | None):
+    from gkeflow.pipelines.config import ConfigError, load_config
+
+    try:
+        return load_config(config_path)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
 def _resolve_compute(config_path: Path | None, compute_overrides: tuple[str, ...]) -> dict:
     """Per-step profiles: defaults in code, then gkeflow.yaml, then --compute flags."""
     from gkeflow.pipelines.compile import default_compute
@@ -399,9 +408,11 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
     targets = COMPILE_TARGETS if target == "all" else (target,)
     console = _console()
     compute = _resolve_compute(config_path, compute_overrides)
+    workspace = _load_config_or_exit(config_path).gke_workspace()
     try:
         if check:
-            stale = stale_files(output, targets, compute=compute) + stale_component_files(output)
+            stale = (stale_files(output, targets, compute=compute, workspace=workspace)
+                     + stale_component_files(output))
             if stale:
                 for path in stale:
                     console.print(f"stale: {path}", markup=False)
@@ -409,7 +420,8 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
                 sys.exit(1)
             console.print(f"compiled pipelines in {output} are up to date", markup=False)
             return
-        paths = compile_all(output, targets, compute=compute, release=release)
+        paths = compile_all(output, targets, compute=compute, release=release,
+                            workspace=workspace)
         paths += compile_components(output, release=release)
     except (ComputeError, ReleaseError, ImageLockError) as exc:
         raise click.ClickException(str(exc)) from exc
@@ -517,11 +529,37 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
         console.print(f"image {image} ({pinned})", markup=False)
     for note in target_notes(profiles, target):
         console.print(f"note: {note}", markup=False)
+    for line in _workspace_lines(pipeline, target, config_path, profiles):
+        console.print(line, markup=False)
     if pipeline == "sweep":
         from gkeflow.pipelines.sweep_cli import plan_lines
 
         for line in plan_lines(sweep, profiles, target):
             console.print(line, markup=False)
+
+
+def _workspace_lines(pipeline: str, target: str, config_path: Path | None,
+                     profiles: dict) -> list[str]:
+    """What `gkeflow plan` says of the run's workspace (GKE, roots other than gs://)."""
+    from gkeflow.pipelines.workspace import parallel_note
+
+    if pipeline not in ("training", "sweep") or target != "gke":
+        return []
+    config = _load_config_or_exit(config_path)
+    settings = config.gke_workspace()
+    jobset = pipeline == "training" and profiles["train-model"].replicas > 1
+    if not settings.active("gke") or jobset:
+        return ["workspace: none (shards and checkpoints under the gs:// pipeline root)"]
+    lines = [f"workspace: {settings.size} {settings.storage_class} ({settings.access_mode}) "
+             "at /kfp-workspace in prepare-data, train-model, evaluate-model: prepared shards "
+             "and checkpoints; deleted when the run succeeds"]
+    if pipeline == "sweep":
+        from gkeflow.pipelines.sweep_cli import resolve_sweep
+
+        note = parallel_note(settings, "sweep trials", resolve_sweep(config_path).parallel_trials)
+        if note:
+            lines.append(f"note: {note}")
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,27 +22,28 @@ class ReleaseError(ValueError):
     """A release build would reference an image by tag only."""
 
 
-def _training(target: str, compute=None):
+def _training(target: str, compute=None, workspace=None):
     from gkeflow.pipelines.training import build_training_pipeline
 
-    return build_training_pipeline(target, pipeline_compute("training", compute))
+    return build_training_pipeline(target, pipeline_compute("training", compute), workspace)
 
 
-def _prediction(target: str, compute=None):
+def _prediction(target: str, compute=None, workspace=None):
     from gkeflow.pipelines.prediction import build_prediction_pipeline
 
     return build_prediction_pipeline(target, pipeline_compute("prediction", compute))
 
 
-def _sweep(target: str, compute=None):
+def _sweep(target: str, compute=None, workspace=None):
     """The sweep pipeline with ./gkeflow.yaml's ``sweep:`` section, or the default sweep."""
     from gkeflow.pipelines.config import load_config
     from gkeflow.pipelines.sweep import build_sweep_pipeline
 
-    return build_sweep_pipeline(target, pipeline_compute("sweep", compute), load_config().sweep)
+    return build_sweep_pipeline(target, pipeline_compute("sweep", compute), load_config().sweep,
+                                workspace)
 
 
-def _fanout_prepare(target: str, compute=None):
+def _fanout_prepare(target: str, compute=None, workspace=None):
     from gkeflow.pipelines.fanout import build_fanout_pipeline
 
     return build_fanout_pipeline(target, pipeline_compute("fanout-prepare", compute))
@@ -179,6 +180,7 @@ def compile_pipeline(
     compute: Mapping | None = None,
     lock: Mapping[str, str] | None = None,
     release: bool = False,
+    workspace=None,
 ) -> Path:
     """Compile one pipeline for one target; returns the YAML's path.
 
@@ -189,6 +191,8 @@ def compile_pipeline(
         compute: Per-step :class:`~gkeflow.pipelines.compute.ComputeProfile` overrides.
         lock: Tag -> digest; default: the image lock file.
         release: Refuse tag-only image references (:class:`ReleaseError`).
+        workspace: The GKE run's :class:`~gkeflow.pipelines.workspace.WorkspaceSettings`
+            (gkeflow.yaml ``workspace:``); None: the defaults.
     """
     from kfp import compiler
 
@@ -198,7 +202,7 @@ def compile_pipeline(
         raise ValueError(f"unknown pipeline {pipeline!r}; available: {', '.join(PIPELINES)}")
     if target not in COMPILE_TARGETS:
         raise ValueError(f"unknown target {target!r}; available: {', '.join(COMPILE_TARGETS)}")
-    built = PIPELINES[pipeline](target, compute)
+    built = PIPELINES[pipeline](target, compute, workspace)
     images = pin_images(built, load_lock() if lock is None else lock)
     if release:
         unpinned = sorted({image for image in images.values() if not is_pinned(image)})
@@ -260,20 +264,22 @@ def compile_all(
     compute: Mapping | None = None,
     lock: Mapping[str, str] | None = None,
     release: bool = False,
+    workspace=None,
 ) -> list[Path]:
     return [
-        compile_pipeline(name, target, output_dir, compute, lock, release)
+        compile_pipeline(name, target, output_dir, compute, lock, release, workspace)
         for name in (pipelines or PIPELINES)
         for target in targets
     ]
 
 
 def stale_files(output_dir: Path, targets=COMPILE_TARGETS, compute: Mapping | None = None,
-                lock: Mapping[str, str] | None = None) -> list[Path]:
+                lock: Mapping[str, str] | None = None, workspace=None) -> list[Path]:
     """Compiled files that are missing or differ from what the code produces now."""
     stale = []
     with tempfile.TemporaryDirectory() as fresh_dir:
-        for fresh in compile_all(Path(fresh_dir), targets, compute=compute, lock=lock):
+        for fresh in compile_all(Path(fresh_dir), targets, compute=compute, lock=lock,
+                                 workspace=workspace):
             committed = Path(output_dir) / fresh.name
             if not committed.exists() or committed.read_text() != fresh.read_text():
                 stale.append(committed)

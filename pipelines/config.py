@@ -25,6 +25,11 @@ The file is optional; every key has a default in code. Sections:
     the hyperparameter search space of the sweep pipeline
     (:class:`gkeflow.pipelines.sweep_config.SweepConfig`).
 
+``workspace``
+    the GKE run's volume for prepared shards and checkpoints when the pipeline root is not
+    gs:// (:class:`gkeflow.pipelines.workspace.WorkspaceSettings`): size, storage_class,
+    access_mode, enabled.
+
 `gkeflow init` writes a commented example of every section.
 """
 
@@ -45,6 +50,7 @@ from pydantic import (
 )
 
 from gkeflow.pipelines.sweep_config import SweepConfig
+from gkeflow.pipelines.workspace import WorkspaceSettings
 
 DEFAULT_CONFIG_FILE = Path("gkeflow.yaml")
 
@@ -112,10 +118,22 @@ class GkeflowConfig(BaseModel):
     parameters: dict[str, dict[str, ParameterValue]] = {}
     schedules: list[ScheduleConfig] = []
     sweep: SweepConfig | None = None
+    workspace: WorkspaceSettings = WorkspaceSettings()
 
     @model_validator(mode="after")
     def _check_references(self):
         return _targets_model_validator(self)
+
+    def gke_workspace(self) -> WorkspaceSettings:
+        """``workspace:``, off when unset and the GKE target's pipeline root is gs:// (shards
+        and checkpoints then go to Cloud Storage); unset otherwise means on wherever a
+        workspace can serve (not for JobSet training, see
+        :class:`~gkeflow.pipelines.workspace.PipelineStorage`)."""
+        gke = self.targets.gke
+        root = (gke.pipeline_root if gke else None) or ""
+        if self.workspace.enabled is None and root.startswith("gs://"):
+            return self.workspace.model_copy(update={"enabled": False})
+        return self.workspace
 
     def compute_overrides(self, defaults) -> dict:
         """Per-step :class:`ComputeProfile` objects: ``defaults`` with this file's overrides."""
@@ -448,6 +466,17 @@ targets:
     # enable_caching: false                  # default: as compiled (per step)
     timeout_s: 60
     retries: 4
+
+# The GKE run's volume for prepared shards and checkpoints (KFP >= 2.14 workspace), used
+# when targets.gke.pipeline_root is not gs:// (KFP's default MinIO root): the launcher then
+# stages only shard manifests, never the dataset. Size it for the prepared data (about the
+# input compressed) plus checkpoints; ReadWriteMany (e.g. standard-rwx, Filestore) lets
+# parallel sweep trials share it across nodes.
+# workspace:
+#   size: 200Gi
+#   storage_class: standard-rwo
+#   access_mode: ReadWriteOnce
+#   # enabled: false                       # default: on unless the GKE root is gs://
 
 # Pipeline parameters per environment: `gkeflow submit --env prod`.
 # "default" is used when no --env is given; --param KEY=VALUE wins over these.

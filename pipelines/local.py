@@ -196,12 +196,15 @@ def run_local(
     enable_caching: bool = True,
     compute: dict | None = None,
     pipeline: Callable[..., Any] | None = None,
+    workspace_root: Path | None = None,
 ) -> LocalRunResult:
     """Run ``pipeline`` (default: the training pipeline) with ``arguments`` under
     ``output_dir`` using kfp.local.
 
     ``compute``: per-step profiles of the training pipeline; ``train-model`` with
     ``replicas > 1`` trains with that many worker processes on loopback.
+    ``workspace_root``: the directory of a pipeline built with a workspace (kfp.local
+    removes it when the run ends); default: a temporary one.
     """
     from kfp import local
 
@@ -236,6 +239,7 @@ def run_local(
         raise_on_error=False,
         enable_caching=enable_caching,
         cache_root=str(output_dir / "cache"),
+        workspace_root=str(workspace_root) if workspace_root else None,
     )
     started = time.time()
     error = ""

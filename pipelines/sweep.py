@@ -37,8 +37,10 @@ from gkeflow.components import (
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
+from gkeflow.pipelines.stages import GATE_PARAMETERS, evaluate_and_register
 from gkeflow.pipelines.sweep_config import SweepConfig, default_sweep, expand_trials
 from gkeflow.pipelines.training import DEFAULT_COMPUTE, DEFAULT_REGISTRY_URIS
+from gkeflow.pipelines.workspace import PipelineStorage, WorkspaceSettings
 
 PIPELINE_NAME = "gkeflow-sweep"
 TRIAL_STEP = "train-model"  # trials use the training step's compute profile
@@ -106,10 +108,13 @@ def uses_vizier(target: str, engine: str) -> bool:
 
 def build_sweep_pipeline(target: str = "local",
                          compute: Mapping[str, ComputeProfile] | None = None,
-                         sweep: SweepConfig | None = None):
+                         sweep: SweepConfig | None = None,
+                         workspace: WorkspaceSettings | None = None):
     """Define ``sweep_pipeline`` for ``target``: trials expanded from ``sweep`` (default:
-    :func:`default_sweep`), each step's compute validated and applied."""
+    :func:`default_sweep`), each step's compute validated and applied; on GKE without a
+    gs:// root, shards and trial checkpoints live in the run's ``workspace``."""
     sweep = sweep or default_sweep()
+    storage = PipelineStorage(target, workspace)
     vizier = uses_vizier(target, sweep.engine)
     profiles = resolve_sweep_compute(target, compute, sweep.engine)
     trials_default = expand_trials(sweep)
@@ -126,7 +131,7 @@ def build_sweep_pipeline(target: str = "local",
         task.set_display_name(STEP_DISPLAY_NAMES[step])
         return apply_compute(task, profiles[step], target)
 
-    @dsl.pipeline(name=PIPELINE_NAME)
+    @dsl.pipeline(name=PIPELINE_NAME, pipeline_config=storage.config())
     def sweep_pipeline(
         data_uri: str = EMBEDDED_PENGUINS,
         label_column: str = "species",
@@ -152,6 +157,11 @@ def build_sweep_pipeline(target: str = "local",
         thresholds: str = "",
         slice_columns: str = "",
         positive_class: str = "",
+        checkpoint_uri: str = "",
+        key_column: str = "",
+        exclude_columns: str = "",
+        feature_columns: str = "",
+        shard_root: str = "",
     ):
         """Trains one model per trial in parallel, then evaluates and registers the best.
 
@@ -185,11 +195,23 @@ def build_sweep_pipeline(target: str = "local",
             thresholds: Further absolute requirements, e.g. "f1_macro>=0.8"; empty for none.
             slice_columns: Categorical columns to slice test metrics by, comma-separated.
             positive_class: Class whose ROC curve is shown; empty means the last label.
+            checkpoint_uri: Where trial checkpoints go (gs://bucket/path or a mounted
+                directory); empty = under a gs:// pipeline root, else the run's workspace.
+            key_column: Column whose stable hash assigns rows to splits; not a feature.
+            exclude_columns: Columns never used as features, comma-separated.
+            feature_columns: The only feature columns, comma-separated; empty: inferred.
+            shard_root: gs:// prefix for the prepared shards; empty: next to the dataset
+                artifact on a gs:// or local root, in the run's workspace on GKE otherwise.
         """
-        fingerprint = configure(fingerprint_data(data_uri=data_uri), "fingerprint-data")
+        scope = locals()
+        gate = {name: scope[name] for name in GATE_PARAMETERS}
+        fingerprint = configure(fingerprint_data(data_uri=data_uri, user_module=user_module),
+                                "fingerprint-data")
         prepare = configure(prepare_data(
             data_uri=data_uri, label_column=label_column, train_ratio=train_ratio,
-            eval_ratio=eval_ratio, test_ratio=test_ratio,
+            eval_ratio=eval_ratio, test_ratio=test_ratio, key_column=key_column,
+            exclude_columns=exclude_columns, feature_columns=feature_columns,
+            shard_root=shard_root, workspace_path=storage.path,
             data_fingerprint=fingerprint.outputs["data"]), "prepare-data")
         if vizier:
             best = configure(components["tune-with-vizier"](
@@ -221,7 +243,9 @@ def build_sweep_pipeline(target: str = "local",
                     checkpoint_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
                     pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
                     task_name=trial.trial_id,
+                    checkpoint_uri=checkpoint_uri,
                     continue_on_error=True,
+                    workspace_path=storage.path,
                 ), TRIAL_STEP)
             best = configure(components["select-best-trial"](
                 trials=trials,
@@ -231,31 +255,11 @@ def build_sweep_pipeline(target: str = "local",
                 direction=direction,
                 tuned=tuned,
             ), "select-best-trial")
-        evaluate = configure(evaluate_model(
-            dataset=prepare.outputs["dataset"],
-            schema=prepare.outputs["schema"],
-            model=best.outputs["best_model"],
-            min_accuracy=min_accuracy,
-            model_name=model_name,
-            registry_uri=registry_uri,
-            comparison_metric=comparison_metric,
-            regression_tolerance=regression_tolerance,
-            thresholds=thresholds,
-            slice_columns=slice_columns,
-            positive_class=positive_class,
-        ), "evaluate-model")
-        evaluate.set_caching_options(False)
-        with dsl.If(evaluate.outputs["Output"] == True, name="model-blessed"):  # noqa: E712
-            configure(register_step(
-                model=best.outputs["best_model"],
-                metrics=evaluate.outputs["metrics"],
-                model_name=model_name,
-                pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                pipeline_task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
-                registry_uri=registry_uri,
-                labels=best.outputs["labels"],
-                data_uri=data_uri,
-            ), "register-model")
+        evaluate_and_register(
+            configure, register_step, dataset=prepare.outputs["dataset"],
+            schema=prepare.outputs["schema"], model=best.outputs["best_model"], gate=gate,
+            data_uri=data_uri, workspace_path=storage.path, labels=best.outputs["labels"],
+        )
 
     return sweep_pipeline
 

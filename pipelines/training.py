@@ -22,6 +22,8 @@ from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.checkpoints import add_checkpoint_volume
 from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
 from gkeflow.pipelines.engines import training_engine
+from gkeflow.pipelines.stages import GATE_PARAMETERS, evaluate_and_register
+from gkeflow.pipelines.workspace import PipelineStorage, WorkspaceSettings
 
 PIPELINE_NAME = "gkeflow-training"
 
@@ -104,9 +106,14 @@ STEP_DISPLAY_NAMES = {
 
 
 def build_training_pipeline(
-    target: str = "local", compute: Optional[Mapping[str, ComputeProfile]] = None
+    target: str = "local", compute: Optional[Mapping[str, ComputeProfile]] = None,
+    workspace: Optional[WorkspaceSettings] = None,
 ):
-    """Define ``training_pipeline``, each step's compute validated and applied for ``target``."""
+    """Define ``training_pipeline``, each step's compute validated and applied for ``target``.
+
+    ``workspace``: the run's volume on GKE (see :mod:`gkeflow.pipelines.workspace`); by
+    default one for the default MinIO root, where shards and checkpoints then live.
+    """
     profiles = resolve_compute(target, compute)
     if target == "vertex":  # same step, with a google.VertexModel output for Vertex lineage
         from gkeflow.components.register.vertex_component import register_model as register_step
@@ -122,18 +129,25 @@ def build_training_pipeline(
     # Training beyond one pod (several machines, Spot/flex-start on Vertex AI) goes through
     # the target's engine: a Vertex AI CustomJob, a GKE JobSet or local worker processes.
     train_engine = training_engine(target, profiles["train-model"])
+    try:
+        storage = PipelineStorage(target, workspace,
+                                  jobset=target == "gke" and train_engine is not None)
+    except ValueError as exc:
+        raise ComputeError(str(exc)) from exc
 
     def train_step(**arguments) -> dsl.PipelineTask:
         if train_engine is None:
-            task = configure(train_model(**arguments), "train-model")
-            if target == "gke":  # the default MinIO root cannot hold checkpoints: a volume can
+            task = configure(train_model(**arguments, workspace_path=storage.path),
+                             "train-model")
+            if target == "gke" and not storage.active:
+                # The default MinIO root cannot hold checkpoints: a volume can.
                 add_checkpoint_volume(task)
             return task
         profile = profiles["train-model"]
         return configure(train_engine.task(profile, arguments), "train-model",
                          train_engine.launcher_profile(profile))
 
-    @dsl.pipeline(name=PIPELINE_NAME)
+    @dsl.pipeline(name=PIPELINE_NAME, pipeline_config=storage.config())
     def training_pipeline(
         data_uri: str = EMBEDDED_PENGUINS,
         label_column: str = "species",
@@ -195,8 +209,10 @@ def build_training_pipeline(
             feature_columns: The only feature columns, comma-separated; empty: inferred.
             shard_root: gs:// prefix for the prepared shards (only their manifest passes
                 through the artifact store); empty: next to the dataset artifact on a gs://
-                or local pipeline root, inside it on other roots (MinIO).
+                or local pipeline root, in the run's workspace on GKE otherwise.
         """
+        scope = locals()
+        gate = {name: scope[name] for name in GATE_PARAMETERS}
         fingerprint = configure(fingerprint_data(data_uri=data_uri, user_module=user_module),
                                 "fingerprint-data")
         prepare = configure(
@@ -211,6 +227,7 @@ def build_training_pipeline(
                 feature_columns=feature_columns,
                 data_fingerprint=fingerprint.outputs["data"],
                 shard_root=shard_root,
+                workspace_path=storage.path,
             ),
             "prepare-data",
         )
@@ -237,37 +254,11 @@ def build_training_pipeline(
             task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
             checkpoint_uri=checkpoint_uri,
         )
-        evaluate = configure(
-            evaluate_model(
-                dataset=prepare.outputs["dataset"],
-                schema=prepare.outputs["schema"],
-                model=train.outputs["model"],
-                min_accuracy=min_accuracy,
-                model_name=model_name,
-                registry_uri=registry_uri,
-                comparison_metric=comparison_metric,
-                regression_tolerance=regression_tolerance,
-                thresholds=thresholds,
-                slice_columns=slice_columns,
-                positive_class=positive_class,
-            ),
-            "evaluate-model",
+        evaluate_and_register(
+            configure, register_step, dataset=prepare.outputs["dataset"],
+            schema=prepare.outputs["schema"], model=train.outputs["model"], gate=gate,
+            data_uri=data_uri, workspace_path=storage.path,
         )
-        # The champion may change between runs: evaluation is never served from cache.
-        evaluate.set_caching_options(False)
-        with dsl.If(evaluate.outputs["Output"] == True, name="model-blessed"):  # noqa: E712
-            configure(
-                register_step(
-                    model=train.outputs["model"],
-                    metrics=evaluate.outputs["metrics"],
-                    model_name=model_name,
-                    pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                    pipeline_task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
-                    registry_uri=registry_uri,
-                    data_uri=data_uri,
-                ),
-                "register-model",
-            )
 
     return training_pipeline
 

@@ -32,6 +32,7 @@ def evaluate_model(
     thresholds: str = "",
     slice_columns: str = "",
     positive_class: str = "",
+    workspace_path: str = "",
 ) -> bool:
     """Scores the model and the registry's champion on the test split; blesses or rejects it.
 
@@ -61,6 +62,8 @@ def evaluate_model(
             slices by every categorical feature with at most 20 values.
         positive_class: Class whose ROC curve is logged (and whose AUCs are reported for
             binary labels); empty means the last label of the vocabulary.
+        workspace_path: The run's workspace (dsl.WORKSPACE_PATH_PLACEHOLDER on GKE with a
+            root other than gs://), where the test shards are read from; not read otherwise.
 
     Returns:
         Whether the model is blessed and may be registered.

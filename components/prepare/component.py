@@ -32,6 +32,7 @@ def prepare_data(
     max_row_bytes: int = 1048576,
     data_fingerprint: str = "",
     shard_root: str = "",
+    workspace_path: str = "",
 ):
     """Streams tabular data into validated, deterministic train/eval/test TFRecord splits.
 
@@ -75,6 +76,8 @@ def prepare_data(
             then holds only their manifest (shards.json), so no step stages the shards on
             its disk. Empty: next to the dataset artifact when the pipeline root is gs://
             or local, inside it otherwise (e.g. a MinIO root).
+        workspace_path: The run's workspace (dsl.WORKSPACE_PATH_PLACEHOLDER on GKE with a
+            root other than gs://): the shards go there when shard_root is empty; "" = none.
     """
     import shutil
     from pathlib import Path
@@ -107,7 +110,7 @@ def prepare_data(
         merge_label_case=merge_label_case,
         max_quoted_lines=max_quoted_lines,
         max_row_bytes=max_row_bytes,
-        shard_root=resolve_shard_root(dataset.uri, shard_root),
+        shard_root=resolve_shard_root(dataset.uri, shard_root, workspace=workspace_path),
     )
     for artifact, name in ((schema, SCHEMA_FILE), (report, REPORT_FILE),
                            (rejected, REJECTED_FILE)):

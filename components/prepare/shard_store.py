@@ -75,19 +75,24 @@ def _client():
 
 
 def resolve_shard_root(artifact_uri: str, shard_root: str = "",
-                       attempt: str | None = None) -> str:
-    """Where a step writes its shards: a fresh ``attempt-*`` prefix under ``shard_root``,
-    or, when it is empty, next to the artifact (``<parent>/_shards/<output name>/``) if the
-    artifact lives in Cloud Storage or on a local path. An empty string means "inside the
-    artifact" (other object stores, e.g. open-source KFP's default MinIO root, which the
-    storage client cannot write to).
+                       attempt: str | None = None, workspace: str = "") -> str:
+    """Where a step writes its shards: a fresh ``attempt-*`` prefix under ``shard_root``;
+    when it is empty, under the run's mounted ``workspace`` (the GKE pipeline's volume for
+    roots other than gs://, see :mod:`gkeflow.pipelines.workspace`); else next to the
+    artifact (``<parent>/_shards/<output name>/``) if the artifact lives in Cloud Storage or
+    on a local path. An empty string means "inside the artifact" (other object stores, e.g.
+    open-source KFP's default MinIO root without a workspace).
 
     The ``_shards`` sibling keeps the shards out of the artifact's own prefix: the KFP
     launcher downloads everything under an input artifact's URI.
     """
     attempt = attempt or f"attempt-{uuid.uuid4().hex[:12]}"
+    workspace = "" if "{{" in workspace else workspace.strip()
     if shard_root:
         base = shard_root.removeprefix("file://")
+    elif workspace:
+        tail = [p for p in artifact_uri.rstrip("/").split("/") if p][-3:]
+        base = str(Path(workspace, SHARDS_DIR, *tail))
     elif is_gcs(artifact_uri):
         parent, _, name = artifact_uri.rstrip("/").rpartition("/")
         base = f"{parent}/{SHARDS_DIR}/{name}"

@@ -33,6 +33,7 @@ def train_model(
     checkpoint_key: str = "",
     seed: int = 42,
     continue_on_error: bool = False,
+    workspace_path: str = "",
 ) -> str:
     """Trains a Keras classifier on the train split and exports a SavedModel taking raw features.
 
@@ -71,6 +72,8 @@ def train_model(
         seed: Random seed for weights and shuffling.
         continue_on_error: Report a training error in the returned summary instead of
             failing the step (sweep trials); a preemption still fails it, so a retry resumes.
+        workspace_path: The run's workspace (dsl.WORKSPACE_PATH_PLACEHOLDER on GKE with a
+            root other than gs://): shards are read and checkpoints kept there; "" = none.
 
     Returns:
         JSON summary: trial_id (the task name), status, eval-split metrics and model URI.
@@ -81,7 +84,7 @@ def train_model(
     from gkeflow.components.sweep.logic import trial_report
     from gkeflow.components.train.checkpoint import Preempted, exit_on_preemption
     from gkeflow.components.train.logic import TrainParams, train
-    from gkeflow.components.train.store import resolve_checkpoint_location
+    from gkeflow.components.train.store import checkpoint_mount, resolve_checkpoint_location
 
     params = TrainParams(
         epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
@@ -93,7 +96,9 @@ def train_model(
         checkpoint_every_steps=checkpoint_every_steps,
     )
     location = resolve_checkpoint_location(checkpoint_uri, checkpoint_root, pipeline_run_id,
-                                           task_name, checkpoint_key)
+                                           task_name, checkpoint_key,
+                                           mount=checkpoint_mount(workspace_path))
+    print(f"checkpoints: {location or 'none (not resumable)'}", flush=True)
     with exit_on_preemption():
         try:
             result = train(

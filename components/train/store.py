@@ -182,6 +182,17 @@ def open_store(location: Path | str):
     return LocalStore(Path(text))
 
 
+def checkpoint_mount(workspace_path: str = "") -> str:
+    """The mounted directory for checkpoints: ``checkpoints/`` in the run's workspace when
+    the step has one (created here), else the run's checkpoint volume at
+    :data:`CHECKPOINT_MOUNT` (there when the GKE pipeline mounted it)."""
+    if not workspace_path or "{{" in workspace_path:
+        return CHECKPOINT_MOUNT
+    mount = Path(workspace_path) / "checkpoints"
+    mount.mkdir(parents=True, exist_ok=True)
+    return str(mount)
+
+
 def _safe(part: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", part).strip("-.") or "x"
 

@@ -1,4 +1,5 @@
-"""The GKE pipeline gives training a run-scoped checkpoint volume; Vertex needs none."""
+"""The GKE pipeline without a workspace gives training a run-scoped checkpoint volume;
+Vertex needs none (with the default workspace, see test_workspace_compile.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
 
 from gkeflow.components.train.store import CHECKPOINT_MOUNT
 from gkeflow.pipelines.compile import compile_all
+from gkeflow.pipelines.workspace import WorkspaceSettings
 
 
 def test_gke_creates_mounts_and_deletes_a_volume_per_run(tmp_path):
-    paths = {p.name.split(".")[1]: p for p in compile_all(tmp_path)
-             if p.name.startswith("training.")}
+    paths = {p.name.split(".")[1]: p
+             for p in compile_all(tmp_path, pipelines=["training"],
+                                  workspace=WorkspaceSettings(enabled=False))}
     spec, platform = list(yaml.safe_load_all(paths["gke"].read_text()))
     tasks = spec["root"]["dag"]["tasks"]
     create = tasks["createpvc"]["inputs"]["parameters"]

@@ -1,0 +1,79 @@
+"""Stages the training and sweep pipelines share, wired one way for both.
+
+``evaluate_and_register`` is the gate: evaluate the chosen model on the test split, then
+register it only when evaluation blesses it. The training pipeline passes the model it
+trained, the sweep pipeline the best trial's; both gate it with the same arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kfp import dsl
+
+from gkeflow.components import evaluate_model
+
+Configure = Callable[[dsl.PipelineTask, str], dsl.PipelineTask]
+
+
+def evaluate_and_register(
+    configure: Configure,
+    register_step,
+    *,
+    dataset,
+    schema,
+    model,
+    gate: dict,
+    data_uri,
+    workspace_path: str = "",
+    labels=None,
+) -> dsl.PipelineTask:
+    """Evaluate ``model``; register it under ``dsl.If(blessed)``. Returns the evaluate task.
+
+    Args:
+        configure: Applies a step's display name and compute.
+        register_step: The target's register component (Vertex has its own variant).
+        dataset, schema: prepare_data's outputs.
+        model: The model to gate.
+        gate: The pipeline's evaluation and registry parameters: model_name, min_accuracy,
+            registry_uri, comparison_metric, regression_tolerance, thresholds,
+            slice_columns, positive_class.
+        data_uri: The training data, recorded with the registered version.
+        workspace_path: The run's workspace (GKE without a gs:// root) or "".
+        labels: Extra registry labels (the sweep's best trial), or None.
+    """
+    evaluate = configure(evaluate_model(
+        dataset=dataset,
+        schema=schema,
+        model=model,
+        min_accuracy=gate["min_accuracy"],
+        model_name=gate["model_name"],
+        registry_uri=gate["registry_uri"],
+        comparison_metric=gate["comparison_metric"],
+        regression_tolerance=gate["regression_tolerance"],
+        thresholds=gate["thresholds"],
+        slice_columns=gate["slice_columns"],
+        positive_class=gate["positive_class"],
+        workspace_path=workspace_path,
+    ), "evaluate-model")
+    # The champion may change between runs: evaluation is never served from cache.
+    evaluate.set_caching_options(False)
+    with dsl.If(evaluate.outputs["Output"] == True, name="model-blessed"):  # noqa: E712
+        arguments = dict(
+            model=model,
+            metrics=evaluate.outputs["metrics"],
+            model_name=gate["model_name"],
+            pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            pipeline_task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
+            registry_uri=gate["registry_uri"],
+            data_uri=data_uri,
+        )
+        if labels is not None:
+            arguments["labels"] = labels
+        configure(register_step(**arguments), "register-model")
+    return evaluate
+
+
+#: The pipeline parameters :func:`evaluate_and_register` reads from ``gate``.
+GATE_PARAMETERS = ("model_name", "min_accuracy", "registry_uri", "comparison_metric",
+                   "regression_tolerance", "thresholds", "slice_columns", "positive_class")

@@ -1,0 +1,156 @@
+"""The run's workspace on GKE: where shards and checkpoints live when the root is not gs://.
+
+Open-source Kubeflow Pipelines stores artifacts in its in-cluster MinIO (``minio://``) and its
+launcher copies every input artifact to the pod's disk before a step starts. A prepared
+dataset kept inside its artifact would therefore be staged whole, on every step that reads
+it. With a ``gs://`` pipeline root the shards go to Cloud Storage next to the artifact and
+are streamed (see :mod:`gkeflow.components.prepare.shard_store`); on any other root the GKE
+pipeline asks KFP for a *workspace* (``dsl.PipelineConfig(workspace=...)``, KFP >= 2.14): one
+PersistentVolumeClaim per run, mounted at ``/kfp-workspace`` in exactly the steps that take
+:data:`kfp.dsl.WORKSPACE_PATH_PLACEHOLDER` (prepare, train, evaluate). Preparation writes the
+shards there and only their manifest (``shards.json``) passes through MinIO; training streams
+them and keeps its resumable checkpoints there too; KFP deletes the volume when the run
+succeeds, and a failed run keeps it for its retry.
+
+Vertex AI and local runs take no workspace: their pipeline roots are ``gs://`` or a local
+directory, which the same code path writes shards next to.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+#: Where KFP mounts the workspace in a pod (kfp.dsl.constants.WORKSPACE_MOUNT_PATH).
+WORKSPACE_MOUNT = "/kfp-workspace"
+#: Access modes a workspace may ask for. ReadWriteOnce disks attach to one node at a time, so
+#: steps that use the workspace in parallel (sweep trials, fan-out groups) then take turns.
+ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|K|M|G|T|P)?$")
+_BYTES = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+_STORAGE_CLASS = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def quantity_bytes(value: str) -> int:
+    """Bytes of a Kubernetes storage quantity such as ``200Gi``."""
+    match = _QUANTITY.match(value.strip())
+    if not match:
+        raise ValueError(f"{value!r} is not a storage quantity (e.g. 200Gi or 500G)")
+    number = value.strip()[: len(value.strip()) - len(match.group(2) or "")]
+    return int(float(number) * _BYTES[match.group(2) or ""])
+
+
+class WorkspaceSettings(BaseModel):
+    """``workspace:`` in gkeflow.yaml: the run's volume on GKE when the root is not gs://.
+
+    Attributes:
+        enabled: ``true``/``false``; unset: on for a GKE pipeline root that is not gs://
+            (e.g. KFP's default MinIO), off for a gs:// root (shards go to Cloud Storage).
+        size: The volume's size; room for the prepared shards (about the input's size
+            compressed) plus checkpoints.
+        storage_class: StorageClass of the volume; ``standard-rwo`` (balanced persistent
+            disk) exists on every GKE cluster, ``standard-rwx`` (Filestore) lets parallel
+            steps on several nodes share it.
+        access_mode: ReadWriteOnce or ReadWriteMany (needed for parallel steps on several
+            nodes: sweep trials, fan-out groups).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool | None = None
+    size: str = "100Gi"
+    storage_class: str = "standard-rwo"
+    access_mode: Literal["ReadWriteOnce", "ReadWriteMany"] = "ReadWriteOnce"
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        if quantity_bytes(value) < 2**30:
+            raise ValueError(f"{value!r} is under 1Gi; size the workspace for the prepared "
+                             "shards plus checkpoints (e.g. 200Gi)")
+        return value.strip()
+
+    @field_validator("storage_class")
+    @classmethod
+    def _storage_class(cls, value: str) -> str:
+        if not _STORAGE_CLASS.match(value):
+            raise ValueError(f"{value!r} is not a StorageClass name (e.g. standard-rwo, "
+                             "standard-rwx, premium-rwo)")
+        return value
+
+    def active(self, target: str, pipeline_root: str | None = None) -> bool:
+        """Whether a pipeline built for ``target`` with ``pipeline_root`` uses it: on GKE
+        unless disabled (by default, unless the root is gs://); a local run only when
+        enabled explicitly (kfp.local's workspace directory); never on Vertex AI, whose
+        roots are gs://."""
+        if target == "local":
+            return bool(self.enabled)
+        if target != "gke":
+            return False
+        if self.enabled is not None:
+            return self.enabled
+        return not (pipeline_root or "").startswith("gs://")
+
+    def shared_by_nodes(self) -> bool:
+        return self.access_mode == "ReadWriteMany"
+
+
+DEFAULT_WORKSPACE = WorkspaceSettings()
+
+
+def pipeline_config(settings: WorkspaceSettings):
+    """The ``dsl.PipelineConfig`` that asks KFP for this workspace."""
+    from kfp import dsl
+
+    return dsl.PipelineConfig(workspace=dsl.WorkspaceConfig(
+        size=settings.size,
+        kubernetes=dsl.KubernetesWorkspaceConfig(pvcSpecPatch={
+            "storageClassName": settings.storage_class,
+            "accessModes": [settings.access_mode],
+        }),
+    ))
+
+
+def parallel_note(settings: WorkspaceSettings, what: str, parallelism: int) -> str:
+    """A note when ``parallelism`` steps would share a single-node workspace; else ""."""
+    if parallelism <= 1 or settings.shared_by_nodes():
+        return ""
+    return (f"{what} run {parallelism} at a time but the workspace is ReadWriteOnce: pods on "
+            "different nodes wait for each other. Set workspace.access_mode: ReadWriteMany "
+            "with a shared StorageClass (e.g. standard-rwx, Filestore CSI) or use a gs:// "
+            "pipeline root.")
+
+
+class PipelineStorage:
+    """What one pipeline build passes its steps: the workspace path or nothing."""
+
+    def __init__(self, target: str, settings: WorkspaceSettings | None = None,
+                 pipeline_root: str | None = None, jobset: bool = False):
+        """``jobset``: training runs as a GKE JobSet, whose pods read the shards and write
+        the model through a gs:// pipeline root, not the workspace (which only pipeline
+        steps mount): then the workspace stays off unless asked for, and asking is an error.
+
+        Raises:
+            ValueError: the workspace is enabled for a pipeline that trains in a JobSet.
+        """
+        self.settings = settings or DEFAULT_WORKSPACE
+        if jobset and self.settings.enabled:
+            raise ValueError(
+                "train-model.replicas > 1 on GKE trains in a JobSet, whose pods move data "
+                "through a gs:// pipeline root, not the workspace: set workspace.enabled: "
+                "false and targets.gke.pipeline_root: gs://BUCKET/PATH")
+        self.active = not jobset and self.settings.active(target, pipeline_root)
+
+    @property
+    def path(self) -> str:
+        """The ``workspace_path`` argument of prepare, train and evaluate steps."""
+        from kfp import dsl
+
+        return dsl.WORKSPACE_PATH_PLACEHOLDER if self.active else ""
+
+    def config(self):
+        """``pipeline_config=`` for ``@dsl.pipeline``: the workspace, or None."""
+        return pipeline_config(self.settings) if self.active else None

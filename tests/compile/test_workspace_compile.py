@@ -1,0 +1,81 @@
+"""The GKE pipelines ask KFP for a run workspace (roots other than gs://): preparation,
+training and evaluation mount it; Vertex AI and JobSet training take none."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from gkeflow.pipelines.compile import compile_pipeline
+from gkeflow.pipelines.compute import ComputeError
+from gkeflow.pipelines.training import DEFAULT_COMPUTE
+from gkeflow.pipelines.workspace import WorkspaceSettings
+
+PLACEHOLDER = "{{$.workspace_path}}"
+
+
+def _docs(path):
+    return list(yaml.safe_load_all(path.read_text()))
+
+
+def _workspace_steps(spec) -> set[str]:
+    steps = set()
+
+    def walk(dag):
+        for name, task in dag.get("tasks", {}).items():
+            params = task.get("inputs", {}).get("parameters", {})
+            value = params.get("workspace_path", {}).get("runtimeValue", {}).get("constant")
+            if value == PLACEHOLDER:
+                steps.add(name)
+            component = spec["components"].get(task["componentRef"]["name"], {})
+            if "dag" in component:
+                walk(component["dag"])
+
+    walk(spec["root"]["dag"])
+    return steps
+
+
+def test_gke_training_uses_the_configured_workspace(tmp_path):
+    settings = WorkspaceSettings(size="750Gi", storage_class="standard-rwx",
+                                 access_mode="ReadWriteMany")
+    spec, platform = _docs(compile_pipeline("training", "gke", tmp_path, workspace=settings))
+    workspace = platform["platforms"]["kubernetes"]["pipelineConfig"]["workspace"]
+    assert workspace == {"size": "750Gi", "kubernetes": {"pvcSpecPatch": {
+        "accessModes": ["ReadWriteMany"], "storageClassName": "standard-rwx"}}}
+    assert _workspace_steps(spec) == {"prepare-data", "train-model", "evaluate-model"}
+    # the workspace holds the checkpoints: no separate checkpoint volume
+    assert "createpvc" not in spec["root"]["dag"]["tasks"]
+
+
+def test_default_gke_compile_has_a_workspace_and_vertex_none(tmp_path):
+    gke = _docs(compile_pipeline("training", "gke", tmp_path / "g"))
+    assert gke[1]["platforms"]["kubernetes"]["pipelineConfig"]["workspace"]["size"] == "100Gi"
+    vertex = compile_pipeline("training", "vertex", tmp_path / "v").read_text()
+    assert "workspace_path}}" not in vertex and "pipelineConfig" not in vertex
+
+
+def test_disabled_workspace_falls_back_to_the_checkpoint_volume(tmp_path):
+    spec, platform = _docs(compile_pipeline("training", "gke", tmp_path,
+                                            workspace=WorkspaceSettings(enabled=False)))
+    assert "pipelineConfig" not in platform["platforms"]["kubernetes"]
+    assert _workspace_steps(spec) == set()
+    assert "createpvc" in spec["root"]["dag"]["tasks"]
+
+
+def test_sweep_trials_and_evaluation_mount_the_workspace(tmp_path):
+    spec, platform = _docs(compile_pipeline("sweep", "gke", tmp_path))
+    assert "workspace" in platform["platforms"]["kubernetes"]["pipelineConfig"]
+    assert _workspace_steps(spec) == {"prepare-data", "train-model", "evaluate-model"}
+    vertex = compile_pipeline("sweep", "vertex", tmp_path / "v").read_text()
+    assert "workspace_path}}" not in vertex
+
+
+def test_jobset_training_takes_no_workspace(tmp_path):
+    compute = {"train-model": DEFAULT_COMPUTE["train-model"].with_overrides(replicas=2)}
+    spec, platform = _docs(compile_pipeline("training", "gke", tmp_path, compute=compute))
+    assert "pipelineConfig" not in platform["platforms"]["kubernetes"]
+    with pytest.raises(ComputeError, match="workspace.enabled: false"):
+        compile_pipeline("training", "gke", tmp_path, compute=compute,
+                         workspace=WorkspaceSettings(enabled=True))
+
+
