@@ -25,6 +25,7 @@ def plan_prepare(
     merge_label_case: bool = False,
     max_quoted_lines: int = 100,
     max_row_bytes: int = 1048576,
+    data_fingerprint: str = "",
 ) -> list[int]:
     """Fixes the schema from a sample of the input files and deals the files into groups.
 
@@ -51,6 +52,8 @@ def plan_prepare(
         max_quoted_lines: Lines a quoted CSV value may span; beyond, only the line where
             the quote opened is rejected and reading resumes at the next line.
         max_row_bytes: Bytes a CSV row may take; longer rows are rejected.
+        data_fingerprint: Fingerprint of the input's content (from fingerprint_data); not
+            read, it makes the step's cache key follow the data rather than its URI.
 
     Returns:
         The group indices, for dsl.ParallelFor.
