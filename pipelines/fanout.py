@@ -79,11 +79,16 @@ def build_fanout_pipeline(target: str = "local",
         max_quoted_lines: int = 100,
         max_row_bytes: int = 1048576,
         data_fingerprint: str = "",
+        bq_query: str = "",
+        bq_filter: str = "",
+        bq_min_range_rows: int = 100000,
     ) -> dsl.Dataset:
-        """Prepares many input files in parallel pods and merges them into one dataset.
+        """Prepares many input files (or a BigQuery table's row ranges) in parallel pods and
+        merges them into one dataset.
 
         Args:
-            data_uri: Glob or prefix of CSV/Parquet files, local or gs://.
+            data_uri: Glob or prefix of CSV/Parquet files, local or gs://; or
+                bq://project.dataset.table, read in row ranges by the parallel pods.
             label_column: Column holding the class to predict.
             max_groups: Most groups of input files (at most 100).
             train_ratio: Fraction of rows for training.
@@ -106,6 +111,11 @@ def build_fanout_pipeline(target: str = "local",
             max_row_bytes: Bytes a CSV row may take; longer rows are rejected.
             data_fingerprint: Fingerprint of the input's content (from fingerprint_data);
                 not read, it makes the plan's cache key follow the data.
+            bq_query: For bq:// sources: a SQL query to read instead of the whole table
+                (read by one pod).
+            bq_filter: For bq:// sources: a SQL row filter (WHERE clause) on the table (read
+                by one pod).
+            bq_min_range_rows: For bq:// tables: the fewest rows one pod's range holds.
         """
         plan = apply_compute(plan_prepare(
             data_uri=data_uri, label_column=label_column, max_groups=max_groups,
@@ -115,7 +125,8 @@ def build_fanout_pipeline(target: str = "local",
             merge_label_case=merge_label_case, expected_schema_uri=expected_schema_uri,
             reject_unseen_categories=reject_unseen_categories,
             max_quoted_lines=max_quoted_lines, max_row_bytes=max_row_bytes,
-            data_fingerprint=data_fingerprint,
+            data_fingerprint=data_fingerprint, bq_query=bq_query, bq_filter=bq_filter,
+            bq_min_range_rows=bq_min_range_rows,
         ), profiles["plan-prepare"], target)
         with dsl.ParallelFor(plan.outputs["Output"], parallelism=parallelism) as group:
             part = apply_compute(prepare_group(plan=plan.outputs["plan"], group=group),

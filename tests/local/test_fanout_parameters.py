@@ -16,7 +16,6 @@ from tests.unit.test_prepare_fanout import assert_same_dataset, make_inputs
 #: prepare_data parameters the fan-out pipeline has no use for, and why.
 NOT_FANNED_OUT = {
     "dataset", "schema", "report", "rejected",  # outputs
-    "bq_query", "bq_filter",  # the plan splits files, not BigQuery reads
 }
 
 
