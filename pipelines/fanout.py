@@ -73,11 +73,22 @@ def build_fanout_pipeline(target: str = "local",
         exclude_columns: str = "",
         feature_columns: str = "",
         merge_label_case: bool = False,
+        expected_schema_uri: str = "",
+        reject_unseen_categories: bool = False,
+        max_missing_fraction: float = 1.0,
+        max_quoted_lines: int = 100,
+        max_row_bytes: int = 1048576,
+        data_fingerprint: str = "",
+        bq_query: str = "",
+        bq_filter: str = "",
+        bq_min_range_rows: int = 100000,
     ) -> dsl.Dataset:
-        """Prepares many input files in parallel pods and merges them into one dataset.
+        """Prepares many input files (or a BigQuery table's row ranges) in parallel pods and
+        merges them into one dataset.
 
         Args:
-            data_uri: Glob or prefix of CSV/Parquet files, local or gs://.
+            data_uri: Glob or prefix of CSV/Parquet files, local or gs://; or
+                bq://project.dataset.table, read in row ranges by the parallel pods.
             label_column: Column holding the class to predict.
             max_groups: Most groups of input files (at most 100).
             train_ratio: Fraction of rows for training.
@@ -90,13 +101,32 @@ def build_fanout_pipeline(target: str = "local",
             exclude_columns: Columns never used as features, comma-separated.
             feature_columns: The only feature columns, comma-separated; empty: inferred.
             merge_label_case: Lower-case the label values, so "yes" and "YES" are one class.
+            expected_schema_uri: A previous schema.json or a YAML schema to validate
+                against; empty: infer the schema from the first rows.
+            reject_unseen_categories: Reject rows with categories outside the expected
+                schema.
+            max_missing_fraction: Fail when a feature column misses more than this fraction.
+            max_quoted_lines: Lines a quoted CSV value may span; beyond, only the line
+                where the quote opened is rejected and reading resumes at the next line.
+            max_row_bytes: Bytes a CSV row may take; longer rows are rejected.
+            data_fingerprint: Fingerprint of the input's content (from fingerprint_data);
+                not read, it makes the plan's cache key follow the data.
+            bq_query: For bq:// sources: a SQL query to read instead of the whole table
+                (read by one pod).
+            bq_filter: For bq:// sources: a SQL row filter (WHERE clause) on the table (read
+                by one pod).
+            bq_min_range_rows: For bq:// tables: the fewest rows one pod's range holds.
         """
         plan = apply_compute(plan_prepare(
             data_uri=data_uri, label_column=label_column, max_groups=max_groups,
             train_ratio=train_ratio, eval_ratio=eval_ratio, test_ratio=test_ratio,
             key_column=key_column, rows_per_shard=rows_per_shard, shard_root=shard_root,
             exclude_columns=exclude_columns, feature_columns=feature_columns,
-            merge_label_case=merge_label_case,
+            merge_label_case=merge_label_case, expected_schema_uri=expected_schema_uri,
+            reject_unseen_categories=reject_unseen_categories,
+            max_quoted_lines=max_quoted_lines, max_row_bytes=max_row_bytes,
+            data_fingerprint=data_fingerprint, bq_query=bq_query, bq_filter=bq_filter,
+            bq_min_range_rows=bq_min_range_rows,
         ), profiles["plan-prepare"], target)
         with dsl.ParallelFor(plan.outputs["Output"], parallelism=parallelism) as group:
             part = apply_compute(prepare_group(plan=plan.outputs["plan"], group=group),
@@ -104,6 +134,7 @@ def build_fanout_pipeline(target: str = "local",
         merge = apply_compute(merge_prepared(
             plan=plan.outputs["plan"], parts=dsl.Collected(part.outputs["part"]),
             max_rejected_fraction=max_rejected_fraction,
+            max_missing_fraction=max_missing_fraction,
         ), profiles["merge-prepared"], target)
         return merge.outputs["dataset"]
 

@@ -14,33 +14,25 @@ import math
 import operator
 import re
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from gkeflow.components.evaluate.metrics import (
     LOWER_IS_BETTER,
+    MAX_CURVE_POINTS,
     OVERALL_METRICS,
     Curve,
     MetricsError,
     MetricSet,
-    compute_metrics,
-    log_loss,
+    downsample_curve,
     metric_key,
-    positive_class_roc,
 )
-from gkeflow.components.prepare.logic import Schema, load_split
-from gkeflow.components.train.logic import ExportedModel, encode_labels, to_model_inputs
-
-#: Slice columns chosen automatically (``slice_columns=""``) have at most this many values.
-AUTO_SLICE_MAX_VALUES = 20
-#: A slice column keeps its most frequent values; the rest are pooled as "(other)".
-MAX_SLICE_VALUES = 25
-MISSING_VALUE = "(missing)"
-OTHER_VALUES = "(other)"
+from gkeflow.components.evaluate.slices import SliceAccumulator, SliceMetrics, as_keys
+from gkeflow.components.prepare.logic import Schema
+from gkeflow.components.train.logic import ExportedModel
 
 
 class EvaluationError(ValueError):
@@ -177,7 +169,6 @@ class Champion:
     aliases: tuple[str, ...]
     metrics: MetricSet | None = None
     not_comparable: str = ""
-    probabilities: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def label(self) -> str:
@@ -244,25 +235,15 @@ def decide(challenger: MetricSet, champion: Champion | None,
 # Slices
 
 
-@dataclass
-class SliceMetrics:
-    column: str
-    value: str
-    examples: int
-    accuracy: float
-    f1_macro: float
-    log_loss: float
-    champion_accuracy: float | None = None
-
-
-def choose_slice_columns(schema: Schema, test: pd.DataFrame, requested: str) -> list[str]:
-    """The columns to slice by: ``requested`` (comma-separated) checked against the schema,
-    or, when empty, every categorical feature with at most AUTO_SLICE_MAX_VALUES values."""
+def choose_slice_columns(schema: Schema, requested: str) -> tuple[list[str], bool]:
+    """The columns to slice by and whether they were chosen automatically: ``requested``
+    (comma-separated) checked against the schema, or, when empty, every categorical feature
+    (those with more than AUTO_SLICE_MAX_VALUES values in the test split are dropped while
+    it streams)."""
     categorical = [c.name for c in schema.features if c.type == "categorical"]
     names = [n.strip() for n in (requested or "").split(",") if n.strip()]
     if not names:
-        return [c for c in categorical
-                if test[c].nunique(dropna=False) <= AUTO_SLICE_MAX_VALUES]
+        return categorical, True
     types = {c.name: c.type for c in schema.columns}
     for name in names:
         if name == schema.label:
@@ -276,45 +257,19 @@ def choose_slice_columns(schema: Schema, test: pd.DataFrame, requested: str) -> 
             raise EvaluationError(
                 f"slice column {name!r} is {types[name]}; slices need categorical columns: "
                 f"{', '.join(categorical) or '(none)'}")
-    return list(dict.fromkeys(names))
+    return list(dict.fromkeys(names)), False
 
 
-def slice_values(values: pd.Series) -> pd.Series:
-    """Each row's slice: its value, "(missing)", or "(other)" beyond the most frequent ones."""
-    text = values.astype(object).where(values.notna(), MISSING_VALUE).astype(str)
-    kept = text.value_counts().index[:MAX_SLICE_VALUES - 1]
-    if text.nunique() > MAX_SLICE_VALUES:
-        text = text.where(text.isin(kept), OTHER_VALUES)
-    return text
-
-
-def slice_metrics(test: pd.DataFrame, columns: list[str], true: np.ndarray,
-                  probabilities: np.ndarray,
+def slice_metrics(test, columns: list[str], true: np.ndarray, probabilities: np.ndarray,
                   champion_probabilities: np.ndarray | None = None) -> list[SliceMetrics]:
-    """Accuracy, macro F1 (over the classes seen in the slice) and log loss per slice value."""
-    predicted = probabilities.argmax(axis=1)
-    results = []
-    for column in columns:
-        groups = slice_values(test[column].reset_index(drop=True))
-        for value in sorted(groups.unique()):
-            rows = np.flatnonzero((groups == value).to_numpy())
-            t, p = true[rows], predicted[rows]
-            f1s = []
-            for c in np.union1d(t, p):
-                tp = int(np.sum((t == c) & (p == c)))
-                denominator = int(np.sum(t == c)) + int(np.sum(p == c))
-                f1s.append(2 * tp / denominator if denominator else 0.0)
-            champion_accuracy = None
-            if champion_probabilities is not None:
-                champion_accuracy = float(
-                    np.mean(champion_probabilities[rows].argmax(axis=1) == t))
-            results.append(SliceMetrics(
-                column=column, value=value, examples=len(rows),
-                accuracy=float(np.mean(p == t)), f1_macro=float(np.mean(f1s)),
-                log_loss=log_loss(t, probabilities[rows]),
-                champion_accuracy=champion_accuracy,
-            ))
-    return results
+    """Accuracy, macro F1 (over the classes seen in the slice) and log loss per slice value
+    of in-memory data (a DataFrame ``test``), as the streamed evaluation computes them."""
+    slices = SliceAccumulator(columns, probabilities.shape[1])
+    slices.update({c: as_keys(test[c].tolist()) for c in columns}, true,
+                  np.asarray(probabilities).argmax(axis=1), probabilities,
+                  None if champion_probabilities is None
+                  else np.asarray(champion_probabilities).argmax(axis=1))
+    return slices.result()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -356,41 +311,33 @@ def local_model_dir(uri: str, scratch: Path) -> Path:
                           f"{scheme!r} (local paths, file:// and gs:// are supported)")
 
 
-def score_champion(version, test: pd.DataFrame, schema: Schema, true: np.ndarray,
-                   positive_class: str) -> Champion:
-    """Load the champion's model from its URI and score it on the test split."""
+def open_champion(version, schema: Schema, scratch: Path
+                  ) -> tuple[Champion, ExportedModel | None, list[int]]:
+    """Load the champion's model from its URI (into ``scratch`` if it must be copied).
+
+    Returns the champion, its model (None when it cannot score this data: the reason is
+    in ``not_comparable``) and, for each of the schema's labels, the champion's class index.
+    """
     champion = Champion(name=version.name, version=int(version.version), uri=version.uri,
                         aliases=tuple(version.aliases))
-    with tempfile.TemporaryDirectory(prefix="gkeflow-champion-") as scratch:
-        model_dir = local_model_dir(version.uri, Path(scratch))
-        try:
-            model = ExportedModel(model_dir)
-        except (FileNotFoundError, OSError) as exc:
-            raise EvaluationError(
-                f"champion {champion.label} cannot be loaded from {version.uri}: {exc}"
-            ) from exc
-        labels = schema.label_vocabulary
-        if sorted(model.label_vocabulary) != sorted(labels):
-            champion.not_comparable = (
-                f"it predicts labels {model.label_vocabulary}, this data has {labels}")
-            return champion
-        missing = sorted({f["name"] for f in model.metadata["features"]}
-                         - {c.name for c in schema.features})
-        if missing:
-            champion.not_comparable = f"it needs features this data lacks: {', '.join(missing)}"
-            return champion
-        probabilities = model.predict_proba(_champion_inputs(model, test))
-    order = [model.label_vocabulary.index(label) for label in labels]
-    champion.probabilities = probabilities[:, order]
-    champion.metrics = compute_metrics(true, champion.probabilities, labels, positive_class)
-    return champion
-
-
-def _champion_inputs(model: ExportedModel, test: pd.DataFrame) -> dict[str, np.ndarray]:
-    from gkeflow.components.train.logic import column_to_input
-
-    return {f["input"]: column_to_input(test[f["name"]], f["type"])
-            for f in model.metadata["features"]}
+    model_dir = local_model_dir(version.uri, scratch)
+    try:
+        model = ExportedModel(model_dir)
+    except (FileNotFoundError, OSError) as exc:
+        raise EvaluationError(
+            f"champion {champion.label} cannot be loaded from {version.uri}: {exc}"
+        ) from exc
+    labels = schema.label_vocabulary
+    if sorted(model.label_vocabulary) != sorted(labels):
+        champion.not_comparable = (
+            f"it predicts labels {model.label_vocabulary}, this data has {labels}")
+        return champion, None, []
+    missing = sorted({f["name"] for f in model.metadata["features"]}
+                     - {c.name for c in schema.features})
+    if missing:
+        champion.not_comparable = f"it needs features this data lacks: {', '.join(missing)}"
+        return champion, None, []
+    return champion, model, [model.label_vocabulary.index(label) for label in labels]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -435,6 +382,9 @@ class Evaluation:
                 "confusion_matrix": m.confusion_matrix,
                 "labels": m.labels,
                 "examples": m.examples,
+                # ROC/PR AUCs come from bounded score histograms: how far they may be off
+                "auc_error_bound": dict(m.auc_error_bound),
+                "curves_exact": m.curves_exact,
             }
 
         champion = None
@@ -467,7 +417,7 @@ class Evaluation:
         return json.dumps(self.to_dict(), indent=2, allow_nan=False)
 
 
-def data_summary(dataset_dir: Path, schema: Schema, test: pd.DataFrame) -> dict[str, Any]:
+def data_summary(dataset_dir: Path, schema: Schema, metrics: MetricSet) -> dict[str, Any]:
     """Rows per split, the features and the class distribution of the test split."""
     rows: dict[str, int] = {}
     stats_path = Path(dataset_dir) / "stats.json"
@@ -476,14 +426,14 @@ def data_summary(dataset_dir: Path, schema: Schema, test: pd.DataFrame) -> dict[
         rows = {split: int(n) for split, n in recorded.get("split_rows", {}).items()}
         rows["rejected"] = int(recorded.get("rejected_rows", 0))
     else:
-        rows["test"] = len(test)
-    counts = test[schema.label].astype(str).value_counts()
+        rows["test"] = metrics.examples
+    counts = np.asarray(metrics.confusion_matrix).sum(axis=1)
     return {
         "label": schema.label,
         "rows": rows,
         "features": [{"name": c.name, "type": c.type} for c in schema.features],
-        "test_class_counts": {label: int(counts.get(label, 0))
-                              for label in schema.label_vocabulary},
+        "test_class_counts": {label: int(counts[i])
+                              for i, label in enumerate(schema.label_vocabulary)},
     }
 
 
@@ -500,11 +450,21 @@ def evaluate(
     comparison_metric: str = "accuracy",
     regression_tolerance: float = 0.0,
     thresholds: str = "",
+    batch_rows: int = 0,
 ) -> Evaluation:
     """Score ``model_dir`` (and the registry's champion) on the test split, and decide.
 
+    The test split is streamed once, in batches of ``batch_rows`` (default
+    ``stream.EVAL_BATCH_ROWS``), through both models; every metric is accumulated, so
+    memory does not grow with the split (see ``accumulate``, ``scores``, ``slices``).
     Without ``registry_uri`` and ``model_name`` no champion is looked up.
     """
+    from gkeflow.components.evaluate.stream import (
+        EVAL_BATCH_ROWS,
+        LabelError,
+        score_test_split,
+    )
+
     policy = BlessingPolicy.from_parameters(min_accuracy, thresholds, comparison_metric,
                                             regression_tolerance)
     model = ExportedModel(model_dir)
@@ -517,34 +477,40 @@ def evaluate(
         raise EvaluationError(
             f"the model was trained for labels {model.label_vocabulary} but the data's schema "
             f"has {labels}")
-    test = load_split(dataset_dir, "test", schema)
-    if test.empty:
-        raise EvaluationError(f"the test split in {dataset_dir} has no rows")
-    columns = choose_slice_columns(schema, test, slice_columns)
-    true = encode_labels(test, schema)
-    probabilities = model.predict_proba(to_model_inputs(test, schema))
     try:
-        metrics = compute_metrics(true, probabilities, labels, positive_class)
-        roc_class, roc = positive_class_roc(true, probabilities, labels, positive_class)
+        from gkeflow.components.evaluate.metrics import resolve_positive_class
+
+        resolve_positive_class(labels, positive_class)
     except MetricsError as exc:
         raise EvaluationError(str(exc)) from exc
+    columns, auto = choose_slice_columns(schema, slice_columns)
+    slices = SliceAccumulator(columns, len(labels), auto=auto)
 
-    champion = None
-    if registry_uri and model_name:
-        version = find_champion(registry_uri, model_name)
-        if version is not None:
-            champion = score_champion(version, test, schema, true, positive_class)
-    slices = slice_metrics(test, columns, true, probabilities,
-                           champion.probabilities if champion else None)
+    champion, champion_model, order = None, None, []
+    with tempfile.TemporaryDirectory(prefix="gkeflow-champion-") as scratch:
+        if registry_uri and model_name:
+            version = find_champion(registry_uri, model_name)
+            if version is not None:
+                champion, champion_model, order = open_champion(version, schema, Path(scratch))
+        try:
+            scored = score_test_split(dataset_dir, schema, model, slices, champion_model,
+                                      order, batch_rows or EVAL_BATCH_ROWS)
+        except (LabelError, MetricsError) as exc:
+            raise EvaluationError(str(exc)) from exc
+    if not scored.challenger.examples:
+        raise EvaluationError(f"the test split in {dataset_dir} has no rows")
+    metrics = scored.challenger.result(positive_class)
+    roc_class, roc = scored.challenger.roc(positive_class)
+    if champion is not None and scored.champion is not None:
+        champion.metrics = scored.champion.result(positive_class)
     return Evaluation(
         model_name=model_name,
         metrics=metrics,
         roc_class=roc_class,
-        roc=roc,
-        slices=slices,
+        roc=downsample_curve(roc, MAX_CURVE_POINTS),
+        slices=scored.slices.result(),
         champion=champion,
         decision=decide(metrics, champion, policy),
         policy=policy,
-        data=data_summary(dataset_dir, schema, test),
+        data=data_summary(dataset_dir, schema, metrics),
     )
-

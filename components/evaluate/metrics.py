@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -73,6 +73,11 @@ class MetricSet:
     ece: float
     per_class: dict[str, ClassMetrics]
     confusion_matrix: list[list[int]]
+    #: Most the reported roc_auc and pr_auc can differ from the exact ones (0 when exact).
+    auc_error_bound: dict[str, float] = field(
+        default_factory=lambda: {"roc_auc": 0.0, "pr_auc": 0.0})
+    #: Whether every curve has one point per distinct score (no score bins merged).
+    curves_exact: bool = True
 
     def overall(self) -> dict[str, float | None]:
         """The overall metrics by their stable names (None where undefined)."""
@@ -232,45 +237,24 @@ def _mean_defined(values: list[float | None]) -> float | None:
 
 
 def compute_metrics(true: np.ndarray, probabilities: np.ndarray, labels: list[str],
-                    positive_class: str = "") -> MetricSet:
+                    positive_class: str = "", max_bins: int = 0) -> MetricSet:
     """All metrics of ``probabilities`` against ``true`` over the label vocabulary ``labels``.
 
     Predictions are the most probable class. Binary problems report ROC AUC and PR AUC of
     ``positive_class`` (default: the last label); multiclass problems report the macro
-    average of one-vs-rest AUCs over the classes the test split can score.
+    average of one-vs-rest AUCs over the classes the test split can score. The arrays are
+    counted as one batch of a :class:`~.accumulate.MetricAccumulator` (``max_bins`` score
+    bins per class; default its budget), the same code that streams a test split.
     """
+    from gkeflow.components.evaluate.accumulate import MetricAccumulator
+
     true = np.asarray(true).astype(np.int64)
     probabilities = np.asarray(probabilities, dtype=np.float64)
     validate_inputs(true, probabilities, labels)
-    matrix = confusion_matrix(true, probabilities.argmax(axis=1), len(labels))
-    per_class: dict[str, ClassMetrics] = {}
-    for i, label in enumerate(labels):
-        precision, recall, f1, support = _prf(matrix, i)
-        is_i = true == i
-        per_class[label] = ClassMetrics(
-            precision, recall, f1, support,
-            roc_auc(is_i, probabilities[:, i]), average_precision(is_i, probabilities[:, i]),
-        )
-    if len(labels) == 2:
-        positive = per_class[resolve_positive_class(labels, positive_class)]
-        auc, pr = positive.roc_auc, positive.pr_auc
-    else:
-        auc = _mean_defined([m.roc_auc for m in per_class.values()])
-        pr = _mean_defined([m.pr_auc for m in per_class.values()])
-    return MetricSet(
-        labels=list(labels),
-        examples=len(true),
-        accuracy=float(np.trace(matrix) / matrix.sum()),
-        precision_macro=float(np.mean([m.precision for m in per_class.values()])),
-        recall_macro=float(np.mean([m.recall for m in per_class.values()])),
-        f1_macro=float(np.mean([m.f1 for m in per_class.values()])),
-        log_loss=log_loss(true, probabilities),
-        roc_auc=auc,
-        pr_auc=pr,
-        ece=expected_calibration_error(true, probabilities),
-        per_class=per_class,
-        confusion_matrix=matrix.tolist(),
-    )
+    resolve_positive_class(labels, positive_class)
+    accumulator = MetricAccumulator(labels, max_bins)
+    accumulator.update(true, probabilities)
+    return accumulator.result(positive_class)
 
 
 def resolve_positive_class(labels: list[str], positive_class: str) -> str:
@@ -288,10 +272,14 @@ def positive_class_roc(true: np.ndarray, probabilities: np.ndarray, labels: list
                        positive_class: str = "",
                        max_points: int = MAX_CURVE_POINTS) -> tuple[str, Curve]:
     """The ROC curve of one class against the rest, downsampled to ``max_points``."""
+    from gkeflow.components.evaluate.scores import ScoreHistogram
+
     label = resolve_positive_class(labels, positive_class)
     i = labels.index(label)
-    curve = roc_curve(np.asarray(true) == i, np.asarray(probabilities)[:, i])
-    return label, downsample_curve(curve, max_points)
+    histogram = ScoreHistogram()
+    histogram.add(np.asarray(probabilities)[:, i], np.asarray(true) == i)
+    c = histogram.curve()
+    return label, downsample_curve(Curve(c.fpr, c.tpr, c.thresholds), max_points)
 
 
 def downsample_curve(curve: Curve, max_points: int = MAX_CURVE_POINTS) -> Curve:

@@ -14,6 +14,15 @@ def _escape(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _auc_note(e: Evaluation) -> str:
+    if e.metrics.curves_exact:
+        return ""
+    bound = e.metrics.auc_error_bound
+    return (f" The test split has more distinct scores than the score histograms keep, so "
+            f"the AUCs are within {bound['roc_auc']:.2g} (ROC) and {bound['pr_auc']:.2g} (PR) "
+            f"of the exact values; every ROC point is an exact operating point.")
+
+
 def render_model_card(evaluation: Evaluation) -> str:
     """Decision, data summary, metrics against the champion, per-class metrics, confusion
     matrix and slices, as one Markdown document."""
@@ -61,7 +70,8 @@ def render_model_card(evaluation: Evaluation) -> str:
     lower = ", ".join(m for m in OVERALL_METRICS if m in LOWER_IS_BETTER)
     lines += ["", f"Lower is better for {lower}; higher for the rest. ROC AUC and PR AUC are "
               + ("of the positive class `" + _escape(e.roc_class) + "`."
-                 if len(e.metrics.labels) == 2 else "macro averages of one-vs-rest AUCs."),
+                 if len(e.metrics.labels) == 2 else "macro averages of one-vs-rest AUCs.")
+              + _auc_note(e),
               "", "## Per class", "",
               "| class | precision | recall | F1 | ROC AUC | PR AUC | support |",
               "|---|---|---|---|---|---|---|"]

@@ -41,7 +41,8 @@ class BigQuerySource:
 
     format = "bigquery"
 
-    def __init__(self, uri: str, query: str = "", row_filter: str = "", client=None):
+    def __init__(self, uri: str, query: str = "", row_filter: str = "", client=None,
+                 start_index: int = 0, max_results: int | None = None):
         match = _BQ.match(uri)
         if not match:
             raise DataError(
@@ -55,6 +56,13 @@ class BigQuerySource:
         if row_filter:
             query = f"SELECT * FROM `{self.table_id}` WHERE {row_filter}"
         self.query = query
+        if (start_index or max_results is not None) and query:
+            raise DataError("a range of rows can be read from a table, not from a query")
+        #: The range read (rows of the table in tabledata.list order): from start_index,
+        #: max_results rows (None: to the end). Rows are numbered from first_row.
+        self.start_index = start_index
+        self.max_results = max_results
+        self.first_row = start_index + 1
         self._client = client
         self._rows = None
         self._pages: Iterator[pa.RecordBatch] | None = None
@@ -73,7 +81,9 @@ class BigQuerySource:
                 self._rows = client.query_and_wait(self.query, page_size=PAGE_ROWS)
             else:
                 self._rows = client.list_rows(client.get_table(self.table_id),
-                                              page_size=PAGE_ROWS)
+                                              page_size=PAGE_ROWS,
+                                              start_index=self.start_index or None,
+                                              max_results=self.max_results)
         except exceptions.NotFound as exc:
             raise DataError(f"BigQuery table or dataset not found: {self.name}: "
                             f"{exc.message}") from exc
@@ -117,3 +127,45 @@ class BigQuerySource:
 
 def bigquery_sources(uri: str, query: str = "", row_filter: str = "") -> list[BigQuerySource]:
     return [BigQuerySource(uri, query=query, row_filter=row_filter)]
+
+
+# --- reading one table in several ranges (fan-out preparation) --------------------------------
+
+#: A fan-out range holds at least this many rows (fewer, larger ranges for small tables).
+MIN_RANGE_ROWS = 100_000
+
+
+def table_state(uri: str, client=None) -> tuple[int, int]:
+    """``(numRows, lastModifiedTime in ms)`` of the table ``uri`` names (``tables.get``)."""
+    from google.api_core import exceptions
+
+    source = BigQuerySource(uri)
+    client = client or bigquery_client(source.project)
+    try:
+        table = client.get_table(source.table_id)
+    except exceptions.NotFound as exc:
+        raise DataError(f"BigQuery table or dataset not found: {uri}: {exc.message}") from exc
+    modified = table.modified
+    return int(table.num_rows or 0), round(modified.timestamp() * 1000) if modified else 0
+
+
+def check_unchanged(uri: str, modified_ms: int, client=None) -> None:
+    """Fail when the table was modified since the plan recorded ``modified_ms``: its rows
+    could have moved between the ranges, so some would be read twice and others not."""
+    _, now = table_state(uri, client)
+    if now != modified_ms:
+        raise DataError(
+            f"BigQuery table {uri} changed while it was being prepared (last modified "
+            f"{now} ms, the plan saw {modified_ms} ms): run the preparation again once it "
+            "has stopped changing, or prepare a snapshot or copy of it")
+
+
+def plan_ranges(num_rows: int, max_ranges: int,
+                min_rows: int = MIN_RANGE_ROWS) -> list[tuple[int, int | None]]:
+    """Split ``num_rows`` rows into at most ``max_ranges`` contiguous ranges
+    ``(start_index, max_results)`` of at least ``min_rows`` rows (but one); the last one is
+    open-ended (``None``: to the end of the table), so no row is left out."""
+    count = max(1, min(max_ranges, num_rows // max(1, min_rows)))
+    bounds = [round(k * num_rows / count) for k in range(count + 1)]
+    return [(bounds[k], bounds[k + 1] - bounds[k] if k < count - 1 else None)
+            for k in range(count)]

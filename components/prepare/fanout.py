@@ -16,6 +16,13 @@ Three plain steps, each a KFP component in ``fanout_component.py``:
 
 A row's split depends only on its own hash, so every row lands in the same split as in one
 pod; the statistics are the same up to floating-point summation order.
+
+A ``bq://project.dataset.table`` source is split the same way into contiguous row ranges of
+the table (``tabledata.list`` with ``startIndex``/``maxResults``, the last range open-ended),
+one per group, numbered as one pod numbers them; every group checks that the table's
+``lastModifiedTime`` is still the one the plan saw before and after reading, so rows cannot
+move between ranges unnoticed. A query or row filter (``bq_query``, ``bq_filter``) is read
+whole by one group.
 """
 
 from __future__ import annotations
@@ -80,18 +87,39 @@ def plan_groups(
     merge_label_case: bool = False,
     max_quoted_lines: int = RowLimits.max_quoted_lines,
     max_row_bytes: int = RowLimits.max_row_bytes,
+    bq_query: str = "",
+    bq_filter: str = "",
+    min_range_rows: int = 0,
 ) -> list[int]:
-    """Fix the schema and deal the input files into groups; returns the group indices."""
+    """Fix the schema and deal the input into groups; returns the group indices.
+
+    Files are dealt, in order, into contiguous groups. A ``bq://`` table is split into
+    contiguous row ranges of its ``tabledata.list`` order (at least ``min_range_rows``
+    rows each, default ``bigquery.MIN_RANGE_ROWS``), one per group; a query or row filter
+    (``bq_query``, ``bq_filter``) is read by one group.
+    """
     if not 1 <= max_groups <= MAX_GROUPS:
         raise ValueError(f"max_groups must be in [1, {MAX_GROUPS}]; got {max_groups}")
     if rows_per_shard < 1:
         raise ValueError(f"rows_per_shard must be >= 1; got {rows_per_shard}")
-    if source.startswith("bq://"):
-        raise DataError("fan-out preparation reads files; prepare bq:// tables in one step")
     limits = RowLimits(max_quoted_lines, max_row_bytes)
     problems: list[str] = []
-    header, sample, sources = logic._sample(_with_limits(resolve_sources(source), limits),
-                                            problems)
+    bq = None
+    if source.startswith("bq://"):
+        from gkeflow.components.prepare import bigquery
+
+        inputs = bigquery.bigquery_sources(source, query=bq_query, row_filter=bq_filter)
+        bq = {"query": bq_query, "filter": bq_filter, "ranges": [(0, None)],
+              "modified_ms": None}
+        if not (bq_query or bq_filter):
+            rows, bq["modified_ms"] = bigquery.table_state(source)
+            bq["ranges"] = bigquery.plan_ranges(rows, max_groups,
+                                                min_range_rows or bigquery.MIN_RANGE_ROWS)
+    elif bq_query or bq_filter:
+        raise DataError("bq_query and bq_filter apply only to bq:// sources")
+    else:
+        inputs = _with_limits(resolve_sources(source), limits)
+    header, sample, sources = logic._sample(inputs, problems)
     check_column_names(header, label_column, key_column, exclude_columns, feature_columns)
     if expected_schema is not None:
         schema, found = validate_against(expected_schema, header, sample, label_column)
@@ -104,7 +132,7 @@ def plan_groups(
             "no usable feature columns besides the label; "
             + "; ".join(f"{c.name}: {c.note}" for c in schema.columns if c.role == "ignored")
             + " (name the features with feature_columns to override)")
-    files = [s.name for s in sources]
+    files = [s.name for s in sources] if bq is None else [source] * len(bq["ranges"])
     count = min(max_groups, len(files))
     bounds = [round(k * len(files) / count) for k in range(count + 1)]
     doc = {
@@ -125,6 +153,7 @@ def plan_groups(
         "files": files,
         "groups": [[bounds[k], bounds[k + 1]] for k in range(count)],
         "shard_root": shard_root,
+        "bigquery": bq,
     }
     plan_dir = Path(plan_dir)
     plan_dir.mkdir(parents=True, exist_ok=True)
@@ -194,12 +223,20 @@ def prepare_group(plan_dir: Path, group: int, part_dir: Path, workers: int = 0) 
     names = doc["files"][start:stop]
     limits = RowLimits(doc.get("max_quoted_lines", RowLimits.max_quoted_lines),
                        doc.get("max_row_bytes", RowLimits.max_row_bytes))
+    bq = doc.get("bigquery")
     sources = []
-    for name in names:
+    for k, name in enumerate(names):
+        if bq is not None:
+            sources.append(_range_source(name, bq, start + k))
+            continue
         found = _with_limits(resolve_sources(name), limits)
         if len(found) != 1:
             raise DataError(f"input file {name} changed since the plan was made")
         sources.append(found[0])
+    if bq is not None and bq["modified_ms"] is not None:
+        from gkeflow.components.prepare.bigquery import check_unchanged
+
+        check_unchanged(doc["source"], bq["modified_ms"])
     workers = workers or os.cpu_count() or 1
     with publish_dir(Path(part_dir)) as scratch:
         root = (shard_store.resolve_shard_root("", str(shard_store.join(
@@ -218,6 +255,8 @@ def prepare_group(plan_dir: Path, group: int, part_dir: Path, workers: int = 0) 
                     range(len(sources))))
         finally:
             rejects.close()
+        if bq is not None and bq["modified_ms"] is not None:
+            check_unchanged(doc["source"], bq["modified_ms"])  # no row moved while read
         inline = not doc["shard_root"]
         files = []
         for partials in per_file:
@@ -240,6 +279,16 @@ def prepare_group(plan_dir: Path, group: int, part_dir: Path, workers: int = 0) 
     rows = sum(p["rows_read"] for f in files for p in f)
     return {"group": group, "files": len(names), "rows_read": rows,
             "rejected_rows": rejects.count}
+
+
+def _range_source(uri: str, bq: dict, index: int):
+    """The plan's ``index``-th range of a BigQuery table (or its query, read whole)."""
+    from gkeflow.components.prepare.bigquery import BigQuerySource
+
+    start, count = bq["ranges"][index]
+    if bq["query"] or bq["filter"]:
+        return BigQuerySource(uri, query=bq["query"], row_filter=bq["filter"])
+    return BigQuerySource(uri, start_index=start, max_results=count)
 
 
 class _MergedRejects:

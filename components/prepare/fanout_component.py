@@ -25,12 +25,16 @@ def plan_prepare(
     merge_label_case: bool = False,
     max_quoted_lines: int = 100,
     max_row_bytes: int = 1048576,
+    data_fingerprint: str = "",
+    bq_query: str = "",
+    bq_filter: str = "",
+    bq_min_range_rows: int = 100000,
 ) -> list[int]:
-    """Fixes the schema from a sample of the input files and deals the files into groups.
+    """Fixes the schema from a sample of the input and deals the input into groups.
 
     Args:
         data_uri: Local path or glob, or gs://bucket/path (globs allowed): CSV (optionally
-            .gz) or Parquet files.
+            .gz) or Parquet files; or bq://project.dataset.table, split into row ranges.
         label_column: Column holding the class to predict.
         plan: plan.json: the fixed schema, the files and their groups, the shard root.
         max_groups: Most groups (parallel preparation pods), at most 100.
@@ -51,6 +55,13 @@ def plan_prepare(
         max_quoted_lines: Lines a quoted CSV value may span; beyond, only the line where
             the quote opened is rejected and reading resumes at the next line.
         max_row_bytes: Bytes a CSV row may take; longer rows are rejected.
+        data_fingerprint: Fingerprint of the input's content (from fingerprint_data); not
+            read, it makes the step's cache key follow the data rather than its URI.
+        bq_query: For bq:// sources: a SQL query to read instead of the whole table (read
+            by one group).
+        bq_filter: For bq:// sources: a SQL row filter (WHERE clause) on the table (read
+            by one group).
+        bq_min_range_rows: For bq:// tables: the fewest rows a group's range holds.
 
     Returns:
         The group indices, for dsl.ParallelFor.
@@ -69,7 +80,8 @@ def plan_prepare(
         shard_root=resolve_shard_root(plan.uri, shard_root),
         exclude_columns=exclude_columns, feature_columns=feature_columns,
         merge_label_case=merge_label_case, max_quoted_lines=max_quoted_lines,
-        max_row_bytes=max_row_bytes,
+        max_row_bytes=max_row_bytes, bq_query=bq_query, bq_filter=bq_filter,
+        min_range_rows=bq_min_range_rows,
     )
     plan.metadata["groups"] = len(groups)
     print(f"{len(groups)} groups")

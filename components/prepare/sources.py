@@ -171,10 +171,11 @@ class Source:
                 yield item[0]
 
 
-def numbered(batches: Iterator[pa.RecordBatch]) -> Iterator[Callable[[], TypedBatch]]:
+def numbered(batches: Iterator[pa.RecordBatch],
+             first_row: int = 1) -> Iterator[Callable[[], TypedBatch]]:
     """Batches of a source without text rows (Parquet, BigQuery), as blocks whose rows
-    are numbered from 1 (no original bytes)."""
-    row = 1
+    are numbered from ``first_row`` (no original bytes)."""
+    row = first_row
     for batch in batches:
         origin = RowOrigin(np.arange(row, row + batch.num_rows, dtype=np.int64))
         row += batch.num_rows

@@ -175,7 +175,7 @@ def _blocks(source, plan: _Plan, reject):
     """A source's blocks, each a function returning ``(batch, origin)`` or None; numeric
     columns parsed as numbers where the source can (see ``Source.typed_blocks``)."""
     if not hasattr(source, "typed_blocks"):  # e.g. BigQuery: typed by its own schema
-        return numbered(source.batches(reject))
+        return numbered(source.batches(reject), getattr(source, "first_row", 1))
     numeric = [c.name for c in plan.schema.columns if c.type == "numeric"]
     return source.typed_blocks(reject, numeric)
 

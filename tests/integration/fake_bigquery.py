@@ -95,7 +95,12 @@ class FakeBigQuery:
                 for r in rows]
 
     def _page(self, rows, params):
-        start = int(params.get("pageToken", ["0"])[0] or 0)
+        """One page: from the page token (the next row's index here; opaque to clients)
+        or, on a first request, from ``startIndex``; at most ``maxResults`` rows."""
+        if "pageToken" in params:
+            start = int(params["pageToken"][0] or 0)
+        else:
+            start = int(params.get("startIndex", ["0"])[0] or 0)
         size = int(params.get("maxResults", [str(len(rows) or 1)])[0])
         page = rows[start:start + size]
         out = {"rows": self._encode(page), "totalRows": str(len(rows))}
@@ -129,6 +134,16 @@ class FakeBigQuery:
                 if unknown:
                     self._refuse(f"unknown query parameters {sorted(unknown)}")
                     return False
+                if "pageToken" in params and "startIndex" in params:
+                    # what the service answers (googleapis/nodejs-bigquery#1099)
+                    self._refuse("When using a page token, you cannot specify an arbitrary "
+                                 "startIndex")
+                    return False
+                for name in ("startIndex", "maxResults"):
+                    if name in params and not (params[name][0].isdigit() and (
+                            name == "startIndex" or int(params[name][0]) > 0)):
+                        self._refuse(f"invalid {name} {params[name][0]!r}")
+                        return False
                 return True
 
             def do_GET(self):

@@ -181,3 +181,20 @@ def test_two_workers_each_read_their_share_of_streamed_shards(prepared):
     finally:
         remote.schema.column("customer_id").role = "ignored"
     assert sorted(seen) == sorted(set(seen)) and len(seen) == rows
+
+
+def test_evaluation_streams_gcs_shards_and_equals_the_local_evaluation(prepared, tmp_path):
+    """evaluate over the gs:// test shards (streamed in batches) gives exactly what it gives
+    over the same shards on local disk."""
+    from gkeflow.components.evaluate.logic import evaluate
+    from gkeflow.components.train.logic import TrainParams, train
+
+    tmp, _, inline, remote = prepared
+    model_dir = tmp_path / "model"
+    train(tmp / "inline", inline.schema, model_dir, TrainParams(epochs=1, batch_size=128))
+    here = evaluate(tmp / "inline", inline.schema, model_dir, min_accuracy=0.0,
+                    slice_columns="plan,region", batch_rows=100)
+    there = evaluate(tmp / "remote", remote.schema, model_dir, min_accuracy=0.0,
+                     slice_columns="plan,region", batch_rows=100)
+    assert there.metrics.examples == remote.split_rows["test"] > 100
+    assert there.to_dict() == here.to_dict()

@@ -19,7 +19,6 @@ from gkeflow.components.evaluate.logic import (
     evaluate,
     parse_thresholds,
     slice_metrics,
-    slice_values,
 )
 from gkeflow.components.evaluate.metrics import (
     Curve,
@@ -33,7 +32,6 @@ from gkeflow.components.evaluate.metrics import (
     roc_curve,
 )
 from gkeflow.components.evaluate.model_card import render_model_card
-from gkeflow.components.prepare.logic import load_split
 from gkeflow.components.register.local_registry import LocalRegistry
 
 NAME = "penguins-classifier"
@@ -329,22 +327,25 @@ def test_slices_partition_rows_and_keep_missing_and_rare_values():
     assert by_value["(missing)"].log_loss == pytest.approx(-np.log(0.4))
     # Macro F1 over the classes seen in the slice: "blue" has true 1, predicted 0 -> 0.
     assert by_value["blue"].f1_macro == 0.0
-    many = pd.Series([f"v{i % 40}" for i in range(200)])
-    pooled = slice_values(many)
-    assert pooled.nunique() == 25 and (pooled == "(other)").sum() == 200 - 24 * 5
+    # 40 values of 5 rows each: the 24 first by (count, value) kept, 16 * 5 rows pooled
+    many = pd.DataFrame({"v": [f"v{i % 40:02d}" for i in range(200)]})
+    pooled = slice_metrics(many, ["v"], np.zeros(200, int), np.tile([.6, .4], (200, 1)))
+    assert len(pooled) == 25 and pooled[-1].value == "v23"
+    assert next(s.examples for s in pooled if s.value == "(other)") == 200 - 24 * 5
 
 
 def test_slice_columns_are_checked(prepared_penguins):
-    dataset_dir, prepared = prepared_penguins
-    test = load_split(dataset_dir, "test", prepared.schema)
-    assert choose_slice_columns(prepared.schema, test, "sex, island,sex") == ["sex", "island"]
+    _, prepared = prepared_penguins
+    assert choose_slice_columns(prepared.schema, "sex, island,sex") == (["sex", "island"],
+                                                                        False)
+    assert choose_slice_columns(prepared.schema, "") == (["island", "sex"], True)
     with pytest.raises(EvaluationError, match="'bill_length_mm' is numeric; slices need "
                                               "categorical columns: island, sex"):
-        choose_slice_columns(prepared.schema, test, "bill_length_mm")
+        choose_slice_columns(prepared.schema, "bill_length_mm")
     with pytest.raises(EvaluationError, match="'colour' is not in the data"):
-        choose_slice_columns(prepared.schema, test, "colour")
+        choose_slice_columns(prepared.schema, "colour")
     with pytest.raises(EvaluationError, match="is the label"):
-        choose_slice_columns(prepared.schema, test, "species")
+        choose_slice_columns(prepared.schema, "species")
 
 
 def test_component_body_logs_what_the_kubeflow_ui_renders(prepared_penguins, trained_penguins,

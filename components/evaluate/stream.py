@@ -1,0 +1,104 @@
+"""The test split streamed batch by batch through the challenger (and the champion).
+
+Batches come from the same reader training uses (``records.make_tf_dataset`` over the
+split's shards, local or ``gs://`` through ``shard_store``), so evaluation holds one batch
+of rows and its predictions at a time, whatever the size of the test split; every metric
+is accumulated (``accumulate``, ``slices``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gkeflow.components.evaluate.accumulate import MetricAccumulator
+from gkeflow.components.evaluate.slices import SliceAccumulator
+
+#: Rows per batch read from the test split (and predicted at once).
+EVAL_BATCH_ROWS = 8192
+
+
+class LabelError(ValueError):
+    """Test rows whose label is not in the schema's label vocabulary."""
+
+
+def iter_test_batches(dataset_dir: Path, schema, batch_rows: int = EVAL_BATCH_ROWS
+                 ) -> Iterator[dict[str, np.ndarray]]:
+    """Batches ``{column: values}`` of the test split: numeric columns float32 (NaN for
+    missing), categorical ones bytes (b"" for missing); features and the label."""
+    from gkeflow.components.prepare.records import make_tf_dataset
+
+    columns = [c.name for c in schema.features] + [schema.label]
+    dataset = make_tf_dataset(Path(dataset_dir), "test", schema, batch_rows, columns=columns)
+    yield from dataset.as_numpy_iterator()
+
+
+def label_indices(values: np.ndarray, labels: list[str]) -> np.ndarray:
+    """Label values (bytes) -> class indices; a value outside ``labels`` is a LabelError."""
+    index = {label.encode("utf-8"): i for i, label in enumerate(labels)}
+    unique, inverse = np.unique(np.asarray(values, dtype=object), return_inverse=True)
+    unknown = sorted(u.decode("utf-8", "replace") for u in unique if u not in index)
+    if unknown:
+        raise LabelError(f"label values {unknown} are not in the schema's label vocabulary "
+                         f"{labels}")
+    return np.array([index[u] for u in unique], np.int64)[inverse.reshape(-1)]
+
+
+def model_inputs(features: list[dict], batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A batch as a model's inputs (its metadata's features: name, input, type), converting
+    a column the model takes with another type than the data has."""
+    inputs = {}
+    for feature in features:
+        values = batch[feature["name"]]
+        if feature["type"] == "numeric" and values.dtype == object:
+            text = [v.decode("utf-8", "replace") for v in values]
+            values = np.array([_number(t) for t in text], np.float32)
+        elif feature["type"] != "numeric" and values.dtype != object:
+            values = np.array([b"" if np.isnan(v) else str(v).encode() for v in values],
+                              dtype=object)
+        inputs[feature["input"]] = values
+    return inputs
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text) if text else float("nan")
+    except ValueError:
+        return float("nan")
+
+
+@dataclass
+class Scored:
+    """What one pass over the test split accumulated."""
+
+    challenger: MetricAccumulator
+    champion: MetricAccumulator | None
+    slices: SliceAccumulator
+    batches: int
+
+
+def score_test_split(dataset_dir: Path, schema, model, slices: SliceAccumulator,
+                     champion_model=None, champion_order: list[int] | None = None,
+                     batch_rows: int = EVAL_BATCH_ROWS, max_bins: int = 0) -> Scored:
+    """Stream the test split once through ``model`` (and ``champion_model``, whose classes
+    ``champion_order`` maps to the schema's), accumulating every metric."""
+    labels = schema.label_vocabulary
+    challenger = MetricAccumulator(labels, max_bins)
+    champion = MetricAccumulator(labels, max_bins) if champion_model is not None else None
+    features = model.metadata["features"]
+    batches = 0
+    for batch in iter_test_batches(dataset_dir, schema, batch_rows):
+        true = label_indices(batch[schema.label], labels)
+        probabilities = model.predict_proba(model_inputs(features, batch))
+        predicted = challenger.update(true, probabilities)
+        champion_predicted = None
+        if champion is not None:
+            theirs = champion_model.predict_proba(
+                model_inputs(champion_model.metadata["features"], batch))[:, champion_order]
+            champion_predicted = champion.update(true, theirs)
+        slices.update(batch, true, predicted, probabilities, champion_predicted)
+        batches += 1
+    return Scored(challenger, champion, slices, batches)
