@@ -46,7 +46,8 @@ def _sweep(target: str, compute=None, workspace=None):
 def _fanout_prepare(target: str, compute=None, workspace=None):
     from gkeflow.pipelines.fanout import build_fanout_pipeline
 
-    return build_fanout_pipeline(target, pipeline_compute("fanout-prepare", compute))
+    return build_fanout_pipeline(target, pipeline_compute("fanout-prepare", compute),
+                                 workspace=workspace)
 
 
 #: Pipeline short name -> builder taking a target and per-step compute overrides.

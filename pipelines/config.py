@@ -25,6 +25,10 @@ The file is optional; every key has a default in code. Sections:
     the hyperparameter search space of the sweep pipeline
     (:class:`gkeflow.pipelines.sweep_config.SweepConfig`).
 
+``preparation``
+    one pod, or fan-out over groups of input files in the training and sweep pipelines
+    (:class:`gkeflow.pipelines.preparation.PreparationSettings`): fanout, groups, parallelism.
+
 ``workspace``
     the GKE run's volume for prepared shards and checkpoints when the pipeline root is not
     gs:// (:class:`gkeflow.pipelines.workspace.WorkspaceSettings`): size, storage_class,
@@ -49,6 +53,7 @@ from pydantic import (
     model_validator,
 )
 
+from gkeflow.pipelines.preparation_settings import PreparationSettings
 from gkeflow.pipelines.sweep_config import SweepConfig
 from gkeflow.pipelines.workspace import WorkspaceSettings
 
@@ -119,6 +124,7 @@ class GkeflowConfig(BaseModel):
     schedules: list[ScheduleConfig] = []
     sweep: SweepConfig | None = None
     workspace: WorkspaceSettings = WorkspaceSettings()
+    preparation: PreparationSettings = PreparationSettings()
 
     @model_validator(mode="after")
     def _check_references(self):
@@ -477,6 +483,13 @@ targets:
 #   storage_class: standard-rwo
 #   access_mode: ReadWriteOnce
 #   # enabled: false                       # default: on unless the GKE root is gs://
+
+# Data preparation in the training and sweep pipelines: one pod (default), or fanned out
+# over groups of input files (or bq:// row ranges) for inputs of many millions of rows.
+# preparation:
+#   fanout: true
+#   groups: 16                           # default of the prepare_groups pipeline parameter
+#   parallelism: 8                       # group pods at once
 
 # Pipeline parameters per environment: `gkeflow submit --env prod`.
 # "default" is used when no --env is given; --param KEY=VALUE wins over these.

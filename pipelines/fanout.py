@@ -19,10 +19,10 @@ from gkeflow.components.prepare.fanout_component import (
     prepare_group,
 )
 from gkeflow.pipelines.compute import ComputeProfile, apply_compute, validate_profiles
+from gkeflow.pipelines.preparation_settings import MAX_PARALLEL
+from gkeflow.pipelines.workspace import PipelineStorage, WorkspaceSettings
 
 PIPELINE_NAME = "gkeflow-fanout-prepare"
-#: Preparation pods running at once (a compile-time constant of dsl.ParallelFor).
-MAX_PARALLEL = 8
 
 #: Per-step compute. A group pod needs the CPU/memory of one prepare_data pod; it writes its
 #: shards straight to the shard root, so its disk holds only rejected rows and part.json.
@@ -53,12 +53,14 @@ def step_images() -> dict[str, str]:
 
 def build_fanout_pipeline(target: str = "local",
                           compute: Optional[Mapping[str, ComputeProfile]] = None,
-                          parallelism: int = MAX_PARALLEL):
+                          parallelism: int = MAX_PARALLEL,
+                          workspace: Optional[WorkspaceSettings] = None):
     """Define ``fanout_prepare_pipeline`` with each step's compute applied for ``target``
     (``compute`` may hold other pipelines' steps too: only this pipeline's are used)."""
     profiles = resolve_compute(target, compute)
+    storage = PipelineStorage(target, workspace)
 
-    @dsl.pipeline(name=PIPELINE_NAME)
+    @dsl.pipeline(name=PIPELINE_NAME, pipeline_config=storage.config())
     def fanout_prepare_pipeline(
         data_uri: str,
         label_column: str,
@@ -126,10 +128,11 @@ def build_fanout_pipeline(target: str = "local",
             reject_unseen_categories=reject_unseen_categories,
             max_quoted_lines=max_quoted_lines, max_row_bytes=max_row_bytes,
             data_fingerprint=data_fingerprint, bq_query=bq_query, bq_filter=bq_filter,
-            bq_min_range_rows=bq_min_range_rows,
+            bq_min_range_rows=bq_min_range_rows, workspace_path=storage.path,
         ), profiles["plan-prepare"], target)
         with dsl.ParallelFor(plan.outputs["Output"], parallelism=parallelism) as group:
-            part = apply_compute(prepare_group(plan=plan.outputs["plan"], group=group),
+            part = apply_compute(prepare_group(plan=plan.outputs["plan"], group=group,
+                                               workspace_path=storage.path),
                                  profiles["prepare-group"], target)
         merge = apply_compute(merge_prepared(
             plan=plan.outputs["plan"], parts=dsl.Collected(part.outputs["part"]),

@@ -37,6 +37,15 @@ from gkeflow.components import (
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
+from gkeflow.pipelines.preparation import (
+    FANOUT_COMPONENTS,
+    FANOUT_DISPLAY_NAMES,
+    FANOUT_STEPS,
+    ONE_POD,
+    PreparationSettings,
+    preparation_steps,
+    prepare_stage,
+)
 from gkeflow.pipelines.stages import GATE_PARAMETERS, evaluate_and_register
 from gkeflow.pipelines.sweep_config import SweepConfig, default_sweep, expand_trials
 from gkeflow.pipelines.training import DEFAULT_COMPUTE, DEFAULT_REGISTRY_URIS
@@ -51,6 +60,7 @@ SWEEP_COMPUTE: Mapping[str, ComputeProfile] = {
     # Preparation is cached on the data's run-time fingerprint, as in training.
     "fingerprint-data": DEFAULT_COMPUTE["fingerprint-data"],
     "prepare-data": DEFAULT_COMPUTE["prepare-data"],
+    **FANOUT_STEPS,
     TRIAL_STEP: DEFAULT_COMPUTE[TRIAL_STEP],
     "select-best-trial": ComputeProfile(cpu="1", memory="4G", caching=False, timeout_s=1800),
     "tune-with-vizier": ComputeProfile(cpu="1", memory="2G", caching=False),
@@ -61,6 +71,7 @@ SWEEP_COMPUTE: Mapping[str, ComputeProfile] = {
 STEP_DISPLAY_NAMES = {
     "fingerprint-data": "Fingerprint data",
     "prepare-data": "Prepare data",
+    **FANOUT_DISPLAY_NAMES,
     "train-model": "Train trial",
     "select-best-trial": "Select best trial",
     "tune-with-vizier": "Tune with Vertex AI Vizier",
@@ -76,7 +87,8 @@ def _components() -> dict[str, Any]:
     return {"fingerprint-data": fingerprint_data, "prepare-data": prepare_data,
             "train-model": train_model,
             "select-best-trial": select_best_trial, "tune-with-vizier": tune_with_vizier,
-            "evaluate-model": evaluate_model, "register-model": register_model}
+            "evaluate-model": evaluate_model, "register-model": register_model,
+            **FANOUT_COMPONENTS}
 
 
 def step_images() -> dict[str, str]:
@@ -85,7 +97,8 @@ def step_images() -> dict[str, str]:
 
 
 def resolve_sweep_compute(target: str, compute: Mapping[str, ComputeProfile] | None = None,
-                          engine: str = "kfp") -> dict[str, ComputeProfile]:
+                          engine: str = "kfp", preparation: PreparationSettings = ONE_POD,
+                          ) -> dict[str, ComputeProfile]:
     """The sweep's per-step profiles (its defaults, then ``compute``), validated for ``target``."""
     from gkeflow.components.images import IMAGES
 
@@ -96,6 +109,8 @@ def resolve_sweep_compute(target: str, compute: Mapping[str, ComputeProfile] | N
     profiles = {**SWEEP_COMPUTE, **(compute or {})}
     drop = "select-best-trial" if uses_vizier(target, engine) else "tune-with-vizier"
     profiles.pop(drop)
+    for step in {"prepare-data", *FANOUT_STEPS} - preparation_steps(preparation):
+        profiles.pop(step)
     gpu_images = {step: IMAGES.get(image) for step, image in step_images().items()}
     validate_profiles(profiles, target, gpu_images)
     return profiles
@@ -109,14 +124,16 @@ def uses_vizier(target: str, engine: str) -> bool:
 def build_sweep_pipeline(target: str = "local",
                          compute: Mapping[str, ComputeProfile] | None = None,
                          sweep: SweepConfig | None = None,
-                         workspace: WorkspaceSettings | None = None):
+                         workspace: WorkspaceSettings | None = None,
+                         preparation: PreparationSettings = ONE_POD):
     """Define ``sweep_pipeline`` for ``target``: trials expanded from ``sweep`` (default:
     :func:`default_sweep`), each step's compute validated and applied; on GKE without a
-    gs:// root, shards and trial checkpoints live in the run's ``workspace``."""
+    gs:// root, shards and trial checkpoints live in the run's ``workspace``; the data is
+    prepared in one pod or fanned out (``preparation``)."""
     sweep = sweep or default_sweep()
     storage = PipelineStorage(target, workspace)
     vizier = uses_vizier(target, sweep.engine)
-    profiles = resolve_sweep_compute(target, compute, sweep.engine)
+    profiles = resolve_sweep_compute(target, compute, sweep.engine, preparation)
     trials_default = expand_trials(sweep)
     tuned = ",".join(sweep.tuned)
     if target == "vertex":
@@ -162,6 +179,7 @@ def build_sweep_pipeline(target: str = "local",
         exclude_columns: str = "",
         feature_columns: str = "",
         shard_root: str = "",
+        prepare_groups: int = preparation.groups,
     ):
         """Trains one model per trial in parallel, then evaluates and registers the best.
 
@@ -202,20 +220,24 @@ def build_sweep_pipeline(target: str = "local",
             feature_columns: The only feature columns, comma-separated; empty: inferred.
             shard_root: gs:// prefix for the prepared shards; empty: next to the dataset
                 artifact on a gs:// or local root, in the run's workspace on GKE otherwise.
+            prepare_groups: With fan-out preparation (gkeflow.yaml preparation.fanout):
+                the most parallel groups of input files (or bq:// row ranges); else unused.
         """
         scope = locals()
         gate = {name: scope[name] for name in GATE_PARAMETERS}
         fingerprint = configure(fingerprint_data(data_uri=data_uri, user_module=user_module),
                                 "fingerprint-data")
-        prepare = configure(prepare_data(
-            data_uri=data_uri, label_column=label_column, train_ratio=train_ratio,
-            eval_ratio=eval_ratio, test_ratio=test_ratio, key_column=key_column,
-            exclude_columns=exclude_columns, feature_columns=feature_columns,
-            shard_root=shard_root, workspace_path=storage.path,
-            data_fingerprint=fingerprint.outputs["data"]), "prepare-data")
+        dataset, schema = prepare_stage(
+            configure, settings=preparation, prepare_groups=prepare_groups,
+            fingerprint=fingerprint,
+            workspace_path=storage.path, arguments=dict(
+                data_uri=data_uri, label_column=label_column, train_ratio=train_ratio,
+                eval_ratio=eval_ratio, test_ratio=test_ratio, key_column=key_column,
+                exclude_columns=exclude_columns, feature_columns=feature_columns,
+                shard_root=shard_root))
         if vizier:
             best = configure(components["tune-with-vizier"](
-                dataset=prepare.outputs["dataset"], schema=prepare.outputs["schema"],
+                dataset=dataset, schema=schema,
                 trials=trials, metric=metric, direction=direction, tuned=tuned,
                 epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
                 model_type=model_type, hidden_units=hidden_units, dropout=dropout,
@@ -235,8 +257,8 @@ def build_sweep_pipeline(target: str = "local",
                 hparams = {name: getattr(trial, name) if name in sweep.parameters else value
                            for name, value in fixed.items()}
                 train = configure(train_model(
-                    dataset=prepare.outputs["dataset"],
-                    schema=prepare.outputs["schema"],
+                    dataset=dataset,
+                    schema=schema,
                     **hparams,
                     user_module=user_module,
                     require_gpu=require_gpu,
@@ -256,8 +278,8 @@ def build_sweep_pipeline(target: str = "local",
                 tuned=tuned,
             ), "select-best-trial")
         evaluate_and_register(
-            configure, register_step, dataset=prepare.outputs["dataset"],
-            schema=prepare.outputs["schema"], model=best.outputs["best_model"], gate=gate,
+            configure, register_step, dataset=dataset,
+            schema=schema, model=best.outputs["best_model"], gate=gate,
             data_uri=data_uri, workspace_path=storage.path, labels=best.outputs["labels"],
         )
 

@@ -22,6 +22,15 @@ from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.checkpoints import add_checkpoint_volume
 from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
 from gkeflow.pipelines.engines import training_engine
+from gkeflow.pipelines.preparation import (
+    FANOUT_COMPONENTS,
+    FANOUT_DISPLAY_NAMES,
+    FANOUT_STEPS,
+    ONE_POD,
+    PreparationSettings,
+    preparation_steps,
+    prepare_stage,
+)
 from gkeflow.pipelines.stages import GATE_PARAMETERS, evaluate_and_register
 from gkeflow.pipelines.workspace import PipelineStorage, WorkspaceSettings
 
@@ -35,6 +44,8 @@ PIPELINE_NAME = "gkeflow-training"
 DEFAULT_COMPUTE: Mapping[str, ComputeProfile] = {
     "fingerprint-data": ComputeProfile(cpu="1", memory="2G", caching=False, timeout_s=1800),
     "prepare-data": ComputeProfile(cpu="2", memory="8G", caching=True, timeout_s=3600),
+    # fan-out preparation (prepare_groups > 1): plan, one pod per group, merge
+    **FANOUT_STEPS,
     "train-model": ComputeProfile(
         cpu="7", memory="26G", accelerator="nvidia-tesla-t4", accelerator_count=1,
         timeout_s=6 * 3600, retries=2, retry_backoff_s=60, retry_backoff_factor=2.0,
@@ -54,6 +65,7 @@ STEP_COMPONENTS = {
     "train-model": train_model,
     "evaluate-model": evaluate_model,
     "register-model": register_model,
+    **FANOUT_COMPONENTS,
 }
 
 
@@ -66,9 +78,11 @@ def step_images() -> dict[str, str]:
 
 
 def resolve_compute(
-    target: str, compute: Mapping[str, ComputeProfile] | None = None
+    target: str, compute: Mapping[str, ComputeProfile] | None = None,
+    preparation: PreparationSettings = ONE_POD,
 ) -> dict[str, ComputeProfile]:
-    """Per-step profiles (defaults, then ``compute``), validated for ``target``.
+    """Per-step profiles (defaults, then ``compute``) of the steps the pipeline has with
+    ``preparation`` (one pod or fan-out), validated for ``target``.
 
     Raises:
         ComputeError: naming every step whose request cannot be met, what it asked and
@@ -82,6 +96,8 @@ def resolve_compute(
             f"unknown step(s) {', '.join(unknown)}; steps are {', '.join(DEFAULT_COMPUTE)}"
         )
     profiles = {**DEFAULT_COMPUTE, **(compute or {})}
+    for step in {"prepare-data", *FANOUT_STEPS} - preparation_steps(preparation):
+        profiles.pop(step)
     gpu_images = {step: IMAGES.get(image) for step, image in step_images().items()}
     validate_profiles(profiles, target, gpu_images)
     return profiles
@@ -102,19 +118,22 @@ STEP_DISPLAY_NAMES = {
     "train-model": "Train model",
     "evaluate-model": "Evaluate model",
     "register-model": "Register model",
+    **FANOUT_DISPLAY_NAMES,
 }
 
 
 def build_training_pipeline(
     target: str = "local", compute: Optional[Mapping[str, ComputeProfile]] = None,
     workspace: Optional[WorkspaceSettings] = None,
+    preparation: PreparationSettings = ONE_POD,
 ):
     """Define ``training_pipeline``, each step's compute validated and applied for ``target``.
 
     ``workspace``: the run's volume on GKE (see :mod:`gkeflow.pipelines.workspace`); by
     default one for the default MinIO root, where shards and checkpoints then live.
+    ``preparation``: one pod (default) or fan-out (see :mod:`gkeflow.pipelines.preparation`).
     """
-    profiles = resolve_compute(target, compute)
+    profiles = resolve_compute(target, compute, preparation)
     if target == "vertex":  # same step, with a google.VertexModel output for Vertex lineage
         from gkeflow.components.register.vertex_component import register_model as register_step
     else:
@@ -172,6 +191,7 @@ def build_training_pipeline(
         exclude_columns: str = "",
         feature_columns: str = "",
         shard_root: str = "",
+        prepare_groups: int = preparation.groups,
     ):
         """Trains a TensorFlow classifier on a CSV and registers it when evaluation blesses it.
 
@@ -210,27 +230,21 @@ def build_training_pipeline(
             shard_root: gs:// prefix for the prepared shards (only their manifest passes
                 through the artifact store); empty: next to the dataset artifact on a gs://
                 or local pipeline root, in the run's workspace on GKE otherwise.
+            prepare_groups: With fan-out preparation (gkeflow.yaml preparation.fanout):
+                the most parallel groups of input files (or bq:// row ranges); else unused.
         """
         scope = locals()
         gate = {name: scope[name] for name in GATE_PARAMETERS}
         fingerprint = configure(fingerprint_data(data_uri=data_uri, user_module=user_module),
                                 "fingerprint-data")
-        prepare = configure(
-            prepare_data(
-                data_uri=data_uri,
-                label_column=label_column,
-                train_ratio=train_ratio,
-                eval_ratio=eval_ratio,
-                test_ratio=test_ratio,
-                key_column=key_column,
-                exclude_columns=exclude_columns,
-                feature_columns=feature_columns,
-                data_fingerprint=fingerprint.outputs["data"],
-                shard_root=shard_root,
-                workspace_path=storage.path,
-            ),
-            "prepare-data",
-        )
+        dataset, schema = prepare_stage(
+            configure, settings=preparation, prepare_groups=prepare_groups,
+            fingerprint=fingerprint,
+            workspace_path=storage.path, arguments=dict(
+                data_uri=data_uri, label_column=label_column, train_ratio=train_ratio,
+                eval_ratio=eval_ratio, test_ratio=test_ratio, key_column=key_column,
+                exclude_columns=exclude_columns, feature_columns=feature_columns,
+                shard_root=shard_root))
         # One-pod training keys its checkpoints on what it trains on and with (a retry of the
         # step resumes; a finished one removes them), not on the run id, which would keep
         # training out of the cache. Multi-worker engines keep the run id: they name and
@@ -241,8 +255,8 @@ def build_training_pipeline(
                               f"{eval_ratio}-{test_ratio}-{epochs}-{batch_size}-"
                               f"{learning_rate}-{model_type}-{fingerprint.outputs['code']}")
         train = train_step(
-            dataset=prepare.outputs["dataset"],
-            schema=prepare.outputs["schema"],
+            dataset=dataset,
+            schema=schema,
             epochs=epochs,
             batch_size=batch_size,
             learning_rate=learning_rate,
@@ -255,8 +269,8 @@ def build_training_pipeline(
             checkpoint_uri=checkpoint_uri,
         )
         evaluate_and_register(
-            configure, register_step, dataset=prepare.outputs["dataset"],
-            schema=prepare.outputs["schema"], model=train.outputs["model"], gate=gate,
+            configure, register_step, dataset=dataset, schema=schema,
+            model=train.outputs["model"], gate=gate,
             data_uri=data_uri, workspace_path=storage.path,
         )
 

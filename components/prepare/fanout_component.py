@@ -29,6 +29,7 @@ def plan_prepare(
     bq_query: str = "",
     bq_filter: str = "",
     bq_min_range_rows: int = 100000,
+    workspace_path: str = "",
 ) -> list[int]:
     """Fixes the schema from a sample of the input and deals the input into groups.
 
@@ -62,6 +63,8 @@ def plan_prepare(
         bq_filter: For bq:// sources: a SQL row filter (WHERE clause) on the table (read
             by one group).
         bq_min_range_rows: For bq:// tables: the fewest rows a group's range holds.
+        workspace_path: The run's workspace (dsl.WORKSPACE_PATH_PLACEHOLDER on GKE with a
+            root other than gs://): the shards go there when shard_root is empty.
 
     Returns:
         The group indices, for dsl.ParallelFor.
@@ -77,7 +80,7 @@ def plan_prepare(
         ratios=SplitRatios(train_ratio, eval_ratio, test_ratio), key_column=key_column,
         expected_schema=fetch_schema(expected_schema_uri) if expected_schema_uri else None,
         reject_unseen_categories=reject_unseen_categories, rows_per_shard=rows_per_shard,
-        shard_root=resolve_shard_root(plan.uri, shard_root),
+        shard_root=resolve_shard_root(plan.uri, shard_root, workspace=workspace_path),
         exclude_columns=exclude_columns, feature_columns=feature_columns,
         merge_label_case=merge_label_case, max_quoted_lines=max_quoted_lines,
         max_row_bytes=max_row_bytes, bq_query=bq_query, bq_filter=bq_filter,
@@ -89,7 +92,8 @@ def plan_prepare(
 
 
 @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
-def prepare_group(plan: Input[Artifact], group: int, part: Output[Artifact]):
+def prepare_group(plan: Input[Artifact], group: int, part: Output[Artifact],
+                  workspace_path: str = ""):
     """Prepares one group of input files against the plan's fixed schema.
 
     Args:
@@ -97,6 +101,8 @@ def prepare_group(plan: Input[Artifact], group: int, part: Output[Artifact]):
         group: Index of the group to prepare.
         part: part.json (row counts, mergeable statistics, shard list), rejected.csv and
             rejected.jsonl.
+        workspace_path: The run's workspace when the plan's shard root is in it (the
+            placeholder mounts it in this step); not read otherwise.
     """
     from pathlib import Path
 

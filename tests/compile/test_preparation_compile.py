@@ -1,0 +1,71 @@
+"""gkeflow.yaml's preparation: section compiles the training and sweep pipelines with
+fan-out preparation (plan -> ParallelFor groups -> merge) feeding training and evaluation."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from kfp import compiler
+
+from gkeflow.pipelines.config import ConfigError, load_config
+from gkeflow.pipelines.preparation_settings import PreparationSettings
+from gkeflow.pipelines.sweep import build_sweep_pipeline
+from gkeflow.pipelines.training import build_training_pipeline, resolve_compute
+
+FANOUT = PreparationSettings(fanout=True, groups=24, parallelism=5)
+
+
+def _spec(pipeline, tmp_path, name="p.yaml"):
+    path = tmp_path / name
+    compiler.Compiler().compile(pipeline, str(path))
+    return list(yaml.safe_load_all(path.read_text()))[0]
+
+
+def _tasks(spec) -> dict:
+    tasks = dict(spec["root"]["dag"]["tasks"])
+    for component in spec["components"].values():
+        tasks.update(component.get("dag", {}).get("tasks", {}))
+    return tasks
+
+
+@pytest.mark.parametrize("build", [build_training_pipeline, build_sweep_pipeline])
+@pytest.mark.parametrize("target", ["gke", "vertex"])
+def test_fanout_preparation_feeds_training_and_evaluation(tmp_path, build, target):
+    spec = _spec(build(target, preparation=FANOUT), tmp_path)
+    tasks = _tasks(spec)
+    assert {"plan-prepare", "prepare-group", "merge-prepared"} <= set(tasks)
+    assert "prepare-data" not in tasks
+    loop = next(t for t in spec["root"]["dag"]["tasks"].values()
+                if "iteratorPolicy" in t)
+    assert loop["iteratorPolicy"]["parallelismLimit"] == 5
+    plan = tasks["plan-prepare"]["inputs"]["parameters"]
+    assert plan["max_groups"]["componentInputParameter"] == "prepare_groups"
+    assert spec["root"]["inputDefinitions"]["parameters"]["prepare_groups"][
+        "defaultValue"] == 24
+    evaluate = tasks["evaluate-model"]["inputs"]["artifacts"]["dataset"]
+    assert evaluate["taskOutputArtifact"]["producerTask"] == "merge-prepared"
+    on_workspace = plan.get("workspace_path", {}).get("runtimeValue", {}).get("constant")
+    group = tasks["prepare-group"]["inputs"]["parameters"]["workspace_path"]
+    # GKE (default MinIO root): the groups write their shards to the run's workspace
+    expected = "{{$.workspace_path}}" if target == "gke" else ""
+    assert on_workspace == expected == group["runtimeValue"]["constant"]
+
+
+def test_one_pod_is_the_default_and_plan_lists_only_the_steps_that_run():
+    assert "prepare-data" in resolve_compute("gke")
+    assert "plan-prepare" not in resolve_compute("gke")
+    fanned = resolve_compute("gke", preparation=FANOUT)
+    assert {"plan-prepare", "prepare-group", "merge-prepared"} <= set(fanned)
+    assert "prepare-data" not in fanned
+
+
+def test_the_config_section_is_validated(tmp_path):
+    path = tmp_path / "gkeflow.yaml"
+    path.write_text("preparation: {fanout: true, groups: 16}\n")
+    assert load_config(path).preparation == PreparationSettings(fanout=True, groups=16)
+    path.write_text("preparation: {fanout: true, groups: 0}\n")
+    with pytest.raises(ConfigError, match="preparation.groups"):
+        load_config(path)
+    path.write_text("preparation: {fan_out: true}\n")
+    with pytest.raises(ConfigError, match="fan_out"):
+        load_config(path)
