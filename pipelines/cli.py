@@ -300,14 +300,24 @@ def _compute_options(func):
     )(func)
 
 
+def _load_config(config_path: Path | None):
+    """``--config`` (default: ./gkeflow.yaml when it exists), validated."""
+    from gkeflow.pipelines.config import ConfigError, load_config
+
+    try:
+        return load_config(config_path)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
 def _resolve_compute(config_path: Path | None, compute_overrides: tuple[str, ...]) -> dict:
     """Per-step profiles: defaults in code, then gkeflow.yaml, then --compute flags."""
     from gkeflow.pipelines.compile import default_compute
     from gkeflow.pipelines.compute import ComputeError, apply_overrides
-    from gkeflow.pipelines.config import ConfigError, load_config
+    from gkeflow.pipelines.config import ConfigError
 
     try:
-        profiles = load_config(config_path).compute_overrides(default_compute())
+        profiles = _load_config(config_path).compute_overrides(default_compute())
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
@@ -347,9 +357,11 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
     targets = COMPILE_TARGETS if target == "all" else (target,)
     console = _console()
     compute = _resolve_compute(config_path, compute_overrides)
+    config = _load_config(config_path)  # its sweep: section shapes the sweep pipeline
     try:
         if check:
-            stale = stale_files(output, targets, compute=compute) + stale_component_files(output)
+            stale = (stale_files(output, targets, compute=compute, config=config)
+                     + stale_component_files(output))
             if stale:
                 for path in stale:
                     console.print(f"stale: {path}", markup=False)
@@ -357,7 +369,7 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
                 sys.exit(1)
             console.print(f"compiled pipelines in {output} are up to date", markup=False)
             return
-        paths = compile_all(output, targets, compute=compute, release=release)
+        paths = compile_all(output, targets, compute=compute, release=release, config=config)
         paths += compile_components(output, release=release)
     except (ComputeError, ReleaseError, ImageLockError) as exc:
         raise click.ClickException(str(exc)) from exc

@@ -129,7 +129,8 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
         for schedule in wanted:
             if schedule.pipeline not in prepared_by_pipeline:
                 prepared = prepare_pipeline(schedule.pipeline, target_name,
-                                            workdir / target_name, version=version)
+                                            workdir / target_name, version=version,
+                                            config=config)
                 ids = None
                 if target_name == "gke":
                     pipeline_id, version_id, notes = backend.ensure_pipeline_version(prepared)

@@ -65,17 +65,25 @@ def source_version(cwd: Path | None = None) -> str:
 
 
 def prepare_pipeline(pipeline: str, target: str, workdir: Path,
-                     version: str | None = None) -> PreparedPipeline:
+                     version: str | None = None,
+                     config: GkeflowConfig | None = None) -> PreparedPipeline:
     """Compile ``pipeline`` for ``target`` into ``workdir`` and describe the result.
 
-    The version name ends with a hash of the compiled spec, so one name always means one
-    spec: uploading the same name twice is skipped, a changed spec gets a new name.
+    ``config`` (the ``--config`` file) gives each step's compute and the sweep's search
+    space, as in ``gkeflow compile --config``; None: the defaults in code and ./gkeflow.yaml's
+    ``sweep:``. The version name ends with a hash of the compiled spec, so one name always
+    means one spec: uploading the same name twice is skipped, a changed spec gets a new name.
     """
-    from gkeflow.pipelines.compile import PIPELINES, compile_pipeline
+    from gkeflow.pipelines.compile import PIPELINES, compile_pipeline, default_compute
+    from gkeflow.pipelines.compute import ComputeError
 
     if pipeline not in PIPELINES:
         raise SubmitError(f"unknown pipeline {pipeline!r}; pipelines are {', '.join(PIPELINES)}")
-    path = compile_pipeline(pipeline, target, workdir)
+    compute = config.compute_overrides(default_compute()) if config is not None else None
+    try:
+        path = compile_pipeline(pipeline, target, workdir, compute=compute, config=config)
+    except ComputeError as exc:  # one line: "invalid compute for target T: - step: problem"
+        raise SubmitError(" ".join(str(exc).split())) from None
     text = path.read_bytes()
     sha = hashlib.sha256(text).hexdigest()
     docs = list(yaml.safe_load_all(text))
@@ -237,7 +245,7 @@ def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: st
            version: str | None = None) -> tuple[Submission, Any]:
     """Compile, upload (KFP) and start one run; returns the submission and the backend."""
     backend = backend or make_backend(config, target, dry_run=dry_run)
-    prepared = prepare_pipeline(pipeline, target, workdir, version=version)
+    prepared = prepare_pipeline(pipeline, target, workdir, version=version, config=config)
     parameters = resolve_parameters(config, prepared, environment, overrides)
     name = run_name(pipeline, environment)
     notes: list[str] = []
