@@ -183,3 +183,15 @@ def test_prediction_compute_reaches_the_prediction_pipeline(tmp_path):
                     "--output", str(tmp_path / "out"))
     assert result.exit_code == 1
     assert "predict-batch: replicas 2" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("pipeline, step", [("training", "prepare-data"),
+                                            ("prediction", "predict-batch")])
+def test_config_compute_reaches_training_and_prediction_runs(tmp_path, pipeline, step):
+    """--config alone (no --compute) gives the run its compute: section."""
+    config = tmp_path / "elsewhere.yaml"
+    config.write_text(f"compute:\n  {step}:\n    replicas: 2\n")
+    result = invoke("--pipeline", pipeline, "--config", str(config),
+                    "--output", str(tmp_path / "out"))
+    assert result.exit_code == 1, result.output
+    assert f"{step}: replicas 2" in result.output and "Traceback" not in result.output
