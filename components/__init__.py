@@ -1,5 +1,7 @@
-"""gkeflow's KFP components: prepare_data, train_model, evaluate_model, register_model,
-predict_batch, report_predictions.
+"""gkeflow's KFP components: prepare_data, train_model, evaluate_model, register_model (and
+its Vertex AI variant register_model_vertex), fingerprint_data, predict_batch,
+report_predictions, the sweep's select_best_trial and tune_with_vizier, and the fan-out
+preparation steps plan_prepare, prepare_group and merge_prepared.
 
 The components are loaded lazily: inside a running step only the logic modules are
 imported, and those must not pull in the KFP DSL.
@@ -9,15 +11,22 @@ import importlib
 
 #: The suite's components: each one listed here is also shipped as
 #: compiled/components/<name>.yaml (`gkeflow compile`) and documented in
-#: docs/components.md (`gkeflow docs`).
+#: docs/components.md (`gkeflow docs`). Value: the module defining it, or
+#: "module:function" when the registry name differs from the function's name.
 _COMPONENTS = {
     "prepare_data": "gkeflow.components.prepare.component",
     "train_model": "gkeflow.components.train.component",
     "evaluate_model": "gkeflow.components.evaluate.component",
     "register_model": "gkeflow.components.register.component",
+    "register_model_vertex": "gkeflow.components.register.vertex_component:register_model",
     "fingerprint_data": "gkeflow.components.fingerprint.component",
     "predict_batch": "gkeflow.components.predict.component",
     "report_predictions": "gkeflow.components.predict.component",
+    "select_best_trial": "gkeflow.components.sweep.component",
+    "tune_with_vizier": "gkeflow.components.sweep.vizier_component",
+    "plan_prepare": "gkeflow.components.prepare.fanout_component",
+    "prepare_group": "gkeflow.components.prepare.fanout_component",
+    "merge_prepared": "gkeflow.components.prepare.fanout_component",
 }
 
 __all__ = list(_COMPONENTS)
@@ -25,5 +34,6 @@ __all__ = list(_COMPONENTS)
 
 def __getattr__(name: str):
     if name in _COMPONENTS:
-        return getattr(importlib.import_module(_COMPONENTS[name]), name)
+        module, _, function = _COMPONENTS[name].partition(":")
+        return getattr(importlib.import_module(module), function or name)
     raise AttributeError(f"module 'components' has no attribute {name!r}")

@@ -20,23 +20,25 @@ GKE_GPU = "nvidia-tesla-t4"
 VERTEX_GPU = "NVIDIA_TESLA_T4"
 
 
+def on_gpu(task: dsl.PipelineTask, target: str) -> dsl.PipelineTask:
+    """One T4 for ``task``, spelled as ``target`` (gke or vertex) wants it."""
+    task.set_cpu_limit("7").set_memory_limit("26G").set_accelerator_limit(1)
+    if target == "gke":
+        from kfp import kubernetes
+
+        task.set_accelerator_type("nvidia.com/gpu")
+        kubernetes.add_node_selector(task, "cloud.google.com/gke-accelerator", GKE_GPU)
+        kubernetes.add_toleration(task, key="nvidia.com/gpu", operator="Exists",
+                                  effect="NoSchedule")
+    else:
+        task.set_accelerator_type(VERTEX_GPU)
+    return task
+
+
 def build_pipeline(components_dir: Path, target: str):
     """The four gkeflow steps loaded from YAML; GPU settings spelled for ``target``."""
     load = {name: load_component_from_file(str(Path(components_dir) / f"{name}.yaml"))
             for name in ("prepare_data", "train_model", "evaluate_model", "register_model")}
-
-    def on_gpu(task: dsl.PipelineTask) -> dsl.PipelineTask:
-        task.set_cpu_limit("7").set_memory_limit("26G").set_accelerator_limit(1)
-        if target == "gke":
-            from kfp import kubernetes
-
-            task.set_accelerator_type("nvidia.com/gpu")
-            kubernetes.add_node_selector(task, "cloud.google.com/gke-accelerator", GKE_GPU)
-            kubernetes.add_toleration(task, key="nvidia.com/gpu", operator="Exists",
-                                      effect="NoSchedule")
-        else:
-            task.set_accelerator_type(VERTEX_GPU)
-        return task
 
     @dsl.pipeline(name="penguins-from-component-yaml")
     def yaml_components_pipeline(
@@ -51,7 +53,7 @@ def build_pipeline(components_dir: Path, target: str):
         train = on_gpu(load["train_model"](
             dataset=prepare.outputs["dataset"], schema=prepare.outputs["schema"],
             epochs=epochs, require_gpu=True,
-        ))
+        ), target)
         evaluate = load["evaluate_model"](
             dataset=prepare.outputs["dataset"], schema=prepare.outputs["schema"],
             model=train.outputs["model"], model_name=model_name, registry_uri=registry_uri,

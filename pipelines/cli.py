@@ -55,12 +55,6 @@ def main(ctx: click.Context, debug: bool) -> None:
 # run
 
 
-def _default_model_name(data: str | None) -> str:
-    from gkeflow.pipelines.run_inputs import default_model_name
-
-    return default_model_name(data)
-
-
 #: `gkeflow run --pipeline NAME` -> "module:function" running it (training and prediction run
 #: inline below).
 RUN_PIPELINES = {
@@ -147,14 +141,25 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
     --pipeline sweep trains one model per trial (the sweep: section of gkeflow.yaml and
     the (sweep) flags), prints the trial table and evaluates and registers the best.
     """
+    from gkeflow.pipelines.run_options import (
+        check_options,
+        finish,
+        local_compute,
+        run_arguments,
+    )
+
+    check_options(click.get_current_context(), pipeline)
+    config_path = pipeline_options.get("config_path")
     if RUN_PIPELINES[pipeline]:
         return _dispatch_run(
             pipeline, data=data, label=label, output=output, epochs=epochs,
             batch_size=batch_size, learning_rate=learning_rate, train_ratio=train_ratio,
             eval_ratio=eval_ratio, test_ratio=test_ratio, model_name=model_name,
             min_accuracy=min_accuracy, model_type=model_type, user_module=user_module,
-            params=params, no_cache=no_cache, verbose=verbose, **pipeline_options)
-    from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS, SplitRatios
+            params=params, compute_overrides=compute_overrides, key_column=key_column,
+            exclude_columns=exclude_columns, feature_columns=feature_columns,
+            no_cache=no_cache, require_registered=require_registered, verbose=verbose,
+            debug=debug, **pipeline_options)
     from gkeflow.pipelines.local import run_local
 
     console = _console()
@@ -162,52 +167,19 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
         from gkeflow.pipelines.run_prediction import run_prediction_command
 
         return run_prediction_command(console, data, model_ref, output, REGISTRY_FILE, params,
-                                      no_cache, verbose)
-    if model_ref:
-        raise click.UsageError("--model applies to --pipeline prediction; name the model to "
-                               "train with --model-name")
-    if data and not label:
-        raise click.UsageError("--label is required with --data: name the column to predict.")
-    data_uri = _resolve_data(data) if data else None
-    try:
-        SplitRatios(train_ratio, eval_ratio, test_ratio)
-    except ValueError as exc:
-        raise click.BadParameter(
-            str(exc), param_hint="--train-ratio/--eval-ratio/--test-ratio"
-        ) from exc
-    model_name = model_name or _default_model_name(data)
-    output = output.resolve()
-    arguments = {
-        "data_uri": data_uri or EMBEDDED_PENGUINS,
-        "label_column": label or "species",
-        "train_ratio": train_ratio,
-        "eval_ratio": eval_ratio,
-        "test_ratio": test_ratio,
-        "epochs": epochs,
-        "batch_size": batch_size,
-        "learning_rate": learning_rate,
-        "model_name": model_name,
-        "min_accuracy": min_accuracy,
-        "registry_uri": f"sqlite:///{output / REGISTRY_FILE}",
-        "model_type": model_type,
-    }
-    if user_module:
-        if user_module.endswith(".py") and not Path(user_module).is_file():
-            raise click.BadParameter(f"no such file: {user_module}", param_hint="--user-module")
-        arguments["user_module"] = (str(Path(user_module).resolve())
-                                    if user_module.endswith(".py") else user_module)
-    arguments.update(_pipeline_params(params))
-    for name, value in (("key_column", key_column),
-                        ("exclude_columns", ",".join(exclude_columns)),
-                        ("feature_columns", ",".join(feature_columns))):
-        if value:
-            arguments[name] = value
-    from gkeflow.pipelines.run_checks import ParameterError, validate_run_arguments
+                                      no_cache, verbose, debug=debug,
+                                      compute=local_compute("prediction", config_path,
+                                                            compute_overrides))
+    from gkeflow.pipelines.training import training_pipeline
 
-    try:
-        validate_run_arguments(arguments)
-    except ParameterError as exc:
-        raise click.ClickException(str(exc)) from None
+    arguments = run_arguments(
+        training_pipeline, pipeline, data=data, label=label, output=output, epochs=epochs,
+        batch_size=batch_size, learning_rate=learning_rate, train_ratio=train_ratio,
+        eval_ratio=eval_ratio, test_ratio=test_ratio, model_name=model_name,
+        min_accuracy=min_accuracy, model_type=model_type, user_module=user_module,
+        params=params, key_column=key_column, exclude_columns=exclude_columns,
+        feature_columns=feature_columns)
+    output = output.resolve()
     console.print(f"[bold]gkeflow run[/bold]: training pipeline on "
                   f"{data or 'the bundled Palmer Penguins data'} "
                   f"(label: {arguments['label_column']})")
@@ -222,40 +194,17 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
                 return
             console.print(f"  {mark} {step.name} {step.status.lower()} in {step.duration_s:.1f}s")
 
-    from gkeflow.pipelines.compile import pipeline_compute
     from gkeflow.pipelines.local import LocalRunError
 
-    compute = (pipeline_compute("training", _resolve_compute(None, compute_overrides))
-               if compute_overrides else None)
+    compute = local_compute("training", config_path, compute_overrides)
     try:
         result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
-                           enable_caching=not no_cache, compute=compute)
+                           enable_caching=not no_cache, compute=compute,
+                           preparation=_load_config(config_path).preparation)
     except LocalRunError as exc:
         raise click.ClickException(str(exc)) from exc
     _print_run_summary(console, result, arguments, debug)
-    if not result.ok:
-        sys.exit(1)
-    if require_registered and not result.parameter_outputs("register-model"):
-        console.print("[red bold]NOT REGISTERED[/red bold]: the gate blocked registration "
-                      "(--require-registered)")
-        sys.exit(3)
-
-
-def _resolve_data(data: str) -> str:
-    from gkeflow.pipelines.run_inputs import RunInputError, resolve_data_uri
-
-    try:
-        return resolve_data_uri(data)
-    except RunInputError as exc:
-        raise click.BadParameter(str(exc), param_hint="--data") from None
-
-
-def _pipeline_params(options: tuple[str, ...]) -> dict:
-    """``KEY=VALUE`` options as typed arguments of the training pipeline."""
-    from gkeflow.pipelines.params import pipeline_params
-    from gkeflow.pipelines.training import training_pipeline
-
-    return pipeline_params(training_pipeline, options)
+    finish(console, result, require_registered)
 
 
 def _print_run_summary(console: Console, result, arguments: dict, debug: bool = False) -> None:
@@ -352,7 +301,8 @@ def _compute_options(func):
     )(func)
 
 
-def _load_config_or_exit(config_path: Path | None):
+def _load_config(config_path: Path | None):
+    """``--config`` (default: ./gkeflow.yaml when it exists), validated."""
     from gkeflow.pipelines.config import ConfigError, load_config
 
     try:
@@ -365,10 +315,10 @@ def _resolve_compute(config_path: Path | None, compute_overrides: tuple[str, ...
     """Per-step profiles: defaults in code, then gkeflow.yaml, then --compute flags."""
     from gkeflow.pipelines.compile import default_compute
     from gkeflow.pipelines.compute import ComputeError, apply_overrides
-    from gkeflow.pipelines.config import ConfigError, load_config
+    from gkeflow.pipelines.config import ConfigError
 
     try:
-        profiles = load_config(config_path).compute_overrides(default_compute())
+        profiles = _load_config(config_path).compute_overrides(default_compute())
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
@@ -408,10 +358,10 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
     targets = COMPILE_TARGETS if target == "all" else (target,)
     console = _console()
     compute = _resolve_compute(config_path, compute_overrides)
-    workspace = _load_config_or_exit(config_path).gke_workspace()
+    config = _load_config(config_path)  # its sweep: section shapes the sweep pipeline
     try:
         if check:
-            stale = (stale_files(output, targets, compute=compute, workspace=workspace)
+            stale = (stale_files(output, targets, compute=compute, config=config)
                      + stale_component_files(output))
             if stale:
                 for path in stale:
@@ -420,8 +370,7 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
                 sys.exit(1)
             console.print(f"compiled pipelines in {output} are up to date", markup=False)
             return
-        paths = compile_all(output, targets, compute=compute, release=release,
-                            workspace=workspace)
+        paths = compile_all(output, targets, compute=compute, release=release, config=config)
         paths += compile_components(output, release=release)
     except (ComputeError, ReleaseError, ImageLockError) as exc:
         raise click.ClickException(str(exc)) from exc
@@ -492,9 +441,14 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
         sweep = resolve_sweep(config_path)
 
         def resolve_compute(target, compute):
-            return resolve_sweep_compute(target, compute, sweep.engine)
+            return resolve_sweep_compute(target, compute, sweep.engine,
+                                         _load_config(config_path).preparation)
     else:
-        from gkeflow.pipelines.training import resolve_compute, step_images
+        from gkeflow.pipelines.training import resolve_compute as training_compute
+        from gkeflow.pipelines.training import step_images
+
+        def resolve_compute(target, compute):
+            return training_compute(target, compute, _load_config(config_path).preparation)
 
     from gkeflow.pipelines.compile import pipeline_compute
 
@@ -545,7 +499,7 @@ def _workspace_lines(pipeline: str, target: str, config_path: Path | None,
 
     if pipeline not in ("training", "sweep") or target != "gke":
         return []
-    config = _load_config_or_exit(config_path)
+    config = _load_config(config_path)
     settings = config.gke_workspace()
     jobset = pipeline == "training" and profiles["train-model"].replicas > 1
     if not settings.active("gke") or jobset:

@@ -22,35 +22,50 @@ class ReleaseError(ValueError):
     """A release build would reference an image by tag only."""
 
 
-def _training(target: str, compute=None, workspace=None):
+def _loaded(config):
+    """``config``, or ./gkeflow.yaml when it is None."""
+    from gkeflow.pipelines.config import load_config
+
+    return config if config is not None else load_config()
+
+
+def _training(target: str, compute=None, config=None):
+    """The training pipeline with ``config``'s workspace and preparation sections."""
     from gkeflow.pipelines.training import build_training_pipeline
 
-    return build_training_pipeline(target, pipeline_compute("training", compute), workspace)
+    config = _loaded(config)
+    return build_training_pipeline(target, pipeline_compute("training", compute),
+                                   config.gke_workspace(), config.preparation)
 
 
-def _prediction(target: str, compute=None, workspace=None):
+def _prediction(target: str, compute=None, config=None):
     from gkeflow.pipelines.prediction import build_prediction_pipeline
 
     return build_prediction_pipeline(target, pipeline_compute("prediction", compute))
 
 
-def _sweep(target: str, compute=None, workspace=None):
-    """The sweep pipeline with ./gkeflow.yaml's ``sweep:`` section, or the default sweep."""
-    from gkeflow.pipelines.config import load_config
+def _sweep(target: str, compute=None, config=None):
+    """The sweep pipeline with the ``sweep:`` section of ``config`` (the
+    :class:`~gkeflow.pipelines.config.GkeflowConfig` of ``--config``; default: read from
+    ./gkeflow.yaml), or the default sweep when it has none; its workspace and preparation
+    sections too."""
     from gkeflow.pipelines.sweep import build_sweep_pipeline
 
-    return build_sweep_pipeline(target, pipeline_compute("sweep", compute), load_config().sweep,
-                                workspace)
+    config = _loaded(config)
+    return build_sweep_pipeline(target, pipeline_compute("sweep", compute), config.sweep,
+                                config.gke_workspace(), config.preparation)
 
 
-def _fanout_prepare(target: str, compute=None, workspace=None):
+def _fanout_prepare(target: str, compute=None, config=None):
     from gkeflow.pipelines.fanout import build_fanout_pipeline
 
+    config = _loaded(config)
     return build_fanout_pipeline(target, pipeline_compute("fanout-prepare", compute),
-                                 workspace=workspace)
+                                 config.preparation.parallelism, config.gke_workspace())
 
 
-#: Pipeline short name -> builder taking a target and per-step compute overrides.
+#: Pipeline short name -> builder taking a target, per-step compute overrides and the
+#: loaded gkeflow.yaml (for the sections a pipeline reads besides ``compute:``).
 PIPELINES: dict[str, Callable[..., object]] = {
     "training": _training, "prediction": _prediction, "sweep": _sweep,
     "fanout-prepare": _fanout_prepare,
@@ -181,7 +196,7 @@ def compile_pipeline(
     compute: Mapping | None = None,
     lock: Mapping[str, str] | None = None,
     release: bool = False,
-    workspace=None,
+    config=None,
 ) -> Path:
     """Compile one pipeline for one target; returns the YAML's path.
 
@@ -192,8 +207,8 @@ def compile_pipeline(
         compute: Per-step :class:`~gkeflow.pipelines.compute.ComputeProfile` overrides.
         lock: Tag -> digest; default: the image lock file.
         release: Refuse tag-only image references (:class:`ReleaseError`).
-        workspace: The GKE run's :class:`~gkeflow.pipelines.workspace.WorkspaceSettings`
-            (gkeflow.yaml ``workspace:``); None: the defaults.
+        config: The loaded gkeflow.yaml (``--config``) whose other sections the pipeline
+            reads (the sweep's ``sweep:``); default: ./gkeflow.yaml.
     """
     from kfp import compiler
 
@@ -203,7 +218,7 @@ def compile_pipeline(
         raise ValueError(f"unknown pipeline {pipeline!r}; available: {', '.join(PIPELINES)}")
     if target not in COMPILE_TARGETS:
         raise ValueError(f"unknown target {target!r}; available: {', '.join(COMPILE_TARGETS)}")
-    built = PIPELINES[pipeline](target, compute, workspace)
+    built = PIPELINES[pipeline](target, compute, config)
     images = pin_images(built, load_lock() if lock is None else lock)
     if release:
         unpinned = sorted({image for image in images.values() if not is_pinned(image)})
@@ -265,22 +280,22 @@ def compile_all(
     compute: Mapping | None = None,
     lock: Mapping[str, str] | None = None,
     release: bool = False,
-    workspace=None,
+    config=None,
 ) -> list[Path]:
     return [
-        compile_pipeline(name, target, output_dir, compute, lock, release, workspace)
+        compile_pipeline(name, target, output_dir, compute, lock, release, config)
         for name in (pipelines or PIPELINES)
         for target in targets
     ]
 
 
 def stale_files(output_dir: Path, targets=COMPILE_TARGETS, compute: Mapping | None = None,
-                lock: Mapping[str, str] | None = None, workspace=None) -> list[Path]:
+                lock: Mapping[str, str] | None = None, config=None) -> list[Path]:
     """Compiled files that are missing or differ from what the code produces now."""
     stale = []
     with tempfile.TemporaryDirectory() as fresh_dir:
         for fresh in compile_all(Path(fresh_dir), targets, compute=compute, lock=lock,
-                                 workspace=workspace):
+                                 config=config):
             committed = Path(output_dir) / fresh.name
             if not committed.exists() or committed.read_text() != fresh.read_text():
                 stale.append(committed)

@@ -75,6 +75,8 @@ def versioned_component(name: str, lock: Mapping[str, str] | None = None):
                          "are shipped as component YAML")
     if lock is not None:
         container.image = pin(container.image, dict(lock))
+        for spec_input in _image_defaults(spec):  # e.g. the image tuning-job trials run in
+            spec_input.default = pin(spec_input.default, dict(lock))
     spec.description = f"{(spec.description or '').rstrip()}\n\n{version_line()}".lstrip()
     function = getattr(component, "python_func", None) or getattr(component, "pipeline_func",
                                                                    None)
@@ -83,6 +85,15 @@ def versioned_component(name: str, lock: Mapping[str, str] | None = None):
     clone.component_spec = spec
     clone.description = spec.description
     return clone
+
+
+def _image_defaults(spec) -> list:
+    """Inputs whose default is one of the suite's images (a step that launches workloads
+    in it): pinned like the step's own image."""
+    from gkeflow.components.images import IMAGES
+
+    return [spec_input for spec_input in (spec.inputs or {}).values()
+            if isinstance(spec_input.default, str) and spec_input.default in IMAGES]
 
 
 def _describe_outputs(spec, docstring: str) -> None:
@@ -124,11 +135,14 @@ def compile_component(name: str, output_dir: Path, lock: Mapping[str, str] | Non
     from gkeflow.pipelines.compile import ReleaseError
 
     component = versioned_component(name, load_lock() if lock is None else lock)
-    image = component.component_spec.implementation.container.image
-    if release and not is_pinned(image):
+    spec = component.component_spec
+    images = [spec.implementation.container.image,
+              *(spec_input.default for spec_input in _image_defaults(spec))]
+    unpinned = [image for image in images if not is_pinned(image)]
+    if release and unpinned:
         raise ReleaseError(
             f"refusing a release build of component {name}: image referenced by tag only: "
-            f"{image}. Build the images (images/build.sh) to record their digests in "
+            f"{unpinned[0]}. Build the images (images/build.sh) to record their digests in "
             "images/images.lock.json, then compile again."
         )
     path = component_path(output_dir, name)

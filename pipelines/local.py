@@ -197,6 +197,7 @@ def run_local(
     compute: dict | None = None,
     pipeline: Callable[..., Any] | None = None,
     workspace_root: Path | None = None,
+    preparation=None,
 ) -> LocalRunResult:
     """Run ``pipeline`` (default: the training pipeline) with ``arguments`` under
     ``output_dir`` using kfp.local.
@@ -205,17 +206,21 @@ def run_local(
     ``replicas > 1`` trains with that many worker processes on loopback.
     ``workspace_root``: the directory of a pipeline built with a workspace (kfp.local
     removes it when the run ends); default: a temporary one.
+    ``preparation``: gkeflow.yaml's ``preparation:`` (one pod or fan-out) for the training
+    pipeline; default: one pod.
     """
     from kfp import local
 
     if pipeline is None:
         from gkeflow.pipelines.compute import ComputeError
+        from gkeflow.pipelines.preparation import ONE_POD
         from gkeflow.pipelines.training import build_training_pipeline, training_pipeline
 
         pipeline = training_pipeline
-        if compute:
+        if compute or (preparation is not None and preparation.fanout):
             try:
-                pipeline = build_training_pipeline("local", compute)
+                pipeline = build_training_pipeline("local", compute, preparation=preparation
+                                                   or ONE_POD)
             except ComputeError as exc:
                 raise LocalRunError(str(exc)) from exc
 

@@ -69,10 +69,22 @@ def prediction_params(options: tuple[str, ...]) -> dict[str, Any]:
 
 def run_prediction_command(console: Console, data: str | None, model: str | None,
                            output: Path, registry_file: str, params: tuple[str, ...],
-                           no_cache: bool, verbose: bool) -> None:
-    """Score ``data`` with the registered model; exits 1 when a step fails."""
+                           no_cache: bool, verbose: bool, debug: bool = False,
+                           compute: dict | None = None) -> None:
+    """Score ``data`` with the registered model; exits 1 when a step fails.
+
+    ``compute``: per-step profiles (``--compute``/``--config``; locally only caching
+    applies); ``debug``: show a failed step's whole traceback."""
+    from gkeflow.pipelines.compute import ComputeError
     from gkeflow.pipelines.local import LocalRunError, run_local
-    from gkeflow.pipelines.prediction import prediction_pipeline
+    from gkeflow.pipelines.prediction import build_prediction_pipeline, prediction_pipeline
+
+    pipeline = prediction_pipeline
+    if compute:
+        try:
+            pipeline = build_prediction_pipeline("local", compute)
+        except ComputeError as exc:
+            raise click.ClickException(str(exc)) from None
 
     output = Path(output).resolve()
     registry_uri = f"sqlite:///{output / registry_file}"
@@ -100,16 +112,15 @@ def run_prediction_command(console: Console, data: str | None, model: str | None
     try:
         # the scoring steps themselves are never cached (see prediction.DEFAULT_COMPUTE)
         result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
-                           enable_caching=not no_cache,
-                           pipeline=prediction_pipeline)
+                           enable_caching=not no_cache, pipeline=pipeline)
     except LocalRunError as exc:
         raise click.ClickException(str(exc)) from exc
-    _print_summary(console, result)
+    _print_summary(console, result, debug)
     if not result.ok:
         sys.exit(1)
 
 
-def _print_summary(console: Console, result) -> None:
+def _print_summary(console: Console, result, debug: bool = False) -> None:
     console.print()
     table = Table(title="Steps", title_justify="left")
     for column in ("step", "status", "seconds"):
@@ -145,9 +156,9 @@ def _print_summary(console: Console, result) -> None:
         console.print()
         if failed:
             console.print(f"[red bold]FAILED[/red bold]: step {failed.name}")
-            lines = failed.error_lines()
+            lines = failed.error_lines(limit=1000 if debug else 8)
             errors = [line for line in lines if "Error: " in line and not line.startswith(" ")]
-            shown = errors[-1:] if errors else lines
+            shown = lines if debug or not errors else errors[-1:]
             console.print(textwrap.dedent("\n".join(shown)).rstrip(), markup=False,
                           soft_wrap=True)
         else:

@@ -69,25 +69,22 @@ def prepare_pipeline(pipeline: str, target: str, workdir: Path,
                      config: GkeflowConfig | None = None) -> PreparedPipeline:
     """Compile ``pipeline`` for ``target`` into ``workdir`` and describe the result.
 
-    ``config``'s ``compute:`` and ``workspace:`` sections shape the compiled steps, as for
-    `gkeflow compile`. The version name ends with a hash of the compiled spec, so one name
-    always means one spec: uploading the same name twice is skipped, a changed spec gets a
-    new name.
+    ``config`` (the ``--config`` file) gives each step's compute, the sweep's search
+    space, the GKE workspace and the preparation form, as in ``gkeflow compile --config``;
+    None: the defaults in code and ./gkeflow.yaml's other sections. The version name ends
+    with a hash of the compiled spec, so one name always means one spec: uploading the same
+    name twice is skipped, a changed spec gets a new name.
     """
     from gkeflow.pipelines.compile import PIPELINES, compile_pipeline, default_compute
     from gkeflow.pipelines.compute import ComputeError
 
     if pipeline not in PIPELINES:
         raise SubmitError(f"unknown pipeline {pipeline!r}; pipelines are {', '.join(PIPELINES)}")
-    compute = workspace = None
-    if config is not None:
-        compute = config.compute_overrides(default_compute())
-        workspace = config.gke_workspace()
+    compute = config.compute_overrides(default_compute()) if config is not None else None
     try:
-        path = compile_pipeline(pipeline, target, workdir, compute=compute,
-                                workspace=workspace)
-    except ComputeError as exc:
-        raise SubmitError(str(exc)) from exc
+        path = compile_pipeline(pipeline, target, workdir, compute=compute, config=config)
+    except ComputeError as exc:  # one line: "invalid compute for target T: - step: problem"
+        raise SubmitError(" ".join(str(exc).split())) from None
     text = path.read_bytes()
     sha = hashlib.sha256(text).hexdigest()
     docs = list(yaml.safe_load_all(text))

@@ -6,17 +6,13 @@ Kept apart from :mod:`gkeflow.pipelines.cli` so the command module only dispatch
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
-from gkeflow.pipelines.params import pipeline_params
-
 
 def sweep_options(func):
-    """Flags of ``gkeflow run`` that shape a sweep (ignored by the other pipelines)."""
+    """Flags of ``gkeflow run`` that shape a sweep (refused by the other pipelines)."""
     options = [
         click.option("--sweep-param", "sweep_params", multiple=True, metavar="NAME=SPEC",
                      help="(sweep) A searched hyperparameter, repeatable: NAME=a,b,c (choice; "
@@ -35,8 +31,9 @@ def sweep_options(func):
                      help="(sweep) Default: maximize accuracy, minimize loss."),
         click.option("--seed", type=int, help="(sweep) Seed of the random search."),
         click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-                     help="(sweep) gkeflow.yaml with a sweep: section. Default: ./gkeflow.yaml "
-                          "when it exists."),
+                     help="gkeflow.yaml whose compute: section (and, for a sweep, sweep: "
+                          "section) the run uses. Default: ./gkeflow.yaml when it exists "
+                          "(its compute: section only with --compute)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -66,44 +63,42 @@ def resolve_sweep(config_path: Path | None = None, sweep_params: tuple[str, ...]
 
 def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate, train_ratio,
               eval_ratio, test_ratio, model_name, min_accuracy, model_type, user_module,
-              params, no_cache, verbose, config_path=None, sweep_params=(), algorithm=None,
-              max_trials=None, parallel_trials=None, metric=None, direction=None, seed=None,
-              **_ignored: Any) -> None:
-    """Run the sweep pipeline locally; print the trial table and what was registered."""
-    from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS, SplitRatios
-    from gkeflow.pipelines.cli import REGISTRY_FILE, _default_model_name, _print_run_summary
-    from gkeflow.pipelines.local import LocalRunError, run_local
-    from gkeflow.pipelines.sweep import build_sweep_pipeline
+              params, compute_overrides, key_column, exclude_columns, feature_columns,
+              no_cache, require_registered, verbose, debug, config_path=None, sweep_params=(),
+              algorithm=None, max_trials=None, parallel_trials=None, metric=None,
+              direction=None, seed=None) -> None:
+    """Run the sweep pipeline locally; print the trial table and what was registered.
 
-    if data and not label:
-        raise click.UsageError("--label is required with --data: name the column to predict.")
-    if data and not Path(data).is_file():
-        raise click.BadParameter(f"no such file: {data}", param_hint="--data")
-    try:
-        SplitRatios(train_ratio, eval_ratio, test_ratio)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--train-ratio/--eval-ratio/--test-ratio"
-                                 ) from exc
+    The options a training run takes mean the same here (the same helpers turn them into
+    arguments and compute); ``--config`` also gives the ``sweep:`` section."""
+    from gkeflow.pipelines.cli import _print_run_summary
+    from gkeflow.pipelines.compute import ComputeError
+    from gkeflow.pipelines.local import LocalRunError, run_local
+    from gkeflow.pipelines.run_options import OptionError, finish, local_compute, run_arguments
+    from gkeflow.pipelines.sweep import TRIAL_STEP, build_sweep_pipeline
+
     sweep = resolve_sweep(config_path, sweep_params, algorithm, max_trials, parallel_trials,
                           metric, direction, seed)
-    pipeline = build_sweep_pipeline("local", sweep=sweep)
+    compute = local_compute("sweep", config_path, compute_overrides)
+    replicas = compute[TRIAL_STEP].replicas if compute and TRIAL_STEP in compute else 1
+    if replicas > 1:
+        raise OptionError(f"{TRIAL_STEP}.replicas={replicas} does not apply to --pipeline "
+                          "sweep: each trial trains in one process; set replicas to 1")
+    try:
+        from gkeflow.pipelines.config import load_config
+
+        pipeline = build_sweep_pipeline("local", compute=compute, sweep=sweep,
+                                        preparation=load_config(config_path).preparation)
+    except ComputeError as exc:
+        raise click.ClickException(str(exc)) from None
+    arguments = run_arguments(
+        pipeline, "sweep", data=data, label=label, output=output, epochs=epochs,
+        batch_size=batch_size, learning_rate=learning_rate, train_ratio=train_ratio,
+        eval_ratio=eval_ratio, test_ratio=test_ratio, model_name=model_name,
+        min_accuracy=min_accuracy, model_type=model_type, user_module=user_module,
+        params=params, key_column=key_column, exclude_columns=exclude_columns,
+        feature_columns=feature_columns)
     output = Path(output).resolve()
-    arguments: dict[str, Any] = {
-        "data_uri": str(Path(data).resolve()) if data else EMBEDDED_PENGUINS,
-        "label_column": label or "species",
-        "train_ratio": train_ratio, "eval_ratio": eval_ratio, "test_ratio": test_ratio,
-        "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
-        "model_type": model_type,
-        "model_name": model_name or _default_model_name(data),
-        "min_accuracy": min_accuracy,
-        "registry_uri": f"sqlite:///{output / REGISTRY_FILE}",
-    }
-    if user_module:
-        if user_module.endswith(".py") and not Path(user_module).is_file():
-            raise click.BadParameter(f"no such file: {user_module}", param_hint="--user-module")
-        arguments["user_module"] = (str(Path(user_module).resolve())
-                                    if user_module.endswith(".py") else user_module)
-    arguments.update(pipeline_params(pipeline, params))
     trials = arguments.get("trials") or pipeline.component_spec.inputs["trials"].default
     console.print(f"[bold]gkeflow run[/bold]: sweep of {len(trials)} trial(s), "
                   f"{sweep.parallel_trials} at a time ({sweep.algorithm} search over "
@@ -114,6 +109,8 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
     def on_event(step) -> None:
         if step.status == "RUNNING":
             console.print(f"  [cyan]…[/cyan] {step.name} started")
+        elif step.status == "CACHED":
+            console.print(f"  [green]✓[/green] {step.name} cached (inputs unchanged)")
         else:
             mark = "[green]✓[/green]" if step.status == "SUCCESS" else "[red]✗[/red]"
             console.print(f"  {mark} {step.name} {step.status.lower()} in {step.duration_s:.1f}s")
@@ -124,9 +121,8 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
     except LocalRunError as exc:
         raise click.ClickException(str(exc)) from exc
     print_trial_table(console, result)
-    _print_run_summary(console, result, arguments)
-    if not result.ok:
-        sys.exit(1)
+    _print_run_summary(console, result, arguments, debug)
+    finish(console, result, require_registered)
 
 
 def print_trial_table(console, result) -> None:

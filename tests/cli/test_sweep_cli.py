@@ -41,3 +41,49 @@ def test_run_help_lists_the_pipelines_and_sweep_flags():
     result = gkeflow("run", "--help")
     assert result.returncode == 0
     assert "[training|prediction|sweep]" in result.stdout and "--sweep-param" in result.stdout
+
+
+def test_compile_takes_the_sweep_of_the_config_given_not_the_one_here(tmp_path):
+    """`gkeflow compile --config` (and --check) read the sweep: section of that file, not
+    ./gkeflow.yaml."""
+    import yaml
+
+    (tmp_path / "gkeflow.yaml").write_text(
+        "sweep:\n  algorithm: grid\n  parameters:\n"
+        "    learning_rate: {type: choice, values: [0.0999]}\n")
+    (tmp_path / "elsewhere").mkdir()
+    config = tmp_path / "elsewhere" / "team.yaml"
+    config.write_text("sweep:\n  algorithm: grid\n  parallel_trials: 2\n  parameters:\n"
+                      "    learning_rate: {type: choice, values: [0.0123, 0.0456]}\n")
+    out = tmp_path / "compiled"
+    result = gkeflow("compile", "--target", "gke", "--config", str(config),
+                     "--output", str(out), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    spec = next(yaml.safe_load_all((out / "sweep.gke.yaml").read_text()))
+    trials = spec["root"]["inputDefinitions"]["parameters"]["trials"]["defaultValue"]
+    assert [t["learning_rate"] for t in trials] == [0.0123, 0.0456]
+    fresh = gkeflow("compile", "--check", "--target", "gke", "--config", str(config),
+                    "--output", str(out), cwd=tmp_path)
+    assert fresh.returncode == 0, fresh.stdout
+    other = gkeflow("compile", "--check", "--target", "gke", "--output", str(out),
+                    cwd=tmp_path)
+    assert other.returncode == 1 and "stale: " in other.stdout
+    assert "sweep.gke.yaml" in other.stdout and "training.gke.yaml" not in other.stdout
+
+
+def test_submit_dry_run_validates_the_compute_of_the_config_given(tmp_path):
+    """`gkeflow submit` compiles with the --config file's compute: section, refusing what
+    the target cannot host in one line, before any request."""
+    (tmp_path / "elsewhere").mkdir()
+    config = tmp_path / "elsewhere" / "team.yaml"
+    config.write_text(
+        "targets:\n  vertex:\n    project: my-project\n    region: us-central1\n"
+        "    pipeline_root: gs://my-bucket/root\n"
+        "    service_account: pipelines@my-project.iam.gserviceaccount.com\n"
+        "compute:\n  train-model: {accelerator_count: 3}\n")
+    result = gkeflow("submit", "sweep", "--target", "vertex", "--dry-run", "--config",
+                     str(config), cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "Error: invalid compute for target vertex: - train-model: nvidia-tesla-t4 x 3 fits no "
+        "machine; the N1 family hosts nvidia-tesla-t4 in counts of 1, 2, 4"]

@@ -80,6 +80,15 @@ def _spec(path: Path) -> dict:
 def test_the_four_components_are_registered_and_each_gets_a_file(compiled):
     assert {"prepare_data", "train_model", "evaluate_model", "register_model"} <= \
         set(component_names())
+    # the sweep's, the fan-out preparation's and the Vertex AI registration steps too
+    assert {"select_best_trial", "tune_with_vizier", "plan_prepare", "prepare_group",
+            "merge_prepared", "register_model_vertex"} <= set(component_names())
+    from gkeflow.components.register import vertex_component
+
+    assert suite.register_model_vertex is vertex_component.register_model
+    (interface,) = _spec(compiled["register_model_vertex"])["components"].values()
+    registered = interface["outputDefinitions"]["artifacts"]["registered_model"]
+    assert registered["artifactType"]["schemaTitle"] == "google.VertexModel"
     assert sorted(compiled) == sorted(component_names())
     assert all(p.parent.name == "components" for p in compiled.values())
 
@@ -133,12 +142,19 @@ def test_images_are_the_suites_and_pinned_by_the_lock(tmp_path):
         assert "pip install" not in path.read_text()
     assert images["train_model"] == f"us-docker.pkg.dev/gkeflow/images/gkeflow-gpu@{GPU_DIGEST}"
     assert images["prepare_data"] == f"us-docker.pkg.dev/gkeflow/images/gkeflow-cpu@{CPU_DIGEST}"
+    # the image a tuning job's trials run in is a default input: pinned by the same lock
+    (interface,) = _spec(tmp_path / "components" / "tune_with_vizier.yaml")["components"].values()
+    trial_image = interface["inputDefinitions"]["parameters"]["trial_image"]["defaultValue"]
+    assert trial_image == f"us-docker.pkg.dev/gkeflow/images/gkeflow-gpu@{GPU_DIGEST}"
 
 
 def test_release_refuses_a_tag_only_component_image(tmp_path):
     with pytest.raises(ReleaseError, match="component train_model: image referenced by tag"):
         compile_component("train_model", tmp_path, lock={CPU_IMAGE: CPU_DIGEST}, release=True)
     assert not (tmp_path / "components" / "train_model.yaml").exists()
+    with pytest.raises(ReleaseError, match=f"tune_with_vizier: .* tag only: {GPU_IMAGE}"):
+        compile_component("tune_with_vizier", tmp_path, lock={CPU_IMAGE: CPU_DIGEST},
+                          release=True)
 
 
 def test_committed_component_files_are_fresh():
@@ -194,27 +210,36 @@ def test_compile_check_on_the_command_line_covers_component_files(tmp_path):
     assert "components/evaluate_model.yaml" in result.output
 
 
-def test_a_pipeline_from_the_yaml_files_alone_compiles_for_both_targets(tmp_path):
-    """examples/yaml_components_pipeline.py imports kfp only; gkeflow is never imported."""
-    script = (
-        "import json, runpy, sys\n"
-        "example = sys.argv.pop(1)\n"
-        "try:\n"
-        "    runpy.run_path(example, run_name='__main__')\n"
-        "except SystemExit as exit_:\n"
-        "    assert not exit_.code, exit_.code\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('gkeflow'))))\n"
-    )
-    example = REPO / "examples" / "yaml_components_pipeline.py"
+_RUN_EXAMPLE = (
+    "import json, runpy, sys\n"
+    "example = sys.argv.pop(1)\n"
+    "try:\n"
+    "    runpy.run_path(example, run_name='__main__')\n"
+    "except SystemExit as exit_:\n"
+    "    assert not exit_.code, exit_.code\n"
+    "print(json.dumps(sorted(m for m in sys.modules if m.startswith('gkeflow'))))\n"
+)
+
+
+def _compile_example(name: str, targets, tmp_path: Path) -> dict[str, Path]:
+    """Run examples/<name>.py on the committed component files for each target in a fresh
+    interpreter, checking that no gkeflow module was imported; target -> YAML path."""
+    example = REPO / "examples" / f"{name}.py"
     out = {}
-    for target in ("gke", "vertex"):
-        out[target] = tmp_path / f"p.{target}.yaml"
+    for target in targets:
+        out[target] = tmp_path / f"{name}.{target}.yaml"
         result = subprocess.run(
-            [sys.executable, "-c", script, str(example), str(COMMITTED / "components"), target,
-             str(out[target])],
+            [sys.executable, "-c", _RUN_EXAMPLE, str(example), str(COMMITTED / "components"),
+             target, str(out[target])],
             cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
         assert result.returncode == 0, result.stderr[-3000:]
         assert json.loads(result.stdout.splitlines()[-1]) == []  # no gkeflow module imported
+    return out
+
+
+def test_a_pipeline_from_the_yaml_files_alone_compiles_for_both_targets(tmp_path):
+    """examples/yaml_components_pipeline.py imports kfp only; gkeflow is never imported."""
+    out = _compile_example("yaml_components_pipeline", ("gke", "vertex"), tmp_path)
 
     from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
 
@@ -242,3 +267,38 @@ def test_a_pipeline_from_the_yaml_files_alone_compiles_for_both_targets(tmp_path
         assert set(document["root"]["dag"]["tasks"]) >= {
             "prepare-data", "train-model", "evaluate-model"}
     assert component_yaml.COMPONENTS_DIR == "components"
+
+
+def test_a_sweep_from_the_yaml_files_alone_compiles_for_both_targets(tmp_path):
+    """examples/yaml_sweep_pipeline.py: fan-out preparation, trials with select_best_trial
+    or tune_with_vizier, and register_model_vertex on Vertex, from the YAML files only."""
+    from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
+
+    out = _compile_example("yaml_sweep_pipeline", ("gke", "vertex", "vertex-vizier"),
+                           tmp_path)
+    documents = {target: [d for d in yaml.safe_load_all(path.read_text()) if d]
+                 for target, path in out.items()}
+    assert [len(documents[t]) for t in out] == [2, 1, 1]  # Vertex: a single document
+    for target, (spec, *_) in documents.items():
+        json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec(),
+                              ignore_unknown_fields=False)
+        steps = {name.removeprefix("exec-") for name in spec["deploymentSpec"]["executors"]}
+        trials = ({"tune-with-vizier"} if target == "vertex-vizier"
+                  else {"train-model", "select-best-trial"})
+        assert steps == {"plan-prepare", "prepare-group", "merge-prepared", "evaluate-model",
+                         "register-model"} | trials, target
+        registered = spec["components"]["comp-register-model"]["outputDefinitions"][
+            "artifacts"]["registered_model"]["artifactType"]["schemaTitle"]
+        assert registered == ("system.Artifact" if target == "gke" else "google.VertexModel")
+        loops = sorted(task["iteratorPolicy"]["parallelismLimit"]
+                       for task in spec["root"]["dag"]["tasks"].values()
+                       if "iteratorPolicy" in task)
+        assert loops == ([4] if target == "vertex-vizier" else [2, 4]), target
+    executors = documents["gke"][1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert list(executors) == ["exec-train-model"]  # the GPU only on the trials
+    config = json_format.ParseDict(executors["exec-train-model"],
+                                   k8s.KubernetesExecutorConfig(), ignore_unknown_fields=False)
+    assert dict(config.node_selector.labels) == {
+        "cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}
+    train = documents["vertex"][0]["deploymentSpec"]["executors"]["exec-train-model"]
+    assert train["container"]["resources"]["accelerator"]["resourceType"] == "NVIDIA_TESLA_T4"
