@@ -10,13 +10,15 @@ from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
 
 from gkeflow.components.train.store import CHECKPOINT_MOUNT
 from gkeflow.pipelines.compile import compile_all
+from gkeflow.pipelines.config import GkeflowConfig
 from gkeflow.pipelines.workspace import WorkspaceSettings
 
 
 def test_gke_creates_mounts_and_deletes_a_volume_per_run(tmp_path):
     paths = {p.name.split(".")[1]: p
              for p in compile_all(tmp_path, pipelines=["training"],
-                                  workspace=WorkspaceSettings(enabled=False))}
+                                  config=GkeflowConfig(
+                                      workspace=WorkspaceSettings(enabled=False)))}
     spec, platform = list(yaml.safe_load_all(paths["gke"].read_text()))
     tasks = spec["root"]["dag"]["tasks"]
     create = tasks["createpvc"]["inputs"]["parameters"]

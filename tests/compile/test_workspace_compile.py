@@ -8,10 +8,15 @@ import yaml
 
 from gkeflow.pipelines.compile import compile_pipeline
 from gkeflow.pipelines.compute import ComputeError
+from gkeflow.pipelines.config import GkeflowConfig
 from gkeflow.pipelines.training import DEFAULT_COMPUTE
 from gkeflow.pipelines.workspace import WorkspaceSettings
 
 PLACEHOLDER = "{{$.workspace_path}}"
+
+
+def _config(**workspace) -> GkeflowConfig:
+    return GkeflowConfig(workspace=WorkspaceSettings(**workspace))
 
 
 def _docs(path):
@@ -36,9 +41,9 @@ def _workspace_steps(spec) -> set[str]:
 
 
 def test_gke_training_uses_the_configured_workspace(tmp_path):
-    settings = WorkspaceSettings(size="750Gi", storage_class="standard-rwx",
-                                 access_mode="ReadWriteMany")
-    spec, platform = _docs(compile_pipeline("training", "gke", tmp_path, workspace=settings))
+    config = GkeflowConfig(workspace=WorkspaceSettings(
+        size="750Gi", storage_class="standard-rwx", access_mode="ReadWriteMany"))
+    spec, platform = _docs(compile_pipeline("training", "gke", tmp_path, config=config))
     workspace = platform["platforms"]["kubernetes"]["pipelineConfig"]["workspace"]
     assert workspace == {"size": "750Gi", "kubernetes": {"pvcSpecPatch": {
         "accessModes": ["ReadWriteMany"], "storageClassName": "standard-rwx"}}}
@@ -56,7 +61,7 @@ def test_default_gke_compile_has_a_workspace_and_vertex_none(tmp_path):
 
 def test_disabled_workspace_falls_back_to_the_checkpoint_volume(tmp_path):
     spec, platform = _docs(compile_pipeline("training", "gke", tmp_path,
-                                            workspace=WorkspaceSettings(enabled=False)))
+                                            config=_config(enabled=False)))
     assert "pipelineConfig" not in platform["platforms"]["kubernetes"]
     assert _workspace_steps(spec) == set()
     assert "createpvc" in spec["root"]["dag"]["tasks"]
@@ -76,6 +81,14 @@ def test_jobset_training_takes_no_workspace(tmp_path):
     assert "pipelineConfig" not in platform["platforms"]["kubernetes"]
     with pytest.raises(ComputeError, match="workspace.enabled: false"):
         compile_pipeline("training", "gke", tmp_path, compute=compute,
-                         workspace=WorkspaceSettings(enabled=True))
+                         config=_config(enabled=True))
 
 
+
+
+def test_a_gs_root_in_gkeflow_yaml_turns_the_workspace_off(tmp_path):
+    config = GkeflowConfig.model_validate({"targets": {"gke": {
+        "host": "https://kfp.example.com", "pipeline_root": "gs://bucket/kfp-root"}}})
+    spec, platform = _docs(compile_pipeline("training", "gke", tmp_path, config=config))
+    assert "pipelineConfig" not in platform["platforms"]["kubernetes"]
+    assert _workspace_steps(spec) == set()
