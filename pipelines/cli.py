@@ -504,16 +504,20 @@ def _workspace_lines(pipeline: str, target: str, config_path: Path | None,
     jobset = pipeline == "training" and profiles["train-model"].replicas > 1
     if not settings.active("gke") or jobset:
         return ["workspace: none (shards and checkpoints under the gs:// pipeline root)"]
+    preparation = config.preparation
+    writers = "plan-prepare, prepare-group" if preparation.fanout else "prepare-data"
     lines = [f"workspace: {settings.size} {settings.storage_class} ({settings.access_mode}) "
-             "at /kfp-workspace in prepare-data, train-model, evaluate-model: prepared shards "
+             f"at /kfp-workspace in {writers}, train-model, evaluate-model: prepared shards "
              "and checkpoints; deleted when the run succeeds"]
+    notes = []
+    if preparation.fanout:
+        notes.append(parallel_note(settings, "fan-out groups", preparation.parallelism))
     if pipeline == "sweep":
         from gkeflow.pipelines.sweep_cli import resolve_sweep
 
-        note = parallel_note(settings, "sweep trials", resolve_sweep(config_path).parallel_trials)
-        if note:
-            lines.append(f"note: {note}")
-    return lines
+        notes.append(parallel_note(settings, "sweep trials",
+                                   resolve_sweep(config_path).parallel_trials))
+    return lines + [f"note: {note}" for note in notes if note]
 
 
 # ---------------------------------------------------------------------------------------------

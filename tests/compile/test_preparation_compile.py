@@ -69,3 +69,24 @@ def test_the_config_section_is_validated(tmp_path):
     path.write_text("preparation: {fan_out: true}\n")
     with pytest.raises(ConfigError, match="fan_out"):
         load_config(path)
+
+
+def test_plan_shows_the_fanout_steps_and_the_workspace_they_share(tmp_path):
+    from click.testing import CliRunner
+
+    from gkeflow.pipelines.cli import main
+
+    config = tmp_path / "gkeflow.yaml"
+    config.write_text("preparation: {fanout: true, parallelism: 4}\n")
+    result = CliRunner().invoke(main, ["plan", "--target", "gke", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip() for line in result.output.splitlines()
+            if line.startswith("│")}
+    assert {"plan-prepare", "prepare-group", "merge-prepared"} <= rows
+    assert "prepare-data" not in rows
+    assert "in plan-prepare, prepare-group, train-model" in result.output
+    assert "fan-out groups run 4 at a time" in " ".join(result.output.split())
+    config.write_text("preparation: {fanout: true}\nworkspace: {access_mode: ReadWriteMany, "
+                      "storage_class: standard-rwx}\n")
+    result = CliRunner().invoke(main, ["plan", "--target", "gke", "--config", str(config)])
+    assert "standard-rwx (ReadWriteMany)" in result.output and "note: fan-out" not in result.output
