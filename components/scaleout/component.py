@@ -28,6 +28,7 @@ def train_model_local_workers(
     checkpoint_root: str = "",
     pipeline_run_id: str = "",
     task_name: str = "train-model",
+    checkpoint_uri: str = "",
 ):
     """Trains with MultiWorkerMirroredStrategy over several worker processes on this machine.
 
@@ -47,6 +48,8 @@ def train_model_local_workers(
         checkpoint_root: Pipeline root; checkpoints live under <root>/checkpoints/<run>/<task>.
         pipeline_run_id: Run id; the checkpoint location is the same on every retry of a run.
         task_name: Task name, part of the checkpoint location.
+        checkpoint_uri: Where checkpoints go instead (gs://bucket/path or a directory),
+            under <checkpoint_uri>/<run>/<task>; empty = under the pipeline root.
     """
     import shutil
     from pathlib import Path
@@ -58,7 +61,7 @@ def train_model_local_workers(
               "model_type": model_type, "user_module": user_module, "require_gpu": require_gpu}
     summary, published = run_local_workers(
         dataset.path, schema.path, params, replicas, checkpoint_root, pipeline_run_id,
-        task_name)
+        task_name, checkpoint_uri=checkpoint_uri)
     try:
         results.install_model(published, Path(model.path))
     finally:
@@ -88,6 +91,7 @@ def train_model_jobset(
     checkpoint_root: str = "",
     pipeline_run_id: str = "",
     task_name: str = "train-model",
+    checkpoint_uri: str = "",
 ):
     """Trains on several GKE nodes: launches a JobSet of GPU pods and waits for it.
 
@@ -112,6 +116,8 @@ def train_model_jobset(
         checkpoint_root: Pipeline root: inputs, checkpoints and the model travel through it.
         pipeline_run_id: Run id; names the JobSet together with task_name.
         task_name: Task name.
+        checkpoint_uri: Where every pod checkpoints instead (gs://bucket/path), under
+            <checkpoint_uri>/<run>/<task>; empty = under the pipeline root.
     """
     import json
     from pathlib import Path
@@ -123,7 +129,7 @@ def train_model_jobset(
     summary = jobset_launcher.launch_in_cluster(
         template=json.loads(jobset_template), dataset_uri=dataset.uri, schema_uri=schema.uri,
         params=params, pipeline_root=checkpoint_root, run_id=pipeline_run_id,
-        task_name=task_name, model_dir=Path(model.path))
+        task_name=task_name, model_dir=Path(model.path), checkpoint_uri=checkpoint_uri)
     for name, value in results.metric_items(summary).items():
         metrics.log_metric(name, value)
     model.metadata.update(results.model_metadata(summary, dataset.uri, "GKE JobSet"))

@@ -219,21 +219,47 @@ def output_uri(pipeline_root: str, run_id: str, task_name: str) -> str:
     return f"{pipeline_root.rstrip('/')}/scaleout/{safe}/model"
 
 
+def check_checkpoint_uri(checkpoint_uri: str) -> str:
+    """``checkpoint_uri`` as every JobSet pod can reach it: ``gs://`` or empty.
+
+    A directory would be a path on the pod's own disk (JobSet pods mount no shared volume),
+    so the chief's checkpoints would be lost with the pod and the workers could not read them.
+    """
+    checkpoint_uri = checkpoint_uri.strip()
+    if checkpoint_uri and not (checkpoint_uri.startswith("gs://")
+                               and checkpoint_uri[5:].strip("/")):
+        raise ValueError(f"checkpoint_uri {checkpoint_uri!r} is not reachable from every pod "
+                         "of a multi-node GKE run; use gs://bucket/path (or leave it empty to "
+                         "checkpoint under the pipeline root)")
+    return checkpoint_uri
+
+
 def worker_args(dataset_uri: str, schema_uri: str, output: str, params: dict,
-                pipeline_root: str, run_id: str, task_name: str) -> list[str]:
+                pipeline_root: str, run_id: str, task_name: str,
+                checkpoint_uri: str = "") -> list[str]:
     import json
 
-    return ["--dataset", dataset_uri, "--schema", schema_uri, "--output", output,
+    args = ["--dataset", dataset_uri, "--schema", schema_uri, "--output", output,
             "--params", json.dumps(params, sort_keys=True), "--checkpoint-root", pipeline_root,
             "--run-id", run_id, "--task-name", task_name]
+    if checkpoint_uri:
+        args += ["--checkpoint-uri", checkpoint_uri]
+    return args
 
 
 def launch_in_cluster(template: dict, dataset_uri: str, schema_uri: str, params: dict,
                       pipeline_root: str, run_id: str, task_name: str, model_dir: Path,
                       api: KubeApi | None = None, namespace: str = "", pod_name: str = "",
-                      poll_s: float | None = None) -> dict:
-    """The step's body: launch in the step's own namespace, install the model, return summary."""
+                      poll_s: float | None = None, checkpoint_uri: str = "") -> dict:
+    """The step's body: launch in the step's own namespace, install the model, return summary.
+
+    Every pod checkpoints under ``checkpoint_uri`` when set (``gs://`` only), else under the
+    pipeline root.
+    """
     import os
+
+    checkpoint_uri = check_checkpoint_uri(checkpoint_uri)
+    output = output_uri(pipeline_root, run_id, task_name)  # both checked before any call
 
     if api is None:
         from kubernetes import client, config
@@ -244,11 +270,10 @@ def launch_in_cluster(template: dict, dataset_uri: str, schema_uri: str, params:
         namespace = (SA_DIR / "namespace").read_text().strip()
     pod_name = pod_name or os.environ.get("HOSTNAME", "")
     service_account = api.pod_service_account(namespace, pod_name) if pod_name else ""
-    output = output_uri(pipeline_root, run_id, task_name)
     manifest = js.finish(template, js.jobset_name(run_id, task_name), namespace,
                          service_account,
                          worker_args(dataset_uri, schema_uri, output, params, pipeline_root,
-                                     run_id, task_name),
+                                     run_id, task_name, checkpoint_uri),
                          run_id, task_name)
     summary = launch(api, manifest, output, poll_s=poll_s or POLL_S)
     with tempfile.TemporaryDirectory(prefix="gkeflow-model-") as scratch:

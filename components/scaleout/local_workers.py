@@ -39,7 +39,8 @@ def free_ports(count: int) -> list[int]:
 def run_local_workers(dataset: str, schema: str, params: dict, replicas: int,
                       checkpoint_root: str = "", run_id: str = "", task_name: str = "",
                       echo=print, timeout_s: float | None = None,
-                      log_dir: Path | None = None) -> tuple[dict, Path]:
+                      log_dir: Path | None = None,
+                      checkpoint_uri: str = "") -> tuple[dict, Path]:
     """Train with ``replicas`` worker processes; returns (chief's summary, published model dir).
 
     The caller owns the returned directory's parent (a temporary directory) and removes it.
@@ -59,7 +60,8 @@ def run_local_workers(dataset: str, schema: str, params: dict, replicas: int,
         command = [sys.executable, "-m", "gkeflow.components.scaleout.worker",
                    "--dataset", dataset, "--schema", schema, "--output", str(output),
                    "--params", json.dumps(params), "--checkpoint-root", checkpoint_root,
-                   "--run-id", run_id, "--task-name", task_name]
+                   "--run-id", run_id, "--task-name", task_name,
+                   "--checkpoint-uri", checkpoint_uri]
         processes.append(subprocess.Popen(command, stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True, env=env))
 

