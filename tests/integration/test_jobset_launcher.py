@@ -70,6 +70,66 @@ def test_creates_follows_the_chief_log_and_deletes_on_success(tmp_path):
     assert lines.count(f"[{chief}] epoch 1") == 1, "each log line is printed once"
 
 
+def object_reads(kube: FakeKube) -> int:
+    """GETs of the JobSet itself (not watches, which go to the collection)."""
+    return sum(1 for method, path in kube.requests
+               if method == "GET" and path.startswith("/apis/") and not path.endswith("jobsets"))
+
+
+def test_the_jobset_is_watched_not_polled(tmp_path):
+    output = str(tmp_path / "out" / "model")
+    with FakeKube(running_looks=5, on_complete=publisher(tmp_path, output)) as kube:
+        assert launch(api_for(kube), manifest(), output, poll_s=5,
+                      echo=lambda _: None) == SUMMARY
+    # one read to find an earlier attempt's JobSet, one for the version to watch from
+    assert object_reads(kube) == 2
+    [watch] = kube.watches  # one stream carried every change up to completion
+    assert watch["fieldSelector"] == "metadata.name=gkeflow-train-0123456789abcdef"
+    assert watch["timeoutSeconds"] == "5" and watch["resourceVersion"].isdigit()
+
+
+def test_a_watch_that_ends_early_is_resumed_from_the_last_version(tmp_path):
+    output = str(tmp_path / "out" / "model")
+    lines: list[str] = []
+    with FakeKube(running_looks=4, on_complete=publisher(tmp_path, output),
+                  end_stream_after=1) as kube:
+        assert launch(api_for(kube), manifest(), output, poll_s=0.01,
+                      echo=lines.append) == SUMMARY
+    versions = [int(w["resourceVersion"]) for w in kube.watches]
+    assert len(versions) >= 2 and versions == sorted(set(versions)), versions
+    assert object_reads(kube) == 2, "a stream's end is not a reason to read the JobSet again"
+    assert kube.deleted == ["gkeflow-train-0123456789abcdef"]
+    chief = "gkeflow-train-0123456789abcdef-worker-0-0-abcde"
+    assert lines.count(f"[{chief}] epoch 1") == 1
+
+
+@pytest.mark.parametrize("gone_as", ["event", "status"])
+def test_410_gone_reads_the_jobset_again_and_watches_from_there(tmp_path, gone_as):
+    output = str(tmp_path / "out" / "model")
+    lines: list[str] = []
+    with FakeKube(running_looks=3, on_complete=publisher(tmp_path, output), gone_watches=2,
+                  gone_as=gone_as) as kube:
+        assert launch(api_for(kube), manifest(), output, poll_s=0.01,
+                      echo=lines.append) == SUMMARY
+    assert object_reads(kube) == 2 + 2  # as without 410s, plus one read after each
+    assert len(kube.watches) >= 3
+    assert sum("410 Gone" in line for line in lines) == 2
+    assert kube.deleted == ["gkeflow-train-0123456789abcdef"]
+
+
+def test_a_jobset_deleted_by_someone_else_fails_the_step(tmp_path):
+    with FakeKube(outcome="Running") as kube:
+        timer = threading.Timer(0.3, lambda: api_for(kube).delete(
+            NS, "gkeflow-train-0123456789abcdef"))
+        timer.start()
+        try:
+            with pytest.raises(JobSetFailed, match="disappeared while running"):
+                launch(api_for(kube), manifest(), str(tmp_path / "m"), poll_s=5,
+                       echo=lambda _: None)
+        finally:
+            timer.cancel()
+
+
 def test_a_failed_jobset_fails_the_step_and_is_deleted(tmp_path):
     lines: list[str] = []
     with FakeKube(running_looks=1, outcome="Failed",
