@@ -74,7 +74,20 @@ def train_model_local_workers(
     print(f"trained with {summary['strategy']}")
 
 
-@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+#: The launcher task's Kubernetes settings KFP hands to the JobSet's pods (KFP >= 2.15); see
+#: :mod:`gkeflow.components.scaleout.task_config` for which also stay on the launcher pod.
+JOBSET_PASSTHROUGHS = [
+    dsl.TaskConfigField.RESOURCES,
+    dsl.TaskConfigField.KUBERNETES_NODE_SELECTOR,
+    dsl.TaskConfigField.KUBERNETES_TOLERATIONS,
+    dsl.TaskConfigField.KUBERNETES_AFFINITY,
+    dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.ENV, apply_to_task=True),
+    dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.KUBERNETES_VOLUMES, apply_to_task=True),
+]
+
+
+@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False,
+               task_config_passthroughs=JOBSET_PASSTHROUGHS)
 def train_model_jobset(
     dataset: Input[Dataset],
     schema: Input[Artifact],
@@ -82,6 +95,7 @@ def train_model_jobset(
     metrics: Output[Metrics],
     tensorboard: Output[Artifact],
     jobset_template: str,
+    kubernetes_config: dsl.TaskConfig,
     epochs: int = 20,
     batch_size: int = 32,
     learning_rate: float = 0.01,
@@ -107,6 +121,8 @@ def train_model_jobset(
         metrics: Loss and accuracy at the best epoch, examples/s, number of workers.
         tensorboard: TensorBoard event files of the run.
         jobset_template: The JobSet to launch (JSON), as compiled from the step's compute.
+        kubernetes_config: This task's Kubernetes settings (filled in by KFP): merged into
+            every JobSet pod where the compute profile does not set them; the profile wins.
         epochs: Maximum passes over the training split.
         batch_size: Examples per step per replica (the global batch scales with replicas).
         learning_rate: Adam learning rate for one replica (scaled linearly with replicas).
@@ -129,7 +145,8 @@ def train_model_jobset(
     summary = jobset_launcher.launch_in_cluster(
         template=json.loads(jobset_template), dataset_uri=dataset.uri, schema_uri=schema.uri,
         params=params, pipeline_root=checkpoint_root, run_id=pipeline_run_id,
-        task_name=task_name, model_dir=Path(model.path), checkpoint_uri=checkpoint_uri)
+        task_name=task_name, model_dir=Path(model.path), checkpoint_uri=checkpoint_uri,
+        task_config=kubernetes_config)
     for name, value in results.metric_items(summary).items():
         metrics.log_metric(name, value)
     model.metadata.update(results.model_metadata(summary, dataset.uri, "GKE JobSet"))

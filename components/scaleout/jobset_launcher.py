@@ -317,13 +317,18 @@ def worker_args(dataset_uri: str, schema_uri: str, output: str, params: dict,
 def launch_in_cluster(template: dict, dataset_uri: str, schema_uri: str, params: dict,
                       pipeline_root: str, run_id: str, task_name: str, model_dir: Path,
                       api: KubeApi | None = None, namespace: str = "", pod_name: str = "",
-                      poll_s: float | None = None, checkpoint_uri: str = "") -> dict:
+                      poll_s: float | None = None, checkpoint_uri: str = "",
+                      task_config=None) -> dict:
     """The step's body: launch in the step's own namespace, install the model, return summary.
 
     Every pod checkpoints under ``checkpoint_uri`` when set (``gs://`` only), else under the
-    pipeline root.
+    pipeline root. ``task_config`` (the task's ``dsl.TaskConfig``) is merged into the pods
+    where the template does not set the same thing
+    (:func:`~gkeflow.components.scaleout.task_config.merge_task_config`).
     """
     import os
+
+    from gkeflow.components.scaleout.task_config import merge_task_config
 
     checkpoint_uri = check_checkpoint_uri(checkpoint_uri)
     output = output_uri(pipeline_root, run_id, task_name)  # both checked before any call
@@ -337,6 +342,9 @@ def launch_in_cluster(template: dict, dataset_uri: str, schema_uri: str, params:
         namespace = (SA_DIR / "namespace").read_text().strip()
     pod_name = pod_name or os.environ.get("HOSTNAME", "")
     service_account = api.pod_service_account(namespace, pod_name) if pod_name else ""
+    template, notes = merge_task_config(template, task_config)
+    for note in notes:
+        print(f"gkeflow: {note}")
     manifest = js.finish(template, js.jobset_name(run_id, task_name), namespace,
                          service_account,
                          worker_args(dataset_uri, schema_uri, output, params, pipeline_root,

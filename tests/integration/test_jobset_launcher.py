@@ -315,10 +315,19 @@ def test_the_component_body_launches_with_in_cluster_settings(bucket, tmp_path, 
             dataset=dsl.Dataset(uri="gs://root/p/dataset"),
             schema=dsl.Artifact(uri="gs://root/p/schema"), model=model, metrics=metrics,
             tensorboard=tensorboard, jobset_template=js.dumps(template), epochs=2,
-            checkpoint_root="gs://root/p", pipeline_run_id="run-7", task_name="train-model")
+            checkpoint_root="gs://root/p", pipeline_run_id="run-7", task_name="train-model",
+            kubernetes_config=dsl.TaskConfig(  # as KFP's executor builds it from the driver's
+                node_selector={"team": "ml"}, env=[{"name": "HTTPS_PROXY", "value": "p:3128"}],
+                tolerations=[{"key": "team", "operator": "Exists", "effect": "NoSchedule"}]))
     assert (tmp_path / "model" / "saved_model.pb").read_bytes() == b"model"
     assert model.metadata["workers"] == 2 and model.metadata["engine"] == "GKE JobSet"
     assert metrics.metadata["workers"] == 2
-    [created] = kube.created
+    [created] = kube.created  # validated against the JobSet CRD by the fake
     assert created["metadata"]["name"] == js.jobset_name("run-7", "train-model")
     assert kube.deleted == [created["metadata"]["name"]]
+    pod = created["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"]["team"] == "ml"
+    assert pod["nodeSelector"]["cloud.google.com/gke-accelerator"] == "nvidia-tesla-t4"
+    assert {"key": "team", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    assert env["HTTPS_PROXY"] == "p:3128" and "GKEFLOW_WORKER_HOSTS" in env
