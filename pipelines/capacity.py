@@ -16,9 +16,10 @@ before anything is compiled, and applies them to a single-pod GKE step:
 - ``reservation``: node selectors ``cloud.google.com/reservation-name: NAME`` and
   ``cloud.google.com/reservation-affinity: "specific"``, plus
   ``cloud.google.com/reservation-project: PROJECT`` for a shared reservation written
-  ``projects/PROJECT/reservations/NAME`` (GKE, "Consuming reserved zonal resources",
+  ``projects/PROJECT/reservations/NAME`` or ``projects/PROJECT/zones/ZONE/reservations/NAME``
+  (GKE, "Consuming reserved zonal resources",
   https://cloud.google.com/kubernetes-engine/docs/how-to/consuming-reservations, read
-  2026-11-30);
+  2026-11-30); a Vertex AI CustomJob accepts only the latter (:func:`reservation_problem`);
 - ``queue``: pod label ``kueue.x-k8s.io/queue-name: QUEUE`` (Kueue, plain Pod
   integration).
 
@@ -54,20 +55,56 @@ _OPTION_TEXT = {cat.STANDARD: "on demand", cat.SPOT: "as Spot",
 #: A Kubernetes label value (Kueue queue names are object names, a subset).
 _LABEL_VALUE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _RESERVATION_RE = re.compile(
-    r"^(?:projects/(?P<project>[a-z][-a-z0-9]{4,28}[a-z0-9])/reservations/)?"
+    r"^(?:projects/(?P<project>[a-z][-a-z0-9]{4,28}[a-z0-9]|[0-9]{1,20})/"
+    r"(?:zones/(?P<zone>[a-z]+-[a-z]+[0-9]+-[a-z])/)?reservations/)?"
     r"(?P<name>[a-z]([-a-z0-9]{0,61}[a-z0-9])?)$")
+#: What a Vertex AI CustomJob's ``ReservationAffinity.values`` takes: "the full resource name
+#: of the reservation" (google.cloud.aiplatform_v1.ReservationAffinity), with its zone.
+VERTEX_RESERVATION_FORM = "projects/PROJECT/zones/ZONE/reservations/NAME"
 
 
 def _join(words: list[str]) -> str:
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
-def split_reservation(reservation: str) -> tuple[str, str]:
-    """``"projects/p/reservations/r"`` -> ``("p", "r")``; ``"r"`` -> ``("", "r")``."""
+def parse_reservation(reservation: str) -> tuple[str, str, str]:
+    """``(project, zone, name)`` of ``NAME``, ``projects/P/reservations/NAME`` or
+    ``projects/P/zones/Z/reservations/NAME`` (absent parts empty).
+
+    Raises:
+        ValueError: none of these forms.
+    """
     match = _RESERVATION_RE.match(reservation)
     if not match:
         raise ValueError(reservation)
-    return match.group("project") or "", match.group("name")
+    return match.group("project") or "", match.group("zone") or "", match.group("name")
+
+
+def split_reservation(reservation: str) -> tuple[str, str]:
+    """``"projects/p/reservations/r"`` -> ``("p", "r")``; ``"r"`` -> ``("", "r")``; a zone
+    in the name is dropped (a GKE node pool's reservation is in the node pool's zone)."""
+    project, _, name = parse_reservation(reservation)
+    return project, name
+
+
+def reservation_problem(step: str, reservation: str, target: str) -> str:
+    """Why ``reservation`` cannot be used on ``target``, in one line; "" when it can.
+
+    GKE selects nodes by the reservation's name (and project, for a shared one), so a bare
+    name is complete there. A Vertex AI CustomJob needs the full resource name with the
+    zone, which cannot be completed from the target's project and region (a region has
+    several zones), so anything shorter is refused.
+    """
+    try:
+        project, zone, _ = parse_reservation(reservation)
+    except ValueError:
+        forms = (VERTEX_RESERVATION_FORM if target == "vertex" else
+                 f"NAME, projects/PROJECT/reservations/NAME or {VERTEX_RESERVATION_FORM}")
+        return f"{step}: reservation {reservation!r} is not a reservation name; use {forms}"
+    if target == "vertex" and not (project and zone):
+        return (f"{step}: reservation {reservation!r}: Vertex AI needs the reservation's full "
+                f"name {VERTEX_RESERVATION_FORM} (the zone cannot be inferred from the region)")
+    return ""
 
 
 def offered_options(profile) -> frozenset[str]:
@@ -133,16 +170,14 @@ def capacity_problems(step: str, p, target: str,
             problems.append(
                 f"{step}: reservation applies to scheduling=reservation only; this step's "
                 f"scheduling is {p.scheduling}")
-        try:
-            split_reservation(p.reservation)
-        except ValueError:
-            problems.append(
-                f"{step}: reservation {p.reservation!r} must be a reservation name or "
-                "projects/PROJECT/reservations/NAME")
+        problem = reservation_problem(step, p.reservation, target)
+        if problem:
+            problems.append(problem)
     elif p.scheduling == cat.RESERVATION:
         problems.append(
             f"{step}: scheduling=reservation needs the reservation: set reservation=NAME "
-            "(or projects/PROJECT/reservations/NAME for a shared one)")
+            f"(or projects/PROJECT/reservations/NAME for a shared one; {VERTEX_RESERVATION_FORM} "
+            "on Vertex AI)")
     return problems
 
 

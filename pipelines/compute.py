@@ -198,7 +198,8 @@ class ComputeProfile:
         ephemeral_storage: Local disk the step may write, e.g. "50Gi" (GKE request and
             limit); "" for the node's default.
         reservation: The Compute Engine reservation a scheduling=reservation step consumes:
-            its name, or projects/PROJECT/reservations/NAME for a shared one.
+            its name, or projects/PROJECT/reservations/NAME for a shared one (GKE);
+            projects/PROJECT/zones/ZONE/reservations/NAME on Vertex AI.
         shm_size: Size of a memory-backed /dev/shm (GPU steps on GKE); "" means none on
             single-GPU steps and half the memory limit on multi-GPU steps.
         timeout_s: Seconds before the step is stopped (GKE); 0 for no limit.

@@ -28,6 +28,7 @@ def train_model_local_workers(
     checkpoint_root: str = "",
     pipeline_run_id: str = "",
     task_name: str = "train-model",
+    checkpoint_uri: str = "",
 ):
     """Trains with MultiWorkerMirroredStrategy over several worker processes on this machine.
 
@@ -47,6 +48,8 @@ def train_model_local_workers(
         checkpoint_root: Pipeline root; checkpoints live under <root>/checkpoints/<run>/<task>.
         pipeline_run_id: Run id; the checkpoint location is the same on every retry of a run.
         task_name: Task name, part of the checkpoint location.
+        checkpoint_uri: Where checkpoints go instead (gs://bucket/path or a directory),
+            under <checkpoint_uri>/<run>/<task>; empty = under the pipeline root.
     """
     import shutil
     from pathlib import Path
@@ -58,7 +61,7 @@ def train_model_local_workers(
               "model_type": model_type, "user_module": user_module, "require_gpu": require_gpu}
     summary, published = run_local_workers(
         dataset.path, schema.path, params, replicas, checkpoint_root, pipeline_run_id,
-        task_name)
+        task_name, checkpoint_uri=checkpoint_uri)
     try:
         results.install_model(published, Path(model.path))
     finally:
@@ -71,7 +74,20 @@ def train_model_local_workers(
     print(f"trained with {summary['strategy']}")
 
 
-@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+#: The launcher task's Kubernetes settings KFP hands to the JobSet's pods (KFP >= 2.15); see
+#: :mod:`gkeflow.components.scaleout.task_config` for which also stay on the launcher pod.
+JOBSET_PASSTHROUGHS = [
+    dsl.TaskConfigField.RESOURCES,
+    dsl.TaskConfigField.KUBERNETES_NODE_SELECTOR,
+    dsl.TaskConfigField.KUBERNETES_TOLERATIONS,
+    dsl.TaskConfigField.KUBERNETES_AFFINITY,
+    dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.ENV, apply_to_task=True),
+    dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.KUBERNETES_VOLUMES, apply_to_task=True),
+]
+
+
+@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False,
+               task_config_passthroughs=JOBSET_PASSTHROUGHS)
 def train_model_jobset(
     dataset: Input[Dataset],
     schema: Input[Artifact],
@@ -79,6 +95,7 @@ def train_model_jobset(
     metrics: Output[Metrics],
     tensorboard: Output[Artifact],
     jobset_template: str,
+    kubernetes_config: dsl.TaskConfig,
     epochs: int = 20,
     batch_size: int = 32,
     learning_rate: float = 0.01,
@@ -88,6 +105,7 @@ def train_model_jobset(
     checkpoint_root: str = "",
     pipeline_run_id: str = "",
     task_name: str = "train-model",
+    checkpoint_uri: str = "",
 ):
     """Trains on several GKE nodes: launches a JobSet of GPU pods and waits for it.
 
@@ -103,6 +121,8 @@ def train_model_jobset(
         metrics: Loss and accuracy at the best epoch, examples/s, number of workers.
         tensorboard: TensorBoard event files of the run.
         jobset_template: The JobSet to launch (JSON), as compiled from the step's compute.
+        kubernetes_config: This task's Kubernetes settings (filled in by KFP): merged into
+            every JobSet pod where the compute profile does not set them; the profile wins.
         epochs: Maximum passes over the training split.
         batch_size: Examples per step per replica (the global batch scales with replicas).
         learning_rate: Adam learning rate for one replica (scaled linearly with replicas).
@@ -112,6 +132,8 @@ def train_model_jobset(
         checkpoint_root: Pipeline root: inputs, checkpoints and the model travel through it.
         pipeline_run_id: Run id; names the JobSet together with task_name.
         task_name: Task name.
+        checkpoint_uri: Where every pod checkpoints instead (gs://bucket/path), under
+            <checkpoint_uri>/<run>/<task>; empty = under the pipeline root.
     """
     import json
     from pathlib import Path
@@ -123,7 +145,8 @@ def train_model_jobset(
     summary = jobset_launcher.launch_in_cluster(
         template=json.loads(jobset_template), dataset_uri=dataset.uri, schema_uri=schema.uri,
         params=params, pipeline_root=checkpoint_root, run_id=pipeline_run_id,
-        task_name=task_name, model_dir=Path(model.path))
+        task_name=task_name, model_dir=Path(model.path), checkpoint_uri=checkpoint_uri,
+        task_config=kubernetes_config)
     for name, value in results.metric_items(summary).items():
         metrics.log_metric(name, value)
     model.metadata.update(results.model_metadata(summary, dataset.uri, "GKE JobSet"))

@@ -7,11 +7,20 @@ this run and task is taken as is. The chief's log is streamed into the step's lo
 step fails when the JobSet fails, and the JobSet is deleted when the step ends, fails or is
 cancelled (SIGTERM).
 
+The JobSet is followed with the Kubernetes watch API, not by polling it: one read gives
+its state and ``resourceVersion``, then a watch (``?watch=true&resourceVersion=...``,
+bounded by ``timeoutSeconds``) streams its changes. When a watch ends (its timeout, or the
+server closing it) the launcher watches again from the last version it saw; when that
+version is too old (410 Gone, as an HTTP status or an ``ERROR`` event) it reads the JobSet
+again and watches from there. Between watch events, and at least once per watch window,
+it prints what is new in the chief's log.
+
 Permissions the step's service account needs: ``deploy/rbac/jobset-launcher.yaml``.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import signal
 import tempfile
@@ -24,8 +33,9 @@ from gkeflow.components.scaleout import results, storage
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 REQUEST_TIMEOUT_S = 30
-#: Seconds between looks at the JobSet and the chief's log.
+#: Longest watch window (seconds): the chief's log is looked at least this often.
 POLL_S = 10.0
+HTTP_GONE = 410
 
 
 class JobSetFailed(RuntimeError):
@@ -88,6 +98,26 @@ class KubeApi:
                 return False
             raise
 
+    def watch(self, namespace: str, name: str, resource_version: str, timeout_s: int):
+        """Changes of JobSet ``name`` after ``resource_version``, for at most ``timeout_s``.
+
+        Yields ``(event type, object dict)``; ends when the server ends the stream.
+
+        Raises:
+            ApiException: status 410 when ``resource_version`` is too old (re-read, then
+                watch from the version read).
+        """
+        from kubernetes import watch
+
+        events = watch.Watch(return_type="object").stream(
+            self.custom.list_namespaced_custom_object, js.GROUP, js.VERSION, namespace,
+            js.PLURAL, field_selector=f"metadata.name={name}",
+            resource_version=resource_version, allow_watch_bookmarks=True,
+            timeout_seconds=timeout_s, _request_timeout=(REQUEST_TIMEOUT_S,
+                                                         timeout_s + REQUEST_TIMEOUT_S))
+        for event in events:
+            yield event["type"], event["raw_object"]
+
     def chief_pods(self, namespace: str, name: str) -> list[str]:
         """Pods of worker 0 (the chief), oldest first."""
         pods = self.core.list_namespaced_pod(
@@ -149,6 +179,9 @@ def launch(api: KubeApi, manifest: dict, output_uri: str, poll_s: float = 5.0,
            echo: Callable[[str], None] = print, delete_wait_s: float = 300.0) -> dict:
     """Run ``manifest`` to completion; returns the chief's published summary.
 
+    ``poll_s`` bounds each watch window (rounded up to whole seconds, at least 1: the chief's
+    log is printed at least that often) and spaces the looks for a replaced JobSet's deletion.
+
     Raises:
         JobSetFailed: the JobSet failed (or finished without a published model).
         Cancelled: SIGTERM arrived; the JobSet has been deleted.
@@ -179,24 +212,7 @@ def launch(api: KubeApi, manifest: dict, output_uri: str, poll_s: float = 5.0,
                  "attempt)")
         else:
             echo(f"created JobSet {name} in {namespace}: {js.replicas_of(manifest)} workers")
-        last_line = ""
-        while True:
-            current = api.get(namespace, name)
-            if current is None:
-                raise JobSetFailed(f"JobSet {name} disappeared while running (deleted by "
-                                   "someone else?)")
-            line = js.describe(current)
-            if line != last_line:
-                echo(line)
-                last_line = line
-            follower.poll()
-            outcome, message = js.state(current)
-            if outcome == "Failed":
-                raise JobSetFailed(f"JobSet {name} failed: {message or 'no reason given'}\n"
-                                   f"chief log (last lines):\n{follower.tail()}")
-            if outcome == "Completed":
-                break
-            time.sleep(poll_s)
+        _follow(api, namespace, name, follower, echo, max(1, math.ceil(poll_s)))
         summary = storage.published_summary(output_uri)
         if summary is None:
             raise JobSetFailed(f"JobSet {name} completed but the chief published no model at "
@@ -206,6 +222,57 @@ def launch(api: KubeApi, manifest: dict, output_uri: str, poll_s: float = 5.0,
         signal.signal(signal.SIGTERM, previous)
         if api.delete(namespace, name):
             echo(f"deleted JobSet {name}")
+
+
+def _follow(api: KubeApi, namespace: str, name: str, follower: _LogFollower,
+            echo: Callable[[str], None], window_s: int) -> None:
+    """Until the JobSet completes: read it once, then watch it (see the module docstring).
+
+    Raises:
+        JobSetFailed: it failed, or was deleted by someone else.
+    """
+    from kubernetes.client.exceptions import ApiException
+
+    last_line = ""
+
+    def seen(current: dict | None) -> bool:
+        """Report ``current``; True once it has completed."""
+        nonlocal last_line
+        if current is None:
+            raise JobSetFailed(f"JobSet {name} disappeared while running (deleted by "
+                               "someone else?)")
+        line = js.describe(current)
+        if line != last_line:
+            echo(line)
+            last_line = line
+        follower.poll()
+        outcome, message = js.state(current)
+        if outcome == "Failed":
+            raise JobSetFailed(f"JobSet {name} failed: {message or 'no reason given'}\n"
+                               f"chief log (last lines):\n{follower.tail()}")
+        return outcome == "Completed"
+
+    version = ""
+    while True:
+        if not version:  # (re)read: the state now, and the version to watch from
+            current = api.get(namespace, name)
+            if seen(current):
+                return
+            version = current["metadata"].get("resourceVersion", "")
+        try:
+            for kind, obj in api.watch(namespace, name, version, window_s):
+                version = obj.get("metadata", {}).get("resourceVersion") or version
+                if kind == "BOOKMARK":
+                    continue
+                if seen(None if kind == "DELETED" else obj):
+                    return
+        except ApiException as exc:
+            if getattr(exc, "status", 0) != HTTP_GONE:
+                raise
+            echo(f"JobSet {name}: watch expired (410 Gone); reading it again")
+            version = ""
+            continue
+        follower.poll()  # the window ended: print the chief's log, then watch again
 
 
 def output_uri(pipeline_root: str, run_id: str, task_name: str) -> str:
@@ -219,21 +286,52 @@ def output_uri(pipeline_root: str, run_id: str, task_name: str) -> str:
     return f"{pipeline_root.rstrip('/')}/scaleout/{safe}/model"
 
 
+def check_checkpoint_uri(checkpoint_uri: str) -> str:
+    """``checkpoint_uri`` as every JobSet pod can reach it: ``gs://`` or empty.
+
+    A directory would be a path on the pod's own disk (JobSet pods mount no shared volume),
+    so the chief's checkpoints would be lost with the pod and the workers could not read them.
+    """
+    checkpoint_uri = checkpoint_uri.strip()
+    if checkpoint_uri and not (checkpoint_uri.startswith("gs://")
+                               and checkpoint_uri[5:].strip("/")):
+        raise ValueError(f"checkpoint_uri {checkpoint_uri!r} is not reachable from every pod "
+                         "of a multi-node GKE run; use gs://bucket/path (or leave it empty to "
+                         "checkpoint under the pipeline root)")
+    return checkpoint_uri
+
+
 def worker_args(dataset_uri: str, schema_uri: str, output: str, params: dict,
-                pipeline_root: str, run_id: str, task_name: str) -> list[str]:
+                pipeline_root: str, run_id: str, task_name: str,
+                checkpoint_uri: str = "") -> list[str]:
     import json
 
-    return ["--dataset", dataset_uri, "--schema", schema_uri, "--output", output,
+    args = ["--dataset", dataset_uri, "--schema", schema_uri, "--output", output,
             "--params", json.dumps(params, sort_keys=True), "--checkpoint-root", pipeline_root,
             "--run-id", run_id, "--task-name", task_name]
+    if checkpoint_uri:
+        args += ["--checkpoint-uri", checkpoint_uri]
+    return args
 
 
 def launch_in_cluster(template: dict, dataset_uri: str, schema_uri: str, params: dict,
                       pipeline_root: str, run_id: str, task_name: str, model_dir: Path,
                       api: KubeApi | None = None, namespace: str = "", pod_name: str = "",
-                      poll_s: float | None = None) -> dict:
-    """The step's body: launch in the step's own namespace, install the model, return summary."""
+                      poll_s: float | None = None, checkpoint_uri: str = "",
+                      task_config=None) -> dict:
+    """The step's body: launch in the step's own namespace, install the model, return summary.
+
+    Every pod checkpoints under ``checkpoint_uri`` when set (``gs://`` only), else under the
+    pipeline root. ``task_config`` (the task's ``dsl.TaskConfig``) is merged into the pods
+    where the template does not set the same thing
+    (:func:`~gkeflow.components.scaleout.task_config.merge_task_config`).
+    """
     import os
+
+    from gkeflow.components.scaleout.task_config import merge_task_config
+
+    checkpoint_uri = check_checkpoint_uri(checkpoint_uri)
+    output = output_uri(pipeline_root, run_id, task_name)  # both checked before any call
 
     if api is None:
         from kubernetes import client, config
@@ -244,11 +342,13 @@ def launch_in_cluster(template: dict, dataset_uri: str, schema_uri: str, params:
         namespace = (SA_DIR / "namespace").read_text().strip()
     pod_name = pod_name or os.environ.get("HOSTNAME", "")
     service_account = api.pod_service_account(namespace, pod_name) if pod_name else ""
-    output = output_uri(pipeline_root, run_id, task_name)
+    template, notes = merge_task_config(template, task_config)
+    for note in notes:
+        print(f"gkeflow: {note}")
     manifest = js.finish(template, js.jobset_name(run_id, task_name), namespace,
                          service_account,
                          worker_args(dataset_uri, schema_uri, output, params, pipeline_root,
-                                     run_id, task_name),
+                                     run_id, task_name, checkpoint_uri),
                          run_id, task_name)
     summary = launch(api, manifest, output, poll_s=poll_s or POLL_S)
     with tempfile.TemporaryDirectory(prefix="gkeflow-model-") as scratch:

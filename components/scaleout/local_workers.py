@@ -38,10 +38,13 @@ def free_ports(count: int) -> list[int]:
 
 def run_local_workers(dataset: str, schema: str, params: dict, replicas: int,
                       checkpoint_root: str = "", run_id: str = "", task_name: str = "",
-                      echo=print, timeout_s: float | None = None) -> tuple[dict, Path]:
+                      echo=print, timeout_s: float | None = None,
+                      log_dir: Path | None = None,
+                      checkpoint_uri: str = "") -> tuple[dict, Path]:
     """Train with ``replicas`` worker processes; returns (chief's summary, published model dir).
 
     The caller owns the returned directory's parent (a temporary directory) and removes it.
+    With ``log_dir`` each worker's whole log is also written to ``worker-<index>.log`` there.
     """
     if replicas < 2:
         raise ValueError(f"local workers need replicas >= 2; got {replicas}")
@@ -57,7 +60,8 @@ def run_local_workers(dataset: str, schema: str, params: dict, replicas: int,
         command = [sys.executable, "-m", "gkeflow.components.scaleout.worker",
                    "--dataset", dataset, "--schema", schema, "--output", str(output),
                    "--params", json.dumps(params), "--checkpoint-root", checkpoint_root,
-                   "--run-id", run_id, "--task-name", task_name]
+                   "--run-id", run_id, "--task-name", task_name,
+                   "--checkpoint-uri", checkpoint_uri]
         processes.append(subprocess.Popen(command, stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True, env=env))
 
@@ -80,6 +84,10 @@ def run_local_workers(dataset: str, schema: str, params: dict, replicas: int,
                 process.wait()
         for thread in threads:
             thread.join(timeout=10)
+    if log_dir is not None:
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
+        for index, lines in enumerate(logs):
+            (Path(log_dir) / f"worker-{index}.log").write_text("\n".join(lines) + "\n")
     failed = [i for i, p in enumerate(processes) if p.returncode != 0]
     if failed:
         index = failed[0]

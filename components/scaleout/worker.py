@@ -37,8 +37,14 @@ def train_params(raw: dict):
 
 
 def run_worker(dataset_uri: str, schema_uri: str, output_uri: str, params: dict,
-               checkpoint_root: str = "", run_id: str = "", task_name: str = "") -> dict | None:
-    """Train as this process's worker; the chief publishes and returns the summary."""
+               checkpoint_root: str = "", run_id: str = "", task_name: str = "",
+               checkpoint_uri: str = "") -> dict | None:
+    """Train as this process's worker; the chief publishes and returns the summary.
+
+    Checkpoints live under ``checkpoint_uri`` when set, else under ``checkpoint_root``
+    (see :func:`~gkeflow.components.train.store.resolve_checkpoint_location`): the same
+    location for every worker and every retry of the run's task.
+    """
     from gkeflow.components.prepare.logic import Schema
     from gkeflow.components.scaleout import cluster, storage
     from gkeflow.components.train import devices
@@ -60,8 +66,8 @@ def run_worker(dataset_uri: str, schema_uri: str, output_uri: str, params: dict,
             schema=Schema.load(schema_path),
             model_dir=model_dir,
             params=train_params(params),
-            checkpoint_dir=resolve_checkpoint_location("", checkpoint_root, run_id,
-                                                       task_name) or None,
+            checkpoint_dir=resolve_checkpoint_location(checkpoint_uri, checkpoint_root,
+                                                       run_id, task_name) or None,
             data_uri=dataset_uri,
         )
         if not chief:
@@ -91,12 +97,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-root", default="")
     parser.add_argument("--run-id", default="")
     parser.add_argument("--task-name", default="")
+    parser.add_argument("--checkpoint-uri", default="",
+                        help="Where checkpoints go instead of under the checkpoint root.")
     args = parser.parse_args(argv)
     from gkeflow.components.train.checkpoint import Preempted
 
     try:
         summary = run_worker(args.dataset, args.schema, args.output, json.loads(args.params),
-                             args.checkpoint_root, args.run_id, args.task_name)
+                             args.checkpoint_root, args.run_id, args.task_name,
+                             args.checkpoint_uri)
     except Preempted as exc:
         print(f"worker preempted: {exc}", file=sys.stderr)
         return EXIT_PREEMPTED

@@ -375,6 +375,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         feature_stats_from_arrays,
         feature_stats_from_prepared,
     )
+    from gkeflow.components.train.resume import ReadOnlyStore, WorkerStore, agree_on_checkpoint
     from gkeflow.components.train.store import LocalStore, open_store
 
     tf_config = os.environ.get("TF_CONFIG", "")
@@ -426,8 +427,16 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         eval_ds = make_split_dataset(dataset_dir, "eval", schema, global_batch, preprocessor,
                                      seed=params.seed, cache=cache, workers=plan.workers)
 
+    # Only the chief writes the shared store; the other workers resume from the checkpoint
+    # the chief read and broadcast, through a read-only view (see train/resume.py).
+    chief = dev.is_chief(tf_config)
     store = open_store(checkpoint_dir) if checkpoint_dir else None
-    resume = read_checkpoint(store) if store is not None else None
+    if plan.kind == "multi_worker_mirrored":
+        if store is not None and not chief:
+            store = ReadOnlyStore(store)
+        resume = agree_on_checkpoint(strategy, chief, store)
+    else:
+        resume = read_checkpoint(store) if store is not None else None
     state, token = resume if resume else (None, None)
     keras.mixed_precision.set_dtype_policy(precision)
     try:
@@ -455,10 +464,10 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
 
     # Every worker of a multi-worker run saves (saving is a collective operation), but only
     # the chief writes where others look: the rest write to private scratch directories.
-    chief = dev.is_chief(os.environ.get("TF_CONFIG", ""))
     private = Path(tempfile.mkdtemp(prefix="gkeflow-train-"))
     checkpoint = make_checkpoint(
-        store if (store is not None and chief) else LocalStore(private / "checkpoint"),
+        store if (store is not None and chief)
+        else WorkerStore(LocalStore(private / "checkpoint"), store),
         state, token,
         every_epochs=params.checkpoint_every_epochs if checkpoint_dir else 0,
         every_steps=params.checkpoint_every_steps if checkpoint_dir else 0,

@@ -141,8 +141,6 @@ class JobSetEngine:
         from gkeflow.pipelines.engines import as_training_step
 
         template = jobset_template(profile, GPU_IMAGE)  # the compiler pins it by digest
-        # the workers checkpoint under the pipeline root (Cloud Storage for JobSets)
-        arguments = {k: v for k, v in arguments.items() if k != "checkpoint_uri"}
         return as_training_step(train_model_jobset)(jobset_template=dumps(template),
                                                     **arguments)
 

@@ -22,8 +22,6 @@ class LocalWorkers:
         from gkeflow.pipelines.engines import as_training_step
 
         step = as_training_step(train_model_local_workers)
-        # the workers checkpoint under the pipeline root (Cloud Storage for JobSets)
-        arguments = {k: v for k, v in arguments.items() if k != "checkpoint_uri"}
         return step(replicas=profile.replicas, **arguments)
 
     def launcher_profile(self, profile: ComputeProfile) -> ComputeProfile:

@@ -111,6 +111,30 @@ def test_on_demand_h200_or_b200_is_refused_naming_what_works(tmp_path, accelerat
     assert not list(tmp_path.iterdir())
 
 
+def test_a_vertex_reservation_reaches_the_custom_job_and_a_bare_name_is_refused(tmp_path):
+    full = "projects/shared-proj/zones/us-central1-b/reservations/b200-pool"
+    spec, _ = _compiled(tmp_path / "v", "vertex", _train(
+        accelerator="nvidia-b200", accelerator_count=8, cpu="200", memory="1500G",
+        scheduling="reservation", reservation=full))
+    machine = strict_custom_job(custom_job_payload(spec)).job_spec.worker_pool_specs[0]\
+        .machine_spec
+    affinity = machine.reservation_affinity
+    assert affinity.reservation_affinity_type.name == "SPECIFIC_RESERVATION"
+    assert affinity.key == "compute.googleapis.com/reservation-name"
+    assert list(affinity.values) == [full]
+    for command in (["compile", "--target", "vertex", "--output", str(tmp_path / "o")],
+                    ["plan", "--target", "vertex"]):
+        result = CliRunner().invoke(main, command + [
+            "--compute", "train-model.accelerator=nvidia-b200",
+            "--compute", "train-model.accelerator_count=8",
+            "--compute", "train-model.scheduling=reservation",
+            "--compute", "train-model.reservation=b200-pool"])
+        assert result.exit_code == 1, result.output
+        assert "projects/PROJECT/zones/ZONE/reservations/NAME" in result.output
+        assert "Traceback" not in result.output
+    assert not (tmp_path / "o").exists()
+
+
 def test_plan_prints_capacity_nodes_and_total_gpus():
     result = CliRunner().invoke(main, [
         "plan", "--target", "gke", "--compute", "train-model.accelerator=nvidia-b200",

@@ -120,6 +120,35 @@ def test_gke_training_step_launches_a_two_pod_jobset_with_gpus_on_every_pod(comp
     assert "nodeSelector" not in k8s and "tolerations" not in k8s
 
 
+def test_gke_jobset_step_receives_the_checkpoint_uri_parameter(compiled):
+    """The pipeline's checkpoint_uri reaches the JobSet launcher (and so every pod)."""
+    spec, _ = documents(compiled["gke"])
+    task = spec["root"]["dag"]["tasks"]["train-model"]
+    wired = task["inputs"]["parameters"]["checkpoint_uri"]
+    assert wired == {"componentInputParameter": "checkpoint_uri"}
+    inputs = spec["components"][task["componentRef"]["name"]]["inputDefinitions"]["parameters"]
+    assert inputs["checkpoint_uri"]["parameterType"] == "STRING"
+
+
+def test_gke_launcher_receives_its_kubernetes_settings_as_a_task_config(compiled):
+    """KFP >= 2.15 task_config_passthroughs: the launcher's selectors, tolerations, affinity
+    and resources go to the JobSet only; env and volumes stay on the launcher too."""
+    spec, _ = documents(compiled["gke"])
+    json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec(), ignore_unknown_fields=False)
+    task = spec["root"]["dag"]["tasks"]["train-model"]
+    component = spec["components"][task["componentRef"]["name"]]
+    config = component["inputDefinitions"]["parameters"]["kubernetes_config"]
+    assert config["parameterType"] == "TASK_CONFIG" and config["isOptional"] is True
+    assert "kubernetes_config" not in task["inputs"]["parameters"]  # KFP fills it at run time
+    passthroughs = {p["field"]: p.get("applyToTask", False)
+                    for p in component["taskConfigPassthroughs"]}
+    assert passthroughs == {"RESOURCES": False, "KUBERNETES_NODE_SELECTOR": False,
+                            "KUBERNETES_TOLERATIONS": False, "KUBERNETES_AFFINITY": False,
+                            "ENV": True, "KUBERNETES_VOLUMES": True}
+    vertex = yaml.safe_load(compiled["vertex"].read_text())
+    assert "TASK_CONFIG" not in json.dumps(vertex)  # Vertex AI runs a CustomJob instead
+
+
 def test_flex_start_and_queue_on_gke_and_vertex(tmp_path):
     profile = DEFAULT_COMPUTE["train-model"].with_overrides(
         accelerator="nvidia-l4", accelerator_count=1, cpu="7", memory="26G", replicas=3,

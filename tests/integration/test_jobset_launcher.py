@@ -70,6 +70,66 @@ def test_creates_follows_the_chief_log_and_deletes_on_success(tmp_path):
     assert lines.count(f"[{chief}] epoch 1") == 1, "each log line is printed once"
 
 
+def object_reads(kube: FakeKube) -> int:
+    """GETs of the JobSet itself (not watches, which go to the collection)."""
+    return sum(1 for method, path in kube.requests
+               if method == "GET" and path.startswith("/apis/") and not path.endswith("jobsets"))
+
+
+def test_the_jobset_is_watched_not_polled(tmp_path):
+    output = str(tmp_path / "out" / "model")
+    with FakeKube(running_looks=5, on_complete=publisher(tmp_path, output)) as kube:
+        assert launch(api_for(kube), manifest(), output, poll_s=5,
+                      echo=lambda _: None) == SUMMARY
+    # one read to find an earlier attempt's JobSet, one for the version to watch from
+    assert object_reads(kube) == 2
+    [watch] = kube.watches  # one stream carried every change up to completion
+    assert watch["fieldSelector"] == "metadata.name=gkeflow-train-0123456789abcdef"
+    assert watch["timeoutSeconds"] == "5" and watch["resourceVersion"].isdigit()
+
+
+def test_a_watch_that_ends_early_is_resumed_from_the_last_version(tmp_path):
+    output = str(tmp_path / "out" / "model")
+    lines: list[str] = []
+    with FakeKube(running_looks=4, on_complete=publisher(tmp_path, output),
+                  end_stream_after=1) as kube:
+        assert launch(api_for(kube), manifest(), output, poll_s=0.01,
+                      echo=lines.append) == SUMMARY
+    versions = [int(w["resourceVersion"]) for w in kube.watches]
+    assert len(versions) >= 2 and versions == sorted(set(versions)), versions
+    assert object_reads(kube) == 2, "a stream's end is not a reason to read the JobSet again"
+    assert kube.deleted == ["gkeflow-train-0123456789abcdef"]
+    chief = "gkeflow-train-0123456789abcdef-worker-0-0-abcde"
+    assert lines.count(f"[{chief}] epoch 1") == 1
+
+
+@pytest.mark.parametrize("gone_as", ["event", "status"])
+def test_410_gone_reads_the_jobset_again_and_watches_from_there(tmp_path, gone_as):
+    output = str(tmp_path / "out" / "model")
+    lines: list[str] = []
+    with FakeKube(running_looks=3, on_complete=publisher(tmp_path, output), gone_watches=2,
+                  gone_as=gone_as) as kube:
+        assert launch(api_for(kube), manifest(), output, poll_s=0.01,
+                      echo=lines.append) == SUMMARY
+    assert object_reads(kube) == 2 + 2  # as without 410s, plus one read after each
+    assert len(kube.watches) >= 3
+    assert sum("410 Gone" in line for line in lines) == 2
+    assert kube.deleted == ["gkeflow-train-0123456789abcdef"]
+
+
+def test_a_jobset_deleted_by_someone_else_fails_the_step(tmp_path):
+    with FakeKube(outcome="Running") as kube:
+        timer = threading.Timer(0.3, lambda: api_for(kube).delete(
+            NS, "gkeflow-train-0123456789abcdef"))
+        timer.start()
+        try:
+            with pytest.raises(JobSetFailed, match="disappeared while running"):
+                launch(api_for(kube), manifest(), str(tmp_path / "m"), poll_s=5,
+                       echo=lambda _: None)
+        finally:
+            timer.cancel()
+
+
 def test_a_failed_jobset_fails_the_step_and_is_deleted(tmp_path):
     lines: list[str] = []
     with FakeKube(running_looks=1, outcome="Failed",
@@ -176,6 +236,41 @@ def test_in_cluster_launch_moves_inputs_and_model_through_cloud_storage(bucket, 
     assert kube.deleted == [name]
 
 
+def test_every_pod_checkpoints_under_the_checkpoint_uri(bucket, tmp_path):
+    template = jobset_template(DEFAULT_COMPUTE["train-model"].with_overrides(replicas=2), "i")
+    output = "gs://root/pipeline/scaleout/run-9-train-model/model"
+    with FakeKube(running_looks=1, on_complete=publisher(tmp_path, output)) as kube:
+        kube.add_pod(NS, "launcher-pod", service_account="pipeline-runner")
+        launch_in_cluster(template, "gs://root/pipeline/d", "gs://root/pipeline/s", {},
+                          "gs://root/pipeline", "run-9", "train-model", tmp_path / "model",
+                          api=api_for(kube), namespace=NS, pod_name="launcher-pod",
+                          poll_s=0.01, checkpoint_uri="gs://ckpt-bucket/team")
+    [created] = kube.created
+    pod = created["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--checkpoint-uri") + 1] == "gs://ckpt-bucket/team"
+    assert args[args.index("--checkpoint-root") + 1] == "gs://root/pipeline"
+    # what each pod then resolves: the same place on every pod and every retry
+    from gkeflow.components.train.store import resolve_checkpoint_location
+
+    assert resolve_checkpoint_location("gs://ckpt-bucket/team", "gs://root/pipeline",
+                                       "run-9", "train-model") == \
+        "gs://ckpt-bucket/team/run-9/train-model"
+
+
+@pytest.mark.parametrize("uri", ["/mnt/checkpoints", "s3://b/x", "gs://"])
+def test_a_checkpoint_uri_the_pods_cannot_reach_is_refused_before_launching(uri, tmp_path):
+    template = jobset_template(DEFAULT_COMPUTE["train-model"].with_overrides(replicas=2), "i")
+    with FakeKube(running_looks=1) as kube:
+        kube.add_pod(NS, "launcher-pod", service_account="pipeline-runner")
+        with pytest.raises(ValueError, match="use gs://bucket/path"):
+            launch_in_cluster(template, "gs://r/d", "gs://r/s", {}, "gs://r", "run-1",
+                              "train-model", tmp_path / "model", api=api_for(kube),
+                              namespace=NS, pod_name="launcher-pod", poll_s=0.01,
+                              checkpoint_uri=uri)
+        assert kube.created == []
+
+
 def test_storage_round_trip_publishes_the_marker_last(bucket, tmp_path):
     source = tmp_path / "src"
     (source / "variables").mkdir(parents=True)
@@ -220,10 +315,19 @@ def test_the_component_body_launches_with_in_cluster_settings(bucket, tmp_path, 
             dataset=dsl.Dataset(uri="gs://root/p/dataset"),
             schema=dsl.Artifact(uri="gs://root/p/schema"), model=model, metrics=metrics,
             tensorboard=tensorboard, jobset_template=js.dumps(template), epochs=2,
-            checkpoint_root="gs://root/p", pipeline_run_id="run-7", task_name="train-model")
+            checkpoint_root="gs://root/p", pipeline_run_id="run-7", task_name="train-model",
+            kubernetes_config=dsl.TaskConfig(  # as KFP's executor builds it from the driver's
+                node_selector={"team": "ml"}, env=[{"name": "HTTPS_PROXY", "value": "p:3128"}],
+                tolerations=[{"key": "team", "operator": "Exists", "effect": "NoSchedule"}]))
     assert (tmp_path / "model" / "saved_model.pb").read_bytes() == b"model"
     assert model.metadata["workers"] == 2 and model.metadata["engine"] == "GKE JobSet"
     assert metrics.metadata["workers"] == 2
-    [created] = kube.created
+    [created] = kube.created  # validated against the JobSet CRD by the fake
     assert created["metadata"]["name"] == js.jobset_name("run-7", "train-model")
     assert kube.deleted == [created["metadata"]["name"]]
+    pod = created["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"]["team"] == "ml"
+    assert pod["nodeSelector"]["cloud.google.com/gke-accelerator"] == "nvidia-tesla-t4"
+    assert {"key": "team", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    assert env["HTTPS_PROXY"] == "p:3128" and "GKEFLOW_WORKER_HOSTS" in env

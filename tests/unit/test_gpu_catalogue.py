@@ -167,7 +167,7 @@ OK = ""
         (gpu("nvidia-l4", 1, reservation="r"),
          "train-model: reservation applies to scheduling=reservation only"),
         (gpu("nvidia-l4", 1, scheduling="reservation", reservation="Bad_Name"),
-         "reservation 'Bad_Name' must be a reservation name or projects/PROJECT/reservations/"),
+         "reservation 'Bad_Name' is not a reservation name; use projects/PROJECT/zones/ZONE/"),
         (gpu("nvidia-l4", 1, queue="Team A"), "queue 'Team A' is not a Kueue LocalQueue name"),
         (gpu("nvidia-h100-80gb", 8, cpu="100", memory="500G"),
          ("train-model: cpu 100 and memory 500G exceed what Vertex AI Pipelines gives a step "
@@ -176,7 +176,7 @@ OK = ""
         (gpu("nvidia-h200-141gb", 8, scheduling="spot"), OK),
         (gpu("nvidia-b200", 8, scheduling="flex-start", timeout_s="7d", max_wait="2h"), OK),
         (gpu("nvidia-b200", 8, scheduling="reservation",
-             reservation="projects/shared-proj/reservations/b200-pool"), OK),
+             reservation="projects/shared-proj/zones/us-central1-b/reservations/b200-pool"), OK),
         (gpu("nvidia-h100-80gb", 2, scheduling="spot"), OK),
         (gpu("nvidia-h100-80gb", 8, cpu="96"), OK),
         (gpu("nvidia-h100-80gb", 8, cpu="200", memory="1500G", scheduling="spot"), OK),
@@ -185,7 +185,9 @@ OK = ""
         (gpu("nvidia-l4", 1, scheduling="flex-start", timeout_s="7d"), OK),
         (gpu("nvidia-tesla-a100", 1, scheduling="flex-start", timeout_s="2h"), OK),
         (gpu("nvidia-l4", 1, queue="team-a"), OK),
-        (ComputeProfile(scheduling="reservation", reservation="cpu-pool"), OK),
+        (ComputeProfile(scheduling="reservation",
+                        reservation="projects/123456789/zones/europe-west4-a/reservations/cpu"),
+         OK),
     ],
 )
 def test_each_consumption_rule(profile, expected):
@@ -195,6 +197,39 @@ def test_each_consumption_rule(profile, expected):
         assert profile_problems("train-model", profile, "gke") == []
     else:
         assert any(expected in p for p in problems), problems
+
+
+ZONED = "projects/shared-proj/zones/us-central1-b/reservations/b200-pool"
+
+
+@pytest.mark.parametrize(
+    ("reservation", "gke", "vertex"),
+    [
+        ("b200-pool", OK, "Vertex AI needs the reservation's full name "
+                          "projects/PROJECT/zones/ZONE/reservations/NAME"),
+        ("projects/shared-proj/reservations/b200-pool", OK, "Vertex AI needs the reservation's "
+                                                            "full name"),
+        (ZONED, OK, OK),
+        ("projects/shared-proj/zones/us-central1/reservations/b200-pool",
+         "is not a reservation name; use NAME, projects/PROJECT/reservations/NAME or",
+         "is not a reservation name; use projects/PROJECT/zones/ZONE/reservations/NAME"),
+        ("projects/p/zones/us-central1-b/reservations/x",  # a too short project id
+         "is not a reservation name", "is not a reservation name"),
+        (ZONED + "/", "is not a reservation name", "is not a reservation name"),
+    ],
+)
+def test_reservation_names_per_target(reservation, gke, vertex):
+    """GKE completes a bare name (the node pool's reservation in the cluster's project);
+    Vertex AI needs the zoned full name, which cannot be completed from a region."""
+    profile = gpu("nvidia-b200", 8, scheduling="reservation", reservation=reservation)
+    for target, expected in (("gke", gke), ("vertex", vertex)):
+        problems = [p for p in profile_problems("train-model", profile, target)
+                    if "reservation" in p]
+        if expected == OK:
+            assert problems == [], (target, problems)
+        else:
+            [problem] = problems
+            assert expected in problem and "\n" not in problem, (target, problem)
 
 
 def test_replicas_only_on_the_steps_a_pipeline_names():

@@ -62,6 +62,8 @@ def test_every_call_the_launcher_makes_is_granted(tmp_path, monkeypatch):
         parts = path.split("/")
         if path.endswith("/log"):
             resource, verb = "pods/log", "get"
+        elif group and method == "GET" and parts[-1] == "jobsets":
+            resource, verb = "jobsets", "watch"  # the fake serves only watches of the list
         elif group:
             resource, verb = "jobsets", _VERBS[method]
         else:
@@ -70,3 +72,4 @@ def test_every_call_the_launcher_makes_is_granted(tmp_path, monkeypatch):
         needed.add((group, resource, verb))
     assert needed <= _grants(), needed - _grants()
     assert ("jobset.x-k8s.io", "jobsets", "create") in needed
+    assert ("jobset.x-k8s.io", "jobsets", "watch") in needed and kube.watches

@@ -1,0 +1,140 @@
+"""A multi-worker run killed after a checkpoint commit resumes on EVERY worker from that commit.
+
+Two loopback workers (the machinery of ``gkeflow run --compute train-model.replicas=2``) train
+with checkpoints under the pipeline root; the whole job is killed (SIGKILL, as when nodes go
+away) once the chief has committed an epoch; the restarted job's chief and worker both resume
+at the committed epoch, even when a stray writer commits between the chief's read and the
+worker's start, and finish with a model that meets the export contract.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gkeflow.components.prepare.logic import prepare
+from gkeflow.components.scaleout import cluster, storage
+from gkeflow.components.scaleout.local_workers import free_ports
+from gkeflow.components.train.checkpoint import load_state
+from gkeflow.components.train.logic import MODEL_METADATA_FILE, ExportedModel
+from gkeflow.components.train.store import LocalStore, resolve_checkpoint_location
+from tests.conftest import make_churn_csv
+
+pytestmark = pytest.mark.slow
+
+PARAMS = {"epochs": 3, "batch_size": 32, "early_stopping_patience": 0,
+          "checkpoint_every_epochs": 1, "hidden_units": [16]}
+
+FIRST_ATTEMPT = """
+import json, sys
+from gkeflow.components.scaleout.local_workers import run_local_workers
+run_local_workers(sys.argv[1], sys.argv[1], json.loads(sys.argv[2]), 2, sys.argv[3], "run-1",
+                  "train-model")
+"""
+
+
+def wait_for_commit(location: str, process, timeout_s: float = 300.0) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        state = load_state(location) if os.path.isdir(location) else None
+        if state and state.epochs_completed >= 1:
+            return
+        if process.poll() is not None:
+            pytest.fail("the first attempt ended before it was interrupted:\n"
+                        + process.stdout.read()[-3000:])
+        time.sleep(0.02)
+    pytest.fail("no epoch committed in time")
+
+
+def start_worker(index: int, hosts: list[str], dataset: str, root: str, output: str,
+                 env: dict | None = None):
+    env = {**(env or os.environ), cluster.HOSTS_ENV: ",".join(hosts),
+           cluster.INDEX_ENV: str(index), "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+    env.pop("TF_CONFIG", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "gkeflow.components.scaleout.worker", "--dataset", dataset,
+         "--schema", dataset, "--output", output, "--params", json.dumps(PARAMS),
+         "--checkpoint-root", root, "--run-id", "run-1", "--task-name", "train-model"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def read_until(process, marker: str) -> list[str]:
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if marker in line:
+            return lines
+    pytest.fail(f"{marker!r} never came:\n" + "".join(lines)[-3000:])
+
+
+def stray_commit(location: str) -> None:
+    """What an earlier attempt still running would do: commit a newer checkpoint."""
+    store = LocalStore(location)
+    state, _ = store.read_state()
+    copy = Path(location) / "model-99999-0000000-stray.keras"
+    shutil.copyfile(Path(location) / state["model_file"], copy)
+    store.commit({**state, "epochs_completed": state["epochs_completed"] + 1,
+                  "model_file": copy.name}, None)
+
+
+def test_both_workers_resume_at_the_committed_epoch(tmp_path):
+    csv = make_churn_csv(tmp_path / "churn.csv", rows=8000, seed=5)
+    prepare(str(csv), tmp_path / "dataset", "status")
+    dataset, root = str(tmp_path / "dataset"), str(tmp_path / "root")
+    location = resolve_checkpoint_location("", root, "run-1", "train-model")
+
+    # attempt 1: `gkeflow run --compute train-model.replicas=2`'s two loopback workers,
+    # killed (launcher and both workers at once) once the chief has committed an epoch
+    first = subprocess.Popen(
+        [sys.executable, "-c", FIRST_ATTEMPT, dataset, json.dumps(PARAMS), root],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    try:
+        wait_for_commit(location, first)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(first.pid, signal.SIGKILL)
+        first.communicate()
+    committed = load_state(location).epochs_completed
+    assert 1 <= committed < PARAMS["epochs"]
+
+    # attempt 2: once the chief has read the resume point, a stray writer commits a newer
+    # one; both workers must still resume where the chief does
+    hosts = cluster.loopback_hosts(free_ports(2))
+    output = str(tmp_path / "published")
+    chief = start_worker(0, hosts, dataset, root, output)
+    worker = start_worker(1, hosts, dataset, root, output)
+    try:
+        chief_log = read_until(chief, "sending it to the workers")
+        stray_commit(location)
+        worker_log = worker.communicate(timeout=600)[0]
+        chief_log = "".join(chief_log) + chief.communicate(timeout=600)[0]
+    finally:
+        for process in (chief, worker):
+            if process.poll() is None:
+                process.kill()
+    assert chief.returncode == 0, chief_log[-3000:]
+    assert worker.returncode == 0, worker_log[-3000:]
+    for log in (chief_log, worker_log):
+        assert f"resuming from checkpoint: {committed} epochs completed" in log, log[-3000:]
+        assert f"Epoch {committed}/" not in log  # no completed epoch is trained again
+        assert f"Epoch {PARAMS['epochs']}/{PARAMS['epochs']}" in log
+    summary = storage.published_summary(output)
+    assert summary["workers"] == 2 and summary["epochs_run"] == PARAMS["epochs"]
+    assert summary["strategy"] == "MultiWorkerMirroredStrategy over 2 workers"
+    assert not os.path.exists(location)  # the chief removed its checkpoints after success
+
+    model = ExportedModel(Path(output))
+    metadata = json.loads((Path(output) / MODEL_METADATA_FILE).read_text())
+    assert metadata["epochs_run"] == PARAMS["epochs"] and metadata["replicas"] == 2
+    assert [f["name"] for f in metadata["features"]] == summary["features"]
+    assert set(model.predict_rows([{"plan": "basic"}, {}])) <= set(model.label_vocabulary)
