@@ -19,9 +19,12 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 
 from gkeflow.pipelines.compile import compile_pipeline
 from gkeflow.pipelines.compute import ComputeProfile, fitting_shape
-from gkeflow.pipelines.training import DEFAULT_COMPUTE
+from gkeflow.pipelines.training import DEFAULT_COMPUTE, resolve_compute
 from tests.compile.customjob import custom_job_payload, strict_custom_job
 
+#: The steps of the training pipeline with one-pod preparation (the default) and their
+#: default profiles.
+ONE_POD_COMPUTE = {step: DEFAULT_COMPUTE[step] for step in resolve_compute("local")}
 REPO = Path(__file__).resolve().parents[2]
 GPU_STEP = "train-model"
 
@@ -100,7 +103,7 @@ def test_gke(compiled_cases, count, spot):
     strict_pipeline_spec(spec_doc)
     configs = strict_executor_configs(platform_doc)
     res = resources(spec_doc)
-    profiles = {**DEFAULT_COMPUTE, GPU_STEP: profile}
+    profiles = {**ONE_POD_COMPUTE, GPU_STEP: profile}
 
     for step, p in profiles.items():
         r = res[step]
@@ -155,7 +158,7 @@ def test_vertex(compiled_cases, count, spot):
         assert kubernetes_only not in text
     res = resources(docs[0])
     profile = TRAIN_PROFILES[count]
-    for step, p in DEFAULT_COMPUTE.items():
+    for step, p in ONE_POD_COMPUTE.items():
         if step == GPU_STEP:  # a CustomJob launcher (the profile has a timeout): a small pod
             assert res[step]["resourceCpuLimit"] == "1" and "accelerator" not in res[step]
             continue
