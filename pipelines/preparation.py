@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 
 from kfp import dsl
 
-from gkeflow.components import prepare_data
+from gkeflow.components import fingerprint_data, prepare_data
 from gkeflow.components.prepare.fanout_component import (
     merge_prepared,
     plan_prepare,
@@ -42,27 +42,37 @@ ONE_POD = PreparationSettings()
 __all__ = ["ONE_POD", "PreparationSettings", "prepare_stage", "preparation_steps"]
 
 
+#: The pipeline parameters both forms of preparation take, by name.
+PREPARE_PARAMETERS = ("data_uri", "label_column", "train_ratio", "eval_ratio", "test_ratio",
+                      "key_column", "exclude_columns", "feature_columns", "shard_root")
+
+
 def prepare_stage(configure: Callable[[dsl.PipelineTask, str], dsl.PipelineTask], *,
-                  settings: PreparationSettings, prepare_groups, arguments: dict,
-                  fingerprint, workspace_path: str):
-    """Add preparation to the pipeline being defined; returns (dataset, schema) channels.
+                  settings: PreparationSettings, scope: Mapping, workspace_path: str):
+    """Add fingerprinting and preparation to the pipeline being defined.
 
     Args:
         configure: Applies a step's display name and compute.
         settings: One pod or fan-out.
-        prepare_groups: The pipeline parameter bounding the groups (fan-out only).
-        arguments: The prepare parameters both forms take: data_uri, label_column,
-            train_ratio, eval_ratio, test_ratio, key_column, exclude_columns,
-            feature_columns, shard_root.
-        fingerprint: The fingerprint-data task: the input's content is the cache key.
+        scope: The pipeline function's parameters (its ``locals()``): those named in
+            :data:`PREPARE_PARAMETERS`, ``user_module`` and ``prepare_groups`` (the most
+            groups, fan-out only).
         workspace_path: The run's workspace placeholder, or "".
+
+    Returns:
+        The fingerprint-data task (its outputs key caches and checkpoints on the data's
+        content) and the dataset and schema channels training and evaluation read.
     """
+    fingerprint = configure(fingerprint_data(data_uri=scope["data_uri"],
+                                             user_module=scope["user_module"]),
+                            "fingerprint-data")
+    arguments = {name: scope[name] for name in PREPARE_PARAMETERS}
     fingerprinted = dict(arguments, data_fingerprint=fingerprint.outputs["data"],
                          workspace_path=workspace_path)
     if not settings.fanout:
         single = configure(prepare_data(**fingerprinted), "prepare-data")
-        return single.outputs["dataset"], single.outputs["schema"]
-    plan = configure(plan_prepare(**fingerprinted, max_groups=prepare_groups),
+        return fingerprint, single.outputs["dataset"], single.outputs["schema"]
+    plan = configure(plan_prepare(**fingerprinted, max_groups=scope["prepare_groups"]),
                      "plan-prepare")
     with dsl.ParallelFor(plan.outputs["Output"], parallelism=settings.parallelism,
                          name="file-groups") as group:
@@ -71,7 +81,7 @@ def prepare_stage(configure: Callable[[dsl.PipelineTask, str], dsl.PipelineTask]
     merge = configure(merge_prepared(plan=plan.outputs["plan"],
                                      parts=dsl.Collected(part.outputs["part"])),
                       "merge-prepared")
-    return merge.outputs["dataset"], merge.outputs["schema"]
+    return fingerprint, merge.outputs["dataset"], merge.outputs["schema"]
 
 
 def preparation_steps(settings: PreparationSettings) -> set[str]:

@@ -225,16 +225,8 @@ def build_sweep_pipeline(target: str = "local",
         """
         scope = locals()
         gate = {name: scope[name] for name in GATE_PARAMETERS}
-        fingerprint = configure(fingerprint_data(data_uri=data_uri, user_module=user_module),
-                                "fingerprint-data")
-        dataset, schema = prepare_stage(
-            configure, settings=preparation, prepare_groups=prepare_groups,
-            fingerprint=fingerprint,
-            workspace_path=storage.path, arguments=dict(
-                data_uri=data_uri, label_column=label_column, train_ratio=train_ratio,
-                eval_ratio=eval_ratio, test_ratio=test_ratio, key_column=key_column,
-                exclude_columns=exclude_columns, feature_columns=feature_columns,
-                shard_root=shard_root))
+        _, dataset, schema = prepare_stage(
+            configure, settings=preparation, scope=scope, workspace_path=storage.path)
         if vizier:
             best = configure(components["tune-with-vizier"](
                 dataset=dataset, schema=schema,

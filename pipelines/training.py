@@ -235,16 +235,8 @@ def build_training_pipeline(
         """
         scope = locals()
         gate = {name: scope[name] for name in GATE_PARAMETERS}
-        fingerprint = configure(fingerprint_data(data_uri=data_uri, user_module=user_module),
-                                "fingerprint-data")
-        dataset, schema = prepare_stage(
-            configure, settings=preparation, prepare_groups=prepare_groups,
-            fingerprint=fingerprint,
-            workspace_path=storage.path, arguments=dict(
-                data_uri=data_uri, label_column=label_column, train_ratio=train_ratio,
-                eval_ratio=eval_ratio, test_ratio=test_ratio, key_column=key_column,
-                exclude_columns=exclude_columns, feature_columns=feature_columns,
-                shard_root=shard_root))
+        fingerprint, dataset, schema = prepare_stage(
+            configure, settings=preparation, scope=scope, workspace_path=storage.path)
         # One-pod training keys its checkpoints on what it trains on and with (a retry of the
         # step resumes; a finished one removes them), not on the run id, which would keep
         # training out of the cache. Multi-worker engines keep the run id: they name and
