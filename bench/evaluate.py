@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -111,18 +109,9 @@ MEASUREMENTS = {"prepare": run_prepare, "train": run_train, "stream": run_stream
 
 def measure(name: str, *args) -> dict:
     """Run one measurement in a fresh process; add its peak RSS (MiB)."""
-    process = subprocess.Popen(
-        [sys.executable, __file__, "--child", name, *map(str, args)],
-        stdout=subprocess.PIPE, cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-    )
-    output = process.stdout.read()
-    _, status, usage = os.wait4(process.pid, 0)
-    if status != 0:
-        raise SystemExit(f"{name} failed (status {status})")
-    result = json.loads(output.decode().strip().splitlines()[-1])
-    result["peak_rss_mib"] = usage.ru_maxrss / 1024
-    result["rows_per_s"] = result["rows"] / result["seconds"] if result["seconds"] else 0.0
-    return result
+    from child import measure as measure_in_child
+
+    return measure_in_child(__file__, name, *args)
 
 
 def main() -> None:
