@@ -136,10 +136,7 @@ class GkeflowConfig(BaseModel):
         workspace can serve (not for JobSet training, see
         :class:`~gkeflow.pipelines.workspace.PipelineStorage`)."""
         gke = self.targets.gke
-        root = (gke.pipeline_root if gke else None) or ""
-        if self.workspace.enabled is None and root.startswith("gs://"):
-            return self.workspace.model_copy(update={"enabled": False})
-        return self.workspace
+        return self.workspace.for_root(gke.pipeline_root if gke else None)
 
     def compute_overrides(self, defaults) -> dict:
         """Per-step :class:`ComputeProfile` objects: ``defaults`` with this file's overrides."""

@@ -158,7 +158,7 @@ def build_training_pipeline(
         if train_engine is None:
             task = configure(train_model(**arguments, workspace_path=storage.path),
                              "train-model")
-            if target == "gke" and not storage.active:
+            if target == "gke" and storage.checkpoint_volume:
                 # The default MinIO root cannot hold checkpoints: a volume can.
                 add_checkpoint_volume(task)
             return task

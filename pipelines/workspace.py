@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
 
 #: Where KFP mounts the workspace in a pod (kfp.dsl.constants.WORKSPACE_MOUNT_PATH).
 WORKSPACE_MOUNT = "/kfp-workspace"
@@ -62,6 +62,9 @@ class WorkspaceSettings(BaseModel):
 
     enabled: bool | None = None
     size: str = "100Gi"
+    #: Set by :meth:`GkeflowConfig.gke_workspace` from targets.gke.pipeline_root: a gs://
+    #: root holds checkpoints itself, so no checkpoint volume is needed either.
+    _gcs_root: bool = PrivateAttr(default=False)
     storage_class: str = "standard-rwo"
     access_mode: Literal["ReadWriteOnce", "ReadWriteMany"] = "ReadWriteOnce"
 
@@ -96,6 +99,19 @@ class WorkspaceSettings(BaseModel):
 
     def shared_by_nodes(self) -> bool:
         return self.access_mode == "ReadWriteMany"
+
+    def for_root(self, pipeline_root: str | None) -> WorkspaceSettings:
+        """These settings for a GKE ``pipeline_root``: unset ``enabled`` becomes off for a
+        gs:// root, which then also holds the checkpoints."""
+        gcs = (pipeline_root or "").startswith("gs://")
+        settings = self.model_copy(update={"enabled": False}) if (
+            gcs and self.enabled is None) else self.model_copy()
+        settings._gcs_root = gcs
+        return settings
+
+    @property
+    def gcs_root(self) -> bool:
+        return self._gcs_root
 
 
 DEFAULT_WORKSPACE = WorkspaceSettings()
@@ -143,6 +159,12 @@ class PipelineStorage:
                 "through a gs:// pipeline root, not the workspace: set workspace.enabled: "
                 "false and targets.gke.pipeline_root: gs://BUCKET/PATH")
         self.active = not jobset and self.settings.active(target, pipeline_root)
+
+    @property
+    def checkpoint_volume(self) -> bool:
+        """Whether a GKE training step needs the per-run checkpoint volume: no workspace
+        and no gs:// root to keep checkpoints in."""
+        return not self.active and not self.settings.gcs_root
 
     @property
     def path(self) -> str:

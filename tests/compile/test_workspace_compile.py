@@ -92,3 +92,5 @@ def test_a_gs_root_in_gkeflow_yaml_turns_the_workspace_off(tmp_path):
     spec, platform = _docs(compile_pipeline("training", "gke", tmp_path, config=config))
     assert "pipelineConfig" not in platform["platforms"]["kubernetes"]
     assert _workspace_steps(spec) == set()
+    # checkpoints go under the gs:// root: no checkpoint volume either
+    assert "createpvc" not in spec["root"]["dag"]["tasks"]
