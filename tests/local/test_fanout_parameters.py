@@ -16,6 +16,7 @@ from tests.unit.test_prepare_fanout import assert_same_dataset, make_inputs
 #: prepare_data parameters the fan-out pipeline has no use for, and why.
 NOT_FANNED_OUT = {
     "dataset", "schema", "report", "rejected",  # outputs
+    "workspace_path",  # set by the compiler (the GKE workspace), not a pipeline parameter
 }
 
 
