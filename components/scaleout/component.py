@@ -77,7 +77,9 @@ def train_model_local_workers(
 #: The launcher task's Kubernetes settings KFP hands to the JobSet's pods (KFP >= 2.15); see
 #: :mod:`gkeflow.components.scaleout.task_config` for which also stay on the launcher pod.
 JOBSET_PASSTHROUGHS = [
-    dsl.TaskConfigField.RESOURCES,
+    # The launcher keeps its own (1-CPU) requests; the JobSet pods' requests come from the
+    # profile, which wins over forwarded values.
+    dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.RESOURCES, apply_to_task=True),
     dsl.TaskConfigField.KUBERNETES_NODE_SELECTOR,
     dsl.TaskConfigField.KUBERNETES_TOLERATIONS,
     dsl.TaskConfigField.KUBERNETES_AFFINITY,

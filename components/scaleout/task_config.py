@@ -4,13 +4,12 @@ KFP ≥ 2.15 passes a task's Kubernetes settings to its component as a ``dsl.Tas
 (``task_config_passthroughs``; the driver fills it, see kubeflow/pipelines
 ``backend/src/v2/driver``). ``train_model_jobset`` declares:
 
-- ``RESOURCES``, ``KUBERNETES_NODE_SELECTOR``, ``KUBERNETES_TOLERATIONS``,
-  ``KUBERNETES_AFFINITY``: forwarded to the workers only (``apply_to_task=False``), so a GPU,
-  GPU node selector or toleration set on the task never lands on the 1-CPU launcher pod.
-  (The launcher pod then runs without the task's CPU/memory requests: KFP moves them to the
-  workload.)
-- ``ENV`` and ``KUBERNETES_VOLUMES``: forwarded and kept on the launcher too
-  (``apply_to_task=True``), as before.
+- ``KUBERNETES_NODE_SELECTOR``, ``KUBERNETES_TOLERATIONS``, ``KUBERNETES_AFFINITY``:
+  forwarded to the workers only (``apply_to_task=False``), so a GPU node selector or
+  toleration set on the task never pins the 1-CPU launcher pod to a GPU node.
+- ``RESOURCES``, ``ENV`` and ``KUBERNETES_VOLUMES``: forwarded and kept on the launcher too
+  (``apply_to_task=True``): the launcher pod keeps its own CPU/memory requests (the
+  launcher profile), and the JobSet pods take the profile's requests, which win.
 
 Precedence, field by field (:func:`merge_task_config`): what the step's compute profile put
 in the JobSet template wins; the task's settings fill in what the profile does not set.

@@ -132,7 +132,7 @@ def test_gke_jobset_step_receives_the_checkpoint_uri_parameter(compiled):
 
 def test_gke_launcher_receives_its_kubernetes_settings_as_a_task_config(compiled):
     """KFP >= 2.15 task_config_passthroughs: the launcher's selectors, tolerations, affinity
-    and resources go to the JobSet only; env and volumes stay on the launcher too."""
+    go to the JobSet only; resources, env and volumes stay on the launcher too."""
     spec, _ = documents(compiled["gke"])
     json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec(), ignore_unknown_fields=False)
     task = spec["root"]["dag"]["tasks"]["train-model"]
@@ -142,7 +142,7 @@ def test_gke_launcher_receives_its_kubernetes_settings_as_a_task_config(compiled
     assert "kubernetes_config" not in task["inputs"]["parameters"]  # KFP fills it at run time
     passthroughs = {p["field"]: p.get("applyToTask", False)
                     for p in component["taskConfigPassthroughs"]}
-    assert passthroughs == {"RESOURCES": False, "KUBERNETES_NODE_SELECTOR": False,
+    assert passthroughs == {"RESOURCES": True, "KUBERNETES_NODE_SELECTOR": False,
                             "KUBERNETES_TOLERATIONS": False, "KUBERNETES_AFFINITY": False,
                             "ENV": True, "KUBERNETES_VOLUMES": True}
     vertex = yaml.safe_load(compiled["vertex"].read_text())
