@@ -1,7 +1,7 @@
 """gkeflow's KFP components: prepare_data, train_model, evaluate_model, register_model (and
-its Vertex AI variant register_model_vertex), fingerprint_data, predict_batch,
-report_predictions, the sweep's select_best_trial and tune_with_vizier, and the fan-out
-preparation steps plan_prepare, prepare_group and merge_prepared.
+its Vertex AI variant register_model_vertex), fingerprint_data, resolve_model,
+predict_batch, report_predictions, the sweep's select_best_trial and tune_with_vizier, and
+the fan-out preparation steps plan_prepare, prepare_group and merge_prepared.
 
 The components are loaded lazily: inside a running step only the logic modules are
 imported, and those must not pull in the KFP DSL.
@@ -20,6 +20,7 @@ _COMPONENTS = {
     "register_model": "gkeflow.components.register.component",
     "register_model_vertex": "gkeflow.components.register.vertex_component:register_model",
     "fingerprint_data": "gkeflow.components.fingerprint.component",
+    "resolve_model": "gkeflow.components.predict.resolve_component",
     "predict_batch": "gkeflow.components.predict.component",
     "report_predictions": "gkeflow.components.predict.component",
     "select_best_trial": "gkeflow.components.sweep.component",

@@ -20,6 +20,9 @@ PIPELINE_NAME = "gkeflow-prediction"
 #: Default per-step compute. Scoring is never served from cache: the same URI holds new
 #: rows on every scheduled run, and the champion may have changed.
 DEFAULT_COMPUTE: Mapping[str, ComputeProfile] = {
+    "resolve-model": ComputeProfile(cpu="1", memory="1G", caching=False, timeout_s=600,
+                                    retries=2, retry_backoff_s=30, retry_backoff_factor=2.0,
+                                    retry_max_duration_s=600),
     "predict-batch": ComputeProfile(
         cpu="4", memory="16G", caching=False, timeout_s=6 * 3600, retries=2,
         retry_backoff_s=60, retry_backoff_factor=2.0, retry_max_duration_s=3600),
@@ -30,6 +33,7 @@ DEFAULT_COMPUTE: Mapping[str, ComputeProfile] = {
 }
 
 STEP_DISPLAY_NAMES = {
+    "resolve-model": "Find the model",
     "predict-batch": "Score rows",
     "report-predictions": "Report",
     "batch-predict-vertex": "Vertex AI batch prediction",
@@ -44,7 +48,12 @@ DEFAULT_REGISTRY_URIS: Mapping[str, str] = {
 
 
 def _steps(target: str) -> list[str]:
+    """This pipeline's steps on ``target``. On GKE a lookup step comes first: the scoring
+    step then takes the model as an imported artifact, which the KFP launcher downloads
+    from wherever it was registered (the in-cluster MinIO of a standard install too)."""
     steps = ["predict-batch", "report-predictions"]
+    if target == "gke":
+        return ["resolve-model", *steps]
     return steps + ["batch-predict-vertex"] if target == "vertex" else steps
 
 
@@ -52,13 +61,15 @@ def _components(profiles: Mapping[str, ComputeProfile]) -> dict:
     """Step -> component; the scoring step runs in the GPU image when it asks for a GPU."""
     from gkeflow.components.images import GPU_IMAGE
     from gkeflow.components.predict.component import predict_batch, report_predictions
+    from gkeflow.components.predict.resolve_component import resolve_model
     from gkeflow.components.predict.vertex_component import batch_predict_vertex
 
     scorer = predict_batch
     if profiles.get("predict-batch") and profiles["predict-batch"].uses_gpu:
         scorer = dsl.component(base_image=GPU_IMAGE, install_kfp_package=False)(
             predict_batch.python_func)
-    return {"predict-batch": scorer, "report-predictions": report_predictions,
+    return {"resolve-model": resolve_model, "predict-batch": scorer,
+            "report-predictions": report_predictions,
             "batch-predict-vertex": batch_predict_vertex}
 
 
@@ -108,6 +119,14 @@ def build_prediction_pipeline(
     def score(data_uri, model_name, model_version, model_alias, registry_uri, output_uri,
               output_format, key_column, max_rejected_fraction, max_drift,
               reject_unseen_categories, batch_rows, bq_write_mode):
+        imported = {}
+        if target == "gke":  # the launcher fetches the model, whatever store holds it
+            found = configure(components["resolve-model"](
+                model=model_name, registry_uri=registry_uri, model_version=model_version,
+                model_alias=model_alias), "resolve-model")
+            imported["model_files"] = dsl.importer(
+                artifact_uri=found.output, artifact_class=dsl.Model, reimport=False,
+            ).set_display_name("Import the model").output
         predict = configure(components["predict-batch"](
             data_uri=data_uri, model=model_name, model_version=model_version,
             model_alias=model_alias, registry_uri=registry_uri, output_uri=output_uri,
@@ -115,6 +134,7 @@ def build_prediction_pipeline(
             max_rejected_fraction=max_rejected_fraction, max_drift=max_drift,
             reject_unseen_categories=reject_unseen_categories, batch_rows=batch_rows,
             bq_write_mode=bq_write_mode, pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            **imported,
         ), "predict-batch")
         configure(components["report-predictions"](
             predictions=predict.outputs["predictions"],

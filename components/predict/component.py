@@ -3,7 +3,7 @@
 from typing import NamedTuple
 
 from kfp import dsl
-from kfp.dsl import Dataset, Input, Markdown, Metrics, Output
+from kfp.dsl import Dataset, Input, Markdown, Metrics, Model, Output
 
 from gkeflow.components.images import CPU_IMAGE
 
@@ -30,6 +30,7 @@ def predict_batch(
     bq_filter: str = "",
     bq_write_mode: str = "truncate",
     pipeline_run_id: str = "",
+    model_files: Input[Model] = None,
 ) -> NamedTuple("PredictOutputs", scored_version=int, rows_scored=int, rows_rejected=int):
     """Scores new rows with a registered model (the champion by default) in large batches.
 
@@ -63,6 +64,10 @@ def predict_batch(
         bq_filter: For bq:// inputs, a SQL row filter.
         bq_write_mode: For bq:// outputs: truncate (replace the table) or append.
         pipeline_run_id: Run id; a retried BigQuery load finds the first one.
+        model_files: The registered model imported as an artifact (resolve_model, then
+            dsl.importer), so the KFP launcher downloads it from any artifact store (the
+            GKE pipeline: models registered at minio://); absent: read from the registry's
+            URI (local paths and gs://).
 
     Returns:
         scored_version: The version that scored the rows.
@@ -92,6 +97,7 @@ def predict_batch(
         max_rejected_fraction=max_rejected_fraction, max_drift=max_drift,
         reject_unseen_categories=reject_unseen_categories, bq_query=bq_query,
         bq_filter=bq_filter, bq_write_mode=bq_write_mode, run_id=pipeline_run_id,
+        model_files=(Path(model_files.path), model_files.uri) if model_files else None,
     )
     from gkeflow.components.predict.logic import DriftError
 

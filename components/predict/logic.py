@@ -235,6 +235,7 @@ def predict(
     bq_filter: str = "",
     bq_write_mode: str = "truncate",
     run_id: str = "",
+    model_files: tuple[Path, str] | None = None,
 ) -> PredictResult:
     """Score ``data_uri`` with a registered model and publish the predictions.
 
@@ -265,6 +266,10 @@ def predict(
         bq_filter: For bq:// inputs, a row filter (the WHERE clause).
         bq_write_mode: For bq:// outputs: truncate (replace the table) or append.
         run_id: Pipeline run id: makes a retried BigQuery load find the first one.
+        model_files: The registered model already on local disk, as (directory, the URI it
+            was copied from): the GKE pipeline imports it as an input artifact, which the
+            KFP launcher downloads from any artifact store (MinIO included). None: read the
+            registered URI here (local paths and gs://).
     """
     for name, value in (("max_rejected_fraction", max_rejected_fraction),
                         ("max_drift", max_drift)):
@@ -282,7 +287,16 @@ def predict(
                         f"{', '.join(header)}")
     _check_registry(registry_uri)
     version, selected_by = resolve_version(registry_uri, ref)
-    model_dir = fetch_model(version.uri, Path(workdir))
+    if model_files is None:
+        model_dir = fetch_model(version.uri, Path(workdir))
+    else:
+        directory, imported_uri = model_files
+        if imported_uri.rstrip("/") != version.uri.rstrip("/"):
+            raise PredictError(
+                f"{ref.name} ({selected_by}) is now version {version.version} at {version.uri}, "
+                f"not the model imported for this run ({imported_uri}): the registry changed "
+                "while the run started; run it again")
+        model_dir = fetch_model(str(directory), Path(workdir))
     profile = training_profile(model_dir)
     if not key_column:  # a key declared in the training schema identifies rows here too
         keys = [c.name for c in profile.schema.columns if c.role == "key" and c.name in header]

@@ -7,8 +7,10 @@ import json
 
 def custom_job_payload(document: dict, task: str = "train-model") -> dict | None:
     """The CustomJob payload of ``task``'s launcher in a compiled Vertex document; None if the
-    step runs as a plain pipeline step."""
-    container = document["deploymentSpec"]["executors"][f"exec-{task}"]["container"]
+    step runs as a plain pipeline step (or is an importer, which has no container)."""
+    container = document["deploymentSpec"]["executors"][f"exec-{task}"].get("container")
+    if container is None:
+        return None
     args = list(container.get("args", []))
     if "--payload" not in args:
         return None

@@ -42,10 +42,10 @@ def _hadolint() -> str:
 def _executor_images(path: Path) -> set[str]:
     """Every step's image, and the image of the workload a launcher step starts."""
     spec = next(yaml.safe_load_all(path.read_text()))
-    # argostub/* are kfp-kubernetes' volume steps (CreatePVC, DeletePVC): the KFP driver
-    # performs them itself and starts no container
+    # argostub/* are kfp-kubernetes' volume steps (CreatePVC, DeletePVC) and importers have
+    # no container: the KFP driver and launcher perform them and start no container of ours
     images = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()
-              if not e["container"]["image"].startswith("argostub/")}
+              if "container" in e and not e["container"]["image"].startswith("argostub/")}
     for name in spec["deploymentSpec"]["executors"]:
         payload = custom_job_payload(spec, name.removeprefix("exec-"))
         if payload:

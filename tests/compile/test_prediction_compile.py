@@ -35,12 +35,19 @@ def test_gke_scores_then_reports_on_cpu_uncached(compiled):
     spec, platform = _documents(compiled["gke"])
     json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
     tasks = _tasks(spec)
-    assert set(tasks) == {"predict-batch", "report-predictions"}
+    assert set(tasks) == {"resolve-model", "importer", "predict-batch", "report-predictions"}
     assert tasks["report-predictions"]["dependentTasks"] == ["predict-batch"]
+    # the launcher imports the looked-up model (any artifact store) for the scoring step
+    assert tasks["importer"]["inputs"]["parameters"]["uri"]["taskOutputParameter"] == {
+        "outputParameterKey": "Output", "producerTask": "resolve-model"}
+    model = tasks["predict-batch"]["inputs"]["artifacts"]["model_files"]
+    assert model["taskOutputArtifact"]["producerTask"] == "importer"
     assert all(t["cachingOptions"] == {} or not t["cachingOptions"].get("enableCache")
-               for t in tasks.values())
+               for name, t in tasks.items() if name != "importer")
     executors = spec["deploymentSpec"]["executors"]
-    assert all("gkeflow-cpu" in e["container"]["image"] for e in executors.values())
+    assert all("gkeflow-cpu" in e["container"]["image"] for e in executors.values()
+               if "container" in e)
+    assert not executors["exec-importer"]["importer"].get("reimport", False)
     assert "nvidia.com/gpu" not in compiled["gke"].read_text()
     assert spec["pipelineInfo"]["name"] == "gkeflow-prediction"
     inputs = spec["root"]["inputDefinitions"]["parameters"]

@@ -93,3 +93,22 @@ def test_damaged_rows_are_set_aside_and_drift_fails_the_run(trained_output, tmp_
         report = handle.read()
     assert report.startswith("# Predictions\n\n37 rows scored")
     assert "`Atlantis` (37)" in report and "**FAILED**" not in report
+
+
+def test_the_gke_pipeline_scores_the_model_the_launcher_imported(trained_output, tmp_path):
+    """GKE shape: resolve-model -> dsl.importer -> predict-batch (model_files), so the KFP
+    launcher, not the step, fetches the registered files (minio:// on a standard install)."""
+    from gkeflow.pipelines.local import run_local
+    from gkeflow.pipelines.prediction import build_prediction_pipeline
+
+    frame = _new_rows(tmp_path / "rows.csv", rows=40)
+    result = run_local(
+        {"data_uri": str(tmp_path / "rows.csv"), "key_column": "id",
+         "registry_uri": f"sqlite:///{trained_output / 'registry.db'}"},
+        tmp_path / "out", pipeline=build_prediction_pipeline("gke"))
+    assert result.ok, result.error + "\n" + "\n".join(result.failed_step.error_lines())
+    assert {"resolve-model", "importer", "predict-batch"} <= {s.name for s in result.steps}
+    scored = result.artifact_metadata("predict-batch", "predictions")
+    assert scored["rows_scored"] == len(frame)
+    log = result.log_path.read_text()
+    assert "penguins-classifier version 1" in log
