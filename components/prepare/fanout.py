@@ -42,10 +42,6 @@ from gkeflow.components.prepare.csv_reader import RowLimits
 from gkeflow.components.prepare.infer import (
     CHOSEN_NOTES,
     _check_label_vocabulary,
-    _infer_from_table,
-    apply_column_roles,
-    check_column_names,
-    validate_against,
 )
 from gkeflow.components.prepare.logic import (
     REPORT_FILE,
@@ -120,18 +116,8 @@ def plan_groups(
     else:
         inputs = _with_limits(resolve_sources(source), limits)
     header, sample, sources = logic._sample(inputs, problems)
-    check_column_names(header, label_column, key_column, exclude_columns, feature_columns)
-    if expected_schema is not None:
-        schema, found = validate_against(expected_schema, header, sample, label_column)
-        problems.extend(found)
-    else:
-        schema = _infer_from_table(sample, label_column, max_vocabulary)
-    apply_column_roles(schema, key_column, exclude_columns, feature_columns)
-    if not schema.features:
-        raise DataError(
-            "no usable feature columns besides the label; "
-            + "; ".join(f"{c.name}: {c.note}" for c in schema.columns if c.role == "ignored")
-            + " (name the features with feature_columns to override)")
+    schema = logic.fix_schema(header, sample, label_column, expected_schema, key_column,
+                              exclude_columns, feature_columns, max_vocabulary, problems)
     files = [s.name for s in sources] if bq is None else [source] * len(bq["ranges"])
     count = min(max_groups, len(files))
     bounds = [round(k * len(files) / count) for k in range(count + 1)]

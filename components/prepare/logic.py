@@ -171,6 +171,32 @@ def _finalise_schema(schema: Schema, stats: dict, inferred: bool,
         schema.column(schema.label).vocabulary = list(schema.label_vocabulary)
 
 
+
+def fix_schema(header, sample, label_column: str, expected_schema: Schema | None,
+               key_column: str, exclude_columns: str, feature_columns: str,
+               max_vocabulary: int, problems: list[str]) -> Schema:
+    """The schema every row is prepared against, fixed from the sampled rows: ``expected_schema``
+    validated against them, or inferred; column roles applied. One definition for the
+    single-pod run and the fan-out plan, so both fix the same schema from the same sample.
+
+    Raises:
+        DataError: a named column is missing, or no usable feature is left.
+    """
+    check_column_names(header, label_column, key_column, exclude_columns, feature_columns)
+    if expected_schema is not None:
+        schema, found = validate_against(expected_schema, header, sample, label_column)
+        problems.extend(found)
+    else:
+        schema = _infer_from_table(sample, label_column, max_vocabulary)
+    apply_column_roles(schema, key_column, exclude_columns, feature_columns)
+    if not schema.features:
+        raise DataError(
+            "no usable feature columns besides the label; "
+            + "; ".join(f"{c.name}: {c.note}" for c in schema.columns if c.role == "ignored")
+            + " (name the features with feature_columns to override)")
+    return schema
+
+
 def prepare(
     source: str,
     output_dir: Path,
@@ -254,18 +280,8 @@ def prepare(
     header, sample, sources = _sample(sources, problems)
     if expected_schema is not None and not isinstance(expected_schema, Schema):
         expected_schema = Schema.load(Path(expected_schema))
-    check_column_names(header, label_column, key_column, exclude_columns, feature_columns)
-    if expected_schema is not None:
-        schema, found = validate_against(expected_schema, header, sample, label_column)
-        problems.extend(found)
-    else:
-        schema = _infer_from_table(sample, label_column, max_vocabulary)
-    apply_column_roles(schema, key_column, exclude_columns, feature_columns)
-    if not schema.features:
-        raise DataError(
-            "no usable feature columns besides the label; "
-            + "; ".join(f"{c.name}: {c.note}" for c in schema.columns if c.role == "ignored")
-            + " (name the features with feature_columns to override)")
+    schema = fix_schema(header, sample, label_column, expected_schema, key_column,
+                        exclude_columns, feature_columns, max_vocabulary, problems)
     plan = _Plan(schema, header, ratios, key_column, fixed_labels=expected_schema is not None,
                  reject_unseen=reject_unseen_categories and expected_schema is not None,
                  rows_per_shard=rows_per_shard, lower_labels=merge_label_case)
