@@ -43,35 +43,14 @@ def select_best_trial(
         table: The trial table (JSON rows, best first).
         labels: The winner's trial id and hyperparameters as registry labels.
     """
-    import json
     from collections import namedtuple
     from pathlib import Path
 
-    from gkeflow.components._atomic import write_text_atomic
-    from gkeflow.components.sweep.logic import (
-        export_best_model,
-        registry_labels,
-        select,
-        table_markdown,
-    )
+    from gkeflow.components.sweep.logic import publish_selection, select
 
     selection = select(trials, reports, metric, direction,
                        [t for t in tuned.split(",") if t.strip()])
-    export_best_model(selection, {m.uri: Path(m.path) for m in models}, Path(best_model.path))
-    summary = selection.summary()
-    best_model.metadata.update({
-        "framework": "tensorflow",
-        "sweep_best_trial": summary["best_trial"],
-        "sweep_metric": metric,
-        "sweep_best_value": summary["best_value"],
-        "hyperparameters": summary["hyperparameters"],
-        "sweep_trials": summary["trials"],
-    })
-    markdown = table_markdown(selection.rows, metric, direction)
-    write_text_atomic(Path(trial_table.path), markdown)
-    print(markdown)
     outputs = namedtuple("Selection", ["best_trial", "best_value", "hyperparameters", "table",
                                        "labels"])
-    return outputs(summary["best_trial"], float(summary["best_value"]),
-                   json.dumps(summary["hyperparameters"], sort_keys=True),
-                   json.dumps(selection.rows, default=str), registry_labels(selection))
+    return outputs(*publish_selection(selection, {m.uri: Path(m.path) for m in models},
+                                      best_model, Path(trial_table.path)))

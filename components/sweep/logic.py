@@ -232,6 +232,37 @@ def export_best_model(selection: Selection, model_paths: Mapping[str, Path],
     return destination
 
 
+def publish_selection(selection: Selection, model_paths: Mapping[str, Path], best_model,
+                      trial_table_path: Path, **metadata: Any) -> tuple:
+    """What a selecting step outputs, whichever engine ran the trials: the winner's model
+    exported to ``best_model`` (an output artifact: ``.path``, ``.metadata``) with the sweep's
+    metadata (plus ``metadata``), the trial table written to ``trial_table_path`` and
+    printed.
+
+    Returns:
+        (best trial id, best value, hyperparameters JSON, trial rows JSON, registry labels).
+    """
+    from gkeflow.components._atomic import write_text_atomic
+
+    export_best_model(selection, model_paths, Path(best_model.path))
+    summary = selection.summary()
+    best_model.metadata.update({
+        "framework": "tensorflow",
+        "sweep_best_trial": summary["best_trial"],
+        "sweep_metric": selection.metric,
+        "sweep_best_value": summary["best_value"],
+        "hyperparameters": summary["hyperparameters"],
+        "sweep_trials": summary["trials"],
+        **metadata,
+    })
+    markdown = table_markdown(selection.rows, selection.metric, selection.direction)
+    write_text_atomic(Path(trial_table_path), markdown)
+    print(markdown)
+    return (summary["best_trial"], float(summary["best_value"]),
+            json.dumps(summary["hyperparameters"], sort_keys=True),
+            json.dumps(selection.rows, default=str), registry_labels(selection))
+
+
 def sweep_card_section(model_dir: Path) -> str:
     """A model card section from ``sweep.json`` in ``model_dir``; empty when absent."""
     path = Path(model_dir) / SWEEP_FILE

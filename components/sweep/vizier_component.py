@@ -79,14 +79,8 @@ def tune_with_vizier(
     from collections import namedtuple
     from pathlib import Path
 
-    from gkeflow.components._atomic import write_text_atomic
     from gkeflow.components.sweep import vizier
-    from gkeflow.components.sweep.logic import (
-        export_best_model,
-        registry_labels,
-        select,
-        table_markdown,
-    )
+    from gkeflow.components.sweep.logic import publish_selection, select
 
     del trials
     project = os.environ.get("CLOUD_ML_PROJECT_ID", "")
@@ -110,19 +104,7 @@ def tune_with_vizier(
                        [t for t in tuned.split(",") if t.strip()])
     models = {r["model_uri"]: Path(vizier.fuse_path(r["model_uri"]))
               for r in map(json.loads, reports)}
-    export_best_model(selection, models, Path(best_model.path))
-    summary = selection.summary()
-    best_model.metadata.update({
-        "framework": "tensorflow", "sweep_best_trial": summary["best_trial"],
-        "sweep_metric": metric, "sweep_best_value": summary["best_value"],
-        "hyperparameters": summary["hyperparameters"], "sweep_trials": summary["trials"],
-        "tuning_job": job.get("name", ""),
-    })
-    markdown = table_markdown(selection.rows, metric, direction)
-    write_text_atomic(Path(trial_table.path), markdown)
-    print(markdown)
     outputs = namedtuple("Selection", ["best_trial", "best_value", "hyperparameters", "table",
                                        "labels"])
-    return outputs(summary["best_trial"], float(summary["best_value"]),
-                   json.dumps(summary["hyperparameters"], sort_keys=True),
-                   json.dumps(selection.rows, default=str), registry_labels(selection))
+    return outputs(*publish_selection(selection, models, best_model, Path(trial_table.path),
+                                      tuning_job=job.get("name", "")))
