@@ -39,10 +39,6 @@ from gkeflow.components._atomic import publish_dir
 from gkeflow.components.prepare import logic, shard_store
 from gkeflow.components.prepare.batch import _Plan
 from gkeflow.components.prepare.csv_reader import RowLimits
-from gkeflow.components.prepare.infer import (
-    CHOSEN_NOTES,
-    _check_label_vocabulary,
-)
 from gkeflow.components.prepare.logic import (
     REPORT_FILE,
     SPLITS,
@@ -347,35 +343,11 @@ def merge_groups(plan_dir: Path, part_dirs: list[Path], output_dir: Path,
                                     shutil.copyfile(part_dir / f, target)
                                     shards[split].append(str(target))
         _check_counts(source, rows_read, split_rows, rejects)
-        logic._finalise_schema(schema, stats, doc["inferred"], doc["max_vocabulary"])
-        _check_label_vocabulary(schema)
-        logic.check_fractions(schema, stats, rows_read, rejects, max_rejected_fraction,
-                              max_missing_fraction)
-        for name, n in unseen.most_common():
-            problems.append(
-                f"column {name!r}: {n} values not in the expected vocabulary"
-                + (" (rejected)" if plan.reject_unseen else " (kept; the model maps them "
-                   "to its out-of-vocabulary bucket)")
-            )
-        for name, n in sorted(nonfinite.items()):
-            problems.append(f"column {name!r}: {n} non-finite values (inf, -inf, NaN) "
-                            f"treated as missing")
-        problems.extend(logic._label_problems(schema, stats))
-        for column in schema.columns:
-            if column.role == "ignored" and column.note and column.note not in CHOSEN_NOTES:
-                problems.append(f"column {column.name!r} ignored: {column.note}")
-        stats_doc = {
-            "rows_read": rows_read,
-            "rejected_rows": rejects.count,
-            "rejected_reasons": dict(rejects.reasons.most_common()),
-            "nonfinite_values": dict(sorted(nonfinite.items())),
-            "split_rows": split_rows,
-            "splits": {
-                split: {"count": split_rows[split],
-                        "columns": {name: s.to_dict() for name, s in stats[split].items()}}
-                for split in SPLITS
-            },
-        }
+        stats_doc = logic.finish_dataset(
+            schema, stats, rows_read, split_rows, rejects, unseen, nonfinite, problems,
+            inferred=doc["inferred"], max_vocabulary=doc["max_vocabulary"],
+            reject_unseen=plan.reject_unseen, max_rejected_fraction=max_rejected_fraction,
+            max_missing_fraction=max_missing_fraction)
         if doc["shard_root"]:
             shard_store.write_manifest(scratch, doc["shard_root"], shards)
         (scratch / "schema.json").write_text(schema.to_json(), encoding="utf-8")

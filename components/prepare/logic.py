@@ -197,6 +197,51 @@ def fix_schema(header, sample, label_column: str, expected_schema: Schema | None
     return schema
 
 
+
+def finish_dataset(schema: Schema, stats, rows_read: int, split_rows: dict, rejects,
+                   unseen: Counter, nonfinite: Counter, problems: list[str], *,
+                   inferred: bool, max_vocabulary: int, reject_unseen: bool,
+                   max_rejected_fraction: float, max_missing_fraction: float) -> dict:
+    """Close a prepared dataset once every row is counted, the same way for one pod and for
+    the fan-out merge: vocabularies fixed from all rows, the whole-file checks, the problems
+    the report lists, and the stats.json document.
+
+    Raises:
+        DataError: too many rejected rows or missing values, or an unusable label.
+    """
+    _finalise_schema(schema, stats, inferred, max_vocabulary)
+    _check_label_vocabulary(schema)
+    check_fractions(schema, stats, rows_read, rejects, max_rejected_fraction,
+                    max_missing_fraction)
+    for name, n in unseen.most_common():
+        problems.append(
+            f"column {name!r}: {n} values not in the expected vocabulary"
+            + (" (rejected)" if reject_unseen else " (kept; the model maps them "
+               "to its out-of-vocabulary bucket)")
+        )
+    for name, n in sorted(nonfinite.items()):
+        problems.append(f"column {name!r}: {n} non-finite values (inf, -inf, NaN) "
+                        f"treated as missing")
+    problems.extend(_label_problems(schema, stats))
+    for column in schema.columns:
+        if column.role == "ignored" and column.note and column.note not in CHOSEN_NOTES:
+            problems.append(f"column {column.name!r} ignored: {column.note}")
+    return {
+        "rows_read": rows_read,
+        "rejected_rows": rejects.count,
+        "rejected_reasons": dict(rejects.reasons.most_common()),
+        "nonfinite_values": dict(sorted(nonfinite.items())),
+        "split_rows": split_rows,
+        "splits": {
+            split: {
+                "count": split_rows[split],
+                "columns": {name: s.to_dict() for name, s in stats[split].items()},
+            }
+            for split in SPLITS
+        },
+    }
+
+
 def prepare(
     source: str,
     output_dir: Path,
@@ -323,40 +368,13 @@ def prepare(
             for split in SPLITS:
                 for name, column_stats in partial.stats[split].items():
                     stats[split][name].merge(column_stats)
-        _finalise_schema(schema, stats, expected_schema is None, max_vocabulary)
-        _check_label_vocabulary(schema)
-
-        check_fractions(schema, stats, rows_read, rejects, max_rejected_fraction,
-                        max_missing_fraction)
-        for name, n in unseen.most_common():
-            problems.append(
-                f"column {name!r}: {n} values not in the expected vocabulary"
-                + (" (rejected)" if plan.reject_unseen else " (kept; the model maps them "
-                   "to its out-of-vocabulary bucket)")
-            )
-        for name, n in sorted(nonfinite.items()):
-            problems.append(f"column {name!r}: {n} non-finite values (inf, -inf, NaN) "
-                            f"treated as missing")
-        problems.extend(_label_problems(schema, stats))
-        for column in schema.columns:
-            if column.role == "ignored" and column.note and column.note not in CHOSEN_NOTES:
-                problems.append(f"column {column.name!r} ignored: {column.note}")
-
+        stats_doc = finish_dataset(schema, stats, rows_read, split_rows, rejects, unseen,
+                                   nonfinite, problems, inferred=expected_schema is None,
+                                   max_vocabulary=max_vocabulary,
+                                   reject_unseen=plan.reject_unseen,
+                                   max_rejected_fraction=max_rejected_fraction,
+                                   max_missing_fraction=max_missing_fraction)
         shards = {s: sum(len(p.shards.get(s, ())) for p in partials) for s in SPLITS}
-        stats_doc = {
-            "rows_read": rows_read,
-            "rejected_rows": rejects.count,
-            "rejected_reasons": dict(rejects.reasons.most_common()),
-            "nonfinite_values": dict(sorted(nonfinite.items())),
-            "split_rows": split_rows,
-            "splits": {
-                split: {
-                    "count": split_rows[split],
-                    "columns": {name: s.to_dict() for name, s in stats[split].items()},
-                }
-                for split in SPLITS
-            },
-        }
         if shard_root:
             from gkeflow.components.prepare.shard_store import write_manifest
 
