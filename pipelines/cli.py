@@ -146,6 +146,7 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
         finish,
         local_compute,
         run_arguments,
+        step_printer,
     )
 
     check_options(click.get_current_context(), pipeline)
@@ -184,15 +185,7 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
                   f"{data or 'the bundled Palmer Penguins data'} "
                   f"(label: {arguments['label_column']})")
 
-    def on_event(step) -> None:
-        if step.status == "RUNNING":
-            console.print(f"  [cyan]…[/cyan] {step.name} started")
-        else:
-            mark = "[green]✓[/green]" if step.status in ("SUCCESS", "CACHED") else "[red]✗[/red]"
-            if step.status == "CACHED":
-                console.print(f"  {mark} {step.name} cached (inputs unchanged)")
-                return
-            console.print(f"  {mark} {step.name} {step.status.lower()} in {step.duration_s:.1f}s")
+    on_event = step_printer(console)
 
     from gkeflow.pipelines.local import LocalRunError
 

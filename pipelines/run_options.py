@@ -166,6 +166,20 @@ def run_arguments(pipeline, name: str, *, data: str | None, label: str | None, o
     return arguments
 
 
+def step_printer(console):
+    """The ``on_event`` callback of a local run: one line per step started and ended."""
+    def on_event(step) -> None:
+        if step.status == "RUNNING":
+            console.print(f"  [cyan]…[/cyan] {step.name} started")
+        elif step.status == "CACHED":
+            console.print(f"  [green]✓[/green] {step.name} cached (inputs unchanged)")
+        else:
+            mark = "[green]✓[/green]" if step.status == "SUCCESS" else "[red]✗[/red]"
+            console.print(f"  {mark} {step.name} {step.status.lower()} in {step.duration_s:.1f}s")
+
+    return on_event
+
+
 def finish(console, result, require_registered: bool) -> None:
     """Exit 1 when a step failed; 3 when ``--require-registered`` and the gate blocked
     registration."""

@@ -78,6 +78,7 @@ def run_prediction_command(console: Console, data: str | None, model: str | None
     from gkeflow.pipelines.compute import ComputeError
     from gkeflow.pipelines.local import LocalRunError, run_local
     from gkeflow.pipelines.prediction import build_prediction_pipeline, prediction_pipeline
+    from gkeflow.pipelines.run_options import step_printer
 
     pipeline = prediction_pipeline
     if compute:
@@ -102,12 +103,7 @@ def run_prediction_command(console: Console, data: str | None, model: str | None
     console.print(f"[bold]gkeflow run[/bold]: prediction pipeline on {data_uri} with "
                   f"{reference} ({how})", soft_wrap=True)
 
-    def on_event(step) -> None:
-        if step.status == "RUNNING":
-            console.print(f"  [cyan]…[/cyan] {step.name} started")
-        else:
-            mark = "[green]✓[/green]" if step.status == "SUCCESS" else "[red]✗[/red]"
-            console.print(f"  {mark} {step.name} {step.status.lower()} in {step.duration_s:.1f}s")
+    on_event = step_printer(console)
 
     try:
         # the scoring steps themselves are never cached (see prediction.DEFAULT_COMPUTE)

@@ -74,7 +74,13 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
     from gkeflow.pipelines.cli import _print_run_summary
     from gkeflow.pipelines.compute import ComputeError
     from gkeflow.pipelines.local import LocalRunError, run_local
-    from gkeflow.pipelines.run_options import OptionError, finish, local_compute, run_arguments
+    from gkeflow.pipelines.run_options import (
+        OptionError,
+        finish,
+        local_compute,
+        run_arguments,
+        step_printer,
+    )
     from gkeflow.pipelines.sweep import TRIAL_STEP, build_sweep_pipeline
 
     sweep = resolve_sweep(config_path, sweep_params, algorithm, max_trials, parallel_trials,
@@ -106,14 +112,7 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
                   f"{data or 'the bundled Palmer Penguins data'} "
                   f"(label: {arguments['label_column']})")
 
-    def on_event(step) -> None:
-        if step.status == "RUNNING":
-            console.print(f"  [cyan]…[/cyan] {step.name} started")
-        elif step.status == "CACHED":
-            console.print(f"  [green]✓[/green] {step.name} cached (inputs unchanged)")
-        else:
-            mark = "[green]✓[/green]" if step.status == "SUCCESS" else "[red]✗[/red]"
-            console.print(f"  {mark} {step.name} {step.status.lower()} in {step.duration_s:.1f}s")
+    on_event = step_printer(console)
 
     try:
         result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
