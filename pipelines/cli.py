@@ -423,6 +423,7 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     if pipeline not in PIPELINES:
         raise click.BadParameter(f"unknown pipeline {pipeline!r}; available: "
                                  f"{', '.join(PIPELINES)}", param_hint="PIPELINE")
+    config = _load_config(config_path)
     if pipeline == "prediction":
         from gkeflow.pipelines.prediction import resolve_compute, step_images
     elif pipeline == "fanout-prepare":
@@ -434,14 +435,13 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
         sweep = resolve_sweep(config_path)
 
         def resolve_compute(target, compute):
-            return resolve_sweep_compute(target, compute, sweep.engine,
-                                         _load_config(config_path).preparation)
+            return resolve_sweep_compute(target, compute, sweep.engine, config.preparation)
     else:
         from gkeflow.pipelines.training import resolve_compute as training_compute
         from gkeflow.pipelines.training import step_images
 
         def resolve_compute(target, compute):
-            return training_compute(target, compute, _load_config(config_path).preparation)
+            return training_compute(target, compute, config.preparation)
 
     from gkeflow.pipelines.compile import pipeline_compute
 
@@ -476,7 +476,7 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
         console.print(f"image {image} ({pinned})", markup=False)
     for note in target_notes(profiles, target):
         console.print(f"note: {note}", markup=False)
-    for line in _workspace_lines(pipeline, target, config_path, profiles):
+    for line in _workspace_lines(pipeline, target, config, config_path, profiles):
         console.print(line, markup=False)
     if pipeline == "sweep":
         from gkeflow.pipelines.sweep_cli import plan_lines
@@ -485,14 +485,13 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
             console.print(line, markup=False)
 
 
-def _workspace_lines(pipeline: str, target: str, config_path: Path | None,
+def _workspace_lines(pipeline: str, target: str, config, config_path: Path | None,
                      profiles: dict) -> list[str]:
     """What `gkeflow plan` says of the run's workspace (GKE, roots other than gs://)."""
     from gkeflow.pipelines.workspace import parallel_note
 
     if pipeline not in ("training", "sweep") or target != "gke":
         return []
-    config = _load_config(config_path)
     settings = config.gke_workspace()
     jobset = pipeline == "training" and profiles["train-model"].replicas > 1
     if not settings.active("gke") or jobset:
