@@ -219,6 +219,8 @@ class TrainingCheckpoint(keras.callbacks.Callback):
             weights = load_weights(path)
         if weights is None:
             return False
+        if self.model is None:
+            raise RuntimeError("restore_best() needs the model: call set_model() first")
         self.model.set_weights(weights)
         return True
 

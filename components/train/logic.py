@@ -474,6 +474,9 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         patience=params.early_stopping_patience if eval_ds is not None else 0,
         monitor="val_loss" if eval_ds is not None else "loss",
     )
+    # A resumed run with no epoch left to train never calls fit, which is what hands Keras
+    # callbacks their model: hand it over here so the best weights can still be restored.
+    checkpoint.set_model(classifier)
     throughput = throughput_callback(rows["train"], tensorboard_dir,
                                      sample_gpus=bool(found.gpus))
     callbacks = [checkpoint, throughput]
