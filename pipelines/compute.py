@@ -134,6 +134,19 @@ def _to_seconds(field: str, value: Any) -> int:
     return int(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]
 
 
+_ACCOUNT_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _to_account(value: Any) -> str:
+    """A Kubernetes service account name (a DNS subdomain)."""
+    text = value.strip() if isinstance(value, str) else value
+    if not isinstance(text, str) or len(text) > 253 or not _ACCOUNT_RE.match(text):
+        raise ComputeError(
+            "worker_service_account must name a Kubernetes service account (lowercase "
+            f"letters, digits, '-' and '.'), e.g. gkeflow-worker; got {value!r}")
+    return text
+
+
 SCHEDULING = ("standard", "spot", "flex-start", "reservation")
 
 
@@ -208,6 +221,9 @@ class ComputeProfile:
         retry_backoff_factor: Multiplier of the wait between retries (>= 1).
         retry_max_duration_s: Seconds after which no more retries start.
         caching: Whether a step with identical inputs may be served from cache.
+        worker_service_account: Kubernetes service account the pods of a multi-node GKE
+            JobSet run as (never the launcher's); it needs no permission in the cluster
+            (deploy/rbac/jobset-worker.yaml), only Cloud Storage access (Workload Identity).
     """
 
     cpu: str = "1"
@@ -228,6 +244,7 @@ class ComputeProfile:
     retry_backoff_factor: float = 2.0
     retry_max_duration_s: int = 3600
     caching: bool = True
+    worker_service_account: str = "gkeflow-worker"
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -259,6 +276,7 @@ class ComputeProfile:
         set_(self, "retry_max_duration_s",
              _to_seconds("retry_max_duration_s", self.retry_max_duration_s))
         set_(self, "caching", _to_bool("caching", self.caching))
+        set_(self, "worker_service_account", _to_account(self.worker_service_account))
 
     @property
     def uses_gpu(self) -> bool:

@@ -16,22 +16,31 @@ WORKER_PORT = 2222
 REPLICATED_JOB = "worker"
 #: Comma-separated ``host:port`` of every worker, chief (index 0) first.
 HOSTS_ENV = "GKEFLOW_WORKER_HOSTS"
-#: This worker's index; a JobSet pod reads the Job's completion index instead.
+#: This worker's index; a JobSet pod reads the Job completion index instead.
 INDEX_ENV = "GKEFLOW_WORKER_INDEX"
 COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
+#: On a JobSet pod: the index of its Job within the replicated job (from the pod's
+#: ``jobset.sigs.k8s.io/job-index`` label) and how many pods each Job runs.
+JOB_INDEX_ENV = "GKEFLOW_JOB_INDEX"
+PODS_PER_JOB_ENV = "GKEFLOW_PODS_PER_JOB"
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 
 
 def jobset_hosts(jobset: str, replicas: int, subdomain: str = "",
-                 replicated_job: str = REPLICATED_JOB, port: int = WORKER_PORT) -> list[str]:
-    """``host:port`` of each pod of a JobSet's replicated job (one Job of ``replicas`` pods).
+                 replicated_job: str = REPLICATED_JOB, port: int = WORKER_PORT,
+                 jobs: int = 1) -> list[str]:
+    """``host:port`` of each pod of a JobSet's replicated job: ``jobs`` Jobs (the replicated
+    job's ``replicas``) of ``replicas`` pods each (the Job's parallelism), in worker order:
+    Job 0's pods first.
 
     JobSet names pods ``<jobset>-<replicatedJob>-<jobIndex>-<podIndex>`` and resolves them as
     ``<hostname>.<subdomain>`` (the subdomain defaults to the JobSet's name).
     """
-    if replicas < 1:
-        raise ValueError(f"replicas must be >= 1; got {replicas}")
+    if replicas < 1 or jobs < 1:
+        raise ValueError(f"replicas must be >= 1 and jobs >= 1; got {replicas} and {jobs}")
     subdomain = subdomain or jobset
-    return [f"{jobset}-{replicated_job}-0-{index}.{subdomain}:{port}" for index in range(replicas)]
+    return [f"{jobset}-{replicated_job}-{job}-{index}.{subdomain}:{port}"
+            for job in range(jobs) for index in range(replicas)]
 
 
 def loopback_hosts(ports: list[int]) -> list[str]:
@@ -52,8 +61,9 @@ def tf_config(hosts: list[str], index: int) -> str:
 def tf_config_from_env(environ: dict[str, str] | None = None) -> str:
     """``TF_CONFIG`` for this process from :data:`HOSTS_ENV` and its index, or ``""``.
 
-    The index is :data:`INDEX_ENV`, else the Job completion index Kubernetes sets on each
-    pod of an Indexed Job. An existing ``TF_CONFIG`` (Vertex AI sets one) is kept.
+    The index is :data:`INDEX_ENV`, else (a JobSet pod) the Job's index times the pods per
+    Job plus the completion index Kubernetes sets on each pod of an Indexed Job. An existing
+    ``TF_CONFIG`` (Vertex AI sets one) is kept.
     """
     environ = os.environ if environ is None else environ
     if environ.get("TF_CONFIG"):
@@ -61,8 +71,21 @@ def tf_config_from_env(environ: dict[str, str] | None = None) -> str:
     hosts = [h for h in environ.get(HOSTS_ENV, "").split(",") if h.strip()]
     if not hosts:
         return ""
-    raw = environ.get(INDEX_ENV, environ.get(COMPLETION_INDEX_ENV, ""))
+    raw = environ.get(INDEX_ENV, "")
+    if not raw.strip():
+        raw = _jobset_index(environ)
     if not raw.strip().isdigit():
         raise ValueError(f"{HOSTS_ENV} names {len(hosts)} workers but neither {INDEX_ENV} nor "
                          f"{COMPLETION_INDEX_ENV} gives this worker's index")
     return tf_config(hosts, int(raw))
+
+
+def _jobset_index(environ) -> str:
+    """A JobSet pod's worker index: its Job's index times the pods per Job, plus its
+    completion index within the Job."""
+    completion = environ.get(COMPLETION_INDEX_ENV, "").strip()
+    job = environ.get(JOB_INDEX_ENV, "0").strip() or "0"
+    per_job = environ.get(PODS_PER_JOB_ENV, "1").strip() or "1"
+    if not (completion.isdigit() and job.isdigit() and per_job.isdigit()):
+        return completion
+    return str(int(job) * int(per_job) + int(completion))

@@ -112,9 +112,12 @@ def train_model_jobset(
     """Trains on several GKE nodes: launches a JobSet of GPU pods and waits for it.
 
     The JobSet's name comes from the run id and task name, so a retried step re-attaches to
-    the JobSet it launched instead of starting a second one. The chief's log is streamed
-    here; the step fails when the JobSet fails and deletes it when it ends or is cancelled.
-    Inputs and the model move through the pipeline root (Cloud Storage).
+    the JobSet it launched instead of starting a second one. The chief's log is followed
+    here; API errors that pass (429, 5xx, dropped watches) are retried, never a reason to
+    delete the JobSet, which is deleted only when it ended, when the run is cancelled, or
+    when the launcher gives up for good (GKEFLOW_RETRY_BUDGET_S, default 900 s), and says
+    so. The workers run as their own service account. Inputs and the model move through the
+    pipeline root (Cloud Storage).
 
     Args:
         dataset: Splits written by prepare_data.
@@ -144,7 +147,7 @@ def train_model_jobset(
 
     params = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
               "model_type": model_type, "user_module": user_module, "require_gpu": require_gpu}
-    summary = jobset_launcher.launch_in_cluster(
+    summary = jobset_launcher.launch_step(
         template=json.loads(jobset_template), dataset_uri=dataset.uri, schema_uri=schema.uri,
         params=params, pipeline_root=checkpoint_root, run_id=pipeline_run_id,
         task_name=task_name, model_dir=Path(model.path), checkpoint_uri=checkpoint_uri,

@@ -19,6 +19,7 @@ from gkeflow.components.scaleout import cluster
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gkeflow"}
 #: JobSet name + "-worker-0-<pod index>" must stay a DNS label (63 characters).
 _NAME_HASH_CHARS = 16
@@ -36,13 +37,18 @@ def _label_value(text: str) -> str:
 
 
 def replicas_of(template: dict) -> int:
+    """Workers of the JobSet: its replicated job's Jobs times the pods each Job runs."""
     job = template["spec"]["replicatedJobs"][0]
-    return int(job["replicas"]) * int(job["template"]["spec"]["parallelism"])
+    return int(job.get("replicas", 1)) * int(job["template"]["spec"]["parallelism"])
 
 
 def finish(template: dict, name: str, namespace: str, service_account: str, args: list[str],
            run_id: str = "", task_name: str = "") -> dict:
-    """The JobSet to create: ``template`` named, placed and given each worker's command."""
+    """The JobSet to create: ``template`` named, placed and given each worker's command.
+
+    ``service_account``: the account the workers run as; empty keeps the template's (the
+    compute profile's ``worker_service_account``).
+    """
     manifest = copy.deepcopy(template)
     metadata = manifest.setdefault("metadata", {})
     metadata["name"] = name
@@ -54,17 +60,24 @@ def finish(template: dict, name: str, namespace: str, service_account: str, args
     if task_name:
         labels["gkeflow/task"] = _label_value(task_name)
     replicated = manifest["spec"]["replicatedJobs"][0]
-    hosts = cluster.jobset_hosts(name, replicas_of(manifest),
+    jobs = int(replicated.get("replicas", 1))
+    pods_per_job = int(replicated["template"]["spec"]["parallelism"])
+    hosts = cluster.jobset_hosts(name, pods_per_job,
                                  manifest["spec"].get("network", {}).get("subdomain", ""),
-                                 replicated["name"])
+                                 replicated["name"], jobs=jobs)
     pod = replicated["template"]["spec"]["template"]
     pod.setdefault("metadata", {}).setdefault("labels", {}).update(MANAGED_BY)
     if service_account:
         pod["spec"]["serviceAccountName"] = service_account
     container = pod["spec"]["containers"][0]
     container["args"] = list(args)
-    env = [e for e in container.get("env", []) if e["name"] != cluster.HOSTS_ENV]
+    ours = {cluster.HOSTS_ENV, cluster.JOB_INDEX_ENV, cluster.PODS_PER_JOB_ENV}
+    env = [e for e in container.get("env", []) if e["name"] not in ours]
     env.append({"name": cluster.HOSTS_ENV, "value": ",".join(hosts)})
+    # Each pod's worker index = job index x pods per Job + its completion index.
+    env.append({"name": cluster.JOB_INDEX_ENV, "valueFrom": {"fieldRef": {
+        "fieldPath": f"metadata.labels['{cluster.JOB_INDEX_LABEL}']"}}})
+    env.append({"name": cluster.PODS_PER_JOB_ENV, "value": str(pods_per_job)})
     container["env"] = env
     return manifest
 

@@ -1,278 +1,135 @@
-"""Launch a training JobSet on the cluster the step runs in, follow it, and clean it up.
+"""Launch a training JobSet on the cluster the step runs in and follow it to its end.
 
 The launcher is idempotent per run and task: the JobSet's name is derived from both, so a
 retried launcher finds the JobSet its previous attempt created and re-attaches to it (or,
 when that attempt's JobSet failed, replaces it); a model the chief already published for
-this run and task is taken as is. The chief's log is streamed into the step's log, the
-step fails when the JobSet fails, and the JobSet is deleted when the step ends, fails or is
-cancelled (SIGTERM).
+this run and task is taken as is.
 
-The JobSet is followed with the Kubernetes watch API, not by polling it: one read gives
-its state and ``resourceVersion``, then a watch (``?watch=true&resourceVersion=...``,
-bounded by ``timeoutSeconds``) streams its changes. When a watch ends (its timeout, or the
-server closing it) the launcher watches again from the last version it saw; when that
-version is too old (410 Gone, as an HTTP status or an ``ERROR`` event) it reads the JobSet
-again and watches from there. Between watch events, and at least once per watch window,
-it prints what is new in the chief's log.
+Following goes through the shared follower (:func:`gkeflow.components.cloud.follow.follow`)
+and retry policy (:class:`gkeflow.components.cloud.retry.RetryPolicy`): the JobSet is
+watched (:mod:`.jobset_remote`: a broken stream is watched again from the last version, a
+410 is answered by a LIST), the chief's log is followed incrementally (:mod:`.chief_log`),
+and every call that fails transiently (429, 5xx, a reset, a timeout) is retried with
+backoff. The JobSet is deleted only
 
-Permissions the step's service account needs: ``deploy/rbac/jobset-launcher.yaml``.
+- on SIGTERM (the run was cancelled, or the launcher pod's deadline passed),
+- after it ended (completed: its model is published; failed: its log tail is printed),
+- or when the launcher finally gives up (a call kept failing for the whole retry budget,
+  ``GKEFLOW_RETRY_BUDGET_S``, default 15 minutes), and then it says so in one line.
+
+Deadlines: the JobSet carries the training deadline (the profile's ``timeout_s``, as each
+Job's ``activeDeadlineSeconds``); the launcher pod's own deadline is that plus a
+provisioning allowance (:func:`gkeflow.pipelines.engines.gke.launcher_deadline_s`), so the
+launcher never stops a JobSet that is still within its own deadline.
+
+Permissions: the step's service account needs ``deploy/rbac/jobset-launcher.yaml``; the
+workers run as their own account (``worker_service_account``, default ``gkeflow-worker``,
+``deploy/rbac/jobset-worker.yaml``), which may do nothing in the cluster.
 """
 
 from __future__ import annotations
 
-import math
 import re
-import signal
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from gkeflow.components.cloud.follow import JobFailed, follow
+from gkeflow.components.cloud.retry import RetryPolicy, describe_error
 from gkeflow.components.scaleout import jobset as js
 from gkeflow.components.scaleout import results, storage
+from gkeflow.components.scaleout.chief_log import ChiefLog
+from gkeflow.components.scaleout.jobset_remote import JobSetRemote
+from gkeflow.components.scaleout.kube import KubeApi
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-REQUEST_TIMEOUT_S = 30
 #: Longest watch window (seconds): the chief's log is looked at least this often.
-POLL_S = 10.0
-HTTP_GONE = 410
+POLL_S = 15.0
+#: How long cleaning up an ended JobSet is retried (it holds no GPU any more).
+CLEANUP_BUDGET_S = 60.0
 
 
-class JobSetFailed(RuntimeError):
-    """The JobSet failed; the message carries its reason and the end of the chief's log."""
-
-
-class Cancelled(RuntimeError):
-    """The step was cancelled (SIGTERM) while the JobSet ran; the JobSet was deleted."""
-
-
-class KubeApi:
-    """The few Kubernetes calls the launcher makes, through the ``kubernetes`` client."""
-
-    def __init__(self, api_client):
-        from kubernetes import client
-
-        self.custom = client.CustomObjectsApi(api_client)
-        self.core = client.CoreV1Api(api_client)
-
-    @staticmethod
-    def _status(exc) -> int:
-        return getattr(exc, "status", 0) or 0
-
-    def get(self, namespace: str, name: str) -> dict | None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            return self.custom.get_namespaced_custom_object(
-                js.GROUP, js.VERSION, namespace, js.PLURAL, name,
-                _request_timeout=REQUEST_TIMEOUT_S)
-        except ApiException as exc:
-            if self._status(exc) == 404:
-                return None
-            raise
-
-    def create(self, namespace: str, body: dict) -> bool:
-        """Create ``body``; False when a JobSet of that name exists already."""
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            self.custom.create_namespaced_custom_object(
-                js.GROUP, js.VERSION, namespace, js.PLURAL, body,
-                _request_timeout=REQUEST_TIMEOUT_S)
-            return True
-        except ApiException as exc:
-            if self._status(exc) == 409:
-                return False
-            raise
-
-    def delete(self, namespace: str, name: str) -> bool:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            self.custom.delete_namespaced_custom_object(
-                js.GROUP, js.VERSION, namespace, js.PLURAL, name,
-                propagation_policy="Background", _request_timeout=REQUEST_TIMEOUT_S)
-            return True
-        except ApiException as exc:
-            if self._status(exc) == 404:
-                return False
-            raise
-
-    def watch(self, namespace: str, name: str, resource_version: str, timeout_s: int):
-        """Changes of JobSet ``name`` after ``resource_version``, for at most ``timeout_s``.
-
-        Yields ``(event type, object dict)``; ends when the server ends the stream.
-
-        Raises:
-            ApiException: status 410 when ``resource_version`` is too old (re-read, then
-                watch from the version read).
-        """
-        from kubernetes import watch
-
-        events = watch.Watch(return_type="object").stream(
-            self.custom.list_namespaced_custom_object, js.GROUP, js.VERSION, namespace,
-            js.PLURAL, field_selector=f"metadata.name={name}",
-            resource_version=resource_version, allow_watch_bookmarks=True,
-            timeout_seconds=timeout_s, _request_timeout=(REQUEST_TIMEOUT_S,
-                                                         timeout_s + REQUEST_TIMEOUT_S))
-        for event in events:
-            yield event["type"], event["raw_object"]
-
-    def chief_pods(self, namespace: str, name: str) -> list[str]:
-        """Pods of worker 0 (the chief), oldest first."""
-        pods = self.core.list_namespaced_pod(
-            namespace, label_selector=f"{js.NAME_LABEL}={name},{js.INDEX_LABEL}=0",
-            _request_timeout=REQUEST_TIMEOUT_S)
-        items = sorted(pods.items, key=lambda p: (str(p.metadata.creation_timestamp or ""),
-                                                  p.metadata.name))
-        return [p.metadata.name for p in items]
-
-    def log(self, namespace: str, pod: str) -> str:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            return self.core.read_namespaced_pod_log(
-                pod, namespace, _request_timeout=REQUEST_TIMEOUT_S) or ""
-        except ApiException as exc:
-            if self._status(exc) in (400, 404):  # not started yet, or gone
-                return ""
-            raise
-
-    def pod_service_account(self, namespace: str, pod: str) -> str:
-        found = self.core.read_namespaced_pod(pod, namespace, _request_timeout=REQUEST_TIMEOUT_S)
-        return found.spec.service_account_name or ""
-
-
-class _LogFollower:
-    """Prints what is new in the chief's log since the last look."""
-
-    def __init__(self, api: KubeApi, namespace: str, name: str, echo: Callable[[str], None]):
-        self.api, self.namespace, self.name, self.echo = api, namespace, name, echo
-        self.printed: dict[str, int] = {}
-        self.last = ""
-
-    def poll(self) -> None:
-        for pod in self.api.chief_pods(self.namespace, self.name):
-            text = self.api.log(self.namespace, pod)
-            seen = self.printed.get(pod, 0)
-            if len(text) > seen:
-                for line in text[seen:].splitlines():
-                    self.echo(f"[{pod}] {line}")
-                self.printed[pod] = len(text)
-            if text:
-                self.last = text
-
-    def tail(self, lines: int = 20) -> str:
-        return "\n".join(self.last.splitlines()[-lines:])
-
-
-def _wait_gone(api: KubeApi, namespace: str, name: str, poll_s: float, limit_s: float) -> None:
-    deadline = time.monotonic() + limit_s
-    while api.get(namespace, name) is not None:
-        if time.monotonic() > deadline:
-            raise JobSetFailed(f"JobSet {name} was not deleted within {limit_s:.0f}s; delete "
-                               f"it (kubectl delete jobset -n {namespace} {name}) and retry")
-        time.sleep(poll_s)
-
-
-def launch(api: KubeApi, manifest: dict, output_uri: str, poll_s: float = 5.0,
-           echo: Callable[[str], None] = print, delete_wait_s: float = 300.0) -> dict:
+def launch(api: KubeApi, manifest: dict, output_uri: str, *,
+           policy: RetryPolicy | None = None, window_s: float = POLL_S,
+           echo: Callable[[str], None] = print) -> dict:
     """Run ``manifest`` to completion; returns the chief's published summary.
 
-    ``poll_s`` bounds each watch window (rounded up to whole seconds, at least 1: the chief's
-    log is printed at least that often) and spaces the looks for a replaced JobSet's deletion.
+    Args:
+        api: The cluster's API.
+        manifest: The JobSet (named, namespaced: :func:`~.jobset.finish`).
+        output_uri: Where the chief publishes the model and summary.
+        policy: Retries every call (default: :meth:`RetryPolicy.from_env`).
+        window_s: Longest watch window; the chief's log is printed at least this often.
+        echo: Where progress lines go.
 
     Raises:
-        JobSetFailed: the JobSet failed (or finished without a published model).
-        Cancelled: SIGTERM arrived; the JobSet has been deleted.
+        gkeflow.components.cloud.follow.Ending: ``JobFailed`` (the JobSet failed, was
+            deleted by someone else, or published no model), ``Cancelled`` (SIGTERM; the
+            JobSet was deleted), ``GaveUp`` (the line says whether the JobSet was deleted).
     """
+    policy = policy or RetryPolicy.from_env()
     namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
-    summary = storage.published_summary(output_uri)
+    remote = JobSetRemote(api, manifest, window_s, sleep=policy.sleep)
+    summary = policy.call(lambda: storage.published_summary(output_uri),
+                          f"looking for a model published at {output_uri}", on_retry=echo)
     if summary is not None:
         echo(f"JobSet {name}: the model of this run and task is already published at "
              f"{output_uri}; nothing to launch")
-        api.delete(namespace, name)
+        _clean_up(remote, policy, echo)
         return summary
-
-    def on_sigterm(signum, frame):
-        raise Cancelled(f"cancelled; JobSet {name} deleted")
-
-    # Handle SIGTERM before creating anything, so a cancel never leaves a JobSet behind.
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
-    follower = _LogFollower(api, namespace, name, echo)
+    _check_worker_account(api, manifest, policy, echo)
+    replicated = manifest["spec"]["replicatedJobs"][0]["name"]
+    remote.log = ChiefLog(api, namespace, name, replicated, echo)
     try:
-        existing = api.get(namespace, name)
-        if existing is not None and js.state(existing)[0] == "Failed":
-            echo(f"JobSet {name} from an earlier attempt failed; replacing it")
-            api.delete(namespace, name)
-            _wait_gone(api, namespace, name, poll_s, delete_wait_s)
-            existing = None
-        if existing is not None or not api.create(namespace, manifest):
-            echo(f"re-attaching to JobSet {name} in {namespace} (created by an earlier "
-                 "attempt)")
-        else:
-            echo(f"created JobSet {name} in {namespace}: {js.replicas_of(manifest)} workers")
-        _follow(api, namespace, name, follower, echo, max(1, math.ceil(poll_s)))
-        summary = storage.published_summary(output_uri)
-        if summary is None:
-            raise JobSetFailed(f"JobSet {name} completed but the chief published no model at "
-                               f"{output_uri}")
-        return summary
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if api.delete(namespace, name):
-            echo(f"deleted JobSet {name}")
+        follow(remote, policy, echo=echo)
+    except JobFailed:
+        remote.log.poll(policy.call_timeout_s)  # the chief's last lines, before the error
+        _clean_up(remote, policy, echo)
+        raise
+    remote.log.poll(policy.call_timeout_s)
+    _clean_up(remote, policy, echo)
+    summary = policy.call(lambda: storage.published_summary(output_uri),
+                          f"reading the model published at {output_uri}", on_retry=echo)
+    if summary is None:
+        raise JobFailed(f"JobSet {name} completed but the chief published no model at "
+                        f"{output_uri}; see the chief's log above")
+    return summary
 
 
-def _follow(api: KubeApi, namespace: str, name: str, follower: _LogFollower,
-            echo: Callable[[str], None], window_s: int) -> None:
-    """Until the JobSet completes: read it once, then watch it (see the module docstring).
+def _clean_up(remote: JobSetRemote, policy: RetryPolicy, echo) -> None:
+    """Delete the ended JobSet (its pods are done); a failure is said, never raised."""
+    quick = policy.with_(budget_s=min(policy.budget_s, CLEANUP_BUDGET_S))
+    try:
+        if quick.call(lambda: remote.api.delete(remote.namespace, remote.jobset,
+                                                quick.call_timeout_s),
+                      f"deleting the ended JobSet {remote.jobset}", on_retry=echo):
+            echo(f"deleted the ended JobSet {remote.jobset}")
+    except Exception as exc:
+        echo(f"could not delete the ended JobSet {remote.jobset} ({describe_error(exc)}); "
+             f"it holds no GPU; delete it with: {remote.stop_hint({})}")
 
-    Raises:
-        JobSetFailed: it failed, or was deleted by someone else.
-    """
-    from kubernetes.client.exceptions import ApiException
 
-    last_line = ""
-
-    def seen(current: dict | None) -> bool:
-        """Report ``current``; True once it has completed."""
-        nonlocal last_line
-        if current is None:
-            raise JobSetFailed(f"JobSet {name} disappeared while running (deleted by "
-                               "someone else?)")
-        line = js.describe(current)
-        if line != last_line:
-            echo(line)
-            last_line = line
-        follower.poll()
-        outcome, message = js.state(current)
-        if outcome == "Failed":
-            raise JobSetFailed(f"JobSet {name} failed: {message or 'no reason given'}\n"
-                               f"chief log (last lines):\n{follower.tail()}")
-        return outcome == "Completed"
-
-    version = ""
-    while True:
-        if not version:  # (re)read: the state now, and the version to watch from
-            current = api.get(namespace, name)
-            if seen(current):
-                return
-            version = current["metadata"].get("resourceVersion", "")
-        try:
-            for kind, obj in api.watch(namespace, name, version, window_s):
-                version = obj.get("metadata", {}).get("resourceVersion") or version
-                if kind == "BOOKMARK":
-                    continue
-                if seen(None if kind == "DELETED" else obj):
-                    return
-        except ApiException as exc:
-            if getattr(exc, "status", 0) != HTTP_GONE:
-                raise
-            echo(f"JobSet {name}: watch expired (410 Gone); reading it again")
-            version = ""
-            continue
-        follower.poll()  # the window ended: print the chief's log, then watch again
+def _check_worker_account(api: KubeApi, manifest: dict, policy: RetryPolicy, echo) -> None:
+    """Refuse before creating anything when the workers' service account is missing (the
+    Job controller would otherwise retry creating pods forever, with no error here)."""
+    pod = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    account = pod.get("serviceAccountName", "")
+    namespace = manifest["metadata"]["namespace"]
+    if not account:
+        return
+    try:
+        exists = policy.call(lambda: api.service_account_exists(namespace, account,
+                                                                policy.call_timeout_s),
+                             f"reading service account {account}", on_retry=echo)
+    except Exception as exc:  # e.g. 403 under an older RBAC manifest: not a reason to stop
+        echo(f"could not check the workers' service account {account} "
+             f"({describe_error(exc)}); launching anyway")
+        return
+    if not exists:
+        raise ValueError(
+            f"the workers' service account {account} does not exist in namespace "
+            f"{namespace}: create it (kubectl apply -n {namespace} -f "
+            "deploy/rbac/jobset-worker.yaml) or set compute.train-model.worker_service_account")
 
 
 def output_uri(pipeline_root: str, run_id: str, task_name: str) -> str:
@@ -316,42 +173,63 @@ def worker_args(dataset_uri: str, schema_uri: str, output: str, params: dict,
 
 def launch_in_cluster(template: dict, dataset_uri: str, schema_uri: str, params: dict,
                       pipeline_root: str, run_id: str, task_name: str, model_dir: Path,
-                      api: KubeApi | None = None, namespace: str = "", pod_name: str = "",
-                      poll_s: float | None = None, checkpoint_uri: str = "",
-                      task_config=None) -> dict:
+                      api: KubeApi | None = None, namespace: str = "",
+                      window_s: float | None = None, checkpoint_uri: str = "",
+                      task_config=None, policy: RetryPolicy | None = None,
+                      echo: Callable[[str], None] = print) -> dict:
     """The step's body: launch in the step's own namespace, install the model, return summary.
 
     Every pod checkpoints under ``checkpoint_uri`` when set (``gs://`` only), else under the
     pipeline root. ``task_config`` (the task's ``dsl.TaskConfig``) is merged into the pods
     where the template does not set the same thing
-    (:func:`~gkeflow.components.scaleout.task_config.merge_task_config`).
+    (:func:`~gkeflow.components.scaleout.task_config.merge_task_config`). The workers run as
+    the template's service account, never as the launcher's.
     """
-    import os
-
     from gkeflow.components.scaleout.task_config import merge_task_config
 
     checkpoint_uri = check_checkpoint_uri(checkpoint_uri)
     output = output_uri(pipeline_root, run_id, task_name)  # both checked before any call
+    policy = policy or RetryPolicy.from_env()
 
     if api is None:
-        from kubernetes import client, config
-
-        config.load_incluster_config()
-        api = KubeApi(client.ApiClient())
+        api = KubeApi(in_cluster_client())
     if not namespace:
         namespace = (SA_DIR / "namespace").read_text().strip()
-    pod_name = pod_name or os.environ.get("HOSTNAME", "")
-    service_account = api.pod_service_account(namespace, pod_name) if pod_name else ""
     template, notes = merge_task_config(template, task_config)
     for note in notes:
-        print(f"gkeflow: {note}")
-    manifest = js.finish(template, js.jobset_name(run_id, task_name), namespace,
-                         service_account,
+        echo(f"gkeflow: {note}")
+    manifest = js.finish(template, js.jobset_name(run_id, task_name), namespace, "",
                          worker_args(dataset_uri, schema_uri, output, params, pipeline_root,
                                      run_id, task_name, checkpoint_uri),
                          run_id, task_name)
-    summary = launch(api, manifest, output, poll_s=poll_s or POLL_S)
+    summary = launch(api, manifest, output, policy=policy, window_s=window_s or POLL_S,
+                     echo=echo)
     with tempfile.TemporaryDirectory(prefix="gkeflow-model-") as scratch:
-        published = storage.download(output, Path(scratch) / "model")
+        published = policy.call(lambda: storage.download(output, Path(scratch) / "model"),
+                                f"downloading the model from {output}", on_retry=echo)
         results.install_model(published, model_dir)
     return summary
+
+
+def in_cluster_client():
+    """An ``ApiClient`` with the pod's credentials and no retries of its own (urllib3
+    would otherwise retry hidden from the retry policy, and stretch a hung read 4x)."""
+    from kubernetes import client, config
+
+    config.load_incluster_config()
+    configuration = client.Configuration.get_default_copy()
+    configuration.retries = False
+    return client.ApiClient(configuration)
+
+
+def launch_step(**arguments) -> dict:
+    """:func:`launch_in_cluster` as the component runs it: any ending (failed, cancelled,
+    gave up) or error becomes one line on stderr and the step's exit code, with the
+    traceback only under ``GKEFLOW_DEBUG=1``."""
+    from gkeflow.components.cloud.follow import run_cli
+
+    done: list[dict] = []
+    code = run_cli(lambda: done.append(launch_in_cluster(**arguments)))
+    if code:
+        raise SystemExit(code)
+    return done[0]

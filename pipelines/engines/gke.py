@@ -22,6 +22,10 @@ from gkeflow.pipelines.compute import (
     memory_bytes,
 )
 
+#: What the launcher pod's deadline allows, on top of the JobSet's own, for the JobSet's nodes
+#: to be provisioned (Spot and GPU capacity can take long): an hour, or the profile's
+#: ``max_wait`` when that is longer (flex-start).
+PROVISIONING_ALLOWANCE_S = 3600
 #: Taint GKE puts on nodes created by queued provisioning (flex-start with all-or-nothing).
 GKE_QUEUED_TAINT = "cloud.google.com/gke-queued"
 WORKER_COMMAND = ["python3", "-u", "-m", "gkeflow.components.scaleout.worker"]
@@ -86,6 +90,8 @@ def jobset_template(profile: ComputeProfile, image: str) -> dict[str, Any]:
         "volumes": [{"name": SHM_VOLUME,
                      "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(profile)}}],
     }
+    # The workers' own account: no permission on JobSets, pods or logs (the launcher's has).
+    pod_spec["serviceAccountName"] = profile.worker_service_account
     if selectors:
         pod_spec["nodeSelector"] = selectors
     if tolerations:
@@ -97,7 +103,7 @@ def jobset_template(profile: ComputeProfile, image: str) -> dict[str, Any]:
         "backoffLimit": 0,
         "template": {"spec": pod_spec},
     }
-    if profile.timeout_s:
+    if profile.timeout_s:  # the training deadline travels with the JobSet
         job_spec["activeDeadlineSeconds"] = profile.timeout_s
     labels = {"app.kubernetes.io/managed-by": "gkeflow"}
     if profile.queue:
@@ -119,6 +125,19 @@ def jobset_template(profile: ComputeProfile, image: str) -> dict[str, Any]:
     }
 
 
+def launcher_deadline_s(profile: ComputeProfile) -> int:
+    """The launcher pod's ``activeDeadlineSeconds``: the JobSet's deadline (``timeout_s``)
+    plus :data:`PROVISIONING_ALLOWANCE_S` (or ``max_wait``, when longer); 0 (none) when the
+    JobSet has none. The launcher's clock starts before the JobSet's nodes exist, so an
+    equal deadline would stop training that is still within its own."""
+    if not profile.timeout_s:
+        return 0
+    from gkeflow.pipelines.compute import _to_seconds
+
+    waiting = _to_seconds("max_wait", profile.max_wait) if profile.max_wait else 0
+    return profile.timeout_s + max(PROVISIONING_ALLOWANCE_S, waiting)
+
+
 class JobSetEngine:
     name = "gke"
 
@@ -127,9 +146,16 @@ class JobSetEngine:
 
         queue = f", Kueue queue {profile.queue}" if profile.queue else ""
         nodes = f" on {profile.accelerator} nodes" if profile.uses_gpu else ""
+        deadline = ""
+        if profile.timeout_s:
+            from gkeflow.pipelines.compute import format_duration
+
+            deadline = (f", deadline {format_duration(profile.timeout_s)} (launcher "
+                        f"{format_duration(launcher_deadline_s(profile))})")
         return (f"train-model launches a JobSet of {profile.replicas} pods "
                 f"({gpus_text(profile, GPU_RESOURCE)}){nodes}, scheduling "
-                f"{profile.scheduling}{queue}; launched by a 1-CPU pipeline step")
+                f"{profile.scheduling}{queue}{deadline}, running as service account "
+                f"{profile.worker_service_account}; launched by a 1-CPU pipeline step")
 
     def applies(self, profile: ComputeProfile) -> bool:
         return profile.replicas > 1
@@ -145,9 +171,11 @@ class JobSetEngine:
                                                     **arguments)
 
     def launcher_profile(self, profile: ComputeProfile) -> ComputeProfile:
+        from dataclasses import replace
+
         from gkeflow.pipelines.engines import launcher_profile
 
-        return launcher_profile(profile)
+        return replace(launcher_profile(profile), timeout_s=launcher_deadline_s(profile))
 
 
 ENGINE = JobSetEngine()

@@ -1,27 +1,44 @@
-"""A fake Kubernetes API server on loopback: JobSets (validated against the vendored CRD) and
-the pods and logs a JobSet controller would create.
+"""A fake Kubernetes API server on loopback: JobSets (validated against the vendored CRD), the
+pods and logs a JobSet controller would create, and the faults a real API server serves.
 
-It speaks the REST paths the ``kubernetes`` client calls. A test decides what the "controller"
-does: how many looks a JobSet stays running, whether it then completes or fails, and what
-happens on completion (``on_complete``, e.g. the chief publishing its model).
+It speaks the REST paths the ``kubernetes`` client calls, and checks query parameters
+strictly (unknown ones are a 400). A test decides what the "controller" does: how many looks
+a JobSet stays running, whether it then completes or fails, and what happens on completion
+(``on_complete``, e.g. the chief publishing its model). With a simulated ``clock`` instead
+(the soak), a JobSet runs for ``duration_s`` simulated seconds, each watch window lasting
+``timeoutSeconds`` of them and ``time_scale`` times that in real time.
 
-Watches (``GET .../jobsets?watch=true&resourceVersion=N``) are served as the API server
-does: a chunked stream of one JSON event per line (``ADDED`` / ``MODIFIED`` / ``DELETED``,
-each object carrying its ``resourceVersion``), ending after ``timeoutSeconds``. The
-controller advances a watched JobSet every ``tick_s``. Query parameters are checked
-strictly (a watch must be bounded by ``timeoutSeconds`` and start from a
-``resourceVersion``); a test can end each stream early (``end_stream_after`` events) or
-answer the first watches with 410 Gone (``gone_watches``, as an ``ERROR`` event or as an
-HTTP status: ``gone_as``).
+Served as the API server does:
+
+- **watches** (``GET .../jobsets?watch=true&resourceVersion=N&timeoutSeconds=T``): a
+  chunked stream of one JSON event per line (``ADDED`` / ``MODIFIED`` / ``DELETED``), ending
+  after ``timeoutSeconds``; a version older than the watch cache holds (:meth:`compact`,
+  or the first ``gone_watches``) is answered 410 Gone, as an ``ERROR`` event or as an HTTP
+  status (``gone_as``);
+- **LIST** with ``fieldSelector=metadata.name=<name>``: the list's own ``resourceVersion``;
+- **deletes**: ``propagationPolicy=Foreground`` leaves the JobSet, with a
+  ``deletionTimestamp``, for ``delete_lag`` more looks;
+- **logs** with ``timestamps``, ``sinceTime`` (RFC 3339) and ``limitBytes``.
+
+:class:`KubeFaults` injects failures per request: error statuses (429, 5xx), connections
+reset before the request is carried out, answers lost after it was, reads that hang past the
+client's timeout, watch streams cut in the middle of an event, and 410s.
+
+What the launcher did is recorded: :attr:`requests` (method, path, query), :attr:`created`,
+:attr:`deleted` (with the JobSet's state when deleted), :attr:`log_bytes` per log read.
 """
 
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
+import random
 import re
+import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,6 +51,8 @@ from tests.integration.wsgi_fake import WsgiFake
 CRD = Path(__file__).resolve().parents[1] / "contracts" / "jobset.x-k8s.io_jobsets.yaml"
 _JOBSETS = re.compile(r"^/apis/jobset\.x-k8s\.io/v1alpha2/namespaces/([^/]+)/jobsets(?:/([^/]+))?$")
 _PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?(/log)?$")
+_ACCOUNTS = re.compile(r"^/api/v1/namespaces/([^/]+)/serviceaccounts/([^/]+)$")
+_EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
 def _closed(schema):
@@ -74,34 +93,144 @@ def _status(code: int, reason: str, message: str) -> Response:
     return Response(json.dumps(body), status=code, content_type="application/json")
 
 
+def _gone_event(message: str) -> bytes:
+    return json.dumps({"type": "ERROR", "object": {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": "Expired", "code": 410}}).encode() + b"\n"
+
+
+def _stamp(seconds: float) -> str:
+    """RFC 3339 with nanoseconds, trailing zeros trimmed, as the kubelet writes them."""
+    moment = _EPOCH + dt.timedelta(seconds=seconds)
+    fraction = f"{moment.microsecond:06d}000".rstrip("0")
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + (f".{fraction}" if fraction else "") + "Z"
+
+
+def _parse_since(text: str) -> float:
+    moment = dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    return (moment - _EPOCH).total_seconds()
+
+
+class _Dropped(ConnectionError):
+    """Raised into the server once a connection was closed on purpose (werkzeug ignores it)."""
+
+
+def _drop(environ):
+    try:
+        environ["werkzeug.socket"].shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    raise _Dropped()
+
+
+#: Fault kinds, and the requests each applies to ("watch": watch streams; "call": the rest).
+STATUSES = ("429", "500", "502", "503", "504")
+KINDS = {**{s: ("watch", "call") for s in STATUSES}, "reset": ("watch", "call"),
+         "lost": ("call",), "hang": ("watch", "call"), "cut": ("watch",),
+         "gone_status": ("watch",), "gone_event": ("watch",)}
+
+
+class KubeFaults:
+    """Which requests fail, and how: scripted faults first, then random ones at ``rate``.
+
+    ``resource`` names what a request is about: ``jobset`` (GET/POST/DELETE of one),
+    ``list``, ``watch``, ``pods`` (the pod list), ``log``, ``serviceaccount``.
+    """
+
+    def __init__(self, rate: float = 0.0, seed: int = 0, kinds=tuple(KINDS),
+                 hang_s: float = 1.0):
+        unknown = set(kinds) - set(KINDS)
+        if unknown:
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}")
+        self.rate, self.kinds, self.hang_s = rate, tuple(kinds), hang_s
+        self._random = random.Random(seed)
+        self._script: list[list] = []
+        self._lock = threading.Lock()
+        self.injected: Counter = Counter()
+
+    def script(self, kind: str, times: int = 1, resource: str | None = None,
+               method: str | None = None) -> KubeFaults:
+        if kind not in KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}")
+        self._script.append([kind, resource, method, times])
+        return self
+
+    @property
+    def total(self) -> int:
+        return sum(self.injected.values())
+
+    def pick(self, method: str, resource: str) -> str | None:
+        group = "watch" if resource == "watch" else "call"
+        with self._lock:
+            for entry in self._script:
+                kind, want, want_method, left = entry
+                if left > 0 and want in (None, resource) and want_method in (None, method):
+                    entry[3] -= 1
+                    self.injected[kind] += 1
+                    return kind
+            if self.rate and self._random.random() < self.rate:
+                kinds = [k for k in self.kinds if group in KINDS[k]]
+                kind = self._random.choice(kinds)
+                self.injected[kind] += 1
+                return kind
+        return None
+
+
 class FakeKube(WsgiFake):
     """``with FakeKube() as kube:`` serves at ``kube.url``."""
 
     def __init__(self, running_looks: int = 2, outcome: str = "Completed",
                  message: str = "", on_complete: Callable[[dict], None] | None = None,
                  tick_s: float = 0.01, end_stream_after: int = 0, gone_watches: int = 0,
-                 gone_as: str = "event"):
+                 gone_as: str = "event", faults: KubeFaults | None = None,
+                 clock=None, duration_s: float = 0.0, time_scale: float = 0.001,
+                 delete_lag: int = 0, service_accounts=("default", "gkeflow-worker",
+                                                        "pipeline-runner")):
         self.tick_s = tick_s
         self.end_stream_after = end_stream_after
         self.gone_watches = gone_watches
         self.gone_as = gone_as
+        self.faults = faults or KubeFaults()
+        self.clock, self.duration_s, self.time_scale = clock, duration_s, time_scale
+        self.hang_sim_s = 60.0
+        self.delete_lag = delete_lag
+        self.service_accounts = set(service_accounts)
         self.watches: list[dict[str, str]] = []
         self.history: dict[tuple[str, str], list[tuple[int, str, dict]]] = {}
         self._version = 0
+        self.compacted = 0  # watches from an older resourceVersion are answered 410
         self.running_looks = running_looks
         self.outcome = outcome
         self.message = message
         self.on_complete = on_complete
         self.jobsets: dict[tuple[str, str], dict] = {}
         self.looks: dict[tuple[str, str], int] = {}
+        self.born: dict[tuple[str, str], float] = {}
+        self.deleting: dict[tuple[str, str], int] = {}
         self.pods: dict[tuple[str, str], dict] = {}
-        self.logs: dict[tuple[str, str], str] = {}
-        self.requests: list[tuple[str, str]] = []
+        self.logs: dict[tuple[str, str], list[tuple[float, str]]] = {}
+        self.requests: list[tuple[str, str, dict]] = []
         self.created: list[dict] = []
         self.deleted: list[str] = []
-        self._lock = threading.Lock()
+        self.deleted_states: list[str] = []  # the JobSet's state when each delete came
+        self.log_bytes: list[int] = []
+        self.pod_accounts: set[str] = set()  # accounts the JobSets' pods ran as
+        self.last_read: dict[tuple[str, str], float] = {}
+        self.max_gap_s = 0.0
+        self._lock = threading.RLock()
 
-    # -- what a test sets up ------------------------------------------------------------
+    # -- time -----------------------------------------------------------------------------------
+    def now(self) -> float:
+        return self.clock() if self.clock is not None else time.time() - _EPOCH.timestamp()
+
+    def _observed(self, key: tuple[str, str]) -> None:
+        """The launcher got an answer about ``key``: the gap since the last one."""
+        now = self.now()
+        with self._lock:
+            self.max_gap_s = max(self.max_gap_s, now - self.last_read.get(key, now))
+            self.last_read[key] = now
+
+    # -- what a test sets up ------------------------------------------------------------------
     def add_pod(self, namespace: str, name: str, service_account: str = "default",
                 labels: dict | None = None) -> None:
         self.pods[(namespace, name)] = {
@@ -115,7 +244,26 @@ class FakeKube(WsgiFake):
 
     def add_jobset(self, manifest: dict) -> None:
         """A JobSet created by someone else (an earlier launcher attempt)."""
-        self._store(copy.deepcopy(manifest))
+        with self._lock:
+            self._store(copy.deepcopy(manifest))
+
+    def compact(self) -> None:
+        """What a watch-cache restart does: every version up to now is too old to watch
+        from, though the JobSet itself has not changed (a LIST gives a newer version)."""
+        with self._lock:
+            self._version += 1  # something else in the cluster changed
+            self.compacted = self._version
+
+    def delete_externally(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._remove((namespace, name))
+
+    def log_text(self, namespace: str, pod: str) -> str:
+        return "".join(f"{line}\n" for _, line in self.logs.get((namespace, pod), []))
+
+    def count(self, method: str, resource: str) -> int:
+        return sum(1 for m, path, query in self.requests
+                   if m == method and _resource(path, query) == resource)
 
     # -- the "controller" -------------------------------------------------------------------
     def _record(self, key: tuple[str, str], kind: str, manifest: dict) -> None:
@@ -128,34 +276,65 @@ class FakeKube(WsgiFake):
     def _store(self, manifest: dict) -> None:
         ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
         manifest.setdefault("status", {})
+        manifest["metadata"]["uid"] = f"uid-{name}-{self._version + 1}"
+        manifest["metadata"]["creationTimestamp"] = _stamp(self.now())[:19] + "Z"
         self.jobsets[(ns, name)] = manifest
         self.looks[(ns, name)] = 0
+        self.born[(ns, name)] = self.now()
         self._record((ns, name), "ADDED", manifest)
         job = manifest["spec"]["replicatedJobs"][0]
-        for index in range(job["template"]["spec"]["parallelism"]):
-            pod = f"{name}-{job['name']}-0-{index}-abcde"
-            self.add_pod(ns, pod, labels={"jobset.sigs.k8s.io/jobset-name": name,
-                                          "batch.kubernetes.io/job-completion-index": str(index)})
-            self.logs[(ns, pod)] = f"worker {index} started\n"
+        pod_spec = job["template"]["spec"]["template"]["spec"]
+        for job_index in range(int(job.get("replicas", 1))):
+            for index in range(job["template"]["spec"]["parallelism"]):
+                pod = f"{name}-{job['name']}-{job_index}-{index}-abcde"
+                account = pod_spec.get("serviceAccountName", "default")
+                self.pod_accounts.add(account)
+                self.add_pod(ns, pod, service_account=account,
+                             labels={"jobset.sigs.k8s.io/jobset-name": name,
+                                     "jobset.sigs.k8s.io/replicatedjob-name": job["name"],
+                                     "jobset.sigs.k8s.io/job-index": str(job_index),
+                                     "batch.kubernetes.io/job-completion-index": str(index)})
+                self.logs[(ns, pod)] = [(self.now(), f"worker {job_index}/{index} started")]
+
+    def _remove(self, key: tuple[str, str]) -> None:
+        gone = self.jobsets.pop(key)
+        self.deleting.pop(key, None)
+        self._record(key, "DELETED", gone)
+        for pod_key in [k for k in self.pods if k[0] == key[0]
+                        and k[1].startswith(key[1] + "-")]:
+            self.pods.pop(pod_key)
 
     def _advance(self, key: tuple[str, str]) -> None:
+        if key in self.deleting:
+            self.deleting[key] -= 1
+            if self.deleting[key] < 0:
+                self._remove(key)
+            return
         manifest = self.jobsets[key]
         before = json.dumps(manifest["status"], sort_keys=True)
         self._progress(key)
         if json.dumps(manifest["status"], sort_keys=True) != before:
             self._record(key, "MODIFIED", manifest)
 
+    def _log(self, key: tuple[str, str], line: str) -> None:
+        for (ns, pod), lines in list(self.logs.items()):
+            if ns == key[0] and pod.startswith(key[1] + "-"):
+                lines.append((self.now(), line))
+
     def _progress(self, key: tuple[str, str]) -> None:
         manifest = self.jobsets[key]
         if manifest["status"].get("terminalState"):
             return
         self.looks[key] += 1
-        for (ns, pod), text in list(self.logs.items()):
-            if ns == key[0] and pod.startswith(key[1] + "-"):
-                self.logs[(ns, pod)] = text + f"epoch {self.looks[key]}\n"
-        if self.looks[key] <= self.running_looks or self.outcome == "Running":
+        if self.clock is not None:
+            running = self.now() - self.born[key] < self.duration_s
+            self._log(key, f"at {self.now() - self.born[key]:.0f}s")
+        else:
+            running = self.looks[key] <= self.running_looks
+            self._log(key, f"epoch {self.looks[key]}")
+        if running or self.outcome == "Running":
             # the Job turns ready on the last running look (its pods took that long)
-            ready = int(self.looks[key] >= self.running_looks)
+            ready = int(self.looks[key] >= (1 if self.clock else self.running_looks))
             manifest["status"]["replicatedJobsStatus"] = [
                 {"name": "worker", "ready": ready, "succeeded": 0, "failed": 0, "active": 1,
                  "suspended": 0}]
@@ -171,103 +350,197 @@ class FakeKube(WsgiFake):
     # -- HTTP ----------------------------------------------------------------------------------
     def _wsgi(self, environ, start_response):
         request = Request(environ)
+        query = {k: request.args[k] for k in request.args}
+        resource = _resource(request.path, query)
         with self._lock:
-            self.requests.append((request.method, request.path))
-            response = self._route(request)
+            self.requests.append((request.method, request.path, query))
+        fault = self.faults.pick(request.method, resource)
+        if fault in STATUSES:
+            return _status(int(fault), "InternalError", f"injected {fault}")(
+                environ, start_response)
+        if fault == "reset":
+            return _drop(environ)
+        if resource == "watch":
+            return self._watch(request, query, fault)(environ, start_response)
+        with self._lock:
+            response, key = self._route(request, query)
+        if fault == "lost":
+            return _drop(environ)
+        if fault == "hang":
+            if self.clock is not None:
+                self.clock.sleep(self.hang_sim_s)  # a client's call timeout, simulated
+            time.sleep(self.faults.hang_s)
+            return _drop(environ)
+        if key is not None and response.status_code < 300:
+            self._observed(key)
         return response(environ, start_response)
 
-    def _route(self, request: Request) -> Response:
+    def _route(self, request: Request, query: dict) -> tuple[Response, tuple | None]:
         if match := _JOBSETS.match(request.path):
-            return self._jobsets(request, match.group(1), match.group(2))
+            return self._jobsets(request, query, match.group(1), match.group(2))
         if match := _PODS.match(request.path):
-            return self._pods(request, *match.groups())
-        return _status(404, "NotFound", f"no route {request.path}")
+            return self._pods(query, *match.groups()), None
+        if match := _ACCOUNTS.match(request.path):
+            if request.method != "GET":
+                return _status(405, "MethodNotAllowed", request.method), None
+            if match.group(2) not in self.service_accounts:
+                return _status(404, "NotFound",
+                               f'serviceaccounts "{match.group(2)}" not found'), None
+            return Response(json.dumps({"apiVersion": "v1", "kind": "ServiceAccount",
+                                        "metadata": {"name": match.group(2),
+                                                     "namespace": match.group(1)}}),
+                            content_type="application/json"), None
+        return _status(404, "NotFound", f"no route {request.path}"), None
 
-    def _jobsets(self, request: Request, ns: str, name: str | None) -> Response:
+    def _jobsets(self, request: Request, query: dict, ns: str, name: str | None):
         if name is None and request.method == "POST":
             body = json.loads(request.get_data())
             try:
                 validate_jobset(body)
             except (jsonschema.ValidationError, AssertionError) as exc:
-                return _status(422, "Invalid", f"JobSet is invalid: {exc}")
+                return _status(422, "Invalid", f"JobSet is invalid: {exc}"), None
             if body["metadata"].get("namespace", ns) != ns:
-                return _status(400, "BadRequest", "namespace does not match the path")
+                return _status(400, "BadRequest", "namespace does not match the path"), None
             key = (ns, body["metadata"]["name"])
             if key in self.jobsets:
-                return _status(409, "AlreadyExists", f"jobsets {key[1]} already exists")
+                return _status(409, "AlreadyExists", f"jobsets {key[1]} already exists"), None
             self.created.append(copy.deepcopy(body))
             self._store(body)
-            return Response(json.dumps(body), status=201, content_type="application/json")
+            return Response(json.dumps(self.jobsets[key]), status=201,
+                            content_type="application/json"), key
         if name is None and request.method == "GET":
-            return self._watch(request, ns)
+            return self._list(query, ns)
         key = (ns, name or "")
         if key not in self.jobsets:
-            return _status(404, "NotFound", f'jobsets.jobset.x-k8s.io "{name}" not found')
+            return _status(404, "NotFound", f'jobsets.jobset.x-k8s.io "{name}" not found'), None
         if request.method == "GET":
+            unknown = sorted(set(query) - {"pretty"})
+            if unknown:
+                return _status(400, "BadRequest", f"unknown query parameters {unknown}"), None
             self._advance(key)
-            return Response(json.dumps(self.jobsets[key]), content_type="application/json")
+            if key not in self.jobsets:
+                return _status(404, "NotFound", f'jobsets "{name}" not found'), None
+            return Response(json.dumps(self.jobsets[key]), content_type="application/json"), key
         if request.method == "DELETE":
-            gone = self.jobsets.pop(key)
-            self._record(key, "DELETED", gone)
+            body = json.loads(request.get_data() or b"{}")
+            policy = query.get("propagationPolicy", body.get("propagationPolicy", "Background"))
+            if policy not in ("Foreground", "Background", "Orphan"):
+                return _status(400, "BadRequest", f"propagationPolicy {policy!r}"), None
+            manifest = self.jobsets[key]
             self.deleted.append(name)
-            for pod_key in [k for k in self.pods if k[0] == ns and k[1].startswith(name + "-")]:
-                self.pods.pop(pod_key)
-            return Response(json.dumps(gone), content_type="application/json")
-        return _status(405, "MethodNotAllowed", request.method)
+            self.deleted_states.append(manifest["status"].get("terminalState") or "Running")
+            if policy == "Foreground" and self.delete_lag > 0:
+                if key not in self.deleting:
+                    self.deleting[key] = self.delete_lag
+                    manifest["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+                    manifest["metadata"]["finalizers"] = ["foregroundDeletion"]
+                    self._record(key, "MODIFIED", manifest)
+                return Response(json.dumps(manifest), status=202,
+                                content_type="application/json"), None
+            gone = copy.deepcopy(manifest)
+            self._remove(key)
+            return Response(json.dumps(gone), content_type="application/json"), None
+        return _status(405, "MethodNotAllowed", request.method), None
 
+    _LIST_PARAMS = {"fieldSelector", "labelSelector", "resourceVersion", "limit"}
     _WATCH_PARAMS = {"watch", "fieldSelector", "labelSelector", "resourceVersion",
                      "timeoutSeconds", "allowWatchBookmarks"}
 
-    def _watch(self, request: Request, ns: str) -> Response:
-        args = {k: request.args[k] for k in request.args}
-        unknown = sorted(set(args) - self._WATCH_PARAMS)
+    def _selected(self, query: dict, ns: str):
+        selector = query.get("fieldSelector", "")
+        if not selector.startswith("metadata.name=") or "," in selector:
+            return None
+        return ns, selector[len("metadata.name="):]
+
+    def _list(self, query: dict, ns: str):
+        unknown = sorted(set(query) - self._LIST_PARAMS)
+        if unknown:
+            return _status(400, "BadRequest", f"unknown query parameters {unknown}"), None
+        key = self._selected(query, ns)
+        if key is None:
+            return _status(400, "BadRequest", "list one JobSet: fieldSelector=metadata.name="
+                           ), None
+        items = [copy.deepcopy(self.jobsets[key])] if key in self.jobsets else []
+        body = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSetList",
+                "metadata": {"resourceVersion": str(self._version)}, "items": items}
+        return Response(json.dumps(body), content_type="application/json"), key
+
+    def _watch(self, request: Request, query: dict, fault: str | None) -> Response:
+        unknown = sorted(set(query) - self._WATCH_PARAMS)
         if unknown:
             return _status(400, "BadRequest", f"unknown query parameters {unknown}")
-        if args.get("watch", "").lower() not in ("true", "1"):
-            return _status(405, "MethodNotAllowed", "only watches of jobsets are served")
-        timeout = args.get("timeoutSeconds", "")
+        timeout = query.get("timeoutSeconds", "")
         if not timeout.isdigit() or int(timeout) < 1:
             return _status(400, "BadRequest", "a watch must be bounded: timeoutSeconds >= 1")
-        version = args.get("resourceVersion", "")
+        version = query.get("resourceVersion", "")
         if not version.isdigit():
             return _status(400, "BadRequest", "watch from a resourceVersion read before")
-        selector = args.get("fieldSelector", "")
-        if not selector.startswith("metadata.name=") or "," in selector:
-            return _status(400, "BadRequest", f"unsupported fieldSelector {selector!r}")
-        key = (ns, selector[len("metadata.name="):])
-        self.watches.append(args)
-        if self.gone_watches > 0:
-            self.gone_watches -= 1
-            message = f"too old resource version: {version} ({self._version})"
-            if self.gone_as == "status":
-                return _status(410, "Expired", message)
-            gone = {"type": "ERROR", "object": {
-                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                "message": message, "reason": "Expired", "code": 410}}
-            return Response([json.dumps(gone).encode() + b"\n"],
-                            content_type="application/json")
-        return Response(self._events(key, int(version), int(timeout)),
+        key = self._selected(query, _JOBSETS.match(request.path).group(1))
+        if key is None:
+            return _status(400, "BadRequest", f"unsupported fieldSelector {query}")
+        with self._lock:
+            self.watches.append(query)
+            gone = None
+            if fault in ("gone_status", "gone_event"):
+                gone = fault.removeprefix("gone_")
+            elif int(version) < self.compacted:
+                gone = self.gone_as
+            elif self.gone_watches > 0:
+                self.gone_watches -= 1
+                gone = self.gone_as
+        message = f"too old resource version: {version} ({self._version})"
+        if gone == "status":
+            return _status(410, "Expired", message)
+        if gone == "event":
+            return Response([_gone_event(message)], content_type="application/json")
+        return Response(self._events(key, int(version), int(timeout), fault),
                         content_type="application/json", direct_passthrough=True)
 
-    def _events(self, key: tuple[str, str], after: int, timeout_s: int):
+    def _events(self, key: tuple[str, str], after: int, timeout_s: int, fault: str | None):
         """The watch stream: events of ``key`` newer than ``after``, one JSON line each."""
-        deadline, sent = time.monotonic() + timeout_s, 0
-        while time.monotonic() < deadline:
+        if fault == "hang":
+            if self.clock is not None:
+                self.clock.sleep(timeout_s + self.hang_sim_s)
+            time.sleep(self.faults.hang_s)
+            return
+        scale = self.time_scale if self.clock is not None else 1.0
+        deadline, sent = time.monotonic() + timeout_s * scale, 0
+        ended = False
+        while True:
             with self._lock:
+                if ended and self.clock is not None:
+                    self.clock.sleep(timeout_s)  # the window passed in simulated time
                 if key in self.jobsets:
                     self._advance(key)
                 pending = [e for e in self.history.get(key, []) if e[0] > after]
             for version, kind, manifest in pending:
-                yield json.dumps({"type": kind, "object": manifest}).encode() + b"\n"
+                line = json.dumps({"type": kind, "object": manifest}).encode() + b"\n"
+                if fault == "cut":
+                    yield line[:len(line) // 2]
+                    raise _Dropped()
+                self._observed(key)
+                yield line
                 after, sent = version, sent + 1
                 if self.end_stream_after and sent >= self.end_stream_after:
                     return
-            time.sleep(self.tick_s)
+            if ended:
+                break
+            if fault == "cut":
+                yield b'{"type": "MODIF'
+                raise _Dropped()
+            if time.monotonic() >= deadline:
+                ended = True
+                continue
+            time.sleep(self.tick_s if self.clock is None else timeout_s * scale / 4)
+        self._observed(key)
 
-    def _pods(self, request: Request, ns: str, name: str | None, log: str | None) -> Response:
+    def _pods(self, query: dict, ns: str, name: str | None, log: str | None) -> Response:
         if name is None:
+            unknown = sorted(set(query) - {"labelSelector"})
+            if unknown:
+                return _status(400, "BadRequest", f"unknown query parameters {unknown}")
             selector = dict(part.split("=", 1) for part in
-                            request.args.get("labelSelector", "").split(",") if part)
+                            query.get("labelSelector", "").split(",") if part)
             items = [p for (pns, _), p in sorted(self.pods.items()) if pns == ns and all(
                 p["metadata"]["labels"].get(k) == v for k, v in selector.items())]
             return Response(json.dumps({"apiVersion": "v1", "kind": "PodList", "metadata": {},
@@ -275,5 +548,48 @@ class FakeKube(WsgiFake):
         if (ns, name) not in self.pods:
             return _status(404, "NotFound", f'pods "{name}" not found')
         if log:
-            return Response(self.logs.get((ns, name), ""), content_type="text/plain")
+            return self._log_response(query, ns, name)
         return Response(json.dumps(self.pods[(ns, name)]), content_type="application/json")
+
+    _LOG_PARAMS = {"timestamps", "sinceTime", "sinceSeconds", "limitBytes", "container",
+                   "tailLines"}
+
+    def _log_response(self, query: dict, ns: str, name: str) -> Response:
+        unknown = sorted(set(query) - self._LOG_PARAMS)
+        if unknown:
+            return _status(400, "BadRequest", f"unknown query parameters {unknown}")
+        if "sinceTime" in query and "sinceSeconds" in query:
+            return _status(400, "BadRequest", "at most one of sinceTime or sinceSeconds")
+        since = -1e18
+        if "sinceTime" in query:
+            try:
+                since = _parse_since(query["sinceTime"])
+            except ValueError:
+                return _status(400, "BadRequest", f"sinceTime {query['sinceTime']!r}")
+        if "sinceSeconds" in query:
+            since = self.now() - int(query["sinceSeconds"])
+        stamps = query.get("timestamps") == "true"
+        text = "".join((f"{_stamp(at)} " if stamps else "") + f"{line}\n"
+                       for at, line in self.logs.get((ns, name), []) if at >= since)
+        data = text.encode()
+        if "limitBytes" in query:
+            data = data[:int(query["limitBytes"])]
+        self.log_bytes.append(len(data))
+        return Response(data, content_type="text/plain")
+
+
+def _true(text: str) -> bool:
+    """A boolean query parameter as the API server parses it (Go's strconv.ParseBool)."""
+    return text in ("1", "t", "T", "true", "TRUE", "True")
+
+
+def _resource(path: str, query: dict) -> str:
+    if _JOBSETS.match(path):
+        if path.endswith("/jobsets"):
+            return "watch" if _true(query.get("watch", "")) else "list"
+        return "jobset"
+    if path.endswith("/log"):
+        return "log"
+    if _ACCOUNTS.match(path):
+        return "serviceaccount"
+    return "pods"
