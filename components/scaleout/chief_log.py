@@ -2,9 +2,10 @@
 
 Each look asks only for what is new: the log with timestamps since the second of the last
 line printed (``sinceTime``, whole seconds, as Kubernetes accepts it), at most
-:data:`LIMIT_BYTES` per read; lines already printed (timestamp not after the last one, or
+:data:`LIMIT_BYTES` per read; lines already printed (timestamp before the last one, or
 the same instant and already counted) are skipped. A long run's log is never downloaded
-again, and a read cut by ``limitBytes`` resumes where it stopped.
+again: each read re-sends at most the lines of the second it starts from; a read cut by
+``limitBytes`` resumes where it stopped.
 
 Reading the log is best effort: a failed read (throttled, a server error, a reset
 connection, a missing permission) is reported once, in one line, and tried again at the
@@ -17,8 +18,10 @@ from collections.abc import Callable
 
 from gkeflow.components.cloud.retry import describe_error, is_transient
 
-#: Most bytes one read asks for.
+#: Most bytes one read asks for; more (up to MAX_LIMIT_BYTES) only when the lines of a
+#: single second are longer than that.
 LIMIT_BYTES = 1 << 20
+MAX_LIMIT_BYTES = 64 << 20
 
 
 class ChiefLog:
@@ -53,17 +56,23 @@ class ChiefLog:
                                           timeout_s)
             if not self.pod:
                 return
+        limit = self.limit_bytes
         while True:
             since = self.last_stamp[:19] + "Z" if self.last_stamp else ""
-            text = self.api.log_since(self.namespace, self.pod, since, self.limit_bytes,
-                                      timeout_s)
+            text = self.api.log_since(self.namespace, self.pod, since, limit, timeout_s)
             self.reads += 1
-            cut = len(text.encode("utf-8")) >= self.limit_bytes
+            cut = len(text.encode("utf-8")) >= limit
             lines = text.split("\n")
             if cut and len(lines) > 1:
                 lines = lines[:-1]  # the last line may be cut in the middle
             printed = self._print(lines)
-            if not cut or not printed:
+            if not cut:
+                return
+            if printed:
+                limit = self.limit_bytes
+            elif limit < MAX_LIMIT_BYTES:
+                limit *= 2  # one second's lines fill the limit: read more of that second
+            else:
                 return
 
     def _print(self, lines: list[str]) -> int:

@@ -34,6 +34,12 @@ class KubeError(RuntimeError):
         self.status = status
 
 
+def _timeout(seconds: float) -> tuple[float, float]:
+    """``(connect, read)`` timeouts: the ``kubernetes`` client silently ignores a single
+    timeout that is not an ``int`` (a float such as 0.5 or 60.0 would mean no timeout)."""
+    return (float(seconds), float(seconds))
+
+
 def _status(exc) -> int:
     return getattr(exc, "status", 0) or 0
 
@@ -97,7 +103,8 @@ class KubeApi:
 
         try:
             return self.custom.get_namespaced_custom_object(
-                js.GROUP, js.VERSION, namespace, js.PLURAL, name, _request_timeout=timeout_s)
+                js.GROUP, js.VERSION, namespace, js.PLURAL, name,
+                _request_timeout=_timeout(timeout_s))
         except ApiException as exc:
             if _status(exc) == 404:
                 return None
@@ -109,7 +116,7 @@ class KubeApi:
         list's ``resourceVersion``, the point a watch resumes from after a 410."""
         found = self.custom.list_namespaced_custom_object(
             js.GROUP, js.VERSION, namespace, js.PLURAL, field_selector=f"metadata.name={name}",
-            _request_timeout=timeout_s)
+            _request_timeout=_timeout(timeout_s))
         items = found.get("items") or []
         return (items[0] if items else None), found["metadata"]["resourceVersion"]
 
@@ -120,7 +127,8 @@ class KubeApi:
 
         try:
             return self.custom.create_namespaced_custom_object(
-                js.GROUP, js.VERSION, namespace, js.PLURAL, body, _request_timeout=timeout_s)
+                js.GROUP, js.VERSION, namespace, js.PLURAL, body,
+                _request_timeout=_timeout(timeout_s))
         except ApiException as exc:
             if _status(exc) == 409:
                 return None
@@ -135,7 +143,7 @@ class KubeApi:
         try:
             self.custom.delete_namespaced_custom_object(
                 js.GROUP, js.VERSION, namespace, js.PLURAL, name,
-                propagation_policy="Foreground", _request_timeout=timeout_s)
+                propagation_policy="Foreground", _request_timeout=_timeout(timeout_s))
             return True
         except ApiException as exc:
             if _status(exc) == 404:
@@ -189,7 +197,7 @@ class KubeApi:
         from gkeflow.components.scaleout.cluster import JOB_INDEX_LABEL
 
         pods = self.core.list_namespaced_pod(
-            namespace, _request_timeout=timeout_s, label_selector=",".join((
+            namespace, _request_timeout=_timeout(timeout_s), label_selector=",".join((
                 f"{js.NAME_LABEL}={name}", f"{js.REPLICATED_JOB_LABEL}={replicated_job}",
                 f"{JOB_INDEX_LABEL}=0", f"{js.INDEX_LABEL}=0")))
         items = sorted(pods.items, key=lambda p: (str(p.metadata.creation_timestamp or ""),
@@ -214,7 +222,7 @@ class KubeApi:
                 path_params={"namespace": namespace, "name": pod}, query_params=query,
                 header_params={"Accept": "text/plain"}, auth_settings=["BearerToken"],
                 _preload_content=False, _return_http_data_only=True,
-                _request_timeout=timeout_s)
+                _request_timeout=_timeout(timeout_s))
         except ApiException as exc:
             if _status(exc) in (400, 404):
                 return ""
@@ -230,7 +238,7 @@ class KubeApi:
 
         try:
             self.core.read_namespaced_service_account(name, namespace,
-                                                      _request_timeout=timeout_s)
+                                                      _request_timeout=_timeout(timeout_s))
             return True
         except ApiException as exc:
             if _status(exc) == 404:

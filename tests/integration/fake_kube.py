@@ -77,12 +77,16 @@ def jobset_schema() -> dict:
 _VALIDATOR = None
 
 
-def validate_jobset(manifest: dict) -> None:
-    """Raise ``jsonschema.ValidationError`` unless ``manifest`` is a valid v1alpha2 JobSet."""
+def _validator():
     global _VALIDATOR
     if _VALIDATOR is None:
         _VALIDATOR = jsonschema.Draft7Validator(jobset_schema())
-    _VALIDATOR.validate(manifest)
+    return _VALIDATOR
+
+
+def validate_jobset(manifest: dict) -> None:
+    """Raise ``jsonschema.ValidationError`` unless ``manifest`` is a valid v1alpha2 JobSet."""
+    _validator().validate(manifest)
     assert manifest["apiVersion"] == "jobset.x-k8s.io/v1alpha2" and manifest["kind"] == "JobSet"
     assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", manifest["metadata"]["name"])
 
@@ -127,7 +131,9 @@ def _drop(environ):
 STATUSES = ("429", "500", "502", "503", "504")
 KINDS = {**{s: ("watch", "call") for s in STATUSES}, "reset": ("watch", "call"),
          "lost": ("call",), "hang": ("watch", "call"), "cut": ("watch",),
-         "gone_status": ("watch",), "gone_event": ("watch",)}
+         "gone_status": ("watch",), "gone_event": ("watch",), "403": ("call",)}
+#: What random faults are drawn from: everything a cloud serves now and then (not a 403).
+TRANSIENT = tuple(kind for kind in KINDS if kind != "403")
 
 
 class KubeFaults:
@@ -137,7 +143,7 @@ class KubeFaults:
     ``list``, ``watch``, ``pods`` (the pod list), ``log``, ``serviceaccount``.
     """
 
-    def __init__(self, rate: float = 0.0, seed: int = 0, kinds=tuple(KINDS),
+    def __init__(self, rate: float = 0.0, seed: int = 0, kinds=TRANSIENT,
                  hang_s: float = 1.0):
         unknown = set(kinds) - set(KINDS)
         if unknown:
@@ -158,6 +164,10 @@ class KubeFaults:
     @property
     def total(self) -> int:
         return sum(self.injected.values())
+
+    def unused(self) -> list[tuple[str, str | None, int]]:
+        """Scripted faults no request met: (kind, resource, times left)."""
+        return [(kind, resource, left) for kind, resource, _, left in self._script if left]
 
     def pick(self, method: str, resource: str) -> str | None:
         group = "watch" if resource == "watch" else "call"
@@ -185,7 +195,9 @@ class FakeKube(WsgiFake):
                  gone_as: str = "event", faults: KubeFaults | None = None,
                  clock=None, duration_s: float = 0.0, time_scale: float = 0.001,
                  delete_lag: int = 0, service_accounts=("default", "gkeflow-worker",
-                                                        "pipeline-runner")):
+                                                        "pipeline-runner"),
+                 log_time: Callable[[], float] | None = None):
+        _validator()  # loaded before serving: its seconds are not the API server's
         self.tick_s = tick_s
         self.end_stream_after = end_stream_after
         self.gone_watches = gone_watches
@@ -193,12 +205,14 @@ class FakeKube(WsgiFake):
         self.faults = faults or KubeFaults()
         self.clock, self.duration_s, self.time_scale = clock, duration_s, time_scale
         self.hang_sim_s = 60.0
+        self.log_time = log_time or self.now  # when each log line is stamped
         self.delete_lag = delete_lag
         self.service_accounts = set(service_accounts)
         self.watches: list[dict[str, str]] = []
         self.history: dict[tuple[str, str], list[tuple[int, str, dict]]] = {}
         self._version = 0
         self.compacted = 0  # watches from an older resourceVersion are answered 410
+        self.compact_pending = False
         self.running_looks = running_looks
         self.outcome = outcome
         self.message = message
@@ -248,11 +262,10 @@ class FakeKube(WsgiFake):
             self._store(copy.deepcopy(manifest))
 
     def compact(self) -> None:
-        """What a watch-cache restart does: every version up to now is too old to watch
-        from, though the JobSet itself has not changed (a LIST gives a newer version)."""
-        with self._lock:
-            self._version += 1  # something else in the cluster changed
-            self.compacted = self._version
+        """What a watch-cache restart does, just before the next watch: every version up to
+        then is too old to watch from, though the JobSet itself has not changed (a GET
+        returns its old version; a LIST gives a newer one)."""
+        self.compact_pending = True
 
     def delete_externally(self, namespace: str, name: str) -> None:
         with self._lock:
@@ -263,7 +276,7 @@ class FakeKube(WsgiFake):
 
     def count(self, method: str, resource: str) -> int:
         return sum(1 for m, path, query in self.requests
-                   if m == method and _resource(path, query) == resource)
+                   if m == method and _resource(path, query, m) == resource)
 
     # -- the "controller" -------------------------------------------------------------------
     def _record(self, key: tuple[str, str], kind: str, manifest: dict) -> None:
@@ -294,7 +307,8 @@ class FakeKube(WsgiFake):
                                      "jobset.sigs.k8s.io/replicatedjob-name": job["name"],
                                      "jobset.sigs.k8s.io/job-index": str(job_index),
                                      "batch.kubernetes.io/job-completion-index": str(index)})
-                self.logs[(ns, pod)] = [(self.now(), f"worker {job_index}/{index} started")]
+                self.logs[(ns, pod)] = [(self.log_time(),
+                                         f"worker {job_index}/{index} started")]
 
     def _remove(self, key: tuple[str, str]) -> None:
         gone = self.jobsets.pop(key)
@@ -317,9 +331,10 @@ class FakeKube(WsgiFake):
             self._record(key, "MODIFIED", manifest)
 
     def _log(self, key: tuple[str, str], line: str) -> None:
+        at = self.log_time()
         for (ns, pod), lines in list(self.logs.items()):
             if ns == key[0] and pod.startswith(key[1] + "-"):
-                lines.append((self.now(), line))
+                lines.append((at, line))
 
     def _progress(self, key: tuple[str, str]) -> None:
         manifest = self.jobsets[key]
@@ -351,11 +366,11 @@ class FakeKube(WsgiFake):
     def _wsgi(self, environ, start_response):
         request = Request(environ)
         query = {k: request.args[k] for k in request.args}
-        resource = _resource(request.path, query)
+        resource = _resource(request.path, query, request.method)
         with self._lock:
             self.requests.append((request.method, request.path, query))
         fault = self.faults.pick(request.method, resource)
-        if fault in STATUSES:
+        if fault in STATUSES or fault == "403":
             return _status(int(fault), "InternalError", f"injected {fault}")(
                 environ, start_response)
         if fault == "reset":
@@ -481,6 +496,10 @@ class FakeKube(WsgiFake):
         with self._lock:
             self.watches.append(query)
             gone = None
+            if self.compact_pending:
+                self.compact_pending = False
+                self._version += 1  # something else in the cluster changed meanwhile
+                self.compacted = self._version
             if fault in ("gone_status", "gone_event"):
                 gone = fault.removeprefix("gone_")
             elif int(version) < self.compacted:
@@ -583,9 +602,9 @@ def _true(text: str) -> bool:
     return text in ("1", "t", "T", "true", "TRUE", "True")
 
 
-def _resource(path: str, query: dict) -> str:
+def _resource(path: str, query: dict, method: str = "GET") -> str:
     if _JOBSETS.match(path):
-        if path.endswith("/jobsets"):
+        if path.endswith("/jobsets") and method != "POST":
             return "watch" if _true(query.get("watch", "")) else "list"
         return "jobset"
     if path.endswith("/log"):
