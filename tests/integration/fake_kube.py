@@ -6,7 +6,7 @@ strictly (unknown ones are a 400). A test decides what the "controller" does: ho
 a JobSet stays running, whether it then completes or fails, and what happens on completion
 (``on_complete``, e.g. the chief publishing its model). With a simulated ``clock`` instead
 (the soak), a JobSet runs for ``duration_s`` simulated seconds, each watch window lasting
-``timeoutSeconds`` of them and ``time_scale`` times that in real time.
+``timeoutSeconds * sim_scale`` of them and ``timeoutSeconds * time_scale`` real seconds.
 
 Served as the API server does:
 
@@ -194,6 +194,7 @@ class FakeKube(WsgiFake):
                  tick_s: float = 0.01, end_stream_after: int = 0, gone_watches: int = 0,
                  gone_as: str = "event", faults: KubeFaults | None = None,
                  clock=None, duration_s: float = 0.0, time_scale: float = 0.001,
+                 sim_scale: float = 1.0,
                  delete_lag: int = 0, service_accounts=("default", "gkeflow-worker",
                                                         "pipeline-runner"),
                  log_time: Callable[[], float] | None = None):
@@ -204,6 +205,7 @@ class FakeKube(WsgiFake):
         self.gone_as = gone_as
         self.faults = faults or KubeFaults()
         self.clock, self.duration_s, self.time_scale = clock, duration_s, time_scale
+        self.sim_scale = sim_scale  # simulated seconds per second of a watch window
         self.hang_sim_s = 60.0
         self.log_time = log_time or self.now  # when each log line is stamped
         self.delete_lag = delete_lag
@@ -519,7 +521,7 @@ class FakeKube(WsgiFake):
         """The watch stream: events of ``key`` newer than ``after``, one JSON line each."""
         if fault == "hang":
             if self.clock is not None:
-                self.clock.sleep(timeout_s + self.hang_sim_s)
+                self.clock.sleep(timeout_s * self.sim_scale + self.hang_sim_s)
             time.sleep(self.faults.hang_s)
             return
         scale = self.time_scale if self.clock is not None else 1.0
@@ -528,7 +530,7 @@ class FakeKube(WsgiFake):
         while True:
             with self._lock:
                 if ended and self.clock is not None:
-                    self.clock.sleep(timeout_s)  # the window passed in simulated time
+                    self.clock.sleep(timeout_s * self.sim_scale)  # the window passed
                 if key in self.jobsets:
                     self._advance(key)
                 pending = [e for e in self.history.get(key, []) if e[0] > after]
