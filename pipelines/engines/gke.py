@@ -7,6 +7,11 @@ toleration, the Spot or flex-start selector and toleration, a memory-backed ``/d
 and the Kueue queue-name label when ``queue`` is set. JobSet puts the pods behind a
 headless service so each resolves the others by their stable host names; the launcher step
 (:mod:`gkeflow.components.scaleout.jobset_launcher`) names it per run and task.
+
+The pods run as ``worker_service_account`` (default ``gkeflow-worker``), never as the
+launcher's account. The JobSet carries the training deadline (``timeout_s``, each Job's
+``activeDeadlineSeconds``); the launcher step's own deadline is
+:func:`launcher_deadline_s`: that plus a provisioning allowance.
 """
 
 from __future__ import annotations

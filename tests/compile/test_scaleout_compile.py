@@ -93,7 +93,7 @@ def test_gke_training_step_launches_a_two_pod_jobset_with_gpus_on_every_pod(comp
     template = json.loads(
         task["inputs"]["parameters"]["jobset_template"]["runtimeValue"]["constant"])
     manifest = js.finish(template, js.jobset_name("run-1", "train-model"), "kubeflow",
-                         "pipeline-runner", ["--dataset", "gs://b/d"])
+                         "", ["--dataset", "gs://b/d"])
     validate_jobset(manifest)
     [replicated] = manifest["spec"]["replicatedJobs"]
     job = replicated["template"]["spec"]
@@ -112,12 +112,15 @@ def test_gke_training_step_launches_a_two_pod_jobset_with_gpus_on_every_pod(comp
     assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
     assert pod["volumes"][0]["emptyDir"]["medium"] == "Memory"
     assert job["activeDeadlineSeconds"] == 6 * 3600
-    # The launcher pod itself: no GPU, no GPU selectors or tolerations.
+    assert pod["serviceAccountName"] == "gkeflow-worker"  # the workers' own account
+    # The launcher pod itself: no GPU, no GPU selectors or tolerations, and a deadline that
+    # adds the provisioning allowance to the JobSet's own.
     resources = spec["deploymentSpec"]["executors"]["exec-train-model"]["container"][
         "resources"]
     assert "accelerator" not in resources and resources["resourceCpuLimit"] == "1"
     k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-train-model"]
     assert "nodeSelector" not in k8s and "tolerations" not in k8s
+    assert int(k8s["activeDeadlineSeconds"]) == 6 * 3600 + 3600
 
 
 def test_gke_jobset_step_receives_the_checkpoint_uri_parameter(compiled):

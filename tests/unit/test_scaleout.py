@@ -149,3 +149,59 @@ def test_reservation_reaches_every_jobset_pod_and_the_custom_job():
     assert job.job_spec.worker_pool_specs[0].container_spec.args == ["{{$.json_escape[1]}}"]
     assert vertex.boot_disk_gb(profile) == 100
     assert vertex.boot_disk_gb(profile.with_overrides(ephemeral_storage="500Gi")) == 537
+
+
+def test_host_names_and_tf_config_for_any_replicas_of_the_replicated_job():
+    """Two Jobs of three pods: hosts <jobset>-worker-<jobIndex>-<podIndex>, Job 0 first; each
+    pod's index from its Job's index (label, through the downward API) and completion index."""
+    template = gke.jobset_template(TRAIN.with_overrides(replicas=3), "img:1")
+    template["spec"]["replicatedJobs"][0]["replicas"] = 2
+    manifest = js.finish(template, "gkeflow-train-x", "ns", "", ["--a"])
+    validate_jobset(manifest)
+    assert js.replicas_of(manifest) == 6
+    container = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    hosts = env[cluster.HOSTS_ENV]["value"].split(",")
+    assert hosts == [f"gkeflow-train-x-worker-{job}-{pod}.gkeflow-train-x:2222"
+                     for job in range(2) for pod in range(3)]
+    assert env[cluster.JOB_INDEX_ENV]["valueFrom"] == {"fieldRef": {
+        "fieldPath": "metadata.labels['jobset.sigs.k8s.io/job-index']"}}
+    assert env[cluster.PODS_PER_JOB_ENV]["value"] == "3"
+    seen = {}
+    for job in range(2):
+        for pod in range(3):  # what Kubernetes gives pod <job>-<pod>
+            config = json.loads(cluster.tf_config_from_env({
+                cluster.HOSTS_ENV: ",".join(hosts), cluster.JOB_INDEX_ENV: str(job),
+                cluster.PODS_PER_JOB_ENV: "3", cluster.COMPLETION_INDEX_ENV: str(pod)}))
+            index = config["task"]["index"]
+            # the pod's own host name is the host at its index
+            assert hosts[index].startswith(f"gkeflow-train-x-worker-{job}-{pod}.")
+            seen[index] = (job, pod)
+    assert sorted(seen) == list(range(6))
+
+
+def test_the_workers_run_as_their_own_service_account():
+    template = gke.jobset_template(TRAIN.with_overrides(replicas=2), "img")
+    pod = template["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "gkeflow-worker"
+    custom = gke.jobset_template(TRAIN.with_overrides(
+        replicas=2, worker_service_account="team-a.trainer"), "img")
+    assert custom["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "serviceAccountName"] == "team-a.trainer"
+    for bad in ("", "Trainer", "sa@project.iam.gserviceaccount.com", "a" * 254):
+        with pytest.raises(ComputeError, match="worker_service_account must name"):
+            TRAIN.with_overrides(worker_service_account=bad)
+
+
+def test_the_launcher_deadline_covers_provisioning_plus_the_jobsets_own():
+    profile = TRAIN.with_overrides(replicas=2, timeout_s="2h")
+    job = gke.jobset_template(profile, "img")["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert job["activeDeadlineSeconds"] == 7200  # the training deadline travels with it
+    launcher = gke.ENGINE.launcher_profile(profile)
+    assert launcher.timeout_s == 7200 + gke.PROVISIONING_ALLOWANCE_S
+    assert launcher.cpu == "1" and launcher.accelerator_count == 0
+    flex = profile.with_overrides(scheduling="flex-start", max_wait="3h")
+    assert gke.ENGINE.launcher_profile(flex).timeout_s == 7200 + 3 * 3600
+    assert gke.ENGINE.launcher_profile(profile.with_overrides(timeout_s=0)).timeout_s == 0
+    assert "deadline 2h (launcher 3h)" in gke.ENGINE.describe(profile)
