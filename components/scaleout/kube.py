@@ -183,7 +183,9 @@ class KubeApi:
                     if obj.get("code") == HTTP_GONE:
                         raise WatchExpired(f"watch from resourceVersion {resource_version}: "
                                            f"{obj.get('message') or '410 Gone'}")
-                    raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message')}")
+                    # e.g. 500 or 429 as an event: transient by its code, like a status
+                    raise KubeError(int(obj.get("code") or 500),
+                                    f"watch error: {obj.get('message') or obj}")
                 yield kind, obj
         finally:
             response.close()

@@ -22,7 +22,7 @@ Served as the API server does:
 
 :class:`KubeFaults` injects failures per request: error statuses (429, 5xx), connections
 reset before the request is carried out, answers lost after it was, reads that hang past the
-client's timeout, watch streams cut in the middle of an event, and 410s.
+client's timeout, watch streams cut in the middle of an event, 410s, and ERROR events.
 
 What the launcher did is recorded: :attr:`requests` (method, path, query), :attr:`created`,
 :attr:`deleted` (with the JobSet's state when deleted), :attr:`log_bytes` per log read.
@@ -131,7 +131,8 @@ def _drop(environ):
 STATUSES = ("429", "500", "502", "503", "504")
 KINDS = {**{s: ("watch", "call") for s in STATUSES}, "reset": ("watch", "call"),
          "lost": ("call",), "hang": ("watch", "call"), "cut": ("watch",),
-         "gone_status": ("watch",), "gone_event": ("watch",), "403": ("call",)}
+         "gone_status": ("watch",), "gone_event": ("watch",), "error_event": ("watch",),
+         "403": ("call",)}
 #: What random faults are drawn from: everything a cloud serves now and then (not a 403).
 TRANSIENT = tuple(kind for kind in KINDS if kind != "403")
 
@@ -514,6 +515,13 @@ class FakeKube(WsgiFake):
             return _status(410, "Expired", message)
         if gone == "event":
             return Response([_gone_event(message)], content_type="application/json")
+        if fault == "error_event":  # e.g. the API server's storage timed out mid-watch
+            error = {"type": "ERROR", "object": {
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "etcdserver: request timed out", "reason": "InternalError",
+                "code": 500}}
+            return Response([json.dumps(error).encode() + b"\n"],
+                            content_type="application/json")
         return Response(self._events(key, int(version), int(timeout), fault),
                         content_type="application/json", direct_passthrough=True)
 
