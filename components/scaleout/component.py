@@ -108,6 +108,8 @@ def train_model_jobset(
     pipeline_run_id: str = "",
     task_name: str = "train-model",
     checkpoint_uri: str = "",
+    call_timeout_s: float = 0.0,
+    retry_budget_s: float = 0.0,
 ):
     """Trains on several GKE nodes: launches a JobSet of GPU pods and waits for it.
 
@@ -139,6 +141,10 @@ def train_model_jobset(
         task_name: Task name.
         checkpoint_uri: Where every pod checkpoints instead (gs://bucket/path), under
             <checkpoint_uri>/<run>/<task>; empty = under the pipeline root.
+        call_timeout_s: Seconds before a call to the Kubernetes API is abandoned and
+            retried (a watch: its window plus this); 0 = $GKEFLOW_CALL_TIMEOUT_S or 60.
+        retry_budget_s: Seconds one failing operation is retried before the step gives up
+            and deletes the JobSet; 0 = $GKEFLOW_RETRY_BUDGET_S or 900.
     """
     import json
     from pathlib import Path
@@ -151,7 +157,8 @@ def train_model_jobset(
         template=json.loads(jobset_template), dataset_uri=dataset.uri, schema_uri=schema.uri,
         params=params, pipeline_root=checkpoint_root, run_id=pipeline_run_id,
         task_name=task_name, model_dir=Path(model.path), checkpoint_uri=checkpoint_uri,
-        task_config=kubernetes_config)
+        task_config=kubernetes_config, call_timeout_s=call_timeout_s,
+        retry_budget_s=retry_budget_s)
     for name, value in results.metric_items(summary).items():
         metrics.log_metric(name, value)
     model.metadata.update(results.model_metadata(summary, dataset.uri, "GKE JobSet"))

@@ -222,14 +222,24 @@ def in_cluster_client():
     return client.ApiClient(configuration)
 
 
-def launch_step(**arguments) -> dict:
+def launch_step(call_timeout_s: float = 0.0, retry_budget_s: float = 0.0,
+                **arguments) -> dict:
     """:func:`launch_in_cluster` as the component runs it: any ending (failed, cancelled,
     gave up) or error becomes one line on stderr and the step's exit code, with the
-    traceback only under ``GKEFLOW_DEBUG=1``."""
+    traceback only under ``GKEFLOW_DEBUG=1``.
+
+    ``call_timeout_s`` / ``retry_budget_s``: the retry policy's (0: ``GKEFLOW_CALL_TIMEOUT_S``
+    / ``GKEFLOW_RETRY_BUDGET_S`` from the environment, else the defaults, 60 s and 900 s).
+    """
     from gkeflow.components.cloud.follow import run_cli
 
+    def body():
+        policy = RetryPolicy.from_env(call_timeout_s=call_timeout_s or None,
+                                      budget_s=retry_budget_s or None)
+        done.append(launch_in_cluster(policy=policy, **arguments))
+
     done: list[dict] = []
-    code = run_cli(lambda: done.append(launch_in_cluster(**arguments)))
+    code = run_cli(body)
     if code:
         raise SystemExit(code)
     return done[0]

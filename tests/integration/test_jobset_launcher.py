@@ -278,7 +278,6 @@ def test_the_component_body_launches_with_in_cluster_settings(bucket, tmp_path, 
     (sa_dir / "namespace").write_text(NS + "\n")
     monkeypatch.setattr(launcher, "SA_DIR", sa_dir)
     monkeypatch.setattr(launcher, "POLL_S", 0.01)
-    monkeypatch.setenv("GKEFLOW_CALL_TIMEOUT_S", "5")
     template = jobset_template(DEFAULT_COMPUTE["train-model"].with_overrides(replicas=2), "i")
     output = launcher.output_uri("gs://root/p", "run-7", "train-model")
     with FakeKube(running_looks=1, on_complete=publisher(tmp_path, output)) as kube:
@@ -292,6 +291,7 @@ def test_the_component_body_launches_with_in_cluster_settings(bucket, tmp_path, 
             schema=dsl.Artifact(uri="gs://root/p/schema"), model=model, metrics=metrics,
             tensorboard=tensorboard, jobset_template=js.dumps(template), epochs=2,
             checkpoint_root="gs://root/p", pipeline_run_id="run-7", task_name="train-model",
+            call_timeout_s=5.0, retry_budget_s=30.0,
             kubernetes_config=dsl.TaskConfig(  # as KFP's executor builds it from the driver's
                 node_selector={"team": "ml"}, env=[{"name": "HTTPS_PROXY", "value": "p:3128"}],
                 tolerations=[{"key": "team", "operator": "Exists", "effect": "NoSchedule"}]))
@@ -307,3 +307,38 @@ def test_the_component_body_launches_with_in_cluster_settings(bucket, tmp_path, 
     assert {"key": "team", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     assert env["HTTPS_PROXY"] == "p:3128" and "GKEFLOW_WORKER_HOSTS" in env
+
+
+def test_the_component_body_ends_a_failed_jobset_in_one_line(bucket, tmp_path, monkeypatch,
+                                                             capfd):
+    from kfp import dsl
+    from kubernetes import config
+
+    import gkeflow.components.scaleout.jobset_launcher as launcher
+    from gkeflow.components.scaleout.component import train_model_jobset
+
+    sa_dir = tmp_path / "sa"
+    sa_dir.mkdir()
+    (sa_dir / "namespace").write_text(NS)
+    monkeypatch.setattr(launcher, "SA_DIR", sa_dir)
+    monkeypatch.setattr(launcher, "POLL_S", 0.01)
+    monkeypatch.delenv("GKEFLOW_DEBUG", raising=False)
+    template = jobset_template(DEFAULT_COMPUTE["train-model"].with_overrides(replicas=2), "i")
+    with FakeKube(running_looks=1, outcome="Failed", message="worker-1 OOMKilled") as kube:
+        monkeypatch.setattr(config, "load_incluster_config", lambda: client.Configuration
+                            .set_default(client.Configuration(host=kube.url)))
+        with pytest.raises(SystemExit) as exited:
+            train_model_jobset.python_func(
+                dataset=dsl.Dataset(uri="gs://root/p/dataset"),
+                schema=dsl.Artifact(uri="gs://root/p/schema"),
+                model=dsl.Model(uri=str(tmp_path / "model")),
+                metrics=dsl.Metrics(uri=str(tmp_path / "metrics")),
+                tensorboard=dsl.Artifact(uri=str(tmp_path / "tb")),
+                jobset_template=js.dumps(template), checkpoint_root="gs://root/p",
+                pipeline_run_id="run-8", task_name="train-model",
+                kubernetes_config=dsl.TaskConfig(), retry_budget_s=30.0)
+    assert exited.value.code == 1
+    name = js.jobset_name("run-8", "train-model")
+    err = capfd.readouterr().err
+    assert err.splitlines()[-1] == f"error: JobSet {name} failed: worker-1 OOMKilled"
+    assert "Traceback" not in err
