@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gkeflow.components.cloud.retry import GaveUp as RetryGaveUp
 from gkeflow.components.cloud.retry import (
     RetryPolicy,
     describe_error,
@@ -114,7 +115,7 @@ class _SigTerm(BaseException):
 
 def follow(remote: Remote, policy: RetryPolicy, *, echo: Callable[[str], None] = print,
            attached: Callable[[Any], None] | None = None, deadline_s: float | None = None,
-           stopping_poll_s: float = 10.0) -> Any:
+           stopping_poll_s: float = 10.0, stop_budget_s: float = 25.0) -> Any:
     """Create or attach to the job, follow it to its end and return it (succeeded).
 
     Args:
@@ -124,12 +125,14 @@ def follow(remote: Remote, policy: RetryPolicy, *, echo: Callable[[str], None] =
         attached: Called once the job exists (e.g. to write ``gcp_resources``).
         deadline_s: Give up (and stop the job) when it has not ended by then.
         stopping_poll_s: How often a job that is still stopping is looked at.
+        stop_budget_s: How long stopping the job is retried after SIGTERM (the pod's grace
+            period is short; Kubernetes' default is 30 s).
 
     Raises:
         JobFailed, Cancelled, GaveUp: see :class:`Ending`.
     """
     started = policy.clock()
-    job = None
+    launch = _Launch()
 
     def on_sigterm(signum, frame):
         raise _SigTerm()
@@ -140,11 +143,12 @@ def follow(remote: Remote, policy: RetryPolicy, *, echo: Callable[[str], None] =
     # Handle SIGTERM before creating anything, so a cancel never leaves a job running.
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        job = _create_or_attach(remote, policy, echo, retried, stopping_poll_s)
+        launch.job = _create_or_attach(remote, policy, echo, retried, stopping_poll_s, launch)
         if attached is not None:
-            attached(job)
+            attached(launch.job)
         last_line = ""
         while True:
+            job = launch.job
             status = remote.status(job)
             if status.line != last_line:
                 echo(status.line)
@@ -157,27 +161,38 @@ def follow(remote: Remote, policy: RetryPolicy, *, echo: Callable[[str], None] =
             if deadline_s is not None and policy.clock() - started > deadline_s:
                 raise TimeoutError(f"{remote.kind} {remote.name(job)} did not end within "
                                    f"the deadline of {format_duration(deadline_s)}")
-            current = job
-            job = retried(lambda current=current: remote.next(current, policy.call_timeout_s),
-                          f"following {remote.kind} {remote.name(current)}")
-            if job is None:
-                raise JobFailed(f"{remote.kind} {remote.name(current)} was deleted by someone "
+            launch.job = retried(lambda job=job: remote.next(job, policy.call_timeout_s),
+                                 f"following {remote.kind} {remote.name(job)}")
+            if launch.job is None:
+                raise JobFailed(f"{remote.kind} {remote.name(job)} was deleted by someone "
                                 "else while it ran")
     except _SigTerm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop, even if SIGTERM repeats
-        raise Cancelled(f"cancelled (SIGTERM); {_stop(remote, policy, job, echo)}") from None
+        quick = policy.with_(budget_s=min(policy.budget_s, stop_budget_s))
+        raise Cancelled(f"cancelled (SIGTERM); {_stop(remote, quick, launch, echo)}") from None
     except (JobFailed, Cancelled):
         raise
     except Exception as exc:
-        reason = str(exc) if isinstance(exc, TimeoutError) else describe_error(exc)
+        reason = (str(exc) if isinstance(exc, (TimeoutError, RetryGaveUp))
+                  else describe_error(exc))
         if "gave up" not in reason:
             reason = f"gave up: {reason}"
-        raise GaveUp(f"{reason}; {_stop(remote, policy, job, echo)}") from exc
+        raise GaveUp(f"{reason}; {_stop(remote, policy, launch, echo)}") from exc
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _create_or_attach(remote, policy, echo, retried, stopping_poll_s):
+@dataclass
+class _Launch:
+    """What the follower knows of its job: the job, the one it replaces, whether a create
+    was sent (whose job may exist though its answer never came)."""
+
+    job: Any = None
+    replaced: str | None = None
+    create_sent: bool = False
+
+
+def _create_or_attach(remote, policy, echo, retried, stopping_poll_s, launch: _Launch):
     existing = retried(lambda: remote.find(policy.call_timeout_s),
                        f"looking for this step's {remote.kind}")
     while existing is not None and remote.status(existing).phase is Phase.STOPPING:
@@ -196,18 +211,18 @@ def _create_or_attach(remote, policy, echo, retried, stopping_poll_s):
              f"{remote.status(existing).phase.value}; starting a new one")
         retried(lambda: remote.clear(existing, policy.call_timeout_s),
                 f"clearing {remote.kind} {remote.name(existing)}")
-    old = remote.identity(existing) if existing is not None else None
+    launch.replaced = remote.identity(existing) if existing is not None else None
 
     def create_or_find():
+        launch.create_sent = True
         try:
             return remote.create(policy.call_timeout_s)
         except Exception as exc:
             if not is_transient(exc):
                 raise
             # The create may have been carried out: look before trying again.
-            found = retried(lambda: remote.find(policy.call_timeout_s),
-                            f"looking for the {remote.kind} a failed create may have made")
-            if found is not None and remote.identity(found) != old:
+            found = _made_by_create(remote, policy, echo, launch)
+            if found is not None:
                 echo(f"the create's answer was lost ({describe_error(exc)}); "
                      f"found {remote.kind} {remote.name(found)}")
                 return found
@@ -218,8 +233,27 @@ def _create_or_attach(remote, policy, echo, retried, stopping_poll_s):
     return job
 
 
-def _stop(remote, policy, job, echo) -> str:
-    """Stop ``job`` with retries; the words that say what happened."""
+def _made_by_create(remote, policy, echo, launch: _Launch):
+    """The job this step's create made, if it made one (retried look-up by key)."""
+    found = policy.call(lambda: remote.find(policy.call_timeout_s),
+                        f"looking for the {remote.kind} a failed create may have made",
+                        on_retry=echo)
+    if found is not None and remote.identity(found) != launch.replaced:
+        return found
+    return None
+
+
+def _stop(remote, policy, launch: _Launch, echo) -> str:
+    """Stop the launch's job with retries; the words that say what happened."""
+    job = launch.job
+    if job is None and launch.create_sent:
+        # A create was sent: its job may exist though no answer said so.
+        try:
+            job = _made_by_create(remote, policy, echo, launch)
+        except Exception as exc:
+            return (f"could not check whether the create made a {remote.kind} "
+                    f"({describe_error(exc)}): look for one labelled for this step and "
+                    "stop it by hand")
     if job is None:
         return f"no {remote.kind} had been created"
     try:
@@ -256,3 +290,13 @@ def run_cli(body: Callable[[], Any], debug: bool = False) -> int:
         return 1
     return 0
 
+
+
+def run_step(body: Callable[[], Any], debug: bool = False) -> Any:
+    """Run a component's launcher body and return its value; on an ending or error print
+    :func:`run_cli`'s one line and exit with its code (no traceback unless debugging)."""
+    result = []
+    code = run_cli(lambda: result.append(body()), debug=debug)
+    if code:
+        raise SystemExit(code)
+    return result[0]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import http.client
 import os
 import random
+import re
 import socket
 import time
 from collections.abc import Callable
@@ -27,6 +28,8 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 T = TypeVar("T")
+
+_REQUEST_LINE = re.compile(r"^(?:\d{3} )?(?:GET|POST|PUT|PATCH|DELETE) \S+: ")
 
 #: HTTP statuses worth another try.
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
@@ -99,8 +102,12 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def describe_error(exc: BaseException) -> str:
-    """One line for an error: its status and the first line of its message."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    """One line for an error: its status and the first line of its message (for Google API
+    errors, the service's message without the request line)."""
+    message = getattr(exc, "message", None)
+    raw = message if isinstance(message, str) and message.strip() else str(exc)
+    text = raw.strip().splitlines()[0] if raw.strip() else ""
+    text = _REQUEST_LINE.sub("", text)  # REST errors start with "POST https://...: "
     status = status_of(exc)
     head = type(exc).__name__ if status is None else f"HTTP {status}"
     return f"{head}: {text[:300]}" if text and text != str(status) else head
