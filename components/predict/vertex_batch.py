@@ -5,8 +5,10 @@ The alternative to the ``predict_batch`` step on Vertex AI: Vertex AI reads the 
 serving container on machines it starts, and writes predictions to Cloud Storage or
 BigQuery. The request body is built here and checked with
 ``google.cloud.aiplatform_v1.BatchPredictionJob`` (unknown fields refused) before it is
-sent. The job's display name carries a hash of the pipeline run, so a retried step finds
-the job it created instead of starting a second one.
+sent. The job carries a label derived from the pipeline run and the model version, so a
+retried step finds the job it created instead of starting a second one; the job is
+followed by :func:`gkeflow.components.cloud.follow.follow` (transient errors retried,
+SIGTERM or a final give-up cancels it).
 
 The input is sent as objects keyed by column name (``instanceConfig.instanceType:
 object``, only the model's features), which is what the exported model's raw-feature
@@ -20,14 +22,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from gkeflow.components.predict.resolve import PredictError
 
-TERMINAL = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED",
-            "JOB_STATE_EXPIRED", "JOB_STATE_PARTIALLY_SUCCEEDED"}
+KIND = "BatchPredictionJob"
+LAUNCH_LABEL = "gkeflow-launch"
 _GCS = re.compile(r"^gs://[a-z0-9][a-z0-9._-]{1,220}/.*$")
 _BQ = re.compile(r"^bq://[A-Za-z0-9_:.\-]+\.\w+(\.[\w\-$]+)?$")
 
@@ -143,18 +144,6 @@ def batch_prediction_job_body(
     return body
 
 
-def _job_client(location: str, api_endpoint: str, credentials):
-    from google.cloud import aiplatform_v1
-
-    if credentials is None and api_endpoint.startswith("http://"):
-        from google.auth.credentials import AnonymousCredentials
-
-        credentials = AnonymousCredentials()
-    endpoint = api_endpoint or f"{location}-aiplatform.googleapis.com"
-    return aiplatform_v1.JobServiceClient(
-        credentials=credentials, transport="rest", client_options={"api_endpoint": endpoint})
-
-
 @dataclass
 class BatchJobOutcome:
     job_name: str
@@ -162,6 +151,46 @@ class BatchJobOutcome:
     created: bool
     output: str
     body: dict
+
+
+def launch_label(run_id: str, model_resource: str) -> str:
+    """The label value that marks this run's job for this model version on every attempt."""
+    return hashlib.sha256(f"{run_id}\0{model_resource}".encode()).hexdigest()[:40]
+
+
+def follow_batch_job(body: dict, parent: str, run_id: str, *, api_endpoint: str = "",
+                     credentials=None, policy=None, poll_s: float = 30.0,
+                     timeout_s: float = 24 * 3600.0, gcp_resources_path: str = "",
+                     echo=print) -> BatchJobOutcome:
+    """Create (or find) the run's batch prediction job and follow it to its end.
+
+    The job carries the label ``gkeflow-launch`` (from the run id and the model version), so
+    a retried step follows the job its earlier attempt created. Every call is retried by
+    ``policy`` (default: from the environment); SIGTERM, the ``timeout_s`` deadline or a
+    final give-up cancels the job.
+
+    Raises:
+        gkeflow.components.cloud.follow.Ending: the job failed, or the launcher was
+            cancelled or gave up; the message is one line.
+    """
+    from google.cloud import aiplatform_v1
+
+    from gkeflow.components.cloud.retry import RetryPolicy
+    from gkeflow.components.cloud.vertex import VertexJob, follow_vertex_job, job_client
+
+    body = {**body, "labels": {**body.get("labels", {}),
+                               LAUNCH_LABEL: launch_label(run_id, body["model"])}}
+    message = aiplatform_v1.BatchPredictionJob.from_json(json.dumps(body),
+                                                         ignore_unknown_fields=False)
+    policy = policy or RetryPolicy.from_env()
+    location = parent.split("/locations/", 1)[1]
+    remote = VertexJob(job_client(location, api_endpoint, credentials), KIND, parent, message,
+                       (LAUNCH_LABEL, body["labels"][LAUNCH_LABEL]), poll_s=poll_s,
+                       sleep=policy.sleep)
+    job = follow_vertex_job(remote, policy, echo, gcp_resources_path, deadline_s=timeout_s)
+    info = job.output_info
+    output = info.gcs_output_directory or info.bigquery_output_table or ""
+    return BatchJobOutcome(job.name, job.state.name, remote.create_sent, output, body)
 
 
 def run_batch_prediction(
@@ -177,15 +206,14 @@ def run_batch_prediction(
     service_account: str = "",
     api_endpoint: str = "",
     credentials=None,
-    wait: bool = True,
     poll_s: float = 30.0,
     timeout_s: float = 24 * 3600.0,
+    policy=None,
+    gcp_resources_path: str = "",
+    echo=print,
 ) -> BatchJobOutcome:
-    """Resolve ``model`` in the Vertex AI Model Registry, create (or find) the run's batch
-    prediction job and, with ``wait``, wait until it ends; a failed job raises."""
-    from google.api_core import exceptions as gexc
-    from google.cloud import aiplatform_v1
-
+    """Resolve ``model`` in the Vertex AI Model Registry, then create (or find) the run's
+    batch prediction job and follow it to its end (:func:`follow_batch_job`)."""
     from gkeflow.components.predict.resolve import parse_model_ref, resolve_version
     from gkeflow.components.register.backends import (
         RegistrySettings,
@@ -208,36 +236,19 @@ def run_batch_prediction(
     body = batch_prediction_job_body(
         job_display_name(version.name, run_id), version.resource_name, data_uri, output_uri,
         features, key_column, spec,
-        labels={"gkeflow-model": version.name, "gkeflow-version": str(version.version)},
+        labels={"gkeflow-model": _label_value(version.name),
+                "gkeflow-version": str(version.version)},
         service_account=service_account)
-    client = _job_client(where.location, api_endpoint, credentials)
-    try:
-        existing = [job for job in client.list_batch_prediction_jobs(request={
-            "parent": where.parent, "filter": f'display_name="{body["displayName"]}"'})]
-        created = not existing
-        if existing:
-            job = existing[0]
-        else:
-            job = client.create_batch_prediction_job(
-                parent=where.parent,
-                batch_prediction_job=aiplatform_v1.BatchPredictionJob.from_json(
-                    json.dumps(body), ignore_unknown_fields=False))
-        deadline = time.monotonic() + timeout_s
-        while wait and job.state.name not in TERMINAL:
-            if time.monotonic() > deadline:
-                raise PredictError(f"batch prediction job {job.name} still {job.state.name} "
-                                   f"after {timeout_s:.0f}s")
-            time.sleep(poll_s)
-            job = client.get_batch_prediction_job(name=job.name)
-    except gexc.GoogleAPICallError as exc:
-        raise PredictError(f"Vertex AI refused the batch prediction job ({exc.code}): "
-                           f"{exc.message}") from exc
-    if job.state.name in TERMINAL and job.state.name != "JOB_STATE_SUCCEEDED":
-        raise PredictError(f"batch prediction job {job.name} ended {job.state.name}: "
-                           f"{job.error.message or 'no message'}")
-    info = job.output_info
-    output = info.gcs_output_directory or info.bigquery_output_table or output_uri
-    return BatchJobOutcome(job.name, job.state.name, created, output, body)
+    outcome = follow_batch_job(body, where.parent, run_id, api_endpoint=api_endpoint,
+                               credentials=credentials, policy=policy, poll_s=poll_s,
+                               timeout_s=timeout_s, gcp_resources_path=gcp_resources_path,
+                               echo=echo)
+    outcome.output = outcome.output or output_uri
+    return outcome
+
+
+def _label_value(text: str) -> str:
+    return re.sub(r"[^a-z0-9_-]+", "-", text.lower()).strip("-")[:63] or "none"
 
 
 def _model_features(version) -> list[str]:

@@ -1,5 +1,6 @@
 """``engine: vizier``: the HyperparameterTuningJob a sweep submits to Vertex AI, its trials'
-outcomes, and the submission itself (REST, idempotent per pipeline run).
+outcomes, and the submission itself (REST, idempotent per pipeline run, followed by
+:func:`gkeflow.components.cloud.follow.follow`).
 
 Every trial runs :mod:`gkeflow.components.sweep.trial` in the suite's GPU image: the same
 training code as ``train_model``, reading the prepared splits through the Cloud Storage
@@ -10,14 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 TRIAL_MODULE = "gkeflow.components.sweep.trial"
 RUN_LABEL = "gkeflow-run"
-TERMINAL = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED",
-            "JOB_STATE_EXPIRED", "JOB_STATE_PARTIALLY_SUCCEEDED"}
+KIND = "HyperparameterTuningJob"
 
 
 class TuningError(RuntimeError):
@@ -110,32 +109,31 @@ def outcomes(job: Mapping[str, Any], metric: str) -> tuple[list[dict], list[str]
 
 def submit_and_wait(body: Mapping[str, Any], project: str, location: str,
                     api_endpoint: str = "", credentials: Any = None, poll_s: float = 60.0,
-                    on_state: Callable[[str], None] | None = None) -> dict[str, Any]:
+                    echo: Callable[[str], None] = print, policy: Any = None,
+                    gcp_resources_path: str = "",
+                    deadline_s: float | None = None) -> dict[str, Any]:
     """Create the job once per pipeline run (a retried step finds and follows the job its
-    first attempt created), wait for it to end; returns the finished job as JSON."""
+    first attempt created), follow it to its end; returns the finished job as JSON.
+
+    Every call is retried by ``policy`` (a :class:`~gkeflow.components.cloud.retry.RetryPolicy`,
+    default: from the environment); SIGTERM or a final give-up cancels the job.
+
+    Raises:
+        gkeflow.components.cloud.follow.Ending: the job failed, or the launcher was
+            cancelled or gave up; the message is one line.
+    """
     from google.cloud import aiplatform_v1
 
-    client = aiplatform_v1.JobServiceClient(
-        client_options={"api_endpoint": api_endpoint or f"{location}-aiplatform.googleapis.com"},
-        credentials=credentials, transport="rest")
-    parent = f"projects/{project}/locations/{location}"
-    run_label = body["labels"][RUN_LABEL]
-    existing = list(client.list_hyperparameter_tuning_jobs(
-        request={"parent": parent, "filter": f'labels.{RUN_LABEL}="{run_label}"'}))
-    if existing:
-        job = existing[0]
-    else:
-        job = client.create_hyperparameter_tuning_job(
-            parent=parent, hyperparameter_tuning_job=validate_job(body))
-    state = ""
-    while True:
-        current = aiplatform_v1.JobState(job.state).name
-        if current != state and on_state:
-            on_state(current)
-        state = current
-        if state in TERMINAL:
-            break
-        time.sleep(poll_s)
-        job = client.get_hyperparameter_tuning_job(name=job.name)
+    from gkeflow.components.cloud.retry import RetryPolicy
+    from gkeflow.components.cloud.vertex import VertexJob, follow_vertex_job, job_client
+
+    job = validate_job(body)  # a malformed body fails before any call
+    policy = policy or RetryPolicy.from_env()
+    remote = VertexJob(job_client(location, api_endpoint, credentials), KIND,
+                       f"projects/{project}/locations/{location}", job,
+                       (RUN_LABEL, body["labels"][RUN_LABEL]), poll_s=poll_s,
+                       sleep=policy.sleep)
+    finished = follow_vertex_job(remote, policy, echo, gcp_resources_path,
+                                 deadline_s=deadline_s)
     return json.loads(aiplatform_v1.HyperparameterTuningJob.to_json(
-        job, use_integers_for_enums=False))
+        finished, use_integers_for_enums=False))

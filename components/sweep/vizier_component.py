@@ -14,6 +14,7 @@ def tune_with_vizier(
     schema: Input[Artifact],
     best_model: Output[Model],
     trial_table: Output[Markdown],
+    gcp_resources: dsl.OutputPath(str),
     trials: list,
     spec: str,
     pipeline_run_id: str,
@@ -33,12 +34,15 @@ def tune_with_vizier(
     trial_image: str = GPU_IMAGE,
     service_account: str = "",
     poll_s: float = 60.0,
+    call_timeout_s: float = 0.0,
+    retry_budget_s: float = 0.0,
 ) -> NamedTuple("Selection", best_trial=str, best_value=float, hyperparameters=str,
                 table=str, labels=str):
     """Runs the sweep's trials as one Vertex AI hyperparameter tuning job and picks the best.
 
     The job is created once per pipeline run (a retry follows it); each trial runs the
     suite's training code on its own machine and GPU and reports its eval-split metric.
+    Transient errors of Vertex AI are retried; cancelling the run cancels the job.
     Failed trials are listed; the step fails only when every trial failed.
 
     Args:
@@ -46,6 +50,7 @@ def tune_with_vizier(
         schema: Schema written by prepare_data.
         best_model: The winner's SavedModel with sweep.json beside it.
         trial_table: Trials sorted by the metric, best first.
+        gcp_resources: The tuning job's resource (cancelled with the pipeline run).
         trials: Unused by Vizier (it chooses the points); kept so both engines share one
             pipeline signature.
         spec: Study, machine and scheduling, compiled from gkeflow.yaml's sweep section.
@@ -66,6 +71,10 @@ def tune_with_vizier(
         trial_image: Image every trial runs in.
         service_account: Service account of the trials; empty = the project's default.
         poll_s: Seconds between status checks.
+        call_timeout_s: Seconds before a call to Vertex AI is abandoned and retried; 0 =
+            $GKEFLOW_CALL_TIMEOUT_S or 60.
+        retry_budget_s: Seconds one failing operation is retried before the step gives up
+            and cancels the job; 0 = $GKEFLOW_RETRY_BUDGET_S or 900.
 
     Returns:
         best_trial: The winning trial's id.
@@ -79,6 +88,8 @@ def tune_with_vizier(
     from collections import namedtuple
     from pathlib import Path
 
+    from gkeflow.components.cloud.follow import run_step
+    from gkeflow.components.cloud.options import policy_from
     from gkeflow.components.sweep import vizier
     from gkeflow.components.sweep.logic import publish_selection, select
 
@@ -97,8 +108,9 @@ def tune_with_vizier(
         fixed={"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
                "model_type": model_type, "hidden_units": hidden_units, "dropout": dropout,
                "early_stopping_patience": early_stopping_patience})
-    job = vizier.submit_and_wait(body, project, location, poll_s=poll_s,
-                                 on_state=lambda s: print(f"tuning job: {s}"))
+    job = run_step(lambda: vizier.submit_and_wait(
+        body, project, location, poll_s=poll_s, echo=lambda line: print(line, flush=True),
+        policy=policy_from(call_timeout_s, retry_budget_s), gcp_resources_path=gcp_resources))
     found, reports = vizier.outcomes(job, metric)
     selection = select(found, reports, metric, direction,
                        [t for t in tuned.split(",") if t.strip()])

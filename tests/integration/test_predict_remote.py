@@ -79,9 +79,12 @@ class FakeJobService(FakeVertex):
             return v1.BatchPredictionJob.to_json(job)
         if rest == "batchPredictionJobs" and request.method == "GET":
             self._query(request, {"filter", "pageSize", "pageToken", "readMask"})
-            wanted = re.fullmatch(r'display_name="([^"]+)"', request.args.get("filter", ""))
+            filter_ = request.args.get("filter", "")
+            wanted = re.fullmatch(r'labels\.([a-z0-9_-]+)="([^"]+)"', filter_)
+            if filter_ and not wanted:
+                raise Rejected(400, f"unsupported filter {filter_!r}")
             jobs = [j for j in self.jobs.values()
-                    if not wanted or j.display_name == wanted.group(1)]
+                    if not wanted or j.labels.get(wanted.group(1)) == wanted.group(2)]
             return json.dumps({"batchPredictionJobs": [
                 json.loads(v1.BatchPredictionJob.to_json(j)) for j in jobs]})
         name = f"{self.parent}/{rest}"
@@ -140,7 +143,8 @@ def test_batch_job_for_the_champion_is_created_once_per_run(gcs, job_service):
                       aliases=("champion",))
     args = dict(registry_uri=uri, model="penguins", data_uri="gs://data/new.jsonl",
                 output_uri="gs://out/preds", run_id="score-run-1", key_column="id",
-                api_endpoint=job_service.url, poll_s=0.01, timeout_s=10)
+                api_endpoint=job_service.url, poll_s=0.01, timeout_s=10,
+                echo=lambda _: None)
     first = run_batch_prediction(**args)
     assert first.created and first.state == "JOB_STATE_SUCCEEDED"
     assert first.output == "gs://out/preds/prediction-1"

@@ -8,13 +8,12 @@ Pipelines does (JSON-escaped); every created CustomJob is parsed strictly.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import threading
 
 import pytest
 from google.auth.credentials import AnonymousCredentials
 
+from gkeflow.components.cloud import follow as fl
+from gkeflow.components.cloud.retry import RetryPolicy
 from gkeflow.components.scaleout import vertex_launcher as vl
 from gkeflow.pipelines.compile import compile_pipeline
 from gkeflow.pipelines.training import DEFAULT_COMPUTE
@@ -46,8 +45,10 @@ def payload(tmp_path_factory) -> dict:
 
 def run(fake, payload, gcp_resources="", task="train-model"):
     job_client, pipeline_client = vl.clients(LOCATION, fake.url, AnonymousCredentials())
+    policy = RetryPolicy(call_timeout_s=5, budget_s=5, initial_s=0.01, maximum_s=0.05)
     return vl.run_custom_job(job_client, pipeline_client, PROJECT, LOCATION, payload,
-                             PIPELINE_JOB, task, gcp_resources, poll_s=0.01, echo=lambda _: None)
+                             PIPELINE_JOB, task, gcp_resources, poll_s=0.01, echo=lambda _: None,
+                             policy=policy)
 
 
 def test_creates_a_two_pool_spot_job_as_the_pipelines_service_account(payload, tmp_path):
@@ -89,25 +90,38 @@ def test_a_failed_earlier_job_is_replaced_and_a_failure_fails_the_step(payload):
     with FakeVertexJobs(outcome="JOB_STATE_FAILED") as fake:
         fake.add_job(PARENT, aiplatform_v1.CustomJob(labels={
             vl.LAUNCH_LABEL: vl.launch_key(PIPELINE_JOB, "train-model")}), "JOB_STATE_FAILED")
-        with pytest.raises(vl.CustomJobFailed, match="workerpool1-0 exited"):
+        with pytest.raises(fl.JobFailed, match="workerpool1-0 exited"):
             run(fake, payload)
     assert len(fake.created) == 1
 
 
-def test_main_exits_non_zero_on_failure_and_cancels_on_sigterm(payload, tmp_path, capsys):
+def test_main_ends_in_one_line_and_shows_the_traceback_only_when_debugging(
+        payload, capsys, monkeypatch):
+    monkeypatch.delenv("GKEFLOW_DEBUG", raising=False)
     argv = ["--payload", json.dumps(payload), "--project", PROJECT, "--location", LOCATION,
-            "--pipeline_job", PIPELINE_JOB, "--task_name", "train-model", "--poll", "0.02"]
+            "--pipeline_job", PIPELINE_JOB, "--task_name", "train-model", "--poll", "0.02",
+            "--retry-budget", "5"]
     with FakeVertexJobs(outcome="JOB_STATE_FAILED") as fake:
         assert vl.main([*argv, "--api_endpoint", fake.url]) == 1
-    assert "error: CustomJob" in capsys.readouterr().err
-    with FakeVertexJobs(running_looks=10**6) as fake:
-        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
-        timer.start()
-        try:
-            assert vl.main([*argv, "--api_endpoint", fake.url]) == 1
-        finally:
-            timer.cancel()
-    assert len(fake.created) == 1 and fake.cancelled == list(fake.jobs)
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error: CustomJob projects/p/")
+        assert "workerpool1-0 exited" in err and "Traceback" not in err
+        assert vl.main([*argv, "--api_endpoint", fake.url, "--debug"]) == 1
+        assert "Traceback" in capsys.readouterr().err
+    monkeypatch.setenv("GKEFLOW_CALL_TIMEOUT_S", "soon")
+    assert vl.main([*argv, "--api_endpoint", "http://127.0.0.1:9"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == ("error: ValueError: GKEFLOW_CALL_TIMEOUT_S='soon' is not a number "
+                           "of seconds (set GKEFLOW_DEBUG=1 for the traceback)")
+
+
+def test_help_explains_the_reliability_options(capsys):
+    with pytest.raises(SystemExit):
+        vl.main(["--help"])
+    text = capsys.readouterr().out
+    for words in ("--call-timeout", "GKEFLOW_CALL_TIMEOUT_S", "--retry-budget",
+                  "GKEFLOW_RETRY_BUDGET_S", "--debug", "cancel"):
+        assert words in text
 
 
 def test_an_unknown_field_in_the_payload_is_rejected_before_any_call(payload):
@@ -116,4 +130,4 @@ def test_an_unknown_field_in_the_payload_is_rejected_before_any_call(payload):
     with FakeVertexJobs() as fake:
         with pytest.raises(Exception, match="preemptible"):
             run(fake, bad)
-    assert fake.created == []
+    assert fake.created == [] and fake.calls == 0

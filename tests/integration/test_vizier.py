@@ -8,6 +8,7 @@ import math
 import pytest
 from google.auth.credentials import AnonymousCredentials
 
+from gkeflow.components.cloud.follow import GaveUp
 from gkeflow.components.sweep import vizier
 from gkeflow.components.sweep.logic import select
 from gkeflow.pipelines.compute import ComputeError, ComputeProfile
@@ -102,15 +103,19 @@ def test_submission_is_created_once_per_run_and_followed_to_the_end():
         return 1.0 - abs(math.log10(params["learning_rate"]) + 2) / 3
 
     body = _body(tuning_spec(SWEEP, T4))
-    states = []
+    lines: list[str] = []
     with FakeTuning(score=score) as fake:
         kwargs = dict(project=fake.project, location=fake.location, api_endpoint=fake.url,
                       credentials=AnonymousCredentials(), poll_s=0.01)
-        job = vizier.submit_and_wait(body, on_state=states.append, **kwargs)
-        again = vizier.submit_and_wait(body, **kwargs)  # a retried step: no second job
+        job = vizier.submit_and_wait(body, echo=lines.append, **kwargs)
+        again = vizier.submit_and_wait(body, echo=lines.append, **kwargs)  # a retried step
         assert len(fake.jobs) == 1 and not fake.violations
         assert [m for m, p in fake.requests if m == "POST"] == ["POST"]
-    assert states == ["JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED"]
+    states = [line.rsplit(": ", 1)[1] for line in lines
+              if line.startswith("HyperparameterTuningJob projects/")]
+    assert states == ["JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED",
+                      "JOB_STATE_SUCCEEDED"]  # the retried step finds it finished
+    assert any(line.startswith("re-attaching to HyperparameterTuningJob") for line in lines)
     assert again["name"] == job["name"]
     trials, reports = vizier.outcomes(job, "eval_accuracy")
     assert [t["trial_id"] for t in trials] == [f"trial-{i:03d}" for i in range(1, 7)]
@@ -125,10 +130,11 @@ def test_submission_is_created_once_per_run_and_followed_to_the_end():
 
 def test_a_body_the_service_rejects_is_reported():
     body = _body(tuning_spec(SWEEP, T4), output_uri="/local/path")
-    with FakeTuning() as fake, pytest.raises(Exception, match="baseOutputDirectory"):
+    with FakeTuning() as fake, pytest.raises(GaveUp, match="HTTP 400: baseOutputDirectory "
+                                             ".*no HyperparameterTuningJob had been created"):
         vizier.submit_and_wait(body, project=fake.project, location=fake.location,
                                api_endpoint=fake.url, credentials=AnonymousCredentials(),
-                               poll_s=0.01)
+                               poll_s=0.01, echo=lambda _: None)
 
 
 def test_a_trial_trains_with_vizier_arguments_and_reports_its_metric(
