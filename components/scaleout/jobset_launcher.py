@@ -81,7 +81,8 @@ def launch(api: KubeApi, manifest: dict, output_uri: str, *,
     replicated = manifest["spec"]["replicatedJobs"][0]["name"]
     remote.log = ChiefLog(api, namespace, name, replicated, echo)
     try:
-        follow(remote, policy, echo=echo)
+        # a JobSet of an earlier attempt still being deleted is waited out by watching it
+        follow(remote, policy, echo=echo, stopping_poll_s=1.0)
     except JobFailed:
         remote.log.poll(policy.call_timeout_s)  # the chief's last lines, before the error
         _clean_up(remote, policy, echo)

@@ -146,6 +146,23 @@ def test_a_failed_jobset_of_an_earlier_attempt_is_replaced_once_it_is_gone(tmp_p
     assert created["metadata"]["name"] == NAME and old_uid != "uid-new"
 
 
+def test_a_jobset_of_an_earlier_attempt_still_being_deleted_is_waited_out(tmp_path):
+    """A cancelled attempt's JobSet (foreground deletion: its pods are still going) is
+    neither re-attached to nor replaced early: the new one is created once it is gone."""
+    output, lines = str(tmp_path / "model"), []
+    with FakeKube(running_looks=1, on_complete=publisher(tmp_path, output),
+                  delete_lag=3) as kube:
+        kube.add_jobset(manifest())
+        api_for(kube).delete(NS, NAME, 5.0)  # what the cancelled attempt did on SIGTERM
+        assert run(kube, output, lines=lines) == SUMMARY
+        [created] = kube.created
+    assert any("is still stopping" in line for line in lines)
+    deleted = [i for i, (m, _, _) in enumerate(kube.requests) if m == "DELETE"]
+    created_at = next(i for i, (m, _, _) in enumerate(kube.requests) if m == "POST")
+    assert deleted[0] < created_at and len(deleted) == 2  # the cancel's, then after success
+    assert kube.deleted_states == ["Running", "Completed"]
+
+
 def test_an_already_published_model_is_not_trained_again(tmp_path):
     output = str(tmp_path / "model")
     publisher(tmp_path, output)(None)
