@@ -439,6 +439,9 @@ EXAMPLE_CONFIG = '''\
 # Per-step compute overrides (see `gkeflow compile --help`), e.g.:
 # compute:
 #   train-model: {accelerator: nvidia-l4, accelerator_count: 1, spot: true}
+# Multi-node training on GKE (a JobSet; see docs/jobset.md): its pods run as their own
+# Kubernetes service account, which needs no permission (deploy/rbac/jobset-worker.yaml):
+#   train-model: {replicas: 4, worker_service_account: gkeflow-worker}
 
 targets:
   # Kubeflow Pipelines on GKE: `gkeflow submit --target gke`.

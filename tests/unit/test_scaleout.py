@@ -205,3 +205,16 @@ def test_the_launcher_deadline_covers_provisioning_plus_the_jobsets_own():
     assert gke.ENGINE.launcher_profile(flex).timeout_s == 7200 + 3 * 3600
     assert gke.ENGINE.launcher_profile(profile.with_overrides(timeout_s=0)).timeout_s == 0
     assert "deadline 2h (launcher 3h)" in gke.ENGINE.describe(profile)
+
+
+def test_the_workers_account_is_set_and_checked_in_gkeflow_yaml(tmp_path):
+    from gkeflow.pipelines.config import ConfigError, load_config
+
+    path = tmp_path / "gkeflow.yaml"
+    path.write_text("compute:\n  train-model: {replicas: 2, worker_service_account: trainer}\n")
+    profiles = load_config(path).compute_overrides(DEFAULT_COMPUTE)
+    assert profiles["train-model"].worker_service_account == "trainer"
+    path.write_text("compute:\n  train-model: {worker_service_account: Trainer_SA}\n")
+    with pytest.raises(ConfigError, match="compute.train-model: worker_service_account must "
+                                          "name a Kubernetes service account"):
+        load_config(path).compute_overrides(DEFAULT_COMPUTE)
