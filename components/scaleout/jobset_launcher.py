@@ -69,7 +69,7 @@ def launch(api: KubeApi, manifest: dict, output_uri: str, *,
     """
     policy = policy or RetryPolicy.from_env()
     namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
-    remote = JobSetRemote(api, manifest, window_s, sleep=policy.sleep)
+    remote = JobSetRemote(api, manifest, window_s, sleep=policy.sleep, echo=echo)
     summary = policy.call(lambda: storage.published_summary(output_uri),
                           f"looking for a model published at {output_uri}", on_retry=echo)
     if summary is not None:
@@ -77,7 +77,6 @@ def launch(api: KubeApi, manifest: dict, output_uri: str, *,
              f"{output_uri}; nothing to launch")
         _clean_up(remote, policy, echo)
         return summary
-    _check_worker_account(api, manifest, policy, echo)
     replicated = manifest["spec"]["replicatedJobs"][0]["name"]
     remote.log = ChiefLog(api, namespace, name, replicated, echo)
     try:
@@ -108,29 +107,6 @@ def _clean_up(remote: JobSetRemote, policy: RetryPolicy, echo) -> None:
     except Exception as exc:
         echo(f"could not delete the ended JobSet {remote.jobset} ({describe_error(exc)}); "
              f"it holds no GPU; delete it with: {remote.stop_hint({})}")
-
-
-def _check_worker_account(api: KubeApi, manifest: dict, policy: RetryPolicy, echo) -> None:
-    """Refuse before creating anything when the workers' service account is missing (the
-    Job controller would otherwise retry creating pods forever, with no error here)."""
-    pod = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-    account = pod.get("serviceAccountName", "")
-    namespace = manifest["metadata"]["namespace"]
-    if not account:
-        return
-    try:
-        exists = policy.call(lambda: api.service_account_exists(namespace, account,
-                                                                policy.call_timeout_s),
-                             f"reading service account {account}", on_retry=echo)
-    except Exception as exc:  # e.g. 403 under an older RBAC manifest: not a reason to stop
-        echo(f"could not check the workers' service account {account} "
-             f"({describe_error(exc)}); launching anyway")
-        return
-    if not exists:
-        raise ValueError(
-            f"the workers' service account {account} does not exist in namespace "
-            f"{namespace}: create it (kubectl apply -n {namespace} -f "
-            "deploy/rbac/jobset-worker.yaml) or set compute.train-model.worker_service_account")
 
 
 def output_uri(pipeline_root: str, run_id: str, task_name: str) -> str:

@@ -2,7 +2,8 @@
 (a :class:`~gkeflow.components.cloud.follow.Remote`).
 
 - **find**: GET by its deterministic name (run and task), so a retried step re-attaches.
-- **create**: POST; a 409 means an earlier create of this step made it: read it back.
+- **create**: POST, once the workers' service account is known to exist; a 409 means an
+  earlier create of this step made it: read it back.
 - **next**: one bounded watch window (``?watch=true&resourceVersion=...&timeoutSeconds=``),
   as client-go's reflector does it:
 
@@ -29,6 +30,7 @@ import math
 from collections.abc import Callable
 
 from gkeflow.components.cloud.follow import Phase, Status
+from gkeflow.components.cloud.retry import describe_error, is_transient
 from gkeflow.components.scaleout import jobset as js
 from gkeflow.components.scaleout.kube import WatchExpired
 
@@ -40,10 +42,11 @@ class JobSetRemote:
 
     def __init__(self, api, manifest: dict, window_s: float, log=None,
                  sleep: Callable[[float], None] | None = None, delete_wait_s: float = 600.0,
-                 delete_poll_s: float = 5.0):
+                 delete_poll_s: float = 5.0, echo: Callable[[str], None] = print):
         import time
 
-        self.api, self.manifest, self.log = api, manifest, log
+        self.api, self.manifest, self.log, self.echo = api, manifest, log, echo
+        self.account_checked = False
         self.namespace = manifest["metadata"]["namespace"]
         self.jobset = manifest["metadata"]["name"]
         self.window_s = max(1, math.ceil(window_s))
@@ -62,12 +65,38 @@ class JobSetRemote:
         return self._seen(self.api.get(self.namespace, self.jobset, timeout_s))
 
     def create(self, timeout_s: float) -> dict:
+        if not self.account_checked:
+            self._check_worker_account(timeout_s)
+            self.account_checked = True
         created = self.api.create(self.namespace, self.manifest, timeout_s)
         if created is None:  # 409: a create of this step whose answer was lost made it
             created = self.api.get(self.namespace, self.jobset, timeout_s)
             if created is None:
                 raise ConnectionError(f"JobSet {self.jobset} already existed, then was gone")
         return self._seen(created)
+
+    def _check_worker_account(self, timeout_s: float) -> None:
+        """Refuse to create the JobSet when the workers' service account is missing: the
+        Job controller would retry creating its pods forever, with no error here."""
+        pod = self.manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+        account = pod["spec"].get("serviceAccountName", "")
+        if not account:
+            return
+        try:
+            exists = self.api.service_account_exists(self.namespace, account, timeout_s)
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            # e.g. a 403 under an older RBAC manifest: not a reason to stop
+            self.echo(f"could not check the workers' service account {account} "
+                      f"({describe_error(exc)}); launching anyway")
+            return
+        if not exists:
+            raise ValueError(
+                f"the workers' service account {account} does not exist in namespace "
+                f"{self.namespace}: create it (kubectl apply -n {self.namespace} -f "
+                "deploy/rbac/jobset-worker.yaml) or set "
+                "compute.train-model.worker_service_account")
 
     def status(self, job: dict) -> Status:
         outcome, message = js.state(job)

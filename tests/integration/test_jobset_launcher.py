@@ -16,13 +16,13 @@ import threading
 import pytest
 from kubernetes import client
 
-from gkeflow.components.cloud.follow import Cancelled, JobFailed
+from gkeflow.components.cloud.follow import Cancelled, GaveUp, JobFailed
 from gkeflow.components.scaleout import jobset as js
 from gkeflow.components.scaleout import storage
 from gkeflow.components.scaleout.jobset_launcher import launch, launch_in_cluster
 from gkeflow.pipelines.engines.gke import jobset_template
 from gkeflow.pipelines.training import DEFAULT_COMPUTE
-from tests.integration.fake_kube import FakeKube
+from tests.integration.fake_kube import FakeKube, KubeFaults
 from tests.integration.kube_helpers import (
     CHIEF,
     NAME,
@@ -161,6 +161,28 @@ def test_a_jobset_of_an_earlier_attempt_still_being_deleted_is_waited_out(tmp_pa
     created_at = next(i for i, (m, _, _) in enumerate(kube.requests) if m == "POST")
     assert deleted[0] < created_at and len(deleted) == 2  # the cancel's, then after success
     assert kube.deleted_states == ["Running", "Completed"]
+
+
+def test_a_missing_workers_account_is_refused_before_creating_anything(tmp_path):
+    with FakeKube(service_accounts=("default",)) as kube:
+        with pytest.raises(GaveUp) as gave_up:
+            run(kube, tmp_path / "model")
+    assert str(gave_up.value) == (
+        f"gave up: ValueError: the workers' service account gkeflow-worker does not exist in "
+        f"namespace {NS}: create it (kubectl apply -n {NS} -f deploy/rbac/jobset-worker.yaml) "
+        "or set compute.train-model.worker_service_account; no JobSet had been created")
+    assert kube.created == [] and kube.count("POST", "jobset") == 0
+
+
+def test_an_account_check_the_launcher_may_not_make_does_not_stop_it(tmp_path):
+    output, lines = str(tmp_path / "model"), []
+    faults = KubeFaults().script("403", resource="serviceaccount")
+    with FakeKube(running_looks=1, on_complete=publisher(tmp_path, output),
+                  faults=faults) as kube:
+        assert run(kube, output, lines=lines) == SUMMARY
+    assert "could not check the workers' service account gkeflow-worker (HTTP 403: " \
+           "injected 403); launching anyway" in lines
+    assert len(kube.created) == 1
 
 
 def test_an_already_published_model_is_not_trained_again(tmp_path):
