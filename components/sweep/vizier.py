@@ -81,6 +81,18 @@ def validate_job(body: Mapping[str, Any]):
                                                           ignore_unknown_fields=False)
 
 
+def step_location() -> tuple[str, str]:
+    """The project and region Vertex AI Pipelines gives the step (in its environment)."""
+    import os
+
+    project = os.environ.get("CLOUD_ML_PROJECT_ID", "")
+    location = os.environ.get("CLOUD_ML_REGION", os.environ.get("GOOGLE_CLOUD_REGION", ""))
+    if not project or not location:
+        raise TuningError("engine: vizier runs on Vertex AI Pipelines only (no project or "
+                          "region in the step's environment); use engine: kfp elsewhere")
+    return project, location
+
+
 def trial_id(vizier_id: str | int) -> str:
     return f"trial-{int(vizier_id):03d}" if str(vizier_id).isdigit() else f"trial-{vizier_id}"
 

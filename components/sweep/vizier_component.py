@@ -84,7 +84,6 @@ def tune_with_vizier(
         labels: The winner's trial id and hyperparameters as registry labels.
     """
     import json
-    import os
     from collections import namedtuple
     from pathlib import Path
 
@@ -94,11 +93,7 @@ def tune_with_vizier(
     from gkeflow.components.sweep.logic import publish_selection, select
 
     del trials
-    project = os.environ.get("CLOUD_ML_PROJECT_ID", "")
-    location = os.environ.get("CLOUD_ML_REGION", os.environ.get("GOOGLE_CLOUD_REGION", ""))
-    if not project or not location:
-        raise RuntimeError("engine: vizier runs on Vertex AI Pipelines only (no project or "
-                           "region in the step's environment)")
+    project, location = run_step(vizier.step_location)
     output_uri = f"{pipeline_root.rstrip('/')}/sweeps/{vizier.label_value(pipeline_run_id)}"
     body = vizier.build_job(
         json.loads(spec), display_name=f"gkeflow-sweep-{pipeline_run_id}", image=trial_image,
