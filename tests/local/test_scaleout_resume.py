@@ -138,3 +138,69 @@ def test_both_workers_resume_at_the_committed_epoch(tmp_path):
     assert metadata["epochs_run"] == PARAMS["epochs"] and metadata["replicas"] == 2
     assert [f["name"] for f in metadata["features"]] == summary["features"]
     assert set(model.predict_rows([{"plan": "basic"}, {}])) <= set(model.label_vocabulary)
+
+
+#: Loaded by every Python process started with this directory on PYTHONPATH: the chief dies
+#: (as SIGKILL would: no clean-up) right after committing the checkpoint of the last epoch.
+DIE_AFTER_LAST_COMMIT = """
+import os
+from pathlib import Path
+from gkeflow.components.train import store as _store
+
+_commit = _store.LocalStore.commit
+
+
+def _dying_commit(self, state, token):
+    result = _commit(self, state, token)
+    if (Path(self.directory) == Path(os.environ["GKEFLOW_TEST_SHARED_CHECKPOINTS"])
+            and state["epochs_completed"] == int(os.environ["GKEFLOW_TEST_LAST_EPOCH"])):
+        os._exit(137)
+    return result
+
+
+_store.LocalStore.commit = _dying_commit
+"""
+
+
+def test_both_workers_killed_after_the_last_commit_resume_and_export(tmp_path):
+    """Preemption during export: every epoch is committed, no model published. The retried
+    job trains nothing, restores the best weights on every worker and publishes the model."""
+    csv = make_churn_csv(tmp_path / "churn.csv", rows=4000, seed=7)
+    prepare(str(csv), tmp_path / "dataset", "status")
+    dataset, root = str(tmp_path / "dataset"), str(tmp_path / "root")
+    location = resolve_checkpoint_location("", root, "run-1", "train-model")
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(DIE_AFTER_LAST_COMMIT)
+    dying = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(hook), os.environ.get("PYTHONPATH", "")]),
+        "GKEFLOW_TEST_SHARED_CHECKPOINTS": location,
+        "GKEFLOW_TEST_LAST_EPOCH": str(PARAMS["epochs"])}
+    output = str(tmp_path / "published")
+
+    hosts = cluster.loopback_hosts(free_ports(2))
+    first = [start_worker(i, hosts, dataset, root, output, env=dying) for i in range(2)]
+    try:
+        first[0].wait(timeout=600)
+    finally:
+        for process in first:
+            if process.poll() is None:
+                process.kill()
+            process.communicate()
+    assert first[0].returncode == 137
+    assert load_state(location).epochs_completed == PARAMS["epochs"]
+    assert storage.published_summary(output) is None
+
+    hosts = cluster.loopback_hosts(free_ports(2))
+    second = [start_worker(i, hosts, dataset, root, output) for i in range(2)]
+    logs = [p.communicate(timeout=600)[0] for p in second]
+    for process, log in zip(second, logs, strict=True):
+        assert process.returncode == 0, log[-3000:]
+        assert f"resuming from checkpoint: {PARAMS['epochs']} epochs completed" in log
+        assert "Epoch " not in log, "no epoch is trained again"
+    summary = storage.published_summary(output)
+    assert summary["workers"] == 2 and summary["epochs_run"] == PARAMS["epochs"]
+    metadata = json.loads((Path(output) / MODEL_METADATA_FILE).read_text())
+    assert metadata["restored_best_weights"] is True
+    assert not os.path.exists(location)
+    assert ExportedModel(Path(output)).predict_rows([{"plan": "basic"}])
