@@ -32,7 +32,7 @@ from collections.abc import Callable
 from gkeflow.components.cloud.follow import Phase, Status
 from gkeflow.components.cloud.retry import describe_error, is_transient
 from gkeflow.components.scaleout import jobset as js
-from gkeflow.components.scaleout.kube import WatchExpired
+from gkeflow.components.scaleout.kube import KubeError, WatchExpired
 
 
 class JobSetRemote:
@@ -68,7 +68,11 @@ class JobSetRemote:
         if not self.account_checked:
             self._check_worker_account(timeout_s)
             self.account_checked = True
-        created = self.api.create(self.namespace, self.manifest, timeout_s)
+        try:
+            created = self.api.create(self.namespace, self.manifest, timeout_s)
+        except KubeError as exc:
+            _explain(exc, self.namespace)
+            raise
         if created is None:  # 409: a create of this step whose answer was lost made it
             created = self.api.get(self.namespace, self.jobset, timeout_s)
             if created is None:
@@ -161,3 +165,16 @@ class JobSetRemote:
 
 def _version(job: dict) -> str:
     return job.get("metadata", {}).get("resourceVersion", "")
+
+
+def _explain(exc: KubeError, namespace: str) -> None:
+    """Raise what to do instead of a refused create, when the refusal says it."""
+    if exc.status == 403:
+        raise RuntimeError(
+            f"the step's service account may not create JobSets in namespace {namespace} "
+            f"({exc}): kubectl apply -n {namespace} -f deploy/rbac/jobset-launcher.yaml, "
+            "binding the account the pipeline runs as") from exc
+    if exc.status == 404:
+        raise RuntimeError(
+            "the cluster serves no JobSets (jobset.x-k8s.io/v1alpha2): install the JobSet "
+            "controller (https://jobset.sigs.k8s.io/docs/installation/)") from exc

@@ -174,6 +174,18 @@ def test_a_missing_workers_account_is_refused_before_creating_anything(tmp_path)
     assert kube.created == [] and kube.count("POST", "jobset") == 0
 
 
+def test_a_create_the_launcher_may_not_make_says_which_grants_to_apply(tmp_path):
+    with FakeKube(faults=KubeFaults().script("403", resource="jobset", method="POST")) as kube:
+        with pytest.raises(GaveUp) as gave_up:
+            run(kube, tmp_path / "model")
+    assert str(gave_up.value) == (
+        f"gave up: RuntimeError: the step's service account may not create JobSets in "
+        f"namespace {NS} (injected 403): kubectl apply -n {NS} -f "
+        "deploy/rbac/jobset-launcher.yaml, binding the account the pipeline runs as; no "
+        "JobSet had been created")
+    assert kube.created == []
+
+
 def test_an_account_check_the_launcher_may_not_make_does_not_stop_it(tmp_path):
     output, lines = str(tmp_path / "model"), []
     faults = KubeFaults().script("403", resource="serviceaccount")
