@@ -114,6 +114,8 @@ class FakeVertexJobs(WsgiFake):
             if request.method == "GET":
                 return self._list(request, match.group(1), match.group(2), kind)
         if (match := _JOB.match(request.path)) and match.group(2) in COLLECTIONS:
+            if set(request.args) - {"$alt"}:
+                return self._reject(request, f"unknown query parameters {sorted(request.args)}")
             name = match.group(1)
             if name not in self.jobs:
                 return _error(404, f"{name} not found")

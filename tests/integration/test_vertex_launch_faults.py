@@ -53,8 +53,11 @@ def earlier_job(launcher: str):
 def launch(launcher, fake, tmp_path, policy=None, **kwargs):
     lines: list[str] = []
     resources = tmp_path / "gcp_resources"
-    job = soak.run_launcher(launcher, fake, policy or fast(), poll_s=0.01, echo=lines.append,
-                            gcp_resources_path=str(resources), **kwargs)
+    try:
+        job = soak.run_launcher(launcher, fake, policy or fast(), poll_s=0.01,
+                                echo=lines.append, gcp_resources_path=str(resources), **kwargs)
+    finally:
+        assert fake.violations == []  # every request the launcher sent was valid
     return job, lines, resources
 
 
