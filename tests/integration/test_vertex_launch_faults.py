@@ -298,3 +298,25 @@ def test_customjob_that_cannot_read_its_pipeline_job_creates_nothing(tmp_path):
                                             "was created"):
             launch("customjob", fake, tmp_path, policy=fast(budget_s=0.2))
     assert fake.jobs == {}
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_job_deleted_by_someone_else_ends_the_step_in_one_line(launcher, tmp_path):
+    with FakeVertexJobs(running_looks=10**6) as fake:
+        def delete_once_followed():
+            deadline = time.monotonic() + 30
+            while not (fake.looks and max(fake.looks.values()) >= 2):
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.01)
+            with fake._lock:
+                fake.jobs.clear()
+
+        deleter = threading.Thread(target=delete_once_followed)
+        deleter.start()
+        try:
+            with pytest.raises(fl.JobFailed, match="was deleted by someone else while it ran"):
+                launch(launcher, fake, tmp_path, deadline_s=30)
+        finally:
+            deleter.join()
+    assert len(fake.created) == 1 and fake.cancelled == []
