@@ -69,7 +69,7 @@ def launch(api: KubeApi, manifest: dict, output_uri: str, *,
     """
     policy = policy or RetryPolicy.from_env()
     namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
-    remote = JobSetRemote(api, manifest, window_s, sleep=policy.sleep, echo=echo)
+    remote = JobSetRemote(api, manifest, window_s, echo=echo)
     summary = policy.call(lambda: storage.published_summary(output_uri),
                           f"looking for a model published at {output_uri}", on_retry=echo)
     if summary is not None:

@@ -18,7 +18,7 @@
 
   After each window the chief's log is looked at (:class:`~.chief_log.ChiefLog`).
 - **stop**: DELETE (foreground: its Jobs and pods go first); **clear**: delete a failed
-  predecessor and wait until it is gone, so the replacement's pods never meet the old ones.
+  predecessor and watch until it is gone, so the replacement's pods never meet the old ones.
 
 Every call is one request; the follower retries what is transient and never stops the
 JobSet for a transient error.
@@ -41,17 +41,13 @@ class JobSetRemote:
     kind = "JobSet"
 
     def __init__(self, api, manifest: dict, window_s: float, log=None,
-                 sleep: Callable[[float], None] | None = None, delete_wait_s: float = 600.0,
-                 delete_poll_s: float = 5.0, echo: Callable[[str], None] = print):
-        import time
-
+                 delete_wait_s: float = 600.0, echo: Callable[[str], None] = print):
         self.api, self.manifest, self.log, self.echo = api, manifest, log, echo
         self.account_checked = False
         self.namespace = manifest["metadata"]["namespace"]
         self.jobset = manifest["metadata"]["name"]
         self.window_s = max(1, math.ceil(window_s))
-        self.sleep = sleep or time.sleep
-        self.delete_wait_s, self.delete_poll_s = delete_wait_s, delete_poll_s
+        self.delete_wait_s = delete_wait_s
         self.version = ""     # where the next watch starts
         self.relist = False   # the last watch was answered 410: LIST first
 
@@ -147,16 +143,25 @@ class JobSetRemote:
         self.api.delete(self.namespace, self.jobset, timeout_s)
 
     def clear(self, job: dict, timeout_s: float) -> None:
+        """Delete the ended JobSet of an earlier attempt and watch until it is gone (with
+        foreground deletion, its Jobs and pods go first)."""
+        import time
+
         self.api.delete(self.namespace, self.jobset, timeout_s)
-        waited = 0.0
-        while self.api.get(self.namespace, self.jobset, timeout_s) is not None:
-            if waited >= self.delete_wait_s:
+        deadline = time.monotonic() + self.delete_wait_s
+        while True:
+            current, version = self.api.list_one(self.namespace, self.jobset, timeout_s)
+            if current is None:
+                break
+            if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"JobSet {self.jobset} of an earlier attempt was not deleted within "
                     f"{self.delete_wait_s:.0f}s; look at its finalizers (kubectl describe "
                     f"jobset -n {self.namespace} {self.jobset}), delete it, and retry")
-            self.sleep(self.delete_poll_s)
-            waited += self.delete_poll_s
+            for kind, _ in self.api.watch(self.namespace, self.jobset, version,
+                                          self.window_s, timeout_s):
+                if kind == "DELETED":
+                    break
         self.version = ""
 
     def stop_hint(self, job: dict) -> str:

@@ -136,14 +136,12 @@ def test_a_failed_jobset_of_an_earlier_attempt_is_replaced_once_it_is_gone(tmp_p
             {"type": "Failed", "status": "True", "message": "node preempted"}]}
         old_uid = kube.jobsets[(NS, NAME)]["metadata"]["uid"]
         assert run(kube, output) == SUMMARY
-        [created] = kube.created
-        # the new JobSet was created only once the old one (and its pods) had gone
-        creates = [i for i, (m, _, _) in enumerate(kube.requests) if m == "POST"]
-        gets = [i for i, (m, p, _) in enumerate(kube.requests)
-                if m == "GET" and p.endswith(NAME)]
-        assert len(creates) == 1 and len(gets) >= 4 and max(gets[:4]) < creates[0]
-    assert kube.deleted_states[0] == "Failed" and kube.deleted_states[-1] == "Completed"
-    assert created["metadata"]["name"] == NAME and old_uid != "uid-new"
+    # the new JobSet was created (not answered 409) only once the old one had gone, which
+    # was watched (a LIST, then a watch), not polled
+    assert kube.count("POST", "jobset") == 1 and len(kube.created) == 1
+    assert kube.count("GET", "jobset") == 1 and kube.count("GET", "list") >= 1
+    assert kube.history[(NS, NAME)][0][2]["metadata"]["uid"] == old_uid
+    assert kube.deleted_states == ["Failed", "Completed"]
 
 
 def test_a_jobset_of_an_earlier_attempt_still_being_deleted_is_waited_out(tmp_path):
