@@ -21,6 +21,11 @@ from gkeflow.components.scaleout import jobset as js
 HTTP_GONE = 410
 
 
+class BrokenStream(ConnectionError):
+    """A watch stream ended in the middle of an event, or carried one that is not JSON:
+    transient, watched again from the last version."""
+
+
 class WatchExpired(ConnectionError):
     """The watch's ``resourceVersion`` is too old (410 Gone): LIST, then watch from the
     list's version. A ``ConnectionError``: transient, retried with backoff."""
@@ -177,7 +182,10 @@ class KubeApi:
             raise
         try:
             for line in _lines(response):
-                event = json.loads(line)
+                try:
+                    event = json.loads(line)
+                except ValueError as exc:
+                    raise BrokenStream(f"watch stream carried a broken event: {exc}") from exc
                 kind, obj = event.get("type", ""), event.get("object") or {}
                 if kind == "ERROR":
                     if obj.get("code") == HTTP_GONE:
@@ -255,5 +263,6 @@ def _lines(response) -> Iterator[bytes]:
         pending += chunk
         *complete, pending = pending.split(b"\n")
         yield from (line for line in complete if line.strip())
-    if pending.strip():
-        yield pending
+    if pending.strip():  # the API server ends every event with a newline
+        raise BrokenStream(f"watch stream ended in the middle of an event "
+                           f"({len(pending)} bytes)")

@@ -22,7 +22,8 @@ Served as the API server does:
 
 :class:`KubeFaults` injects failures per request: error statuses (429, 5xx), connections
 reset before the request is carried out, answers lost after it was, reads that hang past the
-client's timeout, watch streams cut in the middle of an event, 410s, and ERROR events.
+client's timeout, watch streams cut (or ended cleanly) in the middle of an event, 410s, and
+ERROR events.
 
 What the launcher did is recorded: :attr:`requests` (method, path, query), :attr:`created`,
 :attr:`deleted` (with the JobSet's state when deleted), :attr:`log_bytes` per log read.
@@ -132,6 +133,7 @@ STATUSES = ("429", "500", "502", "503", "504")
 KINDS = {**{s: ("watch", "call") for s in STATUSES}, "reset": ("watch", "call"),
          "lost": ("call",), "hang": ("watch", "call"), "cut": ("watch",),
          "gone_status": ("watch",), "gone_event": ("watch",), "error_event": ("watch",),
+         "truncate": ("watch",),
          "403": ("call",)}
 #: What random faults are drawn from: everything a cloud serves now and then (not a 403).
 TRANSIENT = tuple(kind for kind in KINDS if kind != "403")
@@ -544,9 +546,11 @@ class FakeKube(WsgiFake):
                 pending = [e for e in self.history.get(key, []) if e[0] > after]
             for version, kind, manifest in pending:
                 line = json.dumps({"type": kind, "object": manifest}).encode() + b"\n"
-                if fault == "cut":
+                if fault in ("cut", "truncate"):
                     yield line[:len(line) // 2]
-                    raise _Dropped()
+                    if fault == "cut":
+                        raise _Dropped()
+                    return  # a clean end of the stream, in the middle of an event
                 self._observed(key)
                 yield line
                 after, sent = version, sent + 1
@@ -554,9 +558,11 @@ class FakeKube(WsgiFake):
                     return
             if ended:
                 break
-            if fault == "cut":
+            if fault in ("cut", "truncate"):
                 yield b'{"type": "MODIF'
-                raise _Dropped()
+                if fault == "cut":
+                    raise _Dropped()
+                return
             if time.monotonic() >= deadline:
                 ended = True
                 continue

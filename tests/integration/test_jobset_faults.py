@@ -54,18 +54,19 @@ def test_dropped_streams_are_watched_again_from_the_last_version(tmp_path):
     output, waits, lines = tmp_path / "model", Waits(), []
     faults = (KubeFaults().script("cut", times=3, resource="watch")
               .script("reset", resource="watch").script("503", resource="watch")
-              .script("error_event", resource="watch"))
+              .script("error_event", resource="watch").script("truncate", resource="watch"))
     with FakeKube(running_looks=4, on_complete=publisher(tmp_path, str(output)),
                   faults=faults) as kube:
         assert run(kube, output, waits, lines=lines) == SUMMARY
         full_log = kube.log_text(NS, CHIEF).splitlines()
-    assert faults.injected == {"cut": 3, "reset": 1, "503": 1, "error_event": 1}
+    assert faults.injected == {"cut": 3, "reset": 1, "503": 1, "error_event": 1,
+                               "truncate": 1}
     versions = [int(query["resourceVersion"]) for method, _, query in kube.requests
                 if query.get("watch")]
-    assert versions[:7] == [versions[0]] * 7, "each broken watch is resumed where it was"
+    assert versions[:8] == [versions[0]] * 8, "each broken watch is resumed where it was"
     assert versions == sorted(versions)
     assert kube.count("GET", "jobset") == 1 and kube.count("GET", "list") == 0
-    assert waits[:6] == [0.01, 0.02, 0.04, 0.08, 0.16, 0.16], "every retry backs off"
+    assert waits[:7] == [0.01, 0.02, 0.04, 0.08, 0.16, 0.16, 0.16], "every retry backs off"
     assert len(kube.created) == 1 and kube.deleted_states == ["Completed"]
     assert chief_lines(lines) == full_log
 
