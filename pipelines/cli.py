@@ -478,6 +478,10 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
         console.print(f"note: {note}", markup=False)
     for line in _workspace_lines(pipeline, target, config, config_path, profiles):
         console.print(line, markup=False)
+    if target == "gke":
+        from gkeflow.pipelines.backend_version import plan_line
+
+        console.print(plan_line(pipeline, compute, config), markup=False)
     if pipeline == "sweep":
         from gkeflow.pipelines.sweep_cli import plan_lines
 

@@ -54,7 +54,7 @@ class ApplyResult:
 
     @property
     def changed(self) -> bool:
-        return any(a.kind not in ("unchanged", "kept") for a in self.actions)
+        return any(a.kind not in ("unchanged", "kept", "warning") for a in self.actions)
 
 
 def job_fingerprint(target: str, version_name: str, parameters: dict[str, Any],
@@ -133,6 +133,11 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
                                             config=config)
                 ids = None
                 if target_name == "gke":
+                    from gkeflow.pipelines.backend_version import check_backend
+
+                    warning = check_backend(backend, prepared)
+                    if warning:
+                        record(Action(target_name, schedule.pipeline, "warning", warning))
                     pipeline_id, version_id, notes = backend.ensure_pipeline_version(prepared)
                     ids = (pipeline_id, version_id)
                     for note in notes:

@@ -251,7 +251,11 @@ def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: st
     name = run_name(pipeline, environment)
     notes: list[str] = []
     if target == "gke":
-        pipeline_id, version_id, notes = backend.ensure_pipeline_version(prepared)
+        from gkeflow.pipelines.backend_version import check_backend
+
+        notes = [f"warning: {w}" for w in [check_backend(backend, prepared)] if w]
+        pipeline_id, version_id, uploaded = backend.ensure_pipeline_version(prepared)
+        notes += uploaded
         run_id = backend.create_run(prepared, pipeline_id, version_id, name, parameters)
         url = backend.run_url(run_id)
     else:
