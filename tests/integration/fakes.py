@@ -101,9 +101,24 @@ def parse_pipeline_spec_strict(spec: dict, platform: dict | None = None) -> None
                 raise Invalid(f"executor {name}: not a KubernetesExecutorConfig: {exc}") from None
 
 
-def _task_names(spec: dict) -> list[str]:
-    tasks = spec.get("root", {}).get("dag", {}).get("tasks", {})
-    return sorted(tasks, key=lambda t: (len(tasks[t].get("dependentTasks", [])), t))
+def _task_names(spec: dict, dag: dict | None = None) -> list[str]:
+    """The tasks in an order they can run in (each after its dependencies); a task running
+    a sub-DAG (a condition, an exit handler, a loop) is followed by the sub-DAG's tasks, as
+    the backends list them in a run's task details."""
+    tasks = (dag if dag is not None else spec.get("root", {}).get("dag", {})).get("tasks", {})
+    ordered: list[str] = []
+    while len(ordered) < len(tasks):
+        ready = sorted(t for t in tasks if t not in ordered and all(
+            d in ordered or d not in tasks for d in tasks[t].get("dependentTasks", [])))
+        ordered += ready or sorted(set(tasks) - set(ordered))  # a cycle: take the rest
+    expanded: list[str] = []
+    for name in ordered:
+        expanded.append(name)
+        component = spec.get("components", {}).get(
+            tasks[name].get("componentRef", {}).get("name", ""), {})
+        if "dag" in component:
+            expanded += [t for t in _task_names(spec, component["dag"]) if t not in expanded]
+    return expanded
 
 
 class _Server:
