@@ -48,11 +48,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
 )
 
+from gkeflow.pipelines.operations_config import NotificationSettings, RetentionSettings
 from gkeflow.pipelines.preparation_settings import PreparationSettings
 from gkeflow.pipelines.sweep_config import SweepConfig
 from gkeflow.pipelines.workspace import WorkspaceSettings
@@ -125,10 +127,15 @@ class GkeflowConfig(BaseModel):
     sweep: SweepConfig | None = None
     workspace: WorkspaceSettings = WorkspaceSettings()
     preparation: PreparationSettings = PreparationSettings()
+    notifications: dict[str, NotificationSettings] = {}  # per environment (operations.py)
+    retention: RetentionSettings = RetentionSettings()
+    _notify: NotificationSettings | None = PrivateAttr(default=None)  # operations.select
 
     @model_validator(mode="after")
     def _check_references(self):
-        return _targets_model_validator(self)
+        from gkeflow.pipelines.operations_config import check_environments
+
+        return check_environments(_targets_model_validator(self))
 
     def gke_workspace(self) -> WorkspaceSettings:
         """``workspace:``, off when unset and the GKE target's pipeline root is gs:// (shards
@@ -368,6 +375,7 @@ class ScheduleConfig(_Strict):
     max_concurrency: int = Field(1, ge=1, le=10)
     catch_up: bool = False
     enabled: bool = True
+    notifications: NotificationSettings | None = None  # else its environment's
 
     @field_validator("name")
     @classmethod

@@ -246,7 +246,10 @@ def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: st
            version: str | None = None) -> tuple[Submission, Any]:
     """Compile, upload (KFP) and start one run; returns the submission and the backend."""
     backend = backend or make_backend(config, target, dry_run=dry_run)
-    prepared = prepare_pipeline(pipeline, target, workdir, version=version, config=config)
+    from gkeflow.pipelines.operations import select
+
+    prepared = prepare_pipeline(pipeline, target, workdir, version=version,
+                                config=select(config, environment))
     parameters = resolve_parameters(config, prepared, environment, overrides)
     name = run_name(pipeline, environment)
     notes: list[str] = []
