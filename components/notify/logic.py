@@ -134,8 +134,19 @@ def _same(value: str, default: Any) -> bool:
 def changed_parameters(values: dict[str, str], defaults: dict[str, Any],
                        hide: tuple[str, ...] = ()) -> dict[str, str]:
     """The run's parameters whose values differ from the pipeline's defaults."""
-    return {name: value for name, value in values.items()
+    return {name: _shown(value, defaults.get(name)) for name, value in values.items()
             if name not in hide and not (name in defaults and _same(value, defaults[name]))}
+
+
+def _shown(value: str, default: Any) -> str:
+    """An integer parameter as an integer (some backends render numbers as ``1.0``)."""
+    if isinstance(default, int) and not isinstance(default, bool):
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        return str(int(number)) if number.is_integer() else value
+    return value
 
 
 _FAILED_TASKS = re.compile(r"failed tasks are: \[([^\]]+)\]", re.IGNORECASE)
