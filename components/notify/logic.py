@@ -181,14 +181,21 @@ def webhook_url(env_name: str = WEBHOOK_ENV, secret_version: str = "",
 def _secret_manager(version: str, policy: RetryPolicy) -> str:
     import base64
 
-    import google.auth
-    from google.auth.transport.requests import AuthorizedSession
-
-    credentials, _ = google.auth.default(
-        scopes=["https://www.googleapis.com/auth/cloud-platform"])
-    session = AuthorizedSession(credentials)
     endpoint = os.environ.get("GKEFLOW_SECRET_MANAGER_ENDPOINT",
                               "https://secretmanager.googleapis.com")
+    if re.match(r"^http://(127\.0\.0\.1|localhost)(:\d+)?$", endpoint):
+        import requests  # a plain-http loopback endpoint is an emulator: no credentials
+
+        session = requests.Session()
+    else:
+        import google.auth
+        from google.auth.transport.requests import AuthorizedSession
+
+        credentials, _ = google.auth.default(
+            scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        session = AuthorizedSession(credentials)
+    if "/versions/" not in version:
+        version = f"{version}/versions/latest"
 
     def access():
         response = session.get(f"{endpoint}/v1/{version}:access",

@@ -71,7 +71,8 @@ def vertex_run(endpoint: str, job: str, policy: RetryPolicy) -> tuple[str, list[
         {"name": t.get("taskName", ""), "state": _state(t.get("state")),
          "error": (t.get("error") or {}).get("message", ""),
          "metadata": (t.get("execution") or {}).get("metadata") or {}}
-        for t in (data.get("jobDetail") or {}).get("taskDetails", [])]
+        for t in (data.get("jobDetail") or {}).get("taskDetails", [])
+        if str(t.get("parentTaskId") or "0") != "0"]  # the parentless task is the run
 
 
 def _epoch(text: str) -> float | None:

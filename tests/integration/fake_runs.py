@@ -7,7 +7,8 @@ names) and the fake's answers validated against it; the one endpoint outside the
 UI server's ``GET /k8s/pod/logs`` (kubeflow/pipelines ``frontend/server/app.ts``), accepts
 only its query names (``podname``, ``podnamespace``, ``createdat``). Vertex bodies parse as
 ``aiplatform_v1`` messages with unknown fields refused; Cloud Logging ``entries:list`` bodies
-as ``logging_v2.ListLogEntriesRequest`` and the answers as ``ListLogEntriesResponse``.
+as ``logging_v2.ListLogEntriesRequest`` and the answers as ``ListLogEntriesResponse``; the
+Vertex fake also answers Secret Manager's ``GET /v1/{version}:access``.
 """
 
 from __future__ import annotations
@@ -192,7 +193,6 @@ class FakeKfpRuns(_Script, FakeKfpServer):
         handler.wfile.write(data)
 
 
-_LABEL_CLAUSE = re.compile(r'^labels\.([a-z][a-z0-9_-]*)="([a-z0-9_-]*)"$')
 _LOG_FILTER = re.compile(r'^resource\.type="ml_job" AND resource\.labels\.job_id="([0-9]+)"'
                          r'(?: AND timestamp>"([^"]+)")?$')
 
@@ -203,6 +203,8 @@ class FakeVertexRuns(_Script, FakeVertexServer):
     def __init__(self):
         super().__init__()
         self.custom_jobs: dict[str, tuple[str, str]] = {}  # job id -> (task, state)
+        self.secrets: dict[str, str] = {}  # Secret Manager: projects/P/secrets/S -> value
+        self.secret_reads: list[str] = []
 
     def finish(self, name: str):
         while len(self.job_scripts[name]) > 1:
@@ -251,9 +253,6 @@ class FakeVertexRuns(_Script, FakeVertexServer):
 
         path, method = record.path, record.method
         with self.lock:
-            match = re.fullmatch(r"/v1/(projects/[^/]+/locations/[^/]+)/pipelineJobs", path)
-            if match and method == "GET":
-                return 200, self._list_jobs(match[1], record)
             match = re.fullmatch(
                 r"/v1/(projects/[^/]+/locations/[^/]+/pipelineJobs/[^/:]+):cancel", path)
             if match and method == "POST":
@@ -266,33 +265,28 @@ class FakeVertexRuns(_Script, FakeVertexServer):
                 return 200, {}
             if path == "/v2/entries:list" and method == "POST":
                 return 200, self._log_entries(record)
-        return super().route(record)
+            match = re.fullmatch(r"/v1/(projects/[^/]+/secrets/[^/]+/versions/[^/:]+):access",
+                                 path)
+            if match and method == "GET":  # Secret Manager AccessSecretVersion
+                if record.query or record.body:
+                    raise Invalid("AccessSecretVersion takes no query and no body")
+                secret = re.sub(r"/versions/[^/]+$", "", match[1])
+                if secret not in self.secrets:
+                    raise LookupError(f"Secret [{secret}] not found or has no versions")
+                import base64
 
-    def _list_jobs(self, parent: str, record: Recorded) -> dict:
-        unknown = set(record.query) - {"filter", "pageSize", "pageToken", "orderBy",
-                                       "readMask", "$alt"}
-        if unknown:
-            raise Invalid(f"unknown list parameters {sorted(unknown)}")
-        wanted = {}
-        text = record.query.get("filter", [""])[0]
-        for clause in filter(None, (c.strip() for c in text.split(" AND "))):
-            found = _LABEL_CLAUSE.match(clause)
-            if not found:
-                raise Invalid(f"filter clause {clause!r} is not labels.KEY=\"VALUE\"")
-            wanted[found[1]] = found[2]
-        order = record.query.get("orderBy", [""])[0]
-        if order not in ("", "create_time desc"):
-            raise Invalid(f"orderBy {order!r} is not a PipelineJob field ordering")
-        jobs = [j for j in self.jobs.values() if j.name.startswith(parent + "/")
-                and all(j.labels.get(k) == v for k, v in wanted.items())]
-        jobs.sort(key=lambda j: (j.create_time, j.name), reverse=True)
-        start = int(record.query.get("pageToken", ["0"])[0] or 0)
-        size = int(record.query.get("pageSize", ["20"])[0] or 20)
-        page = jobs[start:start + size]
-        answer = {"pipelineJobs": [self._json(j) for j in page]}
-        if start + size < len(jobs):
-            answer["nextPageToken"] = str(start + size)
-        return answer
+                data = base64.b64encode(self.secrets[secret].encode()).decode()
+                self.secret_reads.append(match[1])
+                return 200, {"name": match[1], "payload": {"data": data}}
+        status, answer = super().route(record)
+        match = re.fullmatch(r"/v1/(projects/[^/]+/locations/[^/]+/pipelineJobs/[^/:]+)", path)
+        if match and method == "GET" and status == 200 and "$alt" not in record.query:
+            # Without $alt=json;enum-encoding=int (what the client libraries ask for) the
+            # API answers in its JSON mapping: lowerCamelCase names, enums by name.
+            job = self.jobs[match[1]]
+            answer = json.loads(type(job).to_json(job, use_integers_for_enums=False,
+                                                  preserving_proto_field_name=False))
+        return status, answer
 
     def _log_entries(self, record: Recorded) -> dict:
         from google.cloud.logging_v2.types import ListLogEntriesRequest, ListLogEntriesResponse

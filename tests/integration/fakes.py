@@ -609,6 +609,9 @@ class FakeKfpServer(_Server):
 # Vertex AI
 
 
+_LABEL_CLAUSE = re.compile(r'^labels\.([a-z][a-z0-9_-]*)="([a-z0-9_-]*)"$')
+
+
 class FakeVertexServer(_Server):
     """The parts of the Vertex AI v1 REST API that gkeflow uses (pipeline jobs, schedules)."""
 
@@ -676,6 +679,8 @@ class FakeVertexServer(_Server):
                 spec = json_format.MessageToDict(job._pb.pipeline_spec)
                 self.job_scripts[job.name] = self._run_script(_task_names(spec))
                 return 200, self._json(job)
+            if match and method == "GET":  # list: newest first, by label, paged
+                return 200, self._list_jobs(match[1], record)
             match = re.fullmatch(r"/v1/(projects/[^/]+/locations/[^/]+/pipelineJobs/[^/:]+)",
                                  path)
             if match and method == "GET":
@@ -739,6 +744,32 @@ class FakeVertexServer(_Server):
                     self._set_next_run(schedule)
                     return 200, self._json(schedule)
         raise Invalid(f"the fake does not implement {method} {path}")
+
+    def _list_jobs(self, parent: str, record: Recorded) -> dict:
+        unknown = set(record.query) - {"filter", "pageSize", "pageToken", "orderBy",
+                                       "readMask", "$alt"}
+        if unknown:
+            raise Invalid(f"unknown list parameters {sorted(unknown)}")
+        wanted = {}
+        text = record.query.get("filter", [""])[0]
+        for clause in filter(None, (c.strip() for c in text.split(" AND "))):
+            found = _LABEL_CLAUSE.match(clause)
+            if not found:
+                raise Invalid(f"filter clause {clause!r} is not labels.KEY=\"VALUE\"")
+            wanted[found[1]] = found[2]
+        order = record.query.get("orderBy", [""])[0]
+        if order not in ("", "create_time desc"):
+            raise Invalid(f"orderBy {order!r} is not a PipelineJob field ordering")
+        jobs = [j for j in self.jobs.values() if j.name.startswith(parent + "/")
+                and all(j.labels.get(k) == v for k, v in wanted.items())]
+        jobs.sort(key=lambda j: (j.create_time, j.name), reverse=True)
+        start = int(record.query.get("pageToken", ["0"])[0] or 0)
+        size = int(record.query.get("pageSize", ["20"])[0] or 20)
+        page = jobs[start:start + size]
+        answer = {"pipelineJobs": [self._json(j) for j in page]}
+        if start + size < len(jobs):
+            answer["nextPageToken"] = str(start + size)
+        return answer
 
     def _check_schedule(self, schedule) -> None:
         if not schedule.display_name:
