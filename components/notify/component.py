@@ -21,7 +21,7 @@ def notify_run(
     parameters: str = "",
     defaults: str = "{}",
     run_api: str = "",
-):
+) -> str:
     """Sends how the run ended to a webhook; never changes the run's outcome.
 
     Args:
@@ -42,6 +42,9 @@ def notify_run(
         run_api: Where to read the run's task details for the failed step, its error,
             the run's duration and the gate (KFP API URL or Vertex AI endpoint); empty:
             the status alone.
+
+    Returns:
+        One line: what was sent, or why nothing was.
     """
     import json
 
@@ -71,5 +74,7 @@ def notify_run(
             apply_run(report, started, tasks, now())
         except Exception as exc:  # noqa: BLE001 - the status alone still makes a message
             print(f"could not read the run's task details: {type(exc).__name__}")
-    print(notify(report, when=when, shape=webhook_format, env_name=webhook_env,
-                 secret_version=webhook_secret))
+    outcome = notify(report, when=when, shape=webhook_format, env_name=webhook_env,
+                     secret_version=webhook_secret)
+    print(outcome)
+    return outcome
