@@ -34,6 +34,10 @@ The file is optional; every key has a default in code. Sections:
     gs:// (:class:`gkeflow.pipelines.workspace.WorkspaceSettings`): size, storage_class,
     access_mode, enabled.
 
+``notifications`` / ``retention``
+    a webhook message when a run ends (per environment and per schedule) and how long
+    finished runs keep their resources (:mod:`gkeflow.pipelines.operations_config`).
+
 `gkeflow init` writes a commented example of every section.
 """
 
@@ -495,6 +499,18 @@ targets:
 #   fanout: true
 #   groups: 16                           # default of the prepare_groups pipeline parameter
 #   parallelism: 8                       # group pods at once
+
+# When a run ends, a webhook message (docs/operating.md): per environment, or per
+# schedule with its own notifications:. The URL lives in a secret, never here.
+# notifications:
+#   prod:
+#     when: failure                      # failure | success | always
+#     webhook:
+#       format: slack                    # generic | slack | google-chat
+#       gke_secret: gkeflow-webhook      # Kubernetes Secret with key url
+#       vertex_secret: projects/my-project/secrets/gkeflow-webhook
+# retention:
+#   days: 7                              # GKE: finished runs' pods and workspace (KFP >= 2.17)
 
 # Pipeline parameters per environment: `gkeflow submit --env prod`.
 # "default" is used when no --env is given; --param KEY=VALUE wins over these.
