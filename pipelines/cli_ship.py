@@ -137,7 +137,8 @@ def submit_command(pipeline, target, environment, params, wait, poll_s, timeout_
     --param. Connection errors and 5xx answers are retried with backoff; every call has a
     timeout and at most (retries + 1) x timeout_s plus backoff in all; a retried create
     never makes a second run. Bearer tokens are read from the environment and never
-    printed.
+    printed. notifications.<--env> of gkeflow.yaml is compiled in (docs/operating.md);
+    on GKE the backend's version is read first and a pipeline it cannot run is refused.
     """
     import tempfile
 

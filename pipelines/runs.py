@@ -10,11 +10,18 @@ the target backend's retrying :func:`~gkeflow.pipelines.remote.call`.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 #: Steps of the training pipeline whose outcome is the gate decision.
 EVALUATE_STEP, REGISTER_STEP = "evaluate-model", "register-model"
+
+
+def step_key(name: str) -> str:
+    """``Train model`` (a display name, as backends report steps) and ``train-model`` (the
+    task name) -> ``train-model``."""
+    return re.sub(r"[\s_]+", "-", name.strip().lower())
 
 
 @dataclass
@@ -64,7 +71,7 @@ class RunInfo:
     @property
     def gate(self) -> str:
         """The training gate's decision, from the evaluate and register steps' states."""
-        states = {t.name: t.state for t in self.tasks}
+        states = {step_key(t.name): t.state for t in self.tasks}
         if states.get(EVALUATE_STEP) != "SUCCEEDED":
             return ""
         register = states.get(REGISTER_STEP)

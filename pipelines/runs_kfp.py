@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from gkeflow.pipelines.backends import _normalise_state
-from gkeflow.pipelines.runs import RunInfo, TaskInfo, parse_time
+from gkeflow.pipelines.runs import RunInfo, TaskInfo, parse_time, step_key
 
 #: Task details that are KFP's own bookkeeping, not pipeline steps.
 _INTERNAL = ("root", "root-driver", "root-system")
@@ -156,8 +156,11 @@ class KfpRuns:
         printed: dict[str, int] = {}
         while True:
             run = self.show(run_id)
-            tasks = [t for t in run.tasks if t.log_ref and (step is None or t.name == step)]
-            if step and not any(t.name == step for t in run.tasks):
+            tasks = [t for t in run.tasks if t.log_ref
+                     and (step is None or step_key(t.name) == step_key(step))]
+            ended = run.state in ("SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED")
+            if step and not any(step_key(t.name) == step_key(step) for t in run.tasks) \
+                    and (ended or not follow):  # when following, wait for it to start
                 steps = ", ".join(t.name for t in run.tasks) or "none yet"
                 raise LookupError(f"run {run_id} has no step {step!r}; steps: {steps}")
             for task in tasks:
@@ -165,7 +168,7 @@ class KfpRuns:
                 for line in lines[printed.get(task.name, 0):]:
                     yield task.name, line
                 printed[task.name] = len(lines)
-            if not follow or run.state in ("SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED"):
+            if not follow or ended:
                 return
             sleep(poll_s)
 

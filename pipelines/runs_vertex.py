@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 
 from gkeflow.pipelines.backends import MANAGED_LABEL, _normalise_state
 from gkeflow.pipelines.remote import RemoteError
-from gkeflow.pipelines.runs import RunInfo, TaskInfo, parse_time
+from gkeflow.pipelines.runs import RunInfo, TaskInfo, parse_time, step_key
 
 RETRY_LABEL = "gkeflow-retry-of"
 LOGGING_ENDPOINT = "https://logging.googleapis.com"
@@ -155,11 +155,13 @@ class VertexRuns:
         last: dict[str, str] = {}
         while True:
             run = self.show(run_id)
-            if step and not any(t.name == step for t in run.tasks):
+            ended = run.state in ("SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED")
+            if step and not any(step_key(t.name) == step_key(step) for t in run.tasks) \
+                    and (ended or not follow):  # when following, wait for it to start
                 steps = ", ".join(t.name for t in run.tasks) or "none yet"
                 raise LookupError(f"run {run.name} has no step {step!r}; steps: {steps}")
             for task in run.tasks:
-                if not task.log_ref or (step and task.name != step):
+                if not task.log_ref or (step and step_key(task.name) != step_key(step)):
                     continue
                 for entry in self._entries(session, endpoint, task.log_ref,
                                            last.get(task.name, "")):
@@ -170,7 +172,7 @@ class VertexRuns:
                         text = str(payload.get("message", payload))
                     for line in str(text).splitlines() or [""]:
                         yield task.name, line
-            if not follow or run.state in ("SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED"):
+            if not follow or ended:
                 return
             sleep(poll_s)
 

@@ -29,7 +29,7 @@ def _state(value) -> str:
 
 
 def _is_step(name: str) -> bool:
-    return bool(name) and not name.startswith(_GROUPS) and not name.endswith("-driver")
+    return bool(name) and not name.lower().startswith(_GROUPS) and not name.endswith("-driver")
 
 
 def _get(url: str, headers: dict, policy: RetryPolicy) -> dict:
@@ -95,7 +95,7 @@ def apply_run(report, started: str, tasks: list[dict], now: float):
     if failed:
         report.failed_task = failed[0]["name"]
         report.error = failed[0]["error"] or report.error
-    states = {t["name"]: t for t in steps}
+    states = {re.sub(r"[\s_]+", "-", t["name"].strip().lower()): t for t in steps}
     if states.get("evaluate-model", {}).get("state") == "SUCCEEDED":
         register = states.get("register-model")
         if register and register["state"] == "SUCCEEDED":

@@ -167,3 +167,18 @@ def test_the_cli_shows_the_same_run_on_both_targets(both, write_config, tmp_path
                       cwd=tmp_path, env=env)
     assert missing.returncode == 1 and "Traceback" not in missing.stderr
     assert len([line for line in missing.stderr.splitlines() if line.strip()]) == 1
+
+
+def test_logs_follow_a_running_step_until_the_run_ends(kfp_runs, token_env, make_config,
+                                                       tmp_path):
+    config = make_config(kfp_runs.url, None)
+    submission, _ = submit(config, "training", "gke", environment="default", overrides={},
+                           workdir=tmp_path, backend=_backend(config, "gke"), version="g")
+    runs_reader = reader(config, "gke", _backend(config, "gke"))
+    waits = []
+    lines = list(runs_reader.logs(submission.run_id, "prepare-data", follow=True, poll_s=0,
+                                  sleep=waits.append))
+    assert waits, "the run was followed while it ran"
+    assert [line for _, line in lines] == ["prepare-data: started", "prepare-data: working",
+                                           "prepare-data: done"]  # each line once
+    assert runs_reader.show(submission.run_id).state == "SUCCEEDED"

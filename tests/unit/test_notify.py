@@ -109,3 +109,16 @@ def test_no_url_and_no_send_are_explained(monkeypatch):
                                                      policy=FAST)
     assert "no notification" in notify(_report(state="SUCCEEDED"), when="failure",
                                        shape="generic", policy=FAST)
+
+
+def test_steps_reported_by_their_display_names_are_recognised():
+    from gkeflow.pipelines.runs import RunInfo, TaskInfo, step_key
+
+    assert step_key("Train model") == step_key("train-model") == "train-model"
+    run = RunInfo("gke", "r", "r", "training", "SUCCEEDED", tasks=[
+        TaskInfo("Evaluate model", "SUCCEEDED"), TaskInfo("Register model", "SUCCEEDED")])
+    assert run.gate == "passed: registered"
+    report = _report(state="SUCCEEDED", failed_task="", error="")
+    apply_run(report, "", [{"name": "Evaluate model", "state": "SUCCEEDED", "error": "",
+                            "metadata": {}}], now=0)
+    assert report.gate == "blocked: not registered"
