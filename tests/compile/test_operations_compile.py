@@ -123,3 +123,25 @@ def test_a_target_without_its_secret_is_refused(tmp_path):
 def test_notifications_name_an_existing_environment():
     with pytest.raises(ValueError, match="notifications.prod: no such environment"):
         _config(notifications={"prod": {"webhook": WEBHOOK}})
+
+
+def test_plan_states_the_oldest_backend_the_compiled_pipeline_needs(tmp_path):
+    from click.testing import CliRunner
+
+    from gkeflow.pipelines.cli import main
+
+    def plan(*extra):
+        path = tmp_path / "gkeflow.yaml"
+        path.write_text(yaml.safe_dump({"targets": {"gke": TARGETS["gke"]}, **dict(extra)}))
+        result = CliRunner().invoke(main, ["plan", "--target", "gke", "--config", str(path)],
+                                    catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return [line for line in result.output.splitlines() if line.startswith("backend:")]
+
+    assert plan() == ["backend: Kubeflow Pipelines >= 2.14 (run workspace "
+                      "(PipelineConfig.workspace) 2.14)"]
+    (line,) = plan(("retention", {"days": 2}), ("workspace", {"enabled": False}))
+    assert line == "backend: Kubeflow Pipelines >= 2.17 (PipelineConfig time-to-live " \
+                   "(retention) 2.17)"
+    (line,) = plan(("compute", {"train-model": {"replicas": 2}}))
+    assert ">= 2.15" in line and "TaskConfig pass-through (JobSet training) 2.15" in line
