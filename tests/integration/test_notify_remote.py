@@ -135,3 +135,23 @@ def test_a_vertex_training_run_failing_in_train_model(vertex_runs, make_config, 
     output = capsys.readouterr()
     for where in (json.dumps(spec), json.dumps(message), output.out + output.err):
         assert hook.url not in where and "T0P-SECRET" not in where
+
+
+def test_a_vertex_schedule_carries_its_own_notifications_and_no_url(vertex_runs, make_config,
+                                                                    tmp_path):
+    nightly = {"name": "nightly", "target": "vertex", "cron": "0 2 * * *",
+               "notifications": {"when": "always", "webhook": {"format": "google-chat",
+                                                               "vertex_secret": SECRET}}}
+    plain = {"name": "plain", "target": "vertex", "cron": "0 3 * * *"}
+    config = make_config(None, vertex_runs.url, schedules=[nightly, plain])
+    apply(config, workdir=tmp_path, backends={"vertex": VertexBackend(config.targets.vertex,
+                                                                      policy=FAST)})
+    from google.protobuf import json_format
+
+    specs = {s.display_name: json_format.MessageToDict(
+        s.create_pipeline_job_request.pipeline_job._pb.pipeline_spec)
+        for s in vertex_runs.schedules.values()}
+    inputs = _exit_inputs(specs["nightly"])
+    assert (inputs["when"], inputs["webhook_format"], inputs["webhook_secret"]) == (
+        "always", "google-chat", SECRET)
+    assert "notify-run" not in specs["plain"]["root"]["dag"]["tasks"]

@@ -71,3 +71,21 @@ def test_new_enough_backends_pass(tag):
 def test_an_unknown_version_warns_instead_of_refusing(tag):
     warning = check(tag, requirements({}, TTL), pipeline="training", host="http://kfp")
     assert "cannot check" in warning and ">= 2.17" in warning
+
+
+def test_run_ids_pick_their_target_and_api_times_parse():
+    import datetime as dt
+
+    from gkeflow.pipelines.config import GkeflowConfig
+    from gkeflow.pipelines.runs import parse_time, target_of
+
+    both = GkeflowConfig.model_validate({"targets": {
+        "gke": {"host": "http://kfp"},
+        "vertex": {"project": "my-project", "region": "us-central1",
+                   "pipeline_root": "gs://my-bucket/r",
+                   "service_account": "p@my-project.iam.gserviceaccount.com"}}})
+    assert target_of(both, "projects/p/locations/l/pipelineJobs/j", None) == "vertex"
+    assert target_of(both, "3f2a-uuid", None) == "gke"
+    assert target_of(both, "3f2a-uuid", "vertex") == "vertex"
+    assert parse_time("2026-03-02T02:00:00Z") == dt.datetime(2026, 3, 2, 2, tzinfo=dt.UTC)
+    assert parse_time("1970-01-01T00:00:00Z") is None and parse_time("") is None
