@@ -19,7 +19,13 @@ import re
 import urllib.parse
 from typing import Any
 
-from tests.integration.fakes import FakeKfpServer, FakeVertexServer, Invalid, Recorded
+from tests.integration.fakes import (
+    FakeKfpServer,
+    FakeVertexServer,
+    Invalid,
+    Recorded,
+    _task_names,
+)
 
 T0 = dt.datetime(2026, 3, 2, 2, 0, tzinfo=dt.UTC)
 
@@ -205,6 +211,25 @@ class FakeVertexRuns(_Script, FakeVertexServer):
         self.custom_jobs: dict[str, tuple[str, str]] = {}  # job id -> (task, state)
         self.secrets: dict[str, str] = {}  # Secret Manager: projects/P/secrets/S -> value
         self.secret_reads: list[str] = []
+
+    def fire(self, schedule_name: str) -> str:
+        """The schedule starts a PipelineJob, as Vertex AI would at its cron time."""
+        from google.cloud import aiplatform_v1
+        from google.protobuf import json_format
+
+        with self.lock:
+            schedule = self.schedules[schedule_name]
+            request = schedule.create_pipeline_job_request
+            job = aiplatform_v1.PipelineJob(request.pipeline_job)
+            job_id = f"{schedule.display_name}-{self.new_id()}"
+            job.name, job.display_name = f"{request.parent}/pipelineJobs/{job_id}", job_id
+            job.schedule_name = schedule.name
+            job.state = aiplatform_v1.PipelineState.PIPELINE_STATE_PENDING
+            job.create_time = dt.datetime.now(dt.UTC)
+            self.jobs[job.name] = job
+            spec = json_format.MessageToDict(job._pb.pipeline_spec)
+            self.job_scripts[job.name] = self._run_script(_task_names(spec))
+            return job.name
 
     def finish(self, name: str):
         while len(self.job_scripts[name]) > 1:

@@ -155,3 +155,25 @@ def test_a_vertex_schedule_carries_its_own_notifications_and_no_url(vertex_runs,
     assert (inputs["when"], inputs["webhook_format"], inputs["webhook_secret"]) == (
         "always", "google-chat", SECRET)
     assert "notify-run" not in specs["plain"]["root"]["dag"]["tasks"]
+
+    # nightly fires and fails in train-model: one message names the step and its error
+    vertex_runs.fail_task = "train-model"
+    (schedule_name,) = [n for n, s in vertex_runs.schedules.items()
+                        if s.display_name == "nightly"]
+    job_name = vertex_runs.fire(schedule_name)
+    vertex_runs.finish(job_name)
+    job_id = job_name.rsplit("/", 1)[-1]
+    with WebhookReceiver() as hook:
+        vertex_runs.secrets[SECRET] = hook.url
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("GKEFLOW_SECRET_MANAGER_ENDPOINT", vertex_runs.url)
+            _run_exit_task(inputs, status=dsl.PipelineTaskFinalStatus(
+                state="FAILED", pipeline_job_resource_name=job_name,
+                pipeline_task_name="exit-handler-1", error_code=9,
+                error_message="The DAG failed because some tasks failed."),
+                run_name=job_id, run_id="uuid-2", parameters="")
+    (message,) = hook.messages
+    assert "*gkeflow-training run nightly-" in message["text"]
+    assert "failed step: train-model" in message["text"]
+    assert vertex_runs.error_message in message["text"]
+    assert f"pipelines/runs/{job_id}?project=my-project|{job_id}>" in message["text"]
