@@ -75,6 +75,16 @@ class _Script:
         return lines
 
 
+def _display_names(spec: dict) -> dict[str, str]:
+    """Task name -> ``taskInfo.name`` over the root DAG and every sub-DAG."""
+    names = {}
+    for dag in [spec.get("root", {}).get("dag", {})] + [
+            c["dag"] for c in spec.get("components", {}).values() if "dag" in c]:
+        for name, task in dag.get("tasks", {}).items():
+            names[name] = task.get("taskInfo", {}).get("name", name)
+    return names
+
+
 def _stamp(value: dt.datetime | None) -> str:
     return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value else ""
 
@@ -85,6 +95,7 @@ class FakeKfpRuns(_Script, FakeKfpServer):
     def __init__(self, expected_token: str | None = None):
         super().__init__(expected_token)
         self.pods: dict[str, tuple[str, str]] = {}  # pod -> (task, state)
+        self.display_names: dict[str, dict[str, str]] = {}  # run -> task -> display name
 
     def finish(self, run_id: str) -> dict:
         """Play the run's script to its end (what polling would see)."""
@@ -104,15 +115,25 @@ class FakeKfpRuns(_Script, FakeKfpServer):
             run["recurring_run_id"] = recurring_run_id
             return run["run_id"]
 
+    def _create_run(self, body: dict) -> dict:
+        run = super()._create_run(body)
+        self.display_names[run["run_id"]] = _display_names(self._spec_for(body))
+        return run
+
     def _advance_run(self, run_id: str) -> dict:
         run = super()._advance_run(run_id)
         base = dt.datetime.fromisoformat(run["created_at"].replace("Z", "+00:00"))
+        names = self.display_names.get(run_id, {})
+        for task in run["run_details"]["task_details"]:
+            # the backend reports a step by its display name (taskInfo.name)
+            task["display_name"] = names.get(task["display_name"], task["display_name"])
         for index, task in enumerate(run["run_details"]["task_details"]):
             start, end = self._times(base, index, task["state"])
             task["create_time"] = run["created_at"]
             if start:
                 task["start_time"] = _stamp(start)
-                pod = f"{run_id}-{task['display_name']}-{index}"
+                step = re.sub(r"[^a-z0-9]+", "-", task["display_name"].lower())
+                pod = f"{run_id}-{step}-{index}"
                 task["child_tasks"] = [{"task_id": f"{task['task_id']}-exec", "pod_name": pod}]
                 self.pods[pod] = (task["display_name"], task["state"])
             if end:

@@ -87,7 +87,7 @@ def test_a_scheduled_kfp_training_run_failing_in_train_model(
                        run_api=kfp_runs.url, parameters="epochs\x1f20")
     (message,) = hook.messages
     text = message["text"]
-    assert "train-model" in text and kfp_runs.error_message in text
+    assert "failed step: Train model" in text and kfp_runs.error_message in text
     assert f"<{kfp_runs.url}/#/runs/details/{run_id}|{run['display_name']}>" in text
     # the link names a run the API knows
     answer = requests.get(f"{kfp_runs.url}/apis/v2beta1/runs/{run_id}",

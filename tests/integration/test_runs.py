@@ -9,7 +9,7 @@ import json
 import pytest
 
 from gkeflow.pipelines.backends import KfpBackend, VertexBackend
-from gkeflow.pipelines.runs import reader
+from gkeflow.pipelines.runs import reader, step_key
 from gkeflow.pipelines.schedule import apply
 from gkeflow.pipelines.submit import submit
 from tests.integration.conftest import FAST, TOKEN, config_dict, gkeflow
@@ -61,21 +61,22 @@ def test_list_show_and_logs_name_the_failed_step_and_its_error(both, target):
     runs_reader = reader(config, target, _backend(config, target))
     (listed,) = runs_reader.list(pipeline="training", limit=5)
     assert listed.id == runs[target] and listed.state == "FAILED"
-    assert listed.failed_step.name == "train-model"
+    assert step_key(listed.failed_step.name) == "train-model"  # KFP: "Train model"
     assert listed.url.endswith(runs[target]) or runs[target].rsplit("/", 1)[-1] in listed.url
     assert listed.duration_s == 1800
 
     shown = runs_reader.show(runs[target])
-    states = {t.name: t.state for t in shown.tasks}
+    states = {step_key(t.name): t.state for t in shown.tasks}
     assert states["train-model"] == "FAILED" and states["prepare-data"] == "SUCCEEDED"
     assert shown.failed_step.error == ERROR
     assert shown.failed_step.duration_s == 90
     assert shown.gate == ""  # evaluation never ran
 
-    lines = list(runs_reader.logs(runs[target], "train-model"))
+    lines = [(step_key(step), line) for step, line in runs_reader.logs(runs[target],
+                                                                       "train-model")]
     assert ("train-model", ERROR) in lines
-    assert {step for step, _ in runs_reader.logs(runs[target])} >= {"prepare-data",
-                                                                      "train-model"}
+    assert {step_key(step) for step, _ in runs_reader.logs(runs[target])} >= {
+        "prepare-data", "train-model"}
     with pytest.raises(LookupError, match="no step 'trian-model'"):
         list(runs_reader.logs(runs[target], "trian-model"))
 
@@ -150,15 +151,17 @@ def test_the_cli_shows_the_same_run_on_both_targets(both, write_config, tmp_path
                      env=env)
     assert listed.returncode == 0, listed.stderr
     rows = json.loads(listed.stdout)
-    assert {(r["target"], r["state"], r["failed_step"]) for r in rows} == {
+    assert {(r["target"], r["state"], step_key(r["failed_step"])) for r in rows} == {
         ("gke", "FAILED", "train-model"), ("vertex", "FAILED", "train-model")}
     table = gkeflow("runs", "list", "--config", str(path), cwd=tmp_path, env=env)
-    assert table.returncode == 0 and "train-model" in table.stdout
+    assert table.returncode == 0 and "train-model" in table.stdout  # Vertex
+    assert "Train model" in table.stdout  # KFP reports display names
     for target, run_id in runs.items():
         shown = gkeflow("runs", "show", run_id, "--target", target, "--config", str(path),
                         cwd=tmp_path, env=env)
         assert shown.returncode == 0, shown.stderr
-        assert "train-model" in shown.stdout and "1 class" in shown.stdout
+        assert ("train-model" in shown.stdout or "Train model" in shown.stdout)
+        assert "1 class" in shown.stdout
         logs = gkeflow("runs", "logs", run_id, "train-model", "--target", target, "--config",
                        str(path), cwd=tmp_path, env=env)
         assert logs.returncode == 0 and ERROR in logs.stdout, logs.stderr
@@ -179,6 +182,6 @@ def test_logs_follow_a_running_step_until_the_run_ends(kfp_runs, token_env, make
     lines = list(runs_reader.logs(submission.run_id, "prepare-data", follow=True, poll_s=0,
                                   sleep=waits.append))
     assert waits, "the run was followed while it ran"
-    assert [line for _, line in lines] == ["prepare-data: started", "prepare-data: working",
-                                           "prepare-data: done"]  # each line once
+    assert [line for _, line in lines] == ["Prepare data: started", "Prepare data: working",
+                                           "Prepare data: done"]  # each line once
     assert runs_reader.show(submission.run_id).state == "SUCCEEDED"
