@@ -168,11 +168,12 @@ def target_of(config, run_id: str, target: str | None) -> str:
 
 def last_runs(config, schedules, readers: dict | None = None) -> dict[tuple[str, str], RunInfo]:
     """(target, schedule name) -> the newest run each schedule started (`schedule list`)."""
-    readers = readers or {}
+    readers = dict(readers or {})
     found = {}
     for remote in schedules:
-        runs = (readers.get(remote.target) or reader(config, remote.target)).list(
-            schedule=remote.name, limit=1)
+        if remote.target not in readers:  # one client and one schedule listing per target
+            readers[remote.target] = reader(config, remote.target)
+        runs = readers[remote.target].list(schedule=remote.name, limit=1)
         if runs:
             found[(remote.target, remote.name)] = runs[0]
     return found
