@@ -44,6 +44,7 @@ def main(ctx: click.Context, debug: bool) -> None:
       gkeflow init                     write an example gkeflow.yaml
       gkeflow submit --target vertex   run the pipeline on Vertex AI (or --target gke)
       gkeflow schedule apply           create/update the schedules of gkeflow.yaml
+      gkeflow runs list                past runs on the targets: state, failed step, link
 
     A failure prints one line saying what to fix and exits non-zero; `gkeflow --debug
     COMMAND` shows the traceback.
@@ -478,6 +479,10 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
         console.print(f"note: {note}", markup=False)
     for line in _workspace_lines(pipeline, target, config, config_path, profiles):
         console.print(line, markup=False)
+    if target == "gke":
+        from gkeflow.pipelines.backend_version import plan_line
+
+        console.print(plan_line(pipeline, compute, config), markup=False)
     if pipeline == "sweep":
         from gkeflow.pipelines.sweep_cli import plan_lines
 
@@ -659,6 +664,10 @@ from gkeflow.pipelines.cli_ship import init_command, schedule_group, submit_comm
 
 for _command in (init_command, submit_command, schedule_group):
     main.add_command(_command)
+
+from gkeflow.pipelines.cli_runs import runs_group  # noqa: E402
+
+main.add_command(runs_group)
 
 
 if __name__ == "__main__":

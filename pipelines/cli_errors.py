@@ -42,12 +42,14 @@ def describe(exc: BaseException) -> tuple[str, bool]:
 
 
 def _expected_types() -> tuple[type, ...]:
+    from gkeflow.pipelines.backend_version import BackendTooOld
     from gkeflow.pipelines.config import ConfigError
     from gkeflow.pipelines.credentials import CredentialsError
     from gkeflow.pipelines.cron import CronError
     from gkeflow.pipelines.remote import RemoteError
 
-    types: list[type] = [ConfigError, CredentialsError, CronError, RemoteError, LookupError]
+    types: list[type] = [ConfigError, CredentialsError, CronError, RemoteError, LookupError,
+                         BackendTooOld]
     try:
         from gkeflow.pipelines.submit import SubmitError
 

@@ -137,7 +137,8 @@ def submit_command(pipeline, target, environment, params, wait, poll_s, timeout_
     --param. Connection errors and 5xx answers are retried with backoff; every call has a
     timeout and at most (retries + 1) x timeout_s plus backoff in all; a retried create
     never makes a second run. Bearer tokens are read from the environment and never
-    printed.
+    printed. notifications.<--env> of gkeflow.yaml is compiled in (docs/operating.md);
+    on GKE the backend's version is read first and a pipeline it cannot run is refused.
     """
     import tempfile
 
@@ -254,7 +255,7 @@ def schedule_apply(prune, dry_run, target, config_path) -> None:
 @_config_option
 @_remote_errors
 def schedule_list(count, target, config_path) -> None:
-    """List gkeflow's schedules on the targets with their next run times.
+    """List gkeflow's schedules on the targets with their next run times and last run.
 
     Times are shown in the schedule's own time zone. A KFP schedule converted with a UTC
     offset that no longer holds (daylight saving changed) is flagged.
@@ -270,16 +271,21 @@ def schedule_list(count, target, config_path) -> None:
     if not rows:
         console.print("no gkeflow schedules on the configured targets")
         return
+    from gkeflow.pipelines.runs import last_runs
+
+    last = last_runs(config, rows)
     table = Table()
     for column in ("target", "name", "state", "cron on target", "gkeflow.yaml", "max conc.",
-                   "next run"):
+                   "next run", "last run"):
         table.add_column(column)
     for row in rows:
+        run = last.get((row.target, row.name))
         state = "active" if row.enabled else "paused"
         nxt = "\n".join(t.strftime("%Y-%m-%d %H:%M %Z") for t in row.next_runs) or "-"
         local = row.local if row.in_config else f"{row.local} (not in file)".strip()
         table.add_row(row.target, row.name, state, row.cron, local, str(row.max_concurrency),
-                      nxt)
+                      nxt, f"{run.start:%Y-%m-%d %H:%M} {run.state.lower()}"
+                      if run and run.start else (run.state.lower() if run else "-"))
     console.print(table)
     for row in rows:
         if row.warning:

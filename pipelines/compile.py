@@ -12,6 +12,8 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from gkeflow.pipelines import operations
+
 COMPILE_TARGETS = ("gke", "vertex")
 #: Relative: ``compiled/`` of the directory the command runs in (the user's project), not
 #: the installed package's source tree.
@@ -35,13 +37,15 @@ def _training(target: str, compute=None, config=None):
 
     config = _loaded(config)
     return build_training_pipeline(target, pipeline_compute("training", compute),
-                                   config.gke_workspace(), config.preparation)
+                                   config.gke_workspace(), config.preparation,
+                                   operations.of(config, target))
 
 
 def _prediction(target: str, compute=None, config=None):
     from gkeflow.pipelines.prediction import build_prediction_pipeline
 
-    return build_prediction_pipeline(target, pipeline_compute("prediction", compute))
+    return build_prediction_pipeline(target, pipeline_compute("prediction", compute),
+                                     operations.of(config, target))
 
 
 def _sweep(target: str, compute=None, config=None):
@@ -53,7 +57,8 @@ def _sweep(target: str, compute=None, config=None):
 
     config = _loaded(config)
     return build_sweep_pipeline(target, pipeline_compute("sweep", compute), config.sweep,
-                                config.gke_workspace(), config.preparation)
+                                config.gke_workspace(), config.preparation,
+                                operations.of(config, target))
 
 
 def _fanout_prepare(target: str, compute=None, config=None):

@@ -34,6 +34,10 @@ The file is optional; every key has a default in code. Sections:
     gs:// (:class:`gkeflow.pipelines.workspace.WorkspaceSettings`): size, storage_class,
     access_mode, enabled.
 
+``notifications`` / ``retention``
+    a webhook message when a run ends (per environment and per schedule) and how long
+    finished runs keep their resources (:mod:`gkeflow.pipelines.operations_config`).
+
 `gkeflow init` writes a commented example of every section.
 """
 
@@ -48,11 +52,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
 )
 
+from gkeflow.pipelines.operations_config import NotificationSettings, RetentionSettings
 from gkeflow.pipelines.preparation_settings import PreparationSettings
 from gkeflow.pipelines.sweep_config import SweepConfig
 from gkeflow.pipelines.workspace import WorkspaceSettings
@@ -125,10 +131,15 @@ class GkeflowConfig(BaseModel):
     sweep: SweepConfig | None = None
     workspace: WorkspaceSettings = WorkspaceSettings()
     preparation: PreparationSettings = PreparationSettings()
+    notifications: dict[str, NotificationSettings] = {}  # per environment (operations.py)
+    retention: RetentionSettings = RetentionSettings()
+    _notify: NotificationSettings | None = PrivateAttr(default=None)  # operations.select
 
     @model_validator(mode="after")
     def _check_references(self):
-        return _targets_model_validator(self)
+        from gkeflow.pipelines.operations_config import check_environments
+
+        return check_environments(_targets_model_validator(self))
 
     def gke_workspace(self) -> WorkspaceSettings:
         """``workspace:``, off when unset and the GKE target's pipeline root is gs:// (shards
@@ -368,6 +379,7 @@ class ScheduleConfig(_Strict):
     max_concurrency: int = Field(1, ge=1, le=10)
     catch_up: bool = False
     enabled: bool = True
+    notifications: NotificationSettings | None = None  # else its environment's
 
     @field_validator("name")
     @classmethod
@@ -490,6 +502,18 @@ targets:
 #   fanout: true
 #   groups: 16                           # default of the prepare_groups pipeline parameter
 #   parallelism: 8                       # group pods at once
+
+# When a run ends, a webhook message (docs/operating.md): per environment, or per
+# schedule with its own notifications:. The URL lives in a secret, never here.
+# notifications:
+#   prod:
+#     when: failure                      # failure | success | always
+#     webhook:
+#       format: slack                    # generic | slack | google-chat
+#       gke_secret: gkeflow-webhook      # Kubernetes Secret with key url
+#       vertex_secret: projects/my-project/secrets/gkeflow-webhook
+# retention:
+#   days: 7                              # GKE: finished runs' pods and workspace (KFP >= 2.17)
 
 # Pipeline parameters per environment: `gkeflow submit --env prod`.
 # "default" is used when no --env is given; --param KEY=VALUE wins over these.

@@ -188,6 +188,16 @@ class KfpBackend(_TargetBackend):
     def run_url(self, run_id: str) -> str:
         return f"{self.ui_url}/#/runs/details/{run_id}"
 
+    def backend_tag(self) -> str:
+        """The backend's release (``GET /apis/v2beta1/healthz`` -> ``tag_name``), read raw:
+        the API server answers more fields than the generated client keeps."""
+        def read():
+            response = self.client._healthz_api.healthz_service_get_healthz(
+                _preload_content=False)
+            return json.loads(response.data or b"{}")
+
+        return str(self._call("read the Kubeflow Pipelines version", read).get("tag_name", ""))
+
     # -- pipelines and versions ---------------------------------------------------------------
 
     def find_pipeline_version(self, prepared: PreparedPipeline) -> tuple[str | None, str | None]:

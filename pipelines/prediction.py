@@ -14,6 +14,7 @@ from kfp import dsl
 
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
+from gkeflow.pipelines.operations import Operations
 
 PIPELINE_NAME = "gkeflow-prediction"
 
@@ -105,10 +106,12 @@ def resolve_compute(target: str, compute: Mapping[str, ComputeProfile] | None = 
 
 
 def build_prediction_pipeline(
-    target: str = "local", compute: Optional[Mapping[str, ComputeProfile]] = None
+    target: str = "local", compute: Optional[Mapping[str, ComputeProfile]] = None,
+    operations: Optional[Operations] = None,
 ):
     """Define ``prediction_pipeline``, each step's compute validated and applied for ``target``."""
     profiles = resolve_compute(target, compute)
+    operations = operations or Operations(target)
     components = _components(profiles)
     default_registry_uri = DEFAULT_REGISTRY_URIS.get(target, DEFAULT_REGISTRY_URIS["local"])
 
@@ -142,7 +145,8 @@ def build_prediction_pipeline(
         ), "report-predictions")
 
     if target != "vertex":
-        @dsl.pipeline(name=PIPELINE_NAME)
+        @dsl.pipeline(name=PIPELINE_NAME, pipeline_config=operations.pipeline_config(None))
+        @operations.wrap(PIPELINE_NAME)
         def prediction_pipeline(
             data_uri: str = EMBEDDED_PENGUINS,
             model_name: str = "penguins-classifier",
@@ -189,6 +193,7 @@ def build_prediction_pipeline(
         return prediction_pipeline
 
     @dsl.pipeline(name=PIPELINE_NAME)
+    @operations.wrap(PIPELINE_NAME)
     def prediction_pipeline_vertex(
         data_uri: str = EMBEDDED_PENGUINS,
         model_name: str = "penguins-classifier",

@@ -34,6 +34,7 @@ from gkeflow.pipelines.cron import (
     split_vertex_cron,
     vertex_cron,
 )
+from gkeflow.pipelines.operations import select
 from gkeflow.pipelines.submit import make_backend, prepare_pipeline, resolve_parameters
 
 
@@ -54,7 +55,7 @@ class ApplyResult:
 
     @property
     def changed(self) -> bool:
-        return any(a.kind not in ("unchanged", "kept") for a in self.actions)
+        return any(a.kind not in ("unchanged", "kept", "warning") for a in self.actions)
 
 
 def job_fingerprint(target: str, version_name: str, parameters: dict[str, Any],
@@ -127,19 +128,26 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
             existing.setdefault(remote.name, []).append(remote)
         prepared_by_pipeline: dict[str, Any] = {}
         for schedule in wanted:
-            if schedule.pipeline not in prepared_by_pipeline:
+            chosen = select(config, schedule=schedule)  # its notifications compiled in
+            key = (schedule.pipeline, chosen._notify)
+            if key not in prepared_by_pipeline:
                 prepared = prepare_pipeline(schedule.pipeline, target_name,
-                                            workdir / target_name, version=version,
-                                            config=config)
+                                            workdir / target_name / str(len(prepared_by_pipeline)),
+                                            version=version, config=chosen)
                 ids = None
                 if target_name == "gke":
+                    from gkeflow.pipelines.backend_version import check_backend
+
+                    warning = check_backend(backend, prepared)
+                    if warning:
+                        record(Action(target_name, schedule.pipeline, "warning", warning))
                     pipeline_id, version_id, notes = backend.ensure_pipeline_version(prepared)
                     ids = (pipeline_id, version_id)
                     for note in notes:
                         if note.startswith("uploaded"):
                             record(Action(target_name, schedule.pipeline, "upload", note))
-                prepared_by_pipeline[schedule.pipeline] = (prepared, ids)
-            prepared, ids = prepared_by_pipeline[schedule.pipeline]
+                prepared_by_pipeline[key] = (prepared, ids)
+            prepared, ids = prepared_by_pipeline[key]
             request = build_request(schedule, config, prepared, at=at)
             _apply_one(backend, target_name, request, prepared, ids,
                        existing.pop(schedule.name, []), record)

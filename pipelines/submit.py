@@ -246,12 +246,19 @@ def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: st
            version: str | None = None) -> tuple[Submission, Any]:
     """Compile, upload (KFP) and start one run; returns the submission and the backend."""
     backend = backend or make_backend(config, target, dry_run=dry_run)
-    prepared = prepare_pipeline(pipeline, target, workdir, version=version, config=config)
+    from gkeflow.pipelines.operations import select
+
+    prepared = prepare_pipeline(pipeline, target, workdir, version=version,
+                                config=select(config, environment))
     parameters = resolve_parameters(config, prepared, environment, overrides)
     name = run_name(pipeline, environment)
     notes: list[str] = []
     if target == "gke":
-        pipeline_id, version_id, notes = backend.ensure_pipeline_version(prepared)
+        from gkeflow.pipelines.backend_version import check_backend
+
+        notes = [f"warning: {w}" for w in [check_backend(backend, prepared)] if w]
+        pipeline_id, version_id, uploaded = backend.ensure_pipeline_version(prepared)
+        notes += uploaded
         run_id = backend.create_run(prepared, pipeline_id, version_id, name, parameters)
         url = backend.run_url(run_id)
     else:

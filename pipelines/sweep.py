@@ -37,6 +37,7 @@ from gkeflow.components import (
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
+from gkeflow.pipelines.operations import Operations
 from gkeflow.pipelines.preparation import (
     FANOUT_COMPONENTS,
     FANOUT_DISPLAY_NAMES,
@@ -125,7 +126,8 @@ def build_sweep_pipeline(target: str = "local",
                          compute: Mapping[str, ComputeProfile] | None = None,
                          sweep: SweepConfig | None = None,
                          workspace: WorkspaceSettings | None = None,
-                         preparation: PreparationSettings = ONE_POD):
+                         preparation: PreparationSettings = ONE_POD,
+                         operations: Operations | None = None):
     """Define ``sweep_pipeline`` for ``target``: trials expanded from ``sweep`` (default:
     :func:`default_sweep`), each step's compute validated and applied; on GKE without a
     gs:// root, shards and trial checkpoints live in the run's ``workspace``; the data is
@@ -148,7 +150,11 @@ def build_sweep_pipeline(target: str = "local",
         task.set_display_name(STEP_DISPLAY_NAMES[step])
         return apply_compute(task, profiles[step], target)
 
-    @dsl.pipeline(name=PIPELINE_NAME, pipeline_config=storage.config())
+    operations = operations or Operations(target)
+
+    @dsl.pipeline(name=PIPELINE_NAME,
+                  pipeline_config=operations.pipeline_config(storage.config()))
+    @operations.wrap(PIPELINE_NAME)
     def sweep_pipeline(
         data_uri: str = EMBEDDED_PENGUINS,
         label_column: str = "species",

@@ -22,6 +22,7 @@ from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.checkpoints import add_checkpoint_volume
 from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
 from gkeflow.pipelines.engines import training_engine
+from gkeflow.pipelines.operations import Operations
 from gkeflow.pipelines.preparation import (
     FANOUT_COMPONENTS,
     FANOUT_DISPLAY_NAMES,
@@ -125,7 +126,7 @@ STEP_DISPLAY_NAMES = {
 def build_training_pipeline(
     target: str = "local", compute: Optional[Mapping[str, ComputeProfile]] = None,
     workspace: Optional[WorkspaceSettings] = None,
-    preparation: PreparationSettings = ONE_POD,
+    preparation: PreparationSettings = ONE_POD, operations: Optional[Operations] = None,
 ):
     """Define ``training_pipeline``, each step's compute validated and applied for ``target``.
 
@@ -166,7 +167,11 @@ def build_training_pipeline(
         return configure(train_engine.task(profile, arguments), "train-model",
                          train_engine.launcher_profile(profile))
 
-    @dsl.pipeline(name=PIPELINE_NAME, pipeline_config=storage.config())
+    operations = operations or Operations(target)
+
+    @dsl.pipeline(name=PIPELINE_NAME,
+                  pipeline_config=operations.pipeline_config(storage.config()))
+    @operations.wrap(PIPELINE_NAME)
     def training_pipeline(
         data_uri: str = EMBEDDED_PENGUINS,
         label_column: str = "species",

@@ -101,9 +101,24 @@ def parse_pipeline_spec_strict(spec: dict, platform: dict | None = None) -> None
                 raise Invalid(f"executor {name}: not a KubernetesExecutorConfig: {exc}") from None
 
 
-def _task_names(spec: dict) -> list[str]:
-    tasks = spec.get("root", {}).get("dag", {}).get("tasks", {})
-    return sorted(tasks, key=lambda t: (len(tasks[t].get("dependentTasks", [])), t))
+def _task_names(spec: dict, dag: dict | None = None) -> list[str]:
+    """The tasks in an order they can run in (each after its dependencies); a task running
+    a sub-DAG (a condition, an exit handler, a loop) is followed by the sub-DAG's tasks, as
+    the backends list them in a run's task details."""
+    tasks = (dag if dag is not None else spec.get("root", {}).get("dag", {})).get("tasks", {})
+    ordered: list[str] = []
+    while len(ordered) < len(tasks):
+        ready = sorted(t for t in tasks if t not in ordered and all(
+            d in ordered or d not in tasks for d in tasks[t].get("dependentTasks", [])))
+        ordered += ready or sorted(set(tasks) - set(ordered))  # a cycle: take the rest
+    expanded: list[str] = []
+    for name in ordered:
+        expanded.append(name)
+        component = spec.get("components", {}).get(
+            tasks[name].get("componentRef", {}).get("name", ""), {})
+        if "dag" in component:
+            expanded += [t for t in _task_names(spec, component["dag"]) if t not in expanded]
+    return expanded
 
 
 class _Server:
@@ -289,6 +304,8 @@ class FakeKfpServer(_Server):
     def __init__(self, expected_token: str | None = None):
         super().__init__()
         self.expected_token = expected_token
+        #: healthz tag_name: the backend release (the Kubeflow Platform's current one).
+        self.tag_name = "2.16.0"
         self.swagger = json.loads(KFP_SWAGGER.read_text()) if KFP_SWAGGER.exists() else None
         self.pipelines: dict[str, dict] = {}
         self.versions: dict[str, dict] = {}
@@ -352,8 +369,11 @@ class FakeKfpServer(_Server):
     def _check_response(self, record: Recorded, status: int, payload: Any) -> None:
         if self.swagger is None or status != 200:
             return
-        _, operation = self._operation(record)
+        template, operation = self._operation(record)
         schema = operation["responses"]["200"].get("schema")
+        if template.endswith("/healthz"):  # see _route: the server adds these fields
+            extra = {"commit_sha", "tag_name", "pipeline_store"}
+            payload = {k: v for k, v in payload.items() if k not in extra}
         if schema:
             self._schema_validate(payload, schema, "the fake's own response")
 
@@ -392,7 +412,10 @@ class FakeKfpServer(_Server):
         path, method = record.path.removeprefix("/apis/v2beta1"), record.method
         with self.lock:
             if path == "/healthz" and method == "GET":
-                return 200, {"multi_user": False}
+                # The API server's own handler (backend/src/apiserver/main.go
+                # healthzResponse) answers more than the swagger's GetHealthzResponse.
+                return 200, {"commit_sha": "0" * 40, "tag_name": self.tag_name,
+                             "multi_user": False, "pipeline_store": "database"}
             if path == "/pipelines" and method == "GET":
                 items = self._filter(list(self.pipelines.values()),
                                      self._first(record, "filter"))
@@ -586,6 +609,9 @@ class FakeKfpServer(_Server):
 # Vertex AI
 
 
+_LABEL_CLAUSE = re.compile(r'^labels\.([a-z][a-z0-9_-]*)="([a-z0-9_-]*)"$')
+
+
 class FakeVertexServer(_Server):
     """The parts of the Vertex AI v1 REST API that gkeflow uses (pipeline jobs, schedules)."""
 
@@ -653,6 +679,8 @@ class FakeVertexServer(_Server):
                 spec = json_format.MessageToDict(job._pb.pipeline_spec)
                 self.job_scripts[job.name] = self._run_script(_task_names(spec))
                 return 200, self._json(job)
+            if match and method == "GET":  # list: newest first, by label, paged
+                return 200, self._list_jobs(match[1], record)
             match = re.fullmatch(r"/v1/(projects/[^/]+/locations/[^/]+/pipelineJobs/[^/:]+)",
                                  path)
             if match and method == "GET":
@@ -716,6 +744,32 @@ class FakeVertexServer(_Server):
                     self._set_next_run(schedule)
                     return 200, self._json(schedule)
         raise Invalid(f"the fake does not implement {method} {path}")
+
+    def _list_jobs(self, parent: str, record: Recorded) -> dict:
+        unknown = set(record.query) - {"filter", "pageSize", "pageToken", "orderBy",
+                                       "readMask", "$alt"}
+        if unknown:
+            raise Invalid(f"unknown list parameters {sorted(unknown)}")
+        wanted = {}
+        text = record.query.get("filter", [""])[0]
+        for clause in filter(None, (c.strip() for c in text.split(" AND "))):
+            found = _LABEL_CLAUSE.match(clause)
+            if not found:
+                raise Invalid(f"filter clause {clause!r} is not labels.KEY=\"VALUE\"")
+            wanted[found[1]] = found[2]
+        order = record.query.get("orderBy", [""])[0]
+        if order not in ("", "create_time desc"):
+            raise Invalid(f"orderBy {order!r} is not a PipelineJob field ordering")
+        jobs = [j for j in self.jobs.values() if j.name.startswith(parent + "/")
+                and all(j.labels.get(k) == v for k, v in wanted.items())]
+        jobs.sort(key=lambda j: (j.create_time, j.name), reverse=True)
+        start = int(record.query.get("pageToken", ["0"])[0] or 0)
+        size = int(record.query.get("pageSize", ["20"])[0] or 20)
+        page = jobs[start:start + size]
+        answer = {"pipelineJobs": [self._json(j) for j in page]}
+        if start + size < len(jobs):
+            answer["nextPageToken"] = str(start + size)
+        return answer
 
     def _check_schedule(self, schedule) -> None:
         if not schedule.display_name:

@@ -1,0 +1,80 @@
+"""KFP shell of the run notification: ``notify_run``, the exit task that receives
+``dsl.PipelineTaskFinalStatus``."""
+
+from kfp import dsl
+
+from gkeflow.components.images import CPU_IMAGE
+
+
+@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+def notify_run(
+    status: dsl.PipelineTaskFinalStatus,
+    pipeline: str,
+    target: str,
+    run_name: str,
+    run_id: str,
+    link_template: str,
+    when: str = "failure",
+    webhook_format: str = "generic",
+    webhook_env: str = "GKEFLOW_WEBHOOK_URL",
+    webhook_secret: str = "",
+    parameters: str = "",
+    defaults: str = "{}",
+    run_api: str = "",
+) -> str:
+    """Sends how the run ended to a webhook; never changes the run's outcome.
+
+    Args:
+        status: The run's final status (state, failed task, error), given by the backend.
+        pipeline: The pipeline's name.
+        target: gke, vertex or local.
+        run_name: The run's name (the backend fills it in).
+        run_id: The run's id (the backend fills it in).
+        link_template: The run's page, with {run_id} and {run_name} to fill in.
+        when: failure, success or always.
+        webhook_format: generic (JSON with every field), slack or google-chat.
+        webhook_env: The environment variable holding the webhook URL (GKE: set from a
+            Kubernetes Secret; never the URL itself).
+        webhook_secret: Vertex AI: the Secret Manager secret version holding the URL
+            (projects/P/secrets/S/versions/V); empty elsewhere.
+        parameters: The run's parameters as name/value pairs (filled in by the backend).
+        defaults: The pipeline's default parameter values, as JSON.
+        run_api: Where to read the run's task details for the failed step, its error,
+            the run's duration and the gate (KFP API URL or Vertex AI endpoint); empty:
+            the status alone.
+
+    Returns:
+        One line: what was sent, or why nothing was.
+    """
+    import json
+
+    from gkeflow.components.notify.logic import (
+        SEND_POLICY,
+        RunReport,
+        changed_parameters,
+        failed_task_from_message,
+        notify,
+        now,
+        parse_parameters,
+    )
+    from gkeflow.components.notify.run_api import apply_run, kfp_run, vertex_run
+
+    state = str(status.state or "").upper()
+    report = RunReport(
+        pipeline=pipeline, run=run_name, target=target,
+        link=link_template.format(run_id=run_id, run_name=run_name), state=state,
+        failed_task=failed_task_from_message(status.error_message or ""),
+        error=status.error_message or "",
+        parameters=changed_parameters(parse_parameters(parameters), json.loads(defaults)))
+    if run_api:
+        try:
+            started, tasks = (
+                kfp_run(run_api, run_id, SEND_POLICY) if target == "gke" else
+                vertex_run(run_api, status.pipeline_job_resource_name, SEND_POLICY))
+            apply_run(report, started, tasks, now())
+        except Exception as exc:  # noqa: BLE001 - the status alone still makes a message
+            print(f"could not read the run's task details: {type(exc).__name__}")
+    outcome = notify(report, when=when, shape=webhook_format, env_name=webhook_env,
+                     secret_version=webhook_secret)
+    print(outcome)
+    return outcome

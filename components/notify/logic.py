@@ -1,0 +1,254 @@
+"""The run notification: what a pipeline's exit task sends when the run ends.
+
+:func:`notify` builds one message from the run's final status (state, the failed task and
+its error), its name and link, its duration, the parameters that differ from the
+pipeline's defaults and, for training, the gate decision and registered version, and
+posts it to a webhook in one of three shapes: ``generic`` JSON, ``slack`` or ``google-chat``
+(both read ``text``). Where the exit handler's status does not name the failed step (it
+names the exit handler's group), the run API is read for it: Kubeflow Pipelines'
+``GET /apis/v2beta1/runs/{id}`` or Vertex AI's ``GET .../pipelineJobs/{id}``.
+
+The webhook URL is a secret: read from an environment variable (GKE: a Kubernetes Secret
+mounted by kfp-kubernetes; local runs: the caller's environment) or from Secret Manager
+(Vertex AI); it is never printed, never part of the payload and never an input of the step.
+
+A notification never changes the run's outcome: every failure here is caught, printed in
+one line and the step succeeds. Sending is retried on transient failures (429, 5xx,
+connection errors, timeouts) within a short budget (:class:`RetryPolicy`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gkeflow.components.cloud.retry import RetryPolicy, describe_error
+
+#: Separators of the ``name<KV>value<ITEM>...`` text the pipeline passes its parameters in
+#: (placeholders filled by the backend; JSON would break on quotes inside values).
+ITEM_SEP, KV_SEP = "\x1e", "\x1f"
+WHEN = ("failure", "success", "always")
+FORMATS = ("generic", "slack", "google-chat")
+#: Where the exit task finds the webhook URL on GKE and in local runs.
+WEBHOOK_ENV = "GKEFLOW_WEBHOOK_URL"
+#: Bounded: a notification is worth seconds, not the run's time.
+SEND_POLICY = RetryPolicy(call_timeout_s=10.0, budget_s=60.0, initial_s=1.0, maximum_s=10.0)
+
+
+class NotifyError(RuntimeError):
+    """A notification could not be built or sent (reported, never raised out of the step)."""
+
+
+@dataclass
+class RunReport:
+    """What the message says; also the ``generic`` JSON payload."""
+
+    pipeline: str
+    run: str
+    link: str
+    state: str
+    target: str
+    failed_task: str = ""
+    error: str = ""
+    duration_s: float | None = None
+    parameters: dict[str, str] = field(default_factory=dict)  # differing from defaults
+    gate: str = ""
+    registered_version: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.state not in ("SUCCEEDED", "SKIPPED")
+
+    def summary(self) -> str:
+        duration = "" if self.duration_s is None else f" after {_duration(self.duration_s)}"
+        head = f"{self.pipeline} run {self.run} {self.state.lower()}{duration}"
+        lines = [head]
+        if self.failed_task:
+            lines.append(f"failed step: {self.failed_task}")
+        if self.error:
+            lines.append(f"error: {self.error}")
+        if self.gate:
+            lines.append(f"gate: {self.gate}")
+        if self.registered_version:
+            lines.append(f"registered version: {self.registered_version}")
+        if self.parameters:
+            lines.append("parameters: " + ", ".join(f"{k}={v}" for k, v in
+                                                     sorted(self.parameters.items())))
+        return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def payload(report: RunReport, shape: str) -> dict[str, Any]:
+    """The webhook body: ``generic`` (every field), ``slack`` or ``google-chat``."""
+    if shape == "generic":
+        return {"kind": "gkeflow.run", **asdict(report)}
+    icon = ":x:" if report.failed else ":white_check_mark:"
+    lines = report.summary().split("\n")
+    link = f"<{report.link}|{report.run}>"
+    if shape == "slack":
+        return {"text": f"{icon} {lines[0]}\n" + "\n".join(lines[1:]) + f"\n{link}"}
+    if shape == "google-chat":
+        return {"text": f"*{lines[0]}*\n" + "\n".join(lines[1:]) + f"\n{link}"}
+    raise NotifyError(f"unknown webhook format {shape!r}; formats: {', '.join(FORMATS)}")
+
+
+def should_send(when: str, state: str) -> bool:
+    if when not in WHEN:
+        raise NotifyError(f"unknown notification trigger {when!r}; choose {', '.join(WHEN)}")
+    succeeded = state in ("SUCCEEDED", "SKIPPED")
+    return when == "always" or (when == "success") == succeeded
+
+
+def parse_parameters(text: str) -> dict[str, str]:
+    """``name<KV>value<ITEM>...`` -> dict."""
+    values = {}
+    for item in text.split(ITEM_SEP) if text else []:
+        name, _, value = item.partition(KV_SEP)
+        if name:
+            values[name] = value
+    return values
+
+
+def _same(value: str, default: Any) -> bool:
+    if isinstance(default, bool):
+        return value.strip().lower() == str(default).lower()
+    if isinstance(default, (int, float)):
+        try:
+            return float(value) == float(default)
+        except ValueError:
+            return False
+    return value == str(default)
+
+
+def changed_parameters(values: dict[str, str], defaults: dict[str, Any],
+                       hide: tuple[str, ...] = ()) -> dict[str, str]:
+    """The run's parameters whose values differ from the pipeline's defaults."""
+    return {name: _shown(value, defaults.get(name)) for name, value in values.items()
+            if name not in hide and not (name in defaults and _same(value, defaults[name]))}
+
+
+def _shown(value: str, default: Any) -> str:
+    """An integer parameter as an integer (some backends render numbers as ``1.0``)."""
+    if isinstance(default, int) and not isinstance(default, bool):
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        return str(int(number)) if number.is_integer() else value
+    return value
+
+
+_FAILED_TASKS = re.compile(r"failed tasks are: \[([^\]]+)\]", re.IGNORECASE)
+_INNER_TASK = re.compile(r"Inner task failed: '?([a-z0-9-]+)'?")
+
+
+def failed_task_from_message(message: str) -> str:
+    """The failed step named in an exit handler's error message, if any (Vertex AI: "The
+    failed tasks are: [train-model]")."""
+    found = _FAILED_TASKS.search(message or "") or _INNER_TASK.search(message or "")
+    return found.group(1).split(",")[0].strip() if found else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# The secret and the send
+
+
+def webhook_url(env_name: str = WEBHOOK_ENV, secret_version: str = "",
+                policy: RetryPolicy = SEND_POLICY) -> str:
+    """The webhook URL: from Secret Manager when ``secret_version`` names one
+    (``projects/P/secrets/S/versions/V``), else from the environment variable."""
+    if secret_version:
+        return _secret_manager(secret_version, policy)
+    url = os.environ.get(env_name, "").strip()
+    if not url:
+        raise NotifyError(f"no webhook URL: the environment variable {env_name} is empty "
+                          "(on GKE: the Kubernetes Secret named in notifications.webhook."
+                          "gke_secret must exist in the run's namespace)")
+    return url
+
+
+def _secret_manager(version: str, policy: RetryPolicy) -> str:
+    import base64
+
+    endpoint = os.environ.get("GKEFLOW_SECRET_MANAGER_ENDPOINT",
+                              "https://secretmanager.googleapis.com")
+    if re.match(r"^http://(127\.0\.0\.1|localhost)(:\d+)?$", endpoint):
+        import requests  # a plain-http loopback endpoint is an emulator: no credentials
+
+        session = requests.Session()
+    else:
+        import google.auth
+        from google.auth.transport.requests import AuthorizedSession
+
+        credentials, _ = google.auth.default(
+            scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        session = AuthorizedSession(credentials)
+    if "/versions/" not in version:
+        version = f"{version}/versions/latest"
+
+    def access():
+        response = session.get(f"{endpoint}/v1/{version}:access",
+                               timeout=policy.call_timeout_s)
+        if response.status_code != 200:
+            raise _HttpError(response.status_code, f"Secret Manager answered "
+                                                   f"{response.status_code} for {version}")
+        return base64.b64decode(response.json()["payload"]["data"]).decode().strip()
+
+    return policy.call(access, f"reading secret {version}")
+
+
+class _HttpError(RuntimeError):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def post(url: str, body: dict, policy: RetryPolicy = SEND_POLICY) -> int:
+    """POST ``body`` as JSON; retried on transient failures; returns the HTTP status."""
+    data = json.dumps(body).encode()
+
+    def send() -> int:
+        request = urllib.request.Request(url, data=data, method="POST", headers={
+            "Content-Type": "application/json; charset=utf-8"})
+        try:
+            with urllib.request.urlopen(request, timeout=policy.call_timeout_s) as answer:
+                return answer.status
+        except urllib.error.HTTPError as exc:
+            raise _HttpError(exc.code, f"the webhook answered HTTP {exc.code}") from None
+
+    return policy.call(send, "sending the run notification")
+
+
+def _safe(text: str, secret: str) -> str:
+    return text.replace(secret, "***") if secret else text
+
+
+def notify(report: RunReport, *, when: str, shape: str, env_name: str = WEBHOOK_ENV,
+           secret_version: str = "", policy: RetryPolicy = SEND_POLICY) -> str:
+    """Send ``report`` if ``when`` asks for its state; returns one line saying what
+    happened. Never raises: a notification cannot change the run's outcome."""
+    url = ""
+    try:
+        if not should_send(when, report.state):
+            return f"run {report.state.lower()}: no notification (notifications on {when})"
+        body = payload(report, shape)
+        url = webhook_url(env_name, secret_version, policy)
+        status = post(url, body, policy)
+        return f"notification sent ({shape}, HTTP {status})"
+    except Exception as exc:  # noqa: BLE001 - a notification must not fail the run
+        return _safe(f"notification not sent: {describe_error(exc)}", url)
+
+
+def now() -> float:
+    return time.time()

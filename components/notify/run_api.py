@@ -1,0 +1,108 @@
+"""Read the failed step, its error and the gate decision of the running pipeline from its
+target's run API, for the exit task's notification.
+
+The exit handler's ``PipelineTaskFinalStatus`` describes the handler's group (its error
+says "Task exit-handler-1 failed." on some backends); the run's task details name the step
+that failed and carry its own error. Kubeflow Pipelines: ``GET {api}/apis/v2beta1/runs/{id}``
+(in cluster ``http://ml-pipeline.kubeflow:8888``, with the pod's service-account token from
+``KF_PIPELINES_SA_TOKEN_PATH`` on multi-user installs). Vertex AI: ``GET {endpoint}/v1/{job}``
+with the step's Google credentials. Best effort: a failure leaves the report as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.request
+
+from gkeflow.components.cloud.retry import RetryPolicy
+
+#: Task groups and bookkeeping, not steps.
+_GROUPS = ("exit-handler-", "condition-", "for-loop-", "root", "notify-run")
+_STATE = {"CANCELED": "CANCELLED", "PIPELINE_STATE_FAILED": "FAILED"}
+
+
+def _state(value) -> str:
+    text = str(value or "").upper().removeprefix("RUNTIME_STATE_")
+    return _STATE.get(text, text)
+
+
+def _is_step(name: str) -> bool:
+    return bool(name) and not name.lower().startswith(_GROUPS) and not name.endswith("-driver")
+
+
+def _get(url: str, headers: dict, policy: RetryPolicy) -> dict:
+    def read():
+        request = urllib.request.Request(url, headers=headers)
+        with urllib.request.urlopen(request, timeout=policy.call_timeout_s) as answer:
+            return json.loads(answer.read() or b"{}")
+
+    return policy.call(read, "reading the run's task details")
+
+
+def kfp_run(api: str, run_id: str, policy: RetryPolicy) -> tuple[str, list[dict]]:
+    """(created_at, [{name, state, error, metadata}]) of a Kubeflow Pipelines run."""
+    headers = {}
+    token_path = os.environ.get("KF_PIPELINES_SA_TOKEN_PATH", "")
+    if token_path and os.path.exists(token_path):
+        with open(token_path, encoding="utf-8") as handle:
+            headers["Authorization"] = f"Bearer {handle.read().strip()}"
+    run = _get(f"{api.rstrip('/')}/apis/v2beta1/runs/{run_id}", headers, policy)
+    return run.get("created_at", ""), [
+        {"name": t.get("display_name", ""), "state": _state(t.get("state")),
+         "error": (t.get("error") or {}).get("message", ""), "metadata": {}}
+        for t in (run.get("run_details") or {}).get("task_details", [])]
+
+
+def vertex_run(endpoint: str, job: str, policy: RetryPolicy) -> tuple[str, list[dict]]:
+    """(start time, [{name, state, error, metadata}]) of a Vertex AI PipelineJob."""
+    headers = {}
+    if not re.match(r"^http://(127\.0\.0\.1|localhost)(:\d+)?/?$", endpoint):
+        import google.auth  # a plain-http loopback endpoint is an emulator: no credentials
+        from google.auth.transport.requests import Request
+
+        credentials, _ = google.auth.default(
+            scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        credentials.refresh(Request())
+        headers["Authorization"] = f"Bearer {credentials.token}"
+    data = _get(f"{endpoint.rstrip('/')}/v1/{job}", headers, policy)
+    return data.get("startTime") or data.get("createTime", ""), [
+        {"name": t.get("taskName", ""), "state": _state(t.get("state")),
+         "error": (t.get("error") or {}).get("message", ""),
+         "metadata": (t.get("execution") or {}).get("metadata") or {}}
+        for t in (data.get("jobDetail") or {}).get("taskDetails", [])
+        if str(t.get("parentTaskId") or "0") != "0"]  # the parentless task is the run
+
+
+def _epoch(text: str) -> float | None:
+    import datetime as dt
+
+    try:
+        return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def apply_run(report, started: str, tasks: list[dict], now: float):
+    """Fill ``report``'s duration (``started`` to ``now``), failed step, error, gate and
+    registered version from the run's start and ``tasks``."""
+    start = _epoch(started)
+    if start is not None:
+        report.duration_s = max(0.0, now - start)
+    steps = [t for t in tasks if _is_step(t["name"])]
+    failed = [t for t in steps if t["state"] == "FAILED"]
+    if failed:
+        report.failed_task = failed[0]["name"]
+        report.error = failed[0]["error"] or report.error
+    states = {re.sub(r"[\s_]+", "-", t["name"].strip().lower()): t for t in steps}
+    if states.get("evaluate-model", {}).get("state") == "SUCCEEDED":
+        register = states.get("register-model")
+        if register and register["state"] == "SUCCEEDED":
+            report.gate = "passed: registered"
+            metadata = register["metadata"]
+            version = metadata.get("output:model_version") or metadata.get("model_version")
+            report.registered_version = str(version or "")
+        elif not report.failed_task:
+            report.gate = "blocked: not registered"
+    return report

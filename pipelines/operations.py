@@ -1,0 +1,137 @@
+"""Notifications and retention compiled into a pipeline (see
+:mod:`gkeflow.pipelines.operations_config` for the gkeflow.yaml sections).
+
+:func:`select` picks the notification settings of one submit (``--env``) or one schedule
+(its own, else its environment's) and returns the config carrying them; the pipeline
+builders take :class:`Operations` from :func:`of` and change by two lines: the body is
+decorated with :meth:`Operations.wrap` (a ``dsl.ExitHandler`` whose exit task receives
+``dsl.PipelineTaskFinalStatus``) and the pipeline config passes through
+:meth:`Operations.pipeline_config` (retention as PipelineConfig time-to-live on GKE). With
+no notifications and no retention both are the identity, so the default compiled pipelines
+stay as they are.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from dataclasses import dataclass
+
+from gkeflow.pipelines.operations_config import NotificationSettings, RetentionSettings
+
+#: Where the exit task reads a GKE run's task details: the in-cluster KFP API service.
+KFP_IN_CLUSTER_API = "http://ml-pipeline.kubeflow:8888"
+_SIMPLE = (str, int, float, bool)
+
+
+@dataclass(frozen=True)
+class Operations:
+    """What one compiled pipeline carries besides its steps."""
+
+    target: str
+    notifications: NotificationSettings | None = None
+    retention: RetentionSettings = RetentionSettings()
+    link_template: str = ""
+    run_api: str = ""
+
+    def pipeline_config(self, config):
+        """``config`` (a ``dsl.PipelineConfig`` or None) with the retention's TTL on GKE."""
+        if self.target != "gke" or not self.retention.days:
+            return config
+        from kfp import dsl
+
+        config = config or dsl.PipelineConfig()
+        config.ttl_seconds_after_finished = self.retention.days * 86400
+        return config
+
+    def wrap(self, pipeline_name: str):
+        """Decorator for a pipeline function: its body inside an exit handler that
+        notifies; the function unchanged without notifications."""
+        def decorate(func):
+            if self.notifications is None:
+                return func
+            signature = inspect.signature(func)
+
+            @functools.wraps(func)
+            def body(*args, **kwargs):
+                bound = signature.bind(*args, **kwargs)
+                bound.apply_defaults()
+                exit_task = self._exit_task(pipeline_name, signature, bound.arguments)
+                from kfp import dsl
+
+                with dsl.ExitHandler(exit_task, name="run"):
+                    return func(*args, **kwargs)
+
+            return body
+
+        return decorate
+
+    def _exit_task(self, pipeline_name: str, signature, arguments: dict):
+        from kfp import dsl
+
+        from gkeflow.components.notify.component import notify_run
+        from gkeflow.components.notify.logic import ITEM_SEP, KV_SEP, WEBHOOK_ENV
+
+        settings = self.notifications
+        simple = {n: p for n, p in signature.parameters.items() if p.annotation in _SIMPLE
+                  or p.annotation in {t.__name__ for t in _SIMPLE}}
+        defaults = {n: p.default for n, p in simple.items()}
+        parameters = ITEM_SEP.join(f"{name}{KV_SEP}{arguments[name]}" for name in simple)
+        secret = settings.webhook.secret_for(self.target)
+        task = notify_run(
+            pipeline=pipeline_name, target=self.target,
+            run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            link_template=self.link_template, when=settings.when,
+            webhook_format=settings.webhook.format, webhook_env=WEBHOOK_ENV,
+            webhook_secret=secret if self.target == "vertex" else "",
+            parameters=parameters, defaults=json.dumps(defaults, sort_keys=True),
+            run_api=self.run_api)
+        task.set_display_name("Notify").set_caching_options(False)
+        if self.target == "gke":
+            from kfp import kubernetes
+
+            name, _, key = secret.partition("/")
+            kubernetes.use_secret_as_env(task, secret_name=name,
+                                         secret_key_to_env={key or "url": WEBHOOK_ENV})
+        return task
+
+
+def select(config, environment: str = "default", schedule=None):
+    """``config`` carrying the notifications of one submit or schedule: the schedule's own,
+    else those of its (or ``environment``'s) ``notifications.<environment>``."""
+    if schedule is not None:
+        settings = schedule.notifications or config.notifications.get(schedule.environment)
+    else:
+        settings = config.notifications.get(environment)
+    chosen = config.model_copy()
+    chosen._notify = settings
+    return chosen
+
+
+def of(config, target: str) -> Operations:
+    """The :class:`Operations` a builder compiles for ``target`` from ``config`` (None:
+    nothing)."""
+    if config is None:
+        return Operations(target)
+    settings = getattr(config, "_notify", None)
+    link, api = "", ""
+    if target == "gke" and config.targets.gke is not None:
+        gke = config.targets.gke
+        link = f"{gke.ui_url or gke.host}/#/runs/details/{{run_id}}"
+        api = KFP_IN_CLUSTER_API
+    elif target == "vertex" and config.targets.vertex is not None:
+        vertex = config.targets.vertex
+        link = (f"https://console.cloud.google.com/vertex-ai/locations/{vertex.region}/"
+                f"pipelines/runs/{{run_name}}?project={vertex.project}")
+        api = vertex.api_endpoint or f"https://{vertex.region}-aiplatform.googleapis.com"
+        if not api.startswith("http"):
+            api = f"https://{api}"
+    if settings is not None:
+        from gkeflow.pipelines.config import ConfigError
+
+        try:
+            settings.webhook.secret_for(target)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    return Operations(target, settings, config.retention, link, api)

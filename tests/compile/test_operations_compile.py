@@ -1,0 +1,147 @@
+"""Notifications compile to an exit handler around each pipeline, with the webhook URL in
+a secret (a Kubernetes Secret on GKE, Secret Manager on Vertex AI), never in the YAML;
+retention to PipelineConfig time-to-live on GKE; nothing changes without them."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from gkeflow.pipelines.backend_version import requirements_of_file
+from gkeflow.pipelines.compile import compile_pipeline
+from gkeflow.pipelines.config import ConfigError, GkeflowConfig
+from gkeflow.pipelines.operations import select
+from tests.integration.fakes import parse_pipeline_spec_strict
+
+WEBHOOK = {"format": "slack", "gke_secret": "gkeflow-webhook/hook",
+           "vertex_secret": "projects/my-project/secrets/gkeflow-webhook/versions/3"}
+TARGETS = {"gke": {"host": "https://kfp.example.com/pipeline"},
+           "vertex": {"project": "my-project", "region": "europe-west4",
+                      "pipeline_root": "gs://my-bucket/root",
+                      "service_account": "p@my-project.iam.gserviceaccount.com"}}
+
+
+def _config(**extra) -> GkeflowConfig:
+    return GkeflowConfig.model_validate({"targets": TARGETS, **extra})
+
+
+def _docs(path):
+    return list(yaml.safe_load_all(path.read_text()))
+
+
+@pytest.mark.parametrize("pipeline", ["training", "prediction", "sweep"])
+def test_each_pipeline_runs_inside_an_exit_handler_that_notifies(pipeline, tmp_path):
+    config = select(_config(notifications={"default": {"webhook": WEBHOOK}}))
+    for target in ("gke", "vertex"):
+        path = compile_pipeline(pipeline, target, tmp_path / target, config=config)
+        docs = _docs(path)
+        spec = docs[0]
+        parse_pipeline_spec_strict(spec, docs[1] if len(docs) > 1 else None)
+        tasks = spec["root"]["dag"]["tasks"]
+        assert set(tasks) == {"exit-handler-1", "notify-run"}
+        notify = tasks["notify-run"]
+        assert notify["triggerPolicy"]["strategy"] == "ALL_UPSTREAM_TASKS_COMPLETED"
+        assert notify["dependentTasks"] == ["exit-handler-1"]
+        inputs = notify["inputs"]["parameters"]
+        assert inputs["status"]["taskFinalStatus"]["producerTask"] == "exit-handler-1"
+        assert inputs["when"]["runtimeValue"]["constant"] == "failure"
+        text = path.read_text()
+        assert "hooks." not in text and "https://hooks" not in text
+        if target == "gke":
+            assert len(docs) == 2
+            executor = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"][
+                "exec-notify-run"]
+            (secret,) = executor["secretAsEnv"]
+            assert secret["secretName"] == "gkeflow-webhook"
+            assert secret["keyToEnv"] == [{"envVar": "GKEFLOW_WEBHOOK_URL", "secretKey": "hook"}]
+            assert inputs["webhook_secret"]["runtimeValue"]["constant"] == ""
+            link = inputs["link_template"]["runtimeValue"]["constant"]
+            assert link == "https://kfp.example.com/pipeline/#/runs/details/{run_id}"
+            names = [r.feature.name for r in requirements_of_file(path)]
+            assert any("PipelineTaskFinalStatus" in n for n in names)
+        else:
+            assert len(docs) == 1  # Vertex AI loads one document only
+            assert inputs["webhook_secret"]["runtimeValue"]["constant"] == WEBHOOK[
+                "vertex_secret"]
+            assert "locations/europe-west4/pipelines/runs/{run_name}?project=my-project" in \
+                inputs["link_template"]["runtimeValue"]["constant"]
+
+
+def test_a_schedule_s_own_notifications_win_over_its_environment_s(tmp_path):
+    config = _config(
+        parameters={"prod": {"epochs": 5}},
+        notifications={"prod": {"webhook": WEBHOOK}},
+        schedules=[{"name": "nightly", "target": "gke", "cron": "0 2 * * *",
+                    "environment": "prod",
+                    "notifications": {"when": "always", "webhook": {"gke_secret": "other"}}},
+                   {"name": "weekly", "target": "gke", "cron": "0 2 * * 1",
+                    "environment": "prod"}])
+    own = select(config, schedule=config.schedules[0])._notify
+    inherited = select(config, schedule=config.schedules[1])._notify
+    assert (own.when, own.webhook.gke_secret) == ("always", "other")
+    assert inherited.webhook.gke_secret == "gkeflow-webhook/hook"
+    assert select(config, "default")._notify is None
+
+
+def test_without_notifications_the_pipeline_is_unchanged(tmp_path):
+    plain = compile_pipeline("training", "gke", tmp_path / "a", config=_config())
+    selected = compile_pipeline("training", "gke", tmp_path / "b", config=select(_config()))
+    assert plain.read_text() == selected.read_text()
+    assert "notify-run" not in plain.read_text()
+
+
+def test_retention_is_a_time_to_live_on_gke_only(tmp_path):
+    config = _config(retention={"days": 3})
+    gke = _docs(compile_pipeline("prediction", "gke", tmp_path, config=config))
+    assert gke[1]["platforms"]["kubernetes"]["pipelineConfig"] == {
+        "resourceTtlOnCompletion": 3 * 86400}
+    vertex = _docs(compile_pipeline("prediction", "vertex", tmp_path, config=config))
+    assert len(vertex) == 1 and "resourceTtl" not in str(vertex)
+
+
+@pytest.mark.parametrize("webhook, problem", [
+    ({"gke_secret": "https://hooks.slack.com/services/T/B/X"}, "never the URL itself"),
+    ({"vertex_secret": "my-secret"}, "projects/PROJECT/secrets/SECRET"),
+    ({"gke_secret": "Bad_Name"}, "not a Kubernetes Secret"),
+])
+def test_bad_webhook_settings_are_refused_at_the_edge(tmp_path, webhook, problem):
+    from gkeflow.pipelines.config import load_config
+
+    path = tmp_path / "gkeflow.yaml"
+    path.write_text(yaml.safe_dump({"notifications": {"default": {"webhook": webhook}}}))
+    with pytest.raises(ConfigError, match=problem) as refused:
+        load_config(path)
+    assert "hooks.slack.com" not in str(refused.value)
+
+
+def test_a_target_without_its_secret_is_refused(tmp_path):
+    config = select(_config(notifications={"default": {"webhook": {"gke_secret": "hook"}}}))
+    with pytest.raises(ConfigError, match="webhook.vertex_secret"):
+        compile_pipeline("training", "vertex", tmp_path, config=config)
+
+
+def test_notifications_name_an_existing_environment():
+    with pytest.raises(ValueError, match="notifications.prod: no such environment"):
+        _config(notifications={"prod": {"webhook": WEBHOOK}})
+
+
+def test_plan_states_the_oldest_backend_the_compiled_pipeline_needs(tmp_path):
+    from click.testing import CliRunner
+
+    from gkeflow.pipelines.cli import main
+
+    def plan(*extra):
+        path = tmp_path / "gkeflow.yaml"
+        path.write_text(yaml.safe_dump({"targets": {"gke": TARGETS["gke"]}, **dict(extra)}))
+        result = CliRunner().invoke(main, ["plan", "--target", "gke", "--config", str(path)],
+                                    catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return [line for line in result.output.splitlines() if line.startswith("backend:")]
+
+    assert plan() == ["backend: Kubeflow Pipelines >= 2.14 (run workspace "
+                      "(PipelineConfig.workspace) 2.14)"]
+    (line,) = plan(("retention", {"days": 2}), ("workspace", {"enabled": False}))
+    assert line == "backend: Kubeflow Pipelines >= 2.17 (PipelineConfig time-to-live " \
+                   "(retention) 2.17)"
+    (line,) = plan(("compute", {"train-model": {"replicas": 2}}))
+    assert ">= 2.15" in line and "TaskConfig pass-through (JobSet training) 2.15" in line

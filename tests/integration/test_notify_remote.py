@@ -1,0 +1,179 @@
+"""A scheduled training run that fails in train-model sends one webhook message naming the
+step and its error, with a link to the run, on both targets.
+
+The run is real as far as the fakes go: `schedule apply` (KFP) or `submit` (Vertex AI)
+compiles the pipeline with notifications and ships it (every request contract-checked,
+the spec and platform spec parsed strictly); the fake plays the run to a failure in
+train-model. The exit task then runs as its pod would: its constant inputs read from the
+shipped spec, the placeholders filled as the backend fills them, the webhook URL from the
+Kubernetes Secret's environment variable (GKE) or from Secret Manager (Vertex AI), the
+failed step from the fake's run API.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+from kfp import dsl
+
+from gkeflow.components.notify.component import notify_run
+from gkeflow.pipelines.backends import KfpBackend, VertexBackend
+from gkeflow.pipelines.schedule import apply
+from gkeflow.pipelines.submit import submit
+from tests.integration.conftest import FAST, TOKEN
+from tests.integration.fake_runs import FakeKfpRuns, FakeVertexRuns
+from tests.integration.webhook_receiver import WebhookReceiver
+
+SECRET = "projects/my-project/secrets/gkeflow-webhook"
+WEBHOOK = {"format": "slack", "gke_secret": "gkeflow-webhook", "vertex_secret": SECRET}
+
+
+@pytest.fixture
+def kfp_runs():
+    with FakeKfpRuns(expected_token=TOKEN) as server:
+        yield server
+        assert not server.violations, "\n".join(server.violations)
+
+
+@pytest.fixture
+def vertex_runs():
+    with FakeVertexRuns() as server:
+        yield server
+        assert not server.violations, "\n".join(server.violations)
+
+
+def _exit_inputs(spec: dict) -> dict:
+    """The notify-run task's constant inputs, as compiled."""
+    parameters = spec["root"]["dag"]["tasks"]["notify-run"]["inputs"]["parameters"]
+    return {name: value["runtimeValue"]["constant"] for name, value in parameters.items()
+            if "runtimeValue" in value}
+
+
+def _run_exit_task(inputs: dict, **filled) -> None:
+    values = {**inputs, **filled}
+    notify_run.python_func(**{k: values[k] for k in (
+        "status", "pipeline", "target", "run_name", "run_id", "link_template", "when",
+        "webhook_format", "webhook_env", "webhook_secret", "parameters", "defaults",
+        "run_api")})
+
+
+def test_a_scheduled_kfp_training_run_failing_in_train_model(
+        kfp_runs, token_env, make_config, tmp_path, monkeypatch, capsys):
+    weekly = {"name": "weekly", "target": "gke", "cron": "0 6 * * 1"}
+    config = make_config(kfp_runs.url, None, schedules=[weekly],
+                         notifications={"default": {"webhook": WEBHOOK}})
+    apply(config, workdir=tmp_path, backends={"gke": KfpBackend(config.targets.gke,
+                                                                policy=FAST)})
+    (recurring_id,) = kfp_runs.recurring_runs
+    (spec,) = kfp_runs.specs.values()
+    kfp_runs.fail_task = "train-model"
+    run_id = kfp_runs.fire(recurring_id)
+    run = kfp_runs.finish(run_id)
+
+    token_file = tmp_path / "sa-token"
+    token_file.write_text(TOKEN)
+    monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(token_file))
+    inputs = _exit_inputs(spec)
+    assert inputs["run_api"] == "http://ml-pipeline.kubeflow:8888"  # in cluster
+    with WebhookReceiver() as hook:
+        monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)  # what the Secret provides
+        status = dsl.PipelineTaskFinalStatus(
+            state="FAILED", pipeline_job_resource_name=run_id,
+            pipeline_task_name="exit-handler-1", error_code=2,
+            error_message="Task exit-handler-1 failed.")
+        _run_exit_task(inputs, status=status, run_name=run["display_name"], run_id=run_id,
+                       run_api=kfp_runs.url, parameters="epochs\x1f20")
+    (message,) = hook.messages
+    text = message["text"]
+    assert "failed step: Train model" in text and kfp_runs.error_message in text
+    assert f"<{kfp_runs.url}/#/runs/details/{run_id}|{run['display_name']}>" in text
+    # the link names a run the API knows
+    answer = requests.get(f"{kfp_runs.url}/apis/v2beta1/runs/{run_id}",
+                          headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5)
+    assert answer.status_code == 200 and answer.json()["state"] == "FAILED"
+    output = capsys.readouterr()
+    assert "notification sent (slack, HTTP 200)" in output.out
+    for where in (json.dumps(spec), json.dumps(message), output.out + output.err):
+        assert "T0P-SECRET" not in where and hook.url not in where
+
+
+def test_a_vertex_training_run_failing_in_train_model(vertex_runs, make_config, tmp_path,
+                                                      monkeypatch, capsys):
+    config = make_config(None, vertex_runs.url,
+                         notifications={"default": {"when": "always", "webhook": WEBHOOK}})
+    vertex_runs.fail_task = "train-model"
+    submission, _ = submit(config, "training", "vertex", environment="default",
+                           overrides={"epochs": "3"}, workdir=tmp_path,
+                           backend=VertexBackend(config.targets.vertex, policy=FAST),
+                           version="g1")
+    job = vertex_runs.finish(submission.run_id)
+    from google.protobuf import json_format
+
+    spec = json_format.MessageToDict(job._pb.pipeline_spec)
+    inputs = _exit_inputs(spec)
+    assert inputs["webhook_secret"] == SECRET and inputs["run_api"] == vertex_runs.url
+    job_id = submission.run_id.rsplit("/", 1)[-1]
+    with WebhookReceiver() as hook:
+        vertex_runs.secrets[SECRET] = hook.url
+        monkeypatch.setenv("GKEFLOW_SECRET_MANAGER_ENDPOINT", vertex_runs.url)
+        monkeypatch.delenv("GKEFLOW_WEBHOOK_URL", raising=False)
+        status = dsl.PipelineTaskFinalStatus(
+            state="FAILED", pipeline_job_resource_name=submission.run_id,
+            pipeline_task_name="exit-handler-1", error_code=9,
+            error_message="The DAG failed because some tasks failed. The failed tasks are: "
+                          "[train-model].")
+        _run_exit_task(inputs, status=status, run_name=job_id, run_id="uuid-1",
+                       parameters="epochs\x1f3\x1eepochs_default\x1f1")
+    (message,) = hook.messages
+    assert vertex_runs.secret_reads == [f"{SECRET}/versions/latest"]
+    text = message["text"]
+    assert "train-model" in text and vertex_runs.error_message in text
+    assert submission.url in text  # the Cloud console link gkeflow submit printed
+    assert "epochs=3" in text
+    output = capsys.readouterr()
+    for where in (json.dumps(spec), json.dumps(message), output.out + output.err):
+        assert hook.url not in where and "T0P-SECRET" not in where
+
+
+def test_a_vertex_schedule_carries_its_own_notifications_and_no_url(vertex_runs, make_config,
+                                                                    tmp_path):
+    nightly = {"name": "nightly", "target": "vertex", "cron": "0 2 * * *",
+               "notifications": {"when": "always", "webhook": {"format": "google-chat",
+                                                               "vertex_secret": SECRET}}}
+    plain = {"name": "plain", "target": "vertex", "cron": "0 3 * * *"}
+    config = make_config(None, vertex_runs.url, schedules=[nightly, plain])
+    apply(config, workdir=tmp_path, backends={"vertex": VertexBackend(config.targets.vertex,
+                                                                      policy=FAST)})
+    from google.protobuf import json_format
+
+    specs = {s.display_name: json_format.MessageToDict(
+        s.create_pipeline_job_request.pipeline_job._pb.pipeline_spec)
+        for s in vertex_runs.schedules.values()}
+    inputs = _exit_inputs(specs["nightly"])
+    assert (inputs["when"], inputs["webhook_format"], inputs["webhook_secret"]) == (
+        "always", "google-chat", SECRET)
+    assert "notify-run" not in specs["plain"]["root"]["dag"]["tasks"]
+
+    # nightly fires and fails in train-model: one message names the step and its error
+    vertex_runs.fail_task = "train-model"
+    (schedule_name,) = [n for n, s in vertex_runs.schedules.items()
+                        if s.display_name == "nightly"]
+    job_name = vertex_runs.fire(schedule_name)
+    vertex_runs.finish(job_name)
+    job_id = job_name.rsplit("/", 1)[-1]
+    with WebhookReceiver() as hook:
+        vertex_runs.secrets[SECRET] = hook.url
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("GKEFLOW_SECRET_MANAGER_ENDPOINT", vertex_runs.url)
+            _run_exit_task(inputs, status=dsl.PipelineTaskFinalStatus(
+                state="FAILED", pipeline_job_resource_name=job_name,
+                pipeline_task_name="exit-handler-1", error_code=9,
+                error_message="The DAG failed because some tasks failed."),
+                run_name=job_id, run_id="uuid-2", parameters="")
+    (message,) = hook.messages
+    assert "*gkeflow-training run nightly-" in message["text"]
+    assert "failed step: train-model" in message["text"]
+    assert vertex_runs.error_message in message["text"]
+    assert f"pipelines/runs/{job_id}?project=my-project|{job_id}>" in message["text"]

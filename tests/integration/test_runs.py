@@ -1,0 +1,187 @@
+"""`gkeflow runs list|show|logs|cancel|retry` and `schedule list`'s last run, against the
+fake KFP and Vertex servers (requests validated against the KFP swagger, aiplatform_v1 and
+logging_v2 messages; see fake_runs.py): the same failed training run, seen on both."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gkeflow.pipelines.backends import KfpBackend, VertexBackend
+from gkeflow.pipelines.runs import reader, step_key
+from gkeflow.pipelines.schedule import apply
+from gkeflow.pipelines.submit import submit
+from tests.integration.conftest import FAST, TOKEN, config_dict, gkeflow
+from tests.integration.fake_runs import FakeKfpRuns, FakeVertexRuns
+
+ERROR = "ValueError: label column 'species' has 1 class; need at least 2"
+
+
+@pytest.fixture
+def kfp_runs():
+    with FakeKfpRuns(expected_token=TOKEN) as server:
+        yield server
+        assert not server.violations, "\n".join(server.violations)
+
+
+@pytest.fixture
+def vertex_runs():
+    with FakeVertexRuns() as server:
+        yield server
+        assert not server.violations, "\n".join(server.violations)
+
+
+def _backend(config, target):
+    if target == "gke":
+        return KfpBackend(config.targets.gke, policy=FAST)
+    return VertexBackend(config.targets.vertex, policy=FAST)
+
+
+def _failed_run(server, config, target, tmp_path) -> str:
+    server.fail_task = "train-model"
+    submission, _ = submit(config, "training", target, environment="default", overrides={},
+                           workdir=tmp_path / target, backend=_backend(config, target),
+                           version="gabc")
+    server.finish(submission.run_id)
+    return submission.run_id
+
+
+@pytest.fixture
+def both(kfp_runs, vertex_runs, token_env, make_config, tmp_path):
+    config = make_config(kfp_runs.url, vertex_runs.url)
+    runs = {"gke": _failed_run(kfp_runs, config, "gke", tmp_path),
+            "vertex": _failed_run(vertex_runs, config, "vertex", tmp_path)}
+    return config, runs
+
+
+@pytest.mark.parametrize("target", ["gke", "vertex"])
+def test_list_show_and_logs_name_the_failed_step_and_its_error(both, target):
+    config, runs = both
+    runs_reader = reader(config, target, _backend(config, target))
+    (listed,) = runs_reader.list(pipeline="training", limit=5)
+    assert listed.id == runs[target] and listed.state == "FAILED"
+    assert step_key(listed.failed_step.name) == "train-model"  # KFP: "Train model"
+    assert listed.url.endswith(runs[target]) or runs[target].rsplit("/", 1)[-1] in listed.url
+    assert listed.duration_s == 1800
+
+    shown = runs_reader.show(runs[target])
+    states = {step_key(t.name): t.state for t in shown.tasks}
+    assert states["train-model"] == "FAILED" and states["prepare-data"] == "SUCCEEDED"
+    assert shown.failed_step.error == ERROR
+    assert shown.failed_step.duration_s == 90
+    assert shown.gate == ""  # evaluation never ran
+
+    lines = [(step_key(step), line) for step, line in runs_reader.logs(runs[target],
+                                                                       "train-model")]
+    assert ("train-model", ERROR) in lines
+    assert {step_key(step) for step, _ in runs_reader.logs(runs[target])} >= {
+        "prepare-data", "train-model"}
+    with pytest.raises(LookupError, match="no step 'trian-model'"):
+        list(runs_reader.logs(runs[target], "trian-model"))
+
+
+def test_a_vertex_training_run_shows_its_metrics_and_gate(vertex_runs, make_config, tmp_path):
+    config = make_config(None, vertex_runs.url)
+    submission, _ = submit(config, "training", "vertex", environment="default", overrides={},
+                           workdir=tmp_path, backend=_backend(config, "vertex"), version="g1")
+    vertex_runs.finish(submission.run_id)
+    shown = reader(config, "vertex", _backend(config, "vertex")).show(submission.run_id)
+    assert shown.state == "SUCCEEDED" and shown.metrics["accuracy"] == 0.97
+    assert shown.gate.startswith("passed")
+
+
+def test_cancel_and_retry_on_kfp(kfp_runs, token_env, make_config, tmp_path):
+    config = make_config(kfp_runs.url, None)
+    run_id = _failed_run(kfp_runs, config, "gke", tmp_path)
+    runs_reader = reader(config, "gke", _backend(config, "gke"))
+    runs_reader.retry(run_id)
+    assert runs_reader.show(run_id).state in ("RUNNING", "SUCCEEDED")
+    assert kfp_runs.finish(run_id)["state"] == "SUCCEEDED"
+    assert len(kfp_runs.runs) == 1  # retried in place, not a second run
+    other, _ = submit(config, "training", "gke", environment="default", overrides={},
+                      workdir=tmp_path / "b", backend=_backend(config, "gke"), version="g2")
+    runs_reader.cancel(other.run_id)
+    assert runs_reader.show(other.run_id).state == "CANCELLED"
+
+
+def test_a_lost_vertex_retry_answer_makes_one_new_job(vertex_runs, make_config, tmp_path):
+    config = make_config(None, vertex_runs.url)
+    run_id = _failed_run(vertex_runs, config, "vertex", tmp_path)
+    vertex_runs.inject("POST", r"/pipelineJobs$", status=503, after=True)
+    message = reader(config, "vertex", _backend(config, "vertex")).retry(run_id)
+    assert len(vertex_runs.jobs) == 2 and "retried as" in message
+    new = [j for j in vertex_runs.jobs.values() if j.name != run_id][0]
+    old = vertex_runs.jobs[run_id]
+    assert new.labels["gkeflow-retry-of"] == run_id.rsplit("/", 1)[-1]
+    assert dict(new.runtime_config.parameter_values) == dict(old.runtime_config.parameter_values)
+    assert new.service_account == old.service_account
+    reader(config, "vertex", _backend(config, "vertex")).cancel(new.name)
+    assert vertex_runs.calls("POST", r":cancel$")
+
+
+def test_runs_of_a_schedule_and_its_last_run(kfp_runs, token_env, make_config, tmp_path):
+    from gkeflow.pipelines.runs import last_runs
+    from gkeflow.pipelines.schedule import list_schedules
+
+    weekly = {"name": "weekly", "target": "gke", "cron": "0 6 * * 1"}
+    config = make_config(kfp_runs.url, None, schedules=[weekly])
+    apply(config, workdir=tmp_path, backends={"gke": _backend(config, "gke")})
+    (recurring_id,) = kfp_runs.recurring_runs
+    kfp_runs.fail_task = "train-model"
+    fired = kfp_runs.fire(recurring_id)
+    kfp_runs.finish(fired)
+    submit(config, "training", "gke", environment="default", overrides={},
+           workdir=tmp_path / "s", backend=_backend(config, "gke"), version="g")
+    runs_reader = reader(config, "gke", _backend(config, "gke"))
+    (scheduled,) = runs_reader.list(schedule="weekly")
+    assert scheduled.id == fired and scheduled.schedule == "weekly"
+    assert len(runs_reader.list()) == 2
+    rows = list_schedules(config, backends={"gke": _backend(config, "gke")})
+    last = last_runs(config, rows, readers={"gke": runs_reader})
+    assert last[("gke", "weekly")].id == fired and last[("gke", "weekly")].state == "FAILED"
+
+
+def test_the_cli_shows_the_same_run_on_both_targets(both, write_config, tmp_path):
+    config, runs = both
+    data = config_dict(config.targets.gke.host, config.targets.vertex.api_endpoint)
+    path = write_config(data)
+    env = {"GKEFLOW_TEST_KFP_TOKEN": TOKEN}
+    listed = gkeflow("runs", "list", "--output", "json", "--config", str(path), cwd=tmp_path,
+                     env=env)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert {(r["target"], r["state"], step_key(r["failed_step"])) for r in rows} == {
+        ("gke", "FAILED", "train-model"), ("vertex", "FAILED", "train-model")}
+    table = gkeflow("runs", "list", "--config", str(path), cwd=tmp_path, env=env)
+    assert table.returncode == 0 and "train-model" in table.stdout  # Vertex
+    assert "Train model" in table.stdout  # KFP reports display names
+    for target, run_id in runs.items():
+        shown = gkeflow("runs", "show", run_id, "--target", target, "--config", str(path),
+                        cwd=tmp_path, env=env)
+        assert shown.returncode == 0, shown.stderr
+        assert ("train-model" in shown.stdout or "Train model" in shown.stdout)
+        assert "1 class" in shown.stdout
+        logs = gkeflow("runs", "logs", run_id, "train-model", "--target", target, "--config",
+                       str(path), cwd=tmp_path, env=env)
+        assert logs.returncode == 0 and ERROR in logs.stdout, logs.stderr
+        assert TOKEN not in shown.stdout + shown.stderr + logs.stdout + logs.stderr
+    missing = gkeflow("runs", "show", "run-999999", "--target", "gke", "--config", str(path),
+                      cwd=tmp_path, env=env)
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert len([line for line in missing.stderr.splitlines() if line.strip()]) == 1
+
+
+def test_logs_follow_a_running_step_until_the_run_ends(kfp_runs, token_env, make_config,
+                                                       tmp_path):
+    config = make_config(kfp_runs.url, None)
+    submission, _ = submit(config, "training", "gke", environment="default", overrides={},
+                           workdir=tmp_path, backend=_backend(config, "gke"), version="g")
+    runs_reader = reader(config, "gke", _backend(config, "gke"))
+    waits = []
+    lines = list(runs_reader.logs(submission.run_id, "prepare-data", follow=True, poll_s=0,
+                                  sleep=waits.append))
+    assert waits, "the run was followed while it ran"
+    assert [line for _, line in lines] == ["Prepare data: started", "Prepare data: working",
+                                           "Prepare data: done"]  # each line once
+    assert runs_reader.show(submission.run_id).state == "SUCCEEDED"

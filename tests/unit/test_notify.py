@@ -1,0 +1,124 @@
+"""The run notification's logic: payload shapes, when to send, changed parameters, the
+secret, and sending to a real local HTTP receiver that fails or is down."""
+
+from __future__ import annotations
+
+import pytest
+
+from gkeflow.components.cloud.retry import RetryPolicy
+from gkeflow.components.notify.logic import (
+    ITEM_SEP,
+    KV_SEP,
+    RunReport,
+    changed_parameters,
+    failed_task_from_message,
+    notify,
+    parse_parameters,
+    payload,
+    should_send,
+)
+from gkeflow.components.notify.run_api import apply_run
+from tests.integration.webhook_receiver import WebhookReceiver, down_url
+
+FAST = RetryPolicy(call_timeout_s=2.0, budget_s=2.0, initial_s=0.01, maximum_s=0.05)
+
+
+def _report(**changes) -> RunReport:
+    base = dict(pipeline="gkeflow-training", run="nightly-42", target="gke",
+                link="https://kfp.example.com/#/runs/details/r-1", state="FAILED",
+                failed_task="train-model", error="ValueError: 1 class",
+                duration_s=754.0, parameters={"epochs": "50"})
+    return RunReport(**{**base, **changes})
+
+
+@pytest.mark.parametrize("when, state, expected", [
+    ("failure", "FAILED", True), ("failure", "SUCCEEDED", False),
+    ("failure", "CANCELLED", True), ("success", "SUCCEEDED", True),
+    ("success", "FAILED", False), ("always", "FAILED", True), ("always", "SUCCEEDED", True),
+])
+def test_when_decides_which_endings_are_sent(when, state, expected):
+    assert should_send(when, state) is expected
+
+
+def test_every_shape_names_the_run_step_error_and_link():
+    report = _report()
+    generic = payload(report, "generic")
+    assert generic["failed_task"] == "train-model" and generic["error"] == "ValueError: 1 class"
+    assert generic["link"].endswith("/r-1") and generic["parameters"] == {"epochs": "50"}
+    for shape in ("slack", "google-chat"):
+        (text,) = payload(report, shape).values()
+        assert "train-model" in text and "ValueError: 1 class" in text
+        assert "<https://kfp.example.com/#/runs/details/r-1|nightly-42>" in text
+        assert "12m34s" in text and "epochs=50" in text
+
+
+def test_parameters_that_differ_from_defaults():
+    text = ITEM_SEP.join(f"{k}{KV_SEP}{v}" for k, v in [
+        ("epochs", "20"), ("learning_rate", "0.05"), ("model_type", "mlp"),
+        ("shuffle", "True"), ("data_uri", "gs://b/new.csv")])
+    defaults = {"epochs": 20, "learning_rate": 0.01, "model_type": "mlp", "shuffle": True,
+                "data_uri": "embedded://penguins"}
+    assert changed_parameters(parse_parameters(text), defaults) == {
+        "learning_rate": "0.05", "data_uri": "gs://b/new.csv"}
+
+
+def test_the_failed_step_is_read_from_a_vertex_status_message():
+    message = ("The DAG failed because some tasks failed. The failed tasks are: "
+               "[train-model].; Job (project_id = p, job_id = 1) is failed")
+    assert failed_task_from_message(message) == "train-model"
+    assert failed_task_from_message("Task exit-handler-1 failed.") == ""
+
+
+def test_task_details_fill_the_step_error_duration_and_gate():
+    report = _report(failed_task="", error="Task exit-handler-1 failed.", duration_s=None)
+    tasks = [{"name": "exit-handler-1", "state": "FAILED", "error": "group", "metadata": {}},
+             {"name": "prepare-data", "state": "SUCCEEDED", "error": "", "metadata": {}},
+             {"name": "train-model", "state": "FAILED", "error": "ValueError: x",
+              "metadata": {}}]
+    apply_run(report, "2026-03-02T02:00:00Z", tasks, now=1772416800.0 + 600)
+    assert (report.failed_task, report.error, report.duration_s) == (
+        "train-model", "ValueError: x", 600.0)
+    ok = _report(state="SUCCEEDED", failed_task="", error="")
+    apply_run(ok, "", [{"name": "evaluate-model", "state": "SUCCEEDED", "error": "",
+                        "metadata": {}},
+                       {"name": "register-model", "state": "SUCCEEDED", "error": "",
+                        "metadata": {"output:model_version": "7"}}], now=0)
+    assert ok.gate == "passed: registered" and ok.registered_version == "7"
+
+
+def test_a_message_is_sent_once_and_a_503_is_retried(monkeypatch):
+    with WebhookReceiver(fail_first=1) as hook:
+        monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)
+        line = notify(_report(), when="failure", shape="slack", policy=FAST)
+    assert line == "notification sent (slack, HTTP 200)"
+    assert hook.attempts == 2 and len(hook.messages) == 1
+    assert "T0P-SECRET" not in line and "T0P-SECRET" not in str(hook.messages)
+
+
+def test_an_endpoint_that_is_down_is_reported_in_one_line_without_the_url(monkeypatch):
+    url = down_url()
+    monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", url)
+    line = notify(_report(), when="failure", shape="generic", policy=FAST)
+    assert line.startswith("notification not sent") and "\n" not in line
+    assert "T0P-SECRET" not in line
+
+
+def test_no_url_and_no_send_are_explained(monkeypatch):
+    monkeypatch.delenv("GKEFLOW_WEBHOOK_URL", raising=False)
+    assert "GKEFLOW_WEBHOOK_URL is empty" in notify(_report(), when="always", shape="generic",
+                                                     policy=FAST)
+    assert "no notification" in notify(_report(state="SUCCEEDED"), when="failure",
+                                       shape="generic", policy=FAST)
+
+
+def test_steps_reported_by_their_display_names_are_recognised():
+    from gkeflow.pipelines.runs import RunInfo, TaskInfo, step_key
+
+    assert step_key("Train model") == step_key("train-model") == "train-model"
+    run = RunInfo("gke", "r", "r", "training", "SUCCEEDED", tasks=[
+        TaskInfo("Evaluate model", "SUCCEEDED"), TaskInfo("Register model", "SUCCEEDED")])
+    assert run.gate == "passed: registered"
+    report = _report(state="SUCCEEDED", failed_task="", error="")
+    apply_run(report, "", [{"name": "Evaluate model", "state": "SUCCEEDED", "error": "",
+                            "metadata": {}}], now=0)
+    assert report.gate == "blocked: not registered"
