@@ -131,6 +131,7 @@ def test_init_writes_the_images_section_commented_and_it_validates_uncommented(t
                             check=False)
     assert result.returncode == 0, result.stderr
     assert block in (tmp_path / "new.yaml").read_text()
+    assert "set images.registry" in result.stdout and "`gkeflow images build`" in result.stdout
 
 
 # --------------------------------------------------------------------------- lock file
