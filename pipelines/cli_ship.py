@@ -100,7 +100,7 @@ def init_command(path: Path, force: bool) -> None:
             os.unlink(tmp)
     _console().print(f"wrote {path}; set images.registry and edit targets, parameters and "
                      "schedules, then run `gkeflow images build` and `gkeflow submit --target "
-                     "gke|vertex`", markup=False)
+                     "gke|vertex`", markup=False, soft_wrap=True)
 
 
 @click.command("submit")
