@@ -45,6 +45,9 @@ PACKAGES = ("gkeflow.components", "gkeflow.pipelines", "gkeflow.images")
 LOG_TAIL = 12
 
 _DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
+#: Progress lines of podman/buildah ("[1/2] STEP 3/5: RUN ..."), docker and BuildKit.
+_PROGRESS_RE = re.compile(r"^(\[\d+/\d+\] )?(STEP \d|Step \d|COMMIT|Successfully tagged|"
+                          r"#\d+ \[)")
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".ruff_cache"}
 
@@ -234,7 +237,7 @@ def _run(command: list[str], what: str, echo: Callable[[str], None],
         line = raw.rstrip()
         lines.append(line)
         tail.append(line)
-        if line.startswith(("STEP ", "Step ", "COMMIT", "Successfully tagged", "Writing manifest")):
+        if _PROGRESS_RE.match(line):
             echo(f"  {line[:160]}")
     if process.wait() != 0:
         quoted = " | ".join(line.strip()[:200] for line in tail if line.strip())

@@ -33,6 +33,9 @@ PYTHON_VERSION = "3.11"
 PYTHON_PLATFORM = "x86_64-manylinux_2_28"
 #: The command the lock headers name (uv writes it instead of its own temporary paths).
 COMPILE_COMMAND = "make locks"
+#: Required by a dependency's metadata but never imported at run time, so left out of the
+#: images: libclang (61 MB) is TensorFlow's binding for its C++ source tools.
+NOT_INSTALLED = ("libclang",)
 
 _PIN_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
 
@@ -125,6 +128,7 @@ def compile_lock(pyproject: Path, flavour: str, output: Path) -> None:
         "--python-version", PYTHON_VERSION, "--python-platform", PYTHON_PLATFORM,
         "--custom-compile-command", COMPILE_COMMAND, "--annotation-style", "line",
         "--index-url", "https://pypi.org/simple",
+        *[arg for name in NOT_INSTALLED for arg in ("--no-emit-package", name)],
         "--output-file", output.name, source.name,
     ]
     try:
