@@ -135,14 +135,15 @@ def images_build(builder: str, push: bool, flavour: str, project: str | None,
                    LockEntry(digest=digest, built_at=now(), builder=builder, pushed=push))
         except (ImageBuildError, ImageLockError) as exc:
             raise click.ClickException(str(exc)) from exc
-        console.print(f"recorded {reference} {digest} in {images.lock_path}", markup=False)
+        console.print(f"recorded {reference} {digest} in {images.lock_path}", markup=False,
+                      soft_wrap=True)
     if push:
         console.print("Next: `gkeflow plan`, then `gkeflow submit --target gke|vertex`; "
-                      "compiled steps now pull these digests.", markup=False)
+                      "compiled steps now pull these digests.", markup=False, soft_wrap=True)
     else:
         console.print("Built locally (--no-push): `gkeflow compile` pins these digests; "
                       "run `gkeflow images build` (with push) before `gkeflow submit`.",
-                      markup=False)
+                      markup=False, soft_wrap=True)
 
 
 @images_group.command("list")
@@ -185,4 +186,5 @@ def images_list(config_path: Path) -> None:
     missing = sorted(r for r in wanted if r not in lock or not lock[r].pushed)
     if missing:
         console.print(f"not built and pushed for {images.registry_or_default}: "
-                      f"{', '.join(missing)}; run `gkeflow images build`", markup=False)
+                      f"{', '.join(missing)}; run `gkeflow images build`", markup=False,
+                      soft_wrap=True)

@@ -254,3 +254,23 @@ def require_built(images: ImagesConfig, text: str, where: str) -> None:
                f"{_EXAMPLE}), then run `gkeflow images build`")
     raise ImagesNotBuilt(f"refusing to {where}: {'; '.join(problems)} (per "
                          f"{images.lock_path}); {fix}")
+
+
+def map_compiled_file(path: Path | str, images: ImagesConfig | None = None) -> Path:
+    """Apply the image mapping to a pipeline or component YAML compiled with kfp directly
+    (a pipeline of your own around gkeflow's components), in place; returns ``path``.
+
+    Args:
+        path: The compiled YAML file.
+        images: The ``images:`` section; default: ./gkeflow.yaml's.
+    """
+    from gkeflow.components.images import map_references
+
+    if images is None:
+        from gkeflow.pipelines.config import load_config
+
+        images = load_config().images
+    path = Path(path)
+    path.write_text(map_references(path.read_text(encoding="utf-8"), image_map(images)),
+                    encoding="utf-8")
+    return path

@@ -34,7 +34,12 @@ from gkeflow.pipelines.cron import (
     split_vertex_cron,
     vertex_cron,
 )
-from gkeflow.pipelines.submit import make_backend, prepare_pipeline, resolve_parameters
+from gkeflow.pipelines.submit import (
+    make_backend,
+    prepare_pipeline,
+    refuse_unbuilt_images,
+    resolve_parameters,
+)
 
 
 @dataclass
@@ -106,6 +111,20 @@ def _targets_in_use(config: GkeflowConfig, target: str | None,
             if t in used or (all_configured and getattr(config.targets, t) is not None)]
 
 
+def _compile_checked(config: GkeflowConfig, workdir: Path, targets: list[str],
+                     version: str | None) -> dict[tuple[str, str], Any]:
+    """(target, pipeline) -> the prepared pipeline of every schedule, compiled before any
+    change is made; refuses images never built for the configured registry."""
+    compiled = {}
+    for target_name in targets:
+        for pipeline in sorted({s.pipeline for s in config.schedules if s.target == target_name}):
+            prepared = prepare_pipeline(pipeline, target_name, workdir / target_name,
+                                        version=version, config=config)
+            refuse_unbuilt_images(config, Path(prepared.path), f"send {pipeline} to {target_name}")
+            compiled[(target_name, pipeline)] = prepared
+    return compiled
+
+
 def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
           prune: bool = False, dry_run: bool = False, backends: dict | None = None,
           version: str | None = None, at: dt.datetime | None = None,
@@ -119,6 +138,7 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
         if on_action:
             on_action(action)
 
+    compiled = _compile_checked(config, workdir, _targets_in_use(config, target, prune), version)
     for target_name in _targets_in_use(config, target, all_configured=prune):
         wanted = [s for s in config.schedules if s.target == target_name]
         backend = backends.get(target_name) or make_backend(config, target_name, dry_run=dry_run)
@@ -128,9 +148,7 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
         prepared_by_pipeline: dict[str, Any] = {}
         for schedule in wanted:
             if schedule.pipeline not in prepared_by_pipeline:
-                prepared = prepare_pipeline(schedule.pipeline, target_name,
-                                            workdir / target_name, version=version,
-                                            config=config)
+                prepared = compiled[(target_name, schedule.pipeline)]
                 ids = None
                 if target_name == "gke":
                     pipeline_id, version_id, notes = backend.ensure_pipeline_version(prepared)

@@ -98,7 +98,6 @@ def prepare_pipeline(pipeline: str, target: str, workdir: Path,
         path = compile_pipeline(pipeline, target, workdir, compute=compute, config=config)
     except ComputeError as exc:  # one line: "invalid compute for target T: - step: problem"
         raise SubmitError(" ".join(str(exc).split())) from None
-    refuse_unbuilt_images(config, path, f"send {pipeline} to {target}")
     text = path.read_bytes()
     sha = hashlib.sha256(text).hexdigest()
     docs = list(yaml.safe_load_all(text))
@@ -261,6 +260,7 @@ def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: st
     """Compile, upload (KFP) and start one run; returns the submission and the backend."""
     backend = backend or make_backend(config, target, dry_run=dry_run)
     prepared = prepare_pipeline(pipeline, target, workdir, version=version, config=config)
+    refuse_unbuilt_images(config, Path(prepared.path), f"send {pipeline} to {target}")
     parameters = resolve_parameters(config, prepared, environment, overrides)
     name = run_name(pipeline, environment)
     notes: list[str] = []

@@ -334,3 +334,16 @@ def test_submit_and_schedule_apply_refuse_images_never_built(tmp_path, command):
     assert "refusing to send training to vertex" in line
     assert f"{USER}/gkeflow-cpu:0.1.0 was never built" in line
     assert "run `gkeflow images build`" in line and "Traceback" not in result.stderr
+
+
+def test_a_pipeline_of_your_own_gets_the_same_mapping(tmp_path, monkeypatch):
+    """examples/feature_selection_pipeline.py compiles with kfp directly, then maps."""
+    from examples import feature_selection_pipeline as example
+
+    _write(tmp_path, {"images": {"registry": USER}})
+    record(tmp_path / "gkeflow.lock", f"{USER}/gkeflow-cpu:0.1.0", _entry(CPU_DIGEST))
+    record(tmp_path / "gkeflow.lock", f"{USER}/gkeflow-gpu:0.1.0", _entry(GPU_DIGEST))
+    monkeypatch.chdir(tmp_path)
+    text = example.compile_for("vertex", tmp_path / "fs.yaml").read_text()
+    found = set(IMAGE_RE.findall(text))
+    assert found == {f"{USER}/gkeflow-cpu@{CPU_DIGEST}", f"{USER}/gkeflow-gpu@{GPU_DIGEST}"}
