@@ -94,7 +94,10 @@ class ImagesConfig(BaseModel):
             return value
         if "://" in value:
             raise ValueError(f"{value!r}: no scheme, just HOST/PATH, e.g. {_EXAMPLE}")
-        if "@" in value or ":" in value.split("/", 1)[-1] or "/" not in value:
+        if "/" not in value:
+            raise ValueError(f"{value!r}: add the repository path after the host, e.g. "
+                             f"{_EXAMPLE}")
+        if "@" in value or ":" in value.split("/", 1)[-1]:
             raise ValueError(f"{value!r}: a registry is HOST[:PORT]/PATH without tag or "
                              f"digest, e.g. {_EXAMPLE}")
         if not _REGISTRY_RE.match(value):

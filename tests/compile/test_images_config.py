@@ -53,7 +53,8 @@ def _entry(digest: str, pushed: bool = True) -> LockEntry:
 @pytest.mark.parametrize(("images", "message"), [
     ({"registry": "https://europe-west4-docker.pkg.dev/p/ml"}, "no scheme, just HOST/PATH"),
     ({"registry": "europe-west4-docker.pkg.dev/p/ml:1.0"}, "without tag or digest"),
-    ({"registry": "europe-west4-docker.pkg.dev"}, "without tag or digest"),
+    ({"registry": "europe-west4-docker.pkg.dev"}, "add the repository path after the host"),
+    ({"registry": "localhost:5000/ml@sha256:" + "0" * 64}, "without tag or digest"),
     ({"registry": "Europe-West4-docker.pkg.dev/p/ml"}, "is not a registry path"),
     ({"registry": "myrepo/images"}, "is not a registry path"),
     ({"registry": "europe-west4-docker.pkg.dev/p/ml/gkeflow-gpu"}, "drop /gkeflow-gpu"),
@@ -83,6 +84,14 @@ def test_invalid_images_sections_are_one_line_naming_the_key(tmp_path, images, m
     text = str(raised.value)
     assert message in text and "images" in text and str(path) in text
     assert len(text.splitlines()) == 1
+
+
+@pytest.mark.parametrize("registry", [
+    USER, "localhost:5000/ml", "docker.io/my_org", "gcr.io/my-project/a/b",
+    "registry.example.com:443/team/ml-images"])
+def test_registries_that_are_accepted(tmp_path, registry):
+    images = load_config(_write(tmp_path, {"images": {"registry": registry}})).images
+    assert images.references()["gpu"] == f"{registry}/gkeflow-gpu:0.1.0"
 
 
 def test_lock_inside_the_installed_package_is_refused(tmp_path):
