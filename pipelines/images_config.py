@@ -36,7 +36,14 @@ from pydantic import (
     model_validator,
 )
 
-from gkeflow.components.images import FLAVOURS, REGISTRY, VERSION, reference, repository
+from gkeflow.components.images import (
+    FLAVOURS,
+    IMAGES,
+    REGISTRY,
+    VERSION,
+    reference,
+    repository,
+)
 
 DEFAULT_LOCK = "gkeflow.lock"
 #: Context key under which :func:`gkeflow.pipelines.config.load_config` passes the
@@ -241,6 +248,9 @@ def unbuilt(images: ImagesConfig, text: str, lock: Mapping | None = None) -> lis
             problems.append(f"{target} was never built")
         elif not entry.pushed:
             problems.append(f"{target} was built with --no-push, never pushed")
+    if images.registry_or_default != REGISTRY:
+        problems += [f"{declared} is still named (not mapped to {images.registry})"
+                     for declared in IMAGES if declared in text]
     return problems
 
 

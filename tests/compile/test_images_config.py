@@ -314,6 +314,9 @@ def test_refusal_names_each_unbuilt_image_and_the_fix(tmp_path):
         require_built(images, text, "send training to gke")
     record(images.lock_path, f"{USER}/gkeflow-cpu:0.1.0", _entry(CPU_DIGEST))
     require_built(images, text, "send training to gke")  # both built and pushed
+    # a reference the mapping missed would be pulled from the release registry
+    with pytest.raises(ImagesNotBuilt, match=re.escape(f"{GPU_IMAGE} is still named")):
+        require_built(images, text + f"image: {GPU_IMAGE}\n", "send training to gke")
     # a pipeline that runs only the CPU image needs only the CPU image
     record(images.lock_path, f"{USER}/gkeflow-gpu:0.1.0", _entry(GPU_DIGEST, pushed=False))
     require_built(images, f"image: {USER}/gkeflow-cpu@{CPU_DIGEST}\n", "send x to gke")
