@@ -15,13 +15,28 @@ FROM python:3.11.11-slim-bookworm AS locked
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
+# binutils strips the native libraries' symbol tables below; it stays in this stage.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends binutils \
+    && rm -rf /var/lib/apt/lists/*
 COPY requirements.lock /tmp/requirements.lock
 # The base image's pip installs into a venv that has no pip or setuptools of its own. The
 # few packages published only as source (kfp-server-api) are built here, in this stage only.
+# Not needed to run, so removed: TensorFlow's C++ headers (for compiling custom ops), the
+# test suites of numpy, pandas and pyarrow, and the native libraries' symbol tables (the
+# libraries auditwheel vendored into *.libs/ stay as published: stripping breaks them;
+# so do NVIDIA's CUDA libraries).
+# The .pth file puts the user's code (images.include) on sys.path.
 RUN python -m venv --without-pip /opt/gkeflow \
     && python -m pip --python /opt/gkeflow/bin/python install --require-hashes --no-deps \
        -r /tmp/requirements.lock \
-    && echo /opt/gkeflow/user > "$(/opt/gkeflow/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/gkeflow-user.pth"
+    && site="$(/opt/gkeflow/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
+    && rm -rf "$site/tensorflow/include" "$site/pandas/tests" "$site/pyarrow/tests" \
+    && find "$site/numpy" -type d -name tests -prune -exec rm -rf {} + \
+    && find /opt/gkeflow -type f \( -name '*.so' -o -name '*.so.[0-9]*' \) -not -path '*.libs/*' \
+       -not -path "$site/nvidia/*" -exec strip --strip-unneeded {} + \
+    && echo /opt/gkeflow/user > "$site/gkeflow-user.pth"
 
 FROM python:3.11.11-slim-bookworm
 ENV PIP_NO_CACHE_DIR=1 \

@@ -68,48 +68,6 @@ def test_hadolint_does_flag_a_bad_dockerfile(tmp_path):
     assert "DL3007" in result.stdout and "DL3013" in result.stdout
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
-def test_image_runs_as_non_root_with_the_suite_and_no_runtime_installs(dockerfile):
-    text = dockerfile.read_text()
-    final_stage = text.split("\nFROM ")[-1]
-    users = re.findall(r"^USER\s+(\S+)", final_stage, flags=re.MULTILINE)
-    assert users and users[-1].split(":")[0] not in ("root", "0")
-    # The suite is installed in the build stage and copied in; the final stage installs
-    # nothing and has no package index to fetch from at run time.
-    assert re.search(r"pip install[^\n]*\./|pip install[^\n]*\"\.\[gpu\]\"", text)
-    assert "COPY --from=build /opt/gkeflow /opt/gkeflow" in final_stage
-    assert "pip install" not in final_stage and "apt-get" not in final_stage
-    assert "PIP_NO_INDEX=1" in final_stage
-    assert "PATH=/opt/gkeflow/bin" in final_stage
-    for stage_base in re.findall(r"^FROM\s+(\S+)", text, flags=re.MULTILINE):
-        assert ":" in stage_base and not stage_base.endswith(":latest")
-
-
-def test_gpu_image_gets_tensorflow_with_cuda_from_the_gpu_extra():
-    text = (IMAGES_DIR / "gpu.Dockerfile").read_text()
-    assert '".[gpu]"' in text and "LD_LIBRARY_PATH=/usr/local/nvidia/lib64" in text
-    pyproject = (REPO / "pyproject.toml").read_text()
-    assert '"tensorflow[and-cuda]' in pyproject
-
-
-def test_cloud_build_config_builds_and_pushes_both_images_declared_in_images_py():
-    config = yaml.safe_load((IMAGES_DIR / "cloudbuild.yaml").read_text())
-    assert config["substitutions"] == {"_CPU_IMAGE": CPU_IMAGE, "_GPU_IMAGE": GPU_IMAGE}
-    assert config["images"] == ["${_CPU_IMAGE}", "${_GPU_IMAGE}"]
-    built = {(s["args"][s["args"].index("--file") + 1], s["args"][s["args"].index("--tag") + 1])
-             for s in config["steps"]}
-    assert built == {("images/cpu.Dockerfile", "${_CPU_IMAGE}"),
-                     ("images/gpu.Dockerfile", "${_GPU_IMAGE}")}
-    assert all(s["args"][-1] == "." for s in config["steps"])
-
-
-def test_docker_build_context_holds_only_the_package_sources():
-    ignore = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
-              if line.strip() and not line.startswith("#")]
-    assert ignore[0] == "*"
-    assert {"!pyproject.toml", "!README.md", "!components/", "!pipelines/"} <= set(ignore)
-
-
 # --------------------------------------------------------------------------- lock file
 
 
