@@ -28,7 +28,7 @@ def pytest_collection_modifyitems(config, items):
     if not here:
         return
     if os.environ.get("GKEFLOW_IMAGE_TEST") != "1":
-        reason = "builds a container image (minutes): run make image-test"
+        reason = "builds a container image (minutes): run make image-test or make image-test-gpu"
     else:
         reason = podman_can_build()
     for item in here:
