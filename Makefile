@@ -6,6 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
 .PHONY: help install demo run test test-fast lint compile check-compiled docs check-docs dist bench clean
+.PHONY: locks check-locks image-base image-test image-test-gpu
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -47,6 +48,24 @@ check-docs: $(STAMP) ## Fail when docs/components.md is out of date with the com
 
 dist: $(STAMP) ## Build the wheel and sdist into dist/ (version: components/images.py)
 	$(BIN)/python -m build --no-isolation --outdir dist .
+
+locks: $(STAMP) ## Re-resolve the images' hashed locks (images/requirements-*.lock) from pyproject.toml
+	$(BIN)/python -m gkeflow.pipelines.image_locks write
+
+check-locks: $(STAMP) ## Fail when the images' locks are stale against pyproject.toml
+	$(BIN)/python -m gkeflow.pipelines.image_locks check
+
+# The base image, pulled, or (where nothing can be pulled) a stand-in from Debian packages.
+IMAGE_BASE := docker.io/library/python:3.11.11-slim-bookworm
+image-base:
+	@podman image exists $(IMAGE_BASE) || timeout 120 podman pull -q $(IMAGE_BASE) \
+	  || images/container-base.sh $(IMAGE_BASE)
+
+image-test: $(STAMP) image-base ## Build the CPU image with podman, run the compiled training steps in it
+	GKEFLOW_IMAGE_TEST=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/images -k "not gpu"
+
+image-test-gpu: $(STAMP) image-base ## Build the GPU image with podman (import check only: no GPU needed)
+	GKEFLOW_IMAGE_TEST=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/images -k gpu
 
 bench: $(STAMP) ## End-to-end benchmark (see bench/RESULTS.md)
 	$(BIN)/python bench/e2e.py

@@ -1,9 +1,11 @@
-"""Packaging glue: the top-level ``components/`` and ``pipelines/`` folders install as
-``gkeflow.components`` and ``gkeflow.pipelines`` (everything else lives in pyproject.toml)."""
+"""Packaging glue: the top-level ``components/``, ``pipelines/`` and ``images/`` folders install
+as ``gkeflow.components``, ``gkeflow.pipelines`` and ``gkeflow.images`` (everything else lives
+in pyproject.toml). ``gkeflow.images`` carries the Dockerfiles and their hashed locks, so images
+can be built from an installed package (``gkeflow.pipelines.image_build``)."""
 
 from setuptools import find_packages, setup
 
-FOLDERS = ("components", "pipelines")
+FOLDERS = ("components", "pipelines", "images")
 
 
 def namespaced(folder: str) -> list[str]:
@@ -13,4 +15,7 @@ def namespaced(folder: str) -> list[str]:
 setup(
     packages=[name for folder in FOLDERS for name in namespaced(folder)],
     package_dir={f"gkeflow.{folder}": folder for folder in FOLDERS},
+    package_data={
+        "gkeflow.images": ["*.Dockerfile", "*.lock", "*.yaml", "*.json", "*.sh"],
+    },
 )

@@ -210,11 +210,14 @@ def run_locally(output_dir: Path, **arguments) -> Path:
 
 
 def compile_for(target: str, path: Path) -> Path:
-    """Compile for ``gke`` (kfp-kubernetes settings) or ``vertex`` (one YAML document)."""
+    """Compile for ``gke`` (kfp-kubernetes settings) or ``vertex`` (one YAML document), with
+    the images of ./gkeflow.yaml's ``images:`` registry (pinned by `gkeflow images build`)."""
     from kfp import compiler
 
+    from gkeflow.pipelines.images_config import map_compiled_file
+
     compiler.Compiler().compile(build_pipeline(target), str(path))
-    return Path(path)
+    return map_compiled_file(path)
 
 
 def main(argv: list[str] | None = None) -> int:

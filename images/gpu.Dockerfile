@@ -1,33 +1,72 @@
+# syntax=docker/dockerfile:1
 # gkeflow GPU image: Python 3.11, TensorFlow with CUDA (tensorflow[and-cuda]), kfp and the
-# gkeflow suite. Runs training on NVIDIA GPUs (GKE and Vertex AI). Built from the repository root:
-#   docker build -f images/gpu.Dockerfile -t <registry>/gkeflow-gpu:<version> .
-# CUDA and cuDNN come as pip wheels; the NVIDIA driver comes from the node (GKE mounts it
-# under /usr/local/nvidia). Everything is installed at build time; the final image has no
-# pip index configured.
+# gkeflow suite, plus the user's extra packages and code. Runs training on NVIDIA GPUs (GKE and
+# Vertex AI). CUDA and cuDNN come as pip wheels; the NVIDIA driver comes from the node (GKE
+# mounts it under /usr/local/nvidia).
+#
+# Built from a context that gkeflow.pipelines.image_build assembles (`gkeflow images build`):
+#   requirements.lock  every package pinned with its hashes (images/requirements-gpu.lock)
+#   dist/              the gkeflow wheel         user/  extra requirements and included code
+# Layers go from the least to the most often changed: locked packages, extra packages, the
+# suite, the user's code. Nothing is resolved at build time and nothing at run time; the
+# final image has no pip index configured, no build tools and no caches.
 
-FROM python:3.11.11-slim-bookworm AS build
+FROM python:3.11.11-slim-bookworm AS locked
 ENV PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
-WORKDIR /src
-COPY pyproject.toml setup.py README.md ./
-COPY components ./components
-COPY pipelines ./pipelines
-RUN python -m venv /opt/gkeflow \
-    && /opt/gkeflow/bin/pip install --no-cache-dir ".[gpu]"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore
+# binutils strips the native libraries' symbol tables below; it stays in this stage.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends binutils \
+    && rm -rf /var/lib/apt/lists/*
+COPY requirements.lock /tmp/requirements.lock
+# The base image's pip installs into a venv that has no pip or setuptools of its own. The
+# few packages published only as source (kfp-server-api) are built here, in this stage only.
+# Not needed to run, so removed: TensorFlow's C++ headers (for compiling custom ops), the
+# test suites of numpy, pandas and pyarrow, and the native libraries' symbol tables (the
+# libraries auditwheel vendored into *.libs/ stay as published: stripping breaks them;
+# so do NVIDIA's CUDA libraries).
+# The .pth file puts the user's code (images.include) on sys.path.
+RUN python -m venv --without-pip /opt/gkeflow \
+    && python -m pip --python /opt/gkeflow/bin/python install --require-hashes --no-deps \
+       -r /tmp/requirements.lock \
+    && site="$(/opt/gkeflow/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
+    && rm -rf "$site/tensorflow/include" "$site/pandas/tests" "$site/pyarrow/tests" \
+    && find "$site/numpy" -type d -name tests -prune -exec rm -rf {} + \
+    && find /opt/gkeflow -type f \( -name '*.so' -o -name '*.so.[0-9]*' \) -not -path '*.libs/*' \
+       -not -path "$site/nvidia/*" -exec strip --strip-unneeded {} + \
+    && echo /opt/gkeflow/user > "$site/gkeflow-user.pth"
 
 FROM python:3.11.11-slim-bookworm
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore
 RUN groupadd --gid 10001 gkeflow \
     && useradd --uid 10001 --gid gkeflow --create-home --shell /usr/sbin/nologin gkeflow
-COPY --from=build /opt/gkeflow /opt/gkeflow
+COPY --from=locked /opt/gkeflow /opt/gkeflow
+# Extra packages (images.requirements), held to the lock's versions.
+RUN --mount=type=bind,source=user,target=/tmp/user \
+    if [ -s /tmp/user/requirements.txt ]; then \
+      python -m pip --python /opt/gkeflow/bin/python install --no-cache-dir \
+        -c /tmp/user/constraints.txt -r /tmp/user/requirements.txt; \
+    fi
+# The suite itself, from its wheel, without re-resolving anything.
+RUN --mount=type=bind,source=dist,target=/tmp/dist \
+    python -m pip --python /opt/gkeflow/bin/python install --no-deps --no-index \
+      --no-cache-dir /tmp/dist/gkeflow-*.whl
+# The user's modules and packages (images.include), on sys.path through gkeflow-user.pth.
+COPY user/include/ /opt/gkeflow/user/
 ENV PATH=/opt/gkeflow/bin:/usr/local/nvidia/bin:$PATH \
     LD_LIBRARY_PATH=/usr/local/nvidia/lib64 \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     PYTHONUNBUFFERED=1 \
     PIP_NO_INDEX=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
     TF_CPP_MIN_LOG_LEVEL=1
-# Fail the build, not a pipeline run, when the suite cannot be imported.
-RUN python -c "import kfp, tensorflow, gkeflow.components.train.logic, gkeflow.components.register.logic"
+# Fail the build, not a pipeline run, when the suite or the user's code cannot be imported.
+RUN --mount=type=bind,source=user,target=/tmp/user \
+    PYTHONDONTWRITEBYTECODE=1 HOME=/nonexistent python -c "import kfp, tensorflow, gkeflow.components.train.logic, gkeflow.components.register.logic, gkeflow.components.prepare.logic" \
+    && PYTHONDONTWRITEBYTECODE=1 HOME=/nonexistent python -c "import importlib, pathlib; [importlib.import_module(m) for m in pathlib.Path('/tmp/user/modules.txt').read_text().split()]"
 USER 10001:10001
 WORKDIR /home/gkeflow

@@ -42,6 +42,7 @@ def main(ctx: click.Context, debug: bool) -> None:
       gkeflow plan --target vertex     what each step requests on Vertex AI
       gkeflow models list              models in the local registry
       gkeflow init                     write an example gkeflow.yaml
+      gkeflow images build             build the images into images.registry (gkeflow.yaml)
       gkeflow submit --target vertex   run the pipeline on Vertex AI (or --target gke)
       gkeflow schedule apply           create/update the schedules of gkeflow.yaml
       gkeflow runs list                past runs on the targets: state, failed step, link
@@ -332,7 +333,7 @@ def _resolve_compute(config_path: Path | None, compute_overrides: tuple[str, ...
                    "produces now.")
 @click.option("--release", is_flag=True,
               help="Refuse to compile when any step's image is referenced by tag only "
-                   "(no digest in images/images.lock.json).")
+                   "(not built: no digest in the images lock file).")
 @_compute_options
 def compile_command(target: str, output: Path, check: bool, release: bool,
                     config_path: Path | None, compute_overrides: tuple[str, ...]) -> None:
@@ -341,22 +342,25 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
     Writes <pipeline>.<target>.yaml: the GKE file carries kfp-kubernetes settings
     (node selectors, tolerations); the Vertex file is a single document with NVIDIA_*
     accelerator types. Each step's compute (defaults, gkeflow.yaml, --compute) is
-    validated for the target first; images are pinned to the digests in
-    images/images.lock.json. `gkeflow plan` shows what each step will request.
+    validated for the target first; every image is mapped to the registry of the
+    `images:` section and pinned to the digest `gkeflow images build` recorded in the
+    lock file (gkeflow.lock). `gkeflow plan` shows what each step will request.
     """
     from gkeflow.components.images import ImageLockError
     from gkeflow.pipelines.compile import ReleaseError, compile_all, stale_files
     from gkeflow.pipelines.component_yaml import compile_components, stale_component_files
     from gkeflow.pipelines.compute import ComputeError, target_notes
+    from gkeflow.pipelines.images_config import image_map
 
     targets = COMPILE_TARGETS if target == "all" else (target,)
     console = _console()
     compute = _resolve_compute(config_path, compute_overrides)
     config = _load_config(config_path)  # its sweep: section shapes the sweep pipeline
     try:
+        images = image_map(config.images)
         if check:
-            stale = (stale_files(output, targets, compute=compute, config=config)
-                     + stale_component_files(output))
+            stale = (stale_files(output, targets, compute=compute, lock=images, config=config)
+                     + stale_component_files(output, images))
             if stale:
                 for path in stale:
                     console.print(f"stale: {path}", markup=False)
@@ -364,19 +368,21 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
                 sys.exit(1)
             console.print(f"compiled pipelines in {output} are up to date", markup=False)
             return
-        paths = compile_all(output, targets, compute=compute, release=release, config=config)
-        paths += compile_components(output, release=release)
+        paths = compile_all(output, targets, compute=compute, lock=images, release=release,
+                            config=config)
+        paths += compile_components(output, images, release=release)
     except (ComputeError, ReleaseError, ImageLockError) as exc:
         raise click.ClickException(str(exc)) from exc
     for path in paths:
         console.print(f"wrote {path}", markup=False)
-    from gkeflow.components.images import IMAGES, is_pinned, load_lock, pin
+    from gkeflow.components.images import is_pinned
 
-    tag_only = [image for image in IMAGES if not is_pinned(pin(image, load_lock()))]
+    tag_only = sorted(image for image in images.values() if not is_pinned(image))
     if tag_only:
         console.print(f"note: image(s) referenced by tag only, not by digest: "
-                      f"{', '.join(tag_only)} (images/build.sh records digests; "
-                      "`gkeflow compile --release` refuses tags)", markup=False)
+                      f"{', '.join(tag_only)} (`gkeflow images build` builds them and records "
+                      "their digests; `gkeflow submit` refuses images never built)",
+                      markup=False)
     for compile_target in targets:
         for note in target_notes(compute, compile_target):
             console.print(f"note ({compile_target}): {note}", markup=False)
@@ -416,9 +422,10 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     The compute is validated exactly as `gkeflow compile` does; requests the target
     cannot honour are listed below the table.
     """
-    from gkeflow.components.images import ImageLockError, is_pinned, load_lock, pin
+    from gkeflow.components.images import ImageLockError, is_pinned, pin
     from gkeflow.pipelines.compile import PIPELINES
     from gkeflow.pipelines.compute import ComputeError, plan, target_notes
+    from gkeflow.pipelines.images_config import image_map
 
     pipeline = pipeline_option or pipeline
     if pipeline not in PIPELINES:
@@ -449,7 +456,7 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     compute = pipeline_compute(pipeline, _resolve_compute(config_path, compute_overrides))
     try:
         profiles = resolve_compute(target, compute)
-        lock = load_lock()
+        lock = image_map(config.images)
         images = (step_images(target, profiles) if pipeline == "prediction"
                   else step_images())
     except (ComputeError, ImageLockError) as exc:
@@ -473,7 +480,7 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     console.print(table)
     for image in sorted(set(images.values())):
         pinned = ("pinned" if is_pinned(image)
-                  else "tag only: `gkeflow compile --release` refuses it")
+                  else "tag only, not built: run `gkeflow images build`")
         console.print(f"image {image} ({pinned})", markup=False)
     for note in target_notes(profiles, target):
         console.print(f"note: {note}", markup=False)
@@ -660,9 +667,10 @@ def models_promote(name: str, version: int, alias: str, **connection) -> None:
 # ---------------------------------------------------------------------------------------------
 # init, submit, schedule: pipelines/cli_ship.py
 
+from gkeflow.pipelines.cli_images import images_group  # noqa: E402
 from gkeflow.pipelines.cli_ship import init_command, schedule_group, submit_command  # noqa: E402
 
-for _command in (init_command, submit_command, schedule_group):
+for _command in (init_command, submit_command, schedule_group, images_group):
     main.add_command(_command)
 
 from gkeflow.pipelines.cli_runs import runs_group  # noqa: E402

@@ -72,9 +72,10 @@ def _print_planned(console: Console, planned) -> None:
               default=Path("gkeflow.yaml"), show_default=True, help="File to write.")
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 def init_command(path: Path, force: bool) -> None:
-    """Write a commented example gkeflow.yaml: targets, parameters per environment, schedules.
+    """Write a commented example gkeflow.yaml: images, targets, parameters, schedules.
 
-    Edit the values, then `gkeflow submit --target gke|vertex` or `gkeflow schedule apply`.
+    Set images.registry and run `gkeflow images build`, edit the other values, then
+    `gkeflow submit --target gke|vertex` or `gkeflow schedule apply`.
     The example is valid as written (it is checked before it is written).
     """
     from gkeflow.pipelines.config import EXAMPLE_CONFIG, ConfigError, load_config
@@ -97,8 +98,9 @@ def init_command(path: Path, force: bool) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    _console().print(f"wrote {path}; edit targets, parameters and schedules, then run "
-                     "`gkeflow submit --target gke|vertex`", markup=False)
+    _console().print(f"wrote {path}; set images.registry and edit targets, parameters and "
+                     "schedules, then run `gkeflow images build` and `gkeflow submit --target "
+                     "gke|vertex`", markup=False, soft_wrap=True)
 
 
 @click.command("submit")

@@ -1,8 +1,10 @@
 """Compile pipelines to YAML, one file per target: ``compiled/<pipeline>.<target>.yaml``.
 
 Before compiling, each step's compute is validated for the target (an invalid request is
-an error naming the step, not a pod pending forever or a 400 at submit). Each step's image
-is pinned to the digest recorded in the image lock file; a release build refuses any image
+an error naming the step, not a pod pending forever or a 400 at submit). Every image
+reference in the compiled file (steps, launched workloads, defaults) is mapped to the
+registry of gkeflow.yaml's ``images:`` and pinned to the digest recorded in its lock file
+(:func:`gkeflow.pipelines.images_config.image_map`); a release build refuses any image
 that is still referenced by tag only.
 """
 
@@ -123,7 +125,8 @@ def compiled_path(output_dir: Path, pipeline: str, target: str) -> Path:
 
 
 def pin_images(pipeline, lock: Mapping[str, str]) -> dict[str, str]:
-    """Replace each executor's image by its digest from ``lock``; returns executor -> image."""
+    """Replace each executor's image as ``lock`` maps it (see
+    :func:`gkeflow.components.images.pin`); returns executor -> image."""
     from gkeflow.components.images import pin
 
     executors = pipeline.pipeline_spec.deployment_spec["executors"]
@@ -210,29 +213,25 @@ def compile_pipeline(
         target: "gke" or "vertex".
         output_dir: Directory for the YAML file.
         compute: Per-step :class:`~gkeflow.pipelines.compute.ComputeProfile` overrides.
-        lock: Tag -> digest; default: the image lock file.
+        lock: Declared image -> the reference (or digest) to use; default: the mapping of
+            ``config``'s ``images:`` section and lock file.
         release: Refuse tag-only image references (:class:`ReleaseError`).
         config: The loaded gkeflow.yaml (``--config``) whose other sections the pipeline
             reads (the sweep's ``sweep:``); default: ./gkeflow.yaml.
     """
     from kfp import compiler
 
-    from gkeflow.components.images import is_pinned, load_lock
+    from gkeflow.components.images import IMAGES, is_pinned, map_references, pin
+    from gkeflow.pipelines.images_config import image_map
 
     if pipeline not in PIPELINES:
         raise ValueError(f"unknown pipeline {pipeline!r}; available: {', '.join(PIPELINES)}")
     if target not in COMPILE_TARGETS:
         raise ValueError(f"unknown target {target!r}; available: {', '.join(COMPILE_TARGETS)}")
+    config = _loaded(config)
     built = PIPELINES[pipeline](target, compute, config)
-    images = pin_images(built, load_lock() if lock is None else lock)
-    if release:
-        unpinned = sorted({image for image in images.values() if not is_pinned(image)})
-        if unpinned:
-            raise ReleaseError(
-                f"refusing a release build of {pipeline} for {target}: image(s) referenced by "
-                f"tag only: {', '.join(unpinned)}. Build the images (images/build.sh) to record "
-                "their digests in images/images.lock.json, then compile again."
-            )
+    mapping = image_map(config.images) if lock is None else dict(lock)
+    images = pin_images(built, mapping)
     path = compiled_path(output_dir, pipeline, target)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(
@@ -241,6 +240,17 @@ def compile_pipeline(
         tmp_path = Path(tmp.name)
     try:
         compiler.Compiler().compile(built, str(tmp_path))
+        text = map_references(tmp_path.read_text(encoding="utf-8"), mapping)
+        tmp_path.write_text(text, encoding="utf-8")
+        if release:
+            named = {pin(image, mapping) for image in IMAGES} | set(images.values())
+            unpinned = sorted(i for i in named if i in text and not is_pinned(i))
+            if unpinned:
+                raise ReleaseError(
+                    f"refusing a release build of {pipeline} for {target}: image(s) referenced "
+                    f"by tag only: {', '.join(unpinned)}. Run `gkeflow images build` to record "
+                    "their digests in the lock file, then compile again."
+                )
         _stable_header(tmp_path)
         tmp_path.replace(path)
     finally:

@@ -6,8 +6,9 @@ components) gets a file; a component added there is picked up here, in ``gkeflow
 ``gkeflow compile --check`` and the generated reference (docs/components.md), with no other
 change. Each file is what ``kfp.compiler.Compiler`` writes for the component, with:
 
-- the image pinned to its digest from the image lock file, as in the compiled pipelines
-  (``--release`` refuses a tag-only image);
+- every image reference mapped to gkeflow.yaml's ``images:`` registry and pinned to its
+  digest from the lock file, as in the compiled pipelines (``--release`` refuses a
+  tag-only image);
 - the suite's version in the header comment, on its first line and as the last line of
   the description (``Version: gkeflow X.Y.Z.``), and in the image tag until the image is
   pinned by digest. (An environment variable in the container would be structured, but
@@ -63,7 +64,8 @@ def versioned_component(name: str, lock: Mapping[str, str] | None = None):
 
     Args:
         name: One of :func:`component_names`.
-        lock: Tag -> digest; ``None`` leaves the image as declared (by tag).
+        lock: Declared image -> reference (or digest) to use; ``None`` leaves the image as
+            declared.
     """
     from gkeflow.components.images import pin
 
@@ -115,6 +117,14 @@ def _describe_outputs(spec, docstring: str) -> None:
             output.description = documented[name]
 
 
+def default_image_map() -> dict[str, str]:
+    """The image mapping of ./gkeflow.yaml's ``images:`` section and lock file."""
+    from gkeflow.pipelines.config import load_config
+    from gkeflow.pipelines.images_config import image_map
+
+    return image_map(load_config().images)
+
+
 def component_path(output_dir: Path, name: str) -> Path:
     return Path(output_dir) / COMPONENTS_DIR / f"{name}.yaml"
 
@@ -126,15 +136,17 @@ def compile_component(name: str, output_dir: Path, lock: Mapping[str, str] | Non
     Args:
         name: One of :func:`component_names`.
         output_dir: The compile output directory (``compiled/``).
-        lock: Tag -> digest; default: the image lock file.
+        lock: Declared image -> reference (or digest) to use; default: the mapping of
+            ./gkeflow.yaml's ``images:`` section and lock file.
         release: Refuse a tag-only image (:class:`~gkeflow.pipelines.compile.ReleaseError`).
     """
     from kfp import compiler
 
-    from gkeflow.components.images import VERSION, is_pinned, load_lock
+    from gkeflow.components.images import VERSION, is_pinned, map_references
     from gkeflow.pipelines.compile import ReleaseError
 
-    component = versioned_component(name, load_lock() if lock is None else lock)
+    lock = default_image_map() if lock is None else dict(lock)
+    component = versioned_component(name, lock)
     spec = component.component_spec
     images = [spec.implementation.container.image,
               *(spec_input.default for spec_input in _image_defaults(spec))]
@@ -142,8 +154,8 @@ def compile_component(name: str, output_dir: Path, lock: Mapping[str, str] | Non
     if release and unpinned:
         raise ReleaseError(
             f"refusing a release build of component {name}: image referenced by tag only: "
-            f"{unpinned[0]}. Build the images (images/build.sh) to record their digests in "
-            "images/images.lock.json, then compile again."
+            f"{unpinned[0]}. Run `gkeflow images build` to record their digests in the lock "
+            "file, then compile again."
         )
     path = component_path(output_dir, name)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -153,7 +165,7 @@ def compile_component(name: str, output_dir: Path, lock: Mapping[str, str] | Non
         tmp_path = Path(tmp.name)
     try:
         compiler.Compiler().compile(component, str(tmp_path))
-        text = tmp_path.read_text(encoding="utf-8")
+        text = map_references(tmp_path.read_text(encoding="utf-8"), lock)
         tmp_path.write_text(_HEADER.format(version=VERSION, name=name) + text, encoding="utf-8")
         tmp_path.replace(path)
     finally:
@@ -176,6 +188,7 @@ def compile_components(output_dir: Path, lock: Mapping[str, str] | None = None,
                        release: bool = False) -> list[Path]:
     """Write every component's YAML (and remove those of components that are gone)."""
     names = component_names()
+    lock = default_image_map() if lock is None else lock
     paths = [compile_component(name, output_dir, lock, release) for name in names]
     for orphan in _orphans(output_dir, names):
         orphan.unlink()

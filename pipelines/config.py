@@ -38,6 +38,11 @@ The file is optional; every key has a default in code. Sections:
     a webhook message when a run ends (per environment and per schedule) and how long
     finished runs keep their resources (:mod:`gkeflow.pipelines.operations_config`).
 
+``images``
+    the registry the pipelines' images are built into and pulled from, extra packages and
+    the user's own code they carry, the lock file of built digests
+    (:class:`gkeflow.pipelines.images_config.ImagesConfig`; `gkeflow images build`).
+
 `gkeflow init` writes a commented example of every section.
 """
 
@@ -58,6 +63,7 @@ from pydantic import (
     model_validator,
 )
 
+from gkeflow.pipelines.images_config import BASE_DIR, ImagesConfig
 from gkeflow.pipelines.operations_config import NotificationSettings, RetentionSettings
 from gkeflow.pipelines.preparation_settings import PreparationSettings
 from gkeflow.pipelines.sweep_config import SweepConfig
@@ -133,6 +139,8 @@ class GkeflowConfig(BaseModel):
     preparation: PreparationSettings = PreparationSettings()
     notifications: dict[str, NotificationSettings] = {}  # per environment (operations.py)
     retention: RetentionSettings = RetentionSettings()
+    #: Validated even when absent, so its paths start from gkeflow.yaml's directory.
+    images: ImagesConfig = Field(default={}, validate_default=True)
     _notify: NotificationSettings | None = PrivateAttr(default=None)  # operations.select
 
     @model_validator(mode="after")
@@ -193,7 +201,7 @@ def load_config(path: Path | str | None = None) -> GkeflowConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
     try:
-        return GkeflowConfig.model_validate(raw)
+        return GkeflowConfig.model_validate(raw, context={BASE_DIR: path.resolve().parent})
     except ValidationError as exc:
         raise ConfigError(_format_validation_error(path, exc)) from exc
 
@@ -447,6 +455,16 @@ GkeflowConfig.model_rebuild()
 EXAMPLE_CONFIG = '''\
 # gkeflow.yaml: configuration as code for gkeflow (validated on every command).
 # Keep it in git; secrets never go here, only the names of environment variables.
+
+# Your container registry: `gkeflow images build` builds the CPU and GPU images into it
+# (with your extra packages and code) and records their digests in the lock file; every
+# compiled step then pulls them by digest. Paths are relative to this file.
+# images:
+#   registry: europe-west4-docker.pkg.dev/my-project/ml   # REGION-docker.pkg.dev/PROJECT/REPO
+#   # tag: 0.1.0                         # default: the gkeflow version
+#   # requirements: requirements.txt     # extra pip packages for both images
+#   # include: [my_features, my_components.py]   # your packages/modules, importable in steps
+#   # lock: gkeflow.lock                 # default: next to this file
 
 # Per-step compute overrides (see `gkeflow compile --help`), e.g.:
 # compute:

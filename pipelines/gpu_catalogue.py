@@ -234,7 +234,7 @@ VERTEX_STEP_MAX_MEMORY_GIB = 624
 #: Flex-start capacity runs for at most seven days (flex, vertex-dws).
 FLEX_START_MAX_RUN_S = 7 * 86400
 
-#: CPU architectures the suite's images are built for: images/build.sh builds
-#: images/{cpu,gpu}.Dockerfile on Cloud Build's x86-64 workers with no --platform, so each
-#: image is single-architecture linux/amd64. Add ARM64 here once an Arm image is built.
+#: CPU architectures the suite's images are built for: `gkeflow images build` builds
+#: images/{cpu,gpu}.Dockerfile from x86-64 lock files with no --platform, so each image is
+#: single-architecture linux/amd64. Add ARM64 here once an Arm image is built.
 IMAGE_ARCHITECTURES = frozenset({X86_64})

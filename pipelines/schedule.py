@@ -35,7 +35,12 @@ from gkeflow.pipelines.cron import (
     vertex_cron,
 )
 from gkeflow.pipelines.operations import select
-from gkeflow.pipelines.submit import make_backend, prepare_pipeline, resolve_parameters
+from gkeflow.pipelines.submit import (
+    make_backend,
+    prepare_pipeline,
+    refuse_unbuilt_images,
+    resolve_parameters,
+)
 
 
 @dataclass
@@ -107,6 +112,28 @@ def _targets_in_use(config: GkeflowConfig, target: str | None,
             if t in used or (all_configured and getattr(config.targets, t) is not None)]
 
 
+def _compile_checked(config: GkeflowConfig, workdir: Path, targets: list[str],
+                     version: str | None) -> dict[tuple[str, str, Any], Any]:
+    """(target, pipeline, notifications) -> the prepared pipeline of every schedule, compiled
+    before any change is made; refuses images never built for the configured registry."""
+    compiled: dict[tuple[str, str, Any], Any] = {}
+    for target_name in targets:
+        for schedule in config.schedules:
+            if schedule.target != target_name:
+                continue
+            chosen = select(config, schedule=schedule)  # its notifications compiled in
+            key = (target_name, schedule.pipeline, chosen._notify)
+            if key in compiled:
+                continue
+            prepared = prepare_pipeline(schedule.pipeline, target_name,
+                                        workdir / target_name / str(len(compiled)),
+                                        version=version, config=chosen)
+            refuse_unbuilt_images(config, Path(prepared.path),
+                                  f"send {schedule.pipeline} to {target_name}")
+            compiled[key] = prepared
+    return compiled
+
+
 def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
           prune: bool = False, dry_run: bool = False, backends: dict | None = None,
           version: str | None = None, at: dt.datetime | None = None,
@@ -120,6 +147,7 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
         if on_action:
             on_action(action)
 
+    compiled = _compile_checked(config, workdir, _targets_in_use(config, target, prune), version)
     for target_name in _targets_in_use(config, target, all_configured=prune):
         wanted = [s for s in config.schedules if s.target == target_name]
         backend = backends.get(target_name) or make_backend(config, target_name, dry_run=dry_run)
@@ -131,9 +159,7 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
             chosen = select(config, schedule=schedule)  # its notifications compiled in
             key = (schedule.pipeline, chosen._notify)
             if key not in prepared_by_pipeline:
-                prepared = prepare_pipeline(schedule.pipeline, target_name,
-                                            workdir / target_name / str(len(prepared_by_pipeline)),
-                                            version=version, config=chosen)
+                prepared = compiled[(target_name, *key)]
                 ids = None
                 if target_name == "gke":
                     from gkeflow.pipelines.backend_version import check_backend

@@ -64,6 +64,19 @@ def source_version(cwd: Path | None = None) -> str:
         return "v0"
 
 
+def refuse_unbuilt_images(config: GkeflowConfig | None, path: Path, where: str) -> None:
+    """:class:`SubmitError` when the compiled ``path`` names images never built and pushed
+    for the registry of ``config``'s ``images:`` section (a run would fail to pull them)."""
+    from gkeflow.pipelines.config import load_config
+    from gkeflow.pipelines.images_config import ImagesNotBuilt, require_built
+
+    images = (config if config is not None else load_config()).images
+    try:
+        require_built(images, path.read_text(encoding="utf-8"), where)
+    except ImagesNotBuilt as exc:
+        raise SubmitError(str(exc)) from None
+
+
 def prepare_pipeline(pipeline: str, target: str, workdir: Path,
                      version: str | None = None,
                      config: GkeflowConfig | None = None) -> PreparedPipeline:
@@ -250,6 +263,7 @@ def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: st
 
     prepared = prepare_pipeline(pipeline, target, workdir, version=version,
                                 config=select(config, environment))
+    refuse_unbuilt_images(config, Path(prepared.path), f"send {pipeline} to {target}")
     parameters = resolve_parameters(config, prepared, environment, overrides)
     name = run_name(pipeline, environment)
     notes: list[str] = []

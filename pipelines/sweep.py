@@ -291,10 +291,11 @@ def _vizier_spec(sweep: SweepConfig, profile: ComputeProfile) -> str:
 
 
 def _trial_image() -> str:
-    """The GPU image Vizier trials run in, pinned to its digest when the lock file has one."""
-    from gkeflow.components.images import GPU_IMAGE, load_lock, pin
+    """The GPU image Vizier trials run in (the compiler maps it to the configured registry
+    and pins it, like every step's image)."""
+    from gkeflow.components.images import GPU_IMAGE
 
-    return pin(GPU_IMAGE, load_lock())
+    return GPU_IMAGE
 
 
 def sweep_plan(sweep: SweepConfig, profiles: Mapping[str, ComputeProfile]) -> dict[str, int]:

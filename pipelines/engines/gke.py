@@ -171,7 +171,7 @@ class JobSetEngine:
         from gkeflow.components.scaleout.jobset import dumps
         from gkeflow.pipelines.engines import as_training_step
 
-        template = jobset_template(profile, GPU_IMAGE)  # the compiler pins it by digest
+        template = jobset_template(profile, GPU_IMAGE)  # the compiler maps and pins it
         return as_training_step(train_model_jobset)(jobset_template=dumps(template),
                                                     **arguments)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -13,15 +12,7 @@ import pytest
 import yaml
 
 from gkeflow.components import images
-from gkeflow.components.images import (
-    CPU_IMAGE,
-    GPU_IMAGE,
-    ImageLockError,
-    is_pinned,
-    load_lock,
-    pin,
-    record_build,
-)
+from gkeflow.components.images import CPU_IMAGE, GPU_IMAGE
 from gkeflow.pipelines.compile import ReleaseError, compile_pipeline
 from tests.compile.customjob import custom_job_payload
 
@@ -54,15 +45,6 @@ def _executor_images(path: Path) -> set[str]:
     return images
 
 
-def _build(status: str = "SUCCESS", pushed=((CPU_IMAGE, CPU_DIGEST), (GPU_IMAGE, GPU_DIGEST))):
-    """A Cloud Build ``Build`` resource as ``gcloud builds describe --format=json`` prints it."""
-    return {
-        "id": "0b1c2d3e-build",
-        "status": status,
-        "results": {"images": [{"name": n, "digest": d, "pushTiming": {}} for n, d in pushed]},
-    }
-
-
 # --------------------------------------------------------------------------- Dockerfiles
 
 
@@ -86,105 +68,14 @@ def test_hadolint_does_flag_a_bad_dockerfile(tmp_path):
     assert "DL3007" in result.stdout and "DL3013" in result.stdout
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
-def test_image_runs_as_non_root_with_the_suite_and_no_runtime_installs(dockerfile):
-    text = dockerfile.read_text()
-    final_stage = text.split("\nFROM ")[-1]
-    users = re.findall(r"^USER\s+(\S+)", final_stage, flags=re.MULTILINE)
-    assert users and users[-1].split(":")[0] not in ("root", "0")
-    # The suite is installed in the build stage and copied in; the final stage installs
-    # nothing and has no package index to fetch from at run time.
-    assert re.search(r"pip install[^\n]*\./|pip install[^\n]*\"\.\[gpu\]\"", text)
-    assert "COPY --from=build /opt/gkeflow /opt/gkeflow" in final_stage
-    assert "pip install" not in final_stage and "apt-get" not in final_stage
-    assert "PIP_NO_INDEX=1" in final_stage
-    assert "PATH=/opt/gkeflow/bin" in final_stage
-    for stage_base in re.findall(r"^FROM\s+(\S+)", text, flags=re.MULTILINE):
-        assert ":" in stage_base and not stage_base.endswith(":latest")
-
-
-def test_gpu_image_gets_tensorflow_with_cuda_from_the_gpu_extra():
-    text = (IMAGES_DIR / "gpu.Dockerfile").read_text()
-    assert '".[gpu]"' in text and "LD_LIBRARY_PATH=/usr/local/nvidia/lib64" in text
-    pyproject = (REPO / "pyproject.toml").read_text()
-    assert '"tensorflow[and-cuda]' in pyproject
-
-
-def test_cloud_build_config_builds_and_pushes_both_images_declared_in_images_py():
-    config = yaml.safe_load((IMAGES_DIR / "cloudbuild.yaml").read_text())
-    assert config["substitutions"] == {"_CPU_IMAGE": CPU_IMAGE, "_GPU_IMAGE": GPU_IMAGE}
-    assert config["images"] == ["${_CPU_IMAGE}", "${_GPU_IMAGE}"]
-    built = {(s["args"][s["args"].index("--file") + 1], s["args"][s["args"].index("--tag") + 1])
-             for s in config["steps"]}
-    assert built == {("images/cpu.Dockerfile", "${_CPU_IMAGE}"),
-                     ("images/gpu.Dockerfile", "${_GPU_IMAGE}")}
-    assert all(s["args"][-1] == "." for s in config["steps"])
-    tags = subprocess.run([sys.executable, "-m", "gkeflow.components.images", "tags"], cwd=REPO,
-                          capture_output=True, text=True, check=True).stdout.strip()
-    assert tags == f"_CPU_IMAGE={CPU_IMAGE},_GPU_IMAGE={GPU_IMAGE}"
-
-
-def test_docker_build_context_holds_only_the_package_sources():
-    ignore = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
-              if line.strip() and not line.startswith("#")]
-    assert ignore[0] == "*"
-    assert {"!pyproject.toml", "!README.md", "!components/", "!pipelines/"} <= set(ignore)
-
-
 # --------------------------------------------------------------------------- lock file
 
 
-def test_committed_lock_file_is_valid():
-    assert images.LOCK_FILE == IMAGES_DIR / "images.lock.json"
-    lock = load_lock()
-    assert set(lock) <= set(images.IMAGES)
-
-
-def test_record_build_writes_the_lock_and_pin_uses_it(tmp_path):
-    lock_path = tmp_path / "images.lock.json"
-    assert record_build(_build(), lock_path) == {CPU_IMAGE: CPU_DIGEST, GPU_IMAGE: GPU_DIGEST}
-    lock = load_lock(lock_path)
-    assert pin(CPU_IMAGE, lock) == f"us-docker.pkg.dev/gkeflow/images/gkeflow-cpu@{CPU_DIGEST}"
-    assert is_pinned(pin(GPU_IMAGE, lock)) and not is_pinned(GPU_IMAGE)
-    assert pin("other.io/x:1", lock) == "other.io/x:1"
-    assert not list(tmp_path.glob(".images.lock.*"))  # no temporary file left behind
-
-
-def test_record_build_via_the_command_line(tmp_path):
-    build_json, lock_path = tmp_path / "build.json", tmp_path / "lock.json"
-    build_json.write_text(json.dumps(_build()))
-    out = subprocess.run([sys.executable, "-m", "gkeflow.components.images", "record-build",
-                          str(build_json), str(lock_path)], cwd=REPO, capture_output=True,
-                         text=True, check=True).stdout
-    assert f"{CPU_IMAGE} -> {CPU_DIGEST}" in out
-    assert load_lock(lock_path) == {CPU_IMAGE: CPU_DIGEST, GPU_IMAGE: GPU_DIGEST}
-
-
-@pytest.mark.parametrize(
-    ("build", "message"),
-    [
-        (_build(status="FAILURE"), "did not succeed: status 'FAILURE'"),
-        (_build(pushed=[(CPU_IMAGE, CPU_DIGEST)]), f"missing: {GPU_IMAGE}"),
-        (_build(pushed=[(CPU_IMAGE, "sha256:abc"), (GPU_IMAGE, GPU_DIGEST)]),
-         "has no sha256 digest"),
-    ],
-)
-def test_a_bad_build_record_is_refused_and_the_lock_untouched(tmp_path, build, message):
-    lock_path = tmp_path / "images.lock.json"
-    lock_path.write_text('{"images": {}}')
-    with pytest.raises(ImageLockError, match=re.escape(message)):
-        record_build(build, lock_path)
-    assert lock_path.read_text() == '{"images": {}}'
-
-
-def test_a_malformed_lock_is_an_error(tmp_path):
-    path = tmp_path / "lock.json"
-    path.write_text(json.dumps({"images": {CPU_IMAGE: {"digest": "latest"}}}))
-    with pytest.raises(ImageLockError, match="digest must be sha256:<64 hex digits>"):
-        load_lock(path)
-    path.write_text("{")
-    with pytest.raises(ImageLockError, match="not valid JSON"):
-        load_lock(path)
+def test_the_package_carries_no_lock_file_and_no_way_to_write_one():
+    """Digests live in the user's project (gkeflow.lock next to gkeflow.yaml), never in the
+    installed package: tests/compile/test_images_config.py covers the lock file."""
+    assert not (IMAGES_DIR / "images.lock.json").exists()
+    assert not hasattr(images, "LOCK_FILE") and not hasattr(images, "record_build")
 
 
 # --------------------------------------------------------------------------- release
@@ -211,7 +102,6 @@ def test_release_compiles_digest_pinned_images(tmp_path):
 
 def test_every_step_runs_in_one_of_the_suites_images():
     for path in (REPO / "compiled").glob("*.yaml"):
-        lock = load_lock()
-        assert _executor_images(path) <= {pin(i, lock) for i in images.IMAGES}, path
+        assert _executor_images(path) <= set(images.IMAGES), path
         text = path.read_text()
         assert "pip install" not in text and "packages_to_install" not in text

@@ -8,9 +8,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from gkeflow.components.images import load_lock, pin
+from gkeflow.components.images import pin
 from gkeflow.pipelines.cli import main
 from gkeflow.pipelines.compute import GKE_TO_VERTEX_ACCELERATOR, plan
+from gkeflow.pipelines.config import GkeflowConfig
+from gkeflow.pipelines.images_config import image_map
 from gkeflow.pipelines.training import resolve_compute, step_images
 from tests.compile.customjob import custom_job_payload, strict_custom_job
 
@@ -35,7 +37,7 @@ def test_plan_rows_match_the_committed_compiled_yaml(target):
         tasks.update(component.get("dag", {}).get("tasks", {}))
     k8s = (platform.get("platforms", {}).get("kubernetes", {}).get("deploymentSpec", {})
            .get("executors", {}))
-    lock = load_lock()
+    lock = image_map(GkeflowConfig().images)  # the repository has no gkeflow.yaml
     images = {step: pin(image, lock) for step, image in step_images().items()}
     rows = plan(resolve_compute(target), target, images)
     assert [r.step for r in rows] == ["fingerprint-data", "prepare-data", "train-model",
@@ -84,7 +86,7 @@ def test_plan_command_prints_every_step_and_the_image_state():
     assert result.exit_code == 0, result.output
     for text in ("training on vertex", "prepare-data", "train-model", "NVIDIA_TESLA_T4",
                  "n1-standard-8", "evaluate-model", "register-model", "gkeflow-gpu:0.1.0",
-                 "tag only: `gkeflow compile --release` refuses it",
+                 "tag only, not built: run `gkeflow images build`",
                  "note: timeout_s is not enforced on Vertex AI Pipelines"):
         assert text in result.output, text
 

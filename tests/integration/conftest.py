@@ -17,6 +17,10 @@ from tests.conftest import CONTRACTS
 from tests.integration.fakes import KFP_SWAGGER, FakeKfpServer, FakeVertexServer
 
 TOKEN = "kfp-test-token-5f1c9e2a7b"  # a value that must never show up in any output
+#: The images: section of every test config: images built and pushed (built-images.lock), so
+#: submit and schedule apply accept them (tests/compile/test_images_config.py: refusal).
+BUILT_IMAGES = {"registry": "europe-west4-docker.pkg.dev/my-project/ml", "tag": "test",
+                "lock": str(Path(__file__).with_name("built-images.lock"))}
 FAST = RetryPolicy(attempts=4, base_delay_s=0.01, max_delay_s=0.05, timeout_s=5.0)
 
 
@@ -57,7 +61,7 @@ def config_dict(kfp_url: str | None, vertex_url: str | None, schedules=(), **ext
                               "cryptoKeys/pipelines",
             "labels": {"Team Name": "ML Platform!", "cost-center": "R&D 42"},
             "enable_caching": False, "api_endpoint": vertex_url}
-    return {"targets": targets,
+    return {"targets": targets, "images": BUILT_IMAGES,
             "parameters": {"default": {"epochs": 2}, "prod": {"epochs": 5,
                                                               "min_accuracy": 0.9}},
             "schedules": list(schedules), **extra}

@@ -1,58 +1,62 @@
-"""The images install the suite from exactly what their Dockerfiles copy: built from that
-alone, the package must be the same gkeflow.* wheel as a release (setup.py's mapping
-included), or component bodies importing gkeflow.* would fail in the image."""
+"""Images build from an installed gkeflow, not only from a clone: the release wheel carries
+the Dockerfiles and hashed locks (gkeflow.images), and image_build assembles a context from
+the installed package whose repacked wheel holds exactly the release wheel's files, without
+writing anything into site-packages."""
 
-import re
-import shutil
-import subprocess
-import sys
+from __future__ import annotations
+
+import json
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from gkeflow.components.images import VERSION
+from tests.release.test_wheel import _env, _run, dist, fresh_venv  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
-DOCKERFILES = sorted((REPO / "images").glob("*.Dockerfile"))
+IMAGE_FILES = ("cpu.Dockerfile", "gpu.Dockerfile", "requirements-cpu.lock",
+               "requirements-gpu.lock")
 
 
-def _copied_sources(dockerfile: Path) -> list[str]:
-    """Sources of the COPY instructions that take files from the build context."""
-    sources = []
-    for line in dockerfile.read_text().splitlines():
-        match = re.match(r"^COPY\s+(?!--from)(.+)$", line.strip())
-        if match:
-            *found, _destination = match.group(1).split()
-            sources += found
-    return sources
+def _modules(wheel: Path) -> set[str]:
+    return {n for n in zipfile.ZipFile(wheel).namelist()
+            if not n.startswith(f"gkeflow-{VERSION}.dist-info/")}
 
 
-def _allowed_by_dockerignore(source: str) -> bool:
-    rules = [r.strip() for r in (REPO / ".dockerignore").read_text().splitlines()
-             if r.strip() and not r.startswith("#")]
-    return rules[0] == "*" and f"!{source.rstrip('/')}" in {r.rstrip("/") for r in rules}
+def _tree(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in folder.rglob("*") if p.is_file()}
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
-def test_the_image_build_context_makes_the_namespaced_package(dockerfile, tmp_path):
-    sources = _copied_sources(dockerfile)
-    assert {"pyproject.toml", "setup.py", "components", "pipelines"} <= set(sources)
-    context = tmp_path / "context"
-    context.mkdir()
-    for source in sources:
-        assert _allowed_by_dockerignore(source), f"{source} is excluded by .dockerignore"
-        path = REPO / source
-        if path.is_dir():
-            shutil.copytree(path, context / source,
-                            ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(path, context / source)
-    out = tmp_path / "out"
-    result = subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out),
-         str(context)], capture_output=True, text=True, timeout=300, check=False)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    (wheel,) = out.glob("*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
-    assert "gkeflow/components/train/component.py" in names
-    assert "gkeflow/pipelines/cli.py" in names
-    assert not any(n.startswith(("components/", "pipelines/")) for n in names)
+def test_the_release_wheel_carries_the_image_recipes(dist):  # noqa: F811
+    wheel = zipfile.ZipFile(dist["wheel"])
+    for name in IMAGE_FILES:
+        assert wheel.read(f"gkeflow/images/{name}") == (REPO / "images" / name).read_bytes()
+
+
+def test_an_installed_gkeflow_assembles_a_context_and_writes_nothing_into_site_packages(
+        dist, fresh_venv, tmp_path):  # noqa: F811
+    python = fresh_venv / "bin" / "python"
+    site = Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                     tmp_path).stdout.strip())
+    before = _tree(site)
+    module = tmp_path / "my_model.py"
+    module.write_text("def build_model(schema, hparams):\n    return None\n")
+    probe = ("import json, sys; from pathlib import Path\n"
+             "from gkeflow.pipelines.image_build import assemble_context, images_dir\n"
+             "dockerfile = assemble_context(Path(sys.argv[1]), 'cpu', None, [Path(sys.argv[2])])\n"
+             "print(json.dumps({'dockerfile': str(dockerfile), 'images': str(images_dir())}))")
+    found = json.loads(_run([python, "-c", probe, tmp_path / "ctx", module], tmp_path,
+                            env=_env()).stdout)
+    assert Path(found["images"]).is_relative_to(site)
+    context = Path(found["dockerfile"]).parent
+    assert context == tmp_path / "ctx"
+    shipped = (REPO / "images" / "cpu.Dockerfile").read_bytes()
+    assert (context / "Dockerfile").read_bytes() == shipped
+    assert (context / "user" / "include" / "my_model.py").exists()
+    (repacked,) = (context / "dist").glob("*.whl")
+    assert _modules(repacked) == _modules(dist["wheel"])
+    assert _tree(site) == before

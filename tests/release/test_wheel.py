@@ -92,7 +92,10 @@ def _env() -> dict[str, str]:
 def test_wheel_and_sdist_hold_every_module_and_no_test_or_top_level_package(dist):
     names = set(zipfile.ZipFile(dist["wheel"]).namelist())
     modules = {n for n in names if not n.startswith(f"gkeflow-{VERSION}.dist-info/")}
-    assert modules == _sources("components") | _sources("pipelines")
+    recipe_suffixes = (".py", ".Dockerfile", ".lock", ".yaml", ".json", ".sh")
+    recipes = {f"gkeflow/images/{p.name}" for p in (REPO / "images").iterdir()
+               if p.is_file() and p.suffix in recipe_suffixes}
+    assert modules == _sources("components") | _sources("pipelines") | recipes
     assert {n.split("/")[0] for n in modules} == {"gkeflow"}
     metadata = zipfile.ZipFile(dist["wheel"]).read(
         f"gkeflow-{VERSION}.dist-info/METADATA").decode()
@@ -104,7 +107,8 @@ def test_wheel_and_sdist_hold_every_module_and_no_test_or_top_level_package(dist
         members = {Path(m).relative_to(f"gkeflow-{VERSION}").as_posix()
                    for m in sdist.getnames() if "/" in m}
     assert {"pyproject.toml", "setup.py", "README.md", "CHANGELOG.md", "docs/components.md",
-            "components/images.py", "pipelines/cli.py"} <= members
+            "components/images.py", "pipelines/cli.py", "images/cpu.Dockerfile",
+            "images/requirements-cpu.lock", "images/requirements-gpu.lock"} <= members
 
 
 def test_fresh_venv_imports_gkeflow_next_to_a_projects_own_packages(fresh_venv, project):

@@ -1,0 +1,289 @@
+"""``images:`` in gkeflow.yaml: which registry the pipelines' images live in, and what they carry.
+
+Example::
+
+    images:
+      registry: europe-west4-docker.pkg.dev/my-project/ml   # your Artifact Registry repository
+      tag: 0.1.0                    # default: the gkeflow version
+      requirements: requirements.txt  # extra packages, installed into both images
+      include: [my_features, my_components.py]   # your code, importable in every step
+      lock: gkeflow.lock            # built digests; default: next to gkeflow.yaml
+
+Paths are relative to the directory of gkeflow.yaml. Everything is checked when the file
+is loaded: the registry's syntax, that the requirements file exists, that every include
+is an importable package (a directory with ``__init__.py``) or module (``name.py``) whose
+Python compiles, and that the lock file lies outside the installed gkeflow package.
+
+:func:`image_map` turns the section and the lock file into the one mapping that compiling
+applies to every image reference (steps, launched workloads, defaults); :func:`unbuilt`
+says which of the images a compiled pipeline names were never built and pushed, which
+`gkeflow submit` and `gkeflow schedule apply` refuse (:func:`require_built`).
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from gkeflow.components.images import (
+    FLAVOURS,
+    IMAGES,
+    REGISTRY,
+    VERSION,
+    reference,
+    repository,
+)
+
+DEFAULT_LOCK = "gkeflow.lock"
+#: Context key under which :func:`gkeflow.pipelines.config.load_config` passes the
+#: directory of gkeflow.yaml.
+BASE_DIR = "config_dir"
+
+_HOST = r"(?:localhost|[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)+)"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REGISTRY_RE = re.compile(rf"^{_HOST}(?::[0-9]{{1,5}})?(?:/{_PATH_COMPONENT})+$")
+_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_EXAMPLE = "europe-west4-docker.pkg.dev/my-project/ml"
+
+
+class ImagesNotBuilt(ValueError):
+    """A pipeline names images that were never built (and pushed) for the configured registry."""
+
+
+def _package_dirs() -> list[Path]:
+    """The installed gkeflow package's directories (nothing is ever written there)."""
+    import gkeflow.components
+    import gkeflow.pipelines
+
+    return [Path(p).resolve() for module in (gkeflow.components, gkeflow.pipelines)
+            for p in module.__path__]
+
+
+class ImagesConfig(BaseModel):
+    """``images:``: the registry the pipelines' images are built into and pulled from.
+
+    Attributes:
+        registry: ``HOST[:PORT]/PATH``, e.g. ``europe-west4-docker.pkg.dev/my-project/ml``;
+            the images are ``REGISTRY/gkeflow-cpu:TAG`` and ``REGISTRY/gkeflow-gpu:TAG``.
+            Unset: the project's release registry (whose images you cannot build or push).
+        tag: Image tag; default: the gkeflow version.
+        requirements: A pip requirements file of extra packages for both images.
+        include: Local packages (directories with ``__init__.py``) or modules (``.py``
+            files) of your code, copied into both images and importable in every step.
+        lock: The built-images lock file; default ``gkeflow.lock`` next to gkeflow.yaml.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    registry: str = ""
+    tag: str = ""
+    requirements: str = ""
+    include: list[str] = []
+    lock: str = DEFAULT_LOCK
+    _base: Path | None = PrivateAttr(default=None)
+
+    @field_validator("registry")
+    @classmethod
+    def _registry(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if not value:
+            return value
+        if "://" in value:
+            raise ValueError(f"{value!r}: no scheme, just HOST/PATH, e.g. {_EXAMPLE}")
+        if "/" not in value:
+            raise ValueError(f"{value!r}: add the repository path after the host, e.g. "
+                             f"{_EXAMPLE}")
+        if "@" in value or ":" in value.split("/", 1)[-1]:
+            raise ValueError(f"{value!r}: a registry is HOST[:PORT]/PATH without tag or "
+                             f"digest, e.g. {_EXAMPLE}")
+        if not _REGISTRY_RE.match(value):
+            raise ValueError(f"{value!r} is not a registry path: lowercase host (with a dot, "
+                             "or localhost) and path components of letters, digits, '.', "
+                             f"'_' or '-', e.g. {_EXAMPLE}")
+        if value.rsplit("/", 1)[-1] in {f"gkeflow-{f}" for f in FLAVOURS}:
+            raise ValueError(f"{value!r}: name the repository, not the image (drop "
+                             f"/{value.rsplit('/', 1)[-1]})")
+        return value
+
+    @field_validator("tag")
+    @classmethod
+    def _tag(cls, value: str) -> str:
+        if value and not _TAG_RE.match(value):
+            raise ValueError(f"{value!r} is not an image tag: up to 128 letters, digits, "
+                             "'_', '.' or '-', not starting with '.' or '-'")
+        return value
+
+    @model_validator(mode="after")
+    def _paths(self, info: ValidationInfo):
+        context = info.context if isinstance(info.context, dict) else {}
+        base = context.get(BASE_DIR)
+        self._base = Path(base) if base is not None else None
+        if self.requirements:
+            path = self.requirements_path
+            if not path.is_file():
+                raise ValueError(f"requirements: {path} does not exist (a pip requirements "
+                                 "file of extra packages)")
+        names: dict[str, str] = {}
+        for index, entry in enumerate(self.include):
+            name = _importable(self._resolve(entry), f"include.{index}")
+            if name in names:
+                raise ValueError(f"include.{index}: {entry!r} and {names[name]!r} are both "
+                                 f"importable as {name!r}; keep one")
+            names[name] = entry
+        lock = self.lock_path.resolve()
+        for package in _package_dirs():
+            if lock == package or package in lock.parents:
+                raise ValueError(f"lock: {lock} is inside the installed gkeflow package; "
+                                 f"keep the lock next to gkeflow.yaml (default {DEFAULT_LOCK})")
+        return self
+
+    # ----------------------------------------------------------------- resolved values
+
+    @property
+    def base_dir(self) -> Path:
+        """The directory relative paths start from: gkeflow.yaml's (else the current one)."""
+        return self._base if self._base is not None else Path.cwd()
+
+    def _resolve(self, value: str) -> Path:
+        path = Path(value).expanduser()
+        return path if path.is_absolute() else self.base_dir / path
+
+    @property
+    def registry_or_default(self) -> str:
+        return self.registry or REGISTRY
+
+    @property
+    def tag_or_default(self) -> str:
+        return self.tag or VERSION
+
+    @property
+    def lock_path(self) -> Path:
+        return self._resolve(self.lock or DEFAULT_LOCK)
+
+    @property
+    def requirements_path(self) -> Path | None:
+        return self._resolve(self.requirements) if self.requirements else None
+
+    @property
+    def include_paths(self) -> list[Path]:
+        return [self._resolve(entry) for entry in self.include]
+
+    def references(self) -> dict[str, str]:
+        """Flavour -> the tag reference built and pulled: ``REGISTRY/gkeflow-FLAVOUR:TAG``."""
+        return {flavour: reference(flavour, self.registry_or_default, self.tag_or_default)
+                for flavour in FLAVOURS}
+
+
+def _importable(path: Path, key: str) -> str:
+    """The import name of ``path`` (a package directory or a ``.py`` module); raises
+    ValueError naming ``key`` when it is neither or does not compile."""
+    if not path.exists():
+        raise ValueError(f"{key}: {path} does not exist")
+    if path.is_dir():
+        name = path.name
+        if not (path / "__init__.py").is_file():
+            raise ValueError(f"{key}: {path} is a directory without __init__.py; include a "
+                             "package (add __init__.py) or its modules")
+        sources = sorted(path.rglob("*.py"))
+    elif path.suffix == ".py":
+        name, sources = path.stem, [path]
+    else:
+        raise ValueError(f"{key}: {path} is neither a package directory nor a .py module")
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise ValueError(f"{key}: {path.name!r} cannot be imported: {name!r} is not a Python "
+                         "identifier; rename it")
+    if name in ("gkeflow", "kfp", "tensorflow"):
+        raise ValueError(f"{key}: {name!r} would shadow the package of that name in the "
+                         "images; rename it")
+    for source in sources:
+        try:
+            compile(source.read_bytes(), str(source), "exec")
+        except SyntaxError as exc:
+            raise ValueError(f"{key}: {source}: line {exc.lineno}: {exc.msg}; it would fail "
+                             "to import in every step") from None
+    return name
+
+
+# --------------------------------------------------------------------------- mapping
+
+
+def image_map(images: ImagesConfig, lock: Mapping | None = None) -> dict[str, str]:
+    """Declared reference (:data:`gkeflow.components.images.IMAGES`) -> the reference the
+    compiled pipelines name: the configured registry and tag, pinned to the digest the lock
+    file records for it (the tag reference when nothing was built)."""
+    from gkeflow.pipelines.image_lock import load_lock
+
+    lock = load_lock(images.lock_path) if lock is None else lock
+    mapping = {}
+    for flavour, target in images.references().items():
+        entry = lock.get(target)
+        mapping[reference(flavour)] = (f"{repository(target)}@{entry.digest}" if entry
+                                       else target)
+    return mapping
+
+
+def unbuilt(images: ImagesConfig, text: str, lock: Mapping | None = None) -> list[str]:
+    """The configured images ``text`` (a compiled pipeline) names that were never built and
+    pushed: one ``REFERENCE was ...`` per image."""
+    from gkeflow.pipelines.image_lock import load_lock
+
+    lock = load_lock(images.lock_path) if lock is None else lock
+    problems = []
+    for target in images.references().values():
+        if repository(target) + "@" not in text and repository(target) + ":" not in text:
+            continue  # the pipeline does not run this image
+        entry = lock.get(target)
+        if entry is None:
+            problems.append(f"{target} was never built")
+        elif not entry.pushed:
+            problems.append(f"{target} was built with --no-push, never pushed")
+    if images.registry_or_default != REGISTRY:
+        problems += [f"{declared} is still named (not mapped to {images.registry})"
+                     for declared in IMAGES if declared in text]
+    return problems
+
+
+def require_built(images: ImagesConfig, text: str, where: str) -> None:
+    """Raise :class:`ImagesNotBuilt` (one line with the fix) when ``text`` names images that
+    were never built and pushed for the configured registry."""
+    problems = unbuilt(images, text)
+    if not problems:
+        return
+    if images.registry:
+        fix = "run `gkeflow images build` (it pushes and records the digests)"
+    else:
+        fix = (f"set images.registry in gkeflow.yaml to a registry you can push to (e.g. "
+               f"{_EXAMPLE}), then run `gkeflow images build`")
+    raise ImagesNotBuilt(f"refusing to {where}: {'; '.join(problems)} (per "
+                         f"{images.lock_path}); {fix}")
+
+
+def map_compiled_file(path: Path | str, images: ImagesConfig | None = None) -> Path:
+    """Apply the image mapping to a pipeline or component YAML compiled with kfp directly
+    (a pipeline of your own around gkeflow's components), in place; returns ``path``.
+
+    Args:
+        path: The compiled YAML file.
+        images: The ``images:`` section; default: ./gkeflow.yaml's.
+    """
+    from gkeflow.components.images import map_references
+
+    if images is None:
+        from gkeflow.pipelines.config import load_config
+
+        images = load_config().images
+    path = Path(path)
+    path.write_text(map_references(path.read_text(encoding="utf-8"), image_map(images)),
+                    encoding="utf-8")
+    return path

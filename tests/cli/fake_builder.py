@@ -1,0 +1,95 @@
+"""A stand-in for podman, docker and gcloud (Cloud Build) on PATH, for `gkeflow images build`.
+
+Installed by :func:`install` as ``BIN/podman``, ``BIN/docker`` and ``BIN/gcloud`` (small
+shell scripts calling this file with the engine's name). Each call appends one JSON line
+to ``$FAKE_BUILDER_LOG``: the engine, its arguments and, for a build, the files of the
+build context. It prints what the real tool prints where gkeflow reads it, with digests
+derived from the reference (so a test can predict them). ``FAKE_BUILDER_FAIL=TEXT`` makes
+any call whose arguments contain TEXT fail with exit 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+
+def digest(reference: str, pushed: bool) -> str:
+    """The digest this fake reports for ``reference``: pushed manifest or local image."""
+    kind = "pushed" if pushed else "local"
+    return "sha256:" + hashlib.sha256(f"{kind} {reference}".encode()).hexdigest()
+
+
+def install(bin_dir: Path) -> Path:
+    """Write the podman, docker and gcloud shims into ``bin_dir``; returns it."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for engine in ("podman", "docker", "gcloud"):
+        shim = bin_dir / engine
+        shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).resolve()}" '
+                        f'{engine} "$@"\n')
+        shim.chmod(shim.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return bin_dir
+
+
+def _option(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def _context_files(context: Path) -> list[str]:
+    return sorted(p.relative_to(context).as_posix() for p in context.rglob("*") if p.is_file())
+
+
+def main(engine: str, args: list[str]) -> int:
+    entry: dict = {"engine": engine, "args": args}
+    if engine in ("podman", "docker") and args[:1] == ["build"]:
+        context = Path(args[-1])
+        entry["context"] = _context_files(context)
+        entry["dockerfile"] = Path(_option(args, "--file")).read_text()[:200]
+    if engine == "gcloud" and args[:2] == ["builds", "submit"]:
+        config = json.loads(Path(_option(args, "--config")).read_text())
+        entry["cloudbuild"] = config
+        entry["context"] = _context_files(Path(args[-1]))
+    with open(os.environ["FAKE_BUILDER_LOG"], "a", encoding="utf-8") as log:
+        log.write(json.dumps(entry) + "\n")
+    failing = os.environ.get("FAKE_BUILDER_FAIL")
+    if failing and any(failing in arg for arg in args):
+        print("STEP 3/9: RUN pip install --require-hashes ...")
+        print("ERROR: no space left on device", file=sys.stderr)
+        return 1
+    if engine in ("podman", "docker"):
+        if args[0] == "build":
+            print("STEP 1/2: FROM python:3.11.11-slim-bookworm")
+            print(f"COMMIT {_option(args, '--tag')}")
+        elif args[0] == "push":
+            reference = args[-1]
+            if "--digestfile" in args:
+                Path(_option(args, "--digestfile")).write_text(digest(reference, True))
+            print(f"Writing manifest to image destination\n{reference}: digest: "
+                  f"{digest(reference, True)} size: 1234")
+        elif args[:2] == ["image", "inspect"]:
+            reference, fmt = args[-1], _option(args, "--format")
+            if "RepoDigests" in fmt:
+                repository = reference.rsplit(":", 1)[0]
+                print(json.dumps([f"{repository}@{digest(reference, True)}"]))
+            else:
+                print(digest(reference, False))
+        return 0
+    state = Path(os.environ["FAKE_BUILDER_LOG"] + ".cloudbuild")
+    if args[:2] == ["builds", "submit"]:
+        state.write_text(entry["cloudbuild"]["images"][0])
+        print("b-1234")
+    elif args[:2] == ["builds", "describe"]:
+        reference = state.read_text()
+        print(json.dumps({"id": args[2], "status": "SUCCESS", "results": {"images": [
+            {"name": reference, "digest": digest(reference, True)}]}}))
+    elif args[:2] == ["builds", "log"]:
+        print("Step #0 - build: done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2:]))

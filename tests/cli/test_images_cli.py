@@ -1,0 +1,211 @@
+"""`gkeflow images build` and `gkeflow images list`, end to end, with a fake podman, docker and
+gcloud on PATH (tests/cli/fake_builder.py): the real command, the real build-context
+assembly, the real lock file next to gkeflow.yaml, then `gkeflow compile` and `gkeflow
+submit --dry-run` reading it. The package runs from a read-only copy, so any write into it
+fails the run; its tree is compared before and after as well."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import gkeflow.components
+import gkeflow.images
+import gkeflow.pipelines
+from tests.cli import fake_builder
+
+REGISTRY = "europe-west4-docker.pkg.dev/my-project/ml"
+CPU = f"{REGISTRY}/gkeflow-cpu:0.1.0"
+GPU = f"{REGISTRY}/gkeflow-gpu:0.1.0"
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def readonly_package(tmp_path_factory) -> Path:
+    """A copy of the installed gkeflow package (components, pipelines, images), read-only."""
+    root = tmp_path_factory.mktemp("site-packages")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name, module in (("components", gkeflow.components), ("pipelines", gkeflow.pipelines),
+                         ("images", gkeflow.images)):
+        shutil.copytree(Path(module.__path__[0]), root / "gkeflow" / name, ignore=ignore)
+    for path in sorted(root.rglob("*"), reverse=True):
+        path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    yield root
+    for path in sorted(root.rglob("*")):
+        path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """A user's project: gkeflow.yaml with an images: section, extra requirements, own code."""
+    (tmp_path / "my_features").mkdir()
+    (tmp_path / "my_features" / "__init__.py").write_text("SCALE = 2\n")
+    (tmp_path / "my_components.py").write_text("def double(x):\n    return 2 * x\n")
+    (tmp_path / "requirements.txt").write_text("humanize==4.11.0\n")
+    vertex = {"project": "my-project", "region": "europe-west4",
+              "pipeline_root": "gs://my-bucket/root",
+              "service_account": "pipelines@my-project.iam.gserviceaccount.com"}
+    config = {"images": {"registry": REGISTRY, "requirements": "requirements.txt",
+                         "include": ["my_features", "my_components.py"]},
+              "targets": {"vertex": vertex}}
+    (tmp_path / "gkeflow.yaml").write_text(yaml.safe_dump(config))
+    return tmp_path
+
+
+@pytest.fixture
+def run(tmp_path_factory, readonly_package):
+    """``run(*args, cwd=...)``: the gkeflow command from the read-only package, with the fake
+    builders first on PATH; returns the process and the builders' calls so far."""
+    scratch = tmp_path_factory.mktemp("fake-builder")
+    bin_dir = fake_builder.install(scratch / "bin")
+    log = scratch / "builder.log"
+
+    def _run(*args: str, cwd: Path, env: dict | None = None):
+        full_env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+                    "PYTHONPATH": str(readonly_package), "FAKE_BUILDER_LOG": str(log),
+                    "PYTHONDONTWRITEBYTECODE": "1", "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
+        result = subprocess.run(
+            [sys.executable, "-c", "from gkeflow.pipelines.cli import main; main()", *args],
+            cwd=cwd, env=full_env, capture_output=True, text=True, timeout=600, check=False)
+        calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        return result, calls
+
+    return _run
+
+
+def _lock(project: Path) -> dict:
+    return json.loads((project / "gkeflow.lock").read_text())["images"]
+
+
+def test_the_command_runs_from_the_read_only_copy(run, project, readonly_package):
+    result, _ = run("images", "--help", cwd=project)
+    assert result.returncode == 0, result.stderr
+    probe = subprocess.run(
+        [sys.executable, "-c", "import gkeflow.pipelines.cli as c; print(c.__file__)"],
+        env={**os.environ, "PYTHONPATH": str(readonly_package)}, capture_output=True,
+        text=True, check=True)
+    assert probe.stdout.strip().startswith(str(readonly_package))
+
+
+def test_build_no_push_then_compile_pins_both_targets(run, project, readonly_package):
+    before = _tree(readonly_package)
+    result, calls = run("images", "build", "--builder", "podman", "--no-push", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert _tree(readonly_package) == before, "nothing may be written into the package"
+    assert sorted(p.name for p in project.iterdir()) == [
+        "gkeflow.lock", "gkeflow.yaml", "my_components.py", "my_features",
+        "requirements.txt"]
+
+    builds = [c for c in calls if c["args"][0] == "build"]
+    assert [c["args"][c["args"].index("--tag") + 1] for c in builds] == [CPU, GPU]
+    for build in builds:
+        assert "--isolation=chroot" in build["args"]
+        context = set(build["context"])
+        assert {"Dockerfile", "requirements.lock", "user/requirements.txt",
+                "user/include/my_components.py", "user/include/my_features/__init__.py",
+                "user/modules.txt"} <= context
+        assert any(p.startswith("dist/gkeflow-") and p.endswith(".whl") for p in context)
+    assert not [c for c in calls if c["args"][0] == "push"]
+
+    lock = _lock(project)
+    assert set(lock) == {CPU, GPU}
+    for reference, entry in lock.items():
+        assert entry["digest"] == fake_builder.digest(reference, pushed=False)
+        assert entry["builder"] == "podman" and entry["pushed"] is False
+        assert entry["built_at"].endswith("Z")
+
+    compiled, _ = run("compile", "--output", "out", cwd=project)
+    assert compiled.returncode == 0, compiled.stderr
+    cpu = f"{REGISTRY}/gkeflow-cpu@{fake_builder.digest(CPU, pushed=False)}"
+    gpu = f"{REGISTRY}/gkeflow-gpu@{fake_builder.digest(GPU, pushed=False)}"
+    for target in ("gke", "vertex"):
+        text = (project / "out" / f"training.{target}.yaml").read_text()
+        assert cpu in text and gpu in text
+        assert "us-docker.pkg.dev/gkeflow" not in text and ":0.1.0" not in text.replace(
+            "gkeflow 0.1.0", "")
+    assert _tree(readonly_package) == before
+
+    # built but never pushed: a run could not pull them, so submit refuses (one line)
+    refused, _ = run("submit", "--target", "vertex", "--dry-run", cwd=project)
+    assert refused.returncode == 1
+    assert "built with --no-push, never pushed" in refused.stderr
+    assert "run `gkeflow images build`" in refused.stderr
+    assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_build_and_push_with_podman_lets_submit_through(run, project):
+    result, calls = run("images", "build", "--builder", "podman", cwd=project)
+    assert result.returncode == 0, result.stderr
+    pushes = [c["args"] for c in calls if c["args"][0] == "push"]
+    assert [p[-1] for p in pushes] == [CPU, GPU] and all("--digestfile" in p for p in pushes)
+    lock = _lock(project)
+    assert {r: e["digest"] for r, e in lock.items()} == {
+        CPU: fake_builder.digest(CPU, pushed=True), GPU: fake_builder.digest(GPU, pushed=True)}
+    assert all(e["pushed"] for e in lock.values())
+    assert "Next: `gkeflow plan`" in result.stdout
+
+    submitted, _ = run("submit", "--target", "vertex", "--dry-run", cwd=project)
+    assert submitted.returncode == 0, submitted.stderr
+    assert "1 request(s) would be sent" in submitted.stdout
+
+    listed, _ = run("images", "list", cwd=project)
+    assert listed.returncode == 0, listed.stderr
+    for reference in (CPU, GPU):
+        line = next(x for x in listed.stdout.splitlines() if reference in x)
+        assert fake_builder.digest(reference, pushed=True) in line
+        assert "podman" in line and "in use" in line
+
+
+@pytest.mark.parametrize("builder", ["docker", "cloud-build"])
+def test_docker_and_cloud_build(run, project, builder):
+    result, calls = run("images", "build", "--builder", builder, "--flavour", "cpu",
+                        cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert set(_lock(project)) == {CPU}
+    assert _lock(project)[CPU] == {
+        "digest": fake_builder.digest(CPU, pushed=True), "builder": builder, "pushed": True,
+        "built_at": _lock(project)[CPU]["built_at"]}
+    if builder == "cloud-build":
+        (submit,) = [c for c in calls if c["args"][:2] == ["builds", "submit"]]
+        assert submit["cloudbuild"]["images"] == [CPU]
+        assert "--project=my-project" in submit["args"]  # from the Artifact Registry path
+        assert "user/include/my_components.py" in submit["context"]
+
+
+def test_a_failed_build_is_one_line_and_keeps_what_was_built(run, project):
+    result, _ = run("images", "build", "--builder", "podman", cwd=project,
+                    env={"FAKE_BUILDER_FAIL": "gkeflow-gpu"})
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "build of" in line and "gkeflow-gpu" in line and "no space left on device" in line
+    assert set(_lock(project)) == {CPU}  # the CPU image was built and is recorded
+
+
+def test_build_without_a_registry_says_how_to_set_one(run, tmp_path):
+    (tmp_path / "gkeflow.yaml").write_text("parameters: {default: {epochs: 1}}\n")
+    result, calls = run("images", "build", cwd=tmp_path)
+    assert result.returncode == 1 and not calls
+    assert "images.registry is not set" in result.stderr
+    assert "europe-west4-docker.pkg.dev/my-project/ml" in result.stderr
+    assert not (tmp_path / "gkeflow.lock").exists()
+
+
+def test_a_broken_lock_fails_before_building(run, project):
+    (project / "gkeflow.lock").write_text("{not json")
+    result, calls = run("images", "build", "--builder", "podman", cwd=project)
+    assert result.returncode == 1 and not calls
+    assert "gkeflow.lock: not a readable JSON lock file" in result.stderr

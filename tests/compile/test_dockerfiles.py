@@ -1,0 +1,74 @@
+"""The images' Dockerfiles, read statically: installs only from the hashed lock and the
+suite's wheel, nothing resolved or fetched at run time, build tools kept out of the final
+stage, a non-root user, and an import check that fails the build rather than a run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKERFILES = sorted((REPO / "images").glob("*.Dockerfile"))
+
+
+def _stages(dockerfile: Path) -> list[str]:
+    """The stages' instructions, comments dropped and continuation lines joined."""
+    lines = [line for line in dockerfile.read_text().splitlines()
+             if not line.lstrip().startswith("#")]
+    text = re.sub(r"[ \t]+", " ", re.sub(r"\\\n\s*", " ", "\n".join(lines)))
+    return ["FROM " + stage for stage in re.split(r"^FROM ", text, flags=re.MULTILINE)[1:]]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_locked_stage_installs_the_hashed_lock_without_resolving(dockerfile):
+    locked, final = _stages(dockerfile)
+    assert locked.startswith("FROM python:3.11.11-slim-bookworm AS locked")
+    assert "COPY requirements.lock /tmp/requirements.lock" in locked
+    assert re.search(r"pip --python /opt/gkeflow/bin/python install --require-hashes --no-deps "
+                     r"-r /tmp/requirements.lock", locked)
+    assert "venv --without-pip /opt/gkeflow" in locked
+    assert 'rm -rf "$site/tensorflow/include"' in locked
+    assert final.startswith("FROM python:3.11.11-slim-bookworm\n")
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_final_stage_adds_only_the_suite_and_the_users_code(dockerfile):
+    _, final = _stages(dockerfile)
+    assert "COPY --from=locked /opt/gkeflow /opt/gkeflow" in final
+    assert "apt-get" not in final and "binutils" not in final
+    installs = re.findall(r"pip --python /opt/gkeflow/bin/python install ([^;\n]*)", final)
+    assert installs == [
+        "--no-cache-dir -c /tmp/user/constraints.txt -r /tmp/user/requirements.txt",
+        "--no-deps --no-index --no-cache-dir /tmp/dist/gkeflow-*.whl",
+    ]
+    # the wheel and the user's files are bind-mounted, never copied into a layer, except the
+    # included code itself
+    assert "RUN --mount=type=bind,source=dist,target=/tmp/dist" in final
+    assert re.findall(r"^COPY (?!--from)(\S+)", final, flags=re.MULTILINE) == ["user/include/"]
+    assert "COPY user/include/ /opt/gkeflow/user/" in final
+    assert "PIP_NO_INDEX=1" in final and "PATH=/opt/gkeflow/bin" in final
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_the_build_fails_when_the_suite_or_the_users_code_cannot_be_imported(dockerfile):
+    _, final = _stages(dockerfile)
+    check = final.split("\nRUN --mount=type=bind,source=user,target=/tmp/user ")[-1]
+    assert "import kfp, tensorflow, gkeflow.components.train.logic" in check
+    assert "/tmp/user/modules.txt" in check and "importlib.import_module" in check
+    users = re.findall(r"^USER\s+(\S+)", final, flags=re.MULTILINE)
+    assert users == ["10001:10001"]
+    assert final.index("USER 10001:10001") > final.index("import kfp, tensorflow")
+
+
+def test_the_images_differ_only_in_the_gpu_environment_and_what_is_stripped():
+    cpu, gpu = (_stages(REPO / "images" / f"{f}.Dockerfile") for f in ("cpu", "gpu"))
+    assert cpu[0] == gpu[0].replace(' -not -path "$site/nvidia/*"', "")
+    gpu_env = ("/usr/local/nvidia/bin:", " LD_LIBRARY_PATH=/usr/local/nvidia/lib64",
+               " NVIDIA_VISIBLE_DEVICES=all", " NVIDIA_DRIVER_CAPABILITIES=compute,utility")
+    stripped = gpu[1]
+    for part in gpu_env:
+        assert part in stripped
+        stripped = stripped.replace(part, "")
+    assert cpu[1] == stripped
