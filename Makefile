@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo run test test-fast lint compile check-compiled docs check-docs dist bench clean
+.PHONY: help install demo run test test-fast lint compile check-compiled docs check-docs check-site dist bench clean
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -39,8 +39,13 @@ compile: $(STAMP) ## Regenerate compiled/*.yaml for GKE and Vertex and compiled/
 check-compiled: $(STAMP) ## Fail when compiled/ is out of date with the code
 	$(BIN)/gkeflow compile --check
 
-docs: $(STAMP) ## Regenerate docs/components.md from the component specs
+docs: $(STAMP) ## Regenerate docs/components.md and build the documentation site into site/
 	$(BIN)/gkeflow docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+check-site: $(STAMP) ## Build the documentation site strictly (broken links fail); README <= 300 lines
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+	@test $$(wc -l < README.md) -le 300 || { echo "README.md has $$(wc -l < README.md) lines; keep it <= 300 and move reference text to docs/"; exit 1; }
 
 check-docs: $(STAMP) ## Fail when docs/components.md is out of date with the components
 	$(BIN)/gkeflow docs --check
@@ -52,4 +57,4 @@ bench: $(STAMP) ## End-to-end benchmark (see bench/RESULTS.md)
 	$(BIN)/python bench/e2e.py
 
 clean: ## Remove the virtual environment, caches and local run output
-	rm -rf $(VENV) gkeflow-output .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) gkeflow-output site .pytest_cache .ruff_cache *.egg-info
