@@ -4,6 +4,7 @@ training, a changed one never does; `models list --output`; `--require-registere
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -69,17 +70,23 @@ def test_unchanged_data_reuses_prepare_and_train_changed_data_never_does(tmp_pat
     assert listed.returncode == 0 and "parts-classifier" in listed.stdout
 
     # Same bytes: preparation and training are served from cache, evaluation is not; the
-    # gate (accuracy 1.0 after one epoch) blocks registration -> exit 3.
-    warm = gkeflow(*base, "--min-accuracy", "1", "--require-registered")
-    assert warm.returncode == 3, warm.stdout[-2000:] + warm.stderr
+    # model passes the gate, and registration passes version 1 on instead of a copy.
+    warm = gkeflow(*base, "--min-accuracy", "0", "--require-registered")
+    assert warm.returncode == 0, warm.stdout[-2000:] + warm.stderr
     assert _statuses(warm.stdout) == {"fingerprint-data": "success", "prepare-data": "cached",
-                                      "train-model": "cached", "evaluate-model": "success"}
-    assert "NOT REGISTERED" in warm.stdout
+                                      "train-model": "cached", "evaluate-model": "success",
+                                      "register-model": "success"}
+    assert "Registered: unchanged: same as parts-classifier version 1" in warm.stdout
+    listed = gkeflow("models", "list", "--output", str(tmp_path / "out"), "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert [v["version"] for v in json.loads(listed.stdout)] == [1]
 
-    # One row changed in one file: nothing downstream of the data is reused.
+    # One row changed in one file: nothing downstream of the data is reused; the gate
+    # (accuracy 1.0 after one epoch) blocks registration -> exit 3.
     part = parts / "part-1.csv"
     part.write_text(part.read_text().replace("stayed", "churned", 1))
-    changed = gkeflow(*base, "--min-accuracy", "0")
-    assert changed.returncode == 0, changed.stdout[-2000:] + changed.stderr
+    changed = gkeflow(*base, "--min-accuracy", "1", "--require-registered")
+    assert changed.returncode == 3, changed.stdout[-2000:] + changed.stderr
     statuses = _statuses(changed.stdout)
     assert statuses["prepare-data"] == "success" and statuses["train-model"] == "success"
+    assert "register-model" not in statuses and "NOT REGISTERED" in changed.stdout
