@@ -121,6 +121,9 @@ def record_build(build: dict, lock_path: Path | str = LOCK_FILE) -> dict[str, st
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(document, handle, indent=2, sort_keys=True)
             handle.write("\n")
+        from gkeflow.components._atomic import plain_mode
+
+        plain_mode(tmp)
         os.replace(tmp, lock_path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

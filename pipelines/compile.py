@@ -12,6 +12,8 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from gkeflow.components._atomic import plain_mode
+
 COMPILE_TARGETS = ("gke", "vertex")
 #: Relative: ``compiled/`` of the directory the command runs in (the user's project), not
 #: the installed package's source tree.
@@ -237,6 +239,7 @@ def compile_pipeline(
     try:
         compiler.Compiler().compile(built, str(tmp_path))
         _stable_header(tmp_path)
+        plain_mode(tmp_path)  # NamedTemporaryFile makes it private
         tmp_path.replace(path)
     finally:
         tmp_path.unlink(missing_ok=True)
