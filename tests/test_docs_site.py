@@ -86,3 +86,13 @@ def test_a_broken_link_fails_the_strict_build(tmp_path):
     result = _build(project, tmp_path / "site")
     assert result.returncode != 0
     assert "no-such-page.md" in result.stdout + result.stderr
+
+
+def test_every_make_target_the_docs_name_exists():
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    targets = set(re.findall(r"^([a-z][a-z-]*):", makefile, flags=re.M))
+    texts = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    named = {name for path in texts
+             for name in re.findall(r"`make ([a-z][a-z-]*)", path.read_text(encoding="utf-8"))}
+    assert named, "the README names make targets"
+    assert sorted(named - targets) == [], "the docs name make targets the Makefile lacks"
