@@ -72,7 +72,7 @@ def test_the_site_builds_strictly(tmp_path):
     result = _build(REPO, tmp_path / "site")
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "site" / "index.html").exists()
-    assert (tmp_path / "site" / "components" / "index.html").exists()
+    assert (tmp_path / "site" / "components.html").exists()
 
 
 def test_a_broken_link_fails_the_strict_build(tmp_path):
