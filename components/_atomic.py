@@ -1,7 +1,10 @@
 """Publish a directory atomically: write it aside, then rename it into place.
 
 A step that fails or is killed half-way leaves only a ``.partial-*`` sibling,
-never a directory at the published path that looks complete.
+never a directory at the published path that looks complete. What is published gets the
+mode a plain create would give it (``0666``/``0777`` less the umask: ``0644``/``0755``
+with umask 022), not the private mode of a temporary file: other users (CI jobs,
+containers running as another uid) can read it.
 """
 
 from __future__ import annotations
@@ -12,6 +15,27 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+
+def current_umask() -> int:
+    """The process's umask (read without changing it where the system allows)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def plain_mode(path: str | os.PathLike) -> None:
+    """Give a temporary file or directory (private: ``0600``/``0700``) the mode a plain
+    create would: ``0666``/``0777`` less the umask."""
+    full = 0o777 if os.path.isdir(path) else 0o666
+    os.chmod(path, full & ~current_umask())
 
 
 @contextlib.contextmanager
@@ -25,6 +49,7 @@ def publish_dir(target: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
+    plain_mode(scratch)
     if target.exists():
         shutil.rmtree(target) if target.is_dir() else target.unlink()
     os.replace(scratch, target)
@@ -38,6 +63,7 @@ def write_text_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        plain_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

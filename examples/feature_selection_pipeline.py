@@ -197,12 +197,12 @@ def build_pipeline(target: str = "local", compute: Mapping[str, ComputeProfile] 
 
 def run_locally(output_dir: Path, **arguments) -> Path:
     """Run the pipeline with ``kfp.local`` (steps as subprocesses); returns the run directory."""
-    from kfp import local
+    from gkeflow.pipelines.local import init_local
 
     root = Path(output_dir).resolve() / "runs"
     root.mkdir(parents=True, exist_ok=True)
     before = set(root.iterdir())
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root),
+    init_local(pipeline_root=str(root),
                enable_caching=False)
     build_pipeline("local")(**arguments)
     (run_dir,) = set(root.iterdir()) - before

@@ -106,6 +106,29 @@ def valid_counts(accelerator: str) -> list[int]:
     return sorted({s.accelerator_count for s in shapes_for(accelerator)})
 
 
+def runs_the_images(accelerator: str) -> bool:
+    """Whether the suite's images can start on the machines of ``accelerator`` (their CPU
+    architecture is one the images are built for)."""
+    known = ACCELERATORS.get(accelerator)
+    return known is not None and known.cpu_arch in cat.IMAGE_ARCHITECTURES
+
+
+def runnable() -> list[str]:
+    """The accelerators a step can ask for: those whose machines run the suite's images."""
+    return [name for name in ACCELERATORS if runs_the_images(name)]
+
+
+def architecture_problem(step: str, accelerator: str) -> str:
+    """The one message for an accelerator whose machines cannot run the images; "" if none."""
+    known = ACCELERATORS.get(accelerator)
+    if known is None or runs_the_images(accelerator):
+        return ""
+    return (f"{step}: {accelerator} runs only on {known.family} machines, whose CPUs are "
+            f"{known.cpu_arch} (Arm); the suite's images are built for "
+            f"{', '.join(sorted(cat.IMAGE_ARCHITECTURES))} only and cannot start there. Use "
+            "nvidia-b200 (A4, x86) for Blackwell GPUs, or build an Arm image first")
+
+
 def ordered(options) -> list[str]:
     """Consumption options in the catalogue's order (standard, spot, flex-start, reservation)."""
     return [o for o in cat.CONSUMPTION if o in options]

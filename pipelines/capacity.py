@@ -124,14 +124,9 @@ def _consumption_problems(step: str, p) -> list[str]:
     if p.accelerator not in acc.ACCELERATORS or p.accelerator_count not in acc.valid_counts(
             p.accelerator):
         return []  # reported by the shape checks
-    accelerator = acc.ACCELERATORS[p.accelerator]
+    if not acc.runs_the_images(p.accelerator):
+        return []  # said once, up front (accelerators.architecture_problem)
     problems = []
-    if accelerator.cpu_arch not in cat.IMAGE_ARCHITECTURES:
-        problems.append(
-            f"{step}: {p.accelerator} runs only on {accelerator.family} machines, whose CPUs "
-            f"are {accelerator.cpu_arch} (Arm); the suite's images are built for "
-            f"{', '.join(sorted(cat.IMAGE_ARCHITECTURES))} only and cannot start there. Use "
-            "nvidia-b200 (A4, x86) for Blackwell GPUs, or build an Arm image first")
     offered = offered_options(p)
     if p.scheduling not in offered:
         shapes = acc.shapes_for(p.accelerator, p.accelerator_count)

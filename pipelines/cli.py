@@ -12,15 +12,29 @@ from rich.table import Table
 from gkeflow.pipelines.cli_errors import ErrorReportingGroup
 from gkeflow.pipelines.compile import COMPILE_TARGETS, DEFAULT_OUTPUT
 from gkeflow.pipelines.sweep_cli import sweep_options
+from gkeflow.pipelines.tables import (
+    MODEL_COLUMNS,
+    MODEL_WIDE_COLUMNS,
+    PLAN_COLUMNS,
+    PLAN_WIDE_COLUMNS,
+    format_options,
+    plan_json,
+    plan_records,
+    print_json,
+    print_table,
+    version_record,
+    version_row,
+)
 
 DEFAULT_RUN_OUTPUT = Path("gkeflow-output")
 REGISTRY_FILE = "registry.db"
 
 
 def _console() -> Console:
-    """Rich output on stdout; wide enough for tables when stdout is not a terminal."""
-    width = None if sys.stdout.isatty() else 160
-    return Console(file=sys.stdout, highlight=False, width=width)
+    """Rich output on stdout, as wide as COLUMNS, the terminal, or (piped) 160 columns."""
+    from gkeflow.pipelines.tables import table_width
+
+    return Console(file=sys.stdout, highlight=False, width=table_width())
 
 
 @click.group(cls=ErrorReportingGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -235,7 +249,10 @@ def _print_run_summary(console: Console, result, arguments: dict, debug: bool = 
             console.print(reason.split(" ", 1)[-1], markup=False, soft_wrap=True)
     registered = result.parameter_outputs("register-model")
     if registered:
-        console.print(f"Registered: [bold]{arguments['model_name']}[/bold] version "
+        unchanged = result.artifact_metadata("register-model", "registered_model").get(
+            "unchanged")
+        console.print(f"Registered: {'unchanged: same as ' if unchanged else ''}"
+                      f"[bold]{arguments['model_name']}[/bold] version "
                       f"{registered.get('model_version')} ({registered.get('resource_name')})")
     elif result.ok:
         console.print("Registered: nothing (the model did not pass the gate)")
@@ -390,11 +407,13 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
 
 @main.command("docs")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Where to write the reference. Default: docs/components.md.")
+              help="Where to write the reference. Default: docs/components.md in the current "
+                   "directory.")
 @click.option("--check", is_flag=True,
               help="Write nothing; exit 1 when the reference differs from the component specs.")
 def docs_command(output: Path | None, check: bool) -> None:
-    """Generate docs/components.md, the component reference, from the component specs."""
+    """Generate docs/components.md (in the current directory, or --output), the component
+    reference, from the component specs."""
     from gkeflow.pipelines.reference import main as reference_main
 
     sys.exit(reference_main([*(["--check"] if check else []), *([str(output)] if output else [])]))
@@ -411,14 +430,17 @@ def docs_command(output: Path | None, check: bool) -> None:
 @click.option("--target", type=click.Choice(COMPILE_TARGETS), default="gke", show_default=True,
               help="Backend whose requests to show.")
 @_compute_options
+@format_options("--output", "--format")
 def plan_command(pipeline: str, pipeline_option: str | None, target: str,
-                 config_path: Path | None, compute_overrides: tuple[str, ...]) -> None:
+                 config_path: Path | None, compute_overrides: tuple[str, ...],
+                 wide: bool = False, output_format: str = "table") -> None:
     """Show what each step of PIPELINE (default: training) will request on a target.
 
-    One row per step: image, CPU, memory, accelerator (as the target spells it), GPUs per
-    node, capacity (on-demand, spot, flex-start or reservation), nodes x GPUs per node,
-    total GPUs, Kueue queue, ephemeral disk, retries, caching, timeout, /dev/shm and the
-    machine shape that hosts it.
+    One row per step: CPU, memory, accelerator (as the target spells it), GPUs per node,
+    capacity (on-demand, spot, flex-start or reservation), total GPUs, timeout and the
+    machine shape that hosts it; --wide adds image, nodes, Kueue queue, ephemeral disk,
+    retries, caching and /dev/shm. The table fits COLUMNS (or the terminal);
+    --output json prints every field for scripts.
     The compute is validated exactly as `gkeflow compile` does; requests the target
     cannot honour are listed below the table.
     """
@@ -464,20 +486,15 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     images = {step: pin(image, lock) for step, image in images.items() if step in profiles}
     rows = plan(profiles, target, {step: image.rsplit("/", 1)[-1]
                                    for step, image in images.items()})
+    if output_format == "json":
+        print_json(plan_json(pipeline, target, rows, images, target_notes(profiles, target)))
+        return
     caption = ("CPU and memory: request = limit" if target == "gke"
                else "CPU and memory: limits; Vertex AI picks the machine")
-    table = Table(title=f"{pipeline} on {target}", title_justify="left", caption=caption,
-                  caption_justify="left")
-    columns = ("step", "image", "cpu", "memory", "accelerator", "count", "capacity", "nodes",
-               "gpus", "queue", "disk", "retries", "caching", "timeout", "shm", "machine")
-    for column in columns:
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(*(getattr(row, column) for column in columns))
-    console = _console()
-    if not sys.stdout.isatty():
-        console.width = 220  # one line per step when the plan is piped or captured
-    console.print(table)
+    if target == "gke" and not wide:
+        caption += "; accelerator: node label, requested as nvidia.com/gpu"
+    console = print_table(plan_records(rows, wide), PLAN_COLUMNS, PLAN_WIDE_COLUMNS, wide,
+                          title=f"{pipeline} on {target}", caption=caption, no_wrap=("step",))
     for image in sorted(set(images.values())):
         pinned = ("pinned" if is_pinned(image)
                   else "tag only, not built: run `gkeflow images build`")
@@ -602,14 +619,17 @@ def _open_cli_registry(backend, registry, project, location, api_endpoint, host,
 
 @models.command("list")
 @click.option("--name", metavar="NAME", help="Only this model's versions.")
+@format_options("--format")
 @_registry_option
-def models_list(name: str | None, **connection) -> None:
+def models_list(name: str | None, wide: bool = False, output_format: str = "table",
+                **connection) -> None:
     """List models, their versions, key metrics and aliases.
 
     Works with every registry: the embedded one `gkeflow run` writes (default), Vertex AI
     Model Registry (--backend vertex --project P --location L) and Kubeflow Model Registry
     (--backend kubeflow --host H --port N); settings may also come from gkeflow.yaml's
-    registry: section.
+    registry: section. The table fits COLUMNS (or the terminal), wrapping long URIs;
+    --wide adds the run id and labels; --format json prints every field.
     """
     from gkeflow.components.register.local_registry import RegistryError
 
@@ -620,24 +640,14 @@ def models_list(name: str | None, **connection) -> None:
             versions = registry.list(name=name)
     except RegistryError as exc:
         raise click.ClickException(str(exc)) from exc
+    if output_format == "json":
+        print_json([version_record(v) for v in versions])
+        return
     if not versions:
         console.print("no models registered" + (f" under {name!r}" if name else ""))
         return
-    table = Table()
-    for column in ("model", "version", "aliases", "accuracy", "run id", "created", "uri"):
-        table.add_column(column)
-    import datetime
-
-    for v in versions:
-        accuracy = v.metrics.get("accuracy")
-        table.add_row(
-            v.name, str(v.version), ",".join(v.aliases),
-            f"{accuracy:.4f}" if accuracy is not None else "",
-            v.run_id,
-            datetime.datetime.fromtimestamp(v.created_at).strftime("%Y-%m-%d %H:%M:%S"),
-            v.uri,
-        )
-    console.print(table)
+    print_table([version_row(v) for v in versions], MODEL_COLUMNS, MODEL_WIDE_COLUMNS, wide,
+                no_wrap=("version",))
 
 
 @models.command("promote")

@@ -78,6 +78,11 @@ class ErrorReportingGroup(click.Group):
         except Exception as exc:
             if debug_enabled(ctx):
                 raise
+            from gkeflow.pipelines.fs_errors import describe_file_system_error
+
+            message = describe_file_system_error(exc, ctx.invoked_subcommand)
+            if message is not None:
+                raise click.ClickException(message) from None
             message, expected = describe(exc)
             if not expected:
                 message += " (`gkeflow --debug ...` shows the traceback)"

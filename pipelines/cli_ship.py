@@ -94,6 +94,9 @@ def init_command(path: Path, force: bool) -> None:
             load_config(tmp)
         except ConfigError as exc:  # pragma: no cover - guarded by a unit test
             raise click.ClickException(f"internal error: the example is invalid: {exc}") from exc
+        from gkeflow.components._atomic import plain_mode
+
+        plain_mode(tmp)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

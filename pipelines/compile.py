@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from gkeflow.components._atomic import plain_mode
 from gkeflow.pipelines import operations
 
 COMPILE_TARGETS = ("gke", "vertex")
@@ -252,6 +253,7 @@ def compile_pipeline(
                     "their digests in the lock file, then compile again."
                 )
         _stable_header(tmp_path)
+        plain_mode(tmp_path)  # NamedTemporaryFile makes it private
         tmp_path.replace(path)
     finally:
         tmp_path.unlink(missing_ok=True)

@@ -340,9 +340,16 @@ def apply_overrides(
 # validation
 
 
-def _accelerator_choices() -> str:
-    return (f"{', '.join(acc.ACCELERATORS)} (or the Vertex spellings "
-            f"{', '.join(GKE_TO_VERTEX_ACCELERATOR.values())})")
+def _accelerator_choices(target: str) -> str:
+    """The accelerators a step can ask for on ``target`` with the GPU counts of a machine
+    (those whose machines run the suite's images), spelt as the target spells them first."""
+    names = acc.runnable()
+    first = [GKE_TO_VERTEX_ACCELERATOR[n] if target == "vertex" else n for n in names]
+    other = [n if target == "vertex" else GKE_TO_VERTEX_ACCELERATOR[n] for n in names]
+    listed = ", ".join(f"{shown} (x {_counts(name)})" for shown, name in zip(first, names,
+                                                                          strict=True))
+    spelling = "GKE" if target == "vertex" else "Vertex AI"
+    return f"{listed}; the {spelling} spellings also work: {', '.join(dict.fromkeys(other))}"
 
 
 def _counts(accelerator: str) -> str:
@@ -384,14 +391,18 @@ def profile_problems(
     if p.accelerator and p.accelerator not in acc.ACCELERATORS:
         accelerator_ok = False
         problems.append(
-            f"{step}: unknown accelerator {p.accelerator!r}; valid: {_accelerator_choices()}"
+            f"{step}: unknown accelerator {p.accelerator!r}; valid: "
+            f"{_accelerator_choices(target)}"
         )
+    elif p.accelerator and not acc.runs_the_images(p.accelerator):
+        accelerator_ok = False  # nothing else to say about machines it cannot start on
+        problems.append(acc.architecture_problem(step, p.accelerator))
     if p.accelerator_count < 0:
         problems.append(f"{step}: accelerator_count must be >= 0; got {p.accelerator_count}")
     elif p.accelerator_count and not p.accelerator:
         problems.append(
             f"{step}: asks for {p.accelerator_count} GPU(s) but names no accelerator; "
-            f"set accelerator to one of {', '.join(acc.ACCELERATORS)}"
+            f"set accelerator to one of {', '.join(acc.runnable())}"
         )
     elif p.accelerator and accelerator_ok and p.accelerator_count == 0:
         problems.append(

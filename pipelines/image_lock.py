@@ -29,6 +29,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gkeflow.components._atomic import plain_mode
 from gkeflow.components.images import ImageLockError, is_digest
 
 ABOUT = ("Written by `gkeflow images build`: the digest of every image built, per registry. "
@@ -109,6 +110,7 @@ def record(path: Path | str, reference: str, entry: LockEntry) -> dict[str, Lock
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(document, handle, indent=2, sort_keys=True)
             handle.write("\n")
+        plain_mode(tmp)  # mkstemp makes it 0600; others (CI, containers) read the lock
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

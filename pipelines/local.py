@@ -188,6 +188,29 @@ def stage_local_inputs(arguments: dict[str, Any], output_dir: Path) -> dict[str,
     return staged
 
 
+def trust_suite_images() -> None:
+    """Silence kfp.local's warning that a step's image may not match this Python environment
+    ("custom or non-Python base image ... Consider using the DockerRunner") for the suite's
+    own images, and only them: they hold the same gkeflow and kfp as the environment that
+    runs the steps. Other images still warn. (A filter of the warnings module: it lasts until
+    the caller's ``warnings.catch_warnings`` block, if any, ends.)"""
+    from gkeflow.components.images import IMAGES, _repository
+
+    for image in IMAGES:
+        warnings.filterwarnings(
+            "ignore", category=RuntimeWarning,
+            message=rf'.*non-Python base image "{re.escape(_repository(image))}[:@]')
+
+
+def init_local(**settings) -> None:
+    """``kfp.local.init`` with the subprocess runner of this Python (``settings``: the rest of
+    ``local.init``'s arguments), trusting the suite's images (:func:`trust_suite_images`)."""
+    from kfp import local
+
+    trust_suite_images()
+    local.init(runner=local.SubprocessRunner(use_venv=False), **settings)
+
+
 def run_local(
     arguments: dict[str, Any],
     output_dir: Path,
@@ -209,7 +232,6 @@ def run_local(
     ``preparation``: gkeflow.yaml's ``preparation:`` (one pod or fan-out) for the training
     pipeline; default: one pod.
     """
-    from kfp import local
 
     if pipeline is None:
         from gkeflow.pipelines.compute import ComputeError
@@ -238,8 +260,7 @@ def run_local(
     before = set(pipeline_root.iterdir())
     log_path = logs / time.strftime("run-%Y%m%d-%H%M%S.log")
 
-    local.init(
-        runner=local.SubprocessRunner(use_venv=False),
+    init_local(
         pipeline_root=str(pipeline_root),
         raise_on_error=False,
         enable_caching=enable_caching,
@@ -254,7 +275,7 @@ def run_local(
         stream = _EventStream(log_file, sys.__stdout__ if echo_logs else None, on_event)
         with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream), \
                 warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*non-Python base image.*")
+            trust_suite_images()
             warnings.filterwarnings("ignore", message=".*no effect in the current local runner.*")
             try:
                 pipeline(**arguments)

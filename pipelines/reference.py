@@ -18,11 +18,9 @@ import re
 import sys
 from pathlib import Path
 
-_CHECKOUT = Path(__file__).resolve().parent.parent
-#: docs/components.md of the source checkout; from an installed package, of the current
-#: directory (never inside site-packages).
-DEFAULT_PATH = (_CHECKOUT if (_CHECKOUT / "pyproject.toml").exists() else Path.cwd()) \
-    / "docs" / "components.md"
+#: docs/components.md of the current directory (run from the repository root, as `make docs`
+#: does); never a path inside the installed package or the checkout it came from.
+DEFAULT_PATH = Path("docs") / "components.md"
 _HEADER = (
     "<!-- Generated from the component specs by `gkeflow docs` "
     "(python -m gkeflow.pipelines.reference); do not edit. -->\n"

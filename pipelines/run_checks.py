@@ -13,7 +13,8 @@ class ParameterError(ValueError):
 def validate_run_arguments(arguments: dict) -> None:
     """ParameterError for the first argument that would make a step fail: split ratios,
     the evaluation policy (``thresholds`` syntax, ``comparison_metric``), and for a local
-    file, the label, key, excluded and feature columns against its header."""
+    file, the label, key, excluded and feature columns against its header and that it
+    holds at least one row."""
     from gkeflow.components.prepare.logic import SplitRatios
 
     try:
@@ -60,8 +61,31 @@ def _check_columns(arguments: dict) -> None:
         if arguments.get("label_column") and arguments["label_column"] not in header:
             raise DataError(f"label column {arguments['label_column']!r} not found; "
                             f"available columns: {', '.join(header)}")
+        _check_rows(sources)
     except DataError as exc:
         raise ParameterError(str(exc)) from None
+
+
+def _check_rows(sources) -> None:
+    """DataError when no input file holds a row below its header (reading up to the first
+    row found; files whose rows are all malformed are left to the step, which shows them)."""
+    from gkeflow.components.prepare.sources import DataError
+
+    rejected = []
+    for source in sources:
+        try:
+            source.header()
+        except DataError:
+            continue  # an empty file among others: the step reports it
+        for batch in source.batches(lambda *row: rejected.append(row), prefetch=False):
+            if batch.num_rows:
+                return
+        if rejected:
+            return
+    names = ", ".join(s.name for s in sources[:3]) + (
+        f" and {len(sources) - 3} more" if len(sources) > 3 else "")
+    raise DataError(f"data has a header but no data rows: {names}; add rows or point "
+                    "--data at another file")
 
 
 #: Exceptions a step raises for problems in the data or the parameters: shown as their

@@ -27,6 +27,7 @@ def evaluate_and_register(
     data_uri,
     workspace_path: str = "",
     labels=None,
+    training_inputs=None,
 ) -> dsl.PipelineTask:
     """Evaluate ``model``; register it under ``dsl.If(blessed)``. Returns the evaluate task.
 
@@ -41,6 +42,8 @@ def evaluate_and_register(
         data_uri: The training data, recorded with the registered version.
         workspace_path: The run's workspace (GKE without a gs:// root) or "".
         labels: Extra registry labels (the sweep's best trial), or None.
+        training_inputs: What the model was trained on and with, or None; registration
+            passes on an existing version trained on the same instead of adding a copy.
     """
     evaluate = configure(evaluate_model(
         dataset=dataset,
@@ -70,6 +73,8 @@ def evaluate_and_register(
         )
         if labels is not None:
             arguments["labels"] = labels
+        if training_inputs is not None:
+            arguments["training_inputs"] = training_inputs
         configure(register_step(**arguments), "register-model")
     return evaluate
 
@@ -77,3 +82,19 @@ def evaluate_and_register(
 #: The pipeline parameters :func:`evaluate_and_register` reads from ``gate``.
 GATE_PARAMETERS = ("model_name", "min_accuracy", "registry_uri", "comparison_metric",
                    "regression_tolerance", "thresholds", "slice_columns", "positive_class")
+
+
+#: The training pipeline's parameters that change the model it trains (besides the data's
+#: content and the user module's source, which the fingerprint step hashes).
+TRAINED_WITH = ("label_column", "train_ratio", "eval_ratio", "test_ratio", "key_column",
+                "exclude_columns", "feature_columns", "epochs", "batch_size", "learning_rate",
+                "model_type")
+
+
+def training_inputs(scope: dict, fingerprint: dsl.PipelineTask) -> str:
+    """What the model is trained on and with, as one string resolved at run time: the data
+    and code fingerprints and :data:`TRAINED_WITH` (registration skips a copy on it)."""
+    text = f"data={fingerprint.outputs['data']};code={fingerprint.outputs['code']}"
+    for name in TRAINED_WITH:
+        text += f";{name}={scope[name]}"
+    return text

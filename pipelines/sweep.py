@@ -47,7 +47,7 @@ from gkeflow.pipelines.preparation import (
     preparation_steps,
     prepare_stage,
 )
-from gkeflow.pipelines.stages import GATE_PARAMETERS, evaluate_and_register
+from gkeflow.pipelines.stages import GATE_PARAMETERS, evaluate_and_register, training_inputs
 from gkeflow.pipelines.sweep_config import SweepConfig, default_sweep, expand_trials
 from gkeflow.pipelines.training import DEFAULT_COMPUTE, DEFAULT_REGISTRY_URIS
 from gkeflow.pipelines.workspace import PipelineStorage, WorkspaceSettings
@@ -231,7 +231,7 @@ def build_sweep_pipeline(target: str = "local",
         """
         scope = locals()
         gate = {name: scope[name] for name in GATE_PARAMETERS}
-        _, dataset, schema = prepare_stage(
+        fingerprint, dataset, schema = prepare_stage(
             configure, settings=preparation, scope=scope, workspace_path=storage.path)
         if vizier:
             best = configure(components["tune-with-vizier"](
@@ -279,6 +279,10 @@ def build_sweep_pipeline(target: str = "local",
             configure, register_step, dataset=dataset,
             schema=schema, model=best.outputs["best_model"], gate=gate,
             data_uri=data_uri, workspace_path=storage.path, labels=best.outputs["labels"],
+            training_inputs=(f"{training_inputs(scope, fingerprint)};trials={trials};"
+                             f"metric={metric};direction={direction};hidden_units="
+                             f"{hidden_units};dropout={dropout};early_stopping_patience="
+                             f"{early_stopping_patience};best={best.outputs['labels']}"),
         )
 
     return sweep_pipeline

@@ -32,7 +32,7 @@ from gkeflow.pipelines.preparation import (
     preparation_steps,
     prepare_stage,
 )
-from gkeflow.pipelines.stages import GATE_PARAMETERS, evaluate_and_register
+from gkeflow.pipelines.stages import GATE_PARAMETERS, evaluate_and_register, training_inputs
 from gkeflow.pipelines.workspace import PipelineStorage, WorkspaceSettings
 
 PIPELINE_NAME = "gkeflow-training"
@@ -269,6 +269,7 @@ def build_training_pipeline(
             configure, register_step, dataset=dataset, schema=schema,
             model=train.outputs["model"], gate=gate,
             data_uri=data_uri, workspace_path=storage.path,
+            training_inputs=training_inputs(scope, fingerprint),
         )
 
     return training_pipeline

@@ -91,3 +91,21 @@ def weak_penguins(prepared_penguins, tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("weak") / "model"
     train(dataset_dir, prepared.schema, model_dir, TrainParams(epochs=1, learning_rate=1e-6))
     return model_dir
+
+
+@pytest.fixture(scope="session")
+def penguins_run(tmp_path_factory):
+    """`gkeflow run` on the bundled penguins, once per session, trained by two local worker
+    processes (MultiWorkerMirroredStrategy) and registered whatever its accuracy:
+    (output directory, what the command printed). The scale-out and prediction tests share
+    it; they add runs and aliases to it, never change what it trained."""
+    from click.testing import CliRunner
+
+    from gkeflow.pipelines.cli import main
+
+    output = tmp_path_factory.mktemp("penguins-run") / "out"
+    result = CliRunner().invoke(main, [
+        "run", "--output", str(output), "--epochs", "3", "--min-accuracy", "0", "--no-cache",
+        "--compute", "train-model.replicas=2"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return output, result.output

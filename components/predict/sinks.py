@@ -124,9 +124,9 @@ class PredictionSink:
             elif self.uri.startswith("bq://"):
                 self._load_bigquery()
             else:  # mkstemp made it private; published files get the usual mode
-                umask = os.umask(0)
-                os.umask(umask)
-                os.chmod(self.scratch, 0o666 & ~umask)
+                from gkeflow.components._atomic import plain_mode
+
+                plain_mode(self.scratch)
                 os.replace(self.scratch, Path(self.uri.removeprefix("file://")))
         finally:
             with contextlib.suppress(FileNotFoundError):

@@ -27,6 +27,7 @@ def register_model(
     aliases: str = "",
     data_uri: str = "",
     serving_image: str = "",
+    training_inputs: str = "",
 ) -> NamedTuple("RegistrationOutputs", model_version=int, resource_name=str):
     """Records the model as a new version in the model registry (once per pipeline run and task).
 
@@ -44,6 +45,10 @@ def register_model(
         aliases: Aliases to point at the new version, comma-separated (e.g. candidate).
         data_uri: Data the model was trained on, recorded as lineage.
         serving_image: Vertex AI prediction container; empty: the TensorFlow 2 prebuilt one.
+        training_inputs: What the model was trained on and with (data fingerprint,
+            parameters, code); when an existing version was trained on the same, that
+            version is passed on ("unchanged: same as version N") instead of a copy.
+            Empty: always a new version.
 
     Returns:
         model_version: The version number in the registry.
@@ -57,7 +62,7 @@ def register_model(
         model_path=model.path, model_uri=model.uri, metrics_metadata=dict(metrics.metadata),
         model_name=model_name, run_id=pipeline_run_id, task_key=pipeline_task_name,
         registry_uri=registry_uri, labels=labels, aliases=aliases, data_uri=data_uri,
-        serving_image=serving_image,
+        serving_image=serving_image, training_inputs=training_inputs,
     )
     registered_model.uri = outcome.artifact_uri or registered_model.uri
     registered_model.metadata.update(outcome.metadata)

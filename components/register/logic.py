@@ -19,6 +19,13 @@ from gkeflow.components.register.local_registry import (
     validate_model_name,
 )
 from gkeflow.components.register.names import validate_labels
+from gkeflow.components.register.unchanged import (
+    RUN_ID,
+    TRAINING_KEY,
+    find_same_training,
+    made_by_run,
+    training_key,
+)
 
 
 def check_model_dir(model_dir: Path) -> None:
@@ -83,6 +90,7 @@ def register(
     lineage: dict[str, str] | None = None,
     settings: RegistrySettings | None = None,
     credentials: Any = None,
+    training_inputs: str = "",
 ) -> tuple[ModelVersion, bool]:
     """Register ``model_uri`` as a new version of ``model_name``; idempotent per run and task.
 
@@ -99,10 +107,46 @@ def register(
         lineage: Extra provenance (e.g. ``data_uri``) recorded with the version.
         settings: Connection settings for remote registries.
         credentials: Vertex AI credentials; default: from the environment.
+        training_inputs: What the model was trained on and with (data fingerprint,
+            parameters, code); a version trained on the same is passed on instead of a copy.
 
     Returns:
-        The version and whether it was created now (False: a retry found it).
+        The version and whether it was created now (False: a retry found it, or an
+        existing version has the same training inputs).
     """
+    registration = register_version(
+        model_dir, model_uri, model_name, metrics, run_id, registry_uri, labels=labels,
+        task_key=task_key, aliases=aliases, lineage=lineage, settings=settings,
+        credentials=credentials, training_inputs=training_inputs)
+    return registration.version, registration.created
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A registered version; ``created``: made now; ``unchanged``: an earlier run's version
+    trained on the same inputs, passed on instead of a copy."""
+
+    version: ModelVersion
+    created: bool
+    unchanged: bool = False
+
+
+def register_version(
+    model_dir: Path,
+    model_uri: str,
+    model_name: str,
+    metrics: dict[str, float],
+    run_id: str,
+    registry_uri: str,
+    labels: dict[str, str] | None = None,
+    task_key: str = "register-model",
+    aliases: tuple[str, ...] = (),
+    lineage: dict[str, str] | None = None,
+    settings: RegistrySettings | None = None,
+    credentials: Any = None,
+    training_inputs: str = "",
+) -> Registration:
+    """:func:`register`, saying whether the version was passed on as unchanged."""
     validate_model_name(model_name)
     check_model_dir(model_dir)
     labels = dict(labels or {})
@@ -116,7 +160,16 @@ def register(
     check_registry_uri(registry_uri, model_uri)
     lineage = {k: str(v) for k, v in (lineage or {}).items() if str(v)}
     registry = open_registry(registry_uri, settings, credentials=credentials)
-    return registry.register(
+    key = training_key(training_inputs)
+    if key:
+        lineage.update({TRAINING_KEY: key, RUN_ID: run_id})
+        same = find_same_training(registry.list(name=model_name), key)
+        if same is not None:
+            for alias in aliases:
+                if alias not in same.aliases:
+                    same = registry.set_alias(model_name, same.version, alias)
+            return Registration(same, created=False, unchanged=not made_by_run(same, run_id))
+    version, created = registry.register(
         name=model_name,
         uri=model_uri,
         metrics=metrics,
@@ -126,6 +179,7 @@ def register(
         aliases=tuple(aliases),
         lineage=lineage,
     )
+    return Registration(version, created)
 
 
 @dataclass(frozen=True)
@@ -137,9 +191,14 @@ class RegistrationOutcome:
     backend: str
     artifact_uri: str
     metadata: dict[str, Any]
+    unchanged: bool = False
 
     @property
     def message(self) -> str:
+        if self.unchanged:
+            return (f"unchanged: same as version {self.version.version} of {self.version.name} "
+                    f"(trained on the same data, parameters and code; "
+                    f"{self.version.resource_name})")
         verb = "registered" if self.created else "already registered by this run and task:"
         return (f"{verb} {self.version.name} version {self.version.version} "
                 f"in the {self.backend} registry ({self.version.resource_name})")
@@ -165,6 +224,7 @@ def register_for_pipeline(
     serving_image: str = "",
     credentials: Any = None,
     settings: RegistrySettings | None = None,
+    training_inputs: str = "",
 ) -> RegistrationOutcome:
     """The registration step over plain values: parses the text parameters, registers, and
     describes the result for the step's output artifact."""
@@ -176,7 +236,7 @@ def register_for_pipeline(
         from dataclasses import replace
 
         settings = replace(settings, serving_image=serving_image)
-    version, created = register(
+    registration = register_version(
         model_dir=Path(model_path),
         model_uri=model_uri,
         model_name=model_name,
@@ -189,7 +249,9 @@ def register_for_pipeline(
         lineage={"data_uri": data_uri},
         settings=settings,
         credentials=credentials,
+        training_inputs=training_inputs,
     )
+    version, created = registration.version, registration.created
     backend = backend_of(registry_uri)
     metadata: dict[str, Any] = {
         "resourceName": version.resource_name,
@@ -200,8 +262,10 @@ def register_for_pipeline(
         "modelUri": version.uri,
         "pipelineRunId": run_id,
         "createdNow": created,
+        "unchanged": registration.unchanged,
     }
     artifact_uri = ""
     if backend == "vertex":
         artifact_uri = _vertex_resource_uri(version.resource_name)
-    return RegistrationOutcome(version, created, backend, artifact_uri, metadata)
+    return RegistrationOutcome(version, created, backend, artifact_uri, metadata,
+                               unchanged=registration.unchanged)

@@ -75,6 +75,9 @@ class LocalStore:
             json.dump(state, handle)
             handle.flush()
             os.fsync(handle.fileno())
+        from gkeflow.components._atomic import plain_mode
+
+        plain_mode(tmp)
         os.replace(tmp, self.directory / STATE_FILE)
         return None
 

@@ -1,4 +1,5 @@
-"""The `gkeflow` command through its real entry point, in a subprocess."""
+"""The `gkeflow` command through its real entry point, in a subprocess. (Whole runs on
+another CSV, with --model-type and --param: tests/cli/test_run_inputs_and_cache.py.)"""
 
 from __future__ import annotations
 
@@ -40,30 +41,6 @@ def test_data_without_label_is_a_usage_error(tmp_path, churn_csv):
 def test_bad_ratios_are_a_usage_error(tmp_path):
     result = gkeflow("run", "--train-ratio", "0.9", "--output", str(tmp_path))
     assert result.returncode == 2 and "sum to 1" in result.stderr
-
-
-@pytest.mark.slow
-def test_run_on_another_csv_then_list_models(tmp_path, churn_csv):
-    out = tmp_path / "out"
-    result = gkeflow("run", "--data", str(churn_csv), "--label", "status", "--epochs", "30",
-                     "--min-accuracy", "0.7", "--output", str(out))
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    for step in ("prepare-data", "train-model", "evaluate-model", "register-model"):
-        assert f"✓ {step} success" in result.stdout
-    assert "Registered: customer-churn-classifier version 1" in result.stdout
-    assert "Gate: accuracy" in result.stdout and "passed" in result.stdout
-    assert "✓ no champion registered: thresholds alone decide" in result.stdout
-
-    listed = gkeflow("models", "list", "--registry", f"sqlite:///{out / 'registry.db'}")
-    assert listed.returncode == 0
-    assert "customer-churn-classifier" in listed.stdout
-
-    promoted = gkeflow("models", "promote", "customer-churn-classifier", "1",
-                       "--registry", f"sqlite:///{out / 'registry.db'}")
-    assert promoted.returncode == 0 and "'champion'" in promoted.stdout
-    missing = gkeflow("models", "promote", "customer-churn-classifier", "7",
-                      "--registry", f"sqlite:///{out / 'registry.db'}")
-    assert missing.returncode == 1 and "no version 7" in missing.stderr
 
 
 def test_unknown_columns_fail_before_any_step_listing_the_columns(tmp_path, churn_csv):
@@ -136,13 +113,3 @@ def test_param_is_checked_against_the_pipeline(tmp_path):
     assert unknown.returncode == 2 and "KEY one of data_uri" in unknown.stderr
     mistyped = gkeflow("run", "--param", "epochs=many", "--output", str(tmp_path))
     assert mistyped.returncode == 2 and "epochs must be of type Integer" in mistyped.stderr
-
-
-@pytest.mark.slow
-def test_run_passes_model_type_and_params_through(tmp_path):
-    result = gkeflow("run", "--epochs", "3", "--model-type", "wide_deep",
-                     "--param", "thresholds=log_loss<=0", "--output", str(tmp_path))
-    assert result.returncode == 0, result.stdout[-3000:]
-    assert "log_loss" in result.stdout and "Registered: nothing" in result.stdout
-    metadata = next((tmp_path / "runs").glob("*/train-model/model/gkeflow_model.json"))
-    assert '"model": "wide_deep"' in metadata.read_text()

@@ -4,6 +4,7 @@ training, a changed one never does; `models list --output`; `--require-registere
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -51,35 +52,54 @@ def _statuses(stdout: str) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_unchanged_data_reuses_prepare_and_train_changed_data_never_does(tmp_path):
-    parts = tmp_path / "parts"
+    """Three runs of `gkeflow run` on a glob of CSVs unlike penguins (a folder name with a
+    space): a cold run trains and registers; the same bytes again reuse preparation and
+    training and register no copy; one changed row reuses nothing, and a gate that blocks
+    exits 3 with --require-registered (model type and --param passed through)."""
+    parts = tmp_path / "customer churn"
     parts.mkdir()
-    header, *rows = make_churn_csv(tmp_path / "all.csv", rows=300).read_text().splitlines()
+    header, *rows = make_churn_csv(tmp_path / "all.csv", rows=400).read_text().splitlines()
     for index in range(2):
         (parts / f"part-{index}.csv").write_text(
             "\n".join([header, *rows[index::2]]) + "\n")
-    base = ("run", "--data", str(parts / "*.csv"), "--label", "status", "--epochs", "1",
+    base = ("run", "--data", str(parts / "*.csv"), "--label", "status", "--epochs", "30",
             "--output", str(tmp_path / "out"))
 
-    cold = gkeflow(*base, "--min-accuracy", "0")
+    cold = gkeflow(*base, "--min-accuracy", "0.7")
     assert cold.returncode == 0, cold.stdout[-2000:] + cold.stderr
     assert _statuses(cold.stdout) == {"fingerprint-data": "success", "prepare-data": "success",
                                       "train-model": "success", "evaluate-model": "success",
                                       "register-model": "success"}
+    assert "Registered: customer-churn-classifier version 1" in cold.stdout
+    assert "Gate: accuracy" in cold.stdout and "passed" in cold.stdout
+    assert "✓ no champion registered: thresholds alone decide" in cold.stdout
     listed = gkeflow("models", "list", "--output", str(tmp_path / "out"))
-    assert listed.returncode == 0 and "parts-classifier" in listed.stdout
+    assert listed.returncode == 0 and "customer-churn-classifier" in listed.stdout
 
     # Same bytes: preparation and training are served from cache, evaluation is not; the
-    # gate (accuracy 1.0 after one epoch) blocks registration -> exit 3.
-    warm = gkeflow(*base, "--min-accuracy", "1", "--require-registered")
-    assert warm.returncode == 3, warm.stdout[-2000:] + warm.stderr
+    # model passes the gate, and registration passes version 1 on instead of a copy.
+    warm = gkeflow(*base, "--min-accuracy", "0.7", "--require-registered")
+    assert warm.returncode == 0, warm.stdout[-2000:] + warm.stderr
     assert _statuses(warm.stdout) == {"fingerprint-data": "success", "prepare-data": "cached",
-                                      "train-model": "cached", "evaluate-model": "success"}
-    assert "NOT REGISTERED" in warm.stdout
+                                      "train-model": "cached", "evaluate-model": "success",
+                                      "register-model": "success"}
+    assert "Registered: unchanged: same as customer-churn-classifier version 1" in warm.stdout
+    listed = gkeflow("models", "list", "--output", str(tmp_path / "out"), "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert [v["version"] for v in json.loads(listed.stdout)] == [1]
 
-    # One row changed in one file: nothing downstream of the data is reused.
+    # One row changed in one file: nothing downstream of the data is reused. The model type
+    # and a threshold no model meets (log_loss <= 0) reach the steps; the gate blocks
+    # registration -> exit 3.
     part = parts / "part-1.csv"
     part.write_text(part.read_text().replace("stayed", "churned", 1))
-    changed = gkeflow(*base, "--min-accuracy", "0")
-    assert changed.returncode == 0, changed.stdout[-2000:] + changed.stderr
+    changed = gkeflow(*base, "--min-accuracy", "0", "--model-type", "wide_deep",
+                      "--param", "thresholds=log_loss<=0", "--require-registered")
+    assert changed.returncode == 3, changed.stdout[-2000:] + changed.stderr
     statuses = _statuses(changed.stdout)
     assert statuses["prepare-data"] == "success" and statuses["train-model"] == "success"
+    assert "register-model" not in statuses and "NOT REGISTERED" in changed.stdout
+    assert "log_loss" in changed.stdout and "Registered: nothing" in changed.stdout
+    models = sorted((tmp_path / "out" / "runs").glob("*/train-model/model/gkeflow_model.json"),
+                    key=lambda path: path.stat().st_mtime)
+    assert '"model": "wide_deep"' in models[-1].read_text()

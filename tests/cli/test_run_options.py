@@ -87,6 +87,11 @@ def test_sweep_checks_data_params_and_columns_like_training(tmp_path, write_csv,
     bad_policy = invoke("--pipeline", pipeline, "--data", str(csv), "--label", "y",
                         "--param", "thresholds=f1_macro>>0.9", "--output", str(out))
     assert bad_policy.exit_code == 1 and "f1_macro>>0.9" in bad_policy.output
+    no_rows = invoke("--pipeline", pipeline, "--data", str(write_csv("id,x,y\n", "empty.csv")),
+                     "--label", "y", "--output", str(out))
+    assert no_rows.exit_code == 1, no_rows.output
+    assert "data has a header but no data rows" in no_rows.output
+    assert "fingerprint-data" not in no_rows.output and "Traceback" not in no_rows.output
     assert not out.exists()
 
 

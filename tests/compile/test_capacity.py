@@ -137,7 +137,7 @@ def test_a_vertex_reservation_reaches_the_custom_job_and_a_bare_name_is_refused(
 
 def test_plan_prints_capacity_nodes_and_total_gpus():
     result = CliRunner().invoke(main, [
-        "plan", "--target", "gke", "--compute", "train-model.accelerator=nvidia-b200",
+        "plan", "--wide", "--target", "gke", "--compute", "train-model.accelerator=nvidia-b200",
         "--compute", "train-model.accelerator_count=8", "--compute", "train-model.replicas=2",
         "--compute", "train-model.scheduling=reservation",
         "--compute", "train-model.reservation=b200-pool", "--compute", "train-model.queue=ml"])

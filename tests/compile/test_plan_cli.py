@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -101,7 +102,8 @@ def test_plan_and_compile_explain_themselves():
 
 
 def test_plan_with_overrides_from_flags():
-    result = _invoke("plan", "--target", "gke", "--compute", "train-model.accelerator=NVIDIA_L4",
+    result = _invoke("plan", "--wide", "--target", "gke", "--compute",
+                     "train-model.accelerator=NVIDIA_L4",
                      "--compute", "train-model.accelerator_count=8", "--compute",
                      "train-model.cpu=90", "--compute", "train-model.memory=300G",
                      "--compute", "train-model.spot=true")
@@ -181,3 +183,35 @@ def test_release_compile_refuses_the_unbuilt_images(tmp_path):
     assert result.exit_code == 1
     assert "refusing a release build of training for gke" in result.output
     assert "referenced by tag only" in result.output
+
+
+def test_plan_fits_columns_also_when_piped_wide_and_json_show_everything():
+    from gkeflow.pipelines.compute import PlanRow
+
+    narrow = CliRunner().invoke(main, ["plan", "--target", "gke"], env={"COLUMNS": "100"})
+    assert narrow.exit_code == 0, narrow.output
+    lines = narrow.output.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    table = [line for line in lines if line.startswith("│")]
+    # one line per CPU step, no word cut in two: the table wraps at spaces
+    for step in ("fingerprint-data", "prepare-data", "evaluate-model", "register-model"):
+        [row] = [line for line in table if step in line]
+        assert "any node pool" in row
+    assert "nvidia-tesla-t4" in narrow.output and "image" not in table[0]
+    assert "requested as nvidia.com/gpu" in narrow.output
+
+    wide = CliRunner().invoke(main, ["plan", "--target", "gke", "--wide"], env={"COLUMNS": ""})
+    header = next(line for line in wide.output.splitlines() if "step" in line)
+    for column in ("image", "queue", "disk", "retries", "caching", "shm"):
+        assert column in header, column
+    assert len(wide.output.splitlines()) < len(lines) + 8  # one line per step, piped
+
+    as_json = CliRunner().invoke(main, ["plan", "--target", "vertex", "--output", "json"])
+    assert as_json.exit_code == 0, as_json.output
+    data = json.loads(as_json.output)
+    assert (data["pipeline"], data["target"]) == ("training", "vertex")
+    assert [set(step) for step in data["steps"]] == [set(PlanRow.__dataclass_fields__)] * 5
+    train = next(step for step in data["steps"] if step["step"] == "train-model")
+    assert train["accelerator"] == "NVIDIA_TESLA_T4"
+    assert any("timeout_s is not enforced" in note for note in data["notes"])
+    assert "train-model" in data["images"]

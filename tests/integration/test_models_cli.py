@@ -79,3 +79,33 @@ def test_registry_uri_flag_wins(fake_model_registry, fast_retries):
     listed = gkeflow("models", "list", "--backend", "vertex", "--registry", uri)
     assert listed.returncode == 0, listed.stderr
     assert "churn" in listed.stdout
+
+
+def test_list_wraps_long_uris_to_columns_and_prints_json(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from gkeflow.pipelines.cli import main
+
+    db = tmp_path / "models.db"
+    uri = "gs://a-long-bucket-name/pipeline-root/training-pipeline-20261201/train-model/model"
+    LocalRegistry(db).register("churn", uri, {"accuracy": 0.8}, "run-1", labels={"team": "ml"})
+    listed = CliRunner().invoke(main, ["models", "list", "--registry", f"sqlite:///{db}"],
+                                env={"COLUMNS": "80"})
+    assert listed.exit_code == 0, listed.output
+    lines = listed.output.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "…" not in listed.output  # wrapped, not cut
+    cells = "".join(line.split("│")[-2].strip() for line in lines if line.count("│") > 2)
+    assert uri in cells
+    assert "run id" not in listed.output
+    wide = CliRunner().invoke(main, ["models", "list", "--registry", f"sqlite:///{db}",
+                                     "--wide"], env={"COLUMNS": "200"})
+    assert "run id" in wide.output and "team=ml" in wide.output
+
+    as_json = CliRunner().invoke(main, ["models", "list", "--registry", f"sqlite:///{db}",
+                                        "--format", "json"])
+    [version] = json.loads(as_json.output)
+    assert version["uri"] == uri and version["metrics"] == {"accuracy": 0.8}
+    assert version["labels"] == {"team": "ml"} and version["version"] == 1

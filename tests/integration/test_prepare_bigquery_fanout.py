@@ -114,14 +114,12 @@ def test_fanout_pipeline_over_a_table_equals_one_pod(fake_bq, tmp_path):
     from pathlib import Path
     from types import SimpleNamespace
 
-    from kfp import local
-
     from gkeflow.components.prepare.logic import Schema
     from gkeflow.pipelines.fanout import fanout_prepare_pipeline
+    from gkeflow.pipelines.local import init_local
 
     single = prepare(TABLE, tmp_path / "single", "y", rows_per_shard=200)
-    local.init(runner=local.SubprocessRunner(use_venv=False),
-               pipeline_root=str(tmp_path / "root"), raise_on_error=True)
+    init_local(pipeline_root=str(tmp_path / "root"), raise_on_error=True)
     task = fanout_prepare_pipeline(data_uri=TABLE, label_column="y", max_groups=3,
                                    rows_per_shard=200, bq_min_range_rows=100)
     merged_dir = Path(task.output.path)

@@ -54,9 +54,8 @@ def _malformed_inputs(directory: Path) -> str:
 
 @pytest.mark.slow
 def test_fanout_with_row_limits_equals_one_pod_on_malformed_input(tmp_path):
-    from kfp import local
-
     from gkeflow.pipelines.fanout import fanout_prepare_pipeline
+    from gkeflow.pipelines.local import init_local
 
     pattern = _malformed_inputs(tmp_path / "in")
     limits = {"max_quoted_lines": 3, "max_row_bytes": 300}
@@ -66,8 +65,7 @@ def test_fanout_with_row_limits_equals_one_pod_on_malformed_input(tmp_path):
     assert single.rejected_reasons != default.rejected_reasons
     assert single.split_rows != default.split_rows
 
-    local.init(runner=local.SubprocessRunner(use_venv=False),
-               pipeline_root=str(tmp_path / "root"), raise_on_error=True)
+    init_local(pipeline_root=str(tmp_path / "root"), raise_on_error=True)
     task = fanout_prepare_pipeline(data_uri=pattern, label_column="status", max_groups=2,
                                    rows_per_shard=700, max_missing_fraction=0.5, **limits)
     merged_dir = Path(task.output.path)

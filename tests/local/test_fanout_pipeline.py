@@ -18,14 +18,12 @@ pytestmark = pytest.mark.slow
 
 
 def test_fanout_pipeline_on_8_files_equals_one_pod(tmp_path):
-    from kfp import local
-
     from gkeflow.pipelines.fanout import fanout_prepare_pipeline
+    from gkeflow.pipelines.local import init_local
 
     pattern = make_inputs(tmp_path / "in", files=8, rows=11_000)
     single = prepare(pattern, tmp_path / "single", "status", rows_per_shard=700)
-    local.init(runner=local.SubprocessRunner(use_venv=False),
-               pipeline_root=str(tmp_path / "root"), raise_on_error=True)
+    init_local(pipeline_root=str(tmp_path / "root"), raise_on_error=True)
     task = fanout_prepare_pipeline(data_uri=pattern, label_column="status", max_groups=8,
                                    rows_per_shard=700)
     merged_dir = Path(task.output.path)

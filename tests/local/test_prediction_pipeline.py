@@ -17,11 +17,11 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def trained_output(tmp_path_factory):
-    output = tmp_path_factory.mktemp("run") / "out"
-    result = CliRunner().invoke(main, ["run", "--epochs", "3", "--output", str(output)])
-    assert result.exit_code == 0, result.output
-    assert "Registered: penguins-classifier version 1" in result.output
+def trained_output(penguins_run):
+    """The session's `gkeflow run` on penguins (tests/conftest.py), shared with the scale-out
+    test instead of training another model."""
+    output, printed = penguins_run
+    assert "Registered: penguins-classifier version 1" in printed
     return output
 
 

@@ -14,13 +14,9 @@ from gkeflow.pipelines.cli import main
 
 
 @pytest.mark.slow
-def test_run_with_two_local_workers(tmp_path):
-    out = tmp_path / "out"
-    result = CliRunner().invoke(main, [
-        "run", "--output", str(out), "--epochs", "1", "--no-cache",
-        "--compute", "train-model.replicas=2"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    assert "Training:  MultiWorkerMirroredStrategy over 2 workers" in result.output
+def test_run_with_two_local_workers(penguins_run):
+    out, output = penguins_run  # `gkeflow run ... --compute train-model.replicas=2`
+    assert "Training:  MultiWorkerMirroredStrategy over 2 workers" in output
     [run_dir] = (out / "runs").glob("gkeflow-training-*")
     executor = json.loads((run_dir / "train-model" / "executor_output.json").read_text())
     model = executor["artifacts"]["model"]["artifacts"][0]["metadata"]

@@ -84,6 +84,8 @@ def test_sweep_picks_the_best_trial_tolerates_a_failed_one_and_registers_it(tmp_
     assert len(versions) == 1
     assert {k: v for k, v in versions[0].labels.items() if not k.startswith("gkeflow-")} == {
         "sweep-trial": "trial-002", "hp-learning_rate": "0_3", "hp-hidden_units": "16"}
+    # what it was trained on and with, resolved at run time: the trials and the best one
+    assert versions[0].lineage["training_key"].startswith("sha256:")
     registered = Path(versions[0].uri)
     summary = json.loads((registered / SWEEP_FILE).read_text())
     assert summary["best_trial"] == "trial-002"

@@ -86,8 +86,10 @@ def test_pipeline_blesses_a_model_better_than_the_champion_and_registers_it(
     assert described["resourceName"] == registered["resource_name"] == (
         "local://penguins-classifier/versions/2")
     assert described["version"] == 2 and described["backend"] == "local"
-    assert versions[1].lineage == {"data_uri": "embedded://penguins",
-                                   "pipeline_task": "register-model"}
+    lineage = dict(versions[1].lineage)
+    assert lineage.pop("training_key").startswith("sha256:")
+    assert lineage == {"data_uri": "embedded://penguins", "pipeline_task": "register-model",
+                       "pipeline_run_id": versions[1].run_id}
 
 
 def test_gate_blocks_a_model_worse_than_the_champion(tmp_path, trained_penguins):

@@ -85,7 +85,8 @@ def test_cli_overrides_name_step_and_field():
     ("profile", "expected"),
     [
         (gpu("nvidia-tesla-k80", 1),
-         "train-model: unknown accelerator 'nvidia-tesla-k80'; valid: nvidia-tesla-t4, "),
+         ("train-model: unknown accelerator 'nvidia-tesla-k80'; valid: NVIDIA_TESLA_T4 "
+          "(x 1, 2, 4), ")),
         (gpu("nvidia-tesla-t4", 3),
          ("train-model: nvidia-tesla-t4 x 3 fits no machine; the N1 family hosts "
          "nvidia-tesla-t4 in counts of 1, 2, 4")),

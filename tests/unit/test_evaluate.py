@@ -115,7 +115,7 @@ def test_calibration_error_of_a_perfectly_calibrated_bin_is_zero():
     # Ten examples at confidence .8, eight right: accuracy equals confidence.
     probs = np.tile([0.8, 0.2], (10, 1))
     true = np.array([0] * 8 + [1] * 2)
-    assert expected_calibration_error(true, probs) == pytest.approx(0.0)
+    assert expected_calibration_error(true, probs) == pytest.approx(0.0, abs=1e-12)
 
 
 def test_invalid_inputs_are_clear_errors():

@@ -150,8 +150,6 @@ OK = ""
         (gpu("nvidia-rtx-pro-6000", 1, scheduling="flex-start", timeout_s="1h"),
          "g4-standard-48 is not offered with flex-start: use scheduling=standard, spot or "
          "reservation"),
-        (gpu("nvidia-gb200", 4, scheduling="spot"),
-         "a4x-highgpu-4g is not offered as Spot: use scheduling=reservation"),
         (gpu("nvidia-gb200", 4, scheduling="reservation", reservation="r"),
          "the suite's images are built for x86_64 only and cannot start there"),
         (ComputeProfile(scheduling="flex-start", timeout_s="1h"),
@@ -340,3 +338,32 @@ def test_a_gke_pod_never_asks_for_more_than_the_node_leaves():
         assert "GKE nodes leave pods at most" in problem
     # 1827 GiB passed the former model on a3-highgpu-8g; GKE leaves about 1798.5 GiB.
     assert profile_problems("train-model", gpu("nvidia-h100-80gb", 8, memory="1827Gi"), "gke")
+
+
+@pytest.mark.parametrize("target", ["gke", "vertex"])
+@pytest.mark.parametrize("count", [1, 4, 8])
+@pytest.mark.parametrize("scheduling", ["standard", "spot", "reservation"])
+def test_an_arm_only_accelerator_gets_one_message_whatever_the_count(target, count,
+                                                                    scheduling):
+    extra = ({"reservation": "projects/my-project/zones/us-central1-b/reservations/r"}
+             if scheduling == "reservation" else {})
+    problems = profile_problems("train-model", gpu("nvidia-gb200", count,
+                                                   scheduling=scheduling, **extra), target)
+    assert len(problems) == 1, problems
+    assert "runs only on A4X machines, whose CPUs are arm64" in problems[0]
+    assert "counts of" not in problems[0] and "not offered" not in problems[0]
+
+
+@pytest.mark.parametrize("target", ["gke", "vertex"])
+def test_the_unknown_accelerator_list_offers_what_can_run_with_its_counts(target):
+    [problem] = profile_problems("train-model", gpu("nvidia-k80", 1), target)
+    assert "gb200" not in problem.lower()
+    for name in acc.runnable():
+        spelt = cat_vertex(name) if target == "vertex" else name
+        counts = ", ".join(str(c) for c in acc.valid_counts(name))
+        assert f"{spelt} (x {counts})" in problem, name
+    assert acc.runnable() == [n for n in acc.ACCELERATORS if n != "nvidia-gb200"]
+
+
+def cat_vertex(name: str) -> str:
+    return acc.ACCELERATORS[name].vertex_type

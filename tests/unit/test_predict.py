@@ -124,7 +124,7 @@ def test_predictions_equal_the_exported_models_own_outputs(tmp_path, registered)
     assert out["predicted_class"].tolist() == model.predict_rows(rows)
     probs = out[[c for c in out.columns if c.startswith("probability_")]].to_numpy()
     assert probs.shape == (60, 3)
-    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=0, atol=1e-5)
     assert set(out["model_version"]) == {1} and set(out["model_name"]) == {"penguins-classifier"}
     assert result.metadata()["rows_read"] == 60
     assert (tmp_path / "predictions.parquet").stat().st_mode & 0o044  # not private
@@ -210,7 +210,8 @@ def test_parquet_input_and_a_glob_score_like_csv(tmp_path, registered):
     a = pq.read_table(tmp_path / "c.parquet").to_pandas()
     b = pq.read_table(tmp_path / "q.parquet").to_pandas()
     assert a["predicted_class"].tolist() == b["predicted_class"].tolist()
-    np.testing.assert_allclose(a["probability_Adelie"], b["probability_Adelie"], rtol=1e-5)
+    np.testing.assert_allclose(a["probability_Adelie"], b["probability_Adelie"], rtol=0,
+                               atol=1e-6)
     assert json.loads(json.dumps(from_parquet.metadata()))["rows_scored"] == 30
 
 

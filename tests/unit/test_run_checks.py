@@ -30,6 +30,24 @@ def test_bad_arguments_are_named_before_any_step(write_csv, changes, message):
     assert message in str(err.value)
 
 
+@pytest.mark.parametrize("text", ["id,x,y\n", "id,x,y", "id,x,y\r\n\r\n\n"])
+def test_a_header_without_rows_is_refused_before_any_step(write_csv, text):
+    path = write_csv(text)
+    with pytest.raises(ParameterError) as err:
+        validate_run_arguments(_arguments(path))
+    assert str(err.value) == (f"data has a header but no data rows: {path}; add rows or point "
+                              "--data at another file")
+
+
+def test_rows_in_any_file_of_a_glob_pass(tmp_path):
+    (tmp_path / "a.csv").write_text("id,x,y\n")
+    (tmp_path / "b.csv").write_text("id,x,y\n1,2,a\n")
+    validate_run_arguments(_arguments(tmp_path / "*.csv"))
+    (tmp_path / "b.csv").write_text("id,x,y\n")
+    with pytest.raises(ParameterError, match="data has a header but no data rows: .*a.csv"):
+        validate_run_arguments(_arguments(tmp_path / "*.csv"))
+
+
 def test_good_arguments_pass(write_csv):
     path = write_csv("id,x,y\n1,2,a\n")
     validate_run_arguments(_arguments(path, key_column="id", exclude_columns="x",

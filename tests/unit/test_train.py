@@ -48,7 +48,7 @@ def test_probabilities_are_finite_and_normalised(trained_penguins):
     probs = model.predict_proba(inputs)
     assert probs.shape == (2, 3)
     assert np.isfinite(probs).all()
-    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=0, atol=1e-5)
 
 
 def test_model_metadata_describes_the_signature(trained_penguins):
