@@ -1,7 +1,8 @@
 """gkeflow's KFP components: prepare_data, train_model, evaluate_model, register_model (and
 its Vertex AI variant register_model_vertex), fingerprint_data, resolve_model,
 predict_batch, report_predictions, the sweep's select_best_trial and tune_with_vizier, and
-the fan-out preparation steps plan_prepare, prepare_group and merge_prepared.
+the fan-out preparation steps plan_prepare, prepare_group and merge_prepared, and
+deploy_model (and its Vertex AI variant deploy_model_vertex).
 
 The components are loaded lazily: inside a running step only the logic modules are
 imported, and those must not pull in the KFP DSL.
@@ -28,6 +29,8 @@ _COMPONENTS = {
     "plan_prepare": "gkeflow.components.prepare.fanout_component",
     "prepare_group": "gkeflow.components.prepare.fanout_component",
     "merge_prepared": "gkeflow.components.prepare.fanout_component",
+    "deploy_model": "gkeflow.components.deploy.component",
+    "deploy_model_vertex": "gkeflow.components.deploy.vertex_component:deploy_model",
 }
 
 __all__ = list(_COMPONENTS)
