@@ -41,6 +41,7 @@ def main(ctx: click.Context, debug: bool) -> None:
       gkeflow docs                     regenerate docs/components.md from the components
       gkeflow plan --target vertex     what each step requests on Vertex AI
       gkeflow models list              models in the local registry
+      gkeflow deploy NAME@3 --target vertex   serve a version (canary, promote, rollback)
       gkeflow init                     write an example gkeflow.yaml
       gkeflow submit --target vertex   run the pipeline on Vertex AI (or --target gke)
       gkeflow schedule apply           create/update the schedules of gkeflow.yaml
@@ -121,6 +122,9 @@ def _dispatch_run(pipeline: str, **options) -> None:
               help="The only feature columns; repeatable or comma-separated. Default: "
                    "inferred (constant and identifier-like columns are left out).")
 @click.option("--no-cache", is_flag=True, help="Re-run every step instead of reusing cached ones.")
+@click.option("--deploy", is_flag=True,
+              help="Deploy the registered model to the local stand-in (after a servability "
+                   "check); `gkeflow deploy local NAME --request FILE` then answers requests.")
 @click.option("--require-registered", is_flag=True,
               help="Exit 3 when the run succeeds but the gate blocks registration (for CI).")
 @click.option("-v", "--verbose", is_flag=True, help="Stream every step's log to the terminal.")
@@ -130,7 +134,7 @@ def _dispatch_run(pipeline: str, **options) -> None:
 def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_rate,
         train_ratio, eval_ratio, test_ratio, model_name, min_accuracy, model_type, user_module,
         params, compute_overrides, key_column, exclude_columns, feature_columns, no_cache,
-        require_registered, verbose, debug, **pipeline_options) -> None:
+        deploy, require_registered, verbose, debug, **pipeline_options) -> None:
     """Run the training pipeline on this machine with kfp.local (no cloud, no Docker).
 
     Executes the same pipeline definition that `gkeflow compile` writes for GKE and
@@ -151,6 +155,7 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
 
     check_options(click.get_current_context(), pipeline)
     config_path = pipeline_options.get("config_path")
+    params = (*params, "deploy=true") if deploy else params  # cli_deploy.py serves it
     if RUN_PIPELINES[pipeline]:
         return _dispatch_run(
             pipeline, data=data, label=label, output=output, epochs=epochs,
@@ -197,6 +202,9 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
     except LocalRunError as exc:
         raise click.ClickException(str(exc)) from exc
     _print_run_summary(console, result, arguments, debug)
+    from gkeflow.pipelines.cli_deploy import print_local_deployment
+
+    print_local_deployment(console, result, output)
     finish(console, result, require_registered)
 
 
@@ -601,18 +609,22 @@ def models_list(name: str | None, **connection) -> None:
     """
     from gkeflow.components.register.local_registry import RegistryError
 
-    registry, _, kind = _open_cli_registry(**connection)
+    registry, uri, kind = _open_cli_registry(**connection)
     console = _console()
     try:
         with console.status(f"reading the {kind} registry…"):
             versions = registry.list(name=name)
+            from gkeflow.pipelines.cli_deploy import serving_by_version
+
+            serving = serving_by_version(kind, uri, connection.get("api_endpoint") or "")
     except RegistryError as exc:
         raise click.ClickException(str(exc)) from exc
     if not versions:
         console.print("no models registered" + (f" under {name!r}" if name else ""))
         return
     table = Table()
-    for column in ("model", "version", "aliases", "accuracy", "run id", "created", "uri"):
+    for column in ("model", "version", "aliases", "accuracy", "serving", "run id", "created",
+                   "uri"):
         table.add_column(column)
     import datetime
 
@@ -621,6 +633,7 @@ def models_list(name: str | None, **connection) -> None:
         table.add_row(
             v.name, str(v.version), ",".join(v.aliases),
             f"{accuracy:.4f}" if accuracy is not None else "",
+            serving.get((v.name, v.version), ""),
             v.run_id,
             datetime.datetime.fromtimestamp(v.created_at).strftime("%Y-%m-%d %H:%M:%S"),
             v.uri,
@@ -659,6 +672,10 @@ from gkeflow.pipelines.cli_ship import init_command, schedule_group, submit_comm
 
 for _command in (init_command, submit_command, schedule_group):
     main.add_command(_command)
+
+from gkeflow.pipelines.cli_deploy import deploy_group  # noqa: E402
+
+main.add_command(deploy_group, "deploy")
 
 
 if __name__ == "__main__":

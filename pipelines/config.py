@@ -53,6 +53,7 @@ from pydantic import (
     model_validator,
 )
 
+from gkeflow.pipelines.deploy_stage import DeployConfig
 from gkeflow.pipelines.preparation_settings import PreparationSettings
 from gkeflow.pipelines.sweep_config import SweepConfig
 from gkeflow.pipelines.workspace import WorkspaceSettings
@@ -125,6 +126,7 @@ class GkeflowConfig(BaseModel):
     sweep: SweepConfig | None = None
     workspace: WorkspaceSettings = WorkspaceSettings()
     preparation: PreparationSettings = PreparationSettings()
+    deploy: DeployConfig = {}  # per environment: pipelines/deploy_stage.py
 
     @model_validator(mode="after")
     def _check_references(self):

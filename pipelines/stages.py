@@ -27,6 +27,7 @@ def evaluate_and_register(
     data_uri,
     workspace_path: str = "",
     labels=None,
+    deploy=None,
 ) -> dsl.PipelineTask:
     """Evaluate ``model``; register it under ``dsl.If(blessed)``. Returns the evaluate task.
 
@@ -41,6 +42,8 @@ def evaluate_and_register(
         data_uri: The training data, recorded with the registered version.
         workspace_path: The run's workspace (GKE without a gs:// root) or "".
         labels: Extra registry labels (the sweep's best trial), or None.
+        deploy: Adds the deploy stage after registration, in the blessed branch
+            (:func:`gkeflow.pipelines.deploy_stage.deploy_stage`), or None.
     """
     evaluate = configure(evaluate_model(
         dataset=dataset,
@@ -70,7 +73,9 @@ def evaluate_and_register(
         )
         if labels is not None:
             arguments["labels"] = labels
-        configure(register_step(**arguments), "register-model")
+        register = configure(register_step(**arguments), "register-model")
+        if deploy is not None:
+            deploy(register, evaluate, model)
     return evaluate
 
 

@@ -37,6 +37,7 @@ from gkeflow.components import (
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
+from gkeflow.pipelines.deploy_stage import DEPLOY_STEP, deploy_stage
 from gkeflow.pipelines.preparation import (
     FANOUT_COMPONENTS,
     FANOUT_DISPLAY_NAMES,
@@ -66,6 +67,7 @@ SWEEP_COMPUTE: Mapping[str, ComputeProfile] = {
     "tune-with-vizier": ComputeProfile(cpu="1", memory="2G", caching=False),
     "evaluate-model": DEFAULT_COMPUTE["evaluate-model"],
     "register-model": DEFAULT_COMPUTE["register-model"],
+    DEPLOY_STEP: DEFAULT_COMPUTE[DEPLOY_STEP],
 }
 
 STEP_DISPLAY_NAMES = {
@@ -77,6 +79,7 @@ STEP_DISPLAY_NAMES = {
     "tune-with-vizier": "Tune with Vertex AI Vizier",
     "evaluate-model": "Evaluate best trial",
     "register-model": "Register best trial",
+    DEPLOY_STEP: "Deploy best trial",
 }
 
 
@@ -180,6 +183,9 @@ def build_sweep_pipeline(target: str = "local",
         feature_columns: str = "",
         shard_root: str = "",
         prepare_groups: int = preparation.groups,
+        deploy: bool = False,
+        deploy_traffic: int = 10,
+        deploy_settings: str = "",
     ):
         """Trains one model per trial in parallel, then evaluates and registers the best.
 
@@ -222,6 +228,13 @@ def build_sweep_pipeline(target: str = "local",
                 artifact on a gs:// or local root, in the run's workspace on GKE otherwise.
             prepare_groups: With fan-out preparation (gkeflow.yaml preparation.fanout):
                 the most parallel groups of input files (or bq:// row ranges); else unused.
+            deploy: Serve the registered best model (behind a servability check) on the
+                target's endpoint: Vertex AI Endpoint, KServe InferenceService or the
+                local stand-in.
+            deploy_traffic: Percent of requests the new version gets (canary, 1-100); the
+                first version of an endpoint gets 100.
+            deploy_settings: gkeflow.yaml deploy: settings as JSON (endpoint, keep,
+                replicas, KServe mode, namespace, storage_root); empty for the defaults.
         """
         scope = locals()
         gate = {name: scope[name] for name in GATE_PARAMETERS}
@@ -273,6 +286,7 @@ def build_sweep_pipeline(target: str = "local",
             configure, register_step, dataset=dataset,
             schema=schema, model=best.outputs["best_model"], gate=gate,
             data_uri=data_uri, workspace_path=storage.path, labels=best.outputs["labels"],
+            deploy=deploy_stage(target, profiles[DEPLOY_STEP], scope),
         )
 
     return sweep_pipeline

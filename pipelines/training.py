@@ -21,6 +21,7 @@ from gkeflow.components import (
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.checkpoints import add_checkpoint_volume
 from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
+from gkeflow.pipelines.deploy_stage import DEPLOY_STEP, SERVING_PROFILE, deploy_stage
 from gkeflow.pipelines.engines import training_engine
 from gkeflow.pipelines.preparation import (
     FANOUT_COMPONENTS,
@@ -56,6 +57,7 @@ DEFAULT_COMPUTE: Mapping[str, ComputeProfile] = {
         cpu="1", memory="2G", caching=False, timeout_s=600, retries=2, retry_backoff_s=30,
         retry_backoff_factor=2.0, retry_max_duration_s=600,
     ),
+    DEPLOY_STEP: SERVING_PROFILE,  # the serving machines (the deploy task itself is small)
 }
 
 #: Step -> the component it runs (and so the image it runs in).
@@ -118,6 +120,7 @@ STEP_DISPLAY_NAMES = {
     "train-model": "Train model",
     "evaluate-model": "Evaluate model",
     "register-model": "Register model",
+    DEPLOY_STEP: "Deploy model",
     **FANOUT_DISPLAY_NAMES,
 }
 
@@ -192,6 +195,9 @@ def build_training_pipeline(
         feature_columns: str = "",
         shard_root: str = "",
         prepare_groups: int = preparation.groups,
+        deploy: bool = False,
+        deploy_traffic: int = 10,
+        deploy_settings: str = "",
     ):
         """Trains a TensorFlow classifier on a CSV and registers it when evaluation blesses it.
 
@@ -232,6 +238,13 @@ def build_training_pipeline(
                 or local pipeline root, in the run's workspace on GKE otherwise.
             prepare_groups: With fan-out preparation (gkeflow.yaml preparation.fanout):
                 the most parallel groups of input files (or bq:// row ranges); else unused.
+            deploy: Serve the registered model (behind a servability check) on the
+                target's endpoint: Vertex AI Endpoint, KServe InferenceService or the
+                local stand-in.
+            deploy_traffic: Percent of requests the new version gets (canary, 1-100); the
+                first version of an endpoint gets 100.
+            deploy_settings: gkeflow.yaml deploy: settings as JSON (endpoint, keep,
+                replicas, KServe mode, namespace, storage_root); empty for the defaults.
         """
         scope = locals()
         gate = {name: scope[name] for name in GATE_PARAMETERS}
@@ -264,6 +277,7 @@ def build_training_pipeline(
             configure, register_step, dataset=dataset, schema=schema,
             model=train.outputs["model"], gate=gate,
             data_uri=data_uri, workspace_path=storage.path,
+            deploy=deploy_stage(target, profiles[DEPLOY_STEP], scope),
         )
 
     return training_pipeline
