@@ -3,11 +3,12 @@
 
 The stage runs only when the model was blessed (it sits inside the evaluation's
 ``model-blessed`` condition), registered (it takes the registration's output) and the
-pipeline parameter ``deploy`` is true. Its task is small (the servability check loads the
-model on CPU); the ``deploy-model`` compute profile describes the *serving* machines:
-on Vertex AI the machine type and accelerator of the endpoint's replicas, on GKE the
-resources, node selector and tolerations of the InferenceService's pods, made by the same
-rules as any GKE step (:func:`~gkeflow.pipelines.compute.apply_compute`).
+pipeline parameter ``deploy`` is true. The ``deploy-model`` compute profile sizes both the
+deploy task (CPU, memory, timeout, retries; never a GPU: the servability check runs on
+CPU) and the *serving* machines: on Vertex AI the machine type and accelerator of the
+endpoint's replicas, on GKE the resources, node selector and tolerations of the
+InferenceService's pods, made by the same rules as any GKE step
+(:func:`~gkeflow.pipelines.compute.apply_compute`).
 
 ``deploy:`` in gkeflow.yaml has one entry per environment (like ``parameters:``)::
 
@@ -37,14 +38,18 @@ from gkeflow.pipelines.compute import ComputeProfile, apply_compute
 
 DEPLOY_STEP = "deploy-model"
 
-#: The serving machines unless compute.deploy-model says otherwise: 2 vCPUs, 4 GB, no GPU.
-SERVING_PROFILE = ComputeProfile(cpu="2", memory="4G", caching=False)
+#: The deploy task and each serving replica unless compute.deploy-model says otherwise:
+#: 2 vCPUs, 4 GB, no GPU. Never cached (a scheduled run must deploy its own model); every
+#: call inside is retried, so the task's own retries cover a lost pod.
+SERVING_PROFILE = ComputeProfile(cpu="2", memory="4G", caching=False, timeout_s=3600,
+                                 retries=2, retry_backoff_s=30, retry_backoff_factor=2.0,
+                                 retry_max_duration_s=1800)
 
-#: The deploy task itself: loads the model once for the servability check, then makes a few
-#: API calls. Never cached: a scheduled run must deploy its own model.
-TASK_PROFILE = ComputeProfile(cpu="1", memory="4G", caching=False, timeout_s=3600, retries=2,
-                              retry_backoff_s=30, retry_backoff_factor=2.0,
-                              retry_max_duration_s=1800)
+
+def task_profile(profile: ComputeProfile) -> ComputeProfile:
+    """The deploy task's own compute: the profile without its accelerator and capacity."""
+    return profile.with_overrides(accelerator="", accelerator_count=0, scheduling="standard",
+                                  reservation="", max_wait="")
 
 #: Pipeline parameters the stage reads.
 DEPLOY_PARAMETERS = ("deploy", "deploy_traffic", "deploy_settings")
@@ -127,14 +132,24 @@ def gke_placement(profile: ComputeProfile) -> dict[str, Any]:
     """Resources, node selector and tolerations of a pod running ``profile`` on GKE: the
     profile applied by :func:`apply_compute` to a stand-in task, read back."""
     from kfp import dsl
+    from kfp.dsl import pipeline_context
     from kfp.dsl.pipeline_task import PipelineTask
 
     @dsl.container_component
     def stand_in():
         return dsl.ContainerSpec(image="stand-in", command=["true"])
 
-    task = PipelineTask(stand_in.component_spec, {}, execute_locally=False)
-    apply_compute(task, profile, "gke")
+    # Outside any pipeline being defined, so the stand-in is not added to it.
+    defining = pipeline_context.Pipeline._default_pipeline
+    handler = PipelineTask._register_task_handler
+    pipeline_context.Pipeline._default_pipeline = None
+    PipelineTask._register_task_handler = lambda task: "stand-in"
+    try:
+        task = PipelineTask(stand_in.component_spec, {}, execute_locally=False)
+        apply_compute(task, profile, "gke")
+    finally:
+        pipeline_context.Pipeline._default_pipeline = defining
+        PipelineTask._register_task_handler = handler
     spec = task.container_spec.resources
     requests = {"cpu": spec.cpu_request, "memory": spec.memory_request}
     limits = {"cpu": spec.cpu_limit, "memory": spec.memory_limit}
@@ -177,6 +192,6 @@ def deploy_stage(target: str, profile: ComputeProfile, scope: dict[str, Any]):
                 traffic=scope["deploy_traffic"],
             )
             task.set_display_name("Deploy model")
-            apply_compute(task, TASK_PROFILE, target)
+            apply_compute(task, task_profile(profile), target)
 
     return add

@@ -29,6 +29,7 @@ from typing import Any
 from kfp import dsl
 
 from gkeflow.components import (
+    deploy_model,
     evaluate_model,
     fingerprint_data,
     prepare_data,
@@ -91,7 +92,7 @@ def _components() -> dict[str, Any]:
             "train-model": train_model,
             "select-best-trial": select_best_trial, "tune-with-vizier": tune_with_vizier,
             "evaluate-model": evaluate_model, "register-model": register_model,
-            **FANOUT_COMPONENTS}
+            DEPLOY_STEP: deploy_model, **FANOUT_COMPONENTS}
 
 
 def step_images() -> dict[str, str]:
@@ -115,6 +116,7 @@ def resolve_sweep_compute(target: str, compute: Mapping[str, ComputeProfile] | N
     for step in {"prepare-data", *FANOUT_STEPS} - preparation_steps(preparation):
         profiles.pop(step)
     gpu_images = {step: IMAGES.get(image) for step, image in step_images().items()}
+    gpu_images[DEPLOY_STEP] = None  # its GPU serves in the serving runtime's image
     validate_profiles(profiles, target, gpu_images)
     return profiles
 

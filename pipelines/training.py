@@ -12,6 +12,7 @@ from typing import Optional
 from kfp import dsl
 
 from gkeflow.components import (
+    deploy_model,
     evaluate_model,
     fingerprint_data,
     prepare_data,
@@ -67,6 +68,7 @@ STEP_COMPONENTS = {
     "train-model": train_model,
     "evaluate-model": evaluate_model,
     "register-model": register_model,
+    DEPLOY_STEP: deploy_model,
     **FANOUT_COMPONENTS,
 }
 
@@ -101,6 +103,7 @@ def resolve_compute(
     for step in {"prepare-data", *FANOUT_STEPS} - preparation_steps(preparation):
         profiles.pop(step)
     gpu_images = {step: IMAGES.get(image) for step, image in step_images().items()}
+    gpu_images[DEPLOY_STEP] = None  # its GPU serves in the serving runtime's image
     validate_profiles(profiles, target, gpu_images)
     return profiles
 

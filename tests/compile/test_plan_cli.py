@@ -39,7 +39,7 @@ def test_plan_rows_match_the_committed_compiled_yaml(target):
     images = {step: pin(image, lock) for step, image in step_images().items()}
     rows = plan(resolve_compute(target), target, images)
     assert [r.step for r in rows] == ["fingerprint-data", "prepare-data", "train-model",
-                                      "evaluate-model", "register-model"]
+                                      "evaluate-model", "register-model", "deploy-model"]
     for row in rows:
         executor = spec["deploymentSpec"]["executors"][f"exec-{row.step}"]["container"]
         job = custom_job_payload(spec, row.step) if target == "vertex" else None

@@ -1,0 +1,47 @@
+"""`gkeflow deploy` without a model: help, one-line errors, nothing deployed."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from gkeflow.pipelines.cli import main
+
+
+def run(*args, **kwargs):
+    return CliRunner().invoke(main, list(args), **kwargs)
+
+
+def test_help_names_every_action():
+    result = run("deploy", "--help")
+    assert result.exit_code == 0
+    for word in ("promote", "rollback", "status", "local", "--traffic", "--dry-run"):
+        assert word in result.output
+    assert "--target" in run("deploy", "promote", "--help").output
+
+
+def test_status_of_nothing_and_errors_are_one_line(tmp_path):
+    result = run("deploy", "status", "penguins", "--output", str(tmp_path))
+    assert result.exit_code == 0 and result.output.strip() == "penguins: nothing deployed"
+    result = run("deploy", "promote", "penguins", "--output", str(tmp_path))
+    assert result.exit_code == 1 and "no local endpoint penguins" in result.output
+    assert "Traceback" not in result.output
+    request = tmp_path / "r.json"
+    request.write_text("{}")
+    result = run("deploy", "local", "penguins", "--output", str(tmp_path), "--request",
+                 str(request))
+    assert result.exit_code == 1 and "run `gkeflow run --deploy` first" in result.output
+
+
+def test_vertex_needs_its_target_and_unknown_environments_are_named(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run("deploy", "status", "penguins", "--target", "vertex")
+    assert result.exit_code == 1 and "targets.vertex" in result.output
+    result = run("deploy", "status", "penguins", "--env", "prod")
+    assert result.exit_code == 1 and "no deploy.prod" in result.output
+
+
+def test_a_model_that_is_not_registered_is_named(tmp_path):
+    (tmp_path / "registry.db").touch()
+    result = run("deploy", "ghost@1", "--output", str(tmp_path))
+    assert result.exit_code == 1 and "ghost" in result.output
+    assert "Traceback" not in result.output
