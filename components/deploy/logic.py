@@ -243,12 +243,31 @@ def deploy_version(target: str, model_path: Path, registered: dict[str, Any],
                 {"model": model_name, "version": version})
         echo(f"copied the model to {served.storage_uri}/{version}/ (the layout TensorFlow "
              "Serving reads)")
+        before = services.status(endpoint)
         state = services.deploy(endpoint, served, placement, config.traffic)
         split = {f"{model_name}@{k[1:]}": v for k, v in state.split.items()}
         resource = f"{namespace}/{endpoint}"
+        record_in_model_registry(registry_uri, namespace, endpoint, before, state, echo)
     outcome = DeployOutcome(target, endpoint, resource, model_name, version, split, checked)
     echo(f"deployed {model_name} version {version} to {endpoint}: {outcome.split_text}")
     return outcome
+
+
+def record_in_model_registry(registry_uri: str, namespace: str, endpoint: str, before, state,
+                             echo=print) -> None:
+    """With the Kubeflow Model Registry: record what ``endpoint`` serves now (every version
+    of the states ``before`` and after the change)."""
+    from gkeflow.components.register.backends import backend_of
+
+    if not registry_uri or backend_of(registry_uri) != "kubeflow":
+        return
+    from gkeflow.components.deploy.model_registry_record import ModelRegistryRecorder
+
+    versions = {v.version: v.model for v in (before.versions if before else [])}
+    versions.update({v.version: v.model for v in state.versions})
+    split = {int(k[1:]): v for k, v in state.split.items()}
+    ModelRegistryRecorder(registry_uri, echo=echo).record(
+        namespace, endpoint, split, {n for n in split if not split[n]}, versions)
 
 
 def vertex_parts(registered: dict[str, Any], config: DeploySettings, compute: dict[str, Any],
