@@ -15,7 +15,9 @@ fixed replicas (no ``maxReplicas``/``scaleTarget``/``workerSpec``) and shares ad
 at most 100 (``validateCanarySpecs``), ``canaryTrafficPercent`` only in Serverless mode,
 and a GPU limit only with a ``-gpu`` runtimeVersion (the CPU image cannot use the GPU). A
 PUT must carry the current ``resourceVersion`` (else 409); a POST of an existing name
-gets 409. A violation is answered with 422 and recorded in :attr:`violations`.
+gets 409. A violation is answered with 422 and recorded in :attr:`violations`. A test can
+ask for failures (:meth:`fail`: an error before anything is done; :meth:`lose`: done, then
+answered 503; :meth:`hang`: done, answered after the client's timeout).
 
 The "controller" keeps what traffic each model gets (:meth:`traffic`): in Serverless mode a
 new predictor spec with ``canaryTrafficPercent: N`` gets N% and the last rolled-out revision
@@ -29,6 +31,7 @@ import copy
 import json
 import re
 import threading
+import time
 from pathlib import Path
 
 import jsonschema
@@ -139,6 +142,11 @@ class FakeKServe(WsgiFake):
         """Answer the next ``times`` matching requests with ``status``, doing nothing."""
         self.failures.append(["fail", status, method, times])
 
+    def hang(self, seconds: float, times: int = 1, method: str | None = None) -> None:
+        """Carry out the next ``times`` matching requests, answering after ``seconds`` (a
+        hung read: the client's timeout fires first)."""
+        self.failures.append(["hang", seconds, method, times])
+
     def lose(self, times: int = 1, method: str | None = None) -> None:
         """Carry out the next ``times`` matching requests, then answer 503."""
         self.failures.append(["lose", 503, method, times])
@@ -168,7 +176,9 @@ class FakeKServe(WsgiFake):
                                                                         start_response)
         with self._lock:
             response = self._route(request)
-        if injected:
+        if injected and injected[0] == "hang":
+            time.sleep(injected[1])
+        elif injected:
             response = _status(503, "ServiceUnavailable", "connection reset")
         return response(environ, start_response)
 

@@ -19,9 +19,10 @@ which the REST transport's first matching rule sends), with the response packed 
 its operation ends. Assumption: a deploy's operation has ended by the time the client
 looks again after a lost answer (an in-flight deploy is not visible on the endpoint).
 
-Failures a test can ask for (:meth:`fail`, :meth:`lose`): an error status before the
-request is carried out, or the request carried out and its answer replaced by a 503 (a
-lost response).
+Failures a test can ask for (:meth:`fail`, :meth:`lose`, :meth:`hang`): an error status
+before the request is carried out, the request carried out and its answer replaced by a
+503 (a lost response), or carried out and answered only after the client's timeout (a hung
+read).
 """
 
 from __future__ import annotations
@@ -79,6 +80,12 @@ class FakeEndpointService(WsgiFake):
         """Answer the next ``times`` matching requests with ``status``, doing nothing."""
         self.failures.append(["fail", status, message, method, path_contains, times])
 
+    def hang(self, seconds: float, times: int = 1, method: str | None = None,
+             path_contains: str | None = None) -> None:
+        """Carry out the next ``times`` matching requests, then hold the answer back for
+        ``seconds`` (a hung read: the client's timeout fires first)."""
+        self.failures.append(["hang", seconds, "hung", method, path_contains, times])
+
     def lose(self, times: int = 1, method: str | None = None,
              path_contains: str | None = None) -> None:
         """Carry out the next ``times`` matching requests, then answer 503 (lost answer)."""
@@ -107,7 +114,7 @@ class FakeEndpointService(WsgiFake):
         try:
             with self._lock:
                 body = self._route(request)
-                if injected:  # the client notices the lost answer after the work is done
+                if injected:  # lost or hung: the client looks again after the work is done
                     name = json.loads(body).get("name", "")
                     if name in self.operations:
                         self._finish(name)
@@ -116,7 +123,11 @@ class FakeEndpointService(WsgiFake):
             if exc.status == 400:
                 self.violations.append(f"{request.method} {request.path}: {exc.message}")
             response = _error(exc.status, exc.message)
-        if injected:  # "lose": done, but the answer never arrives
+        if injected and injected[0] == "hang":
+            import time
+
+            time.sleep(injected[1])  # the answer arrives after the client gave up on it
+        elif injected:  # "lose": done, but the answer never arrives
             response = _error(503, injected[2])
         return response(environ, start_response)
 

@@ -143,3 +143,16 @@ def test_the_fake_refuses_what_kserve_refuses():
                                                 {"v1": 90, "v2": 10}), GPU, "standard")
     bad["metadata"]["annotations"].pop("serving.kserve.io/deploymentMode")
     assert any("Standard" in p for p in validate_isvc(bad))
+
+
+def test_hung_reads_time_out_and_make_nothing_twice(kube):
+    policy = RetryPolicy(call_timeout_s=0.5, budget_s=10, initial_s=0.01, maximum_s=0.02)
+    api = KServeApi(client.ApiClient(client.Configuration(host=kube.url)), policy,
+                    echo=lambda line: None)
+    isvc = InferenceServices(api, "models", "serverless")
+    kube.hang(1.5, method="POST")
+    isvc.deploy("penguins", version(1), GPU)
+    kube.hang(1.5, method="PUT")
+    isvc.deploy("penguins", version(2), GPU, percent=40)
+    assert kube.count() == 1 and kube.creates == 1
+    assert kube.traffic() == {uri(1): 60, uri(2): 40}

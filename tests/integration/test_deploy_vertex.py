@@ -118,3 +118,18 @@ def test_rollback_and_promote_need_an_endpoint(endpoints):
         endpoints.rollback("ghost")
     with pytest.raises(DeployError, match="no endpoint named ghost"):
         endpoints.promote("ghost")
+
+
+def test_hung_reads_time_out_and_make_nothing_twice(fake):
+    policy = RetryPolicy(call_timeout_s=0.5, budget_s=10, initial_s=0.01, maximum_s=0.02)
+    lines: list[str] = []
+    endpoints = VertexEndpoints(fake.project, fake.location, policy, api_endpoint=fake.url,
+                                echo=lines.append, poll_s=0.0)
+    fake.hang(1.5, method="POST", path_contains="/endpoints")  # create: answer too late
+    fake.hang(1.5, method="POST", path_contains=":deployModel")
+    fake.hang(1.5, method="PATCH")
+    endpoints.deploy("penguins", model(fake, "1"), T4)
+    endpoints.deploy("penguins", model(fake, "2"), T4, percent=20)
+    assert fake.create_calls == 1 and fake.deploy_calls == 2 and len(fake.endpoints) == 1
+    assert fake.split_by_version() == {"1": 80, "2": 20}
+    assert any("retrying" in line or "answer was lost" in line for line in lines)
