@@ -45,3 +45,33 @@ def test_a_model_that_is_not_registered_is_named(tmp_path):
     result = run("deploy", "ghost@1", "--output", str(tmp_path))
     assert result.exit_code == 1 and "ghost" in result.output
     assert "Traceback" not in result.output
+
+
+def test_promote_rollback_status_on_vertex_through_the_cli(tmp_path, monkeypatch):
+    import yaml
+
+    from gkeflow.components.cloud.retry import RetryPolicy
+    from gkeflow.components.deploy.vertex_endpoint import Machine, VertexEndpoints
+    from tests.integration.fake_vertex_endpoints import FakeEndpointService
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GKEFLOW_RETRY_BUDGET_S", "5")
+    with FakeEndpointService() as fake:
+        (tmp_path / "gkeflow.yaml").write_text(yaml.safe_dump({"targets": {"vertex": {
+            "project": fake.project, "region": fake.location,
+            "pipeline_root": "gs://my-bucket/root",
+            "service_account": "p@my-project.iam.gserviceaccount.com",
+            "api_endpoint": fake.url}}}))
+        fake.add_model("555", "1", "2")
+        api = VertexEndpoints(fake.project, fake.location, RetryPolicy(budget_s=5),
+                              api_endpoint=fake.url, echo=lambda line: None, poll_s=0)
+        for version in ("1", "2"):
+            api.deploy("penguins", f"{fake.parent}/models/555@{version}", Machine())
+        status = run("deploy", "status", "penguins", "--target", "vertex")
+        assert status.exit_code == 0 and "penguins-v1 90%, penguins-v2 10%" in status.output
+        promoted = run("deploy", "promote", "penguins", "--target", "vertex")
+        assert promoted.exit_code == 0, promoted.output
+        assert fake.split_by_version() == {"1": 0, "2": 100}
+        rolled = run("deploy", "rollback", "penguins", "--target", "vertex")
+        assert rolled.exit_code == 0 and fake.split_by_version() == {"1": 90, "2": 10}
+        assert len(fake.endpoints) == 1 and not fake.violations
