@@ -146,11 +146,13 @@ class _Context:
                                api_endpoint=vertex.api_endpoint or "", echo=_echo)
 
     def kube_api(self):
+        import os
+
         from kubernetes import client
         from kubernetes import config as kube_config
 
         try:
-            kube_config.load_kube_config()
+            kube_config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
         except Exception:  # noqa: BLE001 - no kubeconfig: try the pod's service account
             try:
                 kube_config.load_incluster_config()
@@ -356,7 +358,10 @@ def promote_command(name, target, environment, config_path, output, endpoint, na
         if target == "vertex":
             state = context.vertex_endpoints().promote(name, keep=keep)
         elif target == "gke":
-            state = context.inference_services().promote(name, _placement(context), keep)
+            services = context.inference_services()
+            before = services.status(name)
+            state = services.promote(name, _placement(context), keep)
+            _record(context, services, name, before, state)
         else:
             state = context.local_endpoints().promote(name, keep)
     except Exception as exc:
@@ -376,7 +381,10 @@ def rollback_command(name, target, environment, config_path, output, endpoint,
         if target == "vertex":
             state = context.vertex_endpoints().rollback(name)
         elif target == "gke":
-            state = context.inference_services().rollback(name, _placement(context))
+            services = context.inference_services()
+            before = services.status(name)
+            state = services.rollback(name, _placement(context))
+            _record(context, services, name, before, state)
         else:
             state = context.local_endpoints().rollback(name)
     except Exception as exc:
@@ -402,6 +410,14 @@ def status_command(name, target, environment, config_path, output, endpoint,
     except Exception as exc:
         raise _fail(exc) from exc
     click.echo(f"{name}: {_show(target, state)}")
+
+
+def _record(context: _Context, services, name: str, before, state) -> None:
+    """With the Kubeflow Model Registry (registry: in gkeflow.yaml): record the change."""
+    from gkeflow.components.deploy.logic import record_in_model_registry
+
+    record_in_model_registry(context.registry_uri(), services.namespace, name, before, state,
+                             echo=_echo)
 
 
 def _placement(context: _Context):

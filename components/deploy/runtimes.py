@@ -62,7 +62,7 @@ def vertex_image(tf_version: str, gpu: bool, region: str = "us") -> Choice:
     if minor != trained:
         note = (f"no Vertex AI prebuilt container for TensorFlow 2.{trained}; using "
                 f"tf2-{kind}.2-{minor} (older than the training TensorFlow): the servability "
-                "check passed with this machine's TensorFlow; set deploy.serving_image to a "
+                "check passed with this machine's TensorFlow; set registry.serving_image to a "
                 f"container with TensorFlow 2.{trained} to serve with the same release")
     return Choice(image, note)
 

@@ -75,3 +75,41 @@ def test_promote_rollback_status_on_vertex_through_the_cli(tmp_path, monkeypatch
         rolled = run("deploy", "rollback", "penguins", "--target", "vertex")
         assert rolled.exit_code == 0 and fake.split_by_version() == {"1": 90, "2": 10}
         assert len(fake.endpoints) == 1 and not fake.violations
+
+
+def test_promote_rollback_status_on_gke_through_the_cli(tmp_path, monkeypatch):
+    import yaml
+    from kubernetes import client
+
+    from gkeflow.components.deploy.kserve import (
+        InferenceServices,
+        KServeApi,
+        ModelVersion,
+        Placement,
+    )
+    from tests.integration.fake_kserve import FakeKServe
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GKEFLOW_RETRY_BUDGET_S", "5")
+    with FakeKServe() as kube:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": kube.url}}],
+            "users": [{"name": "fake", "user": {"token": "t"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+        services = InferenceServices(
+            KServeApi(client.ApiClient(client.Configuration(host=kube.url)),
+                      echo=lambda line: None), "models", "serverless")
+        for n in (1, 2):
+            services.deploy("penguins", ModelVersion(f"v{n}", n, f"gs://b/penguins-v{n}",
+                                                     "2.21.0"), Placement())
+        where = ("--target", "gke", "--namespace", "models")
+        status = run("deploy", "status", "penguins", *where)
+        assert status.exit_code == 0 and "v1 90%, v2 10%" in status.output, status.output
+        assert run("deploy", "promote", "penguins", *where).exit_code == 0
+        assert kube.traffic(name="penguins") == {"gs://b/penguins-v2": 100}
+        assert run("deploy", "rollback", "penguins", *where).exit_code == 0
+        assert kube.traffic(name="penguins") == {"gs://b/penguins-v1": 100}
+        assert kube.count() == 1 and not kube.violations

@@ -18,7 +18,7 @@ def test_vertex_picks_the_same_minor_else_the_newest_older_one_and_says_so():
     assert same.note == ""
     newer = vertex_image(f"2.{newest + 6}.0", gpu=True, region="europe")
     assert newer.image == f"europe-docker.pkg.dev/vertex-ai/prediction/tf2-gpu.2-{newest}:latest"
-    assert f"TensorFlow 2.{newest + 6}" in newer.note and "deploy.serving_image" in newer.note
+    assert f"TensorFlow 2.{newest + 6}" in newer.note and "registry.serving_image" in newer.note
 
 
 def test_kserve_runtime_version_and_gpu_images():
