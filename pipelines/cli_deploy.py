@@ -131,6 +131,20 @@ class _Context:
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from exc
 
+    def registry(self):
+        """The registry versions are resolved in (Vertex AI: through targets.vertex's API
+        endpoint)."""
+        from gkeflow.components.register.backends import RegistrySettings, open_registry
+
+        api_endpoint = ""
+        if self.target == "vertex":
+            api_endpoint = self._vertex().api_endpoint or ""
+        elif self.target == "gke":
+            api_endpoint = self.config.registry.api_endpoint
+        return open_registry(self.registry_uri(), RegistrySettings(
+            serving_image=self.config.registry.serving_image, api_endpoint=api_endpoint,
+            author=self.config.registry.author))
+
     def _vertex(self):
         vertex = self.config.targets.vertex
         if vertex is None:
@@ -211,7 +225,8 @@ def deploy_model_command(model_ref, target, environment, config_path, output, en
     context = _Context(target, environment, config_path, output, endpoint, namespace, traffic)
     registry_uri = context.registry_uri()
     try:
-        version, how = resolve_version(registry_uri, parse_model_ref(model_ref))
+        version, how = resolve_version(registry_uri, parse_model_ref(model_ref),
+                                       context.registry())
     except PredictError as exc:
         raise click.ClickException(str(exc)) from exc
     except Exception as exc:  # registry errors, transport errors

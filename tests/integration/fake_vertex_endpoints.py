@@ -219,12 +219,13 @@ class FakeEndpointService(WsgiFake):
 
     def _list(self, filter_: str) -> str:
         endpoints = list(self.endpoints.values())
-        if filter_:
-            match = re.fullmatch(r'labels\.([a-z][a-z0-9_-]*)="([^"]*)"', filter_)
+        if filter_:  # labels.KEY="VALUE" (equality) or labels.KEY:* (existence)
+            match = re.fullmatch(r'labels\.([a-z][a-z0-9_-]*)(?:="([^"]*)"|(:\*))', filter_)
             if not match:
                 raise Rejected(400, f"unsupported filter {filter_!r}")
-            key, value = match.groups()
-            endpoints = [e for e in endpoints if e.labels.get(key) == value]
+            key, value, exists = match.groups()
+            endpoints = [e for e in endpoints if (key in e.labels if exists
+                                                  else e.labels.get(key) == value)]
         return v1.ListEndpointsResponse.to_json(v1.ListEndpointsResponse(endpoints=endpoints))
 
     def _check_labels(self, labels) -> None:
