@@ -570,12 +570,14 @@ def print_local_deployment(console, result, output: Path) -> None:
     name = Path(str(deployed.get("endpoint", ""))).stem
     console.print(f"Deployed:  {name} (local stand-in): {deployed.get('traffic_split')}",
                   markup=False)
+    from gkeflow.components.deploy.local_server import LocalEndpoints
+
     evaluation = result.output_dir("evaluate-model", "evaluation")
-    model_dir = result.output_dir("train-model", "model")
+    endpoint = LocalEndpoints(Path(output) / "deployments").get(name)
     sample = load_sample(Path(evaluation)) if evaluation else None
-    if not sample or not model_dir:
+    if not sample or endpoint is None:
         return
-    contract = ServingContract.of(Path(model_dir))
+    contract = ServingContract.of(Path(endpoint.stable().model_dir))
     request = Path(output) / "requests" / f"{name}.json"
     request.parent.mkdir(parents=True, exist_ok=True)
     request.write_text(json.dumps({"instances": contract.instances(sample["rows"][:5])},
