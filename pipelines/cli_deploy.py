@@ -260,10 +260,12 @@ def _local_model(uri: str, scratch: Path) -> Path:
         if not (path / "saved_model.pb").exists():
             raise click.ClickException(f"no SavedModel at {path}")
         return path
+    from gkeflow.components.cloud.retry import RetryPolicy
     from gkeflow.components.scaleout.storage import download
 
     try:
-        return download(uri, scratch / "model")
+        return RetryPolicy.from_env().call(lambda: download(uri, scratch / "model"),
+                                           f"reading the model at {uri}", on_retry=_echo)
     except Exception as exc:
         raise click.ClickException(f"cannot read the model at {uri}: {exc}") from exc
 

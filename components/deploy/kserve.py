@@ -303,9 +303,9 @@ class KServeApi:
 
         return self._call(replace, f"updating InferenceService {namespace}/{name}")
 
-    def canary_list_supported(self) -> bool:
+    def canary_list_supported(self) -> bool | None:
         """Whether the cluster's InferenceService CRD has ``spec.canary`` (Standard-mode
-        canaries); False when the CRD cannot be read."""
+        canaries); None when the CRD cannot be read (not installed, or not allowed)."""
         from kubernetes.client.exceptions import ApiException
 
         def read():
@@ -320,7 +320,9 @@ class KServeApi:
                 raise
 
         crd = self._call(read, f"reading the CRD {CRD_NAME}")
-        for version in (crd or {}).get("spec", {}).get("versions", []):
+        if crd is None:
+            return None
+        for version in crd.get("spec", {}).get("versions", []):
             if version.get("name") == VERSION:
                 spec = version.get("schema", {}).get("openAPIV3Schema", {}).get(
                     "properties", {}).get("spec", {})
@@ -343,7 +345,13 @@ class InferenceServices:
 
     def _check_mode(self) -> None:
         if self.mode == "standard" and not self._checked_mode:
-            if not self.api.canary_list_supported():
+            supported = self.api.canary_list_supported()
+            if supported is None:
+                raise KServeError(
+                    f"cannot read the CRD {CRD_NAME} to check for spec.canary (Standard-mode "
+                    "canaries): apply deploy/rbac/kserve-deployer.yaml, or use kserve mode "
+                    "serverless")
+            if not supported:
                 raise KServeError(
                     "this cluster's KServe has no spec.canary (Standard-mode canaries; KServe "
                     "main after v0.19): use kserve mode serverless (canaryTrafficPercent)")

@@ -239,8 +239,12 @@ def deploy_version(target: str, model_path: Path, registered: dict[str, Any],
 
         services, served, placement, namespace = kserve_parts(
             model_path, registered, config, compute, kube_api, echo)
-        publish(Path(model_path), f"{served.storage_uri}/{version}",
-                {"model": model_name, "version": version})
+        from gkeflow.components.cloud.retry import RetryPolicy
+
+        RetryPolicy.from_env().call(
+            lambda: publish(Path(model_path), f"{served.storage_uri}/{version}",
+                            {"model": model_name, "version": version}),
+            f"copying the model to {served.storage_uri}/{version}", on_retry=echo)
         echo(f"copied the model to {served.storage_uri}/{version}/ (the layout TensorFlow "
              "Serving reads)")
         before = services.status(endpoint)

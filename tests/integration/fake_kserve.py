@@ -126,8 +126,9 @@ def validate_isvc(manifest: dict) -> list[str]:
 class FakeKServe(WsgiFake):
     """``with FakeKServe() as kube:`` serves at ``kube.url``."""
 
-    def __init__(self, canary_list: bool = True):
+    def __init__(self, canary_list: bool = True, crd_readable: bool = True):
         self.canary_list = canary_list
+        self.crd_readable = crd_readable
         self.objects: dict[tuple[str, str], dict] = {}
         self.rolled_out: dict[tuple[str, str], str] = {}
         self.served: dict[tuple[str, str], dict[str, int]] = {}
@@ -184,6 +185,8 @@ class FakeKServe(WsgiFake):
 
     def _route(self, request: Request) -> Response:
         if request.path.startswith(_CRD_PATH) and request.method == "GET":
+            if not self.crd_readable:
+                return _status(403, "Forbidden", "customresourcedefinitions is forbidden")
             definition = crd()
             if request.path[len(_CRD_PATH):] != definition["metadata"]["name"]:
                 return _status(404, "NotFound", "no such CRD")

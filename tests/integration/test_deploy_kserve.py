@@ -103,6 +103,13 @@ def test_standard_mode_needs_the_canary_list():
         assert kube.count() == 0
 
 
+def test_standard_mode_says_when_the_crd_cannot_be_read():
+    with FakeKServe(crd_readable=False) as kube:
+        with pytest.raises(KServeError, match="apply deploy/rbac/kserve-deployer.yaml"):
+            services(kube, "standard").deploy("penguins", version(1), GPU)
+        assert kube.count() == 0
+
+
 def test_lost_answers_and_503s_make_one_object_with_the_right_traffic(kube):
     isvc = services(kube, "serverless")
     kube.lose(method="POST")
