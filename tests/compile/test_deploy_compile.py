@@ -106,3 +106,18 @@ def test_deploy_section_is_validated(entry):
 
     with pytest.raises((ValueError, ConfigError)):
         GkeflowConfig.model_validate({"deploy": {"prod": entry}})
+
+
+def test_submit_takes_deploy_parameters_from_the_environment(tmp_path):
+    from gkeflow.pipelines.config import GkeflowConfig
+    from gkeflow.pipelines.submit import prepare_pipeline, resolve_parameters
+
+    config = GkeflowConfig.model_validate({
+        "parameters": {"prod": {"epochs": 5}},
+        "deploy": {"prod": {"enabled": True, "traffic": 20, "endpoint": "penguins"}}})
+    prepared = prepare_pipeline("training", "gke", tmp_path, config=config)
+    values = resolve_parameters(config, prepared, "prod", {"deploy_traffic": 30})
+    assert values["deploy"] is True and values["epochs"] == 5
+    assert values["deploy_traffic"] == 30  # --param wins over deploy.prod
+    assert json.loads(values["deploy_settings"]) == {"endpoint": "penguins"}
+    assert "deploy" not in resolve_parameters(config, prepared, "default", {})
