@@ -12,7 +12,9 @@ Nothing is made twice:
   before another try, and a second create of the same ID is refused (409) rather than made;
   it is also labelled ``gkeflow-endpoint: <name>`` for listing;
 - a model version is found on the endpoint by its model resource and version id before it
-  is deployed; a deploy whose answer is lost is followed by the same look-up.
+  is deployed; a deploy whose answer is lost is followed by the same look-up, after
+  waiting for the operations still running on the endpoint (a deployment in progress is
+  not on the endpoint until it ends).
 
 The split in force before the last change is kept on the endpoint as labels
 ``gkeflow-prev-<deployed model id>: <percent>``, written in the same ``UpdateEndpoint``
@@ -306,7 +308,7 @@ class VertexEndpoints:
                 except Exception as exc:
                     if not is_transient(exc):
                         raise
-                    if self._state(self.get(state.name)).find(model) is not None:
+                    if self._deployed_meanwhile(state.name, model):
                         self.echo(f"the deploy's answer was lost; {model} is on {name}")
                         return
                     raise
@@ -322,6 +324,23 @@ class VertexEndpoints:
             if split != state.split:
                 self._set_split(state, split, f"giving {model} {percent}% on {name}")
         return self._state(self.get(state.name))
+
+    def _deployed_meanwhile(self, endpoint_name: str, model: str) -> bool:
+        """After a deploy whose answer was lost: whether ``model`` is on the endpoint, once
+        the operations still running there (a deploy in progress is not on the endpoint
+        yet) have ended."""
+        if self._state(self.get(endpoint_name)).find(model) is not None:
+            return True
+        running = self._call(lambda: [op.name for op in self.client.list_operations(
+            request={"name": endpoint_name}, timeout=self.policy.call_timeout_s).operations
+            if not op.done], f"listing operations of {endpoint_name}")
+        for operation in running:
+            self.echo(f"waiting for {operation}, still running on the endpoint")
+            try:
+                self._wait(operation, "in progress on the endpoint")
+            except DeployError:
+                pass  # it failed: what counts is whether the model is there now
+        return self._state(self.get(endpoint_name)).find(model) is not None
 
     def promote(self, name: str, model: str = "", keep: int = 1) -> EndpointState:
         """Give ``model`` (default: the newest deployed) 100%; undeploy beyond ``keep``."""

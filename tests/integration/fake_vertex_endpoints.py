@@ -87,9 +87,12 @@ class FakeEndpointService(WsgiFake):
         self.failures.append(["hang", seconds, "hung", method, path_contains, times])
 
     def lose(self, times: int = 1, method: str | None = None,
-             path_contains: str | None = None) -> None:
-        """Carry out the next ``times`` matching requests, then answer 503 (lost answer)."""
-        self.failures.append(["lose", 503, "connection reset", method, path_contains, times])
+             path_contains: str | None = None, finished: bool = True) -> None:
+        """Carry out the next ``times`` matching requests, then answer 503 (lost answer);
+        ``finished=False``: an operation it started is still running when the client looks
+        again."""
+        kind = "lose" if finished else "lose-running"
+        self.failures.append([kind, 503, "connection reset", method, path_contains, times])
 
     # -- what tests read ---------------------------------------------------------------------
 
@@ -114,7 +117,7 @@ class FakeEndpointService(WsgiFake):
         try:
             with self._lock:
                 body = self._route(request)
-                if injected:  # lost or hung: the client looks again after the work is done
+                if injected and injected[0] != "lose-running":  # done when the client looks
                     name = json.loads(body).get("name", "")
                     if name in self.operations:
                         self._finish(name)
@@ -154,6 +157,13 @@ class FakeEndpointService(WsgiFake):
         if method == "GET" and match:
             self._query(request, set())
             return self._poll(match.group(1))
+        match = re.fullmatch(r"/(?:v1|ui)/(.+/endpoints/[a-z0-9-]+)/operations", path)
+        if method == "GET" and match:
+            self._query(request, {"filter", "pageSize", "pageToken"})
+            return json.dumps({"operations": [
+                {"name": name, **({"done": True} if op["done"] is not None else {})}
+                for name, op in self.operations.items()
+                if name.startswith(match.group(1) + "/operations/")]})
         prefix = f"/v1/{self.parent}/"
         if not path.startswith(prefix):
             raise Rejected(404, f"unknown resource {path}")

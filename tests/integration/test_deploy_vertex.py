@@ -133,3 +133,13 @@ def test_hung_reads_time_out_and_make_nothing_twice(fake):
     assert fake.create_calls == 1 and fake.deploy_calls == 2 and len(fake.endpoints) == 1
     assert fake.split_by_version() == {"1": 80, "2": 20}
     assert any("retrying" in line or "answer was lost" in line for line in lines)
+
+
+def test_a_deploy_still_running_after_its_answer_was_lost_is_waited_for(fake, endpoints):
+    fake.operation_polls = 3
+    endpoints.deploy("penguins", model(fake, "1"), T4)
+    fake.lose(method="POST", path_contains=":deployModel", finished=False)
+    endpoints.deploy("penguins", model(fake, "2"), T4, percent=10)
+    assert fake.deploy_calls == 2  # not a third: the running deploy was waited for
+    assert fake.split_by_version() == {"1": 90, "2": 10}
+    assert any("still running on the endpoint" in line for line in endpoints.lines)
