@@ -118,12 +118,12 @@ class ModelRegistryRecorder:
             versions: version number -> the registry's resource name for it
                 (``.../registered_models/<id>/versions/<id>``).
         """
+        known = {n: _RESOURCE.search(r or "") for n, r in versions.items()}
+        known = {n: m.groups() for n, m in known.items() if m}  # Model Registry versions
+        if not known:
+            return
         environment = self.environment(namespace)
-        for number, resource in sorted(versions.items()):
-            match = _RESOURCE.search(resource or "")
-            if not match:
-                continue  # not a Kubeflow Model Registry version
-            registered_model_id, model_version_id = match.groups()
+        for number, (registered_model_id, model_version_id) in sorted(known.items()):
             name = f"{isvc}-v{number}"
             share = int(split.get(number, 0))
             body = {

@@ -144,7 +144,7 @@ def test_gke_deploy_copies_the_model_and_applies_the_profile(evaluated):
                 outcome = deploy_for_pipeline(
                     str(model_dir), str(evaluation), registered(
                         version, modelUri=f"gs://models/runs/{version}/model"),
-                    "gke", "kubeflow://registry:8080", serving_compute(T4, "gke"), settings,
+                    "gke", "sqlite:///unused.db", serving_compute(T4, "gke"), settings,
                     kube_api=api)
             assert outcome.split == {"penguins@1": 90, "penguins@2": 10}
             assert kube.count() == 1 and not kube.violations
