@@ -1,8 +1,9 @@
 """gkeflow's KFP components: prepare_data, train_model, evaluate_model, register_model (and
 its Vertex AI variant register_model_vertex), fingerprint_data, resolve_model,
 predict_batch, report_predictions, the sweep's select_best_trial and tune_with_vizier, and
-the fan-out preparation steps plan_prepare, prepare_group and merge_prepared, and the run
-notification notify_run (the exit task of pipelines compiled with notifications).
+the fan-out preparation steps plan_prepare, prepare_group and merge_prepared, the run
+notification notify_run (the exit task of pipelines compiled with notifications), and
+deploy_model (and its Vertex AI variant deploy_model_vertex).
 
 The components are loaded lazily: inside a running step only the logic modules are
 imported, and those must not pull in the KFP DSL.
@@ -30,6 +31,8 @@ _COMPONENTS = {
     "prepare_group": "gkeflow.components.prepare.fanout_component",
     "merge_prepared": "gkeflow.components.prepare.fanout_component",
     "notify_run": "gkeflow.components.notify.component",
+    "deploy_model": "gkeflow.components.deploy.component",
+    "deploy_model_vertex": "gkeflow.components.deploy.vertex_component:deploy_model",
 }
 
 __all__ = list(_COMPONENTS)

@@ -55,6 +55,7 @@ def main(ctx: click.Context, debug: bool) -> None:
       gkeflow docs                     regenerate docs/components.md from the components
       gkeflow plan --target vertex     what each step requests on Vertex AI
       gkeflow models list              models in the local registry
+      gkeflow deploy NAME@3 --target vertex   serve a version (canary, promote, rollback)
       gkeflow init                     write an example gkeflow.yaml
       gkeflow images build             build the images into images.registry (gkeflow.yaml)
       gkeflow submit --target vertex   run the pipeline on Vertex AI (or --target gke)
@@ -137,6 +138,9 @@ def _dispatch_run(pipeline: str, **options) -> None:
               help="The only feature columns; repeatable or comma-separated. Default: "
                    "inferred (constant and identifier-like columns are left out).")
 @click.option("--no-cache", is_flag=True, help="Re-run every step instead of reusing cached ones.")
+@click.option("--deploy", is_flag=True,
+              help="Deploy the registered model to the local stand-in (after a servability "
+                   "check); `gkeflow deploy local NAME --request FILE` then answers requests.")
 @click.option("--require-registered", is_flag=True,
               help="Exit 3 when the run succeeds but the gate blocks registration (for CI).")
 @click.option("-v", "--verbose", is_flag=True, help="Stream every step's log to the terminal.")
@@ -146,7 +150,7 @@ def _dispatch_run(pipeline: str, **options) -> None:
 def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_rate,
         train_ratio, eval_ratio, test_ratio, model_name, min_accuracy, model_type, user_module,
         params, compute_overrides, key_column, exclude_columns, feature_columns, no_cache,
-        require_registered, verbose, debug, **pipeline_options) -> None:
+        deploy, require_registered, verbose, debug, **pipeline_options) -> None:
     """Run the training pipeline on this machine with kfp.local (no cloud, no Docker).
 
     Executes the same pipeline definition that `gkeflow compile` writes for GKE and
@@ -167,6 +171,7 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
 
     check_options(click.get_current_context(), pipeline)
     config_path = pipeline_options.get("config_path")
+    params = (*params, "deploy=true") if deploy else params  # cli_deploy.py serves it
     if RUN_PIPELINES[pipeline]:
         return _dispatch_run(
             pipeline, data=data, label=label, output=output, epochs=epochs,
@@ -213,6 +218,9 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
     except LocalRunError as exc:
         raise click.ClickException(str(exc)) from exc
     _print_run_summary(console, result, arguments, debug)
+    from gkeflow.pipelines.cli_deploy import print_local_deployment
+
+    print_local_deployment(console, result, output)
     finish(console, result, require_registered)
 
 
@@ -633,21 +641,26 @@ def models_list(name: str | None, wide: bool = False, output_format: str = "tabl
     """
     from gkeflow.components.register.local_registry import RegistryError
 
-    registry, _, kind = _open_cli_registry(**connection)
+    registry, uri, kind = _open_cli_registry(**connection)
     console = _console()
     try:
         with console.status(f"reading the {kind} registry…"):
             versions = registry.list(name=name)
+            from gkeflow.pipelines.cli_deploy import serving_by_version
+
+            serving = serving_by_version(kind, uri, connection.get("api_endpoint") or "")
     except RegistryError as exc:
         raise click.ClickException(str(exc)) from exc
     if output_format == "json":
-        print_json([version_record(v) for v in versions])
+        print_json([{**version_record(v), "serving": serving.get((v.name, v.version), "")}
+                    for v in versions])
         return
     if not versions:
         console.print("no models registered" + (f" under {name!r}" if name else ""))
         return
-    print_table([version_row(v) for v in versions], MODEL_COLUMNS, MODEL_WIDE_COLUMNS, wide,
-                no_wrap=("version",))
+    rows = [{**version_row(v), "serving": serving.get((v.name, v.version), "")}
+            for v in versions]
+    print_table(rows, MODEL_COLUMNS, MODEL_WIDE_COLUMNS, wide, no_wrap=("version",))
 
 
 @models.command("promote")
@@ -686,6 +699,9 @@ for _command in (init_command, submit_command, schedule_group, images_group):
 from gkeflow.pipelines.cli_runs import runs_group  # noqa: E402
 
 main.add_command(runs_group)
+from gkeflow.pipelines.cli_deploy import deploy_group  # noqa: E402
+
+main.add_command(deploy_group, "deploy")
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ from pydantic import (
     model_validator,
 )
 
+from gkeflow.pipelines.deploy_stage import DeployConfig
 from gkeflow.pipelines.images_config import BASE_DIR, ImagesConfig
 from gkeflow.pipelines.operations_config import NotificationSettings, RetentionSettings
 from gkeflow.pipelines.preparation_settings import PreparationSettings
@@ -142,6 +143,7 @@ class GkeflowConfig(BaseModel):
     #: Validated even when absent, so its paths start from gkeflow.yaml's directory.
     images: ImagesConfig = Field(default={}, validate_default=True)
     _notify: NotificationSettings | None = PrivateAttr(default=None)  # operations.select
+    deploy: DeployConfig = {}  # per environment: pipelines/deploy_stage.py
 
     @model_validator(mode="after")
     def _check_references(self):

@@ -24,7 +24,7 @@ COMMON = frozenset({
 TRAINING = frozenset({
     "label", "epochs", "batch_size", "learning_rate", "train_ratio", "eval_ratio",
     "test_ratio", "model_name", "min_accuracy", "model_type", "user_module", "key_column",
-    "exclude_columns", "feature_columns", "require_registered",
+    "exclude_columns", "feature_columns", "require_registered", "deploy",
 })
 #: Options that shape a sweep (``sweep_cli.sweep_options``).
 SWEEP = frozenset({

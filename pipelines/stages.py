@@ -28,6 +28,7 @@ def evaluate_and_register(
     workspace_path: str = "",
     labels=None,
     training_inputs=None,
+    deploy=None,
 ) -> dsl.PipelineTask:
     """Evaluate ``model``; register it under ``dsl.If(blessed)``. Returns the evaluate task.
 
@@ -44,6 +45,8 @@ def evaluate_and_register(
         labels: Extra registry labels (the sweep's best trial), or None.
         training_inputs: What the model was trained on and with, or None; registration
             passes on an existing version trained on the same instead of adding a copy.
+        deploy: Adds the deploy stage after registration, in the blessed branch
+            (:func:`gkeflow.pipelines.deploy_stage.deploy_stage`), or None.
     """
     evaluate = configure(evaluate_model(
         dataset=dataset,
@@ -75,7 +78,9 @@ def evaluate_and_register(
             arguments["labels"] = labels
         if training_inputs is not None:
             arguments["training_inputs"] = training_inputs
-        configure(register_step(**arguments), "register-model")
+        register = configure(register_step(**arguments), "register-model")
+        if deploy is not None:
+            deploy(register, evaluate, model)
     return evaluate
 
 

@@ -198,12 +198,16 @@ def resolve_parameters(config: GkeflowConfig, prepared: PreparedPipeline, enviro
                        overrides: dict[str, Any], override_source: str = "--param"
                        ) -> dict[str, Any]:
     """Environment parameters, then ``overrides``, checked against the pipeline's inputs."""
+    from gkeflow.pipelines.deploy_stage import deploy_parameters
+
     if environment != DEFAULT_ENVIRONMENT and environment not in config.parameters:
         known = ", ".join(config.parameters) or "none"
         raise SubmitError(f"environment {environment!r} is not under parameters in gkeflow.yaml "
                           f"(environments: {known})")
     layers = [(f"defaults for target {prepared.target}", target_defaults(config, prepared)),
               (f"gkeflow.yaml parameters.{environment}", config.parameters.get(environment, {})),
+              (f"gkeflow.yaml deploy.{environment}",
+               deploy_parameters(config.deploy, environment, prepared.parameter_types)),
               (override_source, overrides)]
     merged: dict[str, Any] = {}
     shared = set()

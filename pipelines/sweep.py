@@ -29,6 +29,7 @@ from typing import Any
 from kfp import dsl
 
 from gkeflow.components import (
+    deploy_model,
     evaluate_model,
     fingerprint_data,
     prepare_data,
@@ -37,6 +38,7 @@ from gkeflow.components import (
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
+from gkeflow.pipelines.deploy_stage import DEPLOY_STEP, deploy_stage
 from gkeflow.pipelines.operations import Operations
 from gkeflow.pipelines.preparation import (
     FANOUT_COMPONENTS,
@@ -67,6 +69,7 @@ SWEEP_COMPUTE: Mapping[str, ComputeProfile] = {
     "tune-with-vizier": ComputeProfile(cpu="1", memory="2G", caching=False),
     "evaluate-model": DEFAULT_COMPUTE["evaluate-model"],
     "register-model": DEFAULT_COMPUTE["register-model"],
+    DEPLOY_STEP: DEFAULT_COMPUTE[DEPLOY_STEP],
 }
 
 STEP_DISPLAY_NAMES = {
@@ -78,6 +81,7 @@ STEP_DISPLAY_NAMES = {
     "tune-with-vizier": "Tune with Vertex AI Vizier",
     "evaluate-model": "Evaluate best trial",
     "register-model": "Register best trial",
+    DEPLOY_STEP: "Deploy best trial",
 }
 
 
@@ -89,7 +93,7 @@ def _components() -> dict[str, Any]:
             "train-model": train_model,
             "select-best-trial": select_best_trial, "tune-with-vizier": tune_with_vizier,
             "evaluate-model": evaluate_model, "register-model": register_model,
-            **FANOUT_COMPONENTS}
+            DEPLOY_STEP: deploy_model, **FANOUT_COMPONENTS}
 
 
 def step_images() -> dict[str, str]:
@@ -113,6 +117,7 @@ def resolve_sweep_compute(target: str, compute: Mapping[str, ComputeProfile] | N
     for step in {"prepare-data", *FANOUT_STEPS} - preparation_steps(preparation):
         profiles.pop(step)
     gpu_images = {step: IMAGES.get(image) for step, image in step_images().items()}
+    gpu_images[DEPLOY_STEP] = None  # its GPU serves in the serving runtime's image
     validate_profiles(profiles, target, gpu_images)
     return profiles
 
@@ -186,6 +191,9 @@ def build_sweep_pipeline(target: str = "local",
         feature_columns: str = "",
         shard_root: str = "",
         prepare_groups: int = preparation.groups,
+        deploy: bool = False,
+        deploy_traffic: int = 10,
+        deploy_settings: str = "",
     ):
         """Trains one model per trial in parallel, then evaluates and registers the best.
 
@@ -228,6 +236,13 @@ def build_sweep_pipeline(target: str = "local",
                 artifact on a gs:// or local root, in the run's workspace on GKE otherwise.
             prepare_groups: With fan-out preparation (gkeflow.yaml preparation.fanout):
                 the most parallel groups of input files (or bq:// row ranges); else unused.
+            deploy: Serve the registered best model (behind a servability check) on the
+                target's endpoint: Vertex AI Endpoint, KServe InferenceService or the
+                local stand-in.
+            deploy_traffic: Percent of requests the new version gets (canary, 1-100); the
+                first version of an endpoint gets 100.
+            deploy_settings: gkeflow.yaml deploy: settings as JSON (endpoint, keep,
+                replicas, KServe mode, namespace, storage_root); empty for the defaults.
         """
         scope = locals()
         gate = {name: scope[name] for name in GATE_PARAMETERS}
@@ -283,6 +298,7 @@ def build_sweep_pipeline(target: str = "local",
                              f"metric={metric};direction={direction};hidden_units="
                              f"{hidden_units};dropout={dropout};early_stopping_patience="
                              f"{early_stopping_patience};best={best.outputs['labels']}"),
+            deploy=deploy_stage(target, profiles[DEPLOY_STEP], scope),
         )
 
     return sweep_pipeline

@@ -121,6 +121,9 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
         raise click.ClickException(str(exc)) from exc
     print_trial_table(console, result)
     _print_run_summary(console, result, arguments, debug)
+    from gkeflow.pipelines.cli_deploy import print_local_deployment
+
+    print_local_deployment(console, result, output)
     finish(console, result, require_registered)
 
 

@@ -102,9 +102,9 @@ def plan_json(pipeline: str, target: str, rows: Sequence, images: Mapping[str, s
 
 
 #: `gkeflow models list`.
-MODEL_COLUMNS = ("model", "version", "aliases", "accuracy", "created", "uri")
-MODEL_WIDE_COLUMNS = ("model", "version", "aliases", "accuracy", "run id", "created", "uri",
-                      "labels", "resource")
+MODEL_COLUMNS = ("model", "version", "aliases", "accuracy", "serving", "created", "uri")
+MODEL_WIDE_COLUMNS = ("model", "version", "aliases", "accuracy", "serving", "run id", "created",
+                      "uri", "labels", "resource")
 
 
 def version_row(version) -> dict[str, str]:

@@ -12,6 +12,7 @@ from typing import Optional
 from kfp import dsl
 
 from gkeflow.components import (
+    deploy_model,
     evaluate_model,
     fingerprint_data,
     prepare_data,
@@ -21,6 +22,7 @@ from gkeflow.components import (
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.checkpoints import add_checkpoint_volume
 from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
+from gkeflow.pipelines.deploy_stage import DEPLOY_STEP, SERVING_PROFILE, deploy_stage
 from gkeflow.pipelines.engines import training_engine
 from gkeflow.pipelines.operations import Operations
 from gkeflow.pipelines.preparation import (
@@ -57,6 +59,7 @@ DEFAULT_COMPUTE: Mapping[str, ComputeProfile] = {
         cpu="1", memory="2G", caching=False, timeout_s=600, retries=2, retry_backoff_s=30,
         retry_backoff_factor=2.0, retry_max_duration_s=600,
     ),
+    DEPLOY_STEP: SERVING_PROFILE,  # the serving machines (the deploy task itself is small)
 }
 
 #: Step -> the component it runs (and so the image it runs in).
@@ -66,6 +69,7 @@ STEP_COMPONENTS = {
     "train-model": train_model,
     "evaluate-model": evaluate_model,
     "register-model": register_model,
+    DEPLOY_STEP: deploy_model,
     **FANOUT_COMPONENTS,
 }
 
@@ -100,6 +104,7 @@ def resolve_compute(
     for step in {"prepare-data", *FANOUT_STEPS} - preparation_steps(preparation):
         profiles.pop(step)
     gpu_images = {step: IMAGES.get(image) for step, image in step_images().items()}
+    gpu_images[DEPLOY_STEP] = None  # its GPU serves in the serving runtime's image
     validate_profiles(profiles, target, gpu_images)
     return profiles
 
@@ -119,6 +124,7 @@ STEP_DISPLAY_NAMES = {
     "train-model": "Train model",
     "evaluate-model": "Evaluate model",
     "register-model": "Register model",
+    DEPLOY_STEP: "Deploy model",
     **FANOUT_DISPLAY_NAMES,
 }
 
@@ -197,6 +203,9 @@ def build_training_pipeline(
         feature_columns: str = "",
         shard_root: str = "",
         prepare_groups: int = preparation.groups,
+        deploy: bool = False,
+        deploy_traffic: int = 10,
+        deploy_settings: str = "",
     ):
         """Trains a TensorFlow classifier on a CSV and registers it when evaluation blesses it.
 
@@ -237,6 +246,13 @@ def build_training_pipeline(
                 or local pipeline root, in the run's workspace on GKE otherwise.
             prepare_groups: With fan-out preparation (gkeflow.yaml preparation.fanout):
                 the most parallel groups of input files (or bq:// row ranges); else unused.
+            deploy: Serve the registered model (behind a servability check) on the
+                target's endpoint: Vertex AI Endpoint, KServe InferenceService or the
+                local stand-in.
+            deploy_traffic: Percent of requests the new version gets (canary, 1-100); the
+                first version of an endpoint gets 100.
+            deploy_settings: gkeflow.yaml deploy: settings as JSON (endpoint, keep,
+                replicas, KServe mode, namespace, storage_root); empty for the defaults.
         """
         scope = locals()
         gate = {name: scope[name] for name in GATE_PARAMETERS}
@@ -270,6 +286,7 @@ def build_training_pipeline(
             model=train.outputs["model"], gate=gate,
             data_uri=data_uri, workspace_path=storage.path,
             training_inputs=training_inputs(scope, fingerprint),
+            deploy=deploy_stage(target, profiles[DEPLOY_STEP], scope),
         )
 
     return training_pipeline

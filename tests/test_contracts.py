@@ -13,7 +13,8 @@ def test_every_vendored_contract_is_present_parses_and_has_its_source():
     listed = re.findall(r"^\| `([^`]+)` \| .*commit `([0-9a-f]{40})`", readme, re.M)
     assert {name for name, _ in listed} == {
         "kfp-v2beta1.swagger.json", "kubeflow-model-registry.openapi.yaml",
-        "jobset.x-k8s.io_jobsets.yaml"}
+        "jobset.x-k8s.io_jobsets.yaml", "kserve/serving.kserve.io_inferenceservices.yaml",
+        "kserve/kserve-tensorflow-serving.yaml"}
     for name, _ in listed:
         text = (CONTRACTS / name).read_text(encoding="utf-8")
         data = json.loads(text) if name.endswith(".json") else yaml.safe_load(text)

@@ -357,6 +357,8 @@ class Evaluation:
     decision: Decision
     policy: BlessingPolicy
     data: dict[str, Any]
+    #: The first test rows and the model's probabilities for them (stream.prediction_sample).
+    sample: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:
@@ -411,6 +413,7 @@ class Evaluation:
             "champion": champion,
             "slices": [vars(s) for s in self.slices],
             "roc": {"class": self.roc_class, "points": len(self.roc)},
+            "sample_predictions": self.sample,
         }
 
     def to_json(self) -> str:
@@ -513,4 +516,5 @@ def evaluate(
         decision=decide(metrics, champion, policy),
         policy=policy,
         data=data_summary(dataset_dir, schema, metrics),
+        sample=scored.sample,
     )

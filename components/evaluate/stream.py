@@ -19,6 +19,9 @@ from gkeflow.components.evaluate.slices import SliceAccumulator
 
 #: Rows per batch read from the test split (and predicted at once).
 EVAL_BATCH_ROWS = 8192
+#: Test rows whose raw values and predicted probabilities the evaluation keeps, so a later
+#: step (the deploy step's servability check) can send the same rows to the served model.
+SAMPLE_ROWS = 32
 
 
 class LabelError(ValueError):
@@ -78,6 +81,7 @@ class Scored:
     champion: MetricAccumulator | None
     slices: SliceAccumulator
     batches: int
+    sample: dict | None = None
 
 
 def score_test_split(dataset_dir: Path, schema, model, slices: SliceAccumulator,
@@ -90,9 +94,12 @@ def score_test_split(dataset_dir: Path, schema, model, slices: SliceAccumulator,
     champion = MetricAccumulator(labels, max_bins) if champion_model is not None else None
     features = model.metadata["features"]
     batches = 0
+    sample = None
     for batch in iter_test_batches(dataset_dir, schema, batch_rows):
         true = label_indices(batch[schema.label], labels)
         probabilities = model.predict_proba(model_inputs(features, batch))
+        if sample is None:
+            sample = prediction_sample(features, batch, probabilities, labels)
         predicted = challenger.update(true, probabilities)
         champion_predicted = None
         if champion is not None:
@@ -101,4 +108,26 @@ def score_test_split(dataset_dir: Path, schema, model, slices: SliceAccumulator,
             champion_predicted = champion.update(true, theirs)
         slices.update(batch, true, predicted, probabilities, champion_predicted)
         batches += 1
-    return Scored(challenger, champion, slices, batches)
+    return Scored(challenger, champion, slices, batches, sample)
+
+
+def _plain(value):
+    """A raw test value as JSON holds it: bytes as text, NaN as None."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    value = float(value)
+    return None if np.isnan(value) else value
+
+
+def prediction_sample(features: list[dict], batch: dict[str, np.ndarray],
+                      probabilities: np.ndarray, labels: list[str],
+                      rows: int = SAMPLE_ROWS) -> dict:
+    """The first ``rows`` test rows (raw feature values by column) with the challenger's
+    class probabilities for them: what a served model must answer for the same rows."""
+    n = min(rows, len(probabilities))
+    return {
+        "rows": [{f["name"]: _plain(batch[f["name"]][i]) for f in features} for i in range(n)],
+        "probabilities": [[float(p) for p in probabilities[i]] for i in range(n)],
+        "classes": [labels[int(probabilities[i].argmax())] for i in range(n)],
+        "labels": list(labels),
+    }

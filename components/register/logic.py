@@ -210,6 +210,23 @@ def _vertex_resource_uri(resource_name: str) -> str:
     return f"https://{location}-aiplatform.googleapis.com/v1/{resource_name}"
 
 
+def matched_serving_image(model_dir: Path) -> str:
+    """The Vertex AI prebuilt TensorFlow CPU container matching the TensorFlow the model
+    was trained with (see :mod:`gkeflow.components.deploy.runtimes`); "" when unknown."""
+    import json
+
+    from gkeflow.components.deploy.runtimes import vertex_image
+
+    try:
+        metadata = json.loads((Path(model_dir) / "gkeflow_model.json").read_text())
+        choice = vertex_image(str(metadata["framework_version"]), gpu=False)
+    except (OSError, ValueError, KeyError):
+        return ""
+    if choice.note:
+        print(f"note: {choice.note}", flush=True)
+    return choice.image
+
+
 def register_for_pipeline(
     model_path: str,
     model_uri: str,
@@ -230,6 +247,9 @@ def register_for_pipeline(
     describes the result for the step's output artifact."""
     metrics = {k: float(v) for k, v in metrics_metadata.items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if not serving_image and backend_of(registry_uri) == "vertex" and (
+            settings is None or not settings.serving_image):
+        serving_image = matched_serving_image(Path(model_path))
     if settings is None:
         settings = RegistrySettings(serving_image=serving_image)
     elif serving_image:
@@ -264,6 +284,10 @@ def register_for_pipeline(
         "createdNow": created,
         "unchanged": registration.unchanged,
     }
+    if backend == "vertex":
+        from gkeflow.components.register.vertex import DEFAULT_SERVING_IMAGE
+
+        metadata["servingImage"] = settings.serving_image or DEFAULT_SERVING_IMAGE
     artifact_uri = ""
     if backend == "vertex":
         artifact_uri = _vertex_resource_uri(version.resource_name)

@@ -42,7 +42,7 @@ def test_plan_rows_match_the_committed_compiled_yaml(target):
     images = {step: pin(image, lock) for step, image in step_images().items()}
     rows = plan(resolve_compute(target), target, images)
     assert [r.step for r in rows] == ["fingerprint-data", "prepare-data", "train-model",
-                                      "evaluate-model", "register-model"]
+                                      "evaluate-model", "register-model", "deploy-model"]
     for row in rows:
         executor = spec["deploymentSpec"]["executors"][f"exec-{row.step}"]["container"]
         job = custom_job_payload(spec, row.step) if target == "vertex" else None
@@ -210,7 +210,7 @@ def test_plan_fits_columns_also_when_piped_wide_and_json_show_everything():
     assert as_json.exit_code == 0, as_json.output
     data = json.loads(as_json.output)
     assert (data["pipeline"], data["target"]) == ("training", "vertex")
-    assert [set(step) for step in data["steps"]] == [set(PlanRow.__dataclass_fields__)] * 5
+    assert [set(step) for step in data["steps"]] == [set(PlanRow.__dataclass_fields__)] * 6
     train = next(step for step in data["steps"] if step["step"] == "train-model")
     assert train["accelerator"] == "NVIDIA_TESLA_T4"
     assert any("timeout_s is not enforced" in note for note in data["notes"])

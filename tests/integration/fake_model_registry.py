@@ -44,6 +44,8 @@ class FakeModelRegistry(WsgiFake):
     model_versions: dict[str, dict] = field(default_factory=dict)
     artifacts: dict[str, dict] = field(default_factory=dict)
     version_artifacts: dict[str, list[str]] = field(default_factory=dict)
+    serving_environments: dict[str, dict] = field(default_factory=dict)
+    inference_services: dict[str, dict] = field(default_factory=dict)
     requests: list[tuple[str, str]] = field(default_factory=list)
     contract_violations: list[str] = field(default_factory=list)
     failures: list[InjectedFailure] = field(default_factory=list)
@@ -127,6 +129,15 @@ class FakeModelRegistry(WsgiFake):
                 ("POST", r"/model_versions/(\d+)/artifacts",
                  lambda i: self._add_artifact(i, body)),
                 ("GET", r"/model_artifact", lambda: self._find(self.artifacts, args)),
+                ("GET", r"/serving_environment",
+                 lambda: self._find(self.serving_environments, args)),
+                ("POST", r"/serving_environments", lambda: self._create_in(
+                    self.serving_environments, body, {})),
+                ("GET", r"/inference_service", lambda: self._find(
+                    self.inference_services, args, parent="servingEnvironmentId")),
+                ("POST", r"/inference_services", lambda: self._create_isvc(body)),
+                ("PATCH", r"/inference_services/(\d+)",
+                 lambda i: self._update(self.inference_services, i, body)),
             ]
             for method, pattern, handler in routes:
                 match = re.fullmatch(pattern, path)
@@ -188,6 +199,35 @@ class FakeModelRegistry(WsgiFake):
         self.version_artifacts.setdefault(mv_id, []).append(artifact["id"])
         return _json(201, artifact)
 
+    def _create_in(self, table: dict, body: dict, scope: dict, status: int = 201) -> Response:
+        conflict = self._unique(table, body, scope=scope)
+        if conflict:
+            return conflict
+        item = self._new(body)
+        table[item["id"]] = item
+        return _json(status, item)
+
+    def _create_isvc(self, body: dict) -> Response:
+        if body.get("servingEnvironmentId") not in self.serving_environments:
+            return _error(400, f"serving environment {body.get('servingEnvironmentId')} not "
+                               "found")
+        if body.get("registeredModelId") not in self.registered_models:
+            return _error(400, f"registered model {body.get('registeredModelId')} not found")
+        version = self.model_versions.get(body.get("modelVersionId", ""))
+        if version is None or version["registeredModelId"] != body["registeredModelId"]:
+            return _error(400, f"model version {body.get('modelVersionId')} is not a version "
+                               f"of registered model {body['registeredModelId']}")
+        # the contract answers this create with 200, not 201
+        return self._create_in(self.inference_services, body,
+                               {"servingEnvironmentId": body["servingEnvironmentId"]}, 200)
+
+    def _update(self, table: dict, item_id: str, body: dict) -> Response:
+        if item_id not in table:
+            return _error(404, f"{item_id} not found")
+        table[item_id].update(body)
+        table[item_id]["lastUpdateTimeSinceEpoch"] = str(int(time.time() * 1000))
+        return _json(200, table[item_id])
+
     @staticmethod
     def _get(table: dict, item_id: str) -> Response:
         if item_id not in table:
@@ -195,14 +235,14 @@ class FakeModelRegistry(WsgiFake):
         return _json(200, table[item_id])
 
     @staticmethod
-    def _find(table: dict, args) -> Response:
+    def _find(table: dict, args, parent: str = "registeredModelId") -> Response:
         items = list(table.values())
         if "externalId" in args:
             items = [i for i in items if i.get("externalId") == args["externalId"]]
         if "name" in args:
             items = [i for i in items if i.get("name") == args["name"]]
         if "parentResourceId" in args:
-            items = [i for i in items if i.get("registeredModelId") == args["parentResourceId"]]
+            items = [i for i in items if i.get(parent) == args["parentResourceId"]]
         if not items:
             return _error(404, "no entity matches the search parameters")
         return _json(200, items[0])

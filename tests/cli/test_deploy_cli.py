@@ -1,0 +1,115 @@
+"""`gkeflow deploy` without a model: help, one-line errors, nothing deployed."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from gkeflow.pipelines.cli import main
+
+
+def run(*args, **kwargs):
+    return CliRunner().invoke(main, list(args), **kwargs)
+
+
+def test_help_names_every_action():
+    result = run("deploy", "--help")
+    assert result.exit_code == 0
+    for word in ("promote", "rollback", "status", "local", "--traffic", "--dry-run"):
+        assert word in result.output
+    assert "--target" in run("deploy", "promote", "--help").output
+
+
+def test_status_of_nothing_and_errors_are_one_line(tmp_path):
+    result = run("deploy", "status", "penguins", "--output", str(tmp_path))
+    assert result.exit_code == 0 and result.output.strip() == "penguins: nothing deployed"
+    result = run("deploy", "promote", "penguins", "--output", str(tmp_path))
+    assert result.exit_code == 1 and "no local endpoint penguins" in result.output
+    assert "Traceback" not in result.output
+    request = tmp_path / "r.json"
+    request.write_text("{}")
+    result = run("deploy", "local", "penguins", "--output", str(tmp_path), "--request",
+                 str(request))
+    assert result.exit_code == 1 and "run `gkeflow run --deploy` first" in result.output
+
+
+def test_vertex_needs_its_target_and_unknown_environments_are_named(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run("deploy", "status", "penguins", "--target", "vertex")
+    assert result.exit_code == 1 and "targets.vertex" in result.output
+    result = run("deploy", "status", "penguins", "--env", "prod")
+    assert result.exit_code == 1 and "no deploy.prod" in result.output
+
+
+def test_a_model_that_is_not_registered_is_named(tmp_path):
+    (tmp_path / "registry.db").touch()
+    result = run("deploy", "ghost@1", "--output", str(tmp_path))
+    assert result.exit_code == 1 and "ghost" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_promote_rollback_status_on_vertex_through_the_cli(tmp_path, monkeypatch):
+    import yaml
+
+    from gkeflow.components.cloud.retry import RetryPolicy
+    from gkeflow.components.deploy.vertex_endpoint import Machine, VertexEndpoints
+    from tests.integration.fake_vertex_endpoints import FakeEndpointService
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GKEFLOW_RETRY_BUDGET_S", "5")
+    with FakeEndpointService() as fake:
+        (tmp_path / "gkeflow.yaml").write_text(yaml.safe_dump({"targets": {"vertex": {
+            "project": fake.project, "region": fake.location,
+            "pipeline_root": "gs://my-bucket/root",
+            "service_account": "p@my-project.iam.gserviceaccount.com",
+            "api_endpoint": fake.url}}}))
+        fake.add_model("555", "1", "2")
+        api = VertexEndpoints(fake.project, fake.location, RetryPolicy(budget_s=5),
+                              api_endpoint=fake.url, echo=lambda line: None, poll_s=0)
+        for version in ("1", "2"):
+            api.deploy("penguins", f"{fake.parent}/models/555@{version}", Machine())
+        status = run("deploy", "status", "penguins", "--target", "vertex")
+        assert status.exit_code == 0 and "penguins-v1 90%, penguins-v2 10%" in status.output
+        promoted = run("deploy", "promote", "penguins", "--target", "vertex")
+        assert promoted.exit_code == 0, promoted.output
+        assert fake.split_by_version() == {"1": 0, "2": 100}
+        rolled = run("deploy", "rollback", "penguins", "--target", "vertex")
+        assert rolled.exit_code == 0 and fake.split_by_version() == {"1": 90, "2": 10}
+        assert len(fake.endpoints) == 1 and not fake.violations
+
+
+def test_promote_rollback_status_on_gke_through_the_cli(tmp_path, monkeypatch):
+    import yaml
+    from kubernetes import client
+
+    from gkeflow.components.deploy.kserve import (
+        InferenceServices,
+        KServeApi,
+        ModelVersion,
+        Placement,
+    )
+    from tests.integration.fake_kserve import FakeKServe
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GKEFLOW_RETRY_BUDGET_S", "5")
+    with FakeKServe() as kube:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": kube.url}}],
+            "users": [{"name": "fake", "user": {"token": "t"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+        services = InferenceServices(
+            KServeApi(client.ApiClient(client.Configuration(host=kube.url)),
+                      echo=lambda line: None), "models", "serverless")
+        for n in (1, 2):
+            services.deploy("penguins", ModelVersion(f"v{n}", n, f"gs://b/penguins-v{n}",
+                                                     "2.21.0"), Placement())
+        where = ("--target", "gke", "--namespace", "models")
+        status = run("deploy", "status", "penguins", *where)
+        assert status.exit_code == 0 and "v1 90%, v2 10%" in status.output, status.output
+        assert run("deploy", "promote", "penguins", *where).exit_code == 0
+        assert kube.traffic(name="penguins") == {"gs://b/penguins-v2": 100}
+        assert run("deploy", "rollback", "penguins", *where).exit_code == 0
+        assert kube.traffic(name="penguins") == {"gs://b/penguins-v1": 100}
+        assert kube.count() == 1 and not kube.violations

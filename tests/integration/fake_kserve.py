@@ -1,0 +1,276 @@
+"""A fake Kubernetes API server for KServe InferenceServices, on loopback.
+
+It speaks the REST paths the ``kubernetes`` client calls (``/apis/serving.kserve.io/v1beta1/
+namespaces/<ns>/inferenceservices[/<name>]``: GET, LIST, POST, PUT) and serves the
+InferenceService CRD (``/apis/apiextensions.k8s.io/v1/customresourcedefinitions/<name>``),
+so a client can look for ``spec.canary``; ``canary_list=False`` serves it without (KServe
+releases up to v0.19).
+
+Every object written is validated against the vendored CRD's ``openAPIV3Schema`` with
+unknown fields rejected (the API server would prune them), and against the rules KServe's
+webhook and runtime enforce that the suite relies on: the runtime named exists and supports
+the model format (the vendored ``kserve-tensorflow-serving`` ClusterServingRuntime),
+``spec.canary[]`` only with ``serving.kserve.io/deploymentMode: Standard`` and then with
+fixed replicas (no ``maxReplicas``/``scaleTarget``/``workerSpec``) and shares adding up to
+at most 100 (``validateCanarySpecs``), ``canaryTrafficPercent`` only in Serverless mode,
+and a GPU limit only with a ``-gpu`` runtimeVersion (the CPU image cannot use the GPU). A
+PUT must carry the current ``resourceVersion`` (else 409); a POST of an existing name
+gets 409. A violation is answered with 422 and recorded in :attr:`violations`. A test can
+ask for failures (:meth:`fail`: an error before anything is done; :meth:`lose`: done, then
+answered 503; :meth:`hang`: done, answered after the client's timeout).
+
+The "controller" keeps what traffic each model gets (:meth:`traffic`): in Serverless mode a
+new predictor spec with ``canaryTrafficPercent: N`` gets N% and the last rolled-out revision
+the rest; without it the new revision is rolled out at 100% (Knative's revision routing);
+in Standard mode the predictor gets what the canaries leave.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import time
+from pathlib import Path
+
+import jsonschema
+import yaml
+from werkzeug.wrappers import Request, Response
+
+from tests.integration.fake_kube import _closed, _status
+from tests.integration.wsgi_fake import WsgiFake
+
+CONTRACTS = Path(__file__).resolve().parents[1] / "contracts" / "kserve"
+CRD = CONTRACTS / "serving.kserve.io_inferenceservices.yaml"
+RUNTIME = CONTRACTS / "kserve-tensorflow-serving.yaml"
+_ISVC = re.compile(r"^/apis/serving\.kserve\.io/v1beta1/namespaces/([^/]+)/inferenceservices"
+                   r"(?:/([^/]+))?$")
+_CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+_VALIDATOR = None
+_CRD_TEXT: str | None = None
+
+
+def crd() -> dict:
+    """The vendored CRD (a fresh copy; parsed once, it is megabytes of YAML)."""
+    global _CRD_TEXT
+    if _CRD_TEXT is None:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        _CRD_TEXT = json.dumps(yaml.load(CRD.read_text(), Loader=loader))
+    return json.loads(_CRD_TEXT)
+
+
+def isvc_schema() -> dict:
+    [version] = [v for v in crd()["spec"]["versions"] if v["name"] == "v1beta1"]
+    return _closed(version["schema"]["openAPIV3Schema"])
+
+
+def validate_isvc(manifest: dict) -> list[str]:
+    """Everything wrong with an InferenceService manifest; empty when valid."""
+    global _VALIDATOR
+    if _VALIDATOR is None:
+        _VALIDATOR = jsonschema.Draft7Validator(isvc_schema())
+    problems = [f"{'.'.join(str(p) for p in e.path)}: {e.message}"
+                for e in _VALIDATOR.iter_errors(manifest)]
+    if manifest.get("apiVersion") != "serving.kserve.io/v1beta1" or manifest.get(
+            "kind") != "InferenceService":
+        problems.append("not a serving.kserve.io/v1beta1 InferenceService")
+    metadata = manifest.get("metadata", {})
+    if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", metadata.get("name", "")):
+        problems.append(f"metadata.name {metadata.get('name')!r} is not a DNS label")
+    if problems:
+        return problems
+    standard = (metadata.get("annotations") or {}).get(
+        "serving.kserve.io/deploymentMode") == "Standard"
+    spec = manifest["spec"]
+    predictors = [("spec.predictor", spec["predictor"])] + [
+        (f"spec.canary[{i}].predictor", c["predictor"]) for i, c in enumerate(
+            spec.get("canary", []))]
+    runtime = yaml.safe_load(RUNTIME.read_text())
+    formats = {(f["name"], str(f["version"])) for f in runtime["spec"]["supportedModelFormats"]}
+    for where, predictor in predictors:
+        model = predictor.get("model")
+        if not model:
+            problems.append(f"{where}.model is required")
+            continue
+        if model.get("runtime") != runtime["metadata"]["name"]:
+            problems.append(f"{where}.model.runtime {model.get('runtime')!r}: no such runtime")
+        fmt = model.get("modelFormat", {})
+        if (fmt.get("name"), str(fmt.get("version"))) not in formats:
+            problems.append(f"{where}.model.modelFormat {fmt} is not supported by the runtime")
+        if not re.match(r"^(gs|s3|pvc|https?|hf|oci)://.+", model.get("storageUri", "")):
+            problems.append(f"{where}.model.storageUri {model.get('storageUri')!r} is not a "
+                            "storage URI the storage initializer reads")
+        gpus = ((model.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu")
+        if gpus and not str(model.get("runtimeVersion", "")).endswith("-gpu"):
+            problems.append(f"{where}: a GPU limit needs a -gpu runtimeVersion")
+        if where != "spec.predictor" or standard:
+            for forbidden in ("maxReplicas", "scaleTarget", "workerSpec"):
+                if spec.get("canary") and forbidden in predictor:
+                    problems.append(f"{where}.{forbidden}: canary predictors need fixed "
+                                    "replicas")
+    if spec.get("canary"):
+        if not standard:
+            problems.append("spec.canary needs the serving.kserve.io/deploymentMode: Standard "
+                            "annotation")
+        if sum(c["trafficPercent"] for c in spec["canary"]) > 100:
+            problems.append("spec.canary trafficPercent adds up to more than 100")
+        names = [c["predictor"].get("name") for c in spec["canary"]]
+        if not all(names) or len(set(names)) != len(names):
+            problems.append("every spec.canary predictor needs a unique name")
+    if standard and "canaryTrafficPercent" in spec["predictor"]:
+        problems.append("canaryTrafficPercent is a Serverless-mode field")
+    return problems
+
+
+class FakeKServe(WsgiFake):
+    """``with FakeKServe() as kube:`` serves at ``kube.url``."""
+
+    def __init__(self, canary_list: bool = True, crd_readable: bool = True):
+        self.canary_list = canary_list
+        self.crd_readable = crd_readable
+        self.objects: dict[tuple[str, str], dict] = {}
+        self.rolled_out: dict[tuple[str, str], str] = {}
+        self.served: dict[tuple[str, str], dict[str, int]] = {}
+        self.requests: list[tuple[str, str]] = []
+        self.violations: list[str] = []
+        self.failures: list[list] = []
+        self.creates = 0
+        self._version = 100
+        self._lock = threading.Lock()
+
+    def fail(self, status: int, times: int = 1, method: str | None = None) -> None:
+        """Answer the next ``times`` matching requests with ``status``, doing nothing."""
+        self.failures.append(["fail", status, method, times])
+
+    def hang(self, seconds: float, times: int = 1, method: str | None = None) -> None:
+        """Carry out the next ``times`` matching requests, answering after ``seconds`` (a
+        hung read: the client's timeout fires first)."""
+        self.failures.append(["hang", seconds, method, times])
+
+    def lose(self, times: int = 1, method: str | None = None) -> None:
+        """Carry out the next ``times`` matching requests, then answer 503."""
+        self.failures.append(["lose", 503, method, times])
+
+    def traffic(self, namespace: str = "models", name: str = "penguins") -> dict[str, int]:
+        """storageUri -> percent, as the controller routes it now."""
+        return dict(self.served.get((namespace, name), {}))
+
+    def count(self) -> int:
+        return len(self.objects)
+
+    # -- HTTP ---------------------------------------------------------------------------------
+
+    def _wsgi(self, environ, start_response):
+        request = Request(environ)
+        self.requests.append((request.method, request.path))
+        injected = None
+        with self._lock:
+            for failure in self.failures:
+                kind, status, method, remaining = failure
+                if remaining > 0 and (not method or method == request.method):
+                    failure[3] -= 1
+                    injected = (kind, status)
+                    break
+        if injected and injected[0] == "fail":
+            return _status(injected[1], "ServiceUnavailable", "injected")(environ,
+                                                                        start_response)
+        with self._lock:
+            response = self._route(request)
+        if injected and injected[0] == "hang":
+            time.sleep(injected[1])
+        elif injected:
+            response = _status(503, "ServiceUnavailable", "connection reset")
+        return response(environ, start_response)
+
+    def _route(self, request: Request) -> Response:
+        if request.path.startswith(_CRD_PATH) and request.method == "GET":
+            if not self.crd_readable:
+                return _status(403, "Forbidden", "customresourcedefinitions is forbidden")
+            definition = crd()
+            if request.path[len(_CRD_PATH):] != definition["metadata"]["name"]:
+                return _status(404, "NotFound", "no such CRD")
+            if not self.canary_list:
+                for version in definition["spec"]["versions"]:
+                    version["schema"]["openAPIV3Schema"]["properties"]["spec"][
+                        "properties"].pop("canary", None)
+            return Response(json.dumps(definition), content_type="application/json")
+        match = _ISVC.match(request.path)
+        if not match:
+            return _status(404, "NotFound", f"no route {request.path}")
+        namespace, name = match.groups()
+        key = (namespace, name or "")
+        if request.method == "GET" and name:
+            found = self.objects.get(key)
+            if found is None:
+                return _status(404, "NotFound", f"inferenceservices {name!r} not found")
+            return Response(json.dumps(found), content_type="application/json")
+        if request.method == "GET":
+            selector = request.args.get("labelSelector", "")
+            items = [o for (ns, _), o in self.objects.items() if ns == namespace
+                     and _selected(o, selector)]
+            return Response(json.dumps({"apiVersion": "serving.kserve.io/v1beta1",
+                                        "kind": "InferenceServiceList", "items": items,
+                                        "metadata": {"resourceVersion": str(self._version)}}),
+                            content_type="application/json")
+        body = request.get_json(silent=True) or {}
+        if request.method == "POST" and not name:
+            key = (namespace, body.get("metadata", {}).get("name", ""))
+            if key in self.objects:
+                return _status(409, "AlreadyExists", f"inferenceservices {key[1]!r} exists")
+            return self._write(key, body, creating=True)
+        if request.method == "PUT" and name:
+            current = self.objects.get(key)
+            if current is None:
+                return _status(404, "NotFound", f"inferenceservices {name!r} not found")
+            if body.get("metadata", {}).get("resourceVersion") != current["metadata"][
+                    "resourceVersion"]:
+                return _status(409, "Conflict", "the object has been modified; apply your "
+                                                "changes to the latest version")
+            return self._write(key, body, creating=False)
+        return _status(405, "MethodNotAllowed", f"{request.method} {request.path}")
+
+    def _write(self, key, body: dict, creating: bool) -> Response:
+        manifest = copy.deepcopy(body)
+        manifest.get("metadata", {}).pop("resourceVersion", None)
+        problems = validate_isvc(manifest)
+        if manifest.get("metadata", {}).get("namespace", key[0]) != key[0]:
+            problems.append("metadata.namespace does not match the URL")
+        if problems:
+            self.violations.extend(problems)
+            return _status(422, "Invalid", "; ".join(problems))
+        if creating:
+            self.creates += 1
+        self._version += 1
+        manifest["metadata"]["resourceVersion"] = str(self._version)
+        manifest["metadata"].setdefault("namespace", key[0])
+        manifest["status"] = {"url": f"http://{key[1]}.{key[0]}.example.com"}
+        self.objects[key] = manifest
+        self._route_traffic(key, manifest)
+        return Response(json.dumps(manifest), status=201 if creating else 200,
+                        content_type="application/json")
+
+    def _route_traffic(self, key, manifest: dict) -> None:
+        spec = manifest["spec"]
+        latest = spec["predictor"]["model"]["storageUri"]
+        if spec.get("canary"):
+            served = {c["predictor"]["model"]["storageUri"]: c["trafficPercent"]
+                      for c in spec["canary"]}
+            served[latest] = 100 - sum(served.values())
+        elif "canaryTrafficPercent" in spec["predictor"] and self.rolled_out.get(key) not in (
+                None, latest):
+            percent = spec["predictor"]["canaryTrafficPercent"]
+            served = {self.rolled_out[key]: 100 - percent, latest: percent}
+        else:
+            served = {latest: 100}
+            self.rolled_out[key] = latest
+        self.served[key] = {k: v for k, v in served.items() if v}
+
+
+def _selected(obj: dict, selector: str) -> bool:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    for term in filter(None, selector.split(",")):
+        k, _, v = term.partition("=")
+        if labels.get(k) != v:
+            return False
+    return True
