@@ -55,10 +55,10 @@ dist: $(STAMP) ## Build the wheel and sdist into dist/ (version: components/imag
 	$(BIN)/python -m build --no-isolation --outdir dist .
 
 locks: $(STAMP) ## Re-resolve the images' hashed locks (images/requirements-*.lock) from pyproject.toml
-	$(BIN)/python -m gkeflow.pipelines.image_locks write
+	$(BIN)/python -m gkeflow.pipelines.targets.image_locks write
 
 check-locks: $(STAMP) ## Fail when the images' locks are stale against pyproject.toml
-	$(BIN)/python -m gkeflow.pipelines.image_locks check
+	$(BIN)/python -m gkeflow.pipelines.targets.image_locks check
 
 # The base image, pulled, or (where nothing can be pulled) a stand-in from Debian packages.
 IMAGE_BASE := docker.io/library/python:3.11.11-slim-bookworm

@@ -1,7 +1,7 @@
 """Packaging glue: the top-level ``components/``, ``pipelines/`` and ``images/`` folders install
 as ``gkeflow.components``, ``gkeflow.pipelines`` and ``gkeflow.images`` (everything else lives
 in pyproject.toml). ``gkeflow.images`` carries the Dockerfiles and their hashed locks, so images
-can be built from an installed package (``gkeflow.pipelines.image_build``)."""
+can be built from an installed package (``gkeflow.pipelines.targets.image_build``)."""
 
 from setuptools import find_packages, setup
 

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gkeflow.pipelines.image_build import assemble_context
+from gkeflow.pipelines.targets.image_build import assemble_context
 
 REFERENCE = "localhost/gkeflow-cpu:bench"
 

@@ -6,7 +6,7 @@ the train split, or because they hold a single value), then trains, evaluates an
 registers with gkeflow's components on the selected features only.
 
 Every step's compute is declared once in :data:`COMPUTE` and applied per target with
-gkeflow's helper (:func:`gkeflow.pipelines.compute.apply_compute`), so the same definition
+gkeflow's helper (:func:`gkeflow.pipelines.compute.profiles.apply_compute`), so the same definition
 runs locally with ``kfp.local`` and compiles for Kubeflow Pipelines on GKE and for Vertex
 AI Pipelines::
 
@@ -25,7 +25,7 @@ from kfp.dsl import Artifact, Dataset, Input, Markdown, Output
 
 from gkeflow.components import evaluate_model, prepare_data, register_model, train_model
 from gkeflow.components.images import CPU_IMAGE
-from gkeflow.pipelines.compute import ComputeProfile, apply_compute, validate_profiles
+from gkeflow.pipelines.compute.profiles import ComputeProfile, apply_compute, validate_profiles
 
 PIPELINE_NAME = "penguins-feature-selection"
 EMBEDDED_PENGUINS = "embedded://penguins"
@@ -197,7 +197,7 @@ def build_pipeline(target: str = "local", compute: Mapping[str, ComputeProfile] 
 
 def run_locally(output_dir: Path, **arguments) -> Path:
     """Run the pipeline with ``kfp.local`` (steps as subprocesses); returns the run directory."""
-    from gkeflow.pipelines.local import init_local
+    from gkeflow.pipelines.targets.local import init_local
 
     root = Path(output_dir).resolve() / "runs"
     root.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,7 @@
 # suite, plus the user's extra packages and code. Runs data preparation, evaluation,
 # registration and CPU training.
 #
-# Built from a context that gkeflow.pipelines.image_build assembles (`gkeflow images build`):
+# Built from a context that gkeflow.pipelines.targets.image_build assembles (`gkeflow images build`):
 #   requirements.lock  every package pinned with its hashes (images/requirements-cpu.lock)
 #   dist/              the gkeflow wheel         user/  extra requirements and included code
 # Layers go from the least to the most often changed: locked packages, extra packages, the

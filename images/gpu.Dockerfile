@@ -4,7 +4,7 @@
 # Vertex AI). CUDA and cuDNN come as pip wheels; the NVIDIA driver comes from the node (GKE
 # mounts it under /usr/local/nvidia).
 #
-# Built from a context that gkeflow.pipelines.image_build assembles (`gkeflow images build`):
+# Built from a context that gkeflow.pipelines.targets.image_build assembles (`gkeflow images build`):
 #   requirements.lock  every package pinned with its hashes (images/requirements-gpu.lock)
 #   dist/              the gkeflow wheel         user/  extra requirements and included code
 # Layers go from the least to the most often changed: locked packages, extra packages, the

@@ -3,7 +3,7 @@
 The file is optional; every key has a default in code. Sections:
 
 ``compute``
-    per-step overrides of :class:`gkeflow.pipelines.compute.ComputeProfile` fields, e.g.::
+    per-step overrides of :class:`gkeflow.pipelines.compute.profiles.ComputeProfile` fields, e.g.::
 
         compute:
           train-model: {accelerator: nvidia-l4, accelerator_count: 1, spot: true}
@@ -31,7 +31,7 @@ The file is optional; every key has a default in code. Sections:
 
 ``workspace``
     the GKE run's volume for prepared shards and checkpoints when the pipeline root is not
-    gs:// (:class:`gkeflow.pipelines.workspace.WorkspaceSettings`): size, storage_class,
+    gs:// (:class:`gkeflow.pipelines.compute.workspace.WorkspaceSettings`): size, storage_class,
     access_mode, enabled.
 
 ``notifications`` / ``retention``
@@ -44,6 +44,9 @@ The file is optional; every key has a default in code. Sections:
     (:class:`gkeflow.pipelines.images_config.ImagesConfig`; `gkeflow images build`).
 
 `gkeflow init` writes a commented example of every section.
+
+Longer than most modules on purpose: gkeflow.yaml is one document, and its sections, their
+cross-checks and the commented example `gkeflow init` writes stay side by side.
 """
 
 from __future__ import annotations
@@ -63,12 +66,12 @@ from pydantic import (
     model_validator,
 )
 
+from gkeflow.pipelines.compute.workspace import WorkspaceSettings
 from gkeflow.pipelines.deploy_stage import DeployConfig
 from gkeflow.pipelines.images_config import BASE_DIR, ImagesConfig
 from gkeflow.pipelines.operations_config import NotificationSettings, RetentionSettings
 from gkeflow.pipelines.preparation_settings import PreparationSettings
 from gkeflow.pipelines.sweep_config import SweepConfig
-from gkeflow.pipelines.workspace import WorkspaceSettings
 
 DEFAULT_CONFIG_FILE = Path("gkeflow.yaml")
 
@@ -155,13 +158,13 @@ class GkeflowConfig(BaseModel):
         """``workspace:``, off when unset and the GKE target's pipeline root is gs:// (shards
         and checkpoints then go to Cloud Storage); unset otherwise means on wherever a
         workspace can serve (not for JobSet training, see
-        :class:`~gkeflow.pipelines.workspace.PipelineStorage`)."""
+        :class:`~gkeflow.pipelines.compute.workspace.PipelineStorage`)."""
         gke = self.targets.gke
         return self.workspace.for_root(gke.pipeline_root if gke else None)
 
     def compute_overrides(self, defaults) -> dict:
         """Per-step :class:`ComputeProfile` objects: ``defaults`` with this file's overrides."""
-        from gkeflow.pipelines.compute import ComputeError
+        from gkeflow.pipelines.compute.profiles import ComputeError
 
         profiles = dict(defaults)
         for step, changes in self.compute.items():
@@ -402,7 +405,7 @@ class ScheduleConfig(_Strict):
     @field_validator("pipeline")
     @classmethod
     def _pipeline(cls, value):
-        from gkeflow.pipelines.compile import PIPELINES
+        from gkeflow.pipelines.targets.compile import PIPELINES
 
         if value not in PIPELINES:
             raise ValueError(f"unknown pipeline {value!r}; pipelines are {', '.join(PIPELINES)}")
@@ -411,7 +414,7 @@ class ScheduleConfig(_Strict):
     @field_validator("cron")
     @classmethod
     def _cron(cls, value):
-        from gkeflow.pipelines.cron import CronError, CronExpression
+        from gkeflow.pipelines.targets.cron import CronError, CronExpression
 
         try:
             CronExpression.parse(value)
@@ -422,7 +425,7 @@ class ScheduleConfig(_Strict):
     @field_validator("time_zone")
     @classmethod
     def _tz(cls, value):
-        from gkeflow.pipelines.cron import CronError, zone
+        from gkeflow.pipelines.targets.cron import CronError, zone
 
         try:
             zone(value)
@@ -551,7 +554,7 @@ parameters:
 # Recurring runs: `gkeflow schedule apply` makes these real (idempotent).
 # cron: 5 fields (minute hour day-of-month month day-of-week) in time_zone.
 # On GKE, KFP runs crons in UTC: the time zone is converted with its current UTC offset;
-# re-run `gkeflow schedule apply` after a daylight-saving change (see pipelines/cron.py).
+# re-run `gkeflow schedule apply` after a daylight-saving change (see pipelines/targets/cron.py).
 schedules:
   - name: nightly-training
     pipeline: training

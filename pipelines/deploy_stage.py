@@ -8,7 +8,7 @@ deploy task (CPU, memory, timeout, retries; never a GPU: the servability check r
 CPU) and the *serving* machines: on Vertex AI the machine type and accelerator of the
 endpoint's replicas, on GKE the resources, node selector and tolerations of the
 InferenceService's pods, made by the same rules as any GKE step
-(:func:`~gkeflow.pipelines.compute.apply_compute`).
+(:func:`~gkeflow.pipelines.compute.profiles.apply_compute`).
 
 ``deploy:`` in gkeflow.yaml has one entry per environment (like ``parameters:``)::
 
@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gkeflow.pipelines.compute import ComputeProfile, apply_compute
+from gkeflow.pipelines.compute.profiles import ComputeProfile, apply_compute
 
 DEPLOY_STEP = "deploy-model"
 
@@ -98,7 +98,7 @@ def serving_compute(profile: ComputeProfile, target: str) -> str:
 
     ``vertex``: the machine type (the smallest that fits, for GPUs from the accelerator
     catalogue) and the accelerator. ``gke``: resources, node selector and tolerations, as
-    :func:`~gkeflow.pipelines.compute.apply_compute` sets them on a step.
+    :func:`~gkeflow.pipelines.compute.profiles.apply_compute` sets them on a step.
     """
     if target == "vertex":
         return json.dumps({"vertex": vertex_machine(profile)}, sort_keys=True)
@@ -108,7 +108,7 @@ def serving_compute(profile: ComputeProfile, target: str) -> str:
 
 
 def vertex_machine(profile: ComputeProfile) -> dict[str, Any]:
-    from gkeflow.pipelines.compute import (
+    from gkeflow.pipelines.compute.profiles import (
         GKE_TO_VERTEX_ACCELERATOR,
         cpu_cores,
         fitting_shape,

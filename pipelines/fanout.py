@@ -18,9 +18,9 @@ from gkeflow.components.prepare.fanout_component import (
     plan_prepare,
     prepare_group,
 )
-from gkeflow.pipelines.compute import ComputeProfile, apply_compute, validate_profiles
+from gkeflow.pipelines.compute.profiles import ComputeProfile, apply_compute, validate_profiles
+from gkeflow.pipelines.compute.workspace import PipelineStorage, WorkspaceSettings
 from gkeflow.pipelines.preparation_settings import MAX_PARALLEL
-from gkeflow.pipelines.workspace import PipelineStorage, WorkspaceSettings
 
 PIPELINE_NAME = "gkeflow-fanout-prepare"
 

@@ -13,7 +13,12 @@ from typing import Optional
 from kfp import dsl
 
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
-from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
+from gkeflow.pipelines.compute.profiles import (
+    ComputeError,
+    ComputeProfile,
+    apply_compute,
+    validate_profiles,
+)
 from gkeflow.pipelines.operations import Operations
 
 PIPELINE_NAME = "gkeflow-prediction"

@@ -19,8 +19,8 @@ Each trial's checkpoints live under ``<root>/checkpoints/<run id>/<trial id>``: 
 id is passed as the task name, the part of the checkpoint location that differs per task.
 
 On Vertex AI with ``engine: vizier`` the trials run as one Vertex AI hyperparameter tuning
-job instead (:mod:`gkeflow.pipelines.vizier`), then the same selection logic, evaluation,
-gate and registration follow.
+job instead (:mod:`gkeflow.pipelines.compute.engines.vizier`), then the same selection
+logic, evaluation, gate and registration follow.
 """
 
 from collections.abc import Mapping
@@ -37,7 +37,13 @@ from gkeflow.components import (
     train_model,
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
-from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
+from gkeflow.pipelines.compute.profiles import (
+    ComputeError,
+    ComputeProfile,
+    apply_compute,
+    validate_profiles,
+)
+from gkeflow.pipelines.compute.workspace import PipelineStorage, WorkspaceSettings
 from gkeflow.pipelines.deploy_stage import DEPLOY_STEP, deploy_stage
 from gkeflow.pipelines.operations import Operations
 from gkeflow.pipelines.preparation import (
@@ -52,7 +58,6 @@ from gkeflow.pipelines.preparation import (
 from gkeflow.pipelines.stages import GATE_PARAMETERS, evaluate_and_register, training_inputs
 from gkeflow.pipelines.sweep_config import SweepConfig, default_sweep, expand_trials
 from gkeflow.pipelines.training import DEFAULT_COMPUTE, DEFAULT_REGISTRY_URIS
-from gkeflow.pipelines.workspace import PipelineStorage, WorkspaceSettings
 
 PIPELINE_NAME = "gkeflow-sweep"
 TRIAL_STEP = "train-model"  # trials use the training step's compute profile
@@ -305,7 +310,7 @@ def build_sweep_pipeline(target: str = "local",
 
 
 def _vizier_spec(sweep: SweepConfig, profile: ComputeProfile) -> str:
-    from gkeflow.pipelines.vizier import tuning_spec
+    from gkeflow.pipelines.compute.engines.vizier import tuning_spec
 
     return tuning_spec(sweep, profile)
 

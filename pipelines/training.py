@@ -20,10 +20,16 @@ from gkeflow.components import (
     train_model,
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
-from gkeflow.pipelines.checkpoints import add_checkpoint_volume
-from gkeflow.pipelines.compute import ComputeError, ComputeProfile, apply_compute, validate_profiles
+from gkeflow.pipelines.compute.checkpoints import add_checkpoint_volume
+from gkeflow.pipelines.compute.engines import training_engine
+from gkeflow.pipelines.compute.profiles import (
+    ComputeError,
+    ComputeProfile,
+    apply_compute,
+    validate_profiles,
+)
+from gkeflow.pipelines.compute.workspace import PipelineStorage, WorkspaceSettings
 from gkeflow.pipelines.deploy_stage import DEPLOY_STEP, SERVING_PROFILE, deploy_stage
-from gkeflow.pipelines.engines import training_engine
 from gkeflow.pipelines.operations import Operations
 from gkeflow.pipelines.preparation import (
     FANOUT_COMPONENTS,
@@ -35,7 +41,6 @@ from gkeflow.pipelines.preparation import (
     prepare_stage,
 )
 from gkeflow.pipelines.stages import GATE_PARAMETERS, evaluate_and_register, training_inputs
-from gkeflow.pipelines.workspace import PipelineStorage, WorkspaceSettings
 
 PIPELINE_NAME = "gkeflow-training"
 
@@ -136,7 +141,7 @@ def build_training_pipeline(
 ):
     """Define ``training_pipeline``, each step's compute validated and applied for ``target``.
 
-    ``workspace``: the run's volume on GKE (see :mod:`gkeflow.pipelines.workspace`); by
+    ``workspace``: the run's volume on GKE (see :mod:`gkeflow.pipelines.compute.workspace`); by
     default one for the default MinIO root, where shards and checkpoints then live.
     ``preparation``: one pod (default) or fan-out (see :mod:`gkeflow.pipelines.preparation`).
     """

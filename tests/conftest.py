@@ -101,7 +101,7 @@ def penguins_run(tmp_path_factory):
     it; they add runs and aliases to it, never change what it trained."""
     from click.testing import CliRunner
 
-    from gkeflow.pipelines.cli import main
+    from gkeflow.pipelines.cli.main import main
 
     output = tmp_path_factory.mktemp("penguins-run") / "out"
     result = CliRunner().invoke(main, [

@@ -5,6 +5,9 @@ categorical columns, looks up the current champion of ``model_name`` in the regi
 scores it on the very same test split, and blesses the challenger only when it meets
 the absolute thresholds and does not regress beyond a tolerance on the comparison
 metric. Everything it found is in the returned :class:`Evaluation`.
+
+Longer than most modules on purpose: the evaluation in order (score, metrics, slices,
+gate, model card) over one set of predictions.
 """
 
 from __future__ import annotations

@@ -29,6 +29,9 @@ Reading a CSV file happens in two passes over each block of about 2 MiB:
 2. **Parsing values** (Arrow's CSV reader over the rows that passed): numbers as float64,
    text dictionary-encoded. Every row Arrow returns has a known origin (:class:`RowOrigin`):
    its line number in the file and its original bytes, which is what the rejects keep.
+
+Longer than most modules on purpose: one streaming CSV reader whose recovery rules
+(quotes, ragged rows, encodings) must be read together to be trusted.
 """
 
 from __future__ import annotations

@@ -25,6 +25,9 @@ Output layout (the ``dataset`` artifact)::
 
 The names other modules import from here (``Schema``, ``SplitRatios``, ``load_split``,
 ``prepare``...) stay importable from this module.
+
+Longer than most modules on purpose: the single-pod preparation in order (read, infer,
+split, write, account for every row), each stage delegating to its own module.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ def resolve_shard_root(artifact_uri: str, shard_root: str = "",
                        attempt: str | None = None, workspace: str = "") -> str:
     """Where a step writes its shards: a fresh ``attempt-*`` prefix under ``shard_root``;
     when it is empty, under the run's mounted ``workspace`` (the GKE pipeline's volume for
-    roots other than gs://, see :mod:`gkeflow.pipelines.workspace`); else next to the
+    roots other than gs://, see :mod:`gkeflow.pipelines.compute.workspace`); else next to the
     artifact (``<parent>/_shards/<output name>/``) if the artifact lives in Cloud Storage or
     on a local path. An empty string means "inside the artifact" (other object stores, e.g.
     open-source KFP's default MinIO root without a workspace).

@@ -1,6 +1,6 @@
 """A training JobSet: the compiled template finished for one run, and its state read back.
 
-The template (compiled from the step's compute, see :mod:`gkeflow.pipelines.engines.gke`)
+The template (compiled from the step's compute, see :mod:`gkeflow.pipelines.compute.engines.gke`)
 holds one replicated job ``worker`` whose single Indexed Job runs one pod per machine. At
 run time :func:`finish` names it after the run and task, and gives every pod the command
 that trains and the host names of all workers; each pod builds its own ``TF_CONFIG`` from

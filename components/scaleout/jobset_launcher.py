@@ -19,7 +19,7 @@ backoff. The JobSet is deleted only
 
 Deadlines: the JobSet carries the training deadline (the profile's ``timeout_s``, as each
 Job's ``activeDeadlineSeconds``); the launcher pod's own deadline is that plus a
-provisioning allowance (:func:`gkeflow.pipelines.engines.gke.launcher_deadline_s`), so the
+provisioning allowance (:func:`gkeflow.pipelines.compute.engines.gke.launcher_deadline_s`), so the
 launcher never stops a JobSet that is still within its own deadline.
 
 Permissions: the step's service account needs ``deploy/rbac/jobset-launcher.yaml``; the

@@ -1,6 +1,6 @@
 """Run a Vertex AI CustomJob from a pipeline step and follow it to its end.
 
-The compiled payload (:mod:`gkeflow.pipelines.engines.vertex`) arrives with the step's
+The compiled payload (:mod:`gkeflow.pipelines.compute.engines.vertex`) arrives with the step's
 executor input already substituted by Vertex AI Pipelines. The launcher:
 
 - validates the payload as an ``aiplatform_v1.CustomJob`` before any call;

@@ -37,7 +37,8 @@ def build_job(spec: Mapping[str, Any], *, display_name: str, image: str, dataset
               schema_uri: str, output_uri: str, run_id: str, user_module: str = "",
               require_gpu: bool = False, service_account: str = "",
               fixed: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The ``HyperparameterTuningJob`` JSON for ``spec`` (from ``gkeflow.pipelines.vizier``).
+    """The ``HyperparameterTuningJob`` JSON for ``spec``
+    (from ``gkeflow.pipelines.compute.engines.vizier``).
 
     ``fixed`` hyperparameters go first on each trial's command line; Vertex AI appends the
     searched ones (``--learning_rate=...``) after them, and the last occurrence wins.

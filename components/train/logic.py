@@ -4,6 +4,9 @@ Numeric features are imputed (missing -> train mean, plus a missing-indicator) a
 normalised; categorical features are one-hot encoded with an out-of-vocabulary
 bucket. The exported SavedModel takes raw feature values: floats (NaN for missing)
 and strings ("" for missing).
+
+Longer than most modules on purpose: the training loop, its resume points and the export
+share the state a preemption-safe run needs; models, devices and checkpoints live apart.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from pathlib import Path
 STATE_FILE = "state.json"
 
 #: Where the GKE pipeline mounts the run's checkpoint PersistentVolumeClaim in the training
-#: pod (see ``gkeflow.pipelines.checkpoints``).
+#: pod (see ``gkeflow.pipelines.compute.checkpoints``).
 CHECKPOINT_MOUNT = "/gkeflow-checkpoints"
 
 

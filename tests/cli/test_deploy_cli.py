@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from gkeflow.pipelines.cli import main
+from gkeflow.pipelines.cli.main import main
 
 
 def run(*args, **kwargs):

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from gkeflow.components._atomic import current_umask, publish_dir, write_text_atomic
-from gkeflow.pipelines.cli import main
-from gkeflow.pipelines.fs_errors import describe_file_system_error
+from gkeflow.pipelines.cli.fs_errors import describe_file_system_error
+from gkeflow.pipelines.cli.main import main
 
 
 @pytest.fixture

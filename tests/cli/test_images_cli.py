@@ -78,7 +78,7 @@ def run(tmp_path_factory, readonly_package):
                     "PYTHONPATH": str(readonly_package), "FAKE_BUILDER_LOG": str(log),
                     "PYTHONDONTWRITEBYTECODE": "1", "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
         result = subprocess.run(
-            [sys.executable, "-c", "from gkeflow.pipelines.cli import main; main()", *args],
+            [sys.executable, "-c", "from gkeflow.pipelines.cli.main import main; main()", *args],
             cwd=cwd, env=full_env, capture_output=True, text=True, timeout=600, check=False)
         calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
         return result, calls
@@ -94,7 +94,7 @@ def test_the_command_runs_from_the_read_only_copy(run, project, readonly_package
     result, _ = run("images", "--help", cwd=project)
     assert result.returncode == 0, result.stderr
     probe = subprocess.run(
-        [sys.executable, "-c", "import gkeflow.pipelines.cli as c; print(c.__file__)"],
+        [sys.executable, "-c", "import gkeflow.pipelines.cli.main as c; print(c.__file__)"],
         env={**os.environ, "PYTHONPATH": str(readonly_package)}, capture_output=True,
         text=True, check=True)
     assert probe.stdout.strip().startswith(str(readonly_package))

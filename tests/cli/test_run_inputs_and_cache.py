@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from gkeflow.pipelines.run_inputs import RunInputError, default_model_name, resolve_data_uri
+from gkeflow.pipelines.cli.run_inputs import RunInputError, default_model_name, resolve_data_uri
 from tests.cli.test_cli import gkeflow
 from tests.conftest import make_churn_csv
 

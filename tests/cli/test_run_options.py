@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gkeflow.pipelines.cli import main, run
-from gkeflow.pipelines.run_options import APPLICABLE
+from gkeflow.pipelines.cli.main import main, run
+from gkeflow.pipelines.cli.run_options import APPLICABLE
 from tests.cli.test_cli import gkeflow
 
 

@@ -9,9 +9,9 @@ from google.protobuf import json_format
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from gkeflow.pipelines.cli import main
-from gkeflow.pipelines.compile import compile_pipeline
-from gkeflow.pipelines.compute import ComputeProfile
+from gkeflow.pipelines.cli.main import main
+from gkeflow.pipelines.compute.profiles import ComputeProfile
+from gkeflow.pipelines.targets.compile import compile_pipeline
 from tests.compile.customjob import custom_job_payload, strict_custom_job
 
 

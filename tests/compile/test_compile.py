@@ -10,7 +10,7 @@ from google.protobuf import json_format
 from kfp import components
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from gkeflow.pipelines.compile import compile_all, stale_files
+from gkeflow.pipelines.targets.compile import compile_all, stale_files
 from tests.compile.customjob import custom_job_payload, strict_custom_job
 
 GPU_TASK = "train-model"

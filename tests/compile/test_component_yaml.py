@@ -15,9 +15,10 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 
 import gkeflow.components as suite
 from gkeflow.components.images import CPU_IMAGE, GPU_IMAGE, VERSION
-from gkeflow.pipelines import component_yaml, reference
-from gkeflow.pipelines.compile import ReleaseError
-from gkeflow.pipelines.component_yaml import (
+from gkeflow.pipelines.cli import reference
+from gkeflow.pipelines.targets import component_yaml
+from gkeflow.pipelines.targets.compile import ReleaseError
+from gkeflow.pipelines.targets.component_yaml import (
     compile_component,
     compile_components,
     component_names,
@@ -197,7 +198,7 @@ def test_a_component_added_to_the_registry_is_compiled_and_documented(tmp_path,
 def test_compile_check_on_the_command_line_covers_component_files(tmp_path):
     from click.testing import CliRunner
 
-    from gkeflow.pipelines.cli import main
+    from gkeflow.pipelines.cli.main import main
 
     runner = CliRunner()
     result = runner.invoke(main, ["compile", "--output", str(tmp_path)])

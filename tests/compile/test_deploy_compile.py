@@ -8,14 +8,14 @@ import json
 import pytest
 import yaml
 
-from gkeflow.pipelines.compile import compile_pipeline
-from gkeflow.pipelines.compute import ComputeProfile
+from gkeflow.pipelines.compute.profiles import ComputeProfile
 from gkeflow.pipelines.deploy_stage import (
     DeployEnvironment,
     deploy_parameters,
     gke_placement,
     serving_compute,
 )
+from gkeflow.pipelines.targets.compile import compile_pipeline
 
 T4_SPOT = ComputeProfile(cpu="4", memory="16G", accelerator="nvidia-tesla-t4",
                          accelerator_count=1, scheduling="spot")
@@ -110,7 +110,7 @@ def test_deploy_section_is_validated(entry):
 
 def test_submit_takes_deploy_parameters_from_the_environment(tmp_path):
     from gkeflow.pipelines.config import GkeflowConfig
-    from gkeflow.pipelines.submit import prepare_pipeline, resolve_parameters
+    from gkeflow.pipelines.targets.submit import prepare_pipeline, resolve_parameters
 
     config = GkeflowConfig.model_validate({
         "parameters": {"prod": {"epochs": 5}},

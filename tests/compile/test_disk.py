@@ -8,9 +8,9 @@ from google.protobuf import json_format
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from gkeflow.pipelines.compile import compile_pipeline
-from gkeflow.pipelines.compute import ComputeProfile, plan
-from gkeflow.pipelines.scratch import STAGING_PATH
+from gkeflow.pipelines.compute.profiles import ComputeProfile, plan
+from gkeflow.pipelines.compute.scratch import STAGING_PATH
+from gkeflow.pipelines.targets.compile import compile_pipeline
 
 
 def _docs(path) -> list[dict]:
@@ -57,7 +57,7 @@ def test_fanout_pipeline_compiles_for_both_targets(tmp_path):
 def test_plan_shows_the_fanout_pipelines_own_steps(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    from gkeflow.pipelines.cli import main
+    from gkeflow.pipelines.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["plan", "fanout-prepare", "--target", "gke"],

@@ -13,7 +13,7 @@ import yaml
 
 from gkeflow.components import images
 from gkeflow.components.images import CPU_IMAGE, GPU_IMAGE
-from gkeflow.pipelines.compile import ReleaseError, compile_pipeline
+from gkeflow.pipelines.targets.compile import ReleaseError, compile_pipeline
 from tests.compile.customjob import custom_job_payload
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,11 +22,11 @@ from gkeflow.components.images import (
     map_references,
     pin,
 )
-from gkeflow.pipelines.compile import compile_pipeline, default_compute
-from gkeflow.pipelines.component_yaml import compile_components
 from gkeflow.pipelines.config import EXAMPLE_CONFIG, ConfigError, GkeflowConfig, load_config
 from gkeflow.pipelines.image_lock import LockEntry, load_lock, record
 from gkeflow.pipelines.images_config import ImagesNotBuilt, image_map, require_built
+from gkeflow.pipelines.targets.compile import compile_pipeline, default_compute
+from gkeflow.pipelines.targets.component_yaml import compile_components
 from tests.compile.customjob import custom_job_payload
 
 USER = "europe-west4-docker.pkg.dev/my-project/ml"

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gkeflow.pipelines.backend_version import requirements_of_file
-from gkeflow.pipelines.compile import compile_pipeline
 from gkeflow.pipelines.config import ConfigError, GkeflowConfig
 from gkeflow.pipelines.operations import select
+from gkeflow.pipelines.targets.backend_version import requirements_of_file
+from gkeflow.pipelines.targets.compile import compile_pipeline
 from tests.integration.fakes import parse_pipeline_spec_strict
 
 WEBHOOK = {"format": "slack", "gke_secret": "gkeflow-webhook/hook",
@@ -128,7 +128,7 @@ def test_notifications_name_an_existing_environment():
 def test_plan_states_the_oldest_backend_the_compiled_pipeline_needs(tmp_path):
     from click.testing import CliRunner
 
-    from gkeflow.pipelines.cli import main
+    from gkeflow.pipelines.cli.main import main
 
     def plan(*extra):
         path = tmp_path / "gkeflow.yaml"

@@ -10,8 +10,8 @@ import yaml
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from gkeflow.pipelines.compile import compile_pipeline
-from gkeflow.pipelines.compute import ComputeError, ComputeProfile
+from gkeflow.pipelines.compute.profiles import ComputeError, ComputeProfile
+from gkeflow.pipelines.targets.compile import compile_pipeline
 
 
 def _documents(path: Path) -> list[dict]:

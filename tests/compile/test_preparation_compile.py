@@ -74,7 +74,7 @@ def test_the_config_section_is_validated(tmp_path):
 def test_plan_shows_the_fanout_steps_and_the_workspace_they_share(tmp_path):
     from click.testing import CliRunner
 
-    from gkeflow.pipelines.cli import main
+    from gkeflow.pipelines.cli.main import main
 
     config = tmp_path / "gkeflow.yaml"
     config.write_text("preparation: {fanout: true, parallelism: 4}\n")

@@ -7,9 +7,9 @@ import yaml
 from click.testing import CliRunner
 
 import gkeflow.components as suite
-from gkeflow.pipelines import reference
-from gkeflow.pipelines.cli import main
-from gkeflow.pipelines.component_yaml import component_names
+from gkeflow.pipelines.cli import reference
+from gkeflow.pipelines.cli.main import main
+from gkeflow.pipelines.targets.component_yaml import component_names
 
 REPO = Path(__file__).resolve().parents[2]
 

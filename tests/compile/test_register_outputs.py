@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import yaml
 
-from gkeflow.pipelines.compile import compile_pipeline
+from gkeflow.pipelines.targets.compile import compile_pipeline
 
 
 def _register_component(path):

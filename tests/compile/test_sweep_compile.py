@@ -10,10 +10,10 @@ import yaml
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from gkeflow.pipelines.compile import compile_pipeline
-from gkeflow.pipelines.compute import ComputeError
+from gkeflow.pipelines.compute.profiles import ComputeError
 from gkeflow.pipelines.sweep import build_sweep_pipeline, resolve_sweep_compute, sweep_plan
 from gkeflow.pipelines.sweep_config import expand_trials, parse_sweep
+from gkeflow.pipelines.targets.compile import compile_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 SWEEP = {"max_trials": 6, "parallel_trials": 3,

@@ -17,8 +17,8 @@ from google.protobuf import json_format
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from gkeflow.pipelines.compile import compile_pipeline
-from gkeflow.pipelines.compute import ComputeProfile, fitting_shape
+from gkeflow.pipelines.compute.profiles import ComputeProfile, fitting_shape
+from gkeflow.pipelines.targets.compile import compile_pipeline
 from gkeflow.pipelines.training import DEFAULT_COMPUTE, resolve_compute
 from tests.compile.customjob import custom_job_payload, strict_custom_job
 

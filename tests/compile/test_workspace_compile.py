@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gkeflow.pipelines.compile import compile_pipeline
-from gkeflow.pipelines.compute import ComputeError
+from gkeflow.pipelines.compute.profiles import ComputeError
+from gkeflow.pipelines.compute.workspace import WorkspaceSettings
 from gkeflow.pipelines.config import GkeflowConfig
+from gkeflow.pipelines.targets.compile import compile_pipeline
 from gkeflow.pipelines.training import DEFAULT_COMPUTE
-from gkeflow.pipelines.workspace import WorkspaceSettings
 
 PLACEHOLDER = "{{$.workspace_path}}"
 

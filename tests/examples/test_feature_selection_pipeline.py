@@ -12,7 +12,7 @@ from kfp import compiler
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from examples import feature_selection_pipeline as example
-from gkeflow.pipelines.compute import ComputeError, ComputeProfile
+from gkeflow.pipelines.compute.profiles import ComputeError, ComputeProfile
 
 STEPS = ["prepare-data", "select-features", "train-model", "evaluate-model", "register-model"]
 

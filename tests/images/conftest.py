@@ -1,4 +1,4 @@
-"""The CPU image, built once per session with podman through gkeflow.pipelines.image_build.
+"""The CPU image, built once per session with podman through gkeflow.pipelines.targets.image_build.
 
 These tests build a real image (minutes) and run the compiled steps inside it, so they run
 only under ``make image-test`` (``GKEFLOW_IMAGE_TEST=1``) and only where podman can build;
@@ -41,7 +41,7 @@ def pytest_collection_modifyitems(config, items):
 def cpu_image() -> str:
     """Build the CPU image from the installed package's Dockerfile and lock, with the user's
     extra requirements and an included module, keeping it local; returns its reference."""
-    from gkeflow.pipelines.image_build import build_image
+    from gkeflow.pipelines.targets.image_build import build_image
 
     started = time.monotonic()
     digest = build_image("cpu", CPU_REFERENCE, USER_CODE / "requirements.txt",

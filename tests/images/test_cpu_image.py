@@ -20,8 +20,8 @@ import yaml
 
 from gkeflow.components.register.local_registry import LocalRegistry
 from gkeflow.components.train.logic import ExportedModel
-from gkeflow.pipelines.image_locks import normalise, read_pins
-from gkeflow.pipelines.local import run_local
+from gkeflow.pipelines.targets.image_locks import normalise, read_pins
+from gkeflow.pipelines.targets.local import run_local
 from tests.conftest import REPO_ROOT
 from tests.images.conftest import TIMINGS, USER_CODE
 from tests.images.launcher import OUTPUTS, WORKSPACE, Launcher

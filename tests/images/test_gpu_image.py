@@ -19,7 +19,7 @@ GPU_REFERENCE = "localhost/gkeflow-gpu:image-test"
 
 
 def test_gpu_image_builds_imports_and_is_a_cuda_build():
-    from gkeflow.pipelines.image_build import build_image
+    from gkeflow.pipelines.targets.image_build import build_image
 
     started = time.monotonic()
     digest = build_image("gpu", GPU_REFERENCE, None, [USER_CODE / "penguin_head.py"],

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gkeflow.pipelines.remote import RetryPolicy
+from gkeflow.pipelines.targets.transport import RetryPolicy
 from tests.conftest import CONTRACTS
 from tests.integration.fakes import KFP_SWAGGER, FakeKfpServer, FakeVertexServer
 

@@ -9,7 +9,7 @@ from gkeflow.components.cloud.retry import RetryPolicy
 from gkeflow.components.scaleout import jobset as js
 from gkeflow.components.scaleout import storage
 from gkeflow.components.scaleout.kube import KubeApi
-from gkeflow.pipelines.engines.gke import jobset_template
+from gkeflow.pipelines.compute.engines.gke import jobset_template
 from gkeflow.pipelines.training import DEFAULT_COMPUTE
 
 NS = "kubeflow"

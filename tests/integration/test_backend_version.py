@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from gkeflow.pipelines.backend_version import BackendTooOld
-from gkeflow.pipelines.backends import KfpBackend
-from gkeflow.pipelines.schedule import apply
-from gkeflow.pipelines.submit import submit
+from gkeflow.pipelines.targets.backend_version import BackendTooOld
+from gkeflow.pipelines.targets.backends import KfpBackend
+from gkeflow.pipelines.targets.schedule import apply
+from gkeflow.pipelines.targets.submit import submit
 from tests.integration.conftest import FAST, TOKEN, gkeflow
 
 WEEKLY = {"name": "weekly", "target": "gke", "cron": "0 6 * * 1"}

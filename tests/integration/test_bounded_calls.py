@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from gkeflow.pipelines.backends import KfpBackend, VertexBackend
-from gkeflow.pipelines.remote import RemoteError, RetryPolicy, max_total_s
+from gkeflow.pipelines.targets.backends import KfpBackend, VertexBackend
+from gkeflow.pipelines.targets.transport import RemoteError, RetryPolicy, max_total_s
 
 POLICY = RetryPolicy(attempts=3, base_delay_s=0.05, max_delay_s=0.1, timeout_s=0.5)
 SLACK_S = 0.6  # process scheduling on a loaded 2-core machine
@@ -98,7 +98,7 @@ def test_hung_kfp_create_is_bounded_and_sent_once(silent, make_config, token_env
 
 
 def test_hung_vertex_read_and_create_are_bounded(silent, make_config, tmp_path):
-    from gkeflow.pipelines.submit import prepare_pipeline
+    from gkeflow.pipelines.targets.submit import prepare_pipeline
 
     config = make_config(None, silent.url)
     backend = VertexBackend(config.targets.vertex, policy=POLICY)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from gkeflow.pipelines.cli import main
+from gkeflow.pipelines.cli.main import main
 from tests.integration.fake_vertex import FakeVertex
 from tests.integration.fake_vertex_endpoints import FakeEndpointService
 from tests.integration.wsgi_fake import WsgiFake

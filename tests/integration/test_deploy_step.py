@@ -14,7 +14,7 @@ from kubernetes import client
 
 from gkeflow.components.deploy.logic import DeploySettingsError, deploy_for_pipeline
 from gkeflow.components.deploy.servable import NotServable
-from gkeflow.pipelines.compute import ComputeProfile
+from gkeflow.pipelines.compute.profiles import ComputeProfile
 from gkeflow.pipelines.deploy_stage import serving_compute
 from tests.integration.fake_kserve import FakeKServe
 from tests.integration.fake_vertex_endpoints import FakeEndpointService

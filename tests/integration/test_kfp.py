@@ -13,10 +13,10 @@ import logging
 import pytest
 import requests
 
-from gkeflow.pipelines.backends import KfpBackend
-from gkeflow.pipelines.remote import RemoteError, RetryPolicy
-from gkeflow.pipelines.schedule import apply, list_schedules
-from gkeflow.pipelines.submit import submit, wait_for_run
+from gkeflow.pipelines.targets.backends import KfpBackend
+from gkeflow.pipelines.targets.schedule import apply, list_schedules
+from gkeflow.pipelines.targets.submit import submit, wait_for_run
+from gkeflow.pipelines.targets.transport import RemoteError, RetryPolicy
 from tests.integration.conftest import FAST, TOKEN
 
 WINTER = dt.datetime(2026, 1, 15, 12, tzinfo=dt.UTC)
@@ -89,7 +89,7 @@ def test_submit_creates_pipeline_once_and_one_version_per_commit(kfp_server, tok
 
 def test_unknown_or_mistyped_parameters_are_refused_before_any_request(kfp_server, token_env,
                                                                        make_config, tmp_path):
-    from gkeflow.pipelines.submit import SubmitError
+    from gkeflow.pipelines.targets.submit import SubmitError
 
     config = make_config(kfp_server.url, None)
     with pytest.raises(SubmitError, match="has no parameter 'epoch'"):
@@ -162,7 +162,7 @@ def test_wrong_token_is_a_clear_401_and_the_token_is_never_shown(kfp_server, mon
 def test_missing_token_variable_is_named(kfp_server, monkeypatch, make_config, tmp_path):
     monkeypatch.delenv("GKEFLOW_TEST_KFP_TOKEN", raising=False)
     config = make_config(kfp_server.url, None)
-    from gkeflow.pipelines.credentials import CredentialsError
+    from gkeflow.pipelines.targets.credentials import CredentialsError
 
     with pytest.raises(CredentialsError, match="GKEFLOW_TEST_KFP_TOKEN is empty or not set"):
         submit(config, "training", "gke", environment="default", overrides={},

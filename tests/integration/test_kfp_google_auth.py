@@ -20,9 +20,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from google.auth import jwt
 
-from gkeflow.pipelines.backends import KfpBackend
 from gkeflow.pipelines.config import GkeflowConfig
-from gkeflow.pipelines.submit import submit
+from gkeflow.pipelines.targets.backends import KfpBackend
+from gkeflow.pipelines.targets.submit import submit
 from tests.integration.conftest import FAST, TOKEN, config_dict
 
 IAP_CLIENT_ID = "1234-iap.apps.googleusercontent.com"

@@ -86,7 +86,7 @@ def test_list_wraps_long_uris_to_columns_and_prints_json(tmp_path):
 
     from click.testing import CliRunner
 
-    from gkeflow.pipelines.cli import main
+    from gkeflow.pipelines.cli.main import main
 
     db = tmp_path / "models.db"
     uri = "gs://a-long-bucket-name/pipeline-root/training-pipeline-20261201/train-model/model"

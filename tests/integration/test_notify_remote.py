@@ -19,9 +19,9 @@ import requests
 from kfp import dsl
 
 from gkeflow.components.notify.component import notify_run
-from gkeflow.pipelines.backends import KfpBackend, VertexBackend
-from gkeflow.pipelines.schedule import apply
-from gkeflow.pipelines.submit import submit
+from gkeflow.pipelines.targets.backends import KfpBackend, VertexBackend
+from gkeflow.pipelines.targets.schedule import apply
+from gkeflow.pipelines.targets.submit import submit
 from tests.integration.conftest import FAST, TOKEN
 from tests.integration.fake_runs import FakeKfpRuns, FakeVertexRuns
 from tests.integration.webhook_receiver import WebhookReceiver

@@ -7,7 +7,7 @@ import subprocess
 
 from click.testing import CliRunner
 
-from gkeflow.pipelines.cli import main
+from gkeflow.pipelines.cli.main import main
 from tests.integration.conftest import TOKEN, config_dict
 
 TOKEN_ENV = {"GKEFLOW_TEST_KFP_TOKEN": TOKEN}

@@ -11,9 +11,9 @@ from google.auth.credentials import AnonymousCredentials
 from gkeflow.components.cloud.follow import GaveUp
 from gkeflow.components.sweep import vizier
 from gkeflow.components.sweep.logic import select
-from gkeflow.pipelines.compute import ComputeError, ComputeProfile
+from gkeflow.pipelines.compute.engines.vizier import tuning_spec
+from gkeflow.pipelines.compute.profiles import ComputeError, ComputeProfile
 from gkeflow.pipelines.sweep_config import parse_sweep
-from gkeflow.pipelines.vizier import tuning_spec
 from tests.integration.fake_tuning import FakeTuning
 
 SWEEP = parse_sweep({"engine": "vizier", "max_trials": 6, "parallel_trials": 3, "parameters": {

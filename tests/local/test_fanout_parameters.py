@@ -55,7 +55,7 @@ def _malformed_inputs(directory: Path) -> str:
 @pytest.mark.slow
 def test_fanout_with_row_limits_equals_one_pod_on_malformed_input(tmp_path):
     from gkeflow.pipelines.fanout import fanout_prepare_pipeline
-    from gkeflow.pipelines.local import init_local
+    from gkeflow.pipelines.targets.local import init_local
 
     pattern = _malformed_inputs(tmp_path / "in")
     limits = {"max_quoted_lines": 3, "max_row_bytes": 300}

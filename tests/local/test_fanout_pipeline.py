@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 def test_fanout_pipeline_on_8_files_equals_one_pod(tmp_path):
     from gkeflow.pipelines.fanout import fanout_prepare_pipeline
-    from gkeflow.pipelines.local import init_local
+    from gkeflow.pipelines.targets.local import init_local
 
     pattern = make_inputs(tmp_path / "in", files=8, rows=11_000)
     single = prepare(pattern, tmp_path / "single", "status", rows_per_shard=700)

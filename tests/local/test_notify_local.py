@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from gkeflow.pipelines.local import run_local
 from gkeflow.pipelines.operations import Operations
 from gkeflow.pipelines.operations_config import NotificationSettings
+from gkeflow.pipelines.targets.local import run_local
 from gkeflow.pipelines.training import build_training_pipeline
 from tests.integration.webhook_receiver import WebhookReceiver, down_url
 

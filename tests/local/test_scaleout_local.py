@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from gkeflow.components.train.logic import ExportedModel
-from gkeflow.pipelines.cli import main
+from gkeflow.pipelines.cli.main import main
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from gkeflow.pipelines.local import run_local
+from gkeflow.pipelines.targets.local import run_local
 from tests.integration import gcs_server
 
 pytestmark = pytest.mark.slow

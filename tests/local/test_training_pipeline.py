@@ -9,7 +9,7 @@ import pytest
 
 from gkeflow.components.register.local_registry import LocalRegistry
 from gkeflow.components.train.logic import ExportedModel
-from gkeflow.pipelines.local import run_local
+from gkeflow.pipelines.targets.local import run_local
 
 pytestmark = pytest.mark.slow
 

@@ -46,7 +46,7 @@ def test_an_installed_gkeflow_assembles_a_context_and_writes_nothing_into_site_p
     module = tmp_path / "my_model.py"
     module.write_text("def build_model(schema, hparams):\n    return None\n")
     probe = ("import json, sys; from pathlib import Path\n"
-             "from gkeflow.pipelines.image_build import assemble_context, images_dir\n"
+             "from gkeflow.pipelines.targets.image_build import assemble_context, images_dir\n"
              "dockerfile = assemble_context(Path(sys.argv[1]), 'cpu', None, [Path(sys.argv[2])])\n"
              "print(json.dumps({'dockerfile': str(dockerfile), 'images': str(images_dir())}))")
     found = json.loads(_run([python, "-c", probe, tmp_path / "ctx", module], tmp_path,

@@ -20,9 +20,10 @@ def test_a_projects_own_components_and_pipelines_win_and_gkeflow_stays_namespace
     for folder in ("components", "pipelines"):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "__init__.py").write_text(f"OWNER = 'project {folder}'\n")
-    probe = ("import json, components, pipelines, gkeflow.components, gkeflow.pipelines.compile\n"
+    probe = ("import json, components, pipelines, gkeflow.components, "
+             "gkeflow.pipelines.targets.compile\n"
              "print(json.dumps([components.OWNER, pipelines.OWNER, gkeflow.components.__file__,"
-             " gkeflow.pipelines.compile.__file__, sorted(gkeflow.components.__all__)]))")
+             " gkeflow.pipelines.targets.compile.__file__, sorted(gkeflow.components.__all__)]))")
     result = _python(probe, tmp_path)
     assert result.returncode == 0, result.stderr
     own_components, own_pipelines, suite, compile_module, exported = json.loads(result.stdout)

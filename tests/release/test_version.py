@@ -8,8 +8,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from gkeflow.components.images import CPU_IMAGE, GPU_IMAGE, IMAGES, VERSION
-from gkeflow.pipelines.cli import main
-from gkeflow.pipelines.component_yaml import component_names
+from gkeflow.pipelines.cli.main import main
+from gkeflow.pipelines.targets.component_yaml import component_names
 
 REPO = Path(__file__).resolve().parents[2]
 

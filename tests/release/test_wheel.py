@@ -102,21 +102,21 @@ def test_wheel_and_sdist_hold_every_module_and_no_test_or_top_level_package(dist
     assert f"\nVersion: {VERSION}\n" in metadata
     entry_points = zipfile.ZipFile(dist["wheel"]).read(
         f"gkeflow-{VERSION}.dist-info/entry_points.txt").decode()
-    assert "gkeflow = gkeflow.pipelines.cli:main" in entry_points
+    assert "gkeflow = gkeflow.pipelines.cli.main:main" in entry_points
     with tarfile.open(dist["sdist"]) as sdist:
         members = {Path(m).relative_to(f"gkeflow-{VERSION}").as_posix()
                    for m in sdist.getnames() if "/" in m}
     assert {"pyproject.toml", "setup.py", "README.md", "CHANGELOG.md", "docs/components.md",
-            "components/images.py", "pipelines/cli.py", "images/cpu.Dockerfile",
+            "components/images.py", "pipelines/cli/main.py", "images/cpu.Dockerfile",
             "images/requirements-cpu.lock", "images/requirements-gpu.lock"} <= members
 
 
 def test_fresh_venv_imports_gkeflow_next_to_a_projects_own_packages(fresh_venv, project):
     python = fresh_venv / "bin" / "python"
-    probe = ("import json, components, pipelines, gkeflow.components, gkeflow.pipelines.cli\n"
+    probe = ("import json, components, pipelines, gkeflow.components, gkeflow.pipelines.cli.main\n"
              "from gkeflow.components import train_model\n"
              "print(json.dumps({'components': components.OWNER, 'pipelines': pipelines.OWNER,"
-             " 'gkeflow': gkeflow.components.__file__, 'cli': gkeflow.pipelines.cli.__file__,"
+             " 'gkeflow': gkeflow.components.__file__, 'cli': gkeflow.pipelines.cli.main.__file__,"
              " 'train_model': train_model.name}))")
     found = json.loads(_run([python, "-c", probe], project, env=_env()).stdout)
     assert found["components"] == "project components"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gkeflow.pipelines.backend_version import (
+from gkeflow.pipelines.targets.backend_version import (
     BackendTooOld,
     check,
     describe,
@@ -77,7 +77,7 @@ def test_run_ids_pick_their_target_and_api_times_parse():
     import datetime as dt
 
     from gkeflow.pipelines.config import GkeflowConfig
-    from gkeflow.pipelines.runs import parse_time, target_of
+    from gkeflow.pipelines.targets.runs import parse_time, target_of
 
     both = GkeflowConfig.model_validate({"targets": {
         "gke": {"host": "http://kfp"},

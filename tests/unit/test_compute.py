@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gkeflow.pipelines import accelerators as acc
-from gkeflow.pipelines.compute import (
+from gkeflow.pipelines.compute import accelerators as acc
+from gkeflow.pipelines.compute.profiles import (
     ComputeError,
     ComputeProfile,
     apply_overrides,

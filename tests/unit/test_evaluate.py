@@ -398,7 +398,7 @@ def test_evaluation_is_never_cached_and_gates_registration(tmp_path, target):
     import yaml
     from kfp import compiler
 
-    from gkeflow.pipelines.compute import ComputeProfile
+    from gkeflow.pipelines.compute.profiles import ComputeProfile
     from gkeflow.pipelines.training import build_training_pipeline
 
     # Even a configuration that asks for caching cannot make evaluation reuse an old champion.

@@ -7,10 +7,10 @@ import re
 import pytest
 from google.cloud import aiplatform_v1
 
-from gkeflow.pipelines import accelerators as acc
-from gkeflow.pipelines import gpu_catalogue as cat
-from gkeflow.pipelines.capacity import capacity_problems, offered_options
-from gkeflow.pipelines.compute import (
+from gkeflow.pipelines.compute import accelerators as acc
+from gkeflow.pipelines.compute import gpu_catalogue as cat
+from gkeflow.pipelines.compute.capacity import capacity_problems, offered_options
+from gkeflow.pipelines.compute.profiles import (
     ComputeError,
     ComputeProfile,
     fitting_shape,

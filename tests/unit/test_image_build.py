@@ -1,4 +1,4 @@
-"""gkeflow.pipelines.image_build: the build context taken from the installed package, and
+"""gkeflow.pipelines.targets.image_build: the build context taken from the installed package, and
 the podman, docker and Cloud Build paths driven through stand-in engines on PATH (small
 scripts that answer like the real tools and record how they were called)."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gkeflow.components.images import VERSION
-from gkeflow.pipelines.image_build import (
+from gkeflow.pipelines.targets.image_build import (
     ImageBuildError,
     assemble_context,
     build_image,
@@ -76,14 +76,14 @@ def test_the_wheel_is_the_installed_suite_and_reproducible(tmp_path):
     assert first.read_bytes() == second.read_bytes()
     with zipfile.ZipFile(first) as wheel:
         names = wheel.namelist()
-        for name in ("gkeflow/components/train/component.py", "gkeflow/pipelines/cli.py",
-                     "gkeflow/pipelines/image_build.py", "gkeflow/images/cpu.Dockerfile",
+        for name in ("gkeflow/components/train/component.py", "gkeflow/pipelines/cli/main.py",
+                     "gkeflow/pipelines/targets/image_build.py", "gkeflow/images/cpu.Dockerfile",
                      "gkeflow/images/requirements-gpu.lock"):
             assert name in names
         assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
         assert not [n for n in names if not n.startswith("gkeflow")]
         dist_info = f"gkeflow-{VERSION}.dist-info"
-        assert "gkeflow = gkeflow.pipelines.cli:main" in wheel.read(
+        assert "gkeflow = gkeflow.pipelines.cli.main:main" in wheel.read(
             f"{dist_info}/entry_points.txt").decode()
         assert f"Version: {VERSION}" in wheel.read(f"{dist_info}/METADATA").decode()
         for line in wheel.read(f"{dist_info}/RECORD").decode().splitlines():

@@ -8,7 +8,7 @@ import tomllib
 import pytest
 from packaging.requirements import Requirement
 
-from gkeflow.pipelines.image_locks import (
+from gkeflow.pipelines.targets.image_locks import (
     FLAVOURS,
     LockError,
     constraints,

@@ -35,7 +35,7 @@ def test_no_wildcards_and_no_secrets():
 
 
 def test_the_workers_account_is_bound_to_nothing():
-    from gkeflow.pipelines.compute import ComputeProfile
+    from gkeflow.pipelines.compute.profiles import ComputeProfile
 
     [account] = yaml.safe_load_all(WORKER.read_text())
     assert account["kind"] == "ServiceAccount"
@@ -75,7 +75,7 @@ def test_every_call_the_launcher_makes_is_granted_and_every_grant_used(tmp_path,
                                                                         monkeypatch):
     from gkeflow.components.scaleout import storage
     from gkeflow.components.scaleout.jobset_launcher import launch_in_cluster
-    from gkeflow.pipelines.engines.gke import jobset_template
+    from gkeflow.pipelines.compute.engines.gke import jobset_template
     from gkeflow.pipelines.training import DEFAULT_COMPUTE
     from tests.integration.kube_helpers import api_for, fast_policy, manifest
 

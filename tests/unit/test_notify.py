@@ -112,7 +112,7 @@ def test_no_url_and_no_send_are_explained(monkeypatch):
 
 
 def test_steps_reported_by_their_display_names_are_recognised():
-    from gkeflow.pipelines.runs import RunInfo, TaskInfo, step_key
+    from gkeflow.pipelines.targets.runs import RunInfo, TaskInfo, step_key
 
     assert step_key("Train model") == step_key("train-model") == "train-model"
     run = RunInfo("gke", "r", "r", "training", "SUCCEEDED", tasks=[

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from gkeflow.pipelines.config import EXAMPLE_CONFIG, ConfigError, load_config, normalise_gcs_uri
-from gkeflow.pipelines.remote import RemoteError, RetryPolicy, call, redact, register_secret
+from gkeflow.pipelines.targets.transport import (
+    RemoteError,
+    RetryPolicy,
+    call,
+    redact,
+    register_secret,
+)
 
 
 def write(tmp_path, text: str):
@@ -84,9 +90,13 @@ def test_gcs_roots_are_normalised():
 
 
 def test_parameters_merge_and_coerce_by_the_pipelines_declared_types():
-    from gkeflow.pipelines.backends import PreparedPipeline
     from gkeflow.pipelines.config import GkeflowConfig
-    from gkeflow.pipelines.submit import SubmitError, parse_param_options, resolve_parameters
+    from gkeflow.pipelines.targets.backends import PreparedPipeline
+    from gkeflow.pipelines.targets.submit import (
+        SubmitError,
+        parse_param_options,
+        resolve_parameters,
+    )
 
     prepared = PreparedPipeline("training", "gkeflow-training", "gke", "x.yaml", "0" * 64, "v",
                                 {"epochs": "NUMBER_INTEGER", "learning_rate": "NUMBER_DOUBLE",

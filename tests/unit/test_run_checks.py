@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gkeflow.pipelines.run_checks import ParameterError, user_error, validate_run_arguments
+from gkeflow.pipelines.cli.run_checks import ParameterError, user_error, validate_run_arguments
 
 
 def _arguments(path, **changes) -> dict:

@@ -12,8 +12,8 @@ from gkeflow.components.scaleout import cluster
 from gkeflow.components.scaleout import jobset as js
 from gkeflow.components.scaleout.worker import train_params
 from gkeflow.components.train.devices import is_chief, workers_in_tf_config
-from gkeflow.pipelines.compute import ComputeError, ComputeProfile
-from gkeflow.pipelines.engines import gke, training_engine, vertex
+from gkeflow.pipelines.compute.engines import gke, training_engine, vertex
+from gkeflow.pipelines.compute.profiles import ComputeError, ComputeProfile
 from gkeflow.pipelines.training import DEFAULT_COMPUTE
 from tests.integration.fake_kube import validate_jobset
 

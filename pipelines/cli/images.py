@@ -1,0 +1,190 @@
+"""`gkeflow images build` and `gkeflow images list`: the suite's images in the user's registry.
+
+`build` builds the CPU and GPU images (Dockerfiles shipped in the package, the user's
+``requirements`` and ``include`` of gkeflow.yaml's ``images:`` layered on top) through
+:mod:`gkeflow.pipelines.targets.image_build`, pushes them, and records each digest in the lock
+file next to gkeflow.yaml (:mod:`gkeflow.pipelines.image_lock`) as soon as that image is
+built: a failed GPU build keeps the CPU image's record. `list` shows the lock file.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from gkeflow.components.images import FLAVOURS
+
+#: Builders in the order `--builder auto` looks for them, with the executable each needs.
+ENGINES = {"podman": "podman", "docker": "docker", "cloud-build": "gcloud"}
+_PROJECT_RE = re.compile(r"^(?:[a-z0-9-]+-docker\.pkg\.dev|(?:[a-z]+\.)?gcr\.io)/([^/]+)")
+
+
+def _console():
+    from gkeflow.pipelines.cli.main import _console as console
+
+    return console()
+
+
+def _load(config_path: Path):
+    from gkeflow.pipelines.config import ConfigError, load_config
+
+    if not config_path.exists():
+        raise click.ClickException(f"{config_path} not found; `gkeflow init` writes one with "
+                                   "a commented images: section")
+    try:
+        return load_config(config_path)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def pick_builder(choice: str) -> str:
+    """``auto``: the first of podman, docker, gcloud (Cloud Build) on PATH."""
+    if choice != "auto":
+        return choice
+    for builder, executable in ENGINES.items():
+        if shutil.which(executable):
+            return builder
+    raise click.ClickException("no image builder found: install podman or docker, or the "
+                               "Google Cloud CLI for --builder cloud-build")
+
+
+def registry_project(registry: str) -> str | None:
+    """The Google Cloud project of an Artifact Registry / Container Registry path."""
+    match = _PROJECT_RE.match(registry)
+    return match.group(1) if match else None
+
+
+_config_option = click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("gkeflow.yaml"), show_default=True,
+    help="The gkeflow.yaml whose images: section names the registry; the lock file lies "
+         "next to it.")
+
+
+@click.group("images")
+def images_group() -> None:
+    """The CPU and GPU images every step runs in, built into your own registry.
+
+    \b
+    gkeflow images build    build (and push) both images; record their digests
+    gkeflow images list     what is built, for which registry
+
+    Set images.registry in gkeflow.yaml first (`gkeflow init` writes the section). Compiled
+    pipelines then name REGISTRY/gkeflow-cpu and -gpu by the digests in the lock file, and
+    `gkeflow submit` / `schedule apply` refuse images that were never built and pushed.
+    """
+
+
+@images_group.command("build")
+@click.option("--builder", type=click.Choice(["auto", *ENGINES]), default="auto",
+              show_default=True,
+              help="podman (no daemon needed), docker, or cloud-build (gcloud builds submit: "
+                   "no local engine, always pushes). auto: the first of these installed.")
+@click.option("--push/--no-push", default=True, show_default=True,
+              help="Push to images.registry. --no-push keeps the images local: compile pins "
+                   "them, but submit refuses them until they are pushed.")
+@click.option("--flavour", type=click.Choice([*FLAVOURS, "all"]), default="all",
+              show_default=True, help="Which image to build.")
+@click.option("--project", metavar="PROJECT",
+              help="cloud-build: the Google Cloud project to build in (default: the one in "
+                   "an Artifact Registry path, else gcloud's).")
+@_config_option
+def images_build(builder: str, push: bool, flavour: str, project: str | None,
+                 config_path: Path) -> None:
+    """Build the CPU and GPU images into images.registry and record their digests.
+
+    Each image is the suite's Dockerfile (shipped in the package, installing from hashed
+    locks) with images.requirements and images.include of gkeflow.yaml on top, tagged
+    REGISTRY/gkeflow-FLAVOUR:TAG. Each digest goes into the lock file (images.lock,
+    default gkeflow.lock next to gkeflow.yaml) as soon as its image is built; nothing is
+    written into the installed package. Then `gkeflow compile`, `submit` and `schedule
+    apply` pin every step to those digests.
+    """
+    from gkeflow.components.images import ImageLockError
+    from gkeflow.pipelines.image_lock import LockEntry, load_lock, now, record
+    from gkeflow.pipelines.targets.image_build import ImageBuildError, build_image
+
+    config = _load(config_path)
+    images = config.images
+    if not images.registry:
+        raise click.ClickException(
+            f"{config_path}: images.registry is not set; set it to a registry you can push "
+            "to, e.g. europe-west4-docker.pkg.dev/my-project/ml (`gkeflow init` shows the "
+            "section)")
+    try:
+        load_lock(images.lock_path)  # a broken lock fails now, not after a long build
+    except ImageLockError as exc:
+        raise click.ClickException(str(exc)) from exc
+    builder = pick_builder(builder)
+    project = project or registry_project(images.registry)
+    console = _console()
+    flavours = list(FLAVOURS) if flavour == "all" else [flavour]
+    references = images.references()
+    for name in flavours:
+        reference = references[name]
+        try:
+            digest = build_image(name, reference, images.requirements_path,
+                                 images.include_paths, builder=builder, push=push,
+                                 project=project,
+                                 echo=lambda line: console.print(line, markup=False))
+            record(images.lock_path, reference,
+                   LockEntry(digest=digest, built_at=now(), builder=builder, pushed=push))
+        except (ImageBuildError, ImageLockError) as exc:
+            raise click.ClickException(str(exc)) from exc
+        console.print(f"recorded {reference} {digest} in {images.lock_path}", markup=False,
+                      soft_wrap=True)
+    if push:
+        console.print("Next: `gkeflow plan`, then `gkeflow submit --target gke|vertex`; "
+                      "compiled steps now pull these digests.", markup=False, soft_wrap=True)
+    else:
+        console.print("Built locally (--no-push): `gkeflow compile` pins these digests; "
+                      "run `gkeflow images build` (with push) before `gkeflow submit`.",
+                      markup=False, soft_wrap=True)
+
+
+@images_group.command("list")
+@_config_option
+def images_list(config_path: Path) -> None:
+    """Show the images in the lock file: reference, digest, built at, builder, pushed.
+
+    Images of the registry gkeflow.yaml names now are marked `in use`; an image it names
+    that was never built shows as `not built`.
+    """
+    from gkeflow.components.images import ImageLockError
+    from gkeflow.pipelines.image_lock import load_lock
+
+    config = _load(config_path) if config_path.exists() else None
+    if config is None:
+        from gkeflow.pipelines.config import GkeflowConfig
+
+        config = GkeflowConfig()
+    images = config.images
+    try:
+        lock = load_lock(images.lock_path)
+    except ImageLockError as exc:
+        raise click.ClickException(str(exc)) from exc
+    wanted = set(images.references().values())
+    console = _console()
+    if not console.is_terminal:
+        console.width = 240  # one line per image when captured
+    table = Table(title=f"images in {images.lock_path}", title_justify="left")
+    for column in ("reference", "digest", "built at", "builder", "pushed", "status"):
+        table.add_column(column, overflow="fold")
+    for reference in sorted(set(lock) | wanted):
+        entry = lock.get(reference)
+        status = "in use" if reference in wanted else "other registry or tag"
+        if entry is None:
+            table.add_row(reference, "-", "-", "-", "-", "not built")
+            continue
+        table.add_row(reference, entry.digest, entry.built_at, entry.builder,
+                      "yes" if entry.pushed else "no", status)
+    console.print(table)
+    missing = sorted(r for r in wanted if r not in lock or not lock[r].pushed)
+    if missing:
+        console.print(f"not built and pushed for {images.registry_or_default}: "
+                      f"{', '.join(missing)}; run `gkeflow images build`", markup=False,
+                      soft_wrap=True)

@@ -1,0 +1,161 @@
+"""`gkeflow run --pipeline prediction`: score rows locally with a model that an earlier
+`gkeflow run` registered in the local registry under the same ``--output`` directory.
+
+Everything that can be checked without TensorFlow is checked before the pipeline starts:
+the data exists, the registry exists and holds the model and version asked for.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+STEPS = ("predict-batch", "report-predictions")
+
+
+def _data_uri(data: str | None) -> str:
+    if not data:
+        raise click.UsageError("--data is required with --pipeline prediction: the rows to "
+                               "score (CSV or Parquet file, directory or glob; gs:// or bq://)")
+    if "://" in data:
+        return data
+    if any(ch in data for ch in "*?["):
+        return str(Path(data).expanduser().absolute())
+    path = Path(data).expanduser()
+    if not path.exists():
+        raise click.BadParameter(f"no such file or directory: {data}", param_hint="--data")
+    return str(path.resolve())
+
+
+def _choose_model(registry_uri: str, model: str | None) -> tuple[str, str, Any]:
+    """The model reference to score with and how it was chosen; usage errors otherwise."""
+    from gkeflow.components.predict.resolve import PredictError, parse_model_ref, resolve_version
+    from gkeflow.components.register.local_registry import LocalRegistry, registry_path
+
+    path = registry_path(registry_uri)
+    if not path.exists():
+        raise click.ClickException(
+            f"no model registry at {path}: run `gkeflow run` first (with the same --output) "
+            "to train and register a model")
+    if not model:
+        names = sorted({v.name for v in LocalRegistry(registry_uri).list()})
+        if len(names) != 1:
+            raise click.UsageError(
+                "--model is required: the registry holds "
+                + (f"{len(names)} models ({', '.join(names)})" if names else "no model")
+                + "; e.g. --model NAME@champion or --model NAME@2")
+        model = names[0]
+    try:
+        ref = parse_model_ref(model)
+        version, how = resolve_version(registry_uri, ref)
+    except PredictError as exc:
+        raise click.BadParameter(str(exc), param_hint="--model") from exc
+    return f"{version.name}@{version.version}", how, ref
+
+
+def prediction_params(options: tuple[str, ...]) -> dict[str, Any]:
+    """``KEY=VALUE`` options as typed arguments of the prediction pipeline."""
+    from gkeflow.pipelines.cli.params import pipeline_params
+    from gkeflow.pipelines.prediction import prediction_pipeline
+
+    return pipeline_params(prediction_pipeline, options)
+
+
+def run_prediction_command(console: Console, data: str | None, model: str | None,
+                           output: Path, registry_file: str, params: tuple[str, ...],
+                           no_cache: bool, verbose: bool, debug: bool = False,
+                           compute: dict | None = None) -> None:
+    """Score ``data`` with the registered model; exits 1 when a step fails.
+
+    ``compute``: per-step profiles (``--compute``/``--config``; locally only caching
+    applies); ``debug``: show a failed step's whole traceback."""
+    from gkeflow.pipelines.cli.run_options import step_printer
+    from gkeflow.pipelines.compute.profiles import ComputeError
+    from gkeflow.pipelines.prediction import build_prediction_pipeline, prediction_pipeline
+    from gkeflow.pipelines.targets.local import LocalRunError, run_local
+
+    pipeline = prediction_pipeline
+    if compute:
+        try:
+            pipeline = build_prediction_pipeline("local", compute)
+        except ComputeError as exc:
+            raise click.ClickException(str(exc)) from None
+
+    output = Path(output).resolve()
+    registry_uri = f"sqlite:///{output / registry_file}"
+    data_uri = _data_uri(data)
+    reference, how, ref = _choose_model(registry_uri, model)
+    # the step resolves the same reference (an alias stays an alias in its metadata)
+    arguments: dict[str, Any] = {
+        "data_uri": data_uri, "model_name": ref.name, "model_version": ref.version,
+        "model_alias": "" if ref.version or ref.alias == "champion" else ref.alias,
+        "registry_uri": registry_uri}
+    arguments.update(prediction_params(params))
+    target = arguments.get("output_uri", "")
+    if target and "://" not in target:  # steps run elsewhere: a local path must be absolute
+        arguments["output_uri"] = str(Path(target).expanduser().absolute())
+    console.print(f"[bold]gkeflow run[/bold]: prediction pipeline on {data_uri} with "
+                  f"{reference} ({how})", soft_wrap=True)
+
+    on_event = step_printer(console)
+
+    try:
+        # the scoring steps themselves are never cached (see prediction.DEFAULT_COMPUTE)
+        result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
+                           enable_caching=not no_cache, pipeline=pipeline)
+    except LocalRunError as exc:
+        raise click.ClickException(str(exc)) from exc
+    _print_summary(console, result, debug)
+    if not result.ok:
+        sys.exit(1)
+
+
+def _print_summary(console: Console, result, debug: bool = False) -> None:
+    console.print()
+    table = Table(title="Steps", title_justify="left")
+    for column in ("step", "status", "seconds"):
+        table.add_column(column)
+    for step in result.steps:
+        table.add_row(step.name, step.status, f"{step.duration_s:.1f}")
+    console.print(table)
+    meta = result.artifact_metadata("predict-batch", "predictions")
+    if meta:
+        console.print(f"Model:       {meta['model_name']} version {meta['model_version']} "
+                      f"({meta['selected_by']})", markup=False)
+        console.print(f"Rows:        {meta['rows_read']} read, {meta['rows_scored']} scored, "
+                      f"{meta['rows_rejected']} rejected", markup=False)
+        console.print(f"Drift:       worst column {meta.get('drift_max_fraction', 0):.1%}; "
+                      f"{meta.get('drift_unseen_values', 0)} new categories, "
+                      f"{meta.get('drift_out_of_range_values', 0)} numbers out of range, "
+                      f"{meta.get('drift_missing_columns', 0)} missing columns", markup=False)
+    folder = result.output_dir("predict-batch", "predictions")
+    if folder:
+        files = sorted(p for p in folder.iterdir() if p.name.startswith("predictions."))
+        console.print(f"Predictions: {files[0] if files else folder}", markup=False)
+    if meta.get("published_to"):
+        console.print(f"Published:   {meta['published_to']}", markup=False)
+    for label, task, name, file in (("Rejected:", "predict-batch", "rejected", "rejected.csv"),
+                                    ("Report:", "report-predictions", "summary", "")):
+        path = result.output_dir(task, name)
+        if path:
+            console.print(f"{label:<12} {path / file if file else path}", markup=False)
+    console.print(f"Log:         {result.log_path}", markup=False)
+    console.print(f"Total:       {result.duration_s:.1f}s")
+    if not result.ok:
+        failed = result.failed_step
+        console.print()
+        if failed:
+            console.print(f"[red bold]FAILED[/red bold]: step {failed.name}")
+            lines = failed.error_lines(limit=1000 if debug else 8)
+            errors = [line for line in lines if "Error: " in line and not line.startswith(" ")]
+            shown = lines if debug or not errors else errors[-1:]
+            console.print(textwrap.dedent("\n".join(shown)).rstrip(), markup=False,
+                          soft_wrap=True)
+        else:
+            console.print(f"[red bold]FAILED[/red bold]: {result.error}", markup=False)

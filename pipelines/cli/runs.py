@@ -1,0 +1,168 @@
+"""`gkeflow runs`: the history of runs on Kubeflow Pipelines (GKE) and Vertex AI.
+
+Registered on the `gkeflow` group in :mod:`gkeflow.pipelines.cli.main`; reading and acting is
+:mod:`gkeflow.pipelines.targets.runs` (one shape for both targets).
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.table import Table
+
+from gkeflow.pipelines.cli.ship import _config_option, _console, _load, _remote_errors
+from gkeflow.pipelines.targets.runs import format_duration, format_time, reader, target_of
+
+
+def _target(func):
+    return click.option("--target", type=click.Choice(["gke", "vertex"]),
+                        help="The target to read (default: every configured target for "
+                             "`list`; for a RUN, Vertex when it is a projects/... name, "
+                             "else the only configured target, else gke).")(func)
+
+
+def _json_option(func):
+    return click.option("--output", "output", type=click.Choice(["table", "json"]),
+                        default="table", show_default=True,
+                        help="json: one JSON document on stdout, for scripts.")(func)
+
+
+@click.group("runs")
+def runs_group() -> None:
+    """Past and running runs on the targets of gkeflow.yaml: list, show, logs, cancel, retry.
+
+    \b
+    gkeflow runs list [--pipeline P] [--schedule S] [--limit N]
+    gkeflow runs show RUN                 steps, durations, errors, metrics, gate
+    gkeflow runs logs RUN [STEP] [--follow]
+    gkeflow runs cancel RUN
+    gkeflow runs retry RUN                KFP: retry in place; Vertex: a new job, same inputs
+
+    RUN is the KFP run id, or the Vertex PipelineJob id or resource name, as `runs list`
+    shows it.
+    """
+
+
+@runs_group.command("list")
+@click.option("--pipeline", metavar="NAME", help="Only runs of this pipeline (e.g. training).")
+@click.option("--schedule", metavar="NAME", help="Only runs started by this gkeflow schedule.")
+@click.option("--limit", type=click.IntRange(1, 500), default=20, show_default=True,
+              help="The newest N runs per target.")
+@_target
+@_json_option
+@_config_option
+@_remote_errors
+def runs_list(pipeline, schedule, limit, target, output, config_path) -> None:
+    """List the newest runs: state, start, duration, the failed step, link."""
+    config = _load(config_path)
+    targets = [target] if target else [t for t in ("gke", "vertex")
+                                       if getattr(config.targets, t) is not None]
+    if not targets:
+        raise click.ClickException(f"{config_path}: no targets configured; add targets.gke "
+                                   "and/or targets.vertex (`gkeflow init` shows how)")
+    runs = []
+    for name in targets:
+        runs += reader(config, name).list(pipeline=pipeline, schedule=schedule, limit=limit)
+    if output == "json":
+        click.echo(json.dumps([r.as_json() for r in runs], indent=2))
+        return
+    console = _console()
+    if not runs:
+        console.print("no runs found", markup=False)
+        return
+    table = Table()
+    for column, options in (("target", {}), ("run", {"overflow": "fold"}),
+                            ("pipeline", {}), ("schedule", {}), ("state", {}),
+                            ("start (UTC)", {"no_wrap": True}), ("duration", {}),
+                            ("failed step", {}), ("link", {"overflow": "fold"})):
+        table.add_column(column, **options)
+    for run in runs:
+        failed = run.failed_step
+        table.add_row(run.target, run.id.rsplit("/", 1)[-1], run.pipeline or "-",
+                      run.schedule or "-", _state(run.state), format_time(run.start),
+                      format_duration(run.duration_s), failed.name if failed else "",
+                      run.url)
+    console.print(table)
+
+
+def _state(state: str) -> str:
+    style = {"SUCCEEDED": "green", "FAILED": "red", "RUNNING": "cyan",
+             "CANCELLED": "yellow"}.get(state, "white")
+    return f"[{style}]{state.lower()}[/{style}]"
+
+
+@runs_group.command("show")
+@click.argument("run")
+@_target
+@_json_option
+@_config_option
+@_remote_errors
+def runs_show(run, target, output, config_path) -> None:
+    """Show RUN: its steps with states, durations and errors; a training run's metrics and
+    gate decision."""
+    config = _load(config_path)
+    info = reader(config, target_of(config, run, target)).show(run)
+    if output == "json":
+        click.echo(json.dumps(info.as_json(), indent=2))
+        return
+    console = _console()
+    console.print(f"run {info.name} ({info.pipeline or 'unknown pipeline'} on {info.target})"
+                  f": {_state(info.state)}")
+    console.print(f"  started {format_time(info.start)} UTC, took "
+                  f"{format_duration(info.duration_s)}"
+                  + (f", schedule {info.schedule}" if info.schedule else ""), markup=False)
+    console.print(f"  {info.url}", markup=False, soft_wrap=True)
+    table = Table(title="Steps", title_justify="left")
+    for column in ("step", "state", "start (UTC)", "duration", "error"):
+        table.add_column(column, overflow="fold")
+    for task in sorted(info.tasks, key=lambda t: (t.start is None, t.start or 0, t.name)):
+        table.add_row(task.name, _state(task.state), format_time(task.start),
+                      format_duration(task.duration_s), task.error)
+    console.print(table)
+    if info.metrics:
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(info.metrics.items()))
+        console.print(f"metrics: {shown}", markup=False, soft_wrap=True)
+    if info.gate:
+        console.print(f"gate: {info.gate}", markup=False)
+    if info.error:
+        console.print(f"[red]error[/red]: {info.error}", soft_wrap=True)
+
+
+@runs_group.command("logs")
+@click.argument("run")
+@click.argument("step", required=False)
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the run ends.")
+@_target
+@_config_option
+@_remote_errors
+def runs_logs(run, step, follow, target, config_path) -> None:
+    """Print the log of STEP of RUN (default: every step that ran), each line prefixed with
+    its step."""
+    config = _load(config_path)
+    for name, line in reader(config, target_of(config, run, target)).logs(
+            run, step, follow=follow):
+        click.echo(f"{name}: {line}" if step is None else line)
+
+
+@runs_group.command("cancel")
+@click.argument("run")
+@_target
+@_config_option
+@_remote_errors
+def runs_cancel(run, target, config_path) -> None:
+    """Cancel RUN (KFP: terminate; Vertex AI: cancel the PipelineJob and its jobs)."""
+    config = _load(config_path)
+    _console().print(reader(config, target_of(config, run, target)).cancel(run), markup=False)
+
+
+@runs_group.command("retry")
+@click.argument("run")
+@_target
+@_config_option
+@_remote_errors
+def runs_retry(run, target, config_path) -> None:
+    """Retry RUN: KFP re-runs its failed steps in place; Vertex AI starts a new PipelineJob
+    with the same spec, parameters and settings."""
+    config = _load(config_path)
+    _console().print(reader(config, target_of(config, run, target)).retry(run), markup=False)

@@ -1,0 +1,176 @@
+"""``gkeflow run --pipeline sweep`` and the sweep parts of ``gkeflow plan``.
+
+Kept apart from :mod:`gkeflow.pipelines.cli.main` so the command module only dispatches.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+def sweep_options(func):
+    """Flags of ``gkeflow run`` that shape a sweep (refused by the other pipelines)."""
+    options = [
+        click.option("--sweep-param", "sweep_params", multiple=True, metavar="NAME=SPEC",
+                     help="(sweep) A searched hyperparameter, repeatable: NAME=a,b,c (choice; "
+                          "';' separates hidden_units choices), NAME=uniform:LO:HI, "
+                          "NAME=loguniform:LO:HI or NAME=int:LO:HI[:STEP]. Replaces the "
+                          "same name in gkeflow.yaml's sweep: section."),
+        click.option("--search", "algorithm", type=click.Choice(["grid", "random"]),
+                     help="(sweep) Grid over every combination, or seeded random sampling."),
+        click.option("--max-trials", type=click.IntRange(1, 100),
+                     help="(sweep) Number of trials (random), or the cap on the grid."),
+        click.option("--parallel-trials", type=click.IntRange(1, 100),
+                     help="(sweep) Trials running at once (each on its own GPU remotely)."),
+        click.option("--metric", type=click.Choice(["eval_accuracy", "eval_loss"]),
+                     help="(sweep) Eval-split metric trials are compared on."),
+        click.option("--direction", type=click.Choice(["maximize", "minimize"]),
+                     help="(sweep) Default: maximize accuracy, minimize loss."),
+        click.option("--seed", type=int, help="(sweep) Seed of the random search."),
+        click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+                     help="gkeflow.yaml whose compute: section (and, for a sweep, sweep: "
+                          "section) the run uses. Default: ./gkeflow.yaml when it exists "
+                          "(its compute: section only with --compute)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def resolve_sweep(config_path: Path | None = None, sweep_params: tuple[str, ...] = (),
+                  algorithm: str | None = None, max_trials: int | None = None,
+                  parallel_trials: int | None = None, metric: str | None = None,
+                  direction: str | None = None, seed: int | None = None):
+    """The search space: gkeflow.yaml's ``sweep:`` (or the default one), then the flags."""
+    from gkeflow.pipelines.config import ConfigError, load_config
+    from gkeflow.pipelines.sweep_config import SweepError, default_sweep, sweep_from_flags
+
+    try:
+        configured = load_config(config_path).sweep
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if configured is None and not sweep_params:
+        configured = default_sweep()
+    try:
+        return sweep_from_flags(configured, sweep_params, algorithm, max_trials,
+                                parallel_trials, metric, direction, seed)
+    except SweepError as exc:
+        raise click.BadParameter(str(exc), param_hint="--sweep-param") from None
+
+
+def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate, train_ratio,
+              eval_ratio, test_ratio, model_name, min_accuracy, model_type, user_module,
+              params, compute_overrides, key_column, exclude_columns, feature_columns,
+              no_cache, require_registered, verbose, debug, config_path=None, sweep_params=(),
+              algorithm=None, max_trials=None, parallel_trials=None, metric=None,
+              direction=None, seed=None) -> None:
+    """Run the sweep pipeline locally; print the trial table and what was registered.
+
+    The options a training run takes mean the same here (the same helpers turn them into
+    arguments and compute); ``--config`` also gives the ``sweep:`` section."""
+    from gkeflow.pipelines.cli.main import _print_run_summary
+    from gkeflow.pipelines.cli.run_options import (
+        OptionError,
+        finish,
+        local_compute,
+        run_arguments,
+        step_printer,
+    )
+    from gkeflow.pipelines.compute.profiles import ComputeError
+    from gkeflow.pipelines.sweep import TRIAL_STEP, build_sweep_pipeline
+    from gkeflow.pipelines.targets.local import LocalRunError, run_local
+
+    sweep = resolve_sweep(config_path, sweep_params, algorithm, max_trials, parallel_trials,
+                          metric, direction, seed)
+    compute = local_compute("sweep", config_path, compute_overrides)
+    replicas = compute[TRIAL_STEP].replicas if compute and TRIAL_STEP in compute else 1
+    if replicas > 1:
+        raise OptionError(f"{TRIAL_STEP}.replicas={replicas} does not apply to --pipeline "
+                          "sweep: each trial trains in one process; set replicas to 1")
+    try:
+        from gkeflow.pipelines.config import load_config
+
+        pipeline = build_sweep_pipeline("local", compute=compute, sweep=sweep,
+                                        preparation=load_config(config_path).preparation)
+    except ComputeError as exc:
+        raise click.ClickException(str(exc)) from None
+    arguments = run_arguments(
+        pipeline, "sweep", data=data, label=label, output=output, epochs=epochs,
+        batch_size=batch_size, learning_rate=learning_rate, train_ratio=train_ratio,
+        eval_ratio=eval_ratio, test_ratio=test_ratio, model_name=model_name,
+        min_accuracy=min_accuracy, model_type=model_type, user_module=user_module,
+        params=params, key_column=key_column, exclude_columns=exclude_columns,
+        feature_columns=feature_columns)
+    output = Path(output).resolve()
+    trials = arguments.get("trials") or pipeline.component_spec.inputs["trials"].default
+    console.print(f"[bold]gkeflow run[/bold]: sweep of {len(trials)} trial(s), "
+                  f"{sweep.parallel_trials} at a time ({sweep.algorithm} search over "
+                  f"{', '.join(sweep.tuned)}; {sweep.direction} {sweep.metric}) on "
+                  f"{data or 'the bundled Palmer Penguins data'} "
+                  f"(label: {arguments['label_column']})")
+
+    on_event = step_printer(console)
+
+    try:
+        result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
+                           enable_caching=not no_cache, pipeline=pipeline)
+    except LocalRunError as exc:
+        raise click.ClickException(str(exc)) from exc
+    print_trial_table(console, result)
+    _print_run_summary(console, result, arguments, debug)
+    from gkeflow.pipelines.cli.deploy import print_local_deployment
+
+    print_local_deployment(console, result, output)
+    finish(console, result, require_registered)
+
+
+def print_trial_table(console, result) -> None:
+    """The trial table the selection step wrote, best first (nothing when it did not run)."""
+    from rich.table import Table
+
+    rows = json.loads(result.parameter_outputs("select-best-trial").get("table") or "[]")
+    if not rows:
+        failed = [line for step in result.steps if step.name == "select-best-trial"
+                  for line in step.error_lines(3)]
+        if failed:
+            console.print("\n".join(failed), markup=False, soft_wrap=True)
+        return
+    console.print()
+    metric = next(k for k in rows[0] if k not in ("rank", "trial_id", "status"))
+    table = Table(title=f"Trials by {metric}, best first", title_justify="left")
+    columns = [c for c in rows[0] if c != "error" or any(r.get("error") for r in rows)]
+    for column in columns:
+        table.add_column(column, justify="right" if column in ("rank", metric) else "left")
+    for row in rows:
+        cells = []
+        for column in columns:
+            value = row.get(column)
+            cells.append("" if value is None else f"{value:.4f}" if column == metric
+                         else str(value))
+        table.add_row(*cells)
+    console.print(table)
+    best = rows[0]
+    console.print(f"Best trial: [bold]{best['trial_id']}[/bold] ({metric} "
+                  f"{best[metric]:.4f})")
+    model_dir = result.output_dir("select-best-trial", "best_model")
+    if model_dir:
+        console.print(f"Best model: {model_dir} (with sweep.json)", markup=False)
+
+
+def plan_lines(sweep, profiles, target: str) -> list[str]:
+    """What `gkeflow plan sweep` adds below the step table."""
+    from gkeflow.pipelines.sweep import sweep_plan, uses_vizier
+
+    figures = sweep_plan(sweep, profiles)
+    engine = ("Vertex AI hyperparameter tuning job (Vizier)" if uses_vizier(target, sweep.engine)
+              else "ParallelFor")
+    return [
+        f"sweep: {figures['trials']} trial(s), {sweep.algorithm} search over "
+        f"{', '.join(sweep.tuned)}; best by {sweep.metric} ({sweep.direction}); {engine}",
+        f"sweep: {figures['gpus_per_trial']} GPU(s) per trial, at most "
+        f"{figures['parallel_trials']} trial(s) at once = at most "
+        f"{figures['max_gpus_at_once']} GPU(s) in use at once",
+    ]

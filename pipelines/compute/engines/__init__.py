@@ -1,0 +1,74 @@
+"""Engines that run the training step beyond one pod: one module per target, one interface.
+
+The pipeline asks :func:`training_engine` which engine, if any, runs its training step for
+a target and profile; an engine builds the step's task (same inputs and outputs as
+``train_model``, so evaluation and registration read the model as usual) and says which
+compute the step's own pod needs (:meth:`TrainEngine.launcher_profile`):
+
+- ``vertex`` (:mod:`.vertex`): a Vertex AI CustomJob (chief + worker pools, Spot /
+  flex-start scheduling, timeout) when the profile has ``replicas > 1``, a ``scheduling``
+  other than ``standard``, or a timeout;
+- ``gke`` (:mod:`.gke`): a JobSet of ``replicas`` GPU pods when ``replicas > 1``;
+- ``local`` (:mod:`.local`): ``replicas`` worker processes on loopback when ``replicas > 1``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Protocol
+
+from gkeflow.pipelines.compute.profiles import ComputeProfile
+
+#: What the pod that only launches and follows the workload asks for.
+LAUNCHER_CPU, LAUNCHER_MEMORY = "1", "2G"
+
+
+class TrainEngine(Protocol):
+    """How one target runs a training step that one pod cannot."""
+
+    name: str
+
+    def applies(self, profile: ComputeProfile) -> bool:
+        """Whether this engine, rather than a plain pod, runs a step with ``profile``."""
+
+    def task(self, profile: ComputeProfile, arguments: dict[str, Any]):
+        """The pipeline task that runs training with ``arguments`` (``train_model``'s)."""
+
+    def launcher_profile(self, profile: ComputeProfile) -> ComputeProfile:
+        """The compute of the step's own pod (the workload gets ``profile``)."""
+
+    def describe(self, profile: ComputeProfile) -> str:
+        """One line for ``plan`` and ``compile``: what the step launches, machines and GPUs."""
+
+
+def launcher_profile(profile: ComputeProfile) -> ComputeProfile:
+    """A small CPU pod with the training step's retries, timeout and caching."""
+    return replace(profile, cpu=LAUNCHER_CPU, memory=LAUNCHER_MEMORY, accelerator="",
+                   accelerator_count=0, spot=False, scheduling="standard", max_wait="",
+                   replicas=1, queue="", shm_size="", ephemeral_storage="")
+
+
+def as_training_step(component):
+    """A copy of ``component`` named ``train-model``: the step keeps its task name (and so its
+    compute, caching, outputs and run summary) whichever engine runs it."""
+    import copy
+
+    renamed = copy.deepcopy(component)
+    renamed.component_spec.name = "train-model"
+    renamed.name = "train-model"
+    return renamed
+
+
+def gpus_text(profile: ComputeProfile, accelerator: str) -> str:
+    if not profile.uses_gpu:
+        return "no GPU"
+    return (f"{profile.accelerator_count} x {accelerator} each, "
+            f"{profile.replicas * profile.accelerator_count} GPUs in all")
+
+
+def training_engine(target: str, profile: ComputeProfile) -> TrainEngine | None:
+    """The engine that runs a training step with ``profile`` on ``target``; None: a plain pod."""
+    from gkeflow.pipelines.compute.engines import gke, local, vertex
+
+    engine = {"vertex": vertex.ENGINE, "gke": gke.ENGINE, "local": local.ENGINE}.get(target)
+    return engine if engine is not None and engine.applies(profile) else None

@@ -1,0 +1,186 @@
+"""GKE engine: the training step launches a JobSet (``jobset.x-k8s.io/v1alpha2``) of GPU pods.
+
+:func:`jobset_template` turns the step's compute into the JobSet every run launches: one
+replicated job ``worker`` whose Indexed Job runs ``replicas`` pods in parallel, each with the
+profile's CPU, memory and ``nvidia.com/gpu`` requests, the accelerator node selector and GPU
+toleration, the Spot or flex-start selector and toleration, a memory-backed ``/dev/shm``
+and the Kueue queue-name label when ``queue`` is set. JobSet puts the pods behind a
+headless service so each resolves the others by their stable host names; the launcher step
+(:mod:`gkeflow.components.scaleout.jobset_launcher`) names it per run and task.
+
+The pods run as ``worker_service_account`` (default ``gkeflow-worker``), never as the
+launcher's account. The JobSet carries the training deadline (``timeout_s``, each Job's
+``activeDeadlineSeconds``); the launcher step's own deadline is
+:func:`launcher_deadline_s`: that plus a provisioning allowance.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gkeflow.pipelines.compute.profiles import (
+    GKE_ACCELERATOR_LABEL,
+    GPU_RESOURCE,
+    SHM_PATH,
+    SHM_VOLUME,
+    ComputeProfile,
+    memory_bytes,
+)
+
+#: What the launcher pod's deadline allows, on top of the JobSet's own, for the JobSet's nodes
+#: to be provisioned (Spot and GPU capacity can take long): an hour, or the profile's
+#: ``max_wait`` when that is longer (flex-start).
+PROVISIONING_ALLOWANCE_S = 3600
+#: Taint GKE puts on nodes created by queued provisioning (flex-start with all-or-nothing).
+GKE_QUEUED_TAINT = "cloud.google.com/gke-queued"
+WORKER_COMMAND = ["python3", "-u", "-m", "gkeflow.components.scaleout.worker"]
+
+
+def _scheduling(profile: ComputeProfile) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """Node selectors and tolerations of every worker: the single-pod step's capacity rules
+    (:mod:`gkeflow.pipelines.compute.capacity`) written into the JobSet's pod template."""
+    from gkeflow.pipelines.compute import capacity
+
+    selectors: dict[str, str] = {}
+    tolerations: list[dict[str, str]] = []
+    if profile.uses_gpu:
+        selectors[GKE_ACCELERATOR_LABEL] = profile.accelerator
+        tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+    if profile.scheduling == "spot":
+        selectors[capacity.GKE_SPOT_LABEL] = "true"
+        tolerations.append({"key": capacity.GKE_SPOT_LABEL, "operator": "Equal",
+                            "value": "true", "effect": "NoSchedule"})
+    elif profile.scheduling == "flex-start":
+        selectors[capacity.GKE_FLEX_START_LABEL] = "true"
+        tolerations.append({"key": capacity.GKE_FLEX_START_LABEL, "operator": "Equal",
+                            "value": "true", "effect": "NoSchedule"})
+        # Queued provisioning (all-or-nothing multi-node capacity) taints its nodes too.
+        tolerations.append({"key": GKE_QUEUED_TAINT, "operator": "Exists",
+                            "effect": "NoSchedule"})
+    elif profile.scheduling == "reservation":
+        project, name = capacity.split_reservation(profile.reservation)
+        selectors[capacity.GKE_RESERVATION_NAME_LABEL] = name
+        selectors[capacity.GKE_RESERVATION_AFFINITY_LABEL] = "specific"
+        if project:
+            selectors[capacity.GKE_RESERVATION_PROJECT_LABEL] = project
+    return selectors, tolerations
+
+
+def shm_size(profile: ComputeProfile) -> str:
+    """Memory-backed /dev/shm for every worker: the profile's, else half its memory."""
+    return profile.effective_shm_size or f"{memory_bytes(profile.memory) // 2 // 2**20}Mi"
+
+
+def jobset_template(profile: ComputeProfile, image: str) -> dict[str, Any]:
+    """The JobSet for a training step with ``profile`` (name, namespace, args set at run time)."""
+    resources: dict[str, Any] = {"cpu": profile.cpu, "memory": profile.memory}
+    if profile.ephemeral_storage:
+        resources["ephemeral-storage"] = profile.ephemeral_storage
+    if profile.uses_gpu:
+        resources[GPU_RESOURCE] = str(profile.accelerator_count)
+    selectors, tolerations = _scheduling(profile)
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 60,
+        "containers": [{
+            "name": "worker",
+            "image": image,
+            "command": list(WORKER_COMMAND),
+            "args": [],
+            "ports": [{"name": "collective", "containerPort": 2222}],
+            "env": [{"name": "TF_CPP_MIN_LOG_LEVEL", "value": "1"}],
+            "resources": {"requests": dict(resources), "limits": dict(resources)},
+            "volumeMounts": [{"name": SHM_VOLUME, "mountPath": SHM_PATH}],
+        }],
+        "volumes": [{"name": SHM_VOLUME,
+                     "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(profile)}}],
+    }
+    # The workers' own account: no permission on JobSets, pods or logs (the launcher's has).
+    pod_spec["serviceAccountName"] = profile.worker_service_account
+    if selectors:
+        pod_spec["nodeSelector"] = selectors
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+    job_spec: dict[str, Any] = {
+        "parallelism": profile.replicas,
+        "completions": profile.replicas,
+        "completionMode": "Indexed",
+        "backoffLimit": 0,
+        "template": {"spec": pod_spec},
+    }
+    if profile.timeout_s:  # the training deadline travels with the JobSet
+        job_spec["activeDeadlineSeconds"] = profile.timeout_s
+    labels = {"app.kubernetes.io/managed-by": "gkeflow"}
+    if profile.queue:
+        from gkeflow.pipelines.compute.capacity import KUEUE_QUEUE_LABEL
+
+        labels[KUEUE_QUEUE_LABEL] = profile.queue
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"labels": labels},
+        "spec": {
+            # Pods resolve each other as <jobset>-worker-0-<index>.<jobset> (headless service).
+            "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+            # Multi-worker training does not survive a lost worker: fail, let the step retry.
+            "failurePolicy": {"maxRestarts": 0},
+            "successPolicy": {"operator": "All"},
+            "replicatedJobs": [{"name": "worker", "replicas": 1, "template": {"spec": job_spec}}],
+        },
+    }
+
+
+def launcher_deadline_s(profile: ComputeProfile) -> int:
+    """The launcher pod's ``activeDeadlineSeconds``: the JobSet's deadline (``timeout_s``)
+    plus :data:`PROVISIONING_ALLOWANCE_S` (or ``max_wait``, when longer); 0 (none) when the
+    JobSet has none. The launcher's clock starts before the JobSet's nodes exist, so an
+    equal deadline would stop training that is still within its own."""
+    if not profile.timeout_s:
+        return 0
+    from gkeflow.pipelines.compute.profiles import _to_seconds
+
+    waiting = _to_seconds("max_wait", profile.max_wait) if profile.max_wait else 0
+    return profile.timeout_s + max(PROVISIONING_ALLOWANCE_S, waiting)
+
+
+class JobSetEngine:
+    name = "gke"
+
+    def describe(self, profile: ComputeProfile) -> str:
+        from gkeflow.pipelines.compute.engines import gpus_text
+
+        queue = f", Kueue queue {profile.queue}" if profile.queue else ""
+        nodes = f" on {profile.accelerator} nodes" if profile.uses_gpu else ""
+        deadline = ""
+        if profile.timeout_s:
+            from gkeflow.pipelines.compute.profiles import format_duration
+
+            deadline = (f", deadline {format_duration(profile.timeout_s)} (launcher "
+                        f"{format_duration(launcher_deadline_s(profile))})")
+        return (f"train-model launches a JobSet of {profile.replicas} pods "
+                f"({gpus_text(profile, GPU_RESOURCE)}){nodes}, scheduling "
+                f"{profile.scheduling}{queue}{deadline}, running as service account "
+                f"{profile.worker_service_account}; launched by a 1-CPU pipeline step")
+
+    def applies(self, profile: ComputeProfile) -> bool:
+        return profile.replicas > 1
+
+    def task(self, profile: ComputeProfile, arguments: dict[str, Any]):
+        from gkeflow.components.images import GPU_IMAGE
+        from gkeflow.components.scaleout.component import train_model_jobset
+        from gkeflow.components.scaleout.jobset import dumps
+        from gkeflow.pipelines.compute.engines import as_training_step
+
+        template = jobset_template(profile, GPU_IMAGE)  # the compiler maps and pins it
+        return as_training_step(train_model_jobset)(jobset_template=dumps(template),
+                                                    **arguments)
+
+    def launcher_profile(self, profile: ComputeProfile) -> ComputeProfile:
+        from dataclasses import replace
+
+        from gkeflow.pipelines.compute.engines import launcher_profile
+
+        return replace(launcher_profile(profile), timeout_s=launcher_deadline_s(profile))
+
+
+ENGINE = JobSetEngine()

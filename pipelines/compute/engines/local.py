@@ -1,0 +1,31 @@
+"""Local engine: ``replicas`` training workers as processes on loopback (``kfp.local``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gkeflow.pipelines.compute.profiles import ComputeProfile
+
+
+class LocalWorkers:
+    name = "local"
+
+    def describe(self, profile: ComputeProfile) -> str:
+        return (f"train-model runs {profile.replicas} worker processes on this machine "
+                "(MultiWorkerMirroredStrategy over loopback)")
+
+    def applies(self, profile: ComputeProfile) -> bool:
+        return profile.replicas > 1
+
+    def task(self, profile: ComputeProfile, arguments: dict[str, Any]):
+        from gkeflow.components.scaleout.component import train_model_local_workers
+        from gkeflow.pipelines.compute.engines import as_training_step
+
+        step = as_training_step(train_model_local_workers)
+        return step(replicas=profile.replicas, **arguments)
+
+    def launcher_profile(self, profile: ComputeProfile) -> ComputeProfile:
+        return profile
+
+
+ENGINE = LocalWorkers()

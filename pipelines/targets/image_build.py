@@ -1,0 +1,379 @@
+"""Build the suite's CPU and GPU images, with the user's packages and code, into a registry.
+
+The Dockerfiles and hashed lock files ship inside the package (``gkeflow.images``), so a
+build works after ``pip install gkeflow`` as well as from a clone. :func:`assemble_context`
+writes a self-contained build context into a directory of its own (never into the installed
+package)::
+
+    Dockerfile               images/<flavour>.Dockerfile
+    requirements.lock        images/requirements-<flavour>.lock (--require-hashes --no-deps)
+    dist/gkeflow-*.whl       the installed gkeflow package, repacked as a wheel (no re-resolving)
+    user/requirements.txt    the user's extra packages (constrained to the lock's versions)
+    user/constraints.txt     the lock's versions, without hashes
+    user/modules.txt         the included modules, imported by the Dockerfile's check
+    user/include/            the user's modules and packages (importable: a .pth file names it)
+
+:func:`build_image` builds that context with podman, docker or Cloud Build, pushes it unless
+told not to, and returns the image's digest.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import hashlib
+import importlib
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import zipfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from gkeflow.components.images import VERSION
+from gkeflow.pipelines.targets import image_locks
+
+FLAVOURS = ("cpu", "gpu")
+BUILDERS = ("podman", "docker", "cloud-build")
+#: The packages the wheel of the installed suite carries.
+PACKAGES = ("gkeflow.components", "gkeflow.pipelines", "gkeflow.images")
+#: Lines of a failed step's log quoted in the error.
+LOG_TAIL = 12
+
+_DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
+#: Progress lines of podman/buildah ("[1/2] STEP 3/5: RUN ..."), docker and BuildKit.
+_PROGRESS_RE = re.compile(r"^(\[\d+/\d+\] )?(STEP \d|Step \d|COMMIT|Successfully tagged|"
+                          r"#\d+ \[)")
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+_SKIP_DIRS = {"__pycache__", ".pytest_cache", ".ruff_cache"}
+
+
+class ImageBuildError(RuntimeError):
+    """An image cannot be built or pushed; the message is one line naming the problem and fix."""
+
+
+def images_dir() -> Path:
+    """The installed ``gkeflow.images`` folder (Dockerfiles and locks)."""
+    return _package_dir("gkeflow.images")
+
+
+def _package_dir(package: str) -> Path:
+    try:
+        module = importlib.import_module(package)
+    except ImportError as exc:
+        raise ImageBuildError(
+            f"{package} is not installed; reinstall gkeflow (pip install gkeflow)") from exc
+    paths = [Path(p) for p in getattr(module, "__path__", [])]
+    if not paths or not paths[0].is_dir():
+        raise ImageBuildError(f"{package} is not a folder on disk (zipped install?); "
+                              "reinstall gkeflow with pip")
+    return paths[0]
+
+
+def _package_files(package: str) -> list[tuple[str, Path]]:
+    """(path inside the wheel, file) for every file of ``package``, caches left out."""
+    root = _package_dir(package)
+    prefix = package.replace(".", "/")
+    files = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
+        for name in sorted(names):
+            if name.endswith((".pyc", ".pyo")) or name.startswith("."):
+                continue
+            path = Path(folder) / name
+            files.append((f"{prefix}/{path.relative_to(root).as_posix()}", path))
+    return files
+
+
+def _dist_text(name: str) -> str | None:
+    try:
+        return importlib.metadata.distribution("gkeflow").read_text(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def build_wheel(dest: Path) -> Path:
+    """Repack the installed gkeflow package as a wheel in ``dest``; the same files give the
+    same bytes (sorted entries, fixed timestamps), so an unchanged suite reuses the cached
+    image layer."""
+    dist_info = f"gkeflow-{VERSION}.dist-info"
+    metadata = _dist_text("METADATA") or (
+        f"Metadata-Version: 2.1\nName: gkeflow\nVersion: {VERSION}\n")
+    entry_points = _dist_text("entry_points.txt") or (
+        "[console_scripts]\ngkeflow = gkeflow.pipelines.cli.main:main\n")
+    generated = {
+        f"{dist_info}/METADATA": metadata.encode(),
+        f"{dist_info}/WHEEL": (b"Wheel-Version: 1.0\n"
+                               b"Generator: gkeflow.pipelines.targets.image_build\n"
+                               b"Root-Is-Purelib: true\nTag: py3-none-any\n"),
+        f"{dist_info}/entry_points.txt": entry_points.encode(),
+        f"{dist_info}/top_level.txt": b"gkeflow\n",
+    }
+    entries = [(arc, path.read_bytes()) for package in PACKAGES
+               for arc, path in _package_files(package)]
+    entries += sorted(generated.items())
+    record = []
+    wheel = dest / f"gkeflow-{VERSION}-py3-none-any.whl"
+    dest.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        for arc, data in entries:
+            _write_entry(archive, arc, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            record.append(f"{arc},sha256={digest.decode()},{len(data)}")
+        record.append(f"{dist_info}/RECORD,,")
+        _write_entry(archive, f"{dist_info}/RECORD", ("\n".join(record) + "\n").encode())
+    return wheel
+
+
+def _write_entry(archive: zipfile.ZipFile, arc: str, data: bytes) -> None:
+    info = zipfile.ZipInfo(arc, date_time=_ZIP_TIME)
+    info.external_attr = 0o644 << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    archive.writestr(info, data)
+
+
+def _check_requirements(requirements: Path) -> str:
+    if not requirements.is_file():
+        raise ImageBuildError(f"images.requirements: {requirements} does not exist; "
+                              "point it at a pip requirements file")
+    text = requirements.read_text(encoding="utf-8")
+    for number, line in enumerate(text.splitlines(), 1):
+        option = line.strip().split(" ")[0]
+        if option in ("-r", "-c", "-e", "--requirement", "--constraint", "--editable"):
+            raise ImageBuildError(
+                f"{requirements}:{number}: {option} is not supported in images.requirements "
+                "(only that file is copied into the build); list the packages directly")
+    return text
+
+
+def _include_name(path: Path) -> str:
+    if not path.exists():
+        raise ImageBuildError(f"images.include: {path} does not exist; "
+                              "list Python modules (.py) or package folders")
+    name = path.stem if path.is_file() else path.name
+    if path.is_file() and path.suffix != ".py":
+        raise ImageBuildError(f"images.include: {path} is not a Python module (.py) or a folder")
+    if not name.isidentifier() or name == "gkeflow":
+        raise ImageBuildError(f"images.include: {path} cannot be imported as {name!r}; "
+                              "rename it to a valid module name other than gkeflow")
+    return name
+
+
+def assemble_context(dest: Path, flavour: str, requirements: Path | None,
+                     includes: Sequence[Path]) -> Path:
+    """Write a self-contained build context for the ``flavour`` image into ``dest``.
+
+    Args:
+        dest: An empty or missing folder; the context is written there.
+        flavour: ``cpu`` or ``gpu``.
+        requirements: A pip requirements file of extra packages, or None. They are installed
+            after the locked packages, constrained to the lock's versions.
+        includes: Python modules (``.py``) and package folders copied into the image and
+            importable there.
+
+    Returns:
+        The path of the context's Dockerfile.
+
+    Raises:
+        ImageBuildError: Unknown flavour, a missing or unusable requirement or include, or a
+            non-empty ``dest``.
+    """
+    if flavour not in FLAVOURS:
+        raise ImageBuildError(
+            f"unknown image flavour {flavour!r}; use one of {', '.join(FLAVOURS)}")
+    dest = Path(dest)
+    if dest.exists() and any(dest.iterdir()):
+        raise ImageBuildError(f"{dest} is not empty; give the build context an empty folder")
+    extra = _check_requirements(Path(requirements)) if requirements else ""
+    names = {}
+    for path in includes:
+        name = _include_name(Path(path))
+        if name in names:
+            raise ImageBuildError(f"images.include: {path} and {names[name]} are both "
+                                  f"imported as {name!r}; keep one")
+        names[name] = Path(path)
+
+    source = images_dir()
+    lock = image_locks.lock_path(source, flavour)
+    if not lock.is_file():
+        raise ImageBuildError(f"{lock} is missing; reinstall gkeflow or run: make locks")
+    user = dest / "user"
+    (user / "include").mkdir(parents=True)
+    shutil.copyfile(source / f"{flavour}.Dockerfile", dest / "Dockerfile")
+    shutil.copyfile(lock, dest / "requirements.lock")
+    build_wheel(dest / "dist")
+    (user / "requirements.txt").write_text(extra, encoding="utf-8")
+    (user / "constraints.txt").write_text(image_locks.constraints(lock), encoding="utf-8")
+    (user / "modules.txt").write_text("".join(f"{n}\n" for n in sorted(names)), encoding="utf-8")
+    (user / "include" / "README.txt").write_text(
+        "The images.include modules and packages of gkeflow.yaml (on sys.path).\n",
+        encoding="utf-8")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
+    for name, path in sorted(names.items()):
+        target = user / "include" / (f"{name}.py" if path.is_file() else name)
+        if path.is_file():
+            shutil.copyfile(path, target)
+        else:
+            shutil.copytree(path, target, ignore=ignore)
+    return dest / "Dockerfile"
+
+
+def _run(command: list[str], what: str, echo: Callable[[str], None],
+         cwd: Path | None = None) -> str:
+    """Run ``command``, echo its step lines, return its output; one-line error on failure."""
+    tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
+    lines = []
+    try:
+        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, errors="replace")
+    except FileNotFoundError as exc:
+        raise ImageBuildError(f"{command[0]} not found; install it or pick another --builder "
+                              f"({', '.join(BUILDERS)})") from exc
+    assert process.stdout is not None
+    for raw in process.stdout:
+        line = raw.rstrip()
+        lines.append(line)
+        tail.append(line)
+        if _PROGRESS_RE.match(line):
+            echo(f"  {line[:160]}")
+    if process.wait() != 0:
+        quoted = " | ".join(line.strip()[:200] for line in tail if line.strip())
+        raise ImageBuildError(f"{what} failed (exit {process.returncode}): {quoted}")
+    return "\n".join(lines)
+
+
+def _digest(text: str, what: str) -> str:
+    found = _DIGEST_RE.search(text)
+    if not found:
+        raise ImageBuildError(f"{what} reported no sha256 digest: {text.strip()[:200]!r}")
+    return found.group(0)
+
+
+def _engine(builder: str) -> str:
+    exe = "gcloud" if builder == "cloud-build" else builder
+    found = shutil.which(exe)
+    if not found:
+        hint = {"podman": "apt-get install podman", "docker": "install Docker",
+                "cloud-build": "install the Google Cloud CLI"}[builder]
+        others = ", ".join(b for b in BUILDERS if b != builder)
+        raise ImageBuildError(f"{exe} not found on PATH; {hint}, or use --builder {others}")
+    return found
+
+
+def _build_local(engine: str, builder: str, context: Path, reference: str, push: bool,
+                 echo: Callable[[str], None]) -> str:
+    command = [engine, "build", "--file", str(context / "Dockerfile"), "--tag", reference]
+    if builder == "podman":
+        # No OCI runtime needed: works as root in containers and CI runners.
+        command += ["--isolation=chroot", "--layers"]
+    _run(command + [str(context)], f"{builder} build of {reference}", echo)
+    if builder == "podman":
+        if not push:
+            out = _run([engine, "image", "inspect", "--format", "{{.Digest}}", reference],
+                       "podman image inspect", echo)
+            return _digest(out, "podman image inspect")
+        digest_file = context / "pushed.digest"
+        echo(f"pushing {reference}")
+        _run([engine, "push", "--digestfile", str(digest_file), reference],
+             f"podman push {reference}", echo)
+        return _digest(digest_file.read_text(encoding="utf-8"), "podman push")
+    if not push:
+        out = _run([engine, "image", "inspect", "--format", "{{.Id}}", reference],
+                   "docker image inspect", echo)
+        return _digest(out, "docker image inspect")
+    echo(f"pushing {reference}")
+    _run([engine, "push", reference], f"docker push {reference}", echo)
+    out = _run([engine, "image", "inspect", "--format", "{{json .RepoDigests}}", reference],
+               "docker image inspect", echo)
+    repository = reference.rsplit(":", 1)[0] if ":" in reference.rsplit("/", 1)[-1] else reference
+    for entry in json.loads(out or "[]"):
+        if entry.startswith(f"{repository}@"):
+            return _digest(entry, "docker push")
+    raise ImageBuildError(f"docker pushed {reference} but reported no digest for it; "
+                          f"check with: docker image inspect {reference}")
+
+
+def cloudbuild_config(reference: str) -> dict:
+    """The Cloud Build config that builds the context's Dockerfile and pushes ``reference``."""
+    return {
+        "steps": [{
+            "id": "build",
+            "name": "gcr.io/cloud-builders/docker",
+            "env": ["DOCKER_BUILDKIT=1"],
+            "args": ["build", "--file", "Dockerfile", "--tag", reference, "."],
+        }],
+        "images": [reference],
+        "options": {"machineType": "E2_HIGHCPU_8", "diskSizeGb": 100,
+                    "logging": "CLOUD_LOGGING_ONLY"},
+        "timeout": "3600s",
+    }
+
+
+def _build_cloud(engine: str, context: Path, reference: str, push: bool, project: str | None,
+                 echo: Callable[[str], None]) -> str:
+    if not push:
+        raise ImageBuildError("Cloud Build keeps no local image, so it always pushes; "
+                              "drop --no-push or use --builder podman|docker")
+    config = context / "cloudbuild.json"
+    config.write_text(json.dumps(cloudbuild_config(reference), indent=2), encoding="utf-8")
+    scope = [f"--project={project}"] if project else []
+    echo(f"submitting {context.name} to Cloud Build")
+    build_id = _run([engine, "builds", "submit", "--config", str(config), "--async",
+                     "--format=value(id)", *scope, str(context)],
+                    "gcloud builds submit", echo).strip().splitlines()[-1].strip()
+    echo(f"Cloud Build {build_id}: streaming its log")
+    subprocess.run([engine, "builds", "log", "--stream", build_id, *scope], check=False)
+    described = _run([engine, "builds", "describe", build_id, "--format=json", *scope],
+                     f"gcloud builds describe {build_id}", echo)
+    build = json.loads(described)
+    if build.get("status") != "SUCCESS":
+        raise ImageBuildError(f"Cloud Build {build_id} ended {build.get('status')}; see: "
+                              f"gcloud builds log {build_id}")
+    for image in (build.get("results") or {}).get("images") or []:
+        if image.get("name") == reference:
+            return _digest(image.get("digest", ""), f"Cloud Build {build_id}")
+    raise ImageBuildError(f"Cloud Build {build_id} did not report a digest for {reference}")
+
+
+def build_image(flavour: str, reference: str, requirements: Path | None,
+                includes: Sequence[Path], builder: str = "podman", push: bool = True,
+                project: str | None = None, echo: Callable[[str], None] = print) -> str:
+    """Build the ``flavour`` image as ``reference`` and push it unless ``push`` is False.
+
+    Args:
+        flavour: ``cpu`` or ``gpu``.
+        reference: The image's name and tag, e.g.
+            ``europe-west4-docker.pkg.dev/my-project/ml/gkeflow-cpu:0.1.0``.
+        requirements: A pip requirements file of extra packages, or None.
+        includes: The user's modules and package folders copied into the image.
+        builder: ``podman`` (``--isolation=chroot``, no daemon), ``docker`` or
+            ``cloud-build`` (``gcloud builds submit``; always pushes).
+        push: Push to the registry; False keeps the image local.
+        project: The Google Cloud project Cloud Build runs in (default: gcloud's).
+        echo: Receives one line per build step.
+
+    Returns:
+        ``sha256:<64 hex>``: the pushed manifest's digest, or the local image's with
+        ``push=False``.
+
+    Raises:
+        ImageBuildError: A missing engine, a bad input, or a failed step (with the last
+            lines of its log).
+    """
+    if builder not in BUILDERS:
+        raise ImageBuildError(f"unknown builder {builder!r}; use one of {', '.join(BUILDERS)}")
+    engine = _engine(builder)
+    with tempfile.TemporaryDirectory(prefix=f"gkeflow-{flavour}-image-") as tmp:
+        context = Path(tmp) / "context"
+        assemble_context(context, flavour, requirements, includes)
+        echo(f"building {reference} ({flavour}) with {builder}")
+        if builder == "cloud-build":
+            digest = _build_cloud(engine, context, reference, push, project, echo)
+        else:
+            digest = _build_local(engine, builder, context, reference, push, echo)
+    echo(f"{reference} -> {digest}")
+    return digest

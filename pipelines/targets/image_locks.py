@@ -1,0 +1,204 @@
+"""The images' hashed lock files, resolved from ``pyproject.toml`` and checked fresh.
+
+Each image installs from one lock (``images/requirements-cpu.lock``,
+``images/requirements-gpu.lock``): every package pinned with its hashes for Python 3.11 on
+linux x86_64, installed with ``pip install --require-hashes --no-deps``, so rebuilding a
+release gives the same package versions.
+
+The resolver's input is ``pyproject.toml``'s ``dependencies`` with TensorFlow swapped per
+image: ``tensorflow-cpu`` (same version range) in the CPU image, the ``gpu`` extra's
+``tensorflow[and-cuda]`` in the GPU image. ``uv pip compile --generate-hashes`` resolves it;
+the existing lock is passed as the output file, so uv keeps its pins unless
+``pyproject.toml`` excludes them.
+
+    python -m gkeflow.pipelines.targets.image_locks write  # make locks: re-resolve
+    python -m gkeflow.pipelines.targets.image_locks check  # make check-locks: diff
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+FLAVOURS = ("cpu", "gpu")
+PYTHON_VERSION = "3.11"
+PYTHON_PLATFORM = "x86_64-manylinux_2_28"
+#: The command the lock headers name (uv writes it instead of its own temporary paths).
+COMPILE_COMMAND = "make locks"
+#: Required by a dependency's metadata but never imported at run time, so left out of the
+#: images: libclang (61 MB) is TensorFlow's binding for its C++ source tools.
+NOT_INSTALLED = ("libclang",)
+
+_PIN_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
+
+
+class LockError(RuntimeError):
+    """A lock cannot be produced or is stale; the message says what to run."""
+
+
+def normalise(name: str) -> str:
+    """PEP 503 name: ``Google_Cloud.Storage`` -> ``google-cloud-storage``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def lock_path(images_dir: Path, flavour: str) -> Path:
+    """``images/requirements-<flavour>.lock``."""
+    return images_dir / f"requirements-{flavour}.lock"
+
+
+def _tensorflow_for(flavour: str, project: dict) -> Requirement:
+    base = next(Requirement(r) for r in project["dependencies"]
+                if normalise(Requirement(r).name) == "tensorflow")
+    if flavour == "cpu":
+        swapped = Requirement(str(base))
+        swapped.name = "tensorflow-cpu"
+        return swapped
+    gpu = [Requirement(r) for r in project.get("optional-dependencies", {}).get("gpu", [])]
+    found = next((r for r in gpu if normalise(r.name) == "tensorflow"), None)
+    if found is None:
+        raise LockError("pyproject.toml: the 'gpu' extra must name tensorflow[and-cuda]")
+    return found
+
+
+def resolver_input(pyproject: Path, flavour: str) -> list[str]:
+    """The requirement lines the lock of ``flavour`` is resolved from, in pyproject order."""
+    if flavour not in FLAVOURS:
+        raise LockError(f"unknown image flavour {flavour!r}; expected one of {FLAVOURS}")
+    project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+    lines = []
+    for line in project["dependencies"]:
+        requirement = Requirement(line)
+        if normalise(requirement.name) == "tensorflow":
+            requirement = _tensorflow_for(flavour, project)
+        lines.append(str(requirement))
+    return lines
+
+
+def direct_names(pyproject: Path, flavour: str) -> set[str]:
+    """Normalised names of the packages the lock of ``flavour`` must pin."""
+    return {normalise(Requirement(line).name) for line in resolver_input(pyproject, flavour)}
+
+
+def read_pins(lock: Path) -> dict[str, tuple[str, list[str]]]:
+    """Lock file -> {normalised name: (version, [sha256 hashes])}."""
+    pins: dict[str, tuple[str, list[str]]] = {}
+    current = None
+    for raw in lock.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _PIN_RE.match(line)
+        if match:
+            current = normalise(match.group(1))
+            pins[current] = (match.group(3), [])
+        for digest in re.findall(r"--hash=sha256:([0-9a-f]{64})", line):
+            if current is not None:
+                pins[current][1].append(digest)
+    return pins
+
+
+def constraints(lock: Path) -> str:
+    """``name==version`` lines (no hashes) that keep extra packages off the locked versions."""
+    return "".join(f"{name}=={version}\n" for name, (version, _) in sorted(read_pins(lock).items()))
+
+
+def _uv() -> str:
+    here = Path(sys.executable).parent / "uv"
+    found = str(here) if here.exists() else shutil.which("uv")
+    if not found:
+        raise LockError("uv not found; install the dev extras: pip install -e '.[dev]'")
+    return found
+
+
+def compile_lock(pyproject: Path, flavour: str, output: Path) -> None:
+    """Resolve the lock of ``flavour`` into ``output``, keeping pins already there."""
+    workdir = output.parent
+    source = workdir / f"requirements-{flavour}.in"
+    source.write_text("\n".join(resolver_input(pyproject, flavour)) + "\n", encoding="utf-8")
+    command = [
+        _uv(), "pip", "compile", "--quiet", "--generate-hashes", "--no-config",
+        "--python-version", PYTHON_VERSION, "--python-platform", PYTHON_PLATFORM,
+        "--custom-compile-command", COMPILE_COMMAND, "--annotation-style", "line",
+        "--index-url", "https://pypi.org/simple",
+        *[arg for name in NOT_INSTALLED for arg in ("--no-emit-package", name)],
+        "--output-file", output.name, source.name,
+    ]
+    try:
+        done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, check=False)
+    finally:
+        source.unlink(missing_ok=True)
+    if done.returncode != 0:
+        tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+        raise LockError(f"uv could not resolve the {flavour} lock: {tail}")
+
+
+def write_locks(pyproject: Path, images_dir: Path) -> list[Path]:
+    """Re-resolve every lock in place (``make locks``)."""
+    written = []
+    for flavour in FLAVOURS:
+        target = lock_path(images_dir, flavour)
+        with tempfile.TemporaryDirectory() as tmp:
+            staged = Path(tmp) / target.name
+            if target.exists():
+                shutil.copyfile(target, staged)
+            compile_lock(pyproject, flavour, staged)
+            shutil.copyfile(staged, target)
+        written.append(target)
+    return written
+
+
+def stale_locks(pyproject: Path, images_dir: Path) -> list[str]:
+    """Unified diffs of each lock against a fresh resolution; empty when all are fresh."""
+    diffs = []
+    for flavour in FLAVOURS:
+        target = lock_path(images_dir, flavour)
+        if not target.exists():
+            diffs.append(f"{target}: missing")
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            staged = Path(tmp) / target.name
+            shutil.copyfile(target, staged)
+            compile_lock(pyproject, flavour, staged)
+            fresh = staged.read_text(encoding="utf-8").splitlines(keepends=True)
+        current = target.read_text(encoding="utf-8").splitlines(keepends=True)
+        if fresh != current:
+            diffs.append("".join(difflib.unified_diff(
+                current, fresh, str(target), f"{target} (resolved now)")))
+    return diffs
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``write`` or ``check`` the locks of the project in the current directory."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv not in (["write"], ["check"]):
+        print("usage: python -m gkeflow.pipelines.targets.image_locks write|check", file=sys.stderr)
+        return 2
+    pyproject, images_dir = Path("pyproject.toml"), Path("images")
+    try:
+        if argv == ["write"]:
+            for path in write_locks(pyproject, images_dir):
+                print(f"wrote {path}")
+            return 0
+        diffs = stale_locks(pyproject, images_dir)
+    except LockError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if diffs:
+        sys.stdout.write("\n".join(diffs))
+        print("error: the image locks are stale against pyproject.toml; run: make locks",
+              file=sys.stderr)
+        return 1
+    print("image locks are fresh")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,334 @@
+"""`gkeflow schedule`: make the schedules in ``gkeflow.yaml`` real on each target.
+
+``apply`` is idempotent. Each schedule is found on its target by name among the schedules
+gkeflow manages (KFP: recurring runs in the experiment whose description starts with
+``gkeflow schedule <name>;``; Vertex: schedules whose pipeline job carries the label
+``gkeflow-schedule=<name>``); schedules made by anything else are never touched. Then:
+
+* missing -> created (KFP: pinned to the uploaded pipeline version, ``no_catchup`` unless
+  ``catch_up: true``; Vertex: ``TZ=<zone> <cron>``, ``max_concurrent_run_count``);
+* the pipeline version or parameters changed (a fingerprint stored with the schedule) ->
+  replaced: the new one is created first, then the old one deleted;
+* cron / max concurrency changed -> Vertex updates the schedule in place; KFP has no update
+  call for recurring runs, so it is replaced;
+* ``enabled`` changed -> paused or resumed;
+* more than one with the same name (e.g. an interrupted replacement) -> the extras deleted;
+* on the target but no longer in the file -> reported, and deleted only with ``--prune``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gkeflow.pipelines.config import GkeflowConfig, ScheduleConfig
+from gkeflow.pipelines.operations import select
+from gkeflow.pipelines.targets.backends import RemoteSchedule, ScheduleRequest
+from gkeflow.pipelines.targets.cron import (
+    kfp_cron,
+    kfp_cron_to_five_fields,
+    next_runs,
+    split_vertex_cron,
+    vertex_cron,
+)
+from gkeflow.pipelines.targets.submit import (
+    make_backend,
+    prepare_pipeline,
+    refuse_unbuilt_images,
+    resolve_parameters,
+)
+
+
+@dataclass
+class Action:
+    """One thing ``apply`` did (or, with ``--dry-run``, would do)."""
+
+    target: str
+    schedule: str
+    kind: str  # create | replace | update | pause | resume | delete | unchanged | kept
+    detail: str = ""
+
+
+@dataclass
+class ApplyResult:
+    actions: list[Action] = field(default_factory=list)
+    planned: list = field(default_factory=list)  # PlannedRequest, with --dry-run
+
+    @property
+    def changed(self) -> bool:
+        return any(a.kind not in ("unchanged", "kept", "warning") for a in self.actions)
+
+
+def job_fingerprint(target: str, version_name: str, parameters: dict[str, Any],
+                    job_settings: dict[str, Any]) -> str:
+    """What the runs a schedule starts depend on, besides its timing: a short hash."""
+    text = json.dumps({"target": target, "version": version_name, "parameters": parameters,
+                       "settings": job_settings}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def build_request(schedule: ScheduleConfig, config: GkeflowConfig, prepared, *,
+                  at: dt.datetime | None = None) -> ScheduleRequest:
+    """The target form of one schedule (cron converted, parameters resolved)."""
+    parameters = resolve_parameters(config, prepared, schedule.environment, schedule.parameters,
+                                    override_source=f"schedules {schedule.name!r} parameters")
+    target_config = getattr(config.targets, schedule.target)
+    offset = None
+    if schedule.target == "gke":
+        converted = kfp_cron(schedule.cron, schedule.time_zone, at=at)
+        cron, offset = converted.cron, converted.utc_offset_minutes
+        settings = {"service_account": target_config.service_account,
+                    "pipeline_root": target_config.pipeline_root}
+    else:
+        cron = vertex_cron(schedule.cron, schedule.time_zone)
+        settings = target_config.model_dump(include={
+            "service_account", "network", "encryption_key", "labels", "enable_caching",
+            "pipeline_root"})
+    return ScheduleRequest(
+        name=schedule.name, cron=cron, local_cron=schedule.cron, time_zone=schedule.time_zone,
+        max_concurrency=schedule.max_concurrency, catch_up=schedule.catch_up,
+        enabled=schedule.enabled, parameters=parameters,
+        job_fingerprint=job_fingerprint(schedule.target, prepared.version_name, parameters,
+                                        settings),
+        utc_offset_minutes=offset)
+
+
+def _targets_in_use(config: GkeflowConfig, target: str | None,
+                    all_configured: bool = True) -> list[str]:
+    """``target`` alone, or the targets that schedules use (plus, with ``all_configured``,
+    every configured target, so that lists and prunes see everything)."""
+    if target:
+        if getattr(config.targets, target) is None:
+            from gkeflow.pipelines.config import ConfigError
+
+            raise ConfigError(f"targets.{target} is not configured in gkeflow.yaml")
+        return [target]
+    used = {s.target for s in config.schedules}
+    return [t for t in ("gke", "vertex")
+            if t in used or (all_configured and getattr(config.targets, t) is not None)]
+
+
+def _compile_checked(config: GkeflowConfig, workdir: Path, targets: list[str],
+                     version: str | None) -> dict[tuple[str, str, Any], Any]:
+    """(target, pipeline, notifications) -> the prepared pipeline of every schedule, compiled
+    before any change is made; refuses images never built for the configured registry."""
+    compiled: dict[tuple[str, str, Any], Any] = {}
+    for target_name in targets:
+        for schedule in config.schedules:
+            if schedule.target != target_name:
+                continue
+            chosen = select(config, schedule=schedule)  # its notifications compiled in
+            key = (target_name, schedule.pipeline, chosen._notify)
+            if key in compiled:
+                continue
+            prepared = prepare_pipeline(schedule.pipeline, target_name,
+                                        workdir / target_name / str(len(compiled)),
+                                        version=version, config=chosen)
+            refuse_unbuilt_images(config, Path(prepared.path),
+                                  f"send {schedule.pipeline} to {target_name}")
+            compiled[key] = prepared
+    return compiled
+
+
+def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
+          prune: bool = False, dry_run: bool = False, backends: dict | None = None,
+          version: str | None = None, at: dt.datetime | None = None,
+          on_action=None) -> ApplyResult:
+    """Make the target(s) match ``config.schedules``; see the module docstring."""
+    result = ApplyResult()
+    backends = backends or {}
+
+    def record(action: Action) -> None:
+        result.actions.append(action)
+        if on_action:
+            on_action(action)
+
+    compiled = _compile_checked(config, workdir, _targets_in_use(config, target, prune), version)
+    for target_name in _targets_in_use(config, target, all_configured=prune):
+        wanted = [s for s in config.schedules if s.target == target_name]
+        backend = backends.get(target_name) or make_backend(config, target_name, dry_run=dry_run)
+        existing: dict[str, list[RemoteSchedule]] = {}
+        for remote in backend.list_schedules():
+            existing.setdefault(remote.name, []).append(remote)
+        prepared_by_pipeline: dict[str, Any] = {}
+        for schedule in wanted:
+            chosen = select(config, schedule=schedule)  # its notifications compiled in
+            key = (schedule.pipeline, chosen._notify)
+            if key not in prepared_by_pipeline:
+                prepared = compiled[(target_name, *key)]
+                ids = None
+                if target_name == "gke":
+                    from gkeflow.pipelines.targets.backend_version import check_backend
+
+                    warning = check_backend(backend, prepared)
+                    if warning:
+                        record(Action(target_name, schedule.pipeline, "warning", warning))
+                    pipeline_id, version_id, notes = backend.ensure_pipeline_version(prepared)
+                    ids = (pipeline_id, version_id)
+                    for note in notes:
+                        if note.startswith("uploaded"):
+                            record(Action(target_name, schedule.pipeline, "upload", note))
+                prepared_by_pipeline[key] = (prepared, ids)
+            prepared, ids = prepared_by_pipeline[key]
+            request = build_request(schedule, config, prepared, at=at)
+            _apply_one(backend, target_name, request, prepared, ids,
+                       existing.pop(schedule.name, []), record)
+        for name, remotes in sorted(existing.items()):
+            for remote in remotes:
+                if prune:
+                    backend.delete_schedule(remote)
+                    record(Action(target_name, name, "delete", "not in gkeflow.yaml (--prune)"))
+                else:
+                    record(Action(target_name, name, "kept",
+                                  "on the target but not in gkeflow.yaml; --prune deletes it"))
+        result.planned.extend(backend.planned)
+    return result
+
+
+def _create(backend, target_name, request, prepared, ids) -> str:
+    if target_name == "gke":
+        return backend.create_schedule(request, prepared, *ids)
+    labels = {"gkeflow-pipeline": prepared.name, "gkeflow-version": prepared.version_name}
+    return backend.create_schedule(request, prepared, labels)
+
+
+def _apply_one(backend, target_name: str, request: ScheduleRequest, prepared, ids,
+               remotes: list[RemoteSchedule], record) -> None:
+    if not remotes:
+        _create(backend, target_name, request, prepared, ids)
+        record(Action(target_name, request.name, "create", request.cron))
+        return
+    # Keep the one that needs the least work; extras (an interrupted replace) go.
+    remotes = sorted(remotes, key=lambda r: (bool(backend.needs_replacement(r, request)),
+                                             bool(backend.updatable_changes(r, request))))
+    current, extras = remotes[0], remotes[1:]
+    replace = backend.needs_replacement(current, request)
+    if replace:
+        _create(backend, target_name, request, prepared, ids)
+        backend.delete_schedule(current)
+        record(Action(target_name, request.name, "replace", "; ".join(replace)))
+    else:
+        updates = backend.updatable_changes(current, request)
+        if updates:
+            backend.update_schedule(current, request)
+            record(Action(target_name, request.name, "update", "; ".join(updates)))
+        if current.enabled != request.enabled:
+            backend.set_enabled(current, request.enabled, catch_up=request.catch_up)
+            record(Action(target_name, request.name, "resume" if request.enabled else "pause",
+                          "enabled in gkeflow.yaml" if request.enabled
+                          else "disabled in gkeflow.yaml"))
+        if not updates and current.enabled == request.enabled:
+            record(Action(target_name, request.name, "unchanged", request.cron))
+    for extra in extras:
+        backend.delete_schedule(extra)
+        record(Action(target_name, request.name, "delete", "duplicate of the same name"))
+
+
+# ---------------------------------------------------------------------------------------------
+# list / pause / resume / delete
+
+
+@dataclass
+class ScheduleRow:
+    target: str
+    name: str
+    cron: str  # as on the target
+    local: str  # 5-field cron and time zone from gkeflow.yaml, when known
+    enabled: bool
+    max_concurrency: int
+    next_runs: list[dt.datetime]
+    in_config: bool
+    warning: str = ""
+
+
+def _next_runs_for(remote: RemoteSchedule, count: int, now: dt.datetime) -> list[dt.datetime]:
+    if remote.next_run_time and count == 1:
+        value = remote.next_run_time
+        if isinstance(value, dt.datetime):
+            return [value if value.tzinfo else value.replace(tzinfo=dt.UTC)]
+    try:
+        if remote.target == "gke":
+            runs = next_runs(kfp_cron_to_five_fields(remote.cron), "UTC", count, now)
+        else:
+            cron, time_zone = split_vertex_cron(remote.cron)
+            runs = next_runs(cron, time_zone, count, now)
+    except ValueError:
+        return []
+    if remote.time_zone:
+        from gkeflow.pipelines.targets.cron import zone
+
+        runs = [r.astimezone(zone(remote.time_zone)) for r in runs]
+    return runs
+
+
+def list_schedules(config: GkeflowConfig, *, target: str | None = None, count: int = 1,
+                   backends: dict | None = None, now: dt.datetime | None = None
+                   ) -> list[ScheduleRow]:
+    """What is on the target(s), with the next ``count`` run times (in each schedule's zone)."""
+    now = now or dt.datetime.now(dt.UTC)
+    backends = backends or {}
+    names = {(s.target, s.name) for s in config.schedules}
+    rows = []
+    for target_name in _targets_in_use(config, target):
+        backend = backends.get(target_name) or make_backend(config, target_name)
+        for remote in sorted(backend.list_schedules(), key=lambda r: r.name):
+            warning = ""
+            if (target_name == "gke" and remote.time_zone and remote.local_cron
+                    and remote.utc_offset_minutes is not None):
+                try:
+                    current = kfp_cron(remote.local_cron, remote.time_zone, at=now)
+                    if current.cron != remote.cron:
+                        now_offset = current.utc_offset_minutes / 60
+                        warning = (f"{remote.time_zone} is now UTC{now_offset:+g}h"
+                                   f" but this was converted at UTC"
+                                   f"{remote.utc_offset_minutes/60:+g}h; run "
+                                   "`gkeflow schedule apply`")
+                except ValueError:
+                    pass
+            local = (f"{remote.local_cron} ({remote.time_zone})"
+                     if remote.local_cron and remote.time_zone else "")
+            rows.append(ScheduleRow(
+                target_name, remote.name, remote.cron, local, remote.enabled,
+                remote.max_concurrency,
+                _next_runs_for(remote, count, now) if remote.enabled else [],
+                (target_name, remote.name) in names, warning))
+    return rows
+
+
+def _find(config: GkeflowConfig, name: str, target: str | None, backends: dict | None):
+    backends = backends or {}
+    found = []
+    for target_name in _targets_in_use(config, target):
+        backend = backends.get(target_name) or make_backend(config, target_name)
+        found += [(backend, r) for r in backend.list_schedules() if r.name == name]
+    if not found:
+        where = f"on {target}" if target else "on any configured target"
+        raise LookupError(f"no schedule named {name!r} {where}; `gkeflow schedule list` shows "
+                          "them")
+    return found
+
+
+def set_enabled(config: GkeflowConfig, name: str, enabled: bool, *, target: str | None = None,
+                catch_up: bool = False, backends: dict | None = None) -> list[str]:
+    """Pause (``enabled=False``) or resume a schedule by name; returns what was done."""
+    done = []
+    for backend, remote in _find(config, name, target, backends):
+        if remote.enabled == enabled:
+            done.append(f"{remote.target}: {name} already {'active' if enabled else 'paused'}")
+            continue
+        backend.set_enabled(remote, enabled, catch_up=catch_up)
+        done.append(f"{remote.target}: {name} {'resumed' if enabled else 'paused'}")
+    return done
+
+
+def delete(config: GkeflowConfig, name: str, *, target: str | None = None,
+           backends: dict | None = None) -> list[str]:
+    done = []
+    for backend, remote in _find(config, name, target, backends):
+        backend.delete_schedule(remote)
+        done.append(f"{remote.target}: {name} deleted")
+    return done

@@ -1,0 +1,309 @@
+"""`gkeflow submit`: compile a pipeline for a target and start one run there.
+
+* **gke** (Kubeflow Pipelines): the pipeline is uploaded once (by name), then a pipeline
+  version named ``<git commit or package version>-<spec hash>`` is uploaded once, so the
+  Kubeflow UI lists every version that was shipped; the run is created in the configured
+  experiment (created if missing) and pinned to that version.
+* **vertex** (Vertex AI Pipelines): a ``PipelineJob`` with the configured service account,
+  network, CMEK key, caching choice, sanitised labels and normalised ``gs://`` root.
+
+Parameters are merged in this order (later wins): the pipeline's defaults,
+``parameters.<environment>`` from ``gkeflow.yaml``, then ``--param`` / a schedule's own.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import random
+import string
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gkeflow.pipelines.config import DEFAULT_ENVIRONMENT, ConfigError, GkeflowConfig
+from gkeflow.pipelines.targets.backends import (
+    KfpBackend,
+    PreparedPipeline,
+    RunStatus,
+    VertexBackend,
+)
+
+
+class SubmitError(RuntimeError):
+    """Submission cannot proceed; the message says why and what to change."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiling and naming
+
+
+def source_version(cwd: Path | None = None) -> str:
+    """The git commit (``g<12 hex>``, ``-dirty`` if the tree has changes) or ``v<package>``."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd, check=False,
+                                capture_output=True, text=True, timeout=10)
+        if commit.returncode == 0 and commit.stdout.strip():
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                   cwd=cwd, check=False, capture_output=True, text=True,
+                                   timeout=10)
+            suffix = "-dirty" if dirty.returncode == 0 and dirty.stdout.strip() else ""
+            return f"g{commit.stdout.strip()}{suffix}"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"v{version('gkeflow')}"
+    except PackageNotFoundError:
+        return "v0"
+
+
+def refuse_unbuilt_images(config: GkeflowConfig | None, path: Path, where: str) -> None:
+    """:class:`SubmitError` when the compiled ``path`` names images never built and pushed
+    for the registry of ``config``'s ``images:`` section (a run would fail to pull them)."""
+    from gkeflow.pipelines.config import load_config
+    from gkeflow.pipelines.images_config import ImagesNotBuilt, require_built
+
+    images = (config if config is not None else load_config()).images
+    try:
+        require_built(images, path.read_text(encoding="utf-8"), where)
+    except ImagesNotBuilt as exc:
+        raise SubmitError(str(exc)) from None
+
+
+def prepare_pipeline(pipeline: str, target: str, workdir: Path,
+                     version: str | None = None,
+                     config: GkeflowConfig | None = None) -> PreparedPipeline:
+    """Compile ``pipeline`` for ``target`` into ``workdir`` and describe the result.
+
+    ``config`` (the ``--config`` file) gives each step's compute, the sweep's search
+    space, the GKE workspace and the preparation form, as in ``gkeflow compile --config``;
+    None: the defaults in code and ./gkeflow.yaml's other sections. The version name ends
+    with a hash of the compiled spec, so one name always means one spec: uploading the same
+    name twice is skipped, a changed spec gets a new name.
+    """
+    from gkeflow.pipelines.compute.profiles import ComputeError
+    from gkeflow.pipelines.targets.compile import PIPELINES, compile_pipeline, default_compute
+
+    if pipeline not in PIPELINES:
+        raise SubmitError(f"unknown pipeline {pipeline!r}; pipelines are {', '.join(PIPELINES)}")
+    compute = config.compute_overrides(default_compute()) if config is not None else None
+    try:
+        path = compile_pipeline(pipeline, target, workdir, compute=compute, config=config)
+    except ComputeError as exc:  # one line: "invalid compute for target T: - step: problem"
+        raise SubmitError(" ".join(str(exc).split())) from None
+    text = path.read_bytes()
+    sha = hashlib.sha256(text).hexdigest()
+    docs = list(yaml.safe_load_all(text))
+    spec = docs[0]
+    parameters = spec.get("root", {}).get("inputDefinitions", {}).get("parameters", {})
+    version_name = f"{version or source_version()}-{sha[:8]}"
+    return PreparedPipeline(
+        name=pipeline, display_name=spec["pipelineInfo"]["name"], target=target, path=str(path),
+        spec_sha256=sha, version_name=version_name,
+        parameter_types={k: v.get("parameterType", "STRING") for k, v in parameters.items()},
+        task_count=len(spec.get("root", {}).get("dag", {}).get("tasks", {})))
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameters
+
+
+def _coerce(name: str, value: Any, kind: str, source: str) -> Any:
+    def bad(expected: str):
+        return SubmitError(f"{source}: parameter {name!r} expects {expected}, got {value!r}")
+
+    if kind == "NUMBER_INTEGER":
+        if isinstance(value, bool):
+            raise bad("an integer")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                raise bad("an integer") from None
+        raise bad("an integer")
+    if kind == "NUMBER_DOUBLE":
+        if isinstance(value, bool):
+            raise bad("a number")
+        if isinstance(value, (int, float)):
+            return float(value)
+        try:
+            return float(str(value).strip())
+        except ValueError:
+            raise bad("a number") from None
+    if kind == "BOOLEAN":
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("true", "1", "yes"):
+            return True
+        if text in ("false", "0", "no"):
+            return False
+        raise bad("true or false")
+    if kind == "STRING":
+        if isinstance(value, (dict, list)):
+            raise bad("a string")
+        return str(value)
+    if kind in ("LIST", "STRUCT"):  # e.g. the sweep's trials, given as JSON on the command line
+        expected = list if kind == "LIST" else dict
+        if isinstance(value, str):
+            import json
+
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise bad(f"a JSON {expected.__name__}") from None
+        if not isinstance(value, expected):
+            raise bad(f"a JSON {expected.__name__}")
+        return value
+    return value
+
+
+def parse_param_options(options: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """``("epochs=5", "model_name=x")`` -> dict; each item must be ``KEY=VALUE``."""
+    params: dict[str, str] = {}
+    for item in options:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SubmitError(f"--param {item!r}: expected KEY=VALUE")
+        params[key.strip()] = value
+    return params
+
+
+def target_defaults(config: GkeflowConfig, prepared: PreparedPipeline) -> dict[str, Any]:
+    """Parameters that follow from the target's config unless set explicitly.
+
+    On Vertex AI the model registry is the project's Vertex AI Model Registry: the embedded
+    SQLite default would live and die inside one pod.
+    """
+    defaults: dict[str, Any] = {}
+    vertex = config.targets.vertex
+    if prepared.target == "vertex" and vertex is not None \
+            and "registry_uri" in prepared.parameter_types:
+        defaults["registry_uri"] = f"vertex://projects/{vertex.project}/locations/{vertex.region}"
+    return defaults
+
+
+def resolve_parameters(config: GkeflowConfig, prepared: PreparedPipeline, environment: str,
+                       overrides: dict[str, Any], override_source: str = "--param"
+                       ) -> dict[str, Any]:
+    """Environment parameters, then ``overrides``, checked against the pipeline's inputs."""
+    from gkeflow.pipelines.deploy_stage import deploy_parameters
+
+    if environment != DEFAULT_ENVIRONMENT and environment not in config.parameters:
+        known = ", ".join(config.parameters) or "none"
+        raise SubmitError(f"environment {environment!r} is not under parameters in gkeflow.yaml "
+                          f"(environments: {known})")
+    layers = [(f"defaults for target {prepared.target}", target_defaults(config, prepared)),
+              (f"gkeflow.yaml parameters.{environment}", config.parameters.get(environment, {})),
+              (f"gkeflow.yaml deploy.{environment}",
+               deploy_parameters(config.deploy, environment, prepared.parameter_types)),
+              (override_source, overrides)]
+    merged: dict[str, Any] = {}
+    shared = set()
+    if config.parameters.get(environment):  # an environment serves every pipeline
+        from gkeflow.pipelines.targets.compile import parameters_of_other_pipelines
+
+        shared = parameters_of_other_pipelines(prepared.name)
+    for source, values in layers:
+        for name, value in values.items():
+            if source.startswith("gkeflow.yaml") and name in shared:
+                continue  # another pipeline's parameter (e.g. epochs when scoring)
+            if name not in prepared.parameter_types:
+                raise SubmitError(
+                    f"{source}: {prepared.name} has no parameter {name!r}; parameters are "
+                    f"{', '.join(sorted(prepared.parameter_types))}")
+            merged[name] = _coerce(name, value, prepared.parameter_types[name], source)
+    return merged
+
+
+def run_name(pipeline: str, environment: str, now: dt.datetime | None = None) -> str:
+    """``training-prod-20260101-120000-ab12``: sortable, unique, valid as a Vertex job id."""
+    now = now or dt.datetime.now(dt.UTC)
+    suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=4))
+    return f"{pipeline}-{environment}-{now:%Y%m%d-%H%M%S}-{suffix}".lower()
+
+
+# ---------------------------------------------------------------------------------------------
+# Submitting and waiting
+
+
+@dataclass
+class Submission:
+    target: str
+    run_id: str  # KFP run id or Vertex job resource name
+    url: str
+    version_name: str
+    parameters: dict[str, Any]
+    notes: list[str]
+
+
+def make_backend(config: GkeflowConfig, target: str, *, dry_run: bool = False):
+    target_config = getattr(config.targets, target, None)
+    if target_config is None:
+        raise ConfigError(f"targets.{target} is not configured in gkeflow.yaml; run "
+                          "`gkeflow init` for an example")
+    if target == "gke":
+        return KfpBackend(target_config, dry_run=dry_run)
+    return VertexBackend(target_config, dry_run=dry_run)
+
+
+def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: str,
+           overrides: dict[str, Any], workdir: Path, backend=None, dry_run: bool = False,
+           version: str | None = None) -> tuple[Submission, Any]:
+    """Compile, upload (KFP) and start one run; returns the submission and the backend."""
+    backend = backend or make_backend(config, target, dry_run=dry_run)
+    from gkeflow.pipelines.operations import select
+
+    prepared = prepare_pipeline(pipeline, target, workdir, version=version,
+                                config=select(config, environment))
+    refuse_unbuilt_images(config, Path(prepared.path), f"send {pipeline} to {target}")
+    parameters = resolve_parameters(config, prepared, environment, overrides)
+    name = run_name(pipeline, environment)
+    notes: list[str] = []
+    if target == "gke":
+        from gkeflow.pipelines.targets.backend_version import check_backend
+
+        notes = [f"warning: {w}" for w in [check_backend(backend, prepared)] if w]
+        pipeline_id, version_id, uploaded = backend.ensure_pipeline_version(prepared)
+        notes += uploaded
+        run_id = backend.create_run(prepared, pipeline_id, version_id, name, parameters)
+        url = backend.run_url(run_id)
+    else:
+        labels = {"gkeflow-pipeline": pipeline, "gkeflow-environment": environment,
+                  "gkeflow-version": prepared.version_name}
+        run_id = backend.submit(prepared, name, parameters, labels)
+        url = backend.console_url(run_id)
+    return Submission(target, run_id, url, prepared.version_name, parameters, notes), backend
+
+
+def wait_for_run(backend, run_id: str, *, poll_s: float = 10.0, timeout_s: float = 24 * 3600,
+                 on_change: Callable[[str, str | None, str], None] | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> RunStatus:
+    """Poll until the run ends; ``on_change(task, old_state, new_state)`` for every change
+    (task ``""`` is the run itself). Raises :class:`SubmitError` after ``timeout_s``."""
+    seen: dict[str, str] = {}
+    started = time.monotonic()
+    while True:
+        status = backend.run_status(run_id)
+        for task, state in [*sorted(status.tasks.items()), ("", status.state)]:
+            if seen.get(task) != state:
+                if on_change:
+                    on_change(task, seen.get(task), state)
+                seen[task] = state
+        if status.done:
+            return status
+        if time.monotonic() - started > timeout_s:
+            raise SubmitError(f"run {run_id} still {status.state} after {timeout_s:.0f}s; "
+                              "it keeps running on the target")
+        sleep(poll_s)
