@@ -526,6 +526,17 @@ targets:
 #   groups: 16                           # default of the prepare_groups pipeline parameter
 #   parallelism: 8                       # group pods at once
 
+# Serving the blessed, registered model at the end of training (docs/serving.md), per
+# environment: a canary share first, then `gkeflow deploy promote`.
+# deploy:
+#   prod:
+#     enabled: true
+#     traffic: 10                        # percent for the new version; the rest stays put
+#     keep: 1                            # previous versions kept deployed after a promote
+#     min_replicas: 1
+#     max_replicas: 2
+#     # storage_root: gs://my-bucket/serving   # GKE: where KServe reads the model from
+
 # When a run ends, a webhook message (docs/operating.md): per environment, or per
 # schedule with its own notifications:. The URL lives in a secret, never here.
 # notifications:

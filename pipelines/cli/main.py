@@ -130,7 +130,7 @@ def _dispatch_run(pipeline: str, **options) -> None:
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Any other pipeline parameter, e.g. thresholds=f1_macro>=0.9 or "
                    "slice_columns=island (repeatable; see `gkeflow plan` for steps and "
-                   "README for parameters).")
+                   "docs/running.md for parameters).")
 @click.option("--compute", "compute_overrides", metavar="STEP.FIELD=VALUE", multiple=True,
               help="Override one compute field of one step; locally, train-model.replicas=N "
                    "trains with N worker processes (MultiWorkerMirroredStrategy).")
@@ -161,7 +161,7 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
     Executes the same pipeline definition that `gkeflow compile` writes for GKE and
     Vertex: prepare -> train -> evaluate -> register (only if accuracy >= --min-accuracy).
     Every step runs as a subprocess; the full log is saved under OUTPUT/logs/.
-    With --pipeline prediction: score --data with a registered model (see README).
+    With --pipeline prediction: score --data with a registered model (see docs/prediction.md).
 
     --pipeline sweep trains one model per trial (the sweep: section of gkeflow.yaml and
     the (sweep) flags), prints the trial table and evaluates and registers the best.

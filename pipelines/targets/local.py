@@ -194,12 +194,12 @@ def trust_suite_images() -> None:
     own images, and only them: they hold the same gkeflow and kfp as the environment that
     runs the steps. Other images still warn. (A filter of the warnings module: it lasts until
     the caller's ``warnings.catch_warnings`` block, if any, ends.)"""
-    from gkeflow.components.images import IMAGES, _repository
+    from gkeflow.components.images import IMAGES, repository
 
     for image in IMAGES:
         warnings.filterwarnings(
             "ignore", category=RuntimeWarning,
-            message=rf'.*non-Python base image "{re.escape(_repository(image))}[:@]')
+            message=rf'.*non-Python base image "{re.escape(repository(image))}[:@]')
 
 
 def init_local(**settings) -> None:

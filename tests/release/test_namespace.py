@@ -29,7 +29,7 @@ def test_a_projects_own_components_and_pipelines_win_and_gkeflow_stays_namespace
     own_components, own_pipelines, suite, compile_module, exported = json.loads(result.stdout)
     assert (own_components, own_pipelines) == ("project components", "project pipelines")
     assert Path(suite) == REPO / "components" / "__init__.py"
-    assert Path(compile_module) == REPO / "pipelines" / "compile.py"
+    assert Path(compile_module) == REPO / "pipelines" / "targets" / "compile.py"
     assert {"prepare_data", "train_model", "evaluate_model", "register_model"} <= set(exported)
 
 
