@@ -45,16 +45,19 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN groupadd --gid 10001 gkeflow \
     && useradd --uid 10001 --gid gkeflow --create-home --shell /usr/sbin/nologin gkeflow
 COPY --from=locked /opt/gkeflow /opt/gkeflow
-# Extra packages (images.requirements), held to the lock's versions.
-RUN --mount=type=bind,source=user,target=/tmp/user \
-    if [ -s /tmp/user/requirements.txt ]; then \
+# Extra packages (images.requirements), held to the lock's versions. The inputs are
+# copied, not bind-mounted: a copied file is part of the layer cache key, so a changed
+# requirement or suite rebuilds its layer instead of reusing a stale one.
+COPY user/requirements.txt user/constraints.txt user/modules.txt /tmp/gkeflow-user/
+RUN if [ -s /tmp/gkeflow-user/requirements.txt ]; then \
       python -m pip --python /opt/gkeflow/bin/python install --no-cache-dir \
-        -c /tmp/user/constraints.txt -r /tmp/user/requirements.txt; \
+        -c /tmp/gkeflow-user/constraints.txt -r /tmp/gkeflow-user/requirements.txt; \
     fi
 # The suite itself, from its wheel, without re-resolving anything.
-RUN --mount=type=bind,source=dist,target=/tmp/dist \
-    python -m pip --python /opt/gkeflow/bin/python install --no-deps --no-index \
-      --no-cache-dir /tmp/dist/gkeflow-*.whl
+COPY dist/ /tmp/gkeflow-dist/
+RUN python -m pip --python /opt/gkeflow/bin/python install --no-deps --no-index \
+      --no-cache-dir /tmp/gkeflow-dist/gkeflow-*.whl \
+    && rm -rf /tmp/gkeflow-dist
 # The user's modules and packages (images.include), on sys.path through gkeflow-user.pth.
 COPY user/include/ /opt/gkeflow/user/
 ENV PATH=/opt/gkeflow/bin:/usr/local/nvidia/bin:$PATH \
@@ -65,8 +68,8 @@ ENV PATH=/opt/gkeflow/bin:/usr/local/nvidia/bin:$PATH \
     PIP_NO_INDEX=1 \
     TF_CPP_MIN_LOG_LEVEL=1
 # Fail the build, not a pipeline run, when the suite or the user's code cannot be imported.
-RUN --mount=type=bind,source=user,target=/tmp/user \
-    PYTHONDONTWRITEBYTECODE=1 HOME=/nonexistent python -c "import kfp, tensorflow, gkeflow.components.train.logic, gkeflow.components.register.logic, gkeflow.components.prepare.logic" \
-    && PYTHONDONTWRITEBYTECODE=1 HOME=/nonexistent python -c "import importlib, pathlib; [importlib.import_module(m) for m in pathlib.Path('/tmp/user/modules.txt').read_text().split()]"
+RUN PYTHONDONTWRITEBYTECODE=1 HOME=/nonexistent python -c "import kfp, tensorflow, gkeflow.components.train.logic, gkeflow.components.register.logic, gkeflow.components.prepare.logic" \
+    && PYTHONDONTWRITEBYTECODE=1 HOME=/nonexistent python -c "import importlib, pathlib; [importlib.import_module(m) for m in pathlib.Path('/tmp/gkeflow-user/modules.txt').read_text().split()]" \
+    && rm -rf /tmp/gkeflow-user
 USER 10001:10001
 WORKDIR /home/gkeflow

@@ -40,13 +40,17 @@ def test_final_stage_adds_only_the_suite_and_the_users_code(dockerfile):
     assert "apt-get" not in final and "binutils" not in final
     installs = re.findall(r"pip --python /opt/gkeflow/bin/python install ([^;\n]*)", final)
     assert installs == [
-        "--no-cache-dir -c /tmp/user/constraints.txt -r /tmp/user/requirements.txt",
-        "--no-deps --no-index --no-cache-dir /tmp/dist/gkeflow-*.whl",
+        "--no-cache-dir -c /tmp/gkeflow-user/constraints.txt "
+        "-r /tmp/gkeflow-user/requirements.txt",
+        "--no-deps --no-index --no-cache-dir /tmp/gkeflow-dist/gkeflow-*.whl "
+        "&& rm -rf /tmp/gkeflow-dist",
     ]
-    # the wheel and the user's files are bind-mounted, never copied into a layer, except the
-    # included code itself
-    assert "RUN --mount=type=bind,source=dist,target=/tmp/dist" in final
-    assert re.findall(r"^COPY (?!--from)(\S+)", final, flags=re.MULTILINE) == ["user/include/"]
+    # the wheel and the user's files are copied (a bind mount is not part of the layer cache
+    # key: a changed suite would reuse a stale layer), and removed once installed
+    assert "--mount=type=bind" not in final
+    assert re.findall(r"^COPY (?!--from)(\S+)", final, flags=re.MULTILINE) == [
+        "user/requirements.txt", "dist/", "user/include/"]
+    assert "rm -rf /tmp/gkeflow-dist" in final and "rm -rf /tmp/gkeflow-user" in final
     assert "COPY user/include/ /opt/gkeflow/user/" in final
     assert "PIP_NO_INDEX=1" in final and "PATH=/opt/gkeflow/bin" in final
 
@@ -54,9 +58,9 @@ def test_final_stage_adds_only_the_suite_and_the_users_code(dockerfile):
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_the_build_fails_when_the_suite_or_the_users_code_cannot_be_imported(dockerfile):
     _, final = _stages(dockerfile)
-    check = final.split("\nRUN --mount=type=bind,source=user,target=/tmp/user ")[-1]
+    check = final.split("\nRUN PYTHONDONTWRITEBYTECODE=1 ")[-1]
     assert "import kfp, tensorflow, gkeflow.components.train.logic" in check
-    assert "/tmp/user/modules.txt" in check and "importlib.import_module" in check
+    assert "/tmp/gkeflow-user/modules.txt" in check and "importlib.import_module" in check
     users = re.findall(r"^USER\s+(\S+)", final, flags=re.MULTILINE)
     assert users == ["10001:10001"]
     assert final.index("USER 10001:10001") > final.index("import kfp, tensorflow")
