@@ -22,32 +22,18 @@ import json
 import random
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from tests.integration.soak import SimClock  # noqa: E402  (one simulated clock for every soak)
+
 #: Simulated seconds per watch window, and the real seconds one lasts.
 WINDOW_S, REAL_WINDOW_S = 15.0, 0.01
 #: The client's real per-call timeout, and how long a hung read hangs (real seconds).
 CALL_TIMEOUT_S, HANG_S = 0.3, 0.5
-
-
-class SimClock:
-    """Simulated seconds; ``sleep`` advances them."""
-
-    def __init__(self):
-        self.now = 0.0
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        with self._lock:
-            self.now += seconds
 
 
 def soak(seed: int = 0, hours: float = 6.0, fault_rate: float = 0.02) -> dict:
