@@ -24,11 +24,14 @@ demo: $(STAMP) ## Install, then run the training pipeline locally on the bundled
 
 run: demo ## Alias of demo
 
-test: $(STAMP) ## Install, then run the whole test suite (about 12 minutes on 2 idle cores); lists the 15 slowest
-	$(BIN)/python -m pytest --durations=15
+# Tests run in one worker per core (pytest-xdist); TESTWORKERS=0 runs them in this process.
+TESTWORKERS ?= auto
+
+test: $(STAMP) ## Install, then run the whole test suite (about 10 minutes on 2 idle cores); lists the 15 slowest
+	$(BIN)/python -m pytest -n $(TESTWORKERS) --dist worksteal --durations=15
 
 test-fast: $(STAMP) ## Unit and compile tests only (about 3 minutes), for the edit loop
-	$(BIN)/python -m pytest tests/unit tests/compile
+	$(BIN)/python -m pytest -n $(TESTWORKERS) --dist worksteal tests/unit tests/compile
 
 lint: $(STAMP) ## Static checks
 	$(BIN)/ruff check components pipelines tests bench examples

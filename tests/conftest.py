@@ -9,6 +9,10 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Tables render at the width a pipe gets whoever runs the tests (pytest-xdist's workers set
+# COLUMNS=80); tests of the width options set COLUMNS themselves.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: API contracts vendored with their source and commit (tests/contracts/README.md).

@@ -36,10 +36,11 @@ REGISTRY_FILE = "registry.db"
 
 
 def _console() -> Console:
-    """Rich output on stdout, as wide as COLUMNS, the terminal, or (piped) 160 columns."""
+    """Rich output on stdout, tables as wide as COLUMNS, the terminal, or (piped) 160
+    columns; lines of text are never broken (a path or command stays one line to copy)."""
     from gkeflow.pipelines.cli.tables import table_width
 
-    return Console(file=sys.stdout, highlight=False, width=table_width())
+    return Console(file=sys.stdout, highlight=False, width=table_width(), soft_wrap=True)
 
 
 @click.group(cls=ErrorReportingGroup, context_settings={"help_option_names": ["-h", "--help"]})
