@@ -537,7 +537,7 @@ targets:
 #     max_replicas: 2
 #     # storage_root: gs://my-bucket/serving   # GKE: where KServe reads the model from
 
-# When a run ends, a webhook message (docs/operating.md): per environment, or per
+# When a run ends, a webhook message or (Vertex AI) an email (docs/operating.md): per environment, or per
 # schedule with its own notifications:. The URL lives in a secret, never here.
 # notifications:
 #   prod:
@@ -546,6 +546,7 @@ targets:
 #       format: slack                    # generic | slack | google-chat
 #       gke_secret: gkeflow-webhook      # Kubernetes Secret with key url
 #       vertex_secret: projects/my-project/secrets/gkeflow-webhook
+#   # or, Vertex AI only, mail on every end of a run: when: always, email: {recipients: [...]}
 # retention:
 #   days: 7                              # GKE: finished runs' pods and workspace (KFP >= 2.17)
 

@@ -74,6 +74,11 @@ class Operations:
         from gkeflow.components.notify.logic import ITEM_SEP, KV_SEP, WEBHOOK_ENV
 
         settings = self.notifications
+        if settings.email is not None:
+            from gkeflow.components.notify.email import vertex_notification_email
+
+            task = vertex_notification_email(recipients=list(settings.email.recipients))
+            return task.set_display_name("Email").set_caching_options(False)
         simple = {n: p for n, p in signature.parameters.items() if p.annotation in _SIMPLE
                   or p.annotation in {t.__name__ for t in _SIMPLE}}
         defaults = {n: p.default for n, p in simple.items()}
@@ -131,7 +136,7 @@ def of(config, target: str) -> Operations:
         from gkeflow.pipelines.config import ConfigError
 
         try:
-            settings.webhook.secret_for(target)
+            settings.check_target(target)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     return Operations(target, settings, config.retention, link, api)

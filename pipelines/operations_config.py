@@ -12,11 +12,15 @@ Example::
     schedules:
       - name: nightly
         notifications: {when: always, webhook: {format: google-chat, vertex_secret: ...}}
+      - name: weekly-vertex
+        notifications: {when: always, email: {recipients: [ml-team@example.com]}}
     retention:
       days: 7                        # GKE: finished runs' pods and workspaces deleted after
 
 The webhook URL itself never appears in the file, the compiled pipeline or any output:
-only the names of the secrets that hold it.
+only the names of the secrets that hold it. Email is Vertex AI's own notification (sent on
+every end of a run, to at most three addresses); Kubeflow Pipelines has none, so GKE runs
+use a webhook.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _K8S_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
@@ -81,13 +85,65 @@ class WebhookSettings(BaseModel):
         return secret
 
 
+_EMAIL = re.compile(r"^[^@\s,;<>]+@[^@\s,;<>]+\.[^@\s,;<>]+$")
+
+
+class EmailSettings(BaseModel):
+    """Vertex AI Pipelines' email notification.
+
+    Attributes:
+        recipients: One to three addresses; Vertex AI sends them the run's final state and
+            a link when the run ends, whatever the state.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    recipients: list[str] = Field(min_length=1)
+
+    @field_validator("recipients")
+    @classmethod
+    def _addresses(cls, value: list[str]) -> list[str]:
+        from gkeflow.components.notify.email import MAX_RECIPIENTS
+
+        value = [address.strip() for address in value]
+        bad = [address for address in value if not _EMAIL.match(address)]
+        if bad:
+            raise ValueError(f"not an email address: {', '.join(map(repr, bad))}")
+        if len(value) > MAX_RECIPIENTS:
+            raise ValueError(f"Vertex AI emails at most {MAX_RECIPIENTS} addresses, not "
+                             f"{len(value)}; use a mailing list's address")
+        return value
+
+
 class NotificationSettings(BaseModel):
-    """When to notify and where (one environment's, or one schedule's own)."""
+    """When to notify and where (one environment's, or one schedule's own): a webhook,
+    or (Vertex AI only) email."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     when: Literal["failure", "success", "always"] = "failure"
-    webhook: WebhookSettings
+    webhook: WebhookSettings | None = None
+    email: EmailSettings | None = None
+
+    @model_validator(mode="after")
+    def _one_channel(self):
+        if (self.webhook is None) == (self.email is None):
+            raise ValueError("give one channel: webhook (GKE and Vertex AI) or email (Vertex "
+                             "AI); a run ends in one notification step")
+        if self.email is not None and self.when != "always":
+            raise ValueError("Vertex AI emails on every end of a run (succeeded, failed or "
+                             "cancelled): set when: always, or use a webhook to hear of "
+                             f"{self.when} only")
+        return self
+
+    def check_target(self, target: str) -> None:
+        """Raises ValueError when ``target`` cannot send this notification."""
+        if self.email is not None and target == "gke":
+            raise ValueError("notifications.email: Kubeflow Pipelines on GKE sends no email; "
+                             "give GKE runs a webhook (an environment or a schedule of "
+                             "their own)")
+        if self.webhook is not None:
+            self.webhook.secret_for(target)
 
 
 class RetentionSettings(BaseModel):

@@ -145,3 +145,53 @@ def test_plan_states_the_oldest_backend_the_compiled_pipeline_needs(tmp_path):
                    "(retention) 2.17)"
     (line,) = plan(("compute", {"train-model": {"replicas": 2}}))
     assert ">= 2.15" in line and "TaskConfig pass-through (JobSet training) 2.15" in line
+
+
+def test_email_on_vertex_is_the_backend_s_own_notification_task(tmp_path):
+    from gkeflow.components.notify.email import GCPC_IMAGE
+
+    config = select(_config(notifications={"default": {
+        "when": "always", "email": {"recipients": ["ml-team@example.com", "oncall@example.com"]}}}))
+    path = compile_pipeline("training", "vertex", tmp_path, config=config)
+    (spec,) = _docs(path)
+    parse_pipeline_spec_strict(spec, None)
+    tasks = spec["root"]["dag"]["tasks"]
+    assert set(tasks) == {"exit-handler-1", "vertex-notification-email"}
+    email = tasks["vertex-notification-email"]
+    assert email["triggerPolicy"]["strategy"] == "ALL_UPSTREAM_TASKS_COMPLETED"
+    assert email["taskInfo"]["name"] == "Email"
+    inputs = email["inputs"]["parameters"]
+    assert inputs["recipients"]["runtimeValue"]["constant"] == [
+        "ml-team@example.com", "oncall@example.com"]
+    assert inputs["pipeline_task_final_status"]["taskFinalStatus"]["producerTask"] == \
+        "exit-handler-1"
+    # the container, command and arguments Vertex AI recognises (those of Google Cloud
+    # Pipeline Components' VertexNotificationEmailOp), left as they are by image pinning
+    container = spec["deploymentSpec"]["executors"]["exec-vertex-notification-email"][
+        "container"]
+    assert container["image"] == GCPC_IMAGE
+    assert container["command"][-1] == (
+        "google_cloud_pipeline_components.container.v1.vertex_notification_email.executor")
+    assert container["args"] == ["--type", "VertexNotificationEmail", "--payload", ""]
+    component = spec["components"][email["componentRef"]["name"]]
+    assert component["inputDefinitions"]["parameters"]["pipeline_task_final_status"][
+        "parameterType"] == "TASK_FINAL_STATUS"
+
+
+def test_email_is_refused_on_gke_and_unless_every_end_is_wanted(tmp_path):
+    email = {"when": "always", "email": {"recipients": ["ml-team@example.com"]}}
+    config = select(_config(notifications={"default": email}))
+    with pytest.raises(ConfigError, match="GKE sends no email; give GKE runs a webhook"):
+        compile_pipeline("training", "gke", tmp_path, config=config)
+    for settings, problem in [
+        ({"email": {"recipients": ["ml-team@example.com"]}}, "set when: always"),
+        ({"when": "always", "email": {"recipients": ["a@x.io", "b@x.io", "c@x.io", "d@x.io"]}},
+         "at most 3 addresses"),
+        ({"when": "always", "email": {"recipients": ["not an address"]}}, "not an email"),
+        ({"when": "always", "email": {"recipients": []}}, "at least 1"),
+        ({"when": "always"}, "give one channel"),
+        ({"when": "always", "webhook": WEBHOOK, "email": {"recipients": ["a@x.io"]}},
+         "give one channel"),
+    ]:
+        with pytest.raises(ValueError, match=problem):
+            _config(notifications={"default": settings})
