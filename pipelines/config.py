@@ -537,8 +537,8 @@ targets:
 #     max_replicas: 2
 #     # storage_root: gs://my-bucket/serving   # GKE: where KServe reads the model from
 
-# When a run ends, a webhook message or (Vertex AI) an email (docs/operating.md): per environment, or per
-# schedule with its own notifications:. The URL lives in a secret, never here.
+# When a run ends, a webhook message or (Vertex AI) email (docs/operating.md): per
+# environment, or per schedule with its own notifications:. The URL lives in a secret.
 # notifications:
 #   prod:
 #     when: failure                      # failure | success | always
