@@ -15,27 +15,24 @@ FROM python:3.11.11-slim-bookworm AS locked
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
-# binutils strips the native libraries' symbol tables below; it stays in this stage.
+# binutils strips the native libraries' symbol tables (prune.sh); it stays in this stage.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends binutils \
     && rm -rf /var/lib/apt/lists/*
-COPY requirements.lock /tmp/requirements.lock
+COPY requirements.lock build.lock prune.sh /tmp/
 # The base image's pip installs into a venv that has no pip or setuptools of its own. The
-# few packages published only as source (kfp-server-api) are built here, in this stage only.
-# Not needed to run, so removed: TensorFlow's C++ headers (for compiling custom ops), the
-# test suites of numpy, pandas and pyarrow, and the native libraries' symbol tables (the
-# libraries auditwheel vendored into *.libs/ stay as published: stripping breaks them;
-# so do NVIDIA's CUDA libraries).
+# few packages published only as source (kfp-server-api) are built here, in this stage only,
+# with the lock's own setuptools and wheel (build.lock), not whatever the index serves.
+# Nothing is compiled to bytecode here: warm.py compiles what the steps import.
 # The .pth file puts the user's code (images.include) on sys.path.
 RUN python -m venv --without-pip /opt/gkeflow \
     && python -m pip --python /opt/gkeflow/bin/python install --require-hashes --no-deps \
-       -r /tmp/requirements.lock \
+       --no-compile -r /tmp/build.lock \
+    && python -m pip --python /opt/gkeflow/bin/python install --require-hashes --no-deps \
+       --no-compile --no-build-isolation -r /tmp/requirements.lock \
     && site="$(/opt/gkeflow/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
-    && rm -rf "$site/tensorflow/include" "$site/pandas/tests" "$site/pyarrow/tests" \
-    && find "$site/numpy" -type d -name tests -prune -exec rm -rf {} + \
-    && find /opt/gkeflow -type f \( -name '*.so' -o -name '*.so.[0-9]*' \) -not -path '*.libs/*' \
-       -not -path "$site/nvidia/*" -exec strip --strip-unneeded {} + \
+    && sh /tmp/prune.sh "$site" "$site/nvidia" \
     && echo /opt/gkeflow/user > "$site/gkeflow-user.pth"
 
 FROM python:3.11.11-slim-bookworm
@@ -56,7 +53,7 @@ RUN if [ -s /tmp/gkeflow-user/requirements.txt ]; then \
 # The suite itself, from its wheel, without re-resolving anything.
 COPY dist/ /tmp/gkeflow-dist/
 RUN python -m pip --python /opt/gkeflow/bin/python install --no-deps --no-index \
-      --no-cache-dir /tmp/gkeflow-dist/gkeflow-*.whl \
+      --no-cache-dir --no-compile /tmp/gkeflow-dist/gkeflow-*.whl \
     && rm -rf /tmp/gkeflow-dist
 # The user's modules and packages (images.include), on sys.path through gkeflow-user.pth.
 COPY user/include/ /opt/gkeflow/user/
@@ -67,9 +64,9 @@ ENV PATH=/opt/gkeflow/bin:/usr/local/nvidia/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PIP_NO_INDEX=1 \
     TF_CPP_MIN_LOG_LEVEL=1
-# Fail the build, not a pipeline run, when the suite or the user's code cannot be imported.
-RUN PYTHONDONTWRITEBYTECODE=1 HOME=/nonexistent python -c "import kfp, tensorflow, gkeflow.components.train.logic, gkeflow.components.register.logic, gkeflow.components.prepare.logic" \
-    && PYTHONDONTWRITEBYTECODE=1 HOME=/nonexistent python -c "import importlib, pathlib; [importlib.import_module(m) for m in pathlib.Path('/tmp/gkeflow-user/modules.txt').read_text().split()]" \
+# Fail the build, not a pipeline run, when the suite or the user's code cannot be imported;
+# the same pass writes the bytecode of what the steps import, and only that (warm.py).
+RUN HOME=/nonexistent python -m gkeflow.images.warm /tmp/gkeflow-user/modules.txt \
     && rm -rf /tmp/gkeflow-user
 USER 10001:10001
 WORKDIR /home/gkeflow

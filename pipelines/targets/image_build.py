@@ -7,10 +7,12 @@ package)::
 
     Dockerfile               images/<flavour>.Dockerfile
     requirements.lock        images/requirements-<flavour>.lock (--require-hashes --no-deps)
+    build.lock               the lock's setuptools and wheel, which build its source-only packages
+    prune.sh                 removes what no step runs (images/prune.sh)
     dist/gkeflow-*.whl       the installed gkeflow package, repacked as a wheel (no re-resolving)
     user/requirements.txt    the user's extra packages (constrained to the lock's versions)
     user/constraints.txt     the lock's versions, without hashes
-    user/modules.txt         the included modules, imported by the Dockerfile's check
+    user/modules.txt         the included modules, imported by the build (gkeflow.images.warm)
     user/include/            the user's modules and packages (importable: a .pth file names it)
 
 :func:`build_image` builds that context with podman, docker or Cloud Build, pushes it unless
@@ -205,6 +207,8 @@ def assemble_context(dest: Path, flavour: str, requirements: Path | None,
     (user / "include").mkdir(parents=True)
     shutil.copyfile(source / f"{flavour}.Dockerfile", dest / "Dockerfile")
     shutil.copyfile(lock, dest / "requirements.lock")
+    (dest / "build.lock").write_text(image_locks.build_requirements(lock), encoding="utf-8")
+    shutil.copyfile(source / "prune.sh", dest / "prune.sh")
     build_wheel(dest / "dist")
     (user / "requirements.txt").write_text(extra, encoding="utf-8")
     (user / "constraints.txt").write_text(image_locks.constraints(lock), encoding="utf-8")

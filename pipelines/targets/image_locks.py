@@ -110,6 +110,26 @@ def constraints(lock: Path) -> str:
     return "".join(f"{name}=={version}\n" for name, (version, _) in sorted(read_pins(lock).items()))
 
 
+#: What builds the locked packages published only as source (kfp-server-api): installed
+#: first, from the lock's own pins and hashes, and used with ``--no-build-isolation``.
+BUILD_BACKEND = ("setuptools", "wheel")
+
+
+def build_requirements(lock: Path) -> str:
+    """The lock's pins of :data:`BUILD_BACKEND`, with their hashes, as a requirements file."""
+    pins = read_pins(lock)
+    missing = [name for name in BUILD_BACKEND if name not in pins]
+    if missing:
+        raise LockError(f"{lock} pins no {', '.join(missing)}, which build its source-only "
+                        "packages; run: make locks")
+    lines = []
+    for name in BUILD_BACKEND:
+        version, hashes = pins[name]
+        lines.append(" \\\n    ".join([f"{name}=={version}",
+                                         *(f"--hash=sha256:{h}" for h in hashes)]) + "\n")
+    return "".join(lines)
+
+
 def _uv() -> str:
     here = Path(sys.executable).parent / "uv"
     found = str(here) if here.exists() else shutil.which("uv")

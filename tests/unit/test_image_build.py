@@ -51,6 +51,16 @@ def test_the_context_holds_the_dockerfile_lock_wheel_and_user_code(flavour, tmp_
     assert dockerfile.read_text() == (REPO_ROOT / "images" / f"{flavour}.Dockerfile").read_text()
     lock = (REPO_ROOT / "images" / f"requirements-{flavour}.lock").read_text()
     assert (ctx / "requirements.lock").read_text() == lock
+    # the lock's own build backend, with its hashes, builds its source-only packages
+    build = (ctx / "build.lock").read_text()
+    assert [line.split("==")[0] for line in build.splitlines() if "==" in line] == [
+        "setuptools", "wheel"]
+    for line in build.splitlines():
+        if "==" in line:
+            assert line.rstrip(" \\") in lock
+        else:
+            assert line.strip().rstrip(" \\") in lock and "--hash=sha256:" in line
+    assert (ctx / "prune.sh").read_bytes() == (REPO_ROOT / "images" / "prune.sh").read_bytes()
     assert [p.name for p in (ctx / "dist").iterdir()] == [f"gkeflow-{VERSION}-py3-none-any.whl"]
     assert (ctx / "user" / "requirements.txt").read_text() == "humanize==4.17.0\n"
     assert (ctx / "user" / "modules.txt").read_text() == "my_model\nteam_lib\n"
