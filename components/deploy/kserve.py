@@ -334,6 +334,20 @@ class KServeApi:
 # deploy, promote, rollback
 
 
+def serving_shares(api: KServeApi, namespace: str) -> list[tuple[str, int, str, int]]:
+    """(model, version, "namespace/name", percent) of every version that gkeflow's
+    InferenceServices in ``namespace`` serve or keep (model: the ``gkeflow-model`` label)."""
+    shares = []
+    for isvc in api.list(namespace):
+        metadata = isvc.get("metadata", {})
+        model = (metadata.get("labels") or {}).get("gkeflow-model", "")
+        state = State.of(isvc)
+        for version in state.versions:
+            shares.append((model, version.version, f"{namespace}/{metadata.get('name', '')}",
+                           state.split.get(version.key, 0)))
+    return shares
+
+
 class InferenceServices:
     """Canary, promotion and rollback of one model's InferenceService."""
 
@@ -359,6 +373,8 @@ class InferenceServices:
 
     def _write(self, name: str, current: dict | None, state: State, placement: Placement,
                labels: dict[str, str] | None = None) -> dict:
+        if labels is None and current is not None:  # promote, rollback: keep the model's
+            labels = dict(current.get("metadata", {}).get("labels") or {})
         body = manifest(name, self.namespace, state, placement, self.mode, labels)
         if current is None:
             return self.api.create(body)

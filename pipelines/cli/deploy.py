@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -163,21 +164,7 @@ class _Context:
                                api_endpoint=vertex.api_endpoint or "", echo=_echo)
 
     def kube_api(self):
-        import os
-
-        from kubernetes import client
-        from kubernetes import config as kube_config
-
-        try:
-            kube_config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
-        except Exception:  # noqa: BLE001 - no kubeconfig: try the pod's service account
-            try:
-                kube_config.load_incluster_config()
-            except Exception as exc:
-                raise click.ClickException(
-                    "--target gke needs a kubeconfig (gcloud container clusters "
-                    "get-credentials CLUSTER) or to run in the cluster") from exc
-        return client.ApiClient()
+        return kube_api()
 
     def inference_services(self):
         from gkeflow.components.deploy.kserve import InferenceServices, KServeApi
@@ -190,6 +177,25 @@ class _Context:
         from gkeflow.components.deploy.local_server import LocalEndpoints
 
         return LocalEndpoints(self.output / "deployments")
+
+
+def kube_api():
+    """A Kubernetes API client from the kubeconfig (KUBECONFIG), else the pod's account."""
+    import os
+
+    from kubernetes import client
+    from kubernetes import config as kube_config
+
+    try:
+        kube_config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
+    except Exception:  # noqa: BLE001 - no kubeconfig: try the pod's service account
+        try:
+            kube_config.load_incluster_config()
+        except Exception as exc:
+            raise click.ClickException(
+                "--target gke needs a kubeconfig (gcloud container clusters "
+                "get-credentials CLUSTER) or to run in the cluster") from exc
+    return client.ApiClient()
 
 
 def _echo(line: str) -> None:
@@ -521,10 +527,12 @@ def local_command(name, output, request_file, version, serve, port) -> None:
 # `gkeflow models list`: which version serves where
 
 
-def serving_by_version(kind: str, registry_uri: str, api_endpoint: str = ""
+def serving_by_version(kind: str, registry_uri: str, api_endpoint: str = "",
+                       namespaces: Sequence[str] = (), kube=None
                        ) -> dict[tuple[str, int], str]:
-    """(model, version) -> "endpoint 90%, ..." for the local stand-in and Vertex AI
-    endpoints; empty when nothing can be read."""
+    """(model, version) -> "endpoint 90%, ..." for the local stand-in, Vertex AI endpoints
+    and (Kubeflow Model Registry) the KServe InferenceServices in ``namespaces``, through
+    ``kube`` (an API client; default: the kubeconfig's); empty when nothing can be read."""
     out: dict[tuple[str, int], list[str]] = {}
     if kind == "local":
         from gkeflow.components.deploy.local_server import LocalEndpoints
@@ -556,6 +564,17 @@ def serving_by_version(kind: str, registry_uri: str, api_endpoint: str = ""
                 version = int(deployed.model.rsplit("@", 1)[1])
                 out.setdefault((model_name, version), []).append(
                     f"{endpoint.display_name} {deployed.percent}%")
+    elif kind == "kubeflow":
+        from gkeflow.components.deploy.kserve import KServeApi, serving_shares
+
+        try:
+            api = KServeApi(kube or kube_api(), echo=lambda line: None)
+            shares = [share for namespace in dict.fromkeys(namespaces)
+                      for share in serving_shares(api, namespace)]
+        except Exception:  # noqa: BLE001 - no cluster at hand: the table still shows the registry
+            return {}
+        for model_name, version, where, percent in shares:
+            out.setdefault((model_name, version), []).append(f"{where} {percent}%")
     return {k: ", ".join(v) for k, v in out.items()}
 
 

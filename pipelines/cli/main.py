@@ -654,7 +654,8 @@ def models_list(name: str | None, wide: bool = False, output_format: str = "tabl
             versions = registry.list(name=name)
             from gkeflow.pipelines.cli.deploy import serving_by_version
 
-            serving = serving_by_version(kind, uri, connection.get("api_endpoint") or "")
+            serving = serving_by_version(kind, uri, connection.get("api_endpoint") or "",
+                                         _serving_namespaces(connection.get("config_path")))
     except RegistryError as exc:
         raise click.ClickException(str(exc)) from exc
     if output_format == "json":
@@ -667,6 +668,19 @@ def models_list(name: str | None, wide: bool = False, output_format: str = "tabl
     rows = [{**version_row(v), "serving": serving.get((v.name, v.version), "")}
             for v in versions]
     print_table(rows, MODEL_COLUMNS, MODEL_WIDE_COLUMNS, wide, no_wrap=("version",))
+
+
+def _serving_namespaces(config_path) -> list[str]:
+    """Where `gkeflow deploy --target gke` puts InferenceServices: each deploy: entry's
+    namespace (default: default)."""
+    from gkeflow.pipelines.config import ConfigError, load_config
+
+    try:
+        deploy = load_config(config_path).deploy
+    except ConfigError:
+        return ["default"]
+    return list(dict.fromkeys(entry.namespace or "default" for entry in deploy.values())) or [
+        "default"]
 
 
 @models.command("promote")

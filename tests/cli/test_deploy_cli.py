@@ -113,3 +113,39 @@ def test_promote_rollback_status_on_gke_through_the_cli(tmp_path, monkeypatch):
         assert run("deploy", "rollback", "penguins", *where).exit_code == 0
         assert kube.traffic(name="penguins") == {"gs://b/penguins-v1": 100}
         assert kube.count() == 1 and not kube.violations
+
+
+def test_models_list_shows_the_share_each_inference_service_gives_a_version(
+        tmp_path, monkeypatch):
+    from kubernetes import client
+
+    from gkeflow.components.deploy.kserve import (
+        InferenceServices,
+        KServeApi,
+        ModelVersion,
+        Placement,
+    )
+    from gkeflow.pipelines.cli.deploy import serving_by_version
+    from tests.integration.fake_kserve import FakeKServe
+
+    with FakeKServe() as kube:
+        api = client.ApiClient(client.Configuration(host=kube.url))
+        for namespace, mode in (("models", "serverless"), ("serving", "standard")):
+            services = InferenceServices(KServeApi(api, echo=lambda line: None), namespace,
+                                         mode)
+            for n in (1, 2):
+                services.deploy("penguins", ModelVersion(
+                    f"v{n}", n, f"gs://b/penguins-v{n}", "2.21.0"), Placement(),
+                    labels={"gkeflow-model": "penguins-classifier"})
+        services.promote("penguins", Placement(), keep=1)
+        shares = serving_by_version("kubeflow", "kubeflow://mr:8080", "",
+                                    ["models", "serving", "models"], kube=api)
+        assert shares == {
+            ("penguins-classifier", 1): "models/penguins 90%, serving/penguins 0%",
+            ("penguins-classifier", 2): "models/penguins 10%, serving/penguins 100%"}
+        assert not kube.violations
+    # no cluster to ask: the registry's table is still shown, without shares
+    down = client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))
+    monkeypatch.setenv("GKEFLOW_RETRY_BUDGET_S", "1")
+    assert serving_by_version("kubeflow", "kubeflow://mr:8080", "", ["models"],
+                              kube=down) == {}
