@@ -48,12 +48,16 @@ def test_prune_removes_what_no_step_runs_and_strips_the_rest(tmp_path):
     assert [(site / n).stat().st_size for n in AS_PUBLISHED] == [size] * len(AS_PUBLISHED)
 
 
-def test_warm_imports_the_suite_and_the_users_modules(tmp_path, monkeypatch, capsys):
-    (tmp_path / "team_features.py").write_text("SCALE = 2\n")
-    modules = tmp_path / "modules.txt"
-    modules.write_text("team_features\n")
+def _warm_with(tmp_path, monkeypatch, module: str, source: str) -> int:
+    """warm.main with one user module ``module`` holding ``source``."""
+    (tmp_path / f"{module}.py").write_text(source)
+    (tmp_path / "modules.txt").write_text(f"{module}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert warm.main([str(modules)]) == 0
+    return warm.main([str(tmp_path / "modules.txt")])
+
+
+def test_warm_imports_the_suite_and_the_users_modules(tmp_path, monkeypatch, capsys):
+    assert _warm_with(tmp_path, monkeypatch, "team_features", "SCALE = 2\n") == 0
     out = capsys.readouterr().out
     assert out.startswith(f"imported {len(warm.suite_modules()) + len(warm.LAZY) + 1} ")
     assert "gkeflow.components.train.logic" in warm.suite_modules()
@@ -62,10 +66,7 @@ def test_warm_imports_the_suite_and_the_users_modules(tmp_path, monkeypatch, cap
 
 def test_warm_fails_the_build_naming_the_module_that_cannot_be_imported(tmp_path, monkeypatch,
                                                                         capsys):
-    (tmp_path / "broken_features.py").write_text("import not_installed_anywhere\n")
-    modules = tmp_path / "modules.txt"
-    modules.write_text("broken_features\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    assert warm.main([str(modules)]) == 1
+    source = "import not_installed_anywhere\n"
+    assert _warm_with(tmp_path, monkeypatch, "broken_features", source) == 1
     err = capsys.readouterr().err
     assert err.startswith("cannot import broken_features: ModuleNotFoundError")
