@@ -4,9 +4,9 @@ both deployment modes.
 
 - **Serverless** (Knative; what Kubeflow's KServe runs by default): the predictor serves
   the newest version; ``spec.predictor.canaryTrafficPercent: N`` gives it N% and the rest
-  stays with the last rolled-out revision. At most two versions serve at once, so a
-  rollback after a promotion restores the previous stable version at 100% (a new revision
-  of the older model), not a canary split.
+  stays with the last rolled-out revision. At most two versions serve at once; a rollback
+  after a promotion rolls the stable version out again, waits for that, then adds the
+  canary (:meth:`InferenceServices.rollback`).
 - **Standard** (annotation ``serving.kserve.io/deploymentMode: Standard``): the predictor
   serves the stable version and ``spec.canary[]`` lists the other versions as named
   predictors with a ``trafficPercent`` (fixed replicas: no ``maxReplicas``). Only on KServe
@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -351,10 +352,12 @@ def serving_shares(api: KServeApi, namespace: str) -> list[tuple[str, int, str, 
 class InferenceServices:
     """Canary, promotion and rollback of one model's InferenceService."""
 
-    def __init__(self, api: KServeApi, namespace: str, mode: str = "serverless"):
+    def __init__(self, api: KServeApi, namespace: str, mode: str = "serverless",
+                 rollout_timeout_s: float = 900.0, poll_s: float = 5.0):
         if mode not in MODES:
             raise KServeError(f"unknown KServe mode {mode!r}; use {' or '.join(MODES)}")
         self.api, self.namespace, self.mode = api, namespace, mode
+        self.rollout_timeout_s, self.poll_s = rollout_timeout_s, poll_s
         self._checked_mode = False
 
     def _check_mode(self) -> None:
@@ -415,18 +418,52 @@ class InferenceServices:
         return State.of(self._write(name, current, new, placement))
 
     def rollback(self, name: str, placement: Placement) -> State:
-        """Restore the split before the last change (Serverless: its stable version at 100%)."""
+        """Restore the split before the last change.
+
+        Serverless mode sends a canary share only against the revision last rolled out at
+        100%; when the split to restore has a canary and its stable version is not the one
+        rolled out now, that version is rolled out first, then the canary is added once
+        the rollout is done (at most ``rollout_timeout_s``)."""
         current, state = self._require(name)
-        previous = state.previous
-        if self.mode == "serverless" and previous:
-            previous = {tr.stable_of(previous, [v.key for v in state.versions]): 100}
         try:
-            back = tr.rollback(state.split, previous)
+            back = tr.rollback(state.split, state.previous)
         except tr.TrafficError as exc:
             raise KServeError(f"InferenceService {name}: {exc}") from exc
-        new = State([v for v in state.versions if v.key in back.split], back.split,
-                    state.split)
+        order = [v.key for v in state.versions]
+        split = {k: v for k, v in back.split.items() if v} if self.mode == "serverless" \
+            else back.split
+        stable = tr.stable_of(split, order)
+        if self.mode == "serverless" and len(split) > 1 and \
+                stable != tr.stable_of(state.split, order):
+            # Recorded with the split to restore as its "previous": a rollback run again
+            # after this step alone (a timeout, a lost connection) completes this one.
+            held = {key: (100 if key == stable else 0) for key in split}  # 0%: still known
+            first = State([v for v in state.versions if v.key in split], held, split)
+            current = self._write(name, current, first, placement)
+            self._wait_rolled_out(name, current, f"{stable} at 100%")
+            current = self.api.get(self.namespace, name) or current
+        new = State([v for v in state.versions if v.key in split], split, state.split)
         return State.of(self._write(name, current, new, placement))
+
+    def _wait_rolled_out(self, name: str, written: dict, what: str) -> None:
+        """Until the controller has rolled out the revision of ``written`` (status:
+        observedGeneration caught up, latest revision rolled out)."""
+        generation = int(written.get("metadata", {}).get("generation") or 0)
+        deadline = time.monotonic() + self.rollout_timeout_s
+        while True:
+            isvc = self.api.get(self.namespace, name) or {}
+            status = isvc.get("status") or {}
+            predictor = (status.get("components") or {}).get("predictor") or {}
+            created = predictor.get("latestCreatedRevision")
+            if int(status.get("observedGeneration") or 0) >= generation and created and \
+                    predictor.get("latestRolledoutRevision") == created:
+                return
+            if time.monotonic() >= deadline:
+                raise KServeError(
+                    f"InferenceService {self.namespace}/{name} serves {what} but its revision "
+                    f"was not rolled out within {self.rollout_timeout_s:.0f} s, so the canary "
+                    "was not restored; check `kubectl get isvc` and run the rollback again")
+            time.sleep(self.poll_s)
 
     def status(self, name: str) -> State | None:
         current = self.api.get(self.namespace, name)

@@ -111,7 +111,8 @@ def test_promote_rollback_status_on_gke_through_the_cli(tmp_path, monkeypatch):
         assert run("deploy", "promote", "penguins", *where).exit_code == 0
         assert kube.traffic(name="penguins") == {"gs://b/penguins-v2": 100}
         assert run("deploy", "rollback", "penguins", *where).exit_code == 0
-        assert kube.traffic(name="penguins") == {"gs://b/penguins-v1": 100}
+        assert kube.traffic(name="penguins") == {"gs://b/penguins-v1": 90,
+                                                 "gs://b/penguins-v2": 10}
         assert kube.count() == 1 and not kube.violations
 
 

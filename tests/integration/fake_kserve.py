@@ -126,9 +126,14 @@ def validate_isvc(manifest: dict) -> list[str]:
 class FakeKServe(WsgiFake):
     """``with FakeKServe() as kube:`` serves at ``kube.url``."""
 
-    def __init__(self, canary_list: bool = True, crd_readable: bool = True):
+    def __init__(self, canary_list: bool = True, crd_readable: bool = True,
+                 ready_after_reads: int = 0):
         self.canary_list = canary_list
         self.crd_readable = crd_readable
+        #: A written revision becomes ready (and, without a canary, rolled out) after this
+        #: many reads of its object; until then traffic stays as it was, as in Knative.
+        self.ready_after_reads = ready_after_reads
+        self.pending: dict[tuple[str, str], int] = {}
         self.objects: dict[tuple[str, str], dict] = {}
         self.rolled_out: dict[tuple[str, str], str] = {}
         self.served: dict[tuple[str, str], dict[str, int]] = {}
@@ -204,6 +209,10 @@ class FakeKServe(WsgiFake):
             found = self.objects.get(key)
             if found is None:
                 return _status(404, "NotFound", f"inferenceservices {name!r} not found")
+            if key in self.pending:
+                self.pending[key] -= 1
+                if self.pending[key] <= 0:
+                    self._reconcile(key)
             return Response(json.dumps(found), content_type="application/json")
         if request.method == "GET":
             selector = request.args.get("labelSelector", "")
@@ -242,13 +251,34 @@ class FakeKServe(WsgiFake):
         if creating:
             self.creates += 1
         self._version += 1
+        previous = self.objects.get(key, {})
         manifest["metadata"]["resourceVersion"] = str(self._version)
+        manifest["metadata"]["generation"] = previous.get("metadata", {}).get("generation", 0) + 1
         manifest["metadata"].setdefault("namespace", key[0])
-        manifest["status"] = {"url": f"http://{key[1]}.{key[0]}.example.com"}
+        manifest["status"] = copy.deepcopy(previous.get("status")) or {
+            "url": f"http://{key[1]}.{key[0]}.example.com"}
         self.objects[key] = manifest
-        self._route_traffic(key, manifest)
+        self.pending[key] = self.ready_after_reads
+        if self.ready_after_reads <= 0:
+            self._reconcile(key)
         return Response(json.dumps(manifest), status=201 if creating else 200,
                         content_type="application/json")
+
+    def _reconcile(self, key) -> None:
+        """The controller's work once the latest revision is ready: traffic, and the status's
+        revisions (``latestRolledoutRevision``: the last one that took all the traffic)."""
+        self.pending.pop(key, None)
+        manifest = self.objects[key]
+        generation = manifest["metadata"]["generation"]
+        revision = f"{key[1]}-predictor-{generation:05d}"
+        self._route_traffic(key, manifest)
+        predictor = manifest["status"].setdefault("components", {}).setdefault("predictor", {})
+        predictor["latestCreatedRevision"] = predictor["latestReadyRevision"] = revision
+        if self.served[key].get(manifest["spec"]["predictor"]["model"]["storageUri"]) == 100:
+            predictor["previousRolledoutRevision"] = predictor.get("latestRolledoutRevision")
+            predictor["latestRolledoutRevision"] = revision
+        manifest["status"]["observedGeneration"] = generation
+        manifest["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
 
     def _route_traffic(self, key, manifest: dict) -> None:
         spec = manifest["spec"]

@@ -66,8 +66,8 @@ def test_serverless_canary_promote_rollback(kube):
 
     state = isvc.promote("penguins", GPU, keep=1)
     assert kube.traffic() == {uri(2): 100} and state.split == {"v1": 0, "v2": 100}
-    isvc.rollback("penguins", GPU)  # Serverless: the earlier stable version at 100%
-    assert kube.traffic() == {uri(1): 100}
+    isvc.rollback("penguins", GPU)  # v1 rolled out again, then v2's 10% canary on top
+    assert kube.traffic() == {uri(1): 90, uri(2): 10}
     assert kube.count() == 1 and kube.creates == 1
 
 
@@ -163,3 +163,51 @@ def test_hung_reads_time_out_and_make_nothing_twice(kube):
     isvc.deploy("penguins", version(2), GPU, percent=40)
     assert kube.count() == 1 and kube.creates == 1
     assert kube.traffic() == {uri(1): 60, uri(2): 40}
+
+
+def settle(kube, isvc) -> None:
+    """Read the object until the fake controller has reconciled the last write."""
+    while kube.pending:
+        isvc.api.get("models", "penguins")
+
+
+def test_serverless_rollback_after_a_promotion_restores_the_canary_split():
+    # revisions become ready after a few reads: the canary is added only once the stable
+    # version has been rolled out again, else it would be split against the promoted one
+    with FakeKServe(ready_after_reads=3) as kube:
+        isvc = services(kube, "serverless")
+        isvc.poll_s = 0.01
+        isvc.deploy("penguins", version(1), GPU)
+        settle(kube, isvc)
+        isvc.deploy("penguins", version(2), GPU, percent=10)
+        settle(kube, isvc)
+        assert kube.traffic() == {uri(1): 90, uri(2): 10}
+        isvc.promote("penguins", GPU, keep=1)
+        settle(kube, isvc)
+        assert kube.traffic() == {uri(2): 100}
+        state = isvc.rollback("penguins", GPU)
+        settle(kube, isvc)
+        assert kube.traffic() == {uri(1): 90, uri(2): 10}
+        assert state.split == {"v1": 90, "v2": 10} and state.previous == {"v1": 0, "v2": 100}
+        assert kube.count() == 1 and kube.creates == 1 and not kube.violations
+
+
+def test_a_rollback_cut_short_after_rolling_out_the_stable_version_completes_when_rerun():
+    with FakeKServe(ready_after_reads=10**6) as kube:  # never ready: the wait times out
+        isvc = services(kube, "serverless")
+        isvc.poll_s, isvc.rollout_timeout_s = 0.01, 0.2
+        isvc.deploy("penguins", version(1), GPU)
+        isvc.deploy("penguins", version(2), GPU, percent=10)
+        kube.ready_after_reads = 0
+        kube._reconcile(("models", "penguins"))
+        isvc.promote("penguins", GPU, keep=1)
+        kube._reconcile(("models", "penguins"))
+        kube.ready_after_reads = 10**6
+        with pytest.raises(KServeError, match="v1 at 100%.*not rolled out within 0 s.*again"):
+            isvc.rollback("penguins", GPU)
+        kube._reconcile(("models", "penguins"))  # the rollout finishes later
+        assert kube.traffic() == {uri(1): 100}
+        kube.ready_after_reads = 0
+        state = isvc.rollback("penguins", GPU)
+        assert kube.traffic() == {uri(1): 90, uri(2): 10}
+        assert state.split == {"v1": 90, "v2": 10}
