@@ -1,5 +1,6 @@
-"""`gkeflow run --pipeline sweep` really runs under kfp.local: four trials, two at a time,
-a failing trial tolerated, the best trial chosen on the eval split and registered."""
+"""`gkeflow run --pipeline sweep --deploy` really runs under kfp.local: four trials, two at
+a time, a failing trial tolerated, the best trial chosen on the eval split, registered and
+deployed to the local stand-in, which answers like the evaluation."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def _max_concurrent(log: str, step: str) -> int:
     return peak
 
 
-def test_sweep_picks_the_best_trial_tolerates_a_failed_one_and_registers_it(tmp_path):
+def test_sweep_picks_the_best_trial_tolerates_a_failed_one_registers_and_deploys_it(tmp_path):
     data = _separable_csv(tmp_path / "separable.csv")
     out = tmp_path / "out"
     result = gkeflow(
@@ -57,7 +58,7 @@ def test_sweep_picks_the_best_trial_tolerates_a_failed_one_and_registers_it(tmp_
         "--output", str(out), "--epochs", "3", "--min-accuracy", "0.5",
         "--sweep-param", "learning_rate=0.00001,0.01,0.3", "--sweep-param", "hidden_units=16",
         "--search", "grid", "--parallel-trials", "2", "--metric", "eval_loss",
-        "--param", f"trials={json.dumps(TRIALS)}")
+        "--param", f"trials={json.dumps(TRIALS)}", "--deploy")
     assert result.returncode == 0, result.stdout + result.stderr
     stdout = result.stdout
     assert "sweep of 4 trial(s), 2 at a time" in stdout
@@ -100,3 +101,13 @@ def test_sweep_picks_the_best_trial_tolerates_a_failed_one_and_registers_it(tmp_
                           ["parameterValues"]["Output"]) for i in range(4)]
     assert sorted(r["trial_id"] for r in reports) == [t["trial_id"] for t in TRIALS]
     assert len({r["model_uri"] for r in reports}) == 4
+
+    # the deploy stage served the registered best trial; the stand-in answers as evaluated
+    name = "separable-classifier"
+    assert f"Deployed:  {name} (local stand-in): {name}@1 100%" in stdout
+    request = out / "requests" / f"{name}.json"
+    asked = gkeflow("deploy", "local", name, "--output", str(out), "--request", str(request))
+    assert asked.returncode == 0, asked.stderr
+    answer = json.loads(asked.stdout.strip().splitlines()[-1])
+    expected = json.loads((out / "requests" / f"{name}.expected.json").read_text())
+    assert answer["classes"] == expected["classes"] and answer["model_version"] == 1
