@@ -49,13 +49,13 @@ def notify_run(
     import json
 
     from gkeflow.components.notify.logic import (
-        SEND_POLICY,
         RunReport,
         changed_parameters,
         failed_task_from_message,
         notify,
         now,
         parse_parameters,
+        send_policy,
     )
     from gkeflow.components.notify.run_api import apply_run, kfp_run, vertex_run
 
@@ -66,15 +66,16 @@ def notify_run(
         failed_task=failed_task_from_message(status.error_message or ""),
         error=status.error_message or "",
         parameters=changed_parameters(parse_parameters(parameters), json.loads(defaults)))
+    policy = send_policy()
     if run_api:
         try:
             started, tasks = (
-                kfp_run(run_api, run_id, SEND_POLICY) if target == "gke" else
-                vertex_run(run_api, status.pipeline_job_resource_name, SEND_POLICY))
+                kfp_run(run_api, run_id, policy) if target == "gke" else
+                vertex_run(run_api, status.pipeline_job_resource_name, policy))
             apply_run(report, started, tasks, now())
         except Exception as exc:  # noqa: BLE001 - the status alone still makes a message
             print(f"could not read the run's task details: {type(exc).__name__}")
     outcome = notify(report, when=when, shape=webhook_format, env_name=webhook_env,
-                     secret_version=webhook_secret)
+                     secret_version=webhook_secret, policy=policy)
     print(outcome)
     return outcome

@@ -39,6 +39,26 @@ FORMATS = ("generic", "slack", "google-chat")
 WEBHOOK_ENV = "GKEFLOW_WEBHOOK_URL"
 #: Bounded: a notification is worth seconds, not the run's time.
 SEND_POLICY = RetryPolicy(call_timeout_s=10.0, budget_s=60.0, initial_s=1.0, maximum_s=10.0)
+#: Seconds all the tries of one notification may take, instead of SEND_POLICY's minute.
+BUDGET_ENV = "GKEFLOW_NOTIFY_BUDGET_S"
+
+
+def send_policy() -> RetryPolicy:
+    """:data:`SEND_POLICY`, with its budget from ``GKEFLOW_NOTIFY_BUDGET_S`` when that is a
+    positive number (anything else is said and ignored: the notification still goes)."""
+    raw = os.environ.get(BUDGET_ENV, "").strip()
+    if not raw:
+        return SEND_POLICY
+    try:
+        budget = float(raw)
+        if budget <= 0:
+            raise ValueError
+    except ValueError:
+        print(f"{BUDGET_ENV}={raw!r} is not a positive number of seconds; using "
+              f"{SEND_POLICY.budget_s:.0f}")
+        return SEND_POLICY
+    return SEND_POLICY.with_(budget_s=budget,
+                             call_timeout_s=min(SEND_POLICY.call_timeout_s, budget))
 
 
 class NotifyError(RuntimeError):

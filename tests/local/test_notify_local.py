@@ -57,6 +57,7 @@ def test_a_failed_training_run_sends_one_message(tmp_path, monkeypatch):
 
 
 def test_a_run_whose_endpoint_is_down_still_ends_with_its_own_state(tmp_path, monkeypatch):
+    monkeypatch.setenv("GKEFLOW_NOTIFY_BUDGET_S", "4")  # the default minute, shortened
     result = _failing_run(tmp_path, monkeypatch, down_url())
     assert not result.ok and result.failed_step.name == "train-model"
     logs = result.log_path.read_text()

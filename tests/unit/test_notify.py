@@ -122,3 +122,15 @@ def test_steps_reported_by_their_display_names_are_recognised():
     apply_run(report, "", [{"name": "Evaluate model", "state": "SUCCEEDED", "error": "",
                             "metadata": {}}], now=0)
     assert report.gate == "blocked: not registered"
+
+
+@pytest.mark.parametrize("raw, budget", [("", 60.0), ("4", 4.0), ("0.5", 0.5), ("-1", 60.0),
+                                         ("soon", 60.0)])
+def test_the_send_budget_is_a_minute_unless_told_otherwise(raw, budget, monkeypatch, capsys):
+    from gkeflow.components.notify.logic import BUDGET_ENV, send_policy
+
+    monkeypatch.setenv(BUDGET_ENV, raw)
+    policy = send_policy()
+    assert policy.budget_s == budget
+    assert policy.call_timeout_s == min(10.0, budget)
+    assert ("not a positive number" in capsys.readouterr().out) == (raw in ("-1", "soon"))
