@@ -22,6 +22,8 @@ from gkeflow.pipelines.operations_config import NotificationSettings, RetentionS
 
 #: Where the exit task reads a GKE run's task details: the in-cluster KFP API service.
 KFP_IN_CLUSTER_API = "http://ml-pipeline.kubeflow:8888"
+#: The label Kubeflow's ``access-ml-pipeline`` PodDefault selects (a run-API token).
+RUN_API_ACCESS_LABEL = "access-ml-pipeline"
 _SIMPLE = (str, int, float, bool)
 
 
@@ -99,6 +101,9 @@ class Operations:
             name, _, key = secret.partition("/")
             kubernetes.use_secret_as_env(task, secret_name=name,
                                          secret_key_to_env={key or "url": WEBHOOK_ENV})
+            # Multi-user Kubeflow: the PodDefault of deploy/kubeflow/access-ml-pipeline.yaml
+            # gives pods with this label a token for the run API (the failed step's error).
+            kubernetes.add_pod_label(task, RUN_API_ACCESS_LABEL, "true")
         return task
 
 

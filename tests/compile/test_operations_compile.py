@@ -54,6 +54,8 @@ def test_each_pipeline_runs_inside_an_exit_handler_that_notifies(pipeline, tmp_p
             (secret,) = executor["secretAsEnv"]
             assert secret["secretName"] == "gkeflow-webhook"
             assert secret["keyToEnv"] == [{"envVar": "GKEFLOW_WEBHOOK_URL", "secretKey": "hook"}]
+            # the label Kubeflow's access-ml-pipeline PodDefault selects: a run-API token
+            assert executor["podMetadata"]["labels"] == {"access-ml-pipeline": "true"}
             assert inputs["webhook_secret"]["runtimeValue"]["constant"] == ""
             link = inputs["link_template"]["runtimeValue"]["constant"]
             assert link == "https://kfp.example.com/pipeline/#/runs/details/{run_id}"
@@ -195,3 +197,25 @@ def test_email_is_refused_on_gke_and_unless_every_end_is_wanted(tmp_path):
     ]:
         with pytest.raises(ValueError, match=problem):
             _config(notifications={"default": settings})
+
+
+def test_the_pod_default_gives_the_labelled_step_a_run_api_token():
+    from gkeflow.pipelines.operations import RUN_API_ACCESS_LABEL
+    from tests.conftest import REPO_ROOT
+
+    (pod_default,) = yaml.safe_load_all(
+        (REPO_ROOT / "deploy" / "kubeflow" / "access-ml-pipeline.yaml").read_text())
+    assert (pod_default["apiVersion"], pod_default["kind"]) == ("kubeflow.org/v1alpha1",
+                                                                 "PodDefault")
+    spec = pod_default["spec"]
+    assert spec["selector"] == {"matchLabels": {RUN_API_ACCESS_LABEL: "true"}}
+    (env,) = spec["env"]
+    (volume,) = spec["volumes"]
+    (mount,) = spec["volumeMounts"]
+    (source,) = volume["projected"]["sources"]
+    token = source["serviceAccountToken"]
+    assert token["audience"] == "pipelines.kubeflow.org"
+    assert mount["name"] == volume["name"] and mount["readOnly"] is True
+    # the path the notification step reads its token from
+    assert env == {"name": "KF_PIPELINES_SA_TOKEN_PATH",
+                   "value": f"{mount['mountPath']}/{token['path']}"}
