@@ -183,8 +183,12 @@ def images_list(config_path: Path) -> None:
         table.add_row(reference, entry.digest, entry.built_at, entry.builder,
                       "yes" if entry.pushed else "no", status)
     console.print(table)
-    missing = sorted(r for r in wanted if r not in lock or not lock[r].pushed)
-    if missing:
-        console.print(f"not built and pushed for {images.registry_or_default}: "
-                      f"{', '.join(missing)}; run `gkeflow images build`", markup=False,
-                      soft_wrap=True)
+    unbuilt = sorted(r for r in wanted if r not in lock)
+    unpushed = sorted(r for r in wanted if r in lock and not lock[r].pushed)
+    if unbuilt:
+        console.print(f"not built for {images.registry_or_default}: {', '.join(unbuilt)}; "
+                      "run `gkeflow images build`", markup=False, soft_wrap=True)
+    if unpushed:
+        console.print(f"built with --no-push, not in {images.registry_or_default} yet: "
+                      f"{', '.join(unpushed)}; `gkeflow images build` pushes them (submit "
+                      "and schedule apply need them there)", markup=False, soft_wrap=True)

@@ -144,6 +144,9 @@ def test_build_no_push_then_compile_pins_both_targets(run, project, readonly_pac
     assert "built with --no-push, never pushed" in refused.stderr
     assert "run `gkeflow images build`" in refused.stderr
     assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    listed, _ = run("images", "list", cwd=project)
+    assert "built with --no-push, not in " + REGISTRY in listed.stdout
+    assert "not built for" not in listed.stdout
 
 
 def test_build_and_push_with_podman_lets_submit_through(run, project):
@@ -167,6 +170,7 @@ def test_build_and_push_with_podman_lets_submit_through(run, project):
         line = next(x for x in listed.stdout.splitlines() if reference in x)
         assert fake_builder.digest(reference, pushed=True) in line
         assert "podman" in line and "in use" in line
+    assert "not built" not in listed.stdout and "--no-push" not in listed.stdout
 
 
 @pytest.mark.parametrize("builder", ["docker", "cloud-build"])
@@ -209,3 +213,12 @@ def test_a_broken_lock_fails_before_building(run, project):
     result, calls = run("images", "build", "--builder", "podman", cwd=project)
     assert result.returncode == 1 and not calls
     assert "gkeflow.lock: not a readable JSON lock file" in result.stderr
+
+
+def test_list_before_any_build_says_what_to_run(run, project):
+    listed, _ = run("images", "list", cwd=project)
+    assert listed.returncode == 0, listed.stderr
+    for reference in (CPU, GPU):
+        assert "not built" in next(x for x in listed.stdout.splitlines() if reference in x)
+    assert f"not built for {REGISTRY}: {CPU}, {GPU}; run `gkeflow images build`" in \
+        listed.stdout
