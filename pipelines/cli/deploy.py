@@ -527,6 +527,16 @@ def local_command(name, output, request_file, version, serve, port) -> None:
 # `gkeflow models list`: which version serves where
 
 
+def lookup_policy():
+    """The serving column is a side look-up: a few seconds of retries, not a launcher's
+    budget, so an unreachable cluster or endpoint never holds up `models list`."""
+    from gkeflow.components.cloud.retry import RetryPolicy
+
+    policy = RetryPolicy.from_env()
+    return policy.with_(budget_s=min(policy.budget_s, 15.0),
+                        call_timeout_s=min(policy.call_timeout_s, 10.0))
+
+
 def serving_by_version(kind: str, registry_uri: str, api_endpoint: str = "",
                        namespaces: Sequence[str] = (), kube=None
                        ) -> dict[tuple[str, int], str]:
@@ -552,8 +562,8 @@ def serving_by_version(kind: str, registry_uri: str, api_endpoint: str = "",
 
         where = registry_uri.removeprefix("vertex://").split("/")
         try:
-            api = VertexEndpoints(where[1], where[3], api_endpoint=api_endpoint,
-                                  echo=lambda line: None)
+            api = VertexEndpoints(where[1], where[3], lookup_policy(),
+                                  api_endpoint=api_endpoint, echo=lambda line: None)
             endpoints = api.listed()
         except Exception:  # noqa: BLE001 - the table still shows the registry
             return {}
@@ -568,7 +578,7 @@ def serving_by_version(kind: str, registry_uri: str, api_endpoint: str = "",
         from gkeflow.components.deploy.kserve import KServeApi, serving_shares
 
         try:
-            api = KServeApi(kube or kube_api(), echo=lambda line: None)
+            api = KServeApi(kube or kube_api(), lookup_policy(), echo=lambda line: None)
             shares = [share for namespace in dict.fromkeys(namespaces)
                       for share in serving_shares(api, namespace)]
         except Exception:  # noqa: BLE001 - no cluster at hand: the table still shows the registry

@@ -145,8 +145,14 @@ def test_models_list_shows_the_share_each_inference_service_gives_a_version(
             ("penguins-classifier", 1): "models/penguins 90%, serving/penguins 0%",
             ("penguins-classifier", 2): "models/penguins 10%, serving/penguins 100%"}
         assert not kube.violations
-    # no cluster to ask: the registry's table is still shown, without shares
+    # no cluster to ask: the registry's table is still shown, without shares, after a few
+    # seconds of retries at most (never a launcher's 15 minutes)
+    from gkeflow.pipelines.cli.deploy import lookup_policy
+
+    monkeypatch.delenv("GKEFLOW_RETRY_BUDGET_S", raising=False)
+    assert (lookup_policy().budget_s, lookup_policy().call_timeout_s) == (15.0, 10.0)
     down = client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))
     monkeypatch.setenv("GKEFLOW_RETRY_BUDGET_S", "1")
+    assert lookup_policy().budget_s == 1.0
     assert serving_by_version("kubeflow", "kubeflow://mr:8080", "", ["models"],
                               kube=down) == {}
