@@ -16,6 +16,6 @@ setup(
     packages=[name for folder in FOLDERS for name in namespaced(folder)],
     package_dir={f"gkeflow.{folder}": folder for folder in FOLDERS},
     package_data={
-        "gkeflow.images": ["*.Dockerfile", "*.lock", "*.yaml", "*.json", "*.sh"],
+        "gkeflow.images": ["*.Dockerfile", "*.lock", "*.sh"],
     },
 )
