@@ -439,25 +439,25 @@ class InferenceServices:
             # after this step alone (a timeout, a lost connection) completes this one.
             held = {key: (100 if key == stable else 0) for key in split}  # 0%: still known
             first = State([v for v in state.versions if v.key in split], held, split)
-            current = self._write(name, current, first, placement)
-            self._wait_rolled_out(name, current, f"{stable} at 100%")
-            current = self.api.get(self.namespace, name) or current
+            written = self._write(name, current, first, placement)
+            current = self._wait_rolled_out(name, written, f"{stable} at 100%")
         new = State([v for v in state.versions if v.key in split], split, state.split)
         return State.of(self._write(name, current, new, placement))
 
-    def _wait_rolled_out(self, name: str, written: dict, what: str) -> None:
+    def _wait_rolled_out(self, name: str, written: dict, what: str) -> dict:
         """Until the controller has rolled out the revision of ``written`` (status:
-        observedGeneration caught up, latest revision rolled out)."""
+        observedGeneration caught up, latest revision rolled out); returns the object read
+        then (its resourceVersion is the one the next replace needs)."""
         generation = int(written.get("metadata", {}).get("generation") or 0)
         deadline = time.monotonic() + self.rollout_timeout_s
         while True:
-            isvc = self.api.get(self.namespace, name) or {}
+            isvc = self.api.get(self.namespace, name) or written
             status = isvc.get("status") or {}
             predictor = (status.get("components") or {}).get("predictor") or {}
             created = predictor.get("latestCreatedRevision")
             if int(status.get("observedGeneration") or 0) >= generation and created and \
                     predictor.get("latestRolledoutRevision") == created:
-                return
+                return isvc
             if time.monotonic() >= deadline:
                 raise KServeError(
                     f"InferenceService {self.namespace}/{name} serves {what} but its revision "
