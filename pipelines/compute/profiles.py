@@ -31,7 +31,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from gkeflow.pipelines.compute import accelerators as acc
-from gkeflow.pipelines.compute import capacity
+from gkeflow.pipelines.compute import capacity, kfp_task_check
 
 TARGETS = ("gke", "vertex", "local")
 
@@ -565,6 +565,7 @@ def apply_compute(task, profile: ComputeProfile, target: str):
     """Apply ``profile`` to the pipeline task ``task`` in the form ``target`` understands."""
     if target not in TARGETS:
         raise ComputeError(f"unknown target {target!r}; valid: {', '.join(TARGETS)}")
+    kfp_task_check.install()
     task.set_caching_options(profile.caching)
     if target == "local":
         return task

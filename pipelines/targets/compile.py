@@ -10,6 +10,7 @@ that is still referenced by tag only.
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -110,15 +111,19 @@ def pipeline_compute(pipeline: str, compute: Mapping | None) -> Mapping | None:
     return {step: p for step, p in compute.items() if step in own or step not in known}
 
 
+@functools.cache
+def _parameter_names(name: str) -> frozenset[str]:
+    """The parameters pipeline ``name`` takes on any target (built once per process: they
+    are the pipeline function's, whatever gkeflow.yaml says)."""
+    return frozenset(key for target in COMPILE_TARGETS
+                     for key in PIPELINES[name](target).component_spec.inputs)
+
+
 def parameters_of_other_pipelines(pipeline: str) -> set[str]:
     """Parameters that other pipelines take and ``pipeline`` does not (on any target): a
     shared ``parameters:`` environment in gkeflow.yaml may set them for those pipelines."""
-    def names(name: str) -> set[str]:
-        return {key for target in COMPILE_TARGETS
-                for key in PIPELINES[name](target).component_spec.inputs}
-
-    others = set().union(*(names(n) for n in PIPELINES if n != pipeline))
-    return others - names(pipeline) if pipeline in PIPELINES else others
+    others = set().union(*(_parameter_names(n) for n in PIPELINES if n != pipeline))
+    return others - _parameter_names(pipeline) if pipeline in PIPELINES else others
 
 
 def compiled_path(output_dir: Path, pipeline: str, target: str) -> Path:
