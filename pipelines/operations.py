@@ -22,6 +22,8 @@ from gkeflow.pipelines.operations_config import NotificationSettings, RetentionS
 
 #: Where the exit task reads a GKE run's task details: the in-cluster KFP API service.
 KFP_IN_CLUSTER_API = "http://ml-pipeline.kubeflow:8888"
+#: Where it reads the registered version: ML Metadata's in-cluster gRPC-Web envoy.
+KFP_IN_CLUSTER_METADATA = "http://metadata-envoy-service.kubeflow:9090"
 #: The label Kubeflow's ``access-ml-pipeline`` PodDefault selects (a run-API token).
 RUN_API_ACCESS_LABEL = "access-ml-pipeline"
 _SIMPLE = (str, int, float, bool)
@@ -93,7 +95,8 @@ class Operations:
             webhook_format=settings.webhook.format, webhook_env=WEBHOOK_ENV,
             webhook_secret=secret if self.target == "vertex" else "",
             parameters=parameters, defaults=json.dumps(defaults, sort_keys=True),
-            run_api=self.run_api)
+            run_api=self.run_api,
+            metadata_api=KFP_IN_CLUSTER_METADATA if self.target == "gke" else "")
         task.set_display_name("Notify").set_caching_options(False)
         if self.target == "gke":
             from kfp import kubernetes

@@ -21,6 +21,7 @@ def notify_run(
     parameters: str = "",
     defaults: str = "{}",
     run_api: str = "",
+    metadata_api: str = "",
 ) -> str:
     """Sends how the run ended to a webhook; never changes the run's outcome.
 
@@ -42,6 +43,8 @@ def notify_run(
         run_api: Where to read the run's task details for the failed step, its error,
             the run's duration and the gate (KFP API URL or Vertex AI endpoint); empty:
             the status alone.
+        metadata_api: Kubeflow Pipelines: ML Metadata's gRPC-Web address, for the
+            registered version; empty: none.
 
     Returns:
         One line: what was sent, or why nothing was.
@@ -57,7 +60,7 @@ def notify_run(
         parse_parameters,
         send_policy,
     )
-    from gkeflow.components.notify.run_api import apply_run, kfp_run, vertex_run
+    from gkeflow.components.notify.run_api import apply_run, kfp_outputs, kfp_run, vertex_run
 
     state = str(status.state or "").upper()
     report = RunReport(
@@ -75,6 +78,12 @@ def notify_run(
             apply_run(report, started, tasks, now())
         except Exception as exc:  # noqa: BLE001 - the status alone still makes a message
             print(f"could not read the run's task details: {type(exc).__name__}")
+        else:
+            if target == "gke" and metadata_api and report.gate.startswith("passed"):
+                try:
+                    apply_run(report, started, kfp_outputs(metadata_api, tasks, policy), now())
+                except Exception as exc:  # noqa: BLE001 - the version is a detail
+                    print(f"could not read the registered version: {type(exc).__name__}")
     outcome = notify(report, when=when, shape=webhook_format, env_name=webhook_env,
                      secret_version=webhook_secret, policy=policy)
     print(outcome)

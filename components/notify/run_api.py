@@ -6,7 +6,10 @@ says "Task exit-handler-1 failed." on some backends); the run's task details nam
 that failed and carry its own error. Kubeflow Pipelines: ``GET {api}/apis/v2beta1/runs/{id}``
 (in cluster ``http://ml-pipeline.kubeflow:8888``, with the pod's service-account token from
 ``KF_PIPELINES_SA_TOKEN_PATH`` on multi-user installs). Vertex AI: ``GET {endpoint}/v1/{job}``
-with the step's Google credentials. Best effort: a failure leaves the report as it was.
+with the step's Google credentials. The registered version of a KFP run is register-model's
+``model_version`` output, which KFP keeps in ML Metadata: read over gRPC-Web from the
+in-cluster ``metadata-envoy-service`` (:mod:`gkeflow.components.cloud.mlmd`). Best effort:
+a failure leaves the report as it was.
 """
 
 from __future__ import annotations
@@ -41,18 +44,53 @@ def _get(url: str, headers: dict, policy: RetryPolicy) -> dict:
     return policy.call(read, "reading the run's task details")
 
 
-def kfp_run(api: str, run_id: str, policy: RetryPolicy) -> tuple[str, list[dict]]:
-    """(created_at, [{name, state, error, metadata}]) of a Kubeflow Pipelines run."""
-    headers = {}
+def _token_headers() -> dict[str, str]:
     token_path = os.environ.get("KF_PIPELINES_SA_TOKEN_PATH", "")
     if token_path and os.path.exists(token_path):
         with open(token_path, encoding="utf-8") as handle:
-            headers["Authorization"] = f"Bearer {handle.read().strip()}"
-    run = _get(f"{api.rstrip('/')}/apis/v2beta1/runs/{run_id}", headers, policy)
+            return {"Authorization": f"Bearer {handle.read().strip()}"}
+    return {}
+
+
+def kfp_run(api: str, run_id: str, policy: RetryPolicy) -> tuple[str, list[dict]]:
+    """(created_at, [{name, state, error, metadata, execution_id}]) of a Kubeflow
+    Pipelines run."""
+    run = _get(f"{api.rstrip('/')}/apis/v2beta1/runs/{run_id}", _token_headers(), policy)
     return run.get("created_at", ""), [
         {"name": t.get("display_name", ""), "state": _state(t.get("state")),
-         "error": (t.get("error") or {}).get("message", ""), "metadata": {}}
+         "error": (t.get("error") or {}).get("message", ""), "metadata": {},
+         "execution_id": str(t.get("execution_id") or "")}
         for t in (run.get("run_details") or {}).get("task_details", [])]
+
+
+def kfp_outputs(metadata_api: str, tasks: list[dict], policy: RetryPolicy) -> list[dict]:
+    """``tasks`` with register-model's output parameters (``output:<name>``) in its
+    ``metadata``, read from ML Metadata at ``metadata_api``."""
+    from gkeflow.components.cloud.mlmd import (
+        MetadataReader,
+        output_parameters,
+        urllib_transport,
+    )
+
+    wanted = {int(t["execution_id"]): t for t in tasks
+              if _key(t["name"]) == "register-model" and t["state"] == "SUCCEEDED"
+              and t.get("execution_id", "").isdigit()}
+    if not wanted:
+        return tasks
+    reader = MetadataReader(urllib_transport(metadata_api, _token_headers(),
+                                             policy.call_timeout_s))
+    executions = policy.call(lambda: reader.executions(wanted),
+                             "reading the registered version from ML Metadata")
+    for execution in executions:
+        task = wanted.get(execution.id)
+        if task is not None:
+            task["metadata"] = {f"output:{k}": v
+                                for k, v in output_parameters(execution).items()}
+    return tasks
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[\s_]+", "-", name.strip().lower())
 
 
 def vertex_run(endpoint: str, job: str, policy: RetryPolicy) -> tuple[str, list[dict]]:
@@ -95,13 +133,15 @@ def apply_run(report, started: str, tasks: list[dict], now: float):
     if failed:
         report.failed_task = failed[0]["name"]
         report.error = failed[0]["error"] or report.error
-    states = {re.sub(r"[\s_]+", "-", t["name"].strip().lower()): t for t in steps}
+    states = {_key(t["name"]): t for t in steps}
     if states.get("evaluate-model", {}).get("state") == "SUCCEEDED":
         register = states.get("register-model")
         if register and register["state"] == "SUCCEEDED":
             report.gate = "passed: registered"
             metadata = register["metadata"]
             version = metadata.get("output:model_version") or metadata.get("model_version")
+            if isinstance(version, float) and version.is_integer():
+                version = int(version)  # a JSON number: 3.0 is version 3
             report.registered_version = str(version or "")
         elif not report.failed_task:
             report.gate = "blocked: not registered"

@@ -125,6 +125,8 @@ def runs_show(run, target, output, config_path) -> None:
         console.print(f"metrics: {shown}", markup=False, soft_wrap=True)
     if info.gate:
         console.print(f"gate: {info.gate}", markup=False)
+    if info.note:
+        console.print(f"note: {info.note}", markup=False, soft_wrap=True)
     if info.error:
         console.print(f"[red]error[/red]: {info.error}", soft_wrap=True)
 

@@ -57,6 +57,8 @@ class RunInfo:
     parameters: dict[str, Any] = field(default_factory=dict)
     tasks: list[TaskInfo] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
+    registered_version: str = ""
+    note: str = ""  # why metrics or the registered version could not be read
 
     @property
     def duration_s(self) -> float | None:
@@ -76,7 +78,8 @@ class RunInfo:
             return ""
         register = states.get(REGISTER_STEP)
         if register == "SUCCEEDED":
-            return "passed: registered"
+            version = f" version {self.registered_version}" if self.registered_version else ""
+            return f"passed: registered{version}"
         if register in (None, "SKIPPED", "NOT_TRIGGERED"):
             return "blocked: not registered" if self.state in ("SUCCEEDED", "FAILED") else ""
         return f"passed: register-model {register.lower()}"
@@ -89,6 +92,13 @@ class RunInfo:
         for task, info in zip(data["tasks"], self.tasks, strict=True):
             task["duration_s"] = info.duration_s
         return _jsonable(data)
+
+
+def version_text(value: Any) -> str:
+    """A model version as the registries print it: ``3.0`` (a JSON number) -> ``3``."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return "" if value is None else str(value)
 
 
 def _duration(start, end) -> float | None:

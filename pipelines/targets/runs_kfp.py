@@ -5,7 +5,10 @@ Runs are read from the configured experiment, newest first (``sort_by=created_at
 from ``run_details.task_details``; a step's log is its executor pod's, read through the
 Kubeflow Pipelines UI server (``GET <ui>/k8s/pod/logs``, what the UI's Logs tab reads: the
 live pod, or the archived log once the pod is gone). Cancel is ``:terminate``, retry is
-``:retry`` (KFP re-runs the failed steps of the same run).
+``:retry`` (KFP re-runs the failed steps of the same run). `runs show` reads a training run's
+metrics and registered version from ML Metadata through the UI server
+(:mod:`gkeflow.components.cloud.mlmd`); where that cannot be reached, it says so and shows
+the rest.
 """
 
 from __future__ import annotations
@@ -14,7 +17,14 @@ import time
 from collections.abc import Callable, Iterator
 
 from gkeflow.pipelines.targets.backends import _normalise_state
-from gkeflow.pipelines.targets.runs import RunInfo, TaskInfo, parse_time, step_key
+from gkeflow.pipelines.targets.runs import (
+    REGISTER_STEP,
+    RunInfo,
+    TaskInfo,
+    parse_time,
+    step_key,
+    version_text,
+)
 
 #: Task details that are KFP's own bookkeeping, not pipeline steps.
 _INTERNAL = ("root", "root-driver", "root-system")
@@ -121,15 +131,86 @@ class KfpRuns:
             if pipeline and info.pipeline != pipeline:
                 continue
             if info.state == "FAILED" and not info.tasks:  # the list left the steps out
-                info = self.show(info.id)
+                info = self.show(info.id, metadata=False)
             found.append(info)
             if len(found) >= limit:
                 break
         return found
 
-    def show(self, run_id: str) -> RunInfo:
+    def show(self, run_id: str, *, metadata: bool = True) -> RunInfo:
+        """One run with its steps; with ``metadata``, also its metrics and registered
+        version from ML Metadata."""
         run = self.backend._call(f"get run {run_id}", lambda: self.client.get_run(run_id))
-        return self._info(run, with_tasks=True)
+        info = self._info(run, with_tasks=True)
+        if metadata:
+            self._read_metadata(info, run)
+        return info
+
+    # -- ML Metadata ----------------------------------------------------------------------------
+
+    def _read_metadata(self, info: RunInfo, run) -> None:
+        """Fill ``info.metrics`` (the run's ``system.Metrics`` artifacts) and
+        ``info.registered_version`` (register-model's ``model_version`` output) from ML
+        Metadata; a failure leaves them empty and says why in ``info.note``."""
+        from google.protobuf.message import DecodeError
+
+        from gkeflow.components.cloud.mlmd import (
+            MetadataReader,
+            output_parameters,
+            scalar_metrics,
+        )
+        from gkeflow.pipelines.targets.transport import RemoteError
+
+        details = run.run_details
+        tasks = [t for t in (details.task_details if details and details.task_details else [])
+                 if _is_step(t)]
+        artifact_ids = [int(i) for t in tasks for outputs in (t.outputs or {}).values()
+                        for i in (outputs.artifact_ids or []) if str(i).isdigit()]
+        registered = [int(t.execution_id) for t in tasks
+                      if step_key(_step_name(t)) == REGISTER_STEP
+                      and _normalise_state(t.state) == "SUCCEEDED"
+                      and str(t.execution_id or "").isdigit()]
+        if not artifact_ids and not registered:
+            return
+        reader = MetadataReader(self._metadata_transport())
+        try:
+            info.metrics = scalar_metrics(reader.artifacts(artifact_ids))
+            for execution in reader.executions(registered):
+                info.registered_version = version_text(
+                    output_parameters(execution).get("model_version"))
+        except (RemoteError, DecodeError) as exc:
+            reason = str(exc) if isinstance(exc, RemoteError) else "the answer is not ML " \
+                "Metadata's (is targets.gke.ui_url the Kubeflow Pipelines UI?)"
+            info.note = (f"metrics and registered version not read from ML Metadata at "
+                         f"{self.backend.ui_url}: {reason}; the Kubeflow Pipelines UI "
+                         "shows them")
+
+    def _metadata_transport(self):
+        """gRPC-Web to ML Metadata through the UI server, with the client's credentials;
+        retried briefly (a side look-up never holds up `runs show`)."""
+        from dataclasses import replace
+
+        from gkeflow.components.cloud.mlmd import CONTENT_TYPE
+        from gkeflow.pipelines.targets.transport import call
+
+        api_client = self.client._run_api.api_client
+        policy = replace(self.backend.policy, attempts=min(self.backend.policy.attempts, 3),
+                         timeout_s=min(self.backend.policy.timeout_s, 10.0))
+
+        def send(path: str, body: bytes) -> tuple[dict[str, str], bytes]:
+            def post():
+                response = api_client.call_api(
+                    path, "POST", body=body, auth_settings=["Bearer"],
+                    header_params={"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE,
+                                   "X-Grpc-Web": "1"},
+                    _preload_content=False, _host=self.backend.ui_url,
+                    _request_timeout=(policy.timeout_s,) * 2)
+                answer = response[0] if isinstance(response, tuple) else response
+                return dict(answer.getheaders()), answer.data
+
+            return call(f"read ML Metadata ({path.rsplit('/', 1)[-1]})", post, policy)
+
+        return send
 
     # -- logs ---------------------------------------------------------------------------------
 
@@ -155,7 +236,7 @@ class KfpRuns:
         ``follow``, new lines until the run ends."""
         printed: dict[str, int] = {}
         while True:
-            run = self.show(run_id)
+            run = self.show(run_id, metadata=False)
             tasks = [t for t in run.tasks if t.log_ref
                      and (step is None or step_key(t.name) == step_key(step))]
             ended = run.state in ("SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED")

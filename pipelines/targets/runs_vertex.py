@@ -18,7 +18,14 @@ import time
 from collections.abc import Callable, Iterator
 
 from gkeflow.pipelines.targets.backends import MANAGED_LABEL, _normalise_state
-from gkeflow.pipelines.targets.runs import RunInfo, TaskInfo, parse_time, step_key
+from gkeflow.pipelines.targets.runs import (
+    REGISTER_STEP,
+    RunInfo,
+    TaskInfo,
+    parse_time,
+    step_key,
+    version_text,
+)
 from gkeflow.pipelines.targets.transport import RemoteError
 
 RETRY_LABEL = "gkeflow-retry-of"
@@ -52,7 +59,7 @@ class VertexRuns:
 
     def _info(self, job) -> RunInfo:
         labels = dict(job.labels)
-        tasks, metrics = [], {}
+        tasks, metrics, registered = [], {}, ""
         for task in job.job_detail.task_details:
             if not task.parent_task_id or not task.task_name:  # the root: the whole run
                 continue
@@ -64,6 +71,9 @@ class VertexRuns:
                 end=parse_time(task.end_time), error=task.error.message or "",
                 log_ref=job_ref))
             metrics.update(_metrics(task))
+            if step_key(task.task_name) == REGISTER_STEP and task.state.name == "SUCCEEDED":
+                outputs = dict(task.execution.metadata or {})
+                registered = version_text(outputs.get("output:model_version"))
         parameters = {k: v for k, v in dict(job.runtime_config.parameter_values).items()}
         return RunInfo(
             target="vertex", id=job.name, name=job.display_name,
@@ -72,7 +82,8 @@ class VertexRuns:
             start=parse_time(job.start_time or job.create_time), end=parse_time(job.end_time),
             url=self.backend.console_url(job.name),
             schedule=labels.get(MANAGED_LABEL, ""), error=job.error.message or "",
-            parameters=parameters, tasks=tasks, metrics=metrics)
+            parameters=parameters, tasks=tasks, metrics=metrics,
+            registered_version=registered)
 
     def list(self, *, pipeline: str | None = None, schedule: str | None = None,
              limit: int = 20) -> list[RunInfo]:

@@ -121,6 +121,11 @@ def classify(exc: BaseException) -> _Failure | None:
         status = exc.status or None
         message = _server_message(exc.body) or (exc.reason or "")
         return _Failure(status is None or status >= 500 or status == 429, status, message)
+    from gkeflow.components.cloud.mlmd import MetadataError
+
+    if isinstance(exc, MetadataError):
+        status = exc.status
+        return _Failure(status is None or status >= 500 or status == 429, status, str(exc))
     if isinstance(exc, gexc.GoogleAPICallError):
         status = exc.code if isinstance(exc.code, int) else None
         retry = isinstance(exc, (gexc.ServerError, gexc.TooManyRequests)) or status is None

@@ -3,9 +3,14 @@ listing runs (newest first, paged), run details with task details (times, errors
 CustomJobs, metrics artifacts), logs, cancel and retry, and runs fired by a schedule.
 
 Strict like their parents: KFP requests are matched to the v2beta1 swagger (bodies, query
-names) and the fake's answers validated against it; the one endpoint outside the API, the
-UI server's ``GET /k8s/pod/logs`` (kubeflow/pipelines ``frontend/server/app.ts``), accepts
-only its query names (``podname``, ``podnamespace``, ``createdat``). Vertex bodies parse as
+names) and the fake's answers validated against it; the endpoints outside the API: the
+UI server's ``GET /k8s/pod/logs`` (kubeflow/pipelines ``frontend/server/app.ts``) accepts
+only its query names (``podname``, ``podnamespace``, ``createdat``), and ML Metadata's
+gRPC-Web calls (``POST /ml_metadata.MetadataStoreService/GetArtifactsByID`` and
+``GetExecutionsByID``, what the UI server proxies to ``metadata-envoy``) accept one framed
+request that parses with no unknown field and answer data and trailer frames. A run's
+task details carry ``execution_id`` and ``outputs`` artifact ids; ML Metadata holds the
+evaluation's ``system.Metrics`` artifact and register-model's ``outputs``. Vertex bodies parse as
 ``aiplatform_v1`` messages with unknown fields refused; Cloud Logging ``entries:list`` bodies
 as ``logging_v2.ListLogEntriesRequest`` and the answers as ``ListLogEntriesResponse``; the
 Vertex fake also answers Secret Manager's ``GET /v1/{version}:access``.
@@ -32,6 +37,14 @@ T0 = dt.datetime(2026, 3, 2, 2, 0, tzinfo=dt.UTC)
 
 class Text(str):
     """A plain-text answer (a pod log)."""
+
+
+class GrpcWeb(bytes):
+    """A gRPC-Web answer: frames, ending with the trailer frame."""
+
+
+MLMD_PREFIX = "/ml_metadata.MetadataStoreService/"
+METRICS = {"accuracy": 0.97, "log_loss": 0.12}
 
 
 class _Script:
@@ -96,6 +109,10 @@ class FakeKfpRuns(_Script, FakeKfpServer):
         super().__init__(expected_token)
         self.pods: dict[str, tuple[str, str]] = {}  # pod -> (task, state)
         self.display_names: dict[str, dict[str, str]] = {}  # run -> task -> display name
+        self.execution_ids: dict[str, int] = {}  # task id -> MLMD execution id
+        self.mlmd_artifacts: dict[int, Any] = {}  # id -> ml_metadata.Artifact
+        self.mlmd_executions: dict[int, Any] = {}  # id -> ml_metadata.Execution
+        self.versions_registered = 0
 
     def finish(self, run_id: str) -> dict:
         """Play the run's script to its end (what polling would see)."""
@@ -125,6 +142,8 @@ class FakeKfpRuns(_Script, FakeKfpServer):
         base = dt.datetime.fromisoformat(run["created_at"].replace("Z", "+00:00"))
         names = self.display_names.get(run_id, {})
         for task in run["run_details"]["task_details"]:
+            self._record_metadata(task)
+        for task in run["run_details"]["task_details"]:
             # the backend reports a step by its display name (taskInfo.name)
             task["display_name"] = names.get(task["display_name"], task["display_name"])
         for index, task in enumerate(run["run_details"]["task_details"]):
@@ -147,7 +166,79 @@ class FakeKfpRuns(_Script, FakeKfpServer):
                                                   f"{self.error_message}", "details": []}
         return run
 
+    def _record_metadata(self, task: dict) -> None:
+        """What the KFP launcher records in ML Metadata for a step (by its task name):
+        an execution per step; the evaluation's metrics artifact; register-model's
+        output parameters."""
+        from gkeflow.components.cloud.mlmd import messages
+
+        kinds = messages()
+        execution_id = self.execution_ids.setdefault(task["task_id"],
+                                                     100 + len(self.execution_ids))
+        task["execution_id"] = str(execution_id)
+        execution = self.mlmd_executions.setdefault(
+            execution_id, kinds["Execution"](id=execution_id, type="system.ContainerExecution",
+                                             name=task["display_name"]))
+        if task["state"] != "SUCCEEDED":
+            return
+        if task["display_name"] == "evaluate-model":
+            artifact_id = 5000 + execution_id
+            if artifact_id not in self.mlmd_artifacts:
+                artifact = kinds["Artifact"](id=artifact_id, type="system.Metrics",
+                                             uri=f"gs://my-bucket/{execution_id}/metrics")
+                for key, value in METRICS.items():
+                    artifact.custom_properties[key].double_value = value
+                artifact.custom_properties["display_name"].string_value = "metrics"
+                artifact.custom_properties["store_session_info"].string_value = "{}"
+                self.mlmd_artifacts[artifact_id] = artifact
+            task["outputs"] = {"metrics": {"artifact_ids": [str(artifact_id)]}}
+        if task["display_name"] == "register-model" and "outputs" not in \
+                execution.custom_properties:
+            self.versions_registered += 1
+            execution.custom_properties["outputs"].struct_value.update({
+                "model_version": self.versions_registered,
+                "resource_name": f"penguins/{self.versions_registered}"})
+
+    def _mlmd(self, record: Recorded) -> GrpcWeb:
+        """One gRPC-Web call of ML Metadata, parsed strictly."""
+        import struct
+
+        from google.protobuf.unknown_fields import UnknownFieldSet
+
+        from gkeflow.components.cloud.mlmd import frame, messages
+
+        if record.method != "POST":
+            raise Invalid("ML Metadata's gRPC-Web calls are POSTs")
+        if record.headers.get("content-type") not in ("application/grpc-web+proto",
+                                                      "application/grpc-web"):
+            raise Invalid(f"content-type {record.headers.get('content-type')!r} is not "
+                          "gRPC-Web")
+        body = record.body
+        if len(body) < 5 or body[0] != 0 or \
+                struct.unpack(">I", body[1:5])[0] != len(body) - 5:
+            raise Invalid("the body is not one gRPC-Web data frame")
+        method = record.path.removeprefix(MLMD_PREFIX)
+        calls = {"GetArtifactsByID": ("artifact_ids", self.mlmd_artifacts, "artifacts"),
+                 "GetExecutionsByID": ("execution_ids", self.mlmd_executions, "executions")}
+        if method not in calls:
+            return GrpcWeb(_trailer(12, f"unknown method {method}"))
+        kinds = messages()
+        request = kinds[f"{method}Request"].FromString(body[5:])
+        if len(UnknownFieldSet(request)):
+            raise Invalid(f"{method}: the request has fields MLMD does not define")
+        ids_field, store, answer_field = calls[method]
+        answer = kinds[f"{method}Response"]()
+        getattr(answer, answer_field).extend(
+            store[i] for i in getattr(request, ids_field) if i in store)
+        return GrpcWeb(frame(answer) + _trailer(0, ""))
+
     def route(self, record: Recorded) -> tuple[int, Any]:
+        if record.path.startswith(MLMD_PREFIX):
+            if self.expected_token is not None and \
+                    record.headers.get("authorization") != f"Bearer {self.expected_token}":
+                return 401, self.error_body(401, "Unauthorized")
+            with self.lock:
+                return 200, self._mlmd(record)
         if record.path == "/k8s/pod/logs":
             if self.expected_token is not None and \
                     record.headers.get("authorization") != f"Bearer {self.expected_token}":
@@ -210,14 +301,24 @@ class FakeKfpRuns(_Script, FakeKfpServer):
         return super()._route(record, body)
 
     def _send(self, handler, status: int, payload: Any) -> None:
-        if not isinstance(payload, Text):
+        if not isinstance(payload, (Text, GrpcWeb)):
             return super()._send(handler, status, payload)
-        data = payload.encode()
+        grpc = isinstance(payload, GrpcWeb)
+        data = bytes(payload) if grpc else payload.encode()
         handler.send_response(status)
-        handler.send_header("Content-Type", "text/plain; charset=utf-8")
+        handler.send_header("Content-Type", "application/grpc-web+proto" if grpc
+                            else "text/plain; charset=utf-8")
         handler.send_header("Content-Length", str(len(data)))
         handler.end_headers()
         handler.wfile.write(data)
+
+
+def _trailer(status: int, message: str) -> bytes:
+    """A gRPC-Web trailer frame."""
+    import struct
+
+    text = f"grpc-status: {status}\r\ngrpc-message: {urllib.parse.quote(message)}\r\n".encode()
+    return b"\x80" + struct.pack(">I", len(text)) + text
 
 
 _LOG_FILTER = re.compile(r'^resource\.type="ml_job" AND resource\.labels\.job_id="([0-9]+)"'
@@ -228,6 +329,7 @@ class FakeVertexRuns(_Script, FakeVertexServer):
     """FakeVertexServer with job listing, task details, cancel and Cloud Logging."""
 
     def __init__(self):
+        self.registered: dict[str, int] = {}  # job -> the version its register-model made
         super().__init__()
         self.custom_jobs: dict[str, tuple[str, str]] = {}  # job id -> (task, state)
         self.secrets: dict[str, str] = {}  # Secret Manager: projects/P/secrets/S -> value
@@ -284,7 +386,14 @@ class FakeVertexRuns(_Script, FakeVertexServer):
                 task.outputs = {"metrics": aiplatform_v1.PipelineTaskDetail.ArtifactList(
                     artifacts=[aiplatform_v1.Artifact(
                         schema_title="system.Metrics", uri="gs://my-bucket/metrics",
-                        metadata={"accuracy": 0.97, "log_loss": 0.12})])}
+                        metadata=METRICS)])}
+            if task.task_name == "register-model" and state == "SUCCEEDED":
+                if name not in self.registered:  # one version per job, however often read
+                    self.registered[name] = len(self.registered) + 1
+                version = self.registered[name]
+                task.execution = aiplatform_v1.Execution(metadata={
+                    "output:model_version": version,
+                    "output:resource_name": f"penguins/{version}"})
         if job.state.name in ("PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED",
                               "PIPELINE_STATE_CANCELLED"):
             job.end_time = base + dt.timedelta(minutes=30)

@@ -56,7 +56,7 @@ def _run_exit_task(inputs: dict, **filled) -> None:
     notify_run.python_func(**{k: values[k] for k in (
         "status", "pipeline", "target", "run_name", "run_id", "link_template", "when",
         "webhook_format", "webhook_env", "webhook_secret", "parameters", "defaults",
-        "run_api")})
+        "run_api", "metadata_api")})
 
 
 def test_a_scheduled_kfp_training_run_failing_in_train_model(
@@ -97,6 +97,40 @@ def test_a_scheduled_kfp_training_run_failing_in_train_model(
     assert "notification sent (slack, HTTP 200)" in output.out
     for where in (json.dumps(spec), json.dumps(message), output.out + output.err):
         assert "T0P-SECRET" not in where and hook.url not in where
+
+
+def test_a_kfp_training_run_that_registers_names_its_version(
+        kfp_runs, token_env, make_config, tmp_path, monkeypatch, capsys):
+    """The registered version of a KFP run comes from ML Metadata (register-model's
+    ``model_version`` output), read over gRPC-Web like the in-cluster envoy answers it."""
+    config = make_config(kfp_runs.url, None,
+                         notifications={"default": {"when": "always", "webhook": WEBHOOK}})
+    submission, _ = submit(config, "training", "gke", environment="default", overrides={},
+                           workdir=tmp_path, backend=KfpBackend(config.targets.gke,
+                                                                policy=FAST),
+                           version="g1")
+    run = kfp_runs.finish(submission.run_id)
+    (spec,) = kfp_runs.specs.values()
+    inputs = _exit_inputs(spec)
+    assert inputs["metadata_api"] == "http://metadata-envoy-service.kubeflow:9090"
+    token_file = tmp_path / "sa-token"
+    token_file.write_text(TOKEN)
+    monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(token_file))
+    kfp_runs.inject("POST", "^/ml_metadata", 503, count=1)  # retried like every call
+    with WebhookReceiver() as hook:
+        monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)
+        status = dsl.PipelineTaskFinalStatus(
+            state="SUCCEEDED", pipeline_job_resource_name=submission.run_id,
+            pipeline_task_name="exit-handler-1", error_code=0, error_message="")
+        _run_exit_task(inputs, status=status, run_name=run["display_name"],
+                       run_id=submission.run_id, run_api=kfp_runs.url,
+                       metadata_api=kfp_runs.url)
+    (message,) = hook.messages
+    assert "gate: passed: registered" in message["text"]
+    assert "registered version: 1" in message["text"]
+    assert len(kfp_runs.calls("POST", "GetExecutionsByID")) == 2
+    output = capsys.readouterr()
+    assert TOKEN not in output.out + output.err + json.dumps(message)
 
 
 def test_a_vertex_training_run_failing_in_train_model(vertex_runs, make_config, tmp_path,

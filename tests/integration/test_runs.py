@@ -81,14 +81,44 @@ def test_list_show_and_logs_name_the_failed_step_and_its_error(both, target):
         list(runs_reader.logs(runs[target], "trian-model"))
 
 
-def test_a_vertex_training_run_shows_its_metrics_and_gate(vertex_runs, make_config, tmp_path):
-    config = make_config(None, vertex_runs.url)
-    submission, _ = submit(config, "training", "vertex", environment="default", overrides={},
-                           workdir=tmp_path, backend=_backend(config, "vertex"), version="g1")
-    vertex_runs.finish(submission.run_id)
-    shown = reader(config, "vertex", _backend(config, "vertex")).show(submission.run_id)
-    assert shown.state == "SUCCEEDED" and shown.metrics["accuracy"] == 0.97
-    assert shown.gate.startswith("passed")
+@pytest.mark.parametrize("target", ["gke", "vertex"])
+def test_a_training_run_shows_its_metrics_gate_and_registered_version(
+        kfp_runs, vertex_runs, token_env, make_config, tmp_path, target):
+    """KFP: the values come from ML Metadata over gRPC-Web (the UI server's proxy);
+    Vertex AI: from the job's task details."""
+    config = make_config(kfp_runs.url, vertex_runs.url)
+    server = kfp_runs if target == "gke" else vertex_runs
+    for run in ("first", "second"):  # the second run registers version 2
+        submission, _ = submit(config, "training", target, environment="default",
+                               overrides={}, workdir=tmp_path / run,
+                               backend=_backend(config, target), version="g1")
+        server.finish(submission.run_id)
+    shown = reader(config, target, _backend(config, target)).show(submission.run_id)
+    assert shown.state == "SUCCEEDED" and shown.note == ""
+    assert shown.metrics == {"accuracy": 0.97, "log_loss": 0.12}  # no KFP bookkeeping
+    assert shown.registered_version == "2"
+    assert shown.gate == "passed: registered version 2"
+    if target == "gke":
+        calls = {c.path.rsplit("/", 1)[-1] for c in kfp_runs.calls("POST", "ml_metadata")}
+        assert calls == {"GetArtifactsByID", "GetExecutionsByID"}
+
+
+@pytest.mark.parametrize("fault", [503, 404])
+def test_kfp_run_details_without_ml_metadata(kfp_runs, token_env, make_config, tmp_path,
+                                             fault):
+    """ML Metadata down (503 on every try) or not proxied (404): the steps and the gate
+    still show; the note says where the values were looked for and where to find them."""
+    config = make_config(kfp_runs.url, None)
+    submission, _ = submit(config, "training", "gke", environment="default", overrides={},
+                           workdir=tmp_path, backend=_backend(config, "gke"), version="g1")
+    kfp_runs.finish(submission.run_id)
+    kfp_runs.inject("POST", "^/ml_metadata", fault, count=100)
+    shown = reader(config, "gke", _backend(config, "gke")).show(submission.run_id)
+    assert shown.state == "SUCCEEDED" and shown.gate == "passed: registered"
+    assert shown.metrics == {} and shown.registered_version == ""
+    assert f"HTTP {fault}" in shown.note and "Kubeflow Pipelines UI" in shown.note
+    tries = len(kfp_runs.calls("POST", "^/ml_metadata"))
+    assert tries == (3 if fault == 503 else 1)  # a short look-up: 503 retried, 404 not
 
 
 def test_cancel_and_retry_on_kfp(kfp_runs, token_env, make_config, tmp_path):
