@@ -83,7 +83,7 @@ def test_list_show_and_logs_name_the_failed_step_and_its_error(both, target):
 
 @pytest.mark.parametrize("target", ["gke", "vertex"])
 def test_a_training_run_shows_its_metrics_gate_and_registered_version(
-        kfp_runs, vertex_runs, token_env, make_config, tmp_path, target):
+        kfp_runs, vertex_runs, token_env, make_config, write_config, tmp_path, target):
     """KFP: the values come from ML Metadata over gRPC-Web (the UI server's proxy);
     Vertex AI: from the job's task details."""
     config = make_config(kfp_runs.url, vertex_runs.url)
@@ -101,6 +101,12 @@ def test_a_training_run_shows_its_metrics_gate_and_registered_version(
     if target == "gke":
         calls = {c.path.rsplit("/", 1)[-1] for c in kfp_runs.calls("POST", "ml_metadata")}
         assert calls == {"GetArtifactsByID", "GetExecutionsByID"}
+        path = write_config(config_dict(kfp_runs.url, vertex_runs.url))
+        printed = gkeflow("runs", "show", submission.run_id, "--target", "gke", "--config",
+                          str(path), cwd=tmp_path, env={"GKEFLOW_TEST_KFP_TOKEN": TOKEN})
+        assert printed.returncode == 0, printed.stderr
+        assert "metrics: accuracy 0.97, log_loss 0.12" in printed.stdout
+        assert "gate: passed: registered version 2" in printed.stdout
 
 
 @pytest.mark.parametrize("fault", [503, 404])
