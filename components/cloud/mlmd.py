@@ -159,21 +159,20 @@ class MetadataReader:
         headers, body = self.transport(f"/{SERVICE}/{method}", frame(request))
         return messages()[response_name].FromString(unframe(body, headers))
 
-    def artifacts(self, ids: Iterable[int]) -> list:
+    def _by_ids(self, kind: str, ids: Iterable[int]) -> list:
+        """``Get<Kind>sByID`` for ``ids`` (none: no call); the found ones, in no order."""
         ids = sorted({int(i) for i in ids})
         if not ids:
             return []
-        request = messages()["GetArtifactsByIDRequest"](artifact_ids=ids)
-        return list(self._unary("GetArtifactsByID", request, "GetArtifactsByIDResponse")
-                    .artifacts)
+        method, field = f"Get{kind}sByID", f"{kind.lower()}s"
+        request = messages()[f"{method}Request"](**{f"{kind.lower()}_ids": ids})
+        return list(getattr(self._unary(method, request, f"{method}Response"), field))
+
+    def artifacts(self, ids: Iterable[int]) -> list:
+        return self._by_ids("Artifact", ids)
 
     def executions(self, ids: Iterable[int]) -> list:
-        ids = sorted({int(i) for i in ids})
-        if not ids:
-            return []
-        request = messages()["GetExecutionsByIDRequest"](execution_ids=ids)
-        return list(self._unary("GetExecutionsByID", request, "GetExecutionsByIDResponse")
-                    .executions)
+        return self._by_ids("Execution", ids)
 
 
 def value_of(value) -> Any:
