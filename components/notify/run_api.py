@@ -72,20 +72,20 @@ def kfp_outputs(metadata_api: str, tasks: list[dict], policy: RetryPolicy) -> li
         urllib_transport,
     )
 
-    wanted = {int(t["execution_id"]): t for t in tasks
-              if _key(t["name"]) == "register-model" and t["state"] == "SUCCEEDED"
-              and t.get("execution_id", "").isdigit()}
-    if not wanted:
+    register = [t for t in tasks if _key(t["name"]).removesuffix("-driver") == "register-model"
+                and t["state"] == "SUCCEEDED"]
+    ids = [int(t["execution_id"]) for t in register if t.get("execution_id", "").isdigit()]
+    step = next((t for t in register if not t["name"].endswith("-driver")), None)
+    if not ids or step is None:
         return tasks
     reader = MetadataReader(urllib_transport(metadata_api, _token_headers(),
                                              policy.call_timeout_s))
-    executions = policy.call(lambda: reader.executions(wanted),
+    executions = policy.call(lambda: reader.executions(ids),
                              "reading the registered version from ML Metadata")
-    for execution in executions:
-        task = wanted.get(execution.id)
-        if task is not None:
-            task["metadata"] = {f"output:{k}": v
-                                for k, v in output_parameters(execution).items()}
+    for execution in executions:  # the step's and its driver's, if the backend names both
+        outputs = output_parameters(execution)
+        if "model_version" in outputs:
+            step["metadata"] = {f"output:{k}": v for k, v in outputs.items()}
     return tasks
 
 

@@ -162,12 +162,13 @@ class KfpRuns:
         from gkeflow.pipelines.targets.transport import RemoteError
 
         details = run.run_details
-        tasks = [t for t in (details.task_details if details and details.task_details else [])
-                 if _is_step(t)]
+        # every task detail, drivers included: whichever one the backend hangs the outputs
+        # and the execution on, only Metrics artifacts and model_version are kept
+        tasks = details.task_details if details and details.task_details else []
         artifact_ids = [int(i) for t in tasks for outputs in (t.outputs or {}).values()
                         for i in (outputs.artifact_ids or []) if str(i).isdigit()]
         registered = [int(t.execution_id) for t in tasks
-                      if step_key(_step_name(t)) == REGISTER_STEP
+                      if step_key(_step_name(t)).removesuffix("-driver") == REGISTER_STEP
                       and _normalise_state(t.state) == "SUCCEEDED"
                       and str(t.execution_id or "").isdigit()]
         if not artifact_ids and not registered:
@@ -175,9 +176,9 @@ class KfpRuns:
         reader = MetadataReader(self._metadata_transport())
         try:
             info.metrics = scalar_metrics(reader.artifacts(artifact_ids))
-            for execution in reader.executions(registered):
-                info.registered_version = version_text(
-                    output_parameters(execution).get("model_version"))
+            versions = [version_text(output_parameters(e).get("model_version"))
+                        for e in reader.executions(registered)]
+            info.registered_version = next((v for v in versions if v), "")
         except (RemoteError, DecodeError) as exc:
             reason = str(exc) if isinstance(exc, RemoteError) else "the answer is not ML " \
                 "Metadata's (is targets.gke.ui_url the Kubeflow Pipelines UI?)"

@@ -19,6 +19,7 @@ import requests
 from kfp import dsl
 
 from gkeflow.components.notify.component import notify_run
+from gkeflow.components.notify.logic import RunReport
 from gkeflow.pipelines.targets.backends import KfpBackend, VertexBackend
 from gkeflow.pipelines.targets.schedule import apply
 from gkeflow.pipelines.targets.submit import submit
@@ -211,3 +212,28 @@ def test_a_vertex_schedule_carries_its_own_notifications_and_no_url(vertex_runs,
     assert "failed step: train-model" in message["text"]
     assert vertex_runs.error_message in message["text"]
     assert f"pipelines/runs/{job_id}?project=my-project|{job_id}>" in message["text"]
+
+
+def test_the_registered_version_is_found_when_the_backend_hangs_it_on_the_driver(
+        kfp_runs, token_env, make_config, tmp_path, monkeypatch):
+    from gkeflow.components.cloud.retry import RetryPolicy
+    from gkeflow.components.notify.run_api import apply_run, kfp_outputs, kfp_run
+
+    config = make_config(kfp_runs.url, None)
+    submission, _ = submit(config, "training", "gke", environment="default", overrides={},
+                           workdir=tmp_path, backend=KfpBackend(config.targets.gke,
+                                                                policy=FAST),
+                           version="g1")
+    kfp_runs.finish(submission.run_id)
+    token_file = tmp_path / "sa-token"
+    token_file.write_text(TOKEN)
+    monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(token_file))
+    policy = RetryPolicy(budget_s=5, call_timeout_s=5)
+    started, tasks = kfp_run(kfp_runs.url, submission.run_id, policy)
+    (register,) = [t for t in tasks if t["name"] == "Register model"]
+    driver = {**register, "name": "register-model-driver", "metadata": {}}
+    register["execution_id"] = ""  # only the driver names the execution
+    tasks = kfp_outputs(kfp_runs.url, [*tasks, driver], policy)
+    report = apply_run(RunReport(pipeline="training", run="r", target="gke", link="",
+                                 state="SUCCEEDED"), started, tasks, now=0)
+    assert report.gate == "passed: registered" and report.registered_version == "1"
