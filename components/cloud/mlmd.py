@@ -211,6 +211,25 @@ def output_parameters(execution) -> dict[str, Any]:
     return parameters if isinstance(parameters, dict) else {}
 
 
+def version_text(value: Any) -> str:
+    """A model version as the registries print it. ML Metadata (Kubeflow's, and Vertex AI's
+    execution metadata) keeps output parameters in a protobuf Struct, whose numbers are
+    doubles: ``3.0`` -> ``3``; unset -> ``""``."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return "" if value is None else str(value)
+
+
+def registered_version(reader: MetadataReader, execution_ids: Iterable[int]) -> str:
+    """The ``model_version`` output of the first of these executions that has one (a step's
+    and its driver's, when the backend names both)."""
+    for execution in reader.executions(execution_ids):
+        version = version_text(output_parameters(execution).get("model_version"))
+        if version:
+            return version
+    return ""
+
+
 def urllib_transport(base_url: str, headers: dict[str, str] | None = None,
                      timeout_s: float = 10.0) -> Transport:
     """A :data:`Transport` over ``urllib`` to ``base_url`` (the steps' own, no client

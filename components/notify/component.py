@@ -60,7 +60,12 @@ def notify_run(
         parse_parameters,
         send_policy,
     )
-    from gkeflow.components.notify.run_api import apply_run, kfp_outputs, kfp_run, vertex_run
+    from gkeflow.components.notify.run_api import (
+        apply_run,
+        kfp_registered_version,
+        kfp_run,
+        vertex_run,
+    )
 
     state = str(status.state or "").upper()
     report = RunReport(
@@ -81,7 +86,8 @@ def notify_run(
         else:
             if target == "gke" and metadata_api and report.gate.startswith("passed"):
                 try:
-                    apply_run(report, started, kfp_outputs(metadata_api, tasks, policy), now())
+                    report.registered_version = kfp_registered_version(metadata_api, tasks,
+                                                                       policy)
                 except Exception as exc:  # noqa: BLE001 - the version is a detail
                     print(f"could not read the registered version: {type(exc).__name__}")
     outcome = notify(report, when=when, shape=webhook_format, env_name=webhook_env,

@@ -19,6 +19,7 @@ import os
 import re
 import urllib.request
 
+from gkeflow.components.cloud.mlmd import version_text
 from gkeflow.components.cloud.retry import RetryPolicy
 
 #: Task groups and bookkeeping, not steps.
@@ -63,30 +64,25 @@ def kfp_run(api: str, run_id: str, policy: RetryPolicy) -> tuple[str, list[dict]
         for t in (run.get("run_details") or {}).get("task_details", [])]
 
 
-def kfp_outputs(metadata_api: str, tasks: list[dict], policy: RetryPolicy) -> list[dict]:
-    """``tasks`` with register-model's output parameters (``output:<name>``) in its
-    ``metadata``, read from ML Metadata at ``metadata_api``."""
+def kfp_registered_version(metadata_api: str, tasks: list[dict], policy: RetryPolicy) -> str:
+    """register-model's ``model_version`` output, read from ML Metadata at ``metadata_api``
+    (the execution of the step or of its driver, whichever the task details name); "" when
+    it did not succeed."""
     from gkeflow.components.cloud.mlmd import (
         MetadataReader,
-        output_parameters,
+        registered_version,
         urllib_transport,
     )
 
-    register = [t for t in tasks if _key(t["name"]).removesuffix("-driver") == "register-model"
-                and t["state"] == "SUCCEEDED"]
-    ids = [int(t["execution_id"]) for t in register if t.get("execution_id", "").isdigit()]
-    step = next((t for t in register if not t["name"].endswith("-driver")), None)
-    if not ids or step is None:
-        return tasks
+    ids = [int(t["execution_id"]) for t in tasks
+           if _key(t["name"]).removesuffix("-driver") == "register-model"
+           and t["state"] == "SUCCEEDED" and t.get("execution_id", "").isdigit()]
+    if not ids:
+        return ""
     reader = MetadataReader(urllib_transport(metadata_api, _token_headers(),
                                              policy.call_timeout_s))
-    executions = policy.call(lambda: reader.executions(ids),
-                             "reading the registered version from ML Metadata")
-    for execution in executions:  # the step's and its driver's, if the backend names both
-        outputs = output_parameters(execution)
-        if "model_version" in outputs:
-            step["metadata"] = {f"output:{k}": v for k, v in outputs.items()}
-    return tasks
+    return policy.call(lambda: registered_version(reader, ids),
+                       "reading the registered version from ML Metadata")
 
 
 def _key(name: str) -> str:
@@ -139,10 +135,8 @@ def apply_run(report, started: str, tasks: list[dict], now: float):
         if register and register["state"] == "SUCCEEDED":
             report.gate = "passed: registered"
             metadata = register["metadata"]
-            version = metadata.get("output:model_version") or metadata.get("model_version")
-            if isinstance(version, float) and version.is_integer():
-                version = int(version)  # a JSON number: 3.0 is version 3
-            report.registered_version = str(version or "")
+            report.registered_version = version_text(
+                metadata.get("output:model_version") or metadata.get("model_version"))
         elif not report.failed_task:
             report.gate = "blocked: not registered"
     return report

@@ -94,13 +94,6 @@ class RunInfo:
         return _jsonable(data)
 
 
-def version_text(value: Any) -> str:
-    """A model version as the registries print it: ``3.0`` (a JSON number) -> ``3``."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return "" if value is None else str(value)
-
-
 def _duration(start, end) -> float | None:
     if start is None:
         return None

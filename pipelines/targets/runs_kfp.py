@@ -23,7 +23,6 @@ from gkeflow.pipelines.targets.runs import (
     TaskInfo,
     parse_time,
     step_key,
-    version_text,
 )
 
 #: Task details that are KFP's own bookkeeping, not pipeline steps.
@@ -156,7 +155,7 @@ class KfpRuns:
 
         from gkeflow.components.cloud.mlmd import (
             MetadataReader,
-            output_parameters,
+            registered_version,
             scalar_metrics,
         )
         from gkeflow.pipelines.targets.transport import RemoteError
@@ -176,9 +175,7 @@ class KfpRuns:
         reader = MetadataReader(self._metadata_transport())
         try:
             info.metrics = scalar_metrics(reader.artifacts(artifact_ids))
-            versions = [version_text(output_parameters(e).get("model_version"))
-                        for e in reader.executions(registered)]
-            info.registered_version = next((v for v in versions if v), "")
+            info.registered_version = registered_version(reader, registered)
         except (RemoteError, DecodeError) as exc:
             reason = str(exc) if isinstance(exc, RemoteError) else "the answer is not ML " \
                 "Metadata's (is targets.gke.ui_url the Kubeflow Pipelines UI?)"

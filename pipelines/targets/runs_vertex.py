@@ -17,6 +17,7 @@ import string
 import time
 from collections.abc import Callable, Iterator
 
+from gkeflow.components.cloud.mlmd import version_text
 from gkeflow.pipelines.targets.backends import MANAGED_LABEL, _normalise_state
 from gkeflow.pipelines.targets.runs import (
     REGISTER_STEP,
@@ -24,7 +25,6 @@ from gkeflow.pipelines.targets.runs import (
     TaskInfo,
     parse_time,
     step_key,
-    version_text,
 )
 from gkeflow.pipelines.targets.transport import RemoteError
 

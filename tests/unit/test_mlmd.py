@@ -83,3 +83,19 @@ def test_no_ids_make_no_call():
 
     reader = mlmd.MetadataReader(transport)
     assert reader.artifacts([]) == [] and reader.executions([]) == []
+
+
+def test_the_registered_version_is_the_first_execution_that_has_one():
+    kinds = mlmd.messages()
+    driver, step = kinds["Execution"](id=1), kinds["Execution"](id=2)
+    step.custom_properties["outputs"].struct_value.update({"model_version": 12})
+
+    def transport(path, body):
+        request = kinds["GetExecutionsByIDRequest"].FromString(body[5:])
+        assert list(request.execution_ids) == [1, 2]
+        answer = kinds["GetExecutionsByIDResponse"](executions=[driver, step])
+        return {}, mlmd.frame(answer) + _trailer(0)
+
+    assert mlmd.registered_version(mlmd.MetadataReader(transport), [2, 1]) == "12"
+    assert mlmd.version_text(3.0) == "3" and mlmd.version_text(2.5) == "2.5"
+    assert mlmd.version_text("v7") == "v7" and mlmd.version_text(None) == ""
