@@ -34,7 +34,7 @@ SPLITS = ("rows_read", "train_rows", "eval_rows", "test_rows", "rejected_rows")
 #: Same TensorFlow version and seed on both sides; CPU kernels may still differ slightly.
 METRIC_TOLERANCE = 0.05
 #: Uncompressed; 1.57 GB is measured (bench/RESULTS.md): the base is 0.24 GB and
-#: TensorFlow for CPUs alone about 1 GB. The full tensorflow wheel would exceed this by far.
+#: tensorflow-cpu 0.78 GB (bench/image_sizes.py). The full tensorflow wheel is far larger.
 CPU_IMAGE_LIMIT = 1.65e9
 
 
