@@ -11,9 +11,10 @@ image's Python 3.11 on linux x86_64) of the distributions a training pipeline st
 do without: TensorFlow to train, pandas and pyarrow to prepare the data, kfp to run as a
 step. No image that runs that step can be smaller, whatever else is removed.
 
-Prints the image, its base, the 15 largest distributions, and ``floor_gb`` with its ratio
-to the goal (``floor_to_goal``) and to the image (``floor_to_image``), with and without the
-bytecode the image carries.
+Prints the image, its base, what a node pulls (its layers gzip-compressed, as a registry
+stores them), the 15 largest distributions, and ``floor_gb`` with its ratio to the goal
+(``floor_to_goal``) and to the image (``floor_to_image``), with and without the bytecode
+the image carries.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -128,6 +130,15 @@ def _image_bytes(image: str) -> int:
     return int(json.loads(_podman("image", "inspect", image))[0]["Size"])
 
 
+def _pulled_bytes(image: str) -> int:
+    """The image's layers as a registry stores them (gzip), from a copy in a directory."""
+    with tempfile.TemporaryDirectory() as tmp:
+        _podman("push", "--quiet", "--compress", "--compression-format", "gzip", image,
+                f"dir:{tmp}/image")
+        manifest = json.loads(Path(tmp, "image", "manifest.json").read_text())
+    return sum(layer["size"] for layer in manifest["layers"])
+
+
 def _base_of_dockerfile() -> str:
     dockerfile = Path(__file__).resolve().parents[1] / "images" / "cpu.Dockerfile"
     froms = [line.split()[1] for line in dockerfile.read_text().splitlines()
@@ -139,6 +150,7 @@ def main(argv: list[str]) -> None:
     image = argv[0] if argv else IMAGE
     base = argv[1] if len(argv) > 1 else _base_of_dockerfile()
     image_bytes, base_bytes = _image_bytes(image), _image_bytes(base)
+    pulled = _pulled_bytes(image)
     root = Path(_podman("image", "mount", image))
     try:
         site = root / SITE
@@ -148,7 +160,8 @@ def main(argv: list[str]) -> None:
         _podman("image", "umount", image)
     gb = 1e9
     print(f"image {image}: {image_bytes / gb:.2f} GB; base {base}: {base_bytes / gb:.2f} GB; "
-          f"Python environment {(sum(sizes.values()) + unowned) / gb:.2f} GB")
+          f"Python environment {(sum(sizes.values()) + unowned) / gb:.2f} GB; a node pulls "
+          f"{pulled / gb:.2f} GB (pulled_to_image={pulled / image_bytes:.2f})")
     for name, size in sorted(sizes.items(), key=lambda item: -item[1])[:15]:
         print(f"  {name:32} {size / 1e6:7.1f} MB")
     floor = base_bytes + sum(sizes.get(name, 0) for name in floor_dists)
