@@ -35,7 +35,7 @@ IMAGE = "localhost/gkeflow-cpu:image-test"
 SITE = "opt/gkeflow/lib/python3.11/site-packages"
 GOAL_BYTES = 1_200_000_000
 #: What the training step needs: train (TensorFlow), prepare (pandas, pyarrow), run (kfp).
-STEP_NEEDS = ("tensorflow-cpu", "pandas", "pyarrow", "kfp")
+STEP_NEEDS = ("tensorflow", "pandas", "pyarrow", "kfp")
 #: The image's interpreter and platform, for Requires-Dist markers.
 IMAGE_ENVIRONMENT = {**default_environment(), "python_version": "3.11",
                      "python_full_version": "3.11.11", "sys_platform": "linux",
@@ -155,7 +155,10 @@ def main(argv: list[str]) -> None:
     try:
         site = root / SITE
         sizes, bytecode, unowned = distribution_sizes(site)
-        floor_dists = requirement_closure(site, STEP_NEEDS)
+        # the CPU image has TensorFlow as tensorflow-cpu, the GPU image as tensorflow
+        needs = [f"{name}-cpu" if name == "tensorflow" and list(
+            site.glob("tensorflow_cpu-*.dist-info")) else name for name in STEP_NEEDS]
+        floor_dists = requirement_closure(site, needs)
     finally:
         _podman("image", "umount", image)
     gb = 1e9
@@ -166,7 +169,7 @@ def main(argv: list[str]) -> None:
         print(f"  {name:32} {size / 1e6:7.1f} MB")
     floor = base_bytes + sum(sizes.get(name, 0) for name in floor_dists)
     floor_sources = floor - sum(bytecode.get(name, 0) for name in floor_dists)
-    print(f"floor ({' + '.join(STEP_NEEDS)} and their {len(floor_dists) - len(STEP_NEEDS)} "
+    print(f"floor ({' + '.join(needs)} and their {len(floor_dists) - len(needs)} "
           f"requirements, on the base): floor_gb={floor / gb:.2f} "
           f"floor_to_goal={floor / GOAL_BYTES:.2f} floor_to_image={floor / image_bytes:.2f}")
     print(f"the same without bytecode: floor_gb={floor_sources / gb:.2f} "
