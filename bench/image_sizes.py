@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import csv
 import json
-import re
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,8 @@ from pathlib import Path
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
+
+from gkeflow.pipelines.targets.image_locks import normalise
 
 IMAGE = "localhost/gkeflow-cpu:image-test"
 SITE = "opt/gkeflow/lib/python3.11/site-packages"
@@ -41,11 +42,6 @@ IMAGE_ENVIRONMENT = {**default_environment(), "python_version": "3.11",
                      "python_full_version": "3.11.11", "sys_platform": "linux",
                      "platform_system": "Linux", "platform_machine": "x86_64",
                      "implementation_name": "cpython", "os_name": "posix"}
-
-
-def normalise(name: str) -> str:
-    """A distribution name as PEP 503 compares it."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _metadata(dist_info: Path) -> tuple[str, list[str]]:
