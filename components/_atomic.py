@@ -50,9 +50,15 @@ def publish_dir(target: Path) -> Iterator[Path]:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
     plain_mode(scratch)
-    if target.exists():
-        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    if not target.exists() and not target.is_symlink():
+        os.replace(scratch, target)
+        return
+    # The old output is moved aside whole before the new one takes its name, and deleted
+    # only after: an interruption leaves the old output or the new one, never a mix.
+    aside = Path(tempfile.mkdtemp(prefix=f".replaced-{target.name}-", dir=target.parent))
+    os.replace(target, aside / target.name)
     os.replace(scratch, target)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -110,11 +110,13 @@ class _Batch:
                 self.reject(bad_utf8, f"column {column.name!r}: not valid UTF-8", column.name)
             if column.type == "numeric":
                 values, bad = _to_float(array)
-                if bad.any():
+                not_numbers = int(np.count_nonzero(bad))
+                if not_numbers:
                     self.reject(bad, f"column {column.name!r}: not a number", column.name)
                     values[bad] = np.nan
-                self.numeric[column.name] = self._finite(column.name, values,
-                                                         _missing_count(array))
+                # a rejected value is neither missing nor non-finite: it is not counted
+                self.numeric[column.name] = self._finite(
+                    column.name, values, _missing_count(array) + not_numbers)
             else:
                 strings = _as_strings(array)
                 strings = pc.if_else(pc.equal(strings, ""), pa.scalar(None, pa.string()),

@@ -349,19 +349,19 @@ def _walk(cut: Cut, arr, starts, ends, content_ends, blank, bad, reasons, quotes
         if problem is None and end_line is None:
             problem = "not closed by the end of the file"
         if problem is not None and problem.startswith("not closed"):
-            problem = f"unclosed quote opened on line {first_line + i}: {problem}"
+            problem = f"unclosed quote: {problem}"
         if problem is None and fields != columns and end_line == i:
             problem = f"expected {columns} columns, got {fields}"
         if problem is None and fields != columns:
-            problem = (f"quote opened on line {first_line + i} closes on line "
-                       f"{first_line + end_line} into {fields} columns, expected {columns}")
+            problem = (f"a quoted value spanning lines closes into {fields} columns, "
+                       f"expected {columns}")
         if problem is None and end_line > i:
             # a value spanning lines: accepted when it reads strictly (RFC 4180) and the
             # lines after its opening line do not read as rows of their own
             inner = slice(i + 1, end_line + 1)
             if not strict or (~bad[inner] & ~blank[inner]
                               & (line_fields[inner] == columns)).any():
-                problem = f"unclosed quote opened on line {first_line + i}"
+                problem = "unclosed quote"
             else:
                 alt_end, alt_fields, alt_problem, alt_strict = _follow_quotes(
                     arr, starts, ends, content_ends, quotes, i + 1, limits)
@@ -369,7 +369,7 @@ def _walk(cut: Cut, arr, starts, ends, content_ends, blank, bad, reasons, quotes
                     stop_at = i  # decided with the next block
                     break
                 if alt_end is not None and alt_strict and alt_fields == columns:
-                    problem = f"unclosed quote opened on line {first_line + i}"
+                    problem = "unclosed quote"
             if problem is not None:
                 problem += ": the lines after it read as rows of their own"
         if problem is None:

@@ -73,6 +73,36 @@ def _infer_column(name: str, array: pa.Array) -> ColumnSchema:
     return ColumnSchema(name, kind, "feature", nullable)
 
 
+def sample_table(batches: list[tuple[str, pa.RecordBatch]]) -> pa.Table:
+    """The sampled batches of every file as one table. Files may type a column
+    differently (Parquet int64 in one, double in another; CSV text beside Parquet
+    numbers): numbers are widened, and a column still typed differently is read as text,
+    as a CSV column is; inference then decides its type from the values."""
+    schemas = {batch.schema for _, batch in batches}
+    if len(schemas) == 1:
+        return pa.Table.from_batches([batch for _, batch in batches])
+    tables = [pa.Table.from_batches([batch]) for _, batch in batches]
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        pass
+    names = tables[0].column_names
+    mixed = [n for n in names if len({t.schema.field(n).type for t in tables}) > 1]
+    as_text = []
+    for (source, _), table in zip(batches, tables, strict=True):
+        for name in mixed:
+            column = table.column(name)
+            try:
+                text = pc.cast(column, pa.string())
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise DataError(f"column {name!r} of {source} is {column.type}, unlike the "
+                                f"other files' {name!r}, and cannot be read as text: {exc}"
+                                ) from exc
+            table = table.set_column(names.index(name), name, text)
+        as_text.append(table)
+    return pa.concat_tables(as_text, promote_options="permissive")
+
+
 def _infer_from_table(table: pa.Table, label_column: str, max_vocabulary: int) -> Schema:
     names = table.column_names
     if label_column not in names:
@@ -139,7 +169,7 @@ def apply_column_roles(schema: Schema, key_column: str = "", exclude_columns=(),
             column.role, column.note = "feature", ""
         elif column.name in excluded:
             column.role, column.note = "ignored", "excluded by exclude_columns"
-        elif column.name == key_column:
+        elif key_column and column.name == key_column:
             column.role, column.note = "key", KEY_NOTE
         elif features:
             column.role, column.note = "ignored", "not in feature_columns"

@@ -54,6 +54,7 @@ from gkeflow.components.prepare.infer import (
     apply_column_roles,
     check_column_names,
     infer_schema,
+    sample_table,
     validate_against,
 )
 from gkeflow.components.prepare.records import make_tf_dataset
@@ -117,7 +118,7 @@ def _sample(sources: list[Source], problems: list[str]) -> tuple[list[str], pa.T
             header = names
         elif names != header:
             raise DataError(
-                f"{source.name} has columns {names}, unlike {sources[0].name}'s {header}"
+                f"{source.name} has columns {names}, unlike {usable[0].name}'s {header}"
             )
         usable.append(source)
     if header is None:
@@ -128,7 +129,7 @@ def _sample(sources: list[Source], problems: list[str]) -> tuple[list[str], pa.T
         try:
             for batch in source.batches(lambda _, text, reason: unparsed.append((reason, text)),
                                         prefetch=False):
-                batches.append(batch)
+                batches.append((source.name, batch))
                 rows += batch.num_rows
                 if rows >= SAMPLE_ROWS:
                     break
@@ -139,7 +140,7 @@ def _sample(sources: list[Source], problems: list[str]) -> tuple[list[str], pa.T
         if rows >= SAMPLE_ROWS:
             break
     if batches:
-        table = pa.Table.from_batches(batches).slice(0, SAMPLE_ROWS)
+        table = sample_table(batches).slice(0, SAMPLE_ROWS)
     elif not unparsed:
         raise DataError(f"data has a header but no data rows: {', '.join(s.name for s in sources)}")
     else:
@@ -537,11 +538,14 @@ def check_fractions(schema: Schema, stats: dict, rows_read: int, rejects,
     many values (the whole-file checks after every row is read)."""
     fraction = rejects.count / rows_read
     if fraction > max_rejected_fraction:
-        columns = ", ".join(f"{c} ({n})" for c, n in rejects.columns.most_common()) or "-"
+        columns = ", ".join(f"{c} ({n})" for c, n in rejects.columns.most_common(10)) or "-"
+        reasons = dict(rejects.reasons.most_common(5))
+        more = len(rejects.reasons) - len(reasons)
         raise DataError(
             f"{rejects.count} of {rows_read} rows rejected ({fraction:.1%}), above the limit "
-            f"of {max_rejected_fraction:.1%}; reasons: {dict(rejects.reasons.most_common())}; "
-            f"columns: {columns}\nsample rows:\n{_samples(rejects)}"
+            f"of {max_rejected_fraction:.1%}; reasons: {reasons}"
+            + (f" and {more} more" if more > 0 else "")
+            + f"; columns: {columns}\nsample rows:\n{_samples(rejects)}"
         )
     too_sparse = []
     for column in schema.features:

@@ -75,10 +75,15 @@ class Source:
         return handle
 
     def header(self) -> list[str]:
-        """The column names (a CSV's first row); DataError if the file is empty."""
+        """The column names (a CSV's first row, a Parquet file's schema); DataError if the
+        file is empty or unreadable, or its names are not unique."""
         if self.format == "parquet":
-            with self._stream() as stream:
-                return list(pq.ParquetFile(stream).schema_arrow.names)
+            try:
+                with self._stream() as stream:
+                    names = list(pq.ParquetFile(stream).schema_arrow.names)
+            except (pa.ArrowInvalid, OSError) as exc:
+                raise DataError(f"cannot read Parquet file {self.name}: {exc}") from exc
+            return _unique_names(names, self.name)
         try:
             with self._stream(for_header=True) as stream:
                 first = _read_first_line(stream)
@@ -92,15 +97,18 @@ class Source:
             text = first.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise DataError(f"the header row of {self.name} is not valid UTF-8: {exc}") from exc
+        if "\r" in text:
+            raise DataError(f"{self.name} ends its lines with a carriage return alone (old "
+                            f"Mac style); convert the line ends to LF or CRLF")
         import csv
 
-        names = next(csv.reader([text]))
-        duplicates = sorted({h for h in names if names.count(h) > 1})
-        if duplicates:
-            raise DataError(f"duplicate column names in {self.name}: {', '.join(duplicates)}")
+        try:
+            names = next(csv.reader([text]))
+        except csv.Error as exc:
+            raise DataError(f"cannot read the header row of {self.name}: {exc}") from exc
         if not any(n.strip() for n in names):
             raise DataError(f"data file has an empty header row: {self.name}")
-        return names
+        return _unique_names(names, self.name)
 
     def batches(self, reject: RejectText, prefetch: bool = True) -> Iterator[pa.RecordBatch]:
         """The file's rows as record batches; CSV cells as strings (nulls for missing).
@@ -171,6 +179,14 @@ class Source:
                 yield item[0]
 
 
+def _unique_names(names: list[str], source: str) -> list[str]:
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise DataError(f"duplicate column names in {source}: "
+                        f"{', '.join(map(repr, duplicates))}; give every column its own name")
+    return names
+
+
 def numbered(batches: Iterator[pa.RecordBatch],
              first_row: int = 1) -> Iterator[Callable[[], TypedBatch]]:
     """Batches of a source without text rows (Parquet, BigQuery), as blocks whose rows
@@ -189,7 +205,7 @@ def _read_first_line(stream) -> bytes | None:
         if not chunk:
             break
         chunks.append(chunk)
-        if b"\n" in chunk:
+        if b"\n" in chunk or b"\r" in chunk:  # a line end (a lone CR too: old Mac files)
             break
     data = b"".join(chunks)
     if not data:
@@ -244,6 +260,12 @@ def _format_of(name: str) -> tuple[str, str | None]:
     return "csv", compression
 
 
+def _hidden(name: str) -> bool:
+    """Files a directory of data keeps beside its rows, by the Hadoop and Spark convention
+    (``_SUCCESS``, ``.part-0.crc``): not read when a directory is named."""
+    return name.startswith((".", "_"))
+
+
 def _has_wildcard(text: str) -> bool:
     return any(ch in text for ch in "*?[")
 
@@ -259,7 +281,7 @@ def local_sources(pattern: str) -> list[Source]:
         if not path.exists():
             raise DataError(f"data file not found: {path}")
         if path.is_dir():
-            paths = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+            paths = sorted(p for p in path.iterdir() if p.is_file() and not _hidden(p.name))
             if not paths:
                 raise DataError(f"data directory is empty: {path}")
         else:
@@ -311,7 +333,8 @@ def gcs_sources(uri: str, client=None) -> list[Source]:
         else:  # a "directory": every object under it
             prefix = path.rstrip("/") + "/" if path else ""
             blobs = [b for b in client.list_blobs(bucket, prefix=prefix)
-                     if not b.name.endswith("/")]
+                     if not b.name.endswith("/")
+                     and not any(map(_hidden, b.name[len(prefix):].split("/")))]
     if not blobs:
         raise DataError(f"no objects match {uri!r}")
     sources = []

@@ -10,10 +10,13 @@ from gkeflow.components.prepare.sources import NULL_VALUES
 
 
 def _as_strings(array: pa.Array) -> pa.Array:
+    """The values as text; a floating-point NaN is missing (null), as in a CSV file."""
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
     if pa.types.is_dictionary(array.type):
         array = array.cast(array.type.value_type)
+    if pa.types.is_floating(array.type):
+        array = pc.if_else(pc.is_nan(array), pa.scalar(None, array.type), array)
     if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
         return array
     if pa.types.is_binary(array.type):
@@ -134,6 +137,9 @@ def _to_float(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     bad = np.zeros(n, dtype=bool)
     for i, text in enumerate(strings.to_pylist()):
         if text is None or text.strip() in NULL_VALUES:
+            continue
+        if not text.isascii() or "_" in text:  # float() reads "1_000" and non-Latin digits
+            bad[i] = True
             continue
         try:
             out[i] = float(text)

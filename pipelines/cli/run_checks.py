@@ -53,17 +53,31 @@ def _check_columns(arguments: dict) -> None:
         return  # remote data: checked by the step itself
     try:
         sources = resolve_sources(data_uri)
-        header = sources[0].header()
-        check_column_names(header, arguments.get("label_column", ""),
-                           arguments.get("key_column", ""),
-                           arguments.get("exclude_columns", ""),
-                           arguments.get("feature_columns", ""))
-        if arguments.get("label_column") and arguments["label_column"] not in header:
-            raise DataError(f"label column {arguments['label_column']!r} not found; "
-                            f"available columns: {', '.join(header)}")
+        header, named_by = _header(sources)
+        try:
+            check_column_names(header, arguments.get("label_column", ""),
+                               arguments.get("key_column", ""),
+                               arguments.get("exclude_columns", ""),
+                               arguments.get("feature_columns", ""))
+        except DataError as exc:
+            raise DataError(f"{exc} (the header of {named_by})") from None
         _check_rows(sources)
     except DataError as exc:
         raise ParameterError(str(exc)) from None
+
+
+def _header(sources) -> tuple[list[str], str]:
+    """The columns the step reads, and the file they come from: the first file that is not
+    empty (an empty file among others is skipped, as the step skips it)."""
+    from gkeflow.components.prepare.sources import DataError
+
+    for source in sources:
+        try:
+            return source.header(), source.name
+        except DataError as exc:
+            if len(sources) == 1 or "empty" not in str(exc):
+                raise
+    raise DataError("every input file is empty")
 
 
 def _check_rows(sources) -> None:
