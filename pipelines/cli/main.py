@@ -291,18 +291,9 @@ def _print_run_summary(console: Console, result, arguments: dict, debug: bool = 
         console.print()
         if failed:
             console.print(f"[red bold]FAILED[/red bold]: step {failed.name}")
-            import textwrap
+            from gkeflow.pipelines.cli.run_options import print_failure
 
-            from gkeflow.pipelines.cli.run_checks import user_error
-
-            message = None if debug else user_error(failed.log)
-            if message is not None:  # the data's or a parameter's problem: no traceback
-                console.print(textwrap.indent(message, "  "), markup=False, soft_wrap=True)
-                console.print(f"(traceback in {result.log_path}; --debug shows it)")
-            else:
-                lines = failed.error_lines(limit=1000 if debug else 8)
-                console.print(textwrap.dedent("\n".join(lines)).rstrip(),
-                              markup=False, soft_wrap=True)
+            print_failure(console, failed.log, result.log_path, debug)
         else:
             console.print(f"[red bold]FAILED[/red bold]: {result.error}", markup=False)
 

@@ -11,10 +11,19 @@ class ParameterError(ValueError):
 
 
 def validate_run_arguments(arguments: dict) -> None:
-    """ParameterError for the first argument that would make a step fail: split ratios,
-    the evaluation policy (``thresholds`` syntax, ``comparison_metric``), and for a local
-    file, the label, key, excluded and feature columns against its header and that it
-    holds at least one row."""
+    """ParameterError for the first argument that would make a step fail: the parameters
+    (:func:`check_parameters`), and for a local file, the label, key, excluded and feature
+    columns against its header and that it holds at least one row."""
+    check_parameters(arguments)
+    _check_columns(arguments)
+
+
+def check_parameters(arguments: dict) -> None:
+    """ParameterError for the first pipeline parameter a step would refuse, checked by the
+    steps' own rules before anything runs: split ratios, the training settings (epochs,
+    batch size, learning rate, model type), the evaluation policy (``min_accuracy``,
+    ``thresholds`` syntax, ``comparison_metric``) and the model name. Parameters a
+    pipeline does not have are not checked."""
     from gkeflow.components.prepare.logic import SplitRatios
 
     try:
@@ -22,8 +31,29 @@ def validate_run_arguments(arguments: dict) -> None:
                     arguments.get("test_ratio", 0.15))
     except ValueError as exc:
         raise ParameterError(f"train_ratio/eval_ratio/test_ratio: {exc}") from None
+    _check_training(arguments)
     _check_policy(arguments)
-    _check_columns(arguments)
+    if "model_name" in arguments:
+        from gkeflow.components.register.local_registry import RegistryError, validate_model_name
+
+        try:
+            validate_model_name(arguments["model_name"])
+        except RegistryError as exc:
+            raise ParameterError(f"model_name: {exc}") from None
+
+
+def _check_training(arguments: dict) -> None:
+    from gkeflow.components.train.logic import TrainParams
+
+    settings = {name: arguments[name] for name in
+                ("epochs", "batch_size", "learning_rate", "model_type", "user_module")
+                if name in arguments}
+    if not settings:
+        return
+    try:
+        TrainParams(**settings)
+    except (ValueError, TypeError) as exc:
+        raise ParameterError(str(exc)) from None
 
 
 def _check_policy(arguments: dict) -> None:
@@ -126,3 +156,28 @@ def user_error(log_lines: list[str]) -> str | None:
                 message.append(line)
             return "\n".join(message)
     return None
+
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b")
+
+
+def failure_message(log_lines: list[str], debug: bool) -> tuple[str, bool]:
+    """What a local run shows for a failed step, and whether it left the traceback out:
+    the data or parameter error (:func:`user_error`), else the exception's own line, else
+    the end of the step's output. With ``debug``, the whole traceback."""
+    lines = [line.rstrip() for line in log_lines if line.strip()]
+    start = max((i for i, line in enumerate(lines)
+                 if line.lstrip().startswith("Traceback (most recent call last)")), default=None)
+    if debug:
+        return "\n".join(lines[start:] if start is not None else lines[-1000:]), False
+    message = user_error(lines)
+    if message is not None:
+        return message, True
+    # the exception's line has the indentation of its "Traceback" line; frames are deeper
+    indent = len(lines[start]) - len(lines[start].lstrip()) if start is not None else 0
+    exceptions = [line.strip() for line in lines[start or 0:]
+                  if len(line) - len(line.lstrip()) == indent
+                  and _EXCEPTION_LINE.match(line.lstrip())]
+    if exceptions:
+        return exceptions[-1], True
+    return "\n".join(lines[-8:]), False

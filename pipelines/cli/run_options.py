@@ -166,6 +166,20 @@ def run_arguments(pipeline, name: str, *, data: str | None, label: str | None, o
     return arguments
 
 
+def print_failure(console, log_lines: list[str], log_path, debug: bool) -> None:
+    """A failed step's message under its ``FAILED`` line: the error alone (the traceback
+    stays in the run log) unless ``debug``."""
+    import textwrap
+
+    from gkeflow.pipelines.cli.run_checks import failure_message
+
+    message, shortened = failure_message(log_lines, debug)
+    console.print(textwrap.indent(textwrap.dedent(message), "  "), markup=False,
+                  soft_wrap=True)
+    if shortened:
+        console.print(f"(traceback in {log_path}; --debug shows it)", markup=False)
+
+
 def step_printer(console):
     """The ``on_event`` callback of a local run: one line per step started and ended."""
     def on_event(step) -> None:

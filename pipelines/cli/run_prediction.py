@@ -8,7 +8,6 @@ the data exists, the registry exists and holds the model and version asked for.
 from __future__ import annotations
 
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -152,10 +151,8 @@ def _print_summary(console: Console, result, debug: bool = False) -> None:
         console.print()
         if failed:
             console.print(f"[red bold]FAILED[/red bold]: step {failed.name}")
-            lines = failed.error_lines(limit=1000 if debug else 8)
-            errors = [line for line in lines if "Error: " in line and not line.startswith(" ")]
-            shown = lines if debug or not errors else errors[-1:]
-            console.print(textwrap.dedent("\n".join(shown)).rstrip(), markup=False,
-                          soft_wrap=True)
+            from gkeflow.pipelines.cli.run_options import print_failure
+
+            print_failure(console, failed.log, result.log_path, debug)
         else:
             console.print(f"[red bold]FAILED[/red bold]: {result.error}", markup=False)

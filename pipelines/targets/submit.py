@@ -224,6 +224,12 @@ def resolve_parameters(config: GkeflowConfig, prepared: PreparedPipeline, enviro
                     f"{source}: {prepared.name} has no parameter {name!r}; parameters are "
                     f"{', '.join(sorted(prepared.parameter_types))}")
             merged[name] = _coerce(name, value, prepared.parameter_types[name], source)
+    from gkeflow.pipelines.cli.run_checks import ParameterError, check_parameters
+
+    try:
+        check_parameters(merged)
+    except ParameterError as exc:
+        raise SubmitError(f"parameters of {prepared.name}: {exc}") from None
     return merged
 
 

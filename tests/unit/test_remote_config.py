@@ -100,12 +100,20 @@ def test_parameters_merge_and_coerce_by_the_pipelines_declared_types():
 
     prepared = PreparedPipeline("training", "gkeflow-training", "gke", "x.yaml", "0" * 64, "v",
                                 {"epochs": "NUMBER_INTEGER", "learning_rate": "NUMBER_DOUBLE",
-                                 "model_name": "STRING", "flag": "BOOLEAN"}, 4)
+                                 "model_name": "STRING", "data_uri": "STRING",
+                                 "flag": "BOOLEAN"}, 4)
     config = GkeflowConfig.model_validate(
         {"parameters": {"prod": {"epochs": 50, "model_name": "m", "learning_rate": 1}}})
-    overrides = parse_param_options(["epochs=7", "flag=true", "model_name=a=b"])
+    overrides = parse_param_options(["epochs=7", "flag=true", "data_uri=gs://b/x.csv?a=b"])
     assert resolve_parameters(config, prepared, "prod", overrides) == {
-        "epochs": 7, "model_name": "a=b", "learning_rate": 1.0, "flag": True}
+        "epochs": 7, "model_name": "m", "learning_rate": 1.0, "flag": True,
+        "data_uri": "gs://b/x.csv?a=b"}
+    # values a step would refuse are refused before anything is sent
+    for bad, match in (({"epochs": "-5"}, "epochs must be >= 1; got -5"),
+                       ({"learning_rate": "-1"}, "learning_rate must be in"),
+                       ({"model_name": "Bad/Name"}, "model_name: invalid model name")):
+        with pytest.raises(SubmitError, match=f"parameters of training: {match}"):
+            resolve_parameters(config, prepared, "prod", bad)
     with pytest.raises(SubmitError, match="--param 'epochs': expected KEY=VALUE"):
         parse_param_options(["epochs"])
     with pytest.raises(SubmitError, match="'flag' expects true or false, got 'maybe'"):

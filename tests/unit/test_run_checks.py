@@ -22,6 +22,10 @@ def _arguments(path, **changes) -> dict:
     ({"key_column": "ID"}, "key_column: unknown column(s) 'ID'"),
     ({"exclude_columns": "x,z"}, "exclude_columns: unknown column(s) 'z'"),
     ({"feature_columns": "y"}, "feature_columns names the label column 'y'"),
+    ({"model_name": "My_Model"}, "model_name: invalid model name 'My_Model'"),
+    ({"epochs": 0}, "epochs must be >= 1; got 0"),
+    ({"learning_rate": -1.0}, "learning_rate must be in (0, 10); got -1.0"),
+    ({"model_type": "cnn"}, "model_type must be one of mlp, wide_deep; got 'cnn'"),
 ])
 def test_bad_arguments_are_named_before_any_step(write_csv, changes, message):
     path = write_csv(b"\xef\xbb\xbfid,x,y\n1,2,a\n")
@@ -63,3 +67,29 @@ def test_user_error_is_the_exception_message_without_traceback():
     assert user_error(log) == ("9 of 10 rows rejected (90.0%)\nsample rows:\n"
                                "  expected 4 columns, got 3: a,b,c")
     assert user_error(["Traceback (most recent call last):", "KeyError: 'x'"]) is None
+
+
+_FRAMES = ["    Traceback (most recent call last):",
+           '      File "/x/google/auth/_default.py", line 750, in default',
+           "        raise exceptions.DefaultCredentialsError(MISSING)",
+           "    google.auth.exceptions.DefaultCredentialsError: Your default credentials were "
+           "not found.", ""]
+
+
+def test_a_failed_step_shows_its_exception_line_not_its_frames():
+    from gkeflow.pipelines.cli.run_checks import failure_message
+
+    message, shortened = failure_message(["starting", *_FRAMES], debug=False)
+    assert message == ("google.auth.exceptions.DefaultCredentialsError: Your default "
+                       "credentials were not found.") and shortened
+    # with --debug: the whole traceback
+    message, shortened = failure_message(["starting", *_FRAMES], debug=True)
+    assert message.splitlines()[0].strip().startswith("Traceback") and not shortened
+    assert "raise exceptions.DefaultCredentialsError" in message
+    # a data error keeps its message lines
+    data = ["Traceback (most recent call last):", '  File "x.py", line 1, in f',
+            "DataError: no usable rows", "sample rows:", "  a,b"]
+    assert failure_message(data, debug=False) == ("no usable rows\nsample rows:\n  a,b", True)
+    # no traceback at all (the process was killed): the end of the output as it was
+    tail = [f"line {i}" for i in range(20)]
+    assert failure_message(tail, debug=False) == ("\n".join(tail[-8:]), False)
