@@ -250,8 +250,10 @@ class GkeAuth(_Strict):
     @classmethod
     def _env_var_name(cls, value):
         if value is not None and not _ENV_VAR_RE.match(value):
-            raise ValueError(f"{value!r} is not an environment variable name; put the "
-                             "variable's name here, never the token itself")
+            # not echoed: what is here by mistake is often the token itself
+            raise ValueError("is not an environment variable name (letters, digits and _, "
+                             "not starting with a digit); put the variable's name here, "
+                             "never the token itself")
         return value
 
     @model_validator(mode="after")
@@ -282,6 +284,10 @@ class GkeTarget(_Strict):
     def _url(cls, value):
         if value is None:
             return value
+        if "@" in re.sub(r"^\w+://", "", value).split("/", 1)[0]:
+            # not echoed: a password in the URL would be printed wherever the host is
+            raise ValueError("must not hold a user name or password; give credentials in "
+                             "targets.gke.auth (e.g. token_env), never in the URL")
         if not re.match(r"^https?://[^/\s]+", value):
             raise ValueError(f"{value!r} is not an http(s) URL (e.g. https://kfp.example.com)")
         return value.rstrip("/")

@@ -7,6 +7,7 @@ Registered on the `gkeflow` group in :mod:`gkeflow.pipelines.cli.main`; reading 
 from __future__ import annotations
 
 import json
+import re
 
 import click
 from rich.table import Table
@@ -92,8 +93,20 @@ def _state(state: str) -> str:
     return f"[{style}]{state.lower()}[/{style}]"
 
 
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$")
+
+
+def _run_id(_ctx, _param, value: str) -> str:
+    """RUN as `runs list` shows it: a KFP run id, a Vertex AI job id or resource name."""
+    value = value.strip()
+    if not _RUN_ID.match(value) or ".." in value:
+        raise click.BadParameter(f"{value!r} is not a run id; `gkeflow runs list` shows them",
+                                 param_hint="RUN")
+    return value
+
+
 @runs_group.command("show")
-@click.argument("run")
+@click.argument("run", callback=_run_id)
 @_target
 @_json_option
 @_config_option
@@ -132,7 +145,7 @@ def runs_show(run, target, output, config_path) -> None:
 
 
 @runs_group.command("logs")
-@click.argument("run")
+@click.argument("run", callback=_run_id)
 @click.argument("step", required=False)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the run ends.")
 @_target
@@ -148,7 +161,7 @@ def runs_logs(run, step, follow, target, config_path) -> None:
 
 
 @runs_group.command("cancel")
-@click.argument("run")
+@click.argument("run", callback=_run_id)
 @_target
 @_config_option
 @_remote_errors
@@ -159,7 +172,7 @@ def runs_cancel(run, target, config_path) -> None:
 
 
 @runs_group.command("retry")
-@click.argument("run")
+@click.argument("run", callback=_run_id)
 @_target
 @_config_option
 @_remote_errors

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from gkeflow.pipelines.config import GkeTarget
 from gkeflow.pipelines.targets.backends import (
@@ -72,6 +74,15 @@ def _kfp_client_class():
     return _Client
 
 
+def _is_web_page(response) -> bool:
+    """An HTML answer (a sign-in page, another web site) where the API answers JSON."""
+    content_type = (response.getheader("Content-Type") or "").lower()
+    if "html" in content_type:
+        return True
+    data = getattr(response, "data", None)
+    return not content_type and isinstance(data, bytes) and data.lstrip()[:1] == b"<"
+
+
 class KfpBackend(_TargetBackend):
     """Kubeflow Pipelines on GKE, through ``kfp.Client``."""
 
@@ -88,7 +99,15 @@ class KfpBackend(_TargetBackend):
     def _token(self) -> str | None:
         auth = self.target.auth
         if auth.token_env:
-            token = os.environ.get(auth.token_env, "")
+            token = os.environ.get(auth.token_env, "").strip()  # a file's newline, say
+            register_secret(token)
+            if token and not re.fullmatch(r"[\x21-\x7e]+", token):
+                from gkeflow.pipelines.targets.credentials import CredentialsError
+
+                raise CredentialsError(
+                    f"the token in environment variable {auth.token_env} holds a space, a "
+                    "line break or a character that is not ASCII; export the bearer token "
+                    "alone")
             if not token:
                 from gkeflow.pipelines.targets.credentials import CredentialsError
 
@@ -134,15 +153,24 @@ class KfpBackend(_TargetBackend):
         return self._client
 
     def _apply_timeout(self, client) -> None:
-        """Give every request of this client a timeout (kfp.Client sets none)."""
+        """Give every request of this client a timeout (kfp.Client sets none), and refuse
+        an answer that is a web page: kfp.Client would read it as an empty result."""
         rest = client._run_api.api_client.rest_client
         original = rest.request
         timeout = self.policy.timeout_s
 
-        def request(*args, **kwargs):
+        def request(method, url, *args, **kwargs):
             if not kwargs.get("_request_timeout"):
                 kwargs["_request_timeout"] = (timeout, timeout)
-            return original(*args, **kwargs)
+            response = original(method, url, *args, **kwargs)
+            if _is_web_page(response):
+                raise RemoteError(
+                    f"{self.target.host} answered {method} {urlsplit(url).path} with a web "
+                    "page, not the Kubeflow Pipelines API: a sign-in page means the request "
+                    "was not authenticated (set targets.gke.auth); otherwise point "
+                    "targets.gke.host at the Pipelines API or UI address",
+                    response.status)
+            return response
 
         rest.request = request
 

@@ -36,13 +36,14 @@ _SECRETS: set[str] = set()
 
 
 def register_secret(value: str | None) -> None:
-    """Remember a secret so that :func:`redact` removes it from any text."""
+    """Remember a secret so that :func:`redact` removes it from any text, also where a
+    message quotes it escaped (``'a\\nb'``, ``b'a\\nb'``)."""
     if value and len(value) >= 4:
-        _SECRETS.add(value)
+        _SECRETS.update({value, repr(value)[1:-1], str(value.encode("utf-8"))[2:-1]})
 
 
 def redact(text: str) -> str:
-    for secret in _SECRETS:
+    for secret in sorted(_SECRETS, key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
 

@@ -40,7 +40,10 @@ def test_a_file_without_new_sections_still_loads(tmp_path):
     ({"targets": {"gke": {"host": "kfp.example.com"}}},
      "targets.gke.host: 'kfp.example.com' is not an http(s) URL"),
     ({"targets": {"gke": {"host": "https://k", "auth": {"token_env": "eyJhbGciOi.x"}}}},
-     "targets.gke.auth.token_env: 'eyJhbGciOi.x' is not an environment variable name"),
+     "targets.gke.auth.token_env: is not an environment variable name"),
+    ({"targets": {"gke": {"host": "https://admin:hunter2@kfp.example.com"}}},
+     "targets.gke.host: must not hold a user name or password; give credentials in "
+     "targets.gke.auth"),
     ({"targets": {"gke": {"host": "https://k", "timeout_s": 0}}},
      "targets.gke.timeout_s: Input should be greater than 0"),
     ({"targets": {"gke": {"host": "https://k", "colour": "red"}}},
@@ -79,6 +82,7 @@ def test_errors_name_the_file_the_key_and_the_problem(tmp_path, change, message)
     with pytest.raises(ConfigError) as error:
         load_config(path)
     assert f"{path}: {message}" in str(error.value)
+    assert "hunter2" not in str(error.value) and "eyJhbGciOi" not in str(error.value)
 
 
 def test_gcs_roots_are_normalised():
