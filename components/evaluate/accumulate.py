@@ -126,15 +126,19 @@ class MetricAccumulator:
                                        if c.roc_auc is not None]) or 0.0
             pr_error = _mean_defined([c.pr_auc_error for c in curves
                                       if c.pr_auc is not None]) or 0.0
+        # macro averages over the classes the test split has or predicts, as scikit-learn
+        # does by default: a class absent from both has no precision or recall to average
+        present = (self.matrix.sum(axis=0) + self.matrix.sum(axis=1)) > 0
+        averaged = [m for m, there in zip(per_class.values(), present, strict=True) if there]
         occupied = self.ece_count > 0
         gaps = np.abs(self.ece_correct[occupied] - self.ece_confidence[occupied])
         return MetricSet(
             labels=list(self.labels),
             examples=examples,
             accuracy=float(np.trace(self.matrix) / examples),
-            precision_macro=float(np.mean([m.precision for m in per_class.values()])),
-            recall_macro=float(np.mean([m.recall for m in per_class.values()])),
-            f1_macro=float(np.mean([m.f1 for m in per_class.values()])),
+            precision_macro=float(np.mean([m.precision for m in averaged])),
+            recall_macro=float(np.mean([m.recall for m in averaged])),
+            f1_macro=float(np.mean([m.f1 for m in averaged])),
             log_loss=self.log_loss_sum / examples,
             roc_auc=auc,
             pr_auc=pr,

@@ -103,12 +103,17 @@ def metric_key(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", str(text)).strip("_") or "blank"
 
 
+#: Fragments a label cannot take: ``precision_macro``... are the overall metrics.
+RESERVED_KEYS = frozenset({"macro"})
+
+
 def metric_keys(labels: list[str]) -> dict[str, str]:
-    """Label -> unique metric-name fragment (a clash gets the label's index appended)."""
+    """Label -> unique metric-name fragment (a clash, with another label or with an overall
+    metric's name, gets the label's index appended)."""
     keys: dict[str, str] = {}
     for index, label in enumerate(labels):
         key = metric_key(label)
-        if key in keys.values():
+        if key in keys.values() or key in RESERVED_KEYS:
             key = f"{key}_{index}"
         keys[label] = key
     return keys

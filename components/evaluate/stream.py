@@ -112,11 +112,11 @@ def score_test_split(dataset_dir: Path, schema, model, slices: SliceAccumulator,
 
 
 def _plain(value):
-    """A raw test value as JSON holds it: bytes as text, NaN as None."""
+    """A raw test value as JSON holds it: bytes as text, NaN and infinities as None."""
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     value = float(value)
-    return None if np.isnan(value) else value
+    return value if np.isfinite(value) else None
 
 
 def prediction_sample(features: list[dict], batch: dict[str, np.ndarray],

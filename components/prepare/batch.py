@@ -26,6 +26,9 @@ from gkeflow.components.prepare.values import (
     _to_float,
 )
 
+#: The largest float32: the model's inputs are float32.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 
 @dataclass
 class _Plan:
@@ -158,8 +161,11 @@ class _Batch:
             self.reject(missing_key, f"missing key {plan.key_column!r}", plan.key_column)
 
     def _finite(self, name: str, values: np.ndarray, missing: int) -> np.ndarray:
-        """The values with inf and NaN as missing (NaN); how many were not nulls is counted."""
-        finite = np.isfinite(values)
+        """The values with inf, NaN and numbers beyond float32's range (the model reads
+        float32: they would be infinite there) as missing (NaN); how many were not nulls
+        is counted."""
+        with np.errstate(invalid="ignore"):
+            finite = np.abs(values) <= FLOAT32_MAX  # False for NaN and inf
         nonfinite = values.size - int(np.count_nonzero(finite))
         if nonfinite > missing:
             self.nonfinite[name] += nonfinite - missing

@@ -224,8 +224,8 @@ def finish_dataset(schema: Schema, stats, rows_read: int, split_rows: dict, reje
                "to its out-of-vocabulary bucket)")
         )
     for name, n in sorted(nonfinite.items()):
-        problems.append(f"column {name!r}: {n} non-finite values (inf, -inf, NaN) "
-                        f"treated as missing")
+        problems.append(f"column {name!r}: {n} non-finite values (inf, -inf, NaN, or "
+                        f"beyond float32's range) treated as missing")
     problems.extend(_label_problems(schema, stats))
     for column in schema.columns:
         if column.role == "ignored" and column.note and column.note not in CHOSEN_NOTES:

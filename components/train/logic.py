@@ -12,6 +12,7 @@ share the state a preemption-safe run needs; models, devices and checkpoints liv
 from __future__ import annotations
 
 import json
+import keyword
 import math
 import os
 import re
@@ -107,6 +108,8 @@ def input_names(schema: Schema) -> dict[str, str]:
         base = re.sub(r"[^A-Za-z0-9_]+", "_", column.name).strip("_").lower() or "feature"
         if not base[0].isalpha():
             base = f"f_{base}"
+        if keyword.iskeyword(base):  # a serving signature's names are Python parameters
+            base = f"{base}_"
         name, n = base, 2
         while name in names.values():
             name, n = f"{base}_{n}", n + 1

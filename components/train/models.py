@@ -74,6 +74,9 @@ def feature_stats_from_prepared(schema: Schema, dataset_dir: Path) -> FeatureSta
         if column.type == "numeric":
             if "mean" not in stats:
                 return None
+            if stats["mean"] is None:  # no value in the train split: as fitting on arrays
+                numeric[column.name] = (0.0, 1.0)
+                continue
             numeric[column.name] = (float(stats["mean"]), float(stats.get("std") or 1.0))
         else:
             vocabularies[column.name] = list(column.vocabulary)
@@ -81,7 +84,11 @@ def feature_stats_from_prepared(schema: Schema, dataset_dir: Path) -> FeatureSta
 
 
 def build_preprocessor(schema: Schema, stats: FeatureStats, input_names: dict[str, str]):
-    """Raw feature dict -> dense float32 vector, fitted on the train split's statistics."""
+    """Raw feature dict -> dense float32 vector, fitted on the train split's statistics.
+
+    Its own layers are named with a capital letter (``Norm_x``, ``OneHot_x``...): input
+    names are lower case (:func:`~gkeflow.components.train.logic.input_names`), so no
+    column can take a layer's name."""
     import keras
     import tensorflow as tf
 
@@ -107,7 +114,7 @@ def build_preprocessor(schema: Schema, stats: FeatureStats, input_names: dict[st
         if column.type == "numeric":
             inp = keras.Input(shape=(), dtype="float32", name=name)
             mean, std = stats.numeric[column.name]
-            encoded.append(ImputeNormalize(mean, std, name=f"{name}_norm")(inp))
+            encoded.append(ImputeNormalize(mean, std, name=f"Norm_{name}")(inp))
         else:
             inp = keras.Input(shape=(), dtype="string", name=name)
             lookup = keras.layers.StringLookup(
@@ -115,11 +122,11 @@ def build_preprocessor(schema: Schema, stats: FeatureStats, input_names: dict[st
                 num_oov_indices=1,
                 output_mode="one_hot",
                 dtype="float32",
-                name=f"{name}_onehot",
+                name=f"OneHot_{name}",
             )
-            encoded.append(lookup(keras.layers.Reshape((1,))(inp)))
+            encoded.append(lookup(keras.layers.Reshape((1,), name=f"Reshape_{name}")(inp)))
         inputs[name] = inp
-    x = keras.layers.Concatenate(name="features", dtype="float32")(encoded) \
+    x = keras.layers.Concatenate(name="Features", dtype="float32")(encoded) \
         if len(encoded) > 1 else encoded[0]
     return keras.Model(inputs=inputs, outputs=x, name="preprocessor")
 
