@@ -101,9 +101,37 @@ def is_transient(exc: BaseException) -> bool:
     return cause is not None and cause is not exc and is_transient(cause)
 
 
+_POOL = re.compile(r"HTTPS?ConnectionPool\(host='([^']*)', port=(\d+)\)")
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
+
+
+def _connection_problem(exc: BaseException) -> str | None:
+    """``cannot connect to HOST:PORT: Connection refused`` for the client libraries'
+    many-layered connection errors (urllib3 inside requests inside google-api-core)."""
+    text = str(exc)
+    pool = _POOL.search(text)
+    if pool is None:
+        return None
+    where = f"{pool.group(1)}:{pool.group(2)}"
+    if "Read timed out" in text:
+        return f"{where} did not answer in time (read timeout)"
+    if "timed out" in text:
+        return f"cannot connect to {where}: timed out"
+    reason = _ERRNO.search(text)
+    if reason:
+        return f"cannot connect to {where}: {reason.group(1).strip()}"
+    if "NameResolution" in text or "Name or service not known" in text:
+        return f"cannot connect to {where}: the name does not resolve"
+    return f"cannot connect to {where}"
+
+
 def describe_error(exc: BaseException) -> str:
     """One line for an error: its status and the first line of its message (for Google API
-    errors, the service's message without the request line)."""
+    errors, the service's message without the request line; for connection errors, the
+    host and the reason)."""
+    problem = _connection_problem(exc)
+    if problem is not None:
+        return f"{type(exc).__name__}: {problem}"
     message = getattr(exc, "message", None)
     raw = message if isinstance(message, str) and message.strip() else str(exc)
     text = raw.strip().splitlines()[0] if raw.strip() else ""

@@ -35,6 +35,13 @@ class LocalDeployError(RuntimeError):
     """A local deployment that cannot be carried out; the message says why."""
 
 
+class VersionNotServed(KeyError):
+    """A version the local endpoint does not serve (HTTP 404); its message unquoted."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else super().__str__()
+
+
 @dataclass
 class LocalVersion:
     key: str
@@ -147,7 +154,7 @@ class Answerer:
     def predict(self, body: dict, version: int | None = None) -> dict:
         model = self.models.get(self.stable if version is None else version)
         if model is None:
-            raise KeyError(f"version {version} of {self.endpoint.name} is not served")
+            raise VersionNotServed(f"version {version} of {self.endpoint.name} is not served")
         return model.predict(body)
 
 

@@ -209,9 +209,11 @@ def deploy_for_pipeline(
 
 def deploy_version(target: str, model_path: Path, registered: dict[str, Any],
                    config: DeploySettings, compute: dict[str, Any], registry_uri: str,
-                   checked: str, *, echo=print, kube_api=None, credentials=None
-                   ) -> DeployOutcome:
-    """Deploy a checked, registered version on ``target`` (see :func:`deploy_for_pipeline`)."""
+                   checked: str, *, echo=print, kube_api=None, credentials=None,
+                   policy=None) -> DeployOutcome:
+    """Deploy a checked, registered version on ``target`` (see :func:`deploy_for_pipeline`);
+    ``policy``: how remote calls are retried (default: the steps' policy, from the
+    environment)."""
     model_name = str(registered.get("modelName") or "")
     version = int(registered.get("version") or 0)
     endpoint = config.endpoint or model_name
@@ -228,7 +230,7 @@ def deploy_version(target: str, model_path: Path, registered: dict[str, Any],
         resource = str(root / f"{endpoint}.json")
     elif target == "vertex":
         api, resource_name, machine = vertex_parts(registered, config, compute, credentials,
-                                                   echo)
+                                                   echo, policy)
         state = api.deploy(endpoint, resource_name, machine, config.traffic,
                            labels={"gkeflow-model": model_name[:63]},
                            service_account=config.service_account)
@@ -238,10 +240,10 @@ def deploy_version(target: str, model_path: Path, registered: dict[str, Any],
         from gkeflow.components.scaleout.storage import publish
 
         services, served, placement, namespace = kserve_parts(
-            model_path, registered, config, compute, kube_api, echo)
+            model_path, registered, config, compute, kube_api, echo, policy)
         from gkeflow.components.cloud.retry import RetryPolicy
 
-        RetryPolicy.from_env().call(
+        (policy or RetryPolicy.from_env()).call(
             lambda: publish(Path(model_path), f"{served.storage_uri}/{version}",
                             {"model": model_name, "version": version}),
             f"copying the model to {served.storage_uri}/{version}", on_retry=echo)
@@ -275,7 +277,7 @@ def record_in_model_registry(registry_uri: str, namespace: str, endpoint: str, b
 
 
 def vertex_parts(registered: dict[str, Any], config: DeploySettings, compute: dict[str, Any],
-                 credentials=None, echo=print):
+                 credentials=None, echo=print, policy=None):
     """(VertexEndpoints, the version's resource name, the Machine), checked."""
     from gkeflow.components.deploy.runtimes import is_gpu_image
     from gkeflow.components.deploy.vertex_endpoint import Machine, VertexEndpoints
@@ -294,13 +296,13 @@ def vertex_parts(registered: dict[str, Any], config: DeploySettings, compute: di
             f"deploy-model asks for {machine.accelerator_type} but the version was "
             f"registered with the CPU-only container {image}: set registry.serving_image "
             "to a tf2-gpu container, or drop the accelerator from compute.deploy-model")
-    api = VertexEndpoints(parts[1], parts[3], api_endpoint=config.api_endpoint,
+    api = VertexEndpoints(parts[1], parts[3], policy=policy, api_endpoint=config.api_endpoint,
                           credentials=credentials, echo=echo)
     return api, resource_name, machine
 
 
 def kserve_parts(model_path: Path, registered: dict[str, Any], config: DeploySettings,
-                 compute: dict[str, Any], kube_api=None, echo=print):
+                 compute: dict[str, Any], kube_api=None, echo=print, policy=None):
     """(InferenceServices, the ModelVersion to serve, the Placement, the namespace)."""
     from gkeflow.components.deploy import kserve
     from gkeflow.components.deploy.runtimes import kserve_runtime_version
@@ -319,8 +321,8 @@ def kserve_parts(model_path: Path, registered: dict[str, Any], config: DeploySet
         kube_config.load_incluster_config()
         kube_api = client.ApiClient()
     namespace = config.namespace or _pod_namespace()
-    services = kserve.InferenceServices(kserve.KServeApi(kube_api, echo=echo), namespace,
-                                        config.kserve_mode)
+    services = kserve.InferenceServices(kserve.KServeApi(kube_api, policy=policy, echo=echo),
+                                        namespace, config.kserve_mode)
     served = kserve.ModelVersion(
         kserve.version_key(version), version, base,
         kserve_runtime_version(tf_version_of(Path(model_path)), placement.gpu),

@@ -156,11 +156,26 @@ class _Context:
                                        "in gkeflow.yaml; `gkeflow init` writes an example")
         return vertex
 
+    def policy(self):
+        """The retry policy of a command at a terminal: the target's ``timeout_s`` per
+        call, retried for as long as the target's ``retries`` allow (not the pipeline
+        steps' 15 minutes)."""
+        from gkeflow.components.cloud.retry import RetryPolicy
+        from gkeflow.pipelines.targets.transport import RetryPolicy as CallPolicy
+        from gkeflow.pipelines.targets.transport import max_total_s
+
+        settings = self.config.targets.vertex if self.target == "vertex" else \
+            self.config.targets.gke
+        calls = CallPolicy() if settings is None else CallPolicy(
+            attempts=settings.retries + 1, timeout_s=settings.timeout_s)
+        return RetryPolicy.from_env(call_timeout_s=calls.timeout_s,
+                                    budget_s=max_total_s(calls))
+
     def vertex_endpoints(self):
         from gkeflow.components.deploy.vertex_endpoint import VertexEndpoints
 
         vertex = self._vertex()
-        return VertexEndpoints(vertex.project, vertex.region,
+        return VertexEndpoints(vertex.project, vertex.region, policy=self.policy(),
                                api_endpoint=vertex.api_endpoint or "", echo=_echo)
 
     def kube_api(self):
@@ -170,8 +185,8 @@ class _Context:
         from gkeflow.components.deploy.kserve import InferenceServices, KServeApi
 
         namespace = self.settings.namespace or "default"
-        return InferenceServices(KServeApi(self.kube_api(), echo=_echo), namespace,
-                                 self.settings.kserve_mode)
+        return InferenceServices(KServeApi(self.kube_api(), policy=self.policy(), echo=_echo),
+                                 namespace, self.settings.kserve_mode)
 
     def local_endpoints(self):
         from gkeflow.components.deploy.local_server import LocalEndpoints
@@ -200,6 +215,24 @@ def kube_api():
 
 def _echo(line: str) -> None:
     click.echo(line, err=True)
+
+
+def _deploy_errors() -> tuple[type[Exception], ...]:
+    """The deploy steps' own errors: their message is the line a user needs. Anything else
+    (credentials, a server that answers oddly, a bug) goes to the CLI's error reporting:
+    one line naming the problem, the traceback with --debug."""
+    from gkeflow.components.cloud.retry import GaveUp
+    from gkeflow.components.deploy.kserve import KServeError
+    from gkeflow.components.deploy.local_server import LocalDeployError, VersionNotServed
+    from gkeflow.components.deploy.logic import DeploySettingsError
+    from gkeflow.components.deploy.model_registry_record import RecordError
+    from gkeflow.components.deploy.servable import NotServable, RequestError
+    from gkeflow.components.deploy.traffic import TrafficError
+    from gkeflow.components.deploy.vertex_endpoint import DeployError
+    from gkeflow.components.register.local_registry import RegistryError
+
+    return (GaveUp, KServeError, LocalDeployError, VersionNotServed, DeploySettingsError,
+            RecordError, NotServable, RequestError, TrafficError, DeployError, RegistryError)
 
 
 def _fail(exc: Exception) -> click.ClickException:
@@ -238,7 +271,7 @@ def deploy_model_command(model_ref, target, environment, config_path, output, en
                                        context.registry())
     except PredictError as exc:
         raise click.ClickException(str(exc)) from exc
-    except Exception as exc:  # registry errors, transport errors
+    except _deploy_errors() as exc:
         raise _fail(exc) from exc
     registered = {"modelName": version.name, "version": version.version,
                   "resourceName": version.resource_name, "modelUri": version.uri}
@@ -255,10 +288,11 @@ def deploy_model_command(model_ref, target, environment, config_path, output, en
         try:
             outcome = deploy_version(target, model_dir, registered, context.settings,
                                      context.compute, registry_uri, checked, echo=_echo,
-                                     kube_api=context.kube_api() if target == "gke" else None)
+                                     kube_api=context.kube_api() if target == "gke" else None,
+                                     policy=context.policy())
         except click.ClickException:
             raise
-        except Exception as exc:
+        except _deploy_errors() as exc:
             raise _fail(exc) from exc
     click.echo(f"{outcome.endpoint}: {outcome.split_text}")
 
@@ -317,7 +351,8 @@ def _dry_run(context: _Context, model_dir: Path, registered: dict[str, Any]) -> 
 
         from gkeflow.components.deploy.logic import vertex_parts
 
-        api, resource, machine = vertex_parts(registered, settings, context.compute, echo=_echo)
+        api, resource, machine = vertex_parts(registered, settings, context.compute, echo=_echo,
+                                              policy=context.policy())
         state = api.state(name)
         current = state.split if state else {}
         existing = state.find(resource) if state else None
@@ -338,7 +373,8 @@ def _dry_run(context: _Context, model_dir: Path, registered: dict[str, Any]) -> 
         from gkeflow.components.deploy.logic import kserve_parts
 
         services, served, placement, namespace = kserve_parts(
-            model_dir, registered, settings, context.compute, context.kube_api(), _echo)
+            model_dir, registered, settings, context.compute, context.kube_api(), _echo,
+            context.policy())
         current = services.status(name) or kserve.State()
         versions = [v for v in current.versions if v.key != served.key] + [served]
         split = tr.canary(current.split, served.key, settings.traffic,
@@ -390,7 +426,7 @@ def promote_command(name, target, environment, config_path, output, endpoint, na
             _record(context, services, name, before, state)
         else:
             state = context.local_endpoints().promote(name, keep)
-    except Exception as exc:
+    except _deploy_errors() as exc:
         raise _fail(exc) from exc
     click.echo(f"{name}: {_show(target, state)}")
 
@@ -413,7 +449,7 @@ def rollback_command(name, target, environment, config_path, output, endpoint,
             _record(context, services, name, before, state)
         else:
             state = context.local_endpoints().rollback(name)
-    except Exception as exc:
+    except _deploy_errors() as exc:
         raise _fail(exc) from exc
     click.echo(f"{name}: {_show(target, state)}")
 
@@ -433,7 +469,7 @@ def status_command(name, target, environment, config_path, output, endpoint,
             state = context.inference_services().status(name)
         else:
             state = context.local_endpoints().get(name)
-    except Exception as exc:
+    except _deploy_errors() as exc:
         raise _fail(exc) from exc
     click.echo(f"{name}: {_show(target, state)}")
 

@@ -105,3 +105,24 @@ def test_dry_run_then_deploy_a_registered_version(trained_penguins, bucket, tmp_
                                       "--api-endpoint", api.url])
         assert "penguins 100%" in listed.output, listed.output
         assert not api.models.violations and not api.endpoints.violations
+
+
+def test_an_unreachable_endpoint_gives_up_within_the_targets_retries(tmp_path, monkeypatch):
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gkeflow.yaml").write_text(yaml.safe_dump({"targets": {"vertex": {
+        "project": "test-project", "region": "us-central1",
+        "pipeline_root": "gs://my-bucket/root",
+        "service_account": "p@my-project.iam.gserviceaccount.com",
+        "api_endpoint": f"http://127.0.0.1:{port}", "timeout_s": 1, "retries": 1}}}))
+    result = CliRunner().invoke(main, ["deploy", "status", "penguins", "--target", "vertex"])
+    assert result.exit_code == 1
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("Error: gave up looking for endpoint penguins after ")
+    assert last.endswith(f"ConnectionError: cannot connect to 127.0.0.1:{port}: "
+                         "Connection refused")
+    assert "attempts" in last and "Traceback" not in result.output
