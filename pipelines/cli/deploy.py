@@ -322,12 +322,15 @@ def _check(model_dir: Path, evaluation: Path | None) -> str:
         ServingContract,
         check_servable,
     )
+    from gkeflow.pipelines.cli.quiet import native_stderr_silenced
 
     try:
         if evaluation is not None:
-            return check_servable(model_dir, load_sample(evaluation)).line
+            with native_stderr_silenced():
+                return check_servable(model_dir, load_sample(evaluation)).line
         contract = ServingContract.of(model_dir)
-        served = ServedModel(model_dir)
+        with native_stderr_silenced():
+            served = ServedModel(model_dir)
         problems = served.contract_problems(contract)
         if problems:
             raise NotServable("the model does not match its serving contract: "
@@ -518,6 +521,7 @@ def local_command(name, output, request_file, version, serve, port) -> None:
         make_server,
     )
     from gkeflow.components.deploy.servable import NotServable, RequestError
+    from gkeflow.pipelines.cli.quiet import native_stderr_silenced
 
     if not request_file and not serve:
         raise click.UsageError("give --request FILE or --serve")
@@ -530,8 +534,9 @@ def local_command(name, output, request_file, version, serve, port) -> None:
     if request_file:
         try:
             body = json.loads(request_file.read_text(encoding="utf-8"))
-            answerer = Answerer(endpoint)
-            answer = answerer.predict(body, version)
+            with native_stderr_silenced():
+                answerer = Answerer(endpoint)
+                answer = answerer.predict(body, version)
         except ValueError as exc:
             raise click.ClickException(f"{request_file}: {exc}") from exc
         except (RequestError, NotServable, LocalDeployError, KeyError) as exc:
@@ -545,7 +550,8 @@ def local_command(name, output, request_file, version, serve, port) -> None:
         click.echo(json.dumps(answer))
     if serve:
         try:
-            server = make_server(endpoint, port, log=_echo)
+            with native_stderr_silenced():
+                server = make_server(endpoint, port, log=_echo)
         except OSError as exc:
             raise click.ClickException(f"cannot listen on 127.0.0.1:{port}: {exc}") from exc
         host, bound = server.server_address[:2]
