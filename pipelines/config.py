@@ -191,6 +191,29 @@ def _format_validation_error(path: Path, exc: ValidationError) -> str:
     return "\n".join(problems)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (YAML would keep the
+    last silently: an edit that seems to change a setting would not)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _yaml_place(exc: yaml.YAMLError) -> str:
+    """`` at line L, column C: what is wrong`` from a YAML error, on one line."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    return f"{where}: {problem}"
+
+
 def load_config(path: Path | str | None = None) -> GkeflowConfig:
     """Read and validate ``path`` (default ``./gkeflow.yaml``); a missing default file is empty."""
     explicit = path is not None
@@ -200,9 +223,14 @@ def load_config(path: Path | str | None = None) -> GkeflowConfig:
             raise ConfigError(f"config file not found: {path}")
         return GkeflowConfig()
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8"
+                          ) from exc
+    except IsADirectoryError as exc:
+        raise ConfigError(f"{path} is a directory; name the gkeflow.yaml file") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        raise ConfigError(f"{path}: not valid YAML{_yaml_place(exc)}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
     try:

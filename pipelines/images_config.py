@@ -132,8 +132,9 @@ class ImagesConfig(BaseModel):
         if self.requirements:
             path = self.requirements_path
             if not path.is_file():
-                raise ValueError(f"requirements: {path} does not exist (a pip requirements "
-                                 "file of extra packages)")
+                problem = "is a directory" if path.is_dir() else "does not exist"
+                raise ValueError(f"requirements: {path} {problem}; name a pip requirements "
+                                 "file of extra packages")
         names: dict[str, str] = {}
         for index, entry in enumerate(self.include):
             name = _importable(self._resolve(entry), f"include.{index}")

@@ -96,6 +96,17 @@ class LocalRegistry:
     def __init__(self, uri: str | Path):
         self.path = registry_path(str(uri))
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_dir():
+            raise RegistryError(f"the registry {self.path} is a directory; name a .db file "
+                                "(sqlite:///path/registry.db)")
+        try:
+            self._open()
+        except sqlite3.DatabaseError as exc:
+            raise RegistryError(f"cannot open the registry {self.path}: {exc} (is it a "
+                                "gkeflow registry, an SQLite file?)") from exc
+
+    def _open(self) -> None:
+        """Create the tables when missing, and add columns older files lack."""
         with self._connect() as conn:
             conn.executescript(_SCHEMA)
             columns = {row[1] for row in conn.execute("PRAGMA table_info(model_versions)")}

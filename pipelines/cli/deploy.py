@@ -21,6 +21,8 @@ from typing import Any
 
 import click
 
+from gkeflow.pipelines.cli.params import NonEmptyPath
+
 TARGETS = ("local", "vertex", "gke")
 DEFAULT_OUTPUT = Path("gkeflow-output")
 
@@ -49,7 +51,7 @@ def _target_options(func):
                      help="The deploy.<env> entry of gkeflow.yaml to use."),
         click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
                      help="gkeflow.yaml (default: ./gkeflow.yaml when present)."),
-        click.option("--output", type=click.Path(file_okay=False, path_type=Path),
+        click.option("--output", type=NonEmptyPath(file_okay=False, path_type=Path),
                      default=DEFAULT_OUTPUT, show_default=True,
                      help="local: the --output directory of `gkeflow run`."),
         click.option("--endpoint", metavar="NAME",
@@ -499,7 +501,7 @@ def _placement(context: _Context):
 
 @deploy_group.command("local")
 @click.argument("name")
-@click.option("--output", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--output", type=NonEmptyPath(file_okay=False, path_type=Path),
               default=DEFAULT_OUTPUT, show_default=True,
               help="The --output directory of `gkeflow run --deploy`.")
 @click.option("--request", "request_file", type=click.Path(exists=True, dir_okay=False,

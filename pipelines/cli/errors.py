@@ -42,6 +42,10 @@ def describe(exc: BaseException) -> tuple[str, bool]:
 
 
 def _expected_types() -> tuple[type, ...]:
+    from gkeflow.components.deploy.logic import DeploySettingsError
+    from gkeflow.components.images import ImageLockError
+    from gkeflow.components.predict.resolve import PredictError
+    from gkeflow.components.register.local_registry import RegistryError
     from gkeflow.pipelines.config import ConfigError
     from gkeflow.pipelines.targets.backend_version import BackendTooOld
     from gkeflow.pipelines.targets.credentials import CredentialsError
@@ -49,7 +53,8 @@ def _expected_types() -> tuple[type, ...]:
     from gkeflow.pipelines.targets.transport import RemoteError
 
     types: list[type] = [ConfigError, CredentialsError, CronError, RemoteError, LookupError,
-                         BackendTooOld]
+                         BackendTooOld, ImageLockError, DeploySettingsError, RegistryError,
+                         PredictError]
     try:
         from gkeflow.pipelines.targets.submit import SubmitError
 

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gkeflow.pipelines.cli.errors import ErrorReportingGroup
+from gkeflow.pipelines.cli.params import NonEmptyPath
 from gkeflow.pipelines.cli.sweep import sweep_options
 from gkeflow.pipelines.cli.tables import (
     MODEL_COLUMNS,
@@ -109,7 +110,7 @@ def _dispatch_run(pipeline: str, **options) -> None:
 @click.option("--label", "label", metavar="COLUMN",
               help="Column holding the class to predict (required with --data; "
                    "'species' for the bundled data).")
-@click.option("--output", "output", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--output", "output", type=NonEmptyPath(file_okay=False, path_type=Path),
               default=DEFAULT_RUN_OUTPUT, show_default=True,
               help="Where runs, logs, the step cache and the local registry are written.")
 @click.option("--epochs", type=click.IntRange(min=1), default=20, show_default=True)
@@ -347,7 +348,7 @@ def _resolve_compute(config_path: Path | None, compute_overrides: tuple[str, ...
 @main.command("compile")
 @click.option("--target", type=click.Choice([*COMPILE_TARGETS, "all"]), default="all",
               show_default=True, help="Backend to compile for.")
-@click.option("--output", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--output", type=NonEmptyPath(file_okay=False, path_type=Path),
               default=DEFAULT_OUTPUT, show_default=True,
               help="Directory for the YAML files (relative to the current directory).")
 @click.option("--check", is_flag=True,
@@ -411,7 +412,7 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
 
 
 @main.command("docs")
-@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--output", type=NonEmptyPath(dir_okay=False, path_type=Path), default=None,
               help="Where to write the reference. Default: docs/components.md in the current "
                    "directory.")
 @click.option("--check", is_flag=True,
@@ -578,7 +579,7 @@ def _registry_option(func):
         click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
                      help="Config file with a registry: section. Default: ./gkeflow.yaml if "
                           "present."),
-        click.option("--output", "run_output", type=click.Path(file_okay=False, path_type=Path),
+        click.option("--output", "run_output", type=NonEmptyPath(file_okay=False, path_type=Path),
                      help="The --output directory of `gkeflow run`: use its local registry "
                           f"(OUTPUT/{REGISTRY_FILE})."),
     ]

@@ -34,3 +34,13 @@ def pipeline_params(pipeline, options: tuple[str, ...]) -> dict[str, Any]:
             raise click.BadParameter(f"{key} must be of type {inputs[key].type}; got {raw!r}",
                                      param_hint="--param") from exc
     return values
+
+
+class NonEmptyPath(click.Path):
+    """``click.Path`` refusing an empty value: ``--output ""`` would quietly mean the
+    current directory."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            self.fail("must not be empty; give a path", param, ctx)
+        return super().convert(value, param, ctx)

@@ -14,6 +14,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from gkeflow.pipelines.cli.params import NonEmptyPath
+
 
 def _console() -> Console:
     from gkeflow.pipelines.cli.main import _console as console
@@ -68,7 +70,7 @@ def _print_planned(console: Console, planned) -> None:
 
 
 @click.command("init")
-@click.option("--path", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--path", type=NonEmptyPath(dir_okay=False, path_type=Path),
               default=Path("gkeflow.yaml"), show_default=True, help="File to write.")
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 def init_command(path: Path, force: bool) -> None:

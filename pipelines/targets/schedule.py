@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gkeflow.pipelines.config import GkeflowConfig, ScheduleConfig
+from gkeflow.pipelines.config import ConfigError, GkeflowConfig, ScheduleConfig
 from gkeflow.pipelines.operations import select
 from gkeflow.pipelines.targets.backends import RemoteSchedule, ScheduleRequest
 from gkeflow.pipelines.targets.cron import (
@@ -103,8 +103,6 @@ def _targets_in_use(config: GkeflowConfig, target: str | None,
     every configured target, so that lists and prunes see everything)."""
     if target:
         if getattr(config.targets, target) is None:
-            from gkeflow.pipelines.config import ConfigError
-
             raise ConfigError(f"targets.{target} is not configured in gkeflow.yaml")
         return [target]
     used = {s.target for s in config.schedules}
@@ -302,7 +300,11 @@ def list_schedules(config: GkeflowConfig, *, target: str | None = None, count: i
 def _find(config: GkeflowConfig, name: str, target: str | None, backends: dict | None):
     backends = backends or {}
     found = []
-    for target_name in _targets_in_use(config, target):
+    targets = _targets_in_use(config, target)
+    if not targets:
+        raise ConfigError("no target is configured in gkeflow.yaml (targets.gke or "
+                          "targets.vertex); `gkeflow init` writes an example")
+    for target_name in targets:
         backend = backends.get(target_name) or make_backend(config, target_name)
         found += [(backend, r) for r in backend.list_schedules() if r.name == name]
     if not found:
