@@ -305,12 +305,13 @@ def _print_run_summary(console: Console, result, arguments: dict, debug: bool = 
 
 def _compute_options(func):
     """--config and --compute: per-step compute from gkeflow.yaml, then from the command line."""
+    from gkeflow.pipelines.compute.profiles import FIELD_NAMES
+
     func = click.option(
         "--compute", "compute_overrides", metavar="STEP.FIELD=VALUE", multiple=True,
         help="Override one compute field of one step, e.g. train-model.accelerator=nvidia-l4 "
              "or train-model.accelerator_count=2; repeatable. Fields: "
-             "cpu, memory, accelerator, accelerator_count, spot, shm_size, timeout_s, retries, "
-             "retry_backoff_s, retry_backoff_factor, retry_max_duration_s, caching.",
+             f"{', '.join(FIELD_NAMES)} (docs/compute-and-gpus.md explains each).",
     )(func)
     return click.option(
         "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),

@@ -66,3 +66,13 @@ def test_images_requirements_naming_a_folder_says_it_is_one(tmp_path):
         "images:\n  registry: europe-west4-docker.pkg.dev/p/ml\n  requirements: reqs\n")
     line = _one_error_line(run("plan", "--config", str(tmp_path / "gkeflow.yaml")))
     assert "requirements:" in line and "reqs is a directory; name a pip requirements" in line
+
+
+@pytest.mark.parametrize("command", ["compile", "plan"])
+def test_compute_help_lists_every_field_the_parser_takes(command):
+    from gkeflow.pipelines.compute.profiles import FIELD_NAMES
+
+    text = " ".join(run(command, "--help").output.split())
+    fields = text[text.index("Fields: "):].split("(docs/")[0]
+    for name in FIELD_NAMES:
+        assert name in fields, name
