@@ -129,6 +129,17 @@ def column_names(value: str | list[str] | tuple[str, ...]) -> list[str]:
     return [item.strip() for item in items if item.strip()]
 
 
+def _separator_hint(header: list[str]) -> str:
+    """A note when the header reads as one column holding another separator."""
+    if len(header) != 1:
+        return ""
+    for separator, name in ((";", "semicolons"), ("\t", "tabs"), ("|", "pipes")):
+        if separator in header[0]:
+            return (f" (the header is one column: the file seems separated by {name}; "
+                    "gkeflow reads comma-separated values, so save it with commas)")
+    return ""
+
+
 def check_column_names(header: list[str], label_column: str, key_column: str = "",
                        exclude_columns=(), feature_columns=()) -> None:
     """DataError naming any unknown or conflicting column, with the available ones."""
@@ -141,7 +152,7 @@ def check_column_names(header: list[str], label_column: str, key_column: str = "
         unknown = [n for n in names if n not in header]
         if unknown:
             raise DataError(f"{parameter}: unknown column(s) {', '.join(map(repr, unknown))}; "
-                            f"available columns: {available}")
+                            f"available columns: {available}{_separator_hint(header)}")
     for parameter in ("exclude_columns", "feature_columns"):
         if label_column in named[parameter]:
             raise DataError(f"{parameter} names the label column {label_column!r}")

@@ -205,3 +205,12 @@ def test_republishing_never_leaves_a_mix_of_old_and_new(tmp_path, monkeypatch):
     assert not target.exists()  # neither old nor half of new at the published path
     [aside] = tmp_path.glob(".replaced-out-*")
     assert (aside / "out" / "new").read_text() == "new"
+
+
+@pytest.mark.parametrize("separator, name", [(";", "semicolons"), ("\t", "tabs")])
+def test_a_file_separated_otherwise_is_named_with_the_fix(separator, name, tmp_path):
+    path = _csv(tmp_path / "d.csv", [r.replace(",", separator) for r in _rows(30)],
+                header=HEADER.replace(",", separator))
+    with pytest.raises(DataError, match=f"seems separated by {name}; gkeflow reads "
+                                        "comma-separated values"):
+        prepare(str(path), tmp_path / "out", "y")
