@@ -453,10 +453,28 @@ def _label_problems(schema: Schema, stats: dict) -> list[str]:
             shown = ", ".join(f"{v!r} ({counts[v]} rows)" for v in variants)
             problems.append(f"label {schema.label!r}: values that differ only by case: "
                             f"{shown}; set merge_label_case to merge them")
+    numbers: dict[float, list[str]] = {}
+    for value in sorted(counts):
+        try:
+            numbers.setdefault(float(value), []).append(value)
+        except ValueError:
+            continue
+    for variants in numbers.values():
+        if len(variants) > 1:
+            shown = ", ".join(f"{v!r} ({counts[v]} rows)" for v in variants)
+            problems.append(f"label {schema.label!r}: one number written differently: "
+                            f"{shown}; they are separate classes unless written alike")
     for value, n in sorted(counts.items()):
         if n < MIN_CLASS_ROWS:
             problems.append(f"label {schema.label!r}: class {value!r} has only {n} rows "
                             f"(fewer than {MIN_CLASS_ROWS}); too few to learn or evaluate")
+    tested = stats["test"][schema.label].values
+    if sum(tested.values()):
+        absent = sorted(set(counts) - {v for v, n in tested.items() if n})
+        if absent:
+            problems.append(f"label {schema.label!r}: no row of class(es) "
+                            f"{', '.join(map(repr, absent))} in the test split: their "
+                            "precision and recall are not measured")
     return problems
 
 

@@ -214,3 +214,29 @@ def test_a_file_separated_otherwise_is_named_with_the_fix(separator, name, tmp_p
     with pytest.raises(DataError, match=f"seems separated by {name}; gkeflow reads "
                                         "comma-separated values"):
         prepare(str(path), tmp_path / "out", "y")
+
+
+def test_label_numbers_written_differently_are_reported(tmp_path):
+    rng = random.Random(3)
+    rows = [f"{rng.random():.3f},u,{i % 10},{'1' if i % 2 else '0'}" for i in range(200)]
+    rows += [f"{rng.random():.3f},v,1,1.0" for _ in range(12)]
+    result = prepare(str(_csv(tmp_path / "d.csv", rows)), tmp_path / "out", "y")
+    assert any("one number written differently: '1' (100 rows), '1.0' (12 rows)" in p
+               for p in result.problems), result.problems
+
+
+def test_a_class_without_test_rows_is_reported():
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from gkeflow.components.prepare.logic import _label_problems
+
+    schema = SimpleNamespace(label="y")
+    stats = {"train": {"y": SimpleNamespace(values=Counter({"a": 50, "b": 40, "c": 30}))},
+             "eval": {"y": SimpleNamespace(values=Counter({"a": 9, "c": 6}))},
+             "test": {"y": SimpleNamespace(values=Counter({"a": 10, "b": 0}))}}
+    [problem] = _label_problems(schema, stats)
+    assert problem == ("label 'y': no row of class(es) 'b', 'c' in the test split: their "
+                       "precision and recall are not measured")
+    stats["test"]["y"].values.update({"b": 5, "c": 5})
+    assert _label_problems(schema, stats) == []
