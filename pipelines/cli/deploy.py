@@ -40,6 +40,18 @@ class DeployGroup(click.Group):
         formatter.write_usage("gkeflow deploy", "NAME[@VERSION|@ALIAS] --target T [--traffic N] "
                               "[--dry-run] | promote|rollback|status|local NAME ...")
 
+    def format_options(self, ctx, formatter):
+        """The group's options, then those of ``gkeflow deploy NAME``: the command most
+        calls run, which has no name of its own to ask --help of."""
+        super().format_options(ctx, formatter)
+        deploy = self.commands["model"]
+        records = [record for param in deploy.get_params(ctx)
+                   if isinstance(param, click.Option) and not param.hidden
+                   and (record := param.get_help_record(ctx)) is not None
+                   and not record[0].startswith("-h")]
+        with formatter.section("Options of gkeflow deploy NAME[@VERSION|@ALIAS]"):
+            formatter.write_dl(records)
+
 
 def _target_options(func):
     options = [

@@ -16,6 +16,10 @@ def test_help_names_every_action():
     assert result.exit_code == 0
     for word in ("promote", "rollback", "status", "local", "--traffic", "--dry-run"):
         assert word in result.output
+    own = result.output[result.output.index("Options of gkeflow deploy NAME"):]
+    for option in ("--target [local|vertex|gke]", "--traffic INTEGER RANGE", "--evaluation",
+                   "--dry-run", "--endpoint NAME"):
+        assert option in own
     assert "--target" in run("deploy", "promote", "--help").output
 
 
