@@ -84,6 +84,12 @@ def _classify(exc: Exception) -> Exception | None:
         return TransientRegistryError(f"connection failed: {exc}")
     if isinstance(exc, StoreError):
         return RegistryError(f"Kubeflow Model Registry: {exc}")
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):  # an answer that is not the API's (HTML, say)
+        return RegistryError("the Kubeflow Model Registry address answered with something "
+                             "that is not its REST API (a sign-in page, or another "
+                             "service?); check registry_uri and the token")
     return None
 
 

@@ -4,38 +4,16 @@ is one line naming the fix and a non-zero exit, never an empty result or the tok
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
 from tests.integration.conftest import TOKEN, config_dict, gkeflow
-
-SIGN_IN = b"<!DOCTYPE html><html><body><form action='/login'>Sign in</form></body></html>"
-
-
-class _SignInPage(BaseHTTPRequestHandler):
-    def _answer(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(SIGN_IN)))
-        self.end_headers()
-        self.wfile.write(SIGN_IN)
-
-    do_GET = do_POST = do_DELETE = _answer
-
-    def log_message(self, *args):
-        pass
+from tests.integration.sign_in_page import sign_in_page
 
 
 @pytest.fixture
 def sign_in_host():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _SignInPage)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with sign_in_page() as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.mark.parametrize("command", [

@@ -11,6 +11,7 @@ from gkeflow.components.register.backends import champion_or_latest, open_regist
 from gkeflow.components.register.kubeflow import KubeflowRegistry
 from gkeflow.components.register.local_registry import RegistryError
 from gkeflow.components.register.logic import register, register_for_pipeline
+from tests.integration.sign_in_page import sign_in_page
 
 
 def _posts(fake, fragment: str) -> int:
@@ -93,6 +94,14 @@ def test_client_errors_are_reported_with_the_server_message(fake_model_registry,
                        match=r"HTTP 403.*user cannot create registered models in namespace ml"):
         registry.register("churn", "gs://b/m", {}, "run-1")
     assert _posts(fake_model_registry, "/registered_models") == 1  # not retried
+
+
+def test_a_web_page_at_the_registry_address_is_named_not_parsed(fast_retries):
+    with sign_in_page() as port:
+        registry = open_registry(f"kubeflow://127.0.0.1:{port}", fast_retries())
+        with pytest.raises(RegistryError, match="answered with something that is not its "
+                                                "REST API.*check registry_uri and the token"):
+            registry.register("churn", "gs://b/m", {}, "run-1")
 
 
 def test_alias_moves_and_champion_lookup(fake_model_registry, kf_uri, fast_retries):
