@@ -86,6 +86,19 @@ def trained_penguins(prepared_penguins, tmp_path_factory):
     return model_dir, result
 
 
+@pytest.fixture(scope="module")
+def registered(trained_penguins, tmp_path_factory):
+    """The trained penguins model registered as penguins-classifier version 1 in a local
+    registry: (registry URI, model directory)."""
+    from gkeflow.components.register.local_registry import LocalRegistry
+
+    model_dir, _ = trained_penguins
+    root = tmp_path_factory.mktemp("registry")
+    uri = f"sqlite:///{root / 'registry.db'}"
+    LocalRegistry(uri).register("penguins-classifier", str(model_dir), {}, run_id="run-1")
+    return uri, model_dir
+
+
 @pytest.fixture(scope="session")
 def weak_penguins(prepared_penguins, tmp_path_factory):
     """A barely trained model on the prepared penguins: one epoch at a tiny learning rate."""

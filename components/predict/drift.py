@@ -3,12 +3,14 @@
 Per feature column: whether it is missing from the input, how many values are categories
 the training vocabulary does not hold, how many numbers fall outside the training range
 (the minimum and maximum seen across the prepared splits), and the share of missing
-values against training's. A column's drift is the fraction of scored rows affected
-(1.0 for a missing column); the step fails when any column's drift exceeds the threshold.
+values against training's. A column's drift is the fraction of scored rows affected: a new
+category, a number out of range, or a missing value beyond training's share of them (1.0
+for a missing column); the step fails when any column's drift exceeds the threshold.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -35,10 +37,19 @@ class ColumnDrift:
     unseen_values: Counter = field(default_factory=Counter)
     low: float = float("nan")
     high: float = float("nan")
+    #: The share of missing values in the training data (None: not recorded).
+    trained_missing: float | None = None
+
+    @property
+    def excess_missing(self) -> int:
+        """Missing values beyond the training data's share of them."""
+        if self.trained_missing is None:
+            return 0
+        return max(0, self.missing - math.ceil(self.trained_missing * self.rows))
 
     @property
     def affected(self) -> int:
-        return self.unseen + self.below + self.above
+        return self.unseen + self.below + self.above + self.excess_missing
 
     @property
     def fraction(self) -> float:
@@ -55,7 +66,9 @@ class DriftTracker:
         self.schema = schema
         self.ranges = ranges
         self.missing_rates = missing_rates or {}
-        self.columns = {c.name: ColumnDrift(c.name, c.type) for c in schema.features}
+        self.columns = {c.name: ColumnDrift(c.name, c.type,
+                                            trained_missing=self.missing_rates.get(c.name))
+                        for c in schema.features}
         self.vocabularies = {c.name: pa.array(c.vocabulary, pa.string())
                              for c in schema.features if c.type == "categorical" and c.vocabulary}
         self.extra_columns: list[str] = []

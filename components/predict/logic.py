@@ -131,6 +131,15 @@ class Scorer:
         return self.model.predict_proba(inputs, batch_size=self.batch_rows)
 
 
+def _check_key_name(key_column: str, classes: list[str]) -> None:
+    """The key column is copied to the predictions: it must not take an output's name."""
+    taken = {ROW_NUMBER, PREDICTED_CLASS, "model_name", "model_version",
+             *probability_columns(classes)}
+    if key_column in taken:
+        raise PredictError(f"key_column {key_column!r} has the name of a predictions column "
+                           f"({', '.join(sorted(taken))}); rename it in the input")
+
+
 def output_schema(key_column: str, classes: list[str]) -> pa.Schema:
     key = pa.field(key_column or ROW_NUMBER, pa.string() if key_column else pa.int64())
     return pa.schema([key, pa.field(PREDICTED_CLASS, pa.string())]
@@ -148,19 +157,20 @@ def score_stream(sources, header: list[str], profile: TrainingProfile, scorer: S
     out_schema = output_schema(key_column, scorer.classes)
     reasons: Counter = Counter()
     lock = threading.Lock()
-    read = 0
-    unparsed = 0
+    read = 0  # rows before the current file: parsed or not
+    unparsed_lines: list[int] = []  # the current file's rows that could not be parsed
 
-    def reject_unparsed(source_name: str, text: str, reason: str) -> None:
-        nonlocal unparsed
+    def reject_unparsed(source_name: str, line: int, raw: bytes, reason: str) -> None:
         with lock:
-            rejects.add(source_name, text, reason)
+            rejects.add(source_name, raw.decode("utf-8", "backslashreplace"), reason)
             reasons[reason] += 1
-            unparsed += 1
+            unparsed_lines.append(line)
 
     tracker.header(header)
     for source in sources:
-        for batch in source.batches(reject_unparsed):
+        unparsed_lines.clear()
+        parsed = 0  # the current file's rows parsed so far
+        for batch, origin in source.text_blocks(reject_unparsed):
             if batch.num_rows == 0:
                 continue
             rows = type_rows(batch, schema, key_column)
@@ -169,7 +179,9 @@ def score_stream(sources, header: list[str], profile: TrainingProfile, scorer: S
             tracker.update(rows.numeric, rows.text, rows.kept)
             bad = np.flatnonzero(~rows.kept)
             if bad.size:
-                texts = row_texts(batch, bad)
+                texts = origin.raw(bad)
+                texts = (row_texts(batch, bad) if texts is None else
+                         [t.decode("utf-8", "backslashreplace") for t in texts])
                 with lock:
                     for index, text in zip(bad, texts, strict=True):
                         reason = rows.reasons[rows.reason[index]]
@@ -182,16 +194,31 @@ def score_stream(sources, header: list[str], profile: TrainingProfile, scorer: S
                 if key_column:
                     keys = rows.key.filter(pa.array(keep))
                 else:
-                    keys = pa.array(np.flatnonzero(keep) + read, pa.int64())
+                    keys = pa.array(_row_numbers(read + parsed, origin, batch.num_rows,
+                                                 unparsed_lines, lock)[keep], pa.int64())
                 columns = [keys, pa.array(np.asarray(scorer.classes, dtype=object)[
                     probs.argmax(axis=1)], pa.string())]
                 columns += [pa.array(probs[:, i], pa.float32()) for i in range(probs.shape[1])]
                 columns += [pa.array([model_name] * kept_rows, pa.string()),
                             pa.array(np.full(kept_rows, model_version, np.int64))]
                 sink.write(pa.Table.from_arrays(columns, schema=out_schema))
-            read += batch.num_rows
+            parsed += batch.num_rows
+        with lock:
+            read += parsed + len(unparsed_lines)
+    return read, reasons
+
+
+def _row_numbers(first: int, origin, rows: int, unparsed_lines: list[int],
+                 lock: threading.Lock) -> np.ndarray:
+    """Each row's position in reading order (0-based), counting the file's rows that could
+    not be parsed before it: ``first`` is the position of the block's first parsed row had
+    none been set aside."""
+    numbers = first + np.arange(rows, dtype=np.int64)
     with lock:
-        return read + unparsed, reasons
+        unparsed = np.sort(np.asarray(unparsed_lines, dtype=np.int64))
+    if unparsed.size:  # the origin's line numbers are only worked out when needed
+        numbers += np.searchsorted(unparsed, origin.lines, side="left")
+    return numbers
 
 
 def _reject_unseen(rows, schema) -> None:
@@ -302,6 +329,7 @@ def predict(
         keys = [c.name for c in profile.schema.columns if c.role == "key" and c.name in header]
         key_column = keys[0] if len(keys) == 1 else ""
     scorer = Scorer(model_dir, batch_rows)
+    _check_key_name(key_column, scorer.classes)
     started = time.perf_counter()  # scoring only: the model load is not per row
     sink = PredictionSink(output_uri, fmt, output_schema(key_column, scorer.classes),
                           run_id=run_id, bq_write_mode=bq_write_mode)

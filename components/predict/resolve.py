@@ -180,7 +180,11 @@ def training_profile(model_dir: Path) -> TrainingProfile:
     dataset named by ``training_data_uri``; without them the schema is rebuilt from the
     model's own metadata (types only: new categories and ranges cannot be checked).
     """
-    metadata = json.loads((Path(model_dir) / MODEL_METADATA_FILE).read_text())
+    metadata_file = Path(model_dir) / MODEL_METADATA_FILE
+    if not metadata_file.is_file():
+        raise PredictError(f"the model at {model_dir} has no {MODEL_METADATA_FILE}: score "
+                           "models that gkeflow's train step exported")
+    metadata = json.loads(metadata_file.read_text())
     places = [str(model_dir)]
     if metadata.get("training_data_uri"):
         places.append(metadata["training_data_uri"].rstrip("/"))

@@ -16,8 +16,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gkeflow.components.prepare.batch import FLOAT32_MAX
 from gkeflow.components.prepare.logic import Schema
 from gkeflow.components.prepare.sources import NULL_VALUES
+from gkeflow.components.prepare.values import _to_float as text_to_float
 
 _NULLS = pa.array(NULL_VALUES, pa.string())
 
@@ -56,8 +58,13 @@ def _strings(array: pa.Array) -> pa.Array:
     if pa.types.is_binary(array.type) or pa.types.is_large_binary(array.type):
         return array.cast(pa.binary()).view(pa.string())
     if pa.types.is_floating(array.type):  # 3.0 -> "3", as a CSV would hold it
-        as_int = pc.cast(array, pa.int64(), safe=False)
-        whole = pc.equal(pc.cast(as_int, array.type), array)
+        # NaN and infinities are missing; only whole numbers an int64 holds exactly are
+        # written without their ".0"
+        array = pc.if_else(pc.is_finite(array), array, pa.scalar(None, array.type))
+        exact = pc.fill_null(pc.less_equal(pc.abs(array), 2.0 ** 53), False)
+        as_int = pc.cast(pc.if_else(exact, array, pa.scalar(0, array.type)), pa.int64(),
+                         safe=False)
+        whole = pc.and_(exact, pc.equal(pc.cast(as_int, array.type), array))
         return pc.if_else(whole, pc.cast(as_int, pa.string()), pc.cast(array, pa.string()))
     return pc.cast(array, pa.string())
 
@@ -91,21 +98,7 @@ def _to_float(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     strings = _strings(array)
     strings = pc.if_else(pc.is_in(pc.utf8_trim_whitespace(strings), _NULLS),
                          pa.scalar(None, pa.string()), strings)
-    try:
-        values = pc.cast(strings, pa.float64()).to_numpy(zero_copy_only=False)
-        return values, np.zeros(n, dtype=bool)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        pass
-    out = np.full(n, np.nan)
-    bad = np.zeros(n, dtype=bool)
-    for i, text in enumerate(strings.to_pylist()):
-        if text is None:
-            continue
-        try:
-            out[i] = float(text)
-        except ValueError:
-            bad[i] = True
-    return out, bad
+    return text_to_float(strings)  # what a number is: as data preparation reads it
 
 
 def type_rows(batch: pa.RecordBatch, schema: Schema, key_column: str = "") -> TypedRows:
@@ -133,8 +126,11 @@ def type_rows(batch: pa.RecordBatch, schema: Schema, key_column: str = "") -> Ty
         if column.type == "numeric":
             values, not_number = _to_float(array)
             rows.reject(not_number, f"column {column.name!r}: not a number")
-            values = np.where(not_number, np.nan, values)
-            rows.numeric[column.name] = values
+            # infinities and numbers beyond float32 (the model's inputs) are missing
+            # values, as data preparation made them for training
+            with np.errstate(invalid="ignore"):
+                usable = ~not_number & (np.abs(values) <= FLOAT32_MAX)
+            rows.numeric[column.name] = np.where(usable, values, np.nan)
         else:
             strings = _strings(array)
             strings = pc.if_else(pc.fill_null(pc.equal(strings, ""), False),

@@ -56,10 +56,24 @@ def check_output_uri(uri: str) -> None:
         bucket, _, name = uri[len("gs://"):].partition("/")
         if not bucket or not name or name.endswith("/"):
             raise PredictError(f"output {uri!r} must name an object: gs://bucket/path/file.parquet")
+        _check_extension(uri)
         return
     if "://" in uri and not uri.startswith("file://"):
         raise PredictError(f"unsupported output {uri!r}; use a local path, gs://bucket/file "
                            "(.parquet or .csv) or bq://project.dataset.table")
+    local = Path(uri.removeprefix("file://"))
+    if local.is_dir():
+        raise PredictError(f"output {uri!r} is a directory; name a file in it "
+                           "(predictions.parquet or predictions.csv)")
+    _check_extension(uri)
+
+
+def _check_extension(uri: str) -> None:
+    """A file name's extension, when it has one, must be a format the sink writes."""
+    suffix = Path(uri.rsplit("/", 1)[-1]).suffix.lower()
+    if suffix and suffix not in (".parquet", ".pq", ".csv"):
+        raise PredictError(f"output {uri!r} ends in {suffix}; name a .parquet or .csv file "
+                           "(or none: output_format decides)")
 
 
 def _safe_field(text: str) -> str:

@@ -117,13 +117,20 @@ class Source:
         (the text decoded from its original bytes, invalid UTF-8 as ``\\xNN``);
         :meth:`typed_blocks` gives line numbers and the bytes themselves.
         """
-        if self.format != "csv":
-            iterator = self._parquet_batches()
-        else:
-            def on_reject(name: str, _line: int, raw: bytes, reason: str) -> None:
-                reject(name, raw.decode("utf-8", "backslashreplace"), reason)
+        def on_reject(name: str, _line: int, raw: bytes, reason: str) -> None:
+            reject(name, raw.decode("utf-8", "backslashreplace"), reason)
 
-            iterator = self._csv_batches(on_reject)
+        return (batch for batch, _ in self.text_blocks(on_reject, prefetch))
+
+    def text_blocks(self, reject: RejectRow, prefetch: bool = True) -> Iterator[TypedBatch]:
+        """The file's rows as ``(batch, origin)``: the batches :meth:`batches` gives, with
+        each row's line number and original bytes (Parquet: row numbers from 1, no bytes).
+        ``reject(source name, line number, bytes, reason)`` gets each CSV row set aside."""
+        if self.format != "csv":
+            iterator = (block() for block in numbered(self._parquet_batches()))
+        else:
+            iterator = (item for parse in self._csv_blocks(reject, None)
+                        if (item := parse()) is not None)
         return _prefetched(iterator) if prefetch else iterator
 
     def typed_blocks(self, reject: RejectRow, float_columns: Sequence[str],
@@ -170,13 +177,6 @@ class Source:
                 yield from parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS)
             except (pa.ArrowInvalid, OSError) as exc:
                 raise DataError(f"cannot read Parquet file {self.name}: {exc}") from exc
-
-    def _csv_batches(self, reject: RejectRow) -> Iterator[pa.RecordBatch]:
-        """Every cell as text (the sample the schema is inferred from)."""
-        for parse in self._csv_blocks(reject, None):
-            item = parse()
-            if item is not None:
-                yield item[0]
 
 
 def _unique_names(names: list[str], source: str) -> list[str]:

@@ -134,7 +134,8 @@ def _check_rows(sources) -> None:
 
 #: Exceptions a step raises for problems in the data or the parameters: shown as their
 #: message alone (the traceback is in the run log, and shown with --debug).
-USER_ERRORS = ("DataError", "EvaluationError", "ParameterError", "ConfigError")
+USER_ERRORS = ("DataError", "EvaluationError", "ParameterError", "ConfigError", "PredictError",
+               "DriftError", "RegistryError")
 _ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(" + "|".join(USER_ERRORS) + r"): (.*)$")
 
 

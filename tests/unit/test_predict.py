@@ -81,15 +81,6 @@ def test_output_formats_and_column_names():
 
 # --- scoring with a trained model ------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def registered(trained_penguins, tmp_path_factory):
-    model_dir, _ = trained_penguins
-    root = tmp_path_factory.mktemp("registry")
-    uri = f"sqlite:///{root / 'registry.db'}"
-    LocalRegistry(uri).register("penguins-classifier", str(model_dir), {}, run_id="run-1")
-    return uri, model_dir
-
-
 def _penguins_csv(path, rows: int = 60) -> pd.DataFrame:
     import palmerpenguins
 
