@@ -90,14 +90,17 @@ def consumption_of(shape: MachineShape) -> frozenset[str]:
 
 
 def shapes_for(accelerator: str, count: int | None = None) -> list[MachineShape]:
-    """Shapes carrying ``accelerator`` (``count`` of them, when given), smallest first."""
+    """Shapes carrying ``accelerator`` (``count`` of them, when given), smallest first; of
+    shapes the same size, the one of the family the catalogue lists first (the general
+    one: A3 High's a3-highgpu-8g before A3 Edge's a3-edgegpu-8g)."""
+    order = {shape: index for index, shape in enumerate(GPU_SHAPES)}
     return sorted(
         (
             s
             for s in GPU_SHAPES
             if s.accelerator == accelerator and (count is None or s.accelerator_count == count)
         ),
-        key=lambda s: (s.vcpus, s.memory_gib, s.name),
+        key=lambda s: (s.vcpus, s.memory_gib, order[s]),
     )
 
 

@@ -367,3 +367,9 @@ def test_the_unknown_accelerator_list_offers_what_can_run_with_its_counts(target
 
 def cat_vertex(name: str) -> str:
     return acc.ACCELERATORS[name].vertex_type
+
+
+def test_of_shapes_the_same_size_the_general_family_is_chosen():
+    # A3 Edge's a3-edgegpu-8g has A3 High's size; the general family comes first
+    assert [s.name for s in acc.shapes_for("nvidia-h100-80gb", 8)] == [
+        "a3-highgpu-8g", "a3-edgegpu-8g"]
