@@ -164,7 +164,7 @@ class GkeflowConfig(BaseModel):
 
     def compute_overrides(self, defaults) -> dict:
         """Per-step :class:`ComputeProfile` objects: ``defaults`` with this file's overrides."""
-        from gkeflow.pipelines.compute.profiles import ComputeError
+        from gkeflow.pipelines.compute.profiles import ComputeError, override_step
 
         profiles = dict(defaults)
         for step, changes in self.compute.items():
@@ -173,7 +173,7 @@ class GkeflowConfig(BaseModel):
                     f"compute.{step}: unknown step; steps are {', '.join(profiles)}"
                 )
             try:
-                profiles[step] = profiles[step].with_overrides(**changes)
+                profiles[step] = override_step(step, profiles[step], changes)
             except (TypeError, ComputeError) as exc:
                 raise ConfigError(f"compute.{step}: {exc}") from exc
         return profiles

@@ -328,15 +328,29 @@ def apply_overrides(
 ) -> dict[str, ComputeProfile]:
     """Apply ``STEP.FIELD=VALUE`` overrides (CLI flags) to per-step profiles."""
     result = dict(profiles)
+    changes: dict[str, dict[str, str]] = {}
     for text in overrides:
         step, field, value = parse_override(text)
         if step not in result:
             raise ComputeError(f"{text}: unknown step {step!r}; steps are {', '.join(result)}")
+        changes.setdefault(step, {})[field] = value  # a field given twice: the last wins
+    for step, requested in changes.items():  # a step's flags together: contradictions show
         try:
-            result[step] = result[step].with_overrides(**{field: value})
+            result[step] = override_step(step, result[step], requested)
         except ComputeError as exc:
             raise ComputeError(f"{step}: {exc}") from exc
     return result
+
+
+def override_step(step: str, profile: ComputeProfile, changes: Mapping[str, Any]
+                  ) -> ComputeProfile:
+    """``profile`` with ``changes`` (from gkeflow.yaml or --compute) for ``step``; a step
+    that must run every time cannot be given caching."""
+    if step in NEVER_CACHED and "caching" in changes \
+            and _to_bool("caching", changes["caching"]):
+        raise ComputeError(f"caching must stay off ({NEVER_CACHED[step]}); drop the "
+                           "caching setting")
+    return profile.with_overrides(**changes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,6 +386,17 @@ def fitting_shape(profile: ComputeProfile, target: str) -> acc.MachineShape | No
         if cpu <= vcpus and memory_gib <= gib:
             return shape
     return None
+
+
+#: Steps a run must execute every time: a cached answer would be stale.
+NEVER_CACHED = {
+    "fingerprint-data": "it reads what the data is now, which decides whether prepare-data "
+                        "may come from cache",
+    "evaluate-model": "the champion it compares with may have changed since",
+    "register-model": "a run served from cache would not register its model",
+    "resolve-model": "the version an alias or 'newest' names may have changed since",
+    "deploy-model": "a run served from cache would not deploy",
+}
 
 
 def profile_problems(
@@ -442,14 +467,15 @@ def profile_problems(
                 f"{step}: asks for {p.accelerator} but runs in a CPU-only image, "
                 "which cannot use a GPU; drop the accelerator or run the step in the GPU image"
             )
-    if target == "vertex" and capacity.runs_as_pipeline_step(p) and (
-        cpu_cores(p.cpu) > acc.VERTEX_STEP_MAX_VCPUS
-        or memory_bytes(p.memory) > acc.VERTEX_STEP_MAX_MEMORY_GIB * acc.GIB
-    ):
+    over = [f"{name} {value}" for name, value, too_much in (
+        ("cpu", p.cpu, cpu_cores(p.cpu) > acc.VERTEX_STEP_MAX_VCPUS),
+        ("memory", p.memory, memory_bytes(p.memory) > acc.VERTEX_STEP_MAX_MEMORY_GIB * acc.GIB))
+        if too_much]
+    if target == "vertex" and capacity.runs_as_pipeline_step(p) and over:
         problems.append(
-            f"{step}: cpu {p.cpu} and memory {p.memory} exceed what Vertex AI Pipelines gives "
-            f"a step {'with' if p.uses_gpu else 'without'} accelerator: at most "
-            f"{acc.VERTEX_STEP_MAX_VCPUS} vCPUs and {acc.VERTEX_STEP_MAX_MEMORY_GIB} GiB"
+            f"{step}: {' and '.join(over)} exceed{'s' if len(over) == 1 else ''} what Vertex "
+            f"AI Pipelines gives a step {'with' if p.uses_gpu else 'without'} accelerator: at "
+            f"most {acc.VERTEX_STEP_MAX_VCPUS} vCPUs and {acc.VERTEX_STEP_MAX_MEMORY_GIB} GiB"
         )
     if p.shm_size:
         if not p.uses_gpu:

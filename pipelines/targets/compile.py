@@ -304,11 +304,23 @@ def compile_all(
     release: bool = False,
     config=None,
 ) -> list[Path]:
-    return [
-        compile_pipeline(name, target, output_dir, compute, lock, release, config)
-        for name in (pipelines or PIPELINES)
-        for target in targets
-    ]
+    """Every pipeline for every target into ``output_dir``, all or nothing: the files are
+    compiled aside and moved into place only once each of them compiled, so a refused
+    setting never leaves new files beside old ones."""
+    output_dir = Path(output_dir).absolute()
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=output_dir.parent,
+                                     prefix=f".compiling-{output_dir.name}-") as staging:
+        staged = [compile_pipeline(name, target, Path(staging), compute, lock, release, config)
+                  for name in (pipelines or PIPELINES)
+                  for target in targets]
+        paths = []
+        for file in staged:
+            final = output_dir / file.relative_to(staging)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            file.replace(final)
+            paths.append(final)
+    return paths
 
 
 def stale_files(output_dir: Path, targets=COMPILE_TARGETS, compute: Mapping | None = None,

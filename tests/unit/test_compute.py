@@ -121,7 +121,7 @@ def test_cli_overrides_name_step_and_field():
         (ComputeProfile(timeout_s=-5), "train-model: timeout_s must be >= 0"),
         (ComputeProfile(cpu="0"), "train-model: cpu must be more than 0"),
         (ComputeProfile(cpu="128", memory="64G"),
-         ("train-model: cpu 128 and memory 64G exceed what Vertex AI Pipelines gives a step "
+         ("train-model: cpu 128 exceeds what Vertex AI Pipelines gives a step "
          "without accelerator: at most 96 vCPUs and 624 GiB")),
     ],
 )

@@ -168,7 +168,7 @@ OK = ""
          "reservation 'Bad_Name' is not a reservation name; use projects/PROJECT/zones/ZONE/"),
         (gpu("nvidia-l4", 1, queue="Team A"), "queue 'Team A' is not a Kueue LocalQueue name"),
         (gpu("nvidia-h100-80gb", 8, cpu="100", memory="500G"),
-         ("train-model: cpu 100 and memory 500G exceed what Vertex AI Pipelines gives a step "
+         ("train-model: cpu 100 exceeds what Vertex AI Pipelines gives a step "
           "with accelerator: at most 96 vCPUs and 624 GiB")),
         # Valid: each family on an option it offers, compiled for both targets elsewhere.
         (gpu("nvidia-h200-141gb", 8, scheduling="spot"), OK),
