@@ -528,8 +528,14 @@ def _workspace_lines(pipeline: str, target: str, config, config_path: Path | Non
 
     if pipeline not in ("training", "sweep") or target != "gke":
         return []
+    from gkeflow.pipelines.compute.workspace import PipelineStorage
+
     settings = config.gke_workspace()
     jobset = pipeline == "training" and profiles["train-model"].replicas > 1
+    try:
+        PipelineStorage("gke", settings, jobset=jobset)  # what compile would refuse
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     if not settings.active("gke") or jobset:
         return ["workspace: none (shards and checkpoints under the gs:// pipeline root)"]
     preparation = config.preparation

@@ -65,6 +65,7 @@ class WorkspaceSettings(BaseModel):
     #: Set by :meth:`GkeflowConfig.gke_workspace` from targets.gke.pipeline_root: a gs://
     #: root holds checkpoints itself, so no checkpoint volume is needed either.
     _gcs_root: bool = PrivateAttr(default=False)
+    _pipeline_root: str | None = PrivateAttr(default=None)
     storage_class: str = "standard-rwo"
     access_mode: Literal["ReadWriteOnce", "ReadWriteMany"] = "ReadWriteOnce"
 
@@ -107,11 +108,18 @@ class WorkspaceSettings(BaseModel):
         settings = self.model_copy(update={"enabled": False}) if (
             gcs and self.enabled is None) else self.model_copy()
         settings._gcs_root = gcs
+        settings._pipeline_root = pipeline_root
         return settings
 
     @property
     def gcs_root(self) -> bool:
         return self._gcs_root
+
+    @property
+    def pipeline_root(self) -> str | None:
+        """The GKE target's pipeline root these settings were made for (None: not known
+        here, e.g. KFP's default root)."""
+        return self._pipeline_root
 
 
 DEFAULT_WORKSPACE = WorkspaceSettings()
@@ -158,6 +166,12 @@ class PipelineStorage:
                 "train-model.replicas > 1 on GKE trains in a JobSet, whose pods move data "
                 "through a gs:// pipeline root, not the workspace: set workspace.enabled: "
                 "false and targets.gke.pipeline_root: gs://BUCKET/PATH")
+        root = self.settings.pipeline_root
+        if jobset and root is not None and not self.settings.gcs_root:
+            raise ValueError(
+                "train-model.replicas > 1 on GKE trains in a JobSet, whose pods read the "
+                f"shards and publish the model through a gs:// pipeline root, and "
+                f"targets.gke.pipeline_root is {root}: set it to gs://BUCKET/PATH")
         self.active = not jobset and self.settings.active(target, pipeline_root)
 
     @property

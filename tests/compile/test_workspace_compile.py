@@ -84,6 +84,21 @@ def test_jobset_training_takes_no_workspace(tmp_path):
                          config=_config(enabled=True))
 
 
+@pytest.mark.parametrize("root, refused", [("minio://mlpipeline/v2/artifacts", True),
+                                           ("gs://bucket/kfp-root", False)])
+def test_jobset_training_needs_a_gs_pipeline_root(root, refused, tmp_path):
+    compute = {"train-model": DEFAULT_COMPUTE["train-model"].with_overrides(replicas=2)}
+    config = GkeflowConfig.model_validate({"targets": {"gke": {
+        "host": "https://kfp.example.com", "pipeline_root": root}}})
+    if not refused:
+        assert compile_pipeline("training", "gke", tmp_path, compute=compute, config=config)
+        return
+    with pytest.raises(ComputeError, match=f"targets.gke.pipeline_root is {root}: set it "
+                                           "to gs://BUCKET/PATH"):
+        compile_pipeline("training", "gke", tmp_path, compute=compute, config=config)
+    assert not list(tmp_path.glob("*.yaml"))
+
+
 
 
 def test_a_gs_root_in_gkeflow_yaml_turns_the_workspace_off(tmp_path):
