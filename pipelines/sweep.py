@@ -117,6 +117,7 @@ def resolve_sweep_compute(target: str, compute: Mapping[str, ComputeProfile] | N
         raise ComputeError(f"unknown step(s) {', '.join(unknown)}; steps are "
                            f"{', '.join(SWEEP_COMPUTE)}")
     profiles = {**SWEEP_COMPUTE, **(compute or {})}
+    profiles[TRIAL_STEP] = fit_trial(target, engine, profiles[TRIAL_STEP])[0]
     drop = "select-best-trial" if uses_vizier(target, engine) else "tune-with-vizier"
     profiles.pop(drop)
     for step in {"prepare-data", *FANOUT_STEPS} - preparation_steps(preparation):
@@ -125,6 +126,33 @@ def resolve_sweep_compute(target: str, compute: Mapping[str, ComputeProfile] | N
     gpu_images[DEPLOY_STEP] = None  # its GPU serves in the serving runtime's image
     validate_profiles(profiles, target, gpu_images)
     return profiles
+
+
+def fit_trial(target: str, engine: str, trial: ComputeProfile) -> tuple[ComputeProfile, str]:
+    """The profile sweep trials run with, and a note when it is not ``trial``.
+
+    Trials fanned out with ParallelFor are pipeline steps. What only a training engine
+    gives (several pods or machines; on Vertex AI, Spot, flex-start or a reservation)
+    applies to the training pipeline's ``train-model``: each trial gets one machine (on
+    Vertex AI, of standard capacity), and the note says what was left out.
+    """
+    if target == "local" or uses_vizier(target, engine):
+        return trial, ""
+    dropped = {}
+    if trial.replicas > 1:
+        dropped["replicas"] = (1, f"replicas {trial.replicas}")
+    if target == "vertex" and trial.scheduling != "standard":
+        dropped["scheduling"] = ("standard", f"scheduling {trial.scheduling}")
+    if not dropped:
+        return trial, ""
+    changes = {field: value for field, (value, _) in dropped.items()}
+    if "scheduling" in changes:
+        changes.update(reservation="", max_wait="")
+    hint = " (sweep.engine: vizier runs trials as CustomJobs)" if target == "vertex" else ""
+    return trial.with_overrides(**changes), (
+        f"sweep trials run as pipeline steps, one machine each: {TRIAL_STEP}'s "
+        f"{' and '.join(text for _, text in dropped.values())} "
+        f"appl{'y' if len(dropped) > 1 else 'ies'} to the training pipeline only{hint}")
 
 
 def uses_vizier(target: str, engine: str) -> bool:

@@ -407,8 +407,14 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
                       f"{', '.join(tag_only)} (`gkeflow images build` builds them and records "
                       "their digests; `gkeflow submit` refuses images never built)",
                       markup=False)
+    from gkeflow.pipelines.sweep import TRIAL_STEP, default_sweep, fit_trial
+
+    engine = (config.sweep or default_sweep()).engine
     for compile_target in targets:
-        for note in target_notes(compute, compile_target):
+        notes = target_notes(compute, compile_target)
+        if compute and TRIAL_STEP in compute:
+            notes.append(fit_trial(compile_target, engine, compute[TRIAL_STEP])[1])
+        for note in filter(None, notes):
             console.print(f"note ({compile_target}): {note}", markup=False)
 
 
@@ -494,7 +500,8 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     rows = plan(profiles, target, {step: image.rsplit("/", 1)[-1]
                                    for step, image in images.items()})
     if output_format == "json":
-        print_json(plan_json(pipeline, target, rows, images, target_notes(profiles, target)))
+        print_json(plan_json(pipeline, target, rows, images, target_notes(
+            profiles, target, () if pipeline == "sweep" else ("train-model",))))
         return
     caption = ("CPU and memory: request = limit" if target == "gke"
                else "CPU and memory: limits; Vertex AI picks the machine")
@@ -506,7 +513,13 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
         pinned = ("pinned" if is_pinned(image)
                   else "tag only, not built: run `gkeflow images build`")
         console.print(f"image {image} ({pinned})", markup=False)
-    for note in target_notes(profiles, target):
+    notes = target_notes(profiles, target, () if pipeline == "sweep" else ("train-model",))
+    if pipeline == "sweep":
+        from gkeflow.pipelines.sweep import TRIAL_STEP, fit_trial
+
+        if compute and TRIAL_STEP in compute:
+            notes.append(fit_trial(target, sweep.engine, compute[TRIAL_STEP])[1])
+    for note in filter(None, notes):
         console.print(f"note: {note}", markup=False)
     for line in _workspace_lines(pipeline, target, config, config_path, profiles):
         console.print(line, markup=False)

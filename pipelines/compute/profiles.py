@@ -539,8 +539,10 @@ def validate_profiles(
         )
 
 
-def target_notes(profiles: Mapping[str, ComputeProfile], target: str) -> list[str]:
-    """Requests that ``target`` cannot honour, said out loud rather than dropped silently."""
+def target_notes(profiles: Mapping[str, ComputeProfile], target: str,
+                 engine_steps: tuple[str, ...] = ("train-model",)) -> list[str]:
+    """Requests that ``target`` cannot honour, said out loud rather than dropped silently;
+    ``engine_steps``: the steps a training engine may run (none in a sweep's trials)."""
     if target == "vertex":
         checks = (
             (lambda p: p.spot,
@@ -571,7 +573,7 @@ def target_notes(profiles: Mapping[str, ComputeProfile], target: str) -> list[st
 
     # A step an engine runs (a Vertex AI CustomJob) honours spot and timeout itself.
     engine_run = {step for step, profile in profiles.items()
-                  if step == "train-model" and training_engine(target, profile) is not None}
+                  if step in engine_steps and training_engine(target, profile) is not None}
     notes = []
     for applies, text in checks:
         steps = [step for step, profile in profiles.items()
