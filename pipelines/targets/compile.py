@@ -10,6 +10,7 @@ that is still referenced by tag only.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import tempfile
 from collections.abc import Callable, Mapping
@@ -308,18 +309,26 @@ def compile_all(
     compiled aside and moved into place only once each of them compiled, so a refused
     setting never leaves new files beside old ones."""
     output_dir = Path(output_dir).absolute()
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=output_dir.parent,
-                                     prefix=f".compiling-{output_dir.name}-") as staging:
-        staged = [compile_pipeline(name, target, Path(staging), compute, lock, release, config)
-                  for name in (pipelines or PIPELINES)
-                  for target in targets]
-        paths = []
-        for file in staged:
-            final = output_dir / file.relative_to(staging)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            file.replace(final)
-            paths.append(final)
+    existed = output_dir.exists()
+    output_dir.mkdir(parents=True, exist_ok=True)  # an error here names the folder asked for
+    try:
+        with tempfile.TemporaryDirectory(dir=output_dir.parent,
+                                         prefix=f".compiling-{output_dir.name}-") as staging:
+            staged = [compile_pipeline(name, target, Path(staging), compute, lock, release,
+                                       config)
+                      for name in (pipelines or PIPELINES)
+                      for target in targets]
+            paths = []
+            for file in staged:
+                final = output_dir / file.relative_to(staging)
+                final.parent.mkdir(parents=True, exist_ok=True)
+                file.replace(final)
+                paths.append(final)
+    except BaseException:
+        if not existed:
+            with contextlib.suppress(OSError):
+                output_dir.rmdir()  # made for this compile, and still empty
+        raise
     return paths
 
 
