@@ -107,6 +107,11 @@ def _parse_field(text: str, field: tuple) -> frozenset[int]:
     return frozenset(values)
 
 
+#: The most days each month can have (February: in a leap year).
+_LONGEST_MONTH = {1: 31, 2: 29, 3: 31, 4: 30, 5: 31, 6: 30, 7: 31, 8: 31, 9: 30, 10: 31,
+                  11: 30, 12: 31}
+
+
 @dataclass(frozen=True)
 class CronExpression:
     """A parsed 5-field cron expression (Vixie semantics: when both day fields are
@@ -129,7 +134,14 @@ class CronExpression:
                 "day-of-month month day-of-week (e.g. '0 2 * * *'); put the time zone in "
                 "time_zone, not in the cron")
         parsed = [_parse_field(f, spec) for f, spec in zip(fields, _FIELDS, strict=True)]
-        return cls(" ".join(fields), *parsed, fields)
+        expression = cls(" ".join(fields), *parsed, fields)
+        if expression.day_of_month_restricted and not expression.weekday_restricted and not any(
+                day <= _LONGEST_MONTH[month] for month in expression.months
+                for day in expression.days):
+            raise CronError(f"cron {text!r} never runs: none of the months it names has day "
+                            f"{', '.join(map(str, sorted(expression.days)))}; pick days the "
+                            "named months have")
+        return expression
 
     @property
     def day_of_month_restricted(self) -> bool:

@@ -34,10 +34,17 @@ SUMMER = dt.datetime(2026, 7, 15, 12, tzinfo=UTC)
     ("0 x * * *", "hour field: 'x' is not a number"),
     ("0 2 * * FUNDAY", "or one of SUN, MON"),
     ("0 1,,2 * * *", "empty list item"),
+    ("0 0 30 2 *", "never runs: none of the months it names has day 30"),
+    ("0 0 31 4,6,9,11 *", "never runs: none of the months it names has day 31"),
 ])
 def test_bad_crons_are_explained(text, message):
     with pytest.raises(CronError, match=message.replace("*", r"\*")):
         CronExpression.parse(text)
+
+
+@pytest.mark.parametrize("text", ["0 0 29 2 *", "0 0 31 * *", "0 0 30 2 MON"])
+def test_crons_that_run_on_some_day_are_kept(text):
+    assert CronExpression.parse(text).text == text
 
 
 def test_names_ranges_steps_and_sunday_as_7():
