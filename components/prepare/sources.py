@@ -260,10 +260,16 @@ def _format_of(name: str) -> tuple[str, str | None]:
     return "csv", compression
 
 
+#: Extensions of files kept beside data that are never rows: notes, metadata, checksums.
+NOT_DATA = (".md", ".rst", ".json", ".yaml", ".yml", ".log", ".crc", ".html", ".pdf", ".png",
+            ".jpg", ".jpeg")
+
+
 def _hidden(name: str) -> bool:
-    """Files a directory of data keeps beside its rows, by the Hadoop and Spark convention
-    (``_SUCCESS``, ``.part-0.crc``): not read when a directory is named."""
-    return name.startswith((".", "_"))
+    """Files a directory of data keeps beside its rows, not read when a directory is named:
+    by the Hadoop and Spark convention (``_SUCCESS``, ``.part-0.crc``), and notes and
+    metadata (``README.md``, ``schema.json``)."""
+    return name.startswith((".", "_")) or name.lower().endswith(NOT_DATA)
 
 
 def _has_wildcard(text: str) -> bool:

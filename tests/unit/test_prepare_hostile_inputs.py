@@ -158,7 +158,7 @@ def test_columns_without_names_are_named_in_the_duplicate_error(tmp_path):
         prepare(str(path), tmp_path / "out", "y")
 
 
-def test_a_directory_skips_the_files_hadoop_and_spark_keep_beside_the_data(tmp_path):
+def test_a_directory_skips_the_files_kept_beside_the_data(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     _csv(data / "part-0.csv", _rows(40, 1))
@@ -166,6 +166,8 @@ def test_a_directory_skips_the_files_hadoop_and_spark_keep_beside_the_data(tmp_p
     (data / "_SUCCESS").write_bytes(b"")
     (data / "_committed_123").write_text('{"added": ["part-0.csv"]}')
     (data / ".part-0.csv.crc").write_bytes(b"\x00\x01crc")
+    (data / "README.md").write_text("# Exported nightly\nColumns: a, b, c, y\n")
+    (data / "schema.json").write_text('{"fields": ["a", "b", "c", "y"]}')
     result = prepare(str(data), tmp_path / "out", "y")
     assert result.rows_read == 80
     _accounted(result)
