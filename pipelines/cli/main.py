@@ -462,6 +462,12 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     from gkeflow.pipelines.images_config import image_map
     from gkeflow.pipelines.targets.compile import PIPELINES
 
+    from click.core import ParameterSource
+
+    named = click.get_current_context().get_parameter_source("pipeline")
+    if pipeline_option and named == ParameterSource.COMMANDLINE and pipeline_option != pipeline:
+        raise click.UsageError(f"PIPELINE {pipeline} and --pipeline {pipeline_option} differ; "
+                               "name the pipeline once")
     pipeline = pipeline_option or pipeline
     if pipeline not in PIPELINES:
         raise click.BadParameter(f"unknown pipeline {pipeline!r}; available: "

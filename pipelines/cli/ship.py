@@ -151,6 +151,8 @@ def submit_command(pipeline, target, environment, params, wait, poll_s, timeout_
 
     from gkeflow.pipelines.targets.submit import parse_param_options, submit, wait_for_run
 
+    if dry_run and wait:
+        raise click.UsageError("--wait follows a run, and --dry-run starts none; drop one")
     config = _load(config_path)
     console = _console()
     overrides = parse_param_options(params)
