@@ -457,12 +457,12 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     The compute is validated exactly as `gkeflow compile` does; requests the target
     cannot honour are listed below the table.
     """
+    from click.core import ParameterSource
+
     from gkeflow.components.images import ImageLockError, is_pinned, pin
     from gkeflow.pipelines.compute.profiles import ComputeError, plan, target_notes
     from gkeflow.pipelines.images_config import image_map
     from gkeflow.pipelines.targets.compile import PIPELINES
-
-    from click.core import ParameterSource
 
     named = click.get_current_context().get_parameter_source("pipeline")
     if pipeline_option and named == ParameterSource.COMMANDLINE and pipeline_option != pipeline:
