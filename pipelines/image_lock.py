@@ -71,12 +71,12 @@ def load_lock(path: Path | str) -> dict[str, LockEntry]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ImageLockError(f"{path}: not a readable JSON lock file ({exc}); rebuild it "
-                             "with `gkeflow images build`") from exc
+        raise ImageLockError(f"{path}: not a readable JSON lock file ({exc}); fix it, or "
+                             "delete it and run `gkeflow images build`") from exc
     images = data.get("images") if isinstance(data, dict) else None
     if not isinstance(images, dict):
-        raise ImageLockError(f"{path}: expected an object with an 'images' mapping; rebuild "
-                             "it with `gkeflow images build`")
+        raise ImageLockError(f"{path}: expected an object with an 'images' mapping; fix it, "
+                             "or delete it and run `gkeflow images build`")
     lock = {}
     for reference, entry in images.items():
         if not isinstance(entry, dict):
@@ -85,9 +85,12 @@ def load_lock(path: Path | str) -> dict[str, LockEntry]:
         if not isinstance(digest, str) or not is_digest(digest):
             raise ImageLockError(f"{path}: images.{reference}.digest must be "
                                  f"sha256:<64 hex digits>; got {digest!r}")
+        pushed = entry.get("pushed", True)
+        if not isinstance(pushed, bool):
+            raise ImageLockError(f"{path}: images.{reference}.pushed must be true or false; "
+                                 f"got {pushed!r}")
         lock[reference] = LockEntry(digest=digest, built_at=str(entry.get("built_at", "")),
-                                    builder=str(entry.get("builder", "")),
-                                    pushed=bool(entry.get("pushed", True)))
+                                    builder=str(entry.get("builder", "")), pushed=pushed)
     return lock
 
 

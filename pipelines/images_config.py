@@ -22,8 +22,10 @@ says which of the images a compiled pipeline names were never built and pushed, 
 
 from __future__ import annotations
 
+import functools
 import keyword
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -61,13 +63,26 @@ class ImagesNotBuilt(ValueError):
     """A pipeline names images that were never built (and pushed) for the configured registry."""
 
 
-def _package_dirs() -> list[Path]:
-    """The installed gkeflow package's directories (nothing is ever written there)."""
-    import gkeflow.components
-    import gkeflow.pipelines
+#: The installed package's top-level subpackages (setup.py's folders).
+PACKAGE_PARTS = ("components", "pipelines", "images")
 
-    return [Path(p).resolve() for module in (gkeflow.components, gkeflow.pipelines)
-            for p in module.__path__]
+
+def _package_dirs() -> list[Path]:
+    """The installed gkeflow package's directories and its metadata (nothing is ever
+    written there): each subpackage's folder (from a clone, the repository's components/,
+    pipelines/ and images/) and the distribution's .dist-info or .egg-info."""
+    import importlib
+    import importlib.metadata
+
+    dirs = [Path(p).resolve() for part in PACKAGE_PARTS
+            for p in importlib.import_module(f"gkeflow.{part}").__path__]
+    try:
+        files = importlib.metadata.distribution("gkeflow").files or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    dirs += {Path(str(f.locate())).resolve().parent for f in files
+             if f.parts and f.parts[0].endswith((".dist-info", ".egg-info"))}
+    return dirs
 
 
 class ImagesConfig(BaseModel):
@@ -186,6 +201,29 @@ class ImagesConfig(BaseModel):
                 for flavour in FLAVOURS}
 
 
+@functools.cache
+def _names_taken_in_images() -> dict[str, str]:
+    """Import name -> what holds it in the images: Python's standard library and the
+    packages of the images' locks (their import names as installed here)."""
+    import importlib.metadata
+
+    import gkeflow.images
+    from gkeflow.pipelines.targets.image_locks import lock_path, normalise, read_pins
+
+    images_dir = Path(gkeflow.images.__path__[0])
+    locked: set[str] = set()
+    for flavour in ("cpu", "gpu"):
+        if lock_path(images_dir, flavour).is_file():
+            locked |= set(read_pins(lock_path(images_dir, flavour)))
+    taken = {name: "a module of Python's standard library" for name in sys.stdlib_module_names}
+    for module, distributions in importlib.metadata.packages_distributions().items():
+        held = [d for d in distributions if normalise(d) in locked]
+        if held and module.isidentifier():
+            taken.setdefault(module, f"the import name of the {held[0]} package")
+    taken.update(gkeflow="the gkeflow package", tensorflow="TensorFlow's package")
+    return taken
+
+
 def _importable(path: Path, key: str) -> str:
     """The import name of ``path`` (a package directory or a ``.py`` module); raises
     ValueError naming ``key`` when it is neither or does not compile."""
@@ -204,9 +242,10 @@ def _importable(path: Path, key: str) -> str:
     if not name.isidentifier() or keyword.iskeyword(name):
         raise ValueError(f"{key}: {path.name!r} cannot be imported: {name!r} is not a Python "
                          "identifier; rename it")
-    if name in ("gkeflow", "kfp", "tensorflow"):
-        raise ValueError(f"{key}: {name!r} would shadow the package of that name in the "
-                         "images; rename it")
+    taken = _names_taken_in_images()
+    if name in taken:
+        raise ValueError(f"{key}: {name!r} is also {taken[name]} in the images, which Python "
+                         "would import instead of yours; rename it")
     for source in sources:
         try:
             compile(source.read_bytes(), str(source), "exec")

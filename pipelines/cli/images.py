@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from gkeflow.components.images import FLAVOURS
 
@@ -119,6 +120,7 @@ def images_build(builder: str, push: bool, flavour: str, project: str | None,
         load_lock(images.lock_path)  # a broken lock fails now, not after a long build
     except ImageLockError as exc:
         raise click.ClickException(str(exc)) from exc
+    _check_writable(images.lock_path)
     builder = pick_builder(builder)
     project = project or registry_project(images.registry)
     console = _console()
@@ -144,6 +146,21 @@ def images_build(builder: str, push: bool, flavour: str, project: str | None,
         console.print("Built locally (--no-push): `gkeflow compile` pins these digests; "
                       "run `gkeflow images build` (with push) before `gkeflow submit`.",
                       markup=False, soft_wrap=True)
+
+
+def _check_writable(lock: Path) -> None:
+    """The lock's folder takes a new file (the lock is written aside, then renamed): found
+    now, not after the images are built and pushed."""
+    import tempfile
+
+    folder = lock.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{lock.name}.", suffix=".check"):
+            pass
+    except OSError as exc:
+        raise click.ClickException(f"cannot write the lock file {lock}: {exc.strerror or exc} "
+                                   "in its folder; set images.lock to a writable path") from exc
 
 
 @images_group.command("list")
@@ -178,10 +195,11 @@ def images_list(config_path: Path) -> None:
         entry = lock.get(reference)
         status = "in use" if reference in wanted else "other registry or tag"
         if entry is None:
-            table.add_row(reference, "-", "-", "-", "-", "not built")
+            table.add_row(Text(reference), "-", "-", "-", "-", "not built")
             continue
-        table.add_row(reference, entry.digest, entry.built_at, entry.builder,
-                      "yes" if entry.pushed else "no", status)
+        table.add_row(*(Text(value) for value in (  # the lock's text, never markup
+            reference, entry.digest, entry.built_at, entry.builder,
+            "yes" if entry.pushed else "no", status)))
     console.print(table)
     unbuilt = sorted(r for r in wanted if r not in lock)
     unpushed = sorted(r for r in wanted if r in lock and not lock[r].pushed)

@@ -32,6 +32,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,7 +47,7 @@ PACKAGES = ("gkeflow.components", "gkeflow.pipelines", "gkeflow.images")
 #: Lines of a failed step's log quoted in the error.
 LOG_TAIL = 12
 
-_DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
+_DIGEST_RE = re.compile(r"(?<![0-9a-f])sha256:[0-9a-f]{64}(?![0-9a-f])")
 #: Progress lines of podman/buildah ("[1/2] STEP 3/5: RUN ..."), docker and BuildKit.
 _PROGRESS_RE = re.compile(r"^(\[\d+/\d+\] )?(STEP \d|Step \d|COMMIT|Successfully tagged|"
                           r"#\d+ \[)")
@@ -228,26 +229,45 @@ def assemble_context(dest: Path, flavour: str, requirements: Path | None,
 
 def _run(command: list[str], what: str, echo: Callable[[str], None],
          cwd: Path | None = None) -> str:
-    """Run ``command``, echo its step lines, return its output; one-line error on failure."""
+    """Run ``command``, echo its step lines, return its standard output (what is parsed:
+    notices and warnings on standard error never mix into it); one-line error on failure,
+    quoting the end of both streams."""
     tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
-    lines = []
+    lines: list[str] = []
+    lock = threading.Lock()
     try:
         process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True, errors="replace")
+                                   stderr=subprocess.PIPE, text=True, errors="replace")
     except FileNotFoundError as exc:
         raise ImageBuildError(f"{command[0]} not found; install it or pick another --builder "
                               f"({', '.join(BUILDERS)})") from exc
-    assert process.stdout is not None
-    for raw in process.stdout:
-        line = raw.rstrip()
-        lines.append(line)
-        tail.append(line)
-        if _PROGRESS_RE.match(line):
-            echo(f"  {line[:160]}")
+
+    def follow(stream, kept: list[str] | None) -> None:
+        for raw in stream:
+            line = raw.rstrip()
+            with lock:
+                tail.append(line)
+            if kept is not None:
+                kept.append(line)
+            if _PROGRESS_RE.match(line):
+                echo(f"  {line[:160]}")
+
+    errors = threading.Thread(target=follow, args=(process.stderr, None), daemon=True)
+    errors.start()
+    follow(process.stdout, lines)
+    errors.join()
     if process.wait() != 0:
-        quoted = " | ".join(line.strip()[:200] for line in tail if line.strip())
+        shown = [line.strip() for line in tail if line.strip()]
+        quoted = " | ".join([*(line[:200] for line in shown[:-1]), *shown[-1:]])
         raise ImageBuildError(f"{what} failed (exit {process.returncode}): {quoted}")
     return "\n".join(lines)
+
+
+def _json(text: str, what: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ImageBuildError(f"{what} printed no JSON: {text.strip()[:200]!r}") from exc
 
 
 def _digest(text: str, what: str) -> str:
@@ -294,8 +314,8 @@ def _build_local(engine: str, builder: str, context: Path, reference: str, push:
     out = _run([engine, "image", "inspect", "--format", "{{json .RepoDigests}}", reference],
                "docker image inspect", echo)
     repository = reference.rsplit(":", 1)[0] if ":" in reference.rsplit("/", 1)[-1] else reference
-    for entry in json.loads(out or "[]"):
-        if entry.startswith(f"{repository}@"):
+    for entry in _json(out or "[]", "docker image inspect") or []:
+        if isinstance(entry, str) and entry.startswith(f"{repository}@"):
             return _digest(entry, "docker push")
     raise ImageBuildError(f"docker pushed {reference} but reported no digest for it; "
                           f"check with: docker image inspect {reference}")
@@ -326,14 +346,18 @@ def _build_cloud(engine: str, context: Path, reference: str, push: bool, project
     config.write_text(json.dumps(cloudbuild_config(reference), indent=2), encoding="utf-8")
     scope = [f"--project={project}"] if project else []
     echo(f"submitting {context.name} to Cloud Build")
-    build_id = _run([engine, "builds", "submit", "--config", str(config), "--async",
-                     "--format=value(id)", *scope, str(context)],
-                    "gcloud builds submit", echo).strip().splitlines()[-1].strip()
+    printed = _run([engine, "builds", "submit", "--config", str(config), "--async",
+                    "--format=value(id)", *scope, str(context)],
+                   "gcloud builds submit", echo).split()
+    if not printed:
+        raise ImageBuildError("gcloud builds submit printed no build id; see `gcloud builds "
+                              "list` for the build it may have started")
+    build_id = printed[-1]
     echo(f"Cloud Build {build_id}: streaming its log")
     subprocess.run([engine, "builds", "log", "--stream", build_id, *scope], check=False)
     described = _run([engine, "builds", "describe", build_id, "--format=json", *scope],
                      f"gcloud builds describe {build_id}", echo)
-    build = json.loads(described)
+    build = _json(described, f"gcloud builds describe {build_id}")
     if build.get("status") != "SUCCESS":
         raise ImageBuildError(f"Cloud Build {build_id} ended {build.get('status')}; see: "
                               f"gcloud builds log {build_id}")

@@ -5,7 +5,9 @@ shell scripts calling this file with the engine's name). Each call appends one J
 to ``$FAKE_BUILDER_LOG``: the engine, its arguments and, for a build, the files of the
 build context. It prints what the real tool prints where gkeflow reads it, with digests
 derived from the reference (so a test can predict them). ``FAKE_BUILDER_FAIL=TEXT`` makes
-any call whose arguments contain TEXT fail with exit 1.
+any call whose arguments contain TEXT fail with exit 1; ``FAKE_BUILDER_NOISE`` adds the
+warnings and update notices real CLIs print on stderr; ``FAKE_BUILDER_NO_REPO_DIGESTS``
+makes docker report no repository digest (``null``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ def main(engine: str, args: list[str]) -> int:
         entry["context"] = _context_files(Path(args[-1]))
     with open(os.environ["FAKE_BUILDER_LOG"], "a", encoding="utf-8") as log:
         log.write(json.dumps(entry) + "\n")
+    if os.environ.get("FAKE_BUILDER_NOISE"):  # what CLIs print on stderr beside answers
+        print("WARNING: the credential helper is deprecated", file=sys.stderr)
+        print("Updates are available for some Google Cloud CLI components.  To install "
+              "them,\nplease run:\n  $ gcloud components update", file=sys.stderr)
     failing = os.environ.get("FAKE_BUILDER_FAIL")
     if failing and any(failing in arg for arg in args):
         print("STEP 3/9: RUN pip install --require-hashes ...")
@@ -72,7 +78,9 @@ def main(engine: str, args: list[str]) -> int:
                   f"{digest(reference, True)} size: 1234")
         elif args[:2] == ["image", "inspect"]:
             reference, fmt = args[-1], _option(args, "--format")
-            if "RepoDigests" in fmt:
+            if "RepoDigests" in fmt and os.environ.get("FAKE_BUILDER_NO_REPO_DIGESTS"):
+                print("null")
+            elif "RepoDigests" in fmt:
                 repository = reference.rsplit(":", 1)[0]
                 print(json.dumps([f"{repository}@{digest(reference, True)}"]))
             else:

@@ -222,3 +222,38 @@ def test_list_before_any_build_says_what_to_run(run, project):
         assert "not built" in next(x for x in listed.stdout.splitlines() if reference in x)
     assert f"not built for {REGISTRY}: {CPU}, {GPU}; run `gkeflow images build`" in \
         listed.stdout
+
+
+@pytest.mark.parametrize("builder", ["docker", "cloud-build"])
+def test_notices_on_stderr_do_not_reach_the_recorded_digest(run, project, builder):
+    result, _ = run("images", "build", "--builder", builder, "--flavour", "cpu", cwd=project,
+                    env={"FAKE_BUILDER_NOISE": "1"})
+    assert result.returncode == 0, result.stderr
+    assert _lock(project)[CPU]["digest"] == fake_builder.digest(CPU, True)
+
+
+def test_a_push_without_a_repository_digest_is_one_line(run, project):
+    result, _ = run("images", "build", "--builder", "docker", "--flavour", "cpu", cwd=project,
+                    env={"FAKE_BUILDER_NO_REPO_DIGESTS": "1"})
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "docker pushed" in result.stderr and "reported no digest for it" in result.stderr
+    assert not (project / "gkeflow.lock").exists()
+
+
+def test_a_lock_that_cannot_be_written_fails_before_building(run, project):
+    (project / "afile").write_text("not a folder\n")
+    config = yaml.safe_load((project / "gkeflow.yaml").read_text())
+    config["images"]["lock"] = "afile/gkeflow.lock"
+    (project / "gkeflow.yaml").write_text(yaml.safe_dump(config))
+    result, calls = run("images", "build", "--builder", "podman", cwd=project)
+    assert result.returncode == 1 and not calls
+    assert "cannot write the lock file" in result.stderr and "images.lock" in result.stderr
+
+
+def test_list_shows_lock_text_as_text(run, project):
+    (project / "gkeflow.lock").write_text(json.dumps({"images": {CPU: {
+        "digest": fake_builder.digest(CPU, True), "builder": "[/]", "pushed": True}}}))
+    listed, _ = run("images", "list", cwd=project)
+    assert listed.returncode == 0, listed.stderr
+    assert "[/]" in listed.stdout
+

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import gkeflow.images
 import gkeflow.pipelines
 from gkeflow.components.images import (
     CPU_IMAGE,
@@ -65,7 +66,9 @@ def _entry(digest: str, pushed: bool = True) -> LockEntry:
     ({"include": ["notes.txt"]}, "neither a package directory nor a .py module"),
     ({"include": ["my-module.py"]}, "is not a Python identifier"),
     ({"include": ["broken.py"]}, "line 1: "),
-    ({"include": ["gkeflow.py"]}, "would shadow"),
+    ({"include": ["gkeflow.py"]}, "'gkeflow' is also the gkeflow package in the images"),
+    ({"include": ["json.py"]}, "'json' is also a module of Python's standard library"),
+    ({"include": ["numpy"]}, "'numpy' is also the import name of the numpy package"),
     ({"include": ["pkg", "other/pkg"]}, "both importable as 'pkg'"),
     ({"registyr": "x"}, "Extra inputs are not permitted"),
 ])
@@ -75,7 +78,8 @@ def test_invalid_images_sections_are_one_line_naming_the_key(tmp_path, images, m
     (tmp_path / "my-module.py").write_text("x = 1\n")
     (tmp_path / "broken.py").write_text("def oops(:\n")
     (tmp_path / "gkeflow.py").write_text("x = 1\n")
-    for pkg in (tmp_path / "pkg", tmp_path / "other" / "pkg"):
+    (tmp_path / "json.py").write_text("x = 1\n")
+    for pkg in (tmp_path / "pkg", tmp_path / "other" / "pkg", tmp_path / "numpy"):
         pkg.mkdir(parents=True)
         (pkg / "__init__.py").write_text("")
     path = _write(tmp_path, {"images": images})
@@ -94,10 +98,14 @@ def test_registries_that_are_accepted(tmp_path, registry):
     assert images.references()["gpu"] == f"{registry}/gkeflow-gpu:0.1.0"
 
 
-def test_lock_inside_the_installed_package_is_refused(tmp_path):
-    inside = Path(gkeflow.pipelines.__path__[0]) / "gkeflow.lock"
+@pytest.mark.parametrize("part", ["pipelines", "images"])
+def test_lock_inside_the_installed_package_is_refused(tmp_path, part):
+    folder = {"pipelines": gkeflow.pipelines, "images": gkeflow.images}[part].__path__[0]
     with pytest.raises(ConfigError, match="inside the installed gkeflow package"):
-        load_config(_write(tmp_path, {"images": {"lock": str(inside)}}))
+        load_config(_write(tmp_path, {"images": {"lock": str(Path(folder) / "gkeflow.lock")}}))
+    (tmp_path / "link").symlink_to(folder)  # a way round through a link is no way round
+    with pytest.raises(ConfigError, match="inside the installed gkeflow package"):
+        load_config(_write(tmp_path, {"images": {"lock": "link/gkeflow.lock"}}))
 
 
 def test_paths_are_relative_to_gkeflow_yaml_not_the_current_directory(tmp_path, monkeypatch):
@@ -171,6 +179,8 @@ def test_a_bad_digest_is_refused_and_the_lock_untouched(tmp_path):
     ("[]", "expected an object with an 'images' mapping"),
     (json.dumps({"images": {"r": "x"}}), "images.r must be an object"),
     (json.dumps({"images": {"r": {"digest": "latest"}}}), "digest must be sha256"),
+    (json.dumps({"images": {"r": {"digest": "sha256:" + "0" * 64, "pushed": "false"}}}),
+     "images.r.pushed must be true or false; got 'false'"),
 ])
 def test_a_malformed_lock_is_one_line_naming_the_file(tmp_path, text, message):
     path = tmp_path / "gkeflow.lock"

@@ -261,3 +261,13 @@ def test_cloud_build_cannot_keep_a_local_image(engines):
     with pytest.raises(ImageBuildError, match="Cloud Build keeps no local image"):
         build_image("cpu", REFERENCE, None, [], builder="cloud-build", push=False,
                     echo=lambda _: None)
+
+
+def test_a_digest_longer_than_sha256_is_not_cut_to_fit():
+    from gkeflow.pipelines.targets.image_build import ImageBuildError, _digest
+
+    good = "sha256:" + "a" * 64
+    assert _digest(f"digest: {good} size: 1", "podman push") == good
+    with pytest.raises(ImageBuildError, match="reported no sha256 digest"):
+        _digest("sha256:" + "a" * 65, "podman push")
+
