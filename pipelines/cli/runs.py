@@ -11,6 +11,7 @@ import re
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from gkeflow.pipelines.cli.ship import _config_option, _console, _load, _remote_errors
 from gkeflow.pipelines.targets.runs import format_duration, format_time, reader, target_of
@@ -80,10 +81,10 @@ def runs_list(pipeline, schedule, limit, target, output, config_path) -> None:
         table.add_column(column, **options)
     for run in runs:
         failed = run.failed_step
-        table.add_row(run.target, run.id.rsplit("/", 1)[-1], run.pipeline or "-",
-                      run.schedule or "-", _state(run.state), format_time(run.start),
-                      format_duration(run.duration_s), failed.name if failed else "",
-                      run.url)
+        table.add_row(run.target, Text(run.id.rsplit("/", 1)[-1]), Text(run.pipeline or "-"),
+                      Text(run.schedule or "-"), _state(run.state), format_time(run.start),
+                      format_duration(run.duration_s), Text(failed.name if failed else ""),
+                      Text(run.url))
     console.print(table)
 
 
@@ -120,8 +121,9 @@ def runs_show(run, target, output, config_path) -> None:
         click.echo(json.dumps(info.as_json(), indent=2))
         return
     console = _console()
-    console.print(f"run {info.name} ({info.pipeline or 'unknown pipeline'} on {info.target})"
-                  f": {_state(info.state)}")
+    console.print(Text.assemble(
+        f"run {info.name} ({info.pipeline or 'unknown pipeline'} on {info.target}): ",
+        Text.from_markup(_state(info.state))))
     console.print(f"  started {format_time(info.start)} UTC, took "
                   f"{format_duration(info.duration_s)}"
                   + (f", schedule {info.schedule}" if info.schedule else ""), markup=False)
@@ -130,8 +132,8 @@ def runs_show(run, target, output, config_path) -> None:
     for column in ("step", "state", "start (UTC)", "duration", "error"):
         table.add_column(column, overflow="fold")
     for task in sorted(info.tasks, key=lambda t: (t.start is None, t.start or 0, t.name)):
-        table.add_row(task.name, _state(task.state), format_time(task.start),
-                      format_duration(task.duration_s), task.error)
+        table.add_row(Text(task.name), _state(task.state), format_time(task.start),
+                      format_duration(task.duration_s), Text(task.error or ""))
     console.print(table)
     if info.metrics:
         shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(info.metrics.items()))
@@ -141,7 +143,7 @@ def runs_show(run, target, output, config_path) -> None:
     if info.note:
         console.print(f"note: {info.note}", markup=False, soft_wrap=True)
     if info.error:
-        console.print(f"[red]error[/red]: {info.error}", soft_wrap=True)
+        console.print(Text.assemble(("error", "red"), f": {info.error}"), soft_wrap=True)
 
 
 @runs_group.command("logs")

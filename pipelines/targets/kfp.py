@@ -478,8 +478,12 @@ class KfpBackend(_TargetBackend):
     def delete_schedule(self, schedule: RemoteSchedule) -> None:
         if self.dry_run:
             return self._plan("DELETE", f"/apis/v2beta1/recurringruns/{schedule.id}")
-        self._call(f"delete recurring run {schedule.name!r}",
-                   lambda: self.client.delete_recurring_run(schedule.id))
+        try:
+            self._call(f"delete recurring run {schedule.name!r}",
+                       lambda: self.client.delete_recurring_run(schedule.id))
+        except RemoteError as exc:
+            if exc.status != 404:  # gone already: an earlier try's answer was lost
+                raise
 
     def set_enabled(self, schedule: RemoteSchedule, enabled: bool,
                     catch_up: bool = False) -> None:

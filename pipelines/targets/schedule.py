@@ -36,6 +36,7 @@ from gkeflow.pipelines.targets.cron import (
     vertex_cron,
 )
 from gkeflow.pipelines.targets.submit import (
+    SubmitError,
     make_backend,
     prepare_pipeline,
     refuse_unbuilt_images,
@@ -145,8 +146,23 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
         if on_action:
             on_action(action)
 
-    compiled = _compile_checked(config, workdir, _targets_in_use(config, target, prune), version)
-    for target_name in _targets_in_use(config, target, all_configured=prune):
+    targets = _targets_in_use(config, target, prune)
+    compiled = _compile_checked(config, workdir, targets, version)
+    # Every schedule in its target's form (crons converted, parameters checked) before any
+    # change: one that cannot be converted stops the apply before the first change, not
+    # half-way through the file.
+    requests: dict[tuple[str, str], ScheduleRequest] = {}
+    for index, schedule in enumerate(config.schedules):
+        if schedule.target not in targets:
+            continue
+        chosen = select(config, schedule=schedule)
+        prepared = compiled[(schedule.target, schedule.pipeline, chosen._notify)]
+        try:
+            requests[(schedule.target, schedule.name)] = build_request(
+                schedule, config, prepared, at=at)
+        except (ValueError, SubmitError) as exc:  # the schedule's own cron or parameters
+            raise ConfigError(f"schedules.{index} ({schedule.name}): {exc}") from exc
+    for target_name in targets:
         wanted = [s for s in config.schedules if s.target == target_name]
         backend = backends.get(target_name) or make_backend(config, target_name, dry_run=dry_run)
         existing: dict[str, list[RemoteSchedule]] = {}
@@ -172,7 +188,7 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
                             record(Action(target_name, schedule.pipeline, "upload", note))
                 prepared_by_pipeline[key] = (prepared, ids)
             prepared, ids = prepared_by_pipeline[key]
-            request = build_request(schedule, config, prepared, at=at)
+            request = requests[(target_name, schedule.name)]
             _apply_one(backend, target_name, request, prepared, ids,
                        existing.pop(schedule.name, []), record)
         for name, remotes in sorted(existing.items()):

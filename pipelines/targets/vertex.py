@@ -288,8 +288,13 @@ class VertexBackend(_TargetBackend):
         if self.dry_run:
             return self._plan("DELETE", schedule.id)
         client = self._client("schedule")
-        operation = self._call(f"delete schedule {schedule.name!r}", lambda: client.delete_schedule(
-            name=schedule.id, **self._rpc))
+        try:
+            operation = self._call(f"delete schedule {schedule.name!r}",
+                                   lambda: client.delete_schedule(name=schedule.id, **self._rpc))
+        except RemoteError as exc:
+            if exc.status == 404:  # gone already: an earlier try's answer was lost
+                return
+            raise
         self._call(f"wait for deletion of schedule {schedule.name!r}",
                    lambda: operation.result(timeout=self.policy.timeout_s))
 
@@ -300,12 +305,27 @@ class VertexBackend(_TargetBackend):
             return self._plan("POST", f"{schedule.id}:{verb}",
                               {"catchUp": catch_up} if enabled else {})
         client = self._client("schedule")
+
+        def settled():  # an earlier try whose answer was lost may have done it
+            return True if self._is_state(client, schedule, enabled) else None
+
         if enabled:
             self._call(f"resume schedule {schedule.name!r}", lambda: client.resume_schedule(
-                request={"name": schedule.id, "catch_up": catch_up}, **self._rpc))
+                request={"name": schedule.id, "catch_up": catch_up}, **self._rpc),
+                idempotent=False, recover=settled)
         else:
             self._call(f"pause schedule {schedule.name!r}", lambda: client.pause_schedule(
-                name=schedule.id, **self._rpc))
+                name=schedule.id, **self._rpc), idempotent=False, recover=settled)
+
+    def _is_state(self, client, schedule: RemoteSchedule, enabled: bool) -> bool:
+        """Whether ``schedule`` is now active (``enabled``) or paused (one try)."""
+        from google.cloud import aiplatform_v1
+
+        current = self._once(f"read schedule {schedule.name!r}",
+                             lambda: client.get_schedule(name=schedule.id, **self._rpc))
+        wanted = (aiplatform_v1.Schedule.State.ACTIVE if enabled
+                  else aiplatform_v1.Schedule.State.PAUSED)
+        return current.state == wanted
 
     def needs_replacement(self, remote: RemoteSchedule, request: ScheduleRequest) -> list[str]:
         if remote.job_fingerprint != request.job_fingerprint:

@@ -138,3 +138,44 @@ def test_schedule_apply_twice_then_list_pause_resume_delete(kfp_server, vertex_s
     assert TOKEN not in "".join(r.stdout + r.stderr for r in (first, second, listed, paused))
     data = yaml.safe_load(path.read_text())
     assert data["schedules"] == schedules  # the file is never rewritten
+
+
+def test_a_delete_or_pause_whose_answer_is_lost_is_done_not_failed(kfp_server, vertex_server,
+                                                                   tmp_path, write_config):
+    schedules = [
+        {"name": "nightly", "target": "vertex", "cron": "0 2 * * *", "time_zone": "UTC"},
+        {"name": "weekly", "target": "gke", "cron": "30 6 * * 1", "time_zone": "UTC"},
+    ]
+    data = config_dict(kfp_server.url, vertex_server.url, schedules=schedules)
+    for target in ("gke", "vertex"):
+        data["targets"][target].update(timeout_s=3, retries=2)
+    args = ("--config", str(write_config(data)))
+    assert gkeflow("schedule", "apply", *args, cwd=tmp_path, env=TOKEN_ENV).returncode == 0
+    # each server acts, then drops the connection: the retry meets what was done
+    vertex_server.inject("POST", r":pause$", status=0, after=True)
+    paused = gkeflow("schedule", "pause", "nightly", *args, cwd=tmp_path, env=TOKEN_ENV)
+    assert paused.returncode == 0, paused.stderr
+    assert "vertex: nightly paused" in paused.stdout
+    assert next(iter(vertex_server.schedules.values())).state.name == "PAUSED"
+    kfp_server.inject("DELETE", r"/recurringruns/", status=0, after=True)
+    vertex_server.inject("DELETE", r"/schedules/", status=0, after=True)
+    for name, target in (("weekly", "gke"), ("nightly", "vertex")):
+        deleted = gkeflow("schedule", "delete", name, *args, cwd=tmp_path, env=TOKEN_ENV)
+        assert deleted.returncode == 0, deleted.stderr
+        assert f"{target}: {name} deleted" in deleted.stdout
+    assert not kfp_server.recurring_runs and not vertex_server.schedules
+
+
+def test_a_schedule_that_cannot_be_converted_stops_apply_before_any_change(
+        kfp_server, vertex_server, tmp_path, write_config):
+    schedules = [
+        {"name": "aaa", "target": "gke", "cron": "0 2 * * *", "time_zone": "UTC"},
+        # 00:30 on the 15th in Berlin is 22:30 on the 14th in UTC: no single UTC cron
+        {"name": "bbb", "target": "gke", "cron": "30 0 15 * *", "time_zone": "Europe/Berlin"},
+        {"name": "ccc", "target": "vertex", "cron": "0 3 * * *", "time_zone": "UTC"},
+    ]
+    path = write_config(config_dict(kfp_server.url, vertex_server.url, schedules=schedules))
+    result = gkeflow("schedule", "apply", "--config", str(path), cwd=tmp_path, env=TOKEN_ENV)
+    assert result.returncode == 1
+    assert "schedules.1 (bbb): cron '30 0 15 * *' in Europe/Berlin" in result.stderr
+    assert not kfp_server.recurring_runs and not vertex_server.schedules

@@ -221,3 +221,17 @@ def test_logs_follow_a_running_step_until_the_run_ends(kfp_runs, token_env, make
     assert [line for _, line in lines] == ["Prepare data: started", "Prepare data: working",
                                            "Prepare data: done"]  # each line once
     assert runs_reader.show(submission.run_id).state == "SUCCEEDED"
+
+
+def test_errors_with_brackets_are_shown_as_written(kfp_runs, vertex_runs, token_env,
+                                                    make_config, write_config, tmp_path):
+    message = "FileNotFoundError: [/gcs/bucket/data.csv] not found; the failed tasks are: [x]"
+    config = make_config(kfp_runs.url, vertex_runs.url)
+    path = write_config(config_dict(config.targets.gke.host, config.targets.vertex.api_endpoint))
+    for server, target in ((kfp_runs, "gke"), (vertex_runs, "vertex")):
+        server.error_message = message
+        run_id = _failed_run(server, config, target, tmp_path)
+        shown = gkeflow("runs", "show", run_id, "--target", target, "--config", str(path),
+                        cwd=tmp_path, env={"GKEFLOW_TEST_KFP_TOKEN": TOKEN})
+        assert shown.returncode == 0, shown.stderr
+        assert "[/gcs/bucket/data.csv]" in " ".join(shown.stdout.split())
