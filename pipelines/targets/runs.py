@@ -14,6 +14,11 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+
+class RunStateError(LookupError):
+    """A run is not in a state the command applies to (e.g. retrying one that succeeded)."""
+
+
 #: Steps of the training pipeline whose outcome is the gate decision.
 EVALUATE_STEP, REGISTER_STEP = "evaluate-model", "register-model"
 

@@ -22,6 +22,7 @@ from gkeflow.pipelines.targets.backends import MANAGED_LABEL, _normalise_state
 from gkeflow.pipelines.targets.runs import (
     REGISTER_STEP,
     RunInfo,
+    RunStateError,
     TaskInfo,
     parse_time,
     step_key,
@@ -205,6 +206,10 @@ class VertexRuns:
         old = self.backend._call(f"get pipeline job {name.rsplit('/', 1)[-1]}",
                                  lambda: client.get_pipeline_job(name=name, **self.backend._rpc))
         old_id = name.rsplit("/", 1)[-1]
+        state = aiplatform_v1.PipelineState(old.state).name.removeprefix("PIPELINE_STATE_")
+        if state not in ("FAILED", "CANCELLED"):
+            raise RunStateError(f"run {old_id} is {state.lower()}; only a failed or cancelled "
+                                "run is retried (a new job would repeat one that ran or runs)")
         suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=4))
         job_id = f"{old_id[:100]}-retry-{suffix}"
         labels = {**dict(old.labels), RETRY_LABEL: old_id[:63]}

@@ -235,3 +235,19 @@ def test_errors_with_brackets_are_shown_as_written(kfp_runs, vertex_runs, token_
                         cwd=tmp_path, env={"GKEFLOW_TEST_KFP_TOKEN": TOKEN})
         assert shown.returncode == 0, shown.stderr
         assert "[/gcs/bucket/data.csv]" in " ".join(shown.stdout.split())
+
+
+def test_a_vertex_run_that_did_not_fail_is_not_retried(vertex_runs, make_config, tmp_path):
+    from gkeflow.pipelines.targets.runs import RunStateError
+
+    config = make_config(None, vertex_runs.url)
+    submission, _ = submit(config, "training", "vertex", environment="default", overrides={},
+                           workdir=tmp_path / "v", backend=_backend(config, "vertex"),
+                           version="gabc")
+    runs_reader = reader(config, "vertex", _backend(config, "vertex"))
+    with pytest.raises(RunStateError, match="only a failed or cancelled run is retried"):
+        runs_reader.retry(submission.run_id)  # still running
+    vertex_runs.finish(submission.run_id)
+    with pytest.raises(RunStateError, match="is succeeded; only a failed"):
+        runs_reader.retry(submission.run_id)
+    assert len(vertex_runs.jobs) == 1
