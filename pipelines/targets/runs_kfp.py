@@ -24,6 +24,7 @@ from gkeflow.pipelines.targets.runs import (
     parse_time,
     step_key,
 )
+from gkeflow.pipelines.targets.transport import RemoteError
 
 #: Task details that are KFP's own bookkeeping, not pipeline steps.
 _INTERNAL = ("root", "root-driver", "root-system")
@@ -58,9 +59,15 @@ class KfpRuns:
         if not pipeline_id:
             return ""
         if pipeline_id not in self._pipeline_names:
-            pipeline = self.backend._call(f"get pipeline {pipeline_id}",
-                                          lambda: self.client.get_pipeline(pipeline_id))
-            name = pipeline.display_name or pipeline.name or pipeline_id
+            try:
+                pipeline = self.backend._call(f"get pipeline {pipeline_id}",
+                                              lambda: self.client.get_pipeline(pipeline_id))
+            except RemoteError as exc:
+                if exc.status != 404:
+                    raise
+                name = ""  # deleted since the run: its runs still show
+            else:
+                name = pipeline.display_name or pipeline.name or pipeline_id
             self._pipeline_names[pipeline_id] = name.removeprefix("gkeflow-")
         return self._pipeline_names[pipeline_id]
 
@@ -158,8 +165,6 @@ class KfpRuns:
             registered_version,
             scalar_metrics,
         )
-        from gkeflow.pipelines.targets.transport import RemoteError
-
         details = run.run_details
         # every task detail, drivers included: whichever one the backend hangs the outputs
         # and the execution on, only Metrics artifacts and model_version are kept

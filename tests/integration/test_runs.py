@@ -251,3 +251,14 @@ def test_a_vertex_run_that_did_not_fail_is_not_retried(vertex_runs, make_config,
     with pytest.raises(RunStateError, match="is succeeded; only a failed"):
         runs_reader.retry(submission.run_id)
     assert len(vertex_runs.jobs) == 1
+
+
+def test_runs_of_a_deleted_pipeline_still_list_and_show(kfp_runs, token_env, make_config,
+                                                       tmp_path):
+    config = make_config(kfp_runs.url, None)
+    run_id = _failed_run(kfp_runs, config, "gke", tmp_path)
+    kfp_runs.pipelines.clear()  # deleted in the UI since
+    runs_reader = reader(config, "gke", _backend(config, "gke"))
+    (listed,) = runs_reader.list(limit=5)
+    assert listed.id == run_id and listed.state == "FAILED" and listed.pipeline == ""
+    assert runs_reader.show(run_id).failed_step.error == ERROR
