@@ -189,12 +189,24 @@ def webhook_url(env_name: str = WEBHOOK_ENV, secret_version: str = "",
     """The webhook URL: from Secret Manager when ``secret_version`` names one
     (``projects/P/secrets/S/versions/V``), else from the environment variable."""
     if secret_version:
-        return _secret_manager(secret_version, policy)
+        return _checked_url(_secret_manager(secret_version, policy), f"secret {secret_version}")
     url = os.environ.get(env_name, "").strip()
     if not url:
         raise NotifyError(f"no webhook URL: the environment variable {env_name} is empty "
                           "(on GKE: the Kubernetes Secret named in notifications.webhook."
                           "gke_secret must exist in the run's namespace)")
+    return _checked_url(url, f"the environment variable {env_name}")
+
+
+def _checked_url(url: str, where: str) -> str:
+    """``url`` when it is one http(s) URL; else an error that never quotes it (a webhook
+    URL is a secret)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url) if re.fullmatch(r"[\x21-\x7e]+", url) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+        raise NotifyError(f"the webhook URL in {where} is not one http(s) URL (a space, a "
+                          "line break or no https://); store the URL alone")
     return url
 
 

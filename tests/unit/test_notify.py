@@ -103,6 +103,16 @@ def test_an_endpoint_that_is_down_is_reported_in_one_line_without_the_url(monkey
     assert "T0P-SECRET" not in line
 
 
+@pytest.mark.parametrize("url", ["https://hooks.example.com/services/T0P SECRET-9c1e",
+                                 "https://hooks.example.com/T0P\nSECRET",
+                                 "hooks.example.com/T0P-SECRET", "ftp://x/T0P-SECRET"])
+def test_a_malformed_webhook_url_is_named_without_quoting_it(monkeypatch, url):
+    monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", " " + url)
+    line = notify(_report(), when="failure", shape="generic", policy=FAST)
+    assert line.startswith("notification not sent") and "not one http(s) URL" in line
+    assert "SECRET" not in line
+
+
 def test_no_url_and_no_send_are_explained(monkeypatch):
     monkeypatch.delenv("GKEFLOW_WEBHOOK_URL", raising=False)
     assert "GKEFLOW_WEBHOOK_URL is empty" in notify(_report(), when="always", shape="generic",
