@@ -164,8 +164,10 @@ class _Batch:
         """The values with inf, NaN and numbers beyond float32's range (the model reads
         float32: they would be infinite there) as missing (NaN); how many were not nulls
         is counted."""
-        with np.errstate(invalid="ignore"):
-            finite = np.abs(values) <= FLOAT32_MAX  # False for NaN and inf
+        finite = np.isfinite(values)
+        if values.size and (np.max(values, where=finite, initial=0.0) > FLOAT32_MAX
+                            or np.min(values, where=finite, initial=0.0) < -FLOAT32_MAX):
+            finite &= np.abs(np.where(finite, values, 0.0)) <= FLOAT32_MAX  # rare: look closer
         nonfinite = values.size - int(np.count_nonzero(finite))
         if nonfinite > missing:
             self.nonfinite[name] += nonfinite - missing
