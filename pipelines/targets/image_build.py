@@ -143,14 +143,39 @@ def _check_requirements(requirements: Path) -> str:
     if not requirements.is_file():
         raise ImageBuildError(f"images.requirements: {requirements} does not exist; "
                               "point it at a pip requirements file")
-    text = requirements.read_text(encoding="utf-8")
+    try:
+        text = requirements.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ImageBuildError(f"{requirements}: not UTF-8 text (byte {exc.start}); save it as "
+                              "UTF-8") from exc
     for number, line in enumerate(text.splitlines(), 1):
-        option = line.strip().split(" ")[0]
-        if option in ("-r", "-c", "-e", "--requirement", "--constraint", "--editable"):
+        problem = _local_reference(line.split(" #", 1)[0].strip())
+        if problem:
             raise ImageBuildError(
-                f"{requirements}:{number}: {option} is not supported in images.requirements "
-                "(only that file is copied into the build); list the packages directly")
+                f"{requirements}:{number}: {problem} is not supported in images.requirements "
+                "(only that file is copied into the build, not what it points to); list "
+                "packages from an index, or put your own code in images.include")
     return text
+
+
+#: Options that name other files or folders on this machine.
+_FILE_OPTIONS = re.compile(r"^(-r|-c|-e|-f|--requirement|--constraint|--editable|"
+                           r"--find-links)(?:\s*=?\s*|(?=\S))(.*)$")
+
+
+def _local_reference(line: str) -> str:
+    """What in a requirements line points at this machine's files ("" when nothing)."""
+    if not line or line.startswith("#"):
+        return ""
+    option = _FILE_OPTIONS.match(line)
+    if option:
+        target = option.group(2)
+        if option.group(1) in ("-f", "--find-links") and re.match(r"^https?://", target):
+            return ""  # a remote package index page
+        return f"{option.group(1)} {target}".strip()
+    if line.startswith(("./", "../", "/", "~", "file:")) or re.match(r"^[A-Za-z]:\\", line):
+        return f"the local path {line.split()[0]}"
+    return ""
 
 
 def _include_name(path: Path) -> str:
