@@ -19,6 +19,16 @@ class RunStateError(LookupError):
     """A run is not in a state the command applies to (e.g. retrying one that succeeded)."""
 
 
+#: States a run does not leave.
+ENDED_STATES = ("SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED")
+
+
+def refuse_if_ended(run_id: str, state: str) -> None:
+    """RunStateError when the run has ended: there is nothing left to cancel."""
+    if state in ENDED_STATES:
+        raise RunStateError(f"run {run_id} already ended ({state.lower()}); nothing to cancel")
+
+
 #: Steps of the training pipeline whose outcome is the gate decision.
 EVALUATE_STEP, REGISTER_STEP = "evaluate-model", "register-model"
 

@@ -22,6 +22,7 @@ from gkeflow.pipelines.targets.runs import (
     RunInfo,
     TaskInfo,
     parse_time,
+    refuse_if_ended,
     step_key,
 )
 from gkeflow.pipelines.targets.transport import RemoteError
@@ -259,6 +260,8 @@ class KfpRuns:
     # -- acting -------------------------------------------------------------------------------
 
     def cancel(self, run_id: str) -> str:
+        run = self.backend._call(f"get run {run_id}", lambda: self.client.get_run(run_id))
+        refuse_if_ended(run_id, _normalise_state(run.state))
         self.backend._call(f"terminate run {run_id}",
                            lambda: self.client.terminate_run(run_id))
         return f"run {run_id}: termination requested ({self.backend.run_url(run_id)})"

@@ -25,6 +25,7 @@ from gkeflow.pipelines.targets.runs import (
     RunStateError,
     TaskInfo,
     parse_time,
+    refuse_if_ended,
     step_key,
 )
 from gkeflow.pipelines.targets.transport import RemoteError
@@ -192,6 +193,10 @@ class VertexRuns:
 
     def cancel(self, run_id: str) -> str:
         name = self._name(run_id)
+        job = self.backend._call(f"get pipeline job {name.rsplit('/', 1)[-1]}",
+                                 lambda: self._client.get_pipeline_job(name=name,
+                                                                       **self.backend._rpc))
+        refuse_if_ended(name.rsplit("/", 1)[-1], _normalise_state(job.state))
         self.backend._call(f"cancel pipeline job {name.rsplit('/', 1)[-1]}",
                            lambda: self._client.cancel_pipeline_job(name=name,
                                                                     **self.backend._rpc))

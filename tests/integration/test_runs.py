@@ -262,3 +262,14 @@ def test_runs_of_a_deleted_pipeline_still_list_and_show(kfp_runs, token_env, mak
     (listed,) = runs_reader.list(limit=5)
     assert listed.id == run_id and listed.state == "FAILED" and listed.pipeline == ""
     assert runs_reader.show(run_id).failed_step.error == ERROR
+
+
+@pytest.mark.parametrize("target", ["gke", "vertex"])
+def test_cancelling_a_run_that_ended_says_so(both, target):
+    from gkeflow.pipelines.targets.runs import RunStateError
+
+    config, runs = both
+    server_calls = reader(config, target, _backend(config, target))
+    with pytest.raises(RunStateError, match="already ended \\(failed\\); nothing to cancel"):
+        server_calls.cancel(runs[target])
+    assert server_calls.show(runs[target]).state == "FAILED"
