@@ -67,10 +67,12 @@ class ImagesNotBuilt(ValueError):
 PACKAGE_PARTS = ("components", "pipelines", "images")
 
 
-def _package_dirs() -> list[Path]:
+@functools.cache
+def _package_dirs() -> tuple[Path, ...]:
     """The installed gkeflow package's directories and its metadata (nothing is ever
     written there): each subpackage's folder (from a clone, the repository's components/,
-    pipelines/ and images/) and the distribution's .dist-info or .egg-info."""
+    pipelines/ and images/) and the distribution's .dist-info or .egg-info. Read once per
+    process: every load of gkeflow.yaml asks."""
     import importlib
     import importlib.metadata
 
@@ -82,7 +84,7 @@ def _package_dirs() -> list[Path]:
         files = []
     dirs += {Path(str(f.locate())).resolve().parent for f in files
              if f.parts and f.parts[0].endswith((".dist-info", ".egg-info"))}
-    return dirs
+    return tuple(dirs)
 
 
 class ImagesConfig(BaseModel):
@@ -212,7 +214,7 @@ def _names_taken_in_images() -> dict[str, str]:
 
     images_dir = Path(gkeflow.images.__path__[0])
     locked: set[str] = set()
-    for flavour in ("cpu", "gpu"):
+    for flavour in FLAVOURS:
         if lock_path(images_dir, flavour).is_file():
             locked |= set(read_pins(lock_path(images_dir, flavour)))
     taken = {name: "a module of Python's standard library" for name in sys.stdlib_module_names}
