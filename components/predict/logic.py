@@ -41,6 +41,7 @@ from gkeflow.components.predict.sinks import (
     probability_columns,
 )
 from gkeflow.components.prepare.logic import DataError
+from gkeflow.components.prepare.sources import common_header
 
 DEFAULT_BATCH_ROWS = 65_536
 ROW_NUMBER = "row_number"
@@ -91,26 +92,6 @@ def _sources(data_uri: str, bq_query: str, bq_filter: str):
     from gkeflow.components.prepare.sources import resolve_sources
 
     return resolve_sources(data_uri)
-
-
-def _headers(sources) -> tuple[list[str], list]:
-    header, usable = None, []
-    for source in sources:
-        try:
-            names = source.header()
-        except DataError as exc:
-            if len(sources) > 1 and "empty" in str(exc):
-                continue  # an empty file among several holds no rows
-            raise
-        if header is None:
-            header = names
-        elif names != header:
-            raise DataError(f"{source.name} has columns {names}, unlike the first input "
-                            f"file's {header}")
-        usable.append(source)
-    if header is None:
-        raise DataError("every input file is empty")
-    return header, usable
 
 
 class Scorer:
@@ -308,7 +289,7 @@ def predict(
     fmt = output_format(output_uri, default_format)
     ref = parse_model_ref(model, model_version, model_alias)
     sources = _sources(data_uri, bq_query, bq_filter)
-    header, sources = _headers(sources)
+    header, sources = common_header(sources)
     if key_column and key_column not in header:
         raise DataError(f"key column {key_column!r} not found; available columns: "
                         f"{', '.join(header)}")

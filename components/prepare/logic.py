@@ -65,6 +65,7 @@ from gkeflow.components.prepare.sources import (
     NULL_VALUES,
     DataError,
     Source,
+    common_header,
     resolve_sources,
 )
 from gkeflow.components.prepare.splits import (
@@ -104,25 +105,8 @@ class PrepareResult:
 
 def _sample(sources: list[Source], problems: list[str]) -> tuple[list[str], pa.Table, list]:
     """The header, the first rows (for type inference) and the non-empty sources."""
-    header: list[str] | None = None
-    usable = []
-    for source in sources:
-        try:
-            names = source.header()
-        except DataError as exc:
-            if len(sources) == 1 or "empty" not in str(exc):
-                raise
-            problems.append(f"{source.name}: empty file, no rows")
-            continue
-        if header is None:
-            header = names
-        elif names != header:
-            raise DataError(
-                f"{source.name} has columns {names}, unlike {usable[0].name}'s {header}"
-            )
-        usable.append(source)
-    if header is None:
-        raise DataError("every input file is empty")
+    header, usable = common_header(
+        sources, lambda source: problems.append(f"{source.name}: empty file, no rows"))
     batches, rows = [], 0
     unparsed: list[tuple[str, str]] = []  # (reason, text) of rows the reader set aside
     for source in usable:

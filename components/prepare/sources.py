@@ -48,6 +48,10 @@ class DataError(ValueError):
     """The input data cannot be prepared; the message names the problem."""
 
 
+class EmptyFile(DataError):
+    """A file with no header row: no rows either."""
+
+
 #: (source name, line number, original bytes, reason) for a row that could not be parsed.
 RejectRow = Callable[[str, int, bytes, str], None]
 #: (source name, row text, reason): the same, for :meth:`Source.batches`.
@@ -92,7 +96,7 @@ class Source:
         if first is not None and first.startswith(UTF8_BOM):
             first = first[len(UTF8_BOM):]
         if first is None or not first.strip():
-            raise DataError(f"data file is empty (no header row): {self.name}")
+            raise EmptyFile(f"data file is empty (no header row): {self.name}")
         try:
             text = first.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -107,7 +111,7 @@ class Source:
         except csv.Error as exc:
             raise DataError(f"cannot read the header row of {self.name}: {exc}") from exc
         if not any(n.strip() for n in names):
-            raise DataError(f"data file has an empty header row: {self.name}")
+            raise EmptyFile(f"data file has an empty header row: {self.name}")
         return _unique_names(names, self.name)
 
     def batches(self, reject: RejectText, prefetch: bool = True) -> Iterator[pa.RecordBatch]:
@@ -177,6 +181,38 @@ class Source:
                 yield from parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS)
             except (pa.ArrowInvalid, OSError) as exc:
                 raise DataError(f"cannot read Parquet file {self.name}: {exc}") from exc
+
+
+def common_header(sources: Sequence[Source],
+                  on_empty: Callable[[Source], None] | None = None
+                  ) -> tuple[list[str], list[Source]]:
+    """The columns every input file has, and the files that have them. An empty file among
+    several holds no rows and is skipped (``on_empty`` is told); one alone is an error.
+
+    Raises:
+        DataError: a file is unreadable or empty alone, files differ in their columns
+            (naming both), or every file is empty.
+    """
+    header: list[str] | None = None
+    usable: list[Source] = []
+    for source in sources:
+        try:
+            names = source.header()
+        except EmptyFile:
+            if len(sources) == 1:
+                raise
+            if on_empty is not None:
+                on_empty(source)
+            continue
+        if header is None:
+            header = names
+        elif names != header:
+            raise DataError(
+                f"{source.name} has columns {names}, unlike {usable[0].name}'s {header}")
+        usable.append(source)
+    if header is None:
+        raise DataError("every input file is empty")
+    return header, usable
 
 
 def _unique_names(names: list[str], source: str) -> list[str]:

@@ -76,14 +76,14 @@ def _check_policy(arguments: dict) -> None:
 
 def _check_columns(arguments: dict) -> None:
     from gkeflow.components.prepare.infer import check_column_names
-    from gkeflow.components.prepare.sources import DataError, resolve_sources
+    from gkeflow.components.prepare.sources import DataError, common_header, resolve_sources
 
     data_uri = str(arguments.get("data_uri", ""))
     if "://" in data_uri and not data_uri.startswith(("file://", "embedded://")):
         return  # remote data: checked by the step itself
     try:
-        sources = resolve_sources(data_uri)
-        header, named_by = _header(sources)
+        header, usable = common_header(resolve_sources(data_uri))
+        named_by = usable[0].name
         try:
             check_column_names(header, arguments.get("label_column", ""),
                                arguments.get("key_column", ""),
@@ -91,36 +91,19 @@ def _check_columns(arguments: dict) -> None:
                                arguments.get("feature_columns", ""))
         except DataError as exc:
             raise DataError(f"{exc} (the header of {named_by})") from None
-        _check_rows(sources)
+        _check_rows(usable)
     except DataError as exc:
         raise ParameterError(str(exc)) from None
 
 
-def _header(sources) -> tuple[list[str], str]:
-    """The columns the step reads, and the file they come from: the first file that is not
-    empty (an empty file among others is skipped, as the step skips it)."""
-    from gkeflow.components.prepare.sources import DataError
-
-    for source in sources:
-        try:
-            return source.header(), source.name
-        except DataError as exc:
-            if len(sources) == 1 or "empty" not in str(exc):
-                raise
-    raise DataError("every input file is empty")
-
-
 def _check_rows(sources) -> None:
-    """DataError when no input file holds a row below its header (reading up to the first
-    row found; files whose rows are all malformed are left to the step, which shows them)."""
+    """DataError when none of the (non-empty) input files holds a row below its header
+    (reading up to the first row found; files whose rows are all malformed are left to the
+    step, which shows them)."""
     from gkeflow.components.prepare.sources import DataError
 
     rejected = []
     for source in sources:
-        try:
-            source.header()
-        except DataError:
-            continue  # an empty file among others: the step reports it
         for batch in source.batches(lambda *row: rejected.append(row), prefetch=False):
             if batch.num_rows:
                 return
