@@ -15,15 +15,16 @@ import math
 import numpy as np
 
 from gkeflow.components.evaluate.metrics import (
-    _PROBABILITY_FLOOR,
     CALIBRATION_BINS,
+    PROBABILITY_FLOOR,
     ClassMetrics,
     Curve,
     MetricsError,
     MetricSet,
-    _mean_defined,
-    _prf,
+    mean_defined,
+    prf,
     resolve_positive_class,
+    validate_inputs,
 )
 from gkeflow.components.evaluate.scores import HistogramCurve, ScoreHistogram, class_bins
 
@@ -84,7 +85,7 @@ class MetricAccumulator:
             return predicted
         np.add.at(self.matrix, (true, predicted), 1)
         picked = probabilities[np.arange(len(true)), true]
-        self.log_loss_sum += float(-np.sum(np.log(np.clip(picked, _PROBABILITY_FLOOR, 1.0))))
+        self.log_loss_sum += float(-np.sum(np.log(np.clip(picked, PROBABILITY_FLOOR, 1.0))))
         confidence = probabilities.max(axis=1)
         index = np.minimum((confidence * CALIBRATION_BINS).astype(int), CALIBRATION_BINS - 1)
         self.ece_count += np.bincount(index, minlength=CALIBRATION_BINS)
@@ -112,7 +113,7 @@ class MetricAccumulator:
         curves = self.curves()
         per_class: dict[str, ClassMetrics] = {}
         for i, label in enumerate(self.labels):
-            precision, recall, f1, support = _prf(self.matrix, i)
+            precision, recall, f1, support = prf(self.matrix, i)
             per_class[label] = ClassMetrics(precision, recall, f1, support,
                                             curves[i].roc_auc, curves[i].pr_auc)
         if len(self.labels) == 2:
@@ -120,11 +121,11 @@ class MetricAccumulator:
             auc, pr = curves[i].roc_auc, curves[i].pr_auc
             auc_error, pr_error = curves[i].roc_auc_error, curves[i].pr_auc_error
         else:
-            auc = _mean_defined([c.roc_auc for c in curves])
-            pr = _mean_defined([c.pr_auc for c in curves])
-            auc_error = _mean_defined([c.roc_auc_error for c in curves
+            auc = mean_defined([c.roc_auc for c in curves])
+            pr = mean_defined([c.pr_auc for c in curves])
+            auc_error = mean_defined([c.roc_auc_error for c in curves
                                        if c.roc_auc is not None]) or 0.0
-            pr_error = _mean_defined([c.pr_auc_error for c in curves
+            pr_error = mean_defined([c.pr_auc_error for c in curves
                                       if c.pr_auc is not None]) or 0.0
         # macro averages over the classes the test split has or predicts, as scikit-learn
         # does by default: a class absent from both has no precision or recall to average
@@ -148,3 +149,22 @@ class MetricAccumulator:
             auc_error_bound={"roc_auc": float(auc_error), "pr_auc": float(pr_error)},
             curves_exact=all(c.exact for c in curves),
         )
+
+
+def compute_metrics(true: np.ndarray, probabilities: np.ndarray, labels: list[str],
+                    positive_class: str = "", max_bins: int = 0) -> MetricSet:
+    """All metrics of ``probabilities`` against ``true`` over the label vocabulary ``labels``.
+
+    Predictions are the most probable class. Binary problems report ROC AUC and PR AUC of
+    ``positive_class`` (default: the last label); multiclass problems report the macro
+    average of one-vs-rest AUCs over the classes the test split can score. The arrays are
+    counted as one batch of a :class:`MetricAccumulator` (``max_bins`` score
+    bins per class; default its budget), the same code that streams a test split.
+    """
+    true = np.asarray(true).astype(np.int64)
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    validate_inputs(true, probabilities, labels)
+    resolve_positive_class(labels, positive_class)
+    accumulator = MetricAccumulator(labels, max_bins)
+    accumulator.update(true, probabilities)
+    return accumulator.result(positive_class)

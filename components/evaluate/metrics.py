@@ -25,7 +25,7 @@ OVERALL_METRICS = (
     "accuracy", "precision_macro", "recall_macro", "f1_macro",
     "log_loss", "roc_auc", "pr_auc", "ece",
 )
-_PROBABILITY_FLOOR = 1e-15
+PROBABILITY_FLOOR = 1e-15
 
 
 class MetricsError(ValueError):
@@ -208,7 +208,7 @@ def average_precision(is_positive: np.ndarray, scores: np.ndarray) -> float | No
 def log_loss(true: np.ndarray, probabilities: np.ndarray) -> float:
     """Mean negative log-probability of the true class (probabilities floored at 1e-15)."""
     picked = np.asarray(probabilities, dtype=np.float64)[np.arange(len(true)), true]
-    return float(-np.mean(np.log(np.clip(picked, _PROBABILITY_FLOOR, 1.0))))
+    return float(-np.mean(np.log(np.clip(picked, PROBABILITY_FLOOR, 1.0))))
 
 
 def expected_calibration_error(true: np.ndarray, probabilities: np.ndarray,
@@ -226,7 +226,7 @@ def expected_calibration_error(true: np.ndarray, probabilities: np.ndarray,
     return float(total / len(confidence))
 
 
-def _prf(matrix: np.ndarray, i: int) -> tuple[float, float, float, int]:
+def prf(matrix: np.ndarray, i: int) -> tuple[float, float, float, int]:
     tp = int(matrix[i, i])
     predicted = int(matrix[:, i].sum())
     actual = int(matrix[i, :].sum())
@@ -236,30 +236,9 @@ def _prf(matrix: np.ndarray, i: int) -> tuple[float, float, float, int]:
     return precision, recall, f1, actual
 
 
-def _mean_defined(values: list[float | None]) -> float | None:
+def mean_defined(values: list[float | None]) -> float | None:
     defined = [v for v in values if v is not None]
     return float(np.mean(defined)) if defined else None
-
-
-def compute_metrics(true: np.ndarray, probabilities: np.ndarray, labels: list[str],
-                    positive_class: str = "", max_bins: int = 0) -> MetricSet:
-    """All metrics of ``probabilities`` against ``true`` over the label vocabulary ``labels``.
-
-    Predictions are the most probable class. Binary problems report ROC AUC and PR AUC of
-    ``positive_class`` (default: the last label); multiclass problems report the macro
-    average of one-vs-rest AUCs over the classes the test split can score. The arrays are
-    counted as one batch of a :class:`~.accumulate.MetricAccumulator` (``max_bins`` score
-    bins per class; default its budget), the same code that streams a test split.
-    """
-    from gkeflow.components.evaluate.accumulate import MetricAccumulator
-
-    true = np.asarray(true).astype(np.int64)
-    probabilities = np.asarray(probabilities, dtype=np.float64)
-    validate_inputs(true, probabilities, labels)
-    resolve_positive_class(labels, positive_class)
-    accumulator = MetricAccumulator(labels, max_bins)
-    accumulator.update(true, probabilities)
-    return accumulator.result(positive_class)
 
 
 def resolve_positive_class(labels: list[str], positive_class: str) -> str:

@@ -118,13 +118,13 @@ class SliceAccumulator:
                probabilities: np.ndarray, champion_predicted: np.ndarray | None = None) -> None:
         """Count one batch: each column's raw values (bytes, b"" missing), the true and
         predicted class indices, the class probabilities and the champion's predictions."""
-        from gkeflow.components.evaluate.metrics import _PROBABILITY_FLOOR
+        from gkeflow.components.evaluate.metrics import PROBABILITY_FLOOR
 
         true = np.asarray(true, np.int64)
         if not len(true):
             return
         picked = np.asarray(probabilities, np.float64)[np.arange(len(true)), true]
-        losses = -np.log(np.clip(picked, _PROBABILITY_FLOOR, 1.0))
+        losses = -np.log(np.clip(picked, PROBABILITY_FLOOR, 1.0))
         right = None
         if champion_predicted is not None:
             self.with_champion = True

@@ -82,10 +82,10 @@ def _gcs_items(uri: str, client=None) -> list[dict]:
 
 
 def _bigquery_items(uri: str, query: str, row_filter: str) -> list[dict]:
-    from gkeflow.components.prepare.bigquery import _BQ, bigquery_client
+    from gkeflow.components.prepare.bigquery import BQ, bigquery_client
     from gkeflow.components.prepare.sources import DataError
 
-    match = _BQ.match(uri)
+    match = BQ.match(uri)
     if not match:
         raise DataError(f"malformed BigQuery URI {uri!r}; expected bq://project.dataset.table")
     table_id = f"{match['project']}.{match['dataset']}.{match['table']}"

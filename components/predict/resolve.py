@@ -151,7 +151,7 @@ class TrainingProfile:
     notes: list[str] = field(default_factory=list)
 
 
-def _read_text(uri: str) -> str | None:
+def read_text(uri: str) -> str | None:
     if uri.startswith("gs://"):
         from gkeflow.components.prepare.sources import gcs_client
 
@@ -191,7 +191,7 @@ def training_profile(model_dir: Path) -> TrainingProfile:
     profile = None
     for place in places:
         try:
-            text = _read_text(f"{place}/{SCHEMA_FILE}")
+            text = read_text(f"{place}/{SCHEMA_FILE}")
         except Exception as exc:  # noqa: BLE001 - an unreachable place is only noted
             text = None
             note = f"could not read {place}/{SCHEMA_FILE}: {exc}"
@@ -206,7 +206,7 @@ def training_profile(model_dir: Path) -> TrainingProfile:
         except (KeyError, TypeError, ValueError) as exc:
             raise PredictError(f"invalid training schema {place}/{SCHEMA_FILE}: {exc}") from exc
         profile = TrainingProfile(schema=schema, source=f"{place}/{SCHEMA_FILE}")
-        stats_text = _read_text(f"{place}/{STATS_FILE}")
+        stats_text = read_text(f"{place}/{STATS_FILE}")
         if stats_text:
             _add_ranges(profile, json.loads(stats_text))
         else:

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from gkeflow.components.prepare.batch import FLOAT32_MAX
 from gkeflow.components.prepare.logic import Schema
 from gkeflow.components.prepare.sources import NULL_VALUES
-from gkeflow.components.prepare.values import _to_float as text_to_float
+from gkeflow.components.prepare.values import to_float as text_to_float
 
 _NULLS = pa.array(NULL_VALUES, pa.string())
 
@@ -84,7 +84,7 @@ def _bad_utf8(array: pa.Array) -> np.ndarray | None:
         return bad
 
 
-def _to_float(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+def to_float(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """float64 (NaN = missing) and the mask of values that are not numbers."""
     n = len(array)
     if isinstance(array, pa.ChunkedArray):
@@ -124,7 +124,7 @@ def type_rows(batch: pa.RecordBatch, schema: Schema, key_column: str = "") -> Ty
                 array = pc.if_else(pa.array(bad), pa.scalar(None, pa.binary()),
                                    array.view(pa.binary())).view(pa.string())
         if column.type == "numeric":
-            values, not_number = _to_float(array)
+            values, not_number = to_float(array)
             rows.reject(not_number, f"column {column.name!r}: not a number")
             # infinities and numbers beyond float32 (the model's inputs) are missing
             # values, as data preparation made them for training

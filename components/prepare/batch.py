@@ -18,12 +18,12 @@ from gkeflow.components.prepare.splits import (
     hash_numeric,
 )
 from gkeflow.components.prepare.values import (
-    _as_strings,
-    _dictionary_codes,
-    _fast_float,
-    _is_text_dictionary,
-    _null_invalid_utf8,
-    _to_float,
+    as_strings,
+    dictionary_codes,
+    fast_float,
+    is_text_dictionary,
+    null_invalid_utf8,
+    to_float,
 )
 
 #: The largest float32: the model's inputs are float32.
@@ -31,7 +31,7 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass
-class _Plan:
+class Plan:
     schema: Schema
     header: list[str]
     ratios: SplitRatios
@@ -47,7 +47,7 @@ def _unusable(type_: pa.DataType) -> bool:
     return not (pa.types.is_integer(type_) or pa.types.is_floating(type_)
                 or pa.types.is_string(type_) or pa.types.is_large_string(type_)
                 or pa.types.is_boolean(type_) or pa.types.is_temporal(type_)
-                or pa.types.is_decimal(type_) or _is_text_dictionary(type_)
+                or pa.types.is_decimal(type_) or is_text_dictionary(type_)
                 or pa.types.is_null(type_))
 
 
@@ -74,10 +74,10 @@ def _normalise_labels(indices: np.ndarray, dictionary: list,
     return remap[indices], values
 
 
-class _Batch:
+class Batch:
     """One record batch, typed per the schema, with per-row rejection reasons."""
 
-    def __init__(self, batch: pa.RecordBatch, plan: _Plan, origin: RowOrigin):
+    def __init__(self, batch: pa.RecordBatch, plan: Plan, origin: RowOrigin):
         self.n = batch.num_rows
         self.raw = batch
         self.origin = origin
@@ -96,23 +96,23 @@ class _Batch:
                 self.categorical[column.name] = (np.zeros(self.n, dtype=np.int64), [])
                 continue
             if column.type == "numeric":
-                values = _fast_float(array)
+                values = fast_float(array)
                 if values is not None:  # all numbers (so ASCII): nothing to reject
                     self.numeric[column.name] = self._finite(column.name, values,
                                                              array.null_count)
                     continue
-            elif _is_text_dictionary(array.type):  # the CSV reader's dictionary-encoded text
-                indices, dictionary, bad_utf8 = _dictionary_codes(array)
+            elif is_text_dictionary(array.type):  # the CSV reader's dictionary-encoded text
+                indices, dictionary, bad_utf8 = dictionary_codes(array)
                 if bad_utf8 is not None:
                     self.reject(bad_utf8, f"column {column.name!r}: not valid UTF-8",
                                 column.name)
                 self.categorical[column.name] = (indices, dictionary)
                 continue
-            array, bad_utf8 = _null_invalid_utf8(array)
+            array, bad_utf8 = null_invalid_utf8(array)
             if bad_utf8 is not None:
                 self.reject(bad_utf8, f"column {column.name!r}: not valid UTF-8", column.name)
             if column.type == "numeric":
-                values, bad = _to_float(array)
+                values, bad = to_float(array)
                 not_numbers = int(np.count_nonzero(bad))
                 if not_numbers:
                     self.reject(bad, f"column {column.name!r}: not a number", column.name)
@@ -121,7 +121,7 @@ class _Batch:
                 self.numeric[column.name] = self._finite(
                     column.name, values, _missing_count(array) + not_numbers)
             else:
-                strings = _as_strings(array)
+                strings = as_strings(array)
                 strings = pc.if_else(pc.equal(strings, ""), pa.scalar(None, pa.string()),
                                      strings)
                 encoded = pc.dictionary_encode(strings)
@@ -181,7 +181,7 @@ class _Batch:
             self.reason_texts.append(reason)
             self.reason_columns.append(column)
 
-    def row_hashes(self, plan: _Plan) -> np.ndarray:
+    def row_hashes(self, plan: Plan) -> np.ndarray:
         names = [plan.key_column] if plan.key_column else plan.header
         hashes = []
         for name in names:
@@ -206,7 +206,7 @@ class _Batch:
                 parts.append(pa.array([str(v) for v in array.to_pylist()], pa.binary()))
                 continue
             strings = array.view(pa.binary()) if pa.types.is_string(array.type) else pc.cast(
-                _as_strings(array), pa.binary())
+                as_strings(array), pa.binary())
             parts.append(strings)
         joined = pc.binary_join_element_wise(*parts, b",", null_handling="replace",
                                              null_replacement=b"")

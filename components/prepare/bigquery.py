@@ -16,10 +16,10 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from gkeflow.components.prepare.sources import DataError, _prefetched
+from gkeflow.components.prepare.sources import DataError, prefetched
 
 PAGE_ROWS = 50_000
-_BQ = re.compile(r"^bq://(?P<project>[A-Za-z0-9_:.\-]+)\.(?P<dataset>\w+)\.(?P<table>[\w\-$]+)$")
+BQ = re.compile(r"^bq://(?P<project>[A-Za-z0-9_:.\-]+)\.(?P<dataset>\w+)\.(?P<table>[\w\-$]+)$")
 #: rows kept from the first pages so the full pass replays them instead of re-reading
 CACHED_ROWS = 10_000
 
@@ -43,7 +43,7 @@ class BigQuerySource:
 
     def __init__(self, uri: str, query: str = "", row_filter: str = "", client=None,
                  start_index: int = 0, max_results: int | None = None):
-        match = _BQ.match(uri)
+        match = BQ.match(uri)
         if not match:
             raise DataError(
                 f"malformed BigQuery URI {uri!r}; expected bq://project.dataset.table"
@@ -100,7 +100,7 @@ class BigQuerySource:
 
     def batches(self, reject=None, prefetch: bool = True) -> Iterator[pa.RecordBatch]:
         iterator = self._replay_then_read()
-        return _prefetched(iterator) if prefetch else iterator
+        return prefetched(iterator) if prefetch else iterator
 
     def _replay_then_read(self) -> Iterator[pa.RecordBatch]:
         self._start()

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from gkeflow.components._atomic import publish_dir
 from gkeflow.components.prepare import logic, shard_store
-from gkeflow.components.prepare.batch import _Plan
+from gkeflow.components.prepare.batch import Plan
 from gkeflow.components.prepare.csv_reader import RowLimits
 from gkeflow.components.prepare.logic import (
     REPORT_FILE,
@@ -111,7 +111,7 @@ def plan_groups(
         raise DataError("bq_query and bq_filter apply only to bq:// sources")
     else:
         inputs = _with_limits(resolve_sources(source), limits)
-    header, sample, sources = logic._sample(inputs, problems)
+    header, sample, sources = logic.sample_sources(inputs, problems)
     schema = logic.fix_schema(header, sample, label_column, expected_schema, key_column,
                               exclude_columns, feature_columns, max_vocabulary, problems)
     files = [s.name for s in sources] if bq is None else [source] * len(bq["ranges"])
@@ -151,11 +151,11 @@ def _with_limits(sources: list, limits: RowLimits) -> list:
     return sources
 
 
-def _load_plan(plan_dir: Path) -> tuple[dict, _Plan]:
+def _load_plan(plan_dir: Path) -> tuple[dict, Plan]:
     doc = json.loads((Path(plan_dir) / PLAN_FILE).read_text(encoding="utf-8"))
     schema = Schema.from_json(json.dumps(doc["schema"]))
     schema.label_vocabulary = list(doc["label_vocabulary"])
-    plan = _Plan(schema, doc["header"], SplitRatios(**doc["ratios"]), doc["key_column"],
+    plan = Plan(schema, doc["header"], SplitRatios(**doc["ratios"]), doc["key_column"],
                  fixed_labels=not doc["inferred"], reject_unseen=doc["reject_unseen"],
                  rows_per_shard=doc["rows_per_shard"],
                  lower_labels=doc.get("merge_label_case", False))
@@ -232,7 +232,7 @@ def prepare_group(plan_dir: Path, group: int, part_dir: Path, workers: int = 0) 
 
             with ThreadPoolExecutor(max_workers=parallel) as pool:
                 per_file = list(pool.map(
-                    lambda k: logic._process_source(start + k, sources[k], plan, root,
+                    lambda k: logic.process_source(start + k, sources[k], plan, root,
                                                     rejects, lanes),
                     range(len(sources))))
         finally:
@@ -303,7 +303,7 @@ def merge_groups(plan_dir: Path, part_dirs: list[Path], output_dir: Path,
     problems = list(doc["problems"])
     with publish_dir(Path(output_dir)) as scratch:
         rejects = _MergedRejects()
-        stats = logic._new_stats(schema)
+        stats = logic.new_stats(schema)
         unseen: Counter = Counter()
         nonfinite: Counter = Counter()
         rows_read = 0
@@ -374,4 +374,4 @@ def _check_counts(source: str, rows_read: int, split_rows: dict, rejects) -> Non
         raise DataError(f"data has a header but no data rows: {source}")
     if sum(split_rows.values()) == 0:
         raise DataError(f"no usable rows in {source}: every row was rejected "
-                        f"({logic._reason_summary(rejects)})\n{logic._samples(rejects)}")
+                        f"({logic.reason_summary(rejects)})\n{logic.reject_samples(rejects)}")

@@ -13,10 +13,10 @@ from gkeflow.components.prepare.schema import ColumnSchema, Schema
 from gkeflow.components.prepare.sources import DataError
 from gkeflow.components.prepare.values import (
     NUMERIC_MIN_FRACTION,
-    _as_strings,
-    _null_invalid_utf8,
-    _parses_as_numbers,
-    _to_float,
+    as_strings,
+    null_invalid_utf8,
+    parses_as_numbers,
+    to_float,
 )
 
 #: A text column is identifier-like when it has more than this many distinct values and
@@ -40,15 +40,15 @@ def _infer_column(name: str, array: pa.Array) -> ColumnSchema:
     unreadable = _unreadable_type(array.type)
     if unreadable:
         return ColumnSchema(name, "categorical", "ignored", True, note=unreadable)
-    array, _ = _null_invalid_utf8(array)
+    array, _ = null_invalid_utf8(array)
     present = array.drop_null() if not pa.types.is_string(array.type) else pc.drop_null(
         pc.if_else(pc.equal(array, ""), pa.scalar(None, array.type), array))
     nullable = len(present) < len(array)
     if len(present) == 0:
         return ColumnSchema(name, "categorical", "ignored", True, note="all values missing")
-    numeric = _parses_as_numbers(present, NUMERIC_MIN_FRACTION)
+    numeric = parses_as_numbers(present, NUMERIC_MIN_FRACTION)
     kind = "numeric" if numeric else "categorical"
-    strings = _as_strings(present)
+    strings = as_strings(present)
     distinct = pc.count_distinct(strings).as_py()
     if distinct == 1 and len(array) > 1:
         value = strings[0].as_py()
@@ -56,7 +56,7 @@ def _infer_column(name: str, array: pa.Array) -> ColumnSchema:
                             note=f"constant: every value is {value!r}"
                                  + (" or missing" if nullable else ""))
     if numeric:
-        values, bad = _to_float(present)
+        values, bad = to_float(present)
         values = values[~bad & ~np.isnan(values)]
         if (values.size > 50 and np.all(values == np.round(values))
                 and np.all(np.diff(values) > 0)):
@@ -103,7 +103,7 @@ def sample_table(batches: list[tuple[str, pa.RecordBatch]]) -> pa.Table:
     return pa.concat_tables(as_text, promote_options="permissive")
 
 
-def _infer_from_table(table: pa.Table, label_column: str, max_vocabulary: int) -> Schema:
+def infer_from_table(table: pa.Table, label_column: str, max_vocabulary: int) -> Schema:
     names = table.column_names
     if label_column not in names:
         raise DataError(
@@ -116,7 +116,7 @@ def _infer_from_table(table: pa.Table, label_column: str, max_vocabulary: int) -
             unreadable = _unreadable_type(array.type)
             if unreadable:
                 raise DataError(f"label column {name!r}: {unreadable}")
-            array, _ = _null_invalid_utf8(array)
+            array, _ = null_invalid_utf8(array)
             columns.append(ColumnSchema(name, "categorical", "label", array.null_count > 0))
             continue
         columns.append(_infer_column(name, array))
@@ -195,19 +195,19 @@ def infer_schema(frame: pd.DataFrame, label_column: str, max_vocabulary: int = 1
     """Classify a frame's columns as numeric or categorical; the label is categorical."""
     table = pa.Table.from_pandas(frame.astype(object).where(frame.notna(), None),
                                  preserve_index=False)
-    schema = _infer_from_table(table, label_column, max_vocabulary)
+    schema = infer_from_table(table, label_column, max_vocabulary)
     for column in schema.columns:
         if column.type == "categorical" and column.role != "ignored":
             counts = frame[column.name].dropna().astype(str).value_counts()
             column.vocabulary = sorted(counts.index[:max_vocabulary].tolist())
     schema.label_vocabulary = schema.column(label_column).vocabulary
-    _check_label_vocabulary(schema)
+    check_label_vocabulary(schema)
     if not schema.features:
         raise DataError("no usable feature columns besides the label")
     return schema
 
 
-def _check_label_vocabulary(schema: Schema) -> None:
+def check_label_vocabulary(schema: Schema) -> None:
     if len(schema.label_vocabulary) < 2:
         raise DataError(
             f"label column {schema.label!r} needs at least 2 distinct values to train a "
@@ -246,7 +246,7 @@ def validate_against(expected: Schema, header: list[str], sample: pa.Table,
         want = ColumnSchema(**asdict(known[name]))
         if want.role != "ignored" and len(sample) and name in sample.column_names:
             present = sample.column(name).drop_null()
-            is_numeric = len(present) == 0 or _parses_as_numbers(present)
+            is_numeric = len(present) == 0 or parses_as_numbers(present)
             if want.type == "numeric" and not is_numeric:
                 problems.append(
                     f"type change: column {name!r} was numeric and now has text values; "

@@ -45,14 +45,14 @@ import pandas as pd
 import pyarrow as pa
 
 from gkeflow.components._atomic import publish_dir
-from gkeflow.components.prepare.batch import _Plan
+from gkeflow.components.prepare.batch import Plan
 from gkeflow.components.prepare.csv_reader import RowLimits
 from gkeflow.components.prepare.infer import (
     CHOSEN_NOTES,
-    _check_label_vocabulary,
-    _infer_from_table,
     apply_column_roles,
     check_column_names,
+    check_label_vocabulary,
+    infer_from_table,
     infer_schema,
     sample_table,
     validate_against,
@@ -71,14 +71,14 @@ from gkeflow.components.prepare.sources import (
 from gkeflow.components.prepare.splits import (
     SPLITS,
     SplitRatios,
-    _hash_text,
     assign_splits,
     combine_hashes,
     hash_categorical,
     hash_numeric,
+    hash_text,
     splits_from_hashes,
 )
-from gkeflow.components.prepare.stream import _new_stats, _process_source
+from gkeflow.components.prepare.stream import new_stats, process_source
 
 STATS_FILE = "stats.json"
 REPORT_FILE = "report.md"
@@ -103,7 +103,7 @@ class PrepareResult:
 
 # --- the step ------------------------------------------------------------------------------
 
-def _sample(sources: list[Source], problems: list[str]) -> tuple[list[str], pa.Table, list]:
+def sample_sources(sources: list[Source], problems: list[str]) -> tuple[list[str], pa.Table, list]:
     """The header, the first rows (for type inference) and the non-empty sources."""
     header, usable = common_header(
         sources, lambda source: problems.append(f"{source.name}: empty file, no rows"))
@@ -175,7 +175,7 @@ def fix_schema(header, sample, label_column: str, expected_schema: Schema | None
         schema, found = validate_against(expected_schema, header, sample, label_column)
         problems.extend(found)
     else:
-        schema = _infer_from_table(sample, label_column, max_vocabulary)
+        schema = infer_from_table(sample, label_column, max_vocabulary)
     apply_column_roles(schema, key_column, exclude_columns, feature_columns)
     if not schema.features:
         raise DataError(
@@ -198,7 +198,7 @@ def finish_dataset(schema: Schema, stats, rows_read: int, split_rows: dict, reje
         DataError: too many rejected rows or missing values, or an unusable label.
     """
     _finalise_schema(schema, stats, inferred, max_vocabulary)
-    _check_label_vocabulary(schema)
+    check_label_vocabulary(schema)
     check_fractions(schema, stats, rows_read, rejects, max_rejected_fraction,
                     max_missing_fraction)
     for name, n in unseen.most_common():
@@ -210,7 +210,7 @@ def finish_dataset(schema: Schema, stats, rows_read: int, split_rows: dict, reje
     for name, n in sorted(nonfinite.items()):
         problems.append(f"column {name!r}: {n} non-finite values (inf, -inf, NaN, or "
                         f"beyond float32's range) treated as missing")
-    problems.extend(_label_problems(schema, stats))
+    problems.extend(label_problems(schema, stats))
     for column in schema.columns:
         if column.role == "ignored" and column.note and column.note not in CHOSEN_NOTES:
             problems.append(f"column {column.name!r} ignored: {column.note}")
@@ -310,12 +310,12 @@ def prepare(
             item.limits = limits
 
     problems: list[str] = []
-    header, sample, sources = _sample(sources, problems)
+    header, sample, sources = sample_sources(sources, problems)
     if expected_schema is not None and not isinstance(expected_schema, Schema):
         expected_schema = Schema.load(Path(expected_schema))
     schema = fix_schema(header, sample, label_column, expected_schema, key_column,
                         exclude_columns, feature_columns, max_vocabulary, problems)
-    plan = _Plan(schema, header, ratios, key_column, fixed_labels=expected_schema is not None,
+    plan = Plan(schema, header, ratios, key_column, fixed_labels=expected_schema is not None,
                  reject_unseen=reject_unseen_categories and expected_schema is not None,
                  rows_per_shard=rows_per_shard, lower_labels=merge_label_case)
     workers = workers or os.cpu_count() or 1
@@ -327,7 +327,7 @@ def prepare(
             lanes = max(1, workers // parallel_files)
             with ThreadPoolExecutor(max_workers=parallel_files) as pool:
                 partials = [p for per_file in pool.map(
-                    lambda item: _process_source(item[0], item[1], plan, shard_root or scratch,
+                    lambda item: process_source(item[0], item[1], plan, shard_root or scratch,
                                                  rejects, lanes),
                     enumerate(sources),
                 ) for p in per_file]
@@ -345,9 +345,9 @@ def prepare(
         if sum(split_rows.values()) == 0:
             raise DataError(
                 f"no usable rows in {source}: every row was rejected "
-                f"({_reason_summary(rejects)})\n{_samples(rejects)}"
+                f"({reason_summary(rejects)})\n{reject_samples(rejects)}"
             )
-        stats = _new_stats(schema)
+        stats = new_stats(schema)
         unseen: Counter = Counter()
         nonfinite: Counter = Counter()
         for partial in partials:
@@ -395,9 +395,9 @@ def fetch_schema(uri: str) -> Schema:
     or a .yaml/.yml file)."""
     if not uri.startswith("gs://"):
         return Schema.load(Path(uri.removeprefix("file://")))
-    from gkeflow.components.prepare.sources import _GS, gcs_client
+    from gkeflow.components.prepare.sources import GS, gcs_client
 
-    match = _GS.match(uri)
+    match = GS.match(uri)
     bucket = gcs_client().bucket(match["bucket"])
     path = match["path"]
     blob = bucket.get_blob(path) or bucket.get_blob(path.rstrip("/") + "/" + SCHEMA_FILE)
@@ -423,7 +423,7 @@ def strict_json(value):
     return value
 
 
-def _label_problems(schema: Schema, stats: dict) -> list[str]:
+def label_problems(schema: Schema, stats: dict) -> list[str]:
     """Label values that differ only by case, and classes with very few rows."""
     counts: Counter = Counter()
     for split in SPLITS:
@@ -462,11 +462,11 @@ def _label_problems(schema: Schema, stats: dict) -> list[str]:
     return problems
 
 
-def _reason_summary(rejects: RejectLog) -> str:
+def reason_summary(rejects: RejectLog) -> str:
     return "; ".join(f"{reason}: {n}" for reason, n in rejects.reasons.most_common(5))
 
 
-def _samples(rejects: RejectLog) -> str:
+def reject_samples(rejects: RejectLog) -> str:
     return "\n".join(f"  {reason}: {text[:120]}" for reason, text in rejects.samples)
 
 
@@ -505,7 +505,7 @@ __all__ = [
     "SPLITS",
     "STATS_FILE",
     "Source",
-    "_hash_text",
+    "hash_text",
     "combine_hashes",
     "fetch_schema",
     "hash_categorical",
@@ -547,7 +547,7 @@ def check_fractions(schema: Schema, stats: dict, rows_read: int, rejects,
             f"{rejects.count} of {rows_read} rows rejected ({fraction:.1%}), above the limit "
             f"of {max_rejected_fraction:.1%}; reasons: {reasons}"
             + (f" and {more} more" if more > 0 else "")
-            + f"; columns: {columns}\nsample rows:\n{_samples(rejects)}"
+            + f"; columns: {columns}\nsample rows:\n{reject_samples(rejects)}"
         )
     too_sparse = []
     for column in schema.features:

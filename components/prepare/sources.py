@@ -135,7 +135,7 @@ class Source:
         else:
             iterator = (item for parse in self._csv_blocks(reject, None)
                         if (item := parse()) is not None)
-        return _prefetched(iterator) if prefetch else iterator
+        return prefetched(iterator) if prefetch else iterator
 
     def typed_blocks(self, reject: RejectRow, float_columns: Sequence[str],
                      prefetch: bool = True) -> Iterator[Callable[[], TypedBatch | None]]:
@@ -154,7 +154,7 @@ class Source:
             iterator = numbered(self._parquet_batches())
         else:
             iterator = self._csv_blocks(reject, list(float_columns))
-        return _prefetched(iterator) if prefetch else iterator
+        return prefetched(iterator) if prefetch else iterator
 
     def _csv_blocks(self, reject: RejectRow, float_columns: list[str] | None,
                     ) -> Iterator[Callable[[], TypedBatch | None]]:
@@ -249,7 +249,7 @@ def _read_first_line(stream) -> bytes | None:
     return data.split(b"\n", 1)[0].rstrip(b"\r")
 
 
-def _prefetched(iterator: Iterator, depth: int = 1) -> Iterator:
+def prefetched(iterator: Iterator, depth: int = 1) -> Iterator:
     """Read ahead in a thread: Arrow parses the next block while this one is processed."""
     items: queue.Queue = queue.Queue(maxsize=depth)
     done = object()
@@ -337,7 +337,7 @@ def local_sources(pattern: str) -> list[Source]:
     return sources
 
 
-_GS = re.compile(r"^gs://(?P<bucket>[^/]+)/?(?P<path>.*)$")
+GS = re.compile(r"^gs://(?P<bucket>[^/]+)/?(?P<path>.*)$")
 
 
 def gcs_client():
@@ -356,7 +356,7 @@ def gcs_client():
 
 
 def gcs_sources(uri: str, client=None) -> list[Source]:
-    match = _GS.match(uri)
+    match = GS.match(uri)
     if not match or not match["bucket"]:
         raise DataError(f"malformed Cloud Storage URI {uri!r}; expected gs://bucket/path")
     client = client or gcs_client()

@@ -53,7 +53,7 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def _hash_text(values: list) -> np.ndarray:
+def hash_text(values: list) -> np.ndarray:
     return np.array(
         [int.from_bytes(hashlib.blake2b(v.encode("utf-8", "surrogateescape"),
                                         digest_size=8).digest(), "little")
@@ -71,7 +71,7 @@ def hash_numeric(values: np.ndarray) -> np.ndarray:
 
 def hash_categorical(indices: np.ndarray, dictionary: list) -> np.ndarray:
     """Stable hashes of text values given as dictionary indices (the last index = null)."""
-    return _hash_text(list(dictionary) + [None])[indices]
+    return hash_text(list(dictionary) + [None])[indices]
 
 
 def _mix_in_place(x: np.ndarray, scratch: np.ndarray) -> None:
@@ -119,6 +119,6 @@ def assign_splits(frame: pd.DataFrame, ratios: SplitRatios) -> pd.Series:
             hashes.append(hash_numeric(values.to_numpy("float64")))
         else:
             text = [None if pd.isna(v) else str(v) for v in values]
-            hashes.append(_hash_text(text))
+            hashes.append(hash_text(text))
     codes = splits_from_hashes(combine_hashes(hashes), ratios)
     return pd.Series(np.array(SPLITS)[codes], index=frame.index)

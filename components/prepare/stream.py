@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from gkeflow.components.prepare import records
-from gkeflow.components.prepare.batch import _Batch, _Plan
+from gkeflow.components.prepare.batch import Batch, Plan
 from gkeflow.components.prepare.csv_reader import RowOrigin
 from gkeflow.components.prepare.rejects import RejectLog
 from gkeflow.components.prepare.schema import Schema
@@ -38,7 +38,7 @@ class _Partial:
     shards: dict[str, list[Path]] = field(default_factory=dict)
 
 
-def _new_stats(schema: Schema) -> dict[str, dict]:
+def new_stats(schema: Schema) -> dict[str, dict]:
     return {
         split: {c.name: NumericStats() if c.type == "numeric" else CategoricalStats()
                 for c in schema.columns}
@@ -46,7 +46,7 @@ def _new_stats(schema: Schema) -> dict[str, dict]:
     }
 
 
-def _process_batch(raw: pa.RecordBatch, source: Source, plan: _Plan, partial: _Partial,
+def _process_batch(raw: pa.RecordBatch, source: Source, plan: Plan, partial: _Partial,
                    writers: records.SplitWriters, rejects: RejectLog,
                    origin: RowOrigin) -> None:
     if raw.num_rows == 0:
@@ -57,7 +57,7 @@ def _process_batch(raw: pa.RecordBatch, source: Source, plan: _Plan, partial: _P
             f"{plan.header}"
         )
     schema = plan.schema
-    batch = _Batch(raw, plan, origin)
+    batch = Batch(raw, plan, origin)
     partial.rows_read += batch.n
     partial.unseen.update(batch.unseen)
     partial.nonfinite.update(batch.nonfinite)
@@ -107,11 +107,11 @@ def _process_batch(raw: pa.RecordBatch, source: Source, plan: _Plan, partial: _P
                       split_categorical, entries, stop - start)
 
 
-def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
+def process_source(index: int, source: Source, plan: Plan, scratch: Path,
                     rejects: RejectLog, lanes: int = 1) -> list[_Partial]:
     """Stream one input file. With several lanes its batches are dealt round-robin to
     that many threads (each with its own shards), so one large file uses several cores."""
-    partials = [_Partial(stats=_new_stats(plan.schema)) for _ in range(lanes + 1)]
+    partials = [_Partial(stats=new_stats(plan.schema)) for _ in range(lanes + 1)]
     unparsed = partials[-1]  # rows the CSV parser rejected (counted as the lanes parse)
     writers = [records.SplitWriters(scratch, f"part-{index:05d}-{lane}", SPLITS,
                                     plan.rows_per_shard) for lane in range(lanes)]
@@ -171,7 +171,7 @@ def _process_source(index: int, source: Source, plan: _Plan, scratch: Path,
     return partials
 
 
-def _blocks(source, plan: _Plan, reject):
+def _blocks(source, plan: Plan, reject):
     """A source's blocks, each a function returning ``(batch, origin)`` or None; numeric
     columns parsed as numbers where the source can (see ``Source.typed_blocks``)."""
     if not hasattr(source, "typed_blocks"):  # e.g. BigQuery: typed by its own schema
@@ -181,7 +181,7 @@ def _blocks(source, plan: _Plan, reject):
 
 
 def _update_categorical_stats(stats: dict, categorical: dict[str, np.ndarray],
-                              batch: _Batch) -> None:
+                              batch: Batch) -> None:
     for name, indices in categorical.items():
         dictionary = batch.categorical[name][1]
         counts = np.bincount(indices, minlength=len(dictionary) + 1)

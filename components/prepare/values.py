@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 from gkeflow.components.prepare.sources import NULL_VALUES
 
 
-def _as_strings(array: pa.Array) -> pa.Array:
+def as_strings(array: pa.Array) -> pa.Array:
     """The values as text; a floating-point NaN is missing (null), as in a CSV file."""
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
@@ -29,18 +29,18 @@ def _as_strings(array: pa.Array) -> pa.Array:
 NUMERIC_MIN_FRACTION = 0.95
 
 
-def _parses_as_numbers(array: pa.Array, min_fraction: float = 1.0) -> bool:
+def parses_as_numbers(array: pa.Array, min_fraction: float = 1.0) -> bool:
     """Whether the (non-null) values are numbers; ``min_fraction`` of them at least."""
     if pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
         return True
     if pa.types.is_boolean(array.type) or pa.types.is_temporal(array.type):
         return False
     try:
-        pc.cast(_as_strings(array), pa.float64())
+        pc.cast(as_strings(array), pa.float64())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         if min_fraction >= 1.0 or len(array) == 0:
             return False
-        _, bad = _to_float(array)
+        _, bad = to_float(array)
         return 1.0 - bad.mean() >= min_fraction
     return True
 
@@ -64,7 +64,7 @@ def _invalid_utf8(array: pa.Array) -> np.ndarray | None:
         return bad
 
 
-def _null_invalid_utf8(array: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
+def null_invalid_utf8(array: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
     """The array with invalid UTF-8 values nulled, and their mask (None when all valid)."""
     bad = _invalid_utf8(array)
     if bad is None:
@@ -73,17 +73,17 @@ def _null_invalid_utf8(array: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
     return cleaned.view(array.type), bad
 
 
-def _is_text_dictionary(type_: pa.DataType) -> bool:
+def is_text_dictionary(type_: pa.DataType) -> bool:
     return pa.types.is_dictionary(type_) and (
         pa.types.is_string(type_.value_type) or pa.types.is_large_string(type_.value_type))
 
 
-def _dictionary_codes(array: pa.DictionaryArray) -> tuple[np.ndarray, list, np.ndarray | None]:
+def dictionary_codes(array: pa.DictionaryArray) -> tuple[np.ndarray, list, np.ndarray | None]:
     """Per-row indices into a dictionary of text values (``len(dictionary)`` = missing),
     the values, and the mask of rows whose value is not valid UTF-8 (None when all are).
 
     Works on the array's own dictionary: each distinct value is checked and decoded once.
-    Empty and invalid values count as missing, as :class:`_Batch` treats plain text.
+    Empty and invalid values count as missing, as :class:`Batch` treats plain text.
     """
     raw = array.dictionary.view(pa.binary()).to_pylist()
     values: list[str] = []
@@ -107,7 +107,7 @@ def _dictionary_codes(array: pa.DictionaryArray) -> tuple[np.ndarray, list, np.n
     return codes, values, (invalid[indices] if invalid.any() else None)
 
 
-def _fast_float(array: pa.Array) -> np.ndarray | None:
+def fast_float(array: pa.Array) -> np.ndarray | None:
     """float64 values when every value converts (NaN = missing), else None."""
     if pa.types.is_float64(array.type):
         return array.to_numpy(zero_copy_only=False)
@@ -115,19 +115,19 @@ def _fast_float(array: pa.Array) -> np.ndarray | None:
         if pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
             values = pc.cast(array, pa.float64())
         else:
-            values = pc.cast(_as_strings(array), pa.float64())
+            values = pc.cast(as_strings(array), pa.float64())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     return values.to_numpy(zero_copy_only=False)
 
 
-def _to_float(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+def to_float(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """float64 values (NaN = missing) and a mask of values that are not numbers."""
     n = len(array)
     if pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
         return pc.cast(array, pa.float64()).to_numpy(zero_copy_only=False).astype(
             np.float64, copy=False), np.zeros(n, dtype=bool)
-    strings = _as_strings(array)
+    strings = as_strings(array)
     try:
         values = pc.cast(strings, pa.float64())
         return values.to_numpy(zero_copy_only=False), np.zeros(n, dtype=bool)

@@ -93,7 +93,7 @@ class LocalStore:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def _storage_client():
+def storage_client():
     """Credentials from the environment; anonymous against an emulator
     (``STORAGE_EMULATOR_HOST``)."""
     from google.cloud import storage
@@ -117,7 +117,7 @@ class GcsStore:
             raise ValueError(f"no bucket in {uri}")
         self.uri = uri.rstrip("/")
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
-        self.bucket = (client or _storage_client()).bucket(bucket)
+        self.bucket = (client or storage_client()).bucket(bucket)
         self._scratch = Path(tempfile.mkdtemp(prefix="gkeflow-ckpt-"))
 
     def staging(self) -> Path:

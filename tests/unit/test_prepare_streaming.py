@@ -347,10 +347,10 @@ def test_varints_match_protobuf():
 def test_row_hash_is_pinned():
     """The split hash is a format: changing it would move rows between splits of datasets
     prepared before and after the change. -0.0 and 0.0 hash alike; so do NaN and missing."""
-    from gkeflow.components.prepare.logic import _hash_text, combine_hashes, hash_numeric
+    from gkeflow.components.prepare.logic import combine_hashes, hash_numeric, hash_text
 
     hashes = combine_hashes([hash_numeric(np.array([1.5, np.nan, -0.0, 0.0])),
-                             _hash_text(["a", None, "b", "b"])])
+                             hash_text(["a", None, "b", "b"])])
     assert [hex(int(h)) for h in hashes] == [
         "0xbd32e17058db8cd4", "0x27824ae515b3b8e1", "0xbd71289a1c0f715b", "0xbd71289a1c0f715b"]
 

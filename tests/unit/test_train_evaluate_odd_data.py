@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from gkeflow.components.evaluate.metrics import compute_metrics
+from gkeflow.components.evaluate.accumulate import compute_metrics
 from gkeflow.components.prepare.logic import ColumnSchema, Schema, prepare
 from gkeflow.components.train.logic import ExportedModel, TrainParams, input_names, train
 from gkeflow.components.train.models import feature_stats_from_prepared
