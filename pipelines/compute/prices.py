@@ -22,8 +22,9 @@ Sources:
   them against the Compute Engine GPU pricing page before relying on them.
 
 Not recorded yet (reported as missing): Vertex AI custom-training rates (Vertex bills its
-own SKUs per machine type), flex-start prices, the vCPU and memory of G2, N1, E2, N2, A3
-Mega / Ultra / 8-GPU High and A4 machines, and the GPUs and TPUs whose rows were not read.
+own SKUs per machine type), flex-start prices, the vCPU and memory of G2 (but
+g2-standard-96), N1, E2, N2, A3 Mega / Ultra / 8-GPU High and A4 machines, and the GPUs and
+TPUs whose rows were not read.
 """
 
 from __future__ import annotations

@@ -66,6 +66,15 @@ def test_a_gpu_machine_is_its_host_plus_its_gpus():
     assert rate.date_read == READ and not rate.stale and not rate.missing
 
 
+def test_eight_l4_on_g2_standard_96():
+    rate = prices.hourly_rate("gke", "g2-standard-96", "nvidia-l4", 8, "spot", "us-east4",
+                              today=READ)
+    assert rate.usd_per_hour == pytest.approx(1.40429 + 8 * 0.2233, abs=1e-9)
+    # a G2 shape whose own row was not read is missing, not priced from g2-standard-96
+    assert prices.hourly_rate("gke", "g2-standard-48", "nvidia-l4", 4, "standard",
+                              "us-central1", today=READ).missing
+
+
 def test_spot_uses_the_spot_rows_not_a_discount():
     rate = prices.hourly_rate("gke", "a2-ultragpu-2g", "nvidia-a100-80gb", 2, "spot",
                               "us-central1", today=READ)
