@@ -1,0 +1,164 @@
+"""Hourly list prices of what a step runs on, with their sources: a look-up over prices.csv.
+
+Each row of ``prices.csv`` (beside this module) is one price: ``kind`` (``gpu`` per GPU,
+``tpu`` per chip with its host VM, ``machine`` for the vCPUs and memory of a machine type
+without its GPUs), ``item`` (GKE accelerator label, TPU generation or machine type),
+``capacity`` (``standard``, ``spot``, ``flex-start``), ``region``, ``usd_per_hour``,
+``source`` (a key of :data:`SOURCES`) and ``date_read``. A row with no price records that
+the price is missing and why (``note``); ``item`` and ``region`` may be patterns
+(``g2-standard-*``, ``*``) that cover what no exact row names.
+Missing prices are reported, never estimated: Spot and flex-start are their own SKUs, not a
+fixed discount off on demand.
+
+Sources:
+
+- ``skypilot-vms``: skypilot-org/skypilot-catalog ``catalogs/v8/gcp/vms.csv`` at commit
+  006059e0f18acb1341e22a27751e9f80df6ba92f, generated from the Cloud Billing Catalog API
+  (read 2026-12-02). A secondary source: rows without an accelerator are the machine's
+  vCPUs and memory; accelerator rows are the GPUs (or the TPU chips) alone. It writes
+  700.0 where it found no price; no such row was taken. Its on-demand H100 figures differ
+  more than twofold between regions (us-central1 4.20 / GPU, us-east4 9.80) and its H200
+  "on demand" rows fall below Spot in some regions (A3 Ultra has no on-demand offer); check
+  them against the Compute Engine GPU pricing page before relying on them.
+
+Not recorded yet (reported as missing): Vertex AI custom-training rates (Vertex bills its
+own SKUs per machine type), flex-start prices, the vCPU and memory of G2 (but
+g2-standard-96), N1, E2, N2, A3 Mega / Ultra / 8-GPU High and A4 machines, and the GPUs and
+TPUs whose rows were not read.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from datetime import date
+from fnmatch import fnmatchcase
+from functools import lru_cache
+from pathlib import Path
+
+PRICES_CSV = Path(__file__).with_name("prices.csv")
+STALE_AFTER_DAYS = 90
+CAPACITIES = ("standard", "spot", "flex-start", "reservation")
+TARGETS = ("gke", "vertex")
+
+SOURCES: dict[str, str] = {
+    "skypilot-vms": "https://github.com/skypilot-org/skypilot-catalog/blob/"
+                    "006059e0f18acb1341e22a27751e9f80df6ba92f/catalogs/v8/gcp/vms.csv",
+}
+
+
+@dataclass(frozen=True)
+class Price:
+    """One row of the catalogue; ``usd_per_hour`` is None when the price is missing."""
+
+    kind: str
+    item: str
+    capacity: str
+    region: str
+    usd_per_hour: float | None
+    source: str
+    date_read: date
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Rate:
+    """An hourly rate, or why there is none (``usd_per_hour`` None and ``reason``)."""
+
+    usd_per_hour: float | None
+    source: str = ""
+    date_read: date | None = None
+    stale: bool = False
+    reason: str = ""
+
+    @property
+    def missing(self) -> bool:
+        return self.usd_per_hour is None
+
+
+def _row(raw: dict[str, str]) -> Price:
+    price = raw["usd_per_hour"].strip()
+    return Price(raw["kind"], raw["item"], raw["capacity"], raw["region"],
+                 float(price) if price else None, raw["source"].strip(),
+                 date.fromisoformat(raw["date_read"]), raw["note"].strip())
+
+
+@lru_cache(maxsize=4)
+def load_prices(path: Path = PRICES_CSV) -> tuple[Price, ...]:
+    """Every row of the price file at ``path``."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        lines = (line for line in handle if not line.startswith("#"))
+        return tuple(_row(raw) for raw in csv.DictReader(lines))
+
+
+def is_stale(date_read: date, today: date) -> bool:
+    """Whether a price read on ``date_read`` is older than :data:`STALE_AFTER_DAYS`."""
+    return (today - date_read).days > STALE_AFTER_DAYS
+
+
+def find_price(kind: str, item: str, capacity: str, region: str,
+               prices: tuple[Price, ...] | None = None) -> Price | None:
+    """The row for exactly this item, else the ``*`` row that covers it; None if neither."""
+    rows = load_prices() if prices is None else prices
+    fallback = None
+    for row in rows:
+        if row.kind != kind or row.capacity != capacity:
+            continue
+        if row.item == item and row.region == region:
+            return row
+        if (fallback is None and fnmatchcase(item, row.item)
+                and fnmatchcase(region, row.region)):
+            fallback = row
+    return fallback
+
+
+def _part(kind: str, item: str, capacity: str, region: str, count: int,
+          prices: tuple[Price, ...] | None) -> tuple[float | None, Price | None, str]:
+    row = find_price(kind, item, capacity, region, prices)
+    what = f"{capacity} {item} in {region}"
+    if row is None:
+        return None, None, f"no {what} price in the catalogue"
+    if row.usd_per_hour is None:
+        return None, row, f"no {what} price: {row.note or 'missing'}"
+    return row.usd_per_hour * count, row, ""
+
+
+def hourly_rate(target: str, machine_type: str, accelerator: str | None, count: int,
+                capacity: str, region: str, *, today: date | None = None,
+                prices: tuple[Price, ...] | None = None) -> Rate:
+    """What one machine of ``machine_type`` with ``count`` ``accelerator`` GPUs (or, for a
+    ``tpu-*`` generation, ``count`` chips) costs per hour on ``target`` under ``capacity``.
+
+    GPU machines are the machine's own row plus ``count`` GPUs; TPU slices are ``count``
+    chips (their host VMs are in the chip price). Reservation capacity has no hourly rate
+    here: it is paid for by the reservation.
+    """
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
+    if capacity not in CAPACITIES:
+        raise ValueError(f"unknown capacity {capacity!r}; choose one of {', '.join(CAPACITIES)}")
+    if count < 0:
+        raise ValueError(f"accelerator count must be 0 or more, not {count}")
+    if capacity == "reservation":
+        return Rate(None, reason="reserved: paid for by the reservation, not by the hour")
+    if target == "vertex":
+        return Rate(None, reason=f"no Vertex AI training rate for {machine_type} in the "
+                                 "catalogue (Vertex bills its own SKUs; none recorded yet)")
+    parts: list[tuple[str, str, int]] = []
+    if accelerator and accelerator.startswith("tpu"):
+        parts.append(("tpu", accelerator, count))
+    else:
+        parts.append(("machine", machine_type, 1))
+        if accelerator and count:
+            parts.append(("gpu", accelerator, count))
+    total, rows = 0.0, []
+    for kind, item, n in parts:
+        amount, row, reason = _part(kind, item, capacity, region, n, prices)
+        if amount is None:
+            return Rate(None, reason=reason)
+        total += amount
+        rows.append(row)
+    oldest = min(row.date_read for row in rows)
+    sources = sorted({SOURCES.get(row.source, row.source) for row in rows})
+    return Rate(round(total, 5), " + ".join(sources), oldest,
+                is_stale(oldest, today or date.today()))

@@ -1,0 +1,155 @@
+"""The price catalogue: its rows, the look-up, missing and stale prices."""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+
+import pytest
+
+from gkeflow.pipelines.compute import gpu_catalogue, prices, tpu_catalogue
+
+ROWS = prices.load_prices()
+READ = date(2026, 12, 2)
+
+
+def test_every_price_is_positive_with_a_source_url_and_an_iso_date():
+    priced = [row for row in ROWS if row.usd_per_hour is not None]
+    assert priced
+    for row in priced:
+        assert row.usd_per_hour > 0, row
+        assert prices.SOURCES[row.source].startswith("https://"), row
+        assert row.date_read <= date.today()
+    for row in ROWS:
+        assert row.capacity in prices.CAPACITIES and row.kind in ("gpu", "tpu", "machine")
+        if row.usd_per_hour is None:
+            assert row.note, f"missing price without a reason: {row}"
+
+
+def test_the_file_names_no_row_twice():
+    keys = [(r.kind, r.item, r.capacity, r.region) for r in ROWS]
+    assert len(keys) == len(set(keys))
+
+
+def test_sources_are_cited_in_the_module():
+    for key in prices.SOURCES:
+        assert f"``{key}``" in prices.__doc__
+
+
+@pytest.mark.parametrize("accelerator", sorted({f.accelerator for f in gpu_catalogue.FAMILIES}))
+def test_every_gpu_has_an_on_demand_price_in_us_central1_or_a_reason(accelerator):
+    row = prices.find_price("gpu", accelerator, "standard", "us-central1")
+    assert row is not None, f"{accelerator}: no row at all"
+    assert row.usd_per_hour is not None or row.note
+
+
+@pytest.mark.parametrize("generation", [g.name for g in tpu_catalogue.GENERATIONS])
+def test_every_tpu_has_an_on_demand_price_in_us_central1_or_a_reason(generation):
+    row = prices.find_price("tpu", generation, "standard", "us-central1")
+    assert row is not None and (row.usd_per_hour is not None or row.note)
+
+
+def test_spot_is_never_dearer_than_on_demand():
+    by_key = {(r.kind, r.item, r.capacity, r.region): r.usd_per_hour for r in ROWS}
+    for (kind, item, capacity, region), spot in by_key.items():
+        on_demand = by_key.get((kind, item, "standard", region))
+        if capacity == "spot" and spot is not None and on_demand is not None:
+            assert spot < on_demand, (kind, item, region)
+
+
+def test_a_gpu_machine_is_its_host_plus_its_gpus():
+    rate = prices.hourly_rate("gke", "a2-highgpu-1g", "nvidia-tesla-a100", 1, "standard",
+                              "us-central1", today=READ)
+    # 0.73948 (12 vCPUs, 85 GB) + 2.93391 (one A100 40GB), the source's two rows
+    assert rate.usd_per_hour == pytest.approx(3.67339, abs=1e-9)
+    assert rate.source == prices.SOURCES["skypilot-vms"]
+    assert rate.date_read == READ and not rate.stale and not rate.missing
+
+
+def test_eight_l4_on_g2_standard_96():
+    rate = prices.hourly_rate("gke", "g2-standard-96", "nvidia-l4", 8, "spot", "us-east4",
+                              today=READ)
+    assert rate.usd_per_hour == pytest.approx(1.40429 + 8 * 0.2233, abs=1e-9)
+    # a G2 shape whose own row was not read is missing, not priced from g2-standard-96
+    assert prices.hourly_rate("gke", "g2-standard-48", "nvidia-l4", 4, "standard",
+                              "us-central1", today=READ).missing
+
+
+def test_spot_uses_the_spot_rows_not_a_discount():
+    rate = prices.hourly_rate("gke", "a2-ultragpu-2g", "nvidia-a100-80gb", 2, "spot",
+                              "us-central1", today=READ)
+    assert rate.missing  # the A100 80GB GPU rows were not read: no guess from on demand
+    assert "spot nvidia-a100-80gb in us-central1" in rate.reason
+
+
+def test_a_tpu_slice_is_chips_times_the_chip_price():
+    rate = prices.hourly_rate("gke", "ct6e-standard-4t", "tpu-v6e", 16, "standard",
+                              "us-central1", today=READ)
+    assert rate.usd_per_hour == pytest.approx(16 * 2.7, abs=1e-9)
+
+
+def test_staleness_is_relative_to_today():
+    rate = prices.hourly_rate("gke", "ct6e-standard-4t", "tpu-v6e", 4, "spot", "europe-west4",
+                              today=date(2027, 3, 2))  # 90 days after reading
+    assert not rate.stale
+    rate = prices.hourly_rate("gke", "ct6e-standard-4t", "tpu-v6e", 4, "spot", "europe-west4",
+                              today=date(2027, 3, 3))
+    assert rate.stale and rate.usd_per_hour == pytest.approx(4 * 1.03748, abs=1e-9)
+    assert prices.is_stale(date(2026, 1, 1), date(2026, 4, 2))
+    assert not prices.is_stale(date(2026, 1, 1), date(2026, 4, 1))
+
+
+@pytest.mark.parametrize("args, reason", [
+    (("gke", "g2-standard-8", "nvidia-l4", 1, "standard", "us-central1"),
+     "no standard g2-standard-8 in us-central1 price: not read from a source yet"),
+    (("gke", "a2-highgpu-1g", "nvidia-tesla-a100", 1, "flex-start", "us-central1"),
+     "no flex-start a2-highgpu-1g in us-central1 price: no published flex-start"),
+    (("gke", "a2-highgpu-1g", "nvidia-tesla-a100", 1, "standard", "us-east4"),
+     "no standard a2-highgpu-1g in us-east4 price: no row for this region"),
+    (("gke", "a3-ultragpu-8g", "nvidia-h200-141gb", 8, "standard", "us-central1"),
+     "no standard a3-ultragpu-8g in us-central1 price"),
+    (("gke", "ct5p-hightpu-4t", "tpu-v5p", 8, "standard", "us-central1"),
+     "no standard tpu-v5p in us-central1 price: not read from a source yet"),
+    (("gke", "x9-mega-1", None, 0, "standard", "mars-north1"),
+     "no standard x9-mega-1 in mars-north1 price in the catalogue"),
+    (("vertex", "a2-highgpu-1g", "nvidia-tesla-a100", 1, "standard", "us-central1"),
+     "no Vertex AI training rate for a2-highgpu-1g"),
+    (("gke", "a2-highgpu-1g", "nvidia-tesla-a100", 1, "reservation", "us-central1"),
+     "reserved"),
+])
+def test_missing_prices_are_reported_with_a_reason(args, reason):
+    rate = prices.hourly_rate(*args, today=READ)
+    assert rate.missing and rate.usd_per_hour is None
+    assert rate.reason.startswith(reason), rate.reason
+    assert "\n" not in rate.reason
+
+
+def test_the_h200_is_not_priced_on_demand():
+    row = prices.find_price("gpu", "nvidia-h200-141gb", "standard", "us-central1")
+    assert row.usd_per_hour is None and "not offered on demand" in row.note
+    spot = prices.find_price("gpu", "nvidia-h200-141gb", "spot", "us-central1")
+    assert spot.usd_per_hour == pytest.approx(37.2472 / 8, abs=1e-5)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"target": "aws"}, "unknown target 'aws'; choose one of gke, vertex"),
+    ({"capacity": "cheap"}, "unknown capacity 'cheap'; choose one of standard, spot, "
+                            "flex-start, reservation"),
+    ({"count": -1}, "accelerator count must be 0 or more, not -1"),
+])
+def test_bad_arguments_are_refused_in_one_line(kwargs, message):
+    args = {"target": "gke", "machine_type": "a2-highgpu-1g",
+            "accelerator": "nvidia-tesla-a100", "count": 1, "capacity": "standard",
+            "region": "us-central1", **kwargs}
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        prices.hourly_rate(**args)
+
+
+def test_a_price_file_of_its_own_is_read(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text("# comment\nkind,item,capacity,region,usd_per_hour,source,date_read,note\n"
+                    "machine,n2-standard-4,standard,us-central1,0.2,skypilot-vms,2026-01-01,\n")
+    rows = prices.load_prices(path)
+    rate = prices.hourly_rate("gke", "n2-standard-4", None, 0, "standard", "us-central1",
+                              today=date(2026, 12, 2), prices=rows)
+    assert rate.usd_per_hour == pytest.approx(0.2) and rate.stale

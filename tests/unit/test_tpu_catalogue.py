@@ -1,0 +1,151 @@
+"""The TPU catalogue: its tables against the sources read, consistency and refusals."""
+
+from __future__ import annotations
+
+import re
+from math import prod
+
+import pytest
+from google.cloud import aiplatform_v1
+
+from gkeflow.pipelines.compute import tpu_catalogue as tpu
+
+#: generation -> (GKE label, {topology: (chips, hosts, chips per host, machine type)}), as
+#: read from the sources cited in tpu_catalogue.
+EXPECTED = {
+    "tpu-v5e": ("tpu-v5-lite-podslice", {
+        "1x1": (1, 1, 1, "ct5lp-hightpu-1t"), "2x2": (4, 1, 4, "ct5lp-hightpu-4t"),
+        "2x4": (8, 1, 8, "ct5lp-hightpu-8t"), "4x4": (16, 4, 4, "ct5lp-hightpu-4t"),
+        "16x16": (256, 64, 4, "ct5lp-hightpu-4t")}),
+    "tpu-v6e": ("tpu-v6e-slice", {
+        "1x1": (1, 1, 1, "ct6e-standard-1t"), "2x2": (4, 1, 4, "ct6e-standard-4t"),
+        "2x4": (8, 1, 8, "ct6e-standard-8t"), "4x4": (16, 4, 4, "ct6e-standard-4t"),
+        "8x16": (128, 32, 4, "ct6e-standard-4t")}),
+    "tpu-v5p": ("tpu-v5p-slice", {
+        "2x2x1": (4, 1, 4, "ct5p-hightpu-4t"), "2x2x2": (8, 2, 4, "ct5p-hightpu-4t"),
+        "2x4x4": (32, 8, 4, "ct5p-hightpu-4t"), "4x4x4": (64, 16, 4, "ct5p-hightpu-4t"),
+        "16x16x24": (6144, 1536, 4, "ct5p-hightpu-4t")}),
+    "tpu-v4": ("tpu-v4-podslice", {
+        "2x2x1": (4, 1, 4, "ct4p-hightpu-4t"), "2x2x4": (16, 4, 4, "ct4p-hightpu-4t")}),
+    "tpu7x": ("tpu7x", {
+        "1x1x1": (1, 1, 1, "tpu7x-standard-1t"), "2x2x1": (4, 1, 4, "tpu7x-standard-4t"),
+        "4x4x8": (128, 32, 4, "tpu7x-standard-4t")}),
+}
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_generations_match_the_sources(name):
+    label, shapes = EXPECTED[name]
+    gen = tpu.tpu_generation(name)
+    assert gen.gke_label == label
+    for topology, shape in shapes.items():
+        assert tuple(tpu.slice_shape(name, topology)) == shape, topology
+
+
+def test_every_generation_the_issue_names_is_there():
+    assert {g.name for g in tpu.GENERATIONS} == set(EXPECTED)
+
+
+def test_gke_labels_and_names_are_unique():
+    labels = [g.gke_label for g in tpu.GENERATIONS]
+    assert len(labels) == len(set(labels))
+    assert len({g.name for g in tpu.GENERATIONS}) == len(tpu.GENERATIONS)
+
+
+@pytest.mark.parametrize("gen", tpu.GENERATIONS, ids=lambda g: g.name)
+def test_every_topology_divides_into_whole_hosts(gen):
+    machines = {m.name: m.chips for m in gen.machines}
+    pattern = re.compile(r"^\d+x\d+$" if gen.dims == 2 else r"^\d+x\d+x\d+$")
+    for topology, machine in gen.topologies.items():
+        assert pattern.match(topology), topology
+        chips = prod(int(d) for d in topology.split("x"))
+        assert machine in machines, (topology, machine)
+        assert chips % machines[machine] == 0, topology
+        shape = tpu.slice_shape(gen.name, topology)
+        assert shape.hosts * shape.chips_per_host == shape.chips == chips
+        # a VM bigger than the slice would leave chips unused: single-host slices fill one VM
+        assert shape.chips >= shape.chips_per_host
+
+
+@pytest.mark.parametrize("gen", tpu.GENERATIONS, ids=lambda g: g.name)
+def test_entries_carry_sources_and_a_date(gen):
+    assert gen.sources and re.fullmatch(r"\d{4}-\d{2}-\d{2}", gen.date_read)
+    cited = set(re.findall(r"^- ``([a-z0-9-]+)``:", tpu.__doc__, re.MULTILINE))
+    assert set(gen.sources) <= cited, set(gen.sources) - cited
+    assert set(gen.consumption) <= set(tpu.CONSUMPTION)
+
+
+def test_single_and_multi_host():
+    assert not tpu.slice_shape("tpu-v6e", "2x4").multi_host
+    assert tpu.slice_shape("tpu-v6e", "4x4").multi_host
+    assert tpu.slice_shape("tpu-v5p", "2x2x2").multi_host
+    assert not tpu.slice_shape("v5p", "2x2x1").multi_host
+
+
+def test_v5p_topologies_follow_the_cube_rule():
+    topologies = tpu.valid_topologies("tpu-v5p")
+    assert "16x16x24" in topologies  # 96 cubes, the largest single slice
+    assert "16x16x28" not in topologies  # 112 cubes
+    assert "4x8x4" not in topologies  # A <= B <= C
+    assert "4x4x6" not in topologies  # neither <= 4 nor a multiple of 4
+
+
+def test_names_are_found_by_alias_and_label():
+    assert tpu.tpu_generation("Trillium").name == "tpu-v6e"
+    assert tpu.tpu_generation("tpu-v5-lite-podslice").name == "tpu-v5e"
+    assert tpu.tpu_generation("v5p").name == "tpu-v5p"
+
+
+def test_unknown_generation_is_refused_listing_the_valid_ones():
+    with pytest.raises(ValueError) as err:
+        tpu.tpu_generation("tpu-v9")
+    message = str(err.value)
+    assert "\n" not in message
+    assert message == ("unknown TPU generation 'tpu-v9'; choose one of tpu-v5e, tpu-v6e, "
+                       "tpu-v5p, tpu-v4, tpu7x")
+
+
+def test_invalid_topology_is_refused_listing_the_valid_ones():
+    with pytest.raises(ValueError) as err:
+        tpu.slice_shape("tpu-v6e", "3x3")
+    assert str(err.value) == ("topology '3x3' is not valid for tpu-v6e on GKE; choose one of "
+                              "1x1, 2x2, 2x4, 4x4, 4x8, 8x8, 8x16, 16x16")
+
+
+def test_a_long_list_of_topologies_is_shortened_in_one_line():
+    with pytest.raises(ValueError) as err:
+        tpu.slice_shape("tpu-v5p", "4x4")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("topology '4x4' is not valid for tpu-v5p")
+    assert f"({len(tpu.valid_topologies('tpu-v5p'))} in all)" in message
+
+
+def test_unknown_target_is_refused():
+    with pytest.raises(ValueError, match="unknown target 'aws'; choose one of gke, vertex"):
+        tpu.valid_topologies("tpu-v6e", "aws")
+
+
+def test_vertex_offers_single_host_v5e_and_v6e_only():
+    for name in ("tpu-v5e", "tpu-v6e"):
+        for topology in tpu.valid_topologies(name, tpu.VERTEX):
+            assert not tpu.slice_shape(name, topology, tpu.VERTEX).multi_host
+    with pytest.raises(ValueError, match="^tpu-v5p is not offered on Vertex AI"):
+        tpu.slice_shape("tpu-v5p", "2x2x1", tpu.VERTEX)
+    with pytest.raises(ValueError, match="not valid for tpu-v6e on Vertex AI; choose one of "
+                                         "1x1, 2x2, 2x4$"):
+        tpu.slice_shape("tpu-v6e", "4x4", tpu.VERTEX)
+
+
+def test_vertex_machine_spec_parses_as_aiplatform_v1():
+    spec = tpu.vertex_machine_spec("tpu-v5e", "2x2")
+    assert spec == {"machine_type": "ct5lp-hightpu-4t", "tpu_topology": "2x2"}
+    parsed = aiplatform_v1.MachineSpec(**spec)
+    assert parsed.machine_type == "ct5lp-hightpu-4t" and parsed.tpu_topology == "2x2"
+
+
+def test_consumption_options():
+    assert tpu.consumption_options("tpu-v6e") == ["standard", "spot", "flex-start",
+                                                  "reservation"]
+    assert "flex-start" not in tpu.consumption_options("tpu-v5p")
+    assert tpu.tpu_generation("tpu-v6e").consumption["flex-start"] == (
+        "asia-northeast1-b", "us-east5-a")
