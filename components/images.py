@@ -51,6 +51,22 @@ GPU_IMAGE = reference("gpu")
 #: Declared image -> whether it can use a GPU.
 IMAGES = {CPU_IMAGE: False, GPU_IMAGE: True}
 
+#: The serving image's kind: ``REGISTRY/gkeflow-serving:TAG``, TensorFlow Serving of the
+#: training TensorFlow for Vertex AI (images/serving.Dockerfile); not a step image.
+SERVING = "serving"
+#: The TensorFlow Serving release the serving image is built from: the images' TensorFlow
+#: (tests check it against images/serving.Dockerfile and the locks).
+SERVING_TF_VERSION = "2.21.0"
+
+
+def serving_reference(registry: str = REGISTRY, tag: str = VERSION) -> str:
+    """``REGISTRY/gkeflow-serving:TAG``."""
+    return f"{registry.rstrip('/')}/gkeflow-{SERVING}:{tag}"
+
+
+#: The serving image as components declare it; compiling maps it like the step images.
+SERVING_IMAGE = serving_reference()
+
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 

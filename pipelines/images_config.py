@@ -42,9 +42,11 @@ from gkeflow.components.images import (
     FLAVOURS,
     IMAGES,
     REGISTRY,
+    SERVING_IMAGE,
     VERSION,
     reference,
     repository,
+    serving_reference,
 )
 
 DEFAULT_LOCK = "gkeflow.lock"
@@ -197,6 +199,10 @@ class ImagesConfig(BaseModel):
     def include_paths(self) -> list[Path]:
         return [self._resolve(entry) for entry in self.include]
 
+    def serving_reference(self) -> str:
+        """The serving image built and pulled: ``REGISTRY/gkeflow-serving:TAG``."""
+        return serving_reference(self.registry_or_default, self.tag_or_default)
+
     def references(self) -> dict[str, str]:
         """Flavour -> the tag reference built and pulled: ``REGISTRY/gkeflow-FLAVOUR:TAG``."""
         return {flavour: reference(flavour, self.registry_or_default, self.tag_or_default)
@@ -272,6 +278,11 @@ def image_map(images: ImagesConfig, lock: Mapping | None = None) -> dict[str, st
         entry = lock.get(target)
         mapping[reference(flavour)] = (f"{repository(target)}@{entry.digest}" if entry
                                        else target)
+    # The serving image (Vertex AI registration) the same way; unbuilt, the tag reference,
+    # which registration refuses for a model no prebuilt container serves.
+    serving = images.serving_reference()
+    entry = lock.get(serving)
+    mapping[SERVING_IMAGE] = f"{repository(serving)}@{entry.digest}" if entry else serving
     return mapping
 
 

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from kfp import dsl
 
 from gkeflow.components import evaluate_model
+from gkeflow.components.images import SERVING_IMAGE
+from gkeflow.components.register.vertex_component import register_model as vertex_register_model
 
 Configure = Callable[[dsl.PipelineTask, str], dsl.PipelineTask]
 
@@ -78,6 +80,10 @@ def evaluate_and_register(
             arguments["labels"] = labels
         if training_inputs is not None:
             arguments["training_inputs"] = training_inputs
+        if register_step is vertex_register_model:
+            # TensorFlow Serving of the training TensorFlow, for models no prebuilt Vertex AI
+            # container serves; compiling pins it to the digest `gkeflow images build` wrote.
+            arguments["serving_image"] = SERVING_IMAGE
         register = configure(register_step(**arguments), "register-model")
         if deploy is not None:
             deploy(register, evaluate, model)

@@ -200,11 +200,40 @@ def deploy_for_pipeline(
     if not registered.get("modelName") or int(registered.get("version") or 0) < 1:
         raise DeploySettingsError("the registered model names no model and version; deploy "
                                   "runs after register_model")
-    report = check_servable(Path(model_path), load_sample(Path(evaluation_path)))
+    report = check_servable(Path(model_path), load_sample(Path(evaluation_path)),
+                            serving_tf_version=serving_tf_version(target, registered,
+                                                                  Path(model_path), compute))
     echo(report.line)
     return deploy_version(target, Path(model_path), registered, config, compute,
                           registry_uri, report.line, echo=echo, kube_api=kube_api,
                           credentials=credentials)
+
+
+def serving_tf_version(target: str, registered: dict[str, Any], model_path: Path,
+                       compute: dict[str, Any]) -> str:
+    """The TensorFlow of the runtime that will answer: the registered Vertex AI container's,
+    KServe's ``tensorflow/serving`` release, this machine's for the local stand-in; "" when
+    unknown (a container of your own).
+
+    Raises:
+        DeploySettingsError: the model's TensorFlow has no known serving runtime.
+    """
+    from gkeflow.components.deploy.runtimes import (
+        RuntimeMismatch,
+        image_tf_version,
+        kserve_runtime_version,
+    )
+
+    if target == "vertex":
+        return image_tf_version(str(registered.get("servingImage") or ""))
+    if target == "gke":
+        try:
+            return kserve_runtime_version(tf_version_of(model_path), gpu=False)
+        except RuntimeMismatch as exc:
+            raise DeploySettingsError(str(exc)) from None
+    import tensorflow as tf
+
+    return tf.__version__
 
 
 def deploy_version(target: str, model_path: Path, registered: dict[str, Any],
@@ -295,7 +324,8 @@ def vertex_parts(registered: dict[str, Any], config: DeploySettings, compute: di
         raise DeploySettingsError(
             f"deploy-model asks for {machine.accelerator_type} but the version was "
             f"registered with the CPU-only container {image}: set registry.serving_image "
-            "to a tf2-gpu container, or drop the accelerator from compute.deploy-model")
+            "to a tf2-gpu container of the model's TensorFlow, or drop the accelerator from "
+            "compute.deploy-model")
     api = VertexEndpoints(parts[1], parts[3], policy=policy, api_endpoint=config.api_endpoint,
                           credentials=credentials, echo=echo)
     return api, resource_name, machine
@@ -305,7 +335,7 @@ def kserve_parts(model_path: Path, registered: dict[str, Any], config: DeploySet
                  compute: dict[str, Any], kube_api=None, echo=print, policy=None):
     """(InferenceServices, the ModelVersion to serve, the Placement, the namespace)."""
     from gkeflow.components.deploy import kserve
-    from gkeflow.components.deploy.runtimes import kserve_runtime_version
+    from gkeflow.components.deploy.runtimes import RuntimeMismatch, kserve_runtime_version
 
     model_name = str(registered.get("modelName") or "")
     version = int(registered.get("version") or 0)
@@ -323,9 +353,12 @@ def kserve_parts(model_path: Path, registered: dict[str, Any], config: DeploySet
     namespace = config.namespace or _pod_namespace()
     services = kserve.InferenceServices(kserve.KServeApi(kube_api, policy=policy, echo=echo),
                                         namespace, config.kserve_mode)
+    try:
+        runtime_version = kserve_runtime_version(tf_version_of(Path(model_path)), placement.gpu)
+    except RuntimeMismatch as exc:
+        raise DeploySettingsError(str(exc)) from None
     served = kserve.ModelVersion(
-        kserve.version_key(version), version, base,
-        kserve_runtime_version(tf_version_of(Path(model_path)), placement.gpu),
+        kserve.version_key(version), version, base, runtime_version,
         str(registered.get("resourceName") or f"{model_name}/{version}"))
     return services, served, placement, namespace
 

@@ -198,26 +198,65 @@ class ServabilityReport:
     max_difference: float
     classes: list[str]
     signature_inputs: dict[str, str]
+    versions: str = ""  # saved with / served by / checked with
 
     @property
     def line(self) -> str:
+        versions = f" ({self.versions})" if self.versions else ""
         return (f"servable: {SIGNATURE} answered {self.rows} test rows through the REST "
-                f"mapping, largest difference from the evaluation {self.max_difference:.2e}")
+                f"mapping, largest difference from the evaluation {self.max_difference:.2e}"
+                f"{versions}")
+
+
+def check_versions(model_dir: Path, serving_tf_version: str) -> str:
+    """Refuse unless the model was saved with, and this check runs on, the TensorFlow minor
+    version the serving runtime has; returns what was compared, for the report.
+
+    Raises:
+        NotServable: one line naming the versions that differ and the fix.
+    """
+    import tensorflow as tf
+
+    from gkeflow.components.deploy.runtimes import tf_minor
+
+    path = Path(model_dir) / METADATA_FILE
+    saved = ""
+    if path.exists():
+        saved = str(json.loads(path.read_text(encoding="utf-8")).get("framework_version") or "")
+    checked = tf.__version__
+    if not serving_tf_version:
+        return f"saved with TensorFlow {saved or 'unknown'}, checked with {checked}"
+    served = tf_minor(serving_tf_version)
+    if saved and tf_minor(saved) != served:
+        raise NotServable(f"the model was saved with TensorFlow {saved} but the serving runtime "
+                          f"is TensorFlow {serving_tf_version}: serve it with a runtime of "
+                          f"TensorFlow 2.{tf_minor(saved)} (`gkeflow images build` builds "
+                          "gkeflow-serving), or retrain")
+    if tf_minor(checked) != served:
+        raise NotServable(f"this check runs TensorFlow {checked} but the serving runtime is "
+                          f"TensorFlow {serving_tf_version}, so it would prove nothing about "
+                          "that server: run the deploy step in the suite's image")
+    return (f"saved with TensorFlow {saved or 'unknown'}, served by TensorFlow "
+            f"{serving_tf_version}, checked with {checked}")
 
 
 def check_servable(model_dir: Path, sample: dict[str, Any] | None,
-                   atol: float = DEFAULT_ATOL) -> ServabilityReport:
+                   atol: float = DEFAULT_ATOL,
+                   serving_tf_version: str = "") -> ServabilityReport:
     """Refuse ``model_dir`` unless it serves the evaluation's ``sample`` rows as evaluated.
 
     Args:
         model_dir: The exported SavedModel.
         sample: ``sample_predictions`` of evaluation.json: raw rows, probabilities, classes.
         atol: Largest absolute difference allowed per probability.
+        serving_tf_version: The serving runtime's TensorFlow (:func:`check_versions`);
+            empty: not compared.
 
     Raises:
         NotServable: naming what does not match and what to do.
     """
     contract = ServingContract.of(model_dir)
+    versions = check_versions(model_dir, serving_tf_version)
     served = ServedModel(model_dir)
     problems = served.contract_problems(contract)
     if problems:
@@ -252,4 +291,4 @@ def check_servable(model_dir: Path, sample: dict[str, Any] | None,
         raise NotServable("the served model picks other classes than the evaluation for the "
                           "same rows")
     return ServabilityReport(rows=len(predictions), max_difference=worst, classes=classes,
-                             signature_inputs=dict(served.inputs))
+                             signature_inputs=dict(served.inputs), versions=versions)

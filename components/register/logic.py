@@ -210,21 +210,36 @@ def _vertex_resource_uri(resource_name: str) -> str:
     return f"https://{location}-aiplatform.googleapis.com/v1/{resource_name}"
 
 
-def matched_serving_image(model_dir: Path) -> str:
-    """The Vertex AI prebuilt TensorFlow CPU container matching the TensorFlow the model
-    was trained with (see :mod:`gkeflow.components.deploy.runtimes`); "" when unknown."""
+def vertex_serving_image(model_dir: Path, serving_image: str = "",
+                         configured: str = "") -> str:
+    """The Vertex AI container that serves the TensorFlow the model was saved with (see
+    :func:`gkeflow.components.deploy.runtimes.vertex_runtime`).
+
+    Args:
+        model_dir: The SavedModel, with the training step's gkeflow_model.json.
+        serving_image: gkeflow-serving as compiled (pinned by digest once built).
+        configured: registry.serving_image, or a container passed to the step.
+
+    Raises:
+        RegistryError: no container serves the model's TensorFlow (one line: both versions
+            and the fix).
+    """
     import json
 
-    from gkeflow.components.deploy.runtimes import vertex_image
+    from gkeflow.components.deploy.runtimes import RuntimeMismatch, vertex_runtime
 
     try:
         metadata = json.loads((Path(model_dir) / "gkeflow_model.json").read_text())
-        choice = vertex_image(str(metadata["framework_version"]), gpu=False)
+        tf_version = str(metadata["framework_version"])
     except (OSError, ValueError, KeyError):
-        return ""
-    if choice.note:
-        print(f"note: {choice.note}", flush=True)
-    return choice.image
+        return configured  # not exported by train_model: the TensorFlow is unknown
+    try:
+        runtime = vertex_runtime(tf_version, serving_image=serving_image, configured=configured)
+    except (RuntimeMismatch, ValueError) as exc:
+        raise RegistryError(f"cannot register for Vertex AI: {exc}") from None
+    if runtime.note:
+        print(f"note: {runtime.note}", flush=True)
+    return runtime.image
 
 
 def register_for_pipeline(
@@ -247,9 +262,13 @@ def register_for_pipeline(
     describes the result for the step's output artifact."""
     metrics = {k: float(v) for k, v in metrics_metadata.items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    if not serving_image and backend_of(registry_uri) == "vertex" and (
-            settings is None or not settings.serving_image):
-        serving_image = matched_serving_image(Path(model_path))
+    if backend_of(registry_uri) == "vertex":
+        from gkeflow.components.deploy.runtimes import is_tf_serving_image
+
+        suite_image = serving_image if is_tf_serving_image(serving_image) else ""
+        configured = (settings.serving_image if settings else "") or (
+            "" if suite_image else serving_image)
+        serving_image = vertex_serving_image(Path(model_path), suite_image, configured)
     if settings is None:
         settings = RegistrySettings(serving_image=serving_image)
     elif serving_image:

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from gkeflow.components.deploy.runtimes import tf_serving_base, tf_serving_container
 from gkeflow.components.register.local_registry import (
     ModelVersion,
     RegistryError,
@@ -103,6 +104,10 @@ class VertexRegistry:
     ):
         self.where = parse_vertex_uri(uri)
         self.serving_image = serving_image or DEFAULT_SERVING_IMAGE
+        from gkeflow.components.deploy.runtimes import is_tf_serving_image
+
+        # gkeflow-serving: TensorFlow Serving's layout, port and routes (see _upload).
+        self.tf_serving = is_tf_serving_image(self.serving_image)
         self.attempts = attempts
         self.retry_delay_s = retry_delay_s
         from google.cloud import aiplatform
@@ -171,7 +176,7 @@ class VertexRegistry:
         return ModelVersion(
             name=model.display_name,
             version=int(model.version_id),
-            uri=model.artifact_uri,
+            uri=str(lineage.get("model_uri") or model.artifact_uri),
             metrics=metrics,
             labels={k: v for k, v in labels.items() if not k.startswith(METRIC_LABEL_PREFIX)},
             run_id=labels.get(RUN_ID_LABEL, ""),
@@ -263,10 +268,14 @@ class VertexRegistry:
                         "name": f"{parent}@{holder.version_id}",
                         "version_aliases": [f"-{a}" for a in taken],
                     })
+        artifact_uri, container = uri, {}
+        if self.tf_serving:
+            artifact_uri, container = self._tf_serving_layout(uri), tf_serving_container(name)
         uploaded = aiplatform.Model.upload(
             display_name=name,
-            artifact_uri=uri,
+            artifact_uri=artifact_uri,
             serving_container_image_uri=self.serving_image,
+            **container,
             parent_model=parent,
             is_default_version=True if parent is None else make_default,
             version_aliases=list(aliases),
@@ -279,6 +288,22 @@ class VertexRegistry:
         )
         model = self._client().get_model(name=uploaded.versioned_resource_name)
         return self._to_version(model)
+
+    @staticmethod
+    def _tf_serving_layout(uri: str) -> str:
+        """Copy the SavedModel at ``uri`` to ``<uri>-tfserving/1/``, the layout TensorFlow
+        Serving reads (a numbered version folder), and return ``<uri>-tfserving``: Vertex AI
+        copies it and passes the copy as ``AIP_STORAGE_URI``. The version keeps ``uri``."""
+        import tempfile
+        from pathlib import Path
+
+        from gkeflow.components.scaleout.storage import download, publish
+
+        base = tf_serving_base(uri)
+        with tempfile.TemporaryDirectory(prefix="gkeflow-tfserving-") as tmp:
+            local = download(uri, Path(tmp) / "model")
+            publish(local, f"{base}/1", {"model_uri": uri})
+        return base
 
     def _import_evaluation(self, version: ModelVersion, metrics: dict[str, float],
                            run_id: str) -> None:

@@ -44,7 +44,9 @@ def register_model(
         labels: Extra key=value labels, comma-separated (lower-case letters, digits, '_', '-').
         aliases: Aliases to point at the new version, comma-separated (e.g. candidate).
         data_uri: Data the model was trained on, recorded as lineage.
-        serving_image: Vertex AI prediction container; empty: the TensorFlow 2 prebuilt one.
+        serving_image: gkeflow-serving (TensorFlow Serving of the training TensorFlow),
+            used when no prebuilt container serves the model's TensorFlow; any other
+            image: the container to register. Empty: a prebuilt container or a refusal.
         training_inputs: What the model was trained on and with (data fingerprint,
             parameters, code); when an existing version was trained on the same, that
             version is passed on ("unchanged: same as version N") instead of a copy.

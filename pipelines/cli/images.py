@@ -17,7 +17,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from gkeflow.components.images import FLAVOURS
+from gkeflow.components.images import FLAVOURS, SERVING
 
 #: Builders in the order `--builder auto` looks for them, with the executable each needs.
 ENGINES = {"podman": "podman", "docker": "docker", "cloud-build": "gcloud"}
@@ -88,8 +88,10 @@ def images_group() -> None:
 @click.option("--push/--no-push", default=True, show_default=True,
               help="Push to images.registry. --no-push keeps the images local: compile pins "
                    "them, but submit refuses them until they are pushed.")
-@click.option("--flavour", type=click.Choice([*FLAVOURS, "all"]), default="all",
-              show_default=True, help="Which image to build.")
+@click.option("--flavour", type=click.Choice([*FLAVOURS, SERVING, "all"]), default="all",
+              show_default=True,
+              help="Which image to build; serving: TensorFlow Serving of the training "
+                   "TensorFlow, for Vertex AI deploys.")
 @click.option("--project", metavar="PROJECT",
               help="cloud-build: the Google Cloud project to build in (default: the one in "
                    "an Artifact Registry path, else gcloud's).")
@@ -124,8 +126,8 @@ def images_build(builder: str, push: bool, flavour: str, project: str | None,
     builder = pick_builder(builder)
     project = project or registry_project(images.registry)
     console = _console()
-    flavours = list(FLAVOURS) if flavour == "all" else [flavour]
-    references = images.references()
+    flavours = [*FLAVOURS, SERVING] if flavour == "all" else [flavour]
+    references = {**images.references(), SERVING: images.serving_reference()}
     for name in flavours:
         reference = references[name]
         try:
@@ -184,7 +186,7 @@ def images_list(config_path: Path) -> None:
         lock = load_lock(images.lock_path)
     except ImageLockError as exc:
         raise click.ClickException(str(exc)) from exc
-    wanted = set(images.references().values())
+    wanted = {*images.references().values(), images.serving_reference()}
     console = _console()
     if not console.is_terminal:
         console.width = 240  # one line per image when captured

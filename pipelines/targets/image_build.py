@@ -37,7 +37,7 @@ import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from gkeflow.components.images import VERSION
+from gkeflow.components.images import SERVING, VERSION
 from gkeflow.pipelines.targets import image_locks
 
 FLAVOURS = ("cpu", "gpu")
@@ -252,6 +252,20 @@ def assemble_context(dest: Path, flavour: str, requirements: Path | None,
     return dest / "Dockerfile"
 
 
+def assemble_serving_context(dest: Path) -> Path:
+    """Write the serving image's build context into ``dest``: ``Dockerfile``
+    (images/serving.Dockerfile: TensorFlow Serving of the images' TensorFlow) and
+    ``serving-entrypoint.sh``. images.requirements and images.include do not apply."""
+    dest = Path(dest)
+    if dest.exists() and any(dest.iterdir()):
+        raise ImageBuildError(f"{dest} is not empty; give the build context an empty folder")
+    dest.mkdir(parents=True, exist_ok=True)
+    source = images_dir()
+    shutil.copyfile(source / "serving.Dockerfile", dest / "Dockerfile")
+    shutil.copyfile(source / "serving-entrypoint.sh", dest / "serving-entrypoint.sh")
+    return dest / "Dockerfile"
+
+
 def _run(command: list[str], what: str, echo: Callable[[str], None],
          cwd: Path | None = None) -> str:
     """Run ``command``, echo its step lines, return its standard output (what is parsed:
@@ -398,7 +412,7 @@ def build_image(flavour: str, reference: str, requirements: Path | None,
     """Build the ``flavour`` image as ``reference`` and push it unless ``push`` is False.
 
     Args:
-        flavour: ``cpu`` or ``gpu``.
+        flavour: ``cpu``, ``gpu`` or ``serving`` (TensorFlow Serving for Vertex AI).
         reference: The image's name and tag, e.g.
             ``europe-west4-docker.pkg.dev/my-project/ml/gkeflow-cpu:0.1.0``.
         requirements: A pip requirements file of extra packages, or None.
@@ -422,7 +436,10 @@ def build_image(flavour: str, reference: str, requirements: Path | None,
     engine = _engine(builder)
     with tempfile.TemporaryDirectory(prefix=f"gkeflow-{flavour}-image-") as tmp:
         context = Path(tmp) / "context"
-        assemble_context(context, flavour, requirements, includes)
+        if flavour == SERVING:
+            assemble_serving_context(context)
+        else:
+            assemble_context(context, flavour, requirements, includes)
         echo(f"building {reference} ({flavour}) with {builder}")
         if builder == "cloud-build":
             digest = _build_cloud(engine, context, reference, push, project, echo)

@@ -26,6 +26,7 @@ from tests.cli import fake_builder
 REGISTRY = "europe-west4-docker.pkg.dev/my-project/ml"
 CPU = f"{REGISTRY}/gkeflow-cpu:0.1.0"
 GPU = f"{REGISTRY}/gkeflow-gpu:0.1.0"
+SERVING = f"{REGISTRY}/gkeflow-serving:0.1.0"
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -110,8 +111,11 @@ def test_build_no_push_then_compile_pins_both_targets(run, project, readonly_pac
         "requirements.txt"]
 
     builds = [c for c in calls if c["args"][0] == "build"]
-    assert [c["args"][c["args"].index("--tag") + 1] for c in builds] == [CPU, GPU]
-    for build in builds:
+    assert [c["args"][c["args"].index("--tag") + 1] for c in builds] == [CPU, GPU, SERVING]
+    # The serving image: TensorFlow Serving of the training TensorFlow, nothing of the user's.
+    assert sorted(builds[2]["context"]) == ["Dockerfile", "serving-entrypoint.sh"]
+    assert "gkeflow serving image" in builds[2]["dockerfile"]
+    for build in builds[:2]:
         assert "--isolation=chroot" in build["args"]
         context = set(build["context"])
         assert {"Dockerfile", "requirements.lock", "user/requirements.txt",
@@ -121,7 +125,7 @@ def test_build_no_push_then_compile_pins_both_targets(run, project, readonly_pac
     assert not [c for c in calls if c["args"][0] == "push"]
 
     lock = _lock(project)
-    assert set(lock) == {CPU, GPU}
+    assert set(lock) == {CPU, GPU, SERVING}
     for reference, entry in lock.items():
         assert entry["digest"] == fake_builder.digest(reference, pushed=False)
         assert entry["builder"] == "podman" and entry["pushed"] is False
@@ -134,6 +138,8 @@ def test_build_no_push_then_compile_pins_both_targets(run, project, readonly_pac
     for target in ("gke", "vertex"):
         text = (project / "out" / f"training.{target}.yaml").read_text()
         assert cpu in text and gpu in text
+        serving = f"{REGISTRY}/gkeflow-serving@{fake_builder.digest(SERVING, pushed=False)}"
+        assert (serving in text) == (target == "vertex")  # registration on Vertex AI names it
         assert "us-docker.pkg.dev/gkeflow" not in text and ":0.1.0" not in text.replace(
             "gkeflow 0.1.0", "")
     assert _tree(readonly_package) == before
@@ -153,10 +159,11 @@ def test_build_and_push_with_podman_lets_submit_through(run, project):
     result, calls = run("images", "build", "--builder", "podman", cwd=project)
     assert result.returncode == 0, result.stderr
     pushes = [c["args"] for c in calls if c["args"][0] == "push"]
-    assert [p[-1] for p in pushes] == [CPU, GPU] and all("--digestfile" in p for p in pushes)
+    assert [p[-1] for p in pushes] == [CPU, GPU, SERVING]
+    assert all("--digestfile" in p for p in pushes)
     lock = _lock(project)
     assert {r: e["digest"] for r, e in lock.items()} == {
-        CPU: fake_builder.digest(CPU, pushed=True), GPU: fake_builder.digest(GPU, pushed=True)}
+        r: fake_builder.digest(r, pushed=True) for r in (CPU, GPU, SERVING)}
     assert all(e["pushed"] for e in lock.values())
     assert "Next: `gkeflow plan`" in result.stdout
 
@@ -166,7 +173,7 @@ def test_build_and_push_with_podman_lets_submit_through(run, project):
 
     listed, _ = run("images", "list", cwd=project)
     assert listed.returncode == 0, listed.stderr
-    for reference in (CPU, GPU):
+    for reference in (CPU, GPU, SERVING):
         line = next(x for x in listed.stdout.splitlines() if reference in x)
         assert fake_builder.digest(reference, pushed=True) in line
         assert "podman" in line and "in use" in line
@@ -220,7 +227,7 @@ def test_list_before_any_build_says_what_to_run(run, project):
     assert listed.returncode == 0, listed.stderr
     for reference in (CPU, GPU):
         assert "not built" in next(x for x in listed.stdout.splitlines() if reference in x)
-    assert f"not built for {REGISTRY}: {CPU}, {GPU}; run `gkeflow images build`" in \
+    assert f"not built for {REGISTRY}: {CPU}, {GPU}, {SERVING}; run `gkeflow images build`" in \
         listed.stdout
 
 

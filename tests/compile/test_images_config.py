@@ -194,15 +194,21 @@ def test_a_malformed_lock_is_one_line_naming_the_file(tmp_path, text, message):
 
 
 def test_without_an_images_section_the_release_references_stay():
-    assert image_map(GkeflowConfig().images, lock={}) == {CPU_IMAGE: CPU_IMAGE,
-                                                          GPU_IMAGE: GPU_IMAGE}
+    from gkeflow.components.images import SERVING_IMAGE
+
+    assert image_map(GkeflowConfig().images, lock={}) == {
+        CPU_IMAGE: CPU_IMAGE, GPU_IMAGE: GPU_IMAGE, SERVING_IMAGE: SERVING_IMAGE}
 
 
 def test_the_mapping_pins_what_was_built_and_names_the_rest_by_tag(tmp_path):
     images = load_config(_write(tmp_path, {"images": {"registry": USER}})).images
-    lock = {f"{USER}/gkeflow-cpu:0.1.0": _entry(CPU_DIGEST)}
+    from gkeflow.components.images import SERVING_IMAGE
+
+    lock = {f"{USER}/gkeflow-cpu:0.1.0": _entry(CPU_DIGEST),
+            f"{USER}/gkeflow-serving:0.1.0": _entry(CPU_DIGEST)}
     assert image_map(images, lock) == {CPU_IMAGE: f"{USER}/gkeflow-cpu@{CPU_DIGEST}",
-                                       GPU_IMAGE: f"{USER}/gkeflow-gpu:0.1.0"}
+                                       GPU_IMAGE: f"{USER}/gkeflow-gpu:0.1.0",
+                                       SERVING_IMAGE: f"{USER}/gkeflow-serving@{CPU_DIGEST}"}
     # a bare digest keeps the repository (what `--release` tests pass)
     assert pin(CPU_IMAGE, {CPU_IMAGE: CPU_DIGEST}) == f"{REGISTRY}/gkeflow-cpu@{CPU_DIGEST}"
 

@@ -14,11 +14,13 @@ from kubernetes import client
 
 from gkeflow.components.deploy.logic import DeploySettingsError, deploy_for_pipeline
 from gkeflow.components.deploy.servable import NotServable
+from gkeflow.components.images import SERVING_TF_VERSION, serving_reference
 from gkeflow.pipelines.compute.profiles import ComputeProfile
 from gkeflow.pipelines.deploy_stage import serving_compute
 from tests.integration.fake_kserve import FakeKServe
 from tests.integration.fake_vertex_endpoints import FakeEndpointService
 
+SERVING_BUILT = serving_reference("europe-west4-docker.pkg.dev/p/ml") + "@sha256:" + "c" * 64
 T4 = ComputeProfile(cpu="4", memory="16G", accelerator="nvidia-tesla-t4", accelerator_count=1)
 
 
@@ -107,7 +109,7 @@ def test_vertex_deploy_on_the_profile_machine(evaluated):
             outcome = deploy_for_pipeline(
                 str(model_dir), str(evaluation), registered(
                     version, resourceName=f"{fake.parent}/models/555@{version}",
-                    servingImage="us-docker.pkg.dev/vertex-ai/prediction/tf2-gpu.2-15:latest"),
+                    servingImage="europe-docker.pkg.dev/p/serving/tf-gpu:2.21"),
                 "vertex", "", compute, settings)
         assert outcome.split == {"penguins@1": 90, "penguins@2": 10}
         assert fake.split_by_version() == {"1": 90, "2": 10}
@@ -123,8 +125,39 @@ def test_vertex_gpu_serving_needs_a_gpu_container(evaluated):
     with pytest.raises(DeploySettingsError, match="CPU-only container"):
         deploy_for_pipeline(str(model_dir), str(evaluation), registered(
             1, resourceName="projects/p/locations/us-central1/models/5@1",
-            servingImage="us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"),
-            "vertex", "", serving_compute(T4, "vertex"), "")
+            servingImage=SERVING_BUILT), "vertex", "", serving_compute(T4, "vertex"), "")
+
+
+def test_vertex_deploy_names_the_tf_serving_image_of_the_models_tensorflow(evaluated):
+    model_dir, evaluation, _ = evaluated
+    with FakeEndpointService() as fake:
+        fake.add_model("555", "1")
+        outcome = deploy_for_pipeline(
+            str(model_dir), str(evaluation), registered(
+                1, resourceName=f"{fake.parent}/models/555@1", servingImage=SERVING_BUILT),
+            "vertex", "", serving_compute(ComputeProfile(cpu="2", memory="8G"), "vertex"),
+            json.dumps({"api_endpoint": fake.url}))
+        assert outcome.split == {"penguins@1": 100} and not fake.violations
+    assert f"served by TensorFlow {SERVING_TF_VERSION}, checked with" in outcome.servability
+
+
+def test_vertex_deploy_on_an_older_prebuilt_container_is_refused_naming_both(evaluated):
+    model_dir, evaluation, _ = evaluated
+    with FakeEndpointService() as fake:
+        fake.add_model("555", "1")
+        with pytest.raises(NotServable) as caught:
+            deploy_for_pipeline(
+                str(model_dir), str(evaluation), registered(
+                    1, resourceName=f"{fake.parent}/models/555@1",
+                    servingImage="us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"),
+                "vertex", "", serving_compute(ComputeProfile(cpu="2", memory="8G"), "vertex"),
+                json.dumps({"api_endpoint": fake.url}))
+        assert fake.requests == []  # refused before any call
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "saved with TensorFlow 2.21" in message
+    assert "serving runtime is TensorFlow 2.15" in message
+    assert "gkeflow images build" in message
 
 
 def test_gke_deploy_copies_the_model_and_applies_the_profile(evaluated):
