@@ -160,3 +160,56 @@ def test_models_list_shows_the_share_each_inference_service_gives_a_version(
     assert lookup_policy().budget_s == 1.0
     assert serving_by_version("kubeflow", "kubeflow://mr:8080", "", ["models"],
                               kube=down) == {}
+
+
+def test_kserve_refusals_are_one_line_on_gke_through_the_cli(tmp_path, monkeypatch):
+    import yaml
+    from kubernetes import client
+
+    from gkeflow.components.deploy.kserve import (
+        InferenceServices,
+        KServeApi,
+        ModelVersion,
+        Placement,
+    )
+    from tests.integration.fake_kserve import FakeKServe
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GKEFLOW_RETRY_BUDGET_S", "5")
+    with FakeKServe() as kube:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": kube.url}}],
+            "users": [{"name": "fake", "user": {"token": "t"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+        services = InferenceServices(
+            KServeApi(client.ApiClient(client.Configuration(host=kube.url)),
+                      echo=lambda line: None), "models", "serverless")
+        for n in (1, 2):
+            services.deploy("penguins", ModelVersion(f"v{n}", n, f"gs://b/penguins-v{n}",
+                                                     "2.21.0"), Placement())
+        where = ("--target", "gke", "--namespace", "models")
+        kube.deny("update", user="alice@example.com")
+        for action in ("promote", "rollback"):
+            result = run("deploy", action, "penguins", *where)
+            assert result.exit_code == 1 and "Traceback" not in result.output
+            assert result.output.strip().splitlines()[-1] == (
+                "Error: forbidden: User alice@example.com may not update "
+                "inferenceservices.serving.kserve.io in namespace models; "
+                "deploy/rbac/kserve-deployer.yaml grants it: kubectl apply -n models -f "
+                "deploy/rbac/kserve-deployer.yaml, with its bindings' subject set to User "
+                "alice@example.com"), result.output
+        kube.busy(2)
+        kube.denied.clear()
+        assert run("deploy", "promote", "penguins", *where).exit_code == 0
+        assert kube.traffic(name="penguins") == {"gs://b/penguins-v2": 100}
+        kube.unauthorized()
+        result = run("deploy", "status", "penguins", *where)
+        assert result.exit_code == 1 and "401 Unauthorized" in result.output
+    with FakeKServe(installed=False) as kube:
+        kubeconfig.write_text(kubeconfig.read_text().replace(
+            kubeconfig.read_text().split("server: ")[1].split("\n")[0], kube.url))
+        result = run("deploy", "status", "penguins", *where)
+        assert result.exit_code == 1 and "KServe is not installed" in result.output
