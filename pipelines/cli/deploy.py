@@ -577,12 +577,6 @@ def local_command(name, output, request_file, version, serve, port) -> None:
             raise click.ClickException(f"{request_file}: {exc}") from exc
         except (RequestError, NotServable, LocalDeployError, KeyError) as exc:
             raise click.ClickException(str(exc)) from exc
-        served = endpoint.version(f"v{version}") if version else endpoint.stable()
-        metadata = json.loads((Path(served.model_dir) / "gkeflow_model.json").read_text())
-        labels = metadata.get("label_vocabulary", [])
-        answer["classes"] = [labels[max(range(len(p)), key=p.__getitem__)]
-                             for p in answer["predictions"]]
-        answer["model_version"] = served.version
         click.echo(json.dumps(answer))
     if serve:
         try:
