@@ -20,8 +20,9 @@ details). A violation is answered with 422 and recorded in :attr:`violations`. A
 ask for failures (:meth:`fail`: an error before anything is done; :meth:`lose`: done, then
 answered 503; :meth:`hang`: done, answered after the client's timeout), refusals as the
 API server words them (:meth:`deny`: 403 for one verb; :meth:`unauthorized`: 401), a
-cluster without KServe (``installed=False``: its paths answer ``404 page not found``), and
-a busy controller (:meth:`busy`: it writes the status, bumping ``resourceVersion``, just
+cluster without KServe (``installed=False``: its paths answer ``404 page not found``),
+others' writes (:meth:`created_meanwhile`, :meth:`changed_meanwhile`), and a busy
+controller (:meth:`busy`: it writes the status, bumping ``resourceVersion``, just
 before each of the next N writes arrives, so each meets a 409).
 
 The "controller" keeps what traffic each model gets (:meth:`traffic`): in Serverless mode a
@@ -138,6 +139,7 @@ class FakeKServe(WsgiFake):
         self.denied: dict[str, str] = {}  # verb -> user refused
         self.bumps = 0
         self.meanwhile: list[dict] = []
+        self.changes: list = []
         self.crd_readable = crd_readable
         #: A written revision becomes ready (and, without a canary, rolled out) after this
         #: many reads of its object; until then traffic stays as it was, as in Knative.
@@ -177,6 +179,11 @@ class FakeKServe(WsgiFake):
     def created_meanwhile(self, obj: dict) -> None:
         """``obj`` is created (by someone else) right before the next POST arrives."""
         self.meanwhile.append(obj)
+
+    def changed_meanwhile(self, change) -> None:
+        """``change(stored object)`` is made (by someone else) right before the next PUT
+        arrives."""
+        self.changes.append(change)
 
     def busy(self, writes: int) -> None:
         """The controller updates the status of the object right before each of the next
@@ -253,6 +260,11 @@ class FakeKServe(WsgiFake):
         if request.method == "POST" and self.meanwhile:
             other = self.meanwhile.pop(0)
             self._write((namespace, other["metadata"]["name"]), other, creating=True)
+        if request.method == "PUT" and self.changes and key in self.objects:
+            changed = copy.deepcopy(self.objects[key])
+            self.changes.pop(0)(changed)
+            changed.pop("status", None)  # kept by the write, as the API server does
+            self._write(key, changed, creating=False)
         if request.method in ("PUT", "POST") and self.bumps > 0:
             self.bumps -= 1
             self._controller_writes_status(namespace, name or (

@@ -94,14 +94,18 @@ def test_a_rollback_does_not_undo_a_change_someone_else_made_meanwhile(kube):
     isvc = services(kube)
     isvc.deploy("penguins", version(1), CPU)
     isvc.deploy("penguins", version(2), CPU, percent=10)
-    other = services(kube)
-    # Between the rollback's read and its write, another deploy moves the canary to 50%.
-    current = isvc.api.get("models", "penguins")
-    theirs = other.deploy("penguins", version(3), CPU, percent=50)
-    plan = isvc._fixed("penguins", State.of(current), State([version(1)], {"v1": 100}))
-    with pytest.raises(KServeError, match=r"changed meanwhile \(it serves .*v3 50%"):
-        isvc._apply("penguins", plan, CPU, current=current)
+    theirs = State([version(1), version(3)], {"v1": 50, "v3": 50}, {"v1": 90, "v2": 10})
+    their_object = manifest("penguins", "models", theirs, CPU, "serverless")
+
+    def their_deploy(stored: dict) -> None:  # between the rollback's read and its write
+        stored["metadata"]["annotations"] = their_object["metadata"]["annotations"]
+        stored["spec"] = their_object["spec"]
+
+    kube.changed_meanwhile(their_deploy)
+    with pytest.raises(KServeError, match=r"changed meanwhile \(it serves v1 50%, v3 50%"):
+        isvc.rollback("penguins", CPU)
     assert State.of(kube.objects[("models", "penguins")]) == theirs
+    assert any("(Conflict)" in line for line in isvc.lines)
 
 
 def test_created_meanwhile_with_the_same_version_is_found_not_duplicated(kube):
