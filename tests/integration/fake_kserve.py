@@ -133,9 +133,12 @@ class FakeKServe(WsgiFake):
     """``with FakeKServe() as kube:`` serves at ``kube.url``."""
 
     def __init__(self, canary_list: bool = True, crd_readable: bool = True,
-                 ready_after_reads: int = 0, installed: bool = True):
+                 ready_after_reads: int = 0, installed: bool = True,
+                 terse_not_found: bool = False):
         self.canary_list = canary_list
         self.installed = installed
+        #: A missing object's 404 without details (as some proxies and fakes answer).
+        self.terse_not_found = terse_not_found
         self.denied: dict[str, str] = {}  # verb -> user refused
         self.bumps = 0
         self.meanwhile: list[dict] = []
@@ -272,7 +275,8 @@ class FakeKServe(WsgiFake):
         if request.method == "GET" and name:
             found = self.objects.get(key)
             if found is None:
-                return _not_found(name)
+                return _status(404, "NotFound", "not found") if self.terse_not_found \
+                    else _not_found(name)
             if key in self.pending:
                 self.pending[key] -= 1
                 if self.pending[key] <= 0:

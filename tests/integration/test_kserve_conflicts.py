@@ -174,3 +174,11 @@ def test_a_cluster_without_kserve_is_named(mode):
 
 def test_a_missing_object_is_still_just_missing(kube):
     assert services(kube).status("penguins") is None
+
+
+def test_a_terse_404_is_told_from_a_missing_kserve_by_listing():
+    with FakeKServe(terse_not_found=True) as kube:
+        isvc = services(kube)
+        assert isvc.status("penguins") is None
+        isvc.deploy("penguins", version(1), CPU)
+        assert kube.traffic() == {uri(1): 100} and not kube.violations
