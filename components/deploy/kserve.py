@@ -14,14 +14,16 @@ both deployment modes.
 
 The versions, the split and the split before the last change are kept in the annotation
 ``gkeflow.dev/traffic`` (JSON); the spec is derived from it by :func:`manifest`, so every
-change is one replace of the object (with its ``resourceVersion``: a concurrent change
-answers 409 and is re-read). Each version is served from ``<base>/<version>/`` as
+change is one replace of the object with its ``resourceVersion``. A 409 (the controller
+writes the status all through a rollout) is met by reading the object again and re-applying
+the change, a few times with backoff (:meth:`InferenceServices._apply`); refusals (401,
+403, no KServe) are one line each (:mod:`.kserve_errors`). Each version is served from ``<base>/<version>/`` as
 TensorFlow Serving reads it (``storageUri`` = ``<base>``, holding ``<version>/saved_model.pb``);
 ``runtimeVersion`` is the TensorFlow Serving release of the training TensorFlow.
 
 Every call goes through :class:`~gkeflow.components.cloud.retry.RetryPolicy`; a create
-whose answer is lost is followed by a GET (a second create of the same name is refused
-with 409, never made).
+whose answer is lost is followed by a GET, and a 409 AlreadyExists by reading what is
+there and reconciling: never a second object.
 """
 
 from __future__ import annotations
