@@ -13,6 +13,9 @@ last change) and applies the same canary, promote and rollback rules as the clou
 - ``POST /v1/models/<name>/versions/<version>:predict``: that version answers;
 - ``GET /v1/models/<name>``: the model status, as TensorFlow Serving reports it.
 
+A ``:predict`` answer is TensorFlow Serving's ``{"predictions": [[p, ...], ...]}`` with
+the class names from the model's metadata beside it (see :class:`Answerer`).
+
 A request TensorFlow Serving would refuse gets its 400 with ``{"error": "..."}``.
 """
 
@@ -140,22 +143,50 @@ class LocalEndpoints:
         return endpoint
 
 
+def class_names(model_dir: Path) -> list[str]:
+    """The classes a model's probabilities score, in order (``label_vocabulary`` of its
+    ``gkeflow_model.json``); empty when the model records none."""
+    from gkeflow.components.deploy.servable import METADATA_FILE
+
+    path = Path(model_dir) / METADATA_FILE
+    try:
+        metadata = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [str(label) for label in metadata.get("label_vocabulary") or []]
+
+
 class Answerer:
-    """Loads each version once and answers REST bodies for an endpoint."""
+    """Loads each version once and answers REST bodies for an endpoint.
+
+    The answer is TensorFlow Serving's (``predictions``: one list of class probabilities per
+    instance, unchanged), with the names next to it: ``class_names`` (the class each
+    probability scores, in order), ``classes`` (the most likely class per instance) and
+    ``model_version`` (the version that answered)."""
 
     def __init__(self, endpoint: LocalEndpoint):
         from gkeflow.components.deploy.servable import ServedModel
 
         self.endpoint = endpoint
-        self.models = {v.version: ServedModel(Path(v.model_dir)) for v in endpoint.versions
-                       if endpoint.split.get(v.key, 0) or v is endpoint.stable()}
+        served = [v for v in endpoint.versions
+                  if endpoint.split.get(v.key, 0) or v is endpoint.stable()]
+        self.models = {v.version: ServedModel(Path(v.model_dir)) for v in served}
+        self.names = {v.version: class_names(Path(v.model_dir)) for v in served}
         self.stable = endpoint.stable().version
 
     def predict(self, body: dict, version: int | None = None) -> dict:
-        model = self.models.get(self.stable if version is None else version)
+        version = self.stable if version is None else version
+        model = self.models.get(version)
         if model is None:
             raise VersionNotServed(f"version {version} of {self.endpoint.name} is not served")
-        return model.predict(body)
+        answer = model.predict(body)
+        names = self.names[version]
+        rows = answer["predictions"]
+        if names and all(isinstance(p, list) and len(p) == len(names) for p in rows):
+            answer["class_names"] = names
+            answer["classes"] = [names[max(range(len(p)), key=p.__getitem__)] for p in rows]
+        answer["model_version"] = version
+        return answer
 
 
 def make_server(endpoint: LocalEndpoint, port: int = 0,

@@ -212,7 +212,11 @@ class LocalRegistry:
     def get(self, name: str, version: int) -> ModelVersion:
         versions = self.list(name=name, version=version)
         if not versions:
-            raise RegistryError(f"model {name!r} has no version {version}")
+            known = sorted({v.version for v in self.list(name=name)})
+            if not known:
+                raise RegistryError(f"no model named {name!r} in the registry {self.path}")
+            raise RegistryError(f"model {name!r} has no version {version} (versions: "
+                                f"{', '.join(map(str, known))})")
         return versions[0]
 
     def get_by_alias(self, name: str, alias: str) -> ModelVersion | None:

@@ -281,8 +281,10 @@ def deploy_model_command(model_ref, target, environment, config_path, output, en
     context = _Context(target, environment, config_path, output, endpoint, namespace, traffic)
     registry_uri = context.registry_uri()
     try:
-        version, how = resolve_version(registry_uri, parse_model_ref(model_ref),
-                                       context.registry())
+        ref = parse_model_ref(model_ref)
+        if target == "vertex":
+            _vertex_credentials_for(context, ref, registry_uri)
+        version, how = resolve_version(registry_uri, ref, context.registry())
     except PredictError as exc:
         raise click.ClickException(str(exc)) from exc
     except _deploy_errors() as exc:
@@ -309,6 +311,26 @@ def deploy_model_command(model_ref, target, environment, config_path, output, en
         except _deploy_errors() as exc:
             raise _fail(exc) from exc
     click.echo(f"{outcome.endpoint}: {outcome.split_text}")
+
+
+def _vertex_credentials_for(context: _Context, ref, registry_uri: str) -> None:
+    """Before Vertex AI is asked for ``ref``: the credentials to ask with, or one line
+    saying that whether the model exists could not be checked, and the fix."""
+    from gkeflow.pipelines.targets.credentials import (
+        ADC_FIX,
+        CredentialsError,
+        google_credentials,
+    )
+
+    if (context._vertex().api_endpoint or "").startswith("http://"):
+        return  # a local emulator: no credentials are sent to it
+    try:
+        google_credentials("the Vertex AI Model Registry")
+    except CredentialsError as exc:
+        raise click.ClickException(
+            f"cannot check whether model {ref} exists in the Vertex AI Model Registry "
+            f"({registry_uri.removeprefix('vertex://')}): no Google credentials found; "
+            f"{ADC_FIX}") from exc
 
 
 def _local_model(uri: str, scratch: Path) -> Path:
@@ -555,12 +577,6 @@ def local_command(name, output, request_file, version, serve, port) -> None:
             raise click.ClickException(f"{request_file}: {exc}") from exc
         except (RequestError, NotServable, LocalDeployError, KeyError) as exc:
             raise click.ClickException(str(exc)) from exc
-        served = endpoint.version(f"v{version}") if version else endpoint.stable()
-        metadata = json.loads((Path(served.model_dir) / "gkeflow_model.json").read_text())
-        labels = metadata.get("label_vocabulary", [])
-        answer["classes"] = [labels[max(range(len(p)), key=p.__getitem__)]
-                             for p in answer["predictions"]]
-        answer["model_version"] = served.version
         click.echo(json.dumps(answer))
     if serve:
         try:

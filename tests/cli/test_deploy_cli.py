@@ -49,6 +49,48 @@ def test_a_model_that_is_not_registered_is_named(tmp_path):
     result = run("deploy", "ghost@1", "--output", str(tmp_path))
     assert result.exit_code == 1 and "ghost" in result.output
     assert "Traceback" not in result.output
+    assert "no model named 'ghost'" in result.output and "holds no models yet" in result.output
+
+
+def test_a_missing_model_is_told_from_a_missing_version(tmp_path):
+    from gkeflow.components.register.local_registry import LocalRegistry
+
+    registry = LocalRegistry(f"sqlite:///{tmp_path / 'registry.db'}")
+    for name in ("penguins-classifier", "loans"):
+        registry.register(name, f"/models/{name}", {}, run_id="r1")
+    typo = run("deploy", "penguin-classifier@1", "--output", str(tmp_path))
+    assert typo.exit_code == 1 and "has no version" not in typo.output
+    assert "no model named 'penguin-classifier'" in typo.output
+    assert "its models: loans, penguins-classifier" in typo.output
+    assert "did you mean 'penguins-classifier'?" in typo.output
+    version = run("deploy", "loans@7", "--output", str(tmp_path))
+    assert version.exit_code == 1
+    assert "model 'loans' has no version 7" in version.output
+    assert "(versions: 1); name one (loans@1)" in version.output
+
+
+def test_vertex_without_credentials_says_the_model_could_not_be_checked(tmp_path,
+                                                                          monkeypatch):
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    monkeypatch.setenv("NO_GCE_CHECK", "true")
+    (tmp_path / "gkeflow.yaml").write_text(yaml.safe_dump({"targets": {"vertex": {
+        "project": "my-project", "region": "us-central1",
+        "pipeline_root": "gs://my-bucket/root",
+        "service_account": "p@my-project.iam.gserviceaccount.com"}}}))
+    result = run("deploy", "nosuchmodel@1", "--target", "vertex")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.strip().splitlines()[-1] == (
+        "Error: cannot check whether model nosuchmodel@1 exists in the Vertex AI Model "
+        "Registry (projects/my-project/locations/us-central1): no Google credentials found; "
+        "run `gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS "
+        "to a service-account key file)")
+    malformed = run("deploy", "No_Such@1", "--target", "vertex")  # checked before credentials
+    assert malformed.exit_code == 1 and "credentials" not in malformed.output
 
 
 def test_promote_rollback_status_on_vertex_through_the_cli(tmp_path, monkeypatch):
@@ -160,3 +202,56 @@ def test_models_list_shows_the_share_each_inference_service_gives_a_version(
     assert lookup_policy().budget_s == 1.0
     assert serving_by_version("kubeflow", "kubeflow://mr:8080", "", ["models"],
                               kube=down) == {}
+
+
+def test_kserve_refusals_are_one_line_on_gke_through_the_cli(tmp_path, monkeypatch):
+    import yaml
+    from kubernetes import client
+
+    from gkeflow.components.deploy.kserve import (
+        InferenceServices,
+        KServeApi,
+        ModelVersion,
+        Placement,
+    )
+    from tests.integration.fake_kserve import FakeKServe
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GKEFLOW_RETRY_BUDGET_S", "5")
+    with FakeKServe() as kube:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": kube.url}}],
+            "users": [{"name": "fake", "user": {"token": "t"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+        services = InferenceServices(
+            KServeApi(client.ApiClient(client.Configuration(host=kube.url)),
+                      echo=lambda line: None), "models", "serverless")
+        for n in (1, 2):
+            services.deploy("penguins", ModelVersion(f"v{n}", n, f"gs://b/penguins-v{n}",
+                                                     "2.21.0"), Placement())
+        where = ("--target", "gke", "--namespace", "models")
+        kube.deny("update", user="alice@example.com")
+        for action in ("promote", "rollback"):
+            result = run("deploy", action, "penguins", *where)
+            assert result.exit_code == 1 and "Traceback" not in result.output
+            assert result.output.strip().splitlines()[-1] == (
+                "Error: forbidden: User alice@example.com may not update "
+                "inferenceservices.serving.kserve.io in namespace models; "
+                "deploy/rbac/kserve-deployer.yaml grants it: kubectl apply -n models -f "
+                "deploy/rbac/kserve-deployer.yaml, with its bindings' subject set to User "
+                "alice@example.com"), result.output
+        kube.busy(2)
+        kube.denied.clear()
+        assert run("deploy", "promote", "penguins", *where).exit_code == 0
+        assert kube.traffic(name="penguins") == {"gs://b/penguins-v2": 100}
+        kube.unauthorized()
+        result = run("deploy", "status", "penguins", *where)
+        assert result.exit_code == 1 and "401 Unauthorized" in result.output
+    with FakeKServe(installed=False) as kube:
+        kubeconfig.write_text(kubeconfig.read_text().replace(
+            kubeconfig.read_text().split("server: ")[1].split("\n")[0], kube.url))
+        result = run("deploy", "status", "penguins", *where)
+        assert result.exit_code == 1 and "KServe is not installed" in result.output

@@ -14,10 +14,16 @@ the model format (the vendored ``kserve-tensorflow-serving`` ClusterServingRunti
 fixed replicas (no ``maxReplicas``/``scaleTarget``/``workerSpec``) and shares adding up to
 at most 100 (``validateCanarySpecs``), ``canaryTrafficPercent`` only in Serverless mode,
 and a GPU limit only with a ``-gpu`` runtimeVersion (the CPU image cannot use the GPU). A
-PUT must carry the current ``resourceVersion`` (else 409); a POST of an existing name
-gets 409. A violation is answered with 422 and recorded in :attr:`violations`. A test can
+PUT must carry the current ``resourceVersion`` (else 409 Conflict); a POST of an existing
+name gets 409 AlreadyExists, both as the API server's ``Status`` objects (reason, message,
+details). A violation is answered with 422 and recorded in :attr:`violations`. A test can
 ask for failures (:meth:`fail`: an error before anything is done; :meth:`lose`: done, then
-answered 503; :meth:`hang`: done, answered after the client's timeout).
+answered 503; :meth:`hang`: done, answered after the client's timeout), refusals as the
+API server words them (:meth:`deny`: 403 for one verb; :meth:`unauthorized`: 401), a
+cluster without KServe (``installed=False``: its paths answer ``404 page not found``),
+others' writes (:meth:`created_meanwhile`, :meth:`changed_meanwhile`), and a busy
+controller (:meth:`busy`: it writes the status, bumping ``resourceVersion``, just
+before each of the next N writes arrives, so each meets a 409).
 
 The "controller" keeps what traffic each model gets (:meth:`traffic`): in Serverless mode a
 new predictor spec with ``canaryTrafficPercent: N`` gets N% and the last rolled-out revision
@@ -127,8 +133,16 @@ class FakeKServe(WsgiFake):
     """``with FakeKServe() as kube:`` serves at ``kube.url``."""
 
     def __init__(self, canary_list: bool = True, crd_readable: bool = True,
-                 ready_after_reads: int = 0):
+                 ready_after_reads: int = 0, installed: bool = True,
+                 terse_not_found: bool = False):
         self.canary_list = canary_list
+        self.installed = installed
+        #: A missing object's 404 without details (as some proxies and fakes answer).
+        self.terse_not_found = terse_not_found
+        self.denied: dict[str, str] = {}  # verb -> user refused
+        self.bumps = 0
+        self.meanwhile: list[dict] = []
+        self.changes: list = []
         self.crd_readable = crd_readable
         #: A written revision becomes ready (and, without a canary, rolled out) after this
         #: many reads of its object; until then traffic stays as it was, as in Knative.
@@ -157,6 +171,28 @@ class FakeKServe(WsgiFake):
         """Carry out the next ``times`` matching requests, then answer 503."""
         self.failures.append(["lose", 503, method, times])
 
+    def deny(self, verb: str, user: str = "system:serviceaccount:kubeflow:pipeline-runner"
+             ) -> None:
+        """Refuse every request of ``verb`` (get, list, create, update) with a 403."""
+        self.denied[verb] = user
+
+    def unauthorized(self, times: int = 1) -> None:
+        self.failures.append(["unauthorized", 401, None, times])
+
+    def created_meanwhile(self, obj: dict) -> None:
+        """``obj`` is created (by someone else) right before the next POST arrives."""
+        self.meanwhile.append(obj)
+
+    def changed_meanwhile(self, change) -> None:
+        """``change(stored object)`` is made (by someone else) right before the next PUT
+        arrives."""
+        self.changes.append(change)
+
+    def busy(self, writes: int) -> None:
+        """The controller updates the status of the object right before each of the next
+        ``writes`` PUTs or POSTs arrives (a rollout in progress)."""
+        self.bumps = writes
+
     def traffic(self, namespace: str = "models", name: str = "penguins") -> dict[str, int]:
         """storageUri -> percent, as the controller routes it now."""
         return dict(self.served.get((namespace, name), {}))
@@ -180,6 +216,8 @@ class FakeKServe(WsgiFake):
         if injected and injected[0] == "fail":
             return _status(injected[1], "ServiceUnavailable", "injected")(environ,
                                                                         start_response)
+        if injected and injected[0] == "unauthorized":
+            return _status(401, "Unauthorized", "Unauthorized")(environ, start_response)
         with self._lock:
             response = self._route(request)
         if injected and injected[0] == "hang":
@@ -190,8 +228,21 @@ class FakeKServe(WsgiFake):
 
     def _route(self, request: Request) -> Response:
         if request.path.startswith(_CRD_PATH) and request.method == "GET":
+            if not self.installed:
+                name = request.path[len(_CRD_PATH):]
+                return Response(json.dumps({
+                    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": f'customresourcedefinitions.apiextensions.k8s.io "{name}" not '
+                               "found", "reason": "NotFound", "code": 404,
+                    "details": {"name": name, "group": "apiextensions.k8s.io",
+                                "kind": "customresourcedefinitions"}}),
+                    status=404, content_type="application/json")
             if not self.crd_readable:
-                return _status(403, "Forbidden", "customresourcedefinitions is forbidden")
+                return _status(403, "Forbidden", 'customresourcedefinitions.apiextensions.k8s.io '
+                               '"inferenceservices.serving.kserve.io" is forbidden: User '
+                               '"system:serviceaccount:kubeflow:pipeline-runner" cannot get '
+                               'resource "customresourcedefinitions" in API group '
+                               '"apiextensions.k8s.io" at the cluster scope')
             definition = crd()
             if request.path[len(_CRD_PATH):] != definition["metadata"]["name"]:
                 return _status(404, "NotFound", "no such CRD")
@@ -201,14 +252,31 @@ class FakeKServe(WsgiFake):
                         "properties"].pop("canary", None)
             return Response(json.dumps(definition), content_type="application/json")
         match = _ISVC.match(request.path)
-        if not match:
-            return _status(404, "NotFound", f"no route {request.path}")
+        if not match or not self.installed:  # what the API server says of an unserved path
+            return Response("404 page not found\n", status=404, content_type="text/plain")
         namespace, name = match.groups()
         key = (namespace, name or "")
+        verb = {"POST": "create", "PUT": "update"}.get(request.method,
+                                                       "get" if name else "list")
+        if verb in self.denied:
+            return _forbidden(self.denied[verb], verb, namespace, name)
+        if request.method == "POST" and self.meanwhile:
+            other = self.meanwhile.pop(0)
+            self._write((namespace, other["metadata"]["name"]), other, creating=True)
+        if request.method == "PUT" and self.changes and key in self.objects:
+            changed = copy.deepcopy(self.objects[key])
+            self.changes.pop(0)(changed)
+            changed.pop("status", None)  # kept by the write, as the API server does
+            self._write(key, changed, creating=False)
+        if request.method in ("PUT", "POST") and self.bumps > 0:
+            self.bumps -= 1
+            self._controller_writes_status(namespace, name or (
+                request.get_json(silent=True) or {}).get("metadata", {}).get("name", ""))
         if request.method == "GET" and name:
             found = self.objects.get(key)
             if found is None:
-                return _status(404, "NotFound", f"inferenceservices {name!r} not found")
+                return _status(404, "NotFound", "not found") if self.terse_not_found \
+                    else _not_found(name)
             if key in self.pending:
                 self.pending[key] -= 1
                 if self.pending[key] <= 0:
@@ -226,16 +294,18 @@ class FakeKServe(WsgiFake):
         if request.method == "POST" and not name:
             key = (namespace, body.get("metadata", {}).get("name", ""))
             if key in self.objects:
-                return _status(409, "AlreadyExists", f"inferenceservices {key[1]!r} exists")
+                return _details(409, "AlreadyExists",
+                                f'{_RESOURCE} "{key[1]}" already exists', key[1])
             return self._write(key, body, creating=True)
         if request.method == "PUT" and name:
             current = self.objects.get(key)
             if current is None:
-                return _status(404, "NotFound", f"inferenceservices {name!r} not found")
+                return _not_found(name)
             if body.get("metadata", {}).get("resourceVersion") != current["metadata"][
                     "resourceVersion"]:
-                return _status(409, "Conflict", "the object has been modified; apply your "
-                                                "changes to the latest version")
+                return _details(409, "Conflict", f'Operation cannot be fulfilled on '
+                                f'{_RESOURCE} "{name}": the object has been modified; please '
+                                "apply your changes to the latest version and try again", name)
             return self._write(key, body, creating=False)
         return _status(405, "MethodNotAllowed", f"{request.method} {request.path}")
 
@@ -263,6 +333,15 @@ class FakeKServe(WsgiFake):
             self._reconcile(key)
         return Response(json.dumps(manifest), status=201 if creating else 200,
                         content_type="application/json")
+
+    def _controller_writes_status(self, namespace: str, name: str) -> None:
+        found = self.objects.get((namespace, name))
+        if found is not None:
+            self._version += 1
+            found["metadata"]["resourceVersion"] = str(self._version)
+            found.setdefault("status", {})["modelStatus"] = {  # what KServe reports as pods
+                "states": {"activeModelState": "Loaded", "targetModelState": "Loaded"},
+                "copies": {"totalCopies": self._version}}
 
     def _reconcile(self, key) -> None:
         """The controller's work once the latest revision is ready: traffic, and the status's
@@ -304,3 +383,27 @@ def _selected(obj: dict, selector: str) -> bool:
         if labels.get(k) != v:
             return False
     return True
+
+
+_RESOURCE = "inferenceservices.serving.kserve.io"
+
+
+def _details(code: int, reason: str, message: str, name: str) -> Response:
+    """A Status naming the object, as the API server sends for NotFound, Conflict,
+    AlreadyExists and Forbidden."""
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code,
+            "details": {"name": name, "group": "serving.kserve.io",
+                        "kind": "inferenceservices"}}
+    return Response(json.dumps(body), status=code, content_type="application/json")
+
+
+def _not_found(name: str) -> Response:
+    return _details(404, "NotFound", f'{_RESOURCE} "{name}" not found', name)
+
+
+def _forbidden(user: str, verb: str, namespace: str, name: str | None) -> Response:
+    subject = f'{_RESOURCE} "{name}"' if name else _RESOURCE
+    return _details(403, "Forbidden", f'{subject} is forbidden: User "{user}" cannot {verb} '
+                    'resource "inferenceservices" in API group "serving.kserve.io" in the '
+                    f'namespace "{namespace}"', name or "")

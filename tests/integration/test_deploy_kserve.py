@@ -105,7 +105,11 @@ def test_standard_mode_needs_the_canary_list():
 
 def test_standard_mode_says_when_the_crd_cannot_be_read():
     with FakeKServe(crd_readable=False) as kube:
-        with pytest.raises(KServeError, match="apply deploy/rbac/kserve-deployer.yaml"):
+        with pytest.raises(KServeError, match=(
+                r"ServiceAccount pipeline-runner in namespace kubeflow may not get "
+                r"customresourcedefinitions.apiextensions.k8s.io \(cluster-wide\); "
+                r"deploy/rbac/kserve-deployer.yaml grants it: kubectl apply -n NAMESPACE .*"
+                r"or use kserve mode serverless")):
             services(kube, "standard").deploy("penguins", version(1), GPU)
         assert kube.count() == 0
 

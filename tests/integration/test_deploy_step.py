@@ -70,6 +70,15 @@ def test_local_canary_and_the_stand_in_answers_like_the_endpoint(evaluated, tmp_
         labels = sample["labels"]
         classes = [labels[p.index(max(p))] for p in answer["predictions"]]
         assert classes == sample["classes"]  # the evaluation's classes for the same rows
+        # TF Serving's shape, with the model's class names beside it
+        assert all(len(p) == len(labels) for p in answer["predictions"])
+        assert answer["class_names"] == labels and answer["classes"] == sample["classes"]
+        assert answer["model_version"] == 1 and set(answer) == {
+            "predictions", "class_names", "classes", "model_version"}
+        canary = urllib.request.Request(url.replace(":predict", "/versions/2:predict"),
+                                        json.dumps(body).encode())
+        with urllib.request.urlopen(canary, timeout=30) as response:
+            assert json.loads(response.read())["model_version"] == 2
         bad = urllib.request.Request(url, json.dumps({"instances": [{"x": 1}]}).encode())
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(bad, timeout=30)

@@ -58,3 +58,37 @@ def test_every_call_the_deploy_step_makes_is_granted():
         if method == "GET" and path.endswith("/inferenceservices"):
             verb = "list"
         assert (group, resource, verb) in grants, (method, path)
+
+
+def test_the_file_grants_exactly_what_errors_name_it_for():
+    from gkeflow.components.deploy.kserve_errors import GRANTS, RBAC_FILE
+
+    assert MANIFEST.as_posix().endswith(RBAC_FILE)
+    table = {(g, r, v) for (g, r), verbs in GRANTS.items() for v in verbs}
+    assert _grants() == table
+
+
+def test_a_403_for_a_verb_gkeflow_does_not_use_says_so():
+    import json
+
+    from kubernetes.client.exceptions import ApiException
+
+    from gkeflow.components.deploy.kserve_errors import forbidden
+
+    exc = ApiException(status=403, reason="Forbidden")
+    exc.body = json.dumps({
+        "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden",
+        "code": 403, "message": 'inferenceservices.serving.kserve.io "x" is forbidden: User '
+        '"system:serviceaccount:ns:sa" cannot patch resource "inferenceservices" in API group '
+        '"serving.kserve.io" in the namespace "ns"'})
+    assert str(forbidden(exc, "update", "serving.kserve.io", "inferenceservices", "ns")) == (
+        "forbidden: ServiceAccount sa in namespace ns may not patch "
+        "inferenceservices.serving.kserve.io in namespace ns; gkeflow does not patch it; "
+        "deploy/rbac/kserve-deployer.yaml grants what it does (get, list, create, update): "
+        "kubectl apply -n ns -f deploy/rbac/kserve-deployer.yaml, with its bindings' subject "
+        "set to ServiceAccount sa in namespace ns")
+    exc.body = "not json"
+    line = str(forbidden(exc, "update", "serving.kserve.io", "inferenceservices", "ns"))
+    assert line.startswith("forbidden: the account in use may not update "
+                           "inferenceservices.serving.kserve.io in namespace ns; ")
+    assert "binding the account the deploy runs as" in line
