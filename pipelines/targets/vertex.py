@@ -112,7 +112,20 @@ class VertexBackend(_TargetBackend):
         ).select_version("v1")
 
     def _call(self, what: str, func, *, idempotent: bool = True, recover=None):
-        return call(what, func, self.policy, idempotent=idempotent, recover=recover)
+        try:
+            return call(what, func, self.policy, idempotent=idempotent, recover=recover)
+        except RemoteError as exc:
+            if exc.status is not None:
+                raise
+            raise RemoteError(f"{exc}; {self.connection_hint()}", exc.status) from None
+
+    def connection_hint(self) -> str:
+        """What to check when Vertex AI could not be reached at all."""
+        if self.target.api_endpoint:
+            return (f"check targets.vertex.api_endpoint ({self.target.api_endpoint}) and "
+                    "the network")
+        return (f"check the network, or set targets.vertex.api_endpoint if {self.endpoint} "
+                "is not reachable from here")
 
     def _once(self, what: str, func):
         """One request, no retry: a look-up that makes a create idempotent."""
