@@ -62,6 +62,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -133,6 +134,9 @@ class GkeflowConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    #: Written on every schedule `schedule apply` makes, so that ``--prune`` deletes only
+    #: this file's; unset: the name of the folder holding gkeflow.yaml (see schedule_owner).
+    name: str = Field("", validate_default=True)
     compute: dict[str, dict[str, Any]] = {}
     registry: RegistryConfig = RegistryConfig()
     targets: Targets = Field(default_factory=lambda: Targets())
@@ -147,6 +151,23 @@ class GkeflowConfig(BaseModel):
     images: ImagesConfig = Field(default={}, validate_default=True)
     _notify: NotificationSettings | None = PrivateAttr(default=None)  # operations.select
     deploy: DeployConfig = {}  # per environment: pipelines/deploy_stage.py
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str, info: ValidationInfo) -> str:
+        if value:
+            if not _NAME_RE.match(value):
+                raise ValueError(f"{value!r} must be 1-63 lowercase letters, digits and "
+                                 "hyphens, starting with a letter")
+            return value
+        context = info.context if isinstance(info.context, dict) else {}
+        base = context.get(BASE_DIR)
+        return schedule_owner(Path(base).name) if base is not None else ""
+
+    @property
+    def schedule_owner(self) -> str:
+        """The owner written on this file's schedules: ``name``, else ``default``."""
+        return self.name or DEFAULT_OWNER
 
     @model_validator(mode="after")
     def _check_references(self):
@@ -177,6 +198,17 @@ class GkeflowConfig(BaseModel):
             except (TypeError, ComputeError) as exc:
                 raise ConfigError(f"compute.{step}: {exc}") from exc
         return profiles
+
+
+DEFAULT_OWNER = "default"
+
+
+def schedule_owner(text: str) -> str:
+    """``text`` (a folder name) as a schedule owner: lowercase letters, digits and hyphens,
+    starting with a letter, at most 63; ``default`` when nothing is left."""
+    clean = re.sub(r"[^a-z0-9]+", "-", text.lower())
+    clean = re.sub(r"^[^a-z]+", "", clean)[:63].strip("-")
+    return clean or DEFAULT_OWNER
 
 
 def _format_validation_error(path: Path, exc: ValidationError) -> str:

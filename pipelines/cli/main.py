@@ -273,6 +273,7 @@ def _print_run_summary(console: Console, result, arguments: dict, debug: bool = 
         console.print("Registered: nothing (the model did not pass the gate)")
     if result.run_dir:
         console.print(f"Artifacts: {result.run_dir}")
+    if result.run_dir or result.cached_outputs:  # cached steps' outputs are in earlier runs
         model_dir = result.output_dir("train-model", "model")
         if model_dir:
             console.print(f"Model:     {model_dir}")

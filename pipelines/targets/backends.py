@@ -27,6 +27,10 @@ FINGERPRINT_LABEL = "gkeflow-job"
 #: A client-chosen id per create, stored with the schedule so that a retried create can
 #: find what an earlier attempt made.
 REQUEST_LABEL = "gkeflow-request"
+#: Which gkeflow.yaml made a schedule (its ``name``): ``--prune`` deletes only its own.
+OWNER_LABEL = "gkeflow-owner"
+#: How many earlier recurring run ids a replaced KFP schedule remembers (for its history).
+MAX_PREVIOUS_IDS = 100
 _KFP_DESCRIPTION_RE = re.compile(r"^gkeflow schedule (?P<name>\S+); (?P<fields>.*)$")
 
 
@@ -105,6 +109,8 @@ class RemoteSchedule:
     next_run_time: Any = None  # datetime from the server, if it says
     pipeline_version: str = ""
     request_id: str = ""  # the client-chosen id of the create that made it
+    owner: str = ""  # the gkeflow.yaml ``name`` that made it; "" before owners were written
+    previous_ids: tuple[str, ...] = ()  # KFP: the recurring runs it replaced, oldest first
 
 
 @dataclass
@@ -121,6 +127,19 @@ class ScheduleRequest:
     parameters: dict[str, Any]
     job_fingerprint: str
     utc_offset_minutes: int | None = None
+    owner: str = ""
+    previous_ids: tuple[str, ...] = ()  # KFP: ids of the schedules this one replaces
+
+
+def lineage(current: RemoteSchedule, extras=()) -> tuple[str, ...]:
+    """The ids a replacement of ``current`` (and its duplicates) remembers, oldest first, at
+    most :data:`MAX_PREVIOUS_IDS`."""
+    ids: list[str] = []
+    for remote in (current, *extras):
+        for found in (*remote.previous_ids, remote.id):
+            if found and found not in ids:
+                ids.append(found)
+    return tuple(ids[-MAX_PREVIOUS_IDS:])
 
 
 def _quiet(func: Callable[[], Any]) -> Callable[[], Any]:

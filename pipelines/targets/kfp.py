@@ -396,7 +396,9 @@ class KfpBackend(_TargetBackend):
     def _description(request: ScheduleRequest, version_name: str, request_id: str) -> str:
         fields = {"job": request.job_fingerprint, "cron": request.local_cron,
                   "tz": request.time_zone, "utc_offset": request.utc_offset_minutes,
-                  "version": version_name, "request": request_id}
+                  "version": version_name, "request": request_id, "owner": request.owner}
+        if request.previous_ids:
+            fields["previous"] = list(request.previous_ids)
         return f"gkeflow schedule {request.name}; " + json.dumps(fields, sort_keys=True)
 
     def list_schedules(self, *, _call=None) -> list[RemoteSchedule]:
@@ -434,7 +436,9 @@ class KfpBackend(_TargetBackend):
                     local_cron=str(fields.get("cron", "")), time_zone=str(fields.get("tz", "")),
                     utc_offset_minutes=fields.get("utc_offset"),
                     pipeline_version=str(fields.get("version", "")),
-                    request_id=str(fields.get("request", ""))))
+                    request_id=str(fields.get("request", "")),
+                    owner=str(fields.get("owner", "")),
+                    previous_ids=tuple(str(i) for i in fields.get("previous", []) or [])))
             token = page.next_page_token
             if not token:
                 return schedules

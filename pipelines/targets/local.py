@@ -59,6 +59,8 @@ class LocalRunResult:
     steps: list[StepReport]
     duration_s: float
     error: str = ""
+    #: task -> outputs of steps served from cache (their files stay in the run that made them)
+    cached_outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def step(self, name: str) -> StepReport | None:
         return next((s for s in self.steps if s.name == name), None)
@@ -68,10 +70,15 @@ class LocalRunResult:
         return next((s for s in self.steps if s.status == "FAILURE"), None)
 
     def output_dir(self, task: str, output: str) -> Path | None:
-        if self.run_dir is None:
-            return None
-        path = self.run_dir / task / output
-        return path if path.exists() else None
+        """Where ``task`` wrote ``output``: in this run, or (served from cache) in the run
+        that made it."""
+        path = self.run_dir / task / output if self.run_dir is not None else None
+        if (path is None or not path.exists()) and self._cached_artifact(task, output).get("uri"):
+            path = Path(self._cached_artifact(task, output)["uri"])
+        return path if path is not None and path.exists() else None
+
+    def _cached_artifact(self, task: str, output: str) -> dict[str, Any]:
+        return self.cached_outputs.get(task, {}).get("artifacts", {}).get(output, {})
 
     def executor_output(self, task: str) -> dict[str, Any]:
         if self.run_dir is None:
@@ -82,10 +89,15 @@ class LocalRunResult:
     def artifact_metadata(self, task: str, output: str) -> dict[str, Any]:
         artifacts = self.executor_output(task).get("artifacts", {})
         entries = artifacts.get(output, {}).get("artifacts", [])
-        return dict(entries[0].get("metadata", {})) if entries else {}
+        if entries:
+            return dict(entries[0].get("metadata", {}))
+        return dict(self._cached_artifact(task, output).get("metadata") or {})
 
     def parameter_outputs(self, task: str) -> dict[str, Any]:
-        return dict(self.executor_output(task).get("parameterValues", {}))
+        written = self.executor_output(task)
+        if written:
+            return dict(written.get("parameterValues", {}))
+        return dict(self.cached_outputs.get(task, {}).get("parameters", {}))
 
 
 class _EventStream(io.TextIOBase):
@@ -271,7 +283,8 @@ def run_local(
     error = ""
     from gkeflow.pipelines.targets.local_cache import metadata_only_artifacts_hit
 
-    with log_path.open("w", encoding="utf-8") as log_file, metadata_only_artifacts_hit():
+    with log_path.open("w", encoding="utf-8") as log_file, \
+            metadata_only_artifacts_hit() as served:
         stream = _EventStream(log_file, sys.__stdout__ if echo_logs else None, on_event)
         with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream), \
                 warnings.catch_warnings():
@@ -302,4 +315,5 @@ def run_local(
         steps=steps,
         duration_s=duration,
         error=error,
+        cached_outputs=served,
     )

@@ -9,13 +9,16 @@ file for those metadata-only types, and for nothing else, while a local run last
 
 kfp.local also says nothing visible when it serves a step from cache; while the context is
 active each hit prints ``CACHE_HIT <task>`` (on the run's log stream), so the run can report
-the step as cached.
+the step as cached, and the outputs it served are kept (:func:`served_outputs`): a cached step
+writes nothing into the new run's folder, so its model, report and metadata are read from
+the run that made them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from typing import Any
 
 CACHE_HIT = "gkeflow: served from cache:"
 
@@ -24,8 +27,25 @@ METADATA_ONLY = frozenset({"system.Metrics", "system.ClassificationMetrics",
                            "system.SlicedClassificationMetrics"})
 
 
+def served_outputs(outputs: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A cache entry's outputs as plain data: ``artifacts`` (name -> ``{"uri", "metadata"}``,
+    the first of a list) and ``parameters`` (name -> value)."""
+    artifacts: dict[str, Any] = {}
+    parameters: dict[str, Any] = {}
+    for name, value in outputs.items():
+        if isinstance(value, list) and value and hasattr(value[0], "uri"):
+            value = value[0]
+        if hasattr(value, "uri") and hasattr(value, "metadata"):
+            artifacts[name] = {"uri": value.uri, "metadata": dict(value.metadata or {})}
+        else:
+            parameters[name] = value
+    return {"artifacts": artifacts, "parameters": parameters}
+
+
 @contextlib.contextmanager
 def metadata_only_artifacts_hit():
+    """Patch kfp.local's cache while a local run lasts; yields task -> the outputs the cache
+    served it (see :func:`served_outputs`)."""
     from kfp.local import cache
 
     original = cache.LocalCache.__dict__["_deserialize_artifact"]
@@ -43,6 +63,7 @@ def metadata_only_artifacts_hit():
 
     original_key, original_get = cache.LocalCache.compute_key, cache.LocalCache.get
     names: dict[str, str] = {}
+    served: dict[str, dict[str, dict[str, Any]]] = {}
 
     def compute_key(self, component_name, *args, **kwargs):
         key = original_key(self, component_name, *args, **kwargs)
@@ -52,13 +73,14 @@ def metadata_only_artifacts_hit():
     def get(self, key):
         outputs = original_get(self, key)
         if outputs is not None and key in names:
+            served[names[key]] = served_outputs(outputs)
             print(f"{CACHE_HIT} {names[key]}", flush=True)
         return outputs
 
     cache.LocalCache._deserialize_artifact = staticmethod(patched)
     cache.LocalCache.compute_key, cache.LocalCache.get = compute_key, get
     try:
-        yield
+        yield served
     finally:
         cache.LocalCache._deserialize_artifact = original
         cache.LocalCache.compute_key, cache.LocalCache.get = original_key, original_get

@@ -1,7 +1,8 @@
 """Run history on Kubeflow Pipelines (v2beta1 runs API) for `gkeflow runs`.
 
 Runs are read from the configured experiment, newest first (``sort_by=created_at desc``);
-``--pipeline`` and ``--schedule`` select by the run's pipeline and recurring run. Steps come
+``--pipeline`` and ``--schedule`` select by the run's pipeline and recurring run (the
+schedule's, or one it replaced: a replaced schedule keeps its history). Steps come
 from ``run_details.task_details``; a step's log is its executor pod's, read through the
 Kubeflow Pipelines UI server (``GET <ui>/k8s/pod/logs``, what the UI's Logs tab reads: the
 live pod, or the archived log once the pod is gone). Cancel is ``:terminate``, retry is
@@ -73,9 +74,14 @@ class KfpRuns:
         return self._pipeline_names[pipeline_id]
 
     def _schedules(self) -> dict[str, str]:
-        """Recurring run id -> gkeflow schedule name."""
+        """Recurring run id -> gkeflow schedule name, for each schedule and for the recurring
+        runs it replaced (their runs are its history)."""
         if self._schedule_names is None:
-            self._schedule_names = {s.id: s.name for s in self.backend.list_schedules()}
+            names: dict[str, str] = {}
+            for schedule in self.backend.list_schedules():
+                for found in (*schedule.previous_ids, schedule.id):
+                    names[found] = schedule.name
+            self._schedule_names = names
         return self._schedule_names
 
     def _info(self, run, with_tasks: bool) -> RunInfo:

@@ -14,6 +14,15 @@ gkeflow manages (KFP: recurring runs in the experiment whose description starts 
 * ``enabled`` changed -> paused or resumed;
 * more than one with the same name (e.g. an interrupted replacement) -> the extras deleted;
 * on the target but no longer in the file -> reported, and deleted only with ``--prune``.
+
+Each schedule carries its owner, the ``name`` of the gkeflow.yaml that made it (KFP: in the
+description; Vertex: the label ``gkeflow-owner``). ``--prune`` deletes only this file's
+schedules, so several gkeflow.yaml files can share an experiment or a region; schedules of
+other files are not reported. A schedule of this file's names with another owner (or none:
+made before owners were written) is replaced once, with a warning when another file owned
+it. One with no owner that is not in the file is reported, never pruned: `gkeflow schedule
+delete NAME` deletes it. A replaced KFP schedule remembers the ids of those it replaced, so
+`runs list --schedule` keeps its history.
 """
 
 from __future__ import annotations
@@ -21,13 +30,13 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from gkeflow.pipelines.config import ConfigError, GkeflowConfig, ScheduleConfig
 from gkeflow.pipelines.operations import select
-from gkeflow.pipelines.targets.backends import RemoteSchedule, ScheduleRequest
+from gkeflow.pipelines.targets.backends import RemoteSchedule, ScheduleRequest, lineage
 from gkeflow.pipelines.targets.cron import (
     kfp_cron,
     kfp_cron_to_five_fields,
@@ -95,7 +104,7 @@ def build_request(schedule: ScheduleConfig, config: GkeflowConfig, prepared, *,
         enabled=schedule.enabled, parameters=parameters,
         job_fingerprint=job_fingerprint(schedule.target, prepared.version_name, parameters,
                                         settings),
-        utc_offset_minutes=offset)
+        utc_offset_minutes=offset, owner=config.schedule_owner)
 
 
 def _targets_in_use(config: GkeflowConfig, target: str | None,
@@ -193,7 +202,13 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
                        existing.pop(schedule.name, []), record)
         for name, remotes in sorted(existing.items()):
             for remote in remotes:
-                if prune:
+                if remote.owner and remote.owner != config.schedule_owner:
+                    continue  # another gkeflow.yaml's
+                if not remote.owner:
+                    record(Action(target_name, name, "kept",
+                                  "not in gkeflow.yaml, and made before schedules named their "
+                                  f"gkeflow.yaml; `gkeflow schedule delete {name}` deletes it"))
+                elif prune:
                     backend.delete_schedule(remote)
                     record(Action(target_name, name, "delete", "not in gkeflow.yaml (--prune)"))
                 else:
@@ -210,21 +225,41 @@ def _create(backend, target_name, request, prepared, ids) -> str:
     return backend.create_schedule(request, prepared, labels)
 
 
+def _replacing(backend, remote: RemoteSchedule, request: ScheduleRequest) -> list[str]:
+    """Why ``remote`` must be replaced to become ``request``: the target's reasons, or an
+    owner to write (the owner is fixed when a schedule is created)."""
+    changes = backend.needs_replacement(remote, request)
+    if remote.owner != request.owner:
+        changes = [*changes, f"owner {remote.owner or '(none)'} -> {request.owner}"]
+    return changes
+
+
 def _apply_one(backend, target_name: str, request: ScheduleRequest, prepared, ids,
                remotes: list[RemoteSchedule], record) -> None:
     if not remotes:
         _create(backend, target_name, request, prepared, ids)
         record(Action(target_name, request.name, "create", request.cron))
         return
-    # Keep the one that needs the least work; extras (an interrupted replace) go.
-    remotes = sorted(remotes, key=lambda r: (bool(backend.needs_replacement(r, request)),
+    # Keep the one that needs the least work; extras (an interrupted replace) go. Another
+    # gkeflow.yaml's schedule of this name is never deleted as an extra; it is taken over
+    # (replaced) only when this file has none of its own: one schedule per name.
+    remotes = sorted(remotes, key=lambda r: (bool(_replacing(backend, r, request)),
                                              bool(backend.updatable_changes(r, request))))
-    current, extras = remotes[0], remotes[1:]
-    replace = backend.needs_replacement(current, request)
-    if replace:
-        _create(backend, target_name, request, prepared, ids)
+    mine = [r for r in remotes if r.owner in ("", request.owner)]
+    foreign = [r for r in remotes if r.owner not in ("", request.owner)]
+    current, extras = (mine[0], mine[1:]) if mine else (foreign[0], [])
+    for other in sorted({r.owner for r in foreign}):
+        done = "now this file's" if other == current.owner else "left alone"
+        record(Action(target_name, request.name, "warning",
+                      f"gkeflow.yaml {other!r} has a schedule of this name ({done}); give both "
+                      "files the same `name:`, or rename one of the schedules"))
+    changes = _replacing(backend, current, request)
+    if changes:
+        # The replacement remembers what it replaces: their runs stay its history.
+        _create(backend, target_name, replace(request, previous_ids=lineage(current, extras)),
+                prepared, ids)
         backend.delete_schedule(current)
-        record(Action(target_name, request.name, "replace", "; ".join(replace)))
+        record(Action(target_name, request.name, "replace", "; ".join(changes)))
     else:
         updates = backend.updatable_changes(current, request)
         if updates:

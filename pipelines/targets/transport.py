@@ -3,7 +3,8 @@
 Every remote call goes through :func:`call`: connection errors and 5xx answers are retried
 with exponential backoff (plus jitter); a timeout is retried only for calls that are safe to
 repeat; a 4xx answer is raised at once as :class:`RemoteError` carrying the server's own
-message. Secrets never appear in messages: :func:`redact` removes known tokens.
+message, and so is a host name that does not resolve (a wrong name stays wrong). Secrets
+never appear in messages: :func:`redact` removes known tokens.
 
 Bounded: each attempt is one HTTP request with the policy's timeout (the client libraries'
 own retries are turned off by the backends), so one call takes at most
@@ -107,6 +108,30 @@ def _is_timeout(exc: BaseException) -> bool:
     return False
 
 
+def unresolved_host(exc: BaseException) -> str | None:
+    """The host name whose look-up failed, when ``exc`` (or what it wraps) is a DNS failure
+    (``socket.gaierror``); ``""`` when the name is unknown; ``None`` for anything else."""
+    import socket
+
+    import urllib3
+
+    seen: set[int] = set()
+    pending: list = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen or not isinstance(current, BaseException):
+            continue
+        seen.add(id(current))
+        if isinstance(current, urllib3.exceptions.NameResolutionError):
+            match = re.search(r"Failed to resolve '([^']+)'", str(current))
+            return match.group(1) if match else ""
+        if isinstance(current, socket.gaierror):
+            return ""
+        pending += [current.__cause__, current.__context__, getattr(current, "reason", None),
+                    *[a for a in current.args if isinstance(a, BaseException)]]
+    return None
+
+
 def classify(exc: BaseException) -> _Failure | None:
     """What a failure means for a retry; ``None`` for errors that are not about the call."""
     import requests
@@ -135,6 +160,10 @@ def classify(exc: BaseException) -> _Failure | None:
         # REST errors read "POST https://...: <the server's message>"; keep the message.
         message = re.sub(r"^(GET|POST|PATCH|PUT|DELETE) \S+: ", "", exc.message or str(exc))
         return _Failure(retry, status, message)
+    host = unresolved_host(exc)
+    if host is not None:  # DNS: not transient, retrying only delays the message
+        return _Failure(False, None, f"cannot resolve host name {host!r}" if host
+                        else "cannot resolve the host name")
     if _is_timeout(exc):
         return _Failure(True, None, "timed out")
     if isinstance(exc, (requests.exceptions.ConnectionError, urllib3.exceptions.HTTPError,

@@ -20,6 +20,7 @@ from gkeflow.pipelines.config import VertexTarget
 from gkeflow.pipelines.targets.backends import (
     FINGERPRINT_LABEL,
     MANAGED_LABEL,
+    OWNER_LABEL,
     REQUEST_LABEL,
     PlannedRequest,
     PreparedPipeline,
@@ -112,7 +113,20 @@ class VertexBackend(_TargetBackend):
         ).select_version("v1")
 
     def _call(self, what: str, func, *, idempotent: bool = True, recover=None):
-        return call(what, func, self.policy, idempotent=idempotent, recover=recover)
+        try:
+            return call(what, func, self.policy, idempotent=idempotent, recover=recover)
+        except RemoteError as exc:
+            if exc.status is not None:
+                raise
+            raise RemoteError(f"{exc}; {self.connection_hint()}", exc.status) from None
+
+    def connection_hint(self) -> str:
+        """What to check when Vertex AI could not be reached at all."""
+        if self.target.api_endpoint:
+            return (f"check targets.vertex.api_endpoint ({self.target.api_endpoint}) and "
+                    "the network")
+        return (f"check the network, or set targets.vertex.api_endpoint if {self.endpoint} "
+                "is not reachable from here")
 
     def _once(self, what: str, func):
         """One request, no retry: a look-up that makes a create idempotent."""
@@ -229,7 +243,8 @@ class VertexBackend(_TargetBackend):
                 job_fingerprint=labels.get(FINGERPRINT_LABEL, ""), local_cron=local_cron,
                 time_zone=time_zone, next_run_time=next_run,
                 pipeline_version=labels.get("gkeflow-version", ""),
-                request_id=labels.get(REQUEST_LABEL, "")))
+                request_id=labels.get(REQUEST_LABEL, ""),
+                owner=labels.get(OWNER_LABEL, "")))
         return schedules
 
     def create_schedule(self, request: ScheduleRequest, prepared: PreparedPipeline,
@@ -240,7 +255,7 @@ class VertexBackend(_TargetBackend):
         job = self._pipeline_job(
             prepared, f"{request.name}", request.parameters,
             {**labels, MANAGED_LABEL: request.name, FINGERPRINT_LABEL: request.job_fingerprint,
-             REQUEST_LABEL: request_id})
+             REQUEST_LABEL: request_id, **({OWNER_LABEL: request.owner} if request.owner else {})})
         job_body = self._job_body(job, prepared)
         job_body["serviceAccount"] = self.target.service_account
         if self.target.network:

@@ -84,6 +84,10 @@ def test_unchanged_data_reuses_prepare_and_train_changed_data_never_does(tmp_pat
                                       "train-model": "cached", "evaluate-model": "success",
                                       "register-model": "success"}
     assert "Registered: unchanged: same as customer-churn-classifier version 1" in warm.stdout
+    # The cached steps' outputs are those of the cold run: the summary shows them the same.
+    for line in ("Model:", "Training:", "Data:"):
+        cold_line = next(x for x in cold.stdout.splitlines() if x.startswith(line))
+        assert cold_line in warm.stdout.splitlines()
     listed = gkeflow("models", "list", "--output", str(tmp_path / "out"), "--format", "json")
     assert listed.returncode == 0, listed.stderr
     assert [v["version"] for v in json.loads(listed.stdout)] == [1]

@@ -273,3 +273,35 @@ def test_cancelling_a_run_that_ended_says_so(both, target):
     with pytest.raises(RunStateError, match="already ended \\(failed\\); nothing to cancel"):
         server_calls.cancel(runs[target])
     assert server_calls.show(runs[target]).state == "FAILED"
+
+
+def test_a_replaced_kfp_schedule_keeps_its_run_history(kfp_runs, token_env, make_config,
+                                                       tmp_path):
+    weekly = {"name": "weekly", "target": "gke", "cron": "0 6 * * 1"}
+    config = make_config(kfp_runs.url, None, schedules=[weekly])
+    apply(config, workdir=tmp_path / "1", backends={"gke": _backend(config, "gke")})
+    (first_id,) = kfp_runs.recurring_runs
+    before = kfp_runs.fire(first_id)
+    kfp_runs.finish(before)
+    # A new cron, then new parameters: KFP cannot update a recurring run, so each replaces it.
+    retimed = make_config(kfp_runs.url, None, schedules=[{**weekly, "cron": "0 7 * * 1"}])
+    apply(retimed, workdir=tmp_path / "2", backends={"gke": _backend(retimed, "gke")})
+    (second_id,) = kfp_runs.recurring_runs
+    middle = kfp_runs.fire(second_id)
+    kfp_runs.finish(middle)
+    reparametrised = make_config(kfp_runs.url, None, schedules=[
+        {**weekly, "cron": "0 7 * * 1", "parameters": {"epochs": 3}}])
+    result = apply(reparametrised, workdir=tmp_path / "3",
+                   backends={"gke": _backend(reparametrised, "gke")})
+    assert [a.kind for a in result.actions if a.schedule == "weekly"] == ["replace"]
+    (third_id,) = kfp_runs.recurring_runs
+    assert len({first_id, second_id, third_id}) == 3
+    after = kfp_runs.fire(third_id)
+    kfp_runs.finish(after)
+
+    runs = reader(config, "gke", _backend(config, "gke")).list(schedule="weekly")
+    assert [r.id for r in runs] == [after, middle, before]
+    assert {r.schedule for r in runs} == {"weekly"}
+    (recurring,) = kfp_runs.recurring_runs.values()
+    fields = json.loads(recurring["description"].split("; ", 1)[1])
+    assert fields["previous"] == [first_id, second_id]
