@@ -151,7 +151,9 @@ class TrainingProfile:
     notes: list[str] = field(default_factory=list)
 
 
-def _read_text(uri: str) -> str | None:
+def read_text(uri: str) -> str | None:
+    """The text of a local path, ``file://`` or ``gs://`` object; None when it is absent
+    or of a scheme it does not read."""
     if uri.startswith("gs://"):
         from gkeflow.components.prepare.sources import gcs_client
 
@@ -162,6 +164,22 @@ def _read_text(uri: str) -> str | None:
         return None
     path = Path(uri.removeprefix("file://"))
     return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def model_metadata(model_uri: str) -> dict | None:
+    """The ``gkeflow_model.json`` of the model at ``model_uri``; None when absent or
+    unreadable (a model gkeflow's train step did not export)."""
+    try:
+        text = read_text(f"{model_uri.rstrip('/')}/{MODEL_METADATA_FILE}")
+        return json.loads(text) if text is not None else None
+    except (OSError, ValueError):
+        return None
+
+
+def missing_inputs(metadata: dict, header: list[str]) -> list[str]:
+    """The model's raw input columns (``features[].name``) that ``header`` lacks."""
+    present = set(header)
+    return [f["name"] for f in metadata.get("features", []) if f["name"] not in present]
 
 
 def _schema_from_metadata(metadata: dict) -> Schema:
@@ -191,7 +209,7 @@ def training_profile(model_dir: Path) -> TrainingProfile:
     profile = None
     for place in places:
         try:
-            text = _read_text(f"{place}/{SCHEMA_FILE}")
+            text = read_text(f"{place}/{SCHEMA_FILE}")
         except Exception as exc:  # noqa: BLE001 - an unreachable place is only noted
             text = None
             note = f"could not read {place}/{SCHEMA_FILE}: {exc}"
@@ -206,7 +224,7 @@ def training_profile(model_dir: Path) -> TrainingProfile:
         except (KeyError, TypeError, ValueError) as exc:
             raise PredictError(f"invalid training schema {place}/{SCHEMA_FILE}: {exc}") from exc
         profile = TrainingProfile(schema=schema, source=f"{place}/{SCHEMA_FILE}")
-        stats_text = _read_text(f"{place}/{STATS_FILE}")
+        stats_text = read_text(f"{place}/{STATS_FILE}")
         if stats_text:
             _add_ranges(profile, json.loads(stats_text))
         else:

@@ -253,9 +253,9 @@ def _label_value(text: str) -> str:
 
 def _model_features(version) -> list[str]:
     """The model's raw feature columns, from its gkeflow_model.json next to the SavedModel."""
-    from gkeflow.components.predict.resolve import MODEL_METADATA_FILE, _read_text
+    from gkeflow.components.predict.resolve import MODEL_METADATA_FILE, read_text
 
-    text = _read_text(f"{version.uri.rstrip('/')}/{MODEL_METADATA_FILE}")
+    text = read_text(f"{version.uri.rstrip('/')}/{MODEL_METADATA_FILE}")
     if text is None:
         raise PredictError(f"no {MODEL_METADATA_FILE} at {version.uri}: cannot tell which "
                            "columns the model takes")
