@@ -17,8 +17,10 @@ def _arguments(path, **changes) -> dict:
     ({"thresholds": "f1_macro=>0.8"}, "invalid threshold 'f1_macro=>0.8'"),
     ({"thresholds": "speed>=1"}, "unknown metric 'speed'"),
     ({"comparison_metric": "speed"}, "unknown comparison_metric 'speed'"),
-    ({"label_column": "Y"}, "label_column: unknown column(s) 'Y'; available columns: "
-                            "id, x, y"),
+    ({"label_column": "Y"}, "label_column: unknown column(s) 'Y' (did you mean 'y'?); "
+                            "available columns: id, x, y"),
+    ({"label_column": "xx"}, "label_column: unknown column(s) 'xx' (did you mean 'x'?)"),
+    ({"label_column": "zzz"}, "label_column: unknown column(s) 'zzz'; available columns"),
     ({"key_column": "ID"}, "key_column: unknown column(s) 'ID'"),
     ({"exclude_columns": "x,z"}, "exclude_columns: unknown column(s) 'z'"),
     ({"feature_columns": "y"}, "feature_columns names the label column 'y'"),
