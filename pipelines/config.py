@@ -433,7 +433,8 @@ class ScheduleConfig(_Strict):
         from gkeflow.pipelines.targets.compile import PIPELINES
 
         if value not in PIPELINES:
-            raise ValueError(f"unknown pipeline {value!r}; pipelines are {', '.join(PIPELINES)}")
+            raise ValueError(f"unknown pipeline {value!r}{did_you_mean(value, PIPELINES)}; "
+                             f"pipelines are {', '.join(PIPELINES)}")
         return value
 
     @field_validator("cron")
@@ -472,8 +473,10 @@ def _targets_model_validator(config: GkeflowConfig) -> GkeflowConfig:
                              f"targets.{schedule.target}")
         if (schedule.environment != DEFAULT_ENVIRONMENT
                 and schedule.environment not in config.parameters):
-            raise ValueError(f"{where}.environment: {schedule.environment!r} is not under "
-                             f"parameters (environments: {', '.join(config.parameters) or 'none'})")
+            raise ValueError(
+                f"{where}.environment: {schedule.environment!r} is not under parameters"
+                f"{did_you_mean(schedule.environment, [DEFAULT_ENVIRONMENT, *config.parameters])}"
+                f" (environments: {', '.join(config.parameters) or 'none'})")
     return config
 
 
