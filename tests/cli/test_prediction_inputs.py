@@ -69,6 +69,15 @@ def test_another_registered_model_whose_inputs_match_is_suggested(tmp_path):
     assert "registry's only model" not in result.stderr
 
 
+def test_without_model_among_several_the_fitting_one_is_named(tmp_path):
+    output = tmp_path / "out"
+    _register(output, "penguins-classifier", PENGUIN_INPUTS, "run-1")
+    _register(output, "loans-classifier", LOAN_INPUTS, "run-2")
+    result = _run(output, _loans_csv(tmp_path))
+    assert result.exit_code == 2, result.output
+    assert "the data's columns fit --model loans-classifier@1" in result.stderr
+
+
 def test_parquet_data_is_checked_by_its_columns(tmp_path):
     output = tmp_path / "out"
     _register(output, "loans-classifier", LOAN_INPUTS, "run-1")
