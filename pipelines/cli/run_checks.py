@@ -113,7 +113,7 @@ def _check_sample(sources, arguments: dict) -> None:
     label = arguments.get("label_column", "")
     fix_schema(header, sample, label, None, arguments.get("key_column", ""),
                arguments.get("exclude_columns", ""), arguments.get("feature_columns", ""),
-               1000, [])
+               1000, [])  # 1000: the step's max_vocabulary
     classes = label_values(sample.column(label))
     if len(classes) < 2 and sample.num_rows >= SAMPLE_ROWS:
         for source in usable:  # a rare class may follow the sample: read the label to the end
