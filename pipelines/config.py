@@ -67,12 +67,14 @@ from pydantic import (
     model_validator,
 )
 
+from gkeflow.components.did_you_mean import did_you_mean
 from gkeflow.pipelines.compute.workspace import WorkspaceSettings
 from gkeflow.pipelines.deploy_stage import DeployConfig
 from gkeflow.pipelines.images_config import BASE_DIR, ImagesConfig
 from gkeflow.pipelines.operations_config import NotificationSettings, RetentionSettings
 from gkeflow.pipelines.preparation_settings import PreparationSettings
 from gkeflow.pipelines.sweep_config import SweepConfig
+from gkeflow.pipelines.validation import validation_message
 
 DEFAULT_CONFIG_FILE = Path("gkeflow.yaml")
 
@@ -191,7 +193,8 @@ class GkeflowConfig(BaseModel):
         for step, changes in self.compute.items():
             if step not in profiles:
                 raise ConfigError(
-                    f"compute.{step}: unknown step; steps are {', '.join(profiles)}"
+                    f"compute.{step}: unknown step{did_you_mean(step, profiles)}; steps are "
+                    f"{', '.join(profiles)}"
                 )
             try:
                 profiles[step] = override_step(step, profiles[step], changes)
@@ -209,18 +212,6 @@ def schedule_owner(text: str) -> str:
     clean = re.sub(r"[^a-z0-9]+", "-", text.lower())
     clean = re.sub(r"^[^a-z]+", "", clean)[:63].strip("-")
     return clean or DEFAULT_OWNER
-
-
-def _format_validation_error(path: Path, exc: ValidationError) -> str:
-    problems = []
-    for error in exc.errors():
-        key = ".".join(str(p) for p in error["loc"]) or "(top level)"
-        message = error["msg"].removeprefix("Value error, ")
-        if not error["loc"] and error["type"] == "value_error":
-            problems.append(f"{path}: {message}")  # the message names its own key
-            continue
-        problems.append(f"{path}: {key}: {message}")
-    return "\n".join(problems)
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -268,7 +259,7 @@ def load_config(path: Path | str | None = None) -> GkeflowConfig:
     try:
         return GkeflowConfig.model_validate(raw, context={BASE_DIR: path.resolve().parent})
     except ValidationError as exc:
-        raise ConfigError(_format_validation_error(path, exc)) from exc
+        raise ConfigError(validation_message(exc, GkeflowConfig, f"{path}: ")) from exc
 
 
 # ---------------------------------------------------------------------------------------------
@@ -474,7 +465,8 @@ class ScheduleConfig(_Strict):
         from gkeflow.pipelines.targets.compile import PIPELINES
 
         if value not in PIPELINES:
-            raise ValueError(f"unknown pipeline {value!r}; pipelines are {', '.join(PIPELINES)}")
+            raise ValueError(f"unknown pipeline {value!r}{did_you_mean(value, PIPELINES)}; "
+                             f"pipelines are {', '.join(PIPELINES)}")
         return value
 
     @field_validator("cron")
@@ -513,8 +505,10 @@ def _targets_model_validator(config: GkeflowConfig) -> GkeflowConfig:
                              f"targets.{schedule.target}")
         if (schedule.environment != DEFAULT_ENVIRONMENT
                 and schedule.environment not in config.parameters):
-            raise ValueError(f"{where}.environment: {schedule.environment!r} is not under "
-                             f"parameters (environments: {', '.join(config.parameters) or 'none'})")
+            raise ValueError(
+                f"{where}.environment: {schedule.environment!r} is not under parameters"
+                f"{did_you_mean(schedule.environment, [DEFAULT_ENVIRONMENT, *config.parameters])}"
+                f" (environments: {', '.join(config.parameters) or 'none'})")
     return config
 
 

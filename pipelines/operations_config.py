@@ -164,7 +164,10 @@ def check_environments(config):
     """Every ``notifications.<environment>`` names an environment of ``parameters:``."""
     for environment in config.notifications:
         if environment != "default" and environment not in config.parameters:
+            from gkeflow.components.did_you_mean import did_you_mean
+
             known = ", ".join(config.parameters) or "none"
+            hint = did_you_mean(environment, ["default", *config.parameters])
             raise ValueError(f"notifications.{environment}: no such environment under "
-                             f"parameters (environments: {known})")
+                             f"parameters{hint} (environments: {known})")
     return config

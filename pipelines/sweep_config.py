@@ -27,7 +27,6 @@ from __future__ import annotations
 import itertools
 import math
 import random
-import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
@@ -232,19 +231,14 @@ def parse_sweep(raw: Mapping[str, Any] | None, where: str = "sweep") -> SweepCon
     """Validate a ``sweep:`` mapping; errors name ``where.<key>``."""
     from pydantic import ValidationError
 
+    from gkeflow.pipelines.validation import validation_message
+
     try:
         return SweepConfig.model_validate(dict(raw or {}))
     except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            loc = [str(p) for p in error["loc"] if p not in ("choice", "uniform", "loguniform",
-                                                           "int")]
-            message = error["msg"].removeprefix("Value error, ")
-            if not loc and re.match(r"^[a-z_.]+: ", message):
-                problems.append(f"{where}.{message}")  # the message names its own key
-                continue
-            problems.append(f"{'.'.join([where, *loc])}: {message}")
-        raise SweepError("\n".join(problems)) from None
+        raise SweepError(validation_message(
+            exc, SweepConfig, root=where,
+            skip=("choice", "uniform", "loguniform", "int"))) from None
 
 
 def expand_trials(sweep: SweepConfig) -> list[dict]:

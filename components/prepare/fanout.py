@@ -111,7 +111,7 @@ def plan_groups(
         raise DataError("bq_query and bq_filter apply only to bq:// sources")
     else:
         inputs = _with_limits(resolve_sources(source), limits)
-    header, sample, sources = logic.sample_sources(inputs, problems)
+    header, sample, sources = logic.sample_rows(inputs, problems)
     schema = logic.fix_schema(header, sample, label_column, expected_schema, key_column,
                               exclude_columns, feature_columns, max_vocabulary, problems)
     files = [s.name for s in sources] if bq is None else [source] * len(bq["ranges"])

@@ -151,7 +151,10 @@ def check_column_names(header: list[str], label_column: str, key_column: str = "
     for parameter, names in named.items():
         unknown = [n for n in names if n not in header]
         if unknown:
-            raise DataError(f"{parameter}: unknown column(s) {', '.join(map(repr, unknown))}; "
+            from gkeflow.components.did_you_mean import did_you_mean
+
+            raise DataError(f"{parameter}: unknown column(s) {', '.join(map(repr, unknown))}"
+                            f"{did_you_mean(unknown[0], header)}; "
                             f"available columns: {available}{_separator_hint(header)}")
     for parameter in ("exclude_columns", "feature_columns"):
         if label_column in named[parameter]:

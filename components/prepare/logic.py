@@ -103,7 +103,7 @@ class PrepareResult:
 
 # --- the step ------------------------------------------------------------------------------
 
-def sample_sources(sources: list[Source], problems: list[str]) -> tuple[list[str], pa.Table, list]:
+def sample_rows(sources: list[Source], problems: list[str]) -> tuple[list[str], pa.Table, list]:
     """The header, the first rows (for type inference) and the non-empty sources."""
     header, usable = common_header(
         sources, lambda source: problems.append(f"{source.name}: empty file, no rows"))
@@ -310,7 +310,7 @@ def prepare(
             item.limits = limits
 
     problems: list[str] = []
-    header, sample, sources = sample_sources(sources, problems)
+    header, sample, sources = sample_rows(sources, problems)
     if expected_schema is not None and not isinstance(expected_schema, Schema):
         expected_schema = Schema.load(Path(expected_schema))
     schema = fix_schema(header, sample, label_column, expected_schema, key_column,

@@ -73,6 +73,24 @@ def null_invalid_utf8(array: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
     return cleaned.view(array.type), bad
 
 
+def label_values(array: pa.Array, lower: bool = False) -> set[str]:
+    """The distinct classes in a label column's values, as preparation counts them: text
+    without surrounding whitespace (lower-cased when ``lower``); missing, empty and
+    invalid UTF-8 values left out."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if is_text_dictionary(array.type):
+        array = array.cast(array.type.value_type)
+    if pa.types.is_binary(array.type):
+        array = array.view(pa.string())
+    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+        array, _ = null_invalid_utf8(array)
+    values = pc.unique(as_strings(array).drop_null()).to_pylist()
+    cleaned = {v.strip().lower() if lower else v.strip() for v in values}
+    cleaned.discard("")
+    return cleaned
+
+
 def is_text_dictionary(type_: pa.DataType) -> bool:
     return pa.types.is_dictionary(type_) and (
         pa.types.is_string(type_.value_type) or pa.types.is_large_string(type_.value_type))

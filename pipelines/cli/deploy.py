@@ -119,7 +119,10 @@ class _Context:
             self.config = load_config(config_path)
             entry = self.config.deploy.get(environment)
             if entry is None and environment != "default":
-                raise click.ClickException(f"no deploy.{environment} in gkeflow.yaml "
+                from gkeflow.components.did_you_mean import did_you_mean
+
+                hint = did_you_mean(environment, [*self.config.deploy, *self.config.parameters])
+                raise click.ClickException(f"no deploy.{environment} in gkeflow.yaml{hint} "
                                            f"(entries: {', '.join(self.config.deploy) or 'none'})")
             entry = entry or DeployEnvironment()
             api_endpoint = ""

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gkeflow.pipelines.cli.errors import ErrorReportingGroup
-from gkeflow.pipelines.cli.params import NonEmptyPath
+from gkeflow.pipelines.cli.params import NonEmptyPath, SuggestingChoice
 from gkeflow.pipelines.cli.sweep import sweep_options
 from gkeflow.pipelines.cli.tables import (
     MODEL_COLUMNS,
@@ -94,7 +94,7 @@ def _dispatch_run(pipeline: str, **options) -> None:
 
 
 @main.command()
-@click.option("--pipeline", type=click.Choice(list(RUN_PIPELINES)), default="training",
+@click.option("--pipeline", type=SuggestingChoice(list(RUN_PIPELINES)), default="training",
               show_default=True,
               help="training: prepare, train, evaluate, register. sweep: one model per trial "
                    "of the search space, the best registered. prediction: score --data with a "
@@ -471,7 +471,10 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
                                "name the pipeline once")
     pipeline = pipeline_option or pipeline
     if pipeline not in PIPELINES:
-        raise click.BadParameter(f"unknown pipeline {pipeline!r}; available: "
+        from gkeflow.components.did_you_mean import did_you_mean
+
+        raise click.BadParameter(f"unknown pipeline {pipeline!r}"
+                                 f"{did_you_mean(pipeline, PIPELINES)}; available: "
                                  f"{', '.join(PIPELINES)}", param_hint="PIPELINE")
     config = _load_config(config_path)
     if pipeline == "prediction":

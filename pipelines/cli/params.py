@@ -25,8 +25,11 @@ def pipeline_params(pipeline, options: tuple[str, ...]) -> dict[str, Any]:
         key, sep, raw = option.partition("=")
         key = key.strip()
         if not sep or key not in inputs:
+            from gkeflow.components.did_you_mean import did_you_mean
+
+            hint = did_you_mean(key, inputs) if sep else ""
             raise click.BadParameter(
-                f"{option!r}: expected KEY=VALUE with KEY one of {', '.join(inputs)}",
+                f"{option!r}{hint}: expected KEY=VALUE with KEY one of {', '.join(inputs)}",
                 param_hint="--param")
         try:
             values[key] = _CASTS.get(inputs[key].type, str)(raw.strip())
@@ -44,3 +47,13 @@ class NonEmptyPath(click.Path):
         if isinstance(value, str) and not value.strip():
             self.fail("must not be empty; give a path", param, ctx)
         return super().convert(value, param, ctx)
+
+
+class SuggestingChoice(click.Choice):
+    """``click.Choice`` whose refusal names the closest choice ("did you mean")."""
+
+    def get_invalid_choice_message(self, value, ctx) -> str:
+        from gkeflow.components.did_you_mean import did_you_mean
+
+        return (f"{value!r} is not one of {', '.join(map(repr, self.choices))}"
+                f"{did_you_mean(str(value), self.choices)}.")

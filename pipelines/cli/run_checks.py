@@ -13,7 +13,8 @@ class ParameterError(ValueError):
 def validate_run_arguments(arguments: dict) -> None:
     """ParameterError for the first argument that would make a step fail: the parameters
     (:func:`check_parameters`), and for a local file, the label, key, excluded and feature
-    columns against its header and that it holds at least one row."""
+    columns against its header, that it holds at least one row, and what the prepare step
+    refuses from its sample of rows and from the label's classes."""
     check_parameters(arguments)
     _check_columns(arguments)
 
@@ -91,24 +92,54 @@ def _check_columns(arguments: dict) -> None:
                                arguments.get("feature_columns", ""))
         except DataError as exc:
             raise DataError(f"{exc} (the header of {named_by})") from None
-        _check_rows(usable)
+        if _check_rows(usable):
+            _check_sample(usable, arguments)
     except DataError as exc:
         raise ParameterError(str(exc)) from None
 
 
-def _check_rows(sources) -> None:
+def _check_sample(sources, arguments: dict) -> None:
+    """DataError for what the prepare step refuses from its sample of rows (no usable
+    feature, a named feature it cannot use, an unreadable label) or from the label's
+    classes (fewer than 2 in the whole data), read the way the step reads them."""
+    from gkeflow.components.prepare.logic import SAMPLE_ROWS, fix_schema, sample_rows
+    from gkeflow.components.prepare.sources import DataError
+    from gkeflow.components.prepare.values import label_values
+
+    try:
+        header, sample, usable = sample_rows(list(sources), [])
+    except DataError:
+        return  # every row malformed: left to the step, which shows them
+    label = arguments.get("label_column", "")
+    fix_schema(header, sample, label, None, arguments.get("key_column", ""),
+               arguments.get("exclude_columns", ""), arguments.get("feature_columns", ""),
+               1000, [])  # 1000: the step's max_vocabulary
+    classes = label_values(sample.column(label))
+    if len(classes) < 2 and sample.num_rows >= SAMPLE_ROWS:
+        for source in usable:  # a rare class may follow the sample: read the label to the end
+            for batch in source.batches(lambda *row: None, prefetch=False):
+                classes |= label_values(batch.column(label))
+                if len(classes) >= 2:
+                    return
+    if len(classes) < 2:
+        found = f"one class, {next(iter(classes))!r}" if classes else "no values"
+        raise DataError(f"label column {label!r} has {found}; a classifier needs at least 2 "
+                        "classes: check --label, or add rows of another class")
+
+
+def _check_rows(sources) -> bool:
     """DataError when none of the (non-empty) input files holds a row below its header
-    (reading up to the first row found; files whose rows are all malformed are left to the
-    step, which shows them)."""
+    (reading up to the first row found); False when the rows found are all malformed (left
+    to the step, which shows them)."""
     from gkeflow.components.prepare.sources import DataError
 
     rejected = []
     for source in sources:
         for batch in source.batches(lambda *row: rejected.append(row), prefetch=False):
             if batch.num_rows:
-                return
+                return True
         if rejected:
-            return
+            return False
     names = ", ".join(s.name for s in sources[:3]) + (
         f" and {len(sources) - 3} more" if len(sources) > 3 else "")
     raise DataError(f"data has a header but no data rows: {names}; add rows or point "

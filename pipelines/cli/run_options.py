@@ -77,6 +77,7 @@ def local_compute(pipeline: str, config_path: Path | None,
     section of ``--config`` (or ./gkeflow.yaml), then ``--compute``; None when neither
     option is given (the pipeline's defaults). A ``--compute`` for a step of another
     pipeline is refused rather than dropped."""
+    from gkeflow.components.did_you_mean import did_you_mean
     from gkeflow.pipelines.cli.main import _resolve_compute
     from gkeflow.pipelines.compute.profiles import parse_override
     from gkeflow.pipelines.targets.compile import _steps_of, pipeline_compute
@@ -89,7 +90,8 @@ def local_compute(pipeline: str, config_path: Path | None,
         step = parse_override(text)[0]
         if step not in own:
             raise OptionError(f"--compute {text}: {step} is not a step of --pipeline "
-                              f"{pipeline}; its steps are {', '.join(own)}")
+                              f"{pipeline}{did_you_mean(step, own)}; its steps are "
+                              f"{', '.join(own)}")
     return dict(pipeline_compute(pipeline, profiles))
 
 

@@ -2,7 +2,8 @@
 `gkeflow run` registered in the local registry under the same ``--output`` directory.
 
 Everything that can be checked without TensorFlow is checked before the pipeline starts:
-the data exists, the registry exists and holds the model and version asked for.
+the data exists, the registry exists and holds the model and version asked for, and a
+local file's columns hold every input of that model.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ def _data_uri(data: str | None) -> str:
     return str(path.resolve())
 
 
-def _choose_model(registry_uri: str, model: str | None) -> tuple[str, str, Any]:
-    """The model reference to score with and how it was chosen; usage errors otherwise."""
+def _choose_model(registry_uri: str, model: str | None,
+                  header: list[str] | None = None) -> tuple[Any, str, Any]:
+    """The registry version to score with, how it was chosen and the parsed reference;
+    usage errors otherwise (naming the models whose inputs ``header`` holds)."""
     from gkeflow.components.predict.resolve import PredictError, parse_model_ref, resolve_version
     from gkeflow.components.register.local_registry import LocalRegistry, registry_path
 
@@ -45,17 +48,84 @@ def _choose_model(registry_uri: str, model: str | None) -> tuple[str, str, Any]:
     if not model:
         names = sorted({v.name for v in LocalRegistry(registry_uri).list()})
         if len(names) != 1:
+            fits = _fitting_models(registry_uri, names, header) if header else []
             raise click.UsageError(
                 "--model is required: the registry holds "
                 + (f"{len(names)} models ({', '.join(names)})" if names else "no model")
-                + "; e.g. --model NAME@champion or --model NAME@2")
+                + (f"; the data's columns fit --model {', '.join(fits)}" if fits else
+                   "; e.g. --model NAME@champion or --model NAME@2"))
         model = names[0]
     try:
         ref = parse_model_ref(model)
         version, how = resolve_version(registry_uri, ref)
     except PredictError as exc:
         raise click.BadParameter(str(exc), param_hint="--model") from exc
-    return f"{version.name}@{version.version}", how, ref
+    return version, how, ref
+
+
+def _local_header(data_uri: str) -> tuple[list[str], str] | None:
+    """The columns of local ``data_uri`` and the file named for them; None for remote data
+    (the step reads it) and for data the step itself refuses with its own message."""
+    from gkeflow.components.prepare.sources import DataError, common_header, resolve_sources
+
+    if "://" in data_uri and not data_uri.startswith("file://"):
+        return None
+    try:
+        header, usable = common_header(resolve_sources(data_uri))
+    except DataError:
+        return None
+    return header, usable[0].name
+
+
+def _fitting_models(registry_uri: str, names: list[str], header: list[str]) -> list[str]:
+    """``NAME@VERSION`` of each of ``names`` (its champion, else newest version) whose
+    inputs ``header`` holds."""
+    from gkeflow.components.predict.resolve import missing_inputs, model_metadata
+    from gkeflow.components.register.backends import champion_or_latest
+    from gkeflow.components.register.local_registry import LocalRegistry
+
+    registry, fits = LocalRegistry(registry_uri), []
+    for name in names:
+        version = champion_or_latest(registry, name)
+        metadata = model_metadata(version.uri) if version else None
+        if metadata and not missing_inputs(metadata, header):
+            fits.append(f"{name}@{version.version}")
+    return fits
+
+
+def check_model_inputs(registry_uri: str, version, found: tuple[list[str], str] | None,
+                       chosen: bool, max_drift: float) -> None:
+    """Refuse, before any step, to score local data that lacks columns the model takes
+    (the step would fail on 100% drift in each), naming the model and the ``--model`` to
+    pass: another registered model whose inputs the data holds, else how to train one.
+    ``found``: the data's columns and the file named for them (None: not checked here);
+    ``chosen``: the user named the model (else it is the registry's only one)."""
+    from gkeflow.components.predict.resolve import missing_inputs, model_metadata
+    from gkeflow.components.register.local_registry import LocalRegistry
+
+    if max_drift >= 1.0:
+        return  # missing columns are allowed through; the step scores them as missing
+    metadata = model_metadata(version.uri)
+    if found is None or metadata is None:
+        return
+    header, named_by = found
+    missing = missing_inputs(metadata, header)
+    if not missing:
+        return
+    fits = _fitting_models(registry_uri, sorted({v.name for v in LocalRegistry(
+        registry_uri).list()} - {version.name}), header)
+    shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5
+                                      else "")
+    which = "" if chosen else "the registry's only model "
+    if fits:
+        fix = f"pass --model {fits[0]}" + (f" (also fits: {', '.join(fits[1:])})"
+                                           if len(fits) > 1 else "")
+    else:
+        fix = (f"no registered model takes these columns; train one first: gkeflow run "
+               f"--data {named_by} --label COLUMN, then --model NAME")
+    raise click.ClickException(
+        f"{which}{version.name}@{version.version} takes columns that {named_by} lacks: "
+        f"{shown}; {fix}")
 
 
 def prediction_params(options: tuple[str, ...]) -> dict[str, Any]:
@@ -89,7 +159,9 @@ def run_prediction_command(console: Console, data: str | None, model: str | None
     output = Path(output).resolve()
     registry_uri = f"sqlite:///{output / registry_file}"
     data_uri = _data_uri(data)
-    reference, how, ref = _choose_model(registry_uri, model)
+    found = _local_header(data_uri)
+    version, how, ref = _choose_model(registry_uri, model, found[0] if found else None)
+    reference = f"{version.name}@{version.version}"
     # the step resolves the same reference (an alias stays an alias in its metadata)
     arguments: dict[str, Any] = {
         "data_uri": data_uri, "model_name": ref.name, "model_version": ref.version,
@@ -99,6 +171,9 @@ def run_prediction_command(console: Console, data: str | None, model: str | None
     target = arguments.get("output_uri", "")
     if target and "://" not in target:  # steps run elsewhere: a local path must be absolute
         arguments["output_uri"] = str(Path(target).expanduser().absolute())
+    check_model_inputs(registry_uri, version, found, chosen=bool(model),
+                       max_drift=float(arguments.get(
+                           "max_drift", pipeline.component_spec.inputs["max_drift"].default)))
     console.print(f"[bold]gkeflow run[/bold]: prediction pipeline on {data_uri} with "
                   f"{reference} ({how})", soft_wrap=True)
 

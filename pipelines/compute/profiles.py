@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from gkeflow.components.did_you_mean import did_you_mean
 from gkeflow.pipelines.compute import accelerators as acc
 from gkeflow.pipelines.compute import capacity, kfp_task_check
 
@@ -299,7 +300,8 @@ class ComputeProfile:
         unknown = sorted(set(changes) - set(FIELD_NAMES))
         if unknown:
             raise ComputeError(
-                f"unknown compute field(s) {', '.join(unknown)}; valid: {', '.join(FIELD_NAMES)}"
+                f"unknown compute field(s) {', '.join(unknown)}"
+                f"{did_you_mean(unknown[0], FIELD_NAMES)}; valid: {', '.join(FIELD_NAMES)}"
             )
         if "scheduling" in changes and "spot" not in changes:
             changes["spot"] = False  # the alias follows the field it stands for
@@ -332,7 +334,8 @@ def apply_overrides(
     for text in overrides:
         step, field, value = parse_override(text)
         if step not in result:
-            raise ComputeError(f"{text}: unknown step {step!r}; steps are {', '.join(result)}")
+            raise ComputeError(f"{text}: unknown step {step!r}{did_you_mean(step, result)}; "
+                               f"steps are {', '.join(result)}")
         changes.setdefault(step, {})[field] = value  # a field given twice: the last wins
     for step, requested in changes.items():  # a step's flags together: contradictions show
         try:

@@ -232,7 +232,10 @@ def compile_pipeline(
     from gkeflow.pipelines.images_config import image_map
 
     if pipeline not in PIPELINES:
-        raise ValueError(f"unknown pipeline {pipeline!r}; available: {', '.join(PIPELINES)}")
+        from gkeflow.components.did_you_mean import did_you_mean
+
+        raise ValueError(f"unknown pipeline {pipeline!r}{did_you_mean(pipeline, PIPELINES)}; "
+                         f"available: {', '.join(PIPELINES)}")
     if target not in COMPILE_TARGETS:
         raise ValueError(f"unknown target {target!r}; available: {', '.join(COMPILE_TARGETS)}")
     config = _loaded(config)

@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from gkeflow.components.did_you_mean import did_you_mean
 from gkeflow.pipelines.config import DEFAULT_ENVIRONMENT, ConfigError, GkeflowConfig
 from gkeflow.pipelines.targets.backends import (
     KfpBackend,
@@ -92,7 +93,8 @@ def prepare_pipeline(pipeline: str, target: str, workdir: Path,
     from gkeflow.pipelines.targets.compile import PIPELINES, compile_pipeline, default_compute
 
     if pipeline not in PIPELINES:
-        raise SubmitError(f"unknown pipeline {pipeline!r}; pipelines are {', '.join(PIPELINES)}")
+        raise SubmitError(f"unknown pipeline {pipeline!r}{did_you_mean(pipeline, PIPELINES)}; "
+                          f"pipelines are {', '.join(PIPELINES)}")
     compute = config.compute_overrides(default_compute()) if config is not None else None
     try:
         path = compile_pipeline(pipeline, target, workdir, compute=compute, config=config)
@@ -202,8 +204,9 @@ def resolve_parameters(config: GkeflowConfig, prepared: PreparedPipeline, enviro
 
     if environment != DEFAULT_ENVIRONMENT and environment not in config.parameters:
         known = ", ".join(config.parameters) or "none"
-        raise SubmitError(f"environment {environment!r} is not under parameters in gkeflow.yaml "
-                          f"(environments: {known})")
+        hint = did_you_mean(environment, [DEFAULT_ENVIRONMENT, *config.parameters])
+        raise SubmitError(f"environment {environment!r} is not under parameters in gkeflow.yaml"
+                          f"{hint} (environments: {known})")
     layers = [(f"defaults for target {prepared.target}", target_defaults(config, prepared)),
               (f"gkeflow.yaml parameters.{environment}", config.parameters.get(environment, {})),
               (f"gkeflow.yaml deploy.{environment}",
@@ -221,7 +224,8 @@ def resolve_parameters(config: GkeflowConfig, prepared: PreparedPipeline, enviro
                 continue  # another pipeline's parameter (e.g. epochs when scoring)
             if name not in prepared.parameter_types:
                 raise SubmitError(
-                    f"{source}: {prepared.name} has no parameter {name!r}; parameters are "
+                    f"{source}: {prepared.name} has no parameter {name!r}"
+                    f"{did_you_mean(name, prepared.parameter_types)}; parameters are "
                     f"{', '.join(sorted(prepared.parameter_types))}")
             merged[name] = _coerce(name, value, prepared.parameter_types[name], source)
     from gkeflow.pipelines.cli.run_checks import ParameterError, check_parameters

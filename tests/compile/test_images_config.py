@@ -70,7 +70,8 @@ def _entry(digest: str, pushed: bool = True) -> LockEntry:
     ({"include": ["json.py"]}, "'json' is also a module of Python's standard library"),
     ({"include": ["numpy"]}, "'numpy' is also the import name of the numpy package"),
     ({"include": ["pkg", "other/pkg"]}, "both importable as 'pkg'"),
-    ({"registyr": "x"}, "Extra inputs are not permitted"),
+    ({"registyr": "x"}, "images.registyr: unknown key (did you mean 'registry'?); remove "
+                        "or rename it"),
 ])
 def test_invalid_images_sections_are_one_line_naming_the_key(tmp_path, images, message):
     (tmp_path / "plain_dir").mkdir()

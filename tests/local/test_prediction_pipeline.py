@@ -112,3 +112,16 @@ def test_the_gke_pipeline_scores_the_model_the_launcher_imported(trained_output,
     assert scored["rows_scored"] == len(frame)
     log = result.log_path.read_text()
     assert "penguins-classifier version 1" in log
+
+
+def test_data_without_the_models_inputs_is_refused_before_any_step(trained_output, tmp_path):
+    """The README's first prediction on other data: the registry's only model is named and
+    refused from its exported metadata, before any step runs."""
+    (tmp_path / "loans.csv").write_text("income,amount,term\n50000,1000,12\n20000,5000,36\n")
+    result = CliRunner().invoke(main, ["run", "--pipeline", "prediction", "--data",
+                                       str(tmp_path / "loans.csv"), "--output",
+                                       str(trained_output)])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("Error: the registry's only model penguins-classifier@")
+    assert "loans.csv lacks: " in result.stderr and "island" in result.stderr
+    assert "predict-batch" not in result.output

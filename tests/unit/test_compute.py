@@ -70,7 +70,8 @@ def test_cli_overrides_name_step_and_field():
     assert profiles["train-model"].accelerator == "nvidia-l4"
     assert profiles["train-model"].accelerator_count == 2
     assert profiles["prepare-data"] == DEFAULT_COMPUTE["prepare-data"]
-    with pytest.raises(ComputeError, match="unknown step 'tain-model'; steps are fingerp"):
+    with pytest.raises(ComputeError, match=r"unknown step 'tain-model' \(did you mean "
+                                           r"'train-model'\?\); steps are fingerp"):
         apply_overrides(DEFAULT_COMPUTE, ["tain-model.cpu=2"])
     with pytest.raises(ComputeError, match="expected STEP.FIELD=VALUE"):
         apply_overrides(DEFAULT_COMPUTE, ["train-model=2"])

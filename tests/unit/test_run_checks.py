@@ -17,8 +17,10 @@ def _arguments(path, **changes) -> dict:
     ({"thresholds": "f1_macro=>0.8"}, "invalid threshold 'f1_macro=>0.8'"),
     ({"thresholds": "speed>=1"}, "unknown metric 'speed'"),
     ({"comparison_metric": "speed"}, "unknown comparison_metric 'speed'"),
-    ({"label_column": "Y"}, "label_column: unknown column(s) 'Y'; available columns: "
-                            "id, x, y"),
+    ({"label_column": "Y"}, "label_column: unknown column(s) 'Y' (did you mean 'y'?); "
+                            "available columns: id, x, y"),
+    ({"label_column": "xx"}, "label_column: unknown column(s) 'xx' (did you mean 'x'?)"),
+    ({"label_column": "zzz"}, "label_column: unknown column(s) 'zzz'; available columns"),
     ({"key_column": "ID"}, "key_column: unknown column(s) 'ID'"),
     ({"exclude_columns": "x,z"}, "exclude_columns: unknown column(s) 'z'"),
     ({"feature_columns": "y"}, "feature_columns names the label column 'y'"),
@@ -45,7 +47,7 @@ def test_a_header_without_rows_is_refused_before_any_step(write_csv, text):
 
 def test_rows_in_any_file_of_a_glob_pass(tmp_path):
     (tmp_path / "a.csv").write_text("id,x,y\n")
-    (tmp_path / "b.csv").write_text("id,x,y\n1,2,a\n")
+    (tmp_path / "b.csv").write_text("id,x,y\n1,2,a\n2,3,b\n")
     validate_run_arguments(_arguments(tmp_path / "*.csv"))
     (tmp_path / "b.csv").write_text("id,x,y\n")
     with pytest.raises(ParameterError, match="data has a header but no data rows: .*a.csv"):
@@ -53,9 +55,50 @@ def test_rows_in_any_file_of_a_glob_pass(tmp_path):
 
 
 def test_good_arguments_pass(write_csv):
-    path = write_csv("id,x,y\n1,2,a\n")
+    path = write_csv("id,x,z,y\n1,2,5,a\n2,3,4,b\n")
     validate_run_arguments(_arguments(path, key_column="id", exclude_columns="x",
                                       thresholds="f1_macro>=0.5", comparison_metric="f1_macro"))
+
+
+@pytest.mark.parametrize("text, found", [
+    ("x,y\n1,a\n2,a\n3, a \n", "one class, 'a'"),
+    ("x,y\n1,\n2,\n", "no values"),
+])
+def test_a_label_with_fewer_than_two_classes_is_refused_before_any_step(write_csv, text,
+                                                                         found):
+    path = write_csv(text)
+    with pytest.raises(ParameterError) as err:
+        validate_run_arguments(_arguments(path))
+    assert str(err.value) == (f"label column 'y' has {found}; a classifier needs at least 2 "
+                              "classes: check --label, or add rows of another class")
+
+
+def test_a_second_class_after_the_sample_rows_passes(tmp_path):
+    """The step's vocabulary comes from every row: a class first seen after the sampled
+    rows counts (Parquet, the label read to the end)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gkeflow.components.prepare.logic import SAMPLE_ROWS
+
+    rows = SAMPLE_ROWS + 5
+    labels = ["no"] * rows
+    path = tmp_path / "late.parquet"
+    pq.write_table(pa.table({"x": [float(i % 7) for i in range(rows)], "y": labels}), path,
+                   row_group_size=1000)
+    with pytest.raises(ParameterError, match="has one class, 'no'"):
+        validate_run_arguments(_arguments(path))
+    labels[-1] = "yes"
+    pq.write_table(pa.table({"x": [float(i % 7) for i in range(rows)], "y": labels}), path,
+                   row_group_size=1000)
+    validate_run_arguments(_arguments(path))
+
+
+def test_no_usable_feature_is_refused_before_any_step(write_csv):
+    """What the prepare step refuses from its sample is refused here with its words."""
+    path = write_csv("id,x,y\n1,2,a\n2,2,b\n3,2,a\n")
+    with pytest.raises(ParameterError, match="no usable feature columns besides the label"):
+        validate_run_arguments(_arguments(path, exclude_columns="id,x"))
 
 
 def test_user_error_is_the_exception_message_without_traceback():

@@ -66,7 +66,8 @@ def test_grid_is_the_product_in_declaration_order():
     ({"metric": "f1"}, "metric: 'f1' is not measured by training; choose eval_accuracy or"),
     ({"parameters": {}}, "parameters: name at least one hyperparameter"),
     ({"max_trials": 0}, "sweep.max_trials"),
-    ({"paralel_trials": 2}, "sweep.paralel_trials: Extra inputs are not permitted"),
+    ({"paralel_trials": 2}, "sweep.paralel_trials: unknown key (did you mean "
+                            "'parallel_trials'?); remove or rename it"),
 ])
 def test_invalid_sweeps_name_the_key_and_the_fix(raw, message):
     base = {"parameters": {"learning_rate": {"type": "loguniform", "min": 1e-4,
