@@ -18,7 +18,8 @@ change is one replace of the object with its ``resourceVersion``. A 409 (the con
 writes the status all through a rollout) is met by reading the object again and re-applying
 the change, a few times with backoff (:meth:`InferenceServices._apply`); refusals (401,
 403, no KServe) are one line each (:mod:`.kserve_errors`). Each version is served from
-``<base>/<version>/`` as TensorFlow Serving reads it (``storageUri`` = ``<base>``, holding ``<version>/saved_model.pb``);
+``<base>/<version>/`` as TensorFlow Serving reads it (``storageUri`` = ``<base>``, holding
+``<version>/saved_model.pb``);
 ``runtimeVersion`` is the TensorFlow Serving release of the training TensorFlow.
 
 Every call goes through :class:`~gkeflow.components.cloud.retry.RetryPolicy`; a create
