@@ -256,16 +256,18 @@ class AlertPolicies:
 def apply_policies(policies: AlertPolicies, desired: list[dict[str, Any]]) -> list[Outcome]:
     """Create, update or leave each of ``desired``; see the module docstring."""
     existing = policies.list()
-    outcomes = []
-    for body in desired:
+    for body in desired:  # refuse before writing anything
         same_name = [p for p in existing if p.get("displayName") == body["displayName"]]
-        ours = [p for p in same_name if _is_ours(p)]
-        if same_name and not ours:
+        if same_name and not any(_is_ours(p) for p in same_name):
             raise MonitoringError(
                 f"an alert policy named {body['displayName']!r} exists "
                 f"({same_name[0].get('name', '?')}) without the label "
                 f"{MANAGED_LABEL[0]}={MANAGED_LABEL[1]}; rename or delete it, or add the "
                 "label to let gkeflow manage it")
+    outcomes = []
+    for body in desired:
+        ours = [p for p in existing
+                if p.get("displayName") == body["displayName"] and _is_ours(p)]
         if not ours:
             created = policies.create(body)
             outcomes.append(Outcome(body["displayName"], "created", created.get("name", "")))
