@@ -592,6 +592,14 @@ targets:
 # retention:
 #   days: 7                              # GKE: finished runs' pods and workspace (KFP >= 2.17)
 
+# Cloud Monitoring alerts on idle GPUs, per environment (docs/costs.md):
+# `gkeflow monitoring apply [--env prod]`.
+# monitoring:
+#   default:
+#     project: my-project                # default: targets.vertex.project
+#     notification_channels: [projects/my-project/notificationChannels/1234567890]
+#     gpu_idle: {threshold_percent: 40, duration_minutes: 30}
+
 # Pipeline parameters per environment: `gkeflow submit --env prod`.
 # "default" is used when no --env is given; --param KEY=VALUE wins over these.
 parameters:

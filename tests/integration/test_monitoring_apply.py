@@ -191,3 +191,24 @@ def test_environments_get_their_own_policies(tmp_path, fake):
     assert not fake.named(f"{VERTEX} (prod)")
     missing = _apply(path, fake, "--env", "staging")
     assert missing.exit_code == 1 and "no monitoring.staging" in missing.output
+
+
+def test_a_config_without_project_is_one_line(tmp_path):
+    path = tmp_path / "gkeflow.yaml"
+    path.write_text(yaml.safe_dump({"monitoring": {"default": {}}}))
+    result = CliRunner().invoke(main, ["monitoring", "apply", "--config", str(path),
+                                       "--dry-run"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        "Error: no project for the alert policies: set monitoring.default.project (or "
+        "targets.vertex.project) in gkeflow.yaml, or pass --project"]
+
+
+def test_an_invalid_section_is_refused_before_any_request(tmp_path, fake):
+    path = tmp_path / "gkeflow.yaml"
+    path.write_text(yaml.safe_dump({"monitoring": {"default": {
+        "project": PROJECT, "notification_channels": ["42"]}}}))
+    result = _apply(path, fake)
+    assert result.exit_code == 1
+    assert "not a notification channel name" in result.output
+    assert fake.requests == []
