@@ -38,6 +38,10 @@ The file is optional; every key has a default in code. Sections:
     a webhook message when a run ends (per environment and per schedule) and how long
     finished runs keep their resources (:mod:`gkeflow.pipelines.operations_config`).
 
+``monitoring``
+    Cloud Monitoring alerts on idle GPUs per environment (`gkeflow monitoring apply`,
+    :mod:`gkeflow.pipelines.monitoring_config`).
+
 ``images``
     the registry the pipelines' images are built into and pulled from, extra packages and
     the user's own code they carry, the lock file of built digests
@@ -71,6 +75,7 @@ from gkeflow.components.did_you_mean import did_you_mean
 from gkeflow.pipelines.compute.workspace import WorkspaceSettings
 from gkeflow.pipelines.deploy_stage import DeployConfig
 from gkeflow.pipelines.images_config import BASE_DIR, ImagesConfig
+from gkeflow.pipelines.monitoring_config import MonitoringSettings
 from gkeflow.pipelines.operations_config import NotificationSettings, RetentionSettings
 from gkeflow.pipelines.preparation_settings import PreparationSettings
 from gkeflow.pipelines.sweep_config import SweepConfig
@@ -153,6 +158,7 @@ class GkeflowConfig(BaseModel):
     images: ImagesConfig = Field(default={}, validate_default=True)
     _notify: NotificationSettings | None = PrivateAttr(default=None)  # operations.select
     deploy: DeployConfig = {}  # per environment: pipelines/deploy_stage.py
+    monitoring: dict[str, MonitoringSettings] = {}  # per environment: monitoring_config.py
 
     @field_validator("name")
     @classmethod
@@ -173,9 +179,11 @@ class GkeflowConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_references(self):
+        from gkeflow.pipelines.monitoring_config import check_monitoring_environments
         from gkeflow.pipelines.operations_config import check_environments
 
-        return check_environments(_targets_model_validator(self))
+        return check_monitoring_environments(check_environments(
+            _targets_model_validator(self)))
 
     def gke_workspace(self) -> WorkspaceSettings:
         """``workspace:``, off when unset and the GKE target's pipeline root is gs:// (shards
@@ -609,6 +617,14 @@ targets:
 #   # or, Vertex AI only, mail on every end of a run: when: always, email: {recipients: [...]}
 # retention:
 #   days: 7                              # GKE: finished runs' pods and workspace (KFP >= 2.17)
+
+# Cloud Monitoring alerts on idle GPUs, per environment (docs/costs.md):
+# `gkeflow monitoring apply [--env prod]`.
+# monitoring:
+#   default:
+#     project: my-project                # default: targets.vertex.project
+#     notification_channels: [projects/my-project/notificationChannels/1234567890]
+#     gpu_idle: {threshold_percent: 40, duration_minutes: 30}
 
 # Pipeline parameters per environment: `gkeflow submit --env prod`.
 # "default" is used when no --env is given; --param KEY=VALUE wins over these.

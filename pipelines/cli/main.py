@@ -68,6 +68,7 @@ def main(ctx: click.Context, debug: bool) -> None:
       gkeflow submit --target vertex   run the pipeline on Vertex AI (or --target gke)
       gkeflow schedule apply           create/update the schedules of gkeflow.yaml
       gkeflow runs list                past runs on the targets: state, failed step, link
+      gkeflow monitoring apply         alert policies on idle GPUs (Cloud Monitoring)
 
     A failure prints one line saying what to fix and exits non-zero; `gkeflow --debug
     COMMAND` shows the traceback.
@@ -744,6 +745,9 @@ main.add_command(runs_group)
 from gkeflow.pipelines.cli.deploy import deploy_group  # noqa: E402
 
 main.add_command(deploy_group, "deploy")
+from gkeflow.pipelines.cli.monitoring import monitoring_group  # noqa: E402
+
+main.add_command(monitoring_group)
 
 
 if __name__ == "__main__":
