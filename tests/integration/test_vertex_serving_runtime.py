@@ -34,9 +34,9 @@ def bucket():
 
     server = start()
     try:
-        from gkeflow.components.train.store import _storage_client
+        from gkeflow.components.train.store import storage_client
 
-        yield _storage_client().create_bucket("models")
+        yield storage_client().create_bucket("models")
     finally:
         server.stop()
 
