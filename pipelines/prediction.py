@@ -19,6 +19,7 @@ from gkeflow.pipelines.compute.profiles import (
     apply_compute,
     validate_profiles,
 )
+from gkeflow.pipelines.compute.wording import plural
 from gkeflow.pipelines.operations import Operations
 
 PIPELINE_NAME = "gkeflow-prediction"
@@ -101,8 +102,8 @@ def resolve_compute(target: str, compute: Mapping[str, ComputeProfile] | None = 
 
     unknown = sorted(set(compute or {}) - set(DEFAULT_COMPUTE) - set(TRAINING_COMPUTE))
     if unknown:
-        raise ComputeError(f"unknown step(s) {', '.join(unknown)}; prediction steps are "
-                           f"{', '.join(DEFAULT_COMPUTE)}")
+        raise ComputeError(f"unknown {plural(len(unknown), 'step')} {', '.join(unknown)}; "
+                           f"prediction steps are {', '.join(DEFAULT_COMPUTE)}")
     steps = _steps(target)
     profiles = {step: (compute or {}).get(step, DEFAULT_COMPUTE[step]) for step in steps}
     images = step_images(target, profiles)

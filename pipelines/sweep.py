@@ -43,6 +43,7 @@ from gkeflow.pipelines.compute.profiles import (
     apply_compute,
     validate_profiles,
 )
+from gkeflow.pipelines.compute.wording import plural
 from gkeflow.pipelines.compute.workspace import PipelineStorage, WorkspaceSettings
 from gkeflow.pipelines.deploy_stage import DEPLOY_STEP, deploy_stage
 from gkeflow.pipelines.operations import Operations
@@ -114,8 +115,8 @@ def resolve_sweep_compute(target: str, compute: Mapping[str, ComputeProfile] | N
 
     unknown = sorted(set(compute or {}) - set(SWEEP_COMPUTE))
     if unknown:
-        raise ComputeError(f"unknown step(s) {', '.join(unknown)}; steps are "
-                           f"{', '.join(SWEEP_COMPUTE)}")
+        raise ComputeError(f"unknown {plural(len(unknown), 'step')} {', '.join(unknown)}; "
+                           f"steps are {', '.join(SWEEP_COMPUTE)}")
     profiles = {**SWEEP_COMPUTE, **(compute or {})}
     profiles[TRIAL_STEP] = fit_trial(target, engine, profiles[TRIAL_STEP])[0]
     drop = "select-best-trial" if uses_vizier(target, engine) else "tune-with-vizier"

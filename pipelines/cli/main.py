@@ -403,9 +403,11 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
 
     tag_only = sorted(image for image in images.values() if not is_pinned(image))
     if tag_only:
-        console.print(f"note: image(s) referenced by tag only, not by digest: "
-                      f"{', '.join(tag_only)} (`gkeflow images build` builds them and records "
-                      "their digests; `gkeflow submit` refuses images never built)",
+        from gkeflow.pipelines.compute.wording import plural
+
+        console.print(f"note: {plural(len(tag_only), 'image')} referenced by tag only, not by "
+                      f"digest: {', '.join(tag_only)} (`gkeflow images build` builds them and "
+                      "records their digests; `gkeflow submit` refuses images never built)",
                       markup=False)
     from gkeflow.pipelines.sweep import TRIAL_STEP, default_sweep, fit_trial
 

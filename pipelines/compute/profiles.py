@@ -32,6 +32,7 @@ from typing import Any
 
 from gkeflow.pipelines.compute import accelerators as acc
 from gkeflow.pipelines.compute import capacity, kfp_task_check
+from gkeflow.pipelines.compute.wording import counted, plural
 
 TARGETS = ("gke", "vertex", "local")
 
@@ -299,7 +300,8 @@ class ComputeProfile:
         unknown = sorted(set(changes) - set(FIELD_NAMES))
         if unknown:
             raise ComputeError(
-                f"unknown compute field(s) {', '.join(unknown)}; valid: {', '.join(FIELD_NAMES)}"
+                f"unknown compute {plural(len(unknown), 'field')} {', '.join(unknown)}; valid: "
+                f"{', '.join(FIELD_NAMES)}"
             )
         if "scheduling" in changes and "spot" not in changes:
             changes["spot"] = False  # the alias follows the field it stands for
@@ -429,7 +431,7 @@ def profile_problems(
         problems.append(f"{step}: accelerator_count must be >= 0; got {p.accelerator_count}")
     elif p.accelerator_count and not p.accelerator:
         problems.append(
-            f"{step}: asks for {p.accelerator_count} GPU(s) but names no accelerator; "
+            f"{step}: asks for {counted(p.accelerator_count, 'GPU')} but names no accelerator; "
             f"set accelerator to one of {', '.join(acc.runnable())}"
         )
     elif p.accelerator and accelerator_ok and p.accelerator_count == 0:

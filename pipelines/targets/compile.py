@@ -229,6 +229,7 @@ def compile_pipeline(
     from kfp import compiler
 
     from gkeflow.components.images import IMAGES, is_pinned, map_references, pin
+    from gkeflow.pipelines.compute.wording import plural
     from gkeflow.pipelines.images_config import image_map
 
     if pipeline not in PIPELINES:
@@ -254,8 +255,9 @@ def compile_pipeline(
             unpinned = sorted(i for i in named if i in text and not is_pinned(i))
             if unpinned:
                 raise ReleaseError(
-                    f"refusing a release build of {pipeline} for {target}: image(s) referenced "
-                    f"by tag only: {', '.join(unpinned)}. Run `gkeflow images build` to record "
+                    f"refusing a release build of {pipeline} for {target}: "
+                    f"{plural(len(unpinned), 'image')} referenced by tag only: "
+                    f"{', '.join(unpinned)}. Run `gkeflow images build` to record "
                     "their digests in the lock file, then compile again."
                 )
         _stable_header(tmp_path)

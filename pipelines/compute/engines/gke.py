@@ -157,7 +157,9 @@ class JobSetEngine:
 
             deadline = (f", deadline {format_duration(profile.timeout_s)} (launcher "
                         f"{format_duration(launcher_deadline_s(profile))})")
-        return (f"train-model launches a JobSet of {profile.replicas} pods "
+        from gkeflow.pipelines.compute.wording import counted
+
+        return (f"train-model launches a JobSet of {counted(profile.replicas, 'pod')} "
                 f"({gpus_text(profile, GPU_RESOURCE)}){nodes}, scheduling "
                 f"{profile.scheduling}{queue}{deadline}, running as service account "
                 f"{profile.worker_service_account}; launched by a 1-CPU pipeline step")
