@@ -62,6 +62,12 @@ class ComputeError(ValueError):
     """A compute request that cannot be satisfied; the message names the step."""
 
 
+class PipelineUnfit(ComputeError):
+    """One pipeline cannot take, on one target, the compute asked for a step it shares with
+    others (the sweep's trials and ``train-model``); the other pipelines still compile.
+    The message names the pipeline, the target and why, in one line."""
+
+
 # ---------------------------------------------------------------------------------------------
 # quantities
 
