@@ -13,6 +13,7 @@ from typing import Optional
 from kfp import dsl
 
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
+from gkeflow.pipelines.compute import launchers
 from gkeflow.pipelines.compute.profiles import (
     ComputeError,
     ComputeProfile,
@@ -260,6 +261,7 @@ def build_prediction_pipeline(
                 accelerator_type=batch_accelerator_type,
                 accelerator_count=batch_accelerator_count,
                 max_replica_count=batch_max_replicas,
+                **launchers.settings(profiles["batch-predict-vertex"]),
             ), "batch-predict-vertex")
         with dsl.Else(name="in-pipeline-scoring"):
             score(data_uri, model_name, model_version, model_alias, registry_uri, output_uri,

@@ -37,6 +37,7 @@ from gkeflow.components import (
     train_model,
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
+from gkeflow.pipelines.compute import launchers
 from gkeflow.pipelines.compute.profiles import (
     ComputeError,
     ComputeProfile,
@@ -137,19 +138,21 @@ def fit_trial(target: str, engine: str, trial: ComputeProfile) -> tuple[ComputeP
     Trials fanned out with ParallelFor are pipeline steps. What only a training engine
     gives (several pods or machines; on Vertex AI, Spot, flex-start or a reservation)
     applies to the training pipeline's ``train-model``: each trial gets one machine (on
-    Vertex AI, of standard capacity), and the note says what was left out.
+    Vertex AI, of standard capacity), and the note says what was left out. Vizier trials
+    are CustomJobs of one machine: they keep the capacity and leave ``replicas`` out.
 
     Raises:
         PipelineUnfit: the trials cannot run at all with what a pipeline step can take
             (on Vertex AI: a machine not offered on demand, or larger than a pipeline step
             gets), although ``train-model`` can; one line naming the sweep, why and the fix.
     """
-    if target == "local" or uses_vizier(target, engine):
+    if target == "local":
         return trial, ""
+    vizier = uses_vizier(target, engine)
     dropped = {}
     if trial.replicas > 1:
         dropped["replicas"] = (1, f"replicas {trial.replicas}")
-    if target == "vertex" and trial.scheduling != "standard":
+    if target == "vertex" and not vizier and trial.scheduling != "standard":
         dropped["scheduling"] = ("standard", f"scheduling {trial.scheduling}")
     if not dropped:
         return trial, ""
@@ -159,6 +162,9 @@ def fit_trial(target: str, engine: str, trial: ComputeProfile) -> tuple[ComputeP
     fitted = trial.with_overrides(**changes)
     asked = " and ".join(text for _, text in dropped.values())
     hint = " (sweep.engine: vizier runs trials as CustomJobs)" if target == "vertex" else ""
+    if vizier:
+        return fitted, (f"sweep trials run as Vertex AI tuning trials, one machine each: "
+                        f"{TRIAL_STEP}'s {asked} applies to the training pipeline only")
     unfit = _new_problems(target, trial, fitted)
     if unfit:
         on_demand = ", which Vertex AI runs on demand" if "scheduling" in dropped else ""
@@ -338,6 +344,7 @@ def build_sweep_pipeline(target: str = "local",
                 spec=_vizier_spec(sweep, profiles[TRIAL_STEP]), trial_image=_trial_image(),
                 pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
                 pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
+                **launchers.settings(profiles["tune-with-vizier"]),
             ), "tune-with-vizier")
         else:
             with dsl.ParallelFor(items=trials, parallelism=sweep.parallel_trials,

@@ -31,7 +31,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from gkeflow.pipelines.compute import accelerators as acc
-from gkeflow.pipelines.compute import capacity, kfp_task_check
+from gkeflow.pipelines.compute import capacity, kfp_task_check, launchers
 from gkeflow.pipelines.compute.wording import counted, plural
 
 TARGETS = ("gke", "vertex", "local")
@@ -159,7 +159,6 @@ def _to_account(value: Any) -> str:
 
 SCHEDULING = ("standard", "spot", "flex-start", "reservation")
 
-
 def _to_scheduling(value: Any, spot: bool) -> str:
     text = value.strip().lower().replace("_", "-") if isinstance(value, str) else value
     if text not in SCHEDULING:
@@ -234,6 +233,12 @@ class ComputeProfile:
         worker_service_account: Kubernetes service account the pods of a multi-node GKE
             JobSet run as (never the launcher's); it needs no permission in the cluster
             (deploy/rbac/jobset-worker.yaml), only Cloud Storage access (Workload Identity).
+        call_timeout_s: Seconds before a launcher step (a CustomJob, JobSet, tuning or
+            batch prediction job it follows) abandons and retries one API call; 0 for the
+            launcher's default (``GKEFLOW_CALL_TIMEOUT_S`` or 60).
+        retry_budget_s: Seconds a launcher step retries one failing operation before it
+            gives up (and stops its job); 0 for the default (``GKEFLOW_RETRY_BUDGET_S`` or
+            900).
     """
 
     cpu: str = "1"
@@ -255,6 +260,8 @@ class ComputeProfile:
     retry_max_duration_s: int = 3600
     caching: bool = True
     worker_service_account: str = "gkeflow-worker"
+    call_timeout_s: float = 0.0
+    retry_budget_s: float = 0.0
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -287,6 +294,12 @@ class ComputeProfile:
              _to_seconds("retry_max_duration_s", self.retry_max_duration_s))
         set_(self, "caching", _to_bool("caching", self.caching))
         set_(self, "worker_service_account", _to_account(self.worker_service_account))
+        try:
+            for name, seconds in launchers.checked(self.call_timeout_s,
+                                                   self.retry_budget_s).items():
+                set_(self, name, seconds)
+        except ValueError as exc:
+            raise ComputeError(str(exc)) from None
 
     @property
     def uses_gpu(self) -> bool:
@@ -590,7 +603,9 @@ def target_notes(profiles: Mapping[str, ComputeProfile], target: str,
             notes.append(f"{text}: {', '.join(steps)}")
     for step in sorted(engine_run):  # what the training step really launches, and so costs
         notes.append(training_engine(target, profiles[step]).describe(profiles[step]))
-    return notes + capacity.capacity_notes(profiles, target)
+    note = launchers.unapplied_note(profiles, target, engine_run - (
+        {"train-model"} if target == "local" else set()))  # local workers follow no job
+    return notes + ([note] if note else []) + capacity.capacity_notes(profiles, target)
 
 
 # ---------------------------------------------------------------------------------------------

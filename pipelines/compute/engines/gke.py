@@ -172,10 +172,11 @@ class JobSetEngine:
         from gkeflow.components.scaleout.component import train_model_jobset
         from gkeflow.components.scaleout.jobset import dumps
         from gkeflow.pipelines.compute.engines import as_training_step
+        from gkeflow.pipelines.compute.launchers import settings
 
         template = jobset_template(profile, GPU_IMAGE)  # the compiler maps and pins it
         return as_training_step(train_model_jobset)(jobset_template=dumps(template),
-                                                    **arguments)
+                                                    **settings(profile), **arguments)
 
     def launcher_profile(self, profile: ComputeProfile) -> ComputeProfile:
         from dataclasses import replace
