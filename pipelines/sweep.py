@@ -198,12 +198,10 @@ def _new_problems(target: str, trial: ComputeProfile, fitted: ComputeProfile) ->
 def _unfit_fix(target: str, trial: ComputeProfile) -> str:
     """How to give the sweep's trials what they asked for, or something they can take."""
     if target == "vertex":
-        replicas = " with replicas 1" if trial.replicas > 1 else ""
         takes = (f" (which takes scheduling {trial.scheduling})"
                  if trial.scheduling != "standard" else "")
-        return (f"set sweep.engine: vizier to run each trial as a CustomJob{takes}{replicas}, "
-                f"or give {TRIAL_STEP} compute that "
-                "a Vertex AI pipeline step can take")
+        return (f"set sweep.engine: vizier to run each trial as a CustomJob{takes}, or give "
+                f"{TRIAL_STEP} compute that a Vertex AI pipeline step can take")
     return f"set compute for {TRIAL_STEP} that one {target} pod can take"
 
 
