@@ -13,12 +13,14 @@ from typing import Optional
 from kfp import dsl
 
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
+from gkeflow.pipelines.compute import launchers
 from gkeflow.pipelines.compute.profiles import (
     ComputeError,
     ComputeProfile,
     apply_compute,
     validate_profiles,
 )
+from gkeflow.pipelines.compute.wording import plural
 from gkeflow.pipelines.operations import Operations
 
 PIPELINE_NAME = "gkeflow-prediction"
@@ -101,8 +103,8 @@ def resolve_compute(target: str, compute: Mapping[str, ComputeProfile] | None = 
 
     unknown = sorted(set(compute or {}) - set(DEFAULT_COMPUTE) - set(TRAINING_COMPUTE))
     if unknown:
-        raise ComputeError(f"unknown step(s) {', '.join(unknown)}; prediction steps are "
-                           f"{', '.join(DEFAULT_COMPUTE)}")
+        raise ComputeError(f"unknown {plural(len(unknown), 'step')} {', '.join(unknown)}; "
+                           f"prediction steps are {', '.join(DEFAULT_COMPUTE)}")
     steps = _steps(target)
     profiles = {step: (compute or {}).get(step, DEFAULT_COMPUTE[step]) for step in steps}
     images = step_images(target, profiles)
@@ -259,6 +261,7 @@ def build_prediction_pipeline(
                 accelerator_type=batch_accelerator_type,
                 accelerator_count=batch_accelerator_count,
                 max_replica_count=batch_max_replicas,
+                **launchers.settings(profiles["batch-predict-vertex"]),
             ), "batch-predict-vertex")
         with dsl.Else(name="in-pipeline-scoring"):
             score(data_uri, model_name, model_version, model_alias, registry_uri, output_uri,

@@ -37,12 +37,16 @@ from gkeflow.components import (
     train_model,
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
+from gkeflow.pipelines.compute import launchers
 from gkeflow.pipelines.compute.profiles import (
     ComputeError,
     ComputeProfile,
+    PipelineUnfit,
     apply_compute,
+    profile_problems,
     validate_profiles,
 )
+from gkeflow.pipelines.compute.wording import plural
 from gkeflow.pipelines.compute.workspace import PipelineStorage, WorkspaceSettings
 from gkeflow.pipelines.deploy_stage import DEPLOY_STEP, deploy_stage
 from gkeflow.pipelines.operations import Operations
@@ -114,8 +118,8 @@ def resolve_sweep_compute(target: str, compute: Mapping[str, ComputeProfile] | N
 
     unknown = sorted(set(compute or {}) - set(SWEEP_COMPUTE))
     if unknown:
-        raise ComputeError(f"unknown step(s) {', '.join(unknown)}; steps are "
-                           f"{', '.join(SWEEP_COMPUTE)}")
+        raise ComputeError(f"unknown {plural(len(unknown), 'step')} {', '.join(unknown)}; "
+                           f"steps are {', '.join(SWEEP_COMPUTE)}")
     profiles = {**SWEEP_COMPUTE, **(compute or {})}
     profiles[TRIAL_STEP] = fit_trial(target, engine, profiles[TRIAL_STEP])[0]
     drop = "select-best-trial" if uses_vizier(target, engine) else "tune-with-vizier"
@@ -134,25 +138,71 @@ def fit_trial(target: str, engine: str, trial: ComputeProfile) -> tuple[ComputeP
     Trials fanned out with ParallelFor are pipeline steps. What only a training engine
     gives (several pods or machines; on Vertex AI, Spot, flex-start or a reservation)
     applies to the training pipeline's ``train-model``: each trial gets one machine (on
-    Vertex AI, of standard capacity), and the note says what was left out.
+    Vertex AI, of standard capacity), and the note says what was left out. Vizier trials
+    are CustomJobs of one machine: they keep the capacity and leave ``replicas`` out.
+
+    Raises:
+        PipelineUnfit: the trials cannot run at all with what a pipeline step can take
+            (on Vertex AI: a machine not offered on demand, or larger than a pipeline step
+            gets), although ``train-model`` can; one line naming the sweep, why and the fix.
     """
-    if target == "local" or uses_vizier(target, engine):
+    if target == "local":
         return trial, ""
+    vizier = uses_vizier(target, engine)
     dropped = {}
     if trial.replicas > 1:
         dropped["replicas"] = (1, f"replicas {trial.replicas}")
-    if target == "vertex" and trial.scheduling != "standard":
+    if target == "vertex" and not vizier and trial.scheduling != "standard":
         dropped["scheduling"] = ("standard", f"scheduling {trial.scheduling}")
     if not dropped:
         return trial, ""
     changes = {field: value for field, (value, _) in dropped.items()}
     if "scheduling" in changes:
         changes.update(reservation="", max_wait="")
+    fitted = trial.with_overrides(**changes)
+    asked = " and ".join(text for _, text in dropped.values())
     hint = " (sweep.engine: vizier runs trials as CustomJobs)" if target == "vertex" else ""
-    return trial.with_overrides(**changes), (
-        f"sweep trials run as pipeline steps, one machine each: {TRIAL_STEP}'s "
-        f"{' and '.join(text for _, text in dropped.values())} "
+    if vizier:
+        return fitted, (f"sweep trials run as Vertex AI tuning trials, one machine each: "
+                        f"{TRIAL_STEP}'s {asked} applies to the training pipeline only")
+    unfit = _new_problems(target, trial, fitted)
+    if unfit:
+        on_demand = ", which Vertex AI runs on demand" if "scheduling" in dropped else ""
+        raise PipelineUnfit(
+            f"sweep on {target}: its trials cannot take {TRIAL_STEP}'s {asked}: each trial "
+            f"is a pipeline step{on_demand} on one machine, and then {'; '.join(unfit)}; "
+            f"{_unfit_fix(target, trial)}")
+    return fitted, (
+        f"sweep trials run as pipeline steps, one machine each: {TRIAL_STEP}'s {asked} "
         f"appl{'y' if len(dropped) > 1 else 'ies'} to the training pipeline only{hint}")
+
+
+def trial_note(target: str, engine: str, trial: ComputeProfile) -> str:
+    """:func:`fit_trial`'s note; "" when the sweep is not compiled at all (said apart)."""
+    try:
+        return fit_trial(target, engine, trial)[1]
+    except PipelineUnfit:
+        return ""
+
+
+def _new_problems(target: str, trial: ComputeProfile, fitted: ComputeProfile) -> list[str]:
+    """What is wrong with ``fitted`` and not with ``trial`` (whose own problems the
+    validation reports as usual), without the step's name."""
+    before = set(profile_problems(TRIAL_STEP, trial, target))
+    # The capacity check's own advice (another scheduling) is what the trials cannot take.
+    return [problem.removeprefix(f"{TRIAL_STEP}: ").split(": use scheduling=")[0]
+            for problem in profile_problems(TRIAL_STEP, fitted, target)
+            if problem not in before]
+
+
+def _unfit_fix(target: str, trial: ComputeProfile) -> str:
+    """How to give the sweep's trials what they asked for, or something they can take."""
+    if target == "vertex":
+        takes = (f" (which takes scheduling {trial.scheduling})"
+                 if trial.scheduling != "standard" else "")
+        return (f"set sweep.engine: vizier to run each trial as a CustomJob{takes}, or give "
+                f"{TRIAL_STEP} compute that a Vertex AI pipeline step can take")
+    return f"set compute for {TRIAL_STEP} that one {target} pod can take"
 
 
 def uses_vizier(target: str, engine: str) -> bool:
@@ -292,6 +342,7 @@ def build_sweep_pipeline(target: str = "local",
                 spec=_vizier_spec(sweep, profiles[TRIAL_STEP]), trial_image=_trial_image(),
                 pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
                 pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
+                **launchers.settings(profiles["tune-with-vizier"]),
             ), "tune-with-vizier")
         else:
             with dsl.ParallelFor(items=trials, parallelism=sweep.parallel_trials,

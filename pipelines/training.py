@@ -28,6 +28,7 @@ from gkeflow.pipelines.compute.profiles import (
     apply_compute,
     validate_profiles,
 )
+from gkeflow.pipelines.compute.wording import plural
 from gkeflow.pipelines.compute.workspace import PipelineStorage, WorkspaceSettings
 from gkeflow.pipelines.deploy_stage import DEPLOY_STEP, SERVING_PROFILE, deploy_stage
 from gkeflow.pipelines.operations import Operations
@@ -103,7 +104,8 @@ def resolve_compute(
     unknown = sorted(set(compute or {}) - set(DEFAULT_COMPUTE))
     if unknown:
         raise ComputeError(
-            f"unknown step(s) {', '.join(unknown)}; steps are {', '.join(DEFAULT_COMPUTE)}"
+            f"unknown {plural(len(unknown), 'step')} {', '.join(unknown)}; steps are "
+            f"{', '.join(DEFAULT_COMPUTE)}"
         )
     profiles = {**DEFAULT_COMPUTE, **(compute or {})}
     for step in {"prepare-data", *FANOUT_STEPS} - preparation_steps(preparation):

@@ -401,21 +401,26 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
         raise click.ClickException(str(exc)) from exc
     for path in paths:
         console.print(f"wrote {path}", markup=False)
+    for path, reason in paths.skipped.items():
+        removed = " (removed the one an earlier compile wrote)" if path in paths.removed else ""
+        console.print(f"note: {path} not written{removed}: {reason}", markup=False)
     from gkeflow.components.images import is_pinned
 
     tag_only = sorted(image for image in images.values() if not is_pinned(image))
     if tag_only:
-        console.print(f"note: image(s) referenced by tag only, not by digest: "
-                      f"{', '.join(tag_only)} (`gkeflow images build` builds them and records "
-                      "their digests; `gkeflow submit` refuses images never built)",
+        from gkeflow.pipelines.compute.wording import plural
+
+        console.print(f"note: {plural(len(tag_only), 'image')} referenced by tag only, not by "
+                      f"digest: {', '.join(tag_only)} (`gkeflow images build` builds them and "
+                      "records their digests; `gkeflow submit` refuses images never built)",
                       markup=False)
-    from gkeflow.pipelines.sweep import TRIAL_STEP, default_sweep, fit_trial
+    from gkeflow.pipelines.sweep import TRIAL_STEP, default_sweep, trial_note
 
     engine = (config.sweep or default_sweep()).engine
     for compile_target in targets:
         notes = target_notes(compute, compile_target)
         if compute and TRIAL_STEP in compute:
-            notes.append(fit_trial(compile_target, engine, compute[TRIAL_STEP])[1])
+            notes.append(trial_note(compile_target, engine, compute[TRIAL_STEP]))
         for note in filter(None, notes):
             console.print(f"note ({compile_target}): {note}", markup=False)
 
@@ -526,10 +531,10 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
         console.print(f"image {image} ({pinned})", markup=False)
     notes = target_notes(profiles, target, () if pipeline == "sweep" else ("train-model",))
     if pipeline == "sweep":
-        from gkeflow.pipelines.sweep import TRIAL_STEP, fit_trial
+        from gkeflow.pipelines.sweep import TRIAL_STEP, trial_note
 
         if compute and TRIAL_STEP in compute:
-            notes.append(fit_trial(target, sweep.engine, compute[TRIAL_STEP])[1])
+            notes.append(trial_note(target, sweep.engine, compute[TRIAL_STEP]))
     for note in filter(None, notes):
         console.print(f"note: {note}", markup=False)
     for line in _workspace_lines(pipeline, target, config, config_path, profiles):

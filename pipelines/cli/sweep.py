@@ -106,7 +106,9 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
         feature_columns=feature_columns)
     output = Path(output).resolve()
     trials = arguments.get("trials") or pipeline.component_spec.inputs["trials"].default
-    console.print(f"[bold]gkeflow run[/bold]: sweep of {len(trials)} trial(s), "
+    from gkeflow.pipelines.compute.wording import counted
+
+    console.print(f"[bold]gkeflow run[/bold]: sweep of {counted(len(trials), 'trial')}, "
                   f"{sweep.parallel_trials} at a time ({sweep.algorithm} search over "
                   f"{', '.join(sweep.tuned)}; {sweep.direction} {sweep.metric}) on "
                   f"{data or 'the bundled Palmer Penguins data'} "
@@ -167,10 +169,12 @@ def plan_lines(sweep, profiles, target: str) -> list[str]:
     figures = sweep_plan(sweep, profiles)
     engine = ("Vertex AI hyperparameter tuning job (Vizier)" if uses_vizier(target, sweep.engine)
               else "ParallelFor")
+    from gkeflow.pipelines.compute.wording import counted
+
     return [
-        f"sweep: {figures['trials']} trial(s), {sweep.algorithm} search over "
+        f"sweep: {counted(figures['trials'], 'trial')}, {sweep.algorithm} search over "
         f"{', '.join(sweep.tuned)}; best by {sweep.metric} ({sweep.direction}); {engine}",
-        f"sweep: {figures['gpus_per_trial']} GPU(s) per trial, at most "
-        f"{figures['parallel_trials']} trial(s) at once = at most "
-        f"{figures['max_gpus_at_once']} GPU(s) in use at once",
+        f"sweep: {counted(figures['gpus_per_trial'], 'GPU')} per trial, at most "
+        f"{counted(figures['parallel_trials'], 'trial')} at once = at most "
+        f"{counted(figures['max_gpus_at_once'], 'GPU')} in use at once",
     ]

@@ -32,7 +32,8 @@ from typing import Any
 
 from gkeflow.components.did_you_mean import did_you_mean
 from gkeflow.pipelines.compute import accelerators as acc
-from gkeflow.pipelines.compute import capacity, kfp_task_check
+from gkeflow.pipelines.compute import capacity, kfp_task_check, launchers
+from gkeflow.pipelines.compute.wording import counted, plural
 
 TARGETS = ("gke", "vertex", "local")
 
@@ -60,6 +61,12 @@ _FALSE = {"false", "no", "off", "0"}
 
 class ComputeError(ValueError):
     """A compute request that cannot be satisfied; the message names the step."""
+
+
+class PipelineUnfit(ComputeError):
+    """One pipeline cannot take, on one target, the compute asked for a step it shares with
+    others (the sweep's trials and ``train-model``); the other pipelines still compile.
+    The message names the pipeline, the target and why, in one line."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,7 +160,6 @@ def _to_account(value: Any) -> str:
 
 SCHEDULING = ("standard", "spot", "flex-start", "reservation")
 
-
 def _to_scheduling(value: Any, spot: bool) -> str:
     text = value.strip().lower().replace("_", "-") if isinstance(value, str) else value
     if text not in SCHEDULING:
@@ -228,6 +234,12 @@ class ComputeProfile:
         worker_service_account: Kubernetes service account the pods of a multi-node GKE
             JobSet run as (never the launcher's); it needs no permission in the cluster
             (deploy/rbac/jobset-worker.yaml), only Cloud Storage access (Workload Identity).
+        call_timeout_s: Seconds before a launcher step (a CustomJob, JobSet, tuning or
+            batch prediction job it follows) abandons and retries one API call; 0 for the
+            launcher's default (``GKEFLOW_CALL_TIMEOUT_S`` or 60).
+        retry_budget_s: Seconds a launcher step retries one failing operation before it
+            gives up (and stops its job); 0 for the default (``GKEFLOW_RETRY_BUDGET_S`` or
+            900).
     """
 
     cpu: str = "1"
@@ -249,6 +261,8 @@ class ComputeProfile:
     retry_max_duration_s: int = 3600
     caching: bool = True
     worker_service_account: str = "gkeflow-worker"
+    call_timeout_s: float = 0.0
+    retry_budget_s: float = 0.0
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -281,6 +295,12 @@ class ComputeProfile:
              _to_seconds("retry_max_duration_s", self.retry_max_duration_s))
         set_(self, "caching", _to_bool("caching", self.caching))
         set_(self, "worker_service_account", _to_account(self.worker_service_account))
+        try:
+            for name, seconds in launchers.checked(self.call_timeout_s,
+                                                   self.retry_budget_s).items():
+                set_(self, name, seconds)
+        except ValueError as exc:
+            raise ComputeError(str(exc)) from None
 
     @property
     def uses_gpu(self) -> bool:
@@ -300,7 +320,7 @@ class ComputeProfile:
         unknown = sorted(set(changes) - set(FIELD_NAMES))
         if unknown:
             raise ComputeError(
-                f"unknown compute field(s) {', '.join(unknown)}"
+                f"unknown compute {plural(len(unknown), 'field')} {', '.join(unknown)}"
                 f"{did_you_mean(unknown[0], FIELD_NAMES)}; valid: {', '.join(FIELD_NAMES)}"
             )
         if "scheduling" in changes and "spot" not in changes:
@@ -432,7 +452,7 @@ def profile_problems(
         problems.append(f"{step}: accelerator_count must be >= 0; got {p.accelerator_count}")
     elif p.accelerator_count and not p.accelerator:
         problems.append(
-            f"{step}: asks for {p.accelerator_count} GPU(s) but names no accelerator; "
+            f"{step}: asks for {counted(p.accelerator_count, 'GPU')} but names no accelerator; "
             f"set accelerator to one of {', '.join(acc.runnable())}"
         )
     elif p.accelerator and accelerator_ok and p.accelerator_count == 0:
@@ -585,7 +605,9 @@ def target_notes(profiles: Mapping[str, ComputeProfile], target: str,
             notes.append(f"{text}: {', '.join(steps)}")
     for step in sorted(engine_run):  # what the training step really launches, and so costs
         notes.append(training_engine(target, profiles[step]).describe(profiles[step]))
-    return notes + capacity.capacity_notes(profiles, target)
+    note = launchers.unapplied_note(profiles, target, engine_run - (
+        {"train-model"} if target == "local" else set()))  # local workers follow no job
+    return notes + ([note] if note else []) + capacity.capacity_notes(profiles, target)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -229,6 +229,7 @@ def compile_pipeline(
     from kfp import compiler
 
     from gkeflow.components.images import IMAGES, is_pinned, map_references, pin
+    from gkeflow.pipelines.compute.wording import plural
     from gkeflow.pipelines.images_config import image_map
 
     if pipeline not in PIPELINES:
@@ -257,8 +258,9 @@ def compile_pipeline(
             unpinned = sorted(i for i in named if i in text and not is_pinned(i))
             if unpinned:
                 raise ReleaseError(
-                    f"refusing a release build of {pipeline} for {target}: image(s) referenced "
-                    f"by tag only: {', '.join(unpinned)}. Run `gkeflow images build` to record "
+                    f"refusing a release build of {pipeline} for {target}: "
+                    f"{plural(len(unpinned), 'image')} referenced by tag only: "
+                    f"{', '.join(unpinned)}. Run `gkeflow images build` to record "
                     "their digests in the lock file, then compile again."
                 )
         _stable_header(tmp_path)
@@ -299,6 +301,18 @@ def _stable_header(path: Path) -> None:
     path.write_text("\n".join(lines))
 
 
+class Compiled(list):
+    """The files :func:`compile_all` wrote; ``skipped``: the file of each pipeline that
+    cannot take the compute asked for another (:class:`~gkeflow.pipelines.compute.profiles.
+    PipelineUnfit`) -> why, in one line; ``removed``: those of them an earlier compile had
+    left in the output folder, now deleted."""
+
+    def __init__(self, paths=(), skipped=None, removed=()):
+        super().__init__(paths)
+        self.skipped: dict[Path, str] = dict(skipped or {})
+        self.removed: list[Path] = list(removed)
+
+
 def compile_all(
     output_dir: Path,
     targets=COMPILE_TARGETS,
@@ -307,26 +321,42 @@ def compile_all(
     lock: Mapping[str, str] | None = None,
     release: bool = False,
     config=None,
-) -> list[Path]:
+) -> Compiled:
     """Every pipeline for every target into ``output_dir``, all or nothing: the files are
     compiled aside and moved into place only once each of them compiled, so a refused
-    setting never leaves new files beside old ones."""
+    setting never leaves new files beside old ones.
+
+    A pipeline that cannot take on a target what a step it shares with the others asks
+    (the sweep's trials, whose compute is ``train-model``'s) is left out, with its reason
+    in :attr:`Compiled.skipped`, and its file from an earlier compile is removed; the
+    other pipelines compile.
+    """
+    from gkeflow.pipelines.compute.profiles import PipelineUnfit
+
     output_dir = Path(output_dir).absolute()
     existed = output_dir.exists()
     output_dir.mkdir(parents=True, exist_ok=True)  # an error here names the folder asked for
     try:
         with tempfile.TemporaryDirectory(dir=output_dir.parent,
                                          prefix=f".compiling-{output_dir.name}-") as staging:
-            staged = [compile_pipeline(name, target, Path(staging), compute, lock, release,
-                                       config)
-                      for name in (pipelines or PIPELINES)
-                      for target in targets]
-            paths = []
+            staged, skipped = [], {}
+            for name in (pipelines or PIPELINES):
+                for target in targets:
+                    try:
+                        staged.append(compile_pipeline(name, target, Path(staging), compute,
+                                                       lock, release, config))
+                    except PipelineUnfit as exc:
+                        skipped[compiled_path(output_dir, name, target)] = str(exc)
+            paths = Compiled(skipped=skipped)
             for file in staged:
                 final = output_dir / file.relative_to(staging)
                 final.parent.mkdir(parents=True, exist_ok=True)
                 file.replace(final)
                 paths.append(final)
+            for earlier in skipped:
+                if earlier.exists():
+                    earlier.unlink()  # compiled for other settings: never submit it by mistake
+                    paths.removed.append(earlier)
     except BaseException:
         if not existed:
             with contextlib.suppress(OSError):
@@ -337,12 +367,16 @@ def compile_all(
 
 def stale_files(output_dir: Path, targets=COMPILE_TARGETS, compute: Mapping | None = None,
                 lock: Mapping[str, str] | None = None, config=None) -> list[Path]:
-    """Compiled files that are missing or differ from what the code produces now."""
+    """Compiled files that are missing or differ from what the code produces now, and
+    files of pipelines that are no longer compiled (:attr:`Compiled.skipped`)."""
     stale = []
     with tempfile.TemporaryDirectory() as fresh_dir:
-        for fresh in compile_all(Path(fresh_dir), targets, compute=compute, lock=lock,
-                                 config=config):
+        compiled = compile_all(Path(fresh_dir), targets, compute=compute, lock=lock,
+                               config=config)
+        for fresh in compiled:
             committed = Path(output_dir) / fresh.name
             if not committed.exists() or committed.read_text() != fresh.read_text():
                 stale.append(committed)
+        stale += [Path(output_dir) / skipped.name for skipped in compiled.skipped
+                  if (Path(output_dir) / skipped.name).exists()]
     return stale

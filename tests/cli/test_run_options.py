@@ -170,7 +170,7 @@ def test_tiny_sweep_on_a_folder_with_config_elsewhere_and_require_registered(tmp
                      "--epochs", "1", "--min-accuracy", "1.0", "--require-registered",
                      "--output", str(out), cwd=tmp_path)
     assert result.returncode == 3, result.stdout + result.stderr
-    assert "sweep of 1 trial(s), 1 at a time (grid search over learning_rate, hidden_units" in (
+    assert "sweep of 1 trial, 1 at a time (grid search over learning_rate, hidden_units" in (
         result.stdout)
     assert "Best trial: trial-000" in result.stdout
     assert "NOT REGISTERED" in result.stdout

@@ -14,8 +14,8 @@ def test_plan_sweep_shows_trials_gpus_per_trial_and_at_once(tmp_path):
                      "--compute", "train-model.memory=52G", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "select-best-trial" in result.stdout and "NVIDIA_TESLA_T4" in result.stdout
-    assert "sweep: 6 trial(s), random search over learning_rate" in result.stdout
-    assert ("sweep: 2 GPU(s) per trial, at most 3 trial(s) at once = at most 6 GPU(s) in use "
+    assert "sweep: 6 trials, random search over learning_rate" in result.stdout
+    assert ("sweep: 2 GPUs per trial, at most 3 trials at once = at most 6 GPUs in use "
             "at once") in result.stdout
 
 

@@ -122,7 +122,7 @@ def test_plan_with_overrides_from_flags():
         (["--compute", "train-model.accelerator=nvidia-tesla-k80"],
          "train-model: unknown accelerator 'nvidia-tesla-k80'"),
         (["--compute", "evaluate-model.accelerator_count=1"],
-         "evaluate-model: asks for 1 GPU(s) but names no accelerator"),
+         "evaluate-model: asks for 1 GPU but names no accelerator"),
     ],
 )
 def test_invalid_compute_is_refused_before_compiling(tmp_path, args, message):
@@ -136,7 +136,7 @@ def test_invalid_compute_is_refused_before_compiling(tmp_path, args, message):
 def test_bad_override_syntax_is_a_usage_error():
     result = CliRunner().invoke(main, ["plan", "--compute", "train-model.gpus=2"])
     assert result.exit_code == 2
-    assert "unknown compute field(s) gpus" in result.output
+    assert "unknown compute field gpus" in result.output
 
 
 def test_compute_from_gkeflow_yaml_then_flags(tmp_path, monkeypatch):
@@ -215,3 +215,37 @@ def test_plan_fits_columns_also_when_piped_wide_and_json_show_everything():
     assert train["accelerator"] == "NVIDIA_TESLA_T4"
     assert any("timeout_s is not enforced" in note for note in data["notes"])
     assert "train-model" in data["images"]
+
+
+def test_plan_counts_one_of_a_thing_in_the_singular(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    one_gpu = ("--compute", "train-model.accelerator=nvidia-l4",
+               "--compute", "train-model.accelerator_count=1")
+    vertex = _invoke("plan", "--target", "vertex", *one_gpu,
+                     "--compute", "train-model.scheduling=spot")
+    assert vertex.exit_code == 0, vertex.output
+    assert "(1 x NVIDIA_L4 each, 1 GPU in all)" in vertex.output
+    assert "GPUs in all" not in vertex.output
+    Path("gkeflow.yaml").write_text(
+        "sweep:\n  max_trials: 1\n  parallel_trials: 1\n  parameters:\n"
+        "    learning_rate: {type: choice, values: [0.01]}\n")
+    sweep = _invoke("plan", "sweep", *one_gpu)
+    assert sweep.exit_code == 0, sweep.output
+    assert "sweep: 1 trial, " in sweep.output
+    assert ("sweep: 1 GPU per trial, at most 1 trial at once = at most 1 GPU in use at once"
+            in sweep.output)
+    two = _invoke("plan", "--target", "vertex", "--compute", "train-model.replicas=2",
+                  *one_gpu)
+    assert "(1 x NVIDIA_L4 each, 2 GPUs in all)" in two.output
+
+
+def test_compute_errors_count_in_the_singular():
+    from gkeflow.pipelines.compute.profiles import ComputeError, ComputeProfile
+    from gkeflow.pipelines.sweep import resolve_sweep_compute
+
+    with pytest.raises(ComputeError, match=r"^unknown step nosuch; steps are "):
+        resolve_sweep_compute("gke", {"nosuch": ComputeProfile()})
+    with pytest.raises(ComputeError, match=r"^unknown compute field gpus; valid"):
+        ComputeProfile().with_overrides(gpus=1)
+    one = CliRunner().invoke(main, ["plan", "--compute", "evaluate-model.accelerator_count=1"])
+    assert "asks for 1 GPU but" in one.output and "GPU(s)" not in one.output

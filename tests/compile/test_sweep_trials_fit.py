@@ -27,8 +27,8 @@ def test_trials_keep_what_a_pipeline_step_can_take(target, profile, kept, said):
     fitted, note = fit_trial(target, "kfp", profile)
     assert {field: getattr(fitted, field) for field in kept} == kept
     assert (said in note) if said else note == ""
-    assert fit_trial(target, "vizier", profile)[0] == (
-        profile if target == "vertex" else fitted)
+    vizier = fit_trial(target, "vizier", profile)[0]  # CustomJobs: one machine each
+    assert vizier == (profile.with_overrides(replicas=1) if target == "vertex" else fitted)
 
 
 def test_the_sweep_resolves_with_the_fitted_trial():
@@ -46,3 +46,16 @@ def test_compile_says_what_the_sweep_leaves_to_the_training_pipeline(tmp_path):
     assert "note (gke): train-model launches a JobSet of 2 pods" in result.stdout
     sweep = (tmp_path / "out" / "sweep.gke.yaml").read_text()
     assert "jobset" not in sweep.lower()
+
+
+def test_a_vizier_sweep_leaves_replicas_to_training_and_says_so(tmp_path):
+    (tmp_path / "gkeflow.yaml").write_text(
+        "sweep:\n  engine: vizier\n  parameters:\n"
+        "    learning_rate: {type: loguniform, min: 0.0001, max: 0.1}\n")
+    result = gkeflow("compile", "--output", str(tmp_path / "out"), "--compute",
+                     "train-model.accelerator=nvidia-l4", "--compute", "train-model.replicas=2",
+                     "--compute", "train-model.scheduling=spot", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert ("note (vertex): sweep trials run as Vertex AI tuning trials, one machine each: "
+            "train-model's replicas 2 applies to the training pipeline only") in result.stdout
+    assert (tmp_path / "out" / "sweep.vertex.yaml").exists()

@@ -61,7 +61,7 @@ def test_sweep_picks_the_best_trial_tolerates_a_failed_one_registers_and_deploys
         "--param", f"trials={json.dumps(TRIALS)}", "--deploy")
     assert result.returncode == 0, result.stdout + result.stderr
     stdout = result.stdout
-    assert "sweep of 4 trial(s), 2 at a time" in stdout
+    assert "sweep of 4 trials, 2 at a time" in stdout
     # the trial table, best first, the failed trial last with its error
     order = [m.group(1) for m in re.finditer(r"│\s+\d*\s+│ (trial-\d{3}) │", stdout)]
     assert order == ["trial-002", "trial-001", "trial-000", "trial-003"], stdout

@@ -56,7 +56,7 @@ def test_string_values_from_yaml_or_cli_are_converted():
         ({"accelerator_count": True}, "accelerator_count must be a whole number"),
         ({"timeout_s": "soon"}, "timeout_s must be a duration"),
         ({"retry_backoff_factor": "fast"}, "retry_backoff_factor must be a number"),
-        ({"gpus": 2}, "unknown compute field(s) gpus; valid: cpu, memory, accelerator"),
+        ({"gpus": 2}, "unknown compute field gpus; valid: cpu, memory, accelerator"),
     ],
 )
 def test_bad_field_values_are_rejected_with_the_field_named(changes, message):
@@ -104,7 +104,7 @@ def test_cli_overrides_name_step_and_field():
          ("fit no N1 machine with nvidia-tesla-t4 x 1; with that accelerator machines offer at "
          "most 32 vCPUs and 208.0 GiB")),
         (ComputeProfile(cpu="4", memory="16G", accelerator_count=2),
-         ("train-model: asks for 2 GPU(s) but names no accelerator; set accelerator to one of "
+         ("train-model: asks for 2 GPUs but names no accelerator; set accelerator to one of "
          "nvidia-tesla-t4")),
         (ComputeProfile(cpu="4", memory="16G", accelerator="nvidia-l4"),
          ("train-model: accelerator nvidia-l4 with accelerator_count 0; valid counts for "

@@ -42,7 +42,7 @@ def test_a_mistyped_key_at_any_level_names_the_closest(tmp_path, raw, expected):
     ({"train-modle": {"cpu": "2"}},
      "compute.train-modle: unknown step (did you mean 'train-model'?)"),
     ({"train-model": {"acelerator_count": 2}},
-     "compute.train-model: unknown compute field(s) acelerator_count (did you mean "
+     "compute.train-model: unknown compute field acelerator_count (did you mean "
      "'accelerator_count'?)"),
 ])
 def test_the_compute_section_names_the_closest_step_and_field(tmp_path, compute, expected):

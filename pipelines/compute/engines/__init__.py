@@ -62,8 +62,10 @@ def as_training_step(component):
 def gpus_text(profile: ComputeProfile, accelerator: str) -> str:
     if not profile.uses_gpu:
         return "no GPU"
+    from gkeflow.pipelines.compute.wording import counted
+
     return (f"{profile.accelerator_count} x {accelerator} each, "
-            f"{profile.replicas * profile.accelerator_count} GPUs in all")
+            f"{counted(profile.replicas * profile.accelerator_count, 'GPU')} in all")
 
 
 def training_engine(target: str, profile: ComputeProfile) -> TrainEngine | None:

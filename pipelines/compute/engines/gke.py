@@ -157,7 +157,9 @@ class JobSetEngine:
 
             deadline = (f", deadline {format_duration(profile.timeout_s)} (launcher "
                         f"{format_duration(launcher_deadline_s(profile))})")
-        return (f"train-model launches a JobSet of {profile.replicas} pods "
+        from gkeflow.pipelines.compute.wording import counted
+
+        return (f"train-model launches a JobSet of {counted(profile.replicas, 'pod')} "
                 f"({gpus_text(profile, GPU_RESOURCE)}){nodes}, scheduling "
                 f"{profile.scheduling}{queue}{deadline}, running as service account "
                 f"{profile.worker_service_account}; launched by a 1-CPU pipeline step")
@@ -170,10 +172,11 @@ class JobSetEngine:
         from gkeflow.components.scaleout.component import train_model_jobset
         from gkeflow.components.scaleout.jobset import dumps
         from gkeflow.pipelines.compute.engines import as_training_step
+        from gkeflow.pipelines.compute.launchers import settings
 
         template = jobset_template(profile, GPU_IMAGE)  # the compiler maps and pins it
         return as_training_step(train_model_jobset)(jobset_template=dumps(template),
-                                                    **arguments)
+                                                    **settings(profile), **arguments)
 
     def launcher_profile(self, profile: ComputeProfile) -> ComputeProfile:
         from dataclasses import replace

@@ -23,6 +23,7 @@ import json
 import math
 from typing import Any
 
+from gkeflow.pipelines.compute import launchers
 from gkeflow.pipelines.compute.profiles import (
     GKE_TO_VERTEX_ACCELERATOR,
     ComputeError,
@@ -150,6 +151,7 @@ def custom_job_component(component, profile: ComputeProfile, launcher_image: str
             "--pipeline_job", "{{$.pipeline_job_resource_name}}",
             "--task_name", "{{$.pipeline_task_name}}",
             "--gcp_resources", "{{$.outputs.parameters['gcp_resources'].output_file}}",
+            *launchers.flags(profile),
         ],
     }}
     for definitions in (*spec["components"].values(), spec["root"]):

@@ -25,8 +25,10 @@ from gkeflow.pipelines.sweep_config import (
     Uniform,
 )
 
-#: Vertex AI Scheduling.Strategy names per ComputeProfile.scheduling.
-STRATEGIES = {"standard": "STANDARD", "spot": "SPOT", "flex-start": "FLEX_START"}
+#: Vertex AI Scheduling.Strategy names per ComputeProfile.scheduling (a reservation is
+#: standard capacity taken from the reservation the machine spec names).
+STRATEGIES = {"standard": "STANDARD", "spot": "SPOT", "flex-start": "FLEX_START",
+              "reservation": "STANDARD"}
 
 
 def study_parameters(sweep: SweepConfig) -> list[dict]:
@@ -70,6 +72,13 @@ def tuning_spec(sweep: SweepConfig, profile: ComputeProfile) -> str:
     if profile.uses_gpu:
         machine["acceleratorType"] = GKE_TO_VERTEX_ACCELERATOR[profile.accelerator]
         machine["acceleratorCount"] = profile.accelerator_count
+    if profile.scheduling == "reservation":
+        # MachineSpec.reservation_affinity: the reservation's full name, with its zone.
+        machine["reservationAffinity"] = {
+            "reservationAffinityType": "SPECIFIC_RESERVATION",
+            "key": "compute.googleapis.com/reservation-name",
+            "values": [profile.reservation],
+        }
     scheduling: dict = {"strategy": STRATEGIES.get(profile.scheduling, "STANDARD")}
     if profile.timeout_s:
         scheduling["timeout"] = f"{profile.timeout_s}s"
