@@ -741,6 +741,9 @@ main.add_command(runs_group)
 from gkeflow.pipelines.cli.deploy import deploy_group  # noqa: E402
 
 main.add_command(deploy_group, "deploy")
+from gkeflow.pipelines.cli.prices import prices_group  # noqa: E402
+
+main.add_command(prices_group)
 
 
 if __name__ == "__main__":
