@@ -53,13 +53,13 @@ def _page(client, service: str, currency: str, token: str, policy: RetryPolicy):
     def one() -> billing_v1.ListSkusResponse:
         try:
             pager = client.list_skus(request=request, retry=None, timeout=policy.timeout_s)
-        except gexc.PermissionDenied as exc:
+        except (gexc.PermissionDenied, gexc.Forbidden) as exc:
             if exc.reason == "SERVICE_DISABLED" or "has not been used" in str(exc) \
                     or "is disabled" in str(exc):
                 raise PricesRefreshError(
                     f"the Cloud Billing API is not enabled: {ENABLE_FIX}") from None
             raise
-        except gexc.Unauthenticated:
+        except (gexc.Unauthenticated, gexc.Unauthorized):
             from gkeflow.pipelines.targets.credentials import ADC_FIX
 
             raise PricesRefreshError(f"the Cloud Billing API refused the credentials: "
