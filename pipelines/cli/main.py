@@ -68,6 +68,7 @@ def main(ctx: click.Context, debug: bool) -> None:
       gkeflow submit --target vertex   run the pipeline on Vertex AI (or --target gke)
       gkeflow schedule apply           create/update the schedules of gkeflow.yaml
       gkeflow runs list                past runs on the targets: state, failed step, link
+      gkeflow prices list              hourly prices with source, date and STALE marks
 
     A failure prints one line saying what to fix and exits non-zero; `gkeflow --debug
     COMMAND` shows the traceback.
