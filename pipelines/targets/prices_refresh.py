@@ -28,10 +28,13 @@ class PricesRefreshError(RuntimeError):
 def make_client(api_endpoint: str = ""):
     """A REST CloudCatalogClient; a plain-http loopback endpoint (an emulator) needs no
     credentials, anything else uses Application Default Credentials."""
+    from urllib.parse import urlsplit
+
     from google.cloud import billing_v1
 
     endpoint = api_endpoint or ENDPOINT
-    if endpoint.startswith("http://127.0.0.1") or endpoint.startswith("http://localhost"):
+    parts = urlsplit(endpoint)
+    if parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost", "::1"):
         from google.auth.credentials import AnonymousCredentials
 
         credentials = AnonymousCredentials()
