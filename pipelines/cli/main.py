@@ -69,6 +69,7 @@ def main(ctx: click.Context, debug: bool) -> None:
       gkeflow schedule apply           create/update the schedules of gkeflow.yaml
       gkeflow runs list                past runs on the targets: state, failed step, link
       gkeflow monitoring apply         alert policies on idle GPUs (Cloud Monitoring)
+      gkeflow prices list              hourly prices with source, date and STALE marks
 
     A failure prints one line saying what to fix and exits non-zero; `gkeflow --debug
     COMMAND` shows the traceback.
@@ -753,6 +754,9 @@ main.add_command(deploy_group, "deploy")
 from gkeflow.pipelines.cli.monitoring import monitoring_group  # noqa: E402
 
 main.add_command(monitoring_group)
+from gkeflow.pipelines.cli.prices import prices_group  # noqa: E402
+
+main.add_command(prices_group)
 
 
 if __name__ == "__main__":

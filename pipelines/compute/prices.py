@@ -25,6 +25,11 @@ Not recorded yet (reported as missing): Vertex AI custom-training rates (Vertex 
 own SKUs per machine type), flex-start prices, the vCPU and memory of G2 (but
 g2-standard-96), N1, E2, N2, A3 Mega / Ultra / 8-GPU High and A4 machines, and the GPUs and
 TPUs whose rows were not read.
+
+A refreshed cache (``gkeflow prices refresh``) lives beside gkeflow.yaml in
+:data:`CACHE_FILE` (``.gkeflow/prices.csv``): prices read from the Cloud Billing Catalog API,
+same columns plus ``currency``. :func:`current_prices` reads it first: its rows replace the
+vendored rows of the same kind, item, capacity and region; every other row stays as vendored.
 """
 
 from __future__ import annotations
@@ -37,6 +42,10 @@ from functools import lru_cache
 from pathlib import Path
 
 PRICES_CSV = Path(__file__).with_name("prices.csv")
+#: The refreshed cache, relative to the directory of gkeflow.yaml.
+CACHE_FILE = Path(".gkeflow") / "prices.csv"
+COLUMNS = ("kind", "item", "capacity", "region", "usd_per_hour", "source", "date_read", "note",
+           "currency")
 STALE_AFTER_DAYS = 90
 CAPACITIES = ("standard", "spot", "flex-start", "reservation")
 TARGETS = ("gke", "vertex")
@@ -59,6 +68,11 @@ class Price:
     source: str
     date_read: date
     note: str = ""
+    currency: str = "USD"
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return self.kind, self.item, self.capacity, self.region
 
 
 @dataclass(frozen=True)
@@ -70,6 +84,7 @@ class Rate:
     date_read: date | None = None
     stale: bool = False
     reason: str = ""
+    currency: str = "USD"
 
     @property
     def missing(self) -> bool:
@@ -80,7 +95,8 @@ def _row(raw: dict[str, str]) -> Price:
     price = raw["usd_per_hour"].strip()
     return Price(raw["kind"], raw["item"], raw["capacity"], raw["region"],
                  float(price) if price else None, raw["source"].strip(),
-                 date.fromisoformat(raw["date_read"]), raw["note"].strip())
+                 date.fromisoformat(raw["date_read"]), (raw.get("note") or "").strip(),
+                 (raw.get("currency") or "").strip() or "USD")
 
 
 @lru_cache(maxsize=4)
@@ -91,6 +107,41 @@ def load_prices(path: Path = PRICES_CSV) -> tuple[Price, ...]:
         return tuple(_row(raw) for raw in csv.DictReader(lines))
 
 
+def merge_prices(cache: tuple[Price, ...], base: tuple[Price, ...]) -> tuple[Price, ...]:
+    """``cache`` rows, then the ``base`` rows whose key the cache does not hold."""
+    refreshed = {row.key for row in cache}
+    return cache + tuple(row for row in base if row.key not in refreshed)
+
+
+def cache_path(directory: Path | None = None) -> Path:
+    """Where the refreshed cache of the project in ``directory`` (default: here) lives."""
+    return (Path.cwd() if directory is None else Path(directory)) / CACHE_FILE
+
+
+def current_prices(directory: Path | None = None) -> tuple[Price, ...]:
+    """The catalogue in use: the refreshed cache beside gkeflow.yaml over the vendored file."""
+    cache = cache_path(directory)
+    if not cache.is_file():
+        return load_prices()
+    return merge_prices(load_prices(cache.resolve()), load_prices())
+
+
+def write_prices(path: Path, rows: tuple[Price, ...] | list[Price], header: str) -> None:
+    """Write ``rows`` as a price file (``header`` becomes its ``#`` comment line)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "w", newline="", encoding="utf-8") as handle:
+        handle.write(f"# {header}\n")
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(COLUMNS)
+        for row in rows:
+            price = "" if row.usd_per_hour is None else repr(row.usd_per_hour)
+            writer.writerow([row.kind, row.item, row.capacity, row.region, price, row.source,
+                             row.date_read.isoformat(), row.note, row.currency])
+    temporary.replace(path)
+    load_prices.cache_clear()
+
+
 def is_stale(date_read: date, today: date) -> bool:
     """Whether a price read on ``date_read`` is older than :data:`STALE_AFTER_DAYS`."""
     return (today - date_read).days > STALE_AFTER_DAYS
@@ -99,7 +150,7 @@ def is_stale(date_read: date, today: date) -> bool:
 def find_price(kind: str, item: str, capacity: str, region: str,
                prices: tuple[Price, ...] | None = None) -> Price | None:
     """The row for exactly this item, else the ``*`` row that covers it; None if neither."""
-    rows = load_prices() if prices is None else prices
+    rows = current_prices() if prices is None else prices
     fallback = None
     for row in rows:
         if row.kind != kind or row.capacity != capacity:
@@ -158,7 +209,11 @@ def hourly_rate(target: str, machine_type: str, accelerator: str | None, count: 
             return Rate(None, reason=reason)
         total += amount
         rows.append(row)
+    currencies = sorted({row.currency for row in rows})
+    if len(currencies) > 1:
+        return Rate(None, reason=f"prices in more than one currency ({', '.join(currencies)}); "
+                                 "run `gkeflow prices refresh` with one --currency")
     oldest = min(row.date_read for row in rows)
     sources = sorted({SOURCES.get(row.source, row.source) for row in rows})
     return Rate(round(total, 5), " + ".join(sources), oldest,
-                is_stale(oldest, today or date.today()))
+                is_stale(oldest, today or date.today()), currency=currencies[0])

@@ -24,6 +24,7 @@ def gkeflow(*args: str, cwd: Path | None = None, timeout: int = 600) -> subproce
 
 @pytest.mark.parametrize("command", [
     [], ["run"], ["compile"], ["models"], ["models", "list"], ["models", "promote"],
+    ["prices"], ["prices", "list"], ["prices", "refresh"],
 ])
 def test_every_command_has_help(command):
     result = gkeflow(*command, "--help")

@@ -1,0 +1,208 @@
+"""`gkeflow prices refresh` against a strict fake of the Cloud Billing Catalog REST API.
+
+Pages are real ``billing_v1.ListSkusResponse`` messages serialised to JSON; every request is
+checked for its path and query (service, page token, currency) before it is answered.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from datetime import date
+
+import pytest
+from google.cloud import billing_v1
+from werkzeug.wrappers import Response
+
+from gkeflow.pipelines.compute import prices
+from tests.integration.conftest import gkeflow
+
+SERVICE = "6F81-5844-456A"
+TODAY = date.today()
+
+
+def _sku(sku_id, description, regions, units, nanos, *, usage_type="OnDemand", group="GPU",
+         unit="h", currency="USD"):
+    money = {"currency_code": currency, "units": units, "nanos": nanos}
+    return billing_v1.Sku(
+        name=f"services/{SERVICE}/skus/{sku_id}", sku_id=sku_id, description=description,
+        category=billing_v1.Category(service_display_name="Compute Engine",
+                                     resource_family="Compute", resource_group=group,
+                                     usage_type=usage_type),
+        service_regions=regions,
+        pricing_info=[billing_v1.PricingInfo(
+            pricing_expression=billing_v1.PricingExpression(
+                usage_unit=unit, usage_unit_description="hour", base_unit="s",
+                base_unit_conversion_factor=3600, display_quantity=1,
+                tiered_rates=[billing_v1.PricingExpression.TierRate(
+                    start_usage_amount=0, unit_price=money)]),
+            currency_conversion_rate=1)],
+        service_provider_name="Google")
+
+
+PAGES = [
+    [_sku("AAAA-T4-OD", "Nvidia Tesla T4 GPU running in Americas", ["us-central1", "us-east4"],
+          0, 350000000),
+     _sku("AAAA-T4-SP", "Spot Preemptible Nvidia Tesla T4 GPU running in Americas",
+          ["us-central1"], 0, 88000000, usage_type="Preemptible"),
+     # a region the catalogue does not name: ignored
+     _sku("AAAA-T4-SA", "Nvidia Tesla T4 GPU running in Sao Paulo", ["southamerica-east1"],
+          0, 470000000),
+     # a commitment is not an hourly list price
+     _sku("AAAA-T4-CUD", "Commitment v1: Nvidia Tesla T4 GPU in Americas for 1 Year",
+          ["us-central1"], 0, 220000000, usage_type="Commit1Yr")],
+    [_sku("BBBB-A2-CORE", "A2 Instance Core running in Americas", ["us-central1"], 0,
+          31611000, group="CPU"),
+     _sku("BBBB-A2-RAM", "A2 Instance Ram running in Americas", ["us-central1"], 0, 4237000,
+          group="RAM", unit="GiBy.h"),
+     _sku("BBBB-L4-EU", "Nvidia L4 GPU running in Netherlands", ["europe-west4"], 0,
+          644000000)],
+    [_sku("CCCC-V6E-SP", "TpuV6e Preemptible chip running in Iowa", ["us-central1"], 1,
+          50000000, group="TPU")],
+]
+
+
+class FakeCatalog:
+    """Answers ``GET /v1/services/{service}/skus`` page by page; ``failures`` are answered
+    first (status, JSON body)."""
+
+    def __init__(self, pages, currency="USD", failures=()):
+        self.pages, self.currency, self.failures = pages, currency, list(failures)
+        self.requests: list[dict] = []
+
+    def __call__(self, request):
+        assert request.method == "GET" and request.path == f"/v1/services/{SERVICE}/skus", \
+            request.path
+        args = request.args.to_dict()
+        unknown = set(args) - {"pageToken", "pageSize", "currencyCode", "$alt", "startTime",
+                               "endTime"}
+        assert not unknown, unknown
+        assert args.get("currencyCode") == self.currency, args
+        self.requests.append(args)
+        if self.failures:
+            status, body = self.failures.pop(0)
+            return Response(json.dumps(body), status=status, content_type="application/json")
+        token = args.get("pageToken", "")
+        index = int(token.removeprefix("page-")) if token else 0
+        assert 0 <= index < len(self.pages), token
+        response = billing_v1.ListSkusResponse(
+            skus=self.pages[index],
+            next_page_token=f"page-{index + 1}" if index + 1 < len(self.pages) else "")
+        return Response(billing_v1.ListSkusResponse.to_json(response), status=200,
+                        content_type="application/json")
+
+
+UNAVAILABLE = (503, {"error": {"code": 503, "message": "The service is currently unavailable.",
+                               "status": "UNAVAILABLE"}})
+
+
+def _refresh(httpserver, tmp_path, fake, *extra):
+    httpserver.expect_request(f"/v1/services/{SERVICE}/skus").respond_with_handler(fake)
+    (tmp_path / "gkeflow.yaml").write_text("{}\n")
+    return gkeflow("prices", "refresh", "--api-endpoint", httpserver.url_for("").rstrip("/"),
+                   *extra, cwd=tmp_path, env={"GKEFLOW_DEBUG": ""})
+
+
+def _cache(tmp_path):
+    with open(tmp_path / ".gkeflow" / "prices.csv", newline="") as handle:
+        return {(r["kind"], r["item"], r["capacity"], r["region"]): r
+                for r in csv.DictReader(line for line in handle if not line.startswith("#"))}
+
+
+def test_refresh_reads_every_page_after_a_503_and_maps_skus_to_rows(httpserver, tmp_path):
+    fake = FakeCatalog(PAGES, failures=[UNAVAILABLE])
+    result = _refresh(httpserver, tmp_path, fake)
+    assert result.returncode == 0, result.stderr
+    # the 503 was retried, then all three pages were read in order
+    assert [r.get("pageToken", "") for r in fake.requests] == ["", "", "page-1", "page-2"]
+    assert "page 3" in result.stderr
+    cache = _cache(tmp_path)
+    on_demand = cache[("gpu", "nvidia-tesla-t4", "standard", "us-central1")]
+    spot = cache[("gpu", "nvidia-tesla-t4", "spot", "us-central1")]
+    assert (on_demand["usd_per_hour"], on_demand["source"]) == (
+        "0.35", "Cloud Billing Catalog API, SKU AAAA-T4-OD")
+    assert (spot["usd_per_hour"], spot["source"]) == (
+        "0.088", "Cloud Billing Catalog API, SKU AAAA-T4-SP")
+    assert on_demand["date_read"] == TODAY.isoformat() and on_demand["currency"] == "USD"
+    assert ("gpu", "nvidia-tesla-t4", "standard", "us-east4") in cache
+    assert not any(key[3] == "southamerica-east1" for key in cache)
+    assert "AAAA-T4-CUD" not in (tmp_path / ".gkeflow" / "prices.csv").read_text()
+    # a machine row: 12 vCPUs x core rate + 85 GiB x memory rate
+    a2 = cache[("machine", "a2-highgpu-1g", "standard", "us-central1")]
+    assert float(a2["usd_per_hour"]) == pytest.approx(12 * 0.031611 + 85 * 0.004237)
+    assert a2["source"] == "Cloud Billing Catalog API, SKU BBBB-A2-CORE + SKU BBBB-A2-RAM"
+    assert cache[("tpu", "tpu-v6e", "spot", "us-central1")]["usd_per_hour"] == "1.05"
+    # the summary counts the rows no SKU matched, which keep their vendored price and date
+    summary = result.stdout.strip().splitlines()[-1]
+    assert summary.startswith(f"refreshed {len(cache)} prices into ")
+    assert "catalogue rows matched no SKU" in summary
+    catalogue = prices.current_prices(tmp_path)
+    kept = prices.find_price("gpu", "nvidia-h100-80gb", "standard", "us-central1", catalogue)
+    assert kept.source == "skypilot-vms" and kept.date_read == date(2026, 12, 2)
+    rate = prices.hourly_rate("gke", "n1-standard-4", "nvidia-tesla-t4", 2, "spot",
+                              "us-central1", prices=catalogue)
+    assert rate.missing  # the N1 machine itself was not in the SKUs
+    gpu = prices.find_price("gpu", "nvidia-tesla-t4", "spot", "us-central1", catalogue)
+    assert gpu.usd_per_hour == 0.088 and gpu.source.endswith("AAAA-T4-SP")
+
+
+def test_prices_list_reads_the_cache_first_and_marks_stale_prices(httpserver, tmp_path):
+    assert _refresh(httpserver, tmp_path, FakeCatalog(PAGES)).returncode == 0
+    listing = gkeflow("prices", "list", "--kind", "gpu", "--format", "json", cwd=tmp_path)
+    assert listing.returncode == 0, listing.stderr
+    records = {(r["item"], r["capacity"], r["region"]): r for r in json.loads(listing.stdout)}
+    t4 = records[("nvidia-tesla-t4", "spot", "us-central1")]
+    assert t4["source"] == "Cloud Billing Catalog API, SKU AAAA-T4-SP" and t4["stale"] == ""
+    old = records[("nvidia-l4", "standard", "us-central1")]
+    expected = "STALE" if (TODAY - date(2026, 12, 2)).days > 90 else ""
+    assert old["stale"] == expected and old["source"] == "skypilot-vms"
+
+
+def test_a_disabled_api_is_one_line_naming_the_gcloud_fix(httpserver, tmp_path):
+    disabled = (403, {"error": {
+        "code": 403, "status": "PERMISSION_DENIED",
+        "message": "Cloud Billing API has not been used in project 123 before or it is "
+                   "disabled. Enable it by visiting https://console.developers.google.com/"
+                   "apis/api/cloudbilling.googleapis.com/overview?project=123 then retry.",
+        "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                     "reason": "SERVICE_DISABLED", "domain": "googleapis.com",
+                     "metadata": {"service": "cloudbilling.googleapis.com",
+                                  "consumer": "projects/123"}}]}})
+    fake = FakeCatalog(PAGES, failures=[disabled])
+    result = _refresh(httpserver, tmp_path, fake)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "Error: the Cloud Billing API is not enabled: run `gcloud services enable "
+        "cloudbilling.googleapis.com` in your project"]
+    assert len(fake.requests) == 1 and not (tmp_path / ".gkeflow").exists()
+
+
+def test_retries_are_bounded_and_the_cache_is_left_alone(httpserver, tmp_path):
+    fake = FakeCatalog(PAGES, failures=[UNAVAILABLE] * 10)
+    result = _refresh(httpserver, tmp_path, fake)
+    assert result.returncode == 1 and len(fake.requests) == 5
+    assert "HTTP 503" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / ".gkeflow").exists()
+
+
+def test_currency_is_asked_for_and_recorded(httpserver, tmp_path):
+    eur = [[_sku("EEEE-T4", "Nvidia Tesla T4 GPU running in Americas", ["us-central1"], 0,
+                 320000000, currency="EUR")]]
+    result = _refresh(httpserver, tmp_path, FakeCatalog(eur, currency="EUR"), "--currency",
+                      "eur")
+    assert result.returncode == 0, result.stderr
+    row = _cache(tmp_path)[("gpu", "nvidia-tesla-t4", "standard", "us-central1")]
+    assert (row["usd_per_hour"], row["currency"]) == ("0.32", "EUR")
+    # EUR GPUs and vendored USD machines are not added up
+    rate = prices.hourly_rate("gke", "a2-highgpu-1g", "nvidia-tesla-t4", 1, "standard",
+                              "us-central1", prices=prices.current_prices(tmp_path))
+    assert rate.missing and "more than one currency" in rate.reason
+
+
+def test_no_credentials_is_one_line_naming_the_fix(tmp_path):
+    env = {"GOOGLE_APPLICATION_CREDENTIALS": "", "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"),
+           "NO_GCE_CHECK": "true", "GKEFLOW_DEBUG": ""}
+    result = gkeflow("prices", "refresh", cwd=tmp_path, env=env)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "gcloud auth application-default login" in lines[0], lines
