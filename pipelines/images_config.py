@@ -296,19 +296,26 @@ def unbuilt(images: ImagesConfig, text: str, lock: Mapping | None = None) -> lis
     return problems
 
 
-def require_built(images: ImagesConfig, text: str, where: str) -> None:
-    """Raise :class:`ImagesNotBuilt` (one line with the fix) when ``text`` names images that
-    were never built and pushed for the configured registry."""
+def describe_unbuilt(images: ImagesConfig, text: str) -> str:
+    """One line naming the images ``text`` (a compiled pipeline) names that were never built
+    and pushed for the configured registry, and the fix; "" when there are none."""
     problems = unbuilt(images, text)
     if not problems:
-        return
+        return ""
     if images.registry:
         fix = "run `gkeflow images build` (it pushes and records the digests)"
     else:
         fix = (f"set images.registry in gkeflow.yaml to a registry you can push to (e.g. "
                f"{_EXAMPLE}), then run `gkeflow images build`")
-    raise ImagesNotBuilt(f"refusing to {where}: {'; '.join(problems)} (per "
-                         f"{images.lock_path}); {fix}")
+    return f"{'; '.join(problems)} (per {images.lock_path}); {fix}"
+
+
+def require_built(images: ImagesConfig, text: str, where: str) -> None:
+    """Raise :class:`ImagesNotBuilt` (one line with the fix) when ``text`` names images that
+    were never built and pushed for the configured registry."""
+    problem = describe_unbuilt(images, text)
+    if problem:
+        raise ImagesNotBuilt(f"refusing to {where}: {problem}")
 
 
 def map_compiled_file(path: Path | str, images: ImagesConfig | None = None) -> Path:

@@ -138,15 +138,39 @@ def test_build_no_push_then_compile_pins_both_targets(run, project, readonly_pac
             "gkeflow 0.1.0", "")
     assert _tree(readonly_package) == before
 
-    # built but never pushed: a run could not pull them, so submit refuses (one line)
-    refused, _ = run("submit", "--target", "vertex", "--dry-run", cwd=project)
+    # built but never pushed: a run could not pull them, so submit refuses (one line) ...
+    refused, _ = run("submit", "--target", "vertex", cwd=project)
     assert refused.returncode == 1
+    assert "refusing to send training to vertex" in refused.stderr
     assert "built with --no-push, never pushed" in refused.stderr
     assert "run `gkeflow images build`" in refused.stderr
     assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    # ... while a dry run prints every request, the unpushed images flagged, and exits 0
+    previewed, _ = run("submit", "--target", "vertex", "--dry-run", cwd=project)
+    assert previewed.returncode == 0, previewed.stderr
+    assert "refusing" not in previewed.stdout + previewed.stderr
+    flagged = next(x for x in previewed.stdout.splitlines() if "images not pushed" in x)
+    assert f"{CPU} was built with --no-push, never pushed" in flagged
+    assert f"{GPU} was built with --no-push, never pushed" in flagged
+    assert "a real send training to vertex is refused" in flagged
+    assert "1 request(s) would be sent" in previewed.stdout
+    assert "POST https://europe-west4-aiplatform.googleapis.com/v1/projects/my-project/" \
+           "locations/europe-west4/pipelineJobs?pipelineJobId=" in previewed.stdout
     listed, _ = run("images", "list", cwd=project)
     assert "built with --no-push, not in " + REGISTRY in listed.stdout
     assert "not built for" not in listed.stdout
+
+    # the same for schedules: apply refuses, apply --dry-run prints the create, flagged
+    config = yaml.safe_load((project / "gkeflow.yaml").read_text())
+    config["schedules"] = [{"name": "nightly", "target": "vertex", "cron": "0 2 * * *"}]
+    (project / "gkeflow.yaml").write_text(yaml.safe_dump(config))
+    refused, _ = run("schedule", "apply", cwd=project)
+    assert refused.returncode == 1 and "refusing to send training to vertex" in refused.stderr
+    previewed, _ = run("schedule", "apply", "--dry-run", cwd=project)
+    assert previewed.returncode == 0, previewed.stderr
+    assert "refusing" not in previewed.stdout + previewed.stderr
+    assert f"{CPU} was built with --no-push, never pushed" in previewed.stdout
+    assert "would create" in previewed.stdout and "/schedules" in previewed.stdout
 
 
 def test_build_and_push_with_podman_lets_submit_through(run, project):

@@ -339,8 +339,8 @@ def test_without_a_registry_the_refusal_says_to_set_one(tmp_path):
         require_built(images, f"image: {CPU_IMAGE}\n", "send training to vertex")
 
 
-@pytest.mark.parametrize("command", [["submit", "--target", "vertex", "--dry-run"],
-                                     ["schedule", "apply", "--dry-run"]])
+@pytest.mark.parametrize("command", [["submit", "--target", "vertex"],
+                                     ["schedule", "apply"]])
 def test_submit_and_schedule_apply_refuse_images_never_built(tmp_path, command):
     vertex = {"project": "my-project", "region": "europe-west4",
               "pipeline_root": "gs://my-bucket/root",
@@ -356,6 +356,15 @@ def test_submit_and_schedule_apply_refuse_images_never_built(tmp_path, command):
     assert "refusing to send training to vertex" in line
     assert f"{USER}/gkeflow-cpu:0.1.0 was never built" in line
     assert "run `gkeflow images build`" in line and "Traceback" not in result.stderr
+    # a dry run sends nothing: it prints every request with the unbuilt images flagged
+    dry = subprocess.run([str(Path(sys.executable).parent / "gkeflow"), *command, "--dry-run",
+                          "--config", str(path)], cwd=tmp_path, capture_output=True,
+                         text=True, check=False, timeout=300)
+    assert dry.returncode == 0, dry.stderr
+    flagged = next(x for x in dry.stdout.splitlines() if "was never built" in x)
+    assert f"{USER}/gkeflow-cpu:0.1.0 was never built" in flagged
+    assert "a real send training to vertex is refused" in flagged
+    assert "request(s) would be sent" in dry.stdout and "refusing" not in dry.stdout
 
 
 def test_a_pipeline_of_your_own_gets_the_same_mapping(tmp_path, monkeypatch):
