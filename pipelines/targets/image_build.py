@@ -59,6 +59,24 @@ class ImageBuildError(RuntimeError):
     """An image cannot be built or pushed; the message is one line naming the problem and fix."""
 
 
+class StepFailed(ImageBuildError):
+    """A builder command exited non-zero; ``log`` holds the last lines of its output."""
+
+    def __init__(self, message: str, log: Sequence[str]):
+        super().__init__(message)
+        self.log = list(log)
+
+
+#: What podman/buildah, docker and BuildKit print when a FROM image cannot be pulled.
+_PULL_FAILED_RE = re.compile(
+    r"initializing source|pinging container registry|failed to resolve source metadata|"
+    r"pull access denied|manifest unknown|error pulling image|unable to copy from source|"
+    r"short-name resolution|toomanyrequests|Error response from daemon: (Get|Head) ",
+    re.IGNORECASE)
+#: The recipe for machines that cannot pull the base image.
+BASE_RECIPE = "docs/image-recipes.md#without-a-pullable-base-image"
+
+
 def images_dir() -> Path:
     """The installed ``gkeflow.images`` folder (Dockerfiles and locks)."""
     return _package_dir("gkeflow.images")
@@ -284,8 +302,50 @@ def _run(command: list[str], what: str, echo: Callable[[str], None],
     if process.wait() != 0:
         shown = [line.strip() for line in tail if line.strip()]
         quoted = " | ".join([*(line[:200] for line in shown[:-1]), *shown[-1:]])
-        raise ImageBuildError(f"{what} failed (exit {process.returncode}): {quoted}")
+        raise StepFailed(f"{what} failed (exit {process.returncode}): {quoted}", shown)
     return "\n".join(lines)
+
+
+def base_images(dockerfile: Path) -> list[str]:
+    """The images a Dockerfile's FROM lines pull (earlier stages of the file left out)."""
+    bases: list[str] = []
+    stages: set[str] = set()
+    for line in dockerfile.read_text(encoding="utf-8").splitlines():
+        words = line.split()
+        if len(words) < 2 or words[0].upper() != "FROM":
+            continue
+        words = [w for w in words[1:] if not w.startswith("--")]
+        if words and words[0].lower() not in stages and words[0] not in bases:
+            bases.append(words[0])
+        if len(words) == 3 and words[1].upper() == "AS":
+            stages.add(words[2].lower())
+    return bases
+
+
+def _qualified(image: str) -> str:
+    """``python:3.11`` -> ``docker.io/library/python:3.11`` (what engines pull)."""
+    first = image.split("/", 1)[0]
+    if "/" in image and ("." in first or ":" in first or first == "localhost"):
+        return image
+    return f"docker.io/{image}" if "/" in image else f"docker.io/library/{image}"
+
+
+def unpullable_base(failure: StepFailed, dockerfile: Path, builder: str) -> str:
+    """One line naming the base image a failed build could not pull and what to do, or ""
+    when the failure was something else."""
+    bases = base_images(dockerfile)
+    for line in reversed(failure.log):
+        if not _PULL_FAILED_RE.search(line):
+            continue
+        base = next((b for b in bases if b in line or _qualified(b) in line), None)
+        if base is None:
+            continue
+        stand_in = f"bash {images_dir() / 'container-base.sh'} {_qualified(base)}"
+        return (f"{builder} build cannot pull its base image {base} ({line.strip()[-160:]}); "
+                f"let {builder} reach {_qualified(base).split('/', 1)[0]} or a mirror of it, "
+                f"or where nothing can be pulled tag a local stand-in with `{stand_in}` "
+                f"(podman; see {BASE_RECIPE}), or build with --builder cloud-build")
+    return ""
 
 
 def _json(text: str, what: str):
@@ -319,7 +379,13 @@ def _build_local(engine: str, builder: str, context: Path, reference: str, push:
     if builder == "podman":
         # No OCI runtime needed: works as root in containers and CI runners.
         command += ["--isolation=chroot", "--layers"]
-    _run(command + [str(context)], f"{builder} build of {reference}", echo)
+    try:
+        _run(command + [str(context)], f"{builder} build of {reference}", echo)
+    except StepFailed as failure:
+        problem = unpullable_base(failure, context / "Dockerfile", builder)
+        if problem:
+            raise ImageBuildError(problem) from failure
+        raise
     if builder == "podman":
         if not push:
             out = _run([engine, "image", "inspect", "--format", "{{.Digest}}", reference],

@@ -7,7 +7,8 @@ build context. It prints what the real tool prints where gkeflow reads it, with 
 derived from the reference (so a test can predict them). ``FAKE_BUILDER_FAIL=TEXT`` makes
 any call whose arguments contain TEXT fail with exit 1; ``FAKE_BUILDER_NOISE`` adds the
 warnings and update notices real CLIs print on stderr; ``FAKE_BUILDER_NO_REPO_DIGESTS``
-makes docker report no repository digest (``null``).
+makes docker report no repository digest (``null``); ``FAKE_BUILDER_NO_PULL`` makes a build
+fail as podman and docker (BuildKit) do when the Dockerfile's base image cannot be pulled.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ def main(engine: str, args: list[str]) -> int:
         print("WARNING: the credential helper is deprecated", file=sys.stderr)
         print("Updates are available for some Google Cloud CLI components.  To install "
               "them,\nplease run:\n  $ gcloud components update", file=sys.stderr)
+    if engine in ("podman", "docker") and args[:1] == ["build"] and os.environ.get(
+            "FAKE_BUILDER_NO_PULL"):
+        return _no_pull(engine, Path(_option(args, "--file")))
     failing = os.environ.get("FAKE_BUILDER_FAIL")
     if failing and any(failing in arg for arg in args):
         print("STEP 3/9: RUN pip install --require-hashes ...")
@@ -97,6 +101,24 @@ def main(engine: str, args: list[str]) -> int:
     elif args[:2] == ["builds", "log"]:
         print("Step #0 - build: done")
     return 0
+
+
+def _no_pull(engine: str, dockerfile: Path) -> int:
+    base = next(line.split()[1] for line in dockerfile.read_text().splitlines()
+                if line.upper().startswith("FROM "))
+    host = "registry-1.docker.io"
+    if engine == "podman":
+        print(f"[1/2] STEP 1/9: FROM {base} AS locked")
+        print(f"Trying to pull docker.io/library/{base}...", file=sys.stderr)
+        print(f"Error: creating build container: initializing source docker://{base}: pinging "
+              f'container registry {host}: Get "https://{host}/v2/": dial tcp: lookup {host}: '
+              "no such host", file=sys.stderr)
+        return 125
+    name, tag = base.split(":", 1)
+    print(f"ERROR: failed to solve: {base}: failed to resolve source metadata for "
+          f'docker.io/library/{base}: failed to do request: Head "https://{host}/v2/library/'
+          f'{name}/manifests/{tag}": dial tcp: lookup {host}: no such host', file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

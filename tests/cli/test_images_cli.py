@@ -223,6 +223,19 @@ def test_a_failed_build_is_one_line_and_keeps_what_was_built(run, project):
     assert set(_lock(project)) == {CPU}  # the CPU image was built and is recorded
 
 
+@pytest.mark.parametrize("builder", ["podman", "docker"])
+def test_a_base_image_that_cannot_be_pulled_names_the_recipe(run, project, builder):
+    result, _ = run("images", "build", "--builder", builder, "--flavour", "cpu", cwd=project,
+                    env={"FAKE_BUILDER_NO_PULL": "1"})
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert f"{builder} build cannot pull its base image python:3.11.11-slim-bookworm" in line
+    assert "no such host" in line and "let " + builder + " reach docker.io" in line
+    assert "container-base.sh docker.io/library/python:3.11.11-slim-bookworm" in line
+    assert "docs/image-recipes.md#without-a-pullable-base-image" in line
+    assert not (project / "gkeflow.lock").exists()
+
+
 def test_build_without_a_registry_says_how_to_set_one(run, tmp_path):
     (tmp_path / "gkeflow.yaml").write_text("parameters: {default: {epochs: 1}}\n")
     result, calls = run("images", "build", cwd=tmp_path)

@@ -19,6 +19,7 @@ from gkeflow.components.images import VERSION
 from gkeflow.pipelines.targets.image_build import (
     ImageBuildError,
     assemble_context,
+    base_images,
     build_image,
     build_wheel,
     cloudbuild_config,
@@ -215,6 +216,23 @@ def test_a_failed_step_names_it_with_the_last_lines_of_its_log(engines):
     assert message.startswith(f"podman build of {REFERENCE} failed (exit 1): ")
     assert message.endswith("No matching distribution found for humanize==99")
     assert "line 29" in message and "line 5 " not in message and "\n" not in message
+
+
+def test_a_failure_that_is_not_a_pull_keeps_its_own_line(engines):
+    _engine(engines, "podman", 'echo "Error: short-name resolution of python:3.9 failed" >&2\n'
+            'echo "ERROR: No matching distribution found for humanize==99" >&2; exit 1\n')
+    with pytest.raises(ImageBuildError, match="failed \\(exit 1\\): .*humanize==99$"):
+        build_image("cpu", REFERENCE, None, [], push=False, echo=lambda _: None)
+
+
+@pytest.mark.parametrize("dockerfile, bases", [
+    ("FROM python:3.11 AS locked\nRUN x\nFROM locked AS b\nFROM --platform=linux/amd64 "
+     "nvidia/cuda:12\nCOPY --from=locked /a /a\n", ["python:3.11", "nvidia/cuda:12"]),
+    ("# FROM not-this\nfrom gcr.io/p/base@sha256:ab\n", ["gcr.io/p/base@sha256:ab"]),
+])
+def test_base_images_are_the_from_lines_that_pull(dockerfile, bases, tmp_path):
+    (tmp_path / "Dockerfile").write_text(dockerfile)
+    assert base_images(tmp_path / "Dockerfile") == bases
 
 
 @pytest.mark.parametrize("builder, tool", [("podman", "podman"), ("docker", "docker"),
