@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gkeflow.components.images import VERSION
+from gkeflow.pipelines.images_config import link_trouble
 from gkeflow.pipelines.targets import image_locks
 
 FLAVOURS = ("cpu", "gpu")
@@ -206,6 +207,10 @@ def _include_name(path: Path) -> str:
     if not name.isidentifier() or name == "gkeflow":
         raise ImageBuildError(f"images.include: {path} cannot be imported as {name!r}; "
                               "rename it to a valid module name other than gkeflow")
+    trouble = link_trouble(path) if path.is_dir() else ""
+    if trouble:
+        raise ImageBuildError(f"images.include: {trouble}; the build copies what links point "
+                              "to, so remove the link or point it at a file or folder outside it")
     return name
 
 

@@ -90,6 +90,43 @@ def test_invalid_images_sections_are_one_line_naming_the_key(tmp_path, images, m
     assert len(text.splitlines()) == 1
 
 
+@pytest.mark.parametrize(("make", "named"), [
+    (lambda pkg: (pkg / "sub" / "up").symlink_to(".."), "sub/up is a symbolic link loop: "
+                                                          "it points back to"),
+    (lambda pkg: (pkg / "sub" / "top").symlink_to(pkg), "sub/top is a symbolic link loop"),
+    (lambda pkg: (pkg / "self").symlink_to("self"), "self is a symbolic link loop"),
+    (lambda pkg: (pkg / "gone").symlink_to("../nowhere"), "gone is a symbolic link to "
+                                                           "../nowhere, which does not exist"),
+])
+def test_an_include_whose_links_cannot_be_copied_is_refused_at_load(tmp_path, make, named):
+    """The build copies what links point to: a loop would fail only there, after minutes."""
+    pkg = tmp_path / "feats"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    make(pkg)
+    path = _write(tmp_path, {"images": {"include": ["feats"]}})
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    (line,) = str(raised.value).splitlines()
+    assert "include.0: " in line and f"{pkg}/{named}" in line
+    assert "remove the link" in line
+
+
+def test_links_that_copy_fine_are_accepted(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "util.py").write_text("x = 1\n")
+    pkg = tmp_path / "feats"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "util").symlink_to(shared)  # outside the package: copied as a folder
+    (pkg / "again").symlink_to(shared)  # the same folder twice is no loop
+    (pkg / ".git").mkdir()
+    (pkg / ".git" / "loop").symlink_to("..")  # hidden: the copy leaves it out
+    images = load_config(_write(tmp_path, {"images": {"include": ["feats"]}})).images
+    assert images.include_paths == [pkg]
+
+
 @pytest.mark.parametrize("registry", [
     USER, "localhost:5000/ml", "docker.io/my_org", "gcr.io/my-project/a/b",
     "registry.example.com:443/team/ml-images"])

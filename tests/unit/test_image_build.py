@@ -117,6 +117,7 @@ def test_the_wheel_is_the_installed_suite_and_reproducible(tmp_path):
     ("twice", "are both imported as 'my_model'"),
     ("nested-requirements", r"requirements.txt:2: -r \S+ is not supported"),
     ("missing-requirements", "does not exist"),
+    ("link-loop", r"images.include: \S+/my_pkg/up is a symbolic link loop"),
 ])
 def test_unusable_inputs_are_refused_in_one_line(case, match, tmp_path, user_code):
     dest, flavour, requirements, includes = tmp_path / "ctx", "cpu", None, []
@@ -144,6 +145,10 @@ def test_unusable_inputs_are_refused_in_one_line(case, match, tmp_path, user_cod
         requirements.write_text("humanize\n-r other.txt\n")
     elif case == "missing-requirements":
         requirements = tmp_path / "absent.txt"
+    elif case == "link-loop":
+        (tmp_path / "my_pkg").mkdir()
+        (tmp_path / "my_pkg" / "up").symlink_to(tmp_path)
+        includes = [tmp_path / "my_pkg"]
     with pytest.raises(ImageBuildError, match=match) as raised:
         assemble_context(dest, flavour, requirements, includes)
     assert "\n" not in str(raised.value)
