@@ -107,7 +107,7 @@ def images_build(builder: str, push: bool, flavour: str, project: str | None,
     """
     from gkeflow.components.images import ImageLockError
     from gkeflow.pipelines.image_lock import LockEntry, load_lock, now, record
-    from gkeflow.pipelines.targets.image_build import ImageBuildError, build_image
+    from gkeflow.pipelines.targets.image_build import ImageBuildError, build_image, check_pins
 
     config = _load(config_path)
     images = config.images
@@ -126,6 +126,11 @@ def images_build(builder: str, push: bool, flavour: str, project: str | None,
     console = _console()
     flavours = list(FLAVOURS) if flavour == "all" else [flavour]
     references = images.references()
+    if images.requirements_path:
+        try:  # every image's pins, before the first build starts
+            check_pins(images.requirements_path, flavours)
+        except ImageBuildError as exc:
+            raise click.ClickException(str(exc)) from exc
     for name in flavours:
         reference = references[name]
         try:

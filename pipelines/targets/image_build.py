@@ -197,6 +197,21 @@ def _local_reference(line: str) -> str:
     return ""
 
 
+def check_pins(requirements: Path, flavours: Sequence[str]) -> None:
+    """Refuse, in one line, a requirement in ``requirements`` that the ``flavours`` images'
+    locks do not satisfy (pip would find it only minutes into the build)."""
+    text = _check_requirements(Path(requirements))
+    for flavour in flavours:
+        lock = image_locks.lock_path(images_dir(), flavour)
+        if not lock.is_file():
+            continue  # assemble_context names the missing lock
+        for number, name, line, locked in image_locks.pin_conflicts(text, lock)[:1]:
+            raise ImageBuildError(
+                f"{requirements}:{number}: {line} conflicts with the {flavour} image's locked "
+                f"{name} {locked}; allow {locked} or drop the pin (the images keep the "
+                "lock's versions)")
+
+
 def _include_name(path: Path) -> str:
     if not path.exists():
         raise ImageBuildError(f"images.include: {path} does not exist; "
@@ -240,6 +255,8 @@ def assemble_context(dest: Path, flavour: str, requirements: Path | None,
     if dest.exists() and any(dest.iterdir()):
         raise ImageBuildError(f"{dest} is not empty; give the build context an empty folder")
     extra = _check_requirements(Path(requirements)) if requirements else ""
+    if requirements:
+        check_pins(Path(requirements), [flavour])
     names = {}
     for path in includes:
         name = _include_name(Path(path))

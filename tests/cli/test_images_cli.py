@@ -236,6 +236,16 @@ def test_a_base_image_that_cannot_be_pulled_names_the_recipe(run, project, build
     assert not (project / "gkeflow.lock").exists()
 
 
+def test_a_pin_the_gpu_lock_refuses_stops_before_the_cpu_build(run, project):
+    (project / "requirements.txt").write_text("humanize==4.11.0\nnvidia-cublas-cu12<12\n")
+    result, calls = run("images", "build", "--builder", "podman", cwd=project)
+    assert result.returncode == 1 and not calls  # nothing built, not even the CPU image
+    (line,) = result.stderr.strip().splitlines()
+    assert "requirements.txt:2: nvidia-cublas-cu12<12 conflicts with the gpu image's locked " \
+           "nvidia-cublas-cu12 12.9.3.13" in line
+    assert not (project / "gkeflow.lock").exists()
+
+
 def test_build_without_a_registry_says_how_to_set_one(run, tmp_path):
     (tmp_path / "gkeflow.yaml").write_text("parameters: {default: {epochs: 1}}\n")
     result, calls = run("images", "build", cwd=tmp_path)

@@ -22,6 +22,7 @@ from gkeflow.pipelines.targets.image_build import (
     base_images,
     build_image,
     build_wheel,
+    check_pins,
     cloudbuild_config,
 )
 from tests.conftest import REPO_ROOT
@@ -315,3 +316,38 @@ def test_requirements_from_an_index_pass(tmp_path):
     requirements.write_text("# extras\nhumanize>=4 # a comment\n--index-url https://pypi.org/"
                             "simple\n-f https://example.com/wheels\n")
     assemble_context(tmp_path / "ctx", "cpu", requirements, [])
+
+
+@pytest.mark.parametrize("text, named", [
+    ("humanize==4.11.0\nnumpy<2  # old code\n", "requirements.txt:2: numpy<2 conflicts with "
+     "the cpu image's locked numpy 2.4.6; allow 2.4.6 or drop the pin"),
+    ("tensorflow==2.15.* \\\n    --hash=sha256:" + "0" * 64 + "\n",
+     "requirements.txt:1: tensorflow==2.15.* conflicts with the cpu image's locked "
+     "tensorflow-cpu 2.21.0"),
+    ("Pandas[performance]>=4,<5 ; sys_platform == 'linux'\n",
+     "requirements.txt:1: Pandas[performance]>=4,<5 ; sys_platform == 'linux' conflicts "
+     "with the cpu image's locked pandas 3.1.1"),
+])
+def test_pins_the_lock_does_not_satisfy_are_refused_before_building(text, named, tmp_path):
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(text)
+    with pytest.raises(ImageBuildError) as raised:
+        assemble_context(tmp_path / "ctx", "cpu", requirements, [])
+    message = str(raised.value)
+    assert message.startswith(f"{tmp_path}/{named}") and "\n" not in message
+    assert message.endswith("(the images keep the lock's versions)")
+    assert not (tmp_path / "ctx").exists()
+
+
+def test_pins_the_lock_satisfies_or_pip_decides_pass(tmp_path):
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(
+        "numpy>=2,<3\ntensorflow-cpu~=2.21.0\npandas<2 ; python_version < '3.10'\n"
+        "humanize==4.11.0\nmypkg @ https://example.com/mypkg-1.0-py3-none-any.whl\n"
+        "--extra-index-url https://example.com/simple\n# numpy<2\n")
+    assemble_context(tmp_path / "ctx", "cpu", requirements, [])
+    check_pins(requirements, ["cpu", "gpu"])
+    requirements.write_text("nvidia-cublas-cu12<12\n")  # only the GPU image holds it
+    check_pins(requirements, ["cpu"])
+    with pytest.raises(ImageBuildError, match="the gpu image's locked nvidia-cublas-cu12 12"):
+        check_pins(requirements, ["cpu", "gpu"])
