@@ -107,7 +107,13 @@ def images_build(builder: str, push: bool, flavour: str, project: str | None,
     """
     from gkeflow.components.images import ImageLockError
     from gkeflow.pipelines.image_lock import LockEntry, load_lock, now, record
-    from gkeflow.pipelines.targets.image_build import ImageBuildError, build_image, check_pins
+    from gkeflow.pipelines.targets.image_build import (
+        ImageBuildError,
+        Interrupted,
+        build_image,
+        check_pins,
+        interruptible,
+    )
 
     config = _load(config_path)
     images = config.images
@@ -134,14 +140,20 @@ def images_build(builder: str, push: bool, flavour: str, project: str | None,
     for name in flavours:
         reference = references[name]
         try:
-            digest = build_image(name, reference, images.requirements_path,
-                                 images.include_paths, builder=builder, push=push,
-                                 project=project,
-                                 echo=lambda line: console.print(line, markup=False))
-            record(images.lock_path, reference,
-                   LockEntry(digest=digest, built_at=now(), builder=builder, pushed=push))
+            with interruptible():
+                digest = build_image(name, reference, images.requirements_path,
+                                     images.include_paths, builder=builder, push=push,
+                                     project=project,
+                                     echo=lambda line: console.print(line, markup=False))
+                record(images.lock_path, reference,
+                       LockEntry(digest=digest, built_at=now(), builder=builder, pushed=push))
         except (ImageBuildError, ImageLockError) as exc:
             raise click.ClickException(str(exc)) from exc
+        except Interrupted as stop:
+            click.echo(f"Error: {stop} during the build of {reference}: the builder was stopped "
+                       "and the build context removed; images built before it stay recorded "
+                       f"in {images.lock_path}", err=True)
+            raise SystemExit(128 + stop.signum) from None
         console.print(f"recorded {reference} {digest} in {images.lock_path}", markup=False,
                       soft_wrap=True)
     if push:

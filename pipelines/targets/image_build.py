@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import contextlib
 import hashlib
 import importlib
 import importlib.metadata
@@ -30,6 +31,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -66,6 +68,33 @@ class StepFailed(ImageBuildError):
     def __init__(self, message: str, log: Sequence[str]):
         super().__init__(message)
         self.log = list(log)
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT arrived during a build (a BaseException, so that no ``except
+    Exception`` on the way swallows it); ``signum`` is the signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def interruptible():
+    """While the block runs, SIGTERM and SIGINT raise :class:`Interrupted` in the main
+    thread: the running builder is stopped and the build context removed on the way out
+    (the default SIGTERM would end the process and leave both behind)."""
+
+    def interrupt(signum, _frame):
+        raise Interrupted(signum)
+
+    previous = {signum: signal.signal(signum, interrupt)
+                for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 #: What podman/buildah, docker and BuildKit print when a FROM image cannot be pulled.
@@ -319,9 +348,14 @@ def _run(command: list[str], what: str, echo: Callable[[str], None],
 
     errors = threading.Thread(target=follow, args=(process.stderr, None), daemon=True)
     errors.start()
-    follow(process.stdout, lines)
-    errors.join()
-    if process.wait() != 0:
+    try:
+        follow(process.stdout, lines)
+        errors.join()
+        process.wait()
+    except BaseException:  # interrupted: stop the builder before its context is removed
+        _stop(process)
+        raise
+    if process.returncode != 0:
         shown = [line.strip() for line in tail if line.strip()]
         quoted = " | ".join([*(line[:200] for line in shown[:-1]), *shown[-1:]])
         raise StepFailed(f"{what} failed (exit {process.returncode}): {quoted}", shown)
@@ -368,6 +402,18 @@ def unpullable_base(failure: StepFailed, dockerfile: Path, builder: str) -> str:
                 f"or where nothing can be pulled tag a local stand-in with `{stand_in}` "
                 f"(podman; see {BASE_RECIPE}), or build with --builder cloud-build")
     return ""
+
+
+def _stop(process: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Terminate ``process``, then kill it if it outlives ``grace_s``."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _json(text: str, what: str):

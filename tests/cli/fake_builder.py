@@ -8,7 +8,9 @@ derived from the reference (so a test can predict them). ``FAKE_BUILDER_FAIL=TEX
 any call whose arguments contain TEXT fail with exit 1; ``FAKE_BUILDER_NOISE`` adds the
 warnings and update notices real CLIs print on stderr; ``FAKE_BUILDER_NO_REPO_DIGESTS``
 makes docker report no repository digest (``null``); ``FAKE_BUILDER_NO_PULL`` makes a build
-fail as podman and docker (BuildKit) do when the Dockerfile's base image cannot be pulled.
+fail as podman and docker (BuildKit) do when the Dockerfile's base image cannot be pulled;
+``FAKE_BUILDER_HANG=FILE`` makes a build write its process id and context folder to FILE,
+then wait until it is ended.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 
 
@@ -65,6 +68,13 @@ def main(engine: str, args: list[str]) -> int:
     if engine in ("podman", "docker") and args[:1] == ["build"] and os.environ.get(
             "FAKE_BUILDER_NO_PULL"):
         return _no_pull(engine, Path(_option(args, "--file")))
+    hang = os.environ.get("FAKE_BUILDER_HANG")
+    if hang and args[:1] == ["build"]:
+        print("STEP 1/9: FROM python:3.11.11-slim-bookworm AS locked", flush=True)
+        Path(hang + ".tmp").write_text(json.dumps({"pid": os.getpid(), "context": args[-1]}))
+        os.replace(hang + ".tmp", hang)
+        while True:
+            time.sleep(60)
     failing = os.environ.get("FAKE_BUILDER_FAIL")
     if failing and any(failing in arg for arg in args):
         print("STEP 3/9: RUN pip install --require-hashes ...")

@@ -10,9 +10,11 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -243,6 +245,52 @@ def test_a_pin_the_gpu_lock_refuses_stops_before_the_cpu_build(run, project):
     (line,) = result.stderr.strip().splitlines()
     assert "requirements.txt:2: nvidia-cublas-cu12<12 conflicts with the gpu image's locked " \
            "nvidia-cublas-cu12 12.9.3.13" in line
+    assert not (project / "gkeflow.lock").exists()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_during_the_build_stops_the_builder_and_removes_the_context(
+        signum, code, project, readonly_package, tmp_path_factory):
+    scratch = tmp_path_factory.mktemp("interrupted")
+    bin_dir = fake_builder.install(scratch / "bin")
+    (scratch / "tmp").mkdir()
+    started = scratch / "started.json"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(readonly_package), "FAKE_BUILDER_LOG": str(scratch / "log"),
+           "FAKE_BUILDER_HANG": str(started), "TMPDIR": str(scratch / "tmp"),
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from gkeflow.pipelines.cli.main import main; main()",
+         "images", "build", "--builder", "podman"], cwd=project, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(1200):  # until the builder runs (the context exists by then)
+            if started.exists() or process.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert started.exists(), process.communicate()[1]
+        builder = json.loads(started.read_text())
+        assert Path(builder["context"]).is_dir()
+        process.send_signal(signum)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == code
+    (line,) = stderr.strip().splitlines()
+    assert f"{signal.Signals(signum).name} during the build of {CPU}" in line
+    assert "build context removed" in line and "Traceback" not in stderr
+    assert not Path(builder["context"]).exists()
+    assert list((scratch / "tmp").iterdir()) == []
+    assert _gone(builder["pid"]), "the builder must not outlive the command"
     assert not (project / "gkeflow.lock").exists()
 
 
