@@ -119,6 +119,10 @@ class ImagesConfig(BaseModel):
         value = value.strip().rstrip("/")
         if not value:
             return value
+        if "@" in value.split("://", 1)[-1].split("/", 1)[0]:  # user[:password]@host
+            raise ValueError("holds a credential in plain text (USER:PASSWORD@ before the "
+                             "host); remove it and log in with your engine instead (gcloud "
+                             "auth configure-docker, or podman/docker login)")
         if "://" in value:
             raise ValueError(f"{value!r}: no scheme, just HOST/PATH, e.g. {_EXAMPLE}")
         if "/" not in value:

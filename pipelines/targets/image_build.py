@@ -197,6 +197,13 @@ def _check_requirements(requirements: Path) -> str:
         raise ImageBuildError(f"{requirements}: not UTF-8 text (byte {exc.start}); save it as "
                               "UTF-8") from exc
     for number, line in enumerate(text.splitlines(), 1):
+        shown = plain_credential(line.split(" #", 1)[0].strip())
+        if shown:
+            raise ImageBuildError(
+                f"{requirements}:{number}: {shown} holds a credential in plain text, which "
+                "would stay in an image layer; write ${VARIABLE} in its place (e.g. https://"
+                "__token__:${PYPI_TOKEN}@host/simple) and set that variable in the "
+                "environment: it is passed to the build as a secret")
         problem = _local_reference(line.split(" #", 1)[0].strip())
         if problem:
             raise ImageBuildError(
@@ -204,6 +211,55 @@ def _check_requirements(requirements: Path) -> str:
                 "(only that file is copied into the build, not what it points to); list "
                 "packages from an index, or put your own code in images.include")
     return text
+
+
+#: The user information of a URL (``scheme://USERINFO@host``).
+_USERINFO_RE = re.compile(r"\b([a-z][a-z0-9+.-]*)://([^/\s?#]*)@([^/\s?#]*)", re.IGNORECASE)
+#: pip expands ``${NAME}`` (upper case, digits, ``_``) in requirements files.
+_VARIABLE_RE = re.compile(r"\$\{([A-Z0-9_]+)\}")
+#: The build secret carrying the variables a requirements file names.
+PIP_SECRET = "gkeflow-pip-env"
+
+
+def plain_credential(line: str) -> str:
+    """The URL of ``line`` that carries a credential written out (shown as
+    ``scheme://***@host``), or "": a password, or a user name standing alone (a token),
+    that is not a ``${VARIABLE}``; ``git@`` (SSH) holds no secret."""
+    if line.startswith("#"):
+        return ""
+    for scheme, userinfo, host in _USERINFO_RE.findall(line):
+        user, _, password = userinfo.partition(":")
+        secret = password if password else ("" if user == "git" else user)
+        if secret and not _VARIABLE_RE.fullmatch(secret):
+            return f"{scheme}://***@{host}"
+    return ""
+
+
+def secret_variables(text: str) -> list[str]:
+    """The ``${NAME}`` variables the package lines of a requirements file name, in order."""
+    names: list[str] = []
+    for line in text.splitlines():
+        if not line.lstrip().startswith("#"):
+            names += [n for n in _VARIABLE_RE.findall(line.split(" #", 1)[0]) if n not in names]
+    return names
+
+
+def write_secret(path: Path, names: Sequence[str], environ=None) -> list[str]:
+    """Write ``export NAME='value'`` lines for ``names`` (from the environment) into
+    ``path``, readable by the owner only; returns the values (to hide from logs). Raises
+    :class:`ImageBuildError` naming a variable that is not set."""
+    environ = os.environ if environ is None else environ
+    missing = [name for name in names if not environ.get(name)]
+    if missing:
+        raise ImageBuildError(f"images.requirements names ${{{missing[0]}}}, which is not set; "
+                              f"export {missing[0]} before `gkeflow images build` (it is "
+                              "passed to the build as a secret, never into a layer)")
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    quoted = {name: environ[name].replace("'", "'\\''") for name in names}
+    path.write_text("".join(f"export {name}='{value}'\n" for name, value in quoted.items()),
+                    encoding="utf-8")
+    return [environ[name] for name in names]
 
 
 #: Options that name other files or folders on this machine.
@@ -322,15 +378,16 @@ def assemble_context(dest: Path, flavour: str, requirements: Path | None,
 
 
 def _run(command: list[str], what: str, echo: Callable[[str], None],
-         cwd: Path | None = None) -> str:
+         cwd: Path | None = None, hide: Sequence[str] = (),
+         env: dict[str, str] | None = None) -> str:
     """Run ``command``, echo its step lines, return its standard output (what is parsed:
     notices and warnings on standard error never mix into it); one-line error on failure,
-    quoting the end of both streams."""
+    quoting the end of both streams. Any of ``hide`` (secret values) shows as ``***``."""
     tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
     lines: list[str] = []
     lock = threading.Lock()
     try:
-        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE,
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True, errors="replace")
     except FileNotFoundError as exc:
         raise ImageBuildError(f"{command[0]} not found; install it or pick another --builder "
@@ -339,6 +396,8 @@ def _run(command: list[str], what: str, echo: Callable[[str], None],
     def follow(stream, kept: list[str] | None) -> None:
         for raw in stream:
             line = raw.rstrip()
+            for value in hide:
+                line = line.replace(value, "***")
             with lock:
                 tail.append(line)
             if kept is not None:
@@ -442,13 +501,17 @@ def _engine(builder: str) -> str:
 
 
 def _build_local(engine: str, builder: str, context: Path, reference: str, push: bool,
-                 echo: Callable[[str], None]) -> str:
-    command = [engine, "build", "--file", str(context / "Dockerfile"), "--tag", reference]
+                 echo: Callable[[str], None], secret: Path, hide: Sequence[str] = ()) -> str:
+    command = [engine, "build", "--file", str(context / "Dockerfile"), "--tag", reference,
+               "--secret", f"id={PIP_SECRET},src={secret}"]
     if builder == "podman":
         # No OCI runtime needed: works as root in containers and CI runners.
         command += ["--isolation=chroot", "--layers"]
     try:
-        _run(command + [str(context)], f"{builder} build of {reference}", echo)
+        # docker: BuildKit, which takes --secret (the legacy builder does not)
+        env = {**os.environ, "DOCKER_BUILDKIT": "1"} if builder == "docker" else None
+        _run(command + [str(context)], f"{builder} build of {reference}", echo, hide=hide,
+             env=env)
     except StepFailed as failure:
         problem = unpullable_base(failure, context / "Dockerfile", builder)
         if problem:
@@ -557,10 +620,20 @@ def build_image(flavour: str, reference: str, requirements: Path | None,
     with tempfile.TemporaryDirectory(prefix=f"gkeflow-{flavour}-image-") as tmp:
         context = Path(tmp) / "context"
         assemble_context(context, flavour, requirements, includes)
+        names = secret_variables((context / "user" / "requirements.txt").read_text("utf-8"))
+        if names and builder == "cloud-build":
+            raise ImageBuildError(
+                f"images.requirements names ${{{names[0]}}}: Cloud Build cannot receive it "
+                "from this machine as a build secret; build with --builder podman or docker")
+        secret = Path(tmp) / PIP_SECRET  # outside the context: never sent as a file of it
+        hide = write_secret(secret, names)
+        if names:
+            echo(f"passing {', '.join(names)} to the requirements step as a build secret")
         echo(f"building {reference} ({flavour}) with {builder}")
         if builder == "cloud-build":
             digest = _build_cloud(engine, context, reference, push, project, echo)
         else:
-            digest = _build_local(engine, builder, context, reference, push, echo)
+            digest = _build_local(engine, builder, context, reference, push, echo, secret,
+                                  hide=hide)
     echo(f"{reference} -> {digest}")
     return digest

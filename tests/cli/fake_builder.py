@@ -49,12 +49,27 @@ def _context_files(context: Path) -> list[str]:
     return sorted(p.relative_to(context).as_posix() for p in context.rglob("*") if p.is_file())
 
 
+def _secret(option: str, context: Path) -> dict:
+    """What a build got as ``--secret id=ID,src=FILE``: its id, text and mode, whether it
+    lies outside the context, and whether any of its values is in a file of the context."""
+    fields = dict(part.split("=", 1) for part in option.split(","))
+    source = Path(fields["src"])
+    text = source.read_text()
+    values = [line.split("=", 1)[1].strip("'") for line in text.splitlines()]
+    files = [p.read_bytes() for p in context.rglob("*") if p.is_file()]
+    return {"id": fields["id"], "text": text, "mode": oct(source.stat().st_mode & 0o777),
+            "outside_context": context.resolve() not in source.resolve().parents,
+            "value_in_context": any(v.encode() in data for v in values for data in files)}
+
+
 def main(engine: str, args: list[str]) -> int:
     entry: dict = {"engine": engine, "args": args}
     if engine in ("podman", "docker") and args[:1] == ["build"]:
         context = Path(args[-1])
         entry["context"] = _context_files(context)
         entry["dockerfile"] = Path(_option(args, "--file")).read_text()[:200]
+        if "--secret" in args:
+            entry["secret"] = _secret(_option(args, "--secret"), context)
     if engine == "gcloud" and args[:2] == ["builds", "submit"]:
         config = json.loads(Path(_option(args, "--config")).read_text())
         entry["cloudbuild"] = config

@@ -248,6 +248,60 @@ def test_a_pin_the_gpu_lock_refuses_stops_before_the_cpu_build(run, project):
     assert not (project / "gkeflow.lock").exists()
 
 
+TOKEN = "s3cr3t-'tok3n"  # a quote, as tokens may hold one
+
+
+def test_index_credentials_reach_the_build_as_a_secret_only(run, project):
+    (project / "requirements.txt").write_text(
+        "--extra-index-url https://__token__:${PYPI_TOKEN}@pypi.example.com/simple\n"
+        "humanize==4.11.0\n")
+    result, calls = run("images", "build", "--builder", "podman", "--no-push", cwd=project,
+                        env={"PYPI_TOKEN": TOKEN})
+    assert result.returncode == 0, result.stderr
+    builds = [c for c in calls if c["args"][0] == "build"]
+    assert len(builds) == 2
+    for build in builds:
+        option = build["args"][build["args"].index("--secret") + 1]
+        assert option.startswith("id=gkeflow-pip-env,src=")
+        secret = build["secret"]
+        assert secret["text"] == "export PYPI_TOKEN='s3cr3t-'\\''tok3n'\n"
+        assert secret["mode"] == "0o600" and secret["outside_context"]
+        assert not secret["value_in_context"]
+        assert TOKEN not in json.dumps(build["args"])
+    assert "passing PYPI_TOKEN to the requirements step as a build secret" in result.stdout
+    assert TOKEN not in result.stdout + result.stderr
+    assert TOKEN not in (project / "gkeflow.lock").read_text()
+
+
+@pytest.mark.parametrize("line, problem", [
+    ("--index-url https://alice:hunter2@pypi.example.com/simple",
+     "requirements.txt:2: https://***@pypi.example.com holds a credential in plain text"),
+    ("-i https://ghp_hunter2@github.com/org/simple",
+     "requirements.txt:2: https://***@github.com holds a credential in plain text"),
+    ("mypkg @ https://user:hunter2@files.example.com/mypkg-1.0-py3-none-any.whl",
+     "https://***@files.example.com holds a credential in plain text"),
+    ("--extra-index-url https://__token__:${UNSET_TOKEN}@pypi.example.com/simple",
+     "images.requirements names ${UNSET_TOKEN}, which is not set; export UNSET_TOKEN"),
+])
+def test_credentials_in_plain_text_or_unset_are_refused_before_building(
+        run, project, line, problem):
+    (project / "requirements.txt").write_text(f"humanize==4.11.0\n{line}\n")
+    result, calls = run("images", "build", "--builder", "podman", cwd=project)
+    assert result.returncode == 1 and not calls
+    (message,) = result.stderr.strip().splitlines()
+    assert problem in message and "hunter2" not in message
+
+
+def test_cloud_build_cannot_take_a_secret_from_this_machine(run, project):
+    (project / "requirements.txt").write_text(
+        "--extra-index-url https://__token__:${PYPI_TOKEN}@pypi.example.com/simple\n")
+    result, calls = run("images", "build", "--builder", "cloud-build", cwd=project,
+                        env={"PYPI_TOKEN": TOKEN})
+    assert result.returncode == 1 and not calls
+    assert "Cloud Build cannot receive it from this machine" in result.stderr
+    assert TOKEN not in result.stdout + result.stderr
+
+
 def _gone(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

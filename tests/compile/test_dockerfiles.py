@@ -57,6 +57,12 @@ def test_final_stage_adds_only_the_suite_and_the_users_code(dockerfile):
     assert "rm -rf /tmp/gkeflow-dist" in final and "rm -rf /tmp/gkeflow-user" in final
     assert "COPY user/include/ /opt/gkeflow/user/" in final
     assert "PIP_NO_INDEX=1" in final and "PATH=/opt/gkeflow/bin" in final
+    # index credentials: a secret mounted for the requirements step only, read there
+    (step,) = re.findall(r"^RUN --mount=type=secret,id=gkeflow-pip-env (.*?)\n(?!\s)", final,
+                         flags=re.MULTILINE | re.DOTALL)
+    assert ". /run/secrets/gkeflow-pip-env" in step and "-r /tmp/gkeflow-user/requirements.txt" \
+        in step
+    assert final.count("type=secret") == 1 and "ARG" not in final
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)

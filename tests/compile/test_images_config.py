@@ -71,6 +71,9 @@ def _entry(digest: str, pushed: bool = True) -> LockEntry:
     ({"include": ["numpy"]}, "'numpy' is also the import name of the numpy package"),
     ({"include": ["pkg", "other/pkg"]}, "both importable as 'pkg'"),
     ({"registyr": "x"}, "Extra inputs are not permitted"),
+    ({"registry": "oauth2accesstoken:ya29.hunter2@europe-west4-docker.pkg.dev/p/ml"},
+     "holds a credential in plain text"),
+    ({"registry": "https://ghp_hunter2@ghcr.io/org"}, "holds a credential in plain text"),
 ])
 def test_invalid_images_sections_are_one_line_naming_the_key(tmp_path, images, message):
     (tmp_path / "plain_dir").mkdir()
@@ -87,7 +90,7 @@ def test_invalid_images_sections_are_one_line_naming_the_key(tmp_path, images, m
         load_config(path)
     text = str(raised.value)
     assert message in text and "images" in text and str(path) in text
-    assert len(text.splitlines()) == 1
+    assert len(text.splitlines()) == 1 and "hunter2" not in text
 
 
 @pytest.mark.parametrize(("make", "named"), [
