@@ -74,3 +74,6 @@ RUN HOME=/nonexistent python -m gkeflow.images.warm /tmp/gkeflow-user/modules.tx
     && rm -rf /tmp/gkeflow-user
 USER 10001:10001
 WORKDIR /home/gkeflow
+# Marks the image as gkeflow's own: a rebuild removes the previous, now untagged one
+# (`podman|docker image prune --filter label=io.gkeflow.image=gkeflow-gpu`), nothing else.
+LABEL io.gkeflow.image=gkeflow-gpu

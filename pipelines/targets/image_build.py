@@ -517,6 +517,7 @@ def _build_local(engine: str, builder: str, context: Path, reference: str, push:
         if problem:
             raise ImageBuildError(problem) from failure
         raise
+    prune_previous(engine, builder, context / "Dockerfile", echo)
     if builder == "podman":
         if not push:
             out = _run([engine, "image", "inspect", "--format", "{{.Digest}}", reference],
@@ -541,6 +542,26 @@ def _build_local(engine: str, builder: str, context: Path, reference: str, push:
             return _digest(entry, "docker push")
     raise ImageBuildError(f"docker pushed {reference} but reported no digest for it; "
                           f"check with: docker image inspect {reference}")
+
+
+#: The label the Dockerfiles' final stage sets: ``io.gkeflow.image=gkeflow-<flavour>``.
+IMAGE_LABEL = "io.gkeflow.image"
+
+
+def prune_previous(engine: str, builder: str, dockerfile: Path,
+                   echo: Callable[[str], None]) -> None:
+    """Remove the dangling images the Dockerfile's label marks: earlier builds of this image
+    whose tag moved to the new one (GBs each). Only images carrying gkeflow's label, and
+    only untagged ones no container uses, are removed; the cached stages stay."""
+    found = re.search(rf"^LABEL\s+{re.escape(IMAGE_LABEL)}=(\S+)\s*$",
+                      dockerfile.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    if not found:
+        return
+    try:
+        _run([engine, "image", "prune", "--force", "--filter",
+              f"label={IMAGE_LABEL}={found.group(1)}"], f"{builder} image prune", echo)
+    except ImageBuildError as exc:  # the image is built: a leftover is no reason to fail
+        echo(f"note: the previous {found.group(1)} images were not removed: {exc}")
 
 
 def cloudbuild_config(reference: str) -> dict:

@@ -121,6 +121,10 @@ def test_build_no_push_then_compile_pins_both_targets(run, project, readonly_pac
                 "user/modules.txt"} <= context
         assert any(p.startswith("dist/gkeflow-") and p.endswith(".whl") for p in context)
     assert not [c for c in calls if c["args"][0] == "push"]
+    # each build removes its image's previous, untagged build: by gkeflow's label only
+    assert [c["args"] for c in calls if c["args"][:2] == ["image", "prune"]] == [
+        ["image", "prune", "--force", "--filter", f"label=io.gkeflow.image=gkeflow-{f}"]
+        for f in ("cpu", "gpu")]
 
     lock = _lock(project)
     assert set(lock) == {CPU, GPU}

@@ -76,6 +76,12 @@ def test_the_build_fails_when_the_suite_or_the_users_code_cannot_be_imported(doc
     assert users == ["10001:10001"]
     assert final.index("USER 10001:10001") > final.index(warm)
     assert final.index(warm) > final.index("COPY user/include/")
+    # the last instruction labels the final image only, so a rebuild prunes the previous
+    # one and never the cached stages
+    flavour = dockerfile.name.split(".")[0]
+    last = [x for x in final.splitlines() if x and not x.startswith("#")][-1]
+    assert last == f"LABEL io.gkeflow.image=gkeflow-{flavour}"
+    assert final.count("LABEL") == 1 and "LABEL" not in _stages(dockerfile)[0]
 
 
 def test_the_images_differ_only_in_the_gpu_environment_and_what_is_stripped():
@@ -83,7 +89,7 @@ def test_the_images_differ_only_in_the_gpu_environment_and_what_is_stripped():
     assert cpu[0] == gpu[0].replace(' "$site" "$site/nvidia"', ' "$site"')
     gpu_env = ("/usr/local/nvidia/bin:", " LD_LIBRARY_PATH=/usr/local/nvidia/lib64",
                " NVIDIA_VISIBLE_DEVICES=all", " NVIDIA_DRIVER_CAPABILITIES=compute,utility")
-    stripped = gpu[1]
+    stripped = gpu[1].replace("gkeflow-gpu", "gkeflow-cpu")  # the label naming each image
     for part in gpu_env:
         assert part in stripped
         stripped = stripped.replace(part, "")

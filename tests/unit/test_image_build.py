@@ -206,7 +206,9 @@ def test_podman_builds_with_chroot_isolation_and_returns_the_digest(push, engine
     calls = _calls(tmp_path)
     assert calls[0].startswith("build --file ") and "--isolation=chroot" in calls[0]
     assert f"--tag {REFERENCE}" in calls[0]
-    assert calls[1].startswith("push --digestfile" if push else "image inspect")
+    # the previous build of this image, untagged now, is removed: by gkeflow's label only
+    assert calls[1] == "image prune --force --filter label=io.gkeflow.image=gkeflow-cpu"
+    assert calls[2].startswith("push --digestfile" if push else "image inspect")
     assert "  STEP 1/2: FROM python:3.11.11-slim-bookworm AS locked" in lines
     assert not [line for line in lines if "Collecting" in line]
     assert lines[-1] == f"{REFERENCE} -> {DIGEST}"
@@ -257,7 +259,8 @@ exit 0
     assert build_image("gpu", REFERENCE, None, [], builder="docker", echo=lambda _: None) == DIGEST
     calls = _calls(tmp_path)
     assert calls[0].startswith("build --file") and "chroot" not in calls[0]
-    assert calls[1] == f"push {REFERENCE}"
+    assert calls[1] == "image prune --force --filter label=io.gkeflow.image=gkeflow-gpu"
+    assert calls[2] == f"push {REFERENCE}"
 
 
 def test_cloud_build_submits_a_generated_config_and_reads_the_pushed_digest(engines, tmp_path):
@@ -351,3 +354,13 @@ def test_pins_the_lock_satisfies_or_pip_decides_pass(tmp_path):
     check_pins(requirements, ["cpu"])
     with pytest.raises(ImageBuildError, match="the gpu image's locked nvidia-cublas-cu12 12"):
         check_pins(requirements, ["cpu", "gpu"])
+
+
+def test_a_prune_that_fails_leaves_the_build_standing(engines, tmp_path):
+    _engine(engines, "podman", PODMAN.replace('  image) echo', '  image) [ "$2" = prune ] && '
+                                              '{ echo "Error: image is in use" >&2; exit 2; }\n'
+                                              '         echo'))
+    lines: list[str] = []
+    assert build_image("cpu", REFERENCE, None, [], push=False, echo=lines.append) == DIGEST
+    assert any(x.startswith("note: the previous gkeflow-cpu images were not removed: ")
+               and "image is in use" in x for x in lines)
