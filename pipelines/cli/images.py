@@ -107,13 +107,8 @@ def images_build(builder: str, push: bool, flavour: str, project: str | None,
     """
     from gkeflow.components.images import ImageLockError
     from gkeflow.pipelines.image_lock import LockEntry, load_lock, now, record
-    from gkeflow.pipelines.targets.image_build import (
-        ImageBuildError,
-        Interrupted,
-        build_image,
-        check_pins,
-        interruptible,
-    )
+    from gkeflow.pipelines.targets.image_build import ImageBuildError, build_image, check_pins
+    from gkeflow.pipelines.targets.image_engine import Interrupted, interruptible
 
     config = _load(config_path)
     images = config.images

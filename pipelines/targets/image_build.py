@@ -16,14 +16,15 @@ package)::
     user/include/            the user's modules and packages (importable: a .pth file names it)
 
 :func:`build_image` builds that context with podman, docker or Cloud Build, pushes it unless
-told not to, and returns the image's digest.
+told not to, and returns the image's digest. The requirements file is checked first
+(:mod:`~gkeflow.pipelines.targets.image_requirements`: local paths, plain-text credentials,
+pins against the locks); the builders run through
+:mod:`~gkeflow.pipelines.targets.image_engine`.
 """
 
 from __future__ import annotations
 
 import base64
-import collections
-import contextlib
 import hashlib
 import importlib
 import importlib.metadata
@@ -31,80 +32,31 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
-import threading
 import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gkeflow.components.images import VERSION
 from gkeflow.pipelines.images_config import link_trouble
-from gkeflow.pipelines.targets import image_locks
+from gkeflow.pipelines.targets import image_locks, image_requirements
+from gkeflow.pipelines.targets.image_engine import (
+    BUILDERS,
+    ImageBuildError,
+    StepFailed,
+    prune_previous,
+    run,
+    unpullable_base,
+)
 
 FLAVOURS = ("cpu", "gpu")
-BUILDERS = ("podman", "docker", "cloud-build")
 #: The packages the wheel of the installed suite carries.
 PACKAGES = ("gkeflow.components", "gkeflow.pipelines", "gkeflow.images")
-#: Lines of a failed step's log quoted in the error.
-LOG_TAIL = 12
 
 _DIGEST_RE = re.compile(r"(?<![0-9a-f])sha256:[0-9a-f]{64}(?![0-9a-f])")
-#: Progress lines of podman/buildah ("[1/2] STEP 3/5: RUN ..."), docker and BuildKit.
-_PROGRESS_RE = re.compile(r"^(\[\d+/\d+\] )?(STEP \d|Step \d|COMMIT|Successfully tagged|"
-                          r"#\d+ \[)")
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".ruff_cache"}
-
-
-class ImageBuildError(RuntimeError):
-    """An image cannot be built or pushed; the message is one line naming the problem and fix."""
-
-
-class StepFailed(ImageBuildError):
-    """A builder command exited non-zero; ``log`` holds the last lines of its output."""
-
-    def __init__(self, message: str, log: Sequence[str]):
-        super().__init__(message)
-        self.log = list(log)
-
-
-class Interrupted(BaseException):
-    """SIGTERM or SIGINT arrived during a build (a BaseException, so that no ``except
-    Exception`` on the way swallows it); ``signum`` is the signal."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def interruptible():
-    """While the block runs, SIGTERM and SIGINT raise :class:`Interrupted` in the main
-    thread: the running builder is stopped and the build context removed on the way out
-    (the default SIGTERM would end the process and leave both behind)."""
-
-    def interrupt(signum, _frame):
-        raise Interrupted(signum)
-
-    previous = {signum: signal.signal(signum, interrupt)
-                for signum in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-#: What podman/buildah, docker and BuildKit print when a FROM image cannot be pulled.
-_PULL_FAILED_RE = re.compile(
-    r"initializing source|pinging container registry|failed to resolve source metadata|"
-    r"pull access denied|manifest unknown|error pulling image|unable to copy from source|"
-    r"short-name resolution|toomanyrequests|Error response from daemon: (Get|Head) ",
-    re.IGNORECASE)
-#: The recipe for machines that cannot pull the base image.
-BASE_RECIPE = "docs/image-recipes.md#without-a-pullable-base-image"
 
 
 def images_dir() -> Path:
@@ -187,114 +139,24 @@ def _write_entry(archive: zipfile.ZipFile, arc: str, data: bytes) -> None:
     archive.writestr(info, data)
 
 
-def _check_requirements(requirements: Path) -> str:
-    if not requirements.is_file():
-        raise ImageBuildError(f"images.requirements: {requirements} does not exist; "
-                              "point it at a pip requirements file")
-    try:
-        text = requirements.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ImageBuildError(f"{requirements}: not UTF-8 text (byte {exc.start}); save it as "
-                              "UTF-8") from exc
-    for number, line in enumerate(text.splitlines(), 1):
-        shown = plain_credential(line.split(" #", 1)[0].strip())
-        if shown:
-            raise ImageBuildError(
-                f"{requirements}:{number}: {shown} holds a credential in plain text, which "
-                "would stay in an image layer; write ${VARIABLE} in its place (e.g. https://"
-                "__token__:${PYPI_TOKEN}@host/simple) and set that variable in the "
-                "environment: it is passed to the build as a secret")
-        problem = _local_reference(line.split(" #", 1)[0].strip())
-        if problem:
-            raise ImageBuildError(
-                f"{requirements}:{number}: {problem} is not supported in images.requirements "
-                "(only that file is copied into the build, not what it points to); list "
-                "packages from an index, or put your own code in images.include")
-    return text
-
-
-#: The user information of a URL (``scheme://USERINFO@host``).
-_USERINFO_RE = re.compile(r"\b([a-z][a-z0-9+.-]*)://([^/\s?#]*)@([^/\s?#]*)", re.IGNORECASE)
-#: pip expands ``${NAME}`` (upper case, digits, ``_``) in requirements files.
-_VARIABLE_RE = re.compile(r"\$\{([A-Z0-9_]+)\}")
-#: The build secret carrying the variables a requirements file names.
-PIP_SECRET = "gkeflow-pip-env"
-
-
-def plain_credential(line: str) -> str:
-    """The URL of ``line`` that carries a credential written out (shown as
-    ``scheme://***@host``), or "": a password, or a user name standing alone (a token),
-    that is not a ``${VARIABLE}``; ``git@`` (SSH) holds no secret."""
-    if line.startswith("#"):
-        return ""
-    for scheme, userinfo, host in _USERINFO_RE.findall(line):
-        user, _, password = userinfo.partition(":")
-        secret = password if password else ("" if user == "git" else user)
-        if secret and not _VARIABLE_RE.fullmatch(secret):
-            return f"{scheme}://***@{host}"
-    return ""
-
-
-def secret_variables(text: str) -> list[str]:
-    """The ``${NAME}`` variables the package lines of a requirements file name, in order."""
-    names: list[str] = []
-    for line in text.splitlines():
-        if not line.lstrip().startswith("#"):
-            names += [n for n in _VARIABLE_RE.findall(line.split(" #", 1)[0]) if n not in names]
-    return names
-
-
-def write_secret(path: Path, names: Sequence[str], environ=None) -> list[str]:
-    """Write ``export NAME='value'`` lines for ``names`` (from the environment) into
-    ``path``, readable by the owner only; returns the values (to hide from logs). Raises
-    :class:`ImageBuildError` naming a variable that is not set."""
-    environ = os.environ if environ is None else environ
-    missing = [name for name in names if not environ.get(name)]
-    if missing:
-        raise ImageBuildError(f"images.requirements names ${{{missing[0]}}}, which is not set; "
-                              f"export {missing[0]} before `gkeflow images build` (it is "
-                              "passed to the build as a secret, never into a layer)")
-    path.touch(mode=0o600)
-    path.chmod(0o600)
-    quoted = {name: environ[name].replace("'", "'\\''") for name in names}
-    path.write_text("".join(f"export {name}='{value}'\n" for name, value in quoted.items()),
-                    encoding="utf-8")
-    return [environ[name] for name in names]
-
-
-#: Options that name other files or folders on this machine.
-_FILE_OPTIONS = re.compile(r"^(-r|-c|-e|-f|--requirement|--constraint|--editable|"
-                           r"--find-links)(?:\s*=?\s*|(?=\S))(.*)$")
-
-
-def _local_reference(line: str) -> str:
-    """What in a requirements line points at this machine's files ("" when nothing)."""
-    if not line or line.startswith("#"):
-        return ""
-    option = _FILE_OPTIONS.match(line)
-    if option:
-        target = option.group(2)
-        if option.group(1) in ("-f", "--find-links") and re.match(r"^https?://", target):
-            return ""  # a remote package index page
-        return f"{option.group(1)} {target}".strip()
-    if line.startswith(("./", "../", "/", "~", "file:")) or re.match(r"^[A-Za-z]:\\", line):
-        return f"the local path {line.split()[0]}"
-    return ""
-
-
 def check_pins(requirements: Path, flavours: Sequence[str]) -> None:
     """Refuse, in one line, a requirement in ``requirements`` that the ``flavours`` images'
     locks do not satisfy (pip would find it only minutes into the build)."""
-    text = _check_requirements(Path(requirements))
+    text = _read_requirements(Path(requirements))
     for flavour in flavours:
         lock = image_locks.lock_path(images_dir(), flavour)
         if not lock.is_file():
             continue  # assemble_context names the missing lock
-        for number, name, line, locked in image_locks.pin_conflicts(text, lock)[:1]:
-            raise ImageBuildError(
-                f"{requirements}:{number}: {line} conflicts with the {flavour} image's locked "
-                f"{name} {locked}; allow {locked} or drop the pin (the images keep the "
-                "lock's versions)")
+        problem = image_requirements.pin_conflict(requirements, text, flavour, lock)
+        if problem:
+            raise ImageBuildError(problem)
+
+
+def _read_requirements(requirements: Path) -> str:
+    try:
+        return image_requirements.read_requirements(requirements)
+    except image_requirements.RequirementsError as exc:
+        raise ImageBuildError(str(exc)) from None
 
 
 def _include_name(path: Path) -> str:
@@ -339,7 +201,7 @@ def assemble_context(dest: Path, flavour: str, requirements: Path | None,
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
         raise ImageBuildError(f"{dest} is not empty; give the build context an empty folder")
-    extra = _check_requirements(Path(requirements)) if requirements else ""
+    extra = _read_requirements(Path(requirements)) if requirements else ""
     if requirements:
         check_pins(Path(requirements), [flavour])
     names = {}
@@ -377,104 +239,6 @@ def assemble_context(dest: Path, flavour: str, requirements: Path | None,
     return dest / "Dockerfile"
 
 
-def _run(command: list[str], what: str, echo: Callable[[str], None],
-         cwd: Path | None = None, hide: Sequence[str] = (),
-         env: dict[str, str] | None = None) -> str:
-    """Run ``command``, echo its step lines, return its standard output (what is parsed:
-    notices and warnings on standard error never mix into it); one-line error on failure,
-    quoting the end of both streams. Any of ``hide`` (secret values) shows as ``***``."""
-    tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
-    lines: list[str] = []
-    lock = threading.Lock()
-    try:
-        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True, errors="replace")
-    except FileNotFoundError as exc:
-        raise ImageBuildError(f"{command[0]} not found; install it or pick another --builder "
-                              f"({', '.join(BUILDERS)})") from exc
-
-    def follow(stream, kept: list[str] | None) -> None:
-        for raw in stream:
-            line = raw.rstrip()
-            for value in hide:
-                line = line.replace(value, "***")
-            with lock:
-                tail.append(line)
-            if kept is not None:
-                kept.append(line)
-            if _PROGRESS_RE.match(line):
-                echo(f"  {line[:160]}")
-
-    errors = threading.Thread(target=follow, args=(process.stderr, None), daemon=True)
-    errors.start()
-    try:
-        follow(process.stdout, lines)
-        errors.join()
-        process.wait()
-    except BaseException:  # interrupted: stop the builder before its context is removed
-        _stop(process)
-        raise
-    if process.returncode != 0:
-        shown = [line.strip() for line in tail if line.strip()]
-        quoted = " | ".join([*(line[:200] for line in shown[:-1]), *shown[-1:]])
-        raise StepFailed(f"{what} failed (exit {process.returncode}): {quoted}", shown)
-    return "\n".join(lines)
-
-
-def base_images(dockerfile: Path) -> list[str]:
-    """The images a Dockerfile's FROM lines pull (earlier stages of the file left out)."""
-    bases: list[str] = []
-    stages: set[str] = set()
-    for line in dockerfile.read_text(encoding="utf-8").splitlines():
-        words = line.split()
-        if len(words) < 2 or words[0].upper() != "FROM":
-            continue
-        words = [w for w in words[1:] if not w.startswith("--")]
-        if words and words[0].lower() not in stages and words[0] not in bases:
-            bases.append(words[0])
-        if len(words) == 3 and words[1].upper() == "AS":
-            stages.add(words[2].lower())
-    return bases
-
-
-def _qualified(image: str) -> str:
-    """``python:3.11`` -> ``docker.io/library/python:3.11`` (what engines pull)."""
-    first = image.split("/", 1)[0]
-    if "/" in image and ("." in first or ":" in first or first == "localhost"):
-        return image
-    return f"docker.io/{image}" if "/" in image else f"docker.io/library/{image}"
-
-
-def unpullable_base(failure: StepFailed, dockerfile: Path, builder: str) -> str:
-    """One line naming the base image a failed build could not pull and what to do, or ""
-    when the failure was something else."""
-    bases = base_images(dockerfile)
-    for line in reversed(failure.log):
-        if not _PULL_FAILED_RE.search(line):
-            continue
-        base = next((b for b in bases if b in line or _qualified(b) in line), None)
-        if base is None:
-            continue
-        stand_in = f"bash {images_dir() / 'container-base.sh'} {_qualified(base)}"
-        return (f"{builder} build cannot pull its base image {base} ({line.strip()[-160:]}); "
-                f"let {builder} reach {_qualified(base).split('/', 1)[0]} or a mirror of it, "
-                f"or where nothing can be pulled tag a local stand-in with `{stand_in}` "
-                f"(podman; see {BASE_RECIPE}), or build with --builder cloud-build")
-    return ""
-
-
-def _stop(process: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """Terminate ``process``, then kill it if it outlives ``grace_s``."""
-    if process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 def _json(text: str, what: str):
     try:
         return json.loads(text)
@@ -503,38 +267,39 @@ def _engine(builder: str) -> str:
 def _build_local(engine: str, builder: str, context: Path, reference: str, push: bool,
                  echo: Callable[[str], None], secret: Path, hide: Sequence[str] = ()) -> str:
     command = [engine, "build", "--file", str(context / "Dockerfile"), "--tag", reference,
-               "--secret", f"id={PIP_SECRET},src={secret}"]
+               "--secret", f"id={image_requirements.PIP_SECRET},src={secret}"]
     if builder == "podman":
         # No OCI runtime needed: works as root in containers and CI runners.
         command += ["--isolation=chroot", "--layers"]
     try:
         # docker: BuildKit, which takes --secret (the legacy builder does not)
         env = {**os.environ, "DOCKER_BUILDKIT": "1"} if builder == "docker" else None
-        _run(command + [str(context)], f"{builder} build of {reference}", echo, hide=hide,
+        run(command + [str(context)], f"{builder} build of {reference}", echo, hide=hide,
              env=env)
     except StepFailed as failure:
-        problem = unpullable_base(failure, context / "Dockerfile", builder)
+        problem = unpullable_base(failure, context / "Dockerfile", builder,
+                                  images_dir() / "container-base.sh")
         if problem:
             raise ImageBuildError(problem) from failure
         raise
     prune_previous(engine, builder, context / "Dockerfile", echo)
     if builder == "podman":
         if not push:
-            out = _run([engine, "image", "inspect", "--format", "{{.Digest}}", reference],
+            out = run([engine, "image", "inspect", "--format", "{{.Digest}}", reference],
                        "podman image inspect", echo)
             return _digest(out, "podman image inspect")
         digest_file = context / "pushed.digest"
         echo(f"pushing {reference}")
-        _run([engine, "push", "--digestfile", str(digest_file), reference],
+        run([engine, "push", "--digestfile", str(digest_file), reference],
              f"podman push {reference}", echo)
         return _digest(digest_file.read_text(encoding="utf-8"), "podman push")
     if not push:
-        out = _run([engine, "image", "inspect", "--format", "{{.Id}}", reference],
+        out = run([engine, "image", "inspect", "--format", "{{.Id}}", reference],
                    "docker image inspect", echo)
         return _digest(out, "docker image inspect")
     echo(f"pushing {reference}")
-    _run([engine, "push", reference], f"docker push {reference}", echo)
-    out = _run([engine, "image", "inspect", "--format", "{{json .RepoDigests}}", reference],
+    run([engine, "push", reference], f"docker push {reference}", echo)
+    out = run([engine, "image", "inspect", "--format", "{{json .RepoDigests}}", reference],
                "docker image inspect", echo)
     repository = reference.rsplit(":", 1)[0] if ":" in reference.rsplit("/", 1)[-1] else reference
     for entry in _json(out or "[]", "docker image inspect") or []:
@@ -542,26 +307,6 @@ def _build_local(engine: str, builder: str, context: Path, reference: str, push:
             return _digest(entry, "docker push")
     raise ImageBuildError(f"docker pushed {reference} but reported no digest for it; "
                           f"check with: docker image inspect {reference}")
-
-
-#: The label the Dockerfiles' final stage sets: ``io.gkeflow.image=gkeflow-<flavour>``.
-IMAGE_LABEL = "io.gkeflow.image"
-
-
-def prune_previous(engine: str, builder: str, dockerfile: Path,
-                   echo: Callable[[str], None]) -> None:
-    """Remove the dangling images the Dockerfile's label marks: earlier builds of this image
-    whose tag moved to the new one (GBs each). Only images carrying gkeflow's label, and
-    only untagged ones no container uses, are removed; the cached stages stay."""
-    found = re.search(rf"^LABEL\s+{re.escape(IMAGE_LABEL)}=(\S+)\s*$",
-                      dockerfile.read_text(encoding="utf-8"), flags=re.MULTILINE)
-    if not found:
-        return
-    try:
-        _run([engine, "image", "prune", "--force", "--filter",
-              f"label={IMAGE_LABEL}={found.group(1)}"], f"{builder} image prune", echo)
-    except ImageBuildError as exc:  # the image is built: a leftover is no reason to fail
-        echo(f"note: the previous {found.group(1)} images were not removed: {exc}")
 
 
 def cloudbuild_config(reference: str) -> dict:
@@ -589,7 +334,7 @@ def _build_cloud(engine: str, context: Path, reference: str, push: bool, project
     config.write_text(json.dumps(cloudbuild_config(reference), indent=2), encoding="utf-8")
     scope = [f"--project={project}"] if project else []
     echo(f"submitting {context.name} to Cloud Build")
-    printed = _run([engine, "builds", "submit", "--config", str(config), "--async",
+    printed = run([engine, "builds", "submit", "--config", str(config), "--async",
                     "--format=value(id)", *scope, str(context)],
                    "gcloud builds submit", echo).split()
     if not printed:
@@ -598,7 +343,7 @@ def _build_cloud(engine: str, context: Path, reference: str, push: bool, project
     build_id = printed[-1]
     echo(f"Cloud Build {build_id}: streaming its log")
     subprocess.run([engine, "builds", "log", "--stream", build_id, *scope], check=False)
-    described = _run([engine, "builds", "describe", build_id, "--format=json", *scope],
+    described = run([engine, "builds", "describe", build_id, "--format=json", *scope],
                      f"gcloud builds describe {build_id}", echo)
     build = _json(described, f"gcloud builds describe {build_id}")
     if build.get("status") != "SUCCESS":
@@ -641,13 +386,18 @@ def build_image(flavour: str, reference: str, requirements: Path | None,
     with tempfile.TemporaryDirectory(prefix=f"gkeflow-{flavour}-image-") as tmp:
         context = Path(tmp) / "context"
         assemble_context(context, flavour, requirements, includes)
-        names = secret_variables((context / "user" / "requirements.txt").read_text("utf-8"))
+        names = image_requirements.secret_variables(
+            (context / "user" / "requirements.txt").read_text("utf-8"))
         if names and builder == "cloud-build":
             raise ImageBuildError(
                 f"images.requirements names ${{{names[0]}}}: Cloud Build cannot receive it "
                 "from this machine as a build secret; build with --builder podman or docker")
-        secret = Path(tmp) / PIP_SECRET  # outside the context: never sent as a file of it
-        hide = write_secret(secret, names)
+        # outside the context: never sent as one of its files
+        secret = Path(tmp) / image_requirements.PIP_SECRET
+        try:
+            hide = image_requirements.write_secret(secret, names)
+        except image_requirements.RequirementsError as exc:
+            raise ImageBuildError(str(exc)) from None
         if names:
             echo(f"passing {', '.join(names)} to the requirements step as a build secret")
         echo(f"building {reference} ({flavour}) with {builder}")

@@ -19,12 +19,12 @@ from gkeflow.components.images import VERSION
 from gkeflow.pipelines.targets.image_build import (
     ImageBuildError,
     assemble_context,
-    base_images,
     build_image,
     build_wheel,
     check_pins,
     cloudbuild_config,
 )
+from gkeflow.pipelines.targets.image_engine import base_images
 from tests.conftest import REPO_ROOT
 
 DIGEST = "sha256:" + "ab" * 32
