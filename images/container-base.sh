@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
-# Make the project's container images buildable on a machine that cannot pull from image
-# registries: builds a local stand-in for a Debian "python:<ver>-slim-bookworm" base image
-# from Debian's own packages (mmdebstrap), adds this machine's CA bundle (package indexes
-# are reached through a TLS proxy here), and tags it with the name the Dockerfiles use, so
-# `podman build` runs the unmodified Dockerfiles.
+# Builds a local stand-in for the images' base image (python:3.11.11-slim-bookworm) where
+# it cannot be pulled, so that `gkeflow images build --builder podman` (or a plain
+# `podman build`) runs the unmodified Dockerfiles.
 #
-#   ../shared/tools/container-base.sh [IMAGE_NAME]     (default: the FROM of images/cpu.Dockerfile)
-#   (vendored as images/container-base.sh from ../shared/tools/container-base.sh)
-#   podman build --isolation=chroot --pull=never -f images/cpu.Dockerfile -t localhost/gkeflow-cpu:dev .
+# Use it once, on a machine whose container engine cannot reach Docker Hub or a mirror of
+# it; where the base can be pulled, or with `--builder cloud-build`, it is not needed.
 #
-# Facts about this sandbox (measured):
-# - `podman build --isolation=chroot` works (no daemon, runs as root); RUN steps execute.
-# - `podman run` does NOT work here: the OCI runtime's setrlimit is refused. To execute a
-#   command inside a built image, either add a RUN step in a derived Containerfile
-#   (FROM localhost/gkeflow-cpu:dev / RUN <command>) or mount the image's root file system
-#   (`podman image mount IMAGE`) and chroot into it with /proc, /dev and your work
-#   directory bind-mounted.
-# - The stand-in's Python is Debian bookworm's python3 (3.11.x), not the official image's
-#   patch release; paths differ (/usr/bin/python3 with python-is-python3). Good enough to
-#   prove the Dockerfile steps, the installed environment and the component commands.
+#   bash images/container-base.sh [IMAGE_NAME]
+#       IMAGE_NAME  the name to tag (default: the FROM of images/cpu.Dockerfile, when run
+#                   from a clone's root); short names get docker.io/library/ in front.
+#   gkeflow images build --builder podman
+#
+# What it does: installs podman and mmdebstrap with apt-get when missing (run it as root
+# on Debian or Ubuntu); builds a Debian bookworm root file system with python3 (3.11),
+# venv, pip and CA certificates from Debian's package mirror (about a minute); adds this
+# machine's CA bundle, so pip inside the build trusts a TLS-inspecting proxy; imports it
+# and tags it IMAGE_NAME. An image of that name already present is left alone.
+#
+# Differences from the official image: Debian's python3 (/usr/bin/python3, 3.11.x), not
+# its patch release. Good for building and testing the images where nothing can be
+# pulled; build release images from the real base. Recipe: docs/image-recipes.md.
 set -euo pipefail
 name="${1:-}"
 here="$(cd "$(dirname "$0")" && pwd)"

@@ -46,8 +46,12 @@ COPY --from=locked /opt/gkeflow /opt/gkeflow
 # copied, not bind-mounted: a copied file is part of the layer cache key, so a changed
 # requirement or suite rebuilds its layer instead of reusing a stale one.
 COPY user/requirements.txt user/constraints.txt user/modules.txt /tmp/gkeflow-user/
-RUN if [ -s /tmp/gkeflow-user/requirements.txt ]; then \
-      python -m pip --python /opt/gkeflow/bin/python install --no-cache-dir \
+# Package-index credentials arrive as a build secret (a file of `export VAR=...` lines for
+# the ${VAR} that requirements.txt names): mounted for this step only, never in a layer.
+RUN --mount=type=secret,id=gkeflow-pip-env \
+    if [ -s /tmp/gkeflow-user/requirements.txt ]; then \
+      if [ -f /run/secrets/gkeflow-pip-env ]; then . /run/secrets/gkeflow-pip-env; fi \
+      && python -m pip --python /opt/gkeflow/bin/python install --no-cache-dir \
         -c /tmp/gkeflow-user/constraints.txt -r /tmp/gkeflow-user/requirements.txt; \
     fi
 # The suite itself, from its wheel, without re-resolving anything.
@@ -70,3 +74,6 @@ RUN HOME=/nonexistent python -m gkeflow.images.warm /tmp/gkeflow-user/modules.tx
     && rm -rf /tmp/gkeflow-user
 USER 10001:10001
 WORKDIR /home/gkeflow
+# Marks the image as gkeflow's own: a rebuild removes the previous, now untagged one
+# (`podman|docker image prune --filter label=io.gkeflow.image=gkeflow-gpu`), nothing else.
+LABEL io.gkeflow.image=gkeflow-gpu

@@ -14,5 +14,6 @@ RUN groupadd --gid 10001 gkeflow \
     && useradd --uid 10001 --gid gkeflow --no-create-home --shell /usr/sbin/nologin gkeflow
 ENV MODEL_NAME=model
 EXPOSE 8501
+LABEL io.gkeflow.image=gkeflow-serving
 USER 10001:10001
 ENTRYPOINT ["/usr/bin/gkeflow-serving-entrypoint.sh"]

@@ -22,9 +22,12 @@ says which of the images a compiled pipeline names were never built and pushed, 
 
 from __future__ import annotations
 
+import errno
 import functools
 import keyword
+import os
 import re
+import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -118,6 +121,10 @@ class ImagesConfig(BaseModel):
         value = value.strip().rstrip("/")
         if not value:
             return value
+        if "@" in value.split("://", 1)[-1].split("/", 1)[0]:  # user[:password]@host
+            raise ValueError("holds a credential in plain text (USER:PASSWORD@ before the "
+                             "host); remove it and log in with your engine instead (gcloud "
+                             "auth configure-docker, or podman/docker login)")
         if "://" in value:
             raise ValueError(f"{value!r}: no scheme, just HOST/PATH, e.g. {_EXAMPLE}")
         if "/" not in value:
@@ -232,6 +239,45 @@ def _names_taken_in_images() -> dict[str, str]:
     return taken
 
 
+def link_trouble(root: Path) -> str:
+    """What in the folder ``root`` stops a copy that follows symbolic links (as the image
+    build copies images.include): a link looping back to a folder above it (or to itself),
+    or a link to nothing; "" when there is none. Hidden entries and caches, which the copy
+    leaves out, are not looked at."""
+
+    def walk(folder: Path, chain: tuple[tuple[int, int], ...]) -> str:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
+        except OSError as exc:
+            return f"{folder} cannot be read ({exc.strerror})"
+        for entry in entries:
+            if entry.name.startswith(".") or entry.name == "__pycache__":
+                continue
+            path = Path(entry.path)
+            try:
+                info = os.stat(path)  # follows links
+            except OSError as exc:
+                if not entry.is_symlink():
+                    return f"{path} cannot be read ({exc.strerror})"
+                if exc.errno == errno.ELOOP:
+                    return f"{path} is a symbolic link loop"
+                return f"{path} is a symbolic link to {os.readlink(path)}, which does not exist"
+            if not stat.S_ISDIR(info.st_mode):
+                continue
+            if (info.st_dev, info.st_ino) in chain:
+                return (f"{path} is a symbolic link loop: it points back to "
+                        f"{os.path.realpath(path)}, a folder it is in")
+            found = walk(path, (*chain, (info.st_dev, info.st_ino)))
+            if found:
+                return found
+        return ""
+
+    real = Path(os.path.realpath(root))
+    above = tuple((info.st_dev, info.st_ino)
+                  for info in (os.stat(folder) for folder in (real, *real.parents)))
+    return walk(Path(root), above)
+
+
 def _importable(path: Path, key: str) -> str:
     """The import name of ``path`` (a package directory or a ``.py`` module); raises
     ValueError naming ``key`` when it is neither or does not compile."""
@@ -242,6 +288,10 @@ def _importable(path: Path, key: str) -> str:
         if not (path / "__init__.py").is_file():
             raise ValueError(f"{key}: {path} is a directory without __init__.py; include a "
                              "package (add __init__.py) or its modules")
+        trouble = link_trouble(path)
+        if trouble:
+            raise ValueError(f"{key}: {trouble}; the build copies what links point to, so "
+                             "remove the link or point it at a file or folder outside it")
         sources = sorted(path.rglob("*.py"))
     elif path.suffix == ".py":
         name, sources = path.stem, [path]
@@ -307,19 +357,26 @@ def unbuilt(images: ImagesConfig, text: str, lock: Mapping | None = None) -> lis
     return problems
 
 
-def require_built(images: ImagesConfig, text: str, where: str) -> None:
-    """Raise :class:`ImagesNotBuilt` (one line with the fix) when ``text`` names images that
-    were never built and pushed for the configured registry."""
+def describe_unbuilt(images: ImagesConfig, text: str) -> str:
+    """One line naming the images ``text`` (a compiled pipeline) names that were never built
+    and pushed for the configured registry, and the fix; "" when there are none."""
     problems = unbuilt(images, text)
     if not problems:
-        return
+        return ""
     if images.registry:
         fix = "run `gkeflow images build` (it pushes and records the digests)"
     else:
         fix = (f"set images.registry in gkeflow.yaml to a registry you can push to (e.g. "
                f"{_EXAMPLE}), then run `gkeflow images build`")
-    raise ImagesNotBuilt(f"refusing to {where}: {'; '.join(problems)} (per "
-                         f"{images.lock_path}); {fix}")
+    return f"{'; '.join(problems)} (per {images.lock_path}); {fix}"
+
+
+def require_built(images: ImagesConfig, text: str, where: str) -> None:
+    """Raise :class:`ImagesNotBuilt` (one line with the fix) when ``text`` names images that
+    were never built and pushed for the configured registry."""
+    problem = describe_unbuilt(images, text)
+    if problem:
+        raise ImagesNotBuilt(f"refusing to {where}: {problem}")
 
 
 def map_compiled_file(path: Path | str, images: ImagesConfig | None = None) -> Path:

@@ -109,7 +109,8 @@ def images_build(builder: str, push: bool, flavour: str, project: str | None,
     """
     from gkeflow.components.images import ImageLockError
     from gkeflow.pipelines.image_lock import LockEntry, load_lock, now, record
-    from gkeflow.pipelines.targets.image_build import ImageBuildError, build_image
+    from gkeflow.pipelines.targets.image_build import ImageBuildError, build_image, check_pins
+    from gkeflow.pipelines.targets.image_engine import Interrupted, interruptible
 
     config = _load(config_path)
     images = config.images
@@ -128,17 +129,28 @@ def images_build(builder: str, push: bool, flavour: str, project: str | None,
     console = _console()
     flavours = [*FLAVOURS, SERVING] if flavour == "all" else [flavour]
     references = {**images.references(), SERVING: images.serving_reference()}
+    if images.requirements_path:
+        try:  # every image's pins, before the first build starts
+            check_pins(images.requirements_path, [f for f in flavours if f != SERVING])
+        except ImageBuildError as exc:
+            raise click.ClickException(str(exc)) from exc
     for name in flavours:
         reference = references[name]
         try:
-            digest = build_image(name, reference, images.requirements_path,
-                                 images.include_paths, builder=builder, push=push,
-                                 project=project,
-                                 echo=lambda line: console.print(line, markup=False))
-            record(images.lock_path, reference,
-                   LockEntry(digest=digest, built_at=now(), builder=builder, pushed=push))
+            with interruptible():
+                digest = build_image(name, reference, images.requirements_path,
+                                     images.include_paths, builder=builder, push=push,
+                                     project=project,
+                                     echo=lambda line: console.print(line, markup=False))
+                record(images.lock_path, reference,
+                       LockEntry(digest=digest, built_at=now(), builder=builder, pushed=push))
         except (ImageBuildError, ImageLockError) as exc:
             raise click.ClickException(str(exc)) from exc
+        except Interrupted as stop:
+            click.echo(f"Error: {stop} during the build of {reference}: the builder was stopped "
+                       "and the build context removed; images built before it stay recorded "
+                       f"in {images.lock_path}", err=True)
+            raise SystemExit(128 + stop.signum) from None
         console.print(f"recorded {reference} {digest} in {images.lock_path}", markup=False,
                       soft_wrap=True)
     if push:

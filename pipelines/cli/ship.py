@@ -126,7 +126,8 @@ def init_command(path: Path, force: bool) -> None:
                                       "continues).")
 @click.option("--dry-run", is_flag=True,
               help="Offline: print the requests that would create the run (server-assigned "
-                   "ids as placeholders); needs no token, credentials or network.")
+                   "ids as placeholders), flagging images not built or pushed yet; needs no "
+                   "token, credentials or network.")
 @_config_option
 @_remote_errors
 def submit_command(pipeline, target, environment, params, wait, poll_s, timeout_s, dry_run,
@@ -162,11 +163,11 @@ def submit_command(pipeline, target, environment, params, wait, poll_s, timeout_
         submission, backend = submit(config, pipeline, target, environment=environment,
                                      overrides=overrides, workdir=Path(workdir),
                                      dry_run=dry_run)
+    for note in submission.notes:
+        console.print(f"  {note}", markup=False, soft_wrap=True)
     if dry_run:
         _print_planned(console, backend.planned)
         return
-    for note in submission.notes:
-        console.print(f"  {note}", markup=False)
     console.print(f"  version:    {submission.version_name}", markup=False)
     console.print(f"  run:        {submission.run_id}", markup=False)
     console.print(f"  parameters: {submission.parameters}", markup=False)
@@ -212,7 +213,8 @@ def _target_option(func):
               help="Also delete gkeflow schedules that are no longer in the file.")
 @click.option("--dry-run", is_flag=True,
               help="Offline: print the requests that would create the schedules (nothing is "
-                   "read, so it shows creates); needs no token, credentials or network.")
+                   "read, so it shows creates), flagging images not built or pushed yet; "
+                   "needs no token, credentials or network.")
 @_target_option
 @_config_option
 @_remote_errors
@@ -235,12 +237,12 @@ def schedule_apply(prune, dry_run, target, config_path) -> None:
     console = _console()
     styles = {"create": "green", "replace": "yellow", "update": "yellow", "delete": "red",
               "pause": "yellow", "resume": "green", "upload": "cyan", "unchanged": "dim",
-              "kept": "magenta"}
+              "kept": "magenta", "warning": "yellow"}
 
     def on_action(action) -> None:
         style = styles.get(action.kind, "white")
-        verb = f"would {action.kind}" if dry_run and action.kind not in ("unchanged", "kept") \
-            else action.kind
+        verb = action.kind if not dry_run or action.kind in ("unchanged", "kept", "warning") \
+            else f"would {action.kind}"
         console.print(f"  [{style}]{verb:>16}[/{style}] {action.target}/{action.schedule}"
                       + (f"  ({action.detail})" if action.detail else ""))
 

@@ -16,13 +16,15 @@ package)::
     user/include/            the user's modules and packages (importable: a .pth file names it)
 
 :func:`build_image` builds that context with podman, docker or Cloud Build, pushes it unless
-told not to, and returns the image's digest.
+told not to, and returns the image's digest. The requirements file is checked first
+(:mod:`~gkeflow.pipelines.targets.image_requirements`: local paths, plain-text credentials,
+pins against the locks); the builders run through
+:mod:`~gkeflow.pipelines.targets.image_engine`.
 """
 
 from __future__ import annotations
 
 import base64
-import collections
 import hashlib
 import importlib
 import importlib.metadata
@@ -32,31 +34,29 @@ import re
 import shutil
 import subprocess
 import tempfile
-import threading
 import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gkeflow.components.images import SERVING, VERSION
-from gkeflow.pipelines.targets import image_locks
+from gkeflow.pipelines.images_config import link_trouble
+from gkeflow.pipelines.targets import image_locks, image_requirements
+from gkeflow.pipelines.targets.image_engine import (
+    BUILDERS,
+    ImageBuildError,
+    StepFailed,
+    prune_previous,
+    run,
+    unpullable_base,
+)
 
 FLAVOURS = ("cpu", "gpu")
-BUILDERS = ("podman", "docker", "cloud-build")
 #: The packages the wheel of the installed suite carries.
 PACKAGES = ("gkeflow.components", "gkeflow.pipelines", "gkeflow.images")
-#: Lines of a failed step's log quoted in the error.
-LOG_TAIL = 12
 
 _DIGEST_RE = re.compile(r"(?<![0-9a-f])sha256:[0-9a-f]{64}(?![0-9a-f])")
-#: Progress lines of podman/buildah ("[1/2] STEP 3/5: RUN ..."), docker and BuildKit.
-_PROGRESS_RE = re.compile(r"^(\[\d+/\d+\] )?(STEP \d|Step \d|COMMIT|Successfully tagged|"
-                          r"#\d+ \[)")
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".ruff_cache"}
-
-
-class ImageBuildError(RuntimeError):
-    """An image cannot be built or pushed; the message is one line naming the problem and fix."""
 
 
 def images_dir() -> Path:
@@ -139,43 +139,24 @@ def _write_entry(archive: zipfile.ZipFile, arc: str, data: bytes) -> None:
     archive.writestr(info, data)
 
 
-def _check_requirements(requirements: Path) -> str:
-    if not requirements.is_file():
-        raise ImageBuildError(f"images.requirements: {requirements} does not exist; "
-                              "point it at a pip requirements file")
-    try:
-        text = requirements.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ImageBuildError(f"{requirements}: not UTF-8 text (byte {exc.start}); save it as "
-                              "UTF-8") from exc
-    for number, line in enumerate(text.splitlines(), 1):
-        problem = _local_reference(line.split(" #", 1)[0].strip())
+def check_pins(requirements: Path, flavours: Sequence[str]) -> None:
+    """Refuse, in one line, a requirement in ``requirements`` that the ``flavours`` images'
+    locks do not satisfy (pip would find it only minutes into the build)."""
+    text = _read_requirements(Path(requirements))
+    for flavour in flavours:
+        lock = image_locks.lock_path(images_dir(), flavour)
+        if not lock.is_file():
+            continue  # assemble_context names the missing lock
+        problem = image_requirements.pin_conflict(requirements, text, flavour, lock)
         if problem:
-            raise ImageBuildError(
-                f"{requirements}:{number}: {problem} is not supported in images.requirements "
-                "(only that file is copied into the build, not what it points to); list "
-                "packages from an index, or put your own code in images.include")
-    return text
+            raise ImageBuildError(problem)
 
 
-#: Options that name other files or folders on this machine.
-_FILE_OPTIONS = re.compile(r"^(-r|-c|-e|-f|--requirement|--constraint|--editable|"
-                           r"--find-links)(?:\s*=?\s*|(?=\S))(.*)$")
-
-
-def _local_reference(line: str) -> str:
-    """What in a requirements line points at this machine's files ("" when nothing)."""
-    if not line or line.startswith("#"):
-        return ""
-    option = _FILE_OPTIONS.match(line)
-    if option:
-        target = option.group(2)
-        if option.group(1) in ("-f", "--find-links") and re.match(r"^https?://", target):
-            return ""  # a remote package index page
-        return f"{option.group(1)} {target}".strip()
-    if line.startswith(("./", "../", "/", "~", "file:")) or re.match(r"^[A-Za-z]:\\", line):
-        return f"the local path {line.split()[0]}"
-    return ""
+def _read_requirements(requirements: Path) -> str:
+    try:
+        return image_requirements.read_requirements(requirements)
+    except image_requirements.RequirementsError as exc:
+        raise ImageBuildError(str(exc)) from None
 
 
 def _include_name(path: Path) -> str:
@@ -188,6 +169,10 @@ def _include_name(path: Path) -> str:
     if not name.isidentifier() or name == "gkeflow":
         raise ImageBuildError(f"images.include: {path} cannot be imported as {name!r}; "
                               "rename it to a valid module name other than gkeflow")
+    trouble = link_trouble(path) if path.is_dir() else ""
+    if trouble:
+        raise ImageBuildError(f"images.include: {trouble}; the build copies what links point "
+                              "to, so remove the link or point it at a file or folder outside it")
     return name
 
 
@@ -197,7 +182,7 @@ def assemble_context(dest: Path, flavour: str, requirements: Path | None,
 
     Args:
         dest: An empty or missing folder; the context is written there.
-        flavour: ``cpu`` or ``gpu``.
+        flavour: ``cpu``, ``gpu`` or ``serving`` (TensorFlow Serving for Vertex AI).
         requirements: A pip requirements file of extra packages, or None. They are installed
             after the locked packages, constrained to the lock's versions.
         includes: Python modules (``.py``) and package folders copied into the image and
@@ -216,7 +201,9 @@ def assemble_context(dest: Path, flavour: str, requirements: Path | None,
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
         raise ImageBuildError(f"{dest} is not empty; give the build context an empty folder")
-    extra = _check_requirements(Path(requirements)) if requirements else ""
+    extra = _read_requirements(Path(requirements)) if requirements else ""
+    if requirements:
+        check_pins(Path(requirements), [flavour])
     names = {}
     for path in includes:
         name = _include_name(Path(path))
@@ -252,56 +239,6 @@ def assemble_context(dest: Path, flavour: str, requirements: Path | None,
     return dest / "Dockerfile"
 
 
-def assemble_serving_context(dest: Path) -> Path:
-    """Write the serving image's build context into ``dest``: ``Dockerfile``
-    (images/serving.Dockerfile: TensorFlow Serving of the images' TensorFlow) and
-    ``serving-entrypoint.sh``. images.requirements and images.include do not apply."""
-    dest = Path(dest)
-    if dest.exists() and any(dest.iterdir()):
-        raise ImageBuildError(f"{dest} is not empty; give the build context an empty folder")
-    dest.mkdir(parents=True, exist_ok=True)
-    source = images_dir()
-    shutil.copyfile(source / "serving.Dockerfile", dest / "Dockerfile")
-    shutil.copyfile(source / "serving-entrypoint.sh", dest / "serving-entrypoint.sh")
-    return dest / "Dockerfile"
-
-
-def _run(command: list[str], what: str, echo: Callable[[str], None],
-         cwd: Path | None = None) -> str:
-    """Run ``command``, echo its step lines, return its standard output (what is parsed:
-    notices and warnings on standard error never mix into it); one-line error on failure,
-    quoting the end of both streams."""
-    tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL)
-    lines: list[str] = []
-    lock = threading.Lock()
-    try:
-        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True, errors="replace")
-    except FileNotFoundError as exc:
-        raise ImageBuildError(f"{command[0]} not found; install it or pick another --builder "
-                              f"({', '.join(BUILDERS)})") from exc
-
-    def follow(stream, kept: list[str] | None) -> None:
-        for raw in stream:
-            line = raw.rstrip()
-            with lock:
-                tail.append(line)
-            if kept is not None:
-                kept.append(line)
-            if _PROGRESS_RE.match(line):
-                echo(f"  {line[:160]}")
-
-    errors = threading.Thread(target=follow, args=(process.stderr, None), daemon=True)
-    errors.start()
-    follow(process.stdout, lines)
-    errors.join()
-    if process.wait() != 0:
-        shown = [line.strip() for line in tail if line.strip()]
-        quoted = " | ".join([*(line[:200] for line in shown[:-1]), *shown[-1:]])
-        raise ImageBuildError(f"{what} failed (exit {process.returncode}): {quoted}")
-    return "\n".join(lines)
-
-
 def _json(text: str, what: str):
     try:
         return json.loads(text)
@@ -328,29 +265,41 @@ def _engine(builder: str) -> str:
 
 
 def _build_local(engine: str, builder: str, context: Path, reference: str, push: bool,
-                 echo: Callable[[str], None]) -> str:
-    command = [engine, "build", "--file", str(context / "Dockerfile"), "--tag", reference]
+                 echo: Callable[[str], None], secret: Path, hide: Sequence[str] = ()) -> str:
+    command = [engine, "build", "--file", str(context / "Dockerfile"), "--tag", reference,
+               "--secret", f"id={image_requirements.PIP_SECRET},src={secret}"]
     if builder == "podman":
         # No OCI runtime needed: works as root in containers and CI runners.
         command += ["--isolation=chroot", "--layers"]
-    _run(command + [str(context)], f"{builder} build of {reference}", echo)
+    try:
+        # docker: BuildKit, which takes --secret (the legacy builder does not)
+        env = {**os.environ, "DOCKER_BUILDKIT": "1"} if builder == "docker" else None
+        run(command + [str(context)], f"{builder} build of {reference}", echo, hide=hide,
+             env=env)
+    except StepFailed as failure:
+        problem = unpullable_base(failure, context / "Dockerfile", builder,
+                                  images_dir() / "container-base.sh")
+        if problem:
+            raise ImageBuildError(problem) from failure
+        raise
+    prune_previous(engine, builder, context / "Dockerfile", echo)
     if builder == "podman":
         if not push:
-            out = _run([engine, "image", "inspect", "--format", "{{.Digest}}", reference],
+            out = run([engine, "image", "inspect", "--format", "{{.Digest}}", reference],
                        "podman image inspect", echo)
             return _digest(out, "podman image inspect")
         digest_file = context / "pushed.digest"
         echo(f"pushing {reference}")
-        _run([engine, "push", "--digestfile", str(digest_file), reference],
+        run([engine, "push", "--digestfile", str(digest_file), reference],
              f"podman push {reference}", echo)
         return _digest(digest_file.read_text(encoding="utf-8"), "podman push")
     if not push:
-        out = _run([engine, "image", "inspect", "--format", "{{.Id}}", reference],
+        out = run([engine, "image", "inspect", "--format", "{{.Id}}", reference],
                    "docker image inspect", echo)
         return _digest(out, "docker image inspect")
     echo(f"pushing {reference}")
-    _run([engine, "push", reference], f"docker push {reference}", echo)
-    out = _run([engine, "image", "inspect", "--format", "{{json .RepoDigests}}", reference],
+    run([engine, "push", reference], f"docker push {reference}", echo)
+    out = run([engine, "image", "inspect", "--format", "{{json .RepoDigests}}", reference],
                "docker image inspect", echo)
     repository = reference.rsplit(":", 1)[0] if ":" in reference.rsplit("/", 1)[-1] else reference
     for entry in _json(out or "[]", "docker image inspect") or []:
@@ -385,7 +334,7 @@ def _build_cloud(engine: str, context: Path, reference: str, push: bool, project
     config.write_text(json.dumps(cloudbuild_config(reference), indent=2), encoding="utf-8")
     scope = [f"--project={project}"] if project else []
     echo(f"submitting {context.name} to Cloud Build")
-    printed = _run([engine, "builds", "submit", "--config", str(config), "--async",
+    printed = run([engine, "builds", "submit", "--config", str(config), "--async",
                     "--format=value(id)", *scope, str(context)],
                    "gcloud builds submit", echo).split()
     if not printed:
@@ -394,7 +343,7 @@ def _build_cloud(engine: str, context: Path, reference: str, push: bool, project
     build_id = printed[-1]
     echo(f"Cloud Build {build_id}: streaming its log")
     subprocess.run([engine, "builds", "log", "--stream", build_id, *scope], check=False)
-    described = _run([engine, "builds", "describe", build_id, "--format=json", *scope],
+    described = run([engine, "builds", "describe", build_id, "--format=json", *scope],
                      f"gcloud builds describe {build_id}", echo)
     build = _json(described, f"gcloud builds describe {build_id}")
     if build.get("status") != "SUCCESS":
@@ -406,13 +355,27 @@ def _build_cloud(engine: str, context: Path, reference: str, push: bool, project
     raise ImageBuildError(f"Cloud Build {build_id} did not report a digest for {reference}")
 
 
+def assemble_serving_context(dest: Path) -> Path:
+    """Write the serving image's build context into ``dest``: ``Dockerfile``
+    (images/serving.Dockerfile: TensorFlow Serving of the images' TensorFlow) and
+    ``serving-entrypoint.sh``. images.requirements and images.include do not apply."""
+    dest = Path(dest)
+    if dest.exists() and any(dest.iterdir()):
+        raise ImageBuildError(f"{dest} is not empty; give the build context an empty folder")
+    dest.mkdir(parents=True, exist_ok=True)
+    source = images_dir()
+    shutil.copyfile(source / "serving.Dockerfile", dest / "Dockerfile")
+    shutil.copyfile(source / "serving-entrypoint.sh", dest / "serving-entrypoint.sh")
+    return dest / "Dockerfile"
+
+
 def build_image(flavour: str, reference: str, requirements: Path | None,
                 includes: Sequence[Path], builder: str = "podman", push: bool = True,
                 project: str | None = None, echo: Callable[[str], None] = print) -> str:
     """Build the ``flavour`` image as ``reference`` and push it unless ``push`` is False.
 
     Args:
-        flavour: ``cpu``, ``gpu`` or ``serving`` (TensorFlow Serving for Vertex AI).
+        flavour: ``cpu`` or ``gpu``.
         reference: The image's name and tag, e.g.
             ``europe-west4-docker.pkg.dev/my-project/ml/gkeflow-cpu:0.1.0``.
         requirements: A pip requirements file of extra packages, or None.
@@ -438,12 +401,28 @@ def build_image(flavour: str, reference: str, requirements: Path | None,
         context = Path(tmp) / "context"
         if flavour == SERVING:
             assemble_serving_context(context)
+            names = []
         else:
             assemble_context(context, flavour, requirements, includes)
+            names = image_requirements.secret_variables(
+                (context / "user" / "requirements.txt").read_text("utf-8"))
+        if names and builder == "cloud-build":
+            raise ImageBuildError(
+                f"images.requirements names ${{{names[0]}}}: Cloud Build cannot receive it "
+                "from this machine as a build secret; build with --builder podman or docker")
+        # outside the context: never sent as one of its files
+        secret = Path(tmp) / image_requirements.PIP_SECRET
+        try:
+            hide = image_requirements.write_secret(secret, names)
+        except image_requirements.RequirementsError as exc:
+            raise ImageBuildError(str(exc)) from None
+        if names:
+            echo(f"passing {', '.join(names)} to the requirements step as a build secret")
         echo(f"building {reference} ({flavour}) with {builder}")
         if builder == "cloud-build":
             digest = _build_cloud(engine, context, reference, push, project, echo)
         else:
-            digest = _build_local(engine, builder, context, reference, push, echo)
+            digest = _build_local(engine, builder, context, reference, push, echo, secret,
+                                  hide=hide)
     echo(f"{reference} -> {digest}")
     return digest

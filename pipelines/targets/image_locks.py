@@ -105,6 +105,63 @@ def read_pins(lock: Path) -> dict[str, tuple[str, list[str]]]:
     return pins
 
 
+#: The images' platform, for evaluating environment markers of requirement lines.
+MARKER_ENVIRONMENT = {"python_version": PYTHON_VERSION, "python_full_version": "3.11.11",
+                      "sys_platform": "linux", "platform_system": "Linux",
+                      "os_name": "posix", "platform_machine": "x86_64",
+                      "implementation_name": "cpython",
+                      "platform_python_implementation": "CPython"}
+
+
+def requirement_lines(text: str):
+    """(line number, requirement) for each package line of a pip requirements file: options
+    and comments skipped, continuation lines joined, per-line options (``--hash``) dropped."""
+    number, pending, start = 0, "", 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
+        if not pending:
+            start = number
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        line, pending = (pending + line).strip(), ""
+        if not line or line.startswith("-"):
+            continue
+        yield start, re.split(r"\s+--?[A-Za-z]", line, maxsplit=1)[0].strip()
+
+
+def pin_conflicts(text: str, lock: Path) -> list[tuple[int, str, str, str]]:
+    """(line number, package, the user's requirement, locked version) for each requirement
+    in ``text`` that the lock's version of that package does not satisfy. A line that is
+    not a requirement, a direct URL and a line whose marker excludes the images are left to
+    pip."""
+    from packaging.requirements import InvalidRequirement
+    from packaging.version import InvalidVersion, Version
+
+    pins = read_pins(lock)
+    found = []
+    for number, line in requirement_lines(text):
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if requirement.url or (requirement.marker and not requirement.marker.evaluate(
+                MARKER_ENVIRONMENT)):
+            continue
+        name = normalise(requirement.name)
+        if name not in pins and name == "tensorflow" and "tensorflow-cpu" in pins:
+            name = "tensorflow-cpu"  # the CPU image's TensorFlow
+        if name not in pins or not requirement.specifier:
+            continue
+        try:
+            locked = Version(pins[name][0])
+        except InvalidVersion:
+            continue
+        if not requirement.specifier.contains(locked, prereleases=True):
+            found.append((number, name, line, str(locked)))
+    return found
+
+
 def constraints(lock: Path) -> str:
     """``name==version`` lines (no hashes) that keep extra packages off the locked versions."""
     return "".join(f"{name}=={version}\n" for name, (version, _) in sorted(read_pins(lock).items()))

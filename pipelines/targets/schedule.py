@@ -121,9 +121,11 @@ def _targets_in_use(config: GkeflowConfig, target: str | None,
 
 
 def _compile_checked(config: GkeflowConfig, workdir: Path, targets: list[str],
-                     version: str | None) -> dict[tuple[str, str, Any], Any]:
+                     version: str | None, dry_run: bool = False,
+                     flag=None) -> dict[tuple[str, str, Any], Any]:
     """(target, pipeline, notifications) -> the prepared pipeline of every schedule, compiled
-    before any change is made; refuses images never built for the configured registry."""
+    before any change is made; refuses images never built for the configured registry
+    (``dry_run``: hands ``flag(target, pipeline, line)`` the problem instead)."""
     compiled: dict[tuple[str, str, Any], Any] = {}
     for target_name in targets:
         for schedule in config.schedules:
@@ -136,8 +138,11 @@ def _compile_checked(config: GkeflowConfig, workdir: Path, targets: list[str],
             prepared = prepare_pipeline(schedule.pipeline, target_name,
                                         workdir / target_name / str(len(compiled)),
                                         version=version, config=chosen)
-            refuse_unbuilt_images(config, Path(prepared.path),
-                                  f"send {schedule.pipeline} to {target_name}")
+            flagged = refuse_unbuilt_images(config, Path(prepared.path),
+                                            f"send {schedule.pipeline} to {target_name}",
+                                            dry_run=dry_run)
+            if flagged and flag:
+                flag(target_name, schedule.pipeline, flagged)
             compiled[key] = prepared
     return compiled
 
@@ -156,7 +161,9 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
             on_action(action)
 
     targets = _targets_in_use(config, target, prune)
-    compiled = _compile_checked(config, workdir, targets, version)
+    compiled = _compile_checked(
+        config, workdir, targets, version, dry_run,
+        lambda target_name, pipeline, line: record(Action(target_name, pipeline, "warning", line)))
     # Every schedule in its target's form (crons converted, parameters checked) before any
     # change: one that cannot be converted stops the apply before the first change, not
     # half-way through the file.

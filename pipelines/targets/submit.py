@@ -65,17 +65,21 @@ def source_version(cwd: Path | None = None) -> str:
         return "v0"
 
 
-def refuse_unbuilt_images(config: GkeflowConfig | None, path: Path, where: str) -> None:
+def refuse_unbuilt_images(config: GkeflowConfig | None, path: Path, where: str, *,
+                          dry_run: bool = False) -> str:
     """:class:`SubmitError` when the compiled ``path`` names images never built and pushed
-    for the registry of ``config``'s ``images:`` section (a run would fail to pull them)."""
+    for the registry of ``config``'s ``images:`` section (a run would fail to pull them).
+
+    With ``dry_run`` nothing is refused (nothing is sent): the problem comes back as one
+    line flagging those images ("" when every image is pushed)."""
     from gkeflow.pipelines.config import load_config
-    from gkeflow.pipelines.images_config import ImagesNotBuilt, require_built
+    from gkeflow.pipelines.images_config import describe_unbuilt
 
     images = (config if config is not None else load_config()).images
-    try:
-        require_built(images, path.read_text(encoding="utf-8"), where)
-    except ImagesNotBuilt as exc:
-        raise SubmitError(str(exc)) from None
+    problem = describe_unbuilt(images, path.read_text(encoding="utf-8"))
+    if problem and not dry_run:
+        raise SubmitError(f"refusing to {where}: {problem}")
+    return f"images not pushed, a real {where} is refused: {problem}" if problem else ""
 
 
 def prepare_pipeline(pipeline: str, target: str, workdir: Path,
@@ -277,14 +281,15 @@ def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: st
 
     prepared = prepare_pipeline(pipeline, target, workdir, version=version,
                                 config=select(config, environment))
-    refuse_unbuilt_images(config, Path(prepared.path), f"send {pipeline} to {target}")
+    flagged = refuse_unbuilt_images(config, Path(prepared.path),
+                                    f"send {pipeline} to {target}", dry_run=dry_run)
     parameters = resolve_parameters(config, prepared, environment, overrides)
     name = run_name(pipeline, environment)
-    notes: list[str] = []
+    notes: list[str] = [f"warning: {flagged}"] if flagged else []
     if target == "gke":
         from gkeflow.pipelines.targets.backend_version import check_backend
 
-        notes = [f"warning: {w}" for w in [check_backend(backend, prepared)] if w]
+        notes += [f"warning: {w}" for w in [check_backend(backend, prepared)] if w]
         pipeline_id, version_id, uploaded = backend.ensure_pipeline_version(prepared)
         notes += uploaded
         run_id = backend.create_run(prepared, pipeline_id, version_id, name, parameters)

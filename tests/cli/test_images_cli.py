@@ -10,9 +10,11 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -123,6 +125,10 @@ def test_build_no_push_then_compile_pins_both_targets(run, project, readonly_pac
                 "user/modules.txt"} <= context
         assert any(p.startswith("dist/gkeflow-") and p.endswith(".whl") for p in context)
     assert not [c for c in calls if c["args"][0] == "push"]
+    # each build removes its image's previous, untagged build: by gkeflow's label only
+    assert [c["args"] for c in calls if c["args"][:2] == ["image", "prune"]] == [
+        ["image", "prune", "--force", "--filter", f"label=io.gkeflow.image=gkeflow-{f}"]
+        for f in ("cpu", "gpu")]
 
     lock = _lock(project)
     assert set(lock) == {CPU, GPU, SERVING}
@@ -144,15 +150,39 @@ def test_build_no_push_then_compile_pins_both_targets(run, project, readonly_pac
             "gkeflow 0.1.0", "")
     assert _tree(readonly_package) == before
 
-    # built but never pushed: a run could not pull them, so submit refuses (one line)
-    refused, _ = run("submit", "--target", "vertex", "--dry-run", cwd=project)
+    # built but never pushed: a run could not pull them, so submit refuses (one line) ...
+    refused, _ = run("submit", "--target", "vertex", cwd=project)
     assert refused.returncode == 1
+    assert "refusing to send training to vertex" in refused.stderr
     assert "built with --no-push, never pushed" in refused.stderr
     assert "run `gkeflow images build`" in refused.stderr
     assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    # ... while a dry run prints every request, the unpushed images flagged, and exits 0
+    previewed, _ = run("submit", "--target", "vertex", "--dry-run", cwd=project)
+    assert previewed.returncode == 0, previewed.stderr
+    assert "refusing" not in previewed.stdout + previewed.stderr
+    flagged = next(x for x in previewed.stdout.splitlines() if "images not pushed" in x)
+    assert f"{CPU} was built with --no-push, never pushed" in flagged
+    assert f"{GPU} was built with --no-push, never pushed" in flagged
+    assert "a real send training to vertex is refused" in flagged
+    assert "1 request(s) would be sent" in previewed.stdout
+    assert "POST https://europe-west4-aiplatform.googleapis.com/v1/projects/my-project/" \
+           "locations/europe-west4/pipelineJobs?pipelineJobId=" in previewed.stdout
     listed, _ = run("images", "list", cwd=project)
     assert "built with --no-push, not in " + REGISTRY in listed.stdout
     assert "not built for" not in listed.stdout
+
+    # the same for schedules: apply refuses, apply --dry-run prints the create, flagged
+    config = yaml.safe_load((project / "gkeflow.yaml").read_text())
+    config["schedules"] = [{"name": "nightly", "target": "vertex", "cron": "0 2 * * *"}]
+    (project / "gkeflow.yaml").write_text(yaml.safe_dump(config))
+    refused, _ = run("schedule", "apply", cwd=project)
+    assert refused.returncode == 1 and "refusing to send training to vertex" in refused.stderr
+    previewed, _ = run("schedule", "apply", "--dry-run", cwd=project)
+    assert previewed.returncode == 0, previewed.stderr
+    assert "refusing" not in previewed.stdout + previewed.stderr
+    assert f"{CPU} was built with --no-push, never pushed" in previewed.stdout
+    assert "would create" in previewed.stdout and "/schedules" in previewed.stdout
 
 
 def test_build_and_push_with_podman_lets_submit_through(run, project):
@@ -204,6 +234,129 @@ def test_a_failed_build_is_one_line_and_keeps_what_was_built(run, project):
     (line,) = result.stderr.strip().splitlines()
     assert "build of" in line and "gkeflow-gpu" in line and "no space left on device" in line
     assert set(_lock(project)) == {CPU}  # the CPU image was built and is recorded
+
+
+@pytest.mark.parametrize("builder", ["podman", "docker"])
+def test_a_base_image_that_cannot_be_pulled_names_the_recipe(run, project, builder):
+    result, _ = run("images", "build", "--builder", builder, "--flavour", "cpu", cwd=project,
+                    env={"FAKE_BUILDER_NO_PULL": "1"})
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert f"{builder} build cannot pull its base image python:3.11.11-slim-bookworm" in line
+    assert "no such host" in line and "let " + builder + " reach docker.io" in line
+    assert "container-base.sh docker.io/library/python:3.11.11-slim-bookworm" in line
+    assert "docs/image-recipes.md#without-a-pullable-base-image" in line
+    assert not (project / "gkeflow.lock").exists()
+
+
+def test_a_pin_the_gpu_lock_refuses_stops_before_the_cpu_build(run, project):
+    (project / "requirements.txt").write_text("humanize==4.11.0\nnvidia-cublas-cu12<12\n")
+    result, calls = run("images", "build", "--builder", "podman", cwd=project)
+    assert result.returncode == 1 and not calls  # nothing built, not even the CPU image
+    (line,) = result.stderr.strip().splitlines()
+    assert "requirements.txt:2: nvidia-cublas-cu12<12 conflicts with the gpu image's locked " \
+           "nvidia-cublas-cu12 12.9.3.13" in line
+    assert not (project / "gkeflow.lock").exists()
+
+
+TOKEN = "s3cr3t-'tok3n"  # a quote, as tokens may hold one
+
+
+def test_index_credentials_reach_the_build_as_a_secret_only(run, project):
+    (project / "requirements.txt").write_text(
+        "--extra-index-url https://__token__:${PYPI_TOKEN}@pypi.example.com/simple\n"
+        "humanize==4.11.0\n")
+    result, calls = run("images", "build", "--builder", "podman", "--no-push", cwd=project,
+                        env={"PYPI_TOKEN": TOKEN})
+    assert result.returncode == 0, result.stderr
+    builds = [c for c in calls if c["args"][0] == "build"]
+    assert len(builds) == 2
+    for build in builds:
+        option = build["args"][build["args"].index("--secret") + 1]
+        assert option.startswith("id=gkeflow-pip-env,src=")
+        secret = build["secret"]
+        assert secret["text"] == "export PYPI_TOKEN='s3cr3t-'\\''tok3n'\n"
+        assert secret["mode"] == "0o600" and secret["outside_context"]
+        assert not secret["value_in_context"]
+        assert TOKEN not in json.dumps(build["args"])
+    assert "passing PYPI_TOKEN to the requirements step as a build secret" in result.stdout
+    assert TOKEN not in result.stdout + result.stderr
+    assert TOKEN not in (project / "gkeflow.lock").read_text()
+
+
+@pytest.mark.parametrize("line, problem", [
+    ("--index-url https://alice:hunter2@pypi.example.com/simple",
+     "requirements.txt:2: https://***@pypi.example.com holds a credential in plain text"),
+    ("-i https://ghp_hunter2@github.com/org/simple",
+     "requirements.txt:2: https://***@github.com holds a credential in plain text"),
+    ("mypkg @ https://user:hunter2@files.example.com/mypkg-1.0-py3-none-any.whl",
+     "https://***@files.example.com holds a credential in plain text"),
+    ("--extra-index-url https://__token__:${UNSET_TOKEN}@pypi.example.com/simple",
+     "images.requirements names ${UNSET_TOKEN}, which is not set; export UNSET_TOKEN"),
+])
+def test_credentials_in_plain_text_or_unset_are_refused_before_building(
+        run, project, line, problem):
+    (project / "requirements.txt").write_text(f"humanize==4.11.0\n{line}\n")
+    result, calls = run("images", "build", "--builder", "podman", cwd=project)
+    assert result.returncode == 1 and not calls
+    (message,) = result.stderr.strip().splitlines()
+    assert problem in message and "hunter2" not in message
+
+
+def test_cloud_build_cannot_take_a_secret_from_this_machine(run, project):
+    (project / "requirements.txt").write_text(
+        "--extra-index-url https://__token__:${PYPI_TOKEN}@pypi.example.com/simple\n")
+    result, calls = run("images", "build", "--builder", "cloud-build", cwd=project,
+                        env={"PYPI_TOKEN": TOKEN})
+    assert result.returncode == 1 and not calls
+    assert "Cloud Build cannot receive it from this machine" in result.stderr
+    assert TOKEN not in result.stdout + result.stderr
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_during_the_build_stops_the_builder_and_removes_the_context(
+        signum, code, project, readonly_package, tmp_path_factory):
+    scratch = tmp_path_factory.mktemp("interrupted")
+    bin_dir = fake_builder.install(scratch / "bin")
+    (scratch / "tmp").mkdir()
+    started = scratch / "started.json"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(readonly_package), "FAKE_BUILDER_LOG": str(scratch / "log"),
+           "FAKE_BUILDER_HANG": str(started), "TMPDIR": str(scratch / "tmp"),
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from gkeflow.pipelines.cli.main import main; main()",
+         "images", "build", "--builder", "podman"], cwd=project, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(1200):  # until the builder runs (the context exists by then)
+            if started.exists() or process.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert started.exists(), process.communicate()[1]
+        builder = json.loads(started.read_text())
+        assert Path(builder["context"]).is_dir()
+        process.send_signal(signum)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == code
+    (line,) = stderr.strip().splitlines()
+    assert f"{signal.Signals(signum).name} during the build of {CPU}" in line
+    assert "build context removed" in line and "Traceback" not in stderr
+    assert not Path(builder["context"]).exists()
+    assert list((scratch / "tmp").iterdir()) == []
+    assert _gone(builder["pid"]), "the builder must not outlive the command"
+    assert not (project / "gkeflow.lock").exists()
 
 
 def test_build_without_a_registry_says_how_to_set_one(run, tmp_path):

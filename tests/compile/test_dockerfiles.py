@@ -57,6 +57,12 @@ def test_final_stage_adds_only_the_suite_and_the_users_code(dockerfile):
     assert "rm -rf /tmp/gkeflow-dist" in final and "rm -rf /tmp/gkeflow-user" in final
     assert "COPY user/include/ /opt/gkeflow/user/" in final
     assert "PIP_NO_INDEX=1" in final and "PATH=/opt/gkeflow/bin" in final
+    # index credentials: a secret mounted for the requirements step only, read there
+    (step,) = re.findall(r"^RUN --mount=type=secret,id=gkeflow-pip-env (.*?)\n(?!\s)", final,
+                         flags=re.MULTILINE | re.DOTALL)
+    assert ". /run/secrets/gkeflow-pip-env" in step and "-r /tmp/gkeflow-user/requirements.txt" \
+        in step
+    assert final.count("type=secret") == 1 and "ARG" not in final
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
@@ -70,6 +76,12 @@ def test_the_build_fails_when_the_suite_or_the_users_code_cannot_be_imported(doc
     assert users == ["10001:10001"]
     assert final.index("USER 10001:10001") > final.index(warm)
     assert final.index(warm) > final.index("COPY user/include/")
+    # the last instruction labels the final image only, so a rebuild prunes the previous
+    # one and never the cached stages
+    flavour = dockerfile.name.split(".")[0]
+    last = [x for x in final.splitlines() if x and not x.startswith("#")][-1]
+    assert last == f"LABEL io.gkeflow.image=gkeflow-{flavour}"
+    assert final.count("LABEL") == 1 and "LABEL" not in _stages(dockerfile)[0]
 
 
 def test_the_images_differ_only_in_the_gpu_environment_and_what_is_stripped():
@@ -77,7 +89,7 @@ def test_the_images_differ_only_in_the_gpu_environment_and_what_is_stripped():
     assert cpu[0] == gpu[0].replace(' "$site" "$site/nvidia"', ' "$site"')
     gpu_env = ("/usr/local/nvidia/bin:", " LD_LIBRARY_PATH=/usr/local/nvidia/lib64",
                " NVIDIA_VISIBLE_DEVICES=all", " NVIDIA_DRIVER_CAPABILITIES=compute,utility")
-    stripped = gpu[1]
+    stripped = gpu[1].replace("gkeflow-gpu", "gkeflow-cpu")  # the label naming each image
     for part in gpu_env:
         assert part in stripped
         stripped = stripped.replace(part, "")

@@ -72,6 +72,9 @@ def _entry(digest: str, pushed: bool = True) -> LockEntry:
     ({"include": ["pkg", "other/pkg"]}, "both importable as 'pkg'"),
     ({"registyr": "x"}, "images.registyr: unknown key (did you mean 'registry'?); remove "
                         "or rename it"),
+    ({"registry": "oauth2accesstoken:ya29.hunter2@europe-west4-docker.pkg.dev/p/ml"},
+     "holds a credential in plain text"),
+    ({"registry": "https://ghp_hunter2@ghcr.io/org"}, "holds a credential in plain text"),
 ])
 def test_invalid_images_sections_are_one_line_naming_the_key(tmp_path, images, message):
     (tmp_path / "plain_dir").mkdir()
@@ -88,7 +91,44 @@ def test_invalid_images_sections_are_one_line_naming_the_key(tmp_path, images, m
         load_config(path)
     text = str(raised.value)
     assert message in text and "images" in text and str(path) in text
-    assert len(text.splitlines()) == 1
+    assert len(text.splitlines()) == 1 and "hunter2" not in text
+
+
+@pytest.mark.parametrize(("make", "named"), [
+    (lambda pkg: (pkg / "sub" / "up").symlink_to(".."), "sub/up is a symbolic link loop: "
+                                                          "it points back to"),
+    (lambda pkg: (pkg / "sub" / "top").symlink_to(pkg), "sub/top is a symbolic link loop"),
+    (lambda pkg: (pkg / "self").symlink_to("self"), "self is a symbolic link loop"),
+    (lambda pkg: (pkg / "gone").symlink_to("../nowhere"), "gone is a symbolic link to "
+                                                           "../nowhere, which does not exist"),
+])
+def test_an_include_whose_links_cannot_be_copied_is_refused_at_load(tmp_path, make, named):
+    """The build copies what links point to: a loop would fail only there, after minutes."""
+    pkg = tmp_path / "feats"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    make(pkg)
+    path = _write(tmp_path, {"images": {"include": ["feats"]}})
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    (line,) = str(raised.value).splitlines()
+    assert "include.0: " in line and f"{pkg}/{named}" in line
+    assert "remove the link" in line
+
+
+def test_links_that_copy_fine_are_accepted(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "util.py").write_text("x = 1\n")
+    pkg = tmp_path / "feats"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "util").symlink_to(shared)  # outside the package: copied as a folder
+    (pkg / "again").symlink_to(shared)  # the same folder twice is no loop
+    (pkg / ".git").mkdir()
+    (pkg / ".git" / "loop").symlink_to("..")  # hidden: the copy leaves it out
+    images = load_config(_write(tmp_path, {"images": {"include": ["feats"]}})).images
+    assert images.include_paths == [pkg]
 
 
 @pytest.mark.parametrize("registry", [
@@ -346,8 +386,8 @@ def test_without_a_registry_the_refusal_says_to_set_one(tmp_path):
         require_built(images, f"image: {CPU_IMAGE}\n", "send training to vertex")
 
 
-@pytest.mark.parametrize("command", [["submit", "--target", "vertex", "--dry-run"],
-                                     ["schedule", "apply", "--dry-run"]])
+@pytest.mark.parametrize("command", [["submit", "--target", "vertex"],
+                                     ["schedule", "apply"]])
 def test_submit_and_schedule_apply_refuse_images_never_built(tmp_path, command):
     vertex = {"project": "my-project", "region": "europe-west4",
               "pipeline_root": "gs://my-bucket/root",
@@ -363,6 +403,15 @@ def test_submit_and_schedule_apply_refuse_images_never_built(tmp_path, command):
     assert "refusing to send training to vertex" in line
     assert f"{USER}/gkeflow-cpu:0.1.0 was never built" in line
     assert "run `gkeflow images build`" in line and "Traceback" not in result.stderr
+    # a dry run sends nothing: it prints every request with the unbuilt images flagged
+    dry = subprocess.run([str(Path(sys.executable).parent / "gkeflow"), *command, "--dry-run",
+                          "--config", str(path)], cwd=tmp_path, capture_output=True,
+                         text=True, check=False, timeout=300)
+    assert dry.returncode == 0, dry.stderr
+    flagged = next(x for x in dry.stdout.splitlines() if "was never built" in x)
+    assert f"{USER}/gkeflow-cpu:0.1.0 was never built" in flagged
+    assert "a real send training to vertex is refused" in flagged
+    assert "request(s) would be sent" in dry.stdout and "refusing" not in dry.stdout
 
 
 def test_a_pipeline_of_your_own_gets_the_same_mapping(tmp_path, monkeypatch):

@@ -1,10 +1,11 @@
 """Run a command inside a built image without an OCI runtime.
 
 ``podman run`` is refused on machines that forbid its setrlimit (CI sandboxes), so a step
-runs the way images/container-base.sh describes: ``podman create`` a container of the image,
-``podman mount`` its root file system, bind-mount /proc, /dev and the given host folders
-into it, and ``chroot`` as the image's user with the image's environment and working
-directory. Each call gets a fresh container, as each pipeline step gets a fresh pod.
+runs the way docs/image-recipes.md (the image test) describes: ``podman create`` a
+container of the image, ``podman mount`` its root file system, bind-mount /proc, /dev and
+the given host folders into it, and ``chroot`` as the image's user with the image's
+environment and working directory. Each call gets a fresh container, as each pipeline step
+gets a fresh pod.
 """
 
 from __future__ import annotations

@@ -21,8 +21,10 @@ from gkeflow.pipelines.targets.image_build import (
     assemble_context,
     build_image,
     build_wheel,
+    check_pins,
     cloudbuild_config,
 )
+from gkeflow.pipelines.targets.image_engine import base_images
 from tests.conftest import REPO_ROOT
 
 DIGEST = "sha256:" + "ab" * 32
@@ -116,6 +118,7 @@ def test_the_wheel_is_the_installed_suite_and_reproducible(tmp_path):
     ("twice", "are both imported as 'my_model'"),
     ("nested-requirements", r"requirements.txt:2: -r \S+ is not supported"),
     ("missing-requirements", "does not exist"),
+    ("link-loop", r"images.include: \S+/my_pkg/up is a symbolic link loop"),
 ])
 def test_unusable_inputs_are_refused_in_one_line(case, match, tmp_path, user_code):
     dest, flavour, requirements, includes = tmp_path / "ctx", "cpu", None, []
@@ -143,6 +146,10 @@ def test_unusable_inputs_are_refused_in_one_line(case, match, tmp_path, user_cod
         requirements.write_text("humanize\n-r other.txt\n")
     elif case == "missing-requirements":
         requirements = tmp_path / "absent.txt"
+    elif case == "link-loop":
+        (tmp_path / "my_pkg").mkdir()
+        (tmp_path / "my_pkg" / "up").symlink_to(tmp_path)
+        includes = [tmp_path / "my_pkg"]
     with pytest.raises(ImageBuildError, match=match) as raised:
         assemble_context(dest, flavour, requirements, includes)
     assert "\n" not in str(raised.value)
@@ -199,7 +206,9 @@ def test_podman_builds_with_chroot_isolation_and_returns_the_digest(push, engine
     calls = _calls(tmp_path)
     assert calls[0].startswith("build --file ") and "--isolation=chroot" in calls[0]
     assert f"--tag {REFERENCE}" in calls[0]
-    assert calls[1].startswith("push --digestfile" if push else "image inspect")
+    # the previous build of this image, untagged now, is removed: by gkeflow's label only
+    assert calls[1] == "image prune --force --filter label=io.gkeflow.image=gkeflow-cpu"
+    assert calls[2].startswith("push --digestfile" if push else "image inspect")
     assert "  STEP 1/2: FROM python:3.11.11-slim-bookworm AS locked" in lines
     assert not [line for line in lines if "Collecting" in line]
     assert lines[-1] == f"{REFERENCE} -> {DIGEST}"
@@ -215,6 +224,23 @@ def test_a_failed_step_names_it_with_the_last_lines_of_its_log(engines):
     assert message.startswith(f"podman build of {REFERENCE} failed (exit 1): ")
     assert message.endswith("No matching distribution found for humanize==99")
     assert "line 29" in message and "line 5 " not in message and "\n" not in message
+
+
+def test_a_failure_that_is_not_a_pull_keeps_its_own_line(engines):
+    _engine(engines, "podman", 'echo "Error: short-name resolution of python:3.9 failed" >&2\n'
+            'echo "ERROR: No matching distribution found for humanize==99" >&2; exit 1\n')
+    with pytest.raises(ImageBuildError, match="failed \\(exit 1\\): .*humanize==99$"):
+        build_image("cpu", REFERENCE, None, [], push=False, echo=lambda _: None)
+
+
+@pytest.mark.parametrize("dockerfile, bases", [
+    ("FROM python:3.11 AS locked\nRUN x\nFROM locked AS b\nFROM --platform=linux/amd64 "
+     "nvidia/cuda:12\nCOPY --from=locked /a /a\n", ["python:3.11", "nvidia/cuda:12"]),
+    ("# FROM not-this\nfrom gcr.io/p/base@sha256:ab\n", ["gcr.io/p/base@sha256:ab"]),
+])
+def test_base_images_are_the_from_lines_that_pull(dockerfile, bases, tmp_path):
+    (tmp_path / "Dockerfile").write_text(dockerfile)
+    assert base_images(tmp_path / "Dockerfile") == bases
 
 
 @pytest.mark.parametrize("builder, tool", [("podman", "podman"), ("docker", "docker"),
@@ -233,7 +259,8 @@ exit 0
     assert build_image("gpu", REFERENCE, None, [], builder="docker", echo=lambda _: None) == DIGEST
     calls = _calls(tmp_path)
     assert calls[0].startswith("build --file") and "chroot" not in calls[0]
-    assert calls[1] == f"push {REFERENCE}"
+    assert calls[1] == "image prune --force --filter label=io.gkeflow.image=gkeflow-gpu"
+    assert calls[2] == f"push {REFERENCE}"
 
 
 def test_cloud_build_submits_a_generated_config_and_reads_the_pushed_digest(engines, tmp_path):
@@ -292,3 +319,48 @@ def test_requirements_from_an_index_pass(tmp_path):
     requirements.write_text("# extras\nhumanize>=4 # a comment\n--index-url https://pypi.org/"
                             "simple\n-f https://example.com/wheels\n")
     assemble_context(tmp_path / "ctx", "cpu", requirements, [])
+
+
+@pytest.mark.parametrize("text, named", [
+    ("humanize==4.11.0\nnumpy<2  # old code\n", "requirements.txt:2: numpy<2 conflicts with "
+     "the cpu image's locked numpy 2.4.6; allow 2.4.6 or drop the pin"),
+    ("tensorflow==2.15.* \\\n    --hash=sha256:" + "0" * 64 + "\n",
+     "requirements.txt:1: tensorflow==2.15.* conflicts with the cpu image's locked "
+     "tensorflow-cpu 2.21.0"),
+    ("Pandas[performance]>=4,<5 ; sys_platform == 'linux'\n",
+     "requirements.txt:1: Pandas[performance]>=4,<5 ; sys_platform == 'linux' conflicts "
+     "with the cpu image's locked pandas 3.1.1"),
+])
+def test_pins_the_lock_does_not_satisfy_are_refused_before_building(text, named, tmp_path):
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(text)
+    with pytest.raises(ImageBuildError) as raised:
+        assemble_context(tmp_path / "ctx", "cpu", requirements, [])
+    message = str(raised.value)
+    assert message.startswith(f"{tmp_path}/{named}") and "\n" not in message
+    assert message.endswith("(the images keep the lock's versions)")
+    assert not (tmp_path / "ctx").exists()
+
+
+def test_pins_the_lock_satisfies_or_pip_decides_pass(tmp_path):
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(
+        "numpy>=2,<3\ntensorflow-cpu~=2.21.0\npandas<2 ; python_version < '3.10'\n"
+        "humanize==4.11.0\nmypkg @ https://example.com/mypkg-1.0-py3-none-any.whl\n"
+        "--extra-index-url https://example.com/simple\n# numpy<2\n")
+    assemble_context(tmp_path / "ctx", "cpu", requirements, [])
+    check_pins(requirements, ["cpu", "gpu"])
+    requirements.write_text("nvidia-cublas-cu12<12\n")  # only the GPU image holds it
+    check_pins(requirements, ["cpu"])
+    with pytest.raises(ImageBuildError, match="the gpu image's locked nvidia-cublas-cu12 12"):
+        check_pins(requirements, ["cpu", "gpu"])
+
+
+def test_a_prune_that_fails_leaves_the_build_standing(engines, tmp_path):
+    _engine(engines, "podman", PODMAN.replace('  image) echo', '  image) [ "$2" = prune ] && '
+                                              '{ echo "Error: image is in use" >&2; exit 2; }\n'
+                                              '         echo'))
+    lines: list[str] = []
+    assert build_image("cpu", REFERENCE, None, [], push=False, echo=lines.append) == DIGEST
+    assert any(x.startswith("note: the previous gkeflow-cpu images were not removed: ")
+               and "image is in use" in x for x in lines)
