@@ -128,7 +128,7 @@ def test_build_no_push_then_compile_pins_both_targets(run, project, readonly_pac
     # each build removes its image's previous, untagged build: by gkeflow's label only
     assert [c["args"] for c in calls if c["args"][:2] == ["image", "prune"]] == [
         ["image", "prune", "--force", "--filter", f"label=io.gkeflow.image=gkeflow-{f}"]
-        for f in ("cpu", "gpu")]
+        for f in ("cpu", "gpu", "serving")]
 
     lock = _lock(project)
     assert set(lock) == {CPU, GPU, SERVING}
@@ -270,8 +270,10 @@ def test_index_credentials_reach_the_build_as_a_secret_only(run, project):
                         env={"PYPI_TOKEN": TOKEN})
     assert result.returncode == 0, result.stderr
     builds = [c for c in calls if c["args"][0] == "build"]
-    assert len(builds) == 2
-    for build in builds:
+    assert len(builds) == 3  # cpu, gpu and serving; the serving image installs nothing of yours
+    serving_secret = builds[2]["secret"]["text"]
+    assert TOKEN not in serving_secret and "PYPI_TOKEN" not in serving_secret
+    for build in builds[:2]:
         option = build["args"][build["args"].index("--secret") + 1]
         assert option.startswith("id=gkeflow-pip-env,src=")
         secret = build["secret"]
