@@ -55,6 +55,7 @@ def notify_run(
         RunReport,
         changed_parameters,
         failed_task_from_message,
+        final_state,
         notify,
         now,
         parse_parameters,
@@ -67,10 +68,11 @@ def notify_run(
         vertex_run,
     )
 
-    state = str(status.state or "").upper()
+    # Each backend names the end its own way (KFP: COMPLETE; Vertex AI: SUCCEEDED).
     report = RunReport(
         pipeline=pipeline, run=run_name, target=target,
-        link=link_template.format(run_id=run_id, run_name=run_name), state=state,
+        link=link_template.format(run_id=run_id, run_name=run_name),
+        state=final_state(target, status.state), backend_state=str(status.state or ""),
         failed_task=failed_task_from_message(status.error_message or ""),
         error=status.error_message or "",
         parameters=changed_parameters(parse_parameters(parameters), json.loads(defaults)))

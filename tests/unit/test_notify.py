@@ -33,11 +33,61 @@ def _report(**changes) -> RunReport:
 
 @pytest.mark.parametrize("when, state, expected", [
     ("failure", "FAILED", True), ("failure", "SUCCEEDED", False),
-    ("failure", "CANCELLED", True), ("success", "SUCCEEDED", True),
-    ("success", "FAILED", False), ("always", "FAILED", True), ("always", "SUCCEEDED", True),
+    ("failure", "CANCELLED", True), ("failure", "UNKNOWN", True),
+    ("success", "SUCCEEDED", True), ("success", "FAILED", False),
+    ("success", "UNKNOWN", False), ("always", "FAILED", True), ("always", "SUCCEEDED", True),
+    ("always", "UNKNOWN", True),
 ])
 def test_when_decides_which_endings_are_sent(when, state, expected):
     assert should_send(when, state) is expected
+
+
+#: Every state each backend can put in the exit handler's PipelineTaskFinalStatus: KFP's
+#: ML Metadata Execution.State names, Vertex AI's PipelineTaskDetail.State names, kfp.local's.
+BACKEND_CASES = [
+    ("gke", "COMPLETE", "SUCCEEDED"), ("gke", "CACHED", "SUCCEEDED"),
+    ("gke", "FAILED", "FAILED"), ("gke", "CANCELED", "CANCELLED"),
+    ("gke", "RUNNING", "UNKNOWN"), ("gke", "NEW", "UNKNOWN"), ("gke", "UNKNOWN", "UNKNOWN"),
+    ("gke", "SUCCEEDED", "UNKNOWN"),  # not a word KFP's driver uses
+    ("vertex", "SUCCEEDED", "SUCCEEDED"), ("vertex", "SKIPPED", "SUCCEEDED"),
+    ("vertex", "FAILED", "FAILED"), ("vertex", "CANCELLED", "CANCELLED"),
+    ("vertex", "PENDING", "UNKNOWN"), ("vertex", "RUNNING", "UNKNOWN"),
+    ("vertex", "CANCEL_PENDING", "UNKNOWN"), ("vertex", "CANCELLING", "UNKNOWN"),
+    ("vertex", "NOT_TRIGGERED", "UNKNOWN"), ("vertex", "STATE_UNSPECIFIED", "UNKNOWN"),
+    ("vertex", "COMPLETE", "UNKNOWN"),  # not a word Vertex AI uses
+    ("local", "SUCCEEDED", "SUCCEEDED"), ("local", "FAILED", "FAILED"),
+    ("gke", "", "UNKNOWN"), ("vertex", None, "UNKNOWN"), ("elsewhere", "SUCCEEDED", "UNKNOWN"),
+]
+
+
+@pytest.mark.parametrize("target, backend_state, state", BACKEND_CASES)
+def test_each_backend_s_states_are_mapped_explicitly(target, backend_state, state):
+    from gkeflow.components.notify.logic import BACKEND_STATES, final_state
+
+    assert final_state(target, backend_state) == state
+    assert final_state(target, (backend_state or "").lower()) == state
+    named = {(t, s) for t, s, _ in BACKEND_CASES}
+    assert all((t, s) in named for t, states in BACKEND_STATES.items() for s in states)
+
+
+@pytest.mark.parametrize("target, backend_state, state", BACKEND_CASES)
+def test_each_backend_state_is_sent_or_not_as_when_failure_asks(
+        target, backend_state, state, monkeypatch):
+    report = _report(target=target, state=state, backend_state=backend_state or "",
+                     failed_task="", error="")
+    with WebhookReceiver() as hook:
+        monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)
+        line = notify(report, when="failure", shape="slack", policy=FAST)
+    if state == "SUCCEEDED":
+        assert hook.messages == [] and line.startswith("run succeeded")
+        return
+    (message,) = hook.messages
+    text = message["text"]
+    if state == "UNKNOWN":
+        assert text.startswith(":grey_question:") and "neither a success nor a failure" in text
+        assert repr(backend_state or "no state") in text and "succeeded" not in text
+    else:
+        assert text.startswith(f":x: gkeflow-training run nightly-42 {state.lower()} after")
 
 
 def test_every_shape_names_the_run_step_error_and_link():
