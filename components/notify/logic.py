@@ -146,18 +146,42 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
+def slack_escaped(text: str) -> str:
+    """``text`` as Slack shows it literally: ``&``, ``<`` and ``>`` are its control
+    characters (``<...>`` is a link or a mention) and must be sent as entities."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def chat_block(text: str) -> str:
+    """``text`` as a Google Chat monospace block, where Chat applies no formatting (``*``,
+    ``_``, ``~``, ``<url|text>`` links and ``<users/...>`` mentions stay as written). Chat
+    decodes no HTML entities in text messages, so nothing is entity-escaped; only a run of
+    three backquotes, which would end the block, is broken by zero-width spaces."""
+    return "```\n" + text.replace("```", "`\u200b`\u200b`") + "\n```"
+
+
+def _chat_label(text: str) -> str:
+    """A Google Chat link's label: no ``<``, ``>`` or ``|``, which end the link."""
+    return re.sub(r"[<>|]", "", text)
+
+
 def payload(report: RunReport, shape: str) -> dict[str, Any]:
-    """The webhook body: ``generic`` (every field), ``slack`` or ``google-chat``."""
+    """The webhook body: ``generic`` (every field, plain JSON), ``slack`` (``text`` with
+    Slack's three characters escaped) or ``google-chat`` (``text`` with the details in a
+    monospace block)."""
     if shape == "generic":
         return {"kind": "gkeflow.run", **asdict(report)}
     icon = (":white_check_mark:" if report.succeeded else ":x:" if report.failed
             else ":grey_question:")
-    lines = report.summary().split("\n")
-    link = f"<{report.link}|{report.run}>"
+    head, *details = report.summary().split("\n")
     if shape == "slack":
-        return {"text": f"{icon} {lines[0]}\n" + "\n".join(lines[1:]) + f"\n{link}"}
+        link = f"<{slack_escaped(report.link)}|{slack_escaped(report.run)}>"
+        return {"text": "\n".join([f"{icon} {slack_escaped(head)}",
+                                   *map(slack_escaped, details), link])}
     if shape == "google-chat":
-        return {"text": f"*{lines[0]}*\n" + "\n".join(lines[1:]) + f"\n{link}"}
+        link = f"<{report.link}|{_chat_label(report.run)}>"
+        body = [chat_block("\n".join(details))] if details else []
+        return {"text": "\n".join([f"*{head.replace('*', '')}*", *body, link])}
     raise NotifyError(f"unknown webhook format {shape!r}; formats: {', '.join(FORMATS)}")
 
 

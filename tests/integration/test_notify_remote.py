@@ -78,7 +78,7 @@ def test_a_scheduled_kfp_training_run_failing_in_train_model(
     monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(token_file))
     inputs = _exit_inputs(spec)
     assert inputs["run_api"] == "http://ml-pipeline.kubeflow:8888"  # in cluster
-    with WebhookReceiver() as hook:
+    with WebhookReceiver(slack=True) as hook:
         monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)  # what the Secret provides
         status = dsl.PipelineTaskFinalStatus(
             state="FAILED", pipeline_job_resource_name=run_id,
@@ -118,7 +118,7 @@ def test_a_kfp_training_run_that_registers_names_its_version(
     token_file.write_text(TOKEN)
     monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(token_file))
     kfp_runs.inject("POST", "^/ml_metadata", 503, count=1)  # retried like every call
-    with WebhookReceiver() as hook:
+    with WebhookReceiver(slack=True) as hook:
         monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)
         status = dsl.PipelineTaskFinalStatus(
             state="SUCCEEDED", pipeline_job_resource_name=submission.run_id,
@@ -150,7 +150,7 @@ def test_a_vertex_training_run_failing_in_train_model(vertex_runs, make_config, 
     inputs = _exit_inputs(spec)
     assert inputs["webhook_secret"] == SECRET and inputs["run_api"] == vertex_runs.url
     job_id = submission.run_id.rsplit("/", 1)[-1]
-    with WebhookReceiver() as hook:
+    with WebhookReceiver(slack=True) as hook:
         vertex_runs.secrets[SECRET] = hook.url
         monkeypatch.setenv("GKEFLOW_SECRET_MANAGER_ENDPOINT", vertex_runs.url)
         monkeypatch.delenv("GKEFLOW_WEBHOOK_URL", raising=False)
@@ -319,7 +319,7 @@ def test_a_kfp_run_with_when_failure_notifies_only_when_it_failed(
     token_file.write_text(TOKEN)
     monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(token_file))
     state, code, message = KFP_ENDS[end]
-    with WebhookReceiver() as hook:
+    with WebhookReceiver(slack=True) as hook:
         monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)
         status = dsl.PipelineTaskFinalStatus(
             state=state, pipeline_job_resource_name=submission.run_id,
@@ -354,7 +354,7 @@ def test_a_vertex_run_with_when_failure_notifies_only_when_it_failed(
     inputs = _exit_inputs(json_format.MessageToDict(job._pb.pipeline_spec))
     assert (inputs["target"], inputs["when"]) == ("vertex", "failure")
     state, code, message = VERTEX_ENDS[end]
-    with WebhookReceiver() as hook:
+    with WebhookReceiver(slack=True) as hook:
         vertex_runs.secrets[SECRET] = hook.url
         monkeypatch.setenv("GKEFLOW_SECRET_MANAGER_ENDPOINT", vertex_runs.url)
         monkeypatch.delenv("GKEFLOW_WEBHOOK_URL", raising=False)

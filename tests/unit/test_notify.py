@@ -194,3 +194,44 @@ def test_the_send_budget_is_a_minute_unless_told_otherwise(raw, budget, monkeypa
     assert policy.budget_s == budget
     assert policy.call_timeout_s == min(10.0, budget)
     assert ("not a positive number" in capsys.readouterr().out) == (raw in ("-1", "soon"))
+
+
+ODD_ERROR = "ValueError: NaN loss & batch 512 <train.py:88> *not bold* <users/all>"
+
+
+def test_a_slack_message_escapes_slack_s_control_characters(monkeypatch):
+    report = _report(error=ODD_ERROR, parameters={"query": "a<b & c>d"},
+                     link="https://kfp.example.com/#/runs/details/r-1?a=1&b=2")
+    with WebhookReceiver(slack=True) as hook:
+        monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)
+        line = notify(report, when="failure", shape="slack", policy=FAST)
+    assert line == "notification sent (slack, HTTP 200)" and not hook.rejected
+    (text,) = hook.messages[0].values()
+    assert ("error: ValueError: NaN loss &amp; batch 512 &lt;train.py:88&gt; *not bold* "
+            "&lt;users/all&gt;") in text
+    assert "query=a&lt;b &amp; c&gt;d" in text
+    assert text.endswith("<https://kfp.example.com/#/runs/details/r-1?a=1&amp;b=2|nightly-42>")
+
+
+def test_the_slack_receiver_refuses_unescaped_text(monkeypatch):
+    from gkeflow.components.notify.logic import post
+
+    with WebhookReceiver(slack=True) as hook:
+        with pytest.raises(Exception, match="HTTP 400"):
+            post(hook.url, {"text": "error <train.py:88>"}, FAST)
+    assert hook.rejected == ["error <train.py:88>"]
+
+
+def test_a_google_chat_message_keeps_the_error_as_written_in_a_monospace_block(monkeypatch):
+    report = _report(error=ODD_ERROR + " ```x```")
+    with WebhookReceiver() as hook:
+        monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)
+        notify(report, when="failure", shape="google-chat", policy=FAST)
+    (text,) = hook.messages[0].values()
+    head, opening, *block, link = text.split("\n")
+    assert head == "*gkeflow-training run nightly-42 failed after 12m34s*"
+    assert opening == "```" and block[-1] == "```" and "```" not in "".join(block[:-1])
+    assert ("error: ValueError: NaN loss & batch 512 <train.py:88> *not bold* <users/all> "
+            "`\u200b`\u200b`x`\u200b`\u200b`") in block
+    assert "&lt;" not in text and "&amp;" not in text  # Chat shows entities as they are
+    assert link == "<https://kfp.example.com/#/runs/details/r-1|nightly-42>"
