@@ -125,6 +125,8 @@ class RunReport:
                     f"{self.target}, neither a success nor a failure known to gkeflow")
         else:
             head = f"{self.pipeline} run {self.run} {self.state.lower()}{duration}"
+            if self.backend_state and final_state(self.target, self.backend_state) == UNKNOWN:
+                head += f" (read from its steps: {self.target} said {self.backend_state})"
         lines = [head]
         if self.failed_task:
             lines.append(f"failed step: {self.failed_task}")

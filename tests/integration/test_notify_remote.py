@@ -294,16 +294,17 @@ def test_the_documented_email_schedule_is_refused_on_gke_in_one_line(
 
 # PipelineTaskFinalStatus as each backend hands it to the exit task. KFP's driver
 # (backend/src/v2/driver/resolve.go): the exit handler group's ML Metadata execution state,
-# the group's task name, an empty error. Vertex AI: its task state, with an error on failure.
-KFP_ENDS = {"succeeded": ("COMPLETE", None, None), "failed": ("FAILED", None, None)}
+# the group's task name, an empty error; RUNNING when the group holds a ParallelFor
+# (kubeflow/pipelines#13321). Vertex AI: its task state, with an error on failure.
 VERTEX_ENDS = {"succeeded": ("SUCCEEDED", None, None),
                "failed": ("FAILED", 9, "The DAG failed because some tasks failed. The failed "
                                        "tasks are: [train-model].")}
 
 
-@pytest.mark.parametrize("end", ["succeeded", "failed"])
+@pytest.mark.parametrize("end, state", [("succeeded", "COMPLETE"), ("failed", "FAILED"),
+                                        ("succeeded", "RUNNING"), ("failed", "RUNNING")])
 def test_a_kfp_run_with_when_failure_notifies_only_when_it_failed(
-        end, kfp_runs, token_env, make_config, tmp_path, monkeypatch, capsys):
+        end, state, kfp_runs, token_env, make_config, tmp_path, monkeypatch, capsys):
     config = make_config(kfp_runs.url, None, notifications={"default": {"webhook": WEBHOOK}})
     if end == "failed":
         kfp_runs.fail_task = "train-model"
@@ -318,18 +319,17 @@ def test_a_kfp_run_with_when_failure_notifies_only_when_it_failed(
     token_file = tmp_path / "sa-token"
     token_file.write_text(TOKEN)
     monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(token_file))
-    state, code, message = KFP_ENDS[end]
     with WebhookReceiver(slack=True) as hook:
         monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)
         status = dsl.PipelineTaskFinalStatus(
             state=state, pipeline_job_resource_name=submission.run_id,
-            pipeline_task_name="exit-handler-1", error_code=code, error_message=message)
+            pipeline_task_name="exit-handler-1", error_code=None, error_message=None)
         _run_exit_task(inputs, status=status, run_name=run["display_name"],
                        run_id=submission.run_id, run_api=kfp_runs.url, metadata_api="")
     output = capsys.readouterr().out
     if end == "succeeded":
         assert hook.messages == [] and hook.attempts == 0
-        assert "run succeeded (COMPLETE): no notification (notifications on failure)" in output
+        assert f"run succeeded ({state}): no notification (notifications on failure)" in output
         return
     (sent,) = hook.messages
     assert sent["text"].startswith(f":x: gkeflow-training run {run['display_name']} failed")

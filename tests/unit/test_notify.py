@@ -235,3 +235,29 @@ def test_a_google_chat_message_keeps_the_error_as_written_in_a_monospace_block(m
             "`\u200b`\u200b`x`\u200b`\u200b`") in block
     assert "&lt;" not in text and "&amp;" not in text  # Chat shows entities as they are
     assert link == "<https://kfp.example.com/#/runs/details/r-1|nightly-42>"
+
+
+@pytest.mark.parametrize("steps, state", [
+    (["SUCCEEDED", "SUCCEEDED", "SKIPPED"], "SUCCEEDED"),
+    (["SUCCEEDED", "FAILED", "SKIPPED"], "FAILED"),
+    (["SUCCEEDED", "CANCELLED"], "CANCELLED"),
+    (["SUCCEEDED", "RUNNING"], "UNKNOWN"),
+    ([], "UNKNOWN"),
+])
+def test_a_state_that_is_no_end_is_settled_from_the_run_s_steps(steps, state):
+    """KFP hands the exit task RUNNING for a group holding a ParallelFor (#13321)."""
+    tasks = [{"name": f"step-{i}", "state": s, "error": "", "metadata": {}}
+             for i, s in enumerate(steps)]
+    tasks += [{"name": "exit-handler-1", "state": "RUNNING", "error": "", "metadata": {}},
+              {"name": "Notify", "state": "RUNNING", "error": "", "metadata": {}}]
+    report = _report(state="UNKNOWN", backend_state="RUNNING", failed_task="", error="")
+    apply_run(report, "", tasks, now=0)
+    assert report.state == state
+    text = payload(report, "slack")["text"]
+    if state == "UNKNOWN":
+        assert "in state 'RUNNING' on gke" in text
+    else:
+        assert f"{state.lower()} after 12m34s (read from its steps: gke said RUNNING)" in text
+    settled = _report(state="SUCCEEDED", backend_state="COMPLETE")  # an end stays as it is
+    apply_run(settled, "", tasks, now=0)
+    assert settled.state == "SUCCEEDED" and "read from its steps" not in settled.summary()
