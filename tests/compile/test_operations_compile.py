@@ -263,6 +263,12 @@ def test_compile_env_prod_carries_notifications_prod_and_retention(tmp_path, mon
             assert "resourceTtl" not in text
             assert inputs["webhook_secret"]["runtimeValue"]["constant"] == WEBHOOK[
                 "vertex_secret"]
+    # fanout-prepare returns its dataset, which KFP refuses from inside an exit handler:
+    # retention only
+    fanout = _docs(out / "fanout-prepare.gke.yaml")
+    assert "notify-run" not in fanout[0]["root"]["dag"]["tasks"]
+    assert fanout[1]["platforms"]["kubernetes"]["pipelineConfig"][
+        "resourceTtlOnCompletion"] == 7 * 86400
     # --check compares with what the same --env compiles; plain compile has no prod
     runner = CliRunner()
     check = ["compile", "--check", "--config", config, "--output", str(out)]
