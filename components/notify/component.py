@@ -28,7 +28,8 @@ def notify_run(
     Args:
         status: The run's final status (state, failed task, error), given by the backend.
         pipeline: The pipeline's name.
-        target: gke, vertex or local.
+        target: gke, vertex or local: the backend, whose names for the run's final state
+            are read (KFP: COMPLETE; Vertex AI: SUCCEEDED).
         run_name: The run's name (the backend fills it in).
         run_id: The run's id (the backend fills it in).
         link_template: The run's page, with {run_id} and {run_name} to fill in.
