@@ -20,6 +20,7 @@ from gkeflow.components.prepare.fanout_component import (
 )
 from gkeflow.pipelines.compute.profiles import ComputeProfile, apply_compute, validate_profiles
 from gkeflow.pipelines.compute.workspace import PipelineStorage, WorkspaceSettings
+from gkeflow.pipelines.operations import Operations
 from gkeflow.pipelines.preparation_settings import MAX_PARALLEL
 
 PIPELINE_NAME = "gkeflow-fanout-prepare"
@@ -54,13 +55,18 @@ def step_images() -> dict[str, str]:
 def build_fanout_pipeline(target: str = "local",
                           compute: Optional[Mapping[str, ComputeProfile]] = None,
                           parallelism: int = MAX_PARALLEL,
-                          workspace: Optional[WorkspaceSettings] = None):
+                          workspace: Optional[WorkspaceSettings] = None,
+                          operations: Optional[Operations] = None):
     """Define ``fanout_prepare_pipeline`` with each step's compute applied for ``target``
-    (``compute`` may hold other pipelines' steps too: only this pipeline's are used)."""
+    (``compute`` may hold other pipelines' steps too: only this pipeline's are used) and
+    the retention of ``operations``. It carries no notification: it returns its dataset,
+    and KFP refuses pipeline outputs from inside an exit handler."""
     profiles = resolve_compute(target, compute)
     storage = PipelineStorage(target, workspace)
+    operations = operations or Operations(target)
 
-    @dsl.pipeline(name=PIPELINE_NAME, pipeline_config=storage.config())
+    @dsl.pipeline(name=PIPELINE_NAME,
+                  pipeline_config=operations.pipeline_config(storage.config()))
     def fanout_prepare_pipeline(
         data_uri: str,
         label_column: str,

@@ -122,6 +122,15 @@ def select(config, environment: str = "default", schedule=None):
     return chosen
 
 
+def notifications_key(config) -> str:
+    """The notifications ``config`` carries (from :func:`select`) as canonical JSON: equal
+    settings give equal keys ("" for none), whatever lists they hold."""
+    settings = getattr(config, "_notify", None)
+    if settings is None:
+        return ""
+    return json.dumps(settings.model_dump(mode="json"), sort_keys=True)
+
+
 def of(config, target: str) -> Operations:
     """The :class:`Operations` a builder compiles for ``target`` from ``config`` (None:
     nothing)."""

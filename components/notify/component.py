@@ -28,7 +28,8 @@ def notify_run(
     Args:
         status: The run's final status (state, failed task, error), given by the backend.
         pipeline: The pipeline's name.
-        target: gke, vertex or local.
+        target: gke, vertex or local: the backend, whose names for the run's final state
+            are read (KFP: COMPLETE; Vertex AI: SUCCEEDED).
         run_name: The run's name (the backend fills it in).
         run_id: The run's id (the backend fills it in).
         link_template: The run's page, with {run_id} and {run_name} to fill in.
@@ -55,6 +56,7 @@ def notify_run(
         RunReport,
         changed_parameters,
         failed_task_from_message,
+        final_state,
         notify,
         now,
         parse_parameters,
@@ -67,10 +69,11 @@ def notify_run(
         vertex_run,
     )
 
-    state = str(status.state or "").upper()
+    # Each backend names the end its own way (KFP: COMPLETE; Vertex AI: SUCCEEDED).
     report = RunReport(
         pipeline=pipeline, run=run_name, target=target,
-        link=link_template.format(run_id=run_id, run_name=run_name), state=state,
+        link=link_template.format(run_id=run_id, run_name=run_name),
+        state=final_state(target, status.state), backend_state=str(status.state or ""),
         failed_task=failed_task_from_message(status.error_message or ""),
         error=status.error_message or "",
         parameters=changed_parameters(parse_parameters(parameters), json.loads(defaults)))

@@ -65,9 +65,36 @@ class NotifyError(RuntimeError):
     """A notification could not be built or sent (reported, never raised out of the step)."""
 
 
+#: What a run's end means to the message: the backend's own state names mapped per target.
+SUCCEEDED, FAILED, CANCELLED, UNKNOWN = "SUCCEEDED", "FAILED", "CANCELLED", "UNKNOWN"
+#: ``PipelineTaskFinalStatus.state`` as each backend fills it for the exit handler's group.
+#: Kubeflow Pipelines (gke): the group's ML Metadata execution state
+#: (``Execution.State``; backend/src/v2/driver/resolve.go), its error left empty. Vertex AI:
+#: ``PipelineTaskDetail.State`` (SKIPPED is a cache hit). kfp.local (local): SUCCEEDED or
+#: FAILED. States that are not an end (running, pending, cancelling...) and names not listed
+#: are UNKNOWN: never called a success, always reported with the backend's own word.
+BACKEND_STATES: dict[str, dict[str, str]] = {
+    "gke": {"COMPLETE": SUCCEEDED, "CACHED": SUCCEEDED, "FAILED": FAILED,
+            "CANCELED": CANCELLED, "NEW": UNKNOWN, "RUNNING": UNKNOWN, "UNKNOWN": UNKNOWN},
+    "vertex": {"SUCCEEDED": SUCCEEDED, "SKIPPED": SUCCEEDED, "FAILED": FAILED,
+               "CANCELLED": CANCELLED, "STATE_UNSPECIFIED": UNKNOWN, "PENDING": UNKNOWN,
+               "RUNNING": UNKNOWN, "CANCEL_PENDING": UNKNOWN, "CANCELLING": UNKNOWN,
+               "NOT_TRIGGERED": UNKNOWN},
+    "local": {"SUCCEEDED": SUCCEEDED, "FAILED": FAILED},
+}
+
+
+def final_state(target: str, backend_state: str | None) -> str:
+    """SUCCEEDED, FAILED, CANCELLED or UNKNOWN for ``backend_state`` as ``target``'s backend
+    names it (see :data:`BACKEND_STATES`)."""
+    return BACKEND_STATES.get(target, {}).get(str(backend_state or "").strip().upper(), UNKNOWN)
+
+
 @dataclass
 class RunReport:
-    """What the message says; also the ``generic`` JSON payload."""
+    """What the message says; also the ``generic`` JSON payload. ``state`` is SUCCEEDED,
+    FAILED, CANCELLED or UNKNOWN (:func:`final_state`); ``backend_state`` is the backend's
+    own word for it (KFP: ``COMPLETE``...)."""
 
     pipeline: str
     run: str
@@ -80,14 +107,26 @@ class RunReport:
     parameters: dict[str, str] = field(default_factory=dict)  # differing from defaults
     gate: str = ""
     registered_version: str = ""
+    backend_state: str = ""
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == SUCCEEDED
 
     @property
     def failed(self) -> bool:
-        return self.state not in ("SUCCEEDED", "SKIPPED")
+        return self.state in (FAILED, CANCELLED)
 
     def summary(self) -> str:
         duration = "" if self.duration_s is None else f" after {_duration(self.duration_s)}"
-        head = f"{self.pipeline} run {self.run} {self.state.lower()}{duration}"
+        if self.state == UNKNOWN:
+            raw = self.backend_state or "no state"
+            head = (f"{self.pipeline} run {self.run} ended{duration} in state {raw!r} on "
+                    f"{self.target}, neither a success nor a failure known to gkeflow")
+        else:
+            head = f"{self.pipeline} run {self.run} {self.state.lower()}{duration}"
+            if self.backend_state and final_state(self.target, self.backend_state) == UNKNOWN:
+                head += f" (read from its steps: {self.target} said {self.backend_state})"
         lines = [head]
         if self.failed_task:
             lines.append(f"failed step: {self.failed_task}")
@@ -109,25 +148,51 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
+def slack_escaped(text: str) -> str:
+    """``text`` as Slack shows it literally: ``&``, ``<`` and ``>`` are its control
+    characters (``<...>`` is a link or a mention) and must be sent as entities."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def chat_block(text: str) -> str:
+    """``text`` as a Google Chat monospace block, where Chat applies no formatting (``*``,
+    ``_``, ``~``, ``<url|text>`` links and ``<users/...>`` mentions stay as written). Chat
+    decodes no HTML entities in text messages, so nothing is entity-escaped; only a run of
+    three backquotes, which would end the block, is broken by zero-width spaces."""
+    return "```\n" + text.replace("```", "`\u200b`\u200b`") + "\n```"
+
+
+def _chat_label(text: str) -> str:
+    """A Google Chat link's label: no ``<``, ``>`` or ``|``, which end the link."""
+    return re.sub(r"[<>|]", "", text)
+
+
 def payload(report: RunReport, shape: str) -> dict[str, Any]:
-    """The webhook body: ``generic`` (every field), ``slack`` or ``google-chat``."""
+    """The webhook body: ``generic`` (every field, plain JSON), ``slack`` (``text`` with
+    Slack's three characters escaped) or ``google-chat`` (``text`` with the details in a
+    monospace block)."""
     if shape == "generic":
         return {"kind": "gkeflow.run", **asdict(report)}
-    icon = ":x:" if report.failed else ":white_check_mark:"
-    lines = report.summary().split("\n")
-    link = f"<{report.link}|{report.run}>"
+    icon = (":white_check_mark:" if report.succeeded else ":x:" if report.failed
+            else ":grey_question:")
+    head, *details = report.summary().split("\n")
     if shape == "slack":
-        return {"text": f"{icon} {lines[0]}\n" + "\n".join(lines[1:]) + f"\n{link}"}
+        link = f"<{slack_escaped(report.link)}|{slack_escaped(report.run)}>"
+        return {"text": "\n".join([f"{icon} {slack_escaped(head)}",
+                                   *map(slack_escaped, details), link])}
     if shape == "google-chat":
-        return {"text": f"*{lines[0]}*\n" + "\n".join(lines[1:]) + f"\n{link}"}
+        link = f"<{report.link}|{_chat_label(report.run)}>"
+        body = [chat_block("\n".join(details))] if details else []
+        return {"text": "\n".join([f"*{head.replace('*', '')}*", *body, link])}
     raise NotifyError(f"unknown webhook format {shape!r}; formats: {', '.join(FORMATS)}")
 
 
 def should_send(when: str, state: str) -> bool:
+    """Whether ``when`` asks for a run that ended in ``state`` (:func:`final_state`): every
+    end but a success counts as a failure, so an UNKNOWN end is never missed."""
     if when not in WHEN:
         raise NotifyError(f"unknown notification trigger {when!r}; choose {', '.join(WHEN)}")
-    succeeded = state in ("SUCCEEDED", "SKIPPED")
-    return when == "always" or (when == "success") == succeeded
+    return when == "always" or (when == "success") == (state == SUCCEEDED)
 
 
 def parse_parameters(text: str) -> dict[str, str]:
@@ -273,7 +338,8 @@ def notify(report: RunReport, *, when: str, shape: str, env_name: str = WEBHOOK_
     url = ""
     try:
         if not should_send(when, report.state):
-            return f"run {report.state.lower()}: no notification (notifications on {when})"
+            return (f"run {report.state.lower()} ({report.backend_state or 'no state'}): "
+                    f"no notification (notifications on {when})")
         body = payload(report, shape)
         url = webhook_url(env_name, secret_version, policy)
         status = post(url, body, policy)

@@ -22,8 +22,11 @@ import urllib.request
 from gkeflow.components.cloud.mlmd import version_text
 from gkeflow.components.cloud.retry import RetryPolicy
 
-#: Task groups and bookkeeping, not steps.
-_GROUPS = ("exit-handler-", "condition-", "for-loop-", "root", "notify-run")
+#: Task groups and bookkeeping (the notification itself: "notify-run", shown "Notify"),
+#: not steps.
+_GROUPS = ("exit-handler-", "condition-", "for-loop-", "root", "notify")
+#: Step states that are an end without a failure (the run API's names, see :func:`_state`).
+_GOOD_ENDS = ("SUCCEEDED", "SKIPPED", "CACHED")
 _STATE = {"CANCELED": "CANCELLED", "PIPELINE_STATE_FAILED": "FAILED"}
 
 
@@ -118,9 +121,23 @@ def _epoch(text: str) -> float | None:
         return None
 
 
+def state_of_steps(steps: list[dict]) -> str:
+    """The run's end read from its steps, for a backend state that is not an end (Kubeflow
+    Pipelines can hand the exit task RUNNING for a group holding a ParallelFor,
+    kubeflow/pipelines#13321): FAILED or CANCELLED when a step says so, SUCCEEDED when
+    every step ended well, else UNKNOWN."""
+    states = {t["state"] for t in steps}
+    if "FAILED" in states:
+        return "FAILED"
+    if states & {"CANCELLED", "CANCELING", "CANCELLING"}:
+        return "CANCELLED"
+    return "SUCCEEDED" if states and states <= set(_GOOD_ENDS) else "UNKNOWN"
+
+
 def apply_run(report, started: str, tasks: list[dict], now: float):
     """Fill ``report``'s duration (``started`` to ``now``), failed step, error, gate and
-    registered version from the run's start and ``tasks``."""
+    registered version from the run's start and ``tasks``; an UNKNOWN state is settled
+    from the steps (:func:`state_of_steps`)."""
     start = _epoch(started)
     if start is not None:
         report.duration_s = max(0.0, now - start)
@@ -129,6 +146,8 @@ def apply_run(report, started: str, tasks: list[dict], now: float):
     if failed:
         report.failed_task = failed[0]["name"]
         report.error = failed[0]["error"] or report.error
+    if report.state == "UNKNOWN":
+        report.state = state_of_steps(steps)
     states = {_key(t["name"]): t for t in steps}
     if states.get("evaluate-model", {}).get("state") == "SUCCEEDED":
         register = states.get("register-model")

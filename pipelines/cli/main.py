@@ -349,6 +349,19 @@ def _resolve_compute(config_path: Path | None, compute_overrides: tuple[str, ...
         raise click.BadParameter(str(exc), param_hint="--compute") from exc
 
 
+def _with_notifications(config, environment: str):
+    """``config`` carrying ``notifications.<environment>`` for compiling (none when the
+    file has none for it); an environment gkeflow.yaml does not know is refused."""
+    from gkeflow.pipelines.operations import select
+
+    known = {"default", *config.parameters, *config.notifications}
+    if environment not in known:
+        raise click.BadParameter(f"{environment!r} is not an environment of gkeflow.yaml "
+                                 f"(environments: {', '.join(sorted(known))})",
+                                 param_hint="--env")
+    return select(config, environment)
+
+
 @main.command("compile")
 @click.option("--target", type=click.Choice([*COMPILE_TARGETS, "all"]), default="all",
               show_default=True, help="Backend to compile for.")
@@ -361,8 +374,12 @@ def _resolve_compute(config_path: Path | None, compute_overrides: tuple[str, ...
 @click.option("--release", is_flag=True,
               help="Refuse to compile when any step's image is referenced by tag only "
                    "(not built: no digest in the images lock file).")
+@click.option("--env", "environment", default="default", show_default=True,
+              help="Whose notifications (notifications.<env> of gkeflow.yaml) the pipelines "
+                   "carry, as `submit --env` compiles them; retention is always compiled in. "
+                   "Parameters keep the pipelines' defaults.")
 @_compute_options
-def compile_command(target: str, output: Path, check: bool, release: bool,
+def compile_command(target: str, output: Path, check: bool, release: bool, environment: str,
                     config_path: Path | None, compute_overrides: tuple[str, ...]) -> None:
     """Compile the pipelines to YAML for Kubeflow Pipelines on GKE and/or Vertex AI Pipelines.
 
@@ -372,9 +389,12 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
     validated for the target first; every image is mapped to the registry of the
     `images:` section and pinned to the digest `gkeflow images build` recorded in the
     lock file (gkeflow.lock). `gkeflow plan` shows what each step will request.
+    The pipelines carry notifications.<--env> and retention: (docs/operating.md), with
+    only the names of the secrets holding a webhook URL.
     """
     from gkeflow.components.images import ImageLockError
     from gkeflow.pipelines.compute.profiles import ComputeError, target_notes
+    from gkeflow.pipelines.config import ConfigError
     from gkeflow.pipelines.images_config import image_map
     from gkeflow.pipelines.targets.compile import ReleaseError, compile_all, stale_files
     from gkeflow.pipelines.targets.component_yaml import compile_components, stale_component_files
@@ -382,7 +402,7 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
     targets = COMPILE_TARGETS if target == "all" else (target,)
     console = _console()
     compute = _resolve_compute(config_path, compute_overrides)
-    config = _load_config(config_path)  # its sweep: section shapes the sweep pipeline
+    config = _with_notifications(_load_config(config_path), environment)
     try:
         images = image_map(config.images)
         if check:
@@ -400,6 +420,9 @@ def compile_command(target: str, output: Path, check: bool, release: bool,
         paths += compile_components(output, images, release=release)
     except (ComputeError, ReleaseError, ImageLockError) as exc:
         raise click.ClickException(str(exc)) from exc
+    except ConfigError as exc:  # notifications a target cannot send
+        raise click.ClickException(f"--env {environment}: {exc}, or compile for the other "
+                                   "target alone (--target)") from exc
     for path in paths:
         console.print(f"wrote {path}", markup=False)
     for path, reason in paths.skipped.items():

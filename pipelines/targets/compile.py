@@ -71,7 +71,8 @@ def _fanout_prepare(target: str, compute=None, config=None):
 
     config = _loaded(config)
     return build_fanout_pipeline(target, pipeline_compute("fanout-prepare", compute),
-                                 config.preparation.parallelism, config.gke_workspace())
+                                 config.preparation.parallelism, config.gke_workspace(),
+                                 operations.Operations(target, retention=config.retention))
 
 
 #: Pipeline short name -> builder taking a target, per-step compute overrides and the

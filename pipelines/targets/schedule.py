@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from gkeflow.pipelines.config import ConfigError, GkeflowConfig, ScheduleConfig
-from gkeflow.pipelines.operations import select
+from gkeflow.pipelines.operations import notifications_key, select
+from gkeflow.pipelines.operations import of as operations_of
 from gkeflow.pipelines.targets.backends import RemoteSchedule, ScheduleRequest, lineage
 from gkeflow.pipelines.targets.cron import (
     kfp_cron,
@@ -122,19 +123,24 @@ def _targets_in_use(config: GkeflowConfig, target: str | None,
 
 def _compile_checked(config: GkeflowConfig, workdir: Path, targets: list[str],
                      version: str | None, dry_run: bool = False,
-                     flag=None) -> dict[tuple[str, str, Any], Any]:
-    """(target, pipeline, notifications) -> the prepared pipeline of every schedule, compiled
-    before any change is made; refuses images never built for the configured registry
-    (``dry_run``: hands ``flag(target, pipeline, line)`` the problem instead)."""
-    compiled: dict[tuple[str, str, Any], Any] = {}
+                     flag=None) -> dict[tuple[str, str, str], Any]:
+    """(target, pipeline, notifications key) -> the prepared pipeline of every schedule,
+    compiled before any change is made; refuses images never built for the configured
+    registry (``dry_run``: hands ``flag(target, pipeline, line)`` the problem instead) and
+    notifications the target cannot send (naming the schedule)."""
+    compiled: dict[tuple[str, str, str], Any] = {}
     for target_name in targets:
-        for schedule in config.schedules:
+        for index, schedule in enumerate(config.schedules):
             if schedule.target != target_name:
                 continue
             chosen = select(config, schedule=schedule)  # its notifications compiled in
-            key = (target_name, schedule.pipeline, chosen._notify)
+            key = (target_name, schedule.pipeline, notifications_key(chosen))
             if key in compiled:
                 continue
+            try:
+                operations_of(chosen, target_name)  # notifications the target cannot send
+            except ConfigError as exc:
+                raise ConfigError(f"schedules.{index} ({schedule.name}): {exc}") from None
             prepared = prepare_pipeline(schedule.pipeline, target_name,
                                         workdir / target_name / str(len(compiled)),
                                         version=version, config=chosen)
@@ -172,7 +178,7 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
         if schedule.target not in targets:
             continue
         chosen = select(config, schedule=schedule)
-        prepared = compiled[(schedule.target, schedule.pipeline, chosen._notify)]
+        prepared = compiled[(schedule.target, schedule.pipeline, notifications_key(chosen))]
         try:
             requests[(schedule.target, schedule.name)] = build_request(
                 schedule, config, prepared, at=at)
@@ -187,7 +193,7 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
         prepared_by_pipeline: dict[str, Any] = {}
         for schedule in wanted:
             chosen = select(config, schedule=schedule)  # its notifications compiled in
-            key = (schedule.pipeline, chosen._notify)
+            key = (schedule.pipeline, notifications_key(chosen))
             if key not in prepared_by_pipeline:
                 prepared = compiled[(target_name, *key)]
                 ids = None

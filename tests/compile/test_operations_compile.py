@@ -219,3 +219,99 @@ def test_the_pod_default_gives_the_labelled_step_a_run_api_token():
     # the path the notification step reads its token from
     assert env == {"name": "KF_PIPELINES_SA_TOKEN_PATH",
                    "value": f"{mount['mountPath']}/{token['path']}"}
+
+
+def _write(tmp_path, **extra):
+    path = tmp_path / "gkeflow.yaml"
+    path.write_text(yaml.safe_dump({"targets": TARGETS, "parameters": {"prod": {"epochs": 5}},
+                                    **extra}))
+    return str(path)
+
+
+def test_compile_env_prod_carries_notifications_prod_and_retention(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from gkeflow.pipelines.cli.main import main
+
+    monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", "https://hooks.slack.com/services/T0P-SECRET")
+    config = _write(tmp_path, notifications={"prod": {"webhook": WEBHOOK}},
+                    retention={"days": 7})
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["compile", "--env", "prod", "--config", config,
+                                       "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    files = [out / f"{p}.{t}.yaml" for p in ("training", "prediction", "sweep")
+             for t in ("gke", "vertex")]
+    for path in files:
+        docs = _docs(path)
+        parse_pipeline_spec_strict(docs[0], docs[1] if len(docs) > 1 else None)
+        tasks = docs[0]["root"]["dag"]["tasks"]
+        assert set(tasks) == {"exit-handler-1", "notify-run"}, path.name
+        inputs = tasks["notify-run"]["inputs"]["parameters"]
+        target = path.name.split(".")[1]
+        assert inputs["target"]["runtimeValue"]["constant"] == target
+        assert inputs["webhook_format"]["runtimeValue"]["constant"] == "slack"
+        text = path.read_text()
+        assert "T0P-SECRET" not in text and "hooks.slack.com" not in text
+        if target == "gke":
+            assert docs[1]["platforms"]["kubernetes"]["pipelineConfig"][
+                "resourceTtlOnCompletion"] == 7 * 86400
+            executor = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"][
+                "exec-notify-run"]
+            assert executor["secretAsEnv"][0]["secretName"] == "gkeflow-webhook"
+        else:
+            assert "resourceTtl" not in text
+            assert inputs["webhook_secret"]["runtimeValue"]["constant"] == WEBHOOK[
+                "vertex_secret"]
+    # fanout-prepare returns its dataset, which KFP refuses from inside an exit handler:
+    # retention only
+    fanout = _docs(out / "fanout-prepare.gke.yaml")
+    assert "notify-run" not in fanout[0]["root"]["dag"]["tasks"]
+    assert fanout[1]["platforms"]["kubernetes"]["pipelineConfig"][
+        "resourceTtlOnCompletion"] == 7 * 86400
+    # --check compares with what the same --env compiles; plain compile has no prod
+    runner = CliRunner()
+    check = ["compile", "--check", "--config", config, "--output", str(out)]
+    assert runner.invoke(main, [*check, "--env", "prod"]).exit_code == 0
+    plain = runner.invoke(main, check)
+    assert plain.exit_code == 1 and "stale:" in plain.output
+
+
+def test_plain_compile_carries_the_default_environment_s_notifications(tmp_path):
+    from click.testing import CliRunner
+
+    from gkeflow.pipelines.cli.main import main
+
+    config = _write(tmp_path, notifications={"default": {"when": "always",
+                                                         "webhook": WEBHOOK}})
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["compile", "--target", "gke", "--config", config,
+                                       "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    spec = _docs(out / "training.gke.yaml")[0]
+    assert spec["root"]["dag"]["tasks"]["notify-run"]["inputs"]["parameters"]["when"][
+        "runtimeValue"]["constant"] == "always"
+    assert "resourceTtl" not in (out / "training.gke.yaml").read_text()
+
+
+@pytest.mark.parametrize("args, settings, code, problem", [
+    (["--env", "staging"], {"webhook": WEBHOOK}, 2,
+     "'staging' is not an environment of gkeflow.yaml (environments: default, prod)"),
+    (["--env", "prod"], {"webhook": {"format": "slack", "gke_secret": "gkeflow-webhook"}}, 1,
+     "--env prod: notifications for target vertex: set webhook.vertex_secret"),
+    (["--env", "prod", "--target", "gke"], {"when": "always", "email": {
+        "recipients": ["ml-team@example.com"]}}, 1,
+     "--env prod: notifications.email: Kubeflow Pipelines on GKE sends no email"),
+])
+def test_compile_refuses_notifications_it_cannot_compile_in_one_line(
+        tmp_path, args, settings, code, problem):
+    from click.testing import CliRunner
+
+    from gkeflow.pipelines.cli.main import main
+
+    config = _write(tmp_path, notifications={"prod": settings})
+    result = CliRunner().invoke(main, ["compile", "--config", config,
+                                       "--output", str(tmp_path / "out"), *args])
+    assert result.exit_code == code
+    assert problem in " ".join(result.output.split()) and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()

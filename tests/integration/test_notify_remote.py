@@ -78,7 +78,7 @@ def test_a_scheduled_kfp_training_run_failing_in_train_model(
     monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(token_file))
     inputs = _exit_inputs(spec)
     assert inputs["run_api"] == "http://ml-pipeline.kubeflow:8888"  # in cluster
-    with WebhookReceiver() as hook:
+    with WebhookReceiver(slack=True) as hook:
         monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)  # what the Secret provides
         status = dsl.PipelineTaskFinalStatus(
             state="FAILED", pipeline_job_resource_name=run_id,
@@ -118,7 +118,7 @@ def test_a_kfp_training_run_that_registers_names_its_version(
     token_file.write_text(TOKEN)
     monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(token_file))
     kfp_runs.inject("POST", "^/ml_metadata", 503, count=1)  # retried like every call
-    with WebhookReceiver() as hook:
+    with WebhookReceiver(slack=True) as hook:
         monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)
         status = dsl.PipelineTaskFinalStatus(
             state="SUCCEEDED", pipeline_job_resource_name=submission.run_id,
@@ -150,7 +150,7 @@ def test_a_vertex_training_run_failing_in_train_model(vertex_runs, make_config, 
     inputs = _exit_inputs(spec)
     assert inputs["webhook_secret"] == SECRET and inputs["run_api"] == vertex_runs.url
     job_id = submission.run_id.rsplit("/", 1)[-1]
-    with WebhookReceiver() as hook:
+    with WebhookReceiver(slack=True) as hook:
         vertex_runs.secrets[SECRET] = hook.url
         monkeypatch.setenv("GKEFLOW_SECRET_MANAGER_ENDPOINT", vertex_runs.url)
         monkeypatch.delenv("GKEFLOW_WEBHOOK_URL", raising=False)
@@ -238,3 +238,137 @@ def test_the_registered_version_is_found_when_the_backend_hangs_it_on_the_driver
                                  state="SUCCEEDED"), started, tasks, now=0)
     assert report.gate == "passed: registered"
     assert kfp_registered_version(kfp_runs.url, tasks, policy) == "1"
+
+
+def _documented_email_schedule() -> dict:
+    """The weekly Vertex AI schedule with its own email, as docs/operating.md shows it."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    page = (Path(__file__).parents[2] / "docs" / "operating.md").read_text(encoding="utf-8")
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", page, re.DOTALL)]
+    (weekly,) = [s for b in blocks if isinstance(b, dict) for s in b.get("schedules") or []
+                 if (s.get("notifications") or {}).get("email")]
+    return weekly
+
+
+def test_the_documented_email_schedule_applies_on_vertex(vertex_runs, make_config, tmp_path):
+    weekly = _documented_email_schedule()
+    assert weekly["target"] == "vertex"
+    plain = {"name": "plain", "target": "vertex", "cron": "0 3 * * *"}
+    config = make_config(None, vertex_runs.url, schedules=[weekly, plain],
+                         notifications={"default": {"webhook": WEBHOOK}})
+    backend = VertexBackend(config.targets.vertex, policy=FAST)
+    first = apply(config, workdir=tmp_path / "1", backends={"vertex": backend})
+    assert sorted(a.kind for a in first.actions) == ["create", "create"]
+    from google.protobuf import json_format
+
+    specs = {s.display_name: json_format.MessageToDict(
+        s.create_pipeline_job_request.pipeline_job._pb.pipeline_spec)
+        for s in vertex_runs.schedules.values()}
+    email = specs[weekly["name"]]["root"]["dag"]["tasks"]["vertex-notification-email"]
+    recipients = email["inputs"]["parameters"]["recipients"]["runtimeValue"]["constant"]
+    assert recipients == weekly["notifications"]["email"]["recipients"]
+    assert "notify-run" in specs["plain"]["root"]["dag"]["tasks"]  # the default's webhook
+    # applied again unchanged: the same settings compile to the same schedule
+    again = apply(config, workdir=tmp_path / "2", backends={"vertex": backend})
+    assert [a.kind for a in again.actions] == ["unchanged", "unchanged"]
+
+
+def test_the_documented_email_schedule_is_refused_on_gke_in_one_line(
+        kfp_runs, token_env, make_config, tmp_path):
+    from gkeflow.pipelines.config import ConfigError
+
+    weekly = {**_documented_email_schedule(), "target": "gke"}
+    config = make_config(kfp_runs.url, None, schedules=[weekly])
+    with pytest.raises(ConfigError) as refused:
+        apply(config, workdir=tmp_path, backends={"gke": KfpBackend(config.targets.gke,
+                                                                    policy=FAST)})
+    message = str(refused.value)
+    assert "\n" not in message and "Kubeflow Pipelines on GKE sends no email" in message
+    assert message.startswith(f"schedules.0 ({weekly['name']}): notifications.email")
+    assert not kfp_runs.recurring_runs
+
+
+# PipelineTaskFinalStatus as each backend hands it to the exit task. KFP's driver
+# (backend/src/v2/driver/resolve.go): the exit handler group's ML Metadata execution state,
+# the group's task name, an empty error; RUNNING when the group holds a ParallelFor
+# (kubeflow/pipelines#13321). Vertex AI: its task state, with an error on failure.
+VERTEX_ENDS = {"succeeded": ("SUCCEEDED", None, None),
+               "failed": ("FAILED", 9, "The DAG failed because some tasks failed. The failed "
+                                       "tasks are: [train-model].")}
+
+
+@pytest.mark.parametrize("end, state", [("succeeded", "COMPLETE"), ("failed", "FAILED"),
+                                        ("succeeded", "RUNNING"), ("failed", "RUNNING")])
+def test_a_kfp_run_with_when_failure_notifies_only_when_it_failed(
+        end, state, kfp_runs, token_env, make_config, tmp_path, monkeypatch, capsys):
+    config = make_config(kfp_runs.url, None, notifications={"default": {"webhook": WEBHOOK}})
+    if end == "failed":
+        kfp_runs.fail_task = "train-model"
+    submission, _ = submit(config, "training", "gke", environment="default", overrides={},
+                           workdir=tmp_path, backend=KfpBackend(config.targets.gke,
+                                                                policy=FAST),
+                           version="g1")
+    run = kfp_runs.finish(submission.run_id)
+    (spec,) = kfp_runs.specs.values()
+    inputs = _exit_inputs(spec)
+    assert (inputs["target"], inputs["when"]) == ("gke", "failure")
+    token_file = tmp_path / "sa-token"
+    token_file.write_text(TOKEN)
+    monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(token_file))
+    with WebhookReceiver(slack=True) as hook:
+        monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)
+        status = dsl.PipelineTaskFinalStatus(
+            state=state, pipeline_job_resource_name=submission.run_id,
+            pipeline_task_name="exit-handler-1", error_code=None, error_message=None)
+        _run_exit_task(inputs, status=status, run_name=run["display_name"],
+                       run_id=submission.run_id, run_api=kfp_runs.url, metadata_api="")
+    output = capsys.readouterr().out
+    if end == "succeeded":
+        assert hook.messages == [] and hook.attempts == 0
+        assert f"run succeeded ({state}): no notification (notifications on failure)" in output
+        return
+    (sent,) = hook.messages
+    assert sent["text"].startswith(f":x: gkeflow-training run {run['display_name']} failed")
+    assert "failed step: Train model" in sent["text"]
+    assert kfp_runs.error_message in sent["text"]
+
+
+@pytest.mark.parametrize("end", ["succeeded", "failed"])
+def test_a_vertex_run_with_when_failure_notifies_only_when_it_failed(
+        end, vertex_runs, make_config, tmp_path, monkeypatch, capsys):
+    config = make_config(None, vertex_runs.url,
+                         notifications={"default": {"webhook": WEBHOOK}})
+    if end == "failed":
+        vertex_runs.fail_task = "train-model"
+    submission, _ = submit(config, "training", "vertex", environment="default",
+                           overrides={}, workdir=tmp_path,
+                           backend=VertexBackend(config.targets.vertex, policy=FAST),
+                           version="g1")
+    job = vertex_runs.finish(submission.run_id)
+    from google.protobuf import json_format
+
+    inputs = _exit_inputs(json_format.MessageToDict(job._pb.pipeline_spec))
+    assert (inputs["target"], inputs["when"]) == ("vertex", "failure")
+    state, code, message = VERTEX_ENDS[end]
+    with WebhookReceiver(slack=True) as hook:
+        vertex_runs.secrets[SECRET] = hook.url
+        monkeypatch.setenv("GKEFLOW_SECRET_MANAGER_ENDPOINT", vertex_runs.url)
+        monkeypatch.delenv("GKEFLOW_WEBHOOK_URL", raising=False)
+        status = dsl.PipelineTaskFinalStatus(
+            state=state, pipeline_job_resource_name=submission.run_id,
+            pipeline_task_name="exit-handler-1", error_code=code, error_message=message)
+        _run_exit_task(inputs, status=status, run_name=submission.run_id.rsplit("/", 1)[-1],
+                       run_id="uuid-1", parameters="")
+    output = capsys.readouterr().out
+    if end == "succeeded":
+        assert hook.messages == [] and hook.attempts == 0 and vertex_runs.secret_reads == []
+        assert "run succeeded (SUCCEEDED): no notification" in output
+        return
+    (sent,) = hook.messages
+    assert sent["text"].startswith(":x: gkeflow-training run ")
+    assert "failed step: train-model" in sent["text"]
+    assert vertex_runs.error_message in sent["text"]

@@ -1,9 +1,12 @@
 """A local HTTP receiver for webhook notifications: records every POST (JSON bodies), can
-answer 503 a number of times first, or be down (a closed port)."""
+answer 503 a number of times first, or be down (a closed port). With ``slack=True`` it
+answers 400 to a ``text`` that breaks Slack's escaping rule (``&``, ``<`` and ``>`` only as
+``&amp;``, ``&lt;``, ``&gt;``, except around a ``<http...|label>`` link)."""
 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -12,8 +15,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class WebhookReceiver:
     """``with WebhookReceiver(fail_first=1) as hook: ... hook.messages``."""
 
-    def __init__(self, fail_first: int = 0, path: str = "/hooks/T0P-SECRET-9c1e"):
+    def __init__(self, fail_first: int = 0, path: str = "/hooks/T0P-SECRET-9c1e",
+                 slack: bool = False):
         self.messages: list[dict] = []
+        self.rejected: list[str] = []
         self.attempts = 0
         self.fail_first = fail_first
         self.path = path
@@ -31,6 +36,9 @@ class WebhookReceiver:
                     status = 404
                 elif outer.attempts <= outer.fail_first:
                     status = 503
+                elif slack and not slack_text_ok(json.loads(body).get("text", "")):
+                    outer.rejected.append(json.loads(body).get("text", ""))
+                    status = 400
                 else:
                     outer.messages.append(json.loads(body))
                     status = 200
@@ -52,6 +60,17 @@ class WebhookReceiver:
     def __exit__(self, *exc):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+_SLACK_LINK = re.compile(r"<https?://[^<>|\s]+\|[^<>]*>")
+_SLACK_ENTITY = re.compile(r"&(amp|lt|gt);")
+
+
+def slack_text_ok(text: str) -> bool:
+    """Whether ``text`` follows Slack's escaping rule: with its links taken out, no ``<``
+    or ``>`` remains and every ``&`` starts one of the three entities."""
+    rest = _SLACK_ENTITY.sub("", _SLACK_LINK.sub("", text))
+    return not re.search(r"[<>&]", rest)
 
 
 def down_url() -> str:

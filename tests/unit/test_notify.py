@@ -33,11 +33,61 @@ def _report(**changes) -> RunReport:
 
 @pytest.mark.parametrize("when, state, expected", [
     ("failure", "FAILED", True), ("failure", "SUCCEEDED", False),
-    ("failure", "CANCELLED", True), ("success", "SUCCEEDED", True),
-    ("success", "FAILED", False), ("always", "FAILED", True), ("always", "SUCCEEDED", True),
+    ("failure", "CANCELLED", True), ("failure", "UNKNOWN", True),
+    ("success", "SUCCEEDED", True), ("success", "FAILED", False),
+    ("success", "UNKNOWN", False), ("always", "FAILED", True), ("always", "SUCCEEDED", True),
+    ("always", "UNKNOWN", True),
 ])
 def test_when_decides_which_endings_are_sent(when, state, expected):
     assert should_send(when, state) is expected
+
+
+#: Every state each backend can put in the exit handler's PipelineTaskFinalStatus: KFP's
+#: ML Metadata Execution.State names, Vertex AI's PipelineTaskDetail.State names, kfp.local's.
+BACKEND_CASES = [
+    ("gke", "COMPLETE", "SUCCEEDED"), ("gke", "CACHED", "SUCCEEDED"),
+    ("gke", "FAILED", "FAILED"), ("gke", "CANCELED", "CANCELLED"),
+    ("gke", "RUNNING", "UNKNOWN"), ("gke", "NEW", "UNKNOWN"), ("gke", "UNKNOWN", "UNKNOWN"),
+    ("gke", "SUCCEEDED", "UNKNOWN"),  # not a word KFP's driver uses
+    ("vertex", "SUCCEEDED", "SUCCEEDED"), ("vertex", "SKIPPED", "SUCCEEDED"),
+    ("vertex", "FAILED", "FAILED"), ("vertex", "CANCELLED", "CANCELLED"),
+    ("vertex", "PENDING", "UNKNOWN"), ("vertex", "RUNNING", "UNKNOWN"),
+    ("vertex", "CANCEL_PENDING", "UNKNOWN"), ("vertex", "CANCELLING", "UNKNOWN"),
+    ("vertex", "NOT_TRIGGERED", "UNKNOWN"), ("vertex", "STATE_UNSPECIFIED", "UNKNOWN"),
+    ("vertex", "COMPLETE", "UNKNOWN"),  # not a word Vertex AI uses
+    ("local", "SUCCEEDED", "SUCCEEDED"), ("local", "FAILED", "FAILED"),
+    ("gke", "", "UNKNOWN"), ("vertex", None, "UNKNOWN"), ("elsewhere", "SUCCEEDED", "UNKNOWN"),
+]
+
+
+@pytest.mark.parametrize("target, backend_state, state", BACKEND_CASES)
+def test_each_backend_s_states_are_mapped_explicitly(target, backend_state, state):
+    from gkeflow.components.notify.logic import BACKEND_STATES, final_state
+
+    assert final_state(target, backend_state) == state
+    assert final_state(target, (backend_state or "").lower()) == state
+    named = {(t, s) for t, s, _ in BACKEND_CASES}
+    assert all((t, s) in named for t, states in BACKEND_STATES.items() for s in states)
+
+
+@pytest.mark.parametrize("target, backend_state, state", BACKEND_CASES)
+def test_each_backend_state_is_sent_or_not_as_when_failure_asks(
+        target, backend_state, state, monkeypatch):
+    report = _report(target=target, state=state, backend_state=backend_state or "",
+                     failed_task="", error="")
+    with WebhookReceiver() as hook:
+        monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)
+        line = notify(report, when="failure", shape="slack", policy=FAST)
+    if state == "SUCCEEDED":
+        assert hook.messages == [] and line.startswith("run succeeded")
+        return
+    (message,) = hook.messages
+    text = message["text"]
+    if state == "UNKNOWN":
+        assert text.startswith(":grey_question:") and "neither a success nor a failure" in text
+        assert repr(backend_state or "no state") in text and "succeeded" not in text
+    else:
+        assert text.startswith(f":x: gkeflow-training run nightly-42 {state.lower()} after")
 
 
 def test_every_shape_names_the_run_step_error_and_link():
@@ -144,3 +194,70 @@ def test_the_send_budget_is_a_minute_unless_told_otherwise(raw, budget, monkeypa
     assert policy.budget_s == budget
     assert policy.call_timeout_s == min(10.0, budget)
     assert ("not a positive number" in capsys.readouterr().out) == (raw in ("-1", "soon"))
+
+
+ODD_ERROR = "ValueError: NaN loss & batch 512 <train.py:88> *not bold* <users/all>"
+
+
+def test_a_slack_message_escapes_slack_s_control_characters(monkeypatch):
+    report = _report(error=ODD_ERROR, parameters={"query": "a<b & c>d"},
+                     link="https://kfp.example.com/#/runs/details/r-1?a=1&b=2")
+    with WebhookReceiver(slack=True) as hook:
+        monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)
+        line = notify(report, when="failure", shape="slack", policy=FAST)
+    assert line == "notification sent (slack, HTTP 200)" and not hook.rejected
+    (text,) = hook.messages[0].values()
+    assert ("error: ValueError: NaN loss &amp; batch 512 &lt;train.py:88&gt; *not bold* "
+            "&lt;users/all&gt;") in text
+    assert "query=a&lt;b &amp; c&gt;d" in text
+    assert text.endswith("<https://kfp.example.com/#/runs/details/r-1?a=1&amp;b=2|nightly-42>")
+
+
+def test_the_slack_receiver_refuses_unescaped_text(monkeypatch):
+    from gkeflow.components.notify.logic import post
+
+    with WebhookReceiver(slack=True) as hook:
+        with pytest.raises(Exception, match="HTTP 400"):
+            post(hook.url, {"text": "error <train.py:88>"}, FAST)
+    assert hook.rejected == ["error <train.py:88>"]
+
+
+def test_a_google_chat_message_keeps_the_error_as_written_in_a_monospace_block(monkeypatch):
+    report = _report(error=ODD_ERROR + " ```x```")
+    with WebhookReceiver() as hook:
+        monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)
+        notify(report, when="failure", shape="google-chat", policy=FAST)
+    (text,) = hook.messages[0].values()
+    head, opening, *block, link = text.split("\n")
+    assert head == "*gkeflow-training run nightly-42 failed after 12m34s*"
+    assert opening == "```" and block[-1] == "```" and "```" not in "".join(block[:-1])
+    assert ("error: ValueError: NaN loss & batch 512 <train.py:88> *not bold* <users/all> "
+            "`\u200b`\u200b`x`\u200b`\u200b`") in block
+    assert "&lt;" not in text and "&amp;" not in text  # Chat shows entities as they are
+    assert link == "<https://kfp.example.com/#/runs/details/r-1|nightly-42>"
+
+
+@pytest.mark.parametrize("steps, state", [
+    (["SUCCEEDED", "SUCCEEDED", "SKIPPED"], "SUCCEEDED"),
+    (["SUCCEEDED", "FAILED", "SKIPPED"], "FAILED"),
+    (["SUCCEEDED", "CANCELLED"], "CANCELLED"),
+    (["SUCCEEDED", "RUNNING"], "UNKNOWN"),
+    ([], "UNKNOWN"),
+])
+def test_a_state_that_is_no_end_is_settled_from_the_run_s_steps(steps, state):
+    """KFP hands the exit task RUNNING for a group holding a ParallelFor (#13321)."""
+    tasks = [{"name": f"step-{i}", "state": s, "error": "", "metadata": {}}
+             for i, s in enumerate(steps)]
+    tasks += [{"name": "exit-handler-1", "state": "RUNNING", "error": "", "metadata": {}},
+              {"name": "Notify", "state": "RUNNING", "error": "", "metadata": {}}]
+    report = _report(state="UNKNOWN", backend_state="RUNNING", failed_task="", error="")
+    apply_run(report, "", tasks, now=0)
+    assert report.state == state
+    text = payload(report, "slack")["text"]
+    if state == "UNKNOWN":
+        assert "in state 'RUNNING' on gke" in text
+    else:
+        assert f"{state.lower()} after 12m34s (read from its steps: gke said RUNNING)" in text
+    settled = _report(state="SUCCEEDED", backend_state="COMPLETE")  # an end stays as it is
+    apply_run(settled, "", tasks, now=0)
+    assert settled.state == "SUCCEEDED" and "read from its steps" not in settled.summary()
