@@ -376,3 +376,38 @@ def test_training_on_cpu_records_utilisation_as_missing(prepared_penguins, tmp_p
     assert metadata["metrics"]["gpu_utilisation_missing"] == 1.0
     out = capsys.readouterr().out
     assert out.count("gpu utilisation: not sampled") == 1
+
+
+@pytest.mark.slow
+def test_the_train_step_at_15_percent_warns_in_its_summary_metrics_and_card(
+        prepared_penguins, tmp_path, monkeypatch, capsys):
+    import sys
+    import threading
+
+    from kfp.dsl import Artifact, Dataset, Metrics, Model
+
+    from gkeflow.components.evaluate.model_card import gpu_utilisation_section
+    from gkeflow.components.train.component import train_model
+
+    nvml = fake_nvml([gpu([15], used_mib=3000, total_mib=24000)])
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)  # NVML itself, the library boundary
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    dataset_dir, _ = prepared_penguins
+    model, metrics = Model(uri=str(tmp_path / "model")), Metrics(uri=str(tmp_path / "metrics"))
+    summary = json.loads(train_model.python_func(
+        dataset=Dataset(uri=str(dataset_dir)),
+        schema=Artifact(uri=str(dataset_dir / "schema.json")),
+        model=model, metrics=metrics, tensorboard=Artifact(uri=str(tmp_path / "tb")),
+        epochs=2, hidden_units="8", early_stopping_patience=0, gpu_sample_interval_s=1))
+
+    assert len(summary["warnings"]) == 1 and "averaged 15%" in summary["warnings"][0]
+    logged = metrics.metadata
+    assert logged["gpu_utilisation_missing"] == 0 and logged["gpu_utilisation_mean_pct"] == 15
+    assert logged["gpu_memory_used_peak_mib"] == 3000 and logged["gpu_memory_total_mib"] == 24000
+    assert all(v == 15 for k, v in logged.items()
+               if k.startswith("epoch_") and k.endswith("utilisation_mean_pct"))
+    assert model.metadata["gpu_utilisation_warning"] == summary["warnings"][0]
+    assert summary["warnings"][0] in gpu_utilisation_section(tmp_path / "model")
+    assert capsys.readouterr().out.count(f"WARNING: {summary['warnings'][0]}") == 1
+    assert nvml.state["shutdowns"] == 1
+    assert not [t for t in threading.enumerate() if t.name == "gkeflow-gpu-sampler"]
