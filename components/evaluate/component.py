@@ -73,7 +73,7 @@ def evaluate_model(
     from gkeflow.components._atomic import write_text_atomic
     from gkeflow.components.evaluate.logic import evaluate
     from gkeflow.components.evaluate.metrics import roc_points
-    from gkeflow.components.evaluate.model_card import render_model_card
+    from gkeflow.components.evaluate.model_card import gpu_utilisation_section, render_model_card
     from gkeflow.components.prepare.logic import Schema
     from gkeflow.components.sweep.logic import sweep_card_section
 
@@ -98,7 +98,8 @@ def evaluate_model(
     classification_metrics.log_roc_curve(**roc_points(result.roc))
     classification_metrics.metadata["rocPositiveClass"] = result.roc_class
     write_text_atomic(Path(model_card.path),
-                      render_model_card(result) + sweep_card_section(Path(model.path)))
+                      render_model_card(result) + gpu_utilisation_section(Path(model.path))
+                      + sweep_card_section(Path(model.path)))
     write_text_atomic(Path(evaluation.path), result.to_json())
     evaluation.metadata.update({
         "blessed": result.passed,

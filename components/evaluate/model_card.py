@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 from gkeflow.components.evaluate.logic import Evaluation
 from gkeflow.components.evaluate.metrics import LOWER_IS_BETTER, OVERALL_METRICS
 
@@ -102,4 +106,41 @@ def render_model_card(evaluation: Evaluation) -> str:
             if with_champion:
                 row += f" {_cell(s.champion_accuracy)} |"
             lines.append(row)
+    return "\n".join(lines) + "\n"
+
+
+def gpu_utilisation_section(model_dir: Path) -> str:
+    """The card's "GPU utilisation during training" section, from the utilisation the
+    training step recorded in the model's metadata; empty for models without it."""
+    from gkeflow.components.train.logic import MODEL_METADATA_FILE
+
+    path = Path(model_dir) / MODEL_METADATA_FILE
+    if not path.is_file():
+        return ""
+    usage: dict[str, Any] | None = json.loads(path.read_text()).get("gpu_utilisation")
+    if not usage:
+        return ""
+    lines = ["", "## GPU utilisation during training", ""]
+    run = usage.get("run")
+    if usage.get("status") != "sampled" or not run:
+        lines.append(f"Not recorded: {_escape(usage.get('reason') or 'no sample')}.")
+        return "\n".join(lines) + "\n"
+    lines.append(
+        f"{usage['samples']} samples, every {usage['interval_s']:g} s, of {usage['devices']} "
+        f"GPU(s): utilisation mean {run['utilisation_mean_pct']:.1f}%, p10 "
+        f"{run['utilisation_p10_pct']}%, peak {run['utilisation_peak_pct']}%; memory used "
+        f"mean {run['memory_used_mean_mib']:.0f} MiB, p10 {run['memory_used_p10_mib']:.0f} "
+        f"MiB, peak {run['memory_used_peak_mib']:.0f} of {run['memory_total_mib']:.0f} MiB.")
+    if usage.get("reason"):
+        lines += ["", f"Note: {_escape(usage['reason'])}."]
+    if usage.get("warning"):
+        lines += ["", f"⚠️ {_escape(usage['warning'])}."]
+    epochs = usage.get("epochs") or {}
+    if epochs:
+        lines += ["", "| epoch | mean % | p10 % | peak % | memory used peak (MiB) |",
+                  "|---|---|---|---|---|"]
+        for epoch, f in sorted(epochs.items(), key=lambda item: int(item[0])):
+            lines.append(f"| {epoch} | {f['utilisation_mean_pct']:.1f} | "
+                         f"{f['utilisation_p10_pct']} | {f['utilisation_peak_pct']} | "
+                         f"{f['memory_used_peak_mib']:.0f} |")
     return "\n".join(lines) + "\n"

@@ -34,6 +34,8 @@ def train_model(
     seed: int = 42,
     continue_on_error: bool = False,
     workspace_path: str = "",
+    gpu_sample_interval_s: float = 5.0,
+    gpu_utilisation_warn_below: float = 40.0,
 ) -> str:
     """Trains a Keras classifier on the train split and exports a SavedModel taking raw features.
 
@@ -46,7 +48,9 @@ def train_model(
         dataset: Splits written by prepare_data.
         schema: Column types and vocabularies written by prepare_data.
         model: SavedModel whose serving signature takes raw feature values.
-        metrics: Loss and accuracy at the best epoch, examples/s, GPU memory.
+        metrics: Loss and accuracy at the best epoch, examples/s, GPU memory, GPU
+            utilisation (mean, p10, peak per run and per epoch; gpu_utilisation_missing = 1
+            without a GPU).
         tensorboard: TensorBoard event files of the run.
         epochs: Maximum passes over the training split.
         batch_size: Examples per step per replica (the global batch scales with replicas).
@@ -74,9 +78,13 @@ def train_model(
             failing the step (sweep trials); a preemption still fails it, so a retry resumes.
         workspace_path: The run's workspace (dsl.WORKSPACE_PATH_PLACEHOLDER on GKE with a
             root other than gs://): shards are read and checkpoints kept there; "" = none.
+        gpu_sample_interval_s: Seconds between GPU utilisation samples (kept within 1-60).
+        gpu_utilisation_warn_below: Warn when the run's mean GPU utilisation (%) is below
+            this (the GPUs mostly waited: input-bound or batches too small); 0 = never.
 
     Returns:
-        JSON summary: trial_id (the task name), status, eval-split metrics and model URI.
+        JSON summary: trial_id (the task name), status, eval-split metrics, model URI and
+        warnings (e.g. low GPU utilisation).
     """
     from pathlib import Path
 
@@ -94,6 +102,8 @@ def train_model(
         precision=precision, jit_compile=jit_compile, require_gpu=require_gpu,
         user_module=user_module, checkpoint_every_epochs=checkpoint_every_epochs,
         checkpoint_every_steps=checkpoint_every_steps,
+        gpu_sample_interval_s=gpu_sample_interval_s,
+        gpu_utilisation_warn_below=gpu_utilisation_warn_below,
     )
     location = resolve_checkpoint_location(checkpoint_uri, checkpoint_root, pipeline_run_id,
                                            task_name, checkpoint_key,
@@ -135,6 +145,9 @@ def train_model(
         metrics.log_metric(name, round(value, 6))
     metrics.log_metric("examples_per_s", round(result.examples_per_s, 1))
     metrics.log_metric("best_epoch", result.best_epoch)
+    usage = result.gpu_utilisation
+    for name, value in (usage.epoch_metrics() if usage else {}).items():
+        metrics.log_metric(name, round(value, 6))
     model.metadata.update({
         "framework": "tensorflow",
         "epochs_run": result.epochs_run,
@@ -143,6 +156,9 @@ def train_model(
         "strategy": result.strategy,
         "precision": result.precision,
         "training_data_uri": dataset.uri,
+        "gpu_utilisation": usage.summary_line() if usage else "",
+        "gpu_utilisation_warning": result.gpu_utilisation_warning,
     })
     tensorboard.metadata["log_dir"] = tensorboard.uri
-    return trial_report(task_name, model.uri, result.metrics)
+    warnings = [result.gpu_utilisation_warning] if result.gpu_utilisation_warning else []
+    return trial_report(task_name, model.uri, result.metrics, warnings=warnings)

@@ -28,6 +28,12 @@ import pandas as pd
 
 from gkeflow.components._atomic import publish_dir
 from gkeflow.components.prepare.logic import Schema, load_split
+from gkeflow.components.train.utilisation import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_WARN_BELOW_PCT,
+    GpuSampler,
+    UtilisationReport,
+)
 
 MODEL_METADATA_FILE = "gkeflow_model.json"
 SERVING_SIGNATURE = "serve"
@@ -58,6 +64,8 @@ class TrainParams:
     cache_dataset: str = "auto"
     checkpoint_every_epochs: int = 1
     checkpoint_every_steps: int = 0
+    gpu_sample_interval_s: float = DEFAULT_INTERVAL_S
+    gpu_utilisation_warn_below: float = DEFAULT_WARN_BELOW_PCT
 
     def __post_init__(self) -> None:
         from gkeflow.components.train.devices import PRECISIONS
@@ -85,6 +93,11 @@ class TrainParams:
             raise ValueError(f"cache_dataset must be auto, on or off; got {self.cache_dataset!r}")
         if self.checkpoint_every_epochs < 0 or self.checkpoint_every_steps < 0:
             raise ValueError("checkpoint frequencies must be >= 0")
+        if not self.gpu_sample_interval_s > 0:
+            raise ValueError("gpu_sample_interval_s must be > 0 (it is kept within 1-60 s)")
+        if not 0 <= self.gpu_utilisation_warn_below <= 100:
+            raise ValueError("gpu_utilisation_warn_below must be a percentage in [0, 100] "
+                             "(0 = never warn)")
 
 
 @dataclass
@@ -99,6 +112,10 @@ class TrainResult:
     epoch_examples_per_s: list[float] = field(default_factory=list)
     strategy: str = ""
     precision: str = "float32"
+    #: GPU utilisation sampled during fit (status ``missing`` without a GPU).
+    gpu_utilisation: UtilisationReport | None = None
+    #: One line when the GPUs were mostly idle (input-bound or small batches); "" otherwise.
+    gpu_utilisation_warning: str = ""
 
 
 def input_names(schema: Schema) -> dict[str, str]:
@@ -296,15 +313,11 @@ def fit_multi_worker(model, strategy, train_ds, eval_ds, epochs: int, initial_ep
             break
 
 
-def throughput_callback(examples_per_epoch: int, log_dir: Path | None = None,
-                        sample_gpus: bool = False):
-    """A Keras callback recording examples per second of each epoch (and GPU utilisation
-    where visible) in ``.rates`` / ``.gpu_utilisation`` and, with a log directory, as
-    TensorBoard scalars."""
+def throughput_callback(examples_per_epoch: int, log_dir: Path | None = None):
+    """A Keras callback recording examples per second of each epoch in ``.rates`` and, with
+    a log directory, as TensorBoard scalars."""
     import keras
     import tensorflow as tf
-
-    from gkeflow.components.train.devices import gpu_utilisation
 
     writer = tf.summary.create_file_writer(str(log_dir / "throughput")) if log_dir else None
 
@@ -312,7 +325,6 @@ def throughput_callback(examples_per_epoch: int, log_dir: Path | None = None,
         def __init__(self):
             super().__init__()
             self.rates: list[float] = []
-            self.gpu_utilisation: list[float] = []
 
         def on_epoch_begin(self, epoch, logs=None):
             self._started = time.perf_counter()
@@ -321,14 +333,9 @@ def throughput_callback(examples_per_epoch: int, log_dir: Path | None = None,
             elapsed = time.perf_counter() - self._started
             rate = examples_per_epoch / max(elapsed, 1e-9)
             self.rates.append(rate)
-            utilisation = gpu_utilisation() if sample_gpus else None
-            if utilisation is not None:
-                self.gpu_utilisation.append(utilisation)
             if writer is not None:
                 with writer.as_default():
                     tf.summary.scalar("examples_per_s", rate, step=epoch)
-                    if utilisation is not None:
-                        tf.summary.scalar("gpu_utilisation_pct", utilisation, step=epoch)
                 writer.flush()
 
     return Throughput()
@@ -483,14 +490,15 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     # A resumed run with no epoch left to train never calls fit, which is what hands Keras
     # callbacks their model: hand it over here so the best weights can still be restored.
     checkpoint.set_model(classifier)
-    throughput = throughput_callback(rows["train"], tensorboard_dir,
-                                     sample_gpus=bool(found.gpus))
-    callbacks = [checkpoint, throughput]
+    throughput = throughput_callback(rows["train"], tensorboard_dir)
+    gpu_sampler = GpuSampler(params.gpu_sample_interval_s)
+    callbacks = [checkpoint, throughput, gpu_sampler.callback(tensorboard_dir)]
     if tensorboard_dir is not None:
         callbacks.append(keras.callbacks.TensorBoard(log_dir=str(tensorboard_dir)))
     initial_epoch = state.epochs_completed if state else 0
     previous_handler = checkpoint.install_sigterm_handler() if checkpoint_dir else None
     started = time.perf_counter()
+    gpu_sampler.start()
     try:
         if initial_epoch < params.epochs and not (state and state.stopped_early):
             if plan.kind == "multi_worker_mirrored":
@@ -521,6 +529,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
                                initial_epoch=initial_epoch, callbacks=callbacks, verbose=2,
                                shuffle=False)
     finally:
+        gpu_sampler.stop()
         if previous_handler is not None:
             signal.signal(signal.SIGTERM, previous_handler)
     elapsed = time.perf_counter() - started
@@ -537,9 +546,11 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         metrics["eval_loss"] = final["val_loss"]
         metrics["eval_accuracy"] = final["val_accuracy"]
     metrics.update(dev.gpu_memory_metrics())
-    if throughput.gpu_utilisation:
-        metrics["gpu_utilisation_pct"] = sum(throughput.gpu_utilisation) / len(
-            throughput.gpu_utilisation)
+    usage = gpu_sampler.report(params.gpu_utilisation_warn_below)
+    print(usage.summary_line(), flush=True)
+    if usage.warning:
+        print(f"WARNING: {usage.warning}", flush=True)
+    metrics.update(usage.metrics())
 
     metadata = {
         "framework": "tensorflow",
@@ -565,6 +576,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         "replicas": replicas,
         "precision": precision,
         "metrics": metrics,
+        "gpu_utilisation": usage.to_dict(),
     }
     _export(model_dir if chief else private / "model", preprocessor, classifier, schema,
             metadata)
@@ -585,6 +597,8 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         epoch_examples_per_s=rates,
         strategy=plan.description,
         precision=precision,
+        gpu_utilisation=usage,
+        gpu_utilisation_warning=usage.warning,
     )
 
 

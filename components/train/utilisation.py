@@ -1,0 +1,344 @@
+"""GPU utilisation during training: NVML sampled on a daemon thread, summarised per epoch
+and for the whole run.
+
+:class:`GpuSampler` reads every visible GPU's utilisation and memory through NVML
+(``nvidia-ml-py``, module ``pynvml``; injected as ``nvml`` so tests pass a fake) every
+``interval_s`` seconds, off the training thread. It never fails training: without NVML, a
+driver or a GPU it records nothing and says so in one line; an NVML error mid-run stops
+sampling with one line and keeps what was read. :meth:`GpuSampler.report` gives the mean,
+p10 (nearest rank) and peak per epoch and for the run, and a one-line warning when the
+run's mean utilisation is below a threshold.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_INTERVAL_S = 5.0
+MIN_INTERVAL_S = 1.0
+MAX_INTERVAL_S = 60.0
+DEFAULT_WARN_BELOW_PCT = 40.0
+MIB = 2**20
+
+#: NVML errors at start-up, by class name, as a person reads them.
+_START_ERRORS = {
+    "NVMLError_LibraryNotFound": "the NVML library (libnvidia-ml) is not in this container",
+    "NVMLError_DriverNotLoaded": "the NVIDIA driver is not loaded",
+    "NVMLError_NoPermission": "no permission to read the GPUs through NVML",
+}
+
+
+def clamp_interval(seconds: float) -> float:
+    """The sampling interval, kept within [MIN_INTERVAL_S, MAX_INTERVAL_S]."""
+    return min(max(float(seconds), MIN_INTERVAL_S), MAX_INTERVAL_S)
+
+
+def percentile(values: Sequence[int], pct: int) -> int:
+    """The nearest-rank percentile: the smallest value with at least ``pct``% of values at
+    or below it (exact on integers, no interpolation)."""
+    if not values:
+        raise ValueError("no values")
+    if not 0 < pct <= 100:
+        raise ValueError(f"pct must be in (0, 100]; got {pct}")
+    ordered = sorted(values)
+    return ordered[(pct * len(ordered) + 99) // 100 - 1]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One GPU at one moment."""
+
+    device: int
+    utilisation_pct: int
+    memory_used_bytes: int
+    memory_total_bytes: int
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Mean, p10 and peak over readings (every GPU at every sample counts once)."""
+
+    readings: int
+    utilisation_mean_pct: float
+    utilisation_p10_pct: int
+    utilisation_peak_pct: int
+    memory_used_mean_mib: float
+    memory_used_p10_mib: float
+    memory_used_peak_mib: float
+    memory_total_mib: float
+
+    @classmethod
+    def of(cls, readings: Sequence[Reading]) -> Figures | None:
+        if not readings:
+            return None
+        used = [r.memory_used_bytes for r in readings]
+        busy = [r.utilisation_pct for r in readings]
+        return cls(
+            readings=len(readings),
+            utilisation_mean_pct=sum(busy) / len(busy),
+            utilisation_p10_pct=percentile(busy, 10),
+            utilisation_peak_pct=max(busy),
+            memory_used_mean_mib=sum(used) / len(used) / MIB,
+            memory_used_p10_mib=percentile(used, 10) / MIB,
+            memory_used_peak_mib=max(used) / MIB,
+            memory_total_mib=max(r.memory_total_bytes for r in readings) / MIB,
+        )
+
+    def metrics(self, prefix: str = "") -> dict[str, float]:
+        """Scalar metrics named ``<prefix>gpu_utilisation_mean_pct`` and so on."""
+        return {f"{prefix}gpu_{name}": float(value) for name, value in asdict(self).items()
+                if name != "readings"}
+
+
+def low_utilisation_warning(mean_pct: float, devices: int, threshold_pct: float) -> str:
+    """The one line said when a run's GPUs were mostly idle."""
+    return (f"GPU utilisation averaged {mean_pct:.0f}% over {devices} GPU(s), below "
+            f"{threshold_pct:g}%: the GPUs mostly waited for work; the input pipeline is the "
+            f"likely bottleneck (reading or preprocessing; try cache_dataset=on) or the batch "
+            f"size is too small to keep them busy (raise batch_size)")
+
+
+@dataclass
+class UtilisationReport:
+    """What the sampler found. ``status`` is ``sampled`` or ``missing`` (never 0%)."""
+
+    status: str
+    reason: str = ""
+    devices: int = 0
+    interval_s: float = DEFAULT_INTERVAL_S
+    samples: int = 0
+    run: Figures | None = None
+    epochs: dict[int, Figures] = field(default_factory=dict)
+    threshold_pct: float = DEFAULT_WARN_BELOW_PCT
+    warning: str = ""
+
+    def metrics(self) -> dict[str, float]:
+        """Whole-run figures as scalar metrics; only ``gpu_utilisation_missing`` = 1 when
+        nothing was sampled."""
+        if self.run is None:
+            return {"gpu_utilisation_missing": 1.0}
+        return {"gpu_utilisation_missing": 0.0, "gpu_count": float(self.devices),
+                "gpu_utilisation_samples": float(self.samples), **self.run.metrics()}
+
+    def epoch_metrics(self) -> dict[str, float]:
+        """Per-epoch figures as ``epoch_<n>_gpu_...`` scalar metrics (epochs from 1)."""
+        values: dict[str, float] = {}
+        for epoch, figures in sorted(self.epochs.items()):
+            values.update(figures.metrics(f"epoch_{epoch}_"))
+        return values
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: status, reason, run and per-epoch figures, warning."""
+        data = asdict(self)
+        data["epochs"] = {str(k): asdict(v) for k, v in sorted(self.epochs.items())}
+        return data
+
+    def summary_line(self) -> str:
+        """One line for the log: the run's figures, or why there are none."""
+        if self.run is None:
+            return f"gpu utilisation: missing ({self.reason})"
+        r = self.run
+        line = (f"gpu utilisation over {self.devices} GPU(s), {self.samples} samples: mean "
+                f"{r.utilisation_mean_pct:.1f}%, p10 {r.utilisation_p10_pct}%, peak "
+                f"{r.utilisation_peak_pct}%; memory used peak {r.memory_used_peak_mib:.0f} of "
+                f"{r.memory_total_mib:.0f} MiB")
+        return line + (f" ({self.reason})" if self.reason else "")
+
+
+def visible_indices(count: int, cuda_visible_devices: str | None,
+                    uuid_of: Callable[[int], str] | None = None) -> list[int]:
+    """NVML indices of the GPUs CUDA may use: all of them unless ``CUDA_VISIBLE_DEVICES``
+    lists some (indices, or UUIDs when ``uuid_of`` can read them); CUDA stops at the first
+    entry it cannot use, and so does this."""
+    if cuda_visible_devices is None:
+        return list(range(count))
+    chosen: list[int] = []
+    for token in (t.strip() for t in cuda_visible_devices.split(",")):
+        if token.isdigit() and int(token) < count:
+            index = int(token)
+        elif token.startswith("GPU-") and uuid_of is not None:
+            matches = [i for i in range(count) if uuid_of(i).startswith(token)]
+            if len(matches) != 1:
+                break
+            index = matches[0]
+        else:
+            break
+        if index in chosen:
+            break
+        chosen.append(index)
+    return chosen
+
+
+def _describe(exc: BaseException) -> str:
+    return _START_ERRORS.get(type(exc).__name__, f"{type(exc).__name__}: {exc}")
+
+
+class GpuSampler:
+    """Samples every visible GPU on a daemon thread between :meth:`start` and :meth:`stop`.
+
+    ``nvml``: the NVML module (default: ``import pynvml``). ``wait(seconds)`` pauses between
+    samples and returns True to stop (default: the stop event's wait). ``log``: one-line
+    messages (default: print).
+    """
+
+    def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, nvml: Any = None,
+                 log: Callable[[str], None] | None = None,
+                 wait: Callable[[float], bool] | None = None,
+                 environ: dict[str, str] | None = None):
+        self.interval_s = clamp_interval(interval_s)
+        self._nvml = nvml
+        self._log = log or (lambda line: print(line, flush=True))
+        self._stop = threading.Event()
+        self._wait = wait or self._stop.wait
+        self._environ = os.environ if environ is None else environ
+        self._lock = threading.Lock()
+        self._readings: list[tuple[int | None, Reading]] = []
+        self._samples = 0
+        self._epoch: int | None = None
+        self._handles: list[tuple[int, Any]] = []
+        self._reason = ""
+        self._thread: threading.Thread | None = None
+        if self.interval_s != float(interval_s):
+            self._log(f"gpu utilisation: sampling interval {interval_s:g}s clamped to "
+                      f"{self.interval_s:g}s (allowed {MIN_INTERVAL_S:g}-{MAX_INTERVAL_S:g}s)")
+
+    @property
+    def active(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> GpuSampler:
+        """Open NVML and start sampling; without NVML or a GPU, log why and do nothing."""
+        nvml = self._nvml
+        if nvml is None:
+            try:
+                import pynvml as nvml
+            except ImportError:
+                return self._missing("nvidia-ml-py (pynvml) is not installed")
+            self._nvml = nvml
+        try:
+            nvml.nvmlInit()
+        except Exception as exc:  # noqa: BLE001 - NVMLError, or a library that fails oddly
+            return self._missing(_describe(exc))
+        try:
+            count = nvml.nvmlDeviceGetCount()
+            uuid_of = getattr(nvml, "nvmlDeviceGetUUID", None)
+            indices = visible_indices(
+                count, self._environ.get("CUDA_VISIBLE_DEVICES"),
+                (lambda i: str(uuid_of(nvml.nvmlDeviceGetHandleByIndex(i)))) if uuid_of else None)
+            self._handles = [(i, nvml.nvmlDeviceGetHandleByIndex(i)) for i in indices]
+        except Exception as exc:  # noqa: BLE001
+            self._shutdown()
+            return self._missing(_describe(exc))
+        if not self._handles:
+            self._shutdown()
+            return self._missing("NVML sees no GPU" if not count else
+                                 "CUDA_VISIBLE_DEVICES hides every GPU")
+        self._log(f"gpu utilisation: sampling {len(self._handles)} GPU(s) every "
+                  f"{self.interval_s:g}s")
+        self._thread = threading.Thread(target=self._run, name="gkeflow-gpu-sampler",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop sampling and wait for the thread (bounded); safe to call more than once."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval_s + 10)
+
+    def begin_epoch(self, epoch: int) -> None:
+        """Readings from now on belong to ``epoch`` (counted from 1)."""
+        self._epoch = epoch
+
+    def end_epoch(self) -> None:
+        self._epoch = None
+
+    def sample_once(self) -> None:
+        """Read every visible GPU now (NVML errors propagate)."""
+        nvml, epoch = self._nvml, self._epoch
+        readings = []
+        for index, handle in self._handles:
+            rates = nvml.nvmlDeviceGetUtilizationRates(handle)
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+            readings.append(Reading(index, int(rates.gpu), int(memory.used), int(memory.total)))
+        with self._lock:
+            self._readings.extend((epoch, r) for r in readings)
+            self._samples += 1
+
+    def _run(self) -> None:
+        try:
+            while True:  # a first sample always, then one per interval until told to stop
+                self.sample_once()
+                if self._wait(self.interval_s):
+                    break
+        except Exception as exc:  # noqa: BLE001 - never fail training over a metric
+            self._reason = f"sampling stopped after {self._samples} samples: {_describe(exc)}"
+            self._log(f"gpu utilisation: {self._reason}")
+        finally:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        try:
+            self._nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001, S110 - closing is best effort
+            pass
+
+    def _missing(self, reason: str) -> GpuSampler:
+        self._reason = reason
+        self._log(f"gpu utilisation: not sampled ({reason}); the metrics record it as missing")
+        return self
+
+    def report(self, warn_below_pct: float = DEFAULT_WARN_BELOW_PCT) -> UtilisationReport:
+        """Figures so far, with the low-utilisation warning (``warn_below_pct`` 0 = off)."""
+        with self._lock:
+            readings, samples = list(self._readings), self._samples
+        run = Figures.of([r for _, r in readings])
+        by_epoch: dict[int, list[Reading]] = {}
+        for epoch, reading in readings:
+            if epoch is not None:
+                by_epoch.setdefault(epoch, []).append(reading)
+        reason = self._reason or ("" if run else "no sample was taken")
+        report = UtilisationReport(
+            status="sampled" if run else "missing", reason=reason,
+            devices=len(self._handles), interval_s=self.interval_s, samples=samples, run=run,
+            epochs={e: Figures.of(rs) for e, rs in by_epoch.items()},
+            threshold_pct=warn_below_pct)
+        if run is not None and run.utilisation_mean_pct < warn_below_pct:
+            report.warning = low_utilisation_warning(run.utilisation_mean_pct,
+                                                     len(self._handles), warn_below_pct)
+        return report
+
+    def callback(self, log_dir: Path | None = None):
+        """A Keras callback marking epochs (and, with ``log_dir``, writing each epoch's
+        figures as TensorBoard scalars under ``<log_dir>/gpu``)."""
+        import keras
+
+        sampler = self
+        writer = None
+
+        class EpochMarks(keras.callbacks.Callback):
+            def on_epoch_begin(self, epoch, logs=None):
+                sampler.begin_epoch(epoch + 1)
+
+            def on_epoch_end(self, epoch, logs=None):
+                sampler.end_epoch()
+                if log_dir is None or not sampler.active:
+                    return
+                figures = sampler.report(0).epochs.get(epoch + 1)
+                if figures is None:
+                    return
+                import tensorflow as tf
+
+                nonlocal writer
+                writer = writer or tf.summary.create_file_writer(str(log_dir / "gpu"))
+                with writer.as_default():
+                    for name, value in figures.metrics().items():
+                        tf.summary.scalar(name, value, step=epoch)
+                writer.flush()
+
+        return EpochMarks()
