@@ -96,6 +96,9 @@ def test_auto_takes_the_tpu_when_there_is_one():
 def test_a_single_host_resolves_the_local_tpu():
     plan = plan_resolver(TpuHost("v6e-8"))
     assert plan == ResolverPlan("local", "client", 0, ())
+    alone = find_tpu({"TPU_ACCELERATOR_TYPE": "v6e-8", "TPU_WORKER_HOSTNAMES": "localhost",
+                      "TPU_WORKER_ID": "0"})
+    assert plan_resolver(alone) == plan
 
 
 def test_a_multi_host_slice_resolves_every_host_in_worker_order():
