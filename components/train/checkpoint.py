@@ -237,8 +237,13 @@ class StepCheckpoint(TrainingCheckpoint):
     """
 
     def on_train_batch_end(self, batch, logs=None):
-        self._step += 1
-        if self.every_steps and self._step % self.every_steps == 0 and not self.preempted:
+        # With steps_per_execution > 1 Keras calls this once per execution, with the index
+        # of its last step: count steps from that index, and save on crossing a multiple.
+        before = self._step
+        self._step = batch + 1 if isinstance(batch, int) and batch >= before else before + 1
+        crossed = self._step // self.every_steps > before // self.every_steps \
+            if self.every_steps else False
+        if crossed and not self.preempted:
             self.save(self._epoch, self._step)
 
 

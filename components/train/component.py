@@ -22,6 +22,8 @@ def train_model(
     early_stopping_patience: int = 5,
     precision: str = "auto",
     jit_compile: str = "auto",
+    strategy: str = "auto",
+    steps_per_execution: int = 0,
     user_module: str = "",
     require_gpu: bool = False,
     checkpoint_every_epochs: int = 1,
@@ -39,8 +41,9 @@ def train_model(
 ) -> str:
     """Trains a Keras classifier on the train split and exports a SavedModel taking raw features.
 
-    Uses every GPU of the pod (MirroredStrategy) or every worker in TF_CONFIG, fails fast when
-    a GPU was requested but is not visible, and resumes from its last checkpoint when retried.
+    Uses every GPU of the pod (MirroredStrategy), every worker in TF_CONFIG or the pod's TPU
+    slice (TPUStrategy), fails fast when a GPU or TPU was requested but is not visible, and
+    resumes from its last checkpoint when retried.
     On SIGTERM (Spot preemption) it stops after the current batch, commits a checkpoint and
     exits with code 143, which the step's retry policy retries.
 
@@ -61,6 +64,10 @@ def train_model(
         early_stopping_patience: Epochs without eval-loss improvement before stopping; 0 = off.
         precision: auto, float32, mixed_float16 or mixed_bfloat16.
         jit_compile: XLA compilation: auto (on GPUs), on or off.
+        strategy: auto (TPUStrategy when the step has a TPU, else from GPUs and TF_CONFIG) or
+            tpu (fail when the step has no TPU).
+        steps_per_execution: Training steps per call to the device; 0 = auto (up to 32 on a
+            TPU, 1 elsewhere).
         user_module: Python module (file path or import name) with build_model(schema, hparams).
         require_gpu: Fail instead of training on CPU when no GPU is visible.
         checkpoint_every_epochs: Checkpoint every N epochs (0 = only on SIGTERM).
@@ -101,7 +108,8 @@ def train_model(
         dropout=dropout, seed=seed, early_stopping_patience=early_stopping_patience,
         precision=precision, jit_compile=jit_compile, require_gpu=require_gpu,
         user_module=user_module, checkpoint_every_epochs=checkpoint_every_epochs,
-        checkpoint_every_steps=checkpoint_every_steps,
+        checkpoint_every_steps=checkpoint_every_steps, strategy=strategy,
+        steps_per_execution=steps_per_execution,
         gpu_sample_interval_s=gpu_sample_interval_s,
         gpu_utilisation_warn_below=gpu_utilisation_warn_below,
     )
@@ -129,12 +137,13 @@ def train_model(
             return trial_report(task_name, model.uri, error=f"{type(exc).__name__}: {exc}")
     import os
 
-    from gkeflow.components.train.devices import is_chief
+    from gkeflow.components.train.devices import writes_outputs
 
-    if not is_chief(os.environ.get("TF_CONFIG", "")):
+    if not writes_outputs(os.environ):
         # A worker replica of a multi-node job (a Vertex AI CustomJob's worker pool runs this
-        # same step): the chief publishes the model, metrics and the step's outputs. Leave
-        # before the KFP executor writes this replica's outputs over the chief's.
+        # same step) or a host of a multi-host TPU slice other than worker 0: the chief
+        # publishes the model, metrics and the step's outputs. Leave before the KFP executor
+        # writes this replica's outputs over the chief's.
         import sys
 
         print("gkeflow: worker replica done; the chief publishes the step's outputs",

@@ -1,4 +1,5 @@
-"""Devices: which tf.distribute strategy, whether the GPU we asked for is there, which precision.
+"""Devices: which tf.distribute strategy, whether the GPU or TPU we asked for is there, which
+precision.
 
 The decisions are plain functions over facts (``plan_strategy``, ``choose_precision``) so
 they are tested without hardware; ``detect`` and ``make_strategy`` read TensorFlow.
@@ -10,7 +11,10 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from gkeflow.components.train.tpu import ResolverPlan, make_tpu_strategy
 
 
 class GpuUnavailableError(RuntimeError):
@@ -27,12 +31,15 @@ class Devices:
 
 @dataclass(frozen=True)
 class StrategyPlan:
-    kind: str  # "default" | "mirrored" | "multi_worker_mirrored"
+    kind: str  # "default" | "mirrored" | "multi_worker_mirrored" | "tpu"
     devices: tuple[str, ...] = ()
     workers: int = 1
+    resolver: ResolverPlan | None = None  # how a TPU plan reaches its slice
 
     @property
     def description(self) -> str:
+        if self.resolver is not None:
+            return self.resolver.description
         if self.kind == "multi_worker_mirrored":
             return f"MultiWorkerMirroredStrategy over {self.workers} workers"
         if self.kind == "mirrored":
@@ -63,8 +70,19 @@ def is_chief(tf_config: str) -> bool:
     return kind == "worker" and index == 0
 
 
-def plan_strategy(devices: Devices, tf_config: str = "") -> StrategyPlan:
-    """Several workers -> MultiWorkerMirrored; several GPUs (or logical CPUs) -> Mirrored."""
+def writes_outputs(env: Mapping[str, str]) -> bool:
+    """Whether this process publishes the step's outputs: the chief of ``TF_CONFIG`` and
+    worker 0 of a TPU slice (``TPU_WORKER_ID``)."""
+    return is_chief(env.get("TF_CONFIG", "")) and env.get("TPU_WORKER_ID", "0").strip() in (
+        "", "0")
+
+
+def plan_strategy(devices: Devices, tf_config: str = "",
+                  tpu: ResolverPlan | None = None) -> StrategyPlan:
+    """A TPU -> TPUStrategy; several workers -> MultiWorkerMirrored; several GPUs (or logical
+    CPUs) -> Mirrored."""
+    if tpu is not None:
+        return StrategyPlan("tpu", workers=max(1, len(tpu.endpoints)), resolver=tpu)
     workers = workers_in_tf_config(tf_config)
     if workers > 1:
         return StrategyPlan("multi_worker_mirrored", tuple(devices.gpus), workers)
@@ -92,6 +110,8 @@ def detect() -> Devices:
 def make_strategy(plan: StrategyPlan):
     import tensorflow as tf
 
+    if plan.kind == "tpu":
+        return make_tpu_strategy(plan.resolver, tf)
     if plan.kind == "multi_worker_mirrored":
         return tf.distribute.MultiWorkerMirroredStrategy()
     if plan.kind == "mirrored":
@@ -135,13 +155,15 @@ def require_gpu(devices: Devices, required: bool) -> None:
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 
 
-def choose_precision(setting: str, devices: Devices) -> str:
-    """The Keras dtype policy: ``auto`` picks bfloat16 on compute capability >= 8.0,
-    float16 on >= 7.0, float32 otherwise (and on CPU)."""
+def choose_precision(setting: str, devices: Devices, on_tpu: bool = False) -> str:
+    """The Keras dtype policy: ``auto`` picks bfloat16 on TPUs and on compute capability
+    >= 8.0, float16 on >= 7.0, float32 otherwise (and on CPU)."""
     if setting not in PRECISIONS:
         raise ValueError(f"unknown precision {setting!r}; valid: {', '.join(PRECISIONS)}")
     if setting != "auto":
         return setting
+    if on_tpu:
+        return "mixed_bfloat16"
     if not devices.gpus or not devices.gpu_capabilities:
         return "float32"
     lowest = min(devices.gpu_capabilities)
@@ -152,11 +174,12 @@ def choose_precision(setting: str, devices: Devices) -> str:
     return "float32"
 
 
-def choose_jit(setting: str, devices: Devices) -> bool:
-    """XLA: ``auto`` compiles on GPUs, not on CPU (where it rarely pays off for small MLPs)."""
+def choose_jit(setting: str, devices: Devices, on_tpu: bool = False) -> bool:
+    """XLA: ``auto`` compiles on GPUs, not on CPU (where it rarely pays off for small MLPs),
+    nor on TPUs (TPUStrategy compiles every step with XLA itself)."""
     if setting not in ("auto", "on", "off"):
         raise ValueError(f"unknown jit_compile setting {setting!r}; valid: auto, on, off")
-    return bool(devices.gpus) if setting == "auto" else setting == "on"
+    return bool(devices.gpus) and not on_tpu if setting == "auto" else setting == "on"
 
 
 def gpu_memory_metrics() -> dict[str, float]:

@@ -64,12 +64,15 @@ class TrainParams:
     cache_dataset: str = "auto"
     checkpoint_every_epochs: int = 1
     checkpoint_every_steps: int = 0
+    strategy: str = "auto"
+    steps_per_execution: int = 0
     gpu_sample_interval_s: float = DEFAULT_INTERVAL_S
     gpu_utilisation_warn_below: float = DEFAULT_WARN_BELOW_PCT
 
     def __post_init__(self) -> None:
         from gkeflow.components.train.devices import PRECISIONS
         from gkeflow.components.train.models import MODEL_TYPES
+        from gkeflow.components.train.tpu import STRATEGIES
 
         if self.epochs < 1:
             raise ValueError(f"epochs must be >= 1; got {self.epochs}")
@@ -93,6 +96,11 @@ class TrainParams:
             raise ValueError(f"cache_dataset must be auto, on or off; got {self.cache_dataset!r}")
         if self.checkpoint_every_epochs < 0 or self.checkpoint_every_steps < 0:
             raise ValueError("checkpoint frequencies must be >= 0")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; "
+                             f"got {self.strategy!r}")
+        if self.steps_per_execution < 0:
+            raise ValueError("steps_per_execution must be >= 0 (0 = auto)")
         if not self.gpu_sample_interval_s > 0:
             raise ValueError("gpu_sample_interval_s must be > 0 (it is kept within 1-60 s)")
         if not 0 <= self.gpu_utilisation_warn_below <= 100:
@@ -243,76 +251,6 @@ def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
-def fit_multi_worker(model, strategy, train_ds, eval_ds, epochs: int, initial_epoch: int,
-                     callbacks: list, global_batch: int) -> None:
-    """``model.fit`` for MultiWorkerMirroredStrategy, as a custom training loop.
-
-    Keras 3's ``fit`` cannot drive MultiWorkerMirroredStrategy (keras-team/keras#20585), so
-    each step runs through ``strategy.run`` here, with the same loss, optimizer and
-    callbacks (checkpoints, early stopping, throughput) as the single-worker path.
-    """
-    import keras
-    import tensorflow as tf
-
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction="none")
-    optimizer = model.optimizer
-    for callback in callbacks:
-        callback.set_model(model)
-
-    def replica_metrics(x, y, training: bool):
-        probabilities = model(x, training=training)
-        per_example = loss_fn(y, probabilities)
-        hits = tf.cast(tf.equal(tf.argmax(probabilities, 1, output_type=tf.int64),
-                                tf.cast(y, tf.int64)), tf.float32)
-        return per_example, hits
-
-    @tf.function
-    def train_step(x, y):
-        def step(x, y):
-            with tf.GradientTape() as tape:
-                per_example, hits = replica_metrics(x, y, True)
-                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
-            gradients = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
-            return tf.reduce_sum(per_example), tf.reduce_sum(hits), tf.cast(tf.size(hits),
-                                                                            tf.float32)
-        totals = strategy.run(step, args=(x, y))
-        return [strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None) for t in totals]
-
-    @tf.function
-    def eval_step(x, y):
-        def step(x, y):
-            per_example, hits = replica_metrics(x, y, False)
-            return tf.reduce_sum(per_example), tf.reduce_sum(hits), tf.cast(tf.size(hits),
-                                                                            tf.float32)
-        totals = strategy.run(step, args=(x, y))
-        return [strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None) for t in totals]
-
-    def run(dataset, step_fn) -> tuple[float, float]:
-        loss = hits = count = 0.0
-        for x, y in strategy.experimental_distribute_dataset(dataset):
-            batch_loss, batch_hits, batch_count = step_fn(x, y)
-            loss, hits, count = loss + float(batch_loss), hits + float(batch_hits), \
-                count + float(batch_count)
-            if model.stop_training:  # SIGTERM: stop after the current batch
-                break
-        return loss / max(count, 1.0), hits / max(count, 1.0)
-
-    for epoch in range(initial_epoch, epochs):
-        for callback in callbacks:
-            callback.on_epoch_begin(epoch)
-        loss, accuracy = run(train_ds, train_step)
-        logs = {"loss": loss, "accuracy": accuracy}
-        if eval_ds is not None and not model.stop_training:
-            logs["val_loss"], logs["val_accuracy"] = run(eval_ds, eval_step)
-        print(f"Epoch {epoch + 1}/{epochs} - " + " - ".join(f"{k}: {v:.4f}"
-                                                            for k, v in logs.items()))
-        for callback in callbacks:
-            callback.on_epoch_end(epoch, logs)
-        if model.stop_training:
-            break
-
-
 def throughput_callback(examples_per_epoch: int, log_dir: Path | None = None):
     """A Keras callback recording examples per second of each epoch in ``.rates`` and, with
     a log directory, as TensorBoard scalars."""
@@ -380,6 +318,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     import tensorflow as tf
 
     from gkeflow.components.train import devices as dev
+    from gkeflow.components.train import tpu as tpus
     from gkeflow.components.train.checkpoint import make_checkpoint, read_checkpoint
     from gkeflow.components.train.models import (
         build_builtin,
@@ -392,7 +331,22 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     from gkeflow.components.train.store import LocalStore, open_store
 
     tf_config = os.environ.get("TF_CONFIG", "")
-    if dev.workers_in_tf_config(tf_config) > 1:
+    tpu_host = tpus.find_tpu(os.environ, tpus.tpu_device_files())
+    on_tpu = tpus.wants_tpu(params.strategy, tpu_host)
+    resolver = tpus.plan_resolver(tpu_host) if on_tpu else None
+    if resolver is not None and resolver.role == "server":
+        # Hosts other than worker 0 of a multi-host slice lend their chips to worker 0.
+        print(f"{tpus.tpu_summary(tpu_host)}: serving this host's chips to worker 0", flush=True)
+        tpus.serve_tpu_host(resolver, tf)
+        return TrainResult(metrics={}, history={}, epochs_run=0, examples_per_s=0.0,
+                           strategy=resolver.description)
+    if on_tpu:
+        # The TPU system is initialised before anything else touches TensorFlow's runtime.
+        plan = dev.plan_strategy(dev.Devices(), tf_config, resolver)
+        strategy = dev.make_strategy(plan)
+        found = dev.detect()
+        print(tpus.tpu_summary(tpu_host))
+    elif dev.workers_in_tf_config(tf_config) > 1:
         # Collective ops must be configured before anything else touches TensorFlow's runtime.
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         found = dev.detect()
@@ -403,8 +357,8 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         strategy = dev.make_strategy(plan)
     dev.require_gpu(found, params.require_gpu)
     replicas = strategy.num_replicas_in_sync
-    precision = dev.choose_precision(params.precision, found)
-    jit = dev.choose_jit(params.jit_compile, found)
+    precision = dev.choose_precision(params.precision, found, on_tpu)
+    jit = dev.choose_jit(params.jit_compile, found, on_tpu)
     print(f"devices: {found.gpus or found.cpus}; {plan.description}; replicas={replicas}; "
           f"precision={precision}; jit_compile={jit}")
 
@@ -421,7 +375,20 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     input_dim = int(preprocessor.outputs[0].shape[-1])
     num_classes = len(schema.label_vocabulary)
 
-    global_batch = params.batch_size * replicas
+    global_batch = eval_batch = params.batch_size * replicas
+    train_steps = math.ceil(rows["train"] / global_batch)
+    eval_steps = math.ceil(rows.get("eval", 0) / global_batch)
+    if on_tpu:  # one compiled shape: whole batches of a multiple of the replicas, lowered to fit
+        batches = tpus.static_batches(rows["train"], params.batch_size, replicas, "train")
+        global_batch, train_steps = batches.global_batch, batches.steps
+        evals = tpus.static_batches(rows.get("eval", 0), params.batch_size, replicas,
+                                    "eval") if rows.get("eval", 0) >= replicas else None
+        eval_batch, eval_steps = (evals.global_batch, evals.steps) if evals else (0, 0)
+        for note in (batches.note, evals.note if evals else ""):
+            if note:
+                print(f"note: {note}")
+    elif replicas > 1:
+        train_steps = rows["train"] // global_batch
     learning_rate = params.learning_rate * (replicas if params.scale_learning_rate else 1)
     cache = should_cache(params.cache_dataset, rows["train"] + rows.get("eval", 0), input_dim)
     print(f"input pipeline: {rows['train']} train rows streamed from TFRecord shards; "
@@ -431,14 +398,23 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
             f"the train split has {rows['train']} rows, fewer than one global batch "
             f"({params.batch_size} per replica x {replicas} replicas); lower batch_size"
         )
-    # Several replicas split each batch between them: keep every training batch whole.
+    # Several replicas split each batch between them, and TPUs compile one batch shape:
+    # keep every batch whole there.
+    whole = replicas > 1 or on_tpu
     train_ds = make_split_dataset(dataset_dir, "train", schema, global_batch, preprocessor,
                                   seed=params.seed, shuffle=True, cache=cache,
-                                  drop_remainder=replicas > 1, workers=plan.workers)
+                                  drop_remainder=whole, workers=plan.workers)
     eval_ds = None
-    if rows.get("eval"):
-        eval_ds = make_split_dataset(dataset_dir, "eval", schema, global_batch, preprocessor,
-                                     seed=params.seed, cache=cache, workers=plan.workers)
+    if eval_steps:
+        eval_ds = make_split_dataset(dataset_dir, "eval", schema, eval_batch, preprocessor,
+                                     seed=params.seed, cache=cache, drop_remainder=on_tpu,
+                                     workers=plan.workers)
+    steps_per_execution = tpus.choose_steps_per_execution(params.steps_per_execution, on_tpu,
+                                                          train_steps)
+    if on_tpu:
+        print(f"TPU batches: {global_batch} global ({global_batch // replicas} per replica), "
+              f"{train_steps} train and {eval_steps} eval steps per epoch; "
+              f"steps_per_execution={steps_per_execution}")
 
     # Only the chief writes the shared store; the other workers resume from the checkpoint
     # the chief read and broadcast, through a read-only view (see train/resume.py).
@@ -471,6 +447,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
                     loss="sparse_categorical_crossentropy",
                     metrics=["accuracy"],
                     jit_compile=jit,
+                    steps_per_execution=steps_per_execution,
                 )
     finally:
         keras.mixed_precision.set_dtype_policy("float32")
@@ -502,29 +479,27 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     try:
         if initial_epoch < params.epochs and not (state and state.stopped_early):
             if plan.kind == "multi_worker_mirrored":
+                from gkeflow.components.train.multi_worker import fit_multi_worker
+
                 fit_multi_worker(classifier, strategy, train_ds, eval_ds, params.epochs,
                                  initial_epoch, callbacks, global_batch)
             elif cache:
                 # Keras stops an epoch after the known number of steps, before the end of the
                 # data, which would leave a cache unfinished (and refilled every epoch):
                 # repeat the cached data and say how many steps make an epoch.
-                rounding = math.floor if replicas > 1 else math.ceil
                 classifier.fit(
                     train_ds.repeat(), validation_data=eval_ds and eval_ds.repeat(),
                     epochs=params.epochs, initial_epoch=initial_epoch, callbacks=callbacks,
-                    steps_per_epoch=rounding(rows["train"] / global_batch),
-                    validation_steps=math.ceil(rows.get("eval", 0) / global_batch) or None,
+                    steps_per_epoch=train_steps, validation_steps=eval_steps or None,
                     verbose=2, shuffle=False)
             else:
                 # The number of batches is known from prepare's counts: telling tf.data lets
                 # Keras size each epoch instead of discovering its end.
                 import tensorflow as tf
 
-                rounding = math.floor if replicas > 1 else math.ceil
                 known = tf.data.experimental.assert_cardinality
-                train_known = train_ds.apply(known(rounding(rows["train"] / global_batch)))
-                eval_known = eval_ds and eval_ds.apply(
-                    known(math.ceil(rows["eval"] / global_batch)))
+                train_known = train_ds.apply(known(train_steps))
+                eval_known = eval_ds and eval_ds.apply(known(eval_steps))
                 classifier.fit(train_known, validation_data=eval_known, epochs=params.epochs,
                                initial_epoch=initial_epoch, callbacks=callbacks, verbose=2,
                                shuffle=False)

@@ -218,3 +218,34 @@ def test_checkpoint_location_per_run_task_and_key(tmp_path):
     for bad in ("s3://bucket/x", "relative/dir", "gs://"):
         with pytest.raises(ValueError, match="checkpoint_uri"):
             resolve_checkpoint_location(bad, "", "run", "t")
+
+
+class CommitLog:
+    """Wraps a store and records the ``steps_in_epoch`` of every commit."""
+
+    def __init__(self, store):
+        self.store, self.steps = store, []
+        self.uri = store.uri
+
+    def commit(self, state, token):
+        self.steps.append((state["epochs_completed"], state["steps_in_epoch"]))
+        return self.store.commit(state, token)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def test_step_checkpoints_count_steps_when_keras_runs_several_per_call(tmp_path):
+    """With steps_per_execution=4 Keras reports every fourth step: checkpoints every 5 steps
+    still land on the first report past each multiple of 5."""
+    from gkeflow.components.train.checkpoint import make_checkpoint
+
+    model = keras.Sequential([keras.Input(shape=(3,)), keras.layers.Dense(2,
+                                                                           activation="softmax")])
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy",
+                  steps_per_execution=4)
+    store = CommitLog(LocalStore(tmp_path / "ckpt"))
+    checkpoint = make_checkpoint(store, every_epochs=1, every_steps=5, monitor="loss")
+    x, y = np.zeros((20, 3), "float32"), np.zeros((20,), "int32")
+    model.fit(x, y, batch_size=1, epochs=1, callbacks=[checkpoint], verbose=0, shuffle=False)
+    assert store.steps == [(0, 8), (0, 12), (0, 16), (0, 20), (1, 0)]
