@@ -145,4 +145,7 @@ def train_model(
         "training_data_uri": dataset.uri,
     })
     tensorboard.metadata["log_dir"] = tensorboard.uri
+    from gkeflow.components.tracking.steps import track_training
+
+    track_training(result, params, Path(model.path), task=checkpoint_key or task_name)
     return trial_report(task_name, model.uri, result.metrics)

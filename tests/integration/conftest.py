@@ -161,3 +161,15 @@ def fake_model_registry(registry_token):
     with FakeModelRegistry(MODEL_REGISTRY_CONTRACT) as fake:
         yield fake
         assert fake.contract_violations == [], fake.contract_violations
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """A real MLflow tracking server for the session (tests/integration/mlflow_server.py)."""
+    from tests.integration.mlflow_server import MlflowServer, mlflow_installed
+
+    if not mlflow_installed():
+        pytest.skip("mlflow is not installed (pip install -e '.[dev]' brings the pinned server)")
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow")).start()
+    yield server
+    server.stop()
