@@ -206,11 +206,16 @@ def open_step_run(step: str, task: str = "", parent_run_id: str = "",
     limits = Limits.from_env(env)
     try:
         from mlflow import MlflowClient
+
+        client = MlflowClient(tracking_uri=uri)
     except ImportError:
         log("mlflow: tracking off for this step: the mlflow client is not installed "
             "(pip install mlflow-skinny)")
         return Tracker(log=log)
-    tracker = Tracker(MlflowClient(tracking_uri=uri), run_id or "pending", limits=limits, log=log)
+    except Exception as exc:  # e.g. a tracking URI MLflow does not understand
+        log(f"mlflow: tracking off for this step: {one_line(exc)}")
+        return Tracker(log=log)
+    tracker = Tracker(client, run_id or "pending", limits=limits, log=log)
     if run_id:
         return tracker
     nested = tracker.call("opening the step's run", nested_run, tracker.client, parent,

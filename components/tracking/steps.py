@@ -7,13 +7,14 @@ tracking configured it returns at once without importing mlflow.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from gkeflow.components.tracking.client import Tracker, open_step_run
+from gkeflow.components.tracking.client import Tracker, one_line, open_step_run
 from gkeflow.components.tracking.plots import confusion_matrix_png, roc_png
 
 DECISION_TAG = "gkeflow.gate.decision"
@@ -22,6 +23,19 @@ FINGERPRINT_TAG = "gkeflow.data_fingerprint"
 MODEL_ARTIFACT_PATH = "model"
 
 
+def best_effort(track):
+    """Whatever goes wrong while tracking, the step goes on (one line says so)."""
+    @functools.wraps(track)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            track(*args, **kwargs)
+        except Exception as exc:
+            print(f"mlflow: tracking stopped in this step: {one_line(exc)}; the run goes on")
+
+    return wrapper
+
+
+@best_effort
 def track_preparation(result: Any, data_uri: str, label_column: str,
                       data_fingerprint: str = "", tracker: Tracker | None = None) -> None:
     """prepare-data: the data fingerprint, the source and the split counts."""
@@ -44,6 +58,7 @@ def track_preparation(result: Any, data_uri: str, label_column: str,
     t.finish()
 
 
+@best_effort
 def track_training(result: Any, params: Any, model_dir: Path, task: str = "",
                    tracker: Tracker | None = None) -> None:
     """train-model: the parameters, the curves per epoch (``step`` = epoch, from 1), the
@@ -70,6 +85,7 @@ def track_training(result: Any, params: Any, model_dir: Path, task: str = "",
     t.finish()
 
 
+@best_effort
 def track_evaluation(result: Any, model_card: str, tracker: Tracker | None = None) -> None:
     """evaluate-model: overall and per-slice metrics, the gate's decision, the confusion
     matrix and the ROC curve (JSON plus PNG where matplotlib is installed), the model card
@@ -107,6 +123,7 @@ def track_evaluation(result: Any, model_card: str, tracker: Tracker | None = Non
     t.finish()
 
 
+@best_effort
 def track_registration(outcome: Any, blessed: bool | None = None,
                        tracker: Tracker | None = None) -> None:
     """register-model: the gate's decision and the registered version, as tags."""

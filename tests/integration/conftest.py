@@ -166,10 +166,8 @@ def fake_model_registry(registry_token):
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory):
     """A real MLflow tracking server for the session (tests/integration/mlflow_server.py)."""
-    from tests.integration.mlflow_server import MlflowServer, mlflow_installed
+    from tests.integration.mlflow_server import start_or_skip
 
-    if not mlflow_installed():
-        pytest.skip("mlflow is not installed (pip install -e '.[dev]' brings the pinned server)")
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow")).start()
+    server = start_or_skip(tmp_path_factory.mktemp("mlflow"))
     yield server
     server.stop()

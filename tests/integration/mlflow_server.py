@@ -4,7 +4,7 @@ loopback; read back through MLflow's REST API."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
 import json
 import os
 import signal
@@ -22,7 +22,21 @@ START_TIMEOUT_S = 300
 
 
 def mlflow_installed() -> bool:
-    return importlib.util.find_spec("mlflow.server") is not None
+    """Whether the full mlflow (the server), not only mlflow-skinny (the client), is here."""
+    try:
+        importlib.metadata.distribution("mlflow")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def start_or_skip(root: Path) -> MlflowServer:
+    """A started server in ``root``; the test is skipped when mlflow is not installed."""
+    import pytest
+
+    if not mlflow_installed():
+        pytest.skip("mlflow (the server) is not installed: pip install -e '.[dev]'")
+    return MlflowServer(root).start()
 
 
 def free_port() -> int:

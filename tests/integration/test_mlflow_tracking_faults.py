@@ -42,9 +42,9 @@ def test_server_stopped_mid_step(tmp_path, monkeypatch, no_backoff, evaluation,
     from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Markdown, Metrics, Model
 
     from gkeflow.components.evaluate.component import evaluate_model
-    from tests.integration.mlflow_server import MlflowServer
+    from tests.integration.mlflow_server import start_or_skip
 
-    server = MlflowServer(tmp_path / "mlflow").start()
+    server = start_or_skip(tmp_path / "mlflow")
     try:
         _, run_id = server.create_run("kfp-plugin")
         monkeypatch.setenv(ENV_TRACKING_URI, server.url)
@@ -128,3 +128,24 @@ def test_limits_from_the_environment_only_lower_the_defaults():
                               "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "x"})
     assert (limits.timeout_s, limits.max_retries, limits.backoff_factor) == \
         (Limits().timeout_s, 1, Limits().backoff_factor)
+
+
+def test_an_unexpected_error_while_tracking_never_fails_the_step(mlflow_server, monkeypatch,
+                                                                  capsys):
+    """A result the tracking code cannot read (here: none at all) costs one line."""
+    _, run_id = mlflow_server.create_run("unexpected")
+    monkeypatch.setenv(ENV_TRACKING_URI, mlflow_server.url)
+    monkeypatch.setenv(ENV_RUN_ID, run_id)
+    monkeypatch.delenv(ENV_PARENT_RUN_ID, raising=False)
+    track_evaluation(None, "# card")
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mlflow: tracking stopped in this step")
+
+
+def test_a_tracking_uri_mlflow_cannot_use_turns_tracking_off(monkeypatch):
+    monkeypatch.setenv(ENV_TRACKING_URI, "nosuchscheme://host/path")
+    monkeypatch.setenv(ENV_RUN_ID, "0123")
+    lines: list[str] = []
+    tracker = open_step_run("prepare-data", log=lines.append)
+    tracker.log_params({"a": 1})
+    assert not tracker.enabled and len(lines) == 1 and lines[0].startswith("mlflow:")

@@ -22,9 +22,9 @@ TRACKED = ["prepare-data", "train-model", "evaluate-model", "register-model"]
 
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
-    from tests.integration.mlflow_server import MlflowServer
+    from tests.integration.mlflow_server import start_or_skip
 
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow")).start()
+    server = start_or_skip(tmp_path_factory.mktemp("mlflow"))
     yield server
     server.stop()
 
