@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -34,6 +35,12 @@ MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_TAGS_PER_BATCH = 100
 MAX_PARAM_LENGTH = 6000
 MAX_TAG_LENGTH = 8000
+MAX_KEY_LENGTH = 250
+#: What MLflow refuses in a metric, param or tag name.
+_BAD_KEY_CHARS = re.compile(r"[^\w./\- :]")
+#: The error code of a request MLflow refused for its content (a param logged before with
+#: another value, a bad name): that one call is skipped, tracking goes on.
+REFUSED = "INVALID_PARAMETER_VALUE"
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,12 @@ def http_limits(limits: Limits) -> Iterator[None]:
                 os.environ[name] = value
 
 
+def entity_key(name: str) -> str:
+    """``name`` as MLflow accepts a metric, param or tag name."""
+    key = _BAD_KEY_CHARS.sub("_", str(name)).replace("..", "_").strip("/ ") or "_"
+    return key[:MAX_KEY_LENGTH]
+
+
 def one_line(exc: BaseException, limit: int = 300) -> str:
     """An exception as one short line."""
     text = " ".join(str(exc).split()) or type(exc).__name__
@@ -121,7 +134,10 @@ class Tracker:
             with http_limits(self.limits):
                 return fn(*args, **kwargs)
         except Exception as exc:  # best effort: nothing here may fail the step
-            self.turn_off(f"{what} failed ({one_line(exc)})")
+            if getattr(exc, "error_code", "") == REFUSED:
+                self._log(f"mlflow: the server refused {what}, skipped ({one_line(exc)})")
+            else:
+                self.turn_off(f"{what} failed ({one_line(exc)})")
             return None
         finally:
             self.spent_s += self._clock() - start
@@ -141,7 +157,7 @@ class Tracker:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        metrics = [Metric(k, float(v), now, step) for k, v in values.items()
+        metrics = [Metric(entity_key(k), float(v), now, step) for k, v in values.items()
                    if isinstance(v, int | float) and math.isfinite(v)]
         self.log_metric_series(metrics)
 
@@ -156,7 +172,7 @@ class Tracker:
             return
         from mlflow.entities import Param
 
-        params = [Param(k, str(v)[:MAX_PARAM_LENGTH]) for k, v in values.items()]
+        params = [Param(entity_key(k), str(v)[:MAX_PARAM_LENGTH]) for k, v in values.items()]
         for i in range(0, len(params), MAX_PARAMS_TAGS_PER_BATCH):
             self.call("logging parameters", self.client.log_batch, self.run_id,
                       params=params[i:i + MAX_PARAMS_TAGS_PER_BATCH])
@@ -166,7 +182,7 @@ class Tracker:
             return
         from mlflow.entities import RunTag
 
-        tags = [RunTag(k, str(v)[:MAX_TAG_LENGTH]) for k, v in values.items()]
+        tags = [RunTag(entity_key(k), str(v)[:MAX_TAG_LENGTH]) for k, v in values.items()]
         for i in range(0, len(tags), MAX_PARAMS_TAGS_PER_BATCH):
             self.call("setting tags", self.client.log_batch, self.run_id,
                       tags=tags[i:i + MAX_PARAMS_TAGS_PER_BATCH])

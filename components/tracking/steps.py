@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gkeflow.components.tracking.client import Tracker, one_line, open_step_run
+from gkeflow.components.tracking.client import Tracker, entity_key, one_line, open_step_run
 from gkeflow.components.tracking.plots import confusion_matrix_png, roc_png
 
 DECISION_TAG = "gkeflow.gate.decision"
@@ -72,7 +72,7 @@ def track_training(result: Any, params: Any, model_dir: Path, task: str = "",
     values = dataclasses.asdict(params) if dataclasses.is_dataclass(params) else dict(params)
     t.log_params({k: ",".join(map(str, v)) if isinstance(v, list | tuple) else v
                   for k, v in values.items()})
-    series = [Metric(name, float(value), now, epoch)
+    series = [Metric(entity_key(name), float(value), now, epoch)
               for name, history in result.history.items()
               for epoch, value in enumerate(history, start=1) if _finite(value)]
     t.log_metric_series(series)

@@ -208,3 +208,33 @@ def test_no_tracking_without_a_run(monkeypatch):
     monkeypatch.setenv(ENV_TRACKING_URI, "http://127.0.0.1:9")  # a URI alone opens no run
     tracker = open_step_run("evaluate-model")
     assert not tracker.enabled and tracker.calls == 0
+
+
+def test_a_refused_call_is_skipped_and_tracking_goes_on(plugin_run, mlflow_server,
+                                                        trained_penguins, capsys):
+    """The plugin logged ``epochs`` already, with another value: MLflow refuses the params,
+    the curves and the model are logged all the same."""
+    from gkeflow.components.tracking.client import Tracker
+    from gkeflow.components.tracking.steps import track_training
+    from gkeflow.components.train.logic import TrainParams
+
+    model_dir, result = trained_penguins
+    run_id = plugin_run("train-model")
+    mlflow_server.api("runs/log-parameter", {"run_id": run_id, "key": "epochs",
+                                             "value": "twenty"})
+    capsys.readouterr()
+    track_training(result, TrainParams(epochs=8), model_dir)
+    lines = [line for line in capsys.readouterr().out.splitlines()
+             if line.startswith("mlflow:")]
+    assert len(lines) == 1 and "refused logging parameters" in lines[0]
+    run = mlflow_server.run(run_id)
+    assert run["params"]["epochs"] == "twenty"
+    assert len(mlflow_server.metric_history(run_id, "loss")) == result.epochs_run
+    assert "model/saved_model.pb" in mlflow_server.artifacts(run_id, "model")
+
+    from mlflow import MlflowClient
+
+    tracker = Tracker(MlflowClient(tracking_uri=mlflow_server.url), run_id)
+    tracker.log_metrics({"slice_région_a?b/../c": 1.0, "/lead": 2.0})
+    assert {"slice_région_a_b/_/c", "lead"} <= set(mlflow_server.run(run_id)["metrics"])
+    assert tracker.enabled
