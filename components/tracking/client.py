@@ -118,14 +118,18 @@ class Tracker:
         self.client, self.run_id, self.limits = client, run_id, limits or Limits()
         self.owns_run, self.scope, self._log, self._clock = owns_run, scope, log, clock
         self.enabled = client is not None and bool(run_id)
+        #: The server failed (or there is none): not even the run is ended.
+        self.failed = not self.enabled
         self.calls = 0
         self.spent_s = 0.0
 
-    def call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args, **kwargs)`` within the limits; on any failure tracking turns off."""
-        if not self.enabled:
+    def call(self, what: str, fn: Callable[..., Any], *args: Any, budgeted: bool = True,
+             **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` within the limits; on any failure tracking turns off.
+        ``budgeted=False``: made even when the step's budget is spent (ending the run)."""
+        if not self.enabled and (budgeted or self.failed):
             return None
-        if self.spent_s >= self.limits.budget_s:
+        if budgeted and self.spent_s >= self.limits.budget_s:
             self.turn_off(f"{self.limits.budget_s:g} s of tracking spent in {self.scope}")
             return None
         self.calls += 1
@@ -138,6 +142,7 @@ class Tracker:
                 self._log(f"mlflow: the server refused {what}, skipped ({one_line(exc)})")
             else:
                 self.turn_off(f"{what} failed ({one_line(exc)})")
+                self.failed = True
             return None
         finally:
             self.spent_s += self._clock() - start
@@ -206,7 +211,8 @@ class Tracker:
     def finish(self, status: str = "FINISHED") -> None:
         """End the run when this step created it (direct mode); the plugin ends its own."""
         if self.owns_run:
-            self.call("ending the run", self.client.set_terminated, self.run_id, status)
+            self.call("ending the run", self.client.set_terminated, self.run_id, status,
+                      budgeted=False)
 
 
 def open_step_run(step: str, task: str = "", parent_run_id: str = "",

@@ -122,6 +122,24 @@ def test_tracking_stops_when_its_time_budget_is_spent(mlflow_server, monkeypatch
     assert len(lines) == 1 and "60 s of tracking spent" in lines[0]
 
 
+def test_a_run_the_step_opened_is_ended_even_past_the_budget(mlflow_server, monkeypatch):
+    """Direct mode: a long upload spends the budget; the nested run is still ended."""
+    from gkeflow.components.tracking.direct import start_pipeline_run
+
+    parent = start_pipeline_run(mlflow_server.url, "budget-direct", "run-budget")
+    monkeypatch.setenv(ENV_TRACKING_URI, mlflow_server.url)
+    monkeypatch.setenv(ENV_PARENT_RUN_ID, parent)
+    monkeypatch.delenv(ENV_RUN_ID, raising=False)
+    tracker = open_step_run("train-model")
+    assert tracker.owns_run and tracker.enabled
+    tracker.spent_s = tracker.limits.budget_s  # as after an upload that took that long
+    tracker.log_metrics({"skipped": 1.0})
+    assert not tracker.enabled
+    tracker.finish()
+    run = mlflow_server.run(tracker.run_id)
+    assert run["info"]["status"] == "FINISHED" and "skipped" not in run["metrics"]
+
+
 def test_limits_from_the_environment_only_lower_the_defaults():
     limits = Limits.from_env({"MLFLOW_HTTP_REQUEST_TIMEOUT": "120",
                               "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
