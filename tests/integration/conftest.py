@@ -161,13 +161,3 @@ def fake_model_registry(registry_token):
     with FakeModelRegistry(MODEL_REGISTRY_CONTRACT) as fake:
         yield fake
         assert fake.contract_violations == [], fake.contract_violations
-
-
-@pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory):
-    """A real MLflow tracking server for the session (tests/integration/mlflow_server.py)."""
-    from tests.integration.mlflow_server import start_or_skip
-
-    server = start_or_skip(tmp_path_factory.mktemp("mlflow"))
-    yield server
-    server.stop()

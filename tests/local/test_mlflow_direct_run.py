@@ -20,15 +20,6 @@ pytest.importorskip("mlflow", reason="mlflow is not installed (pip install -e '.
 TRACKED = ["prepare-data", "train-model", "evaluate-model", "register-model"]
 
 
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    from tests.integration.mlflow_server import start_or_skip
-
-    server = start_or_skip(tmp_path_factory.mktemp("mlflow"))
-    yield server
-    server.stop()
-
-
 def test_local_run_logs_a_nested_run_per_step(tmp_path, monkeypatch, mlflow_server):
     parent = start_pipeline_run(mlflow_server.url, "gkeflow-local", "local-run-1",
                                 pipeline_name="training-pipeline")
