@@ -238,3 +238,24 @@ def test_a_refused_call_is_skipped_and_tracking_goes_on(plugin_run, mlflow_serve
     tracker.log_metrics({"slice_région_a?b/../c": 1.0, "/lead": 2.0})
     assert {"slice_région_a_b/_/c", "lead"} <= set(mlflow_server.run(run_id)["metrics"])
     assert tracker.enabled
+
+
+def test_without_matplotlib_the_evaluation_is_logged_as_json_only(
+        plugin_run, mlflow_server, prepared_penguins, trained_penguins, monkeypatch):
+    import sys
+
+    from gkeflow.components.evaluate.logic import evaluate
+    from gkeflow.components.prepare.logic import Schema
+    from gkeflow.components.tracking.plots import have_matplotlib
+    from gkeflow.components.tracking.steps import track_evaluation
+
+    dataset_dir, _ = prepared_penguins
+    result = evaluate(dataset_dir, Schema.load(dataset_dir / "schema.json"),
+                      trained_penguins[0], min_accuracy=0.8)
+    run_id = plugin_run("evaluate-model")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as in the images: not installed
+    assert not have_matplotlib()
+    track_evaluation(result, "# card")
+    files = mlflow_server.artifacts(run_id)
+    assert "evaluation/confusion_matrix.json" in files and "evaluation/roc_curve.json" in files
+    assert not [f for f in files if f.endswith(".png")]
