@@ -126,3 +126,13 @@ def penguins_run(tmp_path_factory):
         "--compute", "train-model.replicas=2"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return output, result.output
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """A real MLflow tracking server for the session (tests/integration/mlflow_server.py)."""
+    from tests.integration.mlflow_server import start_or_skip
+
+    server = start_or_skip(tmp_path_factory.mktemp("mlflow"))
+    yield server
+    server.stop()

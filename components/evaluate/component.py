@@ -97,9 +97,11 @@ def evaluate_model(
                                                 result.metrics.confusion_matrix)
     classification_metrics.log_roc_curve(**roc_points(result.roc))
     classification_metrics.metadata["rocPositiveClass"] = result.roc_class
-    write_text_atomic(Path(model_card.path),
-                      render_model_card(result) + gpu_utilisation_section(Path(model.path))
-                      + sweep_card_section(Path(model.path)))
+    from gkeflow.components.tracking.steps import track_evaluation
+
+    card = (render_model_card(result) + gpu_utilisation_section(Path(model.path))
+            + sweep_card_section(Path(model.path)))
+    write_text_atomic(Path(model_card.path), card)
     write_text_atomic(Path(evaluation.path), result.to_json())
     evaluation.metadata.update({
         "blessed": result.passed,
@@ -109,4 +111,5 @@ def evaluate_model(
     for reason in result.decision.reasons:
         print(reason)
     print(result.decision.summary)
+    track_evaluation(result, card)
     return result.passed

@@ -139,3 +139,6 @@ def prepare_data(
           f" {result.rejected_reasons}")
     for problem in result.problems:
         print(f"problem: {problem}")
+    from gkeflow.components.tracking.steps import track_preparation
+
+    track_preparation(result, data_uri, label_column, data_fingerprint)

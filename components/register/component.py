@@ -67,5 +67,9 @@ def register_model(
     registered_model.uri = outcome.artifact_uri or registered_model.uri
     registered_model.metadata.update(outcome.metadata)
     print(outcome.message)
+    from gkeflow.components.tracking.steps import track_registration
+
+    passed = metrics.metadata.get("passed")
+    track_registration(outcome, None if passed is None else bool(passed))
     outputs = namedtuple("RegistrationOutputs", ["model_version", "resource_name"])
     return outputs(outcome.version.version, outcome.version.resource_name)

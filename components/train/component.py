@@ -169,5 +169,8 @@ def train_model(
         "gpu_utilisation_warning": result.gpu_utilisation_warning,
     })
     tensorboard.metadata["log_dir"] = tensorboard.uri
+    from gkeflow.components.tracking.steps import track_training
+
+    track_training(result, params, Path(model.path), task=checkpoint_key or task_name)
     warnings = [result.gpu_utilisation_warning] if result.gpu_utilisation_warning else []
     return trial_report(task_name, model.uri, result.metrics, warnings=warnings)

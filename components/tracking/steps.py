@@ -1,0 +1,151 @@
+"""What each step logs into its MLflow run: one call at the end of each step's shell.
+
+Each function opens the step's run (:func:`open_step_run`), logs, and ends it; with no
+tracking configured it returns at once without importing mlflow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from gkeflow.components.tracking.client import Tracker, entity_key, one_line, open_step_run
+from gkeflow.components.tracking.plots import confusion_matrix_png, roc_png
+
+DECISION_TAG = "gkeflow.gate.decision"
+REASONS_TAG = "gkeflow.gate.reasons"
+FINGERPRINT_TAG = "gkeflow.data_fingerprint"
+MODEL_ARTIFACT_PATH = "model"
+
+
+def best_effort(track):
+    """Whatever goes wrong while tracking, the step goes on (one line says so)."""
+    @functools.wraps(track)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            track(*args, **kwargs)
+        except Exception as exc:
+            print(f"mlflow: tracking stopped in this step: {one_line(exc)}; the run goes on")
+
+    return wrapper
+
+
+@best_effort
+def track_preparation(result: Any, data_uri: str, label_column: str,
+                      data_fingerprint: str = "", tracker: Tracker | None = None) -> None:
+    """prepare-data: the data fingerprint, the source and the split counts."""
+    t = tracker or open_step_run("prepare-data")
+    if not t.enabled:
+        return
+    t.log_params({"data_uri": data_uri, "label_column": label_column,
+                  "data_fingerprint": data_fingerprint or "(not computed)"})
+    if data_fingerprint:
+        t.set_tags({FINGERPRINT_TAG: data_fingerprint})
+    t.log_metrics({"rows_read": result.rows_read, "rejected_rows": result.rejected_rows,
+                   **{f"{name}_rows": n for name, n in result.split_rows.items()}})
+    t.log_dict({"rows_read": result.rows_read, "split_rows": dict(result.split_rows),
+                "rejected_rows": result.rejected_rows,
+                "rejected_reasons": dict(result.rejected_reasons),
+                "label": result.schema.label,
+                "classes": list(result.schema.label_vocabulary),
+                "features": [c.name for c in result.schema.features],
+                "problems": list(result.problems)}, "data/preparation.json")
+    t.finish()
+
+
+@best_effort
+def track_training(result: Any, params: Any, model_dir: Path, task: str = "",
+                   tracker: Tracker | None = None) -> None:
+    """train-model: the parameters, the curves per epoch (``step`` = epoch, from 1), the
+    final metrics and the SavedModel directory as artifacts under ``model/``."""
+    t = tracker or open_step_run("train-model", task=task)
+    if not t.enabled:
+        return
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    values = dataclasses.asdict(params) if dataclasses.is_dataclass(params) else dict(params)
+    t.log_params({k: ",".join(map(str, v)) if isinstance(v, list | tuple) else v
+                  for k, v in values.items()})
+    series = [Metric(entity_key(name), float(value), now, epoch)
+              for name, history in result.history.items()
+              for epoch, value in enumerate(history, start=1) if _finite(value)]
+    t.log_metric_series(series)
+    t.log_metrics({**{f"final_{k}": v for k, v in result.metrics.items()},
+                   "best_epoch": result.best_epoch, "epochs_run": result.epochs_run,
+                   "examples_per_s": result.examples_per_s})
+    t.set_tags({"gkeflow.strategy": result.strategy, "gkeflow.precision": result.precision})
+    if Path(model_dir).is_dir():
+        t.log_artifacts(str(model_dir), MODEL_ARTIFACT_PATH)
+    t.finish()
+
+
+@best_effort
+def track_evaluation(result: Any, model_card: str, tracker: Tracker | None = None) -> None:
+    """evaluate-model: overall and per-slice metrics, the gate's decision, the confusion
+    matrix and the ROC curve (JSON plus PNG where matplotlib is installed), the model card
+    and the whole evidence (evaluation.json)."""
+    t = tracker or open_step_run("evaluate-model")
+    if not t.enabled:
+        return
+    t.log_metrics(result.scalar_metrics())
+    t.log_params({"min_accuracy": result.policy.min_accuracy,
+                  "comparison_metric": result.policy.comparison_metric,
+                  "regression_tolerance": result.policy.regression_tolerance,
+                  "thresholds": ",".join(str(x) for x in result.policy.thresholds)})
+    t.set_tags({DECISION_TAG: "blessed" if result.passed else "rejected",
+                REASONS_TAG: "; ".join(result.decision.reasons),
+                "gkeflow.champion_version": result.champion.version if result.champion else 0})
+    metrics = result.metrics
+    t.log_dict({"labels": metrics.labels, "matrix": metrics.confusion_matrix,
+                "rows": "true class", "columns": "predicted class"},
+               "evaluation/confusion_matrix.json")
+    roc = {"positive_class": result.roc_class, "auc": metrics.roc_auc,
+           "fpr": [float(v) for v in result.roc.fpr], "tpr": [float(v) for v in result.roc.tpr],
+           "threshold": [float(v) for v in result.roc.thresholds]}
+    t.log_dict(roc, "evaluation/roc_curve.json")
+    t.log_dict([dataclasses.asdict(s) if dataclasses.is_dataclass(s) else vars(s)
+                for s in result.slices], "evaluation/slices.json")
+    t.log_dict(json.loads(result.to_json()), "evaluation/evaluation.json")
+    t.log_text(model_card, "model_card.md")
+    with tempfile.TemporaryDirectory(prefix="gkeflow-plots-") as tmp:
+        cm, curve = Path(tmp) / "confusion_matrix.png", Path(tmp) / "roc_curve.png"
+        if t.enabled and confusion_matrix_png(metrics.labels, metrics.confusion_matrix, cm):
+            t.log_artifact(str(cm), "evaluation")
+        if t.enabled and roc["fpr"] and roc_png(roc["fpr"], roc["tpr"], result.roc_class,
+                                                metrics.roc_auc, curve):
+            t.log_artifact(str(curve), "evaluation")
+    t.finish()
+
+
+@best_effort
+def track_registration(outcome: Any, blessed: bool | None = None,
+                       tracker: Tracker | None = None) -> None:
+    """register-model: the gate's decision and the registered version, as tags."""
+    t = tracker or open_step_run("register-model")
+    if not t.enabled:
+        return
+    version = outcome.version
+    action = ("unchanged" if outcome.unchanged
+              else "registered" if outcome.created else "already-registered")
+    tags = {"gkeflow.registry.backend": outcome.backend,
+            "gkeflow.registry.action": action,
+            "gkeflow.registered_model.name": version.name,
+            "gkeflow.registered_model.version": version.version,
+            "gkeflow.registered_model.resource_name": version.resource_name}
+    if blessed is not None:
+        tags[DECISION_TAG] = "blessed" if blessed else "rejected"
+    t.set_tags(tags)
+    t.finish()
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return float(value) == float(value) and abs(float(value)) != float("inf")
+    except (TypeError, ValueError):
+        return False
