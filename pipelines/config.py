@@ -480,7 +480,7 @@ class ScheduleConfig(_Strict):
     @field_validator("cron")
     @classmethod
     def _cron(cls, value):
-        from gkeflow.pipelines.targets.cron import CronError, CronExpression
+        from gkeflow.pipelines.cron import CronError, CronExpression
 
         try:
             CronExpression.parse(value)
@@ -491,7 +491,7 @@ class ScheduleConfig(_Strict):
     @field_validator("time_zone")
     @classmethod
     def _tz(cls, value):
-        from gkeflow.pipelines.targets.cron import CronError, zone
+        from gkeflow.pipelines.cron import CronError, zone
 
         try:
             zone(value)
@@ -642,7 +642,7 @@ parameters:
 # Recurring runs: `gkeflow schedule apply` makes these real (idempotent).
 # cron: 5 fields (minute hour day-of-month month day-of-week) in time_zone.
 # On GKE, KFP runs crons in UTC: the time zone is converted with its current UTC offset;
-# re-run `gkeflow schedule apply` after a daylight-saving change (see pipelines/targets/cron.py).
+# re-run `gkeflow schedule apply` after a daylight-saving change (see pipelines/cron.py).
 schedules:
   - name: nightly-training
     pipeline: training
