@@ -84,6 +84,10 @@ from gkeflow.pipelines.validation import validation_message
 DEFAULT_CONFIG_FILE = Path("gkeflow.yaml")
 
 
+#: The pipelines gkeflow builds, by short name (their builders: targets.compile.PIPELINES).
+PIPELINE_NAMES = ("training", "prediction", "sweep", "fanout-prepare")
+
+
 class ConfigError(ValueError):
     """``gkeflow.yaml`` is invalid; the message names the file, the key and the problem."""
 
@@ -470,11 +474,9 @@ class ScheduleConfig(_Strict):
     @field_validator("pipeline")
     @classmethod
     def _pipeline(cls, value):
-        from gkeflow.pipelines.targets.compile import PIPELINES
-
-        if value not in PIPELINES:
-            raise ValueError(f"unknown pipeline {value!r}{did_you_mean(value, PIPELINES)}; "
-                             f"pipelines are {', '.join(PIPELINES)}")
+        if value not in PIPELINE_NAMES:
+            raise ValueError(f"unknown pipeline {value!r}{did_you_mean(value, PIPELINE_NAMES)}; "
+                             f"pipelines are {', '.join(PIPELINE_NAMES)}")
         return value
 
     @field_validator("cron")
