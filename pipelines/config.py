@@ -73,7 +73,7 @@ from pydantic import (
 
 from gkeflow.components.did_you_mean import did_you_mean
 from gkeflow.pipelines.compute.workspace import WorkspaceSettings
-from gkeflow.pipelines.deploy_stage import DeployConfig
+from gkeflow.pipelines.deploy_config import DeployConfig
 from gkeflow.pipelines.images_config import BASE_DIR, ImagesConfig
 from gkeflow.pipelines.monitoring_config import MonitoringSettings
 from gkeflow.pipelines.operations_config import NotificationSettings, RetentionSettings
@@ -161,7 +161,7 @@ class GkeflowConfig(BaseModel):
     #: Validated even when absent, so its paths start from gkeflow.yaml's directory.
     images: ImagesConfig = Field(default={}, validate_default=True)
     _notify: NotificationSettings | None = PrivateAttr(default=None)  # operations.select
-    deploy: DeployConfig = {}  # per environment: pipelines/deploy_stage.py
+    deploy: DeployConfig = {}  # per environment: pipelines/deploy_config.py
     monitoring: dict[str, MonitoringSettings] = {}  # per environment: monitoring_config.py
 
     @field_validator("name")
