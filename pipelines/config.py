@@ -31,7 +31,7 @@ The file is optional; every key has a default in code. Sections:
 
 ``workspace``
     the GKE run's volume for prepared shards and checkpoints when the pipeline root is not
-    gs:// (:class:`gkeflow.pipelines.compute.workspace.WorkspaceSettings`): size, storage_class,
+    gs:// (:class:`gkeflow.pipelines.workspace_config.WorkspaceSettings`): size, storage_class,
     access_mode, enabled.
 
 ``notifications`` / ``retention``
@@ -72,7 +72,6 @@ from pydantic import (
 )
 
 from gkeflow.components.did_you_mean import did_you_mean
-from gkeflow.pipelines.compute.workspace import WorkspaceSettings
 from gkeflow.pipelines.deploy_config import DeployConfig
 from gkeflow.pipelines.images_config import BASE_DIR, ImagesConfig
 from gkeflow.pipelines.monitoring_config import MonitoringSettings
@@ -80,6 +79,7 @@ from gkeflow.pipelines.operations_config import NotificationSettings, RetentionS
 from gkeflow.pipelines.preparation_settings import PreparationSettings
 from gkeflow.pipelines.sweep_config import SweepConfig
 from gkeflow.pipelines.validation import validation_message
+from gkeflow.pipelines.workspace_config import WorkspaceSettings
 
 DEFAULT_CONFIG_FILE = Path("gkeflow.yaml")
 
