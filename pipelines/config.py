@@ -198,9 +198,8 @@ class GkeflowConfig(BaseModel):
         return self.workspace.for_root(gke.pipeline_root if gke else None)
 
     def compute_overrides(self, defaults) -> dict:
-        """Per-step :class:`ComputeProfile` objects: ``defaults`` with this file's overrides."""
-        from gkeflow.pipelines.compute.profiles import ComputeError, override_step
-
+        """Per-step :class:`ComputeProfile` objects: ``defaults`` with this file's overrides
+        (each profile validates its own, see ``ComputeProfile.configured``)."""
         profiles = dict(defaults)
         for step, changes in self.compute.items():
             if step not in profiles:
@@ -208,10 +207,7 @@ class GkeflowConfig(BaseModel):
                     f"compute.{step}: unknown step{did_you_mean(step, profiles)}; steps are "
                     f"{', '.join(profiles)}"
                 )
-            try:
-                profiles[step] = override_step(step, profiles[step], changes)
-            except (TypeError, ComputeError) as exc:
-                raise ConfigError(f"compute.{step}: {exc}") from exc
+            profiles[step] = profiles[step].configured(step, changes)
         return profiles
 
 

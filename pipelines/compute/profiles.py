@@ -34,6 +34,7 @@ from gkeflow.components.did_you_mean import did_you_mean
 from gkeflow.pipelines.compute import accelerators as acc
 from gkeflow.pipelines.compute import capacity, kfp_task_check, launchers
 from gkeflow.pipelines.compute.wording import counted, plural
+from gkeflow.pipelines.config import ConfigError
 
 TARGETS = ("gke", "vertex", "local")
 
@@ -330,6 +331,14 @@ class ComputeProfile:
             changes["scheduling"] = "spot" if spot else (
                 "standard" if self.scheduling == "spot" else self.scheduling)
         return replace(self, **changes)
+
+    def configured(self, step: str, changes: Mapping[str, Any]) -> ComputeProfile:
+        """:func:`override_step` for gkeflow.yaml's ``compute.<step>``: an invalid change is a
+        :class:`~gkeflow.pipelines.config.ConfigError` naming the key."""
+        try:
+            return override_step(step, self, changes)
+        except (TypeError, ComputeError) as exc:
+            raise ConfigError(f"compute.{step}: {exc}") from exc
 
 
 FIELD_NAMES = tuple(f.name for f in fields(ComputeProfile))
