@@ -214,7 +214,7 @@ def compile_for(target: str, path: Path) -> Path:
     the images of ./gkeflow.yaml's ``images:`` registry (pinned by `gkeflow images build`)."""
     from kfp import compiler
 
-    from gkeflow.pipelines.images_config import map_compiled_file
+    from gkeflow.pipelines.targets.image_mapping import map_compiled_file
 
     compiler.Compiler().compile(build_pipeline(target), str(path))
     return map_compiled_file(path)

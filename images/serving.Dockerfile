@@ -5,7 +5,7 @@
 # the lock; registration names it for models no prebuilt container serves.
 #
 # The release is the images' TensorFlow (tests check it against the locks and the table of
-# known TensorFlow Serving releases, gkeflow.components.deploy.serving_tags).
+# known TensorFlow Serving releases, gkeflow.components.serving.serving_tags).
 FROM docker.io/tensorflow/serving:2.21.0
 # Vertex AI sets AIP_HTTP_PORT (the registered port, 8501) and AIP_STORAGE_URI (its copy
 # of the model, gs://..., holding 1/saved_model.pb); TensorFlow Serving reads gs:// itself.

@@ -1,10 +1,9 @@
 """Pipeline definitions and their stages (``training``, ``sweep``, ``prediction``,
-``preparation``, ``stages``, ``fanout``) and the configuration they are built from
-(``config``), with three rooms beside them: :mod:`.cli` (the ``gkeflow`` command),
-:mod:`.targets` (KFP on GKE, Vertex AI, local runs, submit and schedule) and :mod:`.compute`
-(profiles, GPUs, capacity, engines, volumes). Imports point one way:
-``cli → targets, pipelines → compute → components``. Two small exceptions: ``config``
-checks schedule cron expressions and pipeline names with :mod:`.targets.cron` and
-:mod:`.targets.compile` (imported lazily), and :mod:`.compute.engines.vizier` reads
-the search space from ``sweep_config``.
+``preparation``, ``stages``, ``fanout``, ``deploy_stage``, ``operations``) and, below them,
+the configuration they are built from (``config`` and the ``*_config`` modules, ``cron``,
+``image_lock``, ``requirement_locks``, ``preparation_settings``); with three rooms beside
+them: :mod:`.cli` (the ``gkeflow`` command), :mod:`.targets` (KFP on GKE, Vertex AI, local
+runs, submit and schedule) and :mod:`.compute` (profiles, GPUs, capacity, engines, volumes).
+Imports point one way, checked by import-linter:
+``cli → targets → pipeline definitions → compute → configuration → components``.
 """

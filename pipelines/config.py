@@ -31,7 +31,7 @@ The file is optional; every key has a default in code. Sections:
 
 ``workspace``
     the GKE run's volume for prepared shards and checkpoints when the pipeline root is not
-    gs:// (:class:`gkeflow.pipelines.compute.workspace.WorkspaceSettings`): size, storage_class,
+    gs:// (:class:`gkeflow.pipelines.workspace_config.WorkspaceSettings`): size, storage_class,
     access_mode, enabled.
 
 ``notifications`` / ``retention``
@@ -72,16 +72,20 @@ from pydantic import (
 )
 
 from gkeflow.components.did_you_mean import did_you_mean
-from gkeflow.pipelines.compute.workspace import WorkspaceSettings
-from gkeflow.pipelines.deploy_stage import DeployConfig
+from gkeflow.pipelines.deploy_config import DeployConfig
 from gkeflow.pipelines.images_config import BASE_DIR, ImagesConfig
 from gkeflow.pipelines.monitoring_config import MonitoringSettings
 from gkeflow.pipelines.operations_config import NotificationSettings, RetentionSettings
 from gkeflow.pipelines.preparation_settings import PreparationSettings
 from gkeflow.pipelines.sweep_config import SweepConfig
 from gkeflow.pipelines.validation import validation_message
+from gkeflow.pipelines.workspace_config import WorkspaceSettings
 
 DEFAULT_CONFIG_FILE = Path("gkeflow.yaml")
+
+
+#: The pipelines gkeflow builds, by short name (their builders: targets.compile.PIPELINES).
+PIPELINE_NAMES = ("training", "prediction", "sweep", "fanout-prepare")
 
 
 class ConfigError(ValueError):
@@ -157,7 +161,7 @@ class GkeflowConfig(BaseModel):
     #: Validated even when absent, so its paths start from gkeflow.yaml's directory.
     images: ImagesConfig = Field(default={}, validate_default=True)
     _notify: NotificationSettings | None = PrivateAttr(default=None)  # operations.select
-    deploy: DeployConfig = {}  # per environment: pipelines/deploy_stage.py
+    deploy: DeployConfig = {}  # per environment: pipelines/deploy_config.py
     monitoring: dict[str, MonitoringSettings] = {}  # per environment: monitoring_config.py
 
     @field_validator("name")
@@ -194,9 +198,8 @@ class GkeflowConfig(BaseModel):
         return self.workspace.for_root(gke.pipeline_root if gke else None)
 
     def compute_overrides(self, defaults) -> dict:
-        """Per-step :class:`ComputeProfile` objects: ``defaults`` with this file's overrides."""
-        from gkeflow.pipelines.compute.profiles import ComputeError, override_step
-
+        """Per-step :class:`ComputeProfile` objects: ``defaults`` with this file's overrides
+        (each profile validates its own, see ``ComputeProfile.configured``)."""
         profiles = dict(defaults)
         for step, changes in self.compute.items():
             if step not in profiles:
@@ -204,10 +207,7 @@ class GkeflowConfig(BaseModel):
                     f"compute.{step}: unknown step{did_you_mean(step, profiles)}; steps are "
                     f"{', '.join(profiles)}"
                 )
-            try:
-                profiles[step] = override_step(step, profiles[step], changes)
-            except (TypeError, ComputeError) as exc:
-                raise ConfigError(f"compute.{step}: {exc}") from exc
+            profiles[step] = profiles[step].configured(step, changes)
         return profiles
 
 
@@ -470,17 +470,15 @@ class ScheduleConfig(_Strict):
     @field_validator("pipeline")
     @classmethod
     def _pipeline(cls, value):
-        from gkeflow.pipelines.targets.compile import PIPELINES
-
-        if value not in PIPELINES:
-            raise ValueError(f"unknown pipeline {value!r}{did_you_mean(value, PIPELINES)}; "
-                             f"pipelines are {', '.join(PIPELINES)}")
+        if value not in PIPELINE_NAMES:
+            raise ValueError(f"unknown pipeline {value!r}{did_you_mean(value, PIPELINE_NAMES)}; "
+                             f"pipelines are {', '.join(PIPELINE_NAMES)}")
         return value
 
     @field_validator("cron")
     @classmethod
     def _cron(cls, value):
-        from gkeflow.pipelines.targets.cron import CronError, CronExpression
+        from gkeflow.pipelines.cron import CronError, CronExpression
 
         try:
             CronExpression.parse(value)
@@ -491,7 +489,7 @@ class ScheduleConfig(_Strict):
     @field_validator("time_zone")
     @classmethod
     def _tz(cls, value):
-        from gkeflow.pipelines.targets.cron import CronError, zone
+        from gkeflow.pipelines.cron import CronError, zone
 
         try:
             zone(value)
@@ -642,7 +640,7 @@ parameters:
 # Recurring runs: `gkeflow schedule apply` makes these real (idempotent).
 # cron: 5 fields (minute hour day-of-month month day-of-week) in time_zone.
 # On GKE, KFP runs crons in UTC: the time zone is converted with its current UTC offset;
-# re-run `gkeflow schedule apply` after a daylight-saving change (see pipelines/targets/cron.py).
+# re-run `gkeflow schedule apply` after a daylight-saving change (see pipelines/cron.py).
 schedules:
   - name: nightly-training
     pipeline: training

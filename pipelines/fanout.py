@@ -19,9 +19,10 @@ from gkeflow.components.prepare.fanout_component import (
     prepare_group,
 )
 from gkeflow.pipelines.compute.profiles import ComputeProfile, apply_compute, validate_profiles
-from gkeflow.pipelines.compute.workspace import PipelineStorage, WorkspaceSettings
+from gkeflow.pipelines.compute.workspace import PipelineStorage
 from gkeflow.pipelines.operations import Operations
 from gkeflow.pipelines.preparation_settings import MAX_PARALLEL
+from gkeflow.pipelines.workspace_config import WorkspaceSettings
 
 PIPELINE_NAME = "gkeflow-fanout-prepare"
 

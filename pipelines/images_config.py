@@ -223,7 +223,7 @@ def _names_taken_in_images() -> dict[str, str]:
     import importlib.metadata
 
     import gkeflow.images
-    from gkeflow.pipelines.targets.image_locks import lock_path, normalise, read_pins
+    from gkeflow.pipelines.requirement_locks import lock_path, normalise, read_pins
 
     images_dir = Path(gkeflow.images.__path__[0])
     locked: set[str] = set()
@@ -377,23 +377,3 @@ def require_built(images: ImagesConfig, text: str, where: str) -> None:
     problem = describe_unbuilt(images, text)
     if problem:
         raise ImagesNotBuilt(f"refusing to {where}: {problem}")
-
-
-def map_compiled_file(path: Path | str, images: ImagesConfig | None = None) -> Path:
-    """Apply the image mapping to a pipeline or component YAML compiled with kfp directly
-    (a pipeline of your own around gkeflow's components), in place; returns ``path``.
-
-    Args:
-        path: The compiled YAML file.
-        images: The ``images:`` section; default: ./gkeflow.yaml's.
-    """
-    from gkeflow.components.images import map_references
-
-    if images is None:
-        from gkeflow.pipelines.config import load_config
-
-        images = load_config().images
-    path = Path(path)
-    path.write_text(map_references(path.read_text(encoding="utf-8"), image_map(images)),
-                    encoding="utf-8")
-    return path

@@ -47,7 +47,7 @@ from gkeflow.pipelines.compute.profiles import (
     validate_profiles,
 )
 from gkeflow.pipelines.compute.wording import plural
-from gkeflow.pipelines.compute.workspace import PipelineStorage, WorkspaceSettings
+from gkeflow.pipelines.compute.workspace import PipelineStorage
 from gkeflow.pipelines.deploy_stage import DEPLOY_STEP, deploy_stage
 from gkeflow.pipelines.operations import Operations
 from gkeflow.pipelines.preparation import (
@@ -62,6 +62,7 @@ from gkeflow.pipelines.preparation import (
 from gkeflow.pipelines.stages import GATE_PARAMETERS, evaluate_and_register, training_inputs
 from gkeflow.pipelines.sweep_config import SweepConfig, default_sweep, expand_trials
 from gkeflow.pipelines.training import DEFAULT_COMPUTE, DEFAULT_REGISTRY_URIS
+from gkeflow.pipelines.workspace_config import WorkspaceSettings
 
 PIPELINE_NAME = "gkeflow-sweep"
 TRIAL_STEP = "train-model"  # trials use the training step's compute profile

@@ -29,7 +29,7 @@ from gkeflow.pipelines.compute.profiles import (
     validate_profiles,
 )
 from gkeflow.pipelines.compute.wording import plural
-from gkeflow.pipelines.compute.workspace import PipelineStorage, WorkspaceSettings
+from gkeflow.pipelines.compute.workspace import PipelineStorage
 from gkeflow.pipelines.deploy_stage import DEPLOY_STEP, SERVING_PROFILE, deploy_stage
 from gkeflow.pipelines.operations import Operations
 from gkeflow.pipelines.preparation import (
@@ -42,6 +42,7 @@ from gkeflow.pipelines.preparation import (
     prepare_stage,
 )
 from gkeflow.pipelines.stages import GATE_PARAMETERS, evaluate_and_register, training_inputs
+from gkeflow.pipelines.workspace_config import WorkspaceSettings
 
 PIPELINE_NAME = "gkeflow-training"
 

@@ -218,7 +218,7 @@ def serving_tf_version(target: str, registered: dict[str, Any], model_path: Path
     Raises:
         DeploySettingsError: the model's TensorFlow has no known serving runtime.
     """
-    from gkeflow.components.deploy.runtimes import (
+    from gkeflow.components.serving.runtimes import (
         RuntimeMismatch,
         image_tf_version,
         kserve_runtime_version,
@@ -308,8 +308,8 @@ def record_in_model_registry(registry_uri: str, namespace: str, endpoint: str, b
 def vertex_parts(registered: dict[str, Any], config: DeploySettings, compute: dict[str, Any],
                  credentials=None, echo=print, policy=None):
     """(VertexEndpoints, the version's resource name, the Machine), checked."""
-    from gkeflow.components.deploy.runtimes import is_gpu_image
     from gkeflow.components.deploy.vertex_endpoint import Machine, VertexEndpoints
+    from gkeflow.components.serving.runtimes import is_gpu_image
 
     resource_name = str(registered.get("resourceName") or "")
     parts = resource_name.split("/")
@@ -335,7 +335,7 @@ def kserve_parts(model_path: Path, registered: dict[str, Any], config: DeploySet
                  compute: dict[str, Any], kube_api=None, echo=print, policy=None):
     """(InferenceServices, the ModelVersion to serve, the Placement, the namespace)."""
     from gkeflow.components.deploy import kserve
-    from gkeflow.components.deploy.runtimes import RuntimeMismatch, kserve_runtime_version
+    from gkeflow.components.serving.runtimes import RuntimeMismatch, kserve_runtime_version
 
     model_name = str(registered.get("modelName") or "")
     version = int(registered.get("version") or 0)

@@ -217,7 +217,7 @@ def check_versions(model_dir: Path, serving_tf_version: str) -> str:
     """
     import tensorflow as tf
 
-    from gkeflow.components.deploy.runtimes import tf_minor
+    from gkeflow.components.serving.runtimes import tf_minor
 
     path = Path(model_dir) / METADATA_FILE
     saved = ""

@@ -213,7 +213,7 @@ def _vertex_resource_uri(resource_name: str) -> str:
 def vertex_serving_image(model_dir: Path, serving_image: str = "",
                          configured: str = "") -> str:
     """The Vertex AI container that serves the TensorFlow the model was saved with (see
-    :func:`gkeflow.components.deploy.runtimes.vertex_runtime`).
+    :func:`gkeflow.components.serving.runtimes.vertex_runtime`).
 
     Args:
         model_dir: The SavedModel, with the training step's gkeflow_model.json.
@@ -226,7 +226,7 @@ def vertex_serving_image(model_dir: Path, serving_image: str = "",
     """
     import json
 
-    from gkeflow.components.deploy.runtimes import RuntimeMismatch, vertex_runtime
+    from gkeflow.components.serving.runtimes import RuntimeMismatch, vertex_runtime
 
     try:
         metadata = json.loads((Path(model_dir) / "gkeflow_model.json").read_text())
@@ -263,7 +263,7 @@ def register_for_pipeline(
     metrics = {k: float(v) for k, v in metrics_metadata.items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
     if backend_of(registry_uri) == "vertex":
-        from gkeflow.components.deploy.runtimes import is_tf_serving_image
+        from gkeflow.components.serving.runtimes import is_tf_serving_image
 
         suite_image = serving_image if is_tf_serving_image(serving_image) else ""
         configured = (settings.serving_image if settings else "") or (

@@ -21,7 +21,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gkeflow.components.deploy.runtimes import tf_serving_base, tf_serving_container
 from gkeflow.components.register.local_registry import (
     ModelVersion,
     RegistryError,
@@ -41,6 +40,7 @@ from gkeflow.components.register.names import (
     validate_labels,
 )
 from gkeflow.components.register.retrying import TransientRegistryError, with_retries
+from gkeflow.components.serving.runtimes import tf_serving_base, tf_serving_container
 
 #: TensorFlow 2 CPU prebuilt prediction container; override per registration or in gkeflow.yaml.
 DEFAULT_SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
@@ -104,7 +104,7 @@ class VertexRegistry:
     ):
         self.where = parse_vertex_uri(uri)
         self.serving_image = serving_image or DEFAULT_SERVING_IMAGE
-        from gkeflow.components.deploy.runtimes import is_tf_serving_image
+        from gkeflow.components.serving.runtimes import is_tf_serving_image
 
         # gkeflow-serving: TensorFlow Serving's layout, port and routes (see _upload).
         self.tf_serving = is_tf_serving_image(self.serving_image)

@@ -42,20 +42,6 @@ class TrialOutcome:
         return value if math.isfinite(value) else None
 
 
-def trial_report(task_name: str, model_uri: str, metrics: Mapping[str, float] | None = None,
-                 error: str = "", warnings: Sequence[str] = ()) -> str:
-    """What a training step returns: the JSON a selection step (and a run summary) reads
-    back. ``warnings``: one-line findings such as low GPU utilisation."""
-    return json.dumps({
-        "trial_id": task_name,
-        "status": "failed" if error else "succeeded",
-        "metrics": {k: float(v) for k, v in (metrics or {}).items()},
-        "model_uri": model_uri,
-        "error": error[-2000:],
-        "warnings": list(warnings),
-    }, sort_keys=True)
-
-
 def parse_outcomes(trials: Sequence[Mapping[str, Any]],
                    reports: Iterable[str | Mapping[str, Any] | None]) -> list[TrialOutcome]:
     """Join the trial list with the reports trials returned (in any order, some missing)."""

@@ -100,7 +100,7 @@ def trial_id(vizier_id: str | int) -> str:
 
 def outcomes(job: Mapping[str, Any], metric: str) -> tuple[list[dict], list[str]]:
     """(trials, reports) of a finished job, in the form the selection logic reads."""
-    from gkeflow.components.sweep.logic import trial_report
+    from gkeflow.components.train.report import trial_report
 
     output_uri = job["trialJobSpec"]["baseOutputDirectory"]["outputUriPrefix"].rstrip("/")
     trials, reports = [], []

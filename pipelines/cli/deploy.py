@@ -108,12 +108,8 @@ class _Context:
         from gkeflow.components.deploy.logic import DeploySettings, DeploySettingsError
         from gkeflow.pipelines.compute.profiles import ComputeError
         from gkeflow.pipelines.config import ConfigError, load_config
-        from gkeflow.pipelines.deploy_stage import (
-            DEPLOY_STEP,
-            SERVING_PROFILE,
-            DeployEnvironment,
-            serving_compute,
-        )
+        from gkeflow.pipelines.deploy_config import DeployEnvironment
+        from gkeflow.pipelines.deploy_stage import DEPLOY_STEP, SERVING_PROFILE, serving_compute
 
         try:
             self.config = load_config(config_path)

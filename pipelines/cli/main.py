@@ -393,7 +393,8 @@ def compile_command(target: str, output: Path, check: bool, release: bool, envir
     only the names of the secrets holding a webhook URL.
     """
     from gkeflow.components.images import ImageLockError
-    from gkeflow.pipelines.compute.profiles import ComputeError, target_notes
+    from gkeflow.pipelines.compute.plan import target_notes
+    from gkeflow.pipelines.compute.profiles import ComputeError
     from gkeflow.pipelines.config import ConfigError
     from gkeflow.pipelines.images_config import image_map
     from gkeflow.pipelines.targets.compile import ReleaseError, compile_all, stale_files
@@ -491,7 +492,8 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     from click.core import ParameterSource
 
     from gkeflow.components.images import ImageLockError, is_pinned, pin
-    from gkeflow.pipelines.compute.profiles import ComputeError, plan, target_notes
+    from gkeflow.pipelines.compute.plan import plan, target_notes
+    from gkeflow.pipelines.compute.profiles import ComputeError
     from gkeflow.pipelines.images_config import image_map
     from gkeflow.pipelines.targets.compile import PIPELINES
 

@@ -203,7 +203,7 @@ def capacity_notes(profiles, target: str) -> list[str]:
             notes.append(f"{text}: {', '.join(steps)}")
     for step, p in profiles.items():
         if p.uses_gpu and p.accelerator in acc.ACCELERATORS:
-            from gkeflow.pipelines.compute.profiles import cpu_cores, memory_bytes
+            from gkeflow.pipelines.compute.units import cpu_cores, memory_bytes
 
             caveat = acc.zone_limit_note(p.accelerator, p.accelerator_count,
                                          cpu_cores(p.cpu), memory_bytes(p.memory) / acc.GIB)

@@ -16,7 +16,8 @@ spot, shared memory, timeout, retries (every retry field explicit) and caching.
   type and count; no Kubernetes settings, so the compiled YAML stays a single document;
 - ``local`` (``kfp.local``): caching only, the one setting it honours.
 
-:func:`plan` reports what each step will actually request on a target.
+:func:`gkeflow.pipelines.compute.plan.plan` reports what each step will actually request on a
+target, with the training engine chosen there (:mod:`gkeflow.pipelines.compute.engines`).
 
 Longer than most modules on purpose: a profile's fields, their validation and how each
 target applies them are one concept, followed from declaration to task in one place.
@@ -33,7 +34,9 @@ from typing import Any
 from gkeflow.components.did_you_mean import did_you_mean
 from gkeflow.pipelines.compute import accelerators as acc
 from gkeflow.pipelines.compute import capacity, kfp_task_check, launchers
+from gkeflow.pipelines.compute.units import MEMORY_RE, cpu_cores, memory_bytes
 from gkeflow.pipelines.compute.wording import counted, plural
+from gkeflow.pipelines.config import ConfigError
 
 TARGETS = ("gke", "vertex", "local")
 
@@ -48,11 +51,6 @@ SHM_VOLUME = "dshm"
 SHM_PATH = "/dev/shm"
 
 _CPU_RE = re.compile(r"^([0-9]*[.])?[0-9]+m?$")
-_MEMORY_RE = re.compile(r"^([0-9]+)(E|Ei|P|Pi|T|Ti|G|Gi|M|Mi|K|Ki)$")
-_MEMORY_UNITS = {
-    "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-}
 _DURATION_RE = re.compile(r"^([0-9]+)\s*(s|m|h|d)?$")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _TRUE = {"true", "yes", "on", "1"}
@@ -71,17 +69,6 @@ class PipelineUnfit(ComputeError):
 
 # ---------------------------------------------------------------------------------------------
 # quantities
-
-
-def cpu_cores(cpu: str) -> float:
-    """``"2"`` -> 2.0, ``"500m"`` -> 0.5."""
-    return float(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
-
-
-def memory_bytes(memory: str) -> int:
-    """``"8G"`` -> 8e9, ``"8Gi"`` -> 8 * 2**30 (Kubernetes quantity suffixes)."""
-    number, unit = _MEMORY_RE.match(memory).groups()
-    return int(number) * _MEMORY_UNITS[unit]
 
 
 def format_gib(n_bytes: float) -> str:
@@ -134,7 +121,8 @@ def _to_float(field: str, value: Any) -> float:
     return result
 
 
-def _to_seconds(field: str, value: Any) -> int:
+def to_seconds(field: str, value: Any) -> int:
+    """A duration (90, "30s", "10m", "2h", "1d") in seconds; ComputeError names ``field``."""
     if isinstance(value, bool):
         raise ComputeError(f"{field} must be a duration such as 90, 30s, 10m, 2h; got {value!r}")
     if isinstance(value, int):
@@ -173,7 +161,7 @@ def _to_duration_text(field: str, value: Any) -> str:
     """A duration kept as written ("" for none), checked to parse."""
     if value in ("", None):
         return ""
-    seconds = _to_seconds(field, value)
+    seconds = to_seconds(field, value)
     return format_duration(seconds)
 
 
@@ -190,7 +178,7 @@ def _to_cpu(value: Any) -> str:
 def _to_memory(field: str, value: Any, allow_empty: bool = False) -> str:
     if allow_empty and value in ("", None):
         return ""
-    if isinstance(value, str) and _MEMORY_RE.match(value):
+    if isinstance(value, str) and MEMORY_RE.match(value):
         return value
     if isinstance(value, (int, str)) and re.fullmatch(r"[0-9]+", str(value)):
         raise ComputeError(f"{field} {value!r} has no unit; write e.g. {value}G or {value}Gi")
@@ -286,13 +274,13 @@ class ComputeProfile:
             raise ComputeError(f"reservation must be a reservation name; got {self.reservation!r}")
         set_(self, "reservation", self.reservation.strip())
         set_(self, "shm_size", _to_memory("shm_size", self.shm_size, allow_empty=True))
-        set_(self, "timeout_s", _to_seconds("timeout_s", self.timeout_s))
+        set_(self, "timeout_s", to_seconds("timeout_s", self.timeout_s))
         set_(self, "retries", _to_int("retries", self.retries))
-        set_(self, "retry_backoff_s", _to_seconds("retry_backoff_s", self.retry_backoff_s))
+        set_(self, "retry_backoff_s", to_seconds("retry_backoff_s", self.retry_backoff_s))
         set_(self, "retry_backoff_factor",
              _to_float("retry_backoff_factor", self.retry_backoff_factor))
         set_(self, "retry_max_duration_s",
-             _to_seconds("retry_max_duration_s", self.retry_max_duration_s))
+             to_seconds("retry_max_duration_s", self.retry_max_duration_s))
         set_(self, "caching", _to_bool("caching", self.caching))
         set_(self, "worker_service_account", _to_account(self.worker_service_account))
         try:
@@ -330,6 +318,14 @@ class ComputeProfile:
             changes["scheduling"] = "spot" if spot else (
                 "standard" if self.scheduling == "spot" else self.scheduling)
         return replace(self, **changes)
+
+    def configured(self, step: str, changes: Mapping[str, Any]) -> ComputeProfile:
+        """:func:`override_step` for gkeflow.yaml's ``compute.<step>``: an invalid change is a
+        :class:`~gkeflow.pipelines.config.ConfigError` naming the key."""
+        try:
+            return override_step(step, self, changes)
+        except (TypeError, ComputeError) as exc:
+            raise ConfigError(f"compute.{step}: {exc}") from exc
 
 
 FIELD_NAMES = tuple(f.name for f in fields(ComputeProfile))
@@ -562,54 +558,6 @@ def validate_profiles(
         )
 
 
-def target_notes(profiles: Mapping[str, ComputeProfile], target: str,
-                 engine_steps: tuple[str, ...] = ("train-model",)) -> list[str]:
-    """Requests that ``target`` cannot honour, said out loud rather than dropped silently;
-    ``engine_steps``: the steps a training engine may run (none in a sweep's trials)."""
-    if target == "vertex":
-        checks = (
-            (lambda p: p.spot,
-             ("spot is not applied on Vertex AI Pipelines (a pipeline step runs on on-demand "
-             "capacity)")),
-            (lambda p: p.timeout_s,
-             ("timeout_s is not enforced on Vertex AI Pipelines (the pipeline spec has no "
-             "per-step timeout)")),
-            (lambda p: p.shm_size,
-             ("shm_size is not applied on Vertex AI Pipelines (the machine's own /dev/shm is "
-             "used)")),
-        )
-    elif target == "local":
-        checks = (
-            (lambda p: p.uses_gpu or p.spot or p.timeout_s or p.retries,
-             ("kfp.local honours only caching; resources, spot, timeout and retries apply on "
-             "gke and vertex")),
-        )
-    else:
-        checks = ()
-    if target == "vertex":
-        checks += (
-            (lambda p: p.scheduling in ("flex-start", "reservation"),
-             ("scheduling flex-start and reservation are not applied to a Vertex AI Pipelines "
-              "step (only a CustomJob asks for them)")),
-        )
-    from gkeflow.pipelines.compute.engines import training_engine
-
-    # A step an engine runs (a Vertex AI CustomJob) honours spot and timeout itself.
-    engine_run = {step for step, profile in profiles.items()
-                  if step in engine_steps and training_engine(target, profile) is not None}
-    notes = []
-    for applies, text in checks:
-        steps = [step for step, profile in profiles.items()
-                 if applies(profile) and not (step in engine_run and target == "vertex")]
-        if steps:
-            notes.append(f"{text}: {', '.join(steps)}")
-    for step in sorted(engine_run):  # what the training step really launches, and so costs
-        notes.append(training_engine(target, profiles[step]).describe(profiles[step]))
-    note = launchers.unapplied_note(profiles, target, engine_run - (
-        {"train-model"} if target == "local" else set()))  # local workers follow no job
-    return notes + ([note] if note else []) + capacity.capacity_notes(profiles, target)
-
-
 # ---------------------------------------------------------------------------------------------
 # applying
 
@@ -659,84 +607,3 @@ def _apply_gke(task, profile: ComputeProfile) -> None:
     apply_gke_disk(task, profile)
     if profile.timeout_s:
         kubernetes.set_timeout(task, profile.timeout_s)
-
-
-# ---------------------------------------------------------------------------------------------
-# plan
-
-
-@dataclass(frozen=True)
-class PlanRow:
-    """What one step requests on one target, as text for a table."""
-
-    step: str
-    image: str
-    cpu: str
-    memory: str
-    accelerator: str
-    count: str
-    capacity: str
-    nodes: str
-    gpus: str
-    queue: str
-    disk: str
-    retries: str
-    caching: str
-    timeout: str
-    shm: str
-    machine: str
-
-
-def plan(
-    profiles: Mapping[str, ComputeProfile], target: str, images: Mapping[str, str]
-) -> list[PlanRow]:
-    """One :class:`PlanRow` per step: what is requested on ``target`` (validated profiles)."""
-    from gkeflow.pipelines.compute.engines import training_engine
-
-    rows = []
-    for step, p in profiles.items():
-        # On Vertex AI a CustomJob runs the training step and honours spot and timeout.
-        custom_job = (target == "vertex" and step == "train-model"
-                      and training_engine(target, p) is not None)
-        if target == "vertex":
-            accelerator = GKE_TO_VERTEX_ACCELERATOR.get(p.accelerator, "") if p.uses_gpu else ""
-        else:
-            accelerator = f"{GPU_RESOURCE} ({p.accelerator})" if p.uses_gpu else ""
-        if p.uses_gpu:
-            shape = fitting_shape(p, target)
-            machine = shape.name if shape else "none fits"
-            if target == "gke" and shape:
-                machine = f"{shape.name} or larger"
-        elif target == "vertex":
-            machine = "chosen by Vertex AI"
-        else:
-            machine = "any node pool"
-        scheduling, nodes, gpus = capacity.describe(p, target)
-        if target == "vertex" and p.scheduling != "standard" and not custom_job:
-            scheduling += " (not applied on Vertex)"
-        queue = (p.queue if target == "gke" else f"not applied ({p.queue})") if p.queue else "-"
-        from gkeflow.pipelines.compute.scratch import describe_disk
-
-        own_pods = target == "gke" and step == "train-model" and training_engine(
-            target, p) is not None  # a JobSet's pods request their ephemeral storage
-        disk = p.ephemeral_storage if own_pods and p.ephemeral_storage else describe_disk(
-            p, target)
-        retries = (
-            f"{p.retries} (backoff {format_duration(p.retry_backoff_s)} x"
-            f"{p.retry_backoff_factor:g}, max {format_duration(p.retry_max_duration_s)})"
-            if p.retries else "0"
-        )
-        if p.timeout_s:
-            timeout = (format_duration(p.timeout_s) if target == "gke" or custom_job
-                       else f"not enforced ({format_duration(p.timeout_s)} asked)")
-        else:
-            timeout = "none"
-        shm = (p.effective_shm_size if target == "gke" and p.uses_gpu else "") or "-"
-        rows.append(PlanRow(
-            step=step, image=images.get(step, ""), cpu=p.cpu, memory=p.memory,
-            accelerator=accelerator or "-", count=str(p.accelerator_count),
-            capacity=scheduling, nodes=nodes, gpus=gpus, queue=queue, disk=disk,
-            retries=retries, caching="on" if p.caching else "off", timeout=timeout,
-            shm=shm, machine=machine,
-        ))
-    return rows

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from gkeflow.components._atomic import plain_mode
 from gkeflow.pipelines import operations
+from gkeflow.pipelines.config import PIPELINE_NAMES
 
 COMPILE_TARGETS = ("gke", "vertex")
 #: Relative: ``compiled/`` of the directory the command runs in (the user's project), not
@@ -81,6 +82,9 @@ PIPELINES: dict[str, Callable[..., object]] = {
     "training": _training, "prediction": _prediction, "sweep": _sweep,
     "fanout-prepare": _fanout_prepare,
 }
+if tuple(PIPELINES) != PIPELINE_NAMES:
+    raise RuntimeError(f"pipeline builders {tuple(PIPELINES)} differ from "
+                       f"config.PIPELINE_NAMES {PIPELINE_NAMES}")
 
 
 def _steps_of(pipeline: str) -> Mapping:

@@ -28,6 +28,8 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
+from gkeflow.pipelines.requirement_locks import lock_path, normalise, read_pins
+
 FLAVOURS = ("cpu", "gpu")
 PYTHON_VERSION = "3.11"
 PYTHON_PLATFORM = "x86_64-manylinux_2_28"
@@ -37,21 +39,9 @@ COMPILE_COMMAND = "make locks"
 #: images: libclang (61 MB) is TensorFlow's binding for its C++ source tools.
 NOT_INSTALLED = ("libclang",)
 
-_PIN_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
-
 
 class LockError(RuntimeError):
     """A lock cannot be produced or is stale; the message says what to run."""
-
-
-def normalise(name: str) -> str:
-    """PEP 503 name: ``Google_Cloud.Storage`` -> ``google-cloud-storage``."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def lock_path(images_dir: Path, flavour: str) -> Path:
-    """``images/requirements-<flavour>.lock``."""
-    return images_dir / f"requirements-{flavour}.lock"
 
 
 def _tensorflow_for(flavour: str, project: dict) -> Requirement:
@@ -85,24 +75,6 @@ def resolver_input(pyproject: Path, flavour: str) -> list[str]:
 def direct_names(pyproject: Path, flavour: str) -> set[str]:
     """Normalised names of the packages the lock of ``flavour`` must pin."""
     return {normalise(Requirement(line).name) for line in resolver_input(pyproject, flavour)}
-
-
-def read_pins(lock: Path) -> dict[str, tuple[str, list[str]]]:
-    """Lock file -> {normalised name: (version, [sha256 hashes])}."""
-    pins: dict[str, tuple[str, list[str]]] = {}
-    current = None
-    for raw in lock.read_text(encoding="utf-8").splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _PIN_RE.match(line)
-        if match:
-            current = normalise(match.group(1))
-            pins[current] = (match.group(3), [])
-        for digest in re.findall(r"--hash=sha256:([0-9a-f]{64})", line):
-            if current is not None:
-                pins[current][1].append(digest)
-    return pins
 
 
 #: The images' platform, for evaluating environment markers of requirement lines.

@@ -35,16 +35,16 @@ from pathlib import Path
 from typing import Any
 
 from gkeflow.pipelines.config import ConfigError, GkeflowConfig, ScheduleConfig
-from gkeflow.pipelines.operations import notifications_key, select
-from gkeflow.pipelines.operations import of as operations_of
-from gkeflow.pipelines.targets.backends import RemoteSchedule, ScheduleRequest, lineage
-from gkeflow.pipelines.targets.cron import (
+from gkeflow.pipelines.cron import (
     kfp_cron,
     kfp_cron_to_five_fields,
     next_runs,
     split_vertex_cron,
     vertex_cron,
 )
+from gkeflow.pipelines.operations import notifications_key, select
+from gkeflow.pipelines.operations import of as operations_of
+from gkeflow.pipelines.targets.backends import RemoteSchedule, ScheduleRequest, lineage
 from gkeflow.pipelines.targets.submit import (
     SubmitError,
     make_backend,
@@ -321,7 +321,7 @@ def _next_runs_for(remote: RemoteSchedule, count: int, now: dt.datetime) -> list
     except ValueError:
         return []
     if remote.time_zone:
-        from gkeflow.pipelines.targets.cron import zone
+        from gkeflow.pipelines.cron import zone
 
         runs = [r.astimezone(zone(remote.time_zone)) for r in runs]
     return runs

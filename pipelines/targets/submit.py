@@ -204,7 +204,7 @@ def resolve_parameters(config: GkeflowConfig, prepared: PreparedPipeline, enviro
                        overrides: dict[str, Any], override_source: str = "--param"
                        ) -> dict[str, Any]:
     """Environment parameters, then ``overrides``, checked against the pipeline's inputs."""
-    from gkeflow.pipelines.deploy_stage import deploy_parameters
+    from gkeflow.pipelines.deploy_config import deploy_parameters
 
     if environment != DEFAULT_ENVIRONMENT and environment not in config.parameters:
         known = ", ".join(config.parameters) or "none"

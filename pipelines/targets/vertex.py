@@ -218,7 +218,7 @@ class VertexBackend(_TargetBackend):
     # -- schedules ----------------------------------------------------------------------------
 
     def list_schedules(self, *, _call=None) -> list[RemoteSchedule]:
-        from gkeflow.pipelines.targets.cron import split_vertex_cron
+        from gkeflow.pipelines.cron import split_vertex_cron
 
         if self.dry_run:
             self._plan("GET", f"{self.parent}/schedules",

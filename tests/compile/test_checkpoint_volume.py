@@ -9,9 +9,9 @@ from google.protobuf import json_format
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
 
 from gkeflow.components.train.store import CHECKPOINT_MOUNT
-from gkeflow.pipelines.compute.workspace import WorkspaceSettings
 from gkeflow.pipelines.config import GkeflowConfig
 from gkeflow.pipelines.targets.compile import compile_all
+from gkeflow.pipelines.workspace_config import WorkspaceSettings
 
 
 def test_gke_creates_mounts_and_deletes_a_volume_per_run(tmp_path):

@@ -9,12 +9,8 @@ import pytest
 import yaml
 
 from gkeflow.pipelines.compute.profiles import ComputeProfile
-from gkeflow.pipelines.deploy_stage import (
-    DeployEnvironment,
-    deploy_parameters,
-    gke_placement,
-    serving_compute,
-)
+from gkeflow.pipelines.deploy_config import DeployEnvironment, deploy_parameters
+from gkeflow.pipelines.deploy_stage import gke_placement, serving_compute
 from gkeflow.pipelines.targets.compile import compile_pipeline
 
 T4_SPOT = ComputeProfile(cpu="4", memory="16G", accelerator="nvidia-tesla-t4",

@@ -8,7 +8,8 @@ from google.protobuf import json_format
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from gkeflow.pipelines.compute.profiles import ComputeProfile, plan
+from gkeflow.pipelines.compute.plan import plan
+from gkeflow.pipelines.compute.profiles import ComputeProfile
 from gkeflow.pipelines.compute.scratch import STAGING_PATH
 from gkeflow.pipelines.targets.compile import compile_pipeline
 

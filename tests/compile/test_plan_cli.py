@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from gkeflow.components.images import pin
 from gkeflow.pipelines.cli.main import main
-from gkeflow.pipelines.compute.profiles import GKE_TO_VERTEX_ACCELERATOR, plan
+from gkeflow.pipelines.compute.plan import plan
+from gkeflow.pipelines.compute.profiles import GKE_TO_VERTEX_ACCELERATOR
 from gkeflow.pipelines.config import GkeflowConfig
 from gkeflow.pipelines.images_config import image_map
 from gkeflow.pipelines.training import resolve_compute, step_images
@@ -186,7 +187,7 @@ def test_release_compile_refuses_the_unbuilt_images(tmp_path):
 
 
 def test_plan_fits_columns_also_when_piped_wide_and_json_show_everything():
-    from gkeflow.pipelines.compute.profiles import PlanRow
+    from gkeflow.pipelines.compute.plan import PlanRow
 
     narrow = CliRunner().invoke(main, ["plan", "--target", "gke"], env={"COLUMNS": "100"})
     assert narrow.exit_code == 0, narrow.output

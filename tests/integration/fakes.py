@@ -776,7 +776,7 @@ class FakeVertexServer(_Server):
             raise Invalid("Schedule.displayName is required")
         if not schedule.cron:
             raise Invalid("Schedule.cron is required")
-        from gkeflow.pipelines.targets.cron import (
+        from gkeflow.pipelines.cron import (
             CronError,
             CronExpression,
             split_vertex_cron,
@@ -798,7 +798,7 @@ class FakeVertexServer(_Server):
 
     @staticmethod
     def _set_next_run(schedule) -> None:
-        from gkeflow.pipelines.targets.cron import next_runs, split_vertex_cron
+        from gkeflow.pipelines.cron import next_runs, split_vertex_cron
 
         cron, time_zone = split_vertex_cron(schedule.cron)
         schedule.next_run_time = next_runs(cron, time_zone, 1)[0].astimezone(dt.UTC)

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from gkeflow.components.deploy.runtimes import prebuilt_minors
 from gkeflow.components.images import SERVING_TF_VERSION, serving_reference
 from gkeflow.components.register.local_registry import RegistryError
 from gkeflow.components.register.logic import register_for_pipeline
+from gkeflow.components.serving.runtimes import prebuilt_minors
 
 REGISTRY = "europe-west4-docker.pkg.dev/p/ml"
 BUILT = f"{serving_reference(REGISTRY)}@sha256:{'b' * 64}"

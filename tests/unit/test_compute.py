@@ -5,15 +5,14 @@ from __future__ import annotations
 import pytest
 
 from gkeflow.pipelines.compute import accelerators as acc
+from gkeflow.pipelines.compute.plan import plan, target_notes
 from gkeflow.pipelines.compute.profiles import (
     ComputeError,
     ComputeProfile,
     apply_overrides,
     fitting_shape,
     memory_bytes,
-    plan,
     profile_problems,
-    target_notes,
     validate_profiles,
 )
 from gkeflow.pipelines.training import DEFAULT_COMPUTE, resolve_compute

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from gkeflow.components.deploy.runtimes import (
+from gkeflow.components.images import SERVING_TF_VERSION, serving_reference
+from gkeflow.components.serving.runtimes import (
     RuntimeMismatch,
     image_tf_version,
     is_gpu_image,
@@ -14,8 +15,7 @@ from gkeflow.components.deploy.runtimes import (
     tf_serving_container,
     vertex_runtime,
 )
-from gkeflow.components.deploy.serving_tags import RELEASES, check_release
-from gkeflow.components.images import SERVING_TF_VERSION, serving_reference
+from gkeflow.components.serving.serving_tags import RELEASES, check_release
 
 REPO = Path(__file__).resolve().parents[2]
 BUILT = serving_reference("europe-west4-docker.pkg.dev/p/ml") + "@sha256:" + "a" * 64

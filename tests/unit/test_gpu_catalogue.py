@@ -10,13 +10,12 @@ from google.cloud import aiplatform_v1
 from gkeflow.pipelines.compute import accelerators as acc
 from gkeflow.pipelines.compute import gpu_catalogue as cat
 from gkeflow.pipelines.compute.capacity import capacity_problems, offered_options
+from gkeflow.pipelines.compute.plan import plan, target_notes
 from gkeflow.pipelines.compute.profiles import (
     ComputeError,
     ComputeProfile,
     fitting_shape,
-    plan,
     profile_problems,
-    target_notes,
     validate_profiles,
 )
 

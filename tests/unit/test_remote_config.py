@@ -86,6 +86,18 @@ def test_errors_name_the_file_the_key_and_the_problem(tmp_path, change, message)
     assert "hunter2" not in str(error.value) and "eyJhbGciOi" not in str(error.value)
 
 
+def test_schedules_accept_every_pipeline_compile_builds(tmp_path):
+    import yaml
+
+    from gkeflow.pipelines.targets.compile import PIPELINES
+
+    schedules = [{"name": f"s{i}", "target": "gke", "cron": "0 2 * * *", "pipeline": name}
+                 for i, name in enumerate(PIPELINES)]
+    config = load_config(write(tmp_path, yaml.safe_dump(
+        {"targets": {"gke": {"host": "https://k"}}, "schedules": schedules})))
+    assert [s.pipeline for s in config.schedules] == list(PIPELINES)
+
+
 def test_gcs_roots_are_normalised():
     assert normalise_gcs_uri(" gs://my-bucket//a/b/ ") == "gs://my-bucket/a/b"
     assert normalise_gcs_uri("gs://my-bucket") == "gs://my-bucket"

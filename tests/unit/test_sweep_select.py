@@ -14,8 +14,8 @@ from gkeflow.components.sweep.logic import (
     registry_labels,
     select,
     sweep_card_section,
-    trial_report,
 )
+from gkeflow.components.train.report import trial_report
 
 TRIALS = [{"trial_id": f"trial-{i:03d}", "learning_rate": lr, "batch_size": float(bs)}
           for i, (lr, bs) in enumerate([(1e-5, 32), (0.01, 32), (0.1, 64), (0.3, 16)])]

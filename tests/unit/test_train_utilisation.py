@@ -338,7 +338,7 @@ def test_model_card_section_shows_figures_warning_and_epochs(tmp_path):
 
 
 def test_the_training_summary_carries_the_warning():
-    from gkeflow.components.sweep.logic import trial_report
+    from gkeflow.components.train.report import trial_report
 
     summary = json.loads(trial_report("train-model", "/m", {"eval_accuracy": 0.9},
                                       warnings=["GPU utilisation averaged 15%"]))

@@ -137,9 +137,9 @@ def launcher_deadline_s(profile: ComputeProfile) -> int:
     equal deadline would stop training that is still within its own."""
     if not profile.timeout_s:
         return 0
-    from gkeflow.pipelines.compute.profiles import _to_seconds
+    from gkeflow.pipelines.compute.profiles import to_seconds
 
-    waiting = _to_seconds("max_wait", profile.max_wait) if profile.max_wait else 0
+    waiting = to_seconds("max_wait", profile.max_wait) if profile.max_wait else 0
     return profile.timeout_s + max(PROVISIONING_ALLOWANCE_S, waiting)
 
 

@@ -77,9 +77,9 @@ def scheduling(profile: ComputeProfile) -> dict[str, Any]:
         "strategy": STRATEGIES[profile.scheduling],
     }
     if profile.scheduling == "flex-start" and profile.max_wait:
-        from gkeflow.pipelines.compute.profiles import _to_seconds
+        from gkeflow.pipelines.compute.profiles import to_seconds
 
-        result["max_wait_duration"] = f"{_to_seconds('max_wait', profile.max_wait)}s"
+        result["max_wait_duration"] = f"{to_seconds('max_wait', profile.max_wait)}s"
     return result
 
 

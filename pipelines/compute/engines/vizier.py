@@ -83,9 +83,9 @@ def tuning_spec(sweep: SweepConfig, profile: ComputeProfile) -> str:
     if profile.timeout_s:
         scheduling["timeout"] = f"{profile.timeout_s}s"
     if profile.max_wait and profile.scheduling == "flex-start":
-        from gkeflow.pipelines.compute.profiles import _to_seconds
+        from gkeflow.pipelines.compute.profiles import to_seconds
 
-        scheduling["maxWaitDuration"] = f"{_to_seconds('max_wait', profile.max_wait)}s"
+        scheduling["maxWaitDuration"] = f"{to_seconds('max_wait', profile.max_wait)}s"
     return json.dumps({
         "studySpec": {
             "metrics": [{"metricId": sweep.metric, "goal": sweep.direction.upper()}],

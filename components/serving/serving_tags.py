@@ -46,7 +46,7 @@ def release_for(tf_version: str) -> str:
         newest = max(RELEASES, key=_key)
         raise UnknownRelease(
             f"no TensorFlow Serving release for TensorFlow {minor} is known (newest known: "
-            f"{newest}, see gkeflow.components.deploy.serving_tags)")
+            f"{newest}, see gkeflow.components.serving.serving_tags)")
     return found[-1]
 
 

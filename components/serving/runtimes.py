@@ -160,7 +160,7 @@ def kserve_runtime_version(tf_version: str, gpu: bool) -> str:
     Raises:
         RuntimeMismatch: no TensorFlow Serving release of that TensorFlow is known.
     """
-    from gkeflow.components.deploy.serving_tags import UnknownRelease, release_for
+    from gkeflow.components.serving.serving_tags import UnknownRelease, release_for
 
     tf_minor(tf_version)
     try:

@@ -1,0 +1,139 @@
+"""What a pipeline's steps get on a target, with the engine that runs training chosen here:
+:func:`plan` (one row per step, for `gkeflow plan`) and :func:`target_notes` (requests the
+target does not honour, and what an engine launches instead)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gkeflow.pipelines.compute import capacity, launchers
+from gkeflow.pipelines.compute.engines import training_engine
+from gkeflow.pipelines.compute.profiles import (
+    GKE_TO_VERTEX_ACCELERATOR,
+    GPU_RESOURCE,
+    ComputeProfile,
+    fitting_shape,
+    format_duration,
+)
+
+
+def target_notes(profiles: Mapping[str, ComputeProfile], target: str,
+                 engine_steps: tuple[str, ...] = ("train-model",)) -> list[str]:
+    """Requests that ``target`` cannot honour, said out loud rather than dropped silently;
+    ``engine_steps``: the steps a training engine may run (none in a sweep's trials)."""
+    if target == "vertex":
+        checks = (
+            (lambda p: p.spot,
+             ("spot is not applied on Vertex AI Pipelines (a pipeline step runs on on-demand "
+             "capacity)")),
+            (lambda p: p.timeout_s,
+             ("timeout_s is not enforced on Vertex AI Pipelines (the pipeline spec has no "
+             "per-step timeout)")),
+            (lambda p: p.shm_size,
+             ("shm_size is not applied on Vertex AI Pipelines (the machine's own /dev/shm is "
+             "used)")),
+        )
+    elif target == "local":
+        checks = (
+            (lambda p: p.uses_gpu or p.spot or p.timeout_s or p.retries,
+             ("kfp.local honours only caching; resources, spot, timeout and retries apply on "
+             "gke and vertex")),
+        )
+    else:
+        checks = ()
+    if target == "vertex":
+        checks += (
+            (lambda p: p.scheduling in ("flex-start", "reservation"),
+             ("scheduling flex-start and reservation are not applied to a Vertex AI Pipelines "
+              "step (only a CustomJob asks for them)")),
+        )
+    # A step an engine runs (a Vertex AI CustomJob) honours spot and timeout itself.
+    engine_run = {step for step, profile in profiles.items()
+                  if step in engine_steps and training_engine(target, profile) is not None}
+    notes = []
+    for applies, text in checks:
+        steps = [step for step, profile in profiles.items()
+                 if applies(profile) and not (step in engine_run and target == "vertex")]
+        if steps:
+            notes.append(f"{text}: {', '.join(steps)}")
+    for step in sorted(engine_run):  # what the training step really launches, and so costs
+        notes.append(training_engine(target, profiles[step]).describe(profiles[step]))
+    note = launchers.unapplied_note(profiles, target, engine_run - (
+        {"train-model"} if target == "local" else set()))  # local workers follow no job
+    return notes + ([note] if note else []) + capacity.capacity_notes(profiles, target)
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """What one step requests on one target, as text for a table."""
+
+    step: str
+    image: str
+    cpu: str
+    memory: str
+    accelerator: str
+    count: str
+    capacity: str
+    nodes: str
+    gpus: str
+    queue: str
+    disk: str
+    retries: str
+    caching: str
+    timeout: str
+    shm: str
+    machine: str
+
+
+def plan(
+    profiles: Mapping[str, ComputeProfile], target: str, images: Mapping[str, str]
+) -> list[PlanRow]:
+    """One :class:`PlanRow` per step: what is requested on ``target`` (validated profiles)."""
+    rows = []
+    for step, p in profiles.items():
+        # On Vertex AI a CustomJob runs the training step and honours spot and timeout.
+        custom_job = (target == "vertex" and step == "train-model"
+                      and training_engine(target, p) is not None)
+        if target == "vertex":
+            accelerator = GKE_TO_VERTEX_ACCELERATOR.get(p.accelerator, "") if p.uses_gpu else ""
+        else:
+            accelerator = f"{GPU_RESOURCE} ({p.accelerator})" if p.uses_gpu else ""
+        if p.uses_gpu:
+            shape = fitting_shape(p, target)
+            machine = shape.name if shape else "none fits"
+            if target == "gke" and shape:
+                machine = f"{shape.name} or larger"
+        elif target == "vertex":
+            machine = "chosen by Vertex AI"
+        else:
+            machine = "any node pool"
+        scheduling, nodes, gpus = capacity.describe(p, target)
+        if target == "vertex" and p.scheduling != "standard" and not custom_job:
+            scheduling += " (not applied on Vertex)"
+        queue = (p.queue if target == "gke" else f"not applied ({p.queue})") if p.queue else "-"
+        from gkeflow.pipelines.compute.scratch import describe_disk
+
+        own_pods = target == "gke" and step == "train-model" and training_engine(
+            target, p) is not None  # a JobSet's pods request their ephemeral storage
+        disk = p.ephemeral_storage if own_pods and p.ephemeral_storage else describe_disk(
+            p, target)
+        retries = (
+            f"{p.retries} (backoff {format_duration(p.retry_backoff_s)} x"
+            f"{p.retry_backoff_factor:g}, max {format_duration(p.retry_max_duration_s)})"
+            if p.retries else "0"
+        )
+        if p.timeout_s:
+            timeout = (format_duration(p.timeout_s) if target == "gke" or custom_job
+                       else f"not enforced ({format_duration(p.timeout_s)} asked)")
+        else:
+            timeout = "none"
+        shm = (p.effective_shm_size if target == "gke" and p.uses_gpu else "") or "-"
+        rows.append(PlanRow(
+            step=step, image=images.get(step, ""), cpu=p.cpu, memory=p.memory,
+            accelerator=accelerator or "-", count=str(p.accelerator_count),
+            capacity=scheduling, nodes=nodes, gpus=gpus, queue=queue, disk=disk,
+            retries=retries, caching="on" if p.caching else "off", timeout=timeout,
+            shm=shm, machine=machine,
+        ))
+    return rows
