@@ -32,7 +32,7 @@ def test_defaults(tmp_path):
     ({"gke": {"pod_labels": {"bad key!": "x"}}}, "not a Kubernetes label key"),
     ({"project": "X"}, "not a Google Cloud project id"),
     ({"api_endpoint": "monitoring.example.com"}, "scheme://host"),
-    ({"threshold": 40}, "Extra inputs are not permitted"),
+    ({"threshold": 40}, "monitoring.default.threshold: unknown key; remove or rename it"),
 ])
 def test_invalid_settings_are_refused(tmp_path, section, fragment):
     with pytest.raises(ConfigError, match=fragment):
