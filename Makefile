@@ -33,9 +33,10 @@ test: $(STAMP) ## Install, then run the whole test suite (9-10 minutes on 2 idle
 test-fast: $(STAMP) ## Unit and compile tests only (about 1.5 minutes), for the edit loop
 	$(BIN)/python -m pytest -n $(TESTWORKERS) --dist worksteal tests/unit tests/compile
 
-lint: $(STAMP) ## Static checks
+lint: $(STAMP) ## Static checks: ruff, hadolint, and the import contracts (layers, no cycles)
 	$(BIN)/ruff check components pipelines tests bench examples
 	$(BIN)/hadolint images/*.Dockerfile
+	$(BIN)/lint-imports --no-cache
 
 compile: $(STAMP) ## Regenerate compiled/*.yaml for GKE and Vertex and compiled/components/
 	$(BIN)/gkeflow compile
