@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import shutil
@@ -84,8 +85,9 @@ def resolve_version(registry_uri: str, ref: ModelRef, registry=None) -> tuple[Mo
         try:
             return registry.get(ref.name, ref.version), f"version {ref.version} as requested"
         except (RegistryError, KeyError, LookupError) as exc:
-            raise PredictError(f"model {ref.name} version {ref.version} is not in the registry "
-                               f"{registry_uri}: {exc}") from exc
+            raise PredictError(missing_model(registry, registry_uri, ref.name, ref.version)
+                               or f"model {ref.name} version {ref.version} is not in the "
+                               f"registry {registry_uri}: {exc}") from exc
     found = registry.get_by_alias(ref.name, ref.alias)
     if found is not None:
         return found, f"alias {ref.alias!r} -> version {found.version}"
@@ -96,11 +98,32 @@ def resolve_version(registry_uri: str, ref: ModelRef, registry=None) -> tuple[Mo
                             "used (promote one with `gkeflow models promote`)")
     known = sorted({v.version for v in registry.list(name=ref.name)})
     if not known:
-        raise PredictError(f"no model named {ref.name!r} in the registry {registry_uri}; "
+        raise PredictError(missing_model(registry, registry_uri, ref.name) or
+                           f"no model named {ref.name!r} in the registry {registry_uri}; "
                            "train and register one first (gkeflow run), or check --model")
     raise PredictError(f"model {ref.name!r} has no alias {ref.alias!r} in {registry_uri} "
                        f"(versions: {', '.join(map(str, known))}); name a version "
                        f"({ref.name}@{known[-1]}) or promote one")
+
+
+def missing_model(registry, registry_uri: str, name: str, version: int = 0) -> str:
+    """Why ``name`` (version ``version``) is not in the registry: the versions the model
+    has, or, when there is no such model, the models there are (the closest named first);
+    empty when the registry cannot be listed either."""
+    try:
+        known = sorted({v.version for v in registry.list(name=name)})
+        names = [] if known else sorted({v.name for v in registry.list()})
+    except (RegistryError, KeyError, LookupError):
+        return ""
+    if known:
+        return (f"model {name!r} has no version {version} in the registry {registry_uri} "
+                f"(versions: {', '.join(map(str, known))}); name one ({name}@{known[-1]})")
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    listed = (f"its models: {', '.join(names[:10])}{', ...' if len(names) > 10 else ''}"
+              if names else "it holds no models yet")
+    hint = f"did you mean {close[0]!r}? Otherwise t" if close else "t"
+    return (f"no model named {name!r} in the registry {registry_uri} ({listed}); "
+            f"{hint}rain and register it first (gkeflow run), or check the name")
 
 
 def _gcs_copy_dir(uri: str, target: Path) -> None:
