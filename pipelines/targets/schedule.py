@@ -37,6 +37,7 @@ from typing import Any
 from gkeflow.pipelines.config import ConfigError, GkeflowConfig, ScheduleConfig
 from gkeflow.pipelines.operations import notifications_key, select
 from gkeflow.pipelines.operations import of as operations_of
+from gkeflow.pipelines.targets.backend_choice import make_backend
 from gkeflow.pipelines.targets.backends import RemoteSchedule, ScheduleRequest, lineage
 from gkeflow.pipelines.targets.cron import (
     kfp_cron,
@@ -47,7 +48,6 @@ from gkeflow.pipelines.targets.cron import (
 )
 from gkeflow.pipelines.targets.submit import (
     SubmitError,
-    make_backend,
     prepare_pipeline,
     refuse_unbuilt_images,
     resolve_parameters,
