@@ -118,8 +118,8 @@ def run_arguments(pipeline, name: str, *, data: str | None, label: str | None, o
     from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS, SplitRatios
     from gkeflow.pipelines.cli.main import REGISTRY_FILE
     from gkeflow.pipelines.cli.params import pipeline_params
-    from gkeflow.pipelines.cli.run_checks import ParameterError, validate_run_arguments
     from gkeflow.pipelines.cli.run_inputs import default_model_name
+    from gkeflow.pipelines.parameters import ParameterError, validate_run_arguments
 
     if data and not label:
         raise click.UsageError("--label is required with --data: name the column to predict.")

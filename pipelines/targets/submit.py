@@ -228,7 +228,7 @@ def resolve_parameters(config: GkeflowConfig, prepared: PreparedPipeline, enviro
                     f"{did_you_mean(name, prepared.parameter_types)}; parameters are "
                     f"{', '.join(sorted(prepared.parameter_types))}")
             merged[name] = _coerce(name, value, prepared.parameter_types[name], source)
-    from gkeflow.pipelines.cli.run_checks import ParameterError, check_parameters
+    from gkeflow.pipelines.parameters import ParameterError, check_parameters
 
     try:
         check_parameters(merged)
