@@ -80,12 +80,12 @@ def local_compute(pipeline: str, config_path: Path | None,
     from gkeflow.components.did_you_mean import did_you_mean
     from gkeflow.pipelines.cli.main import _resolve_compute
     from gkeflow.pipelines.compute.profiles import parse_override
-    from gkeflow.pipelines.targets.compile import _steps_of, pipeline_compute
+    from gkeflow.pipelines.targets.compile import pipeline_compute, steps_of
 
     if not compute_overrides and config_path is None:
         return None
     profiles = _resolve_compute(config_path, compute_overrides)  # reports malformed flags
-    own = _steps_of(pipeline)
+    own = steps_of(pipeline)
     for text in compute_overrides:
         step = parse_override(text)[0]
         if step not in own:

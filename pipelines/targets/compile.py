@@ -83,7 +83,7 @@ PIPELINES: dict[str, Callable[..., object]] = {
 }
 
 
-def _steps_of(pipeline: str) -> Mapping:
+def steps_of(pipeline: str) -> Mapping:
     """``pipeline``'s steps and their default compute."""
     if pipeline == "prediction":
         from gkeflow.pipelines.prediction import DEFAULT_COMPUTE
@@ -100,7 +100,7 @@ def default_compute() -> dict:
     """Every pipeline's steps and their default compute (gkeflow.yaml may override any)."""
     merged: dict = {}
     for name in PIPELINES:
-        merged.update(_steps_of(name))
+        merged.update(steps_of(name))
     return merged
 
 
@@ -109,7 +109,7 @@ def pipeline_compute(pipeline: str, compute: Mapping | None) -> Mapping | None:
     a step no pipeline has stays, so the pipeline reports it."""
     if compute is None:
         return None
-    own, known = _steps_of(pipeline), default_compute()
+    own, known = steps_of(pipeline), default_compute()
     return {step: p for step, p in compute.items() if step in own or step not in known}
 
 
