@@ -80,12 +80,12 @@ def local_compute(pipeline: str, config_path: Path | None,
     from gkeflow.components.did_you_mean import did_you_mean
     from gkeflow.pipelines.cli.main import _resolve_compute
     from gkeflow.pipelines.compute.profiles import parse_override
-    from gkeflow.pipelines.targets.compile import _steps_of, pipeline_compute
+    from gkeflow.pipelines.targets.compile import pipeline_compute, steps_of
 
     if not compute_overrides and config_path is None:
         return None
     profiles = _resolve_compute(config_path, compute_overrides)  # reports malformed flags
-    own = _steps_of(pipeline)
+    own = steps_of(pipeline)
     for text in compute_overrides:
         step = parse_override(text)[0]
         if step not in own:
@@ -118,8 +118,8 @@ def run_arguments(pipeline, name: str, *, data: str | None, label: str | None, o
     from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS, SplitRatios
     from gkeflow.pipelines.cli.main import REGISTRY_FILE
     from gkeflow.pipelines.cli.params import pipeline_params
-    from gkeflow.pipelines.cli.run_checks import ParameterError, validate_run_arguments
     from gkeflow.pipelines.cli.run_inputs import default_model_name
+    from gkeflow.pipelines.parameters import ParameterError, validate_run_arguments
 
     if data and not label:
         raise click.UsageError("--label is required with --data: name the column to predict.")

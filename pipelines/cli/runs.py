@@ -14,7 +14,8 @@ from rich.table import Table
 from rich.text import Text
 
 from gkeflow.pipelines.cli.ship import _config_option, _console, _load, _remote_errors
-from gkeflow.pipelines.targets.runs import format_duration, format_time, reader, target_of
+from gkeflow.pipelines.targets.backend_choice import reader
+from gkeflow.pipelines.targets.runs import format_duration, format_time, target_of
 
 
 def _target(func):

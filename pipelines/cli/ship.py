@@ -282,7 +282,7 @@ def schedule_list(count, target, config_path) -> None:
     if not rows:
         console.print("no gkeflow schedules on the configured targets")
         return
-    from gkeflow.pipelines.targets.runs import last_runs
+    from gkeflow.pipelines.targets.backend_choice import last_runs
 
     last = last_runs(config, rows)
     table = Table()

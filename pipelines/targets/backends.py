@@ -1,7 +1,9 @@
-"""The two remote targets behind `gkeflow submit` and `gkeflow schedule`.
+"""What the two remote targets behind `gkeflow submit` and `gkeflow schedule` share.
 
-:class:`KfpBackend` talks to the Kubeflow Pipelines v2beta1 API through ``kfp.Client``;
-:class:`VertexBackend` talks to Vertex AI through ``google.cloud.aiplatform``. Both expose the
+:class:`~gkeflow.pipelines.targets.kfp.KfpBackend` talks to the Kubeflow Pipelines v2beta1
+API through ``kfp.Client``; :class:`~gkeflow.pipelines.targets.vertex.VertexBackend` talks to
+Vertex AI through ``google.cloud.aiplatform``;
+:func:`~gkeflow.pipelines.targets.backend_choice.make_backend` picks one. Both expose the
 same small surface (upload, run, poll, list/create/update/pause/resume/delete schedules);
 every remote call goes through :func:`gkeflow.pipelines.targets.transport.call` (retries,
 timeouts, clear errors). With ``dry_run`` nothing is sent and no credentials are needed:
@@ -31,7 +33,7 @@ REQUEST_LABEL = "gkeflow-request"
 OWNER_LABEL = "gkeflow-owner"
 #: How many earlier recurring run ids a replaced KFP schedule remembers (for its history).
 MAX_PREVIOUS_IDS = 100
-_KFP_DESCRIPTION_RE = re.compile(r"^gkeflow schedule (?P<name>\S+); (?P<fields>.*)$")
+KFP_DESCRIPTION_RE = re.compile(r"^gkeflow schedule (?P<name>\S+); (?P<fields>.*)$")
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ class RunStatus:
 TERMINAL_STATES = {"SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED"}
 
 
-def _normalise_state(state: Any) -> str:
+def normalise_state(state: Any) -> str:
     text = str(getattr(state, "name", state) or "PENDING").upper()
     for prefix in ("PIPELINE_STATE_", "RUNTIME_STATE_"):
         text = text.removeprefix(prefix)
@@ -142,7 +144,7 @@ def lineage(current: RemoteSchedule, extras=()) -> tuple[str, ...]:
     return tuple(ids[-MAX_PREVIOUS_IDS:])
 
 
-def _quiet(func: Callable[[], Any]) -> Callable[[], Any]:
+def quiet(func: Callable[[], Any]) -> Callable[[], Any]:
     """kfp.Client prints links on stdout; keep gkeflow's own output clean."""
 
     def run():
@@ -152,7 +154,7 @@ def _quiet(func: Callable[[], Any]) -> Callable[[], Any]:
     return run
 
 
-class _TargetBackend:
+class TargetBackend:
     """What both targets keep: their config, the retry policy, dry-run's planned requests."""
 
     def __init__(self, target, *, dry_run: bool = False, policy: RetryPolicy | None = None):
@@ -162,13 +164,3 @@ class _TargetBackend:
                                             timeout_s=target.timeout_s)
         self.planned: list[PlannedRequest] = []
 
-
-# The two targets, re-exported so callers import them from here.
-from gkeflow.pipelines.targets.kfp import KfpBackend  # noqa: E402
-from gkeflow.pipelines.targets.vertex import (  # noqa: E402
-    VertexBackend,
-    sanitise_label,
-    sanitise_labels,
-)
-
-__all__ = ["KfpBackend", "VertexBackend", "sanitise_label", "sanitise_labels"]

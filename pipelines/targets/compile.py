@@ -87,7 +87,7 @@ if tuple(PIPELINES) != PIPELINE_NAMES:
                        f"config.PIPELINE_NAMES {PIPELINE_NAMES}")
 
 
-def _steps_of(pipeline: str) -> Mapping:
+def steps_of(pipeline: str) -> Mapping:
     """``pipeline``'s steps and their default compute."""
     if pipeline == "prediction":
         from gkeflow.pipelines.prediction import DEFAULT_COMPUTE
@@ -104,7 +104,7 @@ def default_compute() -> dict:
     """Every pipeline's steps and their default compute (gkeflow.yaml may override any)."""
     merged: dict = {}
     for name in PIPELINES:
-        merged.update(_steps_of(name))
+        merged.update(steps_of(name))
     return merged
 
 
@@ -113,7 +113,7 @@ def pipeline_compute(pipeline: str, compute: Mapping | None) -> Mapping | None:
     a step no pipeline has stays, so the pipeline reports it."""
     if compute is None:
         return None
-    own, known = _steps_of(pipeline), default_compute()
+    own, known = steps_of(pipeline), default_compute()
     return {step: p for step, p in compute.items() if step in own or step not in known}
 
 

@@ -246,7 +246,8 @@ def _json(text: str, what: str):
         raise ImageBuildError(f"{what} printed no JSON: {text.strip()[:200]!r}") from exc
 
 
-def _digest(text: str, what: str) -> str:
+def find_digest(text: str, what: str) -> str:
+    """The ``sha256:`` digest that ``what`` printed in ``text``; ImageBuildError if none."""
     found = _DIGEST_RE.search(text)
     if not found:
         raise ImageBuildError(f"{what} reported no sha256 digest: {text.strip()[:200]!r}")
@@ -287,16 +288,16 @@ def _build_local(engine: str, builder: str, context: Path, reference: str, push:
         if not push:
             out = run([engine, "image", "inspect", "--format", "{{.Digest}}", reference],
                        "podman image inspect", echo)
-            return _digest(out, "podman image inspect")
+            return find_digest(out, "podman image inspect")
         digest_file = context / "pushed.digest"
         echo(f"pushing {reference}")
         run([engine, "push", "--digestfile", str(digest_file), reference],
              f"podman push {reference}", echo)
-        return _digest(digest_file.read_text(encoding="utf-8"), "podman push")
+        return find_digest(digest_file.read_text(encoding="utf-8"), "podman push")
     if not push:
         out = run([engine, "image", "inspect", "--format", "{{.Id}}", reference],
                    "docker image inspect", echo)
-        return _digest(out, "docker image inspect")
+        return find_digest(out, "docker image inspect")
     echo(f"pushing {reference}")
     run([engine, "push", reference], f"docker push {reference}", echo)
     out = run([engine, "image", "inspect", "--format", "{{json .RepoDigests}}", reference],
@@ -304,7 +305,7 @@ def _build_local(engine: str, builder: str, context: Path, reference: str, push:
     repository = reference.rsplit(":", 1)[0] if ":" in reference.rsplit("/", 1)[-1] else reference
     for entry in _json(out or "[]", "docker image inspect") or []:
         if isinstance(entry, str) and entry.startswith(f"{repository}@"):
-            return _digest(entry, "docker push")
+            return find_digest(entry, "docker push")
     raise ImageBuildError(f"docker pushed {reference} but reported no digest for it; "
                           f"check with: docker image inspect {reference}")
 
@@ -351,7 +352,7 @@ def _build_cloud(engine: str, context: Path, reference: str, push: bool, project
                               f"gcloud builds log {build_id}")
     for image in (build.get("results") or {}).get("images") or []:
         if image.get("name") == reference:
-            return _digest(image.get("digest", ""), f"Cloud Build {build_id}")
+            return find_digest(image.get("digest", ""), f"Cloud Build {build_id}")
     raise ImageBuildError(f"Cloud Build {build_id} did not report a digest for {reference}")
 
 

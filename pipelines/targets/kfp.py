@@ -20,15 +20,15 @@ from urllib.parse import urlsplit
 
 from gkeflow.pipelines.config import GkeTarget
 from gkeflow.pipelines.targets.backends import (
-    _KFP_DESCRIPTION_RE,
+    KFP_DESCRIPTION_RE,
     PlannedRequest,
     PreparedPipeline,
     RemoteSchedule,
     RunStatus,
     ScheduleRequest,
-    _normalise_state,
-    _quiet,
-    _TargetBackend,
+    TargetBackend,
+    normalise_state,
+    quiet,
 )
 from gkeflow.pipelines.targets.transport import (
     RemoteError,
@@ -83,7 +83,7 @@ def _is_web_page(response) -> bool:
     return not content_type and isinstance(data, bytes) and data.lstrip()[:1] == b"<"
 
 
-class KfpBackend(_TargetBackend):
+class KfpBackend(TargetBackend):
     """Kubeflow Pipelines on GKE, through ``kfp.Client``."""
 
     target_name = "gke"
@@ -145,7 +145,7 @@ class KfpBackend(_TargetBackend):
 
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", "This client only works", FutureWarning)
-                self._client = _quiet(lambda: client_class(
+                self._client = quiet(lambda: client_class(
                     host=self.target.host, existing_token=token,
                     client_id=self.target.auth.iap_client_id,
                     namespace=self.target.namespace, ui_host=self.target.ui_url))()
@@ -174,10 +174,10 @@ class KfpBackend(_TargetBackend):
 
         rest.request = request
 
-    def _call(self, what: str, func, *, idempotent: bool = True, recover=None):
+    def call(self, what: str, func, *, idempotent: bool = True, recover=None):
         try:
-            return call(what, _quiet(func), self.policy, idempotent=idempotent,
-                        recover=_quiet(recover) if recover else None)
+            return call(what, quiet(func), self.policy, idempotent=idempotent,
+                        recover=quiet(recover) if recover else None)
         except RemoteError as exc:
             hint = self._hint(exc.status)
             if not hint:
@@ -200,10 +200,10 @@ class KfpBackend(_TargetBackend):
                     "reachable from here")
         return ""
 
-    def _once(self, what: str, func):
+    def once(self, what: str, func):
         """One request, no retry: the look-ups that make creates idempotent (``call``
         counts them against the create's own attempts)."""
-        return call(what, _quiet(func), replace(self.policy, attempts=1))
+        return call(what, quiet(func), replace(self.policy, attempts=1))
 
     def _plan(self, method: str, path: str, body=None, note: str = "") -> None:
         self.planned.append(PlannedRequest(method, f"{self.target.host}{path}", body,
@@ -224,16 +224,16 @@ class KfpBackend(_TargetBackend):
                 _preload_content=False)
             return json.loads(response.data or b"{}")
 
-        return str(self._call("read the Kubeflow Pipelines version", read).get("tag_name", ""))
+        return str(self.call("read the Kubeflow Pipelines version", read).get("tag_name", ""))
 
     # -- pipelines and versions ---------------------------------------------------------------
 
     def find_pipeline_version(self, prepared: PreparedPipeline) -> tuple[str | None, str | None]:
-        pipeline_id = self._call(f"look up pipeline {prepared.display_name!r}",
+        pipeline_id = self.call(f"look up pipeline {prepared.display_name!r}",
                                  lambda: self._pipeline_id(prepared))
         if not pipeline_id:
             return None, None
-        return pipeline_id, self._call(f"look up version {prepared.version_name!r}",
+        return pipeline_id, self.call(f"look up version {prepared.version_name!r}",
                                        lambda: self._version_id(pipeline_id, prepared))
 
     def _pipeline_id(self, prepared: PreparedPipeline) -> str | None:
@@ -267,23 +267,23 @@ class KfpBackend(_TargetBackend):
 
             body = V2beta1Pipeline(display_name=prepared.display_name, name=prepared.display_name,
                                    description=f"gkeflow pipeline {prepared.name}")
-            pipeline = self._call(
+            pipeline = self.call(
                 f"create pipeline {prepared.display_name!r}",
                 lambda: self.client._pipelines_api.pipeline_service_create_pipeline(body),
                 idempotent=False,
-                recover=lambda: _Found(self._once(
+                recover=lambda: _Found(self.once(
                     f"look up pipeline {prepared.display_name!r}",
                     lambda: self._pipeline_id(prepared))))
             pipeline_id = pipeline.pipeline_id
             done.append(f"created pipeline {prepared.display_name}")
-        version = self._call(
+        version = self.call(
             f"upload pipeline version {prepared.version_name!r}",
             lambda: self.client.upload_pipeline_version(
                 prepared.path, prepared.version_name, pipeline_id=pipeline_id,
                 description=f"{prepared.name} for {prepared.target}, spec sha256 "
                             f"{prepared.spec_sha256[:12]}"),
             idempotent=False,
-            recover=lambda: _Found(self._once(
+            recover=lambda: _Found(self.once(
                 f"look up version {prepared.version_name!r}",
                 lambda: self._version_id(pipeline_id, prepared)), "pipeline_version_id"))
         done.append(f"uploaded pipeline version {prepared.version_name}")
@@ -330,15 +330,15 @@ class KfpBackend(_TargetBackend):
                            {"display_name": name, "namespace": self.target.namespace},
                            note="only if the experiment does not exist")
             return "<experiment_id>"
-        experiment = self._call(f"look up experiment {name!r}", self._find_experiment)
+        experiment = self.call(f"look up experiment {name!r}", self._find_experiment)
         if experiment is None:
             if not create:
                 return None
-            experiment = self._call(
+            experiment = self.call(
                 f"create experiment {name!r}",
                 lambda: self.client.create_experiment(name, namespace=self.target.namespace),
                 idempotent=False,
-                recover=lambda: self._once(f"look up experiment {name!r}",
+                recover=lambda: self.once(f"look up experiment {name!r}",
                                            self._find_experiment))
         self._experiment_id = experiment.experiment_id
         return self._experiment_id
@@ -368,27 +368,27 @@ class KfpBackend(_TargetBackend):
             self._plan("POST", "/apis/v2beta1/runs", body,
                        note="retried only after looking the run up by display_name")
             return "<run_id>"
-        run = self._call(
+        run = self.call(
             f"create run {run_name!r}",
             lambda: self.client.run_pipeline(
                 experiment_id, run_name, params=parameters, pipeline_id=pipeline_id,
                 version_id=version_id, pipeline_root=self.target.pipeline_root,
                 service_account=self.target.service_account),
             idempotent=False,
-            recover=lambda: self._once(f"look up run {run_name!r}",
+            recover=lambda: self.once(f"look up run {run_name!r}",
                                        lambda: self._find_run(experiment_id, run_name)))
         return run.run_id
 
     def run_status(self, run_id: str) -> RunStatus:
-        run = self._call(f"get run {run_id}", lambda: self.client.get_run(run_id))
+        run = self.call(f"get run {run_id}", lambda: self.client.get_run(run_id))
         tasks = {}
         details = getattr(run, "run_details", None)
         for task in (getattr(details, "task_details", None) or []):
             name = task.display_name or task.task_id
             if name and name != "root" and not name.endswith(("-driver", "root-system")):
-                tasks[name] = _normalise_state(task.state)
+                tasks[name] = normalise_state(task.state)
         error = getattr(getattr(run, "error", None), "message", "") or ""
-        return RunStatus(run_id, _normalise_state(run.state), tasks, error)
+        return RunStatus(run_id, normalise_state(run.state), tasks, error)
 
     # -- recurring runs -----------------------------------------------------------------------
 
@@ -412,12 +412,12 @@ class KfpBackend(_TargetBackend):
         schedules: list[RemoteSchedule] = []
         token = ""
         while True:
-            page = (_call or self._call)(
+            page = (_call or self.call)(
                 "list recurring runs",
                 lambda t=token: self.client.list_recurring_runs(
                     page_token=t, page_size=100, experiment_id=experiment_id))
             for recurring in page.recurring_runs or []:
-                match = _KFP_DESCRIPTION_RE.match(recurring.description or "")
+                match = KFP_DESCRIPTION_RE.match(recurring.description or "")
                 if not match:
                     continue  # not made by gkeflow: never touched
                 try:
@@ -463,11 +463,11 @@ class KfpBackend(_TargetBackend):
             return "<recurring_run_id>"
 
         def find():
-            found = [r for r in self.list_schedules(_call=self._once)
+            found = [r for r in self.list_schedules(_call=self.once)
                      if r.request_id == request_id]
             return _Found(found[0].id, "recurring_run_id") if found else None
 
-        recurring = self._call(
+        recurring = self.call(
             f"create recurring run {request.name!r}",
             lambda: self.client.create_recurring_run(
                 experiment_id, request.name, description=description,
@@ -483,7 +483,7 @@ class KfpBackend(_TargetBackend):
         if self.dry_run:
             return self._plan("DELETE", f"/apis/v2beta1/recurringruns/{schedule.id}")
         try:
-            self._call(f"delete recurring run {schedule.name!r}",
+            self.call(f"delete recurring run {schedule.name!r}",
                        lambda: self.client.delete_recurring_run(schedule.id))
         except RemoteError as exc:
             if exc.status != 404:  # gone already: an earlier try's answer was lost
@@ -495,7 +495,7 @@ class KfpBackend(_TargetBackend):
         if self.dry_run:
             return self._plan("POST", f"/apis/v2beta1/recurringruns/{schedule.id}:{verb}")
         func = self.client.enable_recurring_run if enabled else self.client.disable_recurring_run
-        self._call(f"{verb} recurring run {schedule.name!r}", lambda: func(schedule.id))
+        self.call(f"{verb} recurring run {schedule.name!r}", lambda: func(schedule.id))
 
     def needs_replacement(self, remote: RemoteSchedule, request: ScheduleRequest) -> list[str]:
         """KFP cannot update a recurring run in place: any change but on/off replaces it."""

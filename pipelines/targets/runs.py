@@ -4,7 +4,8 @@
 The target-specific reading lives in :mod:`gkeflow.pipelines.targets.runs_kfp` (the v2beta1 runs
 API through the ``kfp.Client`` transport) and :mod:`gkeflow.pipelines.targets.runs_vertex` (Vertex
 AI PipelineJobs through ``aiplatform_v1``; logs from Cloud Logging). Every call goes through
-the target backend's retrying :func:`~gkeflow.pipelines.targets.transport.call`.
+the target backend's retrying :func:`~gkeflow.pipelines.targets.transport.call`;
+:func:`~gkeflow.pipelines.targets.backend_choice.reader` picks the reader of a target.
 """
 
 from __future__ import annotations
@@ -157,20 +158,6 @@ def format_time(value: dt.datetime | None) -> str:
     return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M") if value else "-"
 
 
-def reader(config, target: str, backend=None):
-    """The run reader of ``target`` (``gke`` or ``vertex``) over the configured backend."""
-    from gkeflow.pipelines.targets.submit import make_backend
-
-    backend = backend or make_backend(config, target)
-    if target == "gke":
-        from gkeflow.pipelines.targets.runs_kfp import KfpRuns
-
-        return KfpRuns(backend)
-    from gkeflow.pipelines.targets.runs_vertex import VertexRuns
-
-    return VertexRuns(backend)
-
-
 def target_of(config, run_id: str, target: str | None) -> str:
     """The target a run id belongs to: ``--target``, else Vertex for a resource name
     (``projects/.../pipelineJobs/...``), else the only configured target, else gke."""
@@ -183,15 +170,3 @@ def target_of(config, run_id: str, target: str | None) -> str:
         return configured[0]
     return "gke"
 
-
-def last_runs(config, schedules, readers: dict | None = None) -> dict[tuple[str, str], RunInfo]:
-    """(target, schedule name) -> the newest run each schedule started (`schedule list`)."""
-    readers = dict(readers or {})
-    found = {}
-    for remote in schedules:
-        if remote.target not in readers:  # one client and one schedule listing per target
-            readers[remote.target] = reader(config, remote.target)
-        runs = readers[remote.target].list(schedule=remote.name, limit=1)
-        if runs:
-            found[(remote.target, remote.name)] = runs[0]
-    return found

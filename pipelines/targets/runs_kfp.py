@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
-from gkeflow.pipelines.targets.backends import _normalise_state
+from gkeflow.pipelines.targets.backends import normalise_state
 from gkeflow.pipelines.targets.runs import (
     REGISTER_STEP,
     RunInfo,
@@ -42,7 +42,7 @@ def _is_step(task) -> bool:
 
 
 class KfpRuns:
-    """`gkeflow runs` on Kubeflow Pipelines, over a :class:`~.kfp_backend.KfpBackend`."""
+    """`gkeflow runs` on Kubeflow Pipelines, over a :class:`~.kfp.KfpBackend`."""
 
     target = "gke"
 
@@ -62,7 +62,7 @@ class KfpRuns:
             return ""
         if pipeline_id not in self._pipeline_names:
             try:
-                pipeline = self.backend._call(f"get pipeline {pipeline_id}",
+                pipeline = self.backend.call(f"get pipeline {pipeline_id}",
                                               lambda: self.client.get_pipeline(pipeline_id))
             except RemoteError as exc:
                 if exc.status != 404:
@@ -93,7 +93,7 @@ class KfpRuns:
                 continue
             pods = [c.pod_name for c in (task.child_tasks or []) if c.pod_name]
             tasks.append(TaskInfo(
-                name=_step_name(task), state=_normalise_state(task.state),
+                name=_step_name(task), state=normalise_state(task.state),
                 start=parse_time(task.start_time or task.create_time),
                 end=parse_time(task.end_time),
                 error=(task.error.message if task.error and task.error.message else ""),
@@ -102,7 +102,7 @@ class KfpRuns:
         info = RunInfo(
             target="gke", id=run.run_id, name=run.display_name or run.run_id,
             pipeline=self._pipeline_name(reference.pipeline_id if reference else ""),
-            state=_normalise_state(run.state),
+            state=normalise_state(run.state),
             start=parse_time(run.created_at), end=parse_time(run.finished_at),
             url=self.backend.run_url(run.run_id),
             schedule=self._schedules().get(recurring, recurring) if recurring else "",
@@ -120,7 +120,7 @@ class KfpRuns:
             return
         token = ""
         while True:
-            page = self.backend._call("list runs", lambda t=token: self.client.list_runs(
+            page = self.backend.call("list runs", lambda t=token: self.client.list_runs(
                 page_token=t, page_size=50, sort_by="created_at desc",
                 experiment_id=experiment_id))
             yield from page.runs or []
@@ -153,7 +153,7 @@ class KfpRuns:
     def show(self, run_id: str, *, metadata: bool = True) -> RunInfo:
         """One run with its steps; with ``metadata``, also its metrics and registered
         version from ML Metadata."""
-        run = self.backend._call(f"get run {run_id}", lambda: self.client.get_run(run_id))
+        run = self.backend.call(f"get run {run_id}", lambda: self.client.get_run(run_id))
         info = self._info(run, with_tasks=True)
         if metadata:
             self._read_metadata(info, run)
@@ -180,7 +180,7 @@ class KfpRuns:
                         for i in (outputs.artifact_ids or []) if str(i).isdigit()]
         registered = [int(t.execution_id) for t in tasks
                       if step_key(_step_name(t)).removesuffix("-driver") == REGISTER_STEP
-                      and _normalise_state(t.state) == "SUCCEEDED"
+                      and normalise_state(t.state) == "SUCCEEDED"
                       and str(t.execution_id or "").isdigit()]
         if not artifact_ids and not registered:
             return
@@ -236,7 +236,7 @@ class KfpRuns:
                 _request_timeout=(self.backend.policy.timeout_s,) * 2)
             return (response[0] if isinstance(response, tuple) else response).data
 
-        data = self.backend._call(f"read the log of pod {pod}", read)
+        data = self.backend.call(f"read the log of pod {pod}", read)
         return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
 
     def logs(self, run_id: str, step: str | None = None, *, follow: bool = False,
@@ -266,21 +266,21 @@ class KfpRuns:
     # -- acting -------------------------------------------------------------------------------
 
     def cancel(self, run_id: str) -> str:
-        run = self.backend._call(f"get run {run_id}", lambda: self.client.get_run(run_id))
-        refuse_if_ended(run_id, _normalise_state(run.state))
-        self.backend._call(f"terminate run {run_id}",
+        run = self.backend.call(f"get run {run_id}", lambda: self.client.get_run(run_id))
+        refuse_if_ended(run_id, normalise_state(run.state))
+        self.backend.call(f"terminate run {run_id}",
                            lambda: self.client.terminate_run(run_id))
         return f"run {run_id}: termination requested ({self.backend.run_url(run_id)})"
 
     def retry(self, run_id: str) -> str:
         """KFP retries the run itself: its failed steps run again, finished ones are kept.
         Sent once (a second retry of a running run is refused by the server)."""
-        self.backend._call(f"retry run {run_id}",
+        self.backend.call(f"retry run {run_id}",
                            lambda: self.client._run_api.run_service_retry_run(run_id),
                            idempotent=False, recover=lambda: self._restarted(run_id))
         return f"run {run_id}: retried in place ({self.backend.run_url(run_id)})"
 
     def _restarted(self, run_id: str):
         """After a lost answer: the retry took effect if the run is going again."""
-        run = self.backend._once(f"get run {run_id}", lambda: self.client.get_run(run_id))
-        return True if _normalise_state(run.state) in ("PENDING", "RUNNING") else None
+        run = self.backend.once(f"get run {run_id}", lambda: self.client.get_run(run_id))
+        return True if normalise_state(run.state) in ("PENDING", "RUNNING") else None

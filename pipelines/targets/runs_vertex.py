@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from gkeflow.components.cloud.mlmd import version_text
-from gkeflow.pipelines.targets.backends import MANAGED_LABEL, _normalise_state
+from gkeflow.pipelines.targets.backends import MANAGED_LABEL, normalise_state
 from gkeflow.pipelines.targets.runs import (
     REGISTER_STEP,
     RunInfo,
@@ -48,7 +48,7 @@ def _metrics(task) -> dict[str, float]:
 
 
 class VertexRuns:
-    """`gkeflow runs` on Vertex AI, over a :class:`~.vertex_backend.VertexBackend`."""
+    """`gkeflow runs` on Vertex AI, over a :class:`~.vertex.VertexBackend`."""
 
     target = "vertex"
 
@@ -57,7 +57,7 @@ class VertexRuns:
 
     @property
     def _client(self):
-        return self.backend._client("pipeline")
+        return self.backend.client("pipeline")
 
     def _info(self, job) -> RunInfo:
         labels = dict(job.labels)
@@ -68,7 +68,7 @@ class VertexRuns:
             container = task.executor_detail.container_detail
             job_ref = container.main_job or task.executor_detail.custom_job_detail.job
             tasks.append(TaskInfo(
-                name=task.task_name, state=_normalise_state(task.state.name),
+                name=task.task_name, state=normalise_state(task.state.name),
                 start=parse_time(task.start_time or task.create_time),
                 end=parse_time(task.end_time), error=task.error.message or "",
                 log_ref=job_ref))
@@ -80,7 +80,7 @@ class VertexRuns:
         return RunInfo(
             target="vertex", id=job.name, name=job.display_name,
             pipeline=labels.get("gkeflow-pipeline", ""),
-            state=_normalise_state(job.state.name),
+            state=normalise_state(job.state.name),
             start=parse_time(job.start_time or job.create_time), end=parse_time(job.end_time),
             url=self.backend.console_url(job.name),
             schedule=labels.get(MANAGED_LABEL, ""), error=job.error.message or "",
@@ -99,8 +99,8 @@ class VertexRuns:
             request = {"parent": self.backend.parent, "filter": " AND ".join(clauses),
                        "order_by": "create_time desc", "page_size": min(limit, 100),
                        "page_token": token}
-            page = self.backend._call("list pipeline jobs", lambda r=request: (
-                client.list_pipeline_jobs(request=r, **self.backend._rpc)))
+            page = self.backend.call("list pipeline jobs", lambda r=request: (
+                client.list_pipeline_jobs(request=r, **self.backend.rpc)))
             found += [self._info(job) for job in page.pipeline_jobs]
             token = page.next_page_token
             if not token:
@@ -109,9 +109,9 @@ class VertexRuns:
 
     def show(self, run_id: str) -> RunInfo:
         name = self._name(run_id)
-        job = self.backend._call(f"get pipeline job {name.rsplit('/', 1)[-1]}",
+        job = self.backend.call(f"get pipeline job {name.rsplit('/', 1)[-1]}",
                                  lambda: self._client.get_pipeline_job(name=name,
-                                                                       **self.backend._rpc))
+                                                                       **self.backend.rpc))
         return self._info(job)
 
     def _name(self, run_id: str) -> str:
@@ -121,9 +121,9 @@ class VertexRuns:
     # -- logs ---------------------------------------------------------------------------------
 
     def _session(self):
-        from gkeflow.pipelines.targets.vertex import _is_local_endpoint
+        from gkeflow.pipelines.targets.vertex import is_local_endpoint
 
-        if _is_local_endpoint(self.backend.target.api_endpoint):
+        if is_local_endpoint(self.backend.target.api_endpoint):
             import requests
 
             return requests.Session(), self.backend.target.api_endpoint
@@ -153,7 +153,7 @@ class VertexRuns:
                     raise exceptions.from_http_response(response)
                 return response.json()
 
-            page = self.backend._call(f"read the log of {job_id}", read)
+            page = self.backend.call(f"read the log of {job_id}", read)
             entries += page.get("entries", [])
             token = page.get("nextPageToken", "")
             if not token:
@@ -193,13 +193,13 @@ class VertexRuns:
 
     def cancel(self, run_id: str) -> str:
         name = self._name(run_id)
-        job = self.backend._call(f"get pipeline job {name.rsplit('/', 1)[-1]}",
+        job = self.backend.call(f"get pipeline job {name.rsplit('/', 1)[-1]}",
                                  lambda: self._client.get_pipeline_job(name=name,
-                                                                       **self.backend._rpc))
-        refuse_if_ended(name.rsplit("/", 1)[-1], _normalise_state(job.state))
-        self.backend._call(f"cancel pipeline job {name.rsplit('/', 1)[-1]}",
+                                                                       **self.backend.rpc))
+        refuse_if_ended(name.rsplit("/", 1)[-1], normalise_state(job.state))
+        self.backend.call(f"cancel pipeline job {name.rsplit('/', 1)[-1]}",
                            lambda: self._client.cancel_pipeline_job(name=name,
-                                                                    **self.backend._rpc))
+                                                                    **self.backend.rpc))
         return f"{name}: cancellation requested ({self.backend.console_url(name)})"
 
     def retry(self, run_id: str) -> str:
@@ -208,8 +208,8 @@ class VertexRuns:
 
         name = self._name(run_id)
         client = self._client
-        old = self.backend._call(f"get pipeline job {name.rsplit('/', 1)[-1]}",
-                                 lambda: client.get_pipeline_job(name=name, **self.backend._rpc))
+        old = self.backend.call(f"get pipeline job {name.rsplit('/', 1)[-1]}",
+                                 lambda: client.get_pipeline_job(name=name, **self.backend.rpc))
         old_id = name.rsplit("/", 1)[-1]
         state = aiplatform_v1.PipelineState(old.state).name.removeprefix("PIPELINE_STATE_")
         if state not in ("FAILED", "CANCELLED"):
@@ -227,17 +227,17 @@ class VertexRuns:
 
         def find():
             try:
-                return self.backend._once(f"look up pipeline job {job_id!r}", lambda: (
-                    client.get_pipeline_job(name=new_name, **self.backend._rpc)))
+                return self.backend.once(f"look up pipeline job {job_id!r}", lambda: (
+                    client.get_pipeline_job(name=new_name, **self.backend.rpc)))
             except RemoteError as exc:
                 if exc.status == 404:
                     return None
                 raise
 
-        created = self.backend._call(
+        created = self.backend.call(
             f"create pipeline job {job_id!r}",
             lambda: client.create_pipeline_job(parent=self.backend.parent, pipeline_job=job,
-                                               pipeline_job_id=job_id, **self.backend._rpc),
+                                               pipeline_job_id=job_id, **self.backend.rpc),
             idempotent=False, recover=find)
         return (f"{old_id}: retried as {created.name} "
                 f"({self.backend.console_url(created.name)})")

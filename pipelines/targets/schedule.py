@@ -44,10 +44,10 @@ from gkeflow.pipelines.cron import (
 )
 from gkeflow.pipelines.operations import notifications_key, select
 from gkeflow.pipelines.operations import of as operations_of
+from gkeflow.pipelines.targets.backend_choice import make_backend
 from gkeflow.pipelines.targets.backends import RemoteSchedule, ScheduleRequest, lineage
 from gkeflow.pipelines.targets.submit import (
     SubmitError,
-    make_backend,
     prepare_pipeline,
     refuse_unbuilt_images,
     resolve_parameters,

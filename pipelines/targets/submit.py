@@ -27,13 +27,9 @@ from typing import Any
 import yaml
 
 from gkeflow.components.did_you_mean import did_you_mean
-from gkeflow.pipelines.config import DEFAULT_ENVIRONMENT, ConfigError, GkeflowConfig
-from gkeflow.pipelines.targets.backends import (
-    KfpBackend,
-    PreparedPipeline,
-    RunStatus,
-    VertexBackend,
-)
+from gkeflow.pipelines.config import DEFAULT_ENVIRONMENT, GkeflowConfig
+from gkeflow.pipelines.targets.backend_choice import make_backend
+from gkeflow.pipelines.targets.backends import PreparedPipeline, RunStatus
 
 
 class SubmitError(RuntimeError):
@@ -232,7 +228,7 @@ def resolve_parameters(config: GkeflowConfig, prepared: PreparedPipeline, enviro
                     f"{did_you_mean(name, prepared.parameter_types)}; parameters are "
                     f"{', '.join(sorted(prepared.parameter_types))}")
             merged[name] = _coerce(name, value, prepared.parameter_types[name], source)
-    from gkeflow.pipelines.cli.run_checks import ParameterError, check_parameters
+    from gkeflow.pipelines.parameters import ParameterError, check_parameters
 
     try:
         check_parameters(merged)
@@ -260,16 +256,6 @@ class Submission:
     version_name: str
     parameters: dict[str, Any]
     notes: list[str]
-
-
-def make_backend(config: GkeflowConfig, target: str, *, dry_run: bool = False):
-    target_config = getattr(config.targets, target, None)
-    if target_config is None:
-        raise ConfigError(f"targets.{target} is not configured in gkeflow.yaml; run "
-                          "`gkeflow init` for an example")
-    if target == "gke":
-        return KfpBackend(target_config, dry_run=dry_run)
-    return VertexBackend(target_config, dry_run=dry_run)
 
 
 def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: str,

@@ -27,8 +27,8 @@ from gkeflow.pipelines.targets.backends import (
     RemoteSchedule,
     RunStatus,
     ScheduleRequest,
-    _normalise_state,
-    _TargetBackend,
+    TargetBackend,
+    normalise_state,
 )
 from gkeflow.pipelines.targets.transport import RemoteError, RetryPolicy, call
 
@@ -52,12 +52,12 @@ def sanitise_labels(labels: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def _is_local_endpoint(endpoint: str | None) -> bool:
+def is_local_endpoint(endpoint: str | None) -> bool:
     return bool(endpoint) and bool(re.match(r"^http://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?$",
                                             endpoint))
 
 
-class VertexBackend(_TargetBackend):
+class VertexBackend(TargetBackend):
     """Vertex AI Pipelines, through ``google.cloud.aiplatform``."""
 
     target_name = "vertex"
@@ -80,7 +80,7 @@ class VertexBackend(_TargetBackend):
             return
         from google.cloud import aiplatform
 
-        if self.dry_run or _is_local_endpoint(self.target.api_endpoint):
+        if self.dry_run or is_local_endpoint(self.target.api_endpoint):
             # A dry run sends nothing, and a plain-http endpoint on loopback is a local
             # emulator: neither needs credentials.
             from google.auth.credentials import AnonymousCredentials
@@ -102,7 +102,7 @@ class VertexBackend(_TargetBackend):
                         credentials=credentials, api_transport="rest", **kwargs)
         self._initialised = True
 
-    def _client(self, kind: str):
+    def client(self, kind: str):
         self._init()
         from google.cloud.aiplatform import initializer, utils
 
@@ -112,7 +112,7 @@ class VertexBackend(_TargetBackend):
             client_class=client_class, location_override=self.target.region
         ).select_version("v1")
 
-    def _call(self, what: str, func, *, idempotent: bool = True, recover=None):
+    def call(self, what: str, func, *, idempotent: bool = True, recover=None):
         try:
             return call(what, func, self.policy, idempotent=idempotent, recover=recover)
         except RemoteError as exc:
@@ -128,12 +128,12 @@ class VertexBackend(_TargetBackend):
         return (f"check the network, or set targets.vertex.api_endpoint if {self.endpoint} "
                 "is not reachable from here")
 
-    def _once(self, what: str, func):
+    def once(self, what: str, func):
         """One request, no retry: a look-up that makes a create idempotent."""
         return call(what, func, replace(self.policy, attempts=1))
 
     @property
-    def _rpc(self) -> dict[str, Any]:
+    def rpc(self) -> dict[str, Any]:
         """Per-request settings: our timeout, and no retries inside the client library."""
         return {"timeout": self.policy.timeout_s, "retry": None}
 
@@ -186,34 +186,34 @@ class VertexBackend(_TargetBackend):
         resource.service_account = self.target.service_account
         if self.target.network:
             resource.network = self.target.network
-        client = self._client("pipeline")
+        client = self.client("pipeline")
         name = f"{self.parent}/pipelineJobs/{job_id}"
 
         def find():  # the job id is ours: a job under it is the one an attempt created
             try:
-                return self._once(f"look up pipeline job {job_id!r}",
-                                  lambda: client.get_pipeline_job(name=name, **self._rpc))
+                return self.once(f"look up pipeline job {job_id!r}",
+                                  lambda: client.get_pipeline_job(name=name, **self.rpc))
             except RemoteError as exc:
                 if exc.status == 404:
                     return None
                 raise
 
-        created = self._call(
+        created = self.call(
             f"create pipeline job {job_id!r}",
             lambda: client.create_pipeline_job(parent=self.parent, pipeline_job=resource,
-                                               pipeline_job_id=job_id, **self._rpc),
+                                               pipeline_job_id=job_id, **self.rpc),
             idempotent=False, recover=find)
         return created.name
 
     def run_status(self, job_name: str) -> RunStatus:
-        client = self._client("pipeline")
-        job = self._call(f"get pipeline job {job_name.rsplit('/', 1)[-1]}",
-                         lambda: client.get_pipeline_job(name=job_name, **self._rpc))
+        client = self.client("pipeline")
+        job = self.call(f"get pipeline job {job_name.rsplit('/', 1)[-1]}",
+                         lambda: client.get_pipeline_job(name=job_name, **self.rpc))
         tasks = {}
         for task in job.job_detail.task_details:
             if task.task_name and task.parent_task_id:  # the root (whole pipeline) has none
-                tasks[task.task_name] = _normalise_state(task.state)
-        return RunStatus(job_name, _normalise_state(job.state), tasks, job.error.message or "")
+                tasks[task.task_name] = normalise_state(task.state)
+        return RunStatus(job_name, normalise_state(job.state), tasks, job.error.message or "")
 
     # -- schedules ----------------------------------------------------------------------------
 
@@ -224,10 +224,10 @@ class VertexBackend(_TargetBackend):
             self._plan("GET", f"{self.parent}/schedules",
                        note="read what exists; the requests below assume none does")
             return []
-        _call = _call or self._call
-        client = self._client("schedule")
+        _call = _call or self.call
+        client = self.client("schedule")
         pager = _call("list schedules", lambda: client.list_schedules(
-            request={"parent": self.parent}, **self._rpc))
+            request={"parent": self.parent}, **self.rpc))
         schedules = []
         for schedule in _call("list schedules (pages)", lambda: list(pager)):
             labels = dict(schedule.create_pipeline_job_request.pipeline_job.labels)
@@ -280,16 +280,16 @@ class VertexBackend(_TargetBackend):
             max_concurrent_run_count=request.max_concurrency,
             create_pipeline_job_request=aiplatform_v1.CreatePipelineJobRequest(
                 parent=self.parent, pipeline_job=pipeline_job))
-        client = self._client("schedule")
+        client = self.client("schedule")
 
         def find():
-            found = [r for r in self.list_schedules(_call=self._once)
+            found = [r for r in self.list_schedules(_call=self.once)
                      if r.request_id == request_id]
             return found[0] if found else None
 
-        created = self._call(
+        created = self.call(
             f"create schedule {request.name!r}",
-            lambda: client.create_schedule(parent=self.parent, schedule=schedule, **self._rpc),
+            lambda: client.create_schedule(parent=self.parent, schedule=schedule, **self.rpc),
             idempotent=False, recover=find)
         resource_name = created.id if isinstance(created, RemoteSchedule) else created.name
         if not request.enabled:
@@ -302,15 +302,15 @@ class VertexBackend(_TargetBackend):
     def delete_schedule(self, schedule: RemoteSchedule) -> None:
         if self.dry_run:
             return self._plan("DELETE", schedule.id)
-        client = self._client("schedule")
+        client = self.client("schedule")
         try:
-            operation = self._call(f"delete schedule {schedule.name!r}",
-                                   lambda: client.delete_schedule(name=schedule.id, **self._rpc))
+            operation = self.call(f"delete schedule {schedule.name!r}",
+                                   lambda: client.delete_schedule(name=schedule.id, **self.rpc))
         except RemoteError as exc:
             if exc.status == 404:  # gone already: an earlier try's answer was lost
                 return
             raise
-        self._call(f"wait for deletion of schedule {schedule.name!r}",
+        self.call(f"wait for deletion of schedule {schedule.name!r}",
                    lambda: operation.result(timeout=self.policy.timeout_s))
 
     def set_enabled(self, schedule: RemoteSchedule, enabled: bool,
@@ -319,25 +319,25 @@ class VertexBackend(_TargetBackend):
         if self.dry_run:
             return self._plan("POST", f"{schedule.id}:{verb}",
                               {"catchUp": catch_up} if enabled else {})
-        client = self._client("schedule")
+        client = self.client("schedule")
 
         def settled():  # an earlier try whose answer was lost may have done it
             return True if self._is_state(client, schedule, enabled) else None
 
         if enabled:
-            self._call(f"resume schedule {schedule.name!r}", lambda: client.resume_schedule(
-                request={"name": schedule.id, "catch_up": catch_up}, **self._rpc),
+            self.call(f"resume schedule {schedule.name!r}", lambda: client.resume_schedule(
+                request={"name": schedule.id, "catch_up": catch_up}, **self.rpc),
                 idempotent=False, recover=settled)
         else:
-            self._call(f"pause schedule {schedule.name!r}", lambda: client.pause_schedule(
-                name=schedule.id, **self._rpc), idempotent=False, recover=settled)
+            self.call(f"pause schedule {schedule.name!r}", lambda: client.pause_schedule(
+                name=schedule.id, **self.rpc), idempotent=False, recover=settled)
 
     def _is_state(self, client, schedule: RemoteSchedule, enabled: bool) -> bool:
         """Whether ``schedule`` is now active (``enabled``) or paused (one try)."""
         from google.cloud import aiplatform_v1
 
-        current = self._once(f"read schedule {schedule.name!r}",
-                             lambda: client.get_schedule(name=schedule.id, **self._rpc))
+        current = self.once(f"read schedule {schedule.name!r}",
+                             lambda: client.get_schedule(name=schedule.id, **self.rpc))
         wanted = (aiplatform_v1.Schedule.State.ACTIVE if enabled
                   else aiplatform_v1.Schedule.State.PAUSED)
         return current.state == wanted
@@ -365,10 +365,10 @@ class VertexBackend(_TargetBackend):
         from google.cloud import aiplatform_v1
         from google.protobuf import field_mask_pb2
 
-        client = self._client("schedule")
+        client = self.client("schedule")
         schedule = aiplatform_v1.Schedule(name=remote.id, cron=request.cron,
                                           max_concurrent_run_count=request.max_concurrency)
-        self._call(f"update schedule {request.name!r}", lambda: client.update_schedule(
+        self.call(f"update schedule {request.name!r}", lambda: client.update_schedule(
             schedule=schedule,
             update_mask=field_mask_pb2.FieldMask(paths=["cron", "max_concurrent_run_count"]),
-            **self._rpc))
+            **self.rpc))

@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from gkeflow.pipelines.targets.backends import KfpBackend, VertexBackend
+from gkeflow.pipelines.targets.kfp import KfpBackend
 from gkeflow.pipelines.targets.transport import RemoteError, RetryPolicy, max_total_s
+from gkeflow.pipelines.targets.vertex import VertexBackend
 
 POLICY = RetryPolicy(attempts=3, base_delay_s=0.05, max_delay_s=0.1, timeout_s=0.5)
 SLACK_S = 0.6  # process scheduling on a loaded 2-core machine

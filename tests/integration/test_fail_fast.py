@@ -9,9 +9,10 @@ import socket
 import pytest
 from werkzeug import Response
 
-from gkeflow.pipelines.targets.backends import KfpBackend, VertexBackend
 from gkeflow.pipelines.targets.credentials import CredentialsError, google_credentials
+from gkeflow.pipelines.targets.kfp import KfpBackend
 from gkeflow.pipelines.targets.transport import RemoteError, RetryPolicy
+from gkeflow.pipelines.targets.vertex import VertexBackend
 from tests.integration.conftest import config_dict, gkeflow
 
 UNRESOLVABLE = "no-such-host.invalid"

@@ -3,9 +3,10 @@ without making a second run, version, pipeline, experiment, job or schedule."""
 
 from __future__ import annotations
 
-from gkeflow.pipelines.targets.backends import KfpBackend, VertexBackend
+from gkeflow.pipelines.targets.kfp import KfpBackend
 from gkeflow.pipelines.targets.schedule import apply
 from gkeflow.pipelines.targets.submit import prepare_pipeline, submit
+from gkeflow.pipelines.targets.vertex import VertexBackend
 from tests.integration.conftest import FAST
 
 

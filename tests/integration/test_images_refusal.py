@@ -10,9 +10,9 @@ import pytest
 
 from gkeflow.pipelines.config import GkeflowConfig
 from gkeflow.pipelines.image_lock import LockEntry, record
-from gkeflow.pipelines.targets.backends import VertexBackend
 from gkeflow.pipelines.targets.schedule import apply
 from gkeflow.pipelines.targets.submit import SubmitError, submit
+from gkeflow.pipelines.targets.vertex import VertexBackend
 from tests.integration.conftest import FAST, config_dict
 
 USER = "europe-west4-docker.pkg.dev/my-project/ml"

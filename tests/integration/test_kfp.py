@@ -13,7 +13,7 @@ import logging
 import pytest
 import requests
 
-from gkeflow.pipelines.targets.backends import KfpBackend
+from gkeflow.pipelines.targets.kfp import KfpBackend
 from gkeflow.pipelines.targets.schedule import apply, list_schedules
 from gkeflow.pipelines.targets.submit import submit, wait_for_run
 from gkeflow.pipelines.targets.transport import RemoteError, RetryPolicy

@@ -20,9 +20,10 @@ from kfp import dsl
 
 from gkeflow.components.notify.component import notify_run
 from gkeflow.components.notify.logic import RunReport
-from gkeflow.pipelines.targets.backends import KfpBackend, VertexBackend
+from gkeflow.pipelines.targets.kfp import KfpBackend
 from gkeflow.pipelines.targets.schedule import apply
 from gkeflow.pipelines.targets.submit import submit
+from gkeflow.pipelines.targets.vertex import VertexBackend
 from tests.integration.conftest import FAST, TOKEN
 from tests.integration.fake_runs import FakeKfpRuns, FakeVertexRuns
 from tests.integration.webhook_receiver import WebhookReceiver

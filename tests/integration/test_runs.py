@@ -8,10 +8,12 @@ import json
 
 import pytest
 
-from gkeflow.pipelines.targets.backends import KfpBackend, VertexBackend
-from gkeflow.pipelines.targets.runs import reader, step_key
+from gkeflow.pipelines.targets.backend_choice import reader
+from gkeflow.pipelines.targets.kfp import KfpBackend
+from gkeflow.pipelines.targets.runs import step_key
 from gkeflow.pipelines.targets.schedule import apply
 from gkeflow.pipelines.targets.submit import submit
+from gkeflow.pipelines.targets.vertex import VertexBackend
 from tests.integration.conftest import FAST, TOKEN, config_dict, gkeflow
 from tests.integration.fake_runs import FakeKfpRuns, FakeVertexRuns
 
@@ -157,7 +159,7 @@ def test_a_lost_vertex_retry_answer_makes_one_new_job(vertex_runs, make_config, 
 
 
 def test_runs_of_a_schedule_and_its_last_run(kfp_runs, token_env, make_config, tmp_path):
-    from gkeflow.pipelines.targets.runs import last_runs
+    from gkeflow.pipelines.targets.backend_choice import last_runs
     from gkeflow.pipelines.targets.schedule import list_schedules
 
     weekly = {"name": "weekly", "target": "gke", "cron": "0 6 * * 1"}

@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from gkeflow.pipelines.targets.backends import KfpBackend, VertexBackend
+from gkeflow.pipelines.targets.kfp import KfpBackend
 from gkeflow.pipelines.targets.schedule import apply
+from gkeflow.pipelines.targets.vertex import VertexBackend
 from tests.integration.conftest import FAST
 
 

@@ -11,10 +11,10 @@ import json
 import pytest
 import requests
 
-from gkeflow.pipelines.targets.backends import VertexBackend, sanitise_labels
 from gkeflow.pipelines.targets.schedule import apply, list_schedules, set_enabled
 from gkeflow.pipelines.targets.submit import submit, wait_for_run
 from gkeflow.pipelines.targets.transport import RemoteError, RetryPolicy
+from gkeflow.pipelines.targets.vertex import VertexBackend, sanitise_labels
 from tests.integration.conftest import FAST
 
 PARENT = "projects/my-project/locations/us-central1"

@@ -292,12 +292,12 @@ def test_cloud_build_cannot_keep_a_local_image(engines):
 
 
 def test_a_digest_longer_than_sha256_is_not_cut_to_fit():
-    from gkeflow.pipelines.targets.image_build import ImageBuildError, _digest
+    from gkeflow.pipelines.targets.image_build import ImageBuildError, find_digest
 
     good = "sha256:" + "a" * 64
-    assert _digest(f"digest: {good} size: 1", "podman push") == good
+    assert find_digest(f"digest: {good} size: 1", "podman push") == good
     with pytest.raises(ImageBuildError, match="reported no sha256 digest"):
-        _digest("sha256:" + "a" * 65, "podman push")
+        find_digest("sha256:" + "a" * 65, "podman push")
 
 
 

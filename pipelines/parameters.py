@@ -1,0 +1,145 @@
+"""Checks of pipeline arguments before any step starts, by the steps' own rules: what
+`gkeflow run` checks of its arguments and data, and what `gkeflow submit` and `gkeflow
+schedule` check of the merged parameters. Imports only the components' logic."""
+
+from __future__ import annotations
+
+
+class ParameterError(ValueError):
+    """A pipeline argument that cannot work; the message names it and the fix."""
+
+
+def validate_run_arguments(arguments: dict) -> None:
+    """ParameterError for the first argument that would make a step fail: the parameters
+    (:func:`check_parameters`), and for a local file, the label, key, excluded and feature
+    columns against its header, that it holds at least one row, and what the prepare step
+    refuses from its sample of rows and from the label's classes."""
+    check_parameters(arguments)
+    _check_columns(arguments)
+
+
+def check_parameters(arguments: dict) -> None:
+    """ParameterError for the first pipeline parameter a step would refuse, checked by the
+    steps' own rules before anything runs: split ratios, the training settings (epochs,
+    batch size, learning rate, model type), the evaluation policy (``min_accuracy``,
+    ``thresholds`` syntax, ``comparison_metric``) and the model name. Parameters a
+    pipeline does not have are not checked."""
+    from gkeflow.components.prepare.logic import SplitRatios
+
+    try:
+        SplitRatios(arguments.get("train_ratio", 0.7), arguments.get("eval_ratio", 0.15),
+                    arguments.get("test_ratio", 0.15))
+    except ValueError as exc:
+        raise ParameterError(f"train_ratio/eval_ratio/test_ratio: {exc}") from None
+    _check_training(arguments)
+    _check_policy(arguments)
+    if "model_name" in arguments:
+        from gkeflow.components.register.local_registry import RegistryError, validate_model_name
+
+        try:
+            validate_model_name(arguments["model_name"])
+        except RegistryError as exc:
+            raise ParameterError(f"model_name: {exc}") from None
+
+
+def _check_training(arguments: dict) -> None:
+    from gkeflow.components.train.logic import TrainParams
+
+    settings = {name: arguments[name] for name in
+                ("epochs", "batch_size", "learning_rate", "model_type", "user_module")
+                if name in arguments}
+    if not settings:
+        return
+    try:
+        TrainParams(**settings)
+    except (ValueError, TypeError) as exc:
+        raise ParameterError(str(exc)) from None
+
+
+def _check_policy(arguments: dict) -> None:
+    from gkeflow.components.evaluate.logic import (
+        BlessingPolicy,
+        EvaluationError,
+        parse_thresholds,
+    )
+
+    try:
+        BlessingPolicy(
+            min_accuracy=arguments.get("min_accuracy", 0.8),
+            thresholds=tuple(parse_thresholds(arguments.get("thresholds", ""))),
+            comparison_metric=arguments.get("comparison_metric", "accuracy"),
+            regression_tolerance=arguments.get("regression_tolerance", 0.01),
+        )
+    except EvaluationError as exc:
+        raise ParameterError(str(exc)) from None
+
+
+def _check_columns(arguments: dict) -> None:
+    from gkeflow.components.prepare.infer import check_column_names
+    from gkeflow.components.prepare.sources import DataError, common_header, resolve_sources
+
+    data_uri = str(arguments.get("data_uri", ""))
+    if "://" in data_uri and not data_uri.startswith(("file://", "embedded://")):
+        return  # remote data: checked by the step itself
+    try:
+        header, usable = common_header(resolve_sources(data_uri))
+        named_by = usable[0].name
+        try:
+            check_column_names(header, arguments.get("label_column", ""),
+                               arguments.get("key_column", ""),
+                               arguments.get("exclude_columns", ""),
+                               arguments.get("feature_columns", ""))
+        except DataError as exc:
+            raise DataError(f"{exc} (the header of {named_by})") from None
+        if _check_rows(usable):
+            _check_sample(usable, arguments)
+    except DataError as exc:
+        raise ParameterError(str(exc)) from None
+
+
+def _check_sample(sources, arguments: dict) -> None:
+    """DataError for what the prepare step refuses from its sample of rows (no usable
+    feature, a named feature it cannot use, an unreadable label) or from the label's
+    classes (fewer than 2 in the whole data), read the way the step reads them."""
+    from gkeflow.components.prepare.logic import SAMPLE_ROWS, fix_schema, sample_rows
+    from gkeflow.components.prepare.sources import DataError
+    from gkeflow.components.prepare.values import label_values
+
+    try:
+        header, sample, usable = sample_rows(list(sources), [])
+    except DataError:
+        return  # every row malformed: left to the step, which shows them
+    label = arguments.get("label_column", "")
+    fix_schema(header, sample, label, None, arguments.get("key_column", ""),
+               arguments.get("exclude_columns", ""), arguments.get("feature_columns", ""),
+               1000, [])  # 1000: the step's max_vocabulary
+    classes = label_values(sample.column(label))
+    if len(classes) < 2 and sample.num_rows >= SAMPLE_ROWS:
+        for source in usable:  # a rare class may follow the sample: read the label to the end
+            for batch in source.batches(lambda *row: None, prefetch=False):
+                classes |= label_values(batch.column(label))
+                if len(classes) >= 2:
+                    return
+    if len(classes) < 2:
+        found = f"one class, {next(iter(classes))!r}" if classes else "no values"
+        raise DataError(f"label column {label!r} has {found}; a classifier needs at least 2 "
+                        "classes: check --label, or add rows of another class")
+
+
+def _check_rows(sources) -> bool:
+    """DataError when none of the (non-empty) input files holds a row below its header
+    (reading up to the first row found); False when the rows found are all malformed (left
+    to the step, which shows them)."""
+    from gkeflow.components.prepare.sources import DataError
+
+    rejected = []
+    for source in sources:
+        for batch in source.batches(lambda *row: rejected.append(row), prefetch=False):
+            if batch.num_rows:
+                return True
+        if rejected:
+            return False
+    names = ", ".join(s.name for s in sources[:3]) + (
+        f" and {len(sources) - 3} more" if len(sources) > 3 else "")
+    raise DataError(f"data has a header but no data rows: {names}; add rows or point "
+                    "--data at another file")
