@@ -42,9 +42,11 @@ def test_config_errors_name_file_key_and_problem(tmp_path, write_config):
     path = write_config(data)
     result = gkeflow("submit", "--target", "gke", "--config", str(path), cwd=tmp_path)
     assert result.returncode == 1
-    assert f"{path}: targets.gke.auth: choose one authentication method" in result.stderr
-    assert f"{path}: schedules.0.name: 'Nightly Run' must be 1-63 lowercase" in result.stderr
-    assert f"{path}: schedules.0.cron: hour field: 25 is outside 0-23" in result.stderr
+    error = result.stderr.strip()
+    assert len(error.splitlines()) == 1 and error.startswith(f"Error: {path}: "), error
+    assert "targets.gke.auth: choose one authentication method" in error
+    assert "schedules.0.name: 'Nightly Run' must be 1-63 lowercase" in error
+    assert "schedules.0.cron: hour field: 25 is outside 0-23" in error
 
 
 def test_submit_gke_wait_shows_steps_url_and_never_the_token(kfp_server, tmp_path,
