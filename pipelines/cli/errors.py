@@ -36,12 +36,12 @@ def describe(exc: BaseException) -> tuple[str, bool]:
     if failure is not None:
         return redact(f"remote call failed: {failure.message}"), True
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    if isinstance(exc, _expected_types()):
+    if isinstance(exc, expected_types()):
         return redact(text or type(exc).__name__), True
     return redact(f"{type(exc).__name__}: {text}" if text else type(exc).__name__), False
 
 
-def _expected_types() -> tuple[type, ...]:
+def expected_types() -> tuple[type, ...]:
     from gkeflow.components.deploy.logic import DeploySettingsError
     from gkeflow.components.images import ImageLockError
     from gkeflow.components.predict.resolve import PredictError

@@ -18,16 +18,11 @@ from rich.table import Table
 from rich.text import Text
 
 from gkeflow.components.images import FLAVOURS, SERVING
+from gkeflow.pipelines.cli.common import stdout_console
 
 #: Builders in the order `--builder auto` looks for them, with the executable each needs.
 ENGINES = {"podman": "podman", "docker": "docker", "cloud-build": "gcloud"}
 _PROJECT_RE = re.compile(r"^(?:[a-z0-9-]+-docker\.pkg\.dev|(?:[a-z]+\.)?gcr\.io)/([^/]+)")
-
-
-def _console():
-    from gkeflow.pipelines.cli.main import _console as console
-
-    return console()
 
 
 def _load(config_path: Path):
@@ -126,7 +121,7 @@ def images_build(builder: str, push: bool, flavour: str, project: str | None,
     _check_writable(images.lock_path)
     builder = pick_builder(builder)
     project = project or registry_project(images.registry)
-    console = _console()
+    console = stdout_console()
     flavours = [*FLAVOURS, SERVING] if flavour == "all" else [flavour]
     references = {**images.references(), SERVING: images.serving_reference()}
     if images.requirements_path:
@@ -199,7 +194,7 @@ def images_list(config_path: Path) -> None:
     except ImageLockError as exc:
         raise click.ClickException(str(exc)) from exc
     wanted = {*images.references().values(), images.serving_reference()}
-    console = _console()
+    console = stdout_console()
     if not console.is_terminal:
         console.width = 240  # one line per image when captured
     table = Table(title=f"images in {images.lock_path}", title_justify="left")

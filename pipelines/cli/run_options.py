@@ -78,13 +78,13 @@ def local_compute(pipeline: str, config_path: Path | None,
     option is given (the pipeline's defaults). A ``--compute`` for a step of another
     pipeline is refused rather than dropped."""
     from gkeflow.components.did_you_mean import did_you_mean
-    from gkeflow.pipelines.cli.main import _resolve_compute
+    from gkeflow.pipelines.cli.common import compute_from_options
     from gkeflow.pipelines.compute.profiles import parse_override
     from gkeflow.pipelines.targets.compile import pipeline_compute, steps_of
 
     if not compute_overrides and config_path is None:
         return None
-    profiles = _resolve_compute(config_path, compute_overrides)  # reports malformed flags
+    profiles = compute_from_options(config_path, compute_overrides)  # reports malformed flags
     own = steps_of(pipeline)
     for text in compute_overrides:
         step = parse_override(text)[0]
@@ -116,7 +116,7 @@ def run_arguments(pipeline, name: str, *, data: str | None, label: str | None, o
     any step starts: data, label and columns against the file's header, split ratios,
     the evaluation policy and ``--param`` against the pipeline's parameters."""
     from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS, SplitRatios
-    from gkeflow.pipelines.cli.main import REGISTRY_FILE
+    from gkeflow.pipelines.cli.common import REGISTRY_FILE
     from gkeflow.pipelines.cli.params import pipeline_params
     from gkeflow.pipelines.cli.run_inputs import default_model_name
     from gkeflow.pipelines.parameters import ParameterError, validate_run_arguments

@@ -13,7 +13,12 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from gkeflow.pipelines.cli.ship import _config_option, _console, _load, _remote_errors
+from gkeflow.pipelines.cli.common import (
+    config_option,
+    remote_errors,
+    require_config,
+    stdout_console,
+)
 from gkeflow.pipelines.targets.backend_choice import reader
 from gkeflow.pipelines.targets.runs import format_duration, format_time, target_of
 
@@ -54,11 +59,11 @@ def runs_group() -> None:
               help="The newest N runs per target.")
 @_target
 @_json_option
-@_config_option
-@_remote_errors
+@config_option
+@remote_errors
 def runs_list(pipeline, schedule, limit, target, output, config_path) -> None:
     """List the newest runs: state, start, duration, the failed step, link."""
-    config = _load(config_path)
+    config = require_config(config_path)
     targets = [target] if target else [t for t in ("gke", "vertex")
                                        if getattr(config.targets, t) is not None]
     if not targets:
@@ -70,7 +75,7 @@ def runs_list(pipeline, schedule, limit, target, output, config_path) -> None:
     if output == "json":
         click.echo(json.dumps([r.as_json() for r in runs], indent=2))
         return
-    console = _console()
+    console = stdout_console()
     if not runs:
         console.print("no runs found", markup=False)
         return
@@ -111,17 +116,17 @@ def _run_id(_ctx, _param, value: str) -> str:
 @click.argument("run", callback=_run_id)
 @_target
 @_json_option
-@_config_option
-@_remote_errors
+@config_option
+@remote_errors
 def runs_show(run, target, output, config_path) -> None:
     """Show RUN: its steps with states, durations and errors; a training run's metrics and
     gate decision."""
-    config = _load(config_path)
+    config = require_config(config_path)
     info = reader(config, target_of(config, run, target)).show(run)
     if output == "json":
         click.echo(json.dumps(info.as_json(), indent=2))
         return
-    console = _console()
+    console = stdout_console()
     console.print(Text.assemble(
         f"run {info.name} ({info.pipeline or 'unknown pipeline'} on {info.target}): ",
         Text.from_markup(_state(info.state))))
@@ -152,12 +157,12 @@ def runs_show(run, target, output, config_path) -> None:
 @click.argument("step", required=False)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the run ends.")
 @_target
-@_config_option
-@_remote_errors
+@config_option
+@remote_errors
 def runs_logs(run, step, follow, target, config_path) -> None:
     """Print the log of STEP of RUN (default: every step that ran), each line prefixed with
     its step."""
-    config = _load(config_path)
+    config = require_config(config_path)
     for name, line in reader(config, target_of(config, run, target)).logs(
             run, step, follow=follow):
         click.echo(f"{name}: {line}" if step is None else line)
@@ -166,21 +171,21 @@ def runs_logs(run, step, follow, target, config_path) -> None:
 @runs_group.command("cancel")
 @click.argument("run", callback=_run_id)
 @_target
-@_config_option
-@_remote_errors
+@config_option
+@remote_errors
 def runs_cancel(run, target, config_path) -> None:
     """Cancel RUN (KFP: terminate; Vertex AI: cancel the PipelineJob and its jobs)."""
-    config = _load(config_path)
-    _console().print(reader(config, target_of(config, run, target)).cancel(run), markup=False)
+    config = require_config(config_path)
+    stdout_console().print(reader(config, target_of(config, run, target)).cancel(run), markup=False)
 
 
 @runs_group.command("retry")
 @click.argument("run", callback=_run_id)
 @_target
-@_config_option
-@_remote_errors
+@config_option
+@remote_errors
 def runs_retry(run, target, config_path) -> None:
     """Retry RUN: KFP re-runs its failed steps in place; Vertex AI starts a new PipelineJob
     with the same spec, parameters and settings."""
-    config = _load(config_path)
-    _console().print(reader(config, target_of(config, run, target)).retry(run), markup=False)
+    config = require_config(config_path)
+    stdout_console().print(reader(config, target_of(config, run, target)).retry(run), markup=False)

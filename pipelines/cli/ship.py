@@ -2,7 +2,7 @@
 Pipelines on GKE and Vertex AI (registered on the `gkeflow` group in :mod:`cli`).
 
 Failures of remote work (refused or unreachable servers, missing credentials, bad config)
-become one line naming the fix and exit 1 (:func:`_remote_errors`); `gkeflow --debug`
+become one line naming the fix and exit 1 (:func:`.common.remote_errors`); `gkeflow --debug`
 shows the traceback.
 """
 
@@ -14,52 +14,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from gkeflow.pipelines.cli.common import (
+    config_option,
+    remote_errors,
+    require_config,
+    stdout_console,
+)
 from gkeflow.pipelines.cli.params import NonEmptyPath
-
-
-def _console() -> Console:
-    from gkeflow.pipelines.cli.main import _console as console
-
-    return console()
-
-
-
-def _config_option(func):
-    return click.option(
-        "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-        default=Path("gkeflow.yaml"), show_default=True,
-        help="The configuration file (`gkeflow init` writes an example).")(func)
-
-
-def _load(config_path: Path):
-    from gkeflow.pipelines.config import ConfigError, load_config
-
-    if not config_path.exists():
-        raise click.ClickException(f"{config_path} not found; `gkeflow init` writes a "
-                                   "commented example")
-    try:
-        return load_config(config_path)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from exc
-
-
-def _remote_errors(func):
-    """Turn the expected failures of remote work into one clear line and exit 1."""
-    import functools
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        from gkeflow.pipelines.cli.errors import _expected_types, debug_enabled
-        from gkeflow.pipelines.targets.transport import redact
-
-        try:
-            return func(*args, **kwargs)
-        except _expected_types() as exc:
-            if debug_enabled(click.get_current_context(silent=True)):
-                raise
-            raise click.ClickException(redact(str(exc))) from None
-
-    return wrapper
 
 
 def _print_planned(console: Console, planned) -> None:
@@ -103,7 +64,7 @@ def init_command(path: Path, force: bool) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    _console().print(f"wrote {path}; set images.registry and edit targets, parameters and "
+    stdout_console().print(f"wrote {path}; set images.registry and edit targets, parameters and "
                      "schedules, then run `gkeflow images build` and `gkeflow submit --target "
                      "gke|vertex`", markup=False, soft_wrap=True)
 
@@ -128,8 +89,8 @@ def init_command(path: Path, force: bool) -> None:
               help="Offline: print the requests that would create the run (server-assigned "
                    "ids as placeholders), flagging images not built or pushed yet; needs no "
                    "token, credentials or network.")
-@_config_option
-@_remote_errors
+@config_option
+@remote_errors
 def submit_command(pipeline, target, environment, params, wait, poll_s, timeout_s, dry_run,
                    config_path) -> None:
     """Compile PIPELINE (default: training) for a target and start a run there.
@@ -154,8 +115,8 @@ def submit_command(pipeline, target, environment, params, wait, poll_s, timeout_
 
     if dry_run and wait:
         raise click.UsageError("--wait follows a run, and --dry-run starts none; drop one")
-    config = _load(config_path)
-    console = _console()
+    config = require_config(config_path)
+    console = stdout_console()
     overrides = parse_param_options(params)
     console.print(f"[bold]gkeflow submit[/bold]: {pipeline} -> {target} (environment "
                   f"{environment})")
@@ -216,8 +177,8 @@ def _target_option(func):
                    "read, so it shows creates), flagging images not built or pushed yet; "
                    "needs no token, credentials or network.")
 @_target_option
-@_config_option
-@_remote_errors
+@config_option
+@remote_errors
 def schedule_apply(prune, dry_run, target, config_path) -> None:
     """Create, update or replace the schedules of gkeflow.yaml on their targets (idempotent).
 
@@ -233,8 +194,8 @@ def schedule_apply(prune, dry_run, target, config_path) -> None:
 
     from gkeflow.pipelines.targets.schedule import apply
 
-    config = _load(config_path)
-    console = _console()
+    config = require_config(config_path)
+    console = stdout_console()
     styles = {"create": "green", "replace": "yellow", "update": "yellow", "delete": "red",
               "pause": "yellow", "resume": "green", "upload": "cyan", "unchanged": "dim",
               "kept": "magenta", "warning": "yellow"}
@@ -263,8 +224,8 @@ def schedule_apply(prune, dry_run, target, config_path) -> None:
 @click.option("--next", "count", type=click.IntRange(1, 20), default=1, show_default=True,
               help="How many upcoming run times to show per schedule.")
 @_target_option
-@_config_option
-@_remote_errors
+@config_option
+@remote_errors
 def schedule_list(count, target, config_path) -> None:
     """List gkeflow's schedules on the targets with their next run times and last run.
 
@@ -273,12 +234,12 @@ def schedule_list(count, target, config_path) -> None:
     """
     from gkeflow.pipelines.targets.schedule import list_schedules
 
-    config = _load(config_path)
+    config = require_config(config_path)
     if config.targets.gke is None and config.targets.vertex is None:
         raise click.ClickException(f"{config_path}: no targets configured; add targets.gke "
                                    "and/or targets.vertex (`gkeflow init` shows how)")
     rows = list_schedules(config, target=target, count=count)
-    console = _console()
+    console = stdout_console()
     if not rows:
         console.print("no gkeflow schedules on the configured targets")
         return
@@ -307,15 +268,15 @@ def schedule_list(count, target, config_path) -> None:
 @schedule_group.command("pause")
 @click.argument("name")
 @_target_option
-@_config_option
-@_remote_errors
+@config_option
+@remote_errors
 def schedule_pause(name, target, config_path) -> None:
     """Pause schedule NAME (no new runs until resumed). `apply` would resume it while the
     file says enabled: true."""
     from gkeflow.pipelines.targets.schedule import set_enabled
 
-    for line in set_enabled(_load(config_path), name, False, target=target):
-        _console().print(line, markup=False)
+    for line in set_enabled(require_config(config_path), name, False, target=target):
+        stdout_console().print(line, markup=False)
 
 
 @schedule_group.command("resume")
@@ -323,25 +284,26 @@ def schedule_pause(name, target, config_path) -> None:
 @click.option("--catch-up", is_flag=True,
               help="Vertex: also start the runs missed while paused.")
 @_target_option
-@_config_option
-@_remote_errors
+@config_option
+@remote_errors
 def schedule_resume(name, catch_up, target, config_path) -> None:
     """Resume paused schedule NAME."""
     from gkeflow.pipelines.targets.schedule import set_enabled
 
-    for line in set_enabled(_load(config_path), name, True, target=target, catch_up=catch_up):
-        _console().print(line, markup=False)
+    for line in set_enabled(require_config(config_path), name, True, target=target,
+                            catch_up=catch_up):
+        stdout_console().print(line, markup=False)
 
 
 @schedule_group.command("delete")
 @click.argument("name")
 @_target_option
-@_config_option
-@_remote_errors
+@config_option
+@remote_errors
 def schedule_delete(name, target, config_path) -> None:
     """Delete schedule NAME from the target(s). `apply` recreates it while it is in the
     file."""
     from gkeflow.pipelines.targets.schedule import delete
 
-    for line in delete(_load(config_path), name, target=target):
-        _console().print(line, markup=False)
+    for line in delete(require_config(config_path), name, target=target):
+        stdout_console().print(line, markup=False)

@@ -1,6 +1,6 @@
 """``gkeflow run --pipeline sweep`` and the sweep parts of ``gkeflow plan``.
 
-Kept apart from :mod:`gkeflow.pipelines.cli.main` so the command module only dispatches.
+Kept apart from :mod:`gkeflow.pipelines.cli.run` so the command module only dispatches.
 """
 
 from __future__ import annotations
@@ -71,7 +71,6 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
 
     The options a training run takes mean the same here (the same helpers turn them into
     arguments and compute); ``--config`` also gives the ``sweep:`` section."""
-    from gkeflow.pipelines.cli.main import _print_run_summary
     from gkeflow.pipelines.cli.run_options import (
         OptionError,
         finish,
@@ -79,6 +78,7 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
         run_arguments,
         step_printer,
     )
+    from gkeflow.pipelines.cli.summary import print_run_summary
     from gkeflow.pipelines.compute.profiles import ComputeError
     from gkeflow.pipelines.sweep import TRIAL_STEP, build_sweep_pipeline
     from gkeflow.pipelines.targets.local import LocalRunError, run_local
@@ -122,7 +122,7 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
     except LocalRunError as exc:
         raise click.ClickException(str(exc)) from exc
     print_trial_table(console, result)
-    _print_run_summary(console, result, arguments, debug)
+    print_run_summary(console, result, arguments, debug)
     from gkeflow.pipelines.cli.deploy import print_local_deployment
 
     print_local_deployment(console, result, output)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from gkeflow.pipelines.cli.main import _console
+from gkeflow.pipelines.cli.common import stdout_console
 
 
 def test_a_long_path_stays_on_one_line_and_a_table_fits_columns(monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "60")
     path = "/tmp/" + "/".join(f"folder with spaces {i}" for i in range(12)) + "/predictions.parquet"
-    console = _console()
+    console = stdout_console()
     console.print(f"Predictions: {path}", markup=False)
     table = Table("step", "status")
     table.add_row("prepare-data " * 8, "SUCCEEDED")

@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 from click.testing import CliRunner
 
 from gkeflow.components.register.local_registry import LocalRegistry
-from gkeflow.pipelines.cli.main import REGISTRY_FILE, main
+from gkeflow.pipelines.cli.common import REGISTRY_FILE
+from gkeflow.pipelines.cli.main import main
 
 PENGUIN_INPUTS = ["island", "bill_length_mm", "flipper_length_mm", "sex"]
 LOAN_INPUTS = ["income", "amount", "term"]

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gkeflow.pipelines.cli.main import main, run
+from gkeflow.pipelines.cli.main import main
+from gkeflow.pipelines.cli.run import run
 from gkeflow.pipelines.cli.run_options import APPLICABLE
 from tests.cli.test_cli import gkeflow
 

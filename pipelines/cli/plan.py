@@ -1,0 +1,164 @@
+"""`gkeflow plan`: what each step of a pipeline requests on a target."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from gkeflow.pipelines.cli.common import (
+    compute_from_options,
+    compute_options,
+    read_config,
+)
+from gkeflow.pipelines.cli.tables import (
+    PLAN_COLUMNS,
+    PLAN_WIDE_COLUMNS,
+    format_options,
+    plan_json,
+    plan_records,
+    print_json,
+    print_table,
+)
+from gkeflow.pipelines.targets.compile import COMPILE_TARGETS
+
+
+@click.command("plan")
+@click.argument("pipeline", default="training")
+@click.option("--pipeline", "pipeline_option", metavar="NAME",
+              help="The pipeline (same as the PIPELINE argument).")
+@click.option("--target", type=click.Choice(COMPILE_TARGETS), default="gke", show_default=True,
+              help="Backend whose requests to show.")
+@compute_options
+@format_options("--output", "--format")
+def plan_command(pipeline: str, pipeline_option: str | None, target: str,
+                 config_path: Path | None, compute_overrides: tuple[str, ...],
+                 wide: bool = False, output_format: str = "table") -> None:
+    """Show what each step of PIPELINE (default: training) will request on a target.
+
+    One row per step: CPU, memory, accelerator (as the target spells it), GPUs per node,
+    capacity (on-demand, spot, flex-start or reservation), total GPUs, timeout and the
+    machine shape that hosts it; --wide adds image, nodes, Kueue queue, ephemeral disk,
+    retries, caching and /dev/shm. The table fits COLUMNS (or the terminal);
+    --output json prints every field for scripts.
+    The compute is validated exactly as `gkeflow compile` does; requests the target
+    cannot honour are listed below the table.
+    """
+    from click.core import ParameterSource
+
+    from gkeflow.components.images import ImageLockError, is_pinned, pin
+    from gkeflow.pipelines.compute.plan import plan, target_notes
+    from gkeflow.pipelines.compute.profiles import ComputeError
+    from gkeflow.pipelines.images_config import image_map
+    from gkeflow.pipelines.targets.compile import PIPELINES
+
+    named = click.get_current_context().get_parameter_source("pipeline")
+    if pipeline_option and named == ParameterSource.COMMANDLINE and pipeline_option != pipeline:
+        raise click.UsageError(f"PIPELINE {pipeline} and --pipeline {pipeline_option} differ; "
+                               "name the pipeline once")
+    pipeline = pipeline_option or pipeline
+    if pipeline not in PIPELINES:
+        from gkeflow.components.did_you_mean import did_you_mean
+
+        raise click.BadParameter(f"unknown pipeline {pipeline!r}"
+                                 f"{did_you_mean(pipeline, PIPELINES)}; available: "
+                                 f"{', '.join(PIPELINES)}", param_hint="PIPELINE")
+    config = read_config(config_path)
+    if pipeline == "prediction":
+        from gkeflow.pipelines.prediction import resolve_compute, step_images
+    elif pipeline == "fanout-prepare":
+        from gkeflow.pipelines.fanout import resolve_compute, step_images
+    elif pipeline == "sweep":
+        from gkeflow.pipelines.cli.sweep import resolve_sweep
+        from gkeflow.pipelines.sweep import resolve_sweep_compute, step_images
+
+        sweep = resolve_sweep(config_path)
+
+        def resolve_compute(target, compute):
+            return resolve_sweep_compute(target, compute, sweep.engine, config.preparation)
+    else:
+        from gkeflow.pipelines.training import resolve_compute as training_compute
+        from gkeflow.pipelines.training import step_images
+
+        def resolve_compute(target, compute):
+            return training_compute(target, compute, config.preparation)
+
+    from gkeflow.pipelines.targets.compile import pipeline_compute
+
+    compute = pipeline_compute(pipeline, compute_from_options(config_path, compute_overrides))
+    try:
+        profiles = resolve_compute(target, compute)
+        lock = image_map(config.images)
+        images = (step_images(target, profiles) if pipeline == "prediction"
+                  else step_images())
+    except (ComputeError, ImageLockError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    images = {step: pin(image, lock) for step, image in images.items() if step in profiles}
+    rows = plan(profiles, target, {step: image.rsplit("/", 1)[-1]
+                                   for step, image in images.items()})
+    if output_format == "json":
+        print_json(plan_json(pipeline, target, rows, images, target_notes(
+            profiles, target, () if pipeline == "sweep" else ("train-model",))))
+        return
+    caption = ("CPU and memory: request = limit" if target == "gke"
+               else "CPU and memory: limits; Vertex AI picks the machine")
+    if target == "gke" and not wide:
+        caption += "; accelerator: node label, requested as nvidia.com/gpu"
+    console = print_table(plan_records(rows, wide), PLAN_COLUMNS, PLAN_WIDE_COLUMNS, wide,
+                          title=f"{pipeline} on {target}", caption=caption, no_wrap=("step",))
+    for image in sorted(set(images.values())):
+        pinned = ("pinned" if is_pinned(image)
+                  else "tag only, not built: run `gkeflow images build`")
+        console.print(f"image {image} ({pinned})", markup=False)
+    notes = target_notes(profiles, target, () if pipeline == "sweep" else ("train-model",))
+    if pipeline == "sweep":
+        from gkeflow.pipelines.sweep import TRIAL_STEP, trial_note
+
+        if compute and TRIAL_STEP in compute:
+            notes.append(trial_note(target, sweep.engine, compute[TRIAL_STEP]))
+    for note in filter(None, notes):
+        console.print(f"note: {note}", markup=False)
+    for line in _workspace_lines(pipeline, target, config, config_path, profiles):
+        console.print(line, markup=False)
+    if target == "gke":
+        from gkeflow.pipelines.targets.backend_version import plan_line
+
+        console.print(plan_line(pipeline, compute, config), markup=False)
+    if pipeline == "sweep":
+        from gkeflow.pipelines.cli.sweep import plan_lines
+
+        for line in plan_lines(sweep, profiles, target):
+            console.print(line, markup=False)
+
+
+def _workspace_lines(pipeline: str, target: str, config, config_path: Path | None,
+                     profiles: dict) -> list[str]:
+    """What `gkeflow plan` says of the run's workspace (GKE, roots other than gs://)."""
+    from gkeflow.pipelines.compute.workspace import parallel_note
+
+    if pipeline not in ("training", "sweep") or target != "gke":
+        return []
+    from gkeflow.pipelines.compute.workspace import PipelineStorage
+
+    settings = config.gke_workspace()
+    jobset = pipeline == "training" and profiles["train-model"].replicas > 1
+    try:
+        PipelineStorage("gke", settings, jobset=jobset)  # what compile would refuse
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not settings.active("gke") or jobset:
+        return ["workspace: none (shards and checkpoints under the gs:// pipeline root)"]
+    preparation = config.preparation
+    writers = "plan-prepare, prepare-group" if preparation.fanout else "prepare-data"
+    lines = [f"workspace: {settings.size} {settings.storage_class} ({settings.access_mode}) "
+             f"at /kfp-workspace in {writers}, train-model, evaluate-model: prepared shards "
+             "and checkpoints; deleted when the run succeeds"]
+    notes = []
+    if preparation.fanout:
+        notes.append(parallel_note(settings, "fan-out groups", preparation.parallelism))
+    if pipeline == "sweep":
+        from gkeflow.pipelines.cli.sweep import resolve_sweep
+
+        notes.append(parallel_note(settings, "sweep trials",
+                                   resolve_sweep(config_path).parallel_trials))
+    return lines + [f"note: {note}" for note in notes if note]

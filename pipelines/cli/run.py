@@ -1,0 +1,169 @@
+"""`gkeflow run`: run the training, sweep or prediction pipeline on this machine with
+kfp.local (no cloud, no Docker)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from gkeflow.pipelines.cli.common import (
+    DEFAULT_RUN_OUTPUT,
+    REGISTRY_FILE,
+    read_config,
+    stdout_console,
+)
+from gkeflow.pipelines.cli.params import NonEmptyPath, SuggestingChoice
+from gkeflow.pipelines.cli.summary import print_run_summary
+from gkeflow.pipelines.cli.sweep import sweep_options
+
+#: `gkeflow run --pipeline NAME` -> "module:function" running it (training and prediction run
+#: inline below).
+RUN_PIPELINES = {
+    "training": "", "prediction": "", "sweep": "gkeflow.pipelines.cli.sweep:run_sweep",
+}
+
+
+def _dispatch_run(pipeline: str, **options) -> None:
+    import importlib
+
+    module, _, function = RUN_PIPELINES[pipeline].partition(":")
+    getattr(importlib.import_module(module), function)(stdout_console(), **options)
+
+
+@click.command()
+@click.option("--pipeline", type=SuggestingChoice(list(RUN_PIPELINES)), default="training",
+              show_default=True,
+              help="training: prepare, train, evaluate, register. sweep: one model per trial "
+                   "of the search space, the best registered. prediction: score --data with a "
+                   "model registered by an earlier run in the same --output.")
+@click.option("--model", "model_ref", metavar="NAME[@VERSION|@ALIAS]",
+              help="--pipeline prediction: the registered model (default: the only one, at "
+                   "its champion alias or newest version).")
+@click.option("--data", "data", metavar="PATH|URI",
+              help="Data to train on (or, with --pipeline prediction, rows to score), as the "
+                   "prepare step reads it: a CSV/Parquet file, a directory, a glob "
+                   "('data/*.csv.gz'), gs://bucket/path or bq://project.dataset.table. "
+                   "Default: the bundled Palmer Penguins data.")
+@click.option("--label", "label", metavar="COLUMN",
+              help="Column holding the class to predict (required with --data; "
+                   "'species' for the bundled data).")
+@click.option("--output", "output", type=NonEmptyPath(file_okay=False, path_type=Path),
+              default=DEFAULT_RUN_OUTPUT, show_default=True,
+              help="Where runs, logs, the step cache and the local registry are written.")
+@click.option("--epochs", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=0.01,
+              show_default=True)
+@click.option("--train-ratio", type=float, default=0.7, show_default=True)
+@click.option("--eval-ratio", type=float, default=0.15, show_default=True)
+@click.option("--test-ratio", type=float, default=0.15, show_default=True)
+@click.option("--model-name", metavar="NAME",
+              help="Registered model name. Default: penguins-classifier, or "
+                   "<data file>-classifier.")
+@click.option("--min-accuracy", type=click.FloatRange(0, 1), default=0.8, show_default=True,
+              help="Test accuracy required before the model is registered.")
+@click.option("--model-type", type=click.Choice(["mlp", "wide_deep"]), default="mlp",
+              show_default=True, help="Built-in model family.")
+@click.option("--user-module", metavar="PATH",
+              help="Your own model: a .py file (or module) with build_model(schema, hparams).")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="Any other pipeline parameter, e.g. thresholds=f1_macro>=0.9 or "
+                   "slice_columns=island (repeatable; see `gkeflow plan` for steps and "
+                   "docs/running.md for parameters).")
+@click.option("--compute", "compute_overrides", metavar="STEP.FIELD=VALUE", multiple=True,
+              help="Override one compute field of one step; locally, train-model.replicas=N "
+                   "trains with N worker processes (MultiWorkerMirroredStrategy).")
+@click.option("--key", "key_column", metavar="COLUMN", default="",
+              help="Split rows by a stable hash of this column (rows sharing a key share a "
+                   "split); its role is key, not a feature unless also in --features.")
+@click.option("--exclude", "exclude_columns", metavar="COL[,COL]", multiple=True,
+              help="Columns never used as features; repeatable or comma-separated.")
+@click.option("--features", "feature_columns", metavar="COL[,COL]", multiple=True,
+              help="The only feature columns; repeatable or comma-separated. Default: "
+                   "inferred (constant and identifier-like columns are left out).")
+@click.option("--no-cache", is_flag=True, help="Re-run every step instead of reusing cached ones.")
+@click.option("--deploy", is_flag=True,
+              help="Deploy the registered model to the local stand-in (after a servability "
+                   "check); `gkeflow deploy local NAME --request FILE` then answers requests.")
+@click.option("--require-registered", is_flag=True,
+              help="Exit 3 when the run succeeds but the gate blocks registration (for CI).")
+@click.option("-v", "--verbose", is_flag=True, help="Stream every step's log to the terminal.")
+@click.option("--debug", is_flag=True,
+              help="On a failed step, show its Python traceback, not only the message.")
+@sweep_options
+def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_rate,
+        train_ratio, eval_ratio, test_ratio, model_name, min_accuracy, model_type, user_module,
+        params, compute_overrides, key_column, exclude_columns, feature_columns, no_cache,
+        deploy, require_registered, verbose, debug, **pipeline_options) -> None:
+    """Run the training pipeline on this machine with kfp.local (no cloud, no Docker).
+
+    Executes the same pipeline definition that `gkeflow compile` writes for GKE and
+    Vertex: prepare -> train -> evaluate -> register (only if accuracy >= --min-accuracy).
+    Every step runs as a subprocess; the full log is saved under OUTPUT/logs/.
+    With --pipeline prediction: score --data with a registered model (see docs/prediction.md).
+
+    --pipeline sweep trains one model per trial (the sweep: section of gkeflow.yaml and
+    the (sweep) flags), prints the trial table and evaluates and registers the best.
+    """
+    from gkeflow.pipelines.cli.run_options import (
+        check_options,
+        finish,
+        local_compute,
+        run_arguments,
+        step_printer,
+    )
+
+    check_options(click.get_current_context(), pipeline)
+    config_path = pipeline_options.get("config_path")
+    params = (*params, "deploy=true") if deploy else params  # cli_deploy.py serves it
+    if RUN_PIPELINES[pipeline]:
+        return _dispatch_run(
+            pipeline, data=data, label=label, output=output, epochs=epochs,
+            batch_size=batch_size, learning_rate=learning_rate, train_ratio=train_ratio,
+            eval_ratio=eval_ratio, test_ratio=test_ratio, model_name=model_name,
+            min_accuracy=min_accuracy, model_type=model_type, user_module=user_module,
+            params=params, compute_overrides=compute_overrides, key_column=key_column,
+            exclude_columns=exclude_columns, feature_columns=feature_columns,
+            no_cache=no_cache, require_registered=require_registered, verbose=verbose,
+            debug=debug, **pipeline_options)
+    from gkeflow.pipelines.targets.local import run_local
+
+    console = stdout_console()
+    if pipeline == "prediction":
+        from gkeflow.pipelines.cli.run_prediction import run_prediction_command
+
+        return run_prediction_command(console, data, model_ref, output, REGISTRY_FILE, params,
+                                      no_cache, verbose, debug=debug,
+                                      compute=local_compute("prediction", config_path,
+                                                            compute_overrides))
+    from gkeflow.pipelines.training import training_pipeline
+
+    arguments = run_arguments(
+        training_pipeline, pipeline, data=data, label=label, output=output, epochs=epochs,
+        batch_size=batch_size, learning_rate=learning_rate, train_ratio=train_ratio,
+        eval_ratio=eval_ratio, test_ratio=test_ratio, model_name=model_name,
+        min_accuracy=min_accuracy, model_type=model_type, user_module=user_module,
+        params=params, key_column=key_column, exclude_columns=exclude_columns,
+        feature_columns=feature_columns)
+    output = output.resolve()
+    console.print(f"[bold]gkeflow run[/bold]: training pipeline on "
+                  f"{data or 'the bundled Palmer Penguins data'} "
+                  f"(label: {arguments['label_column']})")
+
+    on_event = step_printer(console)
+
+    from gkeflow.pipelines.targets.local import LocalRunError
+
+    compute = local_compute("training", config_path, compute_overrides)
+    try:
+        result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
+                           enable_caching=not no_cache, compute=compute,
+                           preparation=read_config(config_path).preparation)
+    except LocalRunError as exc:
+        raise click.ClickException(str(exc)) from exc
+    print_run_summary(console, result, arguments, debug)
+    from gkeflow.pipelines.cli.deploy import print_local_deployment
+
+    print_local_deployment(console, result, output)
+    finish(console, result, require_registered)
