@@ -44,7 +44,7 @@ def _training(target: str, compute=None, config=None):
     config = _loaded(config)
     return build_training_pipeline(target, pipeline_compute("training", compute),
                                    config.gke_workspace(), config.preparation,
-                                   operations.of(config, target))
+                                   operations.of(config, target), gcsfuse=config.gcsfuse)
 
 
 def _prediction(target: str, compute=None, config=None):
