@@ -1,0 +1,138 @@
+"""A gcsfuse bucket compiles to the CSI driver's volume and annotation on exactly the steps
+that read or write under it (GKE), to the /gcs/ paths alone on Vertex AI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from google.protobuf import json_format
+from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
+from kfp.pipeline_spec import pipeline_spec_pb2
+
+from gkeflow.components.cloud.mounts import MOUNTS_ENV
+from gkeflow.pipelines.compute.gcsfuse import DRIVER, manifests
+from gkeflow.pipelines.compute.profiles import ComputeError
+from gkeflow.pipelines.config import GkeflowConfig
+from gkeflow.pipelines.targets.compile import compile_pipeline
+from gkeflow.pipelines.training import DEFAULT_COMPUTE
+
+GCSFUSE = {"buckets": [
+    {"bucket": "raw-data", "read_only": True, "mount_options": ["implicit-dirs", "o=noexec"]},
+    {"bucket": "work-area", "mount_path": "/work", "use": ["shards", "checkpoints"],
+     "mount_options": ["implicit-dirs", "file-cache:max-size-mb=-1"]},
+], "sidecar": {"memory_limit": "2Gi", "ephemeral_storage_limit": "10Gi"}}
+
+
+def _config(gcsfuse=GCSFUSE, **extra) -> GkeflowConfig:
+    return GkeflowConfig.model_validate({"gcsfuse": gcsfuse, **extra})
+
+
+def _executors(spec) -> dict[str, str]:
+    """Task name -> executor label, through nested DAGs."""
+    found = {}
+
+    def walk(dag):
+        for name, task in dag.get("tasks", {}).items():
+            component = spec["components"][task["componentRef"]["name"]]
+            if "dag" in component:
+                walk(component["dag"])
+            else:
+                found[name] = component["executorLabel"]
+
+    walk(spec["root"]["dag"])
+    return found
+
+
+def _env(spec, executor) -> dict[str, str]:
+    container = spec["deploymentSpec"]["executors"][executor]["container"]
+    return {item["name"]: item["value"] for item in container.get("env", [])}
+
+
+def test_gke_mounts_each_bucket_on_exactly_the_steps_that_use_it(tmp_path):
+    spec, platform = yaml.safe_load_all(
+        compile_pipeline("training", "gke", tmp_path, config=_config()).read_text())
+    json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    mounted = {}
+    for task, label in _executors(spec).items():
+        config = k8s_pb2.KubernetesExecutorConfig()
+        json_format.ParseDict(executors.get(label, {}), config)
+        claims = {m.mount_path: m.pvc_name_parameter.runtime_value.constant.string_value
+                  for m in config.pvc_mount if m.pvc_name_parameter.runtime_value.constant
+                  .string_value.startswith("gcsfuse-")}
+        annotations = dict(config.pod_metadata.annotations)
+        env = _env(spec, label).get(MOUNTS_ENV)
+        if claims:
+            mounted[task] = claims
+            assert annotations == {"gke-gcsfuse/volumes": "true",
+                                   "gke-gcsfuse/memory-limit": "2Gi",
+                                   "gke-gcsfuse/ephemeral-storage-limit": "10Gi"}, task
+            assert json.loads(env) == {
+                {"/gcs/raw-data": "raw-data", "/work": "work-area"}[path]: path
+                for path in claims}, task
+        else:
+            assert "gke-gcsfuse/volumes" not in annotations and env is None, task
+    assert mounted == {
+        "fingerprint-data": {"/gcs/raw-data": "gcsfuse-raw-data"},
+        "prepare-data": {"/gcs/raw-data": "gcsfuse-raw-data", "/work": "gcsfuse-work-area"},
+        "train-model": {"/work": "gcsfuse-work-area"},
+        "evaluate-model": {"/work": "gcsfuse-work-area"},
+    }
+
+
+def test_vertex_reads_through_gcs_without_a_volume(tmp_path):
+    text = compile_pipeline("training", "vertex", tmp_path, config=_config()).read_text()
+    (spec,) = yaml.safe_load_all(text)
+    assert "gke-gcsfuse" not in text and "gcsfuse-" not in text
+    envs = {task: _env(spec, label).get(MOUNTS_ENV) for task, label in _executors(spec).items()}
+    assert json.loads(envs["prepare-data"]) == {"raw-data": "/gcs/raw-data",
+                                                "work-area": "/gcs/work-area"}
+    assert json.loads(envs["evaluate-model"]) == {"work-area": "/gcs/work-area"}
+    # GPU training runs as a CustomJob whose launcher reads nothing; the job's own pods
+    # read gs:// by reference
+    assert envs["train-model"] is None
+    assert envs["register-model"] is None
+
+
+def test_no_gcsfuse_compiles_no_mount(tmp_path):
+    text = compile_pipeline("training", "gke", tmp_path, config=GkeflowConfig()).read_text()
+    assert "gke-gcsfuse" not in text and MOUNTS_ENV not in text
+
+
+def test_jobset_training_refuses_a_bucket_for_shards(tmp_path):
+    config = _config(targets={"gke": {"host": "http://kfp.example",
+                                      "pipeline_root": "gs://root-bucket/p"}})
+    compute = {"train-model": DEFAULT_COMPUTE["train-model"].with_overrides(replicas=2)}
+    with pytest.raises(ComputeError, match="JobSet whose pods mount no bucket"):
+        compile_pipeline("training", "gke", tmp_path, compute=compute, config=config)
+    data_only = _config(gcsfuse={"buckets": [{"bucket": "raw-data"}]},
+                        targets=config.model_dump(include={"targets"})["targets"])
+    compile_pipeline("training", "gke", tmp_path, compute=compute, config=data_only)
+
+
+class _Response:
+    def __init__(self, document):
+        self.data = json.dumps(document)
+
+
+def test_manifests_are_valid_persistent_volumes_of_the_csi_driver():
+    from kubernetes.client import ApiClient
+
+    client = ApiClient()
+    documents = manifests(_config().gcsfuse, namespace="team-a")
+    assert [d["kind"] for d in documents] == ["PersistentVolume", "PersistentVolumeClaim"] * 2
+    for document in documents:
+        model = client.deserialize(_Response(document), f"V1{document['kind']}")
+        # a field Kubernetes does not know would be dropped on the way through its model
+        assert client.sanitize_for_serialization(model) == document
+    volume, claim = documents[0], documents[1]
+    assert volume["spec"]["csi"] == {"driver": DRIVER, "volumeHandle": "raw-data",
+                                     "readOnly": True}
+    assert volume["spec"]["mountOptions"] == ["implicit-dirs", "o=noexec"]
+    assert volume["spec"]["accessModes"] == claim["spec"]["accessModes"] == ["ReadOnlyMany"]
+    assert volume["spec"]["claimRef"] == {"name": "gcsfuse-raw-data", "namespace": "team-a"}
+    assert claim["spec"]["volumeName"] == volume["metadata"]["name"]
+    assert documents[2]["spec"]["csi"] == {"driver": DRIVER, "volumeHandle": "work-area"}
+    assert documents[3]["spec"]["accessModes"] == ["ReadWriteMany"]
