@@ -111,3 +111,34 @@ def manifests(settings: GcsFuseSettings, namespace: str = "kubeflow",
                      "storageClassName": "gcsfuse-static", "volumeName": volume},
         })
     return documents
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the PV and PVC manifests of gkeflow.yaml's ``gcsfuse:`` buckets."""
+    import argparse
+    import sys
+
+    import yaml
+
+    from gkeflow.pipelines.config import load_config
+
+    parser = argparse.ArgumentParser(prog="python -m gkeflow.pipelines.compute.gcsfuse",
+                                     description=main.__doc__)
+    parser.add_argument("--config", default=None, help="gkeflow.yaml (default: ./gkeflow.yaml)")
+    parser.add_argument("--namespace", default="kubeflow", help="where the pipeline pods run")
+    args = parser.parse_args(argv)
+    try:
+        settings = load_config(args.config).gcsfuse
+    except Exception as exc:  # a config problem: one line, no traceback
+        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    if not settings.buckets:
+        print("error: gkeflow.yaml has no gcsfuse.buckets; add one (docs/storage.md)",
+              file=sys.stderr)
+        return 2
+    print(yaml.safe_dump_all(manifests(settings, args.namespace), sort_keys=False), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

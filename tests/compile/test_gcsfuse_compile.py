@@ -136,3 +136,19 @@ def test_manifests_are_valid_persistent_volumes_of_the_csi_driver():
     assert claim["spec"]["volumeName"] == volume["metadata"]["name"]
     assert documents[2]["spec"]["csi"] == {"driver": DRIVER, "volumeHandle": "work-area"}
     assert documents[3]["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def test_manifest_printer_reads_gkeflow_yaml_and_refuses_bad_config(tmp_path, capsys):
+    from gkeflow.pipelines.compute.gcsfuse import main
+
+    good = tmp_path / "good.yaml"
+    good.write_text("gcsfuse:\n  buckets:\n    - bucket: my-data\n      read_only: true\n")
+    assert main(["--config", str(good), "--namespace", "team-a"]) == 0
+    documents = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert documents == manifests(_config(gcsfuse={"buckets": [
+        {"bucket": "my-data", "read_only": True}]}).gcsfuse, "team-a")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("gcsfuse:\n  buckets:\n    - bucket: My_Data\n")
+    assert main(["--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a Cloud Storage bucket name" in err
