@@ -152,3 +152,53 @@ def test_manifest_printer_reads_gkeflow_yaml_and_refuses_bad_config(tmp_path, ca
     assert main(["--config", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a Cloud Storage bucket name" in err
+
+
+@pytest.mark.parametrize("pipeline, expected", [
+    ("sweep", {"fingerprint-data": ["/gcs/raw-data"], "prepare-data": ["/gcs/raw-data", "/work"],
+               "train-model": ["/work"], "evaluate-model": ["/work"]}),
+    ("fanout-prepare", {"plan-prepare": ["/gcs/raw-data"],
+                        "prepare-group": ["/gcs/raw-data", "/work"],
+                        "merge-prepared": ["/work"]}),
+])
+def test_sweep_and_fanout_mount_the_same_way(tmp_path, pipeline, expected):
+    spec, platform = yaml.safe_load_all(
+        compile_pipeline(pipeline, "gke", tmp_path, config=_config()).read_text())
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    mounted = {}
+    for task, label in _executors(spec).items():
+        config = k8s_pb2.KubernetesExecutorConfig()
+        json_format.ParseDict(executors.get(label, {}), config)
+        paths = sorted(m.mount_path for m in config.pvc_mount if m.constant.startswith("gcsfuse-"))
+        if paths:
+            assert config.pod_metadata.annotations["gke-gcsfuse/volumes"] == "true"
+            mounted[task] = paths
+    assert mounted == expected
+
+
+def test_pod_spec_as_kfp_driver_builds_it_is_a_valid_pod(tmp_path):
+    """KFP's driver turns each pvcMount into a persistentVolumeClaim volume named after the
+    claim plus a volumeMount, and podMetadata into the pod's annotations
+    (the v2 driver in kubeflow/pipelines); the result must be a Pod Kubernetes accepts."""
+    from kubernetes.client import ApiClient
+
+    spec, platform = yaml.safe_load_all(
+        compile_pipeline("training", "gke", tmp_path, config=_config()).read_text())
+    executor = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"][
+        "exec-prepare-data"]
+    config = k8s_pb2.KubernetesExecutorConfig()
+    json_format.ParseDict(executor, config)
+    mounts = [m for m in config.pvc_mount if m.constant.startswith("gcsfuse-")]
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "prepare-data", "annotations": dict(
+               config.pod_metadata.annotations)},
+           "spec": {"containers": [{"name": "main", "image": "gkeflow:test", "volumeMounts": [
+               {"name": m.constant, "mountPath": m.mount_path} for m in mounts]}],
+               "volumes": [{"name": m.constant, "persistentVolumeClaim": {
+                   "claimName": m.constant}} for m in mounts]}}
+    client = ApiClient()
+    model = client.deserialize(_Response(pod), "V1Pod")
+    assert client.sanitize_for_serialization(model) == pod
+    claims = {d["metadata"]["name"] for d in manifests(_config().gcsfuse)
+              if d["kind"] == "PersistentVolumeClaim"}
+    assert {v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"]} == claims
