@@ -24,6 +24,10 @@ from gkeflow.components.cloud.mounts import MOUNTS_ENV
 from gkeflow.pipelines.gcsfuse_config import GcsFuseBucket, GcsFuseSettings
 
 DRIVER = "gcsfuse.csi.storage.gke.io"
+#: The user and group gkeflow's images run steps as (images/*.Dockerfile ``USER``): the
+#: bucket's files are mounted as theirs unless the options say ``uid``/``gid`` themselves,
+#: else a non-root step cannot write shards or checkpoints there.
+IMAGE_UID = IMAGE_GID = 10001
 VOLUMES_ANNOTATION = "gke-gcsfuse/volumes"
 #: Step -> what it reads or writes under a bucket: the data (``data_uri``), the prepared
 #: shards, the checkpoints (``checkpoint_uri``).
@@ -82,6 +86,13 @@ def check_engine(settings: GcsFuseSettings | None, target: str, engine: bool) ->
             "use it for data only or train in one pod")
 
 
+def _with_owner(options: tuple[str, ...]) -> list[str]:
+    keys = {option.split("=", 1)[0] for option in options}
+    owner = [f"{key}={value}" for key, value in (("uid", IMAGE_UID), ("gid", IMAGE_GID))
+             if key not in keys]
+    return [*options, *owner]
+
+
 def manifests(settings: GcsFuseSettings, namespace: str = "kubeflow",
               capacity: str = "1Ti") -> list[dict]:
     """The PersistentVolume and PersistentVolumeClaim of each bucket, for ``namespace``
@@ -100,7 +111,7 @@ def manifests(settings: GcsFuseSettings, namespace: str = "kubeflow",
             "spec": {
                 "accessModes": [access], "capacity": {"storage": capacity},
                 "storageClassName": "gcsfuse-static", "persistentVolumeReclaimPolicy": "Retain",
-                "mountOptions": list(bucket.mount_options), "csi": csi,
+                "mountOptions": _with_owner(bucket.mount_options), "csi": csi,
                 "claimRef": {"name": claim, "namespace": namespace},
             },
         })

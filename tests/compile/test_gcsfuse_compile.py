@@ -130,12 +130,15 @@ def test_manifests_are_valid_persistent_volumes_of_the_csi_driver():
     volume, claim = documents[0], documents[1]
     assert volume["spec"]["csi"] == {"driver": DRIVER, "volumeHandle": "raw-data",
                                      "readOnly": True}
-    assert volume["spec"]["mountOptions"] == ["implicit-dirs", "o=noexec"]
+    assert volume["spec"]["mountOptions"] == ["implicit-dirs", "o=noexec", "uid=10001",
+                                              "gid=10001"]
     assert volume["spec"]["accessModes"] == claim["spec"]["accessModes"] == ["ReadOnlyMany"]
     assert volume["spec"]["claimRef"] == {"name": "gcsfuse-raw-data", "namespace": "team-a"}
     assert claim["spec"]["volumeName"] == volume["metadata"]["name"]
     assert documents[2]["spec"]["csi"] == {"driver": DRIVER, "volumeHandle": "work-area"}
     assert documents[3]["spec"]["accessModes"] == ["ReadWriteMany"]
+    own = _config(gcsfuse={"buckets": [{"bucket": "b-data", "mount_options": ["uid=0"]}]})
+    assert manifests(own.gcsfuse)[0]["spec"]["mountOptions"] == ["uid=0", "gid=10001"]
 
 
 def test_manifest_printer_reads_gkeflow_yaml_and_refuses_bad_config(tmp_path, capsys):
