@@ -12,6 +12,8 @@ import os
 
 #: Environment variable naming the step's mounted buckets: ``{"bucket": "/mount/path"}``.
 MOUNTS_ENV = "GKEFLOW_GCS_MOUNTS"
+#: Environment variable listing the step's buckets mounted read-only, comma-separated.
+READ_ONLY_ENV = "GKEFLOW_GCS_READ_ONLY"
 
 
 def mounts(environ=None) -> dict[str, str]:
@@ -39,3 +41,19 @@ def mounted_path(uri: str, environ=None) -> str:
     if path is None:
         return text
     return path.rstrip("/") + ("/" + rest if rest else "")
+
+
+def writable_path(uri: str, environ=None) -> str:
+    """:func:`mounted_path` for a location the step writes to.
+
+    Raises:
+        ValueError: ``uri`` is in a bucket this step mounts read-only.
+    """
+    environ = os.environ if environ is None else environ
+    text = str(uri)
+    bucket = text[len("gs://"):].partition("/")[0] if text.startswith("gs://") else ""
+    if bucket and bucket in environ.get(READ_ONLY_ENV, "").split(","):
+        raise ValueError(f"{text} is in bucket {bucket}, which gcsfuse mounts read-only: "
+                         "write shards and checkpoints to another bucket or set its "
+                         "read_only: false")
+    return mounted_path(text, environ)

@@ -102,9 +102,9 @@ def resolve_shard_root(artifact_uri: str, shard_root: str = "",
     else:
         return ""
     if is_gcs(base):  # a bucket mounted in this step is written through the mount
-        from gkeflow.components.cloud.mounts import mounted_path
+        from gkeflow.components.cloud.mounts import writable_path
 
-        base = mounted_path(base)
+        base = writable_path(base)
     if "://" in base and not is_gcs(base):
         raise ValueError(
             f"shard_root must be a gs:// URI or a local path; got {shard_root!r}"

@@ -230,12 +230,12 @@ def resolve_checkpoint_location(checkpoint_uri: str, pipeline_root: str, run_id:
         print("no pipeline run id; training without resumable checkpoints")
         return ""
     root = "" if "{{" in pipeline_root else pipeline_root.strip().rstrip("/")
-    from gkeflow.components.cloud.mounts import mounted_path
+    from gkeflow.components.cloud.mounts import writable_path
 
     if checkpoint_uri:  # a bucket mounted in this step is written through the mount
-        base = mounted_path(checkpoint_uri.rstrip("/"))
+        base = writable_path(checkpoint_uri.rstrip("/"))
     elif root.startswith("gs://"):
-        base = mounted_path(root + "/checkpoints")
+        base = writable_path(root + "/checkpoints")
     elif mount and Path(mount).is_dir():
         base = mount.rstrip("/")
     elif root and "://" not in root:

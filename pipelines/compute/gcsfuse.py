@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from gkeflow.components.cloud.mounts import MOUNTS_ENV
+from gkeflow.components.cloud.mounts import MOUNTS_ENV, READ_ONLY_ENV
 from gkeflow.pipelines.gcsfuse_config import GcsFuseBucket, GcsFuseSettings
 
 DRIVER = "gcsfuse.csi.storage.gke.io"
@@ -70,6 +70,9 @@ def apply_gcsfuse(task, step: str, settings: GcsFuseSettings | None, target: str
         for bucket in step_buckets(settings, step):
             kubernetes.mount_pvc(task, pvc_name=bucket.claim_name, mount_path=bucket.path)
     task.set_env_variable(MOUNTS_ENV, json.dumps(mounted, sort_keys=True))
+    read_only = [b.bucket for b in step_buckets(settings, step) if b.read_only]
+    if read_only:
+        task.set_env_variable(READ_ONLY_ENV, ",".join(read_only))
     return task
 
 

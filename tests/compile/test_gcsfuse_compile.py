@@ -11,7 +11,7 @@ from google.protobuf import json_format
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from gkeflow.components.cloud.mounts import MOUNTS_ENV
+from gkeflow.components.cloud.mounts import MOUNTS_ENV, READ_ONLY_ENV
 from gkeflow.pipelines.compute.gcsfuse import DRIVER, manifests
 from gkeflow.pipelines.compute.profiles import ComputeError
 from gkeflow.pipelines.config import GkeflowConfig
@@ -64,6 +64,8 @@ def test_gke_mounts_each_bucket_on_exactly_the_steps_that_use_it(tmp_path):
                   .string_value.startswith("gcsfuse-")}
         annotations = dict(config.pod_metadata.annotations)
         env = _env(spec, label).get(MOUNTS_ENV)
+        read_only = _env(spec, label).get(READ_ONLY_ENV)
+        assert read_only == ("raw-data" if "/gcs/raw-data" in claims else None), task
         if claims:
             mounted[task] = claims
             assert annotations == {"gke-gcsfuse/volumes": "true",

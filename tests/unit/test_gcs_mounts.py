@@ -10,7 +10,12 @@ from pathlib import Path
 import palmerpenguins
 import pytest
 
-from gkeflow.components.cloud.mounts import MOUNTS_ENV, mounted_path
+from gkeflow.components.cloud.mounts import (
+    MOUNTS_ENV,
+    READ_ONLY_ENV,
+    mounted_path,
+    writable_path,
+)
 from gkeflow.components.fingerprint.logic import fingerprint
 from gkeflow.components.prepare import shard_store
 from gkeflow.components.prepare.logic import prepare
@@ -73,3 +78,14 @@ def test_checkpoints_under_a_mounted_bucket_go_to_the_mount(bucket):
     assert location == f"{bucket}/ckpt/run-1/train-model"
     location = resolve_checkpoint_location("", "gs://raw-data/root", "run-1", "train-model")
     assert location == f"{bucket}/root/checkpoints/run-1/train-model"
+
+
+def test_outputs_in_a_bucket_mounted_read_only_are_refused(bucket, monkeypatch, tmp_path):
+    monkeypatch.setenv(READ_ONLY_ENV, "raw-data")
+    with pytest.raises(ValueError, match="raw-data, which gcsfuse mounts read-only"):
+        shard_store.resolve_shard_root(str(tmp_path / "out"), "gs://raw-data/shards")
+    with pytest.raises(ValueError, match="mounts read-only"):
+        resolve_checkpoint_location("gs://raw-data/ckpt", "", "run-1", "train-model")
+    # reading it is fine, and other buckets are written as before
+    assert resolve_sources("gs://raw-data/csv/penguins.csv")[0].name.startswith(str(bucket))
+    assert writable_path("gs://other/x") == "gs://other/x"
