@@ -40,6 +40,7 @@ MOUNT_OPTIONS = frozenset({
 #: Paths a bucket may not be mounted at or over: the KFP workspace and checkpoint volume.
 RESERVED_PATHS = ("/kfp-workspace", "/gkeflow-checkpoints")
 _BUCKET_PART = re.compile(r"^[a-z0-9]([a-z0-9_-]*[a-z0-9])?$")
+_CLAIM = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _QUANTITY_OR_ZERO = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|K|M|G|T)?$")
 
 
@@ -104,6 +105,15 @@ class GcsFuseBucket(BaseModel):
                              "than / (e.g. /data)")
         return posixpath.normpath(value) if value else value
 
+    @field_validator("claim")
+    @classmethod
+    def _claim(cls, value: str) -> str:
+        if value and not _CLAIM.match(value):
+            raise ValueError(f"claim {value!r} is not a PersistentVolumeClaim name: up to 63 "
+                             "lowercase letters, digits and '-', starting and ending with a "
+                             "letter or digit")
+        return value
+
     @field_validator("mount_options")
     @classmethod
     def _options(cls, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -141,7 +151,8 @@ class GcsFuseBucket(BaseModel):
     @property
     def claim_name(self) -> str:
         """The PersistentVolumeClaim name (the PersistentVolume is ``gkeflow-<claim>``)."""
-        return self.claim or f"gcsfuse-{self.bucket.replace('.', '-').replace('_', '-')}"[:63]
+        name = f"gcsfuse-{self.bucket.replace('.', '-').replace('_', '-')}"[:63]
+        return self.claim or name.rstrip("-")
 
     def mount_options_text(self) -> str:
         """The options as the driver's comma-separated ``mountOptions`` attribute."""

@@ -103,7 +103,7 @@ def manifests(settings: GcsFuseSettings, namespace: str = "kubeflow",
     through Workload Identity Federation for GKE)."""
     documents: list[dict] = []
     for bucket in settings.buckets:
-        claim, volume = bucket.claim_name, f"gkeflow-{bucket.claim_name}"[:63]
+        claim, volume = bucket.claim_name, f"gkeflow-{bucket.claim_name}"[:63].rstrip("-")
         access = "ReadOnlyMany" if bucket.read_only else "ReadWriteMany"
         csi = {"driver": DRIVER, "volumeHandle": bucket.bucket}
         if bucket.read_only:

@@ -48,6 +48,7 @@ def test_defaults_mount_at_gcs_bucket_with_implicit_dirs():
      "read_only but holds checkpoints"),
     ([{"bucket": "a-data", "use": ["models"]}], "use"),
     ([{"bucket": "a-data", "use": []}], "at least one"),
+    ([{"bucket": "a-data", "claim": "Data_Claim"}], "not a PersistentVolumeClaim name"),
 ])
 def test_invalid_buckets_are_refused(buckets, message):
     with pytest.raises(ValidationError, match=message):
@@ -81,3 +82,10 @@ def test_compile_refuses_a_read_only_bucket_for_outputs_in_one_line(tmp_path):
     assert "Traceback" not in result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "read_only but holds shards" in lines[0], result.stderr
+
+
+def test_default_claim_names_are_valid_for_any_bucket_name():
+    long = "a" * 55 + "-" + "b" * 7
+    for name in ("my_data.example.com", long):
+        claim = _settings({"bucket": name}).buckets[0].claim_name
+        assert len(claim) <= 63 and claim[-1].isalnum() and "_" not in claim and "." not in claim
