@@ -73,6 +73,7 @@ from pydantic import (
 
 from gkeflow.components.did_you_mean import did_you_mean
 from gkeflow.pipelines.deploy_config import DeployConfig
+from gkeflow.pipelines.gcsfuse_config import GcsFuseSettings
 from gkeflow.pipelines.images_config import BASE_DIR, ImagesConfig
 from gkeflow.pipelines.monitoring_config import MonitoringSettings
 from gkeflow.pipelines.operations_config import NotificationSettings, RetentionSettings
@@ -155,6 +156,7 @@ class GkeflowConfig(BaseModel):
     schedules: list[ScheduleConfig] = []
     sweep: SweepConfig | None = None
     workspace: WorkspaceSettings = WorkspaceSettings()
+    gcsfuse: GcsFuseSettings = GcsFuseSettings()  # buckets mounted: gcsfuse_config.py
     preparation: PreparationSettings = PreparationSettings()
     notifications: dict[str, NotificationSettings] = {}  # per environment (operations.py)
     retention: RetentionSettings = RetentionSettings()

@@ -18,8 +18,10 @@ from gkeflow.components.prepare.fanout_component import (
     plan_prepare,
     prepare_group,
 )
+from gkeflow.pipelines.compute.gcsfuse import apply_gcsfuse
 from gkeflow.pipelines.compute.profiles import ComputeProfile, apply_compute, validate_profiles
 from gkeflow.pipelines.compute.workspace import PipelineStorage
+from gkeflow.pipelines.gcsfuse_config import GcsFuseSettings
 from gkeflow.pipelines.operations import Operations
 from gkeflow.pipelines.preparation_settings import MAX_PARALLEL
 from gkeflow.pipelines.workspace_config import WorkspaceSettings
@@ -57,7 +59,8 @@ def build_fanout_pipeline(target: str = "local",
                           compute: Optional[Mapping[str, ComputeProfile]] = None,
                           parallelism: int = MAX_PARALLEL,
                           workspace: Optional[WorkspaceSettings] = None,
-                          operations: Optional[Operations] = None):
+                          operations: Optional[Operations] = None,
+                          gcsfuse: Optional[GcsFuseSettings] = None):
     """Define ``fanout_prepare_pipeline`` with each step's compute applied for ``target``
     (``compute`` may hold other pipelines' steps too: only this pipeline's are used) and
     the retention of ``operations``. It carries no notification: it returns its dataset,
@@ -65,6 +68,10 @@ def build_fanout_pipeline(target: str = "local",
     profiles = resolve_compute(target, compute)
     storage = PipelineStorage(target, workspace)
     operations = operations or Operations(target)
+
+    def configure(task: dsl.PipelineTask, step: str) -> dsl.PipelineTask:
+        apply_gcsfuse(task, step, gcsfuse, target)  # the buckets the step uses
+        return apply_compute(task, profiles[step], target)
 
     @dsl.pipeline(name=PIPELINE_NAME,
                   pipeline_config=operations.pipeline_config(storage.config()))
@@ -126,7 +133,7 @@ def build_fanout_pipeline(target: str = "local",
                 by one pod).
             bq_min_range_rows: For bq:// tables: the fewest rows one pod's range holds.
         """
-        plan = apply_compute(plan_prepare(
+        plan = configure(plan_prepare(
             data_uri=data_uri, label_column=label_column, max_groups=max_groups,
             train_ratio=train_ratio, eval_ratio=eval_ratio, test_ratio=test_ratio,
             key_column=key_column, rows_per_shard=rows_per_shard, shard_root=shard_root,
@@ -136,16 +143,15 @@ def build_fanout_pipeline(target: str = "local",
             max_quoted_lines=max_quoted_lines, max_row_bytes=max_row_bytes,
             data_fingerprint=data_fingerprint, bq_query=bq_query, bq_filter=bq_filter,
             bq_min_range_rows=bq_min_range_rows, workspace_path=storage.path,
-        ), profiles["plan-prepare"], target)
+        ), "plan-prepare")
         with dsl.ParallelFor(plan.outputs["Output"], parallelism=parallelism) as group:
-            part = apply_compute(prepare_group(plan=plan.outputs["plan"], group=group,
-                                               workspace_path=storage.path),
-                                 profiles["prepare-group"], target)
-        merge = apply_compute(merge_prepared(
+            part = configure(prepare_group(plan=plan.outputs["plan"], group=group,
+                                           workspace_path=storage.path), "prepare-group")
+        merge = configure(merge_prepared(
             plan=plan.outputs["plan"], parts=dsl.Collected(part.outputs["part"]),
             max_rejected_fraction=max_rejected_fraction,
             max_missing_fraction=max_missing_fraction,
-        ), profiles["merge-prepared"], target)
+        ), "merge-prepared")
         return merge.outputs["dataset"]
 
     return fanout_prepare_pipeline

@@ -38,6 +38,7 @@ from gkeflow.components import (
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.compute import launchers
+from gkeflow.pipelines.compute.gcsfuse import apply_gcsfuse
 from gkeflow.pipelines.compute.profiles import (
     ComputeError,
     ComputeProfile,
@@ -49,6 +50,7 @@ from gkeflow.pipelines.compute.profiles import (
 from gkeflow.pipelines.compute.wording import plural
 from gkeflow.pipelines.compute.workspace import PipelineStorage
 from gkeflow.pipelines.deploy_stage import DEPLOY_STEP, deploy_stage
+from gkeflow.pipelines.gcsfuse_config import GcsFuseSettings
 from gkeflow.pipelines.operations import Operations
 from gkeflow.pipelines.preparation import (
     FANOUT_COMPONENTS,
@@ -216,11 +218,13 @@ def build_sweep_pipeline(target: str = "local",
                          sweep: SweepConfig | None = None,
                          workspace: WorkspaceSettings | None = None,
                          preparation: PreparationSettings = ONE_POD,
-                         operations: Operations | None = None):
+                         operations: Operations | None = None,
+                         gcsfuse: GcsFuseSettings | None = None):
     """Define ``sweep_pipeline`` for ``target``: trials expanded from ``sweep`` (default:
     :func:`default_sweep`), each step's compute validated and applied; on GKE without a
     gs:// root, shards and trial checkpoints live in the run's ``workspace``; the data is
-    prepared in one pod or fanned out (``preparation``)."""
+    prepared in one pod or fanned out (``preparation``); ``gcsfuse`` buckets are mounted in
+    the steps that use them."""
     sweep = sweep or default_sweep()
     storage = PipelineStorage(target, workspace)
     vizier = uses_vizier(target, sweep.engine)
@@ -237,6 +241,7 @@ def build_sweep_pipeline(target: str = "local",
 
     def configure(task: dsl.PipelineTask, step: str) -> dsl.PipelineTask:
         task.set_display_name(STEP_DISPLAY_NAMES[step])
+        apply_gcsfuse(task, step, gcsfuse, target)
         return apply_compute(task, profiles[step], target)
 
     operations = operations or Operations(target)

@@ -22,6 +22,7 @@ from gkeflow.components import (
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.compute.checkpoints import add_checkpoint_volume
 from gkeflow.pipelines.compute.engines import training_engine
+from gkeflow.pipelines.compute.gcsfuse import apply_gcsfuse, check_engine
 from gkeflow.pipelines.compute.profiles import (
     ComputeError,
     ComputeProfile,
@@ -31,6 +32,7 @@ from gkeflow.pipelines.compute.profiles import (
 from gkeflow.pipelines.compute.wording import plural
 from gkeflow.pipelines.compute.workspace import PipelineStorage
 from gkeflow.pipelines.deploy_stage import DEPLOY_STEP, SERVING_PROFILE, deploy_stage
+from gkeflow.pipelines.gcsfuse_config import GcsFuseSettings
 from gkeflow.pipelines.operations import Operations
 from gkeflow.pipelines.preparation import (
     FANOUT_COMPONENTS,
@@ -141,12 +143,15 @@ def build_training_pipeline(
     target: str = "local", compute: Optional[Mapping[str, ComputeProfile]] = None,
     workspace: Optional[WorkspaceSettings] = None,
     preparation: PreparationSettings = ONE_POD, operations: Optional[Operations] = None,
+    gcsfuse: Optional[GcsFuseSettings] = None,
 ):
     """Define ``training_pipeline``, each step's compute validated and applied for ``target``.
 
     ``workspace``: the run's volume on GKE (see :mod:`gkeflow.pipelines.compute.workspace`); by
     default one for the default MinIO root, where shards and checkpoints then live.
     ``preparation``: one pod (default) or fan-out (see :mod:`gkeflow.pipelines.preparation`).
+    ``gcsfuse``: buckets mounted in the steps that use them (see
+    :mod:`gkeflow.pipelines.compute.gcsfuse`).
     """
     profiles = resolve_compute(target, compute, preparation)
     if target == "vertex":  # same step, with a google.VertexModel output for Vertex lineage
@@ -158,11 +163,15 @@ def build_training_pipeline(
     def configure(task: dsl.PipelineTask, step: str,
                   profile: Optional[ComputeProfile] = None) -> dsl.PipelineTask:
         task.set_display_name(STEP_DISPLAY_NAMES[step])
+        if step != "train-model" or train_engine is None:  # an engine's pods mount nothing
+            apply_gcsfuse(task, step, gcsfuse, target)
         return apply_compute(task, profile or profiles[step], target)
 
     # Training beyond one pod (several machines, Spot/flex-start on Vertex AI) goes through
     # the target's engine: a Vertex AI CustomJob, a GKE JobSet or local worker processes.
     train_engine = training_engine(target, profiles["train-model"])
+    if problem := check_engine(gcsfuse, target, train_engine is not None):
+        raise ComputeError(problem)
     try:
         storage = PipelineStorage(target, workspace,
                                   jobset=target == "gke" and train_engine is not None)

@@ -103,8 +103,10 @@ def fingerprint(data_uri: str, bq_query: str = "", bq_filter: str = "") -> Finge
     Raises:
         DataError: the URI names nothing (no file, no object, malformed).
     """
+    from gkeflow.components.cloud.mounts import mounted_path
     from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 
+    read_uri = mounted_path(data_uri)  # a bucket mounted in this step is listed there
     if data_uri == EMBEDDED_PENGUINS:
         import palmerpenguins
 
@@ -112,13 +114,13 @@ def fingerprint(data_uri: str, bq_query: str = "", bq_filter: str = "") -> Finge
         items = _local_items(str(Path(palmerpenguins.__file__).parent / "data" / "penguins.csv"))
         for item in items:  # the same bytes wherever the package is installed
             item.pop("path"), item.pop("mtime_ns")
-    elif data_uri.startswith("gs://"):
+    elif read_uri.startswith("gs://"):
         kind, items = "gcs", _gcs_items(data_uri)
     elif data_uri.startswith("bq://"):
         kind, items = "bigquery", _bigquery_items(data_uri, bq_query, bq_filter)
     else:
         kind = "local"
-        items = _local_items(os.path.expanduser(data_uri.removeprefix("file://")))
+        items = _local_items(os.path.expanduser(read_uri.removeprefix("file://")))
     canonical = json.dumps({"uri": data_uri, "kind": kind, "items": items}, sort_keys=True,
                            default=str)
     return Fingerprint(f"sha256:{hashlib.sha256(canonical.encode()).hexdigest()}", kind, items)

@@ -101,6 +101,10 @@ def resolve_shard_root(artifact_uri: str, shard_root: str = "",
         base = str(path.parent / SHARDS_DIR / path.name)
     else:
         return ""
+    if is_gcs(base):  # a bucket mounted in this step is written through the mount
+        from gkeflow.components.cloud.mounts import writable_path
+
+        base = writable_path(base)
     if "://" in base and not is_gcs(base):
         raise ValueError(
             f"shard_root must be a gs:// URI or a local path; got {shard_root!r}"
@@ -158,7 +162,9 @@ def split_shards(dataset_dir: Path, split: str, suffix: str) -> list[str]:
     if manifest is not None:
         if split not in manifest["splits"]:
             raise FileNotFoundError(f"no {split!r} split in {dataset_dir}/{MANIFEST_FILE}")
-        return list(manifest["splits"][split])
+        from gkeflow.components.cloud.mounts import mounted_path
+
+        return [mounted_path(uri) for uri in manifest["splits"][split]]
     directory = Path(dataset_dir) / split
     if not directory.is_dir():
         raise FileNotFoundError(

@@ -397,7 +397,11 @@ def gcs_sources(uri: str, client=None) -> list[Source]:
 
 
 def resolve_sources(uri: str) -> list[Source]:
-    """The input files a data URI names (not for ``bq://``, see the bigquery module)."""
+    """The input files a data URI names (not for ``bq://``, see the bigquery module); a
+    ``gs://`` URI of a bucket mounted in this step is read through the mount."""
+    from gkeflow.components.cloud.mounts import mounted_path
+
+    uri = mounted_path(uri)
     if uri == EMBEDDED_PENGUINS:
         import palmerpenguins
 

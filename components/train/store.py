@@ -230,10 +230,12 @@ def resolve_checkpoint_location(checkpoint_uri: str, pipeline_root: str, run_id:
         print("no pipeline run id; training without resumable checkpoints")
         return ""
     root = "" if "{{" in pipeline_root else pipeline_root.strip().rstrip("/")
-    if checkpoint_uri:
-        base = checkpoint_uri.rstrip("/")
+    from gkeflow.components.cloud.mounts import writable_path
+
+    if checkpoint_uri:  # a bucket mounted in this step is written through the mount
+        base = writable_path(checkpoint_uri.rstrip("/"))
     elif root.startswith("gs://"):
-        base = root + "/checkpoints"
+        base = writable_path(root + "/checkpoints")
     elif mount and Path(mount).is_dir():
         base = mount.rstrip("/")
     elif root and "://" not in root:

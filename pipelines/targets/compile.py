@@ -44,7 +44,7 @@ def _training(target: str, compute=None, config=None):
     config = _loaded(config)
     return build_training_pipeline(target, pipeline_compute("training", compute),
                                    config.gke_workspace(), config.preparation,
-                                   operations.of(config, target))
+                                   operations.of(config, target), gcsfuse=config.gcsfuse)
 
 
 def _prediction(target: str, compute=None, config=None):
@@ -64,7 +64,7 @@ def _sweep(target: str, compute=None, config=None):
     config = _loaded(config)
     return build_sweep_pipeline(target, pipeline_compute("sweep", compute), config.sweep,
                                 config.gke_workspace(), config.preparation,
-                                operations.of(config, target))
+                                operations.of(config, target), gcsfuse=config.gcsfuse)
 
 
 def _fanout_prepare(target: str, compute=None, config=None):
@@ -73,7 +73,8 @@ def _fanout_prepare(target: str, compute=None, config=None):
     config = _loaded(config)
     return build_fanout_pipeline(target, pipeline_compute("fanout-prepare", compute),
                                  config.preparation.parallelism, config.gke_workspace(),
-                                 operations.Operations(target, retention=config.retention))
+                                 operations.Operations(target, retention=config.retention),
+                                 gcsfuse=config.gcsfuse)
 
 
 #: Pipeline short name -> builder taking a target, per-step compute overrides and the
