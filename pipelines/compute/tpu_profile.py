@@ -6,6 +6,11 @@ follow from both. ``replicas`` > 1 would be that many slices (Multislice), which
 ``TPUStrategy`` cannot train across (``components/train/tpu.py`` refuses it too), so it is
 refused here before anything is compiled. Functions take the profile duck-typed (``p``) so
 that :mod:`.profiles` can call them without an import cycle.
+
+On Vertex AI, flex-start is refused for TPUs: "Schedule training jobs based on resource
+availability" (https://cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws, read
+2026-12-02) requires the job to request L4, A100, H100, H200 or B200 GPUs. Spot stays: "Use
+Spot VMs with training" excludes TPU Pods only, and Vertex AI runs single-host slices here.
 """
 
 from __future__ import annotations
@@ -85,9 +90,12 @@ def tpu_problems(step: str, p, target: str, tpu_steps: tuple[str, ...]) -> list[
     except ValueError as exc:
         return problems + [f"{step}: {exc}"]
     offered = tc.consumption_options(gen.name)
+    if where == tc.VERTEX:  # Vertex AI's flex-start (DWS) takes GPU jobs only
+        offered = [o for o in offered if o != tc.FLEX_START]
     if p.scheduling not in offered:
-        problems.append(f"{step}: {gen.name} is not offered {_OPTION_TEXT[p.scheduling]}; use "
-                        f"scheduling={', '.join(offered)}")
+        on = " on Vertex AI" if where == tc.VERTEX else ""
+        problems.append(f"{step}: {gen.name} is not offered {_OPTION_TEXT[p.scheduling]}{on}; "
+                        f"use scheduling={', '.join(offered)}")
     machine = _machine(gen.name, machine_type)
     over = []
     if machine.vcpus is not None and cpu_cores(p.cpu) > machine.vcpus:

@@ -67,6 +67,10 @@ def test_cli_overrides_give_a_valid_multi_host_slice():
       "timeout_s": "2h"}, "gke",
      "train-model: tpu-v5p is not offered with flex-start; use scheduling=standard, spot, "
      "reservation"),
+    ({"accelerator": "tpu-v6e", "topology": "2x2", "scheduling": "flex-start",
+      "timeout_s": "2h"}, "vertex",
+     "train-model: tpu-v6e is not offered with flex-start on Vertex AI; use "
+     "scheduling=standard, spot, reservation"),
     ({"accelerator": "tpu7x", "topology": "2x2x1"}, "gke",
      "train-model: tpu7x is not offered on demand; use scheduling=reservation"),
     ({"accelerator": "tpu-v5e", "topology": "1x1", "cpu": "30"}, "gke",
