@@ -60,6 +60,19 @@ def _machine(generation: str, machine_type: str) -> tc.TpuMachine:
     return next(m for m in gen.machines if m.name == machine_type)
 
 
+def _room(machine: tc.TpuMachine, target: str) -> tuple[float | None, float | None]:
+    """(vCPUs, GiB) a pod may ask for on one host: on GKE what the node leaves after GKE's
+    reservations, elsewhere the VM; None where the catalogue does not record it."""
+    if target != "gke":
+        return machine.vcpus, machine.memory_gib
+    from gkeflow.pipelines.compute.accelerators import gke_allocatable_exact
+
+    millicores, memory = gke_allocatable_exact(machine.vcpus or 0,
+                                               round((machine.memory_gib or 0) * _GIB))
+    return (millicores / 1000 if machine.vcpus is not None else None,
+            memory / _GIB if machine.memory_gib is not None else None)
+
+
 def tpu_problems(step: str, p, target: str, tpu_steps: tuple[str, ...]) -> list[str]:
     """Everything wrong with the TPU fields of ``p`` for ``step``; empty when valid."""
     gen = tc.tpu_generation(p.accelerator)
@@ -97,19 +110,20 @@ def tpu_problems(step: str, p, target: str, tpu_steps: tuple[str, ...]) -> list[
         problems.append(f"{step}: {gen.name} is not offered {_OPTION_TEXT[p.scheduling]}{on}; "
                         f"use scheduling={', '.join(offered)}")
     machine = _machine(gen.name, machine_type)
+    vcpus, gib = _room(machine, target)
     over = []
-    if machine.vcpus is not None and cpu_cores(p.cpu) > machine.vcpus:
+    if vcpus is not None and cpu_cores(p.cpu) > vcpus:
         over.append(f"cpu {p.cpu}")
-    if machine.memory_gib is not None and memory_bytes(p.memory) > machine.memory_gib * _GIB:
+    if gib is not None and memory_bytes(p.memory) > gib * _GIB:
         over.append(f"memory {p.memory}")
     if over:
-        limits = " and ".join(text for known, text in (
-            (machine.vcpus, f"{machine.vcpus} vCPUs"),
-            (machine.memory_gib, f"{machine.memory_gib:g} GiB")) if known is not None)
+        limits = " and ".join(([f"{vcpus:.4g} vCPUs"] if vcpus is not None else [])
+                              + ([f"{gib:.1f} GiB"] if gib is not None else []))
         verb = "does" if len(over) == 1 else "do"
+        where = "GKE leaves pods" if target == "gke" else "the host has"
         problems.append(
             f"{step}: {' and '.join(over)} {verb} not fit one {machine_type} host of "
-            f"{gen.name} {p.topology} (at most {limits} per host); lower them")
+            f"{gen.name} {p.topology} ({where} at most {limits}); lower them")
     return problems
 
 

@@ -73,9 +73,15 @@ def test_cli_overrides_give_a_valid_multi_host_slice():
      "scheduling=standard, spot, reservation"),
     ({"accelerator": "tpu7x", "topology": "2x2x1"}, "gke",
      "train-model: tpu7x is not offered on demand; use scheduling=reservation"),
-    ({"accelerator": "tpu-v5e", "topology": "1x1", "cpu": "30"}, "gke",
-     "train-model: cpu 30 does not fit one ct5lp-hightpu-1t host of tpu-v5e 1x1 (at most 24 "
-     "vCPUs and 48 GiB per host); lower them"),
+    ({"accelerator": "tpu-v5e", "topology": "1x1", "cpu": "24"}, "gke",
+     "train-model: cpu 24 does not fit one ct5lp-hightpu-1t host of tpu-v5e 1x1 (GKE leaves "
+     "pods at most 23.87 vCPUs and 42.6 GiB); lower them"),
+    ({"accelerator": "tpu-v5e", "topology": "1x1", "cpu": "30", "memory": "60G"}, "vertex",
+     "train-model: cpu 30 and memory 60G do not fit one ct5lp-hightpu-1t host of tpu-v5e 1x1 "
+     "(the host has at most 24 vCPUs and 48.0 GiB); lower them"),
+    ({"accelerator": "tpu-v6e", "topology": "2x4", "memory": "1500Gi"}, "gke",
+     "train-model: memory 1500Gi does not fit one ct6e-standard-8t host of tpu-v6e 2x4 (GKE "
+     "leaves pods at most 1474.5 GiB); lower them"),
     ({"accelerator": "tpu-v6e", "topology": "4x4", "replicas": 2}, "gke",
      "train-model: replicas 2 on tpu-v6e asks for 2 slices (Multislice), which TensorFlow's "
      "TPUStrategy cannot train across; use replicas: 1 and a larger topology"),
@@ -85,6 +91,11 @@ def test_cli_overrides_give_a_valid_multi_host_slice():
 ])
 def test_invalid_tpu_profiles_are_refused_in_one_line(changes, target, expected):
     assert profile_problems(STEP, tpu(**changes), target) == [expected]
+
+
+def test_a_request_within_the_host_fits():
+    assert profile_problems(STEP, tpu(accelerator="tpu-v5e", topology="1x1", cpu="23",
+                                      memory="40Gi"), "gke") == []
 
 
 def test_only_the_training_step_takes_a_tpu():
