@@ -55,6 +55,12 @@ def multi_host(p) -> bool:
     return bool(getattr(p, "uses_tpu", False)) and shape(p).multi_host
 
 
+def single_host_topologies(p) -> list[str]:
+    """The single-host topologies of ``p``'s generation on GKE."""
+    gen = tc.tpu_generation(p.accelerator)
+    return [t for t in gen.topologies if not tc.slice_shape(gen.name, t).multi_host]
+
+
 def _machine(generation: str, machine_type: str) -> tc.TpuMachine:
     gen = tc.tpu_generation(generation)
     return next(m for m in gen.machines if m.name == machine_type)

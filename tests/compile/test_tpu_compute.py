@@ -201,3 +201,44 @@ def test_compile_refuses_an_invalid_topology(tmp_path):
     with pytest.raises(ComputeError, match="topology '3x3' is not valid for tpu-v6e"):
         compile_pipeline("training", "gke", tmp_path,
                          {STEP: tpu(accelerator="tpu-v6e", topology="3x3")})
+
+
+@pytest.mark.parametrize(("target", "topology", "said"), [
+    ("gke", "4x4", "sweep on gke: its trials cannot take train-model's tpu-v5e 4x4 slice: each "
+                   "trial is one pod; use a single-host topology (1x1, 2x2, 2x4)"),
+    ("vertex", "2x2", "sweep on vertex: its trials cannot take train-model's tpu-v5e 2x2 slice: "
+                      "a Vertex AI pipeline step cannot ask for a TPU; use sweep.engine: vizier"),
+])
+def test_sweep_trials_that_cannot_take_the_slice_are_refused(target, topology, said):
+    from gkeflow.pipelines.compute.profiles import PipelineUnfit
+    from gkeflow.pipelines.sweep import fit_trial
+
+    with pytest.raises(PipelineUnfit) as unfit:
+        fit_trial(target, "kfp", tpu(accelerator="tpu-v5e", topology=topology))
+    assert str(unfit.value) == said
+
+
+def test_sweep_trials_on_a_single_host_slice_keep_it():
+    from gkeflow.pipelines.sweep import fit_trial
+
+    profile = tpu(accelerator="tpu-v5e", topology="2x2")
+    assert fit_trial("gke", "kfp", profile) == (profile, "")
+
+
+def test_vizier_trials_run_on_the_slice_machine_with_its_topology():
+    import json
+
+    from gkeflow.components.sweep import vizier as vizier_job
+    from gkeflow.pipelines.compute.engines.vizier import tuning_spec
+    from gkeflow.pipelines.sweep_config import parse_sweep
+
+    sweep = parse_sweep({"engine": "vizier", "max_trials": 2, "parameters": {
+        "dropout": {"type": "uniform", "min": 0.0, "max": 0.5}}})
+    spec = tuning_spec(sweep, tpu(accelerator="tpu-v6e", topology="2x4"))
+    job = vizier_job.validate_job(vizier_job.build_job(
+        json.loads(spec), display_name="s", image="img", dataset_uri="gs://b/d",
+        schema_uri="gs://b/s", output_uri="gs://b/o", run_id="r", require_gpu=False,
+        fixed={}))
+    machine = job.trial_job_spec.worker_pool_specs[0].machine_spec
+    assert (machine.machine_type, machine.tpu_topology, machine.accelerator_count) == (
+        "ct6e-standard-8t", "2x4", 0)
