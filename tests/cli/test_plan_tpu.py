@@ -23,6 +23,14 @@ def test_gke_multi_host_slice_is_shown_as_a_jobset(tmp_path, monkeypatch):
     assert "launches a JobSet" in result.output and "ct6e-standard-4t" in result.output
 
 
+def test_the_gke_table_says_how_tpu_chips_are_requested(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run("--target", "gke", *TPU, "--compute", "train-model.topology=2x4",
+                 tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "TPUs: google.com/tpu, chips per host" in " ".join(result.output.split())
+
+
 def test_a_topology_the_generation_lacks_is_refused_listing_the_valid_ones(tmp_path,
                                                                              monkeypatch):
     monkeypatch.chdir(tmp_path)
