@@ -37,7 +37,7 @@ from gkeflow.components import (
     train_model,
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
-from gkeflow.pipelines.compute import launchers
+from gkeflow.pipelines.compute import launchers, tpu_profile
 from gkeflow.pipelines.compute.gcsfuse import apply_gcsfuse
 from gkeflow.pipelines.compute.profiles import (
     ComputeError,
@@ -152,6 +152,12 @@ def fit_trial(target: str, engine: str, trial: ComputeProfile) -> tuple[ComputeP
     if target == "local":
         return trial, ""
     vizier = uses_vizier(target, engine)
+    if trial.uses_tpu and not vizier and (target == "vertex" or tpu_profile.multi_host(trial)):
+        where = ("a Vertex AI pipeline step cannot ask for a TPU; use sweep.engine: vizier"
+                 if target == "vertex" else "each trial is one pod; use a single-host "
+                 f"topology ({', '.join(tpu_profile.single_host_topologies(trial))})")
+        raise PipelineUnfit(f"sweep on {target}: its trials cannot take {TRIAL_STEP}'s "
+                            f"{trial.accelerator} {trial.topology} slice: {where}")
     dropped = {}
     if trial.replicas > 1:
         dropped["replicas"] = (1, f"replicas {trial.replicas}")

@@ -104,6 +104,8 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
                else "CPU and memory: limits; Vertex AI picks the machine")
     if target == "gke" and not wide:
         caption += "; accelerator: node label, requested as nvidia.com/gpu"
+        if any(p.uses_tpu for p in profiles.values()):
+            caption += " (TPUs: google.com/tpu, chips per host)"
     console = print_table(plan_records(rows, wide), PLAN_COLUMNS, PLAN_WIDE_COLUMNS, wide,
                           title=f"{pipeline} on {target}", caption=caption, no_wrap=("step",))
     for image in sorted(set(images.values())):

@@ -116,6 +116,8 @@ def offered_options(profile) -> frozenset[str]:
 
 
 def _consumption_problems(step: str, p) -> list[str]:
+    if getattr(p, "uses_tpu", False):
+        return []  # checked against the TPU catalogue (tpu_profile.tpu_problems)
     if not p.uses_gpu:
         if p.scheduling == cat.FLEX_START:
             return [f"{step}: scheduling=flex-start obtains GPU machines; this step asks for "

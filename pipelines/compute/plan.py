@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gkeflow.pipelines.compute import capacity, launchers
+from gkeflow.pipelines.compute import capacity, launchers, tpu_profile
 from gkeflow.pipelines.compute.engines import training_engine
 from gkeflow.pipelines.compute.profiles import (
     GKE_TO_VERTEX_ACCELERATOR,
@@ -57,6 +57,11 @@ def target_notes(profiles: Mapping[str, ComputeProfile], target: str,
                  if applies(profile) and not (step in engine_run and target == "vertex")]
         if steps:
             notes.append(f"{text}: {', '.join(steps)}")
+    tpu_pods = [step for step, p in profiles.items() if p.uses_tpu and step not in engine_run
+                and target == "gke"]
+    for step in tpu_pods:  # a single-host slice: one pod
+        notes.append(f"{step} runs as one pod on a single-host slice: "
+                     f"{tpu_profile.describe(profiles[step], target)}")
     for step in sorted(engine_run):  # what the training step really launches, and so costs
         notes.append(training_engine(target, profiles[step]).describe(profiles[step]))
     note = launchers.unapplied_note(profiles, target, engine_run - (
@@ -109,6 +114,13 @@ def plan(
         else:
             machine = "any node pool"
         scheduling, nodes, gpus = capacity.describe(p, target)
+        if p.uses_tpu and target != "local":  # hosts x chips per host, chips of all slices
+            tpu = tpu_profile.shape(p, target)
+            shown = tpu_profile.TPU_RESOURCE if target == "gke" else "TPU"
+            accelerator = f"{shown} ({p.accelerator} {p.topology})"
+            nodes = f"{p.replicas * tpu.hosts} x {tpu.chips_per_host}"
+            gpus = f"{p.replicas * tpu.chips} chips"
+            machine = tpu.machine_type
         if target == "vertex" and p.scheduling != "standard" and not custom_job:
             scheduling += " (not applied on Vertex)"
         queue = (p.queue if target == "gke" else f"not applied ({p.queue})") if p.queue else "-"

@@ -33,7 +33,7 @@ from typing import Any
 
 from gkeflow.components.did_you_mean import did_you_mean
 from gkeflow.pipelines.compute import accelerators as acc
-from gkeflow.pipelines.compute import capacity, kfp_task_check, launchers
+from gkeflow.pipelines.compute import capacity, kfp_task_check, launchers, tpu_profile
 from gkeflow.pipelines.compute.units import MEMORY_RE, cpu_cores, memory_bytes
 from gkeflow.pipelines.compute.wording import counted, plural
 from gkeflow.pipelines.config import ConfigError
@@ -88,6 +88,8 @@ def canonical_accelerator(name: str) -> str:
     """GKE spelling of an accelerator (Vertex spellings are aliases); unknown names unchanged."""
     if not name or name in GKE_TO_VERTEX_ACCELERATOR:
         return name
+    if tpu_profile.tpu_name(name):
+        return tpu_profile.tpu_name(name)
     return VERTEX_TO_GKE_ACCELERATOR.get(name.upper(), name)
 
 
@@ -198,7 +200,9 @@ class ComputeProfile:
         memory: Memory request and limit, e.g. "8G" or "8Gi".
         accelerator: GPU model by its GKE name (nvidia-tesla-t4, nvidia-l4, ...); the
             Vertex spelling (NVIDIA_TESLA_T4, ...) is accepted and stored as the GKE name.
-        accelerator_count: GPUs; 0 for none.
+            A TPU generation (tpu-v5e, tpu-v6e, ...) asks for a TPU slice instead.
+        accelerator_count: GPUs; 0 for none (and for TPUs: the topology sets the chips).
+        topology: TPU slice topology, e.g. "2x4" or "2x2x2"; "" for GPU and CPU steps.
         spot: Alias of ``scheduling="spot"`` (kept for existing configs).
         scheduling: Capacity the step runs on: standard (on demand), spot, flex-start
             (Dynamic Workload Scheduler) or reservation.
@@ -234,6 +238,7 @@ class ComputeProfile:
     memory: str = "4G"
     accelerator: str = ""
     accelerator_count: int = 0
+    topology: str = ""
     spot: bool = False
     scheduling: str = "standard"
     max_wait: str = ""
@@ -260,6 +265,10 @@ class ComputeProfile:
             raise ComputeError(f"accelerator must be a name; got {self.accelerator!r}")
         set_(self, "accelerator", canonical_accelerator(self.accelerator.strip()))
         set_(self, "accelerator_count", _to_int("accelerator_count", self.accelerator_count))
+        if not isinstance(self.topology, str):
+            raise ComputeError(f"topology must be a TPU topology such as 2x4; got "
+                               f"{self.topology!r}")
+        set_(self, "topology", self.topology.strip().lower())
         set_(self, "spot", _to_bool("spot", self.spot))
         set_(self, "scheduling", _to_scheduling(self.scheduling, self.spot))
         set_(self, "spot", self.scheduling == "spot")
@@ -295,6 +304,10 @@ class ComputeProfile:
         return self.accelerator_count > 0
 
     @property
+    def uses_tpu(self) -> bool:
+        return bool(tpu_profile.tpu_name(self.accelerator))
+
+    @property
     def effective_shm_size(self) -> str:
         """The /dev/shm size GKE gets: explicit, else half the memory on multi-GPU steps."""
         if self.shm_size:
@@ -311,6 +324,10 @@ class ComputeProfile:
                 f"unknown compute {plural(len(unknown), 'field')} {', '.join(unknown)}"
                 f"{did_you_mean(unknown[0], FIELD_NAMES)}; valid: {', '.join(FIELD_NAMES)}"
             )
+        if isinstance(changes.get("accelerator"), str):  # switching GPU <-> TPU drops the
+            to_tpu = bool(tpu_profile.tpu_name(changes["accelerator"].strip()))  # other's fields
+            drop = {"accelerator_count": 0, "shm_size": ""} if to_tpu else {"topology": ""}
+            changes = {**{k: v for k, v in drop.items() if k not in changes}, **changes}
         if "scheduling" in changes and "spot" not in changes:
             changes["spot"] = False  # the alias follows the field it stands for
         elif "spot" in changes and "scheduling" not in changes:
@@ -435,13 +452,21 @@ def profile_problems(
     if memory_bytes(p.memory) <= 0:
         problems.append(f"{step}: memory must be more than 0; got {p.memory!r}")
     accelerator_ok = True
-    if p.accelerator and p.accelerator not in acc.ACCELERATORS:
+    if p.uses_tpu:
+        accelerator_ok = False  # no GPU shape checks: the slice is checked instead
+        problems.extend(tpu_profile.tpu_problems(step, p, target, multi_node_steps))
+    elif p.topology:
+        problems.append(f"{step}: topology {p.topology} applies to TPU steps only; set "
+                        f"accelerator to one of {', '.join(tpu_profile.generations())} or drop "
+                        "topology")
+    if not p.uses_tpu and p.accelerator and p.accelerator not in acc.ACCELERATORS:
         accelerator_ok = False
         problems.append(
             f"{step}: unknown accelerator {p.accelerator!r}; valid: "
-            f"{_accelerator_choices(target)}"
+            f"{_accelerator_choices(target)}; TPUs (with a topology): "
+            f"{', '.join(tpu_profile.generations())}"
         )
-    elif p.accelerator and not acc.runs_the_images(p.accelerator):
+    elif p.accelerator and not p.uses_tpu and not acc.runs_the_images(p.accelerator):
         accelerator_ok = False  # nothing else to say about machines it cannot start on
         problems.append(acc.architecture_problem(step, p.accelerator))
     if p.accelerator_count < 0:
@@ -490,7 +515,7 @@ def profile_problems(
         ("cpu", p.cpu, cpu_cores(p.cpu) > acc.VERTEX_STEP_MAX_VCPUS),
         ("memory", p.memory, memory_bytes(p.memory) > acc.VERTEX_STEP_MAX_MEMORY_GIB * acc.GIB))
         if too_much]
-    if target == "vertex" and capacity.runs_as_pipeline_step(p) and over:
+    if target == "vertex" and capacity.runs_as_pipeline_step(p) and over and not p.uses_tpu:
         problems.append(
             f"{step}: {' and '.join(over)} exceed{'s' if len(over) == 1 else ''} what Vertex "
             f"AI Pipelines gives a step {'with' if p.uses_gpu else 'without'} accelerator: at "
@@ -509,7 +534,8 @@ def profile_problems(
             )
     if p.replicas < 1:
         problems.append(f"{step}: replicas must be >= 1; got {p.replicas}")
-    problems.extend(capacity.capacity_problems(step, p, target, multi_node_steps))
+    if not (p.uses_tpu and p.replicas > 1):  # said once, as slices, by tpu_problems
+        problems.extend(capacity.capacity_problems(step, p, target, multi_node_steps))
     if p.max_wait and p.scheduling != "flex-start":
         problems.append(
             f"{step}: max_wait applies to scheduling=flex-start only; this step's scheduling "
@@ -596,6 +622,13 @@ def _apply_gke(task, profile: ComputeProfile) -> None:
         task.set_accelerator_type(GPU_RESOURCE).set_accelerator_limit(profile.accelerator_count)
         kubernetes.add_node_selector(task, GKE_ACCELERATOR_LABEL, profile.accelerator)
         kubernetes.add_toleration(task, key=GPU_RESOURCE, operator="Exists", effect="NoSchedule")
+    if profile.uses_tpu:  # a single-host slice (a multi-host one runs as a JobSet)
+        tpu = tpu_profile.shape(profile)
+        task.set_accelerator_type(tpu_profile.TPU_RESOURCE).set_accelerator_limit(tpu.chips)
+        for key, value in tpu_profile.gke_selectors(profile).items():
+            kubernetes.add_node_selector(task, key, value)
+        kubernetes.add_toleration(task, key=tpu_profile.TPU_RESOURCE, operator="Exists",
+                                  effect="NoSchedule")
     capacity.apply_gke_capacity(task, profile)
     if profile.uses_gpu and profile.effective_shm_size:
         kubernetes.empty_dir_mount(

@@ -44,7 +44,7 @@ class TrainEngine(Protocol):
 def launcher_profile(profile: ComputeProfile) -> ComputeProfile:
     """A small CPU pod with the training step's retries, timeout and caching."""
     return replace(profile, cpu=LAUNCHER_CPU, memory=LAUNCHER_MEMORY, accelerator="",
-                   accelerator_count=0, spot=False, scheduling="standard", max_wait="",
+                   accelerator_count=0, topology="", spot=False, scheduling="standard", max_wait="",
                    replicas=1, queue="", shm_size="", ephemeral_storage="")
 
 

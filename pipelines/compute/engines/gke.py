@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gkeflow.pipelines.compute import tpu_profile
 from gkeflow.pipelines.compute.profiles import (
     GKE_ACCELERATOR_LABEL,
     GPU_RESOURCE,
@@ -46,6 +47,10 @@ def _scheduling(profile: ComputeProfile) -> tuple[dict[str, str], list[dict[str,
     if profile.uses_gpu:
         selectors[GKE_ACCELERATOR_LABEL] = profile.accelerator
         tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+    if profile.uses_tpu:
+        selectors.update(tpu_profile.gke_selectors(profile))
+        tolerations.append({"key": tpu_profile.TPU_RESOURCE, "operator": "Exists",
+                            "effect": "NoSchedule"})
     if profile.scheduling == "spot":
         selectors[capacity.GKE_SPOT_LABEL] = "true"
         tolerations.append({"key": capacity.GKE_SPOT_LABEL, "operator": "Equal",
@@ -78,6 +83,11 @@ def jobset_template(profile: ComputeProfile, image: str) -> dict[str, Any]:
         resources["ephemeral-storage"] = profile.ephemeral_storage
     if profile.uses_gpu:
         resources[GPU_RESOURCE] = str(profile.accelerator_count)
+    pods = profile.replicas
+    if profile.uses_tpu:  # one Job per slice, one pod per host with all its chips
+        tpu = tpu_profile.shape(profile)
+        resources[tpu_profile.TPU_RESOURCE] = str(tpu.chips_per_host)
+        pods = tpu.hosts
     selectors, tolerations = _scheduling(profile)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -87,14 +97,17 @@ def jobset_template(profile: ComputeProfile, image: str) -> dict[str, Any]:
             "image": image,
             "command": list(WORKER_COMMAND),
             "args": [],
-            "ports": [{"name": "collective", "containerPort": 2222}],
+            "ports": [{"name": "tpu", "containerPort": tpu_profile.TPU_PORT}
+                      if profile.uses_tpu else {"name": "collective", "containerPort": 2222}],
             "env": [{"name": "TF_CPP_MIN_LOG_LEVEL", "value": "1"}],
             "resources": {"requests": dict(resources), "limits": dict(resources)},
-            "volumeMounts": [{"name": SHM_VOLUME, "mountPath": SHM_PATH}],
         }],
-        "volumes": [{"name": SHM_VOLUME,
-                     "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(profile)}}],
     }
+    if not profile.uses_tpu:  # GPU collectives want a memory-backed /dev/shm
+        pod_spec["containers"][0]["volumeMounts"] = [{"name": SHM_VOLUME,
+                                                      "mountPath": SHM_PATH}]
+        pod_spec["volumes"] = [{"name": SHM_VOLUME, "emptyDir": {
+            "medium": "Memory", "sizeLimit": shm_size(profile)}}]
     # The workers' own account: no permission on JobSets, pods or logs (the launcher's has).
     pod_spec["serviceAccountName"] = profile.worker_service_account
     if selectors:
@@ -102,8 +115,8 @@ def jobset_template(profile: ComputeProfile, image: str) -> dict[str, Any]:
     if tolerations:
         pod_spec["tolerations"] = tolerations
     job_spec: dict[str, Any] = {
-        "parallelism": profile.replicas,
-        "completions": profile.replicas,
+        "parallelism": pods,
+        "completions": pods,
         "completionMode": "Indexed",
         "backoffLimit": 0,
         "template": {"spec": pod_spec},
@@ -115,17 +128,24 @@ def jobset_template(profile: ComputeProfile, image: str) -> dict[str, Any]:
         from gkeflow.pipelines.compute.capacity import KUEUE_QUEUE_LABEL
 
         labels[KUEUE_QUEUE_LABEL] = profile.queue
+    metadata: dict[str, Any] = {"labels": labels}
+    slices = 1
+    if profile.uses_tpu:  # each slice's Job gets a node pool (one slice) of its own
+        metadata["annotations"] = {
+            tpu_profile.EXCLUSIVE_TOPOLOGY_ANNOTATION: tpu_profile.GKE_NODEPOOL_LABEL}
+        slices = profile.replicas
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
-        "metadata": {"labels": labels},
+        "metadata": metadata,
         "spec": {
             # Pods resolve each other as <jobset>-worker-0-<index>.<jobset> (headless service).
             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
             # Multi-worker training does not survive a lost worker: fail, let the step retry.
             "failurePolicy": {"maxRestarts": 0},
             "successPolicy": {"operator": "All"},
-            "replicatedJobs": [{"name": "worker", "replicas": 1, "template": {"spec": job_spec}}],
+            "replicatedJobs": [{"name": "worker", "replicas": slices,
+                                "template": {"spec": job_spec}}],
         },
     }
 
@@ -149,6 +169,14 @@ class JobSetEngine:
     def describe(self, profile: ComputeProfile) -> str:
         from gkeflow.pipelines.compute.engines import gpus_text
 
+        if profile.uses_tpu:
+            tpu = tpu_profile.shape(profile)
+            return (f"train-model launches a JobSet: one Job per slice of {tpu.hosts} pods "
+                    f"(one per {tpu.machine_type} host, {tpu_profile.TPU_RESOURCE}: "
+                    f"{tpu.chips_per_host} each), {tpu_profile.describe(profile, 'gke')}, "
+                    f"running as service account {profile.worker_service_account}; launched "
+                    "by a 1-CPU pipeline step")
+
         queue = f", Kueue queue {profile.queue}" if profile.queue else ""
         nodes = f" on {profile.accelerator} nodes" if profile.uses_gpu else ""
         deadline = ""
@@ -165,7 +193,7 @@ class JobSetEngine:
                 f"{profile.worker_service_account}; launched by a 1-CPU pipeline step")
 
     def applies(self, profile: ComputeProfile) -> bool:
-        return profile.replicas > 1
+        return profile.replicas > 1 or tpu_profile.multi_host(profile)
 
     def task(self, profile: ComputeProfile, arguments: dict[str, Any]):
         from gkeflow.components.images import GPU_IMAGE

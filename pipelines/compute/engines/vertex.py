@@ -23,7 +23,7 @@ import json
 import math
 from typing import Any
 
-from gkeflow.pipelines.compute import launchers
+from gkeflow.pipelines.compute import launchers, tpu_profile
 from gkeflow.pipelines.compute.profiles import (
     GKE_TO_VERTEX_ACCELERATOR,
     ComputeError,
@@ -44,7 +44,10 @@ _N1_CPU_ONLY = (4, 8, 16, 32, 64, 96)
 
 
 def machine_type(profile: ComputeProfile) -> str:
-    """The machine each replica runs on: the smallest that hosts the profile."""
+    """The machine each replica runs on: the smallest that hosts the profile (a TPU slice's
+    own machine type)."""
+    if profile.uses_tpu:
+        return tpu_profile.vertex_machine_spec(profile)["machine_type"]
     if profile.uses_gpu:
         shape = fitting_shape(profile, "vertex")
         if shape is None:
@@ -92,6 +95,8 @@ def custom_job_payload(profile: ComputeProfile, container: dict[str, Any],
                        display_name: str) -> dict[str, Any]:
     """The CustomJob (``aiplatform_v1.CustomJob`` JSON) running ``container`` per replica."""
     machine: dict[str, Any] = {"machine_type": machine_type(profile)}
+    if profile.uses_tpu:
+        machine = dict(tpu_profile.vertex_machine_spec(profile))
     if profile.uses_gpu:
         machine["accelerator_type"] = GKE_TO_VERTEX_ACCELERATOR[profile.accelerator]
         machine["accelerator_count"] = profile.accelerator_count
@@ -171,14 +176,21 @@ class CustomJobEngine:
 
         accelerator = GKE_TO_VERTEX_ACCELERATOR.get(profile.accelerator, "")
         timeout = scheduling(profile)["timeout"]
+        if profile.uses_tpu:
+            return (f"train-model runs as a Vertex AI CustomJob on {machine_type(profile)} "
+                    f"with tpu_topology {profile.topology} "
+                    f"({tpu_profile.describe(profile, 'vertex')}), scheduling "
+                    f"{STRATEGIES[profile.scheduling]}, timeout {timeout}; launched by a "
+                    "1-vCPU pipeline step")
         return (f"train-model runs as a Vertex AI CustomJob: {profile.replicas} x "
                 f"{machine_type(profile)} ({gpus_text(profile, accelerator)}), "
                 f"scheduling {STRATEGIES[profile.scheduling]}, timeout {timeout}; "
                 "launched by a 1-vCPU pipeline step")
 
     def applies(self, profile: ComputeProfile) -> bool:
+        # A pipeline step cannot ask for a TPU: a TPU step always runs as a CustomJob.
         return (profile.replicas > 1 or profile.scheduling != "standard"
-                or profile.timeout_s > 0)
+                or profile.timeout_s > 0 or profile.uses_tpu)
 
     def task(self, profile: ComputeProfile, arguments: dict[str, Any]):
         from gkeflow.components import train_model

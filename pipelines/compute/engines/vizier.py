@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from gkeflow.pipelines.compute import tpu_profile
 from gkeflow.pipelines.compute.profiles import (
     GKE_TO_VERTEX_ACCELERATOR,
     ComputeError,
@@ -64,11 +65,15 @@ def tuning_spec(sweep: SweepConfig, profile: ComputeProfile) -> str:
         raise ComputeError("engine: vizier runs each trial on one machine; set "
                            "compute.train-model.replicas to 1 or use engine: kfp")
     machine: dict = {}
-    shape = fitting_shape(profile, "vertex")
-    if shape is None:
+    shape = fitting_shape(profile, "vertex") if not profile.uses_tpu else None
+    if profile.uses_tpu:  # a single-host slice: its machine type and topology
+        spec = tpu_profile.vertex_machine_spec(profile)
+        machine.update(machineType=spec["machine_type"], tpuTopology=spec["tpu_topology"])
+    elif shape is None:
         raise ComputeError("compute.train-model: no Vertex AI machine fits the trial's "
                            "request; lower cpu/memory or the accelerator count")
-    machine["machineType"] = shape.name
+    else:
+        machine["machineType"] = shape.name
     if profile.uses_gpu:
         machine["acceleratorType"] = GKE_TO_VERTEX_ACCELERATOR[profile.accelerator]
         machine["acceleratorCount"] = profile.accelerator_count
