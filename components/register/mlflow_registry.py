@@ -18,6 +18,7 @@ create that it retried by itself after a lost answer would make a second version
 from __future__ import annotations
 
 import urllib.parse
+from pathlib import Path
 from typing import Any
 
 from gkeflow.components.register.local_registry import (
@@ -37,6 +38,9 @@ RUN_ID_TAG = "gkeflow.pipeline_run_id"
 TASK_TAG = "gkeflow.task"
 MODEL_URI_TAG = "gkeflow.model_uri"
 SUITE_VERSION_TAG = "gkeflow.version"
+UPLOADED_TAG = "gkeflow.uploaded"
+#: The experiment holding the runs that carry uploaded local models.
+UPLOAD_EXPERIMENT = "gkeflow-registered-models"
 METRIC_PREFIX = "gkeflow.metric."
 LABEL_PREFIX = "gkeflow.label."
 LINEAGE_PREFIX = "gkeflow.lineage."
@@ -101,6 +105,16 @@ def _classify(url: str):
                              f"(HTTP {status}): {message[:300]}")
 
     return classify
+
+
+def local_path(uri: str) -> Path | None:
+    """The directory a local model URI names (a path or ``file://``), else None."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme == "file":
+        return Path(urllib.parse.unquote(parts.path))
+    if parts.scheme == "":
+        return Path(uri)
+    return None
 
 
 def _quote(value: str) -> str:
@@ -226,9 +240,10 @@ class MlflowRegistry:
             if found:
                 return min(found, key=lambda v: int(v.version)), False
             self._ensure_model(name)
+            source, source_run = self._source(name, uri, key)
             version = self._client.create_model_version(
-                name, uri, tags=tags, description=f"registered by gkeflow from {uri}",
-                await_creation_for=0)
+                name, source, run_id=source_run, tags=tags,
+                description=f"registered by gkeflow from {uri}", await_creation_for=0)
             return version, True
 
         version, created = self._retrying(attempt, f"registering {name!r} in the MLflow "
@@ -239,6 +254,41 @@ class MlflowRegistry:
         if aliases:
             return self.get(name, int(version.version)), created
         return self._to_version(version), created
+
+    def _source(self, name: str, uri: str, key: str) -> tuple[str, str | None]:
+        """The version's source: ``uri``, or for a local model (which an MLflow server does
+        not accept as a source) its copy uploaded into a run of :data:`UPLOAD_EXPERIMENT`
+        (found again by the retry key)."""
+        path = local_path(uri)
+        if path is None:
+            return uri, None
+        if not path.is_dir():
+            raise RegistryError(f"model directory does not exist: {path}")
+        from mlflow.exceptions import MlflowException
+
+        client = self._client
+        experiment = client.get_experiment_by_name(UPLOAD_EXPERIMENT)
+        if experiment is None:
+            try:
+                experiment_id = client.create_experiment(UPLOAD_EXPERIMENT)
+            except MlflowException as exc:
+                if getattr(exc, "error_code", "") != "RESOURCE_ALREADY_EXISTS":
+                    raise
+                experiment_id = client.get_experiment_by_name(UPLOAD_EXPERIMENT).experiment_id
+        else:
+            experiment_id = experiment.experiment_id
+        found = client.search_runs([experiment_id], max_results=1,
+                                   filter_string=f"tags.`{RETRY_KEY_TAG}` = '{key}'")
+        if found:
+            run = found[0]
+        else:
+            run = client.create_run(experiment_id, run_name=name, tags={RETRY_KEY_TAG: key})
+        run_id = run.info.run_id
+        if run.data.tags.get(UPLOADED_TAG) != "true":
+            client.log_artifacts(run_id, str(path), "model")
+            client.set_tag(run_id, UPLOADED_TAG, "true")
+            client.set_terminated(run_id)
+        return f"runs:/{run_id}/model", run_id
 
     def _ensure_model(self, name: str) -> None:
         from mlflow.exceptions import MlflowException

@@ -191,6 +191,26 @@ def test_the_same_run_and_task_registering_twice_leaves_one_version(mlflow_serve
     assert len(_versions_on_server(mlflow_server, name)) == 1
 
 
+def test_a_local_model_is_uploaded_once_and_registered_from_the_server(
+        mlflow_server, registry_uri, name, saved_model_dir, fast_retries):
+    registry = open_registry(registry_uri, fast_retries())
+    first, created = registry.register(name, str(saved_model_dir), {"accuracy": 0.9}, "run-1")
+    again, created_again = registry.register(name, str(saved_model_dir), {"accuracy": 0.9},
+                                             "run-1")
+    assert (created, created_again) == (True, False)
+    assert first.uri == again.uri == str(saved_model_dir)  # what local deploys read
+    [stored] = _versions_on_server(mlflow_server, name)
+    run_id = stored["run_id"]
+    assert mlflow_server.artifacts(run_id) == ["model/saved_model.pb"]
+    assert mlflow_server.artifact_bytes(run_id, "model/saved_model.pb") == b"\x08\x01"
+    key = {t["key"]: t["value"] for t in stored["tags"]}["gkeflow.retry_key"]
+    experiment = mlflow_server.api("experiments/get-by-name",
+                                   experiment_name="gkeflow-registered-models")["experiment"]
+    uploads = mlflow_server.search_runs(experiment["experiment_id"],
+                                        f"tags.`gkeflow.retry_key` = '{key}'")
+    assert [r["info"]["run_id"] for r in uploads] == [run_id]  # the retry uploaded nothing
+
+
 def test_a_create_whose_answer_was_lost_is_found_not_repeated(mlflow_server, name,
                                                              fast_retries):
     dropped = []

@@ -161,8 +161,10 @@ def test_invalid_labels_and_aliases_fail_before_the_registry_is_created(tmp_path
                             ({"aliases": ("1st",)}, "invalid alias")):
         with pytest.raises(RegistryError, match=message):
             register(model_dir, "u", "m", {}, "r", f"sqlite:///{db}", **kwargs)
-    with pytest.raises(RegistryError, match="unknown registry URI scheme 'mlflow'"):
-        register(model_dir, "u", "m", {}, "r", "mlflow://host")
+    with pytest.raises(RegistryError, match="unknown registry URI scheme 'ftp'"):
+        register(model_dir, "u", "m", {}, "r", "ftp://host")
+    with pytest.raises(RegistryError, match="credentials do not belong in the MLflow"):
+        register(model_dir, "u", "m", {}, "r", "mlflow+https://me:pw@host")
     assert not db.exists()
 
 
