@@ -83,15 +83,22 @@ def _unreachable(message: str) -> bool:
 
 
 def _classify(url: str):
+    not_the_api = (f"{url} answered with something that is not MLflow's REST API (a sign-in "
+                   "page, or another service?): check registry_uri and the credentials")
+
     def classify(exc: Exception) -> Exception | None:
         from mlflow.exceptions import MlflowException
 
         if isinstance(exc, (ConnectionError, TimeoutError)):
             return TransientRegistryError(f"cannot reach {url}: is the server running? "
                                           "check registry_uri")
+        if isinstance(exc, ValueError) and type(exc).__name__ == "JSONDecodeError":
+            return RegistryError(not_the_api)
         if not isinstance(exc, MlflowException):
             return None
         message = " ".join(str(exc.message).split())
+        if "not in a valid JSON format" in message:
+            return RegistryError(not_the_api)
         if _unreachable(message):
             return TransientRegistryError(f"cannot reach {url}: is the server running? "
                                           "check registry_uri")

@@ -341,6 +341,27 @@ def test_credentials_come_from_the_environment_and_refusal_is_one_line(mlflow_se
     assert seen[-1] == "Bearer good"
 
 
+def test_an_address_that_is_not_mlflow_fails_in_one_line(mlflow_server, name, fast_retries):
+    def sign_in_page(handler, path):
+        page = b"<html><body>Sign in</body></html>"
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/html")
+        handler.send_header("Content-Length", str(len(page)))
+        handler.end_headers()
+        handler.wfile.write(page)
+        return True
+
+    with _Proxy(mlflow_server.url, hook=sign_in_page) as proxy:
+        registry = open_registry(f"mlflow://127.0.0.1:{proxy.port}", fast_retries())
+        for call in (lambda: registry.list(name=name),
+                     lambda: registry.register(name, "gs://b/m", {}, "run-1")):
+            with pytest.raises(RegistryError) as caught:
+                call()
+            message = str(caught.value)
+            assert "\n" not in message and "not MLflow's REST API" in message
+            assert f"127.0.0.1:{proxy.port}" in message
+
+
 def test_an_invalid_model_name_fails_before_any_call(fast_retries):
     registry = open_registry(f"mlflow://127.0.0.1:{free_port()}", fast_retries())
     with pytest.raises(RegistryError, match="invalid model name 'Churn Model'"):
