@@ -93,23 +93,28 @@ class ConfigError(ValueError):
     """``gkeflow.yaml`` is invalid; the message names the file, the key and the problem."""
 
 
+#: The port of an MLflow tracking server unless registry.port says otherwise.
+MLFLOW_PORT = 5000
+
+
 class RegistryConfig(BaseModel):
     """``registry:``: which model registry ``gkeflow models`` talks to, and how to reach it.
 
     Example::
 
         registry:
-          backend: vertex            # local | vertex | kubeflow
+          backend: vertex            # local | vertex | kubeflow | mlflow
           project: my-project
           location: europe-west4
 
     Secrets are not configuration: Vertex AI uses Application Default Credentials, the
-    Kubeflow Model Registry client the token file named by KF_PIPELINES_SA_TOKEN_PATH.
+    Kubeflow Model Registry client the token file named by KF_PIPELINES_SA_TOKEN_PATH, an
+    MLflow server MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD.
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["local", "vertex", "kubeflow"] = "local"
+    backend: Literal["local", "vertex", "kubeflow", "mlflow"] = "local"
     #: A full registry URI; when set it wins over the fields below.
     uri: str = ""
     #: local: the SQLite file.
@@ -119,7 +124,7 @@ class RegistryConfig(BaseModel):
     location: str = "us-central1"
     api_endpoint: str = ""
     serving_image: str = ""
-    #: kubeflow: the Model Registry's REST address.
+    #: kubeflow, mlflow: the registry's REST address (mlflow: port 5000 unless set).
     host: str = ""
     port: int = Field(default=8080, ge=1, le=65535)
     secure: bool = False
@@ -138,6 +143,12 @@ class RegistryConfig(BaseModel):
                 raise ConfigError("registry.host is required for the kubeflow backend")
             scheme = "https" if self.secure else "http"
             return f"{scheme}://{self.host}:{self.port}"
+        if self.backend == "mlflow":
+            if not self.host:
+                raise ConfigError("registry.host is required for the mlflow backend "
+                                  "(or set registry.uri: mlflow://host:port)")
+            port = self.port if "port" in self.model_fields_set else MLFLOW_PORT
+            return f"{'mlflow+https' if self.secure else 'mlflow'}://{self.host}:{port}"
         return f"sqlite:///{self.path}"
 
 

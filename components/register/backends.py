@@ -3,6 +3,7 @@
 - ``sqlite:///<path>`` (or a plain path): the embedded registry, :class:`LocalRegistry`.
 - ``vertex://projects/<project>/locations/<location>``: Vertex AI Model Registry.
 - ``kubeflow://host:port`` or ``http(s)://host[:port]``: Kubeflow Model Registry.
+- ``mlflow://host:port`` or ``mlflow+http(s)://host[:port][/path]``: MLflow Model Registry.
 
 Callers use :func:`open_registry` and the methods of :class:`RegistryBackend` only.
 Every backend is idempotent per (model name, pipeline run id, task key).
@@ -15,7 +16,7 @@ from typing import Any, Protocol
 
 from gkeflow.components.register.local_registry import LocalRegistry, ModelVersion, RegistryError
 
-BACKENDS = ("local", "vertex", "kubeflow")
+BACKENDS = ("local", "vertex", "kubeflow", "mlflow")
 
 
 class RegistryBackend(Protocol):
@@ -55,7 +56,7 @@ class RegistrySettings:
 
 
 def backend_of(uri: str) -> str:
-    """``"local"``, ``"vertex"`` or ``"kubeflow"`` for a registry URI."""
+    """``"local"``, ``"vertex"``, ``"kubeflow"`` or ``"mlflow"`` for a registry URI."""
     scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
     if scheme in ("", "sqlite"):
         return "local"
@@ -63,9 +64,12 @@ def backend_of(uri: str) -> str:
         return "vertex"
     if scheme in ("kubeflow", "http", "https"):
         return "kubeflow"
+    if scheme in ("mlflow", "mlflow+http", "mlflow+https"):
+        return "mlflow"
     raise RegistryError(
         f"unknown registry URI scheme {scheme!r} in {uri!r}: use sqlite:///<path>, "
-        "vertex://projects/<project>/locations/<location> or kubeflow://host:port"
+        "vertex://projects/<project>/locations/<location>, kubeflow://host:port "
+        "or mlflow://host:port"
     )
 
 
@@ -91,6 +95,11 @@ def open_registry(uri: str, settings: RegistrySettings | None = None,
 
         return KubeflowRegistry(uri, author=settings.author, attempts=settings.attempts,
                                 retry_delay_s=settings.retry_delay_s)
+    if backend == "mlflow":
+        from gkeflow.components.register.mlflow_registry import MlflowRegistry
+
+        return MlflowRegistry(uri, attempts=settings.attempts,
+                              retry_delay_s=settings.retry_delay_s)
     return LocalRegistry(uri)
 
 

@@ -40,7 +40,8 @@ def register_model(
             reuses its version.
         pipeline_task_name: Task registering the model (part of the retry key).
         registry_uri: sqlite:///<path> (embedded), vertex://projects/<p>/locations/<l>
-            (Vertex AI) or kubeflow://host:port (Kubeflow Model Registry).
+            (Vertex AI), kubeflow://host:port (Kubeflow Model Registry) or
+            mlflow://host:port, mlflow+https://host[:port][/path] (MLflow Model Registry).
         labels: Extra key=value labels, comma-separated (lower-case letters, digits, '_', '-').
         aliases: Aliases to point at the new version, comma-separated (e.g. candidate).
         data_uri: Data the model was trained on, recorded as lineage.

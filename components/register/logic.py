@@ -74,6 +74,10 @@ def check_registry_uri(registry_uri: str, model_uri: str) -> str:
         from gkeflow.components.register.kubeflow import parse_kubeflow_uri
 
         parse_kubeflow_uri(registry_uri)
+    elif backend == "mlflow":
+        from gkeflow.components.register.mlflow_registry import parse_mlflow_uri
+
+        parse_mlflow_uri(registry_uri)
     return backend
 
 

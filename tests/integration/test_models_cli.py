@@ -32,9 +32,14 @@ def test_config_errors_are_reported(tmp_path):
     result = gkeflow("models", "list", "--config", str(config))
     assert result.returncode == 1
     assert "registry.project is required" in result.stderr
-    config.write_text("registry:\n  backend: mlflow\n")
+    config.write_text("registry:\n  backend: azureml\n")
     result = gkeflow("models", "list", "--config", str(config))
     assert result.returncode == 1 and "registry.backend" in result.stderr
+    config.write_text("registry:\n  backend: mlflow\n")
+    result = gkeflow("models", "list", "--config", str(config))
+    assert result.returncode == 1
+    assert result.stderr.strip() == ("Error: registry.host is required for the mlflow backend "
+                                     "(or set registry.uri: mlflow://host:port)")
 
 
 def test_vertex_backend_with_flags(fake_vertex, vertex_uri, fast_retries):

@@ -161,8 +161,10 @@ def test_invalid_labels_and_aliases_fail_before_the_registry_is_created(tmp_path
                             ({"aliases": ("1st",)}, "invalid alias")):
         with pytest.raises(RegistryError, match=message):
             register(model_dir, "u", "m", {}, "r", f"sqlite:///{db}", **kwargs)
-    with pytest.raises(RegistryError, match="unknown registry URI scheme 'mlflow'"):
-        register(model_dir, "u", "m", {}, "r", "mlflow://host")
+    with pytest.raises(RegistryError, match="unknown registry URI scheme 'ftp'"):
+        register(model_dir, "u", "m", {}, "r", "ftp://host")
+    with pytest.raises(RegistryError, match="credentials do not belong in the MLflow"):
+        register(model_dir, "u", "m", {}, "r", "mlflow+https://me:pw@host")
     assert not db.exists()
 
 
@@ -257,6 +259,13 @@ def test_registry_config_section(tmp_path):
         "vertex://projects/p/locations/europe-west4")
     path.write_text("registry:\n  backend: kubeflow\n  host: mr.kubeflow\n  port: 9090\n")
     assert load_config(path).registry.registry_uri() == "http://mr.kubeflow:9090"
+    path.write_text("registry:\n  backend: mlflow\n  host: mlflow.example\n")
+    assert load_config(path).registry.registry_uri() == "mlflow://mlflow.example:5000"
+    path.write_text("registry:\n  backend: mlflow\n  host: h\n  port: 443\n  secure: true\n")
+    assert load_config(path).registry.registry_uri() == "mlflow+https://h:443"
+    path.write_text("registry:\n  backend: mlflow\n")
+    with pytest.raises(ConfigError, match="registry.host is required for the mlflow"):
+        load_config(path).registry.registry_uri()
     path.write_text("registry:\n  uri: sqlite:////tmp/x.db\n")
     assert load_config(path).registry.registry_uri() == "sqlite:////tmp/x.db"
     path.write_text("registry:\n  backend: kubeflow\n")
