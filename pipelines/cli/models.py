@@ -28,12 +28,12 @@ def models() -> None:
 def _registry_option(func):
     """The connection options shared by the ``models`` commands."""
     options = [
-        click.option("--backend", type=click.Choice(["local", "vertex", "kubeflow"]),
+        click.option("--backend", type=click.Choice(["local", "vertex", "kubeflow", "mlflow"]),
                      help="Registry to use. Default: registry.backend in gkeflow.yaml, else "
                           "local."),
         click.option("--registry", metavar="URI",
                      help="Registry URI, overriding everything else: sqlite:///<path>, "
-                          "vertex://projects/<p>/locations/<l>, kubeflow://host:port. "
+                          "vertex://projects/<p>/locations/<l>, kubeflow://host:port, mlflow://host:port. "
                           f"Default for local: sqlite:///{DEFAULT_RUN_OUTPUT / REGISTRY_FILE} "
                           "(what `gkeflow run` writes)."),
         click.option("--project", metavar="PROJECT", help="Vertex AI: Google Cloud project."),
@@ -41,10 +41,10 @@ def _registry_option(func):
         click.option("--api-endpoint", metavar="HOST",
                      help="Vertex AI: API endpoint other than the regional default."),
         click.option("--host", metavar="HOST",
-                     help="Kubeflow Model Registry: REST host (e.g. "
+                     help="Kubeflow Model Registry or MLflow: host (e.g. "
                           "model-registry-service.kubeflow.svc.cluster.local)."),
         click.option("--port", type=click.IntRange(1, 65535),
-                     help="Kubeflow Model Registry: REST port (default 8080)."),
+                     help="Kubeflow Model Registry or MLflow: port (default 8080; MLflow 5000)."),
         click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
                      help="Config file with a registry: section. Default: ./gkeflow.yaml if "
                           "present."),
@@ -102,7 +102,8 @@ def models_list(name: str | None, wide: bool = False, output_format: str = "tabl
 
     Works with every registry: the embedded one `gkeflow run` writes (default), Vertex AI
     Model Registry (--backend vertex --project P --location L) and Kubeflow Model Registry
-    (--backend kubeflow --host H --port N); settings may also come from gkeflow.yaml's
+    (--backend kubeflow --host H --port N) and the MLflow Model Registry
+    (--backend mlflow --host H); settings may also come from gkeflow.yaml's
     registry: section. The table fits COLUMNS (or the terminal), wrapping long URIs;
     --wide adds the run id and labels; --format json prints every field.
     """
