@@ -33,7 +33,8 @@ def _registry_option(func):
                           "local."),
         click.option("--registry", metavar="URI",
                      help="Registry URI, overriding everything else: sqlite:///<path>, "
-                          "vertex://projects/<p>/locations/<l>, kubeflow://host:port, mlflow://host:port. "
+                          "vertex://projects/<p>/locations/<l>, kubeflow://host:port, "
+                          "mlflow://host:port. "
                           f"Default for local: sqlite:///{DEFAULT_RUN_OUTPUT / REGISTRY_FILE} "
                           "(what `gkeflow run` writes)."),
         click.option("--project", metavar="PROJECT", help="Vertex AI: Google Cloud project."),
