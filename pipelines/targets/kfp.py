@@ -350,9 +350,12 @@ class KfpBackend(_TargetBackend):
         return runs[0] if runs else None
 
     def create_run(self, prepared: PreparedPipeline, pipeline_id: str, version_id: str,
-                   run_name: str, parameters: dict[str, Any]) -> str:
+                   run_name: str, parameters: dict[str, Any],
+                   plugins_input: dict | None = None) -> str:
         """Create the run; ``run_name`` is unique (gkeflow generates it), so a retry first
-        looks the run up by name in the experiment and never starts it twice."""
+        looks the run up by name in the experiment and never starts it twice.
+        ``plugins_input``: the backend plugins' settings (KFP >= 2.17, e.g. the MLflow
+        experiment), sent as the run's ``plugins_input``."""
         experiment_id = self.experiment_id()
         body = {
             "experiment_id": experiment_id, "display_name": run_name,
@@ -363,6 +366,7 @@ class KfpBackend(_TargetBackend):
                                   if self.target.pipeline_root else {})},
             **({"service_account": self.target.service_account}
                if self.target.service_account else {}),
+            **({"plugins_input": plugins_input} if plugins_input else {}),
         }
         if self.dry_run:
             self._plan("POST", "/apis/v2beta1/runs", body,
@@ -370,14 +374,34 @@ class KfpBackend(_TargetBackend):
             return "<run_id>"
         run = self._call(
             f"create run {run_name!r}",
-            lambda: self.client.run_pipeline(
+            lambda: self._run_pipeline(
                 experiment_id, run_name, params=parameters, pipeline_id=pipeline_id,
                 version_id=version_id, pipeline_root=self.target.pipeline_root,
-                service_account=self.target.service_account),
+                service_account=self.target.service_account, plugins_input=plugins_input),
             idempotent=False,
             recover=lambda: self._once(f"look up run {run_name!r}",
                                        lambda: self._find_run(experiment_id, run_name)))
         return run.run_id
+
+    def _run_pipeline(self, experiment_id: str, run_name: str, *, plugins_input, **kwargs):
+        """``kfp.Client.run_pipeline``, plus ``plugins_input``, which the SDK cannot set yet
+        (kubeflow/pipelines#14114): the same body, built here."""
+        if not plugins_input:
+            return self.client.run_pipeline(experiment_id, run_name, **kwargs)
+        import kfp_server_api
+
+        service_account = kwargs.pop("service_account")
+        job = self.client._create_job_config(
+            params=kwargs["params"], pipeline_package_path=None,
+            pipeline_id=kwargs["pipeline_id"], version_id=kwargs["version_id"],
+            enable_caching=None, cache_key="", pipeline_root=kwargs["pipeline_root"])
+        body = kfp_server_api.V2beta1Run(
+            experiment_id=experiment_id, display_name=run_name,
+            pipeline_spec=job.pipeline_spec,
+            pipeline_version_reference=job.pipeline_version_reference,
+            runtime_config=job.runtime_config, service_account=service_account,
+            plugins_input=plugins_input)
+        return self.client._run_api.run_service_create_run(run=body)
 
     def run_status(self, run_id: str) -> RunStatus:
         run = self._call(f"get run {run_id}", lambda: self.client.get_run(run_id))
@@ -459,6 +483,7 @@ class KfpBackend(_TargetBackend):
                 "pipeline_version_reference": {"pipeline_id": pipeline_id,
                                                "pipeline_version_id": version_id},
                 "runtime_config": {"parameters": request.parameters},
+                **({"plugins_input": request.plugins_input} if request.plugins_input else {}),
             })
             return "<recurring_run_id>"
 
@@ -469,8 +494,8 @@ class KfpBackend(_TargetBackend):
 
         recurring = self._call(
             f"create recurring run {request.name!r}",
-            lambda: self.client.create_recurring_run(
-                experiment_id, request.name, description=description,
+            lambda: self._create_recurring_run(
+                experiment_id, request.name, request.plugins_input, description=description,
                 cron_expression=request.cron, max_concurrency=request.max_concurrency,
                 no_catchup=not request.catch_up, params=request.parameters,
                 pipeline_id=pipeline_id, version_id=version_id, enabled=request.enabled,
@@ -478,6 +503,34 @@ class KfpBackend(_TargetBackend):
                 service_account=self.target.service_account),
             idempotent=False, recover=find)
         return recurring.recurring_run_id
+
+    def _create_recurring_run(self, experiment_id: str, name: str, plugins_input: dict,
+                              **kwargs):
+        """``kfp.Client.create_recurring_run``, plus ``plugins_input`` (see
+        :meth:`_run_pipeline`)."""
+        if not plugins_input:
+            return self.client.create_recurring_run(experiment_id, name, **kwargs)
+        import kfp_server_api
+
+        job = self.client._create_job_config(
+            params=kwargs["params"], pipeline_package_path=None,
+            pipeline_id=kwargs["pipeline_id"], version_id=kwargs["version_id"],
+            enable_caching=None, cache_key="", pipeline_root=kwargs["pipeline_root"])
+        mode = (kfp_server_api.RecurringRunMode.ENABLE if kwargs["enabled"]
+                else kfp_server_api.RecurringRunMode.DISABLE)
+        body = kfp_server_api.V2beta1RecurringRun(
+            experiment_id=experiment_id, mode=mode, display_name=name,
+            description=kwargs["description"], no_catchup=kwargs["no_catchup"],
+            max_concurrency=kwargs["max_concurrency"],
+            trigger=kfp_server_api.V2beta1Trigger(cron_schedule=kfp_server_api.
+                                                  V2beta1CronSchedule(
+                                                      cron=kwargs["cron_expression"])),
+            pipeline_spec=job.pipeline_spec,
+            pipeline_version_reference=job.pipeline_version_reference,
+            runtime_config=job.runtime_config, service_account=kwargs["service_account"],
+            plugins_input=plugins_input)
+        return self.client._recurring_run_api.recurring_run_service_create_recurring_run(
+            recurring_run=body)
 
     def delete_schedule(self, schedule: RemoteSchedule) -> None:
         if self.dry_run:
