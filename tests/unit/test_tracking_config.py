@@ -91,3 +91,17 @@ def test_init_writes_tracking_commented_and_valid_when_uncommented(tmp_path):
     settings = load_config(path).tracking["default"]
     assert settings.mlflow.experiment == "penguins"
     assert settings.vertex_experiments.experiment == "penguins"
+
+
+def test_gkeflow_plan_prints_the_tracking_of_each_environment(tmp_path):
+    from click.testing import CliRunner
+
+    from gkeflow.pipelines.cli.main import main
+
+    path = tmp_path / "gkeflow.yaml"
+    path.write_text(yaml.safe_dump({"parameters": {"prod": {}}, "tracking": {
+        "prod": {"mlflow": {"experiment": "penguins"}}}}))
+    result = CliRunner().invoke(main, ["plan", "--target", "vertex", "--config", str(path)])
+    assert result.exit_code == 0, result.output
+    assert ("tracking (prod): not in MLflow on vertex: only local and GKE runs log to MLflow "
+            "experiment 'penguins' so far") in " ".join(result.output.split())
