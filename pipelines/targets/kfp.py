@@ -30,6 +30,10 @@ from gkeflow.pipelines.targets.backends import (
     _quiet,
     _TargetBackend,
 )
+from gkeflow.pipelines.targets.kfp_plugins import (
+    create_recurring_run_with_plugins,
+    create_run_with_plugins,
+)
 from gkeflow.pipelines.targets.transport import (
     RemoteError,
     RetryPolicy,
@@ -384,24 +388,10 @@ class KfpBackend(_TargetBackend):
         return run.run_id
 
     def _run_pipeline(self, experiment_id: str, run_name: str, *, plugins_input, **kwargs):
-        """``kfp.Client.run_pipeline``, plus ``plugins_input``, which the SDK cannot set yet
-        (kubeflow/pipelines#14114): the same body, built here."""
         if not plugins_input:
             return self.client.run_pipeline(experiment_id, run_name, **kwargs)
-        import kfp_server_api
-
-        service_account = kwargs.pop("service_account")
-        job = self.client._create_job_config(
-            params=kwargs["params"], pipeline_package_path=None,
-            pipeline_id=kwargs["pipeline_id"], version_id=kwargs["version_id"],
-            enable_caching=None, cache_key="", pipeline_root=kwargs["pipeline_root"])
-        body = kfp_server_api.V2beta1Run(
-            experiment_id=experiment_id, display_name=run_name,
-            pipeline_spec=job.pipeline_spec,
-            pipeline_version_reference=job.pipeline_version_reference,
-            runtime_config=job.runtime_config, service_account=service_account,
-            plugins_input=plugins_input)
-        return self.client._run_api.run_service_create_run(run=body)
+        return create_run_with_plugins(self.client, experiment_id, run_name, plugins_input,
+                                       **kwargs)
 
     def run_status(self, run_id: str) -> RunStatus:
         run = self._call(f"get run {run_id}", lambda: self.client.get_run(run_id))
@@ -506,31 +496,10 @@ class KfpBackend(_TargetBackend):
 
     def _create_recurring_run(self, experiment_id: str, name: str, plugins_input: dict,
                               **kwargs):
-        """``kfp.Client.create_recurring_run``, plus ``plugins_input`` (see
-        :meth:`_run_pipeline`)."""
         if not plugins_input:
             return self.client.create_recurring_run(experiment_id, name, **kwargs)
-        import kfp_server_api
-
-        job = self.client._create_job_config(
-            params=kwargs["params"], pipeline_package_path=None,
-            pipeline_id=kwargs["pipeline_id"], version_id=kwargs["version_id"],
-            enable_caching=None, cache_key="", pipeline_root=kwargs["pipeline_root"])
-        mode = (kfp_server_api.RecurringRunMode.ENABLE if kwargs["enabled"]
-                else kfp_server_api.RecurringRunMode.DISABLE)
-        body = kfp_server_api.V2beta1RecurringRun(
-            experiment_id=experiment_id, mode=mode, display_name=name,
-            description=kwargs["description"], no_catchup=kwargs["no_catchup"],
-            max_concurrency=kwargs["max_concurrency"],
-            trigger=kfp_server_api.V2beta1Trigger(cron_schedule=kfp_server_api.
-                                                  V2beta1CronSchedule(
-                                                      cron=kwargs["cron_expression"])),
-            pipeline_spec=job.pipeline_spec,
-            pipeline_version_reference=job.pipeline_version_reference,
-            runtime_config=job.runtime_config, service_account=kwargs["service_account"],
-            plugins_input=plugins_input)
-        return self.client._recurring_run_api.recurring_run_service_create_recurring_run(
-            recurring_run=body)
+        return create_recurring_run_with_plugins(self.client, experiment_id, name,
+                                                 plugins_input, **kwargs)
 
     def delete_schedule(self, schedule: RemoteSchedule) -> None:
         if self.dry_run:
