@@ -42,6 +42,10 @@ The file is optional; every key has a default in code. Sections:
     Cloud Monitoring alerts on idle GPUs per environment (`gkeflow monitoring apply`,
     :mod:`gkeflow.pipelines.monitoring_config`).
 
+``tracking``
+    where runs are tracked per environment: MLflow and/or Vertex AI Experiments
+    (:mod:`gkeflow.pipelines.tracking_config`).
+
 ``images``
     the registry the pipelines' images are built into and pulled from, extra packages and
     the user's own code they carry, the lock file of built digests
@@ -79,6 +83,7 @@ from gkeflow.pipelines.monitoring_config import MonitoringSettings
 from gkeflow.pipelines.operations_config import NotificationSettings, RetentionSettings
 from gkeflow.pipelines.preparation_settings import PreparationSettings
 from gkeflow.pipelines.sweep_config import SweepConfig
+from gkeflow.pipelines.tracking_config import TrackingSettings
 from gkeflow.pipelines.validation import validation_message
 from gkeflow.pipelines.workspace_config import WorkspaceSettings
 
@@ -176,6 +181,7 @@ class GkeflowConfig(BaseModel):
     _notify: NotificationSettings | None = PrivateAttr(default=None)  # operations.select
     deploy: DeployConfig = {}  # per environment: pipelines/deploy_config.py
     monitoring: dict[str, MonitoringSettings] = {}  # per environment: monitoring_config.py
+    tracking: dict[str, TrackingSettings] = {}  # per environment: tracking_config.py
 
     @field_validator("name")
     @classmethod
@@ -198,9 +204,10 @@ class GkeflowConfig(BaseModel):
     def _check_references(self):
         from gkeflow.pipelines.monitoring_config import check_monitoring_environments
         from gkeflow.pipelines.operations_config import check_environments
+        from gkeflow.pipelines.tracking_config import check_tracking_environments
 
-        return check_monitoring_environments(check_environments(
-            _targets_model_validator(self)))
+        return check_tracking_environments(check_monitoring_environments(check_environments(
+            _targets_model_validator(self))))
 
     def gke_workspace(self) -> WorkspaceSettings:
         """``workspace:``, off when unset and the GKE target's pipeline root is gs:// (shards
@@ -636,6 +643,18 @@ targets:
 #     project: my-project                # default: targets.vertex.project
 #     notification_channels: [projects/my-project/notificationChannels/1234567890]
 #     gpu_idle: {threshold_percent: 40, duration_minutes: 30}
+
+# Experiment tracking per environment (docs/tracking.md): MLflow (local runs log to
+# tracking_uri; GKE runs through Kubeflow Pipelines >= 2.17's MLflow plugin, which gets the
+# experiment name) and Vertex AI Experiments (Vertex AI runs are submitted into it).
+# tracking:
+#   default:
+#     mlflow:
+#       experiment: penguins
+#       tracking_uri: http://127.0.0.1:5000
+#       # credentials: {token_env: MLFLOW_TOKEN}   # or username_env + password_env
+#     vertex_experiments:
+#       experiment: penguins
 
 # Pipeline parameters per environment: `gkeflow submit --env prod`.
 # "default" is used when no --env is given; --param KEY=VALUE wins over these.

@@ -126,6 +126,10 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
         from gkeflow.pipelines.targets.backend_version import plan_line
 
         console.print(plan_line(pipeline, compute, config), markup=False)
+    from gkeflow.pipelines.tracking_config import plan_lines as tracking_lines
+
+    for line in tracking_lines(config.tracking, target):
+        console.print(line, markup=False)
     if pipeline == "sweep":
         from gkeflow.pipelines.cli.sweep import plan_lines
 

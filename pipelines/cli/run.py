@@ -91,6 +91,10 @@ def _dispatch_run(pipeline: str, **options) -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Stream every step's log to the terminal.")
 @click.option("--debug", is_flag=True,
               help="On a failed step, show its Python traceback, not only the message.")
+@click.option("--env", "environment", default="default", show_default=True,
+              help="Whose tracking (tracking.<env> of gkeflow.yaml) the run logs to: with "
+                   "tracking.<env>.mlflow.tracking_uri, a parent MLflow run and a nested run "
+                   "per step (docs/tracking.md).")
 @sweep_options
 def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_rate,
         train_ratio, eval_ratio, test_ratio, model_name, min_accuracy, model_type, user_module,
@@ -116,6 +120,7 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
 
     check_options(click.get_current_context(), pipeline)
     config_path = pipeline_options.get("config_path")
+    environment = pipeline_options.pop("environment", "default")
     params = (*params, "deploy=true") if deploy else params  # cli_deploy.py serves it
     if RUN_PIPELINES[pipeline]:
         return _dispatch_run(
@@ -156,10 +161,27 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
     from gkeflow.pipelines.targets.local import LocalRunError
 
     compute = local_compute("training", config_path, compute_overrides)
+    config = read_config(config_path)
+    from gkeflow.pipelines.targets.local_tracking import credentials_problem, direct_tracking
+    from gkeflow.pipelines.tracking_config import tracking_for
+
+    if environment != "default" and environment not in config.parameters:
+        raise click.ClickException(
+            f"--env {environment}: not an environment of gkeflow.yaml (environments: "
+            f"{', '.join(['default', *config.parameters])})")
+    tracking = tracking_for(config.tracking, environment)
+    problem = credentials_problem(tracking)
+    if problem:
+        raise click.ClickException(problem)
+    if tracking.mlflow is not None:
+        console.print(tracking.describe("local")[0], markup=False)
     try:
-        result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
-                           enable_caching=not no_cache, compute=compute,
-                           preparation=read_config(config_path).preparation)
+        with direct_tracking(tracking, "training", output.as_uri(),
+                             log=lambda line: console.print(line, markup=False)) as tracked:
+            result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
+                               enable_caching=not no_cache, compute=compute,
+                               preparation=config.preparation)
+            tracked.succeeded = result.ok
     except LocalRunError as exc:
         raise click.ClickException(str(exc)) from exc
     print_run_summary(console, result, arguments, debug)

@@ -32,7 +32,7 @@ SWEEP = frozenset({
 })
 #: ``--pipeline`` -> the options it takes.
 APPLICABLE: Mapping[str, frozenset[str]] = {
-    "training": COMMON | TRAINING,
+    "training": COMMON | TRAINING | {"environment"},  # tracking.<env> (local_tracking.py)
     "sweep": COMMON | TRAINING | SWEEP,
     "prediction": COMMON | {"model_ref"},
 }

@@ -79,6 +79,11 @@ FEATURES: tuple[Feature, ...] = (
             _uses_ttl),
 )
 
+#: Not in the compiled spec but in the run body: ``plugins_input.mlflow`` (tracking.mlflow).
+MLFLOW_PLUGIN = Feature("MLflow plugin (tracking.mlflow, plugins_input.mlflow)", (2, 17),
+                        "no tracking.mlflow for this environment in gkeflow.yaml",
+                        lambda spec, platform: False)
+
 
 @dataclass(frozen=True)
 class Requirement:
@@ -173,10 +178,11 @@ def check(tag: Any, required: list[Requirement], *, pipeline: str, host: str) ->
         f"{newest.feature.avoid}, or upgrade the cluster's Kubeflow Pipelines{others}")
 
 
-def check_backend(backend, prepared) -> str:
+def check_backend(backend, prepared, extra: tuple[Feature, ...] = ()) -> str:
     """Read the backend's version once per backend and :func:`check` ``prepared`` (a
     :class:`~gkeflow.pipelines.targets.backends.PreparedPipeline` compiled for GKE) against it.
 
+    ``extra``: features the request uses besides the compiled ones (:data:`MLFLOW_PLUGIN`).
     Returns a warning line or ``""``; raises :class:`BackendTooOld`. A dry run reads
     nothing and checks nothing.
     """
@@ -186,8 +192,9 @@ def check_backend(backend, prepared) -> str:
     if tag is None:
         tag = backend.backend_tag()
         backend._gkeflow_backend_tag = tag
-    return check(tag, requirements_of_file(prepared.path), pipeline=prepared.name,
-                 host=backend.target.host)
+    required = requirements_of_file(prepared.path) + [Requirement(f) for f in extra]
+    required.sort(key=lambda r: r.feature.since, reverse=True)
+    return check(tag, required, pipeline=prepared.name, host=backend.target.host)
 
 
 def plan_line(pipeline: str, compute, config) -> str:

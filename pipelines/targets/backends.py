@@ -131,6 +131,7 @@ class ScheduleRequest:
     utc_offset_minutes: int | None = None
     owner: str = ""
     previous_ids: tuple[str, ...] = ()  # KFP: ids of the schedules this one replaces
+    plugins_input: dict = field(default_factory=dict)  # KFP >= 2.17: e.g. the MLflow experiment
 
 
 def lineage(current: RemoteSchedule, extras=()) -> tuple[str, ...]:

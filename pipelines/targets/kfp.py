@@ -30,6 +30,10 @@ from gkeflow.pipelines.targets.backends import (
     normalise_state,
     quiet,
 )
+from gkeflow.pipelines.targets.kfp_plugins import (
+    create_recurring_run_with_plugins,
+    create_run_with_plugins,
+)
 from gkeflow.pipelines.targets.transport import (
     RemoteError,
     RetryPolicy,
@@ -350,9 +354,12 @@ class KfpBackend(TargetBackend):
         return runs[0] if runs else None
 
     def create_run(self, prepared: PreparedPipeline, pipeline_id: str, version_id: str,
-                   run_name: str, parameters: dict[str, Any]) -> str:
+                   run_name: str, parameters: dict[str, Any],
+                   plugins_input: dict | None = None) -> str:
         """Create the run; ``run_name`` is unique (gkeflow generates it), so a retry first
-        looks the run up by name in the experiment and never starts it twice."""
+        looks the run up by name in the experiment and never starts it twice.
+        ``plugins_input``: the backend plugins' settings (KFP >= 2.17, e.g. the MLflow
+        experiment), sent as the run's ``plugins_input``."""
         experiment_id = self.experiment_id()
         body = {
             "experiment_id": experiment_id, "display_name": run_name,
@@ -363,6 +370,7 @@ class KfpBackend(TargetBackend):
                                   if self.target.pipeline_root else {})},
             **({"service_account": self.target.service_account}
                if self.target.service_account else {}),
+            **({"plugins_input": plugins_input} if plugins_input else {}),
         }
         if self.dry_run:
             self._plan("POST", "/apis/v2beta1/runs", body,
@@ -370,14 +378,20 @@ class KfpBackend(TargetBackend):
             return "<run_id>"
         run = self.call(
             f"create run {run_name!r}",
-            lambda: self.client.run_pipeline(
+            lambda: self._run_pipeline(
                 experiment_id, run_name, params=parameters, pipeline_id=pipeline_id,
                 version_id=version_id, pipeline_root=self.target.pipeline_root,
-                service_account=self.target.service_account),
+                service_account=self.target.service_account, plugins_input=plugins_input),
             idempotent=False,
             recover=lambda: self.once(f"look up run {run_name!r}",
                                        lambda: self._find_run(experiment_id, run_name)))
         return run.run_id
+
+    def _run_pipeline(self, experiment_id: str, run_name: str, *, plugins_input, **kwargs):
+        if not plugins_input:
+            return self.client.run_pipeline(experiment_id, run_name, **kwargs)
+        return create_run_with_plugins(self.client, experiment_id, run_name, plugins_input,
+                                       **kwargs)
 
     def run_status(self, run_id: str) -> RunStatus:
         run = self.call(f"get run {run_id}", lambda: self.client.get_run(run_id))
@@ -459,6 +473,7 @@ class KfpBackend(TargetBackend):
                 "pipeline_version_reference": {"pipeline_id": pipeline_id,
                                                "pipeline_version_id": version_id},
                 "runtime_config": {"parameters": request.parameters},
+                **({"plugins_input": request.plugins_input} if request.plugins_input else {}),
             })
             return "<recurring_run_id>"
 
@@ -469,8 +484,8 @@ class KfpBackend(TargetBackend):
 
         recurring = self.call(
             f"create recurring run {request.name!r}",
-            lambda: self.client.create_recurring_run(
-                experiment_id, request.name, description=description,
+            lambda: self._create_recurring_run(
+                experiment_id, request.name, request.plugins_input, description=description,
                 cron_expression=request.cron, max_concurrency=request.max_concurrency,
                 no_catchup=not request.catch_up, params=request.parameters,
                 pipeline_id=pipeline_id, version_id=version_id, enabled=request.enabled,
@@ -478,6 +493,13 @@ class KfpBackend(TargetBackend):
                 service_account=self.target.service_account),
             idempotent=False, recover=find)
         return recurring.recurring_run_id
+
+    def _create_recurring_run(self, experiment_id: str, name: str, plugins_input: dict,
+                              **kwargs):
+        if not plugins_input:
+            return self.client.create_recurring_run(experiment_id, name, **kwargs)
+        return create_recurring_run_with_plugins(self.client, experiment_id, name,
+                                                 plugins_input, **kwargs)
 
     def delete_schedule(self, schedule: RemoteSchedule) -> None:
         if self.dry_run:

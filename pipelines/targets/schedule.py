@@ -52,6 +52,7 @@ from gkeflow.pipelines.targets.submit import (
     refuse_unbuilt_images,
     resolve_parameters,
 )
+from gkeflow.pipelines.tracking_config import tracking_for
 
 
 @dataclass
@@ -92,8 +93,10 @@ def build_request(schedule: ScheduleConfig, config: GkeflowConfig, prepared, *,
     if schedule.target == "gke":
         converted = kfp_cron(schedule.cron, schedule.time_zone, at=at)
         cron, offset = converted.cron, converted.utc_offset_minutes
+        plugins = tracking_for(config.tracking, schedule.environment).plugins_input()
         settings = {"service_account": target_config.service_account,
-                    "pipeline_root": target_config.pipeline_root}
+                    "pipeline_root": target_config.pipeline_root,
+                    **({"plugins_input": plugins} if plugins else {})}
     else:
         cron = vertex_cron(schedule.cron, schedule.time_zone)
         settings = target_config.model_dump(include={
@@ -105,7 +108,8 @@ def build_request(schedule: ScheduleConfig, config: GkeflowConfig, prepared, *,
         enabled=schedule.enabled, parameters=parameters,
         job_fingerprint=job_fingerprint(schedule.target, prepared.version_name, parameters,
                                         settings),
-        utc_offset_minutes=offset, owner=config.schedule_owner)
+        utc_offset_minutes=offset, owner=config.schedule_owner,
+        plugins_input=settings.get("plugins_input", {}))
 
 
 def _targets_in_use(config: GkeflowConfig, target: str | None,
@@ -211,6 +215,13 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
                 prepared_by_pipeline[key] = (prepared, ids)
             prepared, ids = prepared_by_pipeline[key]
             request = requests[(target_name, schedule.name)]
+            if target_name == "gke" and request.plugins_input:
+                from gkeflow.pipelines.targets.backend_version import (
+                    MLFLOW_PLUGIN,
+                    check_backend,
+                )
+
+                check_backend(backend, prepared, (MLFLOW_PLUGIN,))  # warned about above
             _apply_one(backend, target_name, request, prepared, ids,
                        existing.pop(schedule.name, []), record)
         for name, remotes in sorted(existing.items()):

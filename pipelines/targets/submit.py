@@ -30,6 +30,7 @@ from gkeflow.components.did_you_mean import did_you_mean
 from gkeflow.pipelines.config import DEFAULT_ENVIRONMENT, GkeflowConfig
 from gkeflow.pipelines.targets.backend_choice import make_backend
 from gkeflow.pipelines.targets.backends import PreparedPipeline, RunStatus
+from gkeflow.pipelines.tracking_config import tracking_for
 
 
 class SubmitError(RuntimeError):
@@ -272,13 +273,18 @@ def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: st
     parameters = resolve_parameters(config, prepared, environment, overrides)
     name = run_name(pipeline, environment)
     notes: list[str] = [f"warning: {flagged}"] if flagged else []
+    tracking = tracking_for(config.tracking, environment)
+    notes += tracking.describe(target)
     if target == "gke":
-        from gkeflow.pipelines.targets.backend_version import check_backend
+        from gkeflow.pipelines.targets.backend_version import MLFLOW_PLUGIN, check_backend
 
-        notes += [f"warning: {w}" for w in [check_backend(backend, prepared)] if w]
+        plugins = tracking.plugins_input()
+        extra = (MLFLOW_PLUGIN,) if plugins else ()
+        notes += [f"warning: {w}" for w in [check_backend(backend, prepared, extra)] if w]
         pipeline_id, version_id, uploaded = backend.ensure_pipeline_version(prepared)
         notes += uploaded
-        run_id = backend.create_run(prepared, pipeline_id, version_id, name, parameters)
+        run_id = backend.create_run(prepared, pipeline_id, version_id, name, parameters,
+                                    plugins_input=plugins)
         url = backend.run_url(run_id)
     else:
         labels = {"gkeflow-pipeline": pipeline, "gkeflow-environment": environment,

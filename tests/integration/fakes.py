@@ -549,9 +549,26 @@ class FakeKfpServer(_Server):
         if unknown:
             raise Invalid(f"runtime_config.parameters {sorted(unknown)} are not pipeline inputs")
 
+    @staticmethod
+    def _check_plugins(body: dict) -> None:
+        """``plugins_input`` as KFP 2.17's MLflow plugin reads it (KEP-12862)."""
+        plugins = body.get("plugins_input")
+        if plugins is None:
+            return
+        unknown = set(plugins) - {"mlflow"}
+        if unknown:
+            raise Invalid(f"plugins_input: unknown plugin(s) {sorted(unknown)}")
+        mlflow = plugins["mlflow"]
+        if set(mlflow) - {"experiment_name", "disabled"}:
+            raise Invalid(f"plugins_input.mlflow: unknown keys in {sorted(mlflow)}")
+        name = mlflow.get("experiment_name")
+        if not isinstance(name, str) or not name.strip():
+            raise Invalid("plugins_input.mlflow.experiment_name must be a non-empty string")
+
     def _create_run(self, body: dict) -> dict:
         if body.get("experiment_id") not in self.experiments:
             raise Invalid(f"experiment_id {body.get('experiment_id')!r} does not exist")
+        self._check_plugins(body)
         if not body.get("display_name"):
             raise Invalid("display_name is required")
         spec = self._spec_for(body)
@@ -582,6 +599,7 @@ class FakeKfpServer(_Server):
     def _create_recurring(self, body: dict) -> dict:
         if body.get("experiment_id") not in self.experiments:
             raise Invalid(f"experiment_id {body.get('experiment_id')!r} does not exist")
+        self._check_plugins(body)
         for required in ("display_name", "trigger", "max_concurrency"):
             if not body.get(required):
                 raise Invalid(f"{required} is required")

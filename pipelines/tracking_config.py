@@ -1,0 +1,201 @@
+"""``tracking:`` in gkeflow.yaml: where runs are tracked, per environment (docs/tracking.md).
+
+Example::
+
+    tracking:
+      default:                           # an environment of parameters: (or default)
+        mlflow:
+          experiment: penguins           # the MLflow experiment (created if missing)
+          tracking_uri: https://mlflow.example.com   # local runs; GKE: the plugin's server
+          credentials:
+            token_env: MLFLOW_TOKEN      # names of variables, never their values
+        vertex_experiments:
+          experiment: penguins           # Vertex AI Experiments (Vertex AI runs)
+
+Imports nothing from gkeflow: the root model in :mod:`gkeflow.pipelines.config` attaches it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+
+DEFAULT_ENVIRONMENT = "default"
+#: The KFP run API's plugin key and field (v2beta1 ``plugins_input``).
+MLFLOW_PLUGIN = "mlflow"
+
+_ENV_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Vertex AI's rule for experiment names (aiplatform's metadata resource ids).
+_VERTEX_EXPERIMENT = re.compile(r"^[a-z0-9][a-z0-9-]{0,127}$")
+
+
+class MlflowCredentials(BaseModel):
+    """Names of environment variables holding the MLflow credentials of local runs: a
+    bearer token, or a user name and password. The values are read when a run starts and
+    handed to its steps as ``MLFLOW_TRACKING_TOKEN`` / ``_USERNAME`` / ``_PASSWORD``; on GKE
+    the Kubeflow Pipelines MLflow plugin authenticates with its own configuration."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    token_env: str = ""
+    username_env: str = ""
+    password_env: str = ""
+
+    @field_validator("token_env", "username_env", "password_env")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if value and not _ENV_VAR.match(value):
+            # not echoed: what is here by mistake is often the secret itself
+            raise ValueError("is not an environment variable name (letters, digits and _, "
+                             "not starting with a digit); put the variable's name here, "
+                             "never the secret itself")
+        return value
+
+    @model_validator(mode="after")
+    def _one_method(self):
+        if self.token_env and (self.username_env or self.password_env):
+            raise ValueError("choose token_env or username_env/password_env, not both")
+        if bool(self.username_env) != bool(self.password_env):
+            raise ValueError("username_env and password_env go together")
+        return self
+
+    def environment(self, environ: dict[str, str] | None = None) -> dict[str, str]:
+        """MLflow's own variables for the steps, from the named ones; a named variable that
+        is unset raises ValueError naming it (never its value)."""
+        env = os.environ if environ is None else environ
+        wanted = {"MLFLOW_TRACKING_TOKEN": self.token_env,
+                  "MLFLOW_TRACKING_USERNAME": self.username_env,
+                  "MLFLOW_TRACKING_PASSWORD": self.password_env}
+        out: dict[str, str] = {}
+        for target, name in wanted.items():
+            if not name:
+                continue
+            if not env.get(name):
+                raise ValueError(f"tracking.mlflow.credentials names ${name}, which is not "
+                                 f"set; export {name} or remove it from gkeflow.yaml")
+            out[target] = env[name]
+        return out
+
+
+class MlflowTracking(BaseModel):
+    """An MLflow experiment the runs of an environment are tracked in.
+
+    Attributes:
+        experiment: The experiment's name (created if missing).
+        tracking_uri: The tracking server, ``http(s)://HOST[:PORT][/PATH]``: used by local
+            runs (direct mode). On GKE the Kubeflow Pipelines plugin logs to the server it
+            is configured with, and only the experiment name is sent.
+        credentials: Where local runs read their credentials from.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    experiment: str
+    tracking_uri: str = ""
+    credentials: MlflowCredentials = MlflowCredentials()
+
+    @field_validator("experiment")
+    @classmethod
+    def _experiment(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("must not be empty")
+        if len(value) > 500:
+            raise ValueError("is longer than 500 characters")
+        return value
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _uri(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if not value:
+            return value
+        if "@" in re.sub(r"^\w+://", "", value).split("/", 1)[0]:
+            # not echoed: a password in the URL would be printed wherever the URI is
+            raise ValueError("must not hold a user name or password; name the variables "
+                             "holding them in tracking.mlflow.credentials")
+        if not re.match(r"^https?://[^/\s]+(/\S*)?$", value):
+            raise ValueError(f"{value!r} is not an http(s) URL "
+                             "(e.g. http://mlflow.example.com:5000)")
+        return value
+
+
+class VertexExperiments(BaseModel):
+    """A Vertex AI Experiments experiment that Vertex AI pipeline runs are submitted into."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    experiment: str
+
+    @field_validator("experiment")
+    @classmethod
+    def _experiment(cls, value: str) -> str:
+        if not _VERTEX_EXPERIMENT.match(value):
+            raise ValueError(f"{value!r} is not a Vertex AI experiment name (1-128 lowercase "
+                             "letters, digits and hyphens, starting with a letter or digit)")
+        return value
+
+
+class TrackingSettings(BaseModel):
+    """One environment's tracking: MLflow and/or Vertex AI Experiments."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mlflow: MlflowTracking | None = None
+    vertex_experiments: VertexExperiments | None = None
+
+    def plugins_input(self) -> dict:
+        """The KFP run's ``plugins_input`` (KFP >= 2.17): the MLflow experiment, or {}."""
+        if self.mlflow is None:
+            return {}
+        return {MLFLOW_PLUGIN: {"experiment_name": self.mlflow.experiment}}
+
+    def describe(self, target: str) -> list[str]:
+        """Where a run on ``target`` (local, gke, vertex) is tracked, one line each."""
+        lines: list[str] = []
+        mlflow = self.mlflow
+        if mlflow is not None:
+            where = f"MLflow experiment {mlflow.experiment!r}"
+            if target == "gke":
+                lines.append(f"tracking: {where}, through Kubeflow Pipelines' MLflow plugin "
+                             "(its server; needs Kubeflow Pipelines >= 2.17)")
+            elif target == "local" and mlflow.tracking_uri:
+                lines.append(f"tracking: {where} at {mlflow.tracking_uri} (a parent run, "
+                             "a nested run per step)")
+            elif target == "local":
+                lines.append(f"tracking: not in MLflow: tracking.mlflow.tracking_uri is "
+                             f"unset, which local runs need for {where}")
+            else:
+                lines.append(f"tracking: not in MLflow on {target}: only local and GKE runs "
+                             f"log to {where} so far")
+        experiments = self.vertex_experiments
+        if experiments is not None:
+            lines.append(f"tracking: not in Vertex AI Experiments: submitting runs into "
+                         f"experiment {experiments.experiment!r} is not built yet")
+        return lines or ["tracking: off (no tracking: for this environment in gkeflow.yaml)"]
+
+
+def tracking_for(tracking: dict[str, TrackingSettings], environment: str) -> TrackingSettings:
+    """``tracking.<environment>``; nothing tracked when the environment has none."""
+    return tracking.get(environment) or TrackingSettings()
+
+
+def plan_lines(tracking: dict[str, TrackingSettings], target: str) -> list[str]:
+    """What `gkeflow plan` says of tracking on ``target``: per environment of ``tracking:``."""
+    if not tracking:
+        return TrackingSettings().describe(target)
+    return [line.replace("tracking:", f"tracking ({environment}):", 1)
+            for environment, settings in tracking.items()
+            for line in settings.describe(target)]
+
+
+def check_tracking_environments(config):
+    """Every ``tracking.<environment>`` is ``default`` or an environment of ``parameters:``."""
+    for environment in config.tracking:
+        if environment != DEFAULT_ENVIRONMENT and environment not in config.parameters:
+            known = ", ".join(config.parameters) or "none"
+            raise ValueError(f"tracking.{environment}: no such environment under "
+                             f"parameters (environments: {known})")
+    return config

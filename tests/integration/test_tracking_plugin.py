@@ -1,0 +1,95 @@
+"""`submit` and `schedule apply` to GKE hand tracking.mlflow's experiment to Kubeflow
+Pipelines 2.17's MLflow plugin (``plugins_input.mlflow.experiment_name``, checked by the fake
+KFP against the vendored swagger) and refuse it, in one line, on an older backend."""
+
+from __future__ import annotations
+
+import pytest
+
+from gkeflow.pipelines.targets.backend_version import BackendTooOld
+from gkeflow.pipelines.targets.backends import KfpBackend
+from gkeflow.pipelines.targets.schedule import apply
+from gkeflow.pipelines.targets.submit import submit
+from tests.integration.conftest import FAST, TOKEN, config_dict, gkeflow
+
+TRACKING = {"prod": {"mlflow": {"experiment": "penguins prod",
+                                "tracking_uri": "http://127.0.0.1:5000"}}}
+WEEKLY = {"name": "weekly", "target": "gke", "cron": "0 6 * * 1", "environment": "prod"}
+
+
+def _submit(config, tmp_path, environment="prod"):
+    return submit(config, "training", "gke", environment=environment, overrides={},
+                  workdir=tmp_path / "w", backend=KfpBackend(config.targets.gke, policy=FAST),
+                  version="gabc")
+
+
+def test_a_tracked_submit_sends_the_experiment_name(kfp_server, token_env, make_config,
+                                                    tmp_path):
+    kfp_server.tag_name = "2.17.0"
+    submission, _ = _submit(make_config(kfp_server.url, None, tracking=TRACKING), tmp_path)
+    (run,) = kfp_server.runs.values()
+    assert run["plugins_input"] == {"mlflow": {"experiment_name": "penguins prod"}}
+    assert any("MLflow experiment 'penguins prod'" in n and "plugin" in n
+               for n in submission.notes)
+
+
+def test_an_untracked_environment_sends_no_plugins_input(kfp_server, token_env, make_config,
+                                                         tmp_path):
+    kfp_server.tag_name = "2.16.0"
+    _submit(make_config(kfp_server.url, None, tracking=TRACKING), tmp_path,
+            environment="default")
+    (run,) = kfp_server.runs.values()
+    assert "plugins_input" not in run
+
+
+def test_kfp_2_16_refuses_the_plugin_before_anything_is_created(kfp_server, token_env,
+                                                                make_config, tmp_path):
+    kfp_server.tag_name = "2.16.0"
+    with pytest.raises(BackendTooOld) as refused:
+        _submit(make_config(kfp_server.url, None, tracking=TRACKING), tmp_path)
+    message = str(refused.value)
+    assert "2.16.0" in message and "MLflow plugin" in message and "needs 2.17" in message
+    assert "tracking.mlflow" in message
+    assert kfp_server.calls("POST") == []
+
+
+def test_a_tracked_schedule_carries_the_experiment_name(kfp_server, token_env, make_config,
+                                                        tmp_path):
+    kfp_server.tag_name = "2.17.1"
+    config = make_config(kfp_server.url, None, schedules=[WEEKLY], tracking=TRACKING)
+    apply(config, workdir=tmp_path, backends={"gke": KfpBackend(config.targets.gke,
+                                                                policy=FAST)})
+    (recurring,) = kfp_server.recurring_runs.values()
+    assert recurring["plugins_input"] == {"mlflow": {"experiment_name": "penguins prod"}}
+    assert recurring["trigger"]["cron_schedule"]["cron"].split()[0] == "0"
+
+
+def test_a_tracked_schedule_is_refused_by_kfp_2_16(kfp_server, token_env, make_config,
+                                                   tmp_path):
+    kfp_server.tag_name = "2.16.0"
+    config = make_config(kfp_server.url, None, schedules=[WEEKLY], tracking=TRACKING)
+    with pytest.raises(BackendTooOld, match="MLflow plugin"):
+        apply(config, workdir=tmp_path, backends={"gke": KfpBackend(config.targets.gke,
+                                                                    policy=FAST)})
+    assert kfp_server.recurring_runs == {}
+
+
+def test_the_cli_refusal_is_one_line(kfp_server, write_config, tmp_path):
+    kfp_server.tag_name = "2.16.0"
+    path = write_config(config_dict(kfp_server.url, None, tracking=TRACKING))
+    result = gkeflow("submit", "--target", "gke", "--env", "prod", "--config", str(path),
+                     cwd=tmp_path, env={"GKEFLOW_TEST_KFP_TOKEN": TOKEN})
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "2.16.0" in errors[0] and "tracking.mlflow" in errors[0]
+
+
+def test_dry_run_shows_the_plugin_input_and_where_runs_are_tracked(kfp_server, write_config,
+                                                                   tmp_path):
+    path = write_config(config_dict(kfp_server.url, None, tracking=TRACKING))
+    result = gkeflow("submit", "--target", "gke", "--env", "prod", "--dry-run", "--config",
+                     str(path), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "tracking: MLflow experiment 'penguins prod'" in result.stdout
+    assert "plugins_input" in result.stdout and "experiment_name" in result.stdout

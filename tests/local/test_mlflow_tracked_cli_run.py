@@ -1,0 +1,96 @@
+"""Done when: `gkeflow run --data ... --label ...` with tracking.mlflow in gkeflow.yaml makes
+one parent run (tagged with the run's id and URL) and a nested run per step on a real MLflow
+server; a server that cannot be reached leaves the run's outcome unchanged."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import yaml
+
+from gkeflow.components.tracking.client import PARENT_TAG
+from gkeflow.components.tracking.direct import PIPELINE_RUN_TAG, RUN_URL_TAG
+from tests.integration.conftest import gkeflow
+from tests.integration.mlflow_server import free_port
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("mlflow", reason="mlflow is not installed (pip install -e '.[dev]')")
+
+TRACKED = ["prepare-data", "train-model", "evaluate-model", "register-model"]
+
+
+def _penguins_csv(tmp_path):
+    from pathlib import Path
+
+    palmerpenguins = pytest.importorskip("palmerpenguins")
+    data = tmp_path / "penguins.csv"
+    shutil.copyfile(Path(palmerpenguins.__file__).parent / "data" / "penguins.csv", data)
+    return data
+
+
+def _write_config(tmp_path, uri: str, experiment: str):
+    path = tmp_path / "gkeflow.yaml"
+    path.write_text(yaml.safe_dump({
+        "parameters": {"dev": {}},
+        "tracking": {"dev": {"mlflow": {"experiment": experiment, "tracking_uri": uri,
+                                        "credentials": {"token_env": "TEAM_MLFLOW_TOKEN"}}}}}))
+    return path
+
+
+def _run(tmp_path, config, data, *extra, env=None):
+    return gkeflow("run", "--data", str(data), "--label", "species", "--epochs", "2",
+                   "--min-accuracy", "0", "--no-cache", "--output", str(tmp_path / "out"),
+                   "--config", str(config), *extra, cwd=tmp_path, timeout=600,
+                   env={"TEAM_MLFLOW_TOKEN": "t0ken-value", **(env or {})})
+
+
+def test_gkeflow_run_tracks_a_parent_and_a_nested_run_per_step(tmp_path, mlflow_server):
+    config = _write_config(tmp_path, mlflow_server.url, "penguins-cli")
+    result = _run(tmp_path, config, _penguins_csv(tmp_path), "--env", "dev")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "tracking: MLflow experiment 'penguins-cli'" in result.stdout
+    assert "t0ken-value" not in result.stdout + result.stderr
+
+    experiment = mlflow_server.api("experiments/get-by-name", experiment_name="penguins-cli")
+    runs = mlflow_server.search_runs(experiment["experiment"]["experiment_id"])
+    parents = [r for r in runs if PARENT_TAG not in {t["key"] for t in
+                                                     r["data"].get("tags", [])}]
+    assert len(parents) == 1
+    parent = mlflow_server.run(parents[0]["info"]["run_id"])
+    assert parent["info"]["status"] == "FINISHED"
+    assert parent["tags"][PIPELINE_RUN_TAG].startswith("local-training-")
+    assert parent["tags"][RUN_URL_TAG] == (tmp_path / "out").resolve().as_uri()
+    children = {r["info"]["run_name"]: r["info"]["run_id"] for r in runs
+                if r["info"]["run_id"] != parent["info"]["run_id"]}
+    assert sorted(children) == sorted(TRACKED)
+    for run_id in children.values():
+        assert mlflow_server.run(run_id)["tags"][PARENT_TAG] == parent["info"]["run_id"]
+    evaluation = children["evaluate-model"]
+    assert "accuracy" in mlflow_server.run(evaluation)["metrics"]
+    files = mlflow_server.artifacts(evaluation)
+    for name in ("model_card.md", "evaluation/confusion_matrix.json",
+                 "evaluation/roc_curve.json"):
+        assert name in files, files
+
+
+def test_an_unreachable_server_leaves_the_run_unchanged(tmp_path):
+    config = _write_config(tmp_path, f"http://127.0.0.1:{free_port()}", "nowhere")
+    result = _run(tmp_path, config, _penguins_csv(tmp_path), "--env", "dev",
+                  env={"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+                       "MLFLOW_HTTP_REQUEST_TIMEOUT": "2"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "register-model" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+    assert [line for line in result.stdout.splitlines()
+            if line.startswith("mlflow: ") and "parent" in line], result.stdout
+
+
+def test_a_missing_credentials_variable_is_one_line(tmp_path):
+    config = _write_config(tmp_path, "http://127.0.0.1:1", "e")
+    result = gkeflow("run", "--env", "dev", "--config", str(config), "--output",
+                     str(tmp_path / "out"), cwd=tmp_path,
+                     env={"TEAM_MLFLOW_TOKEN": ""})
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and "$TEAM_MLFLOW_TOKEN" in errors[0], result.stderr
