@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gkeflow.pipelines.targets.backend_version import BackendTooOld
-from gkeflow.pipelines.targets.backends import KfpBackend
+from gkeflow.pipelines.targets.kfp import KfpBackend
 from gkeflow.pipelines.targets.schedule import apply
 from gkeflow.pipelines.targets.submit import submit
 from tests.integration.conftest import FAST, TOKEN, config_dict, gkeflow
