@@ -131,13 +131,13 @@ def step_cost(step: str, profile: ComputeProfile, target: str, region: str, *,
 
 def _total(figures: Iterable[tuple[str, float | None, str]], what: str) -> tuple[
         float | None, str]:
-    total = 0.0
-    for step, value, reason in figures:
-        if value is None:
-            return None, f"no {what} for {step}: {reason or 'no earlier run'}"
-    for _step, value, _reason in figures:
-        total += value
-    return _money(total), ""
+    figures = list(figures)
+    missing = [(step, reason) for step, value, reason in figures if value is None]
+    if missing:
+        step, reason = missing[0]
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        return None, f"no {what} for {step}{more}: {reason or 'no earlier run'}"
+    return _money(sum(value for _step, value, _reason in figures)), ""
 
 
 def run_cost(profiles: Mapping[str, ComputeProfile], target: str, region: str, *,

@@ -1,0 +1,140 @@
+"""Cost figures as `gkeflow plan`, `submit`, `schedule` and `runs show` print them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import click
+
+from gkeflow.pipelines.compute.costing import (
+    LIST_PRICE_LABEL,
+    RunCost,
+    StepCost,
+    format_usd,
+    median_durations,
+)
+
+DEFAULT_REGION = "us-central1"
+
+
+def price_region(config, target: str, region: str | None = None) -> str:
+    """The region prices are read for: ``--region``, else the Vertex AI target's region
+    (either target), else us-central1."""
+    if region:
+        return region
+    vertex = getattr(config.targets, "vertex", None)
+    return vertex.region if vertex is not None else DEFAULT_REGION
+
+
+def rate_cell(step: StepCost) -> str:
+    """``$4.00/h`` (with its saving against on demand), ``reserved`` or ``missing``."""
+    if step.reserved:
+        return "reserved"
+    if step.usd_per_hour is None:
+        return "missing"
+    text = f"{format_usd(step.usd_per_hour)}/h"
+    if step.nodes > 1:
+        text += f" ({step.nodes} nodes)"
+    if step.saving_pct is not None:
+        on_demand = format_usd(step.on_demand_usd_per_hour)
+        text += f", {step.saving_pct:g}% under on demand {on_demand}/h"
+    return text + (" (stale)" if step.stale else "")
+
+
+def ceiling_cell(step: StepCost) -> str:
+    """The step's ceiling at its timeout, ``reserved``, ``unbounded`` or ``missing``."""
+    if step.reserved:
+        return "reserved"
+    if step.ceiling_usd is None:
+        return "unbounded" if step.usd_per_hour is not None else "missing"
+    return format_usd(step.ceiling_usd)
+
+
+def cost_cells(run: RunCost) -> dict[str, dict[str, str]]:
+    """step -> the plan table's ``cost/h``, ``ceiling`` and ``expected`` cells."""
+    return {step.step: {"cost/h": rate_cell(step), "ceiling": ceiling_cell(step),
+                        "expected": format_usd(step.expected_usd) if step.median_s is not None
+                        else "-"} for step in run.steps}
+
+
+def cost_lines(run: RunCost, history_runs: int = 0) -> list[str]:
+    """The lines under the plan table: totals, price sources with their dates, and why a
+    figure is missing."""
+    ceiling = (format_usd(run.ceiling_usd) if run.ceiling_usd is not None
+               else f"missing ({run.ceiling_reason})")
+    lines = [f"cost ({LIST_PRICE_LABEL}, {run.region}): ceiling per run {ceiling}"]
+    if history_runs:
+        expected = (format_usd(run.expected_usd) if run.expected_usd is not None
+                    else f"missing ({run.expected_reason})")
+        lines.append(f"cost: expected per run {expected} (median step durations of "
+                     f"{history_runs} earlier runs)")
+    for source, read in sorted({(s.source, s.date_read) for s in run.steps if s.source}):
+        lines.append(f"prices: {source} (read {read})")
+    stale = [step.step for step in run.steps if step.stale]
+    if stale:
+        lines.append(f"note: stale prices (read over 90 days ago) for {', '.join(stale)}; "
+                     "`gkeflow prices refresh` updates them")
+    reasons: dict[str, list[str]] = {}
+    for step in run.steps:
+        if step.reason:
+            reasons.setdefault(step.reason, []).append(step.step)
+    lines += [f"note: cost of {', '.join(steps)}: {reason}" for reason, steps in reasons.items()]
+    return lines
+
+
+def history_medians(config, target: str, pipeline: str, limit: int) -> tuple[
+        dict[str, float], int]:
+    """Median step durations over the newest ``limit`` succeeded runs of ``pipeline`` on
+    ``target``, and how many runs they come from."""
+    from gkeflow.pipelines.targets.runs import reader, step_key
+
+    runs = reader(config, target)
+    done = [run for run in runs.list(pipeline=pipeline, limit=limit)
+            if run.state == "SUCCEEDED"]
+    durations = []
+    for run in done:
+        info = run if run.tasks else runs.show(run.id)
+        durations.append({step_key(task.name): task.duration_s for task in info.tasks
+                          if task.state == "SUCCEEDED"})
+    return median_durations(durations), len(done)
+
+
+def budget_refusal(run: RunCost, max_run_usd: float, where: str) -> str:
+    """Why a run over ``max_run_usd`` (``where``: the budget's name) is refused; empty when
+    its ceiling is within it."""
+    if run.ceiling_usd is None:
+        return (f"cannot check the run against {where} ({format_usd(max_run_usd)}): "
+                f"{run.ceiling_reason}; pass --over-budget to submit anyway")
+    if run.ceiling_usd <= max_run_usd:
+        return ""
+    top = run.costliest
+    most = f"; most from {top.step} ({format_usd(top.ceiling_usd)})" if top else ""
+    return (f"the run's ceiling {format_usd(run.ceiling_usd)} exceeds {where} "
+            f"({format_usd(max_run_usd)}){most}; lower its timeout or compute, or pass "
+            "--over-budget")
+
+
+def over_budget_option(func):
+    """``--over-budget``: submit even when the ceiling exceeds the budget or is unknown."""
+    return click.option("--over-budget", is_flag=True,
+                        help="Submit even when the run's cost ceiling exceeds the "
+                             "environment's (or schedule's) budget, or cannot be computed "
+                             "(docs/costs.md).")(func)
+
+
+def step_durations(tasks) -> Mapping[str, float | None]:
+    """step -> duration of the steps of a run (`runs show`)."""
+    from gkeflow.pipelines.targets.runs import step_key
+
+    return {step_key(task.name): task.duration_s for task in tasks}
+
+
+def plan_cost(config, target: str, pipeline: str, profiles, region: str | None,
+              history: int) -> tuple[RunCost, int]:
+    """The run's cost figures for `gkeflow plan`, and how many earlier runs gave medians."""
+    from gkeflow.pipelines.compute.costing import run_cost
+    from gkeflow.pipelines.compute.prices import current_prices
+
+    medians, runs = history_medians(config, target, pipeline, history) if history else ({}, 0)
+    return run_cost(profiles, target, price_region(config, target, region), medians=medians,
+                    prices=current_prices()), runs
