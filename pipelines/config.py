@@ -42,6 +42,10 @@ The file is optional; every key has a default in code. Sections:
     Cloud Monitoring alerts on idle GPUs per environment (`gkeflow monitoring apply`,
     :mod:`gkeflow.pipelines.monitoring_config`).
 
+``budget``
+    the most one run may cost at list prices, per environment and per schedule
+    (:mod:`gkeflow.pipelines.budget_config`; docs/costs.md).
+
 ``images``
     the registry the pipelines' images are built into and pulled from, extra packages and
     the user's own code they carry, the lock file of built digests
@@ -72,6 +76,7 @@ from pydantic import (
 )
 
 from gkeflow.components.did_you_mean import did_you_mean
+from gkeflow.pipelines.budget_config import BudgetSettings
 from gkeflow.pipelines.deploy_config import DeployConfig
 from gkeflow.pipelines.images_config import BASE_DIR, ImagesConfig
 from gkeflow.pipelines.monitoring_config import MonitoringSettings
@@ -163,6 +168,7 @@ class GkeflowConfig(BaseModel):
     _notify: NotificationSettings | None = PrivateAttr(default=None)  # operations.select
     deploy: DeployConfig = {}  # per environment: pipelines/deploy_config.py
     monitoring: dict[str, MonitoringSettings] = {}  # per environment: monitoring_config.py
+    budget: dict[str, BudgetSettings] = {}  # per environment: budget_config.py
 
     @field_validator("name")
     @classmethod
@@ -183,11 +189,12 @@ class GkeflowConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_references(self):
+        from gkeflow.pipelines.budget_config import check_budget_environments
         from gkeflow.pipelines.monitoring_config import check_monitoring_environments
         from gkeflow.pipelines.operations_config import check_environments
 
-        return check_monitoring_environments(check_environments(
-            _targets_model_validator(self)))
+        return check_budget_environments(check_monitoring_environments(check_environments(
+            _targets_model_validator(self))))
 
     def gke_workspace(self) -> WorkspaceSettings:
         """``workspace:``, off when unset and the GKE target's pipeline root is gs:// (shards
@@ -458,6 +465,7 @@ class ScheduleConfig(_Strict):
     catch_up: bool = False
     enabled: bool = True
     notifications: NotificationSettings | None = None  # else its environment's
+    budget: BudgetSettings | None = None  # else its environment's (budget_config.py)
 
     @field_validator("name")
     @classmethod

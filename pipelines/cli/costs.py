@@ -61,7 +61,8 @@ def cost_lines(run: RunCost, history_runs: int = 0) -> list[str]:
     """The lines under the plan table: totals, price sources with their dates, and why a
     figure is missing."""
     ceiling = (format_usd(run.ceiling_usd) if run.ceiling_usd is not None
-               else f"missing ({run.ceiling_reason})")
+               else f"missing ({run.ceiling_reason}); at least "
+                    f"{format_usd(run.priced_ceiling_usd)} from the priced steps")
     lines = [f"cost ({LIST_PRICE_LABEL}, {run.region}): ceiling per run {ceiling}"]
     if history_runs:
         expected = (format_usd(run.expected_usd) if run.expected_usd is not None
@@ -100,18 +101,20 @@ def history_medians(config, target: str, pipeline: str, limit: int) -> tuple[
 
 
 def budget_refusal(run: RunCost, max_run_usd: float, where: str) -> str:
-    """Why a run over ``max_run_usd`` (``where``: the budget's name) is refused; empty when
-    its ceiling is within it."""
-    if run.ceiling_usd is None:
+    """Why a run over ``max_run_usd`` (``where``: the budget's name) breaks it, naming the
+    step that costs most; empty when its ceiling is within it."""
+    known = run.ceiling_usd is not None
+    ceiling = run.ceiling_usd if known else run.priced_ceiling_usd
+    if ceiling > max_run_usd:  # over even when some steps' prices are missing
+        top = run.costliest
+        most = f"; most from {top.step} ({format_usd(top.ceiling_usd)})" if top else ""
+        what = "ceiling" if known else "ceiling of its priced steps"
+        return (f"the run's {what} {format_usd(ceiling)} exceeds {where} "
+                f"({format_usd(max_run_usd)}){most}")
+    if not known:
         return (f"cannot check the run against {where} ({format_usd(max_run_usd)}): "
-                f"{run.ceiling_reason}; pass --over-budget to submit anyway")
-    if run.ceiling_usd <= max_run_usd:
-        return ""
-    top = run.costliest
-    most = f"; most from {top.step} ({format_usd(top.ceiling_usd)})" if top else ""
-    return (f"the run's ceiling {format_usd(run.ceiling_usd)} exceeds {where} "
-            f"({format_usd(max_run_usd)}){most}; lower its timeout or compute, or pass "
-            "--over-budget")
+                f"{run.ceiling_reason}")
+    return ""
 
 
 def over_budget_option(func):
@@ -138,3 +141,52 @@ def plan_cost(config, target: str, pipeline: str, profiles, region: str | None,
     medians, runs = history_medians(config, target, pipeline, history) if history else ({}, 0)
     return run_cost(profiles, target, price_region(config, target, region), medians=medians,
                     prices=current_prices()), runs
+
+
+def pipeline_profiles(config, pipeline: str, target: str) -> dict:
+    """The validated per-step compute ``pipeline`` compiles with on ``target`` (defaults,
+    then gkeflow.yaml), as `gkeflow compile` and `submit` resolve it."""
+    from gkeflow.pipelines.targets.compile import default_compute, pipeline_compute
+
+    compute = pipeline_compute(pipeline, config.compute_overrides(default_compute()))
+    if pipeline == "prediction":
+        from gkeflow.pipelines.prediction import resolve_compute
+    elif pipeline == "fanout-prepare":
+        from gkeflow.pipelines.fanout import resolve_compute
+    elif pipeline == "sweep":
+        from gkeflow.pipelines.sweep import default_sweep, resolve_sweep_compute
+
+        engine = (config.sweep or default_sweep()).engine
+        return resolve_sweep_compute(target, compute, engine, config.preparation)
+    else:
+        from gkeflow.pipelines.training import resolve_compute as training_compute
+
+        return training_compute(target, compute, config.preparation)
+    return resolve_compute(target, compute)
+
+
+def check_budget(config, pipeline: str, target: str, environment: str, *,
+                 over_budget: bool, schedule=None) -> str:
+    """Raise a one-line ClickException when a run of ``pipeline`` would exceed its budget
+    (or its ceiling cannot be computed) and ``over_budget`` is not given; returns a warning
+    line to print when it is, else ''."""
+    from gkeflow.pipelines.budget_config import budget_for
+    from gkeflow.pipelines.compute.costing import run_cost
+    from gkeflow.pipelines.compute.prices import current_prices
+
+    budget, where = budget_for(config, environment, schedule)
+    if budget is None:
+        return ""
+    cost = run_cost(pipeline_profiles(config, pipeline, target), target,
+                    price_region(config, target), prices=current_prices())
+    refusal = budget_refusal(cost, budget.max_run_usd, where)
+    if not refusal:
+        return ""
+    name = f"schedule {schedule.name}: " if schedule is not None else ""
+    if not over_budget:
+        unknown = (cost.ceiling_usd is None
+                   and cost.priced_ceiling_usd <= budget.max_run_usd)
+        fix = ("pass --over-budget to submit anyway" if unknown else
+               "lower its timeouts or compute, raise the budget, or pass --over-budget")
+        raise click.ClickException(f"{name}{pipeline} on {target}: {refusal}; {fix}")
+    return f"warning: {name}submitted with --over-budget: {refusal}"

@@ -14,6 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from gkeflow.pipelines.cli.costs import over_budget_option
 from gkeflow.pipelines.cli.params import NonEmptyPath
 
 
@@ -60,6 +61,17 @@ def _remote_errors(func):
             raise click.ClickException(redact(str(exc))) from None
 
     return wrapper
+
+
+def _check_budget(config, pipeline, target, environment, **options) -> str:
+    """:func:`~gkeflow.pipelines.cli.costs.check_budget`, a refused compute in one line."""
+    from gkeflow.pipelines.cli.costs import check_budget
+    from gkeflow.pipelines.compute.profiles import ComputeError
+
+    try:
+        return check_budget(config, pipeline, target, environment, **options)
+    except ComputeError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def _print_planned(console: Console, planned) -> None:
@@ -128,10 +140,11 @@ def init_command(path: Path, force: bool) -> None:
               help="Offline: print the requests that would create the run (server-assigned "
                    "ids as placeholders), flagging images not built or pushed yet; needs no "
                    "token, credentials or network.")
+@over_budget_option
 @_config_option
 @_remote_errors
 def submit_command(pipeline, target, environment, params, wait, poll_s, timeout_s, dry_run,
-                   config_path) -> None:
+                   config_path, over_budget=False) -> None:
     """Compile PIPELINE (default: training) for a target and start a run there.
 
     \b
@@ -159,6 +172,9 @@ def submit_command(pipeline, target, environment, params, wait, poll_s, timeout_
     overrides = parse_param_options(params)
     console.print(f"[bold]gkeflow submit[/bold]: {pipeline} -> {target} (environment "
                   f"{environment})")
+    warning = _check_budget(config, pipeline, target, environment, over_budget=over_budget)
+    if warning:
+        console.print(f"  {warning}", markup=False, soft_wrap=True)
     with tempfile.TemporaryDirectory(prefix="gkeflow-submit-") as workdir:
         submission, backend = submit(config, pipeline, target, environment=environment,
                                      overrides=overrides, workdir=Path(workdir),
@@ -215,10 +231,11 @@ def _target_option(func):
               help="Offline: print the requests that would create the schedules (nothing is "
                    "read, so it shows creates), flagging images not built or pushed yet; "
                    "needs no token, credentials or network.")
+@over_budget_option
 @_target_option
 @_config_option
 @_remote_errors
-def schedule_apply(prune, dry_run, target, config_path) -> None:
+def schedule_apply(prune, dry_run, target, config_path, over_budget=False) -> None:
     """Create, update or replace the schedules of gkeflow.yaml on their targets (idempotent).
 
     Running it twice leaves one schedule per name. A schedule whose pipeline version or
@@ -250,6 +267,13 @@ def schedule_apply(prune, dry_run, target, config_path) -> None:
         console.print("no schedules in the file; nothing to apply (add `schedules:` or use "
                       "--prune to remove gkeflow schedules from the targets)")
         return
+    for schedule in config.schedules:
+        if target in (None, schedule.target) and schedule.enabled:
+            warning = _check_budget(config, schedule.pipeline, schedule.target,
+                                    schedule.environment, over_budget=over_budget,
+                                    schedule=schedule)
+            if warning:
+                console.print(f"  {warning}", markup=False, soft_wrap=True)
     with tempfile.TemporaryDirectory(prefix="gkeflow-schedule-") as workdir:
         result = apply(config, workdir=Path(workdir), target=target, prune=prune,
                        dry_run=dry_run, on_action=on_action)

@@ -56,6 +56,11 @@ class RunCost:
     label: str = LIST_PRICE_LABEL
 
     @property
+    def priced_ceiling_usd(self) -> float:
+        """The sum of the ceilings that are known: a lower bound when one is missing."""
+        return _money(sum(s.ceiling_usd for s in self.steps if s.ceiling_usd is not None))
+
+    @property
     def costliest(self) -> StepCost | None:
         """The step with the highest ceiling (or hourly rate when no ceiling is known)."""
         priced = [s for s in self.steps if s.ceiling_usd is not None or s.usd_per_hour]
@@ -64,7 +69,8 @@ class RunCost:
 
     def as_json(self) -> dict:
         return {"region": self.region, "label": self.label, "ceiling_usd": self.ceiling_usd,
-                "ceiling_reason": self.ceiling_reason, "expected_usd": self.expected_usd,
+                "ceiling_reason": self.ceiling_reason,
+                "priced_ceiling_usd": self.priced_ceiling_usd, "expected_usd": self.expected_usd,
                 "expected_reason": self.expected_reason,
                 "steps": [step.as_json() for step in self.steps]}
 
