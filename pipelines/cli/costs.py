@@ -190,3 +190,56 @@ def check_budget(config, pipeline: str, target: str, environment: str, *,
                "lower its timeouts or compute, raise the budget, or pass --over-budget")
         raise click.ClickException(f"{name}{pipeline} on {target}: {refusal}; {fix}")
     return f"warning: {name}submitted with --over-budget: {refusal}"
+
+
+def run_actual_cost(config, info):
+    """Each step's duration x rate of a finished or running run (`runs show`), at the compute
+    gkeflow.yaml declares now; None and why when the pipeline is not one of gkeflow's."""
+    from gkeflow.pipelines.compute.costing import actual_cost
+    from gkeflow.pipelines.compute.prices import current_prices
+    from gkeflow.pipelines.compute.profiles import ComputeError
+    from gkeflow.pipelines.targets.compile import PIPELINES
+
+    if info.pipeline not in PIPELINES:
+        return None, f"no cost: pipeline {info.pipeline or 'unknown'!r} is not one of gkeflow's"
+    try:
+        profiles = pipeline_profiles(config, info.pipeline, info.target)
+    except ComputeError as exc:
+        return None, f"no cost: {exc}"
+    durations = {step: seconds for step, seconds in step_durations(info.tasks).items()
+                 if step in profiles}
+    return actual_cost(durations, profiles, info.target, price_region(config, info.target),
+                       prices=current_prices()), ""
+
+
+def actual_cost_json(cost, reason: str, region: str) -> dict:
+    """`runs show --output json`'s ``cost``."""
+    if cost is None:
+        return {"total_usd": None, "reason": reason}
+    return {"label": cost.label, "region": region, "total_usd": cost.total_usd,
+            "reason": cost.reason,
+            "steps": [{"step": step, "duration_s": seconds, "usd": usd, "reason": why}
+                      for step, seconds, usd, why in cost.steps]}
+
+
+def actual_cost_cells(cost) -> dict[str, str]:
+    """step -> the `runs show` table's cost cell."""
+    if cost is None:
+        return {}
+    return {step: ("reserved" if why == "reserved" else format_usd(usd))
+            for step, _seconds, usd, why in cost.steps}
+
+
+def actual_cost_lines(cost, reason: str, region: str) -> list[str]:
+    """The total under the `runs show` table, and why a figure is missing."""
+    if cost is None:
+        return [f"cost: {reason}"]
+    total = (format_usd(cost.total_usd) if cost.total_usd is not None
+             else f"missing ({cost.reason})")
+    lines = [f"cost ({cost.label}, {region}, at the compute gkeflow.yaml declares now): "
+             f"total {total}"]
+    reasons: dict[str, list[str]] = {}
+    for step, _seconds, usd, why in cost.steps:
+        if usd is None and why:
+            reasons.setdefault(why, []).append(step)
+    return lines + [f"note: cost of {', '.join(steps)}: {why}" for why, steps in reasons.items()]
