@@ -243,3 +243,48 @@ def actual_cost_lines(cost, reason: str, region: str) -> list[str]:
         if usd is None and why:
             reasons.setdefault(why, []).append(step)
     return lines + [f"note: cost of {', '.join(steps)}: {why}" for why, steps in reasons.items()]
+
+
+def schedule_history(runs_reader, schedule: str, limit: int = 5) -> list[dict]:
+    """step -> duration of each of the newest ``limit`` succeeded runs ``schedule`` started."""
+    from gkeflow.pipelines.targets.runs import step_key
+
+    found = []
+    for run in runs_reader.list(schedule=schedule, limit=limit):
+        if run.state == "SUCCEEDED":
+            info = run if run.tasks else runs_reader.show(run.id)
+            found.append({step_key(t.name): t.duration_s for t in info.tasks
+                          if t.state == "SUCCEEDED"})
+    return found
+
+
+def monthly_estimate(config, schedule, history: list[dict], today=None) -> tuple[str, str]:
+    """(table cell, note) of one schedule's monthly cost: runs per month from its cron x the
+    expected cost at its runs' median durations, else x the ceiling (an upper bound)."""
+    from datetime import date
+
+    from gkeflow.pipelines.compute.costing import run_cost, runs_per_month
+    from gkeflow.pipelines.compute.prices import current_prices
+    from gkeflow.pipelines.compute.profiles import ComputeError
+
+    per_month = runs_per_month(schedule.cron, schedule.time_zone, today or date.today())
+    try:
+        profiles = pipeline_profiles(config, schedule.pipeline, schedule.target)
+    except ComputeError as exc:
+        return "missing", str(exc)
+    cost = run_cost(profiles, schedule.target, price_region(config, schedule.target),
+                    medians=median_durations(history), prices=current_prices())
+    runs = f"{per_month:.1f} runs"
+    if history and cost.expected_usd is not None:
+        return (f"{format_usd(per_month * cost.expected_usd)} ({runs} x "
+                f"{format_usd(cost.expected_usd)})"), ""
+    if cost.ceiling_usd is not None:
+        return (f"at most {format_usd(per_month * cost.ceiling_usd)} ({runs} x ceiling "
+                f"{format_usd(cost.ceiling_usd)})"), ""
+    reason = cost.expected_reason if history else cost.ceiling_reason
+    known = cost.priced_expected_usd if history else cost.priced_ceiling_usd
+    if known:
+        what = "expected" if history else "ceiling"
+        return (f"at least {format_usd(per_month * known)} ({runs} x {what} of the priced "
+                f"steps {format_usd(known)})"), reason
+    return f"missing ({runs})", reason

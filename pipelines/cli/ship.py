@@ -306,12 +306,24 @@ def schedule_list(count, target, config_path) -> None:
     if not rows:
         console.print("no gkeflow schedules on the configured targets")
         return
-    from gkeflow.pipelines.targets.runs import last_runs
+    from gkeflow.pipelines.cli.costs import monthly_estimate, schedule_history
+    from gkeflow.pipelines.targets.runs import last_runs, reader
 
-    last = last_runs(config, rows)
-    table = Table()
+    readers = {t: reader(config, t) for t in {row.target for row in rows}}
+    last = last_runs(config, rows, readers)
+    declared = {(s.target, s.name): s for s in config.schedules}
+    monthly, cost_notes = {}, []
+    for row in rows:
+        schedule = declared.get((row.target, row.name))
+        if schedule is not None:
+            cell, note = monthly_estimate(config, schedule, schedule_history(
+                readers[row.target], row.name))
+            monthly[(row.target, row.name)] = cell
+            if note:
+                cost_notes.append(f"note: {row.target}/{row.name} monthly cost: {note}")
+    table = Table(caption="monthly: estimate from list prices", caption_justify="left")
     for column in ("target", "name", "state", "cron on target", "gkeflow.yaml", "max conc.",
-                   "next run", "last run"):
+                   "next run", "last run", "monthly"):
         table.add_column(column)
     for row in rows:
         run = last.get((row.target, row.name))
@@ -320,8 +332,11 @@ def schedule_list(count, target, config_path) -> None:
         local = row.local if row.in_config else f"{row.local} (not in file)".strip()
         table.add_row(row.target, row.name, state, row.cron, local, str(row.max_concurrency),
                       nxt, f"{run.start:%Y-%m-%d %H:%M} {run.state.lower()}"
-                      if run and run.start else (run.state.lower() if run else "-"))
+                      if run and run.start else (run.state.lower() if run else "-"),
+                      monthly.get((row.target, row.name), "-"))
     console.print(table)
+    for note in cost_notes:
+        console.print(note, markup=False, soft_wrap=True)
     for row in rows:
         if row.warning:
             console.print(f"[yellow]warning[/yellow] {row.target}/{row.name}: {row.warning}",

@@ -61,6 +61,11 @@ class RunCost:
         return _money(sum(s.ceiling_usd for s in self.steps if s.ceiling_usd is not None))
 
     @property
+    def priced_expected_usd(self) -> float:
+        """The sum of the expected costs that are known: a lower bound when one is missing."""
+        return _money(sum(s.expected_usd for s in self.steps if s.expected_usd is not None))
+
+    @property
     def costliest(self) -> StepCost | None:
         """The step with the highest ceiling (or hourly rate when no ceiling is known)."""
         priced = [s for s in self.steps if s.ceiling_usd is not None or s.usd_per_hour]
@@ -211,3 +216,17 @@ def format_usd(value: float | None) -> str:
     if value is None:
         return "missing"
     return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.4f}"
+
+
+def runs_per_month(cron: str, time_zone: str, start: date) -> float:
+    """How many times a 5-field ``cron`` fires in an average month of the year from
+    ``start`` (its days x its times; a time a daylight-saving change skips still counts)."""
+    from datetime import timedelta
+
+    from gkeflow.pipelines.cron import CronExpression, zone
+
+    zone(time_zone)  # an unknown zone is refused as the schedule would be
+    expression = CronExpression.parse(cron)
+    per_day = len(expression.hours) * len(expression.minutes)
+    days = sum(expression.matches_day(start + timedelta(days=n)) for n in range(365))
+    return days * per_day / 12

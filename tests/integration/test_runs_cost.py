@@ -69,3 +69,33 @@ def test_runs_show_on_vertex_says_missing_with_the_reason(finished, write_config
     line = next(row for row in table.splitlines() if "train-model" in row)
     assert "missing" in line
     assert "no Vertex AI training rate for a2-highgpu-1g" in table
+
+
+def test_schedule_list_shows_a_monthly_estimate_from_cron_and_history(
+        kfp_runs, token_env, make_config, write_config, tmp_path):  # noqa: F811
+    from gkeflow.pipelines.targets.schedule import apply
+
+    daily = {"name": "daily", "target": "gke", "cron": "0 2 * * *"}
+    config = make_config(kfp_runs.url, None, schedules=[daily], compute={"train-model": A100})
+    apply(config, workdir=tmp_path, backends={"gke": _backend(config, "gke")})
+    (recurring_id,) = kfp_runs.recurring_runs
+    path = write_config(config_dict(kfp_runs.url, None, schedules=[daily],
+                                    compute={"train-model": A100}))
+    write_cache(tmp_path)
+    env = {"GKEFLOW_TEST_KFP_TOKEN": TOKEN, "COLUMNS": "400"}
+    before = gkeflow("schedule", "list", "--config", str(path), cwd=tmp_path, env=env)
+    assert before.returncode == 0, before.stderr
+    # no run yet: the ceiling of the priced steps (2 x $4.00/h x 2h) is the bound
+    assert "at least $486.67 (30.4 runs x ceiling of the priced steps $16.00)" in before.stdout
+    assert "note: gke/daily monthly cost: no ceiling for fingerprint-data" in before.stdout
+
+    fired = kfp_runs.fire(recurring_id)
+    kfp_runs.finish(fired)
+    shown = gkeflow("runs", "show", fired, "--target", "gke", "--output", "json", "--config",
+                    str(path), cwd=tmp_path, env=env)
+    train = next(t for t in json.loads(shown.stdout)["tasks"]
+                 if step_key(t["name"]) == "train-model")
+    per_run = round(8.0 * train["duration_s"] / 3600, 4)
+    after = gkeflow("schedule", "list", "--config", str(path), cwd=tmp_path, env=env)
+    assert after.returncode == 0, after.stderr
+    assert f"30.4 runs x expected of the priced steps ${per_run:,.2f})" in after.stdout

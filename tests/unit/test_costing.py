@@ -96,3 +96,13 @@ def test_vertex_rates_are_missing_not_invented():
     cost = step_cost("train-model", a100(), "vertex", "us-central1", today=TODAY,
                      prices=PRICES)
     assert cost.usd_per_hour is None and "Vertex" in cost.reason
+
+
+def test_runs_per_month_from_the_cron():
+    from gkeflow.pipelines.compute.costing import runs_per_month
+
+    assert runs_per_month("0 2 * * *", "UTC", date(2026, 1, 1)) == 365 / 12
+    assert runs_per_month("0 */6 * * *", "Europe/Berlin", date(2026, 1, 1)) == 4 * 365 / 12
+    assert runs_per_month("30 1 1 * *", "UTC", date(2026, 3, 5)) == 1
+    # Mondays of 2027 (from 2027-01-01, a Friday): 52
+    assert runs_per_month("0 3 * * 1", "UTC", date(2027, 1, 1)) == 52 / 12
