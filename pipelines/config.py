@@ -632,6 +632,12 @@ targets:
 #     notification_channels: [projects/my-project/notificationChannels/1234567890]
 #     gpu_idle: {threshold_percent: 40, duration_minutes: 30}
 
+# The most one run may cost at list prices, per environment (a schedule may set its own):
+# `submit` and `schedule apply` refuse a run whose ceiling exceeds it unless --over-budget
+# (docs/costs.md).
+# budget:
+#   default: {max_run_usd: 50}
+
 # Pipeline parameters per environment: `gkeflow submit --env prod`.
 # "default" is used when no --env is given; --param KEY=VALUE wins over these.
 parameters:
