@@ -61,6 +61,17 @@ def test_runs_show_prices_each_step_on_gke(finished, write_config, tmp_path):
     line = next(row for row in table.splitlines() if "Train model" in row)
     assert f"${train['usd']:,.2f}" in line
 
+    # plan --history: the expected cost at the median duration of the succeeded runs
+    planned = gkeflow("plan", "--target", "gke", "--history", "5", "--output", "json",
+                      "--config", str(write_config(data)), cwd=tmp_path,
+                      env={"GKEFLOW_TEST_KFP_TOKEN": TOKEN})
+    assert planned.returncode == 0, planned.stderr
+    cost = json.loads(planned.stdout)["cost"]
+    assert cost["history_runs"] == 1
+    expected = {row["step"]: row for row in cost["steps"]}["train-model"]
+    assert expected["median_s"] == durations["train-model"]
+    assert expected["expected_usd"] == train["usd"]
+
 
 def test_runs_show_on_vertex_says_missing_with_the_reason(finished, write_config, tmp_path):
     data, runs = finished
