@@ -45,6 +45,9 @@ The file is optional; every key has a default in code. Sections:
 ``tracking``
     where runs are tracked per environment: MLflow and/or Vertex AI Experiments
     (:mod:`gkeflow.pipelines.tracking_config`).
+``budget``
+    the most one run may cost at list prices, per environment and per schedule
+    (:mod:`gkeflow.pipelines.budget_config`; docs/costs.md).
 
 ``images``
     the registry the pipelines' images are built into and pulled from, extra packages and
@@ -76,6 +79,7 @@ from pydantic import (
 )
 
 from gkeflow.components.did_you_mean import did_you_mean
+from gkeflow.pipelines.budget_config import BudgetSettings
 from gkeflow.pipelines.deploy_config import DeployConfig
 from gkeflow.pipelines.gcsfuse_config import GcsFuseSettings
 from gkeflow.pipelines.images_config import BASE_DIR, ImagesConfig
@@ -182,6 +186,7 @@ class GkeflowConfig(BaseModel):
     deploy: DeployConfig = {}  # per environment: pipelines/deploy_config.py
     monitoring: dict[str, MonitoringSettings] = {}  # per environment: monitoring_config.py
     tracking: dict[str, TrackingSettings] = {}  # per environment: tracking_config.py
+    budget: dict[str, BudgetSettings] = {}  # per environment: budget_config.py
 
     @field_validator("name")
     @classmethod
@@ -202,12 +207,14 @@ class GkeflowConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_references(self):
+        from gkeflow.pipelines.budget_config import check_budget_environments
         from gkeflow.pipelines.monitoring_config import check_monitoring_environments
         from gkeflow.pipelines.operations_config import check_environments
         from gkeflow.pipelines.tracking_config import check_tracking_environments
 
-        return check_tracking_environments(check_monitoring_environments(check_environments(
-            _targets_model_validator(self))))
+        return check_budget_environments(check_tracking_environments(
+            check_monitoring_environments(check_environments(
+                _targets_model_validator(self)))))
 
     def gke_workspace(self) -> WorkspaceSettings:
         """``workspace:``, off when unset and the GKE target's pipeline root is gs:// (shards
@@ -478,6 +485,7 @@ class ScheduleConfig(_Strict):
     catch_up: bool = False
     enabled: bool = True
     notifications: NotificationSettings | None = None  # else its environment's
+    budget: BudgetSettings | None = None  # else its environment's (budget_config.py)
 
     @field_validator("name")
     @classmethod
@@ -655,6 +663,12 @@ targets:
 #       # credentials: {token_env: MLFLOW_TOKEN}   # or username_env + password_env
 #     vertex_experiments:
 #       experiment: penguins
+
+# The most one run may cost at list prices, per environment (a schedule may set its own):
+# `submit` and `schedule apply` refuse a run whose ceiling exceeds it unless --over-budget
+# (docs/costs.md).
+# budget:
+#   default: {max_run_usd: 50}
 
 # Pipeline parameters per environment: `gkeflow submit --env prod`.
 # "default" is used when no --env is given; --param KEY=VALUE wins over these.

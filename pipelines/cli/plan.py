@@ -29,18 +29,27 @@ from gkeflow.pipelines.targets.compile import COMPILE_TARGETS
               help="The pipeline (same as the PIPELINE argument).")
 @click.option("--target", type=click.Choice(COMPILE_TARGETS), default="gke", show_default=True,
               help="Backend whose requests to show.")
+@click.option("--region", metavar="REGION",
+              help="Region whose list prices the cost columns use. Default: the vertex "
+                   "target's region in gkeflow.yaml, else us-central1.")
+@click.option("--history", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Read the newest N runs of the pipeline on the target and add each "
+                   "step's expected cost at their median duration.")
 @compute_options
 @format_options("--output", "--format")
 def plan_command(pipeline: str, pipeline_option: str | None, target: str,
                  config_path: Path | None, compute_overrides: tuple[str, ...],
-                 wide: bool = False, output_format: str = "table") -> None:
+                 wide: bool = False, output_format: str = "table", region: str | None = None,
+                 history: int = 0) -> None:
     """Show what each step of PIPELINE (default: training) will request on a target.
 
     One row per step: CPU, memory, accelerator (as the target spells it), GPUs per node,
     capacity (on-demand, spot, flex-start or reservation), total GPUs, timeout and the
     machine shape that hosts it; --wide adds image, nodes, Kueue queue, ephemeral disk,
     retries, caching and /dev/shm. The table fits COLUMNS (or the terminal);
-    --output json prints every field for scripts.
+    --output json prints every field for scripts. Cost columns: each step's hourly list
+    price on that target and capacity and its ceiling at its timeout, with the run's total
+    (docs/costs.md).
     The compute is validated exactly as `gkeflow compile` does; requests the target
     cannot honour are listed below the table.
     """
@@ -96,9 +105,13 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     images = {step: pin(image, lock) for step, image in images.items() if step in profiles}
     rows = plan(profiles, target, {step: image.rsplit("/", 1)[-1]
                                    for step, image in images.items()})
+    from gkeflow.pipelines.cli.costs import plan_cost
+
+    cost, history_runs = plan_cost(config, target, pipeline, profiles, region, history)
     if output_format == "json":
-        print_json(plan_json(pipeline, target, rows, images, target_notes(
-            profiles, target, () if pipeline == "sweep" else ("train-model",))))
+        print_json({**plan_json(pipeline, target, rows, images, target_notes(
+            profiles, target, () if pipeline == "sweep" else ("train-model",))),
+            "cost": {**cost.as_json(), "history_runs": history_runs}})
         return
     caption = ("CPU and memory: request = limit" if target == "gke"
                else "CPU and memory: limits; Vertex AI picks the machine")
@@ -106,8 +119,15 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
         caption += "; accelerator: node label, requested as nvidia.com/gpu"
         if any(p.uses_tpu for p in profiles.values()):
             caption += " (TPUs: google.com/tpu, chips per host)"
-    console = print_table(plan_records(rows, wide), PLAN_COLUMNS, PLAN_WIDE_COLUMNS, wide,
+    from gkeflow.pipelines.cli.costs import cost_cells, cost_lines
+
+    cells = cost_cells(cost)
+    records = [{**record, **cells[record["step"]]} for record in plan_records(rows, wide)]
+    more = ("expected",) if history else ()
+    console = print_table(records, PLAN_COLUMNS + more, PLAN_WIDE_COLUMNS + more, wide,
                           title=f"{pipeline} on {target}", caption=caption, no_wrap=("step",))
+    for line in cost_lines(cost, history_runs if history else 0):
+        console.print(line, markup=False, soft_wrap=True)
     for image in sorted(set(images.values())):
         pinned = ("pinned" if is_pinned(image)
                   else "tag only, not built: run `gkeflow images build`")

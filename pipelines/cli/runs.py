@@ -20,7 +20,7 @@ from gkeflow.pipelines.cli.common import (
     stdout_console,
 )
 from gkeflow.pipelines.targets.backend_choice import reader
-from gkeflow.pipelines.targets.runs import format_duration, format_time, target_of
+from gkeflow.pipelines.targets.runs import format_duration, format_time, step_key, target_of
 
 
 def _target(func):
@@ -123,8 +123,13 @@ def runs_show(run, target, output, config_path) -> None:
     gate decision."""
     config = require_config(config_path)
     info = reader(config, target_of(config, run, target)).show(run)
+    from gkeflow.pipelines.cli import costs
+
+    cost, why = costs.run_actual_cost(config, info)
+    region = costs.price_region(config, info.target)
     if output == "json":
-        click.echo(json.dumps(info.as_json(), indent=2))
+        click.echo(json.dumps({**info.as_json(),
+                               "cost": costs.actual_cost_json(cost, why, region)}, indent=2))
         return
     console = stdout_console()
     console.print(Text.assemble(
@@ -135,12 +140,16 @@ def runs_show(run, target, output, config_path) -> None:
                   + (f", schedule {info.schedule}" if info.schedule else ""), markup=False)
     console.print(f"  {info.url}", markup=False, soft_wrap=True)
     table = Table(title="Steps", title_justify="left")
-    for column in ("step", "state", "start (UTC)", "duration", "error"):
+    for column in ("step", "state", "start (UTC)", "duration", "cost", "error"):
         table.add_column(column, overflow="fold")
+    cells = costs.actual_cost_cells(cost)
     for task in sorted(info.tasks, key=lambda t: (t.start is None, t.start or 0, t.name)):
         table.add_row(Text(task.name), _state(task.state), format_time(task.start),
-                      format_duration(task.duration_s), Text(task.error or ""))
+                      format_duration(task.duration_s), cells.get(step_key(task.name), "-"),
+                      Text(task.error or ""))
     console.print(table)
+    for line in costs.actual_cost_lines(cost, why, region):
+        console.print(line, markup=False, soft_wrap=True)
     if info.metrics:
         shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(info.metrics.items()))
         console.print(f"metrics: {shown}", markup=False, soft_wrap=True)

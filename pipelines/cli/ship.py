@@ -20,7 +20,19 @@ from gkeflow.pipelines.cli.common import (
     require_config,
     stdout_console,
 )
+from gkeflow.pipelines.cli.costs import over_budget_option
 from gkeflow.pipelines.cli.params import NonEmptyPath
+
+
+def _check_budget(config, pipeline, target, environment, **options) -> str:
+    """:func:`~gkeflow.pipelines.cli.costs.check_budget`, a refused compute in one line."""
+    from gkeflow.pipelines.cli.costs import check_budget
+    from gkeflow.pipelines.compute.profiles import ComputeError
+
+    try:
+        return check_budget(config, pipeline, target, environment, **options)
+    except ComputeError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def _print_planned(console: Console, planned) -> None:
@@ -89,10 +101,11 @@ def init_command(path: Path, force: bool) -> None:
               help="Offline: print the requests that would create the run (server-assigned "
                    "ids as placeholders), flagging images not built or pushed yet; needs no "
                    "token, credentials or network.")
+@over_budget_option
 @config_option
 @remote_errors
 def submit_command(pipeline, target, environment, params, wait, poll_s, timeout_s, dry_run,
-                   config_path) -> None:
+                   config_path, over_budget=False) -> None:
     """Compile PIPELINE (default: training) for a target and start a run there.
 
     \b
@@ -120,6 +133,9 @@ def submit_command(pipeline, target, environment, params, wait, poll_s, timeout_
     overrides = parse_param_options(params)
     console.print(f"[bold]gkeflow submit[/bold]: {pipeline} -> {target} (environment "
                   f"{environment})")
+    warning = _check_budget(config, pipeline, target, environment, over_budget=over_budget)
+    if warning:
+        console.print(f"  {warning}", markup=False, soft_wrap=True)
     with tempfile.TemporaryDirectory(prefix="gkeflow-submit-") as workdir:
         submission, backend = submit(config, pipeline, target, environment=environment,
                                      overrides=overrides, workdir=Path(workdir),
@@ -176,10 +192,11 @@ def _target_option(func):
               help="Offline: print the requests that would create the schedules (nothing is "
                    "read, so it shows creates), flagging images not built or pushed yet; "
                    "needs no token, credentials or network.")
+@over_budget_option
 @_target_option
 @config_option
 @remote_errors
-def schedule_apply(prune, dry_run, target, config_path) -> None:
+def schedule_apply(prune, dry_run, target, config_path, over_budget=False) -> None:
     """Create, update or replace the schedules of gkeflow.yaml on their targets (idempotent).
 
     Running it twice leaves one schedule per name. A schedule whose pipeline version or
@@ -211,6 +228,13 @@ def schedule_apply(prune, dry_run, target, config_path) -> None:
         console.print("no schedules in the file; nothing to apply (add `schedules:` or use "
                       "--prune to remove gkeflow schedules from the targets)")
         return
+    for schedule in config.schedules:
+        if target in (None, schedule.target) and schedule.enabled:
+            warning = _check_budget(config, schedule.pipeline, schedule.target,
+                                    schedule.environment, over_budget=over_budget,
+                                    schedule=schedule)
+            if warning:
+                console.print(f"  {warning}", markup=False, soft_wrap=True)
     with tempfile.TemporaryDirectory(prefix="gkeflow-schedule-") as workdir:
         result = apply(config, workdir=Path(workdir), target=target, prune=prune,
                        dry_run=dry_run, on_action=on_action)
@@ -243,12 +267,24 @@ def schedule_list(count, target, config_path) -> None:
     if not rows:
         console.print("no gkeflow schedules on the configured targets")
         return
-    from gkeflow.pipelines.targets.backend_choice import last_runs
+    from gkeflow.pipelines.cli.costs import monthly_estimate, schedule_history
+    from gkeflow.pipelines.targets.backend_choice import last_runs, reader
 
-    last = last_runs(config, rows)
-    table = Table()
+    readers = {t: reader(config, t) for t in {row.target for row in rows}}
+    last = last_runs(config, rows, readers)
+    declared = {(s.target, s.name): s for s in config.schedules}
+    monthly, cost_notes = {}, []
+    for row in rows:
+        schedule = declared.get((row.target, row.name))
+        if schedule is not None:
+            cell, note = monthly_estimate(config, schedule, schedule_history(
+                readers[row.target], row.name))
+            monthly[(row.target, row.name)] = cell
+            if note:
+                cost_notes.append(f"note: {row.target}/{row.name} monthly cost: {note}")
+    table = Table(caption="monthly: estimate from list prices", caption_justify="left")
     for column in ("target", "name", "state", "cron on target", "gkeflow.yaml", "max conc.",
-                   "next run", "last run"):
+                   "next run", "last run", "monthly"):
         table.add_column(column)
     for row in rows:
         run = last.get((row.target, row.name))
@@ -257,8 +293,11 @@ def schedule_list(count, target, config_path) -> None:
         local = row.local if row.in_config else f"{row.local} (not in file)".strip()
         table.add_row(row.target, row.name, state, row.cron, local, str(row.max_concurrency),
                       nxt, f"{run.start:%Y-%m-%d %H:%M} {run.state.lower()}"
-                      if run and run.start else (run.state.lower() if run else "-"))
+                      if run and run.start else (run.state.lower() if run else "-"),
+                      monthly.get((row.target, row.name), "-"))
     console.print(table)
+    for note in cost_notes:
+        console.print(note, markup=False, soft_wrap=True)
     for row in rows:
         if row.warning:
             console.print(f"[yellow]warning[/yellow] {row.target}/{row.name}: {row.warning}",

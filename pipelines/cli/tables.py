@@ -72,10 +72,10 @@ def print_table(records: Sequence[Mapping[str, str]], columns: Sequence[str],
 
 #: `gkeflow plan`: the essential columns, then every field of a PlanRow.
 PLAN_COLUMNS = ("step", "cpu", "memory", "accelerator", "gpus", "capacity", "timeout",
-                "machine")
+                "machine", "cost/h", "ceiling")
 PLAN_WIDE_COLUMNS = ("step", "image", "cpu", "memory", "accelerator", "count", "capacity",
                      "nodes", "gpus", "queue", "disk", "retries", "caching", "timeout", "shm",
-                     "machine")
+                     "machine", "cost/h", "ceiling")
 
 
 def plan_records(rows: Sequence, wide: bool) -> list[dict[str, str]]:

@@ -1,0 +1,291 @@
+"""Cost figures as `gkeflow plan`, `submit`, `schedule` and `runs show` print them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import click
+
+from gkeflow.pipelines.compute.costing import (
+    LIST_PRICE_LABEL,
+    RunCost,
+    StepCost,
+    format_usd,
+    median_durations,
+)
+
+DEFAULT_REGION = "us-central1"
+
+
+def price_region(config, target: str, region: str | None = None) -> str:
+    """The region prices are read for: ``--region``, else the Vertex AI target's region
+    (either target), else us-central1."""
+    if region:
+        return region
+    vertex = getattr(config.targets, "vertex", None)
+    return vertex.region if vertex is not None else DEFAULT_REGION
+
+
+def rate_cell(step: StepCost) -> str:
+    """``$4.00/h`` (with its saving against on demand), ``reserved`` or ``missing``."""
+    if step.reserved:
+        return "reserved"
+    if step.usd_per_hour is None:
+        return "missing"
+    text = f"{format_usd(step.usd_per_hour)}/h"
+    if step.nodes > 1:
+        text += f" ({step.nodes} nodes)"
+    if step.saving_pct is not None:
+        on_demand = format_usd(step.on_demand_usd_per_hour)
+        text += f", {step.saving_pct:g}% under on demand {on_demand}/h"
+    return text + (" (stale)" if step.stale else "")
+
+
+def ceiling_cell(step: StepCost) -> str:
+    """The step's ceiling at its timeout, ``reserved``, ``unbounded`` or ``missing``."""
+    if step.reserved:
+        return "reserved"
+    if step.ceiling_usd is None:
+        return "unbounded" if step.usd_per_hour is not None else "missing"
+    return format_usd(step.ceiling_usd)
+
+
+def cost_cells(run: RunCost) -> dict[str, dict[str, str]]:
+    """step -> the plan table's ``cost/h``, ``ceiling`` and ``expected`` cells."""
+    return {step.step: {"cost/h": rate_cell(step), "ceiling": ceiling_cell(step),
+                        "expected": format_usd(step.expected_usd) if step.median_s is not None
+                        else "-"} for step in run.steps}
+
+
+def cost_lines(run: RunCost, history_runs: int = 0) -> list[str]:
+    """The lines under the plan table: totals, price sources with their dates, and why a
+    figure is missing."""
+    ceiling = (format_usd(run.ceiling_usd) if run.ceiling_usd is not None
+               else f"missing ({run.ceiling_reason}); at least "
+                    f"{format_usd(run.priced_ceiling_usd)} from the priced steps")
+    lines = [f"cost ({LIST_PRICE_LABEL}, {run.region}): ceiling per run {ceiling}"]
+    if history_runs:
+        expected = (format_usd(run.expected_usd) if run.expected_usd is not None
+                    else f"missing ({run.expected_reason})")
+        lines.append(f"cost: expected per run {expected} (median step durations of "
+                     f"{history_runs} earlier runs)")
+    for source, read in sorted({(s.source, s.date_read) for s in run.steps if s.source}):
+        lines.append(f"prices: {source} (read {read})")
+    stale = [step.step for step in run.steps if step.stale]
+    if stale:
+        lines.append(f"note: stale prices (read over 90 days ago) for {', '.join(stale)}; "
+                     "`gkeflow prices refresh` updates them")
+    reasons: dict[str, list[str]] = {}
+    for step in run.steps:
+        if step.reason:
+            reasons.setdefault(step.reason, []).append(step.step)
+    lines += [f"note: cost of {', '.join(steps)}: {reason}" for reason, steps in reasons.items()]
+    return lines
+
+
+def history_medians(config, target: str, pipeline: str, limit: int) -> tuple[
+        dict[str, float], int]:
+    """Median step durations over the newest ``limit`` succeeded runs of ``pipeline`` on
+    ``target``, and how many runs they come from."""
+    from gkeflow.pipelines.targets.backend_choice import reader
+    from gkeflow.pipelines.targets.runs import step_key
+
+    runs = reader(config, target)
+    done = [run for run in runs.list(pipeline=pipeline, limit=limit)
+            if run.state == "SUCCEEDED"]
+    durations = []
+    for run in done:
+        info = run if run.tasks else runs.show(run.id)
+        durations.append({step_key(task.name): task.duration_s for task in info.tasks
+                          if task.state == "SUCCEEDED"})
+    return median_durations(durations), len(done)
+
+
+def budget_refusal(run: RunCost, max_run_usd: float, where: str) -> str:
+    """Why a run over ``max_run_usd`` (``where``: the budget's name) breaks it, naming the
+    step that costs most; empty when its ceiling is within it."""
+    known = run.ceiling_usd is not None
+    ceiling = run.ceiling_usd if known else run.priced_ceiling_usd
+    if ceiling > max_run_usd:  # over even when some steps' prices are missing
+        top = run.costliest
+        most = f"; most from {top.step} ({format_usd(top.ceiling_usd)})" if top else ""
+        what = "ceiling" if known else "ceiling of its priced steps"
+        return (f"the run's {what} {format_usd(ceiling)} exceeds {where} "
+                f"({format_usd(max_run_usd)}){most}")
+    if not known:
+        return (f"cannot check the run against {where} ({format_usd(max_run_usd)}): "
+                f"{run.ceiling_reason}")
+    return ""
+
+
+def over_budget_option(func):
+    """``--over-budget``: submit even when the ceiling exceeds the budget or is unknown."""
+    return click.option("--over-budget", is_flag=True,
+                        help="Submit even when the run's cost ceiling exceeds the "
+                             "environment's (or schedule's) budget, or cannot be computed "
+                             "(docs/costs.md).")(func)
+
+
+def step_durations(tasks) -> Mapping[str, float | None]:
+    """step -> duration of the steps of a run (`runs show`)."""
+    from gkeflow.pipelines.targets.runs import step_key
+
+    return {step_key(task.name): task.duration_s for task in tasks}
+
+
+def plan_cost(config, target: str, pipeline: str, profiles, region: str | None,
+              history: int) -> tuple[RunCost, int]:
+    """The run's cost figures for `gkeflow plan`, and how many earlier runs gave medians."""
+    from gkeflow.pipelines.compute.costing import run_cost
+    from gkeflow.pipelines.compute.prices import current_prices
+
+    medians, runs = history_medians(config, target, pipeline, history) if history else ({}, 0)
+    return run_cost(profiles, target, price_region(config, target, region), medians=medians,
+                    prices=current_prices()), runs
+
+
+def pipeline_profiles(config, pipeline: str, target: str) -> dict:
+    """The validated per-step compute ``pipeline`` compiles with on ``target`` (defaults,
+    then gkeflow.yaml), as `gkeflow compile` and `submit` resolve it."""
+    from gkeflow.pipelines.targets.compile import default_compute, pipeline_compute
+
+    compute = pipeline_compute(pipeline, config.compute_overrides(default_compute()))
+    if pipeline == "prediction":
+        from gkeflow.pipelines.prediction import resolve_compute
+    elif pipeline == "fanout-prepare":
+        from gkeflow.pipelines.fanout import resolve_compute
+    elif pipeline == "sweep":
+        from gkeflow.pipelines.sweep import default_sweep, resolve_sweep_compute
+
+        engine = (config.sweep or default_sweep()).engine
+        return resolve_sweep_compute(target, compute, engine, config.preparation)
+    else:
+        from gkeflow.pipelines.training import resolve_compute as training_compute
+
+        return training_compute(target, compute, config.preparation)
+    return resolve_compute(target, compute)
+
+
+def check_budget(config, pipeline: str, target: str, environment: str, *,
+                 over_budget: bool, schedule=None) -> str:
+    """Raise a one-line ClickException when a run of ``pipeline`` would exceed its budget
+    (or its ceiling cannot be computed) and ``over_budget`` is not given; returns a warning
+    line to print when it is, else ''."""
+    from gkeflow.pipelines.budget_config import budget_for
+    from gkeflow.pipelines.compute.costing import run_cost
+    from gkeflow.pipelines.compute.prices import current_prices
+
+    budget, where = budget_for(config, environment, schedule)
+    if budget is None:
+        return ""
+    cost = run_cost(pipeline_profiles(config, pipeline, target), target,
+                    price_region(config, target), prices=current_prices())
+    refusal = budget_refusal(cost, budget.max_run_usd, where)
+    if not refusal:
+        return ""
+    name = f"schedule {schedule.name}: " if schedule is not None else ""
+    if not over_budget:
+        unknown = (cost.ceiling_usd is None
+                   and cost.priced_ceiling_usd <= budget.max_run_usd)
+        fix = ("pass --over-budget to submit anyway" if unknown else
+               "lower its timeouts or compute, raise the budget, or pass --over-budget")
+        raise click.ClickException(f"{name}{pipeline} on {target}: {refusal}; {fix}")
+    return f"warning: {name}submitted with --over-budget: {refusal}"
+
+
+def run_actual_cost(config, info):
+    """Each step's duration x rate of a finished or running run (`runs show`), at the compute
+    gkeflow.yaml declares now; None and why when the pipeline is not one of gkeflow's."""
+    from gkeflow.pipelines.compute.costing import actual_cost
+    from gkeflow.pipelines.compute.prices import current_prices
+    from gkeflow.pipelines.compute.profiles import ComputeError
+    from gkeflow.pipelines.targets.compile import PIPELINES
+
+    if info.pipeline not in PIPELINES:
+        return None, f"no cost: pipeline {info.pipeline or 'unknown'!r} is not one of gkeflow's"
+    try:
+        profiles = pipeline_profiles(config, info.pipeline, info.target)
+    except ComputeError as exc:
+        return None, f"no cost: {exc}"
+    durations = {step: seconds for step, seconds in step_durations(info.tasks).items()
+                 if step in profiles}
+    return actual_cost(durations, profiles, info.target, price_region(config, info.target),
+                       prices=current_prices()), ""
+
+
+def actual_cost_json(cost, reason: str, region: str) -> dict:
+    """`runs show --output json`'s ``cost``."""
+    if cost is None:
+        return {"total_usd": None, "reason": reason}
+    return {"label": cost.label, "region": region, "total_usd": cost.total_usd,
+            "reason": cost.reason,
+            "steps": [{"step": step, "duration_s": seconds, "usd": usd, "reason": why}
+                      for step, seconds, usd, why in cost.steps]}
+
+
+def actual_cost_cells(cost) -> dict[str, str]:
+    """step -> the `runs show` table's cost cell."""
+    if cost is None:
+        return {}
+    return {step: ("reserved" if why == "reserved" else format_usd(usd))
+            for step, _seconds, usd, why in cost.steps}
+
+
+def actual_cost_lines(cost, reason: str, region: str) -> list[str]:
+    """The total under the `runs show` table, and why a figure is missing."""
+    if cost is None:
+        return [f"cost: {reason}"]
+    total = (format_usd(cost.total_usd) if cost.total_usd is not None
+             else f"missing ({cost.reason})")
+    lines = [f"cost ({cost.label}, {region}, at the compute gkeflow.yaml declares now): "
+             f"total {total}"]
+    reasons: dict[str, list[str]] = {}
+    for step, _seconds, usd, why in cost.steps:
+        if usd is None and why:
+            reasons.setdefault(why, []).append(step)
+    return lines + [f"note: cost of {', '.join(steps)}: {why}" for why, steps in reasons.items()]
+
+
+def schedule_history(runs_reader, schedule: str, limit: int = 5) -> list[dict]:
+    """step -> duration of each of the newest ``limit`` succeeded runs ``schedule`` started."""
+    from gkeflow.pipelines.targets.runs import step_key
+
+    found = []
+    for run in runs_reader.list(schedule=schedule, limit=limit):
+        if run.state == "SUCCEEDED":
+            info = run if run.tasks else runs_reader.show(run.id)
+            found.append({step_key(t.name): t.duration_s for t in info.tasks
+                          if t.state == "SUCCEEDED"})
+    return found
+
+
+def monthly_estimate(config, schedule, history: list[dict], today=None) -> tuple[str, str]:
+    """(table cell, note) of one schedule's monthly cost: runs per month from its cron x the
+    expected cost at its runs' median durations, else x the ceiling (an upper bound)."""
+    from datetime import date
+
+    from gkeflow.pipelines.compute.costing import run_cost, runs_per_month
+    from gkeflow.pipelines.compute.prices import current_prices
+    from gkeflow.pipelines.compute.profiles import ComputeError
+
+    per_month = runs_per_month(schedule.cron, schedule.time_zone, today or date.today())
+    try:
+        profiles = pipeline_profiles(config, schedule.pipeline, schedule.target)
+    except ComputeError as exc:
+        return "missing", str(exc)
+    cost = run_cost(profiles, schedule.target, price_region(config, schedule.target),
+                    medians=median_durations(history), prices=current_prices())
+    runs = f"{per_month:.1f} runs"
+    if history and cost.expected_usd is not None:
+        return (f"{format_usd(per_month * cost.expected_usd)} ({runs} x "
+                f"{format_usd(cost.expected_usd)})"), ""
+    if cost.ceiling_usd is not None:
+        return (f"at most {format_usd(per_month * cost.ceiling_usd)} ({runs} x ceiling "
+                f"{format_usd(cost.ceiling_usd)})"), ""
+    reason = cost.expected_reason if history else cost.ceiling_reason
+    known = cost.priced_expected_usd if history else cost.priced_ceiling_usd
+    if known:
+        what = "expected" if history else "ceiling"
+        return (f"at least {format_usd(per_month * known)} ({runs} x {what} of the priced "
+                f"steps {format_usd(known)})"), reason
+    return f"missing ({runs})", reason

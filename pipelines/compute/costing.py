@@ -1,0 +1,232 @@
+"""What a run costs at list prices: per step, its hourly rate, its ceiling at its timeout, the
+expected cost from earlier runs' median durations, and the estimate after a run.
+
+Pure arithmetic over :func:`gkeflow.pipelines.compute.prices.hourly_rate`: a figure that
+cannot be computed (a missing price, no timeout, reserved capacity) is ``None`` with the
+reason, never guessed. A step of ``replicas`` nodes costs ``replicas`` x the rate of one.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import date
+
+from gkeflow.pipelines.compute.prices import Price, Rate, hourly_rate
+from gkeflow.pipelines.compute.profiles import ComputeProfile, fitting_shape
+
+#: The label every cost figure carries.
+LIST_PRICE_LABEL = "estimate from list prices"
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One step's cost figures (USD); None where a figure cannot be computed (``reason``)."""
+
+    step: str
+    nodes: int
+    usd_per_hour: float | None
+    ceiling_usd: float | None
+    timeout_s: int
+    source: str = ""
+    date_read: str = ""
+    stale: bool = False
+    reserved: bool = False
+    reason: str = ""
+    on_demand_usd_per_hour: float | None = None
+    saving_pct: float | None = None
+    median_s: float | None = None
+    expected_usd: float | None = None
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """A run's steps and totals; a total is None when one of its steps' figures is."""
+
+    steps: list[StepCost]
+    region: str
+    ceiling_usd: float | None
+    ceiling_reason: str
+    expected_usd: float | None
+    expected_reason: str
+    label: str = LIST_PRICE_LABEL
+
+    @property
+    def priced_ceiling_usd(self) -> float:
+        """The sum of the ceilings that are known: a lower bound when one is missing."""
+        return _money(sum(s.ceiling_usd for s in self.steps if s.ceiling_usd is not None))
+
+    @property
+    def priced_expected_usd(self) -> float:
+        """The sum of the expected costs that are known: a lower bound when one is missing."""
+        return _money(sum(s.expected_usd for s in self.steps if s.expected_usd is not None))
+
+    @property
+    def costliest(self) -> StepCost | None:
+        """The step with the highest ceiling (or hourly rate when no ceiling is known)."""
+        priced = [s for s in self.steps if s.ceiling_usd is not None or s.usd_per_hour]
+        return max(priced, key=lambda s: (s.ceiling_usd or 0.0, s.usd_per_hour or 0.0),
+                   default=None)
+
+    def as_json(self) -> dict:
+        return {"region": self.region, "label": self.label, "ceiling_usd": self.ceiling_usd,
+                "ceiling_reason": self.ceiling_reason,
+                "priced_ceiling_usd": self.priced_ceiling_usd, "expected_usd": self.expected_usd,
+                "expected_reason": self.expected_reason,
+                "steps": [step.as_json() for step in self.steps]}
+
+
+def machine_type(profile: ComputeProfile, target: str) -> str:
+    """The machine type a GPU step is priced as; empty for a CPU step (any node pool)."""
+    if not profile.uses_gpu:
+        return ""
+    shape = fitting_shape(profile, target)
+    return shape.name if shape else ""
+
+
+def node_rate(profile: ComputeProfile, target: str, region: str, capacity: str | None = None,
+              *, today: date | None = None, prices: tuple[Price, ...] | None = None) -> Rate:
+    """The hourly rate of one node of ``profile`` (under ``capacity``, default its own)."""
+    capacity = capacity or profile.scheduling
+    if capacity == "reservation":
+        return hourly_rate(target, "", None, 0, capacity, region, today=today, prices=prices)
+    machine = machine_type(profile, target)
+    if not machine:
+        if profile.uses_gpu:
+            return Rate(None, reason=f"no machine shape hosts {profile.accelerator_count} x "
+                                     f"{profile.accelerator}")
+        return Rate(None, reason="a CPU-only step runs on a shared node pool; no machine type "
+                                 "to price")
+    return hourly_rate(target, machine, profile.accelerator, profile.accelerator_count,
+                       capacity, region, today=today, prices=prices)
+
+
+def _money(value: float) -> float:
+    return round(value, 4)
+
+
+def step_cost(step: str, profile: ComputeProfile, target: str, region: str, *,
+              median_s: float | None = None, today: date | None = None,
+              prices: tuple[Price, ...] | None = None) -> StepCost:
+    """Hourly rate, ceiling at the step's timeout, saving against on demand and the
+    expected cost at ``median_s`` of one step, all nodes multiplied out."""
+    nodes = max(1, profile.replicas)
+    rate = node_rate(profile, target, region, today=today, prices=prices)
+    reserved = profile.scheduling == "reservation"
+    if rate.missing:
+        return StepCost(step, nodes, None, None, profile.timeout_s, reserved=reserved,
+                        reason=rate.reason, median_s=median_s)
+    hourly = rate.usd_per_hour * nodes
+    ceiling, reason = None, ""
+    if profile.timeout_s:
+        ceiling = _money(hourly * profile.timeout_s / 3600)
+    else:
+        reason = "no timeout_s: the ceiling is unbounded"
+    on_demand = saving = None
+    if profile.scheduling in ("spot", "flex-start"):
+        standard = node_rate(profile, target, region, "standard", today=today, prices=prices)
+        if not standard.missing:
+            on_demand = _money(standard.usd_per_hour * nodes)
+            if on_demand > 0:
+                saving = round(100 * (1 - hourly / on_demand), 1)
+    expected = _money(hourly * median_s / 3600) if median_s is not None else None
+    return StepCost(step, nodes, _money(hourly), ceiling, profile.timeout_s, rate.source,
+                    rate.date_read.isoformat() if rate.date_read else "", rate.stale,
+                    reason=reason, on_demand_usd_per_hour=on_demand, saving_pct=saving,
+                    median_s=median_s, expected_usd=expected)
+
+
+def _total(figures: Iterable[tuple[str, float | None, str]], what: str) -> tuple[
+        float | None, str]:
+    figures = list(figures)
+    missing = [(step, reason) for step, value, reason in figures if value is None]
+    if missing:
+        step, reason = missing[0]
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        return None, f"no {what} for {step}{more}: {reason or 'no earlier run'}"
+    return _money(sum(value for _step, value, _reason in figures)), ""
+
+
+def run_cost(profiles: Mapping[str, ComputeProfile], target: str, region: str, *,
+             medians: Mapping[str, float] | None = None, today: date | None = None,
+             prices: tuple[Price, ...] | None = None) -> RunCost:
+    """:func:`step_cost` of every step, and the run's ceiling and expected totals (steps on
+    reserved capacity are left out of the totals: the reservation is paid for anyway)."""
+    medians = medians or {}
+    steps = [step_cost(step, profile, target, region, median_s=medians.get(step),
+                       today=today, prices=prices) for step, profile in profiles.items()]
+    paid = [s for s in steps if not s.reserved]  # a reservation is paid for already
+    ceiling, ceiling_reason = _total(
+        [(s.step, s.ceiling_usd, s.reason) for s in paid], "ceiling")
+    expected, expected_reason = _total(
+        [(s.step, s.expected_usd, s.reason if s.usd_per_hour is None else "")
+         for s in paid], "expected cost")
+    return RunCost(steps, region, ceiling, ceiling_reason, expected, expected_reason)
+
+
+def median_durations(runs: Iterable[Mapping[str, float | None]]) -> dict[str, float]:
+    """step -> median duration (seconds) over earlier runs (each a step -> duration map)."""
+    seen: dict[str, list[float]] = {}
+    for run in runs:
+        for step, seconds in run.items():
+            if seconds is not None:
+                seen.setdefault(step, []).append(float(seconds))
+    return {step: statistics.median(values) for step, values in seen.items()}
+
+
+@dataclass(frozen=True)
+class ActualCost:
+    """After a run: each step's duration x rate and the total (None when one is missing)."""
+
+    steps: list[tuple[str, float | None, float | None, str]] = field(default_factory=list)
+    total_usd: float | None = None
+    reason: str = ""
+    label: str = LIST_PRICE_LABEL
+
+
+def actual_cost(durations: Mapping[str, float | None], profiles: Mapping[str, ComputeProfile],
+                target: str, region: str, *, today: date | None = None,
+                prices: tuple[Price, ...] | None = None) -> ActualCost:
+    """Duration x hourly rate of each step that ran (steps without a profile are skipped
+    with a reason); ``(step, duration_s, usd, reason)`` rows."""
+    rows: list[tuple[str, float | None, float | None, str]] = []
+    for step, seconds in durations.items():
+        profile = profiles.get(step)
+        if profile is None:
+            rows.append((step, seconds, None, "not a step of this pipeline's compute"))
+            continue
+        cost = step_cost(step, profile, target, region, median_s=seconds, today=today,
+                         prices=prices)
+        if cost.reserved:
+            rows.append((step, seconds, 0.0, "reserved"))
+            continue
+        reason = cost.reason if cost.usd_per_hour is None else (
+            "" if seconds is not None else "no duration")
+        rows.append((step, seconds, cost.expected_usd, reason))
+    total, reason = _total([(s, usd, r) for s, _d, usd, r in rows], "cost")
+    return ActualCost(rows, total, reason)
+
+
+def format_usd(value: float | None) -> str:
+    """``$12.34`` (``$0.0042`` below a cent); ``missing`` for None."""
+    if value is None:
+        return "missing"
+    return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.4f}"
+
+
+def runs_per_month(cron: str, time_zone: str, start: date) -> float:
+    """How many times a 5-field ``cron`` fires in an average month of the year from
+    ``start`` (its days x its times; a time a daylight-saving change skips still counts)."""
+    from datetime import timedelta
+
+    from gkeflow.pipelines.cron import CronExpression, zone
+
+    zone(time_zone)  # an unknown zone is refused as the schedule would be
+    expression = CronExpression.parse(cron)
+    per_day = len(expression.hours) * len(expression.minutes)
+    days = sum(expression.matches_day(start + timedelta(days=n)) for n in range(365))
+    return days * per_day / 12

@@ -1,0 +1,89 @@
+"""The budget guard of `gkeflow submit --dry-run` and `gkeflow schedule apply --dry-run`
+(offline), over a price cache written by the test beside gkeflow.yaml."""
+
+from __future__ import annotations
+
+import socket
+
+import yaml
+
+from tests.cli.test_cost_cli import write_cache
+from tests.integration.conftest import config_dict, gkeflow
+
+A100 = {"accelerator": "nvidia-tesla-a100", "accelerator_count": 1, "cpu": "4",
+        "memory": "16G", "timeout_s": 7200, "replicas": 2}  # 2 x $4.00/h x 2h = $16
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def write(tmp_path, budget=None, schedule_budget=None, train=A100):
+    schedule = {"name": "nightly", "target": "gke", "cron": "0 2 * * *"}
+    if schedule_budget is not None:
+        schedule["budget"] = {"max_run_usd": schedule_budget}
+    data = config_dict(f"http://127.0.0.1:{_closed_port()}", None, schedules=[schedule],
+                       compute={"train-model": train})
+    if budget is not None:
+        data["budget"] = {"default": {"max_run_usd": budget}}
+    (tmp_path / "gkeflow.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    write_cache(tmp_path)
+
+
+def submit(tmp_path, *extra):
+    return gkeflow("submit", "--target", "gke", "--dry-run", *extra, cwd=tmp_path,
+                   env={"GKEFLOW_TEST_KFP_TOKEN": "t"})
+
+
+def test_a_ceiling_over_the_budget_is_refused_in_one_line_naming_the_costliest_step(tmp_path):
+    write(tmp_path, budget=10)
+    result = submit(tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert ("the run's ceiling of its priced steps $16.00 exceeds budget.default ($10.00); "
+            "most from train-model ($16.00)") in result.stderr
+    assert "--over-budget" in result.stderr and "POST" not in result.stdout
+
+    allowed = submit(tmp_path, "--over-budget")
+    assert allowed.returncode == 0, allowed.stderr
+    assert "warning: submitted with --over-budget: the run's ceiling" in allowed.stdout
+    assert "/apis/v2beta1/runs" in allowed.stdout
+
+
+def test_a_ceiling_that_cannot_be_computed_is_refused_with_the_reason(tmp_path):
+    write(tmp_path, budget=100)  # the CPU-only steps have no price
+    result = submit(tmp_path)
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1
+    assert "cannot check the run against budget.default ($100.00): no ceiling for " \
+           "fingerprint-data" in result.stderr
+    assert "pass --over-budget to submit anyway" in result.stderr
+
+
+def test_no_budget_no_check(tmp_path):
+    write(tmp_path)
+    result = submit(tmp_path)
+    assert result.returncode == 0, result.stderr
+
+
+def test_schedule_apply_holds_each_schedule_to_its_own_budget(tmp_path):
+    write(tmp_path, budget=1000, schedule_budget=5)
+    result = gkeflow("schedule", "apply", "--dry-run", cwd=tmp_path)
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1
+    assert ("schedule nightly: training on gke: the run's ceiling of its priced steps $16.00 "
+            "exceeds schedule nightly's budget ($5.00)") in result.stderr
+    allowed = gkeflow("schedule", "apply", "--dry-run", "--over-budget", cwd=tmp_path)
+    assert allowed.returncode == 0, allowed.stderr
+    assert "would create" in allowed.stdout
+
+
+def test_budget_config_is_validated():
+    import pytest
+
+    from gkeflow.pipelines.config import GkeflowConfig
+
+    with pytest.raises(ValueError, match="budget.staging: no such environment"):
+        GkeflowConfig.model_validate({"budget": {"staging": {"max_run_usd": 5}}})
+    with pytest.raises(ValueError, match="max_run_usd"):
+        GkeflowConfig.model_validate({"budget": {"default": {"max_run_usd": 0}}})

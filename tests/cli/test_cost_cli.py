@@ -1,0 +1,84 @@
+"""Cost figures in `gkeflow plan`, through the console script, over a price cache written by
+the test beside gkeflow.yaml."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+
+from gkeflow.pipelines.compute.prices import CACHE_FILE, Price, write_prices
+from tests.integration.conftest import gkeflow
+
+TODAY = date.today()
+A100 = ("--compute", "train-model.accelerator=nvidia-tesla-a100",
+        "--compute", "train-model.accelerator_count=1", "--compute", "train-model.cpu=4",
+        "--compute", "train-model.memory=16G", "--compute", "train-model.timeout_s=7200")
+
+
+def write_cache(directory, region="us-central1", rows=()):
+    rows = rows or (
+        Price("machine", "a2-highgpu-1g", "standard", region, 1.0, "test-src", TODAY),
+        Price("machine", "a2-highgpu-1g", "spot", region, 0.5, "test-src", TODAY),
+        Price("gpu", "nvidia-tesla-a100", "standard", region, 3.0, "test-src", TODAY),
+        Price("gpu", "nvidia-tesla-a100", "spot", region, 1.0, "test-src", TODAY),
+    )
+    write_prices(directory / CACHE_FILE, rows, "prices for a test")
+
+
+def plan_json(tmp_path, *args):
+    result = gkeflow("plan", *A100, *args, "--output", "json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    cost = json.loads(result.stdout)["cost"]
+    return cost, {step["step"]: step for step in cost["steps"]}
+
+
+def test_plan_prices_spot_multi_node_training_with_saving_and_source(tmp_path):
+    write_cache(tmp_path)
+    cost, steps = plan_json(tmp_path, "--target", "gke", "--compute",
+                            "train-model.scheduling=spot", "--compute", "train-model.replicas=3")
+    train = steps["train-model"]
+    assert (train["nodes"], train["usd_per_hour"], train["ceiling_usd"]) == (3, 4.5, 9.0)
+    assert (train["on_demand_usd_per_hour"], train["saving_pct"]) == (12.0, 62.5)
+    assert (train["source"], train["date_read"]) == ("test-src", TODAY.isoformat())
+    assert cost["label"] == "estimate from list prices" and cost["region"] == "us-central1"
+    # CPU-only steps have no machine type to price: the run's ceiling is missing, not guessed
+    assert steps["prepare-data"]["usd_per_hour"] is None
+    assert cost["ceiling_usd"] is None and "fingerprint-data" in cost["ceiling_reason"]
+
+    table = gkeflow("plan", *A100, "--target", "gke", "--compute",
+                    "train-model.scheduling=spot", "--compute", "train-model.replicas=3",
+                    cwd=tmp_path, env={"COLUMNS": "400"})
+    assert table.returncode == 0, table.stderr
+    line = next(row for row in table.stdout.splitlines() if "train-model" in row)
+    assert "$4.50/h (3 nodes), 62.5% under on demand $12.00/h" in line and "$9.00" in line
+    assert "prices: test-src (read " in table.stdout
+    assert "ceiling per run missing" in table.stdout
+
+
+def test_plan_region_option_and_reservation_shown_as_reserved(tmp_path):
+    write_cache(tmp_path, region="europe-west4")
+    _cost, steps = plan_json(tmp_path, "--target", "gke", "--region", "europe-west4")
+    assert steps["train-model"]["usd_per_hour"] == 4.0
+    _cost, steps = plan_json(tmp_path, "--target", "gke")  # us-central1: not in the cache
+    assert steps["train-model"]["usd_per_hour"] != 4.0
+    cost, steps = plan_json(tmp_path, "--target", "gke", "--region", "europe-west4",
+                            "--compute", "train-model.scheduling=reservation",
+                            "--compute", "train-model.reservation=my-res")
+    assert steps["train-model"]["reserved"] and steps["train-model"]["usd_per_hour"] is None
+    table = gkeflow("plan", *A100, "--target", "gke", "--compute",
+                    "train-model.scheduling=reservation", "--compute",
+                    "train-model.reservation=my-res", cwd=tmp_path, env={"COLUMNS": "400"})
+    line = next(row for row in table.stdout.splitlines() if "train-model" in row)
+    assert "reserved" in line and "$0" not in line
+
+
+def test_plan_on_vertex_prints_missing_with_the_reason(tmp_path):
+    write_cache(tmp_path)
+    result = gkeflow("plan", "--target", "vertex", "--compute",
+                     "train-model.accelerator=nvidia-h100-80gb", "--compute",
+                     "train-model.accelerator_count=8", "--compute",
+                     "train-model.scheduling=spot", cwd=tmp_path, env={"COLUMNS": "400"})
+    assert result.returncode == 0, result.stderr
+    line = next(row for row in result.stdout.splitlines() if "train-model" in row)
+    assert "missing" in line
+    assert "no Vertex AI training rate for a3-highgpu-8g" in result.stdout
