@@ -127,7 +127,7 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     console = print_table(records, PLAN_COLUMNS + more, PLAN_WIDE_COLUMNS + more, wide,
                           title=f"{pipeline} on {target}", caption=caption, no_wrap=("step",))
     for line in cost_lines(cost, history_runs if history else 0):
-        console.print(line, markup=False, soft_wrap=True)
+        console.print(line, markup=False)
     for image in sorted(set(images.values())):
         pinned = ("pinned" if is_pinned(image)
                   else "tag only, not built: run `gkeflow images build`")

@@ -20,7 +20,7 @@ from rich.table import Table
 FORMATS = ("table", "json")
 #: Width of piped output when COLUMNS is not set: one line per row of the default columns
 #: (with --wide: of every column).
-PIPED_WIDTH, PIPED_WIDE_WIDTH = 160, 250
+PIPED_WIDTH, PIPED_WIDE_WIDTH = 160, 320
 
 
 def table_width(wide: bool = False) -> int | None:
@@ -72,7 +72,7 @@ def print_table(records: Sequence[Mapping[str, str]], columns: Sequence[str],
 
 #: `gkeflow plan`: the essential columns, then every field of a PlanRow.
 PLAN_COLUMNS = ("step", "cpu", "memory", "accelerator", "gpus", "capacity", "timeout",
-                "machine", "cost/h", "ceiling")
+                "machine")  # the cost columns are in --wide; the run's cost is printed below
 PLAN_WIDE_COLUMNS = ("step", "image", "cpu", "memory", "accelerator", "count", "capacity",
                      "nodes", "gpus", "queue", "disk", "retries", "caching", "timeout", "shm",
                      "machine", "cost/h", "ceiling")

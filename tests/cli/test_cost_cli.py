@@ -45,7 +45,7 @@ def test_plan_prices_spot_multi_node_training_with_saving_and_source(tmp_path):
     assert steps["prepare-data"]["usd_per_hour"] is None
     assert cost["ceiling_usd"] is None and "fingerprint-data" in cost["ceiling_reason"]
 
-    table = gkeflow("plan", *A100, "--target", "gke", "--compute",
+    table = gkeflow("plan", "--wide", *A100, "--target", "gke", "--compute",
                     "train-model.scheduling=spot", "--compute", "train-model.replicas=3",
                     cwd=tmp_path, env={"COLUMNS": "400"})
     assert table.returncode == 0, table.stderr
@@ -65,7 +65,7 @@ def test_plan_region_option_and_reservation_shown_as_reserved(tmp_path):
                             "--compute", "train-model.scheduling=reservation",
                             "--compute", "train-model.reservation=my-res")
     assert steps["train-model"]["reserved"] and steps["train-model"]["usd_per_hour"] is None
-    table = gkeflow("plan", *A100, "--target", "gke", "--compute",
+    table = gkeflow("plan", "--wide", *A100, "--target", "gke", "--compute",
                     "train-model.scheduling=reservation", "--compute",
                     "train-model.reservation=my-res", cwd=tmp_path, env={"COLUMNS": "400"})
     line = next(row for row in table.stdout.splitlines() if "train-model" in row)
@@ -74,7 +74,7 @@ def test_plan_region_option_and_reservation_shown_as_reserved(tmp_path):
 
 def test_plan_on_vertex_prints_missing_with_the_reason(tmp_path):
     write_cache(tmp_path)
-    result = gkeflow("plan", "--target", "vertex", "--compute",
+    result = gkeflow("plan", "--wide", "--target", "vertex", "--compute",
                      "train-model.accelerator=nvidia-h100-80gb", "--compute",
                      "train-model.accelerator_count=8", "--compute",
                      "train-model.scheduling=spot", cwd=tmp_path, env={"COLUMNS": "400"})
