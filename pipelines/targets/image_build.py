@@ -50,7 +50,7 @@ from gkeflow.pipelines.targets.image_engine import (
     unpullable_base,
 )
 
-FLAVOURS = ("cpu", "gpu")
+FLAVOURS = ("slim", "cpu", "gpu")
 #: The packages the wheel of the installed suite carries.
 PACKAGES = ("gkeflow.components", "gkeflow.pipelines", "gkeflow.images")
 
