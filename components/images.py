@@ -65,6 +65,29 @@ GPU_IMAGE = reference("gpu")
 #: Declared image -> whether it can use a GPU.
 IMAGES = {SLIM_IMAGE: False, CPU_IMAGE: False, GPU_IMAGE: True}
 
+#: What a node pulls for each kind's stock image of this version (its layers
+#: gzip-compressed, as a registry stores them), in bytes; None where nothing was measured.
+#: Source: bench/RESULTS.md "Image sizes" (``bench/image_sizes.py``, podman, this version's
+#: locks, the stand-in base image, the image tests' extras). Your extras add to them.
+PULL_SIZES: dict[str, int | None] = {"slim": None, "cpu": 460_000_000, "gpu": 3_780_000_000}
+
+
+def flavour_of(reference: str) -> str | None:
+    """The kind of a suite image reference (``.../gkeflow-cpu@sha256:...`` -> ``cpu``,
+    ``.../gkeflow:TAG`` -> ``slim``); None for any other image."""
+    name = repository(reference).rsplit("/", 1)[-1]
+    return next((f for f in FLAVOURS if image_name(f) == name), None)
+
+
+def pull_size_note(reference: str) -> str:
+    """``pull about 0.46 GB, measured: ...`` for a suite image with a measured figure; says
+    ``unknown`` otherwise."""
+    size = PULL_SIZES.get(flavour_of(reference) or "")
+    if size is None:
+        return "pull size unknown"
+    return f"pull about {size / 1e9:.2f} GB, measured: bench/RESULTS.md"
+
+
 #: The serving image's kind: ``REGISTRY/gkeflow-serving:TAG``, TensorFlow Serving of the
 #: training TensorFlow for Vertex AI (images/serving.Dockerfile); not a step image.
 SERVING = "serving"
