@@ -70,7 +70,7 @@ image-base:
 	@podman image exists $(IMAGE_BASE) || timeout 120 podman pull -q $(IMAGE_BASE) \
 	  || images/container-base.sh $(IMAGE_BASE)
 
-image-test: $(STAMP) image-base ## Build the CPU image with podman, run the compiled training steps in it
+image-test: $(STAMP) image-base ## Build the slim and CPU images with podman, run the compiled training steps in the images they are compiled for
 	GKEFLOW_IMAGE_TEST=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/images -k "not gpu"
 
 image-test-gpu: $(STAMP) image-base ## Build the GPU image with podman (import check only: no GPU needed)

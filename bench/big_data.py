@@ -100,7 +100,8 @@ def child_train(dataset: str, out: str) -> dict:
     started = time.perf_counter()
     import tensorflow  # noqa: F401  (imported before the clock: every TF step pays it)
 
-    from gkeflow.components.prepare.logic import Schema, make_tf_dataset
+    from gkeflow.components.prepare.logic import Schema
+    from gkeflow.components.prepare.reader import make_tf_dataset
     from gkeflow.components.train.logic import TrainParams, train
 
     imported = time.perf_counter()

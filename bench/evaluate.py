@@ -83,7 +83,8 @@ def run_memory(dataset_dir: str, model_dir: str) -> dict:
         positive_class_roc,
         roc_auc,
     )
-    from gkeflow.components.prepare.logic import Schema, load_split
+    from gkeflow.components.prepare.logic import Schema
+    from gkeflow.components.prepare.reader import load_split
     from gkeflow.components.train.logic import ExportedModel, encode_labels, to_model_inputs
 
     schema = Schema.load(Path(dataset_dir))

@@ -3,6 +3,9 @@
     .venv/bin/python bench/image_sizes.py [IMAGE [BASE]]
         # defaults: localhost/gkeflow-cpu:image-test (make image-test builds it) and the
         # FROM of images/cpu.Dockerfile; needs podman (root: podman image mount)
+    .venv/bin/python bench/image_sizes.py --compare [SLIM CPU]
+        # the slim and CPU images side by side (defaults: the image tests' tags), uncompressed
+        # and as a node pulls them, and the slim image's share of the CPU image
 
 Every file of the image's Python environment is attributed to the installed distribution
 whose RECORD lists it (a module's bytecode to the distribution of its source). The floor is
@@ -33,6 +36,9 @@ from packaging.requirements import Requirement
 from gkeflow.pipelines.targets.image_locks import normalise
 
 IMAGE = "localhost/gkeflow-cpu:image-test"
+SLIM_IMAGE = "localhost/gkeflow:image-test"
+#: The slim image's goal: at most this share of the CPU image (issue 35).
+SLIM_GOAL = 0.45
 SITE = "opt/gkeflow/lib/python3.11/site-packages"
 GOAL_BYTES = 1_200_000_000
 #: What the training step needs: train (TensorFlow), prepare (pandas, pyarrow), run (kfp).
@@ -142,7 +148,28 @@ def _base_of_dockerfile() -> str:
     return froms[-1]
 
 
+def share_line(slim: str, slim_bytes: int, slim_pulled: int, cpu: str, cpu_bytes: int,
+               cpu_pulled: int) -> str:
+    """One line: both images' sizes and the slim image's share of the CPU image."""
+    gb = 1e9
+    share = slim_bytes / cpu_bytes
+    verdict = "meets" if share <= SLIM_GOAL else "misses"
+    return (f"slim {slim}: {slim_bytes / gb:.2f} GB, a node pulls {slim_pulled / gb:.2f} GB; "
+            f"CPU {cpu}: {cpu_bytes / gb:.2f} GB, a node pulls {cpu_pulled / gb:.2f} GB; "
+            f"slim_to_cpu={share:.3f} (pulled {slim_pulled / cpu_pulled:.3f}), {verdict} the "
+            f"goal of <= {SLIM_GOAL:.2f}")
+
+
+def compare(argv: list[str]) -> None:
+    slim, cpu = (argv + [SLIM_IMAGE, IMAGE][len(argv):])[:2]
+    print(share_line(slim, _image_bytes(slim), _pulled_bytes(slim),
+                     cpu, _image_bytes(cpu), _pulled_bytes(cpu)))
+
+
 def main(argv: list[str]) -> None:
+    if argv[:1] == ["--compare"]:
+        compare(argv[1:])
+        return
     image = argv[0] if argv else IMAGE
     base = argv[1] if len(argv) > 1 else _base_of_dockerfile()
     image_bytes, base_bytes = _image_bytes(image), _image_bytes(base)
@@ -154,6 +181,8 @@ def main(argv: list[str]) -> None:
         # the CPU image has TensorFlow as tensorflow-cpu, the GPU image as tensorflow
         needs = [f"{name}-cpu" if name == "tensorflow" and list(
             site.glob("tensorflow_cpu-*.dist-info")) else name for name in STEP_NEEDS]
+        if not list(site.glob("tensorflow*.dist-info")):  # the slim image: no TensorFlow
+            needs = [name for name in needs if name != "tensorflow"]
         floor_dists = requirement_closure(site, needs)
     finally:
         _podman("image", "umount", image)

@@ -125,7 +125,8 @@ def run_baseline(csv_path: str, out: str, limit: int) -> dict:
 
 
 def run_read_fast(dataset_dir: str, _: str, batch_size: int = 1024) -> dict:
-    from gkeflow.components.prepare.logic import Schema, make_tf_dataset
+    from gkeflow.components.prepare.logic import Schema
+    from gkeflow.components.prepare.reader import make_tf_dataset
 
     schema = Schema.load(Path(dataset_dir))
     dataset = make_tf_dataset(Path(dataset_dir), "train", schema, batch_size, shuffle_seed=1)

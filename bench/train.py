@@ -133,7 +133,8 @@ def main() -> None:
     import keras
     import tensorflow as tf
 
-    from gkeflow.components.prepare.logic import Schema, load_split, prepare
+    from gkeflow.components.prepare.logic import Schema, prepare
+    from gkeflow.components.prepare.reader import load_split
     from gkeflow.components.train.logic import (
         TrainParams,
         encode_labels,

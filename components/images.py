@@ -1,13 +1,22 @@
 """The suite's container images, declared once.
 
-Every component runs in one of two images built from the Dockerfiles shipped with the
-package: ``gkeflow-cpu`` (data preparation, evaluation, registration, launchers) and
-``gkeflow-gpu`` (training on GPUs). Both contain the ``gkeflow`` package (and so kfp and
-TensorFlow), so no step installs anything at run time.
+Every component runs in one of three kinds of image built from the Dockerfiles shipped
+with the package, and declares the kind it needs (its ``base_image``):
 
-Components name the images of the project's release registry by tag (:data:`CPU_IMAGE`,
-:data:`GPU_IMAGE`). Those declared references are placeholders: when a pipeline or a
-component YAML is compiled, one mapping (declared reference -> the reference to run,
+- ``gkeflow`` (:data:`SLIM_IMAGE`): the suite, kfp, the Google Cloud and Kubernetes
+  clients, pandas and pyarrow, no TensorFlow. Every step that never loads TensorFlow:
+  fingerprint, prepare, register, notify, the launchers, select-best-trial, resolve-model.
+  ``gkeflow.images.slim_check`` proves it from the source, and the image's build fails
+  when such a step's code path reaches TensorFlow.
+- ``gkeflow-cpu`` (:data:`CPU_IMAGE`): the same with ``tensorflow-cpu``: evaluation,
+  deployment (it loads the SavedModel), batch prediction in the pipeline.
+- ``gkeflow-gpu`` (:data:`GPU_IMAGE`): TensorFlow for CUDA: training.
+
+All contain the ``gkeflow`` package and kfp, so no step installs anything at run time.
+
+Components name the images of the project's release registry by tag (:data:`SLIM_IMAGE`,
+:data:`CPU_IMAGE`, :data:`GPU_IMAGE`). Those declared references are placeholders: when a
+pipeline or a component YAML is compiled, one mapping (declared reference -> the reference to run,
 built by :func:`gkeflow.pipelines.images_config.image_map` from the ``images:`` section
 of gkeflow.yaml and the digests that ``gkeflow images build`` recorded in the lock file)
 replaces every occurrence, workload payloads included (:func:`pin`,
@@ -27,15 +36,17 @@ REGISTRY = "us-docker.pkg.dev/gkeflow/images"
 #: The package version; also the images' default tag.
 VERSION = "0.1.0"
 
-#: Image flavour -> whether it can use a GPU.
-FLAVOURS: dict[str, bool] = {"cpu": False, "gpu": True}
+#: Image flavour (kind) -> whether it can use a GPU. ``slim`` carries no TensorFlow.
+FLAVOURS: dict[str, bool] = {"slim": False, "cpu": False, "gpu": True}
+#: The flavour without TensorFlow; its image is plain ``gkeflow``.
+SLIM = "slim"
 
 
 def image_name(flavour: str) -> str:
-    """``cpu`` -> ``gkeflow-cpu``: the image's name inside any registry."""
+    """``cpu`` -> ``gkeflow-cpu``, ``slim`` -> ``gkeflow``: the image's name in any registry."""
     if flavour not in FLAVOURS:
         raise ValueError(f"unknown image flavour {flavour!r}; flavours: {', '.join(FLAVOURS)}")
-    return f"gkeflow-{flavour}"
+    return "gkeflow" if flavour == SLIM else f"gkeflow-{flavour}"
 
 
 def reference(flavour: str, registry: str = REGISTRY, tag: str = VERSION) -> str:
@@ -43,13 +54,39 @@ def reference(flavour: str, registry: str = REGISTRY, tag: str = VERSION) -> str
     return f"{registry.rstrip('/')}/{image_name(flavour)}:{tag}"
 
 
-#: Python 3.11, TensorFlow (CPU), kfp and the suite: data preparation, evaluation, registration.
+#: Python 3.11, kfp, the suite and the cloud clients, no TensorFlow: the steps that never
+#: load a model (data preparation, registration, launchers, notification).
+SLIM_IMAGE = reference("slim")
+#: The same with TensorFlow (CPU): evaluation, deployment, prediction.
 CPU_IMAGE = reference("cpu")
 #: The same with TensorFlow for CUDA (``tensorflow[and-cuda]``): training on GPUs.
 GPU_IMAGE = reference("gpu")
 
 #: Declared image -> whether it can use a GPU.
-IMAGES = {CPU_IMAGE: False, GPU_IMAGE: True}
+IMAGES = {SLIM_IMAGE: False, CPU_IMAGE: False, GPU_IMAGE: True}
+
+#: What a node pulls for each kind's stock image of this version (its layers
+#: gzip-compressed, as a registry stores them), in bytes; None where nothing was measured.
+#: Source: bench/RESULTS.md "Image sizes" (``bench/image_sizes.py``, podman, this version's
+#: locks, the stand-in base image, the image tests' extras). Your extras add to them.
+PULL_SIZES: dict[str, int | None] = {"slim": 210_000_000, "cpu": 460_000_000, "gpu": 3_780_000_000}
+
+
+def flavour_of(reference: str) -> str | None:
+    """The kind of a suite image reference (``.../gkeflow-cpu@sha256:...`` -> ``cpu``,
+    ``.../gkeflow:TAG`` -> ``slim``); None for any other image."""
+    name = repository(reference).rsplit("/", 1)[-1]
+    return next((f for f in FLAVOURS if image_name(f) == name), None)
+
+
+def pull_size_note(reference: str) -> str:
+    """``pull about 0.46 GB, measured: ...`` for a suite image with a measured figure; says
+    ``unknown`` otherwise."""
+    size = PULL_SIZES.get(flavour_of(reference) or "")
+    if size is None:
+        return "pull size unknown"
+    return f"pull about {size / 1e9:.2f} GB, measured: bench/RESULTS.md"
+
 
 #: The serving image's kind: ``REGISTRY/gkeflow-serving:TAG``, TensorFlow Serving of the
 #: training TensorFlow for Vertex AI (images/serving.Dockerfile); not a step image.

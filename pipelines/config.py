@@ -561,7 +561,7 @@ EXAMPLE_CONFIG = '''\
 # images:
 #   registry: europe-west4-docker.pkg.dev/my-project/ml   # REGION-docker.pkg.dev/PROJECT/REPO
 #   # tag: 0.1.0                         # default: the gkeflow version
-#   # requirements: requirements.txt     # extra pip packages for both images
+#   # requirements: requirements.txt     # extra pip packages for every image
 #   # include: [my_features, my_components.py]   # your packages/modules, importable in steps
 #   # lock: gkeflow.lock                 # default: next to this file
 

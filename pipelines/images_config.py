@@ -5,7 +5,7 @@ Example::
     images:
       registry: europe-west4-docker.pkg.dev/my-project/ml   # your Artifact Registry repository
       tag: 0.1.0                    # default: the gkeflow version
-      requirements: requirements.txt  # extra packages, installed into both images
+      requirements: requirements.txt  # extra packages, installed into every image
       include: [my_features, my_components.py]   # your code, importable in every step
       lock: gkeflow.lock            # built digests; default: next to gkeflow.yaml
 
@@ -97,12 +97,13 @@ class ImagesConfig(BaseModel):
 
     Attributes:
         registry: ``HOST[:PORT]/PATH``, e.g. ``europe-west4-docker.pkg.dev/my-project/ml``;
-            the images are ``REGISTRY/gkeflow-cpu:TAG`` and ``REGISTRY/gkeflow-gpu:TAG``.
+            the images are ``REGISTRY/gkeflow:TAG`` (slim), ``REGISTRY/gkeflow-cpu:TAG``
+            and ``REGISTRY/gkeflow-gpu:TAG``.
             Unset: the project's release registry (whose images you cannot build or push).
         tag: Image tag; default: the gkeflow version.
-        requirements: A pip requirements file of extra packages for both images.
+        requirements: A pip requirements file of extra packages for every image.
         include: Local packages (directories with ``__init__.py``) or modules (``.py``
-            files) of your code, copied into both images and importable in every step.
+            files) of your code, copied into every image and importable in every step.
         lock: The built-images lock file; default ``gkeflow.lock`` next to gkeflow.yaml.
     """
 

@@ -1,6 +1,6 @@
 """The test split streamed batch by batch through the challenger (and the champion).
 
-Batches come from the same reader training uses (``records.make_tf_dataset`` over the
+Batches come from the same reader training uses (``reader.make_tf_dataset`` over the
 split's shards, local or ``gs://`` through ``shard_store``), so evaluation holds one batch
 of rows and its predictions at a time, whatever the size of the test split; every metric
 is accumulated (``accumulate``, ``slices``).
@@ -32,7 +32,7 @@ def iter_test_batches(dataset_dir: Path, schema, batch_rows: int = EVAL_BATCH_RO
                  ) -> Iterator[dict[str, np.ndarray]]:
     """Batches ``{column: values}`` of the test split: numeric columns float32 (NaN for
     missing), categorical ones bytes (b"" for missing); features and the label."""
-    from gkeflow.components.prepare.records import make_tf_dataset
+    from gkeflow.components.prepare.reader import make_tf_dataset
 
     columns = [c.name for c in schema.features] + [schema.label]
     dataset = make_tf_dataset(Path(dataset_dir), "test", schema, batch_rows, columns=columns)

@@ -4,10 +4,10 @@ from typing import NamedTuple
 
 from kfp import dsl
 
-from gkeflow.components.images import CPU_IMAGE
+from gkeflow.components.images import SLIM_IMAGE
 
 
-@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+@dsl.component(base_image=SLIM_IMAGE, install_kfp_package=False)
 def fingerprint_data(
     data_uri: str, bq_query: str = "", bq_filter: str = "", user_module: str = ""
 ) -> NamedTuple("Fingerprints", [("data", str), ("code", str)]):

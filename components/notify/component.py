@@ -3,10 +3,10 @@
 
 from kfp import dsl
 
-from gkeflow.components.images import CPU_IMAGE
+from gkeflow.components.images import SLIM_IMAGE
 
 
-@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+@dsl.component(base_image=SLIM_IMAGE, install_kfp_package=False)
 def notify_run(
     status: dsl.PipelineTaskFinalStatus,
     pipeline: str,

@@ -2,10 +2,10 @@
 
 from kfp import dsl
 
-from gkeflow.components.images import CPU_IMAGE
+from gkeflow.components.images import SLIM_IMAGE
 
 
-@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+@dsl.component(base_image=SLIM_IMAGE, install_kfp_package=False)
 def resolve_model(model: str, registry_uri: str, model_version: int = 0,
                   model_alias: str = "") -> str:
     """Looks a registered model up and returns the URI of its files, for dsl.importer.

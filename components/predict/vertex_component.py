@@ -3,10 +3,10 @@
 from kfp import dsl
 from kfp.dsl import Artifact, Output
 
-from gkeflow.components.images import CPU_IMAGE
+from gkeflow.components.images import SLIM_IMAGE
 
 
-@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+@dsl.component(base_image=SLIM_IMAGE, install_kfp_package=False)
 def batch_predict_vertex(
     batch_job: Output[Artifact],
     gcp_resources: dsl.OutputPath(str),

@@ -3,10 +3,10 @@
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Markdown, Output
 
-from gkeflow.components.images import CPU_IMAGE
+from gkeflow.components.images import SLIM_IMAGE
 
 
-@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+@dsl.component(base_image=SLIM_IMAGE, install_kfp_package=False)
 def prepare_data(
     data_uri: str,
     label_column: str,

@@ -3,10 +3,10 @@
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Markdown, Output
 
-from gkeflow.components.images import CPU_IMAGE
+from gkeflow.components.images import SLIM_IMAGE
 
 
-@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+@dsl.component(base_image=SLIM_IMAGE, install_kfp_package=False)
 def plan_prepare(
     data_uri: str,
     label_column: str,
@@ -91,7 +91,7 @@ def plan_prepare(
     return groups
 
 
-@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+@dsl.component(base_image=SLIM_IMAGE, install_kfp_package=False)
 def prepare_group(plan: Input[Artifact], group: int, part: Output[Artifact],
                   workspace_path: str = ""):
     """Prepares one group of input files against the plan's fixed schema.
@@ -113,7 +113,7 @@ def prepare_group(plan: Input[Artifact], group: int, part: Output[Artifact],
     print(summary)
 
 
-@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+@dsl.component(base_image=SLIM_IMAGE, install_kfp_package=False)
 def merge_prepared(
     plan: Input[Artifact],
     parts: Input[list[Artifact]],

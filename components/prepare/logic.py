@@ -23,7 +23,7 @@ Output layout (the ``dataset`` artifact)::
     train/part-*.tfrecord.gz   eval/...   test/...   (see gkeflow.components.prepare.records)
     schema.json  stats.json  rejected.csv  rejected.jsonl  report.md
 
-The names other modules import from here (``Schema``, ``SplitRatios``, ``load_split``,
+The names other modules import from here (``Schema``, ``SplitRatios``,
 ``prepare``...) stay importable from this module.
 
 Longer than most modules on purpose: the single-pod preparation in order (read, infer,
@@ -40,8 +40,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from gkeflow.components._atomic import publish_dir
@@ -57,7 +55,6 @@ from gkeflow.components.prepare.infer import (
     sample_table,
     validate_against,
 )
-from gkeflow.components.prepare.records import make_tf_dataset
 from gkeflow.components.prepare.rejects import REJECTED_FILE, REJECTED_JSONL, RejectLog
 from gkeflow.components.prepare.schema import SCHEMA_FILE, ColumnSchema, Schema
 from gkeflow.components.prepare.sources import (
@@ -472,29 +469,6 @@ def reject_samples(rejects: RejectLog) -> str:
 
 # --- reading a prepared split back -----------------------------------------------------------
 
-def load_split(dataset_dir: Path, split: str, schema: Schema) -> pd.DataFrame:
-    """Read one split into a DataFrame: numeric columns float64 (NaN for missing),
-    categorical columns text (None for missing), in the schema's column order."""
-    columns: dict[str, list[np.ndarray]] = {c.name: [] for c in schema.columns}
-    dataset = make_tf_dataset(dataset_dir, split, schema, batch_size=65536)
-    for batch in dataset.as_numpy_iterator():
-        for name, values in batch.items():
-            columns[name].append(values)
-    data = {}
-    for column in schema.columns:
-        parts = columns[column.name]
-        if column.type == "numeric":
-            values = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-            # float32 -> its shortest decimal -> float64: 39.1 reads back as 39.1
-            data[column.name] = values.astype(str).astype(np.float64)
-        else:
-            values = np.concatenate(parts) if parts else np.zeros(0, object)
-            data[column.name] = pd.Series(
-                [v.decode("utf-8") if v else None for v in values], dtype=object
-            )
-    return pd.DataFrame(data)
-
-
 __all__ = [
     "EMBEDDED_PENGUINS",
     "NULL_VALUES",
@@ -519,8 +493,6 @@ __all__ = [
     "SplitRatios",
     "assign_splits",
     "infer_schema",
-    "load_split",
-    "make_tf_dataset",
     "prepare",
     "resolve_source",
 ]

@@ -249,27 +249,10 @@ def gcs_records(uri: str, client=None) -> Iterator[bytes]:
 _CLIENTS: dict[int, object] = {}
 
 
-def _process_client():
+def process_client():
     """One storage client per process, shared by the reader threads of tf.data (a client
     is not fork-safe; its connection pool serves several threads)."""
     pid = os.getpid()
     if pid not in _CLIENTS:
         _CLIENTS[pid] = _client()
     return _CLIENTS[pid]
-
-
-def record_dataset_fn(files: Sequence[str]):
-    """A function ``file tensor -> tf.data.Dataset`` of the raw records of one shard, for
-    ``Dataset.interleave``: TFRecordDataset for local shards, a streamed Cloud Storage
-    download for ``gs://`` ones (all shards of a split live in one place)."""
-    import tensorflow as tf
-
-    if files and is_gcs(str(files[0])):
-        def from_gcs(uri):
-            return tf.data.Dataset.from_generator(
-                lambda u: gcs_records(u.decode("utf-8"), _process_client()),
-                args=(uri,),
-                output_signature=tf.TensorSpec([], tf.string),
-            )
-        return from_gcs
-    return lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP", buffer_size=1 << 20)

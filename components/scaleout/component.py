@@ -8,7 +8,7 @@ exported model and summary back as the step's ``model`` and ``metrics`` outputs.
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
-from gkeflow.components.images import CPU_IMAGE, GPU_IMAGE
+from gkeflow.components.images import GPU_IMAGE, SLIM_IMAGE
 
 
 @dsl.component(base_image=GPU_IMAGE, install_kfp_package=False)
@@ -88,7 +88,7 @@ JOBSET_PASSTHROUGHS = [
 ]
 
 
-@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False,
+@dsl.component(base_image=SLIM_IMAGE, install_kfp_package=False,
                task_config_passthroughs=JOBSET_PASSTHROUGHS)
 def train_model_jobset(
     dataset: Input[Dataset],

@@ -5,10 +5,10 @@ from typing import NamedTuple
 from kfp import dsl
 from kfp.dsl import Input, Markdown, Model, Output
 
-from gkeflow.components.images import CPU_IMAGE
+from gkeflow.components.images import SLIM_IMAGE
 
 
-@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+@dsl.component(base_image=SLIM_IMAGE, install_kfp_package=False)
 def select_best_trial(
     trials: list,
     reports: list[str],

@@ -5,10 +5,10 @@ from typing import NamedTuple
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Markdown, Model, Output
 
-from gkeflow.components.images import CPU_IMAGE, GPU_IMAGE
+from gkeflow.components.images import GPU_IMAGE, SLIM_IMAGE
 
 
-@dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
+@dsl.component(base_image=SLIM_IMAGE, install_kfp_package=False)
 def tune_with_vizier(
     dataset: Input[Dataset],
     schema: Input[Artifact],

@@ -27,7 +27,8 @@ import numpy as np
 import pandas as pd
 
 from gkeflow.components._atomic import publish_dir
-from gkeflow.components.prepare.logic import Schema, load_split
+from gkeflow.components.prepare.logic import Schema
+from gkeflow.components.prepare.reader import load_split
 from gkeflow.components.train.utilisation import (
     DEFAULT_INTERVAL_S,
     DEFAULT_WARN_BELOW_PCT,
@@ -211,7 +212,7 @@ def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size
     """
     import tensorflow as tf
 
-    from gkeflow.components.prepare.records import BLOCK_ROWS, make_tf_dataset, permute_rows
+    from gkeflow.components.prepare.reader import BLOCK_ROWS, make_tf_dataset, permute_rows
 
     names = input_names(schema)
     labels = tf.keras.layers.StringLookup(vocabulary=schema.label_vocabulary,

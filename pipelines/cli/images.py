@@ -63,14 +63,14 @@ _config_option = click.option(
 
 @click.group("images")
 def images_group() -> None:
-    """The CPU and GPU images every step runs in, built into your own registry.
+    """The images every step runs in (slim, CPU, GPU), built into your own registry.
 
     \b
-    gkeflow images build    build (and push) both images; record their digests
+    gkeflow images build    build (and push) every image; record their digests
     gkeflow images list     what is built, for which registry
 
     Set images.registry in gkeflow.yaml first (`gkeflow init` writes the section). Compiled
-    pipelines then name REGISTRY/gkeflow-cpu and -gpu by the digests in the lock file, and
+    pipelines then name REGISTRY/gkeflow, -cpu and -gpu by the digests in the lock file, and
     `gkeflow submit` / `schedule apply` refuse images that were never built and pushed.
     """
 
@@ -93,14 +93,14 @@ def images_group() -> None:
 @_config_option
 def images_build(builder: str, push: bool, flavour: str, project: str | None,
                  config_path: Path) -> None:
-    """Build the CPU and GPU images into images.registry and record their digests.
+    """Build the slim, CPU, GPU and serving images into images.registry; record their digests.
 
     Each image is the suite's Dockerfile (shipped in the package, installing from hashed
     locks) with images.requirements and images.include of gkeflow.yaml on top, tagged
-    REGISTRY/gkeflow-FLAVOUR:TAG. Each digest goes into the lock file (images.lock,
-    default gkeflow.lock next to gkeflow.yaml) as soon as its image is built; nothing is
-    written into the installed package. Then `gkeflow compile`, `submit` and `schedule
-    apply` pin every step to those digests.
+    REGISTRY/gkeflow:TAG (slim, no TensorFlow) or REGISTRY/gkeflow-FLAVOUR:TAG. Each digest
+    goes into the lock file (images.lock, default gkeflow.lock next to gkeflow.yaml) as soon
+    as its image is built; nothing is written into the installed package. Then `gkeflow
+    compile`, `submit` and `schedule apply` pin every step to those digests.
     """
     from gkeflow.components.images import ImageLockError
     from gkeflow.pipelines.image_lock import LockEntry, load_lock, now, record

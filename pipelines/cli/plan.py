@@ -55,7 +55,7 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     """
     from click.core import ParameterSource
 
-    from gkeflow.components.images import ImageLockError, is_pinned, pin
+    from gkeflow.components.images import ImageLockError, is_pinned, pin, pull_size_note
     from gkeflow.pipelines.compute.plan import plan, target_notes
     from gkeflow.pipelines.compute.profiles import ComputeError
     from gkeflow.pipelines.images_config import image_map
@@ -131,7 +131,9 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     for image in sorted(set(images.values())):
         pinned = ("pinned" if is_pinned(image)
                   else "tag only, not built: run `gkeflow images build`")
-        console.print(f"image {image} ({pinned})", markup=False)
+        steps = ", ".join(step for step, named in images.items() if named == image)
+        console.print(f"image {image} ({pinned}; {pull_size_note(image)}): {steps}",
+                      markup=False)
     notes = target_notes(profiles, target, () if pipeline == "sweep" else ("train-model",))
     if pipeline == "sweep":
         from gkeflow.pipelines.sweep import TRIAL_STEP, trial_note

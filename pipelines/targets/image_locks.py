@@ -1,13 +1,16 @@
 """The images' hashed lock files, resolved from ``pyproject.toml`` and checked fresh.
 
-Each image installs from one lock (``images/requirements-cpu.lock``,
-``images/requirements-gpu.lock``): every package pinned with its hashes for Python 3.11 on
+Each image installs from one lock (``images/requirements-slim.lock``,
+``images/requirements-cpu.lock``, ``images/requirements-gpu.lock``): every package
+pinned with its hashes for Python 3.11 on
 linux x86_64, installed with ``pip install --require-hashes --no-deps``, so rebuilding a
 release gives the same package versions.
 
 The resolver's input is ``pyproject.toml``'s ``dependencies`` with TensorFlow swapped per
 image: ``tensorflow-cpu`` (same version range) in the CPU image, the ``gpu`` extra's
-``tensorflow[and-cuda]`` in the GPU image. ``uv pip compile --generate-hashes`` resolves it;
+``tensorflow[and-cuda]`` in the GPU image, and in the slim image (``gkeflow``) no
+TensorFlow at all: :data:`TENSORFLOW_ONLY` (TensorFlow, TensorBoard and what only a
+training step uses) is left out of its input. ``uv pip compile --generate-hashes`` resolves it;
 the existing lock is passed as the output file, so uv keeps its pins unless
 ``pyproject.toml`` excludes them.
 
@@ -30,7 +33,10 @@ from packaging.requirements import Requirement
 
 from gkeflow.pipelines.requirement_locks import lock_path, normalise, read_pins
 
-FLAVOURS = ("cpu", "gpu")
+FLAVOURS = ("slim", "cpu", "gpu")
+#: Direct dependencies the slim image leaves out: TensorFlow, TensorBoard and NVML (read
+#: only while training). Whatever only they require drops out of its resolution with them.
+TENSORFLOW_ONLY = ("tensorflow", "tensorboard", "nvidia-ml-py")
 PYTHON_VERSION = "3.11"
 PYTHON_PLATFORM = "x86_64-manylinux_2_28"
 #: The command the lock headers name (uv writes it instead of its own temporary paths).
@@ -66,10 +72,21 @@ def resolver_input(pyproject: Path, flavour: str) -> list[str]:
     lines = []
     for line in project["dependencies"]:
         requirement = Requirement(line)
+        if flavour == "slim" and normalise(requirement.name) in TENSORFLOW_ONLY:
+            continue
         if normalise(requirement.name) == "tensorflow":
             requirement = _tensorflow_for(flavour, project)
         lines.append(str(requirement))
+    if flavour == "slim":
+        # TensorFlow's dependencies bring these into the other locks; the slim image
+        # needs them to build its source-only packages (build_requirements)
+        lines += [name for name in BUILD_BACKEND if name not in direct_names_of(lines)]
     return lines
+
+
+def direct_names_of(lines: list[str]) -> set[str]:
+    """Normalised names of requirement lines."""
+    return {normalise(Requirement(line).name) for line in lines}
 
 
 def direct_names(pyproject: Path, flavour: str) -> set[str]:

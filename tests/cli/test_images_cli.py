@@ -29,6 +29,7 @@ REGISTRY = "europe-west4-docker.pkg.dev/my-project/ml"
 CPU = f"{REGISTRY}/gkeflow-cpu:0.1.0"
 GPU = f"{REGISTRY}/gkeflow-gpu:0.1.0"
 SERVING = f"{REGISTRY}/gkeflow-serving:0.1.0"
+SLIM = f"{REGISTRY}/gkeflow:0.1.0"
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -113,11 +114,12 @@ def test_build_no_push_then_compile_pins_both_targets(run, project, readonly_pac
         "requirements.txt"]
 
     builds = [c for c in calls if c["args"][0] == "build"]
-    assert [c["args"][c["args"].index("--tag") + 1] for c in builds] == [CPU, GPU, SERVING]
+    assert [c["args"][c["args"].index("--tag") + 1] for c in builds] == [SLIM, CPU, GPU, SERVING]
     # The serving image: TensorFlow Serving of the training TensorFlow, nothing of the user's.
-    assert sorted(builds[2]["context"]) == ["Dockerfile", "serving-entrypoint.sh"]
-    assert "gkeflow serving image" in builds[2]["dockerfile"]
-    for build in builds[:2]:
+    assert sorted(builds[3]["context"]) == ["Dockerfile", "serving-entrypoint.sh"]
+    assert "gkeflow serving image" in builds[3]["dockerfile"]
+    assert "gkeflow slim image" in builds[0]["dockerfile"]
+    for build in builds[:3]:
         assert "--isolation=chroot" in build["args"]
         context = set(build["context"])
         assert {"Dockerfile", "requirements.lock", "user/requirements.txt",
@@ -127,11 +129,11 @@ def test_build_no_push_then_compile_pins_both_targets(run, project, readonly_pac
     assert not [c for c in calls if c["args"][0] == "push"]
     # each build removes its image's previous, untagged build: by gkeflow's label only
     assert [c["args"] for c in calls if c["args"][:2] == ["image", "prune"]] == [
-        ["image", "prune", "--force", "--filter", f"label=io.gkeflow.image=gkeflow-{f}"]
-        for f in ("cpu", "gpu", "serving")]
+        ["image", "prune", "--force", "--filter", f"label=io.gkeflow.image={name}"]
+        for name in ("gkeflow", "gkeflow-cpu", "gkeflow-gpu", "gkeflow-serving")]
 
     lock = _lock(project)
-    assert set(lock) == {CPU, GPU, SERVING}
+    assert set(lock) == {SLIM, CPU, GPU, SERVING}
     for reference, entry in lock.items():
         assert entry["digest"] == fake_builder.digest(reference, pushed=False)
         assert entry["builder"] == "podman" and entry["pushed"] is False
@@ -141,9 +143,10 @@ def test_build_no_push_then_compile_pins_both_targets(run, project, readonly_pac
     assert compiled.returncode == 0, compiled.stderr
     cpu = f"{REGISTRY}/gkeflow-cpu@{fake_builder.digest(CPU, pushed=False)}"
     gpu = f"{REGISTRY}/gkeflow-gpu@{fake_builder.digest(GPU, pushed=False)}"
+    slim = f"{REGISTRY}/gkeflow@{fake_builder.digest(SLIM, pushed=False)}"
     for target in ("gke", "vertex"):
         text = (project / "out" / f"training.{target}.yaml").read_text()
-        assert cpu in text and gpu in text
+        assert cpu in text and gpu in text and slim in text
         serving = f"{REGISTRY}/gkeflow-serving@{fake_builder.digest(SERVING, pushed=False)}"
         assert (serving in text) == (target == "vertex")  # registration on Vertex AI names it
         assert "us-docker.pkg.dev/gkeflow" not in text and ":0.1.0" not in text.replace(
@@ -189,11 +192,11 @@ def test_build_and_push_with_podman_lets_submit_through(run, project):
     result, calls = run("images", "build", "--builder", "podman", cwd=project)
     assert result.returncode == 0, result.stderr
     pushes = [c["args"] for c in calls if c["args"][0] == "push"]
-    assert [p[-1] for p in pushes] == [CPU, GPU, SERVING]
+    assert [p[-1] for p in pushes] == [SLIM, CPU, GPU, SERVING]
     assert all("--digestfile" in p for p in pushes)
     lock = _lock(project)
     assert {r: e["digest"] for r, e in lock.items()} == {
-        r: fake_builder.digest(r, pushed=True) for r in (CPU, GPU, SERVING)}
+        r: fake_builder.digest(r, pushed=True) for r in (SLIM, CPU, GPU, SERVING)}
     assert all(e["pushed"] for e in lock.values())
     assert "Next: `gkeflow plan`" in result.stdout
 
@@ -203,7 +206,7 @@ def test_build_and_push_with_podman_lets_submit_through(run, project):
 
     listed, _ = run("images", "list", cwd=project)
     assert listed.returncode == 0, listed.stderr
-    for reference in (CPU, GPU, SERVING):
+    for reference in (SLIM, CPU, GPU, SERVING):
         line = next(x for x in listed.stdout.splitlines() if reference in x)
         assert fake_builder.digest(reference, pushed=True) in line
         assert "podman" in line and "in use" in line
@@ -233,7 +236,7 @@ def test_a_failed_build_is_one_line_and_keeps_what_was_built(run, project):
     assert "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert "build of" in line and "gkeflow-gpu" in line and "no space left on device" in line
-    assert set(_lock(project)) == {CPU}  # the CPU image was built and is recorded
+    assert set(_lock(project)) == {SLIM, CPU}  # built before the GPU image, and recorded
 
 
 @pytest.mark.parametrize("builder", ["podman", "docker"])
@@ -270,10 +273,11 @@ def test_index_credentials_reach_the_build_as_a_secret_only(run, project):
                         env={"PYPI_TOKEN": TOKEN})
     assert result.returncode == 0, result.stderr
     builds = [c for c in calls if c["args"][0] == "build"]
-    assert len(builds) == 3  # cpu, gpu and serving; the serving image installs nothing of yours
-    serving_secret = builds[2]["secret"]["text"]
+    # slim, cpu, gpu and serving; the serving image installs nothing of yours
+    assert len(builds) == 4
+    serving_secret = builds[3]["secret"]["text"]
     assert TOKEN not in serving_secret and "PYPI_TOKEN" not in serving_secret
-    for build in builds[:2]:
+    for build in builds[:3]:
         option = build["args"][build["args"].index("--secret") + 1]
         assert option.startswith("id=gkeflow-pip-env,src=")
         secret = build["secret"]
@@ -353,7 +357,7 @@ def test_a_signal_during_the_build_stops_the_builder_and_removes_the_context(
             process.kill()
     assert process.returncode == code
     (line,) = stderr.strip().splitlines()
-    assert f"{signal.Signals(signum).name} during the build of {CPU}" in line
+    assert f"{signal.Signals(signum).name} during the build of {SLIM}" in line
     assert "build context removed" in line and "Traceback" not in stderr
     assert not Path(builder["context"]).exists()
     assert list((scratch / "tmp").iterdir()) == []
@@ -380,10 +384,10 @@ def test_a_broken_lock_fails_before_building(run, project):
 def test_list_before_any_build_says_what_to_run(run, project):
     listed, _ = run("images", "list", cwd=project)
     assert listed.returncode == 0, listed.stderr
-    for reference in (CPU, GPU):
+    for reference in (SLIM, CPU, GPU):
         assert "not built" in next(x for x in listed.stdout.splitlines() if reference in x)
-    assert f"not built for {REGISTRY}: {CPU}, {GPU}, {SERVING}; run `gkeflow images build`" in \
-        listed.stdout
+    assert (f"not built for {REGISTRY}: {CPU}, {GPU}, {SERVING}, {SLIM}; run "
+            "`gkeflow images build`") in listed.stdout
 
 
 @pytest.mark.parametrize("builder", ["docker", "cloud-build"])

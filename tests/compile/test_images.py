@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gkeflow.components import images
-from gkeflow.components.images import CPU_IMAGE, GPU_IMAGE
+from gkeflow.components.images import CPU_IMAGE, GPU_IMAGE, SLIM_IMAGE
 from gkeflow.pipelines.targets.compile import ReleaseError, compile_pipeline
 from tests.compile.customjob import custom_job_payload
 
@@ -21,6 +21,7 @@ IMAGES_DIR = REPO / "images"
 DOCKERFILES = sorted(IMAGES_DIR.glob("*.Dockerfile"))
 CPU_DIGEST = "sha256:" + "1" * 64
 GPU_DIGEST = "sha256:" + "2" * 64
+SLIM_DIGEST = "sha256:" + "3" * 64
 
 
 def _hadolint() -> str:
@@ -49,7 +50,8 @@ def _executor_images(path: Path) -> set[str]:
 
 
 def test_there_is_a_cpu_and_a_gpu_dockerfile():
-    assert [p.name for p in DOCKERFILES] == ["cpu.Dockerfile", "gpu.Dockerfile"]
+    assert [p.name for p in DOCKERFILES] == ["cpu.Dockerfile", "gpu.Dockerfile",
+                                             "serving.Dockerfile", "slim.Dockerfile"]
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
@@ -82,19 +84,21 @@ def test_the_package_carries_no_lock_file_and_no_way_to_write_one():
 
 
 def test_release_refuses_tag_only_images(tmp_path):
-    with pytest.raises(ReleaseError, match=re.escape(f"tag only: {CPU_IMAGE}, {GPU_IMAGE}")):
+    with pytest.raises(ReleaseError, match=re.escape(
+            f"tag only: {CPU_IMAGE}, {GPU_IMAGE}, {SLIM_IMAGE}")):
         compile_pipeline("training", "gke", tmp_path, lock={}, release=True)
     assert not list(tmp_path.iterdir()), "nothing is written when the release is refused"
-    with pytest.raises(ReleaseError, match=re.escape(f"tag only: {GPU_IMAGE}")):
+    with pytest.raises(ReleaseError, match=re.escape(f"tag only: {GPU_IMAGE}, {SLIM_IMAGE}")):
         compile_pipeline("training", "vertex", tmp_path, lock={CPU_IMAGE: CPU_DIGEST},
                          release=True)
 
 
 def test_release_compiles_digest_pinned_images(tmp_path):
-    lock = {CPU_IMAGE: CPU_DIGEST, GPU_IMAGE: GPU_DIGEST}
+    lock = {CPU_IMAGE: CPU_DIGEST, GPU_IMAGE: GPU_DIGEST, SLIM_IMAGE: SLIM_DIGEST}
     for target in ("gke", "vertex"):
         path = compile_pipeline("training", target, tmp_path, lock=lock, release=True)
         assert _executor_images(path) == {
+            f"us-docker.pkg.dev/gkeflow/images/gkeflow@{SLIM_DIGEST}",
             f"us-docker.pkg.dev/gkeflow/images/gkeflow-cpu@{CPU_DIGEST}",
             f"us-docker.pkg.dev/gkeflow/images/gkeflow-gpu@{GPU_DIGEST}",
         }

@@ -19,6 +19,7 @@ from gkeflow.components.images import (
     GPU_IMAGE,
     IMAGES,
     REGISTRY,
+    SLIM_IMAGE,
     ImageLockError,
     map_references,
     pin,
@@ -33,8 +34,9 @@ from tests.compile.customjob import custom_job_payload
 USER = "europe-west4-docker.pkg.dev/my-project/ml"
 CPU_DIGEST = "sha256:" + "c" * 64
 GPU_DIGEST = "sha256:" + "9" * 64
+SLIM_DIGEST = "sha256:" + "5" * 64
 #: Any reference to one of the suite's images, in YAML, JSON or JSON inside YAML strings.
-IMAGE_RE = re.compile(r"[A-Za-z0-9.:_/-]*gkeflow-(?:cpu|gpu)(?:[:@][A-Za-z0-9_.:-]+)?")
+IMAGE_RE = re.compile(r"[A-Za-z0-9.:_/-]*/gkeflow(?:-cpu|-gpu)?(?:[:@][A-Za-z0-9_.:-]+)")
 
 
 def _write(tmp_path: Path, data: dict) -> Path:
@@ -165,7 +167,8 @@ def test_paths_are_relative_to_gkeflow_yaml_not_the_current_directory(tmp_path, 
     assert images.include_paths == [path.parent.resolve() / "src" / "feats",
                                     path.parent.resolve() / "src" / "mod.py"]
     assert images.lock_path == path.parent.resolve() / "gkeflow.lock"
-    assert images.references() == {"cpu": f"{USER}/gkeflow-cpu:2026.12.1",
+    assert images.references() == {"slim": f"{USER}/gkeflow:2026.12.1",
+                                   "cpu": f"{USER}/gkeflow-cpu:2026.12.1",
                                    "gpu": f"{USER}/gkeflow-gpu:2026.12.1"}
     # no images: section: the lock still lies next to gkeflow.yaml
     (tmp_path / "other").mkdir()
@@ -238,7 +241,8 @@ def test_without_an_images_section_the_release_references_stay():
     from gkeflow.components.images import SERVING_IMAGE
 
     assert image_map(GkeflowConfig().images, lock={}) == {
-        CPU_IMAGE: CPU_IMAGE, GPU_IMAGE: GPU_IMAGE, SERVING_IMAGE: SERVING_IMAGE}
+        SLIM_IMAGE: SLIM_IMAGE, CPU_IMAGE: CPU_IMAGE, GPU_IMAGE: GPU_IMAGE,
+        SERVING_IMAGE: SERVING_IMAGE}
 
 
 def test_the_mapping_pins_what_was_built_and_names_the_rest_by_tag(tmp_path):
@@ -247,7 +251,8 @@ def test_the_mapping_pins_what_was_built_and_names_the_rest_by_tag(tmp_path):
 
     lock = {f"{USER}/gkeflow-cpu:0.1.0": _entry(CPU_DIGEST),
             f"{USER}/gkeflow-serving:0.1.0": _entry(CPU_DIGEST)}
-    assert image_map(images, lock) == {CPU_IMAGE: f"{USER}/gkeflow-cpu@{CPU_DIGEST}",
+    assert image_map(images, lock) == {SLIM_IMAGE: f"{USER}/gkeflow:0.1.0",
+                                       CPU_IMAGE: f"{USER}/gkeflow-cpu@{CPU_DIGEST}",
                                        GPU_IMAGE: f"{USER}/gkeflow-gpu:0.1.0",
                                        SERVING_IMAGE: f"{USER}/gkeflow-serving@{CPU_DIGEST}"}
     # a bare digest keeps the repository (what `--release` tests pass)
@@ -279,6 +284,7 @@ def user_project(tmp_path_factory) -> Path:
     })
     record(root / "gkeflow.lock", f"{USER}/gkeflow-cpu:0.1.0", _entry(CPU_DIGEST))
     record(root / "gkeflow.lock", f"{USER}/gkeflow-gpu:0.1.0", _entry(GPU_DIGEST))
+    record(root / "gkeflow.lock", f"{USER}/gkeflow:0.1.0", _entry(SLIM_DIGEST))
     return path
 
 
@@ -300,7 +306,8 @@ def user_compiled(user_project, tmp_path_factory) -> dict[str, Path]:
 
 
 def test_every_image_string_in_every_compiled_file_is_the_users_pinned_image(user_compiled):
-    wanted = {f"{USER}/gkeflow-cpu@{CPU_DIGEST}", f"{USER}/gkeflow-gpu@{GPU_DIGEST}"}
+    wanted = {f"{USER}/gkeflow-cpu@{CPU_DIGEST}", f"{USER}/gkeflow-gpu@{GPU_DIGEST}",
+              f"{USER}/gkeflow@{SLIM_DIGEST}"}
     seen = set()
     for name, path in user_compiled.items():
         text = path.read_text()
@@ -421,7 +428,9 @@ def test_a_pipeline_of_your_own_gets_the_same_mapping(tmp_path, monkeypatch):
     _write(tmp_path, {"images": {"registry": USER}})
     record(tmp_path / "gkeflow.lock", f"{USER}/gkeflow-cpu:0.1.0", _entry(CPU_DIGEST))
     record(tmp_path / "gkeflow.lock", f"{USER}/gkeflow-gpu:0.1.0", _entry(GPU_DIGEST))
+    record(tmp_path / "gkeflow.lock", f"{USER}/gkeflow:0.1.0", _entry(SLIM_DIGEST))
     monkeypatch.chdir(tmp_path)
     text = example.compile_for("vertex", tmp_path / "fs.yaml").read_text()
     found = set(IMAGE_RE.findall(text))
-    assert found == {f"{USER}/gkeflow-cpu@{CPU_DIGEST}", f"{USER}/gkeflow-gpu@{GPU_DIGEST}"}
+    assert found == {f"{USER}/gkeflow-cpu@{CPU_DIGEST}", f"{USER}/gkeflow-gpu@{GPU_DIGEST}",
+                     f"{USER}/gkeflow@{SLIM_DIGEST}"}

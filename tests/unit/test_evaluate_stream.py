@@ -180,7 +180,7 @@ def test_accumulation_memory_does_not_grow_with_rows():
 def test_streamed_evaluation_equals_the_in_memory_computation(prepared_penguins,
                                                               trained_penguins):
     from gkeflow.components.evaluate.accumulate import compute_metrics
-    from gkeflow.components.prepare.logic import load_split
+    from gkeflow.components.prepare.reader import load_split
     from gkeflow.components.train.logic import ExportedModel, encode_labels, to_model_inputs
 
     dataset_dir, prepared = prepared_penguins

@@ -10,6 +10,7 @@ from packaging.requirements import Requirement
 
 from gkeflow.pipelines.targets.image_locks import (
     FLAVOURS,
+    TENSORFLOW_ONLY,
     LockError,
     constraints,
     direct_names,
@@ -54,6 +55,23 @@ def test_resolver_input_swaps_only_tensorflow():
     assert len(changed) == 1
     assert changed[0][0].startswith("tensorflow-cpu") and changed[0][1].startswith(
         "tensorflow[and-cuda]")
+
+
+def test_the_slim_lock_has_no_tensorflow_and_the_rest_at_the_cpu_locks_versions():
+    project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
+    slim = resolver_input(PYPROJECT, "slim")
+    names = [normalise(Requirement(line).name) for line in slim]
+    assert not {"tensorflow", "tensorflow-cpu", "tensorboard", "nvidia-ml-py"} & set(names)
+    kept = [line for line in project["dependencies"]
+            if normalise(Requirement(line).name) not in TENSORFLOW_ONLY]
+    assert slim == [*kept, "setuptools", "wheel"]  # what builds its source-only packages
+    pins = read_pins(lock_path(IMAGES, "slim"))
+    banned = ("tensorflow", "tensorboard", "keras", "tf-keras", "libclang", "h5py", "ml-dtypes",
+              "nvidia-", "grpcio-tools")
+    assert not [name for name in pins if name.startswith(banned)]
+    assert {"kfp", "pandas", "pyarrow", "google-cloud-aiplatform", "kubernetes"} <= set(pins)
+    cpu = read_pins(lock_path(IMAGES, "cpu"))
+    assert {n: v for n, (v, _) in pins.items() if n in cpu and v != cpu[n][0]} == {}
 
 
 def test_unknown_flavour_is_refused():

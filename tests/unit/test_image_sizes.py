@@ -64,3 +64,12 @@ def test_the_closure_follows_requirements_for_linux_and_no_extras(site):
 def test_a_root_that_is_not_installed_is_named(site):
     with pytest.raises(SystemExit, match="tensorflow-cpu is not installed"):
         image_sizes.requirement_closure(site, ["tensorflow-cpu"])
+
+
+def test_the_share_line_names_both_images_and_the_verdict():
+    line = image_sizes.share_line("s", 600_000_000, 200_000_000, "c", 1_500_000_000,
+                                  500_000_000)
+    assert line == ("slim s: 0.60 GB, a node pulls 0.20 GB; CPU c: 1.50 GB, a node pulls "
+                    "0.50 GB; slim_to_cpu=0.400 (pulled 0.400), meets the goal of <= 0.45")
+    assert image_sizes.share_line("s", 700, 1, "c", 1000, 1).endswith(
+        "misses the goal of <= 0.45")

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from gkeflow.components.prepare import fanout, shard_store
-from gkeflow.components.prepare.logic import load_split, prepare
+from gkeflow.components.prepare.logic import prepare
+from gkeflow.components.prepare.reader import load_split
 from tests.conftest import make_churn_csv
 
 

@@ -12,7 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gkeflow.components.prepare.logic import DataError, load_split, prepare
+from gkeflow.components.prepare.logic import DataError, prepare
+from gkeflow.components.prepare.reader import load_split
 from gkeflow.components.prepare.rejects import original_bytes
 
 

@@ -17,10 +17,9 @@ from gkeflow.components.prepare.logic import (
     DataError,
     Schema,
     SplitRatios,
-    load_split,
-    make_tf_dataset,
     prepare,
 )
+from gkeflow.components.prepare.reader import load_split, make_tf_dataset
 
 
 def _lines(n=200, seed=1, start=0):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gkeflow.components.prepare.logic import prepare
-from gkeflow.components.prepare.records import make_tf_dataset
+from gkeflow.components.prepare.reader import make_tf_dataset
 from gkeflow.components.train.logic import make_split_dataset
 
 

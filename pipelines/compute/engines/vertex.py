@@ -194,10 +194,10 @@ class CustomJobEngine:
 
     def task(self, profile: ComputeProfile, arguments: dict[str, Any]):
         from gkeflow.components import train_model
-        from gkeflow.components.images import CPU_IMAGE, GPU_IMAGE
+        from gkeflow.components.images import GPU_IMAGE, SLIM_IMAGE
 
         # the compiler maps both to the configured registry and pins them by digest
-        component = custom_job_component(train_model, profile, CPU_IMAGE, GPU_IMAGE)
+        component = custom_job_component(train_model, profile, SLIM_IMAGE, GPU_IMAGE)
         return component(**arguments)
 
     def launcher_profile(self, profile: ComputeProfile) -> ComputeProfile:

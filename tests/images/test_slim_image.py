@@ -1,0 +1,57 @@
+"""The slim image (``gkeflow``): no TensorFlow, no compiler, no pip or caches, the slim
+steps' modules import in it, and it is at most 45 % of the CPU image."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gkeflow.pipelines.targets.image_locks import normalise, read_pins
+from tests.conftest import REPO_ROOT
+from tests.images.rootfs import image_root, image_size, run_in_image
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
+
+#: The slim image's share of the CPU image (issue 35's goal).
+SLIM_TO_CPU = 0.45
+
+
+def test_the_slim_image_holds_its_lock_and_no_tensorflow(slim_image):
+    probe = ("import importlib.metadata as m, json; print(json.dumps("
+             "{d.metadata['Name']: d.version for d in m.distributions()}))")
+    done = run_in_image(slim_image, ["python", "-c", probe], {})
+    assert done.returncode == 0, done.stdout
+    installed = {normalise(name): version
+                 for name, version in json.loads(done.stdout.splitlines()[-1]).items()}
+    locked = {name: version for name, (version, _) in
+              read_pins(REPO_ROOT / "images" / "requirements-slim.lock").items()}
+    assert {name: installed.get(name) for name in locked} == locked
+    assert set(installed) - set(locked) == {"gkeflow", "humanize"}
+    assert not [n for n in installed if n.startswith(("tensorflow", "tensorboard", "keras"))]
+
+
+def test_the_slim_steps_import_in_it_and_tensorflow_does_not(slim_image):
+    probe = ("import importlib.util as u, os, gkeflow.components.prepare.logic, "
+             "gkeflow.components.register.logic, gkeflow.components.fingerprint.logic; "
+             "print(u.find_spec('tensorflow') is None, u.find_spec('pip') is None, "
+             "os.getuid())")
+    done = run_in_image(slim_image, ["python", "-c", probe], {})
+    assert done.returncode == 0, done.stdout
+    assert done.stdout.split()[-3:] == ["True", "True", "10001"]
+
+
+def test_the_slim_image_is_lean_and_at_most_45_percent_of_the_cpu_image(slim_image,
+                                                                        cpu_image):
+    with image_root(slim_image) as root:
+        site = root / "opt/gkeflow/lib/python3.11/site-packages"
+        assert (site / "gkeflow-user.pth").is_file()
+        leftovers = [root / "root/.cache", root / "opt/gkeflow/bin/pip", root / "usr/bin/gcc",
+                     root / "usr/bin/strip", root / "tmp/requirements.lock",
+                     *site.glob("tensorflow*"), *site.glob("tensorboard*"),
+                     *site.glob("keras*"), *root.glob("tmp/**/*.whl")]
+        assert [p for p in leftovers if p.exists()] == []
+    slim, cpu = image_size(slim_image), image_size(cpu_image)
+    print(f"slim image: {slim / 1e9:.2f} GB uncompressed, CPU image {cpu / 1e9:.2f} GB: "
+          f"{slim / cpu:.0%}")
+    assert slim <= SLIM_TO_CPU * cpu
