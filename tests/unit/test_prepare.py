@@ -13,9 +13,9 @@ from gkeflow.components.prepare.logic import (
     Schema,
     SplitRatios,
     assign_splits,
-    load_split,
     prepare,
 )
+from gkeflow.components.prepare.reader import load_split
 
 
 def test_penguins_schema_and_counts(prepared_penguins):
