@@ -14,7 +14,7 @@ from kfp.dsl import Artifact, Input, Output
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 import gkeflow.components as suite
-from gkeflow.components.images import CPU_IMAGE, GPU_IMAGE, VERSION
+from gkeflow.components.images import CPU_IMAGE, GPU_IMAGE, SLIM_IMAGE, VERSION
 from gkeflow.pipelines.cli import reference
 from gkeflow.pipelines.targets import component_yaml
 from gkeflow.pipelines.targets.compile import ReleaseError
@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "compiled"
 CPU_DIGEST = "sha256:" + "a" * 64
 GPU_DIGEST = "sha256:" + "b" * 64
+SLIM_DIGEST = "sha256:" + "c" * 64
 
 
 @dsl.component(base_image=CPU_IMAGE, install_kfp_package=False)
@@ -135,14 +136,15 @@ def test_output_artifacts_are_described_from_the_docstring(compiled):
 
 
 def test_images_are_the_suites_and_pinned_by_the_lock(tmp_path):
-    lock = {CPU_IMAGE: CPU_DIGEST, GPU_IMAGE: GPU_DIGEST}
+    lock = {CPU_IMAGE: CPU_DIGEST, GPU_IMAGE: GPU_DIGEST, SLIM_IMAGE: SLIM_DIGEST}
     images = {}
     for path in compile_components(tmp_path, lock=lock, release=True):
         (executor,) = _spec(path)["deploymentSpec"]["executors"].values()
         images[path.stem] = executor["container"]["image"]
         assert "pip install" not in path.read_text()
     assert images["train_model"] == f"us-docker.pkg.dev/gkeflow/images/gkeflow-gpu@{GPU_DIGEST}"
-    assert images["prepare_data"] == f"us-docker.pkg.dev/gkeflow/images/gkeflow-cpu@{CPU_DIGEST}"
+    assert images["prepare_data"] == f"us-docker.pkg.dev/gkeflow/images/gkeflow@{SLIM_DIGEST}"
+    assert images["evaluate_model"] == f"us-docker.pkg.dev/gkeflow/images/gkeflow-cpu@{CPU_DIGEST}"
     # the image a tuning job's trials run in is a default input: pinned by the same lock
     (interface,) = _spec(tmp_path / "components" / "tune_with_vizier.yaml")["components"].values()
     trial_image = interface["inputDefinitions"]["parameters"]["trial_image"]["defaultValue"]
@@ -154,8 +156,8 @@ def test_release_refuses_a_tag_only_component_image(tmp_path):
         compile_component("train_model", tmp_path, lock={CPU_IMAGE: CPU_DIGEST}, release=True)
     assert not (tmp_path / "components" / "train_model.yaml").exists()
     with pytest.raises(ReleaseError, match=f"tune_with_vizier: .* tag only: {GPU_IMAGE}"):
-        compile_component("tune_with_vizier", tmp_path, lock={CPU_IMAGE: CPU_DIGEST},
-                          release=True)
+        compile_component("tune_with_vizier", tmp_path,
+                          lock={CPU_IMAGE: CPU_DIGEST, SLIM_IMAGE: SLIM_DIGEST}, release=True)
 
 
 def test_committed_component_files_are_fresh():
