@@ -45,8 +45,10 @@ def test_gke_scores_then_reports_on_cpu_uncached(compiled):
     assert all(t["cachingOptions"] == {} or not t["cachingOptions"].get("enableCache")
                for name, t in tasks.items() if name != "importer")
     executors = spec["deploymentSpec"]["executors"]
-    assert all("gkeflow-cpu" in e["container"]["image"] for e in executors.values()
-               if "container" in e)
+    assert all("gkeflow-gpu" not in e["container"]["image"] for e in executors.values()
+               if "container" in e)  # no GPU: resolving runs in the slim image, scoring on CPU
+    assert "/gkeflow:" in executors["exec-resolve-model"]["container"]["image"]
+    assert "gkeflow-cpu" in executors["exec-predict-batch"]["container"]["image"]
     assert not executors["exec-importer"]["importer"].get("reimport", False)
     assert "nvidia.com/gpu" not in compiled["gke"].read_text()
     assert spec["pipelineInfo"]["name"] == "gkeflow-prediction"

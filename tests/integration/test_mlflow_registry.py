@@ -291,7 +291,7 @@ def test_deploy_resolves_name_at_version_and_alias(registry_uri, name, fast_retr
     newest, note = resolve_version(registry_uri, parse_model_ref(name))
     assert (by_version.uri, by_alias.uri, newest.uri) == ("gs://b/1", "gs://b/2", "gs://b/2")
     assert "no 'champion' alias yet" in note
-    with pytest.raises(PredictError, match="version 5 is not in the registry"):
+    with pytest.raises(PredictError, match="has no version 5 in the registry"):
         resolve_version(registry_uri, parse_model_ref(f"{name}@5"))
 
 
