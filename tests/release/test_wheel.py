@@ -37,7 +37,7 @@ def _run(args, cwd, timeout=120, env=None) -> subprocess.CompletedProcess:
 def _sources(folder: str) -> set[str]:
     return {f"gkeflow/{p.relative_to(REPO).as_posix()}"
             for p in (REPO / folder).rglob("*")
-            if p.suffix in (".py", ".yaml") and "__pycache__" not in p.parts}
+            if p.suffix in (".py", ".yaml", ".csv") and "__pycache__" not in p.parts}
 
 
 #: Not part of a source checkout: environments, caches and earlier build output.

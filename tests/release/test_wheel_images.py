@@ -55,15 +55,21 @@ def test_init_build_no_push_compile_from_the_wheel(fresh_venv, tmp_path):  # noq
     run("images", "build", "--builder", "podman", "--no-push")
     lock = json.loads((project / "gkeflow.lock").read_text())["images"]
     digests = {ref: entry["digest"] for ref, entry in lock.items()}
-    assert set(digests) == {f"{REGISTRY}/gkeflow-cpu:0.1.0", f"{REGISTRY}/gkeflow-gpu:0.1.0"}
+    assert set(digests) == {f"{REGISTRY}/{name}:0.1.0" for name in (
+        "gkeflow", "gkeflow-cpu", "gkeflow-gpu", "gkeflow-serving")}
     builds = [json.loads(line) for line in (tmp_path / "builder.log").read_text().splitlines()
               if json.loads(line)["args"][0] == "build"]
-    assert all("user/include/my_features.py" in b["context"] for b in builds)
+    # the serving image (TensorFlow Serving) takes none of the user's code
+    suite_builds = [b for b in builds if "serving-entrypoint.sh" not in b["context"]]
+    assert len(suite_builds) == 3
+    assert all("user/include/my_features.py" in b["context"] for b in suite_builds)
 
     run("compile")
     for target in ("gke", "vertex"):
         compiled = (project / "compiled" / f"training.{target}.yaml").read_text()
         for reference, digest in digests.items():
+            if target == "gke" and "gkeflow-serving" in reference:
+                continue  # TensorFlow Serving serves Vertex AI registrations only
             assert f"{reference.rsplit(':', 1)[0]}@{digest}" in compiled
         assert "us-docker.pkg.dev/gkeflow" not in compiled
     assert _tree(site) == before, "gkeflow wrote into site-packages"
