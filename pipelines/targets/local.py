@@ -281,10 +281,11 @@ def run_local(
     )
     started = time.time()
     error = ""
-    from gkeflow.pipelines.targets.local_cache import metadata_only_artifacts_hit
+    from gkeflow.pipelines.targets.local_cache import CACHE_HIT, metadata_only_artifacts_hit
 
     with log_path.open("w", encoding="utf-8") as log_file, \
-            metadata_only_artifacts_hit() as served:
+            metadata_only_artifacts_hit(lambda task: stream.write(f"{CACHE_HIT} {task}\n")) \
+            as served:
         stream = _EventStream(log_file, sys.__stdout__ if echo_logs else None, on_event)
         with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream), \
                 warnings.catch_warnings():

@@ -8,8 +8,8 @@ the KFP and Vertex backends cache it. :func:`metadata_only_artifacts_hit` accept
 file for those metadata-only types, and for nothing else, while a local run lasts.
 
 kfp.local also says nothing visible when it serves a step from cache; while the context is
-active each hit prints ``CACHE_HIT <task>`` (on the run's log stream), so the run can report
-the step as cached, and the outputs it served are kept (:func:`served_outputs`): a cached step
+active each hit is handed to ``on_hit`` (the task's name), so the run can report the step as
+cached, and the outputs it served are kept (:func:`served_outputs`): a cached step
 writes nothing into the new run's folder, so its model, report and metadata are read from
 the run that made them.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from typing import Any
 
 CACHE_HIT = "gkeflow: served from cache:"
@@ -43,9 +44,11 @@ def served_outputs(outputs: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def metadata_only_artifacts_hit():
+def metadata_only_artifacts_hit(on_hit: Callable[[str], None] | None = None):
     """Patch kfp.local's cache while a local run lasts; yields task -> the outputs the cache
-    served it (see :func:`served_outputs`)."""
+    served it (see :func:`served_outputs`). ``on_hit`` is called with each served task's
+    name, in the thread that asked the cache (a direct call: nothing goes through stdout,
+    which another thread may redirect meanwhile)."""
     from kfp.local import cache
 
     original = cache.LocalCache.__dict__["_deserialize_artifact"]
@@ -74,7 +77,8 @@ def metadata_only_artifacts_hit():
         outputs = original_get(self, key)
         if outputs is not None and key in names:
             served[names[key]] = served_outputs(outputs)
-            print(f"{CACHE_HIT} {names[key]}", flush=True)
+            if on_hit is not None:
+                on_hit(names[key])
         return outputs
 
     cache.LocalCache._deserialize_artifact = staticmethod(patched)
