@@ -14,6 +14,7 @@ from kfp import dsl
 
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.compute import launchers
+from gkeflow.pipelines.compute.gcsfuse import apply_gcsfuse
 from gkeflow.pipelines.compute.profiles import (
     ComputeError,
     ComputeProfile,
@@ -21,6 +22,7 @@ from gkeflow.pipelines.compute.profiles import (
     validate_profiles,
 )
 from gkeflow.pipelines.compute.wording import plural
+from gkeflow.pipelines.gcsfuse_config import GcsFuseSettings
 from gkeflow.pipelines.operations import Operations
 
 PIPELINE_NAME = "gkeflow-prediction"
@@ -114,9 +116,13 @@ def resolve_compute(target: str, compute: Mapping[str, ComputeProfile] | None = 
 
 def build_prediction_pipeline(
     target: str = "local", compute: Optional[Mapping[str, ComputeProfile]] = None,
-    operations: Optional[Operations] = None,
+    operations: Optional[Operations] = None, gcsfuse: Optional[GcsFuseSettings] = None,
 ):
-    """Define ``prediction_pipeline``, each step's compute validated and applied for ``target``."""
+    """Define ``prediction_pipeline``, each step's compute validated and applied for ``target``.
+
+    ``gcsfuse``: buckets mounted in the scoring step, which reads ``data_uri`` under them
+    through the mount (see :mod:`gkeflow.pipelines.compute.gcsfuse`).
+    """
     profiles = resolve_compute(target, compute)
     operations = operations or Operations(target)
     components = _components(profiles)
@@ -124,6 +130,7 @@ def build_prediction_pipeline(
 
     def configure(task: dsl.PipelineTask, step: str) -> dsl.PipelineTask:
         task.set_display_name(STEP_DISPLAY_NAMES[step])
+        apply_gcsfuse(task, step, gcsfuse, target)
         return apply_compute(task, profiles[step], target)
 
     def score(data_uri, model_name, model_version, model_alias, registry_uri, output_uri,

@@ -22,7 +22,7 @@ from gkeflow.components import (
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.compute.checkpoints import add_checkpoint_volume
 from gkeflow.pipelines.compute.engines import training_engine
-from gkeflow.pipelines.compute.gcsfuse import apply_gcsfuse, check_engine
+from gkeflow.pipelines.compute.gcsfuse import apply_gcsfuse, check_engine, mount_env
 from gkeflow.pipelines.compute.profiles import (
     ComputeError,
     ComputeProfile,
@@ -187,7 +187,9 @@ def build_training_pipeline(
                 add_checkpoint_volume(task)
             return task
         profile = profiles["train-model"]
-        return configure(train_engine.task(profile, arguments), "train-model",
+        # the job's own containers see the buckets (Vertex AI mounts them at /gcs/)
+        env = mount_env(gcsfuse, "train-model", target)
+        return configure(train_engine.task(profile, arguments, env=env), "train-model",
                          train_engine.launcher_profile(profile))
 
     operations = operations or Operations(target)

@@ -43,8 +43,8 @@ def mounted_path(uri: str, environ=None) -> str:
     return path.rstrip("/") + ("/" + rest if rest else "")
 
 
-def writable_path(uri: str, environ=None) -> str:
-    """:func:`mounted_path` for a location the step writes to.
+def writable_path(uri: str, environ=None, what: str = "shards and checkpoints") -> str:
+    """:func:`mounted_path` for a location the step writes ``what`` to.
 
     Raises:
         ValueError: ``uri`` is in a bucket this step mounts read-only.
@@ -54,6 +54,6 @@ def writable_path(uri: str, environ=None) -> str:
     bucket = text[len("gs://"):].partition("/")[0] if text.startswith("gs://") else ""
     if bucket and bucket in environ.get(READ_ONLY_ENV, "").split(","):
         raise ValueError(f"{text} is in bucket {bucket}, which gcsfuse mounts read-only: "
-                         "write shards and checkpoints to another bucket or set its "
+                         f"write {what} to another bucket or set its "
                          "read_only: false")
     return mounted_path(text, environ)

@@ -53,10 +53,16 @@ def check_output_uri(uri: str) -> None:
         output_format(uri)
         return
     if uri.startswith("gs://"):
+        from gkeflow.components.cloud.mounts import writable_path
+
         bucket, _, name = uri[len("gs://"):].partition("/")
         if not bucket or not name or name.endswith("/"):
             raise PredictError(f"output {uri!r} must name an object: gs://bucket/path/file.parquet")
         _check_extension(uri)
+        try:  # a bucket this step mounts read-only (gcsfuse) takes no predictions
+            writable_path(uri, what="predictions")
+        except ValueError as exc:
+            raise PredictError(str(exc)) from None
         return
     if "://" in uri and not uri.startswith("file://"):
         raise PredictError(f"unsupported output {uri!r}; use a local path, gs://bucket/file "

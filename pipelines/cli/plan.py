@@ -108,10 +108,12 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     from gkeflow.pipelines.cli.costs import plan_cost
 
     cost, history_runs = plan_cost(config, target, pipeline, profiles, region, history)
+    mounts, custom_jobs = _gcsfuse_mounts(pipeline, target, config, profiles)
     if output_format == "json":
         print_json({**plan_json(pipeline, target, rows, images, target_notes(
             profiles, target, () if pipeline == "sweep" else ("train-model",))),
-            "cost": {**cost.as_json(), "history_runs": history_runs}})
+            "cost": {**cost.as_json(), "history_runs": history_runs},
+            "gcsfuse": {step: [m.as_json() for m in found] for step, found in mounts.items()}})
         return
     caption = ("CPU and memory: request = limit" if target == "gke"
                else "CPU and memory: limits; Vertex AI picks the machine")
@@ -144,6 +146,10 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
         console.print(f"note: {note}", markup=False)
     for line in _workspace_lines(pipeline, target, config, config_path, profiles):
         console.print(line, markup=False)
+    from gkeflow.pipelines.compute.gcsfuse import plan_lines as gcsfuse_lines
+
+    for line in gcsfuse_lines(mounts, target, custom_jobs):
+        console.print(line, markup=False)
     if target == "gke":
         from gkeflow.pipelines.targets.backend_version import plan_line
 
@@ -157,6 +163,27 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
 
         for line in plan_lines(sweep, profiles, target):
             console.print(line, markup=False)
+
+
+def _gcsfuse_mounts(pipeline: str, target: str, config,
+                    profiles: dict) -> tuple[dict, tuple[str, ...]]:
+    """Each step's gcsfuse mounts as compile builds them, and the steps whose mounts are in
+    a Vertex AI CustomJob (or tuning job) rather than the step's own pod."""
+    from gkeflow.pipelines.compute.engines import training_engine
+    from gkeflow.pipelines.compute.gcsfuse import check_engine, plan_mounts
+
+    engine = None
+    if pipeline == "training" and "train-model" in profiles:
+        engine = training_engine(target, profiles["train-model"])
+        if problem := check_engine(config.gcsfuse, target, engine is not None):
+            raise click.ClickException(problem)
+    elif pipeline == "sweep" and "tune-with-vizier" in profiles:
+        engine = True  # the trials are the tuning job's custom jobs
+    on_gke = target == "gke" and engine is not None
+    mounts = plan_mounts(config.gcsfuse, profiles, target,
+                         unmounted=("train-model",) if on_gke else ())
+    jobs = ("train-model",) if target == "vertex" and engine is not None else ()
+    return mounts, jobs
 
 
 def _workspace_lines(pipeline: str, target: str, config, config_path: Path | None,

@@ -18,7 +18,8 @@ of those buckets through ``/gcs/``. Local runs read ``gs://`` by reference.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from gkeflow.components.cloud.mounts import MOUNTS_ENV, READ_ONLY_ENV
 from gkeflow.pipelines.gcsfuse_config import GcsFuseBucket, GcsFuseSettings
@@ -39,7 +40,30 @@ STEP_USES: Mapping[str, tuple[str, ...]] = {
     "merge-prepared": ("shards",),
     "train-model": ("shards", "checkpoints"),
     "evaluate-model": ("shards",),
+    # batch scoring reads the rows through the mount; its predictions file is published by
+    # one upload (an object appears whole), never through a read-only mount
+    "predict-batch": ("data",),
 }
+
+
+@dataclass(frozen=True)
+class StepMount:
+    """A bucket as a step sees it: where, whether read-only, and the GKE claim behind it
+    (empty on Vertex AI, which mounts every bucket at ``/gcs/`` itself)."""
+
+    bucket: str
+    path: str
+    read_only: bool
+    claim: str = ""
+
+    def as_json(self) -> dict:
+        return {"bucket": self.bucket, "path": self.path, "read_only": self.read_only,
+                "claim": self.claim}
+
+    def describe(self) -> str:
+        mode = "read-only" if self.read_only else "read-write"
+        claim = f", claim {self.claim}" if self.claim else ""
+        return f"gs://{self.bucket} at {self.path} ({mode}{claim})"
 
 
 def step_buckets(settings: GcsFuseSettings, step: str) -> tuple[GcsFuseBucket, ...]:
@@ -48,18 +72,62 @@ def step_buckets(settings: GcsFuseSettings, step: str) -> tuple[GcsFuseBucket, .
     return tuple(b for b in settings.buckets if any(use in b.use for use in uses))
 
 
-def step_mounts(settings: GcsFuseSettings, step: str, target: str) -> dict[str, str]:
-    """Bucket -> where ``step`` sees it on ``target`` (empty: it mounts none)."""
-    if target not in ("gke", "vertex"):
+def mount_list(settings: GcsFuseSettings | None, step: str,
+               target: str) -> tuple[StepMount, ...]:
+    """``step``'s mounts on ``target`` (empty: it mounts none)."""
+    if not settings or target not in ("gke", "vertex"):
+        return ()
+    return tuple(StepMount(b.bucket, b.path if target == "gke" else f"/gcs/{b.bucket}",
+                           b.read_only, b.claim_name if target == "gke" else "")
+                 for b in step_buckets(settings, step))
+
+
+def mount_env(settings: GcsFuseSettings | None, step: str, target: str) -> dict[str, str]:
+    """The environment that makes ``step``'s code read ``gs://`` of its buckets through
+    their mounts and refuse writes to read-only ones (empty: it mounts none)."""
+    mounted = mount_list(settings, step, target)
+    if not mounted:
         return {}
-    return {b.bucket: (b.path if target == "gke" else f"/gcs/{b.bucket}")
-            for b in step_buckets(settings, step)}
+    env = {MOUNTS_ENV: json.dumps({m.bucket: m.path for m in mounted}, sort_keys=True)}
+    read_only = [m.bucket for m in mounted if m.read_only]
+    if read_only:
+        env[READ_ONLY_ENV] = ",".join(read_only)
+    return env
+
+
+def plan_mounts(settings: GcsFuseSettings | None, steps: Iterable[str], target: str,
+                unmounted: Iterable[str] = ()) -> dict[str, tuple[StepMount, ...]]:
+    """Step -> its mounts, for the steps that mount any; ``unmounted`` steps (a GKE JobSet
+    launcher: its pods mount nothing) are left out."""
+    skip = set(unmounted)
+    found = {step: mount_list(settings, step, target) for step in steps if step not in skip}
+    return {step: mounts for step, mounts in found.items() if mounts}
+
+
+def plan_lines(mounts: Mapping[str, tuple[StepMount, ...]], target: str,
+               custom_job_steps: Iterable[str] = ()) -> list[str]:
+    """What `gkeflow plan` says of each step's buckets."""
+    if not mounts:
+        return []
+    jobs = set(custom_job_steps)
+    lines = []
+    for step, mounted in mounts.items():
+        where = " (in its CustomJob)" if step in jobs else ""
+        lines.append(f"gcsfuse: {step}{where}: "
+                     f"{', '.join(m.describe() for m in mounted)}")
+    if target == "gke":
+        lines.append("gcsfuse: each bucket is a PersistentVolume and claim of the CSI driver "
+                     f"{DRIVER}, applied once per namespace "
+                     "(python -m gkeflow.pipelines.compute.gcsfuse | kubectl apply -f -)")
+    else:
+        lines.append("gcsfuse: Vertex AI mounts Cloud Storage at /gcs/ itself: no volume")
+    return lines
 
 
 def apply_gcsfuse(task, step: str, settings: GcsFuseSettings | None, target: str):
     """Mount ``step``'s buckets in ``task`` for ``target`` (see the module docstring)."""
-    mounted = step_mounts(settings, step, target) if settings else {}
-    if not mounted:
+    env = mount_env(settings, step, target)
+    if not env:
         return task
     if target == "gke":
         from kfp import kubernetes
@@ -69,10 +137,8 @@ def apply_gcsfuse(task, step: str, settings: GcsFuseSettings | None, target: str
             kubernetes.add_pod_annotation(task, key, value)
         for bucket in step_buckets(settings, step):
             kubernetes.mount_pvc(task, pvc_name=bucket.claim_name, mount_path=bucket.path)
-    task.set_env_variable(MOUNTS_ENV, json.dumps(mounted, sort_keys=True))
-    read_only = [b.bucket for b in step_buckets(settings, step) if b.read_only]
-    if read_only:
-        task.set_env_variable(READ_ONLY_ENV, ",".join(read_only))
+    for name, value in env.items():
+        task.set_env_variable(name, value)
     return task
 
 

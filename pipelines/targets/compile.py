@@ -50,8 +50,9 @@ def _training(target: str, compute=None, config=None):
 def _prediction(target: str, compute=None, config=None):
     from gkeflow.pipelines.prediction import build_prediction_pipeline
 
+    config = _loaded(config)
     return build_prediction_pipeline(target, pipeline_compute("prediction", compute),
-                                     operations.of(config, target))
+                                     operations.of(config, target), gcsfuse=config.gcsfuse)
 
 
 def _sweep(target: str, compute=None, config=None):

@@ -14,10 +14,11 @@ compute the step's own pod needs (:meth:`TrainEngine.launcher_profile`):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
-from gkeflow.pipelines.compute.profiles import ComputeProfile
+from gkeflow.pipelines.compute.profiles import ComputeError, ComputeProfile
 
 #: What the pod that only launches and follows the workload asks for.
 LAUNCHER_CPU, LAUNCHER_MEMORY = "1", "2G"
@@ -31,8 +32,11 @@ class TrainEngine(Protocol):
     def applies(self, profile: ComputeProfile) -> bool:
         """Whether this engine, rather than a plain pod, runs a step with ``profile``."""
 
-    def task(self, profile: ComputeProfile, arguments: dict[str, Any]):
-        """The pipeline task that runs training with ``arguments`` (``train_model``'s)."""
+    def task(self, profile: ComputeProfile, arguments: dict[str, Any],
+             env: Mapping[str, str] | None = None):
+        """The pipeline task that runs training with ``arguments`` (``train_model``'s) and
+        ``env`` in the training containers (the gcsfuse mounts: only a Vertex AI CustomJob
+        sees buckets; the other engines refuse a non-empty ``env``)."""
 
     def launcher_profile(self, profile: ComputeProfile) -> ComputeProfile:
         """The compute of the step's own pod (the workload gets ``profile``)."""
@@ -57,6 +61,14 @@ def as_training_step(component):
     renamed.component_spec.name = "train-model"
     renamed.name = "train-model"
     return renamed
+
+
+def refuse_env(engine: str, env: Mapping[str, str] | None) -> None:
+    """ComputeError when ``env`` (the gcsfuse mounts) is given to an engine whose pods
+    mount no bucket."""
+    if env:
+        raise ComputeError(f"train-model's {engine} pods mount no Cloud Storage bucket: "
+                           "use gcsfuse buckets for data only or train in one pod")
 
 
 def gpus_text(profile: ComputeProfile, accelerator: str) -> str:

@@ -16,6 +16,7 @@ launcher's account. The JobSet carries the training deadline (``timeout_s``, eac
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gkeflow.pipelines.compute import tpu_profile
@@ -195,12 +196,15 @@ class JobSetEngine:
     def applies(self, profile: ComputeProfile) -> bool:
         return profile.replicas > 1 or tpu_profile.multi_host(profile)
 
-    def task(self, profile: ComputeProfile, arguments: dict[str, Any]):
+    def task(self, profile: ComputeProfile, arguments: dict[str, Any],
+             env: Mapping[str, str] | None = None):
         from gkeflow.components.images import GPU_IMAGE
         from gkeflow.components.scaleout.component import train_model_jobset
         from gkeflow.components.scaleout.jobset import dumps
-        from gkeflow.pipelines.compute.engines import as_training_step
+        from gkeflow.pipelines.compute.engines import as_training_step, refuse_env
         from gkeflow.pipelines.compute.launchers import settings
+
+        refuse_env("JobSet", env)
 
         template = jobset_template(profile, GPU_IMAGE)  # the compiler maps and pins it
         return as_training_step(train_model_jobset)(jobset_template=dumps(template),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gkeflow.pipelines.compute.profiles import ComputeProfile
@@ -17,9 +18,12 @@ class LocalWorkers:
     def applies(self, profile: ComputeProfile) -> bool:
         return profile.replicas > 1
 
-    def task(self, profile: ComputeProfile, arguments: dict[str, Any]):
+    def task(self, profile: ComputeProfile, arguments: dict[str, Any],
+             env: Mapping[str, str] | None = None):
         from gkeflow.components.scaleout.component import train_model_local_workers
-        from gkeflow.pipelines.compute.engines import as_training_step
+        from gkeflow.pipelines.compute.engines import as_training_step, refuse_env
+
+        refuse_env("local worker", env)
 
         step = as_training_step(train_model_local_workers)
         return step(replicas=profile.replicas, **arguments)

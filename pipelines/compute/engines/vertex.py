@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from gkeflow.pipelines.compute import launchers, tpu_profile
@@ -92,8 +93,11 @@ def _with_escaped_executor_input(parts: list[str]) -> list[str]:
 
 
 def custom_job_payload(profile: ComputeProfile, container: dict[str, Any],
-                       display_name: str) -> dict[str, Any]:
-    """The CustomJob (``aiplatform_v1.CustomJob`` JSON) running ``container`` per replica."""
+                       display_name: str, env: Mapping[str, str] | None = None
+                       ) -> dict[str, Any]:
+    """The CustomJob (``aiplatform_v1.CustomJob`` JSON) running ``container`` per replica,
+    with ``env`` (e.g. the gcsfuse mounts: Vertex AI mounts Cloud Storage at ``/gcs/`` in
+    custom jobs too) in each replica's container."""
     machine: dict[str, Any] = {"machine_type": machine_type(profile)}
     if profile.uses_tpu:
         machine = dict(tpu_profile.vertex_machine_spec(profile))
@@ -114,6 +118,8 @@ def custom_job_payload(profile: ComputeProfile, container: dict[str, Any],
             "image_uri": container["image"],
             "command": _with_escaped_executor_input(container.get("command", [])),
             "args": _with_escaped_executor_input(container.get("args", [])),
+            **({"env": [{"name": name, "value": value} for name, value in sorted(env.items())]}
+               if env else {}),
         },
         "disk_spec": {"boot_disk_type": "pd-ssd", "boot_disk_size_gb": boot_disk_gb(profile)},
     }
@@ -130,8 +136,9 @@ def custom_job_payload(profile: ComputeProfile, container: dict[str, Any],
 
 
 def custom_job_component(component, profile: ComputeProfile, launcher_image: str,
-                         worker_image: str):
-    """``component`` (a lightweight KFP component) run as a Vertex AI CustomJob.
+                         worker_image: str, env: Mapping[str, str] | None = None):
+    """``component`` (a lightweight KFP component) run as a Vertex AI CustomJob, ``env`` in
+    its replicas' containers.
 
     Same name, inputs and outputs, plus a ``gcp_resources`` output naming the CustomJob (the
     Vertex AI backend cancels it when the pipeline is cancelled).
@@ -145,7 +152,8 @@ def custom_job_component(component, profile: ComputeProfile, launcher_image: str
     container = dict(spec["deploymentSpec"]["executors"][executor_name]["container"])
     container["image"] = worker_image
     name = component.component_spec.name
-    payload = custom_job_payload(profile, container, display_name=name.replace("_", "-"))
+    payload = custom_job_payload(profile, container, display_name=name.replace("_", "-"),
+                                 env=env)
     spec["deploymentSpec"]["executors"][executor_name] = {"container": {
         "image": launcher_image,
         "command": ["python3", "-u", "-m", LAUNCHER_MODULE],
@@ -192,12 +200,13 @@ class CustomJobEngine:
         return (profile.replicas > 1 or profile.scheduling != "standard"
                 or profile.timeout_s > 0 or profile.uses_tpu)
 
-    def task(self, profile: ComputeProfile, arguments: dict[str, Any]):
+    def task(self, profile: ComputeProfile, arguments: dict[str, Any],
+             env: Mapping[str, str] | None = None):
         from gkeflow.components import train_model
         from gkeflow.components.images import GPU_IMAGE, SLIM_IMAGE
 
         # the compiler maps both to the configured registry and pins them by digest
-        component = custom_job_component(train_model, profile, SLIM_IMAGE, GPU_IMAGE)
+        component = custom_job_component(train_model, profile, SLIM_IMAGE, GPU_IMAGE, env)
         return component(**arguments)
 
     def launcher_profile(self, profile: ComputeProfile) -> ComputeProfile:
