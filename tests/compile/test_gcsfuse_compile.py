@@ -17,6 +17,7 @@ from gkeflow.pipelines.compute.profiles import ComputeError
 from gkeflow.pipelines.config import GkeflowConfig
 from gkeflow.pipelines.targets.compile import compile_pipeline
 from gkeflow.pipelines.training import DEFAULT_COMPUTE
+from tests.compile.customjob import custom_job_payload, strict_custom_job
 
 GCSFUSE = {"buckets": [
     {"bucket": "raw-data", "read_only": True, "mount_options": ["implicit-dirs", "o=noexec"]},
@@ -92,10 +93,74 @@ def test_vertex_reads_through_gcs_without_a_volume(tmp_path):
     assert json.loads(envs["prepare-data"]) == {"raw-data": "/gcs/raw-data",
                                                 "work-area": "/gcs/work-area"}
     assert json.loads(envs["evaluate-model"]) == {"work-area": "/gcs/work-area"}
-    # GPU training runs as a CustomJob whose launcher reads nothing; the job's own pods
-    # read gs:// by reference
+    # GPU training runs as a CustomJob whose launcher reads nothing: the job's own
+    # containers read the buckets through Vertex AI's /gcs/ mount (below)
     assert envs["train-model"] is None
     assert envs["register-model"] is None
+
+
+def test_vertex_custom_job_containers_read_the_buckets_through_gcs(tmp_path):
+    compute = {"train-model": DEFAULT_COMPUTE["train-model"].with_overrides(replicas=2)}
+    (spec,) = yaml.safe_load_all(compile_pipeline(
+        "training", "vertex", tmp_path, compute=compute, config=_config()).read_text())
+    job = strict_custom_job(custom_job_payload(spec))
+    pools = job.job_spec.worker_pool_specs
+    assert [p.replica_count for p in pools] == [1, 1]
+    for pool in pools:
+        env = {item.name: item.value for item in pool.container_spec.env}
+        assert env == {MOUNTS_ENV: json.dumps({"work-area": "/gcs/work-area"})}, env
+    # what the training code in the job then reads and writes
+    from gkeflow.components.cloud.mounts import mounted_path, writable_path
+
+    assert mounted_path("gs://work-area/shards/train", env) == "/gcs/work-area/shards/train"
+    assert writable_path("gs://work-area/ckpt", env) == "/gcs/work-area/ckpt"
+    assert mounted_path("gs://other/x", env) == "gs://other/x"
+    read_only = _config(gcsfuse={"buckets": [{"bucket": "frozen", "use": ["data"],
+                                              "read_only": True}]})
+    (plain,) = yaml.safe_load_all(compile_pipeline(
+        "training", "vertex", tmp_path, compute=compute, config=read_only).read_text())
+    # a data-only bucket is read by preparation, not by training: the job gets no env
+    assert all(not p.container_spec.env for p in
+               strict_custom_job(custom_job_payload(plain)).job_spec.worker_pool_specs)
+
+
+def test_engines_without_mounts_refuse_a_mount_environment():
+    from gkeflow.pipelines.compute.engines import gke, local
+
+    profile = DEFAULT_COMPUTE["train-model"].with_overrides(replicas=2)
+    for engine in (gke.ENGINE, local.ENGINE):
+        with pytest.raises(ComputeError, match="pods mount no Cloud Storage bucket"):
+            engine.task(profile, {}, env={MOUNTS_ENV: "{}"})
+
+
+def _prediction_mounts(tmp_path, target: str, config):
+    documents = list(yaml.safe_load_all(
+        compile_pipeline("prediction", target, tmp_path, config=config).read_text()))
+    spec = documents[0]
+    json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
+    executors = (documents[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+                 if len(documents) > 1 else {})
+    found = {}
+    for task, label in _executors(spec).items():
+        config_ = k8s_pb2.KubernetesExecutorConfig()
+        json_format.ParseDict(executors.get(label, {}), config_)
+        claims = sorted(m.constant for m in config_.pvc_mount if m.constant.startswith("gcsfuse-"))
+        env = _env(spec, label) if "container" in spec["deploymentSpec"]["executors"][
+            label] else {}
+        if claims or MOUNTS_ENV in env:
+            found[task] = (claims, json.loads(env.get(MOUNTS_ENV, "{}")),
+                           env.get(READ_ONLY_ENV),
+                           dict(config_.pod_metadata.annotations).get("gke-gcsfuse/volumes"))
+    return found
+
+
+def test_prediction_mounts_its_data_bucket_in_the_scoring_step_only(tmp_path):
+    assert _prediction_mounts(tmp_path, "gke", _config()) == {
+        "predict-batch": (["gcsfuse-raw-data"], {"raw-data": "/gcs/raw-data"}, "raw-data",
+                          "true")}
+    assert _prediction_mounts(tmp_path, "vertex", _config()) == {
+        "predict-batch": ([], {"raw-data": "/gcs/raw-data"}, "raw-data", None)}
+    assert _prediction_mounts(tmp_path, "gke", GkeflowConfig()) == {}
 
 
 def test_no_gcsfuse_compiles_no_mount(tmp_path):

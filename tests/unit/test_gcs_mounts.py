@@ -89,3 +89,31 @@ def test_outputs_in_a_bucket_mounted_read_only_are_refused(bucket, monkeypatch, 
     # reading it is fine, and other buckets are written as before
     assert resolve_sources("gs://raw-data/csv/penguins.csv")[0].name.startswith(str(bucket))
     assert writable_path("gs://other/x") == "gs://other/x"
+
+
+def test_batch_scoring_reads_rows_through_the_mount(bucket, tmp_path):
+    from gkeflow.components.predict.logic import predict
+    from gkeflow.components.prepare.sources import DataError
+
+    # the header comes from the mounted file: the unknown key column is named against it,
+    # before any registry is read
+    with pytest.raises(DataError, match="available columns: species, island"):
+        predict("gs://raw-data/csv/penguins.csv", str(tmp_path / "p.parquet"), "m",
+                "sqlite:///nowhere.db", tmp_path / "rejects.csv", tmp_path / "report.md",
+                tmp_path, key_column="row_id")
+
+
+def test_predictions_to_a_bucket_mounted_read_only_are_refused_before_scoring(
+        bucket, monkeypatch, tmp_path):
+    from gkeflow.components.predict.logic import predict
+    from gkeflow.components.predict.resolve import PredictError
+    from gkeflow.components.predict.sinks import check_output_uri
+
+    monkeypatch.setenv(READ_ONLY_ENV, "raw-data")
+    with pytest.raises(PredictError, match="mounts read-only: write predictions to another"):
+        predict("gs://raw-data/csv/penguins.csv", "gs://raw-data/out/p.parquet", "m",
+                "sqlite:///nowhere.db", tmp_path / "rejects.csv", tmp_path / "report.md",
+                tmp_path)
+    check_output_uri("gs://other-bucket/out/p.parquet")  # other buckets take them
+    monkeypatch.delenv(READ_ONLY_ENV)
+    check_output_uri("gs://raw-data/out/p.parquet")  # and a read-write mount too
