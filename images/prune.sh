@@ -1,21 +1,47 @@
 #!/bin/sh
 # Removes from the images' Python environment what no gkeflow step runs, then strips the
 # native libraries' symbol tables. Run once, in the build stage, on /opt/gkeflow.
-#   prune.sh SITE_PACKAGES [PATH_NOT_TO_STRIP ...]
+#   [GKEFLOW_PRUNE_SLIM=1] prune.sh SITE_PACKAGES [PATH_NOT_TO_STRIP ...]
 # Removed: TensorFlow's C++ headers (for compiling custom ops); the test suites of numpy,
 # pandas and pyarrow; pyarrow's Flight RPC, S3 file system and C++ test helpers (pyarrow
-# imports them only on request); TensorBoard's web data server (a standalone binary the
-# tensorboard command starts). Libraries auditwheel vendored into *.libs/ stay as published:
-# stripping breaks them. The GPU image passes its CUDA wheels as paths not to strip.
+# imports them only on request; its Substrait library stays: every pyarrow extension links
+# it), its Cython sources, and the two copies of
+# libarrow_python.so that only a build links against (symbolic links to the loaded one
+# instead); numpy's C headers (for building extensions); type stubs (*.pyi, read
+# by type checkers only); TensorBoard's web data server (a standalone binary the
+# tensorboard command starts). Libraries auditwheel vendored into *.libs/ stay as
+# published: stripping breaks them. The GPU image passes its CUDA wheels as paths not to
+# strip.
+# GKEFLOW_PRUNE_SLIM=1 (the slim image) also removes the generative AI, agent and Ray
+# parts of the Vertex AI SDK (vertexai, agentplatform, vertex_ray): no slim step loads
+# them (`import google.cloud.aiplatform` does not; the build's import pass runs without
+# them) and google-genai, which they need, is not in the slim lock (image_locks).
 set -eu
 site="$1"
 shift
 rm -rf "$site/tensorflow/include" "$site/pandas/tests" "$site/pyarrow/tests" \
-       "$site/pyarrow/include" "$site/pyarrow/src" "$site/tensorboard_data_server/bin"
+       "$site/pyarrow/include" "$site/pyarrow/src" "$site/pyarrow/includes" \
+       "$site/tensorboard_data_server/bin" "$site/numpy/_core/include"
 find "$site/numpy" -type d -name tests -prune -exec rm -rf {} +
 rm -f "$site"/pyarrow/_flight.* "$site"/pyarrow/libarrow_flight.so* \
       "$site"/pyarrow/libarrow_python_flight.so* "$site"/pyarrow/_s3fs.* \
       "$site"/pyarrow/libarrow_s3.so* "$site"/pyarrow/_pyarrow_cpp_tests.*
+find "$site/pyarrow" -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' \) -delete
+find "$site" -type f -name '*.pyi' -delete
+# libarrow_python.so.NNNN is what pyarrow's extensions load (their DT_NEEDED); the wheel
+# ships the unversioned and fully versioned names as copies of it
+for loaded in "$site"/pyarrow/libarrow_python.so.[0-9]*; do
+    case "$loaded" in *.so.*.*) continue ;; esac
+    for copy in "$site/pyarrow/libarrow_python.so" "$loaded".*; do
+        if [ -f "$copy" ] && [ ! -L "$copy" ] && cmp -s "$copy" "$loaded"; then
+            ln -sf "$(basename "$loaded")" "$copy"
+        fi
+    done
+done
+if [ "${GKEFLOW_PRUNE_SLIM:-}" = 1 ]; then
+    rm -rf "$site/vertexai" "$site/agentplatform" "$site/vertex_ray" \
+           "$site/google/cloud/aiplatform/vertex_ray"
+fi
 keep=""
 for path in "$@"; do
     keep="$keep -not -path $path/*"

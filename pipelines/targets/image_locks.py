@@ -44,6 +44,19 @@ COMPILE_COMMAND = "make locks"
 #: Required by a dependency's metadata but never imported at run time, so left out of the
 #: images: libclang (61 MB) is TensorFlow's binding for its C++ source tools.
 NOT_INSTALLED = ("libclang",)
+#: Left out of the slim image too: required by a dependency's metadata, never loaded by a
+#: slim step (its build's import pass runs without them). google-genai: the Vertex AI SDK's
+#: generative AI part; databricks-sdk: MLflow's, for databricks:// URIs only; GitPython,
+#: gitdb, smmap: MLflow's optional git tags (the image has no git); fastapi, starlette,
+#: uvicorn: the MLflow server; websockets, annotated-doc: only google-genai and fastapi use
+#: them.
+SLIM_NOT_INSTALLED = ("google-genai", "databricks-sdk", "gitpython", "gitdb", "smmap",
+                      "fastapi", "starlette", "uvicorn", "websockets", "annotated-doc")
+
+
+def not_installed(flavour: str) -> tuple[str, ...]:
+    """The distributions the lock of ``flavour`` leaves out."""
+    return NOT_INSTALLED + (SLIM_NOT_INSTALLED if flavour == "slim" else ())
 
 
 class LockError(RuntimeError):
@@ -194,7 +207,7 @@ def compile_lock(pyproject: Path, flavour: str, output: Path) -> None:
         "--python-version", PYTHON_VERSION, "--python-platform", PYTHON_PLATFORM,
         "--custom-compile-command", COMPILE_COMMAND, "--annotation-style", "line",
         "--index-url", "https://pypi.org/simple",
-        *[arg for name in NOT_INSTALLED for arg in ("--no-emit-package", name)],
+        *[arg for name in not_installed(flavour) for arg in ("--no-emit-package", name)],
         "--output-file", output.name, source.name,
     ]
     try:

@@ -17,9 +17,11 @@ from tests.images.rootfs import podman_can_build
 
 HERE = Path(__file__).resolve().parent
 USER_CODE = HERE / "user_code"
-#: Local tag of the image under test (never pushed).
-CPU_REFERENCE = "localhost/gkeflow-cpu:image-test"
-SLIM_REFERENCE = "localhost/gkeflow:image-test"
+#: Local tags of the images under test (never pushed); GKEFLOW_IMAGE_TEST_TAG changes the
+#: tag, so that two checkouts can build on one machine at the same time.
+TAG = os.environ.get("GKEFLOW_IMAGE_TEST_TAG", "image-test")
+CPU_REFERENCE = f"localhost/gkeflow-cpu:{TAG}"
+SLIM_REFERENCE = f"localhost/gkeflow:{TAG}"
 #: Build timing, read by the bench figures in bench/RESULTS.md.
 TIMINGS: dict[str, float] = {}
 
