@@ -49,9 +49,11 @@ NOT_INSTALLED = ("libclang",)
 #: generative AI part; databricks-sdk: MLflow's, for databricks:// URIs only; GitPython,
 #: gitdb, smmap: MLflow's optional git tags (the image has no git); fastapi, starlette,
 #: uvicorn: the MLflow server; websockets, annotated-doc: only google-genai and fastapi use
-#: them.
+#: them; pygments, markdown-it-py, mdurl: rich's syntax, traceback and Markdown renderers,
+#: which the gkeflow CLI does not use (its tables and text need none of them).
 SLIM_NOT_INSTALLED = ("google-genai", "databricks-sdk", "gitpython", "gitdb", "smmap",
-                      "fastapi", "starlette", "uvicorn", "websockets", "annotated-doc")
+                      "fastapi", "starlette", "uvicorn", "websockets", "annotated-doc",
+                      "pygments", "markdown-it-py", "mdurl")
 
 
 def not_installed(flavour: str) -> tuple[str, ...]:

@@ -43,7 +43,7 @@ def test_what_slim_steps_load_lazily_imports_in_it(slim_image):
              "pyarrow.csv, pyarrow.compute, pandas; from mlflow import MlflowClient; "
              "MlflowClient('http://127.0.0.1:9'); a.Model; "
              "print(*[u.find_spec(m) is None for m in ('vertexai', 'agentplatform', "
-             "'databricks', 'git', 'fastapi', 'uvicorn')])")
+             "'databricks', 'git', 'fastapi', 'pygments')])")
     done = run_in_image(slim_image, ["python", "-c", probe], {})
     assert done.returncode == 0, done.stdout
     assert done.stdout.split()[-6:] == ["True"] * 6, done.stdout
