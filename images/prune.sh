@@ -7,8 +7,8 @@
 # imports them only on request; its Substrait library stays: every pyarrow extension links
 # it), its Cython sources, and the two copies of
 # libarrow_python.so that only a build links against (symbolic links to the loaded one
-# instead); numpy's C headers (for building extensions); type stubs (*.pyi, read
-# by type checkers only); TensorBoard's web data server (a standalone binary the
+# instead); numpy's C headers, distutils and f2py (for building extensions); type stubs
+# (*.pyi, read by type checkers only); TensorBoard's web data server (a standalone binary the
 # tensorboard command starts). Libraries auditwheel vendored into *.libs/ stay as
 # published: stripping breaks them. The GPU image passes its CUDA wheels as paths not to
 # strip.
@@ -21,7 +21,8 @@ site="$1"
 shift
 rm -rf "$site/tensorflow/include" "$site/pandas/tests" "$site/pyarrow/tests" \
        "$site/pyarrow/include" "$site/pyarrow/src" "$site/pyarrow/includes" \
-       "$site/tensorboard_data_server/bin" "$site/numpy/_core/include"
+       "$site/tensorboard_data_server/bin" "$site/numpy/_core/include" \
+       "$site/numpy/distutils" "$site/numpy/f2py"
 find "$site/numpy" -type d -name tests -prune -exec rm -rf {} +
 rm -f "$site"/pyarrow/_flight.* "$site"/pyarrow/libarrow_flight.so* \
       "$site"/pyarrow/libarrow_python_flight.so* "$site"/pyarrow/_s3fs.* \

@@ -37,6 +37,9 @@ FLAVOURS = ("slim", "cpu", "gpu")
 #: Direct dependencies the slim image leaves out: TensorFlow, TensorBoard and NVML (read
 #: only while training). Whatever only they require drops out of its resolution with them.
 TENSORFLOW_ONLY = ("tensorflow", "tensorboard", "nvidia-ml-py")
+#: Direct dependencies the slim image leaves out too: only the gkeflow command uses them
+#: (`gkeflow prices refresh`, `gkeflow monitoring apply`), no step.
+CLIENT_ONLY = ("google-cloud-billing", "google-cloud-monitoring")
 PYTHON_VERSION = "3.11"
 PYTHON_PLATFORM = "x86_64-manylinux_2_28"
 #: The command the lock headers name (uv writes it instead of its own temporary paths).
@@ -45,15 +48,14 @@ COMPILE_COMMAND = "make locks"
 #: images: libclang (61 MB) is TensorFlow's binding for its C++ source tools.
 NOT_INSTALLED = ("libclang",)
 #: Left out of the slim image too: required by a dependency's metadata, never loaded by a
-#: slim step (its build's import pass runs without them). google-genai: the Vertex AI SDK's
-#: generative AI part; databricks-sdk: MLflow's, for databricks:// URIs only; GitPython,
-#: gitdb, smmap: MLflow's optional git tags (the image has no git); fastapi, starlette,
-#: uvicorn: the MLflow server; websockets, annotated-doc: only google-genai and fastapi use
-#: them; pygments, markdown-it-py, mdurl: rich's syntax, traceback and Markdown renderers,
-#: which the gkeflow CLI does not use (its tables and text need none of them).
-SLIM_NOT_INSTALLED = ("google-genai", "databricks-sdk", "gitpython", "gitdb", "smmap",
-                      "fastapi", "starlette", "uvicorn", "websockets", "annotated-doc",
-                      "pygments", "markdown-it-py", "mdurl")
+#: slim step (its build's import pass and the image test run without them). google-genai:
+#: the Vertex AI SDK's generative AI part; GitPython, gitdb, smmap: MLflow's optional git
+#: tags (the image has no git); uvicorn: the MLflow server; websockets: only google-genai
+#: uses it; pygments, markdown-it-py, mdurl: rich's syntax, traceback and Markdown
+#: renderers, which the gkeflow CLI does not use (its tables and text need none of them).
+#: databricks-sdk and fastapi stay: `import mlflow` needs them.
+SLIM_NOT_INSTALLED = ("google-genai", "gitpython", "gitdb", "smmap", "uvicorn",
+                      "websockets", "pygments", "markdown-it-py", "mdurl")
 
 
 def not_installed(flavour: str) -> tuple[str, ...]:
@@ -87,7 +89,7 @@ def resolver_input(pyproject: Path, flavour: str) -> list[str]:
     lines = []
     for line in project["dependencies"]:
         requirement = Requirement(line)
-        if flavour == "slim" and normalise(requirement.name) in TENSORFLOW_ONLY:
+        if flavour == "slim" and normalise(requirement.name) in TENSORFLOW_ONLY + CLIENT_ONLY:
             continue
         if normalise(requirement.name) == "tensorflow":
             requirement = _tensorflow_for(flavour, project)

@@ -9,6 +9,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from gkeflow.pipelines.targets.image_locks import (
+    CLIENT_ONLY,
     FLAVOURS,
     TENSORFLOW_ONLY,
     LockError,
@@ -63,7 +64,7 @@ def test_the_slim_lock_has_no_tensorflow_and_the_rest_at_the_cpu_locks_versions(
     names = [normalise(Requirement(line).name) for line in slim]
     assert not {"tensorflow", "tensorflow-cpu", "tensorboard", "nvidia-ml-py"} & set(names)
     kept = [line for line in project["dependencies"]
-            if normalise(Requirement(line).name) not in TENSORFLOW_ONLY]
+            if normalise(Requirement(line).name) not in TENSORFLOW_ONLY + CLIENT_ONLY]
     assert [str(Requirement(line)) for line in slim] == [  # what builds its source-only packages
         str(Requirement(line)) for line in [*kept, "setuptools", "wheel"]]
     pins = read_pins(lock_path(IMAGES, "slim"))
