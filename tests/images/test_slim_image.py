@@ -76,5 +76,5 @@ def test_the_slim_image_is_lean_and_at_most_45_percent_of_the_cpu_image(slim_ima
         assert [p for p in leftovers if p.exists()] == []
     slim, cpu = image_size(slim_image), image_size(cpu_image)
     print(f"slim image: {slim / 1e9:.2f} GB uncompressed, CPU image {cpu / 1e9:.2f} GB: "
-          f"{slim / cpu:.0%}")
+          f"{slim / cpu:.1%}")
     assert slim <= SLIM_TO_CPU * cpu
