@@ -12,7 +12,8 @@ annotation ``gke-gcsfuse/volumes: "true"`` makes GKE inject the gcsfuse sidecar,
 
 On Vertex AI every bucket is already mounted at ``/gcs/<bucket>``: the steps get only
 :data:`~gkeflow.components.cloud.mounts.MOUNTS_ENV`, which makes them read ``gs://`` URIs
-of those buckets through ``/gcs/``. Local runs read ``gs://`` by reference.
+of those buckets through ``/gcs/`` (a training CustomJob's replicas get it too:
+:func:`mount_env`). Local runs read ``gs://`` by reference.
 """
 
 from __future__ import annotations
