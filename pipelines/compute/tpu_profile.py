@@ -133,6 +133,16 @@ def tpu_problems(step: str, p, target: str, tpu_steps: tuple[str, ...]) -> list[
     return problems
 
 
+def training_image(p) -> str:
+    """The declared image a training step with ``p`` runs in: the TPU image
+    (``tensorflow-tpu``) when ``p`` asks for a TPU slice, else the GPU image. The engines
+    (GKE pod and JobSet, Vertex AI CustomJob) and ``plan`` read it here; the compiler maps
+    and pins it like every declared image."""
+    from gkeflow.components.images import GPU_IMAGE, TPU_IMAGE
+
+    return TPU_IMAGE if getattr(p, "uses_tpu", False) else GPU_IMAGE
+
+
 def describe(p, target: str) -> str:
     """One line for ``plan``: generation, topology, chips, hosts x chips, slices, machine."""
     chips, hosts, per_host, machine_type = shape(p, target)

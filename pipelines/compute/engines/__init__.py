@@ -59,6 +59,19 @@ def as_training_step(component):
     return renamed
 
 
+def with_image(component, image: str):
+    """``component`` running in ``image``: a copy when its declared image differs (a TPU
+    training step takes the TPU image), else ``component`` itself."""
+    import copy
+
+    container = component.component_spec.implementation.container
+    if container.image == image:
+        return component
+    changed = copy.deepcopy(component)
+    changed.component_spec.implementation.container.image = image
+    return changed
+
+
 def gpus_text(profile: ComputeProfile, accelerator: str) -> str:
     if not profile.uses_gpu:
         return "no GPU"

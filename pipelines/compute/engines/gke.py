@@ -196,13 +196,13 @@ class JobSetEngine:
         return profile.replicas > 1 or tpu_profile.multi_host(profile)
 
     def task(self, profile: ComputeProfile, arguments: dict[str, Any]):
-        from gkeflow.components.images import GPU_IMAGE
         from gkeflow.components.scaleout.component import train_model_jobset
         from gkeflow.components.scaleout.jobset import dumps
         from gkeflow.pipelines.compute.engines import as_training_step
         from gkeflow.pipelines.compute.launchers import settings
 
-        template = jobset_template(profile, GPU_IMAGE)  # the compiler maps and pins it
+        # the GPU or TPU image, as the profile asks; the compiler maps and pins it
+        template = jobset_template(profile, tpu_profile.training_image(profile))
         return as_training_step(train_model_jobset)(jobset_template=dumps(template),
                                                     **settings(profile), **arguments)
 
