@@ -44,6 +44,8 @@ VERSION = "0.1.0"
 FLAVOURS: dict[str, bool] = {"slim": False, "cpu": False, "gpu": True, "tpu": False}
 #: The flavour without TensorFlow; its image is plain ``gkeflow``.
 SLIM = "slim"
+#: The flavour for Cloud TPUs: built only for projects that train on TPUs (or on request).
+TPU = "tpu"
 
 
 def image_name(flavour: str) -> str:
