@@ -71,9 +71,10 @@ ENV PATH=/opt/gkeflow/bin:$PATH \
 # the same pass writes the bytecode of what the steps import, and only that (warm.py).
 # TPU_SKIP_MDS_QUERY: importing TensorFlow for TPUs asks the GCE metadata server about the TPU
 # VM; a build has none, so this pass alone skips the query (a TPU VM's steps keep it).
+# libtpu creates /tmp/tpu_logs on import: removed, or the steps' user could not write it.
 RUN HOME=/nonexistent TPU_SKIP_MDS_QUERY=1 python -m gkeflow.images.warm \
       /tmp/gkeflow-user/modules.txt \
-    && rm -rf /tmp/gkeflow-user
+    && rm -rf /tmp/gkeflow-user /tmp/tpu_logs
 USER 10001:10001
 WORKDIR /home/gkeflow
 # Marks the image as gkeflow's own: a rebuild removes the previous, now untagged one
