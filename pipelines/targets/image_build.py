@@ -1,4 +1,5 @@
-"""Build the suite's slim, CPU, GPU and TPU images, with the user's packages and code, into a registry.
+"""Build the suite's slim, CPU, GPU and TPU images, with the user's packages and code, into a
+registry.
 
 The Dockerfiles and hashed lock files ship inside the package (``gkeflow.images``), so a
 build works after ``pip install gkeflow`` as well as from a clone. :func:`assemble_context`
@@ -182,7 +183,8 @@ def assemble_context(dest: Path, flavour: str, requirements: Path | None,
 
     Args:
         dest: An empty or missing folder; the context is written there.
-        flavour: ``slim``, ``cpu``, ``gpu``, ``tpu`` or ``serving`` (TensorFlow Serving for Vertex AI).
+        flavour: ``slim``, ``cpu``, ``gpu``, ``tpu`` or ``serving`` (TensorFlow Serving for
+            Vertex AI).
         requirements: A pip requirements file of extra packages, or None. They are installed
             after the locked packages, constrained to the lock's versions.
         includes: Python modules (``.py``) and package folders copied into the image and
