@@ -100,9 +100,9 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
         lock = image_map(config.images)
         if pipeline == "prediction":
             images = step_images(target, profiles)
-        elif pipeline in ("fanout-prepare", "sweep"):
+        elif pipeline == "fanout-prepare":
             images = step_images()
-        else:  # training: a TPU training step runs in the TPU image
+        else:  # training and sweep: a TPU training step (or trial) runs in the TPU image
             images = step_images(profiles)
     except (ComputeError, ImageLockError) as exc:
         raise click.ClickException(str(exc)) from exc

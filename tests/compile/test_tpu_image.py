@@ -89,3 +89,12 @@ def test_plan_names_the_tpu_image_for_a_tpu_training_step_only():
     assert step_images(tpu)[STEP] == TPU_IMAGE
     assert step_images(DEFAULT_COMPUTE)[STEP] == step_images()[STEP] == GPU_IMAGE
     assert TPU_IMAGE not in {image for step, image in step_images(tpu).items() if step != STEP}
+
+
+def test_sweep_trials_on_a_single_host_slice_run_in_the_tpu_image(tmp_path):
+    profiles = apply_overrides(DEFAULT_COMPUTE, [f"{STEP}.accelerator=tpu-v6e",
+                                                 f"{STEP}.topology=2x2"])
+    path = compile_pipeline("sweep", "gke", tmp_path, {STEP: profiles[STEP]})
+    spec = next(d for d in yaml.safe_load_all(path.read_text()) if d)
+    assert _executor_image(spec) == TPU_IMAGE
+    assert _executor_image(spec, "evaluate-model") != TPU_IMAGE
