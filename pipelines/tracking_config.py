@@ -122,6 +122,15 @@ class MlflowTracking(BaseModel):
         return value
 
 
+def mlflow_registry_uri(tracking_uri: str) -> str:
+    """The MLflow Model Registry at a tracking server: ``mlflow://`` for http,
+    ``mlflow+https://`` for https (the registry URIs of ``registry_uri``); "" for none."""
+    if not tracking_uri:
+        return ""
+    scheme, rest = tracking_uri.split("://", 1)
+    return f"{'mlflow+https' if scheme.lower() == 'https' else 'mlflow'}://{rest}"
+
+
 class VertexExperiments(BaseModel):
     """A Vertex AI Experiments experiment that Vertex AI pipeline runs are submitted into."""
 
