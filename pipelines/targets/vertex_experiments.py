@@ -103,12 +103,12 @@ def ensure_experiment(backend, experiment: str) -> str:
     name = experiment_context_name(backend, experiment)
     if backend.dry_run:
         _plan(backend, "GET", store_name(backend),
-                      note="POST metadataStores?metadataStoreId=default only if it is missing")
+              note="POST metadataStores?metadataStoreId=default only if it is missing")
         _plan(backend, "GET", name, note=f"Vertex AI experiment {experiment!r}")
         _plan(backend, "POST", f"{store_name(backend)}/contexts?contextId={experiment}",
-                      {"displayName": experiment, "schemaTitle": SYSTEM_EXPERIMENT,
-                       "schemaVersion": SCHEMA_VERSION, "metadata": EXPERIMENT_METADATA},
-                      note="only if the experiment is missing; a 409 reads it back")
+              {"displayName": experiment, "schemaTitle": SYSTEM_EXPERIMENT,
+               "schemaVersion": SCHEMA_VERSION, "metadata": EXPERIMENT_METADATA},
+              note="only if the experiment is missing; a 409 reads it back")
         return name
     from google.cloud import aiplatform_v1
 
@@ -141,12 +141,22 @@ def add_run(backend, experiment: str, job_name: str, *,
     (the run goes on either way)."""
     context = experiment_context_name(backend, experiment)
     if backend.dry_run:
-        _plan(backend, "GET", job_name, note="repeated until jobDetail.pipelineRunContext is "
-                                            f"set (at most {wait_s:.0f}s)")
+        _plan(backend, "GET", job_name,
+              note=f"repeated until jobDetail.pipelineRunContext is set (at most {wait_s:.0f}s)")
         _plan(backend, "POST", f"{context}:addContextChildren",
-                      {"childContexts": ["<jobDetail.pipelineRunContext.name>"]},
-                      note="a child the experiment has already is skipped")
+              {"childContexts": ["<jobDetail.pipelineRunContext.name>"]},
+              note="a child the experiment has already is skipped")
         return f"tracking: run goes into Vertex AI experiment {experiment!r}"
+    try:
+        return _add_run(backend, experiment, job_name, wait_s, sleep, clock)
+    except RemoteError as exc:  # the run exists: a failure here must not invite a resubmit
+        return (f"warning: run not added to Vertex AI experiment {experiment!r}: {exc}; "
+                "the run goes on")
+
+
+def _add_run(backend, experiment: str, job_name: str, wait_s: float,
+             sleep: Callable[[float], None], clock: Callable[[], float]) -> str:
+    context = experiment_context_name(backend, experiment)
     pipeline = backend.client("pipeline")
     job_id = job_name.rsplit("/", 1)[-1]
     deadline = clock() + wait_s

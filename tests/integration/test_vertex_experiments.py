@@ -161,3 +161,16 @@ def test_a_vertex_schedule_says_its_runs_are_not_in_the_experiment(vertex_server
     assert warning.schedule == "nightly" and "not in Vertex AI experiment 'penguins-prod'" in (
         warning.detail)
     assert len(vertex_server.schedules) == 1 and vertex_server.metadata.contexts == {}
+
+
+def test_a_refused_association_is_a_warning_not_a_failed_submit(vertex_server, make_config,
+                                                                tmp_path, monkeypatch):
+    _no_sleep(monkeypatch)
+    vertex_server.inject("POST", r":addContextChildren$", status=403, count=1,
+                         message="Permission 'aiplatform.contexts.update' denied")
+    submission, _ = _submit(vertex_server, make_config, tmp_path)
+    assert len(vertex_server.jobs) == 1
+    (note,) = [n for n in submission.notes if n.startswith("warning: run not added")]
+    assert "HTTP 403" in note or "403" in note
+    assert "aiplatform.contexts.update" in note and note.endswith("; the run goes on")
+    assert vertex_server.metadata.experiment_runs(EXPERIMENT) == []
