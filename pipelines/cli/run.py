@@ -94,7 +94,8 @@ def _dispatch_run(pipeline: str, **options) -> None:
 @click.option("--env", "environment", default="default", show_default=True,
               help="Whose tracking (tracking.<env> of gkeflow.yaml) the run logs to: with "
                    "tracking.<env>.mlflow.tracking_uri, a parent MLflow run and a nested run "
-                   "per step (docs/tracking.md).")
+                   "per step, and the model registered in that server's registry unless "
+                   "--param registry_uri=URI (docs/tracking.md).")
 @sweep_options
 def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_rate,
         train_ratio, eval_ratio, test_ratio, model_name, min_accuracy, model_type, user_module,
