@@ -304,8 +304,8 @@ def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: st
         run_id = backend.submit(prepared, name, parameters, labels)
         url = backend.console_url(run_id)
         if experiment is not None:
-            notes.append(add_run(backend, experiment.experiment, run_id,
-                                 wait_s=experiment_wait_s))
+            notes += filter(None, [add_run(backend, experiment.experiment, run_id,
+                                           wait_s=experiment_wait_s)])
     return Submission(target, run_id, url, prepared.version_name, parameters, notes), backend
 
 

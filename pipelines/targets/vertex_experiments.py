@@ -138,7 +138,7 @@ def add_run(backend, experiment: str, job_name: str, *,
             clock: Callable[[], float] = time.monotonic) -> str:
     """Add the run ``job_name`` to ``experiment`` once Vertex AI has made the run's context;
     returns the line that says so, or a warning line when the run has none in ``wait_s``
-    (the run goes on either way)."""
+    (the run goes on either way); "" in a dry run, which plans the requests."""
     context = experiment_context_name(backend, experiment)
     if backend.dry_run:
         _plan(backend, "GET", job_name,
@@ -146,7 +146,7 @@ def add_run(backend, experiment: str, job_name: str, *,
         _plan(backend, "POST", f"{context}:addContextChildren",
               {"childContexts": ["<jobDetail.pipelineRunContext.name>"]},
               note="a child the experiment has already is skipped")
-        return f"tracking: run goes into Vertex AI experiment {experiment!r}"
+        return ""  # the plan's own tracking line names the experiment
     try:
         return _add_run(backend, experiment, job_name, wait_s, sleep, clock)
     except RemoteError as exc:  # the run exists: a failure here must not invite a resubmit

@@ -134,6 +134,7 @@ def test_the_dry_run_plans_the_experiment_calls_and_sends_nothing(vertex_server,
     assert vertex_server.requests == []
     assert ("tracking: Vertex AI experiment 'penguins-prod' (the run is submitted into it; its "
             "parameters and metrics appear in the experiment's comparison)") in submission.notes
+    assert len([n for n in submission.notes if "Vertex AI experiment" in n]) == 1
 
 
 def test_the_cli_names_the_experiment(vertex_server, tmp_path, write_config):
