@@ -69,6 +69,15 @@ def cost_lines(run: RunCost, history_runs: int = 0) -> list[str]:
                     else f"missing ({run.expected_reason})")
         lines.append(f"cost: expected per run {expected} (median step durations of "
                      f"{history_runs} earlier runs)")
+    for step in run.steps:
+        if step.usd_per_hour is not None:
+            ceiling = (f"ceiling {format_usd(step.ceiling_usd)}" if step.ceiling_usd is not None
+                       else "no ceiling")
+            lines.append(f"cost of {step.step}: {rate_cell(step)}, {ceiling} (prices: "
+                         f"{step.source}, read {step.date_read})")
+    if run.run_fee_usd:
+        lines.append(f"cost: run fee {format_usd(run.run_fee_usd)} per run, in the ceiling "
+                     f"(prices: {run.run_fee_source})")
     for source, read in sorted({(s.source, s.date_read) for s in run.steps if s.source}):
         lines.append(f"prices: {source} (read {read})")
     stale = [step.step for step in run.steps if step.stale]

@@ -13,7 +13,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import date
 
-from gkeflow.pipelines.compute.prices import Price, Rate, hourly_rate
+from gkeflow.pipelines.compute.prices import (
+    SOURCES,
+    VERTEX_PIPELINES_MACHINES,
+    Price,
+    Rate,
+    find_price,
+    hourly_rate,
+)
 from gkeflow.pipelines.compute.profiles import ComputeProfile, fitting_shape
 
 #: The label every cost figure carries.
@@ -54,11 +61,15 @@ class RunCost:
     expected_usd: float | None
     expected_reason: str
     label: str = LIST_PRICE_LABEL
+    run_fee_usd: float = 0.0
+    run_fee_source: str = ""
 
     @property
     def priced_ceiling_usd(self) -> float:
-        """The sum of the ceilings that are known: a lower bound when one is missing."""
-        return _money(sum(s.ceiling_usd for s in self.steps if s.ceiling_usd is not None))
+        """The sum of the ceilings that are known (and the run fee): a lower bound when one is
+        missing."""
+        return _money(self.run_fee_usd + sum(s.ceiling_usd for s in self.steps
+                                             if s.ceiling_usd is not None))
 
     @property
     def priced_expected_usd(self) -> float:
@@ -76,7 +87,8 @@ class RunCost:
         return {"region": self.region, "label": self.label, "ceiling_usd": self.ceiling_usd,
                 "ceiling_reason": self.ceiling_reason,
                 "priced_ceiling_usd": self.priced_ceiling_usd, "expected_usd": self.expected_usd,
-                "expected_reason": self.expected_reason,
+                "expected_reason": self.expected_reason, "run_fee_usd": self.run_fee_usd,
+                "run_fee_source": self.run_fee_source,
                 "steps": [step.as_json() for step in self.steps]}
 
 
@@ -99,6 +111,10 @@ def node_rate(profile: ComputeProfile, target: str, region: str, capacity: str |
         if profile.uses_gpu:
             return Rate(None, reason=f"no machine shape hosts {profile.accelerator_count} x "
                                      f"{profile.accelerator}")
+        if target == "vertex":
+            return Rate(None, reason="Vertex AI Pipelines runs a step with CPU and memory "
+                                     "limits on the closest supported machine type, which its "
+                                     f"docs do not name ({VERTEX_PIPELINES_MACHINES})")
         return Rate(None, reason="a CPU-only step runs on a shared node pool; no machine type "
                                  "to price")
     return hourly_rate(target, machine, profile.accelerator, profile.accelerator_count,
@@ -165,7 +181,23 @@ def run_cost(profiles: Mapping[str, ComputeProfile], target: str, region: str, *
     expected, expected_reason = _total(
         [(s.step, s.expected_usd, s.reason if s.usd_per_hour is None else "")
          for s in paid], "expected cost")
-    return RunCost(steps, region, ceiling, ceiling_reason, expected, expected_reason)
+    fee, fee_source = run_fee(target, region, prices)
+    return RunCost(steps, region, None if ceiling is None else _money(ceiling + fee),
+                   ceiling_reason, None if expected is None else _money(expected + fee),
+                   expected_reason, run_fee_usd=fee, run_fee_source=fee_source)
+
+
+def run_fee(target: str, region: str, prices: tuple[Price, ...] | None = None) -> tuple[
+        float, str]:
+    """The per-run fee of ``target`` (Vertex AI Pipelines' run execution fee) and its source
+    with the date read; (0.0, "") where none is charged or none was read."""
+    if target != "vertex":
+        return 0.0, ""
+    row = find_price("vertex-pipelines", "run", "standard", region, prices)
+    if row is None or row.usd_per_hour is None:
+        return 0.0, ""
+    source = SOURCES.get(row.source, row.source)
+    return row.usd_per_hour, f"{source} (read {row.date_read.isoformat()})"
 
 
 def median_durations(runs: Iterable[Mapping[str, float | None]]) -> dict[str, float]:
