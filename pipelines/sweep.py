@@ -38,6 +38,7 @@ from gkeflow.components import (
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.compute import launchers, tpu_profile
+from gkeflow.pipelines.compute.capacity import label_training_pod
 from gkeflow.pipelines.compute.gcsfuse import apply_gcsfuse
 from gkeflow.pipelines.compute.profiles import (
     ComputeError,
@@ -378,6 +379,8 @@ def build_sweep_pipeline(target: str = "local",
                     continue_on_error=True,
                     workspace_path=storage.path,
                 ), TRIAL_STEP)
+                if target == "gke":
+                    label_training_pod(train)
             best = configure(components["select-best-trial"](
                 trials=trials,
                 reports=dsl.Collected(train.outputs["Output"]),

@@ -20,6 +20,7 @@ from gkeflow.components import (
     train_model,
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
+from gkeflow.pipelines.compute.capacity import label_training_pod
 from gkeflow.pipelines.compute.checkpoints import add_checkpoint_volume
 from gkeflow.pipelines.compute.engines import training_engine
 from gkeflow.pipelines.compute.gcsfuse import apply_gcsfuse, check_engine
@@ -182,6 +183,8 @@ def build_training_pipeline(
         if train_engine is None:
             task = configure(train_model(**arguments, workspace_path=storage.path),
                              "train-model")
+            if target == "gke":
+                label_training_pod(task)
             if target == "gke" and storage.checkpoint_volume:
                 # The default MinIO root cannot hold checkpoints: a volume can.
                 add_checkpoint_volume(task)

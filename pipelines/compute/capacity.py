@@ -237,6 +237,17 @@ def apply_gke_capacity(task, p) -> None:
         kubernetes.add_pod_label(task, KUEUE_QUEUE_LABEL, p.queue)
 
 
+def label_training_pod(task) -> None:
+    """Give a single-pod GKE training step the labels `gkeflow monitoring apply`'s GPU
+    duty-cycle alert selects by default (JobSet pods get the same in their template)."""
+    from kfp import kubernetes
+
+    from gkeflow.pipelines.monitoring_config import GKE_POD_LABELS
+
+    for key, value in GKE_POD_LABELS.items():
+        kubernetes.add_pod_label(task, key, value)
+
+
 def describe(p, target: str) -> tuple[str, str, str]:
     """(capacity, nodes x GPUs per node, total GPUs) of a step for ``gkeflow plan``."""
     capacity = {cat.STANDARD: "on-demand"}.get(p.scheduling, p.scheduling)
