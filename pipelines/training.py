@@ -193,7 +193,7 @@ def build_training_pipeline(
         return configure(train_engine.task(profile, arguments), "train-model",
                          train_engine.launcher_profile(profile))
 
-    operations = operations or Operations(target)
+    operations = (operations or Operations(target)).priced(profiles)
 
     @dsl.pipeline(name=PIPELINE_NAME,
                   pipeline_config=operations.pipeline_config(storage.config()))

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 import click
 
+from gkeflow.pipelines.compute import costing
 from gkeflow.pipelines.compute.costing import (
     LIST_PRICE_LABEL,
     RunCost,
@@ -14,16 +15,13 @@ from gkeflow.pipelines.compute.costing import (
     median_durations,
 )
 
-DEFAULT_REGION = "us-central1"
+DEFAULT_REGION = costing.DEFAULT_REGION
 
 
 def price_region(config, target: str, region: str | None = None) -> str:
     """The region prices are read for: ``--region``, else the Vertex AI target's region
     (either target), else us-central1."""
-    if region:
-        return region
-    vertex = getattr(config.targets, "vertex", None)
-    return vertex.region if vertex is not None else DEFAULT_REGION
+    return costing.price_region(config, region)
 
 
 def rate_cell(step: StepCost) -> str:

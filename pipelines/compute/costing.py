@@ -25,6 +25,26 @@ from gkeflow.pipelines.compute.profiles import ComputeProfile, fitting_shape
 
 #: The label every cost figure carries.
 LIST_PRICE_LABEL = "estimate from list prices"
+DEFAULT_REGION = "us-central1"
+
+
+def price_region(config, region: str | None = None) -> str:
+    """The region prices are read for: ``region``, else the Vertex AI target's region
+    (either target), else us-central1."""
+    if region:
+        return region
+    vertex = getattr(getattr(config, "targets", None), "vertex", None)
+    return vertex.region if vertex is not None else DEFAULT_REGION
+
+
+def step_rates(run: RunCost) -> dict:
+    """What a run notification needs to price a run after it ends: each step's hourly
+    rate (or why none), source and date read, the region and the run fee."""
+    return {"region": run.region, "run_fee_usd": run.run_fee_usd,
+            "steps": {s.step: {"usd_per_hour": s.usd_per_hour,
+                               "reason": "reserved" if s.reserved else s.reason,
+                               "source": s.source, "date_read": s.date_read}
+                      for s in run.steps}}
 
 
 @dataclass(frozen=True)
