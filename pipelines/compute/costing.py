@@ -149,14 +149,22 @@ def step_cost(step: str, profile: ComputeProfile, target: str, region: str, *,
               median_s: float | None = None, today: date | None = None,
               prices: tuple[Price, ...] | None = None) -> StepCost:
     """Hourly rate, ceiling at the step's timeout, saving against on demand and the
-    expected cost at ``median_s`` of one step, all nodes multiplied out."""
+    expected cost at ``median_s`` of one step, all nodes multiplied out (mixed capacity:
+    the chief at ``chief_scheduling``'s rate, the other nodes at ``scheduling``'s)."""
     nodes = max(1, profile.replicas)
     rate = node_rate(profile, target, region, today=today, prices=prices)
     reserved = profile.scheduling == "reservation"
+    if not rate.missing and profile.chief_scheduling and nodes > 1:
+        chief = node_rate(profile, target, region, profile.chief_scheduling, today=today,
+                          prices=prices)
+        rate = _mixed(chief, rate, nodes)
+        nodes_rate = rate.usd_per_hour
+    else:
+        nodes_rate = None if rate.missing else rate.usd_per_hour * nodes
     if rate.missing:
         return StepCost(step, nodes, None, None, profile.timeout_s, reserved=reserved,
                         reason=rate.reason, median_s=median_s)
-    hourly = rate.usd_per_hour * nodes
+    hourly = nodes_rate
     ceiling, reason = None, ""
     if profile.timeout_s:
         ceiling = _money(hourly * profile.timeout_s / 3600)
@@ -174,6 +182,17 @@ def step_cost(step: str, profile: ComputeProfile, target: str, region: str, *,
                     rate.date_read.isoformat() if rate.date_read else "", rate.stale,
                     reason=reason, on_demand_usd_per_hour=on_demand, saving_pct=saving,
                     median_s=median_s, expected_usd=expected)
+
+
+def _mixed(chief: Rate, worker: Rate, nodes: int) -> Rate:
+    """All ``nodes`` of a mixed-capacity step: one chief plus ``nodes - 1`` workers."""
+    if chief.missing:
+        return Rate(None, reason=f"chief on demand: {chief.reason}")
+    sources = " + ".join(sorted({part for rate in (chief, worker)
+                                 for part in rate.source.split(" + ") if part}))
+    return Rate(chief.usd_per_hour + worker.usd_per_hour * (nodes - 1), sources,
+                min(chief.date_read, worker.date_read), chief.stale or worker.stale,
+                currency=chief.currency)
 
 
 def _total(figures: Iterable[tuple[str, float | None, str]], what: str) -> tuple[
