@@ -38,6 +38,7 @@ from gkeflow.components import (
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.compute import launchers, tpu_profile
+from gkeflow.pipelines.compute.capacity import label_training_pod
 from gkeflow.pipelines.compute.engines import with_image
 from gkeflow.pipelines.compute.gcsfuse import apply_gcsfuse
 from gkeflow.pipelines.compute.profiles import (
@@ -256,7 +257,7 @@ def build_sweep_pipeline(target: str = "local",
         apply_gcsfuse(task, step, gcsfuse, target)
         return apply_compute(task, profiles[step], target)
 
-    operations = operations or Operations(target)
+    operations = (operations or Operations(target)).priced(profiles)
 
     @dsl.pipeline(name=PIPELINE_NAME,
                   pipeline_config=operations.pipeline_config(storage.config()))
@@ -387,6 +388,8 @@ def build_sweep_pipeline(target: str = "local",
                     continue_on_error=True,
                     workspace_path=storage.path,
                 ), TRIAL_STEP)
+                if target == "gke":
+                    label_training_pod(train)
             best = configure(components["select-best-trial"](
                 trials=trials,
                 reports=dsl.Collected(train.outputs["Output"]),

@@ -20,6 +20,7 @@ from gkeflow.components import (
     train_model,
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
+from gkeflow.pipelines.compute.capacity import label_training_pod
 from gkeflow.pipelines.compute.checkpoints import add_checkpoint_volume
 from gkeflow.pipelines.compute.engines import training_engine, with_image
 from gkeflow.pipelines.compute.gcsfuse import apply_gcsfuse, check_engine
@@ -189,6 +190,8 @@ def build_training_pipeline(
             trainer = with_image(train_model, training_image(profiles["train-model"]))
             task = configure(trainer(**arguments, workspace_path=storage.path),
                              "train-model")
+            if target == "gke":
+                label_training_pod(task)
             if target == "gke" and storage.checkpoint_volume:
                 # The default MinIO root cannot hold checkpoints: a volume can.
                 add_checkpoint_volume(task)
@@ -197,7 +200,7 @@ def build_training_pipeline(
         return configure(train_engine.task(profile, arguments), "train-model",
                          train_engine.launcher_profile(profile))
 
-    operations = operations or Operations(target)
+    operations = (operations or Operations(target)).priced(profiles)
 
     @dsl.pipeline(name=PIPELINE_NAME,
                   pipeline_config=operations.pipeline_config(storage.config()))

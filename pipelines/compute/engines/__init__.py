@@ -45,6 +45,7 @@ def launcher_profile(profile: ComputeProfile) -> ComputeProfile:
     """A small CPU pod with the training step's retries, timeout and caching."""
     return replace(profile, cpu=LAUNCHER_CPU, memory=LAUNCHER_MEMORY, accelerator="",
                    accelerator_count=0, topology="", spot=False, scheduling="standard", max_wait="",
+                   chief_scheduling="",
                    replicas=1, queue="", shm_size="", ephemeral_storage="")
 
 
