@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
 .PHONY: help install demo run test test-fast lint compile check-compiled docs check-docs check-site dist bench clean
-.PHONY: locks check-locks image-base image-test image-test-gpu
+.PHONY: locks check-locks image-base image-test image-test-gpu image-test-tpu
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -71,10 +71,14 @@ image-base:
 	  || images/container-base.sh $(IMAGE_BASE)
 
 image-test: $(STAMP) image-base ## Build the slim and CPU images with podman, run the compiled training steps in the images they are compiled for
-	GKEFLOW_IMAGE_TEST=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/images -k "not gpu"
+	GKEFLOW_IMAGE_TEST=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/images -k "not gpu" \
+	  --ignore=tests/images/test_tpu_image.py
 
 image-test-gpu: $(STAMP) image-base ## Build the GPU image with podman (import check only: no GPU needed)
 	GKEFLOW_IMAGE_TEST=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/images -k gpu
+
+image-test-tpu: $(STAMP) image-base ## Build the TPU image with podman: import check, and its SavedModel loads in TF 2.21 (no TPU needed)
+	GKEFLOW_IMAGE_TEST=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/images/test_tpu_image.py
 
 bench: $(STAMP) ## End-to-end benchmark (see bench/RESULTS.md)
 	$(BIN)/python bench/e2e.py

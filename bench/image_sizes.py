@@ -178,9 +178,12 @@ def main(argv: list[str]) -> None:
     try:
         site = root / SITE
         sizes, bytecode, unowned = distribution_sizes(site)
-        # the CPU image has TensorFlow as tensorflow-cpu, the GPU image as tensorflow
-        needs = [f"{name}-cpu" if name == "tensorflow" and list(
-            site.glob("tensorflow_cpu-*.dist-info")) else name for name in STEP_NEEDS]
+        # the CPU image has TensorFlow as tensorflow-cpu, the TPU image as tensorflow-tpu,
+        # the GPU image as tensorflow
+        kind = next((k for k in ("cpu", "tpu") if list(site.glob(f"tensorflow_{k}-*.dist-info"))),
+                    "")
+        needs = [f"{name}-{kind}" if name == "tensorflow" and kind else name
+                 for name in STEP_NEEDS]
         if not list(site.glob("tensorflow*.dist-info")):  # the slim image: no TensorFlow
             needs = [name for name in needs if name != "tensorflow"]
         floor_dists = requirement_closure(site, needs)

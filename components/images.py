@@ -11,16 +11,20 @@ with the package, and declares the kind it needs (its ``base_image``):
 - ``gkeflow-cpu`` (:data:`CPU_IMAGE`): the same with ``tensorflow-cpu``: evaluation,
   deployment (it loads the SavedModel), batch prediction in the pipeline.
 - ``gkeflow-gpu`` (:data:`GPU_IMAGE`): TensorFlow for CUDA: training.
+- ``gkeflow-tpu`` (:data:`TPU_IMAGE`): ``tensorflow-tpu`` and ``libtpu``: training on Cloud
+  TPUs. A training step takes it instead of the GPU image when its compute profile names a
+  TPU (``gkeflow.pipelines.compute.tpu_profile.training_image``). ``tensorflow-tpu``
+  trails ``tensorflow`` on the index, so its TensorFlow is older (2.20 beside 2.21).
 
 All contain the ``gkeflow`` package and kfp, so no step installs anything at run time.
 
 Components name the images of the project's release registry by tag (:data:`SLIM_IMAGE`,
-:data:`CPU_IMAGE`, :data:`GPU_IMAGE`). Those declared references are placeholders: when a
-pipeline or a component YAML is compiled, one mapping (declared reference -> the reference to run,
-built by :func:`gkeflow.pipelines.images_config.image_map` from the ``images:`` section
-of gkeflow.yaml and the digests that ``gkeflow images build`` recorded in the lock file)
-replaces every occurrence, workload payloads included (:func:`pin`,
-:func:`map_references`).
+:data:`CPU_IMAGE`, :data:`GPU_IMAGE`, :data:`TPU_IMAGE`). Those declared references are
+placeholders: when a pipeline or a component YAML is compiled, one mapping (declared
+reference -> the reference to run, built by :func:`gkeflow.pipelines.images_config.image_map`
+from the ``images:`` section of gkeflow.yaml and the digests that ``gkeflow images build``
+recorded in the lock file) replaces every occurrence, workload payloads included
+(:func:`pin`, :func:`map_references`).
 
 This module is imported when components are defined: it reads no file or environment and
 needs nothing beyond the standard library.
@@ -37,9 +41,11 @@ REGISTRY = "us-docker.pkg.dev/gkeflow/images"
 VERSION = "0.1.0"
 
 #: Image flavour (kind) -> whether it can use a GPU. ``slim`` carries no TensorFlow.
-FLAVOURS: dict[str, bool] = {"slim": False, "cpu": False, "gpu": True}
+FLAVOURS: dict[str, bool] = {"slim": False, "cpu": False, "gpu": True, "tpu": False}
 #: The flavour without TensorFlow; its image is plain ``gkeflow``.
 SLIM = "slim"
+#: The flavour for Cloud TPUs: built only for projects that train on TPUs (or on request).
+TPU = "tpu"
 
 
 def image_name(flavour: str) -> str:
@@ -61,15 +67,18 @@ SLIM_IMAGE = reference("slim")
 CPU_IMAGE = reference("cpu")
 #: The same with TensorFlow for CUDA (``tensorflow[and-cuda]``): training on GPUs.
 GPU_IMAGE = reference("gpu")
+#: The same with TensorFlow for Cloud TPUs (``tensorflow-tpu``, ``libtpu``): training on TPUs.
+TPU_IMAGE = reference("tpu")
 
 #: Declared image -> whether it can use a GPU.
-IMAGES = {SLIM_IMAGE: False, CPU_IMAGE: False, GPU_IMAGE: True}
+IMAGES = {SLIM_IMAGE: False, CPU_IMAGE: False, GPU_IMAGE: True, TPU_IMAGE: False}
 
 #: What a node pulls for each kind's stock image of this version (its layers
 #: gzip-compressed, as a registry stores them), in bytes; None where nothing was measured.
 #: Source: bench/RESULTS.md "Image sizes" (``bench/image_sizes.py``, podman, this version's
 #: locks, the stand-in base image, the image tests' extras). Your extras add to them.
-PULL_SIZES: dict[str, int | None] = {"slim": 209_000_000, "cpu": 469_000_000, "gpu": 3_780_000_000}
+PULL_SIZES: dict[str, int | None] = {"slim": 209_000_000, "cpu": 469_000_000,
+                                     "gpu": 3_780_000_000, "tpu": 600_000_000}
 
 
 def flavour_of(reference: str) -> str | None:

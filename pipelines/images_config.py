@@ -46,6 +46,7 @@ from gkeflow.components.images import (
     IMAGES,
     REGISTRY,
     SERVING_IMAGE,
+    TPU,
     VERSION,
     reference,
     repository,
@@ -364,11 +365,18 @@ def describe_unbuilt(images: ImagesConfig, text: str) -> str:
     problems = unbuilt(images, text)
     if not problems:
         return ""
+    # the TPU image is built on request only (`images build` builds it by default when
+    # gkeflow.yaml's compute gives a step a TPU, not for a --compute given elsewhere)
+    tpu = images.references()[TPU]
+    others = [p for p in problems if not p.startswith(f"{tpu} ")]
+    build = " and ".join(
+        (["`gkeflow images build`"] if others else [])
+        + ([f"`gkeflow images build --flavour {TPU}`"] if len(others) < len(problems) else []))
     if images.registry:
-        fix = "run `gkeflow images build` (it pushes and records the digests)"
+        fix = f"run {build} (it pushes and records the digests)"
     else:
         fix = (f"set images.registry in gkeflow.yaml to a registry you can push to (e.g. "
-               f"{_EXAMPLE}), then run `gkeflow images build`")
+               f"{_EXAMPLE}), then run {build}")
     return f"{'; '.join(problems)} (per {images.lock_path}); {fix}"
 
 

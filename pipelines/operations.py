@@ -38,6 +38,24 @@ class Operations:
     retention: RetentionSettings = RetentionSettings()
     link_template: str = ""
     run_api: str = ""
+    price_region: str = ""
+    step_rates: str = "{}"
+
+    def priced(self, profiles) -> Operations:
+        """These operations with each step's hourly list price (of ``profiles``, the steps'
+        compute) compiled in, for the notification to give the run's cost; unchanged
+        without a webhook notification or for local runs."""
+        if (self.notifications is None or self.notifications.email is not None
+                or self.target not in ("gke", "vertex")):
+            return self
+        from dataclasses import replace
+
+        from gkeflow.pipelines.compute.costing import DEFAULT_REGION, run_cost, step_rates
+        from gkeflow.pipelines.compute.prices import current_prices
+
+        run = run_cost(profiles, self.target, self.price_region or DEFAULT_REGION,
+                       prices=current_prices())
+        return replace(self, step_rates=json.dumps(step_rates(run), sort_keys=True))
 
     def pipeline_config(self, config):
         """``config`` (a ``dsl.PipelineConfig`` or None) with the retention's TTL on GKE."""
@@ -96,7 +114,8 @@ class Operations:
             webhook_secret=secret if self.target == "vertex" else "",
             parameters=parameters, defaults=json.dumps(defaults, sort_keys=True),
             run_api=self.run_api,
-            metadata_api=KFP_IN_CLUSTER_METADATA if self.target == "gke" else "")
+            metadata_api=KFP_IN_CLUSTER_METADATA if self.target == "gke" else "",
+            step_rates=self.step_rates)
         task.set_display_name("Notify").set_caching_options(False)
         if self.target == "gke":
             from kfp import kubernetes
@@ -156,4 +175,6 @@ def of(config, target: str) -> Operations:
             settings.check_target(target)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    return Operations(target, settings, config.retention, link, api)
+    from gkeflow.pipelines.compute.costing import price_region
+
+    return Operations(target, settings, config.retention, link, api, price_region(config))

@@ -13,6 +13,7 @@ from kfp import dsl
 
 from gkeflow.components import evaluate_model
 from gkeflow.components.images import SERVING_IMAGE
+from gkeflow.components.register.backends import CHAMPION_ALIAS
 from gkeflow.components.register.vertex_component import register_model as vertex_register_model
 
 Configure = Callable[[dsl.PipelineTask, str], dsl.PipelineTask]
@@ -75,6 +76,9 @@ def evaluate_and_register(
             pipeline_task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
             registry_uri=gate["registry_uri"],
             data_uri=data_uri,
+            # Blessed: at least as good as the champion it was compared with, so it takes
+            # the alias the next run's gate reads (moved off the version holding it).
+            aliases=CHAMPION_ALIAS,
         )
         if labels is not None:
             arguments["labels"] = labels

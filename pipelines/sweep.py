@@ -38,6 +38,8 @@ from gkeflow.components import (
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.compute import launchers, tpu_profile
+from gkeflow.pipelines.compute.capacity import label_training_pod
+from gkeflow.pipelines.compute.engines import with_image
 from gkeflow.pipelines.compute.gcsfuse import apply_gcsfuse
 from gkeflow.pipelines.compute.profiles import (
     ComputeError,
@@ -108,9 +110,14 @@ def _components() -> dict[str, Any]:
             DEPLOY_STEP: deploy_model, **FANOUT_COMPONENTS}
 
 
-def step_images() -> dict[str, str]:
-    return {step: c.component_spec.implementation.container.image
-            for step, c in _components().items()}
+def step_images(profiles: Mapping[str, ComputeProfile] | None = None) -> dict[str, str]:
+    """Step -> the image its component runs in; with ``profiles``, trials on a TPU slice run
+    in the TPU image."""
+    images = {step: c.component_spec.implementation.container.image
+              for step, c in _components().items()}
+    if profiles and TRIAL_STEP in profiles:
+        images[TRIAL_STEP] = _trial_image(profiles[TRIAL_STEP])
+    return images
 
 
 def resolve_sweep_compute(target: str, compute: Mapping[str, ComputeProfile] | None = None,
@@ -129,7 +136,7 @@ def resolve_sweep_compute(target: str, compute: Mapping[str, ComputeProfile] | N
     profiles.pop(drop)
     for step in {"prepare-data", *FANOUT_STEPS} - preparation_steps(preparation):
         profiles.pop(step)
-    gpu_images = {step: IMAGES.get(image) for step, image in step_images().items()}
+    gpu_images = {step: IMAGES.get(image) for step, image in step_images(profiles).items()}
     gpu_images[DEPLOY_STEP] = None  # its GPU serves in the serving runtime's image
     validate_profiles(profiles, target, gpu_images)
     return profiles
@@ -250,7 +257,7 @@ def build_sweep_pipeline(target: str = "local",
         apply_gcsfuse(task, step, gcsfuse, target)
         return apply_compute(task, profiles[step], target)
 
-    operations = operations or Operations(target)
+    operations = (operations or Operations(target)).priced(profiles)
 
     @dsl.pipeline(name=PIPELINE_NAME,
                   pipeline_config=operations.pipeline_config(storage.config()))
@@ -351,12 +358,15 @@ def build_sweep_pipeline(target: str = "local",
                 model_type=model_type, hidden_units=hidden_units, dropout=dropout,
                 early_stopping_patience=early_stopping_patience,
                 user_module=user_module, require_gpu=require_gpu,
-                spec=_vizier_spec(sweep, profiles[TRIAL_STEP]), trial_image=_trial_image(),
+                spec=_vizier_spec(sweep, profiles[TRIAL_STEP]),
+                trial_image=_trial_image(profiles[TRIAL_STEP]),
                 pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
                 pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
                 **launchers.settings(profiles["tune-with-vizier"]),
             ), "tune-with-vizier")
         else:
+            # trials on a single-host TPU slice run in the TPU image
+            trial_model = with_image(train_model, _trial_image(profiles[TRIAL_STEP]))
             with dsl.ParallelFor(items=trials, parallelism=sweep.parallel_trials,
                                  name="trials") as trial:
                 fixed = {"epochs": epochs, "batch_size": batch_size,
@@ -365,7 +375,7 @@ def build_sweep_pipeline(target: str = "local",
                          "early_stopping_patience": early_stopping_patience}
                 hparams = {name: getattr(trial, name) if name in sweep.parameters else value
                            for name, value in fixed.items()}
-                train = configure(train_model(
+                train = configure(trial_model(
                     dataset=dataset,
                     schema=schema,
                     **hparams,
@@ -378,6 +388,8 @@ def build_sweep_pipeline(target: str = "local",
                     continue_on_error=True,
                     workspace_path=storage.path,
                 ), TRIAL_STEP)
+                if target == "gke":
+                    label_training_pod(train)
             best = configure(components["select-best-trial"](
                 trials=trials,
                 reports=dsl.Collected(train.outputs["Output"]),
@@ -406,12 +418,13 @@ def _vizier_spec(sweep: SweepConfig, profile: ComputeProfile) -> str:
     return tuning_spec(sweep, profile)
 
 
-def _trial_image() -> str:
-    """The GPU image Vizier trials run in (the compiler maps it to the configured registry
-    and pins it, like every step's image)."""
-    from gkeflow.components.images import GPU_IMAGE
+def _trial_image(profile: ComputeProfile) -> str:
+    """The image trials run in: the GPU image, or the TPU image for trials on a TPU slice
+    (the compiler maps it to the configured registry and pins it, like every step's
+    image)."""
+    from gkeflow.pipelines.compute.tpu_profile import training_image
 
-    return GPU_IMAGE
+    return training_image(profile)
 
 
 def sweep_plan(sweep: SweepConfig, profiles: Mapping[str, ComputeProfile]) -> dict[str, int]:

@@ -10,7 +10,7 @@ Example::
           credentials:
             token_env: MLFLOW_TOKEN      # names of variables, never their values
         vertex_experiments:
-          experiment: penguins           # Vertex AI Experiments (Vertex AI runs)
+          experiment: penguins           # Vertex AI Experiments (Vertex AI runs, not schedules)
 
 Imports nothing from gkeflow: the root model in :mod:`gkeflow.pipelines.config` attaches it.
 """
@@ -122,6 +122,15 @@ class MlflowTracking(BaseModel):
         return value
 
 
+def mlflow_registry_uri(tracking_uri: str) -> str:
+    """The MLflow Model Registry at a tracking server: ``mlflow://`` for http,
+    ``mlflow+https://`` for https (the registry URIs of ``registry_uri``); "" for none."""
+    if not tracking_uri:
+        return ""
+    scheme, rest = tracking_uri.split("://", 1)
+    return f"{'mlflow+https' if scheme.lower() == 'https' else 'mlflow'}://{rest}"
+
+
 class VertexExperiments(BaseModel):
     """A Vertex AI Experiments experiment that Vertex AI pipeline runs are submitted into."""
 
@@ -172,8 +181,13 @@ class TrackingSettings(BaseModel):
                              f"log to {where} so far")
         experiments = self.vertex_experiments
         if experiments is not None:
-            lines.append(f"tracking: not in Vertex AI Experiments: submitting runs into "
-                         f"experiment {experiments.experiment!r} is not built yet")
+            where = f"Vertex AI experiment {experiments.experiment!r}"
+            if target == "vertex":
+                lines.append(f"tracking: {where} (the run is submitted into it; its "
+                             "parameters and metrics appear in the experiment's comparison)")
+            else:
+                lines.append(f"tracking: not in Vertex AI Experiments on {target}: only "
+                             f"Vertex AI runs are submitted into {where} so far")
         return lines or ["tracking: off (no tracking: for this environment in gkeflow.yaml)"]
 
 

@@ -20,8 +20,9 @@ from gkeflow.components import (
     train_model,
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
+from gkeflow.pipelines.compute.capacity import label_training_pod
 from gkeflow.pipelines.compute.checkpoints import add_checkpoint_volume
-from gkeflow.pipelines.compute.engines import training_engine
+from gkeflow.pipelines.compute.engines import training_engine, with_image
 from gkeflow.pipelines.compute.gcsfuse import apply_gcsfuse, check_engine, mount_env
 from gkeflow.pipelines.compute.profiles import (
     ComputeError,
@@ -29,6 +30,7 @@ from gkeflow.pipelines.compute.profiles import (
     apply_compute,
     validate_profiles,
 )
+from gkeflow.pipelines.compute.tpu_profile import training_image
 from gkeflow.pipelines.compute.wording import plural
 from gkeflow.pipelines.compute.workspace import PipelineStorage
 from gkeflow.pipelines.deploy_stage import DEPLOY_STEP, SERVING_PROFILE, deploy_stage
@@ -83,12 +85,16 @@ STEP_COMPONENTS = {
 }
 
 
-def step_images() -> dict[str, str]:
-    """Step -> the image its component runs in, as declared by the component."""
-    return {
+def step_images(profiles: Mapping[str, ComputeProfile] | None = None) -> dict[str, str]:
+    """Step -> the image its component runs in, as declared by the component; with
+    ``profiles``, a training step on a TPU runs in the TPU image."""
+    images = {
         step: component.component_spec.implementation.container.image
         for step, component in STEP_COMPONENTS.items()
     }
+    if profiles and "train-model" in profiles:
+        images["train-model"] = training_image(profiles["train-model"])
+    return images
 
 
 def resolve_compute(
@@ -113,7 +119,7 @@ def resolve_compute(
     profiles = {**DEFAULT_COMPUTE, **(compute or {})}
     for step in {"prepare-data", *FANOUT_STEPS} - preparation_steps(preparation):
         profiles.pop(step)
-    gpu_images = {step: IMAGES.get(image) for step, image in step_images().items()}
+    gpu_images = {step: IMAGES.get(image) for step, image in step_images(profiles).items()}
     gpu_images[DEPLOY_STEP] = None  # its GPU serves in the serving runtime's image
     validate_profiles(profiles, target, gpu_images)
     return profiles
@@ -180,8 +186,12 @@ def build_training_pipeline(
 
     def train_step(**arguments) -> dsl.PipelineTask:
         if train_engine is None:
-            task = configure(train_model(**arguments, workspace_path=storage.path),
+            # a single-host TPU slice on GKE is one pod, in the TPU image
+            trainer = with_image(train_model, training_image(profiles["train-model"]))
+            task = configure(trainer(**arguments, workspace_path=storage.path),
                              "train-model")
+            if target == "gke":
+                label_training_pod(task)
             if target == "gke" and storage.checkpoint_volume:
                 # The default MinIO root cannot hold checkpoints: a volume can.
                 add_checkpoint_volume(task)
@@ -192,7 +202,7 @@ def build_training_pipeline(
         return configure(train_engine.task(profile, arguments, env=env), "train-model",
                          train_engine.launcher_profile(profile))
 
-    operations = operations or Operations(target)
+    operations = (operations or Operations(target)).priced(profiles)
 
     @dsl.pipeline(name=PIPELINE_NAME,
                   pipeline_config=operations.pipeline_config(storage.config()))

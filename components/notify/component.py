@@ -22,6 +22,7 @@ def notify_run(
     defaults: str = "{}",
     run_api: str = "",
     metadata_api: str = "",
+    step_rates: str = "{}",
 ) -> str:
     """Sends how the run ended to a webhook; never changes the run's outcome.
 
@@ -46,6 +47,8 @@ def notify_run(
             the status alone.
         metadata_api: Kubeflow Pipelines: ML Metadata's gRPC-Web address, for the
             registered version; empty: none.
+        step_rates: Each step's hourly list price as the pipeline was compiled (JSON); the
+            message gives each step's duration x rate and the run's total; "{}": none.
 
     Returns:
         One line: what was sent, or why nothing was.
@@ -55,6 +58,7 @@ def notify_run(
     from gkeflow.components.notify.logic import (
         RunReport,
         changed_parameters,
+        cost_lines,
         failed_task_from_message,
         final_state,
         notify,
@@ -93,6 +97,7 @@ def notify_run(
                                                                        policy)
                 except Exception as exc:  # noqa: BLE001 - the version is a detail
                     print(f"could not read the registered version: {type(exc).__name__}")
+    report.cost = cost_lines(json.loads(step_rates or "{}"), report.step_durations)
     outcome = notify(report, when=when, shape=webhook_format, env_name=webhook_env,
                      secret_version=webhook_secret, policy=policy)
     print(outcome)

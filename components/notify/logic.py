@@ -108,6 +108,8 @@ class RunReport:
     gate: str = ""
     registered_version: str = ""
     backend_state: str = ""
+    step_durations: dict[str, float | None] = field(default_factory=dict)
+    cost: list[str] = field(default_factory=list)  # cost_lines(), set before sending
 
     @property
     def succeeded(self) -> bool:
@@ -136,6 +138,7 @@ class RunReport:
             lines.append(f"gate: {self.gate}")
         if self.registered_version:
             lines.append(f"registered version: {self.registered_version}")
+        lines += self.cost
         if self.parameters:
             lines.append("parameters: " + ", ".join(f"{k}={v}" for k, v in
                                                      sorted(self.parameters.items())))
@@ -185,6 +188,51 @@ def payload(report: RunReport, shape: str) -> dict[str, Any]:
         body = [chat_block("\n".join(details))] if details else []
         return {"text": "\n".join([f"*{head.replace('*', '')}*", *body, link])}
     raise NotifyError(f"unknown webhook format {shape!r}; formats: {', '.join(FORMATS)}")
+
+
+#: The label every cost figure carries (as `gkeflow runs show` and `plan` label theirs).
+COST_LABEL = "estimate from list prices"
+
+
+def _usd(value: float) -> str:
+    return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.4f}"
+
+
+def cost_lines(rates: dict[str, Any], durations: dict[str, float | None]) -> list[str]:
+    """Each step that ran: its duration x its hourly rate, then the run's total, labelled as
+    an estimate from list prices. ``rates`` is what the pipeline compiled in
+    (``{"region", "run_fee_usd", "steps": {step: {"usd_per_hour", "reason", "source",
+    "date_read"}}}``); empty: no lines. A step without a rate or a duration leaves the
+    total missing (with the first such step named), never guessed."""
+    steps = rates.get("steps") or {}
+    if not steps or not durations:
+        return []
+    lines, total, missing = [], float(rates.get("run_fee_usd") or 0.0), []
+    sources = set()
+    for step, seconds in durations.items():
+        rate = steps.get(step)
+        if rate is None:
+            continue  # not a priced step of this pipeline (a helper task)
+        hourly = rate.get("usd_per_hour")
+        if hourly is None or seconds is None:
+            missing.append((step, rate.get("reason") or "no rate") if hourly is None
+                           else (step, "no duration"))
+            continue
+        usd = hourly * seconds / 3600
+        total += usd
+        sources.add(f"{rate.get('source', '')}, read {rate.get('date_read', '')}")
+        lines.append(f"cost of {step}: {_duration(seconds)} x {_usd(hourly)}/h = {_usd(usd)}")
+    where = f"{COST_LABEL}, {rates.get('region', '')}"
+    if missing:
+        step, reason = missing[0]
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        head = (f"cost ({where}): total missing (no figure for {step}{more}: {reason}); "
+                f"at least {_usd(total)} from the priced steps")
+    else:
+        head = f"cost ({where}): {_usd(total)} in all"
+    if rates.get("run_fee_usd"):
+        head += f", with the run fee {_usd(float(rates['run_fee_usd']))}"
+    return [head, *lines, *(f"prices: {source}" for source in sorted(sources))]
 
 
 def should_send(when: str, state: str) -> bool:

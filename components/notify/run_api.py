@@ -63,7 +63,8 @@ def kfp_run(api: str, run_id: str, policy: RetryPolicy) -> tuple[str, list[dict]
     return run.get("created_at", ""), [
         {"name": t.get("display_name", ""), "state": _state(t.get("state")),
          "error": (t.get("error") or {}).get("message", ""), "metadata": {},
-         "execution_id": str(t.get("execution_id") or "")}
+         "execution_id": str(t.get("execution_id") or ""),
+         "duration_s": span_s(t.get("start_time"), t.get("end_time"))}
         for t in (run.get("run_details") or {}).get("task_details", [])]
 
 
@@ -107,7 +108,8 @@ def vertex_run(endpoint: str, job: str, policy: RetryPolicy) -> tuple[str, list[
     return data.get("startTime") or data.get("createTime", ""), [
         {"name": t.get("taskName", ""), "state": _state(t.get("state")),
          "error": (t.get("error") or {}).get("message", ""),
-         "metadata": (t.get("execution") or {}).get("metadata") or {}}
+         "metadata": (t.get("execution") or {}).get("metadata") or {},
+         "duration_s": span_s(t.get("startTime"), t.get("endTime"))}
         for t in (data.get("jobDetail") or {}).get("taskDetails", [])
         if str(t.get("parentTaskId") or "0") != "0"]  # the parentless task is the run
 
@@ -119,6 +121,14 @@ def _epoch(text: str) -> float | None:
         return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
+
+
+def span_s(start, end) -> float | None:
+    """Seconds from ``start`` to ``end`` (RFC 3339 stamps); None unless both are known."""
+    began, ended = _epoch(start or ""), _epoch(end or "")
+    if began is None or ended is None or ended < began:
+        return None
+    return ended - began
 
 
 def state_of_steps(steps: list[dict]) -> str:
@@ -148,6 +158,12 @@ def apply_run(report, started: str, tasks: list[dict], now: float):
         report.error = failed[0]["error"] or report.error
     if report.state == "UNKNOWN":
         report.state = state_of_steps(steps)
+    for t in steps:  # a step run more than once (sweep trials) costs each run
+        if t["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            key, seconds = _key(t["name"]), t.get("duration_s")
+            earlier = report.step_durations.get(key, 0.0)
+            report.step_durations[key] = (None if seconds is None or earlier is None
+                                          else earlier + seconds)
     states = {_key(t["name"]): t for t in steps}
     if states.get("evaluate-model", {}).get("state") == "SUCCEEDED":
         register = states.get("register-model")

@@ -103,8 +103,12 @@ def open_registry(uri: str, settings: RegistrySettings | None = None,
     return LocalRegistry(uri)
 
 
+#: The alias of the version the champion gate compares with; a blessed model takes it.
+CHAMPION_ALIAS = "champion"
+
+
 def champion_or_latest(registry: RegistryBackend, name: str,
-                       alias: str = "champion") -> ModelVersion | None:
+                       alias: str = CHAMPION_ALIAS) -> ModelVersion | None:
     """The version under ``alias``, else the newest version, else None."""
     version = registry.get_by_alias(name, alias)
     if version is not None:

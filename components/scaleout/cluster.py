@@ -24,6 +24,9 @@ COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
 JOB_INDEX_ENV = "GKEFLOW_JOB_INDEX"
 PODS_PER_JOB_ENV = "GKEFLOW_PODS_PER_JOB"
 JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+#: On a pod of a JobSet's second replicated job (mixed capacity: ``chief`` then ``worker``):
+#: how many workers come before its replicated job.
+INDEX_OFFSET_ENV = "GKEFLOW_INDEX_OFFSET"
 
 
 def jobset_hosts(jobset: str, replicas: int, subdomain: str = "",
@@ -81,11 +84,13 @@ def tf_config_from_env(environ: dict[str, str] | None = None) -> str:
 
 
 def _jobset_index(environ) -> str:
-    """A JobSet pod's worker index: its Job's index times the pods per Job, plus its
-    completion index within the Job."""
+    """A JobSet pod's worker index: the workers of the replicated jobs before its own, plus
+    its Job's index times the pods per Job, plus its completion index within the Job."""
     completion = environ.get(COMPLETION_INDEX_ENV, "").strip()
     job = environ.get(JOB_INDEX_ENV, "0").strip() or "0"
     per_job = environ.get(PODS_PER_JOB_ENV, "1").strip() or "1"
-    if not (completion.isdigit() and job.isdigit() and per_job.isdigit()):
+    offset = environ.get(INDEX_OFFSET_ENV, "0").strip() or "0"
+    if not (completion.isdigit() and job.isdigit() and per_job.isdigit()
+            and offset.isdigit()):
         return completion
-    return str(int(job) * int(per_job) + int(completion))
+    return str(int(offset) + int(job) * int(per_job) + int(completion))

@@ -37,9 +37,9 @@ def _label_value(text: str) -> str:
 
 
 def replicas_of(template: dict) -> int:
-    """Workers of the JobSet: its replicated job's Jobs times the pods each Job runs."""
-    job = template["spec"]["replicatedJobs"][0]
-    return int(job.get("replicas", 1)) * int(job["template"]["spec"]["parallelism"])
+    """Workers of the JobSet: over its replicated jobs, their Jobs times the pods each runs."""
+    return sum(int(job.get("replicas", 1)) * int(job["template"]["spec"]["parallelism"])
+               for job in template["spec"]["replicatedJobs"])
 
 
 def finish(template: dict, name: str, namespace: str, service_account: str, args: list[str],
@@ -59,26 +59,33 @@ def finish(template: dict, name: str, namespace: str, service_account: str, args
         labels["gkeflow/run-id"] = _label_value(run_id)
     if task_name:
         labels["gkeflow/task"] = _label_value(task_name)
-    replicated = manifest["spec"]["replicatedJobs"][0]
-    jobs = int(replicated.get("replicas", 1))
-    pods_per_job = int(replicated["template"]["spec"]["parallelism"])
-    hosts = cluster.jobset_hosts(name, pods_per_job,
-                                 manifest["spec"].get("network", {}).get("subdomain", ""),
-                                 replicated["name"], jobs=jobs)
-    pod = replicated["template"]["spec"]["template"]
-    pod.setdefault("metadata", {}).setdefault("labels", {}).update(MANAGED_BY)
-    if service_account:
-        pod["spec"]["serviceAccountName"] = service_account
-    container = pod["spec"]["containers"][0]
-    container["args"] = list(args)
-    ours = {cluster.HOSTS_ENV, cluster.JOB_INDEX_ENV, cluster.PODS_PER_JOB_ENV}
-    env = [e for e in container.get("env", []) if e["name"] not in ours]
-    env.append({"name": cluster.HOSTS_ENV, "value": ",".join(hosts)})
-    # Each pod's worker index = job index x pods per Job + its completion index.
-    env.append({"name": cluster.JOB_INDEX_ENV, "valueFrom": {"fieldRef": {
-        "fieldPath": f"metadata.labels['{cluster.JOB_INDEX_LABEL}']"}}})
-    env.append({"name": cluster.PODS_PER_JOB_ENV, "value": str(pods_per_job)})
-    container["env"] = env
+    subdomain = manifest["spec"].get("network", {}).get("subdomain", "")
+    hosts: list[str] = []
+    offsets = []
+    for replicated in manifest["spec"]["replicatedJobs"]:  # worker order: chief's job first
+        offsets.append(len(hosts))
+        hosts += cluster.jobset_hosts(name, int(replicated["template"]["spec"]["parallelism"]),
+                                      subdomain, replicated["name"],
+                                      jobs=int(replicated.get("replicas", 1)))
+    ours = {cluster.HOSTS_ENV, cluster.JOB_INDEX_ENV, cluster.PODS_PER_JOB_ENV,
+            cluster.INDEX_OFFSET_ENV}
+    for replicated, offset in zip(manifest["spec"]["replicatedJobs"], offsets, strict=True):
+        pod = replicated["template"]["spec"]["template"]
+        pod.setdefault("metadata", {}).setdefault("labels", {}).update(MANAGED_BY)
+        if service_account:
+            pod["spec"]["serviceAccountName"] = service_account
+        container = pod["spec"]["containers"][0]
+        container["args"] = list(args)
+        env = [e for e in container.get("env", []) if e["name"] not in ours]
+        env.append({"name": cluster.HOSTS_ENV, "value": ",".join(hosts)})
+        # Each pod's worker index = offset + job index x pods per Job + completion index.
+        env.append({"name": cluster.JOB_INDEX_ENV, "valueFrom": {"fieldRef": {
+            "fieldPath": f"metadata.labels['{cluster.JOB_INDEX_LABEL}']"}}})
+        env.append({"name": cluster.PODS_PER_JOB_ENV,
+                    "value": str(replicated["template"]["spec"]["parallelism"])})
+        if offset:
+            env.append({"name": cluster.INDEX_OFFSET_ENV, "value": str(offset)})
+        container["env"] = env
     return manifest
 
 

@@ -76,7 +76,17 @@ def merge_task_config(template: dict, task_config: Any) -> tuple[dict, list[str]
     if not config:
         return manifest, []
     notes: list[str] = []
-    pod = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    for replicated in manifest["spec"]["replicatedJobs"]:  # chief and workers alike
+        pod = replicated["template"]["spec"]["template"]["spec"]
+        for note in _merge_into_pod(pod, config):
+            if note not in notes:
+                notes.append(note)
+    return manifest, notes
+
+
+def _merge_into_pod(pod: dict, config: dict) -> list[str]:
+    """Merge the task's ``config`` into one pod spec; notes on what was left out."""
+    notes: list[str] = []
     container = pod["containers"][0]
 
     if config.get("resources"):
@@ -132,4 +142,4 @@ def merge_task_config(template: dict, task_config: Any) -> tuple[dict, list[str]
         pod.pop("volumes")
     if not mounts:
         container.pop("volumeMounts")
-    return manifest, notes
+    return notes

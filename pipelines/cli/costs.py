@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 import click
 
+from gkeflow.pipelines.compute import costing
 from gkeflow.pipelines.compute.costing import (
     LIST_PRICE_LABEL,
     RunCost,
@@ -14,16 +15,13 @@ from gkeflow.pipelines.compute.costing import (
     median_durations,
 )
 
-DEFAULT_REGION = "us-central1"
+DEFAULT_REGION = costing.DEFAULT_REGION
 
 
 def price_region(config, target: str, region: str | None = None) -> str:
     """The region prices are read for: ``--region``, else the Vertex AI target's region
     (either target), else us-central1."""
-    if region:
-        return region
-    vertex = getattr(config.targets, "vertex", None)
-    return vertex.region if vertex is not None else DEFAULT_REGION
+    return costing.price_region(config, region)
 
 
 def rate_cell(step: StepCost) -> str:
@@ -69,6 +67,15 @@ def cost_lines(run: RunCost, history_runs: int = 0) -> list[str]:
                     else f"missing ({run.expected_reason})")
         lines.append(f"cost: expected per run {expected} (median step durations of "
                      f"{history_runs} earlier runs)")
+    for step in run.steps:
+        if step.usd_per_hour is not None:
+            ceiling = (f"ceiling {format_usd(step.ceiling_usd)}" if step.ceiling_usd is not None
+                       else "no ceiling")
+            lines.append(f"cost of {step.step}: {rate_cell(step)}, {ceiling} (prices: "
+                         f"{step.source}, read {step.date_read})")
+    if run.run_fee_usd:
+        lines.append(f"cost: run fee {format_usd(run.run_fee_usd)} per run, in the ceiling "
+                     f"(prices: {run.run_fee_source})")
     for source, read in sorted({(s.source, s.date_read) for s in run.steps if s.source}):
         lines.append(f"prices: {source} (read {read})")
     stale = [step.step for step in run.steps if step.stale]

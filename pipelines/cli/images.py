@@ -1,6 +1,7 @@
 """`gkeflow images build` and `gkeflow images list`: the suite's images in the user's registry.
 
-`build` builds the CPU and GPU images (Dockerfiles shipped in the package, the user's
+`build` builds the slim, CPU and GPU images, and the TPU image where gkeflow.yaml's compute
+trains on a TPU or it is asked for (Dockerfiles shipped in the package, the user's
 ``requirements`` and ``include`` of gkeflow.yaml's ``images:`` layered on top) through
 :mod:`gkeflow.pipelines.targets.image_build`, pushes them, and records each digest in the lock
 file next to gkeflow.yaml (:mod:`gkeflow.pipelines.image_lock`) as soon as that image is
@@ -17,7 +18,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from gkeflow.components.images import FLAVOURS, SERVING
+from gkeflow.components.images import FLAVOURS, SERVING, TPU
 from gkeflow.pipelines.cli.common import stdout_console
 
 #: Builders in the order `--builder auto` looks for them, with the executable each needs.
@@ -48,6 +49,24 @@ def pick_builder(choice: str) -> str:
                                "Google Cloud CLI for --builder cloud-build")
 
 
+def tpu_steps(config) -> list[str]:
+    """The steps whose compute in gkeflow.yaml asks for a TPU."""
+    from gkeflow.pipelines.compute.tpu_profile import tpu_name
+
+    return sorted(step for step, changes in config.compute.items()
+                  if tpu_name(str((changes or {}).get("accelerator") or "")))
+
+
+def flavours_to_build(choice: str, config) -> list[str]:
+    """The images ``--flavour CHOICE`` builds. ``all``: slim, CPU, GPU and serving, and the
+    TPU image only when gkeflow.yaml's compute gives a step a TPU (it is large and only
+    TPU training runs in it)."""
+    if choice != "all":
+        return [choice]
+    kinds = [f for f in FLAVOURS if f != TPU or tpu_steps(config)]
+    return [*kinds, SERVING]
+
+
 def registry_project(registry: str) -> str | None:
     """The Google Cloud project of an Artifact Registry / Container Registry path."""
     match = _PROJECT_RE.match(registry)
@@ -63,15 +82,17 @@ _config_option = click.option(
 
 @click.group("images")
 def images_group() -> None:
-    """The images every step runs in (slim, CPU, GPU), built into your own registry.
+    """The images every step runs in (slim, CPU, GPU, TPU), built into your own registry.
 
     \b
     gkeflow images build    build (and push) every image; record their digests
     gkeflow images list     what is built, for which registry
 
     Set images.registry in gkeflow.yaml first (`gkeflow init` writes the section). Compiled
-    pipelines then name REGISTRY/gkeflow, -cpu and -gpu by the digests in the lock file, and
-    `gkeflow submit` / `schedule apply` refuse images that were never built and pushed.
+    pipelines then name REGISTRY/gkeflow, -cpu, -gpu and -tpu by the digests in the lock
+    file, and `gkeflow submit` / `schedule apply` refuse images that were never built and
+    pushed. The TPU image is built only for a project whose compute trains on a TPU, or with
+    `gkeflow images build --flavour tpu`.
     """
 
 
@@ -86,7 +107,9 @@ def images_group() -> None:
 @click.option("--flavour", type=click.Choice([*FLAVOURS, SERVING, "all"]), default="all",
               show_default=True,
               help="Which image to build; serving: TensorFlow Serving of the training "
-                   "TensorFlow, for Vertex AI deploys.")
+                   "TensorFlow, for Vertex AI deploys; tpu: tensorflow-tpu for training on "
+                   "Cloud TPUs. all: every image, the TPU one only when a step of "
+                   "gkeflow.yaml's compute asks for a TPU.")
 @click.option("--project", metavar="PROJECT",
               help="cloud-build: the Google Cloud project to build in (default: the one in "
                    "an Artifact Registry path, else gcloud's).")
@@ -94,6 +117,9 @@ def images_group() -> None:
 def images_build(builder: str, push: bool, flavour: str, project: str | None,
                  config_path: Path) -> None:
     """Build the slim, CPU, GPU and serving images into images.registry; record their digests.
+
+    The TPU image (tensorflow-tpu) is built when gkeflow.yaml's compute gives a step a TPU
+    accelerator, or with --flavour tpu; projects that never train on TPUs skip it.
 
     Each image is the suite's Dockerfile (shipped in the package, installing from hashed
     locks) with images.requirements and images.include of gkeflow.yaml on top, tagged
@@ -122,7 +148,7 @@ def images_build(builder: str, push: bool, flavour: str, project: str | None,
     builder = pick_builder(builder)
     project = project or registry_project(images.registry)
     console = stdout_console()
-    flavours = [*FLAVOURS, SERVING] if flavour == "all" else [flavour]
+    flavours = flavours_to_build(flavour, config)
     references = {**images.references(), SERVING: images.serving_reference()}
     if images.requirements_path:
         try:  # every image's pins, before the first build starts
@@ -193,7 +219,10 @@ def images_list(config_path: Path) -> None:
         lock = load_lock(images.lock_path)
     except ImageLockError as exc:
         raise click.ClickException(str(exc)) from exc
-    wanted = {*images.references().values(), images.serving_reference()}
+    references = images.references()
+    if not tpu_steps(config) and references[TPU] not in lock:
+        references.pop(TPU)  # built on request only: not missing where no step trains on TPUs
+    wanted = {*references.values(), images.serving_reference()}
     console = stdout_console()
     if not console.is_terminal:
         console.width = 240  # one line per image when captured

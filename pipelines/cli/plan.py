@@ -98,8 +98,12 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     try:
         profiles = resolve_compute(target, compute)
         lock = image_map(config.images)
-        images = (step_images(target, profiles) if pipeline == "prediction"
-                  else step_images())
+        if pipeline == "prediction":
+            images = step_images(target, profiles)
+        elif pipeline == "fanout-prepare":
+            images = step_images()
+        else:  # training and sweep: a TPU training step (or trial) runs in the TPU image
+            images = step_images(profiles)
     except (ComputeError, ImageLockError) as exc:
         raise click.ClickException(str(exc)) from exc
     images = {step: pin(image, lock) for step, image in images.items() if step in profiles}

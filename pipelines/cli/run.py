@@ -94,7 +94,8 @@ def _dispatch_run(pipeline: str, **options) -> None:
 @click.option("--env", "environment", default="default", show_default=True,
               help="Whose tracking (tracking.<env> of gkeflow.yaml) the run logs to: with "
                    "tracking.<env>.mlflow.tracking_uri, a parent MLflow run and a nested run "
-                   "per step (docs/tracking.md).")
+                   "per step, and the model registered in that server's registry unless "
+                   "--param registry_uri=URI (docs/tracking.md).")
 @sweep_options
 def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_rate,
         train_ratio, eval_ratio, test_ratio, model_name, min_accuracy, model_type, user_module,
@@ -162,7 +163,12 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
 
     compute = local_compute("training", config_path, compute_overrides)
     config = read_config(config_path)
-    from gkeflow.pipelines.targets.local_tracking import credentials_problem, direct_tracking
+    from gkeflow.pipelines.targets.local_tracking import (
+        credentials_problem,
+        default_registry,
+        direct_tracking,
+        registry_problem,
+    )
     from gkeflow.pipelines.tracking_config import tracking_for
 
     if environment != "default" and environment not in config.parameters:
@@ -175,6 +181,15 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
         raise click.ClickException(problem)
     if tracking.mlflow is not None:
         console.print(tracking.describe("local")[0], markup=False)
+    registry = default_registry(tracking)
+    if registry and not any(p.partition("=")[0].strip() == "registry_uri" for p in params):
+        problem = registry_problem(registry, environment)
+        if problem:
+            raise click.ClickException(problem)
+        arguments["registry_uri"] = registry
+        console.print(f"registry: MLflow Model Registry at {tracking.mlflow.tracking_uri} "
+                      f"(tracking.{environment}.mlflow; --param registry_uri=URI chooses "
+                      "another)", markup=False)
     try:
         with direct_tracking(tracking, "training", output.as_uri(),
                              log=lambda line: console.print(line, markup=False)) as tracked:

@@ -153,6 +153,7 @@ def capacity_problems(step: str, p, target: str,
             problems.append(
                 f"{step}: timeout_s {p.timeout_s} is longer than flex-start allows "
                 f"({cat.FLEX_START_MAX_RUN_S} s = 7 days)")
+    problems += mixed_capacity_problems(step, p, target)
     multi = tuple(multi_node_steps)
     if p.replicas > 1 and step not in multi:
         problems.append(
@@ -175,6 +176,25 @@ def capacity_problems(step: str, p, target: str,
             f"{step}: scheduling=reservation needs the reservation: set reservation=NAME "
             f"(or projects/PROJECT/reservations/NAME for a shared one; {VERTEX_RESERVATION_FORM} "
             "on Vertex AI)")
+    return problems
+
+
+def mixed_capacity_problems(step: str, p, target: str) -> list[str]:
+    """Why ``chief_scheduling`` (an on-demand chief, Spot workers) cannot apply to ``p``."""
+    if not p.chief_scheduling:
+        return []
+    if target == "vertex":
+        return [f"{step}: chief_scheduling {p.chief_scheduling} with scheduling {p.scheduling} "
+                "cannot run on Vertex AI: a CustomJob has one scheduling strategy for all its "
+                "machines; drop chief_scheduling or run the step on gke"]
+    problems = []
+    if p.scheduling != cat.SPOT:
+        problems.append(f"{step}: chief_scheduling {p.chief_scheduling} applies to "
+                        f"scheduling=spot only (Spot workers); this step's scheduling is "
+                        f"{p.scheduling}")
+    if p.replicas < 2 or p.uses_tpu:
+        problems.append(f"{step}: chief_scheduling needs a multi-node GPU or CPU step (replicas "
+                        f">= 2, no TPU): a chief and at least one worker")
     return problems
 
 
@@ -237,9 +257,22 @@ def apply_gke_capacity(task, p) -> None:
         kubernetes.add_pod_label(task, KUEUE_QUEUE_LABEL, p.queue)
 
 
+def label_training_pod(task) -> None:
+    """Give a single-pod GKE training step the labels `gkeflow monitoring apply`'s GPU
+    duty-cycle alert selects by default (JobSet pods get the same in their template)."""
+    from kfp import kubernetes
+
+    from gkeflow.pipelines.monitoring_config import GKE_POD_LABELS
+
+    for key, value in GKE_POD_LABELS.items():
+        kubernetes.add_pod_label(task, key, value)
+
+
 def describe(p, target: str) -> tuple[str, str, str]:
     """(capacity, nodes x GPUs per node, total GPUs) of a step for ``gkeflow plan``."""
     capacity = {cat.STANDARD: "on-demand"}.get(p.scheduling, p.scheduling)
+    if p.chief_scheduling:
+        capacity += " (chief on-demand)"  # chief_scheduling is standard or empty
     if p.scheduling == cat.FLEX_START and p.max_wait:
         capacity += f" (wait {p.max_wait})"
     elif p.scheduling == cat.RESERVATION:

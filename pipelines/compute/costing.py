@@ -13,11 +13,38 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import date
 
-from gkeflow.pipelines.compute.prices import Price, Rate, hourly_rate
+from gkeflow.pipelines.compute.prices import (
+    SOURCES,
+    VERTEX_PIPELINES_MACHINES,
+    Price,
+    Rate,
+    find_price,
+    hourly_rate,
+)
 from gkeflow.pipelines.compute.profiles import ComputeProfile, fitting_shape
 
 #: The label every cost figure carries.
 LIST_PRICE_LABEL = "estimate from list prices"
+DEFAULT_REGION = "us-central1"
+
+
+def price_region(config, region: str | None = None) -> str:
+    """The region prices are read for: ``region``, else the Vertex AI target's region
+    (either target), else us-central1."""
+    if region:
+        return region
+    vertex = getattr(getattr(config, "targets", None), "vertex", None)
+    return vertex.region if vertex is not None else DEFAULT_REGION
+
+
+def step_rates(run: RunCost) -> dict:
+    """What a run notification needs to price a run after it ends: each step's hourly
+    rate (or why none), source and date read, the region and the run fee."""
+    return {"region": run.region, "run_fee_usd": run.run_fee_usd,
+            "steps": {s.step: {"usd_per_hour": s.usd_per_hour,
+                               "reason": "reserved" if s.reserved else s.reason,
+                               "source": s.source, "date_read": s.date_read}
+                      for s in run.steps}}
 
 
 @dataclass(frozen=True)
@@ -54,11 +81,15 @@ class RunCost:
     expected_usd: float | None
     expected_reason: str
     label: str = LIST_PRICE_LABEL
+    run_fee_usd: float = 0.0
+    run_fee_source: str = ""
 
     @property
     def priced_ceiling_usd(self) -> float:
-        """The sum of the ceilings that are known: a lower bound when one is missing."""
-        return _money(sum(s.ceiling_usd for s in self.steps if s.ceiling_usd is not None))
+        """The sum of the ceilings that are known (and the run fee): a lower bound when one is
+        missing."""
+        return _money(self.run_fee_usd + sum(s.ceiling_usd for s in self.steps
+                                             if s.ceiling_usd is not None))
 
     @property
     def priced_expected_usd(self) -> float:
@@ -76,7 +107,8 @@ class RunCost:
         return {"region": self.region, "label": self.label, "ceiling_usd": self.ceiling_usd,
                 "ceiling_reason": self.ceiling_reason,
                 "priced_ceiling_usd": self.priced_ceiling_usd, "expected_usd": self.expected_usd,
-                "expected_reason": self.expected_reason,
+                "expected_reason": self.expected_reason, "run_fee_usd": self.run_fee_usd,
+                "run_fee_source": self.run_fee_source,
                 "steps": [step.as_json() for step in self.steps]}
 
 
@@ -99,6 +131,10 @@ def node_rate(profile: ComputeProfile, target: str, region: str, capacity: str |
         if profile.uses_gpu:
             return Rate(None, reason=f"no machine shape hosts {profile.accelerator_count} x "
                                      f"{profile.accelerator}")
+        if target == "vertex":
+            return Rate(None, reason="Vertex AI Pipelines runs a step with CPU and memory "
+                                     "limits on the closest supported machine type, which its "
+                                     f"docs do not name ({VERTEX_PIPELINES_MACHINES})")
         return Rate(None, reason="a CPU-only step runs on a shared node pool; no machine type "
                                  "to price")
     return hourly_rate(target, machine, profile.accelerator, profile.accelerator_count,
@@ -113,14 +149,22 @@ def step_cost(step: str, profile: ComputeProfile, target: str, region: str, *,
               median_s: float | None = None, today: date | None = None,
               prices: tuple[Price, ...] | None = None) -> StepCost:
     """Hourly rate, ceiling at the step's timeout, saving against on demand and the
-    expected cost at ``median_s`` of one step, all nodes multiplied out."""
+    expected cost at ``median_s`` of one step, all nodes multiplied out (mixed capacity:
+    the chief at ``chief_scheduling``'s rate, the other nodes at ``scheduling``'s)."""
     nodes = max(1, profile.replicas)
     rate = node_rate(profile, target, region, today=today, prices=prices)
     reserved = profile.scheduling == "reservation"
+    if not rate.missing and profile.chief_scheduling and nodes > 1:
+        chief = node_rate(profile, target, region, profile.chief_scheduling, today=today,
+                          prices=prices)
+        rate = _mixed(chief, rate, nodes)
+        nodes_rate = rate.usd_per_hour
+    else:
+        nodes_rate = None if rate.missing else rate.usd_per_hour * nodes
     if rate.missing:
         return StepCost(step, nodes, None, None, profile.timeout_s, reserved=reserved,
                         reason=rate.reason, median_s=median_s)
-    hourly = rate.usd_per_hour * nodes
+    hourly = nodes_rate
     ceiling, reason = None, ""
     if profile.timeout_s:
         ceiling = _money(hourly * profile.timeout_s / 3600)
@@ -138,6 +182,17 @@ def step_cost(step: str, profile: ComputeProfile, target: str, region: str, *,
                     rate.date_read.isoformat() if rate.date_read else "", rate.stale,
                     reason=reason, on_demand_usd_per_hour=on_demand, saving_pct=saving,
                     median_s=median_s, expected_usd=expected)
+
+
+def _mixed(chief: Rate, worker: Rate, nodes: int) -> Rate:
+    """All ``nodes`` of a mixed-capacity step: one chief plus ``nodes - 1`` workers."""
+    if chief.missing:
+        return Rate(None, reason=f"chief on demand: {chief.reason}")
+    sources = " + ".join(sorted({part for rate in (chief, worker)
+                                 for part in rate.source.split(" + ") if part}))
+    return Rate(chief.usd_per_hour + worker.usd_per_hour * (nodes - 1), sources,
+                min(chief.date_read, worker.date_read), chief.stale or worker.stale,
+                currency=chief.currency)
 
 
 def _total(figures: Iterable[tuple[str, float | None, str]], what: str) -> tuple[
@@ -165,7 +220,23 @@ def run_cost(profiles: Mapping[str, ComputeProfile], target: str, region: str, *
     expected, expected_reason = _total(
         [(s.step, s.expected_usd, s.reason if s.usd_per_hour is None else "")
          for s in paid], "expected cost")
-    return RunCost(steps, region, ceiling, ceiling_reason, expected, expected_reason)
+    fee, fee_source = run_fee(target, region, prices)
+    return RunCost(steps, region, None if ceiling is None else _money(ceiling + fee),
+                   ceiling_reason, None if expected is None else _money(expected + fee),
+                   expected_reason, run_fee_usd=fee, run_fee_source=fee_source)
+
+
+def run_fee(target: str, region: str, prices: tuple[Price, ...] | None = None) -> tuple[
+        float, str]:
+    """The per-run fee of ``target`` (Vertex AI Pipelines' run execution fee) and its source
+    with the date read; (0.0, "") where none is charged or none was read."""
+    if target != "vertex":
+        return 0.0, ""
+    row = find_price("vertex-pipelines", "run", "standard", region, prices)
+    if row is None or row.usd_per_hour is None:
+        return 0.0, ""
+    source = SOURCES.get(row.source, row.source)
+    return row.usd_per_hour, f"{source} (read {row.date_read.isoformat()})"
 
 
 def median_durations(runs: Iterable[Mapping[str, float | None]]) -> dict[str, float]:

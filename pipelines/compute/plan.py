@@ -62,6 +62,8 @@ def target_notes(profiles: Mapping[str, ComputeProfile], target: str,
     for step in tpu_pods:  # a single-host slice: one pod
         notes.append(f"{step} runs as one pod on a single-host slice: "
                      f"{tpu_profile.describe(profiles[step], target)}")
+    notes += [note for step, p in profiles.items() if p.uses_tpu and target != "local"
+              and (note := tpu_profile.unchecked_host_limits(step, p, target))]
     for step in sorted(engine_run):  # what the training step really launches, and so costs
         notes.append(training_engine(target, profiles[step]).describe(profiles[step]))
     note = launchers.unapplied_note(profiles, target, engine_run - (

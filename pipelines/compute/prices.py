@@ -21,8 +21,25 @@ Sources:
   "on demand" rows fall below Spot in some regions (A3 Ultra has no on-demand offer); check
   them against the Compute Engine GPU pricing page before relying on them.
 
-Not recorded yet (reported as missing): Vertex AI custom-training rates (Vertex bills its
-own SKUs per machine type), flex-start prices, the vCPU and memory of G2 (but
+- ``vertex-pricing-transcript``: a transcription of https://cloud.google.com/vertex-ai/pricing
+  (read there 2026-10-07; each figure found verbatim in the page) holding two custom-training
+  rates: n1-standard-4 (0.21849885) and the NVIDIA_H100_80GB accelerator (9.79655057). It
+  names no region; both are recorded for us-central1 because the n1-standard-4 figure is
+  Compute Engine's us-central1 rate x 1.15. The H100 figure equals skypilot-vms' us-east4
+  on-demand H100 and more than doubles its us-central1 and asia-southeast1 rows (4.20076),
+  which are therefore kept as missing ("suspect"), not used.
+- ``finout-vertex``: a blog summary of Vertex AI pricing giving the Vertex AI Pipelines run
+  execution fee ($0.03 per run; kind ``vertex-pipelines``, item ``run``, in USD per run).
+
+Vertex AI rates are their own kinds: ``vertex-machine`` (a machine type's vCPUs and memory),
+``vertex-gpu`` (per accelerator) and ``vertex-tpu``; a Vertex AI step is priced from them
+only, never from Compute Engine rows. A Vertex AI Pipelines step with CPU and memory limits
+runs on "the closest match" among supported machine types (:data:`VERTEX_PIPELINES_MACHINES`;
+with no limits, an e2-standard-4), which the docs do not name: such steps stay missing.
+
+Not recorded yet (reported as missing): Vertex AI custom-training machine rates but
+n1-standard-4 in us-central1, its accelerator rates but the H100 in us-central1, its Spot,
+flex-start and TPU training rates; flex-start prices, the vCPU and memory of G2 (but
 g2-standard-96), N1, E2, N2, A3 Mega / Ultra / 8-GPU High and A4 machines, and the GPUs and
 TPUs whose rows were not read.
 
@@ -49,11 +66,20 @@ COLUMNS = ("kind", "item", "capacity", "region", "usd_per_hour", "source", "date
 STALE_AFTER_DAYS = 90
 CAPACITIES = ("standard", "spot", "flex-start", "reservation")
 TARGETS = ("gke", "vertex")
+#: Compute Engine kinds (GKE), Vertex AI custom-training kinds, and the per-run fee.
+KINDS = ("gpu", "tpu", "machine", "vertex-gpu", "vertex-tpu", "vertex-machine",
+         "vertex-pipelines")
 
 SOURCES: dict[str, str] = {
     "skypilot-vms": "https://github.com/skypilot-org/skypilot-catalog/blob/"
                     "006059e0f18acb1341e22a27751e9f80df6ba92f/catalogs/v8/gcp/vms.csv",
+    "vertex-pricing-transcript": "https://github.com/api-evangelist/google-vertex-ai/blob/"
+                                "342263c39279d72204c9e1bb3058dceba0d215e1/plans/"
+                                "google-vertex-ai-plans-pricing.yml",
+    "finout-vertex": "https://www.finout.io/blog/top-16-vertex-services-in-2026",
 }
+#: What Vertex AI Pipelines runs a step on (the rule the plan names for CPU-only steps).
+VERTEX_PIPELINES_MACHINES = "https://cloud.google.com/vertex-ai/docs/pipelines/machine-types"
 
 
 @dataclass(frozen=True)
@@ -166,12 +192,27 @@ def find_price(kind: str, item: str, capacity: str, region: str,
 def _part(kind: str, item: str, capacity: str, region: str, count: int,
           prices: tuple[Price, ...] | None) -> tuple[float | None, Price | None, str]:
     row = find_price(kind, item, capacity, region, prices)
-    what = f"{capacity} {item} in {region}"
+    what = f"{capacity} {item} in {region} price"
+    if kind.startswith("vertex-"):
+        what = f"Vertex AI {capacity} training rate for {item} in {region}"
     if row is None:
-        return None, None, f"no {what} price in the catalogue"
+        return None, None, f"no {what} in the catalogue"
     if row.usd_per_hour is None:
-        return None, row, f"no {what} price: {row.note or 'missing'}"
+        return None, row, f"no {what}: {row.note or 'missing'}"
     return row.usd_per_hour * count, row, ""
+
+
+def rate_parts(target: str, machine_type: str, accelerator: str | None,
+               count: int) -> list[tuple[str, str, int]]:
+    """(kind, item, count) rows whose sum is one machine's rate on ``target``: on Vertex AI
+    the ``vertex-*`` kinds (custom-training rates), on GKE the Compute Engine kinds."""
+    prefix = "vertex-" if target == "vertex" else ""
+    if accelerator and accelerator.startswith("tpu"):
+        return [(f"{prefix}tpu", accelerator, count)]
+    parts = [(f"{prefix}machine", machine_type, 1)]
+    if accelerator and count:
+        parts.append((f"{prefix}gpu", accelerator, count))
+    return parts
 
 
 def hourly_rate(target: str, machine_type: str, accelerator: str | None, count: int,
@@ -192,16 +233,7 @@ def hourly_rate(target: str, machine_type: str, accelerator: str | None, count: 
         raise ValueError(f"accelerator count must be 0 or more, not {count}")
     if capacity == "reservation":
         return Rate(None, reason="reserved: paid for by the reservation, not by the hour")
-    if target == "vertex":
-        return Rate(None, reason=f"no Vertex AI training rate for {machine_type} in the "
-                                 "catalogue (Vertex bills its own SKUs; none recorded yet)")
-    parts: list[tuple[str, str, int]] = []
-    if accelerator and accelerator.startswith("tpu"):
-        parts.append(("tpu", accelerator, count))
-    else:
-        parts.append(("machine", machine_type, 1))
-        if accelerator and count:
-            parts.append(("gpu", accelerator, count))
+    parts = rate_parts(target, machine_type, accelerator, count)
     total, rows = 0.0, []
     for kind, item, n in parts:
         amount, row, reason = _part(kind, item, capacity, region, n, prices)

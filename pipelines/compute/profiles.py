@@ -208,6 +208,9 @@ class ComputeProfile:
             (Dynamic Workload Scheduler) or reservation.
         max_wait: How long flex-start capacity may be queued for, e.g. "2h"; "" for the
             engine's default.
+        chief_scheduling: "standard" puts the chief of a multi-node GKE step (scheduling
+            spot) on on-demand nodes and its other workers on Spot; "" runs every machine
+            on ``scheduling``. Refused on Vertex AI (one strategy per CustomJob).
         replicas: Machines (GKE: pods) the step runs on; more than 1 only for training.
         queue: Kueue LocalQueue the step's pods are admitted through (GKE); "" for none.
         ephemeral_storage: Local disk the step may write, e.g. "50Gi" (GKE request and
@@ -242,6 +245,7 @@ class ComputeProfile:
     spot: bool = False
     scheduling: str = "standard"
     max_wait: str = ""
+    chief_scheduling: str = ""
     replicas: int = 1
     queue: str = ""
     ephemeral_storage: str = ""
@@ -273,6 +277,9 @@ class ComputeProfile:
         set_(self, "scheduling", _to_scheduling(self.scheduling, self.spot))
         set_(self, "spot", self.scheduling == "spot")
         set_(self, "max_wait", _to_duration_text("max_wait", self.max_wait))
+        if self.chief_scheduling not in ("", "standard"):
+            raise ComputeError(f"chief_scheduling must be standard (or empty for the step's "
+                               f"scheduling); got {self.chief_scheduling!r}")
         set_(self, "replicas", _to_int("replicas", self.replicas))
         if not isinstance(self.queue, str):
             raise ComputeError(f"queue must be a Kueue LocalQueue name; got {self.queue!r}")

@@ -8,11 +8,18 @@ chip; ``GiBy.h`` for memory). The rules (description phrases per GPU, machine se
 generation) follow SkyPilot's Cloud Billing fetcher (``sky/catalog/data_fetchers/
 fetch_gcp.py``), which builds its GCP catalogue from the same API.
 
-Capacity: usage type ``Preemptible`` or "Preemptible" in the description is Spot; "Dynamic
-Workload Scheduler", "DWS Flex" or "Flex Start" in the description is flex-start; commitments,
-reservations, sole tenancy, custom shapes, virtual workstations and "DWS Defined Duration"
-(calendar mode) are not hourly list prices and are skipped. A machine's row is its vCPU
-rate x vCPUs + its memory rate x GiB, both from SKUs of the same series, region and capacity.
+Capacity: usage type ``Preemptible`` or "Preemptible" in the description is Spot; "DWS
+Defined Duration" ("Nvidia Tesla A100 GPU attached to DWS Defined Duration VMs running in
+Americas", "DWS Defined Duration A2 Core running in Americas", "DWS Defined Duration V6e
+running in Columbus"), "DWS Flex Start" (H4D) or "Flex Start" in the description is
+flex-start. That "DWS Defined Duration" SKUs bill flex-start is what third-party readers of
+the catalogue report (e.g. the SKU names quoted in public repositories that query it); no
+Google page read for this catalogue says so, so every flex-start row a refresh writes carries
+:data:`FLEX_NOTE`. Calendar mode ("... in Calendar Mode", "DWS Calendar Mode"), commitments,
+reservations, sole tenancy, custom shapes and virtual workstations are not hourly list prices
+and are skipped; so is "Dynamic Workload Scheduler" spelled out, a phrase no SKU description
+seen here uses. A machine's row is its vCPU rate x vCPUs + its memory rate x GiB, both from
+SKUs of the same series, region and capacity.
 """
 
 from __future__ import annotations
@@ -63,8 +70,12 @@ MACHINE_SERIES: dict[str, str] = {
 TPU_PHRASES: dict[str, str] = {"tpu-v5e": "TpuV5e", "tpu-v5p": "TpuV5p", "tpu-v6e": "TpuV6e"}
 #: Descriptions that are not hourly list prices of a catalogue row.
 SKIPPED = re.compile(r"commit|reserv|sole tenan|custom|premium|virtual workstation|vws|"
-                     r"defined duration|calendar|extended", re.IGNORECASE)
-FLEX = re.compile(r"dynamic workload scheduler|dws flex|flex[- ]start", re.IGNORECASE)
+                     r"calendar|extended|dynamic workload scheduler", re.IGNORECASE)
+FLEX = re.compile(r"dws defined duration|dws flex|flex[- ]start", re.IGNORECASE)
+#: The note on every flex-start row a refresh writes (see the module's docstring).
+FLEX_NOTE = ("flex-start read from a DWS SKU; that these SKUs bill flex-start is reported by "
+             "third parties, not stated by Google's pages read here (unverified)")
+_DWS = "DWS Defined Duration"
 UNITS = {"gpu": "h", "tpu": "h", "core": "h", "ram": "GiBy.h"}
 
 
@@ -110,15 +121,16 @@ def capacity_of(sku: Sku) -> str | None:
 def _what(sku: Sku) -> tuple[str, str] | None:
     """(kind, item) a SKU prices: ("gpu", label), ("tpu", generation), ("core"|"ram", series)."""
     text = sku.description
-    for generation, word in TPU_PHRASES.items():
-        if _has(text, word):
+    for generation, word in TPU_PHRASES.items():  # "TpuV6e", flex-start: "... Duration V6e"
+        if _has(text, word) or _has(text, f"{_DWS} {word[len('Tpu'):]}"):
             return "tpu", generation
     if sku.resource_group == "GPU" or _has(text, "GPU"):
         matches = [label for label, phrases in GPU_PHRASES.items()
                    if any(_has(text, phrase) for phrase in phrases)]
         return ("gpu", matches[0]) if len(matches) == 1 else None
-    for series, words in SERIES_PHRASES.items():
-        if re.match(rf"(Spot Preemptible |Preemptible )?{re.escape(words)} (Core|Ram)\b", text,
+    for series, words in SERIES_PHRASES.items():  # flex-start: "DWS Defined Duration A2 Core"
+        if re.match(rf"((Spot Preemptible |Preemptible )?{re.escape(words)}|{_DWS} "
+                    rf"{re.escape(series.upper())}( Instance)?) (Core|Ram)\b", text,
                     re.IGNORECASE):
             return ("core" if re.search(r"\bCore\b", text, re.IGNORECASE) else "ram"), series
     return None
@@ -190,6 +202,7 @@ def map_skus(skus: Iterable[Sku], catalogue: tuple[Price, ...], today: date,
             source = f"{SOURCE}, SKU {sku_id}"
         priced.add(key)
         result.rows.append(Price(kind, item, capacity, region, round(amount, 6), source, today,
+                                 FLEX_NOTE if capacity == "flex-start" else "",
                                  currency=currency))
     result.unmatched = [row for row in catalogue if row.key not in priced]
     return result

@@ -52,6 +52,13 @@ Sources, cited per entry by key (all read 2026-12-02):
   tpu7x-standard-1t / 4t), multi-host v5e / v6e topologies 2x4 .. 16x16 on 4-chip VMs, 3D
   topologies up to 64 cubes (v4) and 144 cubes (TPU7x).
 
+Host vCPUs and memory (``TpuMachine.vcpus`` / ``memory_gib``) are recorded only where a page
+above states them: v5e's three machine types (``tpu-v5e``) and the ct6e-standard-8t host's
+1536 GiB (``tpu-v6e``). The others were looked for again on 2026-12-03 (the TPU v6e page,
+"Plan TPUs in GKE", Compute Engine's "TPU machines" page) without finding them in the text
+read: they stay None, the limit is unknown, and ``plan`` says so
+(:func:`gkeflow.pipelines.compute.tpu_profile.unchecked_host_limits`).
+
 Vertex AI: only single-host slices of v5e and v6e are recorded (the page read documents those
 VMs; multi-host TPU CustomJobs were not confirmed).
 """

@@ -133,6 +133,35 @@ def tpu_problems(step: str, p, target: str, tpu_steps: tuple[str, ...]) -> list[
     return problems
 
 
+def unchecked_host_limits(step: str, p, target: str) -> str:
+    """A note when the catalogue does not record the vCPUs or memory of ``p``'s host: that
+    limit is unknown, so cpu or memory is not checked against it (nothing is refused for
+    it); "" when both are recorded or ``p`` is no valid TPU slice."""
+    try:
+        machine_type = shape(p, target).machine_type
+    except ValueError:
+        return ""
+    machine = _machine(p.accelerator, machine_type)
+    unknown = [what for what, value in (("vCPUs", machine.vcpus), ("memory",
+                                        machine.memory_gib)) if value is None]
+    if not unknown:
+        return ""
+    fields = " and ".join({"vCPUs": "cpu", "memory": "memory"}[u] for u in unknown)
+    return (f"{step}: the {' and '.join(unknown)} of one {machine_type} host are unknown "
+            f"(not found in the pages the TPU catalogue cites); {fields} not checked against "
+            "the host")
+
+
+def training_image(p) -> str:
+    """The declared image a training step with ``p`` runs in: the TPU image
+    (``tensorflow-tpu``) when ``p`` asks for a TPU slice, else the GPU image. The engines
+    (GKE pod and JobSet, Vertex AI CustomJob) and ``plan`` read it here; the compiler maps
+    and pins it like every declared image."""
+    from gkeflow.components.images import GPU_IMAGE, TPU_IMAGE
+
+    return TPU_IMAGE if getattr(p, "uses_tpu", False) else GPU_IMAGE
+
+
 def describe(p, target: str) -> str:
     """One line for ``plan``: generation, topology, chips, hosts x chips, slices, machine."""
     chips, hosts, per_host, machine_type = shape(p, target)

@@ -1,4 +1,5 @@
-"""Build the suite's slim, CPU and GPU images, with the user's packages and code, into a registry.
+"""Build the suite's slim, CPU, GPU and TPU images, with the user's packages and code, into a
+registry.
 
 The Dockerfiles and hashed lock files ship inside the package (``gkeflow.images``), so a
 build works after ``pip install gkeflow`` as well as from a clone. :func:`assemble_context`
@@ -50,7 +51,7 @@ from gkeflow.pipelines.targets.image_engine import (
     unpullable_base,
 )
 
-FLAVOURS = ("slim", "cpu", "gpu")
+FLAVOURS = ("slim", "cpu", "gpu", "tpu")
 #: The packages the wheel of the installed suite carries.
 PACKAGES = ("gkeflow.components", "gkeflow.pipelines", "gkeflow.images")
 
@@ -182,7 +183,8 @@ def assemble_context(dest: Path, flavour: str, requirements: Path | None,
 
     Args:
         dest: An empty or missing folder; the context is written there.
-        flavour: ``slim``, ``cpu``, ``gpu`` or ``serving`` (TensorFlow Serving for Vertex AI).
+        flavour: ``slim``, ``cpu``, ``gpu``, ``tpu`` or ``serving`` (TensorFlow Serving for
+            Vertex AI).
         requirements: A pip requirements file of extra packages, or None. They are installed
             after the locked packages, constrained to the lock's versions.
         includes: Python modules (``.py``) and package folders copied into the image and
@@ -376,7 +378,7 @@ def build_image(flavour: str, reference: str, requirements: Path | None,
     """Build the ``flavour`` image as ``reference`` and push it unless ``push`` is False.
 
     Args:
-        flavour: ``slim``, ``cpu`` or ``gpu``.
+        flavour: ``slim``, ``cpu``, ``gpu``, ``tpu`` or ``serving``.
         reference: The image's name and tag, e.g.
             ``europe-west4-docker.pkg.dev/my-project/ml/gkeflow-cpu:0.1.0``.
         requirements: A pip requirements file of extra packages, or None.

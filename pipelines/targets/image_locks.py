@@ -1,14 +1,16 @@
 """The images' hashed lock files, resolved from ``pyproject.toml`` and checked fresh.
 
 Each image installs from one lock (``images/requirements-slim.lock``,
-``images/requirements-cpu.lock``, ``images/requirements-gpu.lock``): every package
-pinned with its hashes for Python 3.11 on
+``images/requirements-cpu.lock``, ``images/requirements-gpu.lock``,
+``images/requirements-tpu.lock``): every package pinned with its hashes for Python 3.11 on
 linux x86_64, installed with ``pip install --require-hashes --no-deps``, so rebuilding a
 release gives the same package versions.
 
 The resolver's input is ``pyproject.toml``'s ``dependencies`` with TensorFlow swapped per
 image: ``tensorflow-cpu`` (same version range) in the CPU image, the ``gpu`` extra's
-``tensorflow[and-cuda]`` in the GPU image, and in the slim image (``gkeflow``) no
+``tensorflow[and-cuda]`` in the GPU image, the ``tpu`` extra's ``tensorflow-tpu`` and
+``libtpu`` in the TPU image (resolved for the TPU VM's platform, manylinux_2_31: libtpu has
+no older wheels), and in the slim image (``gkeflow``) no
 TensorFlow at all: :data:`TENSORFLOW_ONLY` (TensorFlow, TensorBoard and what only a
 training step uses) is left out of its input. ``uv pip compile --generate-hashes`` resolves it;
 the existing lock is passed as the output file, so uv keeps its pins unless
@@ -33,7 +35,7 @@ from packaging.requirements import Requirement
 
 from gkeflow.pipelines.requirement_locks import lock_path, normalise, read_pins
 
-FLAVOURS = ("slim", "cpu", "gpu")
+FLAVOURS = ("slim", "cpu", "gpu", "tpu")
 #: Direct dependencies the slim image leaves out: TensorFlow, TensorBoard and NVML (read
 #: only while training). Whatever only they require drops out of its resolution with them.
 TENSORFLOW_ONLY = ("tensorflow", "tensorboard", "nvidia-ml-py")
@@ -42,6 +44,9 @@ TENSORFLOW_ONLY = ("tensorflow", "tensorboard", "nvidia-ml-py")
 CLIENT_ONLY = ("google-cloud-billing", "google-cloud-monitoring")
 PYTHON_VERSION = "3.11"
 PYTHON_PLATFORM = "x86_64-manylinux_2_28"
+#: Flavours resolved for another platform: libtpu publishes manylinux_2_31 wheels only (the
+#: TPU VM images and the images' Debian bookworm base have glibc 2.31 or newer).
+PLATFORMS = {"tpu": "x86_64-manylinux_2_31"}
 #: The command the lock headers name (uv writes it instead of its own temporary paths).
 COMPILE_COMMAND = "make locks"
 #: Required by a dependency's metadata but never imported at run time, so left out of the
@@ -67,18 +72,23 @@ class LockError(RuntimeError):
     """A lock cannot be produced or is stale; the message says what to run."""
 
 
-def _tensorflow_for(flavour: str, project: dict) -> Requirement:
+def _tensorflow_for(flavour: str, project: dict) -> list[Requirement]:
     base = next(Requirement(r) for r in project["dependencies"]
                 if normalise(Requirement(r).name) == "tensorflow")
     if flavour == "cpu":
         swapped = Requirement(str(base))
         swapped.name = "tensorflow-cpu"
-        return swapped
+        return [swapped]
+    if flavour == "tpu":
+        tpu = [Requirement(r) for r in project.get("optional-dependencies", {}).get("tpu", [])]
+        if {normalise(r.name) for r in tpu} != {"tensorflow-tpu", "libtpu"}:
+            raise LockError("pyproject.toml: the 'tpu' extra must name tensorflow-tpu and libtpu")
+        return tpu
     gpu = [Requirement(r) for r in project.get("optional-dependencies", {}).get("gpu", [])]
     found = next((r for r in gpu if normalise(r.name) == "tensorflow"), None)
     if found is None:
         raise LockError("pyproject.toml: the 'gpu' extra must name tensorflow[and-cuda]")
-    return found
+    return [found]
 
 
 def resolver_input(pyproject: Path, flavour: str) -> list[str]:
@@ -92,7 +102,8 @@ def resolver_input(pyproject: Path, flavour: str) -> list[str]:
         if flavour == "slim" and normalise(requirement.name) in TENSORFLOW_ONLY + CLIENT_ONLY:
             continue
         if normalise(requirement.name) == "tensorflow":
-            requirement = _tensorflow_for(flavour, project)
+            lines += [str(r) for r in _tensorflow_for(flavour, project)]
+            continue
         lines.append(str(requirement))
     if flavour == "slim":
         # TensorFlow's dependencies bring these into the other locks; the slim image
@@ -155,8 +166,9 @@ def pin_conflicts(text: str, lock: Path) -> list[tuple[int, str, str, str]]:
                 MARKER_ENVIRONMENT)):
             continue
         name = normalise(requirement.name)
-        if name not in pins and name == "tensorflow" and "tensorflow-cpu" in pins:
-            name = "tensorflow-cpu"  # the CPU image's TensorFlow
+        if name not in pins and name == "tensorflow":
+            # the CPU and TPU images' TensorFlow
+            name = next((n for n in ("tensorflow-cpu", "tensorflow-tpu") if n in pins), name)
         if name not in pins or not requirement.specifier:
             continue
         try:
@@ -208,7 +220,8 @@ def compile_lock(pyproject: Path, flavour: str, output: Path) -> None:
     source.write_text("\n".join(resolver_input(pyproject, flavour)) + "\n", encoding="utf-8")
     command = [
         _uv(), "pip", "compile", "--quiet", "--generate-hashes", "--no-config",
-        "--python-version", PYTHON_VERSION, "--python-platform", PYTHON_PLATFORM,
+        "--python-version", PYTHON_VERSION,
+        "--python-platform", PLATFORMS.get(flavour, PYTHON_PLATFORM),
         "--custom-compile-command", COMPILE_COMMAND, "--annotation-style", "line",
         "--index-url", "https://pypi.org/simple",
         *[arg for name in not_installed(flavour) for arg in ("--no-emit-package", name)],

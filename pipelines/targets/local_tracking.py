@@ -3,6 +3,10 @@ Pipelines plugin locally), hands every step ``MLFLOW_TRACKING_URI`` and
 ``GKEFLOW_MLFLOW_PARENT_RUN_ID`` through the environment kfp.local's subprocesses inherit,
 and ends the parent run with the run's outcome. Best effort: a server that is down costs one
 line and never changes the run.
+
+Unless a registry is chosen, the run registers into the MLflow Model Registry of the same
+server (:func:`default_registry`); that one is not best effort (the model must go
+somewhere), so it is checked to answer before any step starts (:func:`registry_problem`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,10 @@ from gkeflow.components.tracking.client import (
     ENV_RUN_ID,
     ENV_TRACKING_URI,
 )
-from gkeflow.pipelines.tracking_config import TrackingSettings
+from gkeflow.pipelines.tracking_config import TrackingSettings, mlflow_registry_uri
+
+#: How long the check that the registry's server answers may take, before any step runs.
+REGISTRY_CHECK_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -48,6 +55,36 @@ def credentials_problem(settings: TrackingSettings) -> str:
     except ValueError as exc:
         return str(exc)
     return ""
+
+
+def default_registry(settings: TrackingSettings) -> str:
+    """The registry of a local run that names none: the MLflow Model Registry at
+    ``tracking.mlflow.tracking_uri``, or "" (the run's own SQLite registry)."""
+    mlflow = settings.mlflow
+    return mlflow_registry_uri(mlflow.tracking_uri) if mlflow is not None else ""
+
+
+def registry_problem(registry_uri: str, environment: str,
+                     timeout_s: float = REGISTRY_CHECK_TIMEOUT_S) -> str:
+    """One line when the MLflow server of ``registry_uri`` cannot be reached at all ("" when
+    it answers, whatever it answers: its refusals are the registration's to report)."""
+    import urllib.error
+    import urllib.request
+
+    from gkeflow.components.register.mlflow_registry import parse_mlflow_uri
+
+    server = parse_mlflow_uri(registry_uri)
+    url = f"{server}/api/2.0/mlflow/registered-models/search?max_results=1"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s):  # noqa: S310 - http(s) only
+            return ""
+    except urllib.error.HTTPError:
+        return ""
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return (f"the model registry is tracking.{environment}.mlflow's server {server}, "
+                f"which cannot be reached ({type(reason).__name__}); start it, or choose "
+                "another registry with --param registry_uri=URI")
 
 
 @contextlib.contextmanager

@@ -215,6 +215,12 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
                 prepared_by_pipeline[key] = (prepared, ids)
             prepared, ids = prepared_by_pipeline[key]
             request = requests[(target_name, schedule.name)]
+            experiments = tracking_for(config.tracking, schedule.environment).vertex_experiments
+            if target_name == "vertex" and experiments is not None:
+                record(Action(target_name, schedule.name, "warning",
+                              f"its runs are not in Vertex AI experiment "
+                              f"{experiments.experiment!r}: a Vertex AI schedule cannot submit "
+                              "runs into an experiment (gkeflow submit can)"))
             if target_name == "gke" and request.plugins_input:
                 from gkeflow.pipelines.targets.backend_version import (
                     MLFLOW_PLUGIN,

@@ -30,6 +30,11 @@ from gkeflow.components.did_you_mean import did_you_mean
 from gkeflow.pipelines.config import DEFAULT_ENVIRONMENT, GkeflowConfig
 from gkeflow.pipelines.targets.backend_choice import make_backend
 from gkeflow.pipelines.targets.backends import PreparedPipeline, RunStatus
+from gkeflow.pipelines.targets.vertex_experiments import (
+    RUN_CONTEXT_WAIT_S,
+    add_run,
+    ensure_experiment,
+)
 from gkeflow.pipelines.tracking_config import tracking_for
 
 
@@ -261,8 +266,12 @@ class Submission:
 
 def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: str,
            overrides: dict[str, Any], workdir: Path, backend=None, dry_run: bool = False,
-           version: str | None = None) -> tuple[Submission, Any]:
-    """Compile, upload (KFP) and start one run; returns the submission and the backend."""
+           version: str | None = None,
+           experiment_wait_s: float = RUN_CONTEXT_WAIT_S) -> tuple[Submission, Any]:
+    """Compile, upload (KFP) and start one run; returns the submission and the backend.
+
+    On Vertex AI with ``tracking.<environment>.vertex_experiments``, the run goes into that
+    experiment (waiting up to ``experiment_wait_s`` for the run's metadata context)."""
     backend = backend or make_backend(config, target, dry_run=dry_run)
     from gkeflow.pipelines.operations import select
 
@@ -289,8 +298,14 @@ def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: st
     else:
         labels = {"gkeflow-pipeline": pipeline, "gkeflow-environment": environment,
                   "gkeflow-version": prepared.version_name}
+        experiment = tracking.vertex_experiments
+        if experiment is not None:  # before the run: a refused experiment costs no run
+            ensure_experiment(backend, experiment.experiment)
         run_id = backend.submit(prepared, name, parameters, labels)
         url = backend.console_url(run_id)
+        if experiment is not None:
+            notes += filter(None, [add_run(backend, experiment.experiment, run_id,
+                                           wait_s=experiment_wait_s)])
     return Submission(target, run_id, url, prepared.version_name, parameters, notes), backend
 
 

@@ -107,7 +107,8 @@ class VertexBackend(TargetBackend):
         from google.cloud.aiplatform import initializer, utils
 
         client_class = {"schedule": utils.ScheduleClientWithOverride,
-                        "pipeline": utils.PipelineJobClientWithOverride}[kind]
+                        "pipeline": utils.PipelineJobClientWithOverride,
+                        "metadata": utils.MetadataClientWithOverride}[kind]
         return initializer.global_config.create_client(
             client_class=client_class, location_override=self.target.region
         ).select_version("v1")

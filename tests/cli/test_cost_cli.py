@@ -6,6 +6,10 @@ from __future__ import annotations
 import json
 from datetime import date
 
+import pytest
+
+from gkeflow.pipelines.compute import prices
+from gkeflow.pipelines.compute.costing import format_usd
 from gkeflow.pipelines.compute.prices import CACHE_FILE, Price, write_prices
 from tests.integration.conftest import gkeflow
 
@@ -81,4 +85,40 @@ def test_plan_on_vertex_prints_missing_with_the_reason(tmp_path):
     assert result.returncode == 0, result.stderr
     line = next(row for row in result.stdout.splitlines() if "train-model" in row)
     assert "missing" in line
-    assert "no Vertex AI training rate for a3-highgpu-8g" in result.stdout
+    assert "no Vertex AI spot training rate for a3-highgpu-8g in us-central1" in result.stdout
+
+
+DONE_WHEN = ("plan", "--target", "vertex", "--compute", "train-model.accelerator=nvidia-h100-80gb",
+             "--compute", "train-model.accelerator_count=8",
+             "--compute", "train-model.scheduling=spot")
+
+
+def test_plan_on_vertex_prices_the_custom_job_from_vertex_rows_times_count(tmp_path):
+    """Vertex AI training is priced from the ``vertex-*`` rows only (machine + count x GPU),
+    with the source and date read, under the table without --wide."""
+    machine = Price("vertex-machine", "a3-highgpu-8g", "spot", "us-central1", 7.0, "vx-src",
+                    TODAY)
+    gpu = Price("vertex-gpu", "nvidia-h100-80gb", "spot", "us-central1", 2.5, "vx-src", TODAY)
+    compute_engine = Price("gpu", "nvidia-h100-80gb", "spot", "us-central1", 99.0, "ce-src",
+                           TODAY)
+    write_cache(tmp_path, rows=(machine, gpu, compute_engine))
+    result = gkeflow(*DONE_WHEN, "--output", "json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    cost = json.loads(result.stdout)["cost"]
+    train = next(step for step in cost["steps"] if step["step"] == "train-model")
+    hourly = machine.usd_per_hour + 8 * gpu.usd_per_hour
+    assert train["usd_per_hour"] == pytest.approx(hourly)
+    assert train["ceiling_usd"] == pytest.approx(hourly * train["timeout_s"] / 3600)
+    assert (train["source"], train["date_read"]) == ("vx-src", TODAY.isoformat())
+    assert train["saving_pct"] is None  # no on-demand Vertex row: no saving claimed
+    fee = prices.find_price("vertex-pipelines", "run", "standard", "us-central1")
+    assert cost["run_fee_usd"] == fee.usd_per_hour
+    assert cost["priced_ceiling_usd"] == pytest.approx(train["ceiling_usd"] + fee.usd_per_hour)
+
+    table = gkeflow(*DONE_WHEN, cwd=tmp_path, env={"COLUMNS": "200"})
+    assert table.returncode == 0, table.stderr
+    line = next(row for row in table.stdout.splitlines() if row.startswith("cost of train-model"))
+    assert line == (f"cost of train-model: {format_usd(train['usd_per_hour'])}/h, ceiling "
+                    f"{format_usd(train['ceiling_usd'])} (prices: vx-src, read {TODAY})")
+    assert "ce-src" not in table.stdout  # Compute Engine rows never price a Vertex AI job
+    assert all(len(row) <= 200 for row in table.stdout.splitlines())

@@ -423,3 +423,55 @@ def test_list_shows_lock_text_as_text(run, project):
     assert listed.returncode == 0, listed.stderr
     assert "[/]" in listed.stdout
 
+
+
+TPU = f"{REGISTRY}/gkeflow-tpu:0.1.0"
+
+
+def _train_on_a_tpu(project: Path) -> None:
+    config = yaml.safe_load((project / "gkeflow.yaml").read_text())
+    config["compute"] = {"train-model": {"accelerator": "tpu-v6e", "topology": "2x2"}}
+    (project / "gkeflow.yaml").write_text(yaml.safe_dump(config))
+
+
+def test_the_tpu_image_is_built_for_a_project_that_trains_on_a_tpu(run, project):
+    _train_on_a_tpu(project)
+    result, calls = run("images", "build", "--builder", "podman", "--no-push", cwd=project)
+    assert result.returncode == 0, result.stderr
+    builds = [c for c in calls if c["args"][0] == "build"]
+    assert [c["args"][c["args"].index("--tag") + 1] for c in builds] == [
+        SLIM, CPU, GPU, TPU, SERVING]
+    dockerfile = builds[3]["dockerfile"]
+    assert "gkeflow TPU image" in dockerfile and "tensorflow-tpu 2.20.0" in dockerfile
+    assert "requirements.lock" in builds[3]["context"]
+    assert set(_lock(project)) == {SLIM, CPU, GPU, TPU, SERVING}
+
+
+def test_the_tpu_image_alone_on_request_and_its_help(run, project):
+    result, calls = run("images", "build", "--builder", "podman", "--no-push", "--flavour",
+                        "tpu", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert [c["args"][c["args"].index("--tag") + 1] for c in calls
+            if c["args"][0] == "build"] == [TPU]
+    shown, _ = run("images", "build", "--help", cwd=project)
+    assert "--flavour tpu" in " ".join(shown.stdout.split())
+    assert "only when a step of gkeflow.yaml's compute asks for a TPU" in " ".join(
+        shown.stdout.split())
+
+
+def test_submit_refuses_an_unbuilt_tpu_image_and_names_the_build(run, project):
+    _train_on_a_tpu(project)
+    built, _ = run("images", "build", "--builder", "podman", "--flavour", "slim", cwd=project)
+    assert built.returncode == 0, built.stderr
+    submitted, _ = run("submit", "--target", "vertex", "--dry-run", cwd=project)
+    said = " ".join((submitted.stdout + submitted.stderr).split())
+    assert f"{TPU} was never built" in said
+    assert "`gkeflow images build --flavour tpu`" in said
+    listed, _ = run("images", "list", cwd=project)
+    assert TPU in listed.stdout  # wanted by this project: listed as not built
+
+
+def test_list_leaves_out_the_tpu_image_where_no_step_trains_on_a_tpu(run, project):
+    listed, _ = run("images", "list", cwd=project)
+    assert listed.returncode == 0, listed.stderr
+    assert "gkeflow-tpu" not in listed.stdout

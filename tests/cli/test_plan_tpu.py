@@ -49,3 +49,14 @@ def test_vertex_single_host_slice_shows_the_custom_job_machine_and_topology(tmp_
     assert result.exit_code == 0, result.output
     assert "CustomJob on ct5lp-hightpu-8t with tpu_topology 2x4" in " ".join(
         result.output.split())
+
+
+def test_plan_names_the_tpu_image_and_its_pull_size_for_the_training_step(tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run("--target", "gke", *TPU, "--compute", "train-model.topology=2x4",
+                 tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if "gkeflow-tpu" in x)
+    assert "pull about 0.60 GB" in line and line.rstrip().endswith(": train-model")
+    assert "gkeflow-gpu" not in result.output

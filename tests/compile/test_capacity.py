@@ -73,7 +73,8 @@ def test_flex_start_reservation_and_queue_reach_the_gke_pod(tmp_path):
         "cloud.google.com/gke-flex-start": "true"}
     assert {"key": "cloud.google.com/gke-flex-start", "operator": "Equal", "value": "true",
             "effect": "NoSchedule"} in flex["tolerations"]
-    assert flex["podMetadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "team-a"}
+    assert flex["podMetadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "team-a",
+                                             "app.kubernetes.io/managed-by": "gkeflow"}
     assert flex["activeDeadlineSeconds"] == "86400"
 
     _, reserved = _compiled(tmp_path / "b", "gke", _train(
@@ -85,7 +86,8 @@ def test_flex_start_reservation_and_queue_reach_the_gke_pod(tmp_path):
         "cloud.google.com/reservation-affinity": "specific",
         "cloud.google.com/reservation-project": "shared-proj"}
     assert [t["key"] for t in reserved["tolerations"]] == ["nvidia.com/gpu"]
-    assert "podMetadata" not in reserved
+    # no queue, no Kueue label: only the label the GPU alert selects
+    assert reserved["podMetadata"]["labels"] == {"app.kubernetes.io/managed-by": "gkeflow"}
 
     _, spot = _compiled(tmp_path / "c", "gke", _train(spot=True))
     assert spot["nodeSelector"]["labels"] == {"cloud.google.com/gke-spot": "true"}

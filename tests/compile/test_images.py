@@ -49,9 +49,10 @@ def _executor_images(path: Path) -> set[str]:
 # --------------------------------------------------------------------------- Dockerfiles
 
 
-def test_there_is_a_cpu_and_a_gpu_dockerfile():
+def test_there_is_a_dockerfile_per_kind_and_the_serving_image():
     assert [p.name for p in DOCKERFILES] == ["cpu.Dockerfile", "gpu.Dockerfile",
-                                             "serving.Dockerfile", "slim.Dockerfile"]
+                                             "serving.Dockerfile", "slim.Dockerfile",
+                                             "tpu.Dockerfile"]
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)

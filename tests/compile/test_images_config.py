@@ -20,6 +20,7 @@ from gkeflow.components.images import (
     IMAGES,
     REGISTRY,
     SLIM_IMAGE,
+    TPU_IMAGE,
     ImageLockError,
     map_references,
     pin,
@@ -169,7 +170,8 @@ def test_paths_are_relative_to_gkeflow_yaml_not_the_current_directory(tmp_path, 
     assert images.lock_path == path.parent.resolve() / "gkeflow.lock"
     assert images.references() == {"slim": f"{USER}/gkeflow:2026.12.1",
                                    "cpu": f"{USER}/gkeflow-cpu:2026.12.1",
-                                   "gpu": f"{USER}/gkeflow-gpu:2026.12.1"}
+                                   "gpu": f"{USER}/gkeflow-gpu:2026.12.1",
+                                   "tpu": f"{USER}/gkeflow-tpu:2026.12.1"}
     # no images: section: the lock still lies next to gkeflow.yaml
     (tmp_path / "other").mkdir()
     bare = _write(tmp_path / "other", {})
@@ -242,7 +244,7 @@ def test_without_an_images_section_the_release_references_stay():
 
     assert image_map(GkeflowConfig().images, lock={}) == {
         SLIM_IMAGE: SLIM_IMAGE, CPU_IMAGE: CPU_IMAGE, GPU_IMAGE: GPU_IMAGE,
-        SERVING_IMAGE: SERVING_IMAGE}
+        TPU_IMAGE: TPU_IMAGE, SERVING_IMAGE: SERVING_IMAGE}
 
 
 def test_the_mapping_pins_what_was_built_and_names_the_rest_by_tag(tmp_path):
@@ -254,6 +256,7 @@ def test_the_mapping_pins_what_was_built_and_names_the_rest_by_tag(tmp_path):
     assert image_map(images, lock) == {SLIM_IMAGE: f"{USER}/gkeflow:0.1.0",
                                        CPU_IMAGE: f"{USER}/gkeflow-cpu@{CPU_DIGEST}",
                                        GPU_IMAGE: f"{USER}/gkeflow-gpu:0.1.0",
+                                       TPU_IMAGE: f"{USER}/gkeflow-tpu:0.1.0",
                                        SERVING_IMAGE: f"{USER}/gkeflow-serving@{CPU_DIGEST}"}
     # a bare digest keeps the repository (what `--release` tests pass)
     assert pin(CPU_IMAGE, {CPU_IMAGE: CPU_DIGEST}) == f"{REGISTRY}/gkeflow-cpu@{CPU_DIGEST}"

@@ -31,7 +31,8 @@ def pytest_collection_modifyitems(config, items):
     if not here:
         return
     if os.environ.get("GKEFLOW_IMAGE_TEST") != "1":
-        reason = "builds a container image (minutes): run make image-test or make image-test-gpu"
+        reason = ("builds a container image (minutes): run make image-test, "
+                  "make image-test-gpu or make image-test-tpu")
     else:
         reason = podman_can_build()
     for item in here:

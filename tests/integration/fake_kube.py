@@ -300,20 +300,20 @@ class FakeKube(WsgiFake):
         self.looks[(ns, name)] = 0
         self.born[(ns, name)] = self.now()
         self._record((ns, name), "ADDED", manifest)
-        job = manifest["spec"]["replicatedJobs"][0]
-        pod_spec = job["template"]["spec"]["template"]["spec"]
-        for job_index in range(int(job.get("replicas", 1))):
-            for index in range(job["template"]["spec"]["parallelism"]):
-                pod = f"{name}-{job['name']}-{job_index}-{index}-abcde"
-                account = pod_spec.get("serviceAccountName", "default")
-                self.pod_accounts.add(account)
-                self.add_pod(ns, pod, service_account=account,
-                             labels={"jobset.sigs.k8s.io/jobset-name": name,
-                                     "jobset.sigs.k8s.io/replicatedjob-name": job["name"],
-                                     "jobset.sigs.k8s.io/job-index": str(job_index),
-                                     "batch.kubernetes.io/job-completion-index": str(index)})
-                self.logs[(ns, pod)] = [(self.log_time(),
-                                         f"worker {job_index}/{index} started")]
+        for job in manifest["spec"]["replicatedJobs"]:  # the pods of every replicated job
+            pod_spec = job["template"]["spec"]["template"]["spec"]
+            for job_index in range(int(job.get("replicas", 1))):
+                for index in range(job["template"]["spec"]["parallelism"]):
+                    pod = f"{name}-{job['name']}-{job_index}-{index}-abcde"
+                    account = pod_spec.get("serviceAccountName", "default")
+                    self.pod_accounts.add(account)
+                    self.add_pod(ns, pod, service_account=account, labels={
+                        "jobset.sigs.k8s.io/jobset-name": name,
+                        "jobset.sigs.k8s.io/replicatedjob-name": job["name"],
+                        "jobset.sigs.k8s.io/job-index": str(job_index),
+                        "batch.kubernetes.io/job-completion-index": str(index)})
+                    self.logs[(ns, pod)] = [(self.log_time(),
+                                             f"worker {job_index}/{index} started")]
 
     def _remove(self, key: tuple[str, str]) -> None:
         gone = self.jobsets.pop(key)

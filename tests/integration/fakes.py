@@ -631,13 +631,17 @@ _LABEL_CLAUSE = re.compile(r'^labels\.([a-z][a-z0-9_-]*)="([a-z0-9_-]*)"$')
 
 
 class FakeVertexServer(_Server):
-    """The parts of the Vertex AI v1 REST API that gkeflow uses (pipeline jobs, schedules)."""
+    """The parts of the Vertex AI v1 REST API that gkeflow uses (pipeline jobs, schedules,
+    and the ML Metadata calls of Vertex AI Experiments: fake_vertex_metadata.py)."""
 
     def __init__(self):
         super().__init__()
         self.jobs: dict[str, Any] = {}  # name -> aiplatform_v1.PipelineJob
         self.job_scripts: dict[str, list] = {}
         self.schedules: dict[str, Any] = {}  # name -> aiplatform_v1.Schedule
+        from tests.integration.fake_vertex_metadata import FakeMetadata
+
+        self.metadata = FakeMetadata(self)  # Vertex ML Metadata: stores, contexts
 
     def error_body(self, status: int, message: str) -> dict:
         names = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
@@ -761,6 +765,8 @@ class FakeVertexServer(_Server):
                         schedule.max_concurrent_run_count = update.max_concurrent_run_count
                     self._set_next_run(schedule)
                     return 200, self._json(schedule)
+            if self.metadata.handles(path):
+                return self.metadata.route(record)
         raise Invalid(f"the fake does not implement {method} {path}")
 
     def _list_jobs(self, parent: str, record: Recorded) -> dict:
@@ -838,6 +844,8 @@ class FakeVertexServer(_Server):
                 task_id=index, parent_task_id=1, task_name=task,
                 state=task_state_type[task_state]))
         job.job_detail = aiplatform_v1.PipelineJobDetail(task_details=details)
+        if state != "PENDING":  # Vertex AI makes the run's metadata context as it starts
+            job.job_detail.pipeline_run_context = self.metadata.run_context(job)
         if state == "FAILED":
             failed = [n for n, s in tasks.items() if s == "FAILED"]
             job.error = {"code": 9, "message": f"The DAG failed because task {failed[0]} "

@@ -391,3 +391,40 @@ def test_the_component_body_ends_a_failed_jobset_in_one_line(bucket, tmp_path, m
     err = capfd.readouterr().err
     assert err.splitlines()[-1] == f"error: JobSet {name} failed: worker-1 OOMKilled"
     assert "Traceback" not in err
+
+
+def _mixed_manifest() -> dict:
+    profile = DEFAULT_COMPUTE["train-model"].with_overrides(
+        replicas=3, scheduling="spot", chief_scheduling="standard")
+    return js.finish(jobset_template(profile, "gkeflow-gpu:test"), NAME, NS, "",
+                     ["--dataset", "gs://b/d"])
+
+
+def test_mixed_capacity_a_spot_worker_lost_fails_the_attempt_and_the_next_one_completes(
+        tmp_path):
+    """An on-demand chief with Spot workers: a worker preempted fails the JobSet (one line,
+    after the chief's log); the step's next attempt replaces it and completes, publishing the
+    model (the workers resume from the checkpoints under the step's checkpoint URI)."""
+    output = str(tmp_path / "model")
+    chief = f"{NAME}-chief-0-0-abcde"
+    lines: list[str] = []
+    message = f"jobset failed: pod {NAME}-worker-0-1 preempted (Spot)"
+    with FakeKube(running_looks=1, outcome="Failed", message=message) as kube:
+        with pytest.raises(JobFailed) as failure:
+            launch(api_for(kube), _mixed_manifest(), output, policy=fast_policy(),
+                   window_s=0.01, echo=lines.append)
+        (created,) = kube.created  # validated against the JobSet CRD by the fake
+        assert [job["name"] for job in created["spec"]["replicatedJobs"]] == ["chief",
+                                                                               "worker"]
+    assert str(failure.value) == f"JobSet {NAME} failed: {message}"
+    assert f"[{chief}] epoch 1" in lines, "the chief's log (the on-demand pod) is followed"
+    assert not any(f"{NAME}-worker-0-0" in line for line in lines)
+    # the retry: the failed JobSet (still there) is replaced once gone, and completes
+    with FakeKube(running_looks=1, on_complete=publisher(tmp_path, output),
+                  delete_lag=1) as kube:
+        kube.add_jobset(_mixed_manifest())
+        kube.jobsets[(NS, NAME)]["status"] = {"terminalState": "Failed", "conditions": [
+            {"type": "Failed", "status": "True", "message": message}]}
+        assert launch(api_for(kube), _mixed_manifest(), output, policy=fast_policy(),
+                      window_s=0.01, echo=lines.append) == SUMMARY
+    assert len(kube.created) == 1 and kube.deleted_states == ["Failed", "Completed"]

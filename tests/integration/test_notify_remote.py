@@ -58,7 +58,7 @@ def _run_exit_task(inputs: dict, **filled) -> None:
     notify_run.python_func(**{k: values[k] for k in (
         "status", "pipeline", "target", "run_name", "run_id", "link_template", "when",
         "webhook_format", "webhook_env", "webhook_secret", "parameters", "defaults",
-        "run_api", "metadata_api")})
+        "run_api", "metadata_api", "step_rates")})
 
 
 def test_a_scheduled_kfp_training_run_failing_in_train_model(
@@ -373,3 +373,105 @@ def test_a_vertex_run_with_when_failure_notifies_only_when_it_failed(
     assert sent["text"].startswith(":x: gkeflow-training run ")
     assert "failed step: train-model" in sent["text"]
     assert vertex_runs.error_message in sent["text"]
+
+
+def _price_cache(directory, target: str, config) -> tuple[float, str]:
+    """A price cache beside gkeflow.yaml pricing train-model as compiled for ``target``;
+    its hourly rate and the machine it prices."""
+    from datetime import date
+
+    from gkeflow.pipelines.cli.costs import pipeline_profiles
+    from gkeflow.pipelines.compute.costing import machine_type, price_region
+    from gkeflow.pipelines.compute.prices import CACHE_FILE, Price, write_prices
+
+    profile = pipeline_profiles(config, "training", target)["train-model"]
+    machine, region = machine_type(profile, target), price_region(config)
+    prefix = "vertex-" if target == "vertex" else ""
+    rows = [Price(f"{prefix}machine", machine, profile.scheduling, region, 0.4, "test-src",
+                  date.today()),
+            Price(f"{prefix}gpu", profile.accelerator, profile.scheduling, region, 0.3,
+                  "test-src", date.today())]
+    write_prices(directory / CACHE_FILE, rows, "prices for a test")
+    return rows[0].usd_per_hour + profile.accelerator_count * rows[1].usd_per_hour, machine
+
+
+def _seconds(start, end) -> float:
+    from gkeflow.components.notify.run_api import span_s
+
+    return span_s(start, end)
+
+
+def _cost_line(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("cost of train-model"))
+
+
+def test_a_kfp_run_notification_gives_each_step_s_cost_and_the_total(
+        kfp_runs, token_env, make_config, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    generic = {**WEBHOOK, "format": "generic"}  # every field of the report, as JSON
+    config = make_config(kfp_runs.url, None,
+                         notifications={"default": {"when": "always", "webhook": generic}})
+    hourly, _machine = _price_cache(tmp_path, "gke", config)
+    submission, _ = submit(config, "training", "gke", environment="default", overrides={},
+                           workdir=tmp_path, backend=KfpBackend(config.targets.gke,
+                                                                policy=FAST),
+                           version="g1")
+    run = kfp_runs.finish(submission.run_id)
+    (spec,) = kfp_runs.specs.values()
+    inputs = _exit_inputs(spec)
+    rates = json.loads(inputs["step_rates"])
+    assert rates["steps"]["train-model"]["usd_per_hour"] == pytest.approx(hourly)
+    token_file = tmp_path / "sa-token"
+    token_file.write_text(TOKEN)
+    monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(token_file))
+    with WebhookReceiver() as hook:
+        monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)
+        status = dsl.PipelineTaskFinalStatus(
+            state="SUCCEEDED", pipeline_job_resource_name=submission.run_id,
+            pipeline_task_name="exit-handler-1", error_code=0, error_message="")
+        _run_exit_task(inputs, status=status, run_name=run["display_name"],
+                       run_id=submission.run_id, run_api=kfp_runs.url, metadata_api="")
+    (message,) = hook.messages
+    answer = requests.get(f"{kfp_runs.url}/apis/v2beta1/runs/{submission.run_id}",
+                          headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5).json()
+    (train,) = [t for t in answer["run_details"]["task_details"]
+                if t["display_name"] == "Train model"]
+    seconds = _seconds(train["start_time"], train["end_time"])
+    assert message["step_durations"]["train-model"] == seconds
+    usd = hourly * seconds / 3600
+    assert _cost_line("\n".join(message["cost"])).endswith(f"/h = ${usd:,.2f}")
+    head = message["cost"][0]
+    assert head.startswith("cost (estimate from list prices, us-central1): total missing")
+    assert "prices: test-src, read " in message["cost"][-1]
+
+
+def test_a_vertex_run_notification_gives_each_step_s_cost_and_the_run_fee(
+        vertex_runs, make_config, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = make_config(None, vertex_runs.url,
+                         notifications={"default": {"when": "always", "webhook": WEBHOOK}})
+    hourly, _machine = _price_cache(tmp_path, "vertex", config)
+    submission, _ = submit(config, "training", "vertex", environment="default",
+                           overrides={}, workdir=tmp_path,
+                           backend=VertexBackend(config.targets.vertex, policy=FAST),
+                           version="g1")
+    job = vertex_runs.finish(submission.run_id)
+    from google.protobuf import json_format
+
+    inputs = _exit_inputs(json_format.MessageToDict(job._pb.pipeline_spec))
+    with WebhookReceiver(slack=True) as hook:
+        vertex_runs.secrets[SECRET] = hook.url
+        monkeypatch.setenv("GKEFLOW_SECRET_MANAGER_ENDPOINT", vertex_runs.url)
+        monkeypatch.delenv("GKEFLOW_WEBHOOK_URL", raising=False)
+        status = dsl.PipelineTaskFinalStatus(
+            state="SUCCEEDED", pipeline_job_resource_name=submission.run_id,
+            pipeline_task_name="exit-handler-1", error_code=0, error_message="")
+        _run_exit_task(inputs, status=status, run_name=submission.run_id.rsplit("/", 1)[-1],
+                       run_id="uuid-1")
+    (message,) = hook.messages
+    (train,) = [t for t in job.job_detail.task_details if t.task_name == "train-model"]
+    seconds = (train.end_time - train.start_time).total_seconds()
+    assert _cost_line(message["text"]).endswith(f"/h = ${hourly * seconds / 3600:,.2f}")
+    fee = json.loads(inputs["step_rates"])["run_fee_usd"]
+    assert fee > 0 and f"with the run fee ${fee:,.2f}" in message["text"]
+    assert "estimate from list prices" in message["text"]

@@ -79,7 +79,7 @@ def test_runs_show_on_vertex_says_missing_with_the_reason(finished, write_config
     table = _show(tmp_path, write_config, data, runs["vertex"], "vertex")
     line = next(row for row in table.splitlines() if "train-model" in row)
     assert "missing" in line
-    assert "no Vertex AI training rate for a2-highgpu-1g" in table
+    assert "no Vertex AI standard training rate for a2-highgpu-1g in us-central1" in table
 
 
 def test_schedule_list_shows_a_monthly_estimate_from_cron_and_history(

@@ -1,6 +1,9 @@
 """Done when: `gkeflow run --data ... --label ...` with tracking.mlflow in gkeflow.yaml makes
 one parent run (tagged with the run's id and URL) and a nested run per step on a real MLflow
-server; a server that cannot be reached leaves the run's outcome unchanged."""
+server, and registers the model in that server's registry with the champion alias (a second
+identical run registers nothing new); a tracking server that cannot be reached leaves the
+outcome of a run with its own registry unchanged, and refuses, before any step, a run whose
+registry it is."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ pytestmark = pytest.mark.slow
 pytest.importorskip("mlflow", reason="mlflow is not installed (pip install -e '.[dev]')")
 
 TRACKED = ["prepare-data", "train-model", "evaluate-model", "register-model"]
+MODEL = "penguins-cli-registry"
 
 
 def _penguins_csv(tmp_path):
@@ -47,9 +51,13 @@ def _run(tmp_path, config, data, *extra, env=None):
 
 def test_gkeflow_run_tracks_a_parent_and_a_nested_run_per_step(tmp_path, mlflow_server):
     config = _write_config(tmp_path, mlflow_server.url, "penguins-cli")
-    result = _run(tmp_path, config, _penguins_csv(tmp_path), "--env", "dev")
+    data = _penguins_csv(tmp_path)
+    result = _run(tmp_path, config, data, "--env", "dev", "--model-name", MODEL)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "tracking: MLflow experiment 'penguins-cli'" in result.stdout
+    assert f"registry: MLflow Model Registry at {mlflow_server.url}" in result.stdout
+    model = mlflow_server.api("registered-models/get", name=MODEL)["registered_model"]
+    assert [(a["alias"], a["version"]) for a in model["aliases"]] == [("champion", "1")]
     assert "t0ken-value" not in result.stdout + result.stderr
 
     experiment = mlflow_server.api("experiments/get-by-name", experiment_name="penguins-cli")
@@ -73,17 +81,38 @@ def test_gkeflow_run_tracks_a_parent_and_a_nested_run_per_step(tmp_path, mlflow_
                  "evaluation/roc_curve.json"):
         assert name in files, files
 
+    # A second identical run registers nothing new: unchanged, same as version 1.
+    again = _run(tmp_path, config, data, "--env", "dev", "--model-name", MODEL)
+    assert again.returncode == 0, again.stdout + again.stderr
+    versions = mlflow_server.api("model-versions/search", filter=f"name='{MODEL}'")
+    assert [v["version"] for v in versions["model_versions"]] == ["1"]
+    model = mlflow_server.api("registered-models/get", name=MODEL)["registered_model"]
+    assert [(a["alias"], a["version"]) for a in model["aliases"]] == [("champion", "1")]
+
 
 def test_an_unreachable_server_leaves_the_run_unchanged(tmp_path):
     config = _write_config(tmp_path, f"http://127.0.0.1:{free_port()}", "nowhere")
+    registry = f"registry_uri=sqlite:///{tmp_path / 'registry.db'}"
     result = _run(tmp_path, config, _penguins_csv(tmp_path), "--env", "dev",
-                  env={"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+                  "--param", registry, env={"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
                        "MLFLOW_HTTP_REQUEST_TIMEOUT": "2"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "register-model" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
     assert [line for line in result.stdout.splitlines()
             if line.startswith("mlflow: ") and "parent" in line], result.stdout
+
+
+def test_an_unreachable_registry_is_refused_before_any_step(tmp_path):
+    uri = f"http://127.0.0.1:{free_port()}"
+    config = _write_config(tmp_path, uri, "nowhere")
+    result = _run(tmp_path, config, _penguins_csv(tmp_path), "--env", "dev")
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1, result.stderr
+    assert f"tracking.dev.mlflow's server {uri}, which cannot be reached" in errors[0]
+    assert "--param registry_uri=URI" in errors[0]
+    assert "prepare-data" not in result.stdout
 
 
 def test_a_missing_credentials_variable_is_one_line(tmp_path):

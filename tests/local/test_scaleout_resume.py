@@ -204,3 +204,77 @@ def test_both_workers_killed_after_the_last_commit_resume_and_export(tmp_path):
     assert metadata["restored_best_weights"] is True
     assert not os.path.exists(location)
     assert ExportedModel(Path(output)).predict_rows([{"plan": "basic"}])
+
+
+def start_pod(env_of_pod: dict[str, str], dataset: str, root: str, output: str):
+    """A JobSet pod of the mixed-capacity layout, as Kubernetes starts it: its index from the
+    env gkeflow writes into the manifest plus what the Job controller sets."""
+    env = {**os.environ, **env_of_pod, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+    env.pop("TF_CONFIG", None)
+    env.pop(cluster.INDEX_ENV, None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "gkeflow.components.scaleout.worker", "--dataset", dataset,
+         "--schema", dataset, "--output", output, "--params", json.dumps(PARAMS),
+         "--checkpoint-root", root, "--run-id", "run-1", "--task-name", "train-model"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True)
+
+
+def mixed_pod_envs(hosts: list[str]) -> list[dict[str, str]]:
+    """The env of the chief's pod (replicated job ``chief``) and the Spot worker's pod
+    (replicated job ``worker``) of a 2-replica mixed-capacity JobSet, read from the
+    manifest gkeflow builds, with loopback hosts in place of the pods' DNS names."""
+    from gkeflow.components.scaleout import jobset as js
+    from gkeflow.pipelines.compute.engines.gke import jobset_template
+    from gkeflow.pipelines.training import DEFAULT_COMPUTE
+
+    profile = DEFAULT_COMPUTE["train-model"].with_overrides(
+        replicas=2, scheduling="spot", chief_scheduling="standard")
+    manifest = js.finish(jobset_template(profile, "img"), "js", "ns", "", [])
+    envs = []
+    for job in manifest["spec"]["replicatedJobs"]:
+        container = job["template"]["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+        env[cluster.HOSTS_ENV] = ",".join(hosts)
+        env[cluster.JOB_INDEX_ENV] = "0"  # the downward API's job index
+        env[cluster.COMPLETION_INDEX_ENV] = "0"  # one pod per Job here
+        envs.append(env)
+    return envs
+
+
+def test_a_spot_worker_lost_under_an_on_demand_chief_resumes_at_the_committed_epoch(tmp_path):
+    """Mixed capacity: only the Spot worker is preempted (SIGKILL) after a commit; the JobSet
+    fails and stops the chief (SIGTERM); the retried JobSet's chief and worker both resume at
+    the committed epoch and publish the model."""
+    csv = make_churn_csv(tmp_path / "churn.csv", rows=8000, seed=11)
+    prepare(str(csv), tmp_path / "dataset", "status")
+    dataset, root = str(tmp_path / "dataset"), str(tmp_path / "root")
+    location = resolve_checkpoint_location("", root, "run-1", "train-model")
+    output = str(tmp_path / "published")
+
+    chief_env, worker_env = mixed_pod_envs(cluster.loopback_hosts(free_ports(2)))
+    first = [start_pod(chief_env, dataset, root, output),
+             start_pod(worker_env, dataset, root, output)]
+    try:
+        wait_for_commit(location, first[0])
+        os.killpg(first[1].pid, signal.SIGKILL)  # the Spot node goes away
+        first[1].communicate()
+        os.killpg(first[0].pid, signal.SIGTERM)  # the failed JobSet stops the chief
+        first[0].communicate(timeout=120)
+    finally:
+        for process in first:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+    committed = load_state(location).epochs_completed
+    assert 1 <= committed <= PARAMS["epochs"]
+    assert storage.published_summary(output) is None
+
+    chief_env, worker_env = mixed_pod_envs(cluster.loopback_hosts(free_ports(2)))
+    second = [start_pod(chief_env, dataset, root, output),
+              start_pod(worker_env, dataset, root, output)]
+    logs = [process.communicate(timeout=600)[0] for process in second]
+    for process, log in zip(second, logs, strict=True):
+        assert process.returncode == 0, log[-3000:]
+        assert f"resuming from checkpoint: {committed} epochs completed" in log, log[-3000:]
+    summary = storage.published_summary(output)
+    assert summary["workers"] == 2 and summary["epochs_run"] == PARAMS["epochs"]

@@ -81,6 +81,8 @@ def test_pipeline_blesses_a_model_better_than_the_champion_and_registers_it(
     assert [v.version for v in versions] == [1, registered["model_version"]] == [1, 2]
     assert versions[1].uri == str(result.output_dir("train-model", "model"))
     assert versions[1].run_id and versions[1].metrics["accuracy"] == metrics["accuracy"]
+    # Blessed against the champion, the new version takes the champion alias.
+    assert [v.aliases for v in versions] == [(), ("champion",)]
     # The registered version as an output artifact, and its lineage.
     described = result.artifact_metadata("register-model", "registered_model")
     assert described["resourceName"] == registered["resource_name"] == (

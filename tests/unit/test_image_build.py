@@ -109,7 +109,7 @@ def test_the_wheel_is_the_installed_suite_and_reproducible(tmp_path):
 
 
 @pytest.mark.parametrize("case, match", [
-    ("flavour", "unknown image flavour 'tpu'"),
+    ("flavour", "unknown image flavour 'rocm'"),
     ("not-empty", "is not empty"),
     ("missing-include", "does not exist"),
     ("not-python", "is not a Python module"),
@@ -123,7 +123,7 @@ def test_the_wheel_is_the_installed_suite_and_reproducible(tmp_path):
 def test_unusable_inputs_are_refused_in_one_line(case, match, tmp_path, user_code):
     dest, flavour, requirements, includes = tmp_path / "ctx", "cpu", None, []
     if case == "flavour":
-        flavour = "tpu"
+        flavour = "rocm"
     elif case == "not-empty":
         dest.mkdir()
         (dest / "left-over").write_text("x")

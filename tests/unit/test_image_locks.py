@@ -11,6 +11,7 @@ from packaging.requirements import Requirement
 from gkeflow.pipelines.targets.image_locks import (
     CLIENT_ONLY,
     FLAVOURS,
+    PLATFORMS,
     TENSORFLOW_ONLY,
     LockError,
     constraints,
@@ -77,8 +78,24 @@ def test_the_slim_lock_has_no_tensorflow_and_the_rest_at_the_cpu_locks_versions(
 
 
 def test_unknown_flavour_is_refused():
-    with pytest.raises(LockError, match="unknown image flavour 'tpu'"):
-        resolver_input(PYPROJECT, "tpu")
+    with pytest.raises(LockError, match="unknown image flavour 'rocm'"):
+        resolver_input(PYPROJECT, "rocm")
+
+
+def test_the_tpu_lock_has_tensorflow_tpu_and_libtpu_and_the_rest_at_the_cpu_locks_versions():
+    """tensorflow-tpu trails tensorflow on the index (2.20.0 beside 2.21.0); libtpu is held at
+    the release it names; the TPU VM platform (manylinux_2_31) is what libtpu publishes for."""
+    tpu = read_pins(lock_path(IMAGES, "tpu"))
+    cpu = read_pins(lock_path(IMAGES, "cpu"))
+    assert tpu["tensorflow-tpu"][0] == "2.20.0" and tpu["libtpu"][0] == "0.0.14"
+    assert not {"tensorflow", "tensorflow-cpu", "libclang"} & set(tpu)
+    assert not [name for name in tpu if name.startswith("nvidia-") and name != "nvidia-ml-py"]
+    differ = {n: (cpu[n][0], v) for n, (v, _) in tpu.items() if n in cpu and v != cpu[n][0]}
+    assert differ == {"tensorboard": ("2.21.0", "2.20.0")}  # tensorflow-tpu: tensorboard~=2.20
+    assert set(tpu) - set(cpu) == {"tensorflow-tpu", "libtpu"}
+    assert PLATFORMS["tpu"] == "x86_64-manylinux_2_31"
+    lines = resolver_input(PYPROJECT, "tpu")
+    assert "libtpu==0.0.14" in lines and any(x.startswith("tensorflow-tpu") for x in lines)
 
 
 def test_pins_and_constraints_read_a_hashed_lock(tmp_path):

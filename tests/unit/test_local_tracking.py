@@ -54,3 +54,28 @@ def test_a_named_variable_that_is_unset_is_a_problem_before_the_run(monkeypatch)
     problem = credentials_problem(_settings("http://m:5000", token_env="NOT_SET_TOKEN"))
     assert "$NOT_SET_TOKEN" in problem and "export NOT_SET_TOKEN" in problem
     assert credentials_problem(TrackingSettings()) == ""
+
+
+@pytest.mark.parametrize("uri, registry", [
+    ("http://127.0.0.1:5000", "mlflow://127.0.0.1:5000"),
+    ("https://mlflow.example.com/team-a", "mlflow+https://mlflow.example.com/team-a"),
+])
+def test_the_default_registry_is_the_tracking_servers(uri, registry):
+    from gkeflow.components.register.mlflow_registry import parse_mlflow_uri
+    from gkeflow.pipelines.targets.local_tracking import default_registry
+
+    assert default_registry(_settings(uri)) == registry
+    assert parse_mlflow_uri(registry) == uri  # the same server, as the registry reads it
+    assert default_registry(TrackingSettings()) == ""
+    assert default_registry(TrackingSettings.model_validate(
+        {"mlflow": {"experiment": "e"}})) == ""  # GKE only: no server for local runs
+
+
+def test_a_registry_server_is_checked_before_the_run(mlflow_server):
+    from gkeflow.pipelines.targets.local_tracking import registry_problem
+
+    assert registry_problem(f"mlflow://{mlflow_server.url.split('://')[1]}", "dev") == ""
+    port = free_port()
+    problem = registry_problem(f"mlflow://127.0.0.1:{port}", "dev")
+    assert problem.startswith(f"the model registry is tracking.dev.mlflow's server "
+                              f"http://127.0.0.1:{port}, which cannot be reached")

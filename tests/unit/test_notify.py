@@ -11,6 +11,7 @@ from gkeflow.components.notify.logic import (
     KV_SEP,
     RunReport,
     changed_parameters,
+    cost_lines,
     failed_task_from_message,
     notify,
     parse_parameters,
@@ -261,3 +262,48 @@ def test_a_state_that_is_no_end_is_settled_from_the_run_s_steps(steps, state):
     settled = _report(state="SUCCEEDED", backend_state="COMPLETE")  # an end stays as it is
     apply_run(settled, "", tasks, now=0)
     assert settled.state == "SUCCEEDED" and "read from its steps" not in settled.summary()
+
+
+RATES = {"region": "us-central1", "run_fee_usd": 0.0, "steps": {
+    "train-model": {"usd_per_hour": 4.0, "reason": "", "source": "src", "date_read": "2026-12-01"},
+    "prepare-data": {"usd_per_hour": None, "reason": "a CPU-only step runs on a shared node "
+                                                     "pool", "source": "", "date_read": ""},
+}}
+
+
+def test_the_cost_is_each_step_s_duration_times_its_rate_with_the_total_labelled():
+    rates = {**RATES, "steps": {"train-model": RATES["steps"]["train-model"]}}
+    lines = cost_lines({**rates, "run_fee_usd": 0.5}, {"train-model": 5400.0, "notify": 3.0})
+    hourly = rates["steps"]["train-model"]["usd_per_hour"]
+    assert lines[0] == (f"cost (estimate from list prices, us-central1): "
+                        f"${hourly * 1.5 + 0.5:,.2f} in all, with the run fee $0.50")
+    assert lines[1] == f"cost of train-model: 1h30m x ${hourly:,.2f}/h = ${hourly * 1.5:,.2f}"
+    assert lines[2] == "prices: src, read 2026-12-01"
+
+
+def test_a_step_without_a_rate_leaves_the_total_missing_never_guessed():
+    lines = cost_lines(RATES, {"prepare-data": 60.0, "train-model": 900.0})
+    assert lines[0].startswith("cost (estimate from list prices, us-central1): total missing "
+                               "(no figure for prepare-data: a CPU-only step")
+    priced = RATES["steps"]["train-model"]["usd_per_hour"] * 900 / 3600
+    assert lines[0].endswith(f"at least ${priced:,.2f} from the priced steps")
+    assert cost_lines(RATES, {"train-model": None})[0].startswith(
+        "cost (estimate from list prices, us-central1): total missing (no figure for "
+        "train-model: no duration)")
+    assert cost_lines({}, {"train-model": 60.0}) == []  # compiled without rates: nothing
+
+
+def test_step_durations_come_from_the_task_details_and_trials_add_up():
+    report = RunReport(pipeline="p", run="r", link="l", state="SUCCEEDED", target="gke")
+    tasks = [{"name": "Train model", "state": "SUCCEEDED", "error": "", "metadata": {},
+              "duration_s": 60.0},
+             {"name": "train-model", "state": "SUCCEEDED", "error": "", "metadata": {},
+              "duration_s": 30.0},
+             {"name": "evaluate-model", "state": "SKIPPED", "error": "", "metadata": {},
+              "duration_s": None}]
+    apply_run(report, "2026-12-01T00:00:00Z", tasks, 0.0)
+    assert report.step_durations == {"train-model": 90.0}
+    report.cost = cost_lines(RATES, report.step_durations)
+    hourly = RATES["steps"]["train-model"]["usd_per_hour"]
+    assert (f"cost of train-model: 1m30s x ${hourly:,.2f}/h = ${hourly * 90 / 3600:,.2f}"
+            in report.summary())

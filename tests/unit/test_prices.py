@@ -21,9 +21,30 @@ def test_every_price_is_positive_with_a_source_url_and_an_iso_date():
         assert prices.SOURCES[row.source].startswith("https://"), row
         assert row.date_read <= date.today()
     for row in ROWS:
-        assert row.capacity in prices.CAPACITIES and row.kind in ("gpu", "tpu", "machine")
+        assert row.capacity in prices.CAPACITIES and row.kind in prices.KINDS
         if row.usd_per_hour is None:
             assert row.note, f"missing price without a reason: {row}"
+
+
+def test_vertex_rates_are_their_own_rows_with_the_inferred_region_said():
+    """A Vertex AI job is priced from vertex-* rows only; the two figures read carry their
+    source and say that their region was inferred."""
+    for kind, item in (("vertex-machine", "n1-standard-4"), ("vertex-gpu", "nvidia-h100-80gb")):
+        row = prices.find_price(kind, item, "standard", "us-central1")
+        assert row.source == "vertex-pricing-transcript" and "region inferred" in row.note
+        assert row.item == item  # an exact row, not a pattern
+    rate = prices.hourly_rate("vertex", "n1-standard-4", None, 0, "standard", "us-central1")
+    row = prices.find_price("vertex-machine", "n1-standard-4", "standard", "us-central1")
+    assert rate.usd_per_hour == round(row.usd_per_hour, 5)
+    assert rate.date_read == row.date_read
+    gke = prices.hourly_rate("gke", "n1-standard-4", None, 0, "standard", "us-central1")
+    assert gke.missing  # the Vertex AI row never prices a GKE node
+
+
+def test_suspect_h100_rows_are_missing_with_the_conflict_named():
+    for region in ("us-central1", "asia-southeast1"):
+        row = prices.find_price("gpu", "nvidia-h100-80gb", "standard", region)
+        assert row.usd_per_hour is None and row.note.startswith("suspect, not used")
 
 
 def test_the_file_names_no_row_twice():
@@ -113,7 +134,7 @@ def test_staleness_is_relative_to_today():
     (("gke", "x9-mega-1", None, 0, "standard", "mars-north1"),
      "no standard x9-mega-1 in mars-north1 price in the catalogue"),
     (("vertex", "a2-highgpu-1g", "nvidia-tesla-a100", 1, "standard", "us-central1"),
-     "no Vertex AI training rate for a2-highgpu-1g"),
+     "no Vertex AI standard training rate for a2-highgpu-1g in us-central1: not read"),
     (("gke", "a2-highgpu-1g", "nvidia-tesla-a100", 1, "reservation", "us-central1"),
      "reserved"),
 ])

@@ -29,11 +29,15 @@ def sku(sku_id, description, price, *, usage="OnDemand", group="GPU", unit="h",
     ("Nvidia L4 GPU running in Americas", "OnDemand", "standard"),
     ("Spot Preemptible Nvidia L4 GPU running in Americas", "Preemptible", "spot"),
     ("TpuV6e Preemptible chip running in Iowa", "OnDemand", "spot"),
-    ("Nvidia L4 GPU attached to Dynamic Workload Scheduler VMs in Americas", "OnDemand",
-     "flex-start"),
+    ("Nvidia Tesla A100 GPU attached to DWS Defined Duration VMs running in Americas",
+     "OnDemand", "flex-start"),
+    ("DWS Defined Duration V6e running in Columbus", "OnDemand", "flex-start"),
+    ("DWS Flex Start H4D Core running in Americas", "OnDemand", "flex-start"),
     ("Commitment v1: Nvidia L4 GPU in Americas for 1 Year", "Commit1Yr", None),
     ("Reserved Nvidia L4 GPU in Americas", "OnDemand", None),
-    ("Nvidia L4 GPU attached to DWS Defined Duration VMs in Americas", "OnDemand", None),
+    ("Reserved V6e TPU in Columbus in Calendar Mode", "OnDemand", None),
+    # a phrase no SKU description was seen to use: not taken as flex-start on a guess
+    ("Nvidia L4 GPU attached to Dynamic Workload Scheduler VMs in Americas", "OnDemand", None),
 ])
 def test_capacity_of_a_sku(description, usage, expected):
     assert sku_prices.capacity_of(sku("X", description, 1.0, usage=usage)) == expected
@@ -77,3 +81,31 @@ def test_the_cache_round_trips_and_wins_over_the_vendored_row(tmp_path):
     assert loaded[0] == row
     assert prices.find_price("gpu", "nvidia-l4", "standard", "us-central1", loaded) == row
     assert len(loaded) == len(prices.load_prices())
+
+
+def test_dws_defined_duration_skus_price_flex_start_rows_marked_unverified():
+    catalogue = CATALOGUE + (
+        prices.Price("tpu", "tpu-v6e", "standard", "us-central1", 2.7, "skypilot-vms",
+                     date(2026, 12, 2)),
+        prices.Price("machine", "a2-highgpu-1g", "standard", "us-central1", 1.0,
+                     "skypilot-vms", date(2026, 12, 2)),
+        prices.Price("gpu", "nvidia-tesla-a100", "standard", "us-central1", 3.0,
+                     "skypilot-vms", date(2026, 12, 2)),
+    )
+    skus = [
+        sku("G", "Nvidia Tesla A100 GPU attached to DWS Defined Duration VMs running in "
+                 "Americas", 1.6),
+        sku("C", "DWS Defined Duration A2 Core running in Americas", 0.017, group="CPU"),
+        sku("R", "DWS Defined Duration A2 Ram running in Americas", 0.0023, group="RAM",
+            unit="GiBy.h"),
+        sku("T", "DWS Defined Duration V6e running in Iowa", 1.35, group="TPU"),
+    ]
+    shapes = {"a2-highgpu-1g": (12, 85.0)}
+    result = sku_prices.map_skus(skus, catalogue, TODAY, shapes)
+    rows = {row.key: row for row in result.rows}
+    gpu = rows[("gpu", "nvidia-tesla-a100", "flex-start", "us-central1")]
+    assert gpu.usd_per_hour == 1.6 and gpu.note == sku_prices.FLEX_NOTE
+    machine = rows[("machine", "a2-highgpu-1g", "flex-start", "us-central1")]
+    assert machine.usd_per_hour == pytest.approx(12 * 0.017 + 85.0 * 0.0023)
+    assert rows[("tpu", "tpu-v6e", "flex-start", "us-central1")].usd_per_hour == 1.35
+    assert all("unverified" in row.note for row in result.rows)

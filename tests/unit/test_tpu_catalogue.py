@@ -149,3 +149,38 @@ def test_consumption_options():
     assert "flex-start" not in tpu.consumption_options("tpu-v5p")
     assert tpu.tpu_generation("tpu-v6e").consumption["flex-start"] == (
         "asia-northeast1-b", "us-east5-a")
+
+
+def test_every_host_limit_is_checked_or_said_to_be_unknown():
+    """For every generation and GKE topology: a host whose vCPUs and memory the catalogue
+    records gets no note (the request is checked against them); one it does not record gets
+    a note naming what is unknown, and nothing is refused for it."""
+    from gkeflow.pipelines.compute.profiles import profile_problems
+    from gkeflow.pipelines.compute.tpu_profile import unchecked_host_limits
+    from gkeflow.pipelines.training import DEFAULT_COMPUTE
+
+    for generation in tpu.GENERATIONS:
+        machines = {m.name: m for m in generation.machines}
+        for topology, machine_type in generation.topologies.items():
+            machine = machines[machine_type]
+            profile = DEFAULT_COMPUTE["train-model"].with_overrides(
+                accelerator=generation.name, topology=topology, cpu="1000", memory="100Ti",
+                scheduling=tpu.consumption_options(generation.name)[0])
+            note = unchecked_host_limits("train-model", profile, "gke")
+            problems = profile_problems("train-model", profile, "gke")
+            assert ("vCPUs" in note) == (machine.vcpus is None), (generation.name, topology)
+            assert ("memory" in note) == (machine.memory_gib is None), (generation.name, topology)
+            assert any("cpu 1000" in p for p in problems) == (machine.vcpus is not None)
+            assert any("memory 100Ti" in p for p in problems) == (
+                machine.memory_gib is not None)
+
+
+def test_the_unknown_limit_of_a_v6e_host_is_said_in_plan():
+    from gkeflow.pipelines.compute.plan import target_notes
+    from gkeflow.pipelines.training import DEFAULT_COMPUTE
+
+    profiles = {**DEFAULT_COMPUTE, "train-model": DEFAULT_COMPUTE["train-model"].with_overrides(
+        accelerator="tpu-v6e", topology="4x4")}
+    assert ("train-model: the vCPUs and memory of one ct6e-standard-4t host are unknown (not "
+            "found in the pages the TPU catalogue cites); cpu and memory not checked against "
+            "the host") in target_notes(profiles, "gke")

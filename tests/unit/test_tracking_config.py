@@ -82,6 +82,17 @@ def test_plan_says_where_each_environment_is_tracked():
         "tracking: off (no tracking: for this environment in gkeflow.yaml)"]
 
 
+def test_plan_names_the_vertex_experiment_on_vertex_only():
+    tracking = {"prod": TrackingSettings.model_validate(
+        {"vertex_experiments": {"experiment": "penguins-prod"}})}
+    (vertex,) = plan_lines(tracking, "vertex")
+    assert vertex.startswith("tracking (prod): Vertex AI experiment 'penguins-prod' (the run "
+                             "is submitted into it")
+    (gke,) = plan_lines(tracking, "gke")
+    assert gke == ("tracking (prod): not in Vertex AI Experiments on gke: only Vertex AI runs "
+                   "are submitted into Vertex AI experiment 'penguins-prod' so far")
+
+
 def test_init_writes_tracking_commented_and_valid_when_uncommented(tmp_path):
     assert "# tracking:" in EXAMPLE_CONFIG
     block = EXAMPLE_CONFIG.split("# tracking:\n", 1)[1].split("\n\n", 1)[0]

@@ -49,6 +49,7 @@ def launcher_profile(profile: ComputeProfile) -> ComputeProfile:
     """A small CPU pod with the training step's retries, timeout and caching."""
     return replace(profile, cpu=LAUNCHER_CPU, memory=LAUNCHER_MEMORY, accelerator="",
                    accelerator_count=0, topology="", spot=False, scheduling="standard", max_wait="",
+                   chief_scheduling="",
                    replicas=1, queue="", shm_size="", ephemeral_storage="")
 
 
@@ -69,6 +70,19 @@ def refuse_env(engine: str, env: Mapping[str, str] | None) -> None:
     if env:
         raise ComputeError(f"train-model's {engine} pods mount no Cloud Storage bucket: "
                            "use gcsfuse buckets for data only or train in one pod")
+
+
+def with_image(component, image: str):
+    """``component`` running in ``image``: a copy when its declared image differs (a TPU
+    training step takes the TPU image), else ``component`` itself."""
+    import copy
+
+    container = component.component_spec.implementation.container
+    if container.image == image:
+        return component
+    changed = copy.deepcopy(component)
+    changed.component_spec.implementation.container.image = image
+    return changed
 
 
 def gpus_text(profile: ComputeProfile, accelerator: str) -> str:

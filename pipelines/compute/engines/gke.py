@@ -135,20 +135,46 @@ def jobset_template(profile: ComputeProfile, image: str) -> dict[str, Any]:
         metadata["annotations"] = {
             tpu_profile.EXCLUSIVE_TOPOLOGY_ANNOTATION: tpu_profile.GKE_NODEPOOL_LABEL}
         slices = profile.replicas
+    replicated = [{"name": "worker", "replicas": slices, "template": {"spec": job_spec}}]
+    if profile.chief_scheduling:
+        replicated = _chief_and_workers(profile, job_spec)
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
         "metadata": metadata,
         "spec": {
-            # Pods resolve each other as <jobset>-worker-0-<index>.<jobset> (headless service).
+            # Pods resolve each other as <jobset>-<job>-0-<index>.<jobset> (headless service).
             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
-            # Multi-worker training does not survive a lost worker: fail, let the step retry.
+            # Multi-worker training does not survive a lost worker: fail, let the step retry
+            # (it resumes from the chief's last checkpoint).
             "failurePolicy": {"maxRestarts": 0},
             "successPolicy": {"operator": "All"},
-            "replicatedJobs": [{"name": "worker", "replicas": slices,
-                                "template": {"spec": job_spec}}],
+            "replicatedJobs": replicated,
         },
     }
+
+
+def _chief_and_workers(profile: ComputeProfile, job_spec: dict[str, Any]) -> list[dict]:
+    """Mixed capacity: replicated job ``chief`` (one pod, worker 0, on ``chief_scheduling``
+    nodes) first, then ``worker`` (the other pods, on ``scheduling`` nodes)."""
+    import copy
+    from dataclasses import replace
+
+    chief = copy.deepcopy(job_spec)
+    chief["parallelism"] = chief["completions"] = 1
+    pod = chief["template"]["spec"]
+    selectors, tolerations = _scheduling(replace(profile, scheduling=profile.chief_scheduling,
+                                                 spot=False, chief_scheduling=""))
+    pod.pop("nodeSelector", None)
+    pod.pop("tolerations", None)
+    if selectors:
+        pod["nodeSelector"] = selectors
+    if tolerations:
+        pod["tolerations"] = tolerations
+    workers = copy.deepcopy(job_spec)
+    workers["parallelism"] = workers["completions"] = profile.replicas - 1
+    return [{"name": "chief", "replicas": 1, "template": {"spec": chief}},
+            {"name": "worker", "replicas": 1, "template": {"spec": workers}}]
 
 
 def launcher_deadline_s(profile: ComputeProfile) -> int:
@@ -179,6 +205,8 @@ class JobSetEngine:
                     "by a 1-CPU pipeline step")
 
         queue = f", Kueue queue {profile.queue}" if profile.queue else ""
+        chief = (f" (the chief on {profile.chief_scheduling} capacity)"
+                 if profile.chief_scheduling else "")
         nodes = f" on {profile.accelerator} nodes" if profile.uses_gpu else ""
         deadline = ""
         if profile.timeout_s:
@@ -190,7 +218,7 @@ class JobSetEngine:
 
         return (f"train-model launches a JobSet of {counted(profile.replicas, 'pod')} "
                 f"({gpus_text(profile, GPU_RESOURCE)}){nodes}, scheduling "
-                f"{profile.scheduling}{queue}{deadline}, running as service account "
+                f"{profile.scheduling}{chief}{queue}{deadline}, running as service account "
                 f"{profile.worker_service_account}; launched by a 1-CPU pipeline step")
 
     def applies(self, profile: ComputeProfile) -> bool:
@@ -198,7 +226,6 @@ class JobSetEngine:
 
     def task(self, profile: ComputeProfile, arguments: dict[str, Any],
              env: Mapping[str, str] | None = None):
-        from gkeflow.components.images import GPU_IMAGE
         from gkeflow.components.scaleout.component import train_model_jobset
         from gkeflow.components.scaleout.jobset import dumps
         from gkeflow.pipelines.compute.engines import as_training_step, refuse_env
@@ -206,7 +233,8 @@ class JobSetEngine:
 
         refuse_env("JobSet", env)
 
-        template = jobset_template(profile, GPU_IMAGE)  # the compiler maps and pins it
+        # the GPU or TPU image, as the profile asks; the compiler maps and pins it
+        template = jobset_template(profile, tpu_profile.training_image(profile))
         return as_training_step(train_model_jobset)(jobset_template=dumps(template),
                                                     **settings(profile), **arguments)
 

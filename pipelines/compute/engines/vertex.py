@@ -203,10 +203,12 @@ class CustomJobEngine:
     def task(self, profile: ComputeProfile, arguments: dict[str, Any],
              env: Mapping[str, str] | None = None):
         from gkeflow.components import train_model
-        from gkeflow.components.images import GPU_IMAGE, SLIM_IMAGE
+        from gkeflow.components.images import SLIM_IMAGE
 
-        # the compiler maps both to the configured registry and pins them by digest
-        component = custom_job_component(train_model, profile, SLIM_IMAGE, GPU_IMAGE, env)
+        # the workers run the GPU or the TPU image, as the profile asks; the compiler maps
+        # both images to the configured registry and pins them by digest
+        component = custom_job_component(train_model, profile, SLIM_IMAGE,
+                                         tpu_profile.training_image(profile), env)
         return component(**arguments)
 
     def launcher_profile(self, profile: ComputeProfile) -> ComputeProfile:

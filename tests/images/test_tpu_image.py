@@ -1,0 +1,98 @@
+"""The TPU image builds from its hashed lock, passes its import check, and a SavedModel that
+its TensorFlow (tensorflow-tpu 2.20) writes loads in the evaluation image's TensorFlow (2.21).
+
+No TPU here: TensorFlow for TPUs runs on the CPU when it finds none, so the suite's own
+training (``gkeflow.components.train.logic.train``) runs inside the image on the prepared
+penguins and exports the model; the host's TensorFlow (the CPU image's version, from the same
+lock family) loads it through ``ExportedModel``, the loader evaluation uses. Nothing runs on
+a TPU. ``TPU_SKIP_MDS_QUERY=1`` is set for these runs as for the build's import pass: this
+machine has no metadata server. ``make image-test-tpu`` runs this (it downloads about 0.5 GB).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tests.images.conftest import USER_CODE
+from tests.images.rootfs import image_size, run_in_image
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
+
+TPU_REFERENCE = "localhost/gkeflow-tpu:image-test"
+NO_METADATA_SERVER = ["env", "TPU_SKIP_MDS_QUERY=1"]
+#: A pod has /sys; libtpu's allocator reads the CPU count there and aborts without it.
+SYS = {"/sys": Path("/sys")}
+
+
+@pytest.fixture(scope="module")
+def tpu_image() -> str:
+    from gkeflow.pipelines.targets.image_build import build_image
+
+    started = time.monotonic()
+    digest = build_image("tpu", TPU_REFERENCE, None, [USER_CODE / "penguin_head.py"],
+                         builder="podman", push=False, echo=lambda line: print(line, flush=True))
+    assert digest.startswith("sha256:") and len(digest) == 71
+    print(f"TPU image: {image_size(TPU_REFERENCE) / 1e9:.2f} GB uncompressed, built in "
+          f"{time.monotonic() - started:.0f} s")
+    return TPU_REFERENCE
+
+
+def test_tpu_image_imports_tensorflow_tpu_at_the_locked_version(tpu_image):
+    probe = ("import importlib.metadata as m, tensorflow as tf, penguin_head, "
+             "gkeflow.components.train.tpu, gkeflow.components.train.logic; "
+             "print(tf.__version__, m.version('tensorflow-tpu'), m.version('libtpu'), "
+             "len(tf.config.list_logical_devices('TPU')))")
+    done = run_in_image(tpu_image, [*NO_METADATA_SERVER, "python", "-c", probe], SYS)
+    assert done.returncode == 0, done.stdout
+    assert "Permission denied" not in done.stdout  # libtpu's logs are writable by the user
+    version, tpu_dist, libtpu, tpus = done.stdout.split()[-4:]
+    locked = (REPO_ROOT / "images" / "requirements-tpu.lock").read_text(encoding="utf-8")
+    assert version == tpu_dist and f"tensorflow-tpu=={version} " in locked
+    assert f"libtpu=={libtpu} " in locked
+    assert tpus == "0"  # no TPU on this machine: training falls back to the CPU
+    print(f"TPU image: tensorflow-tpu {version}, libtpu {libtpu}")
+
+
+def test_a_savedmodel_written_in_the_tpu_image_loads_in_the_evaluation_tensorflow(
+        tpu_image, prepared_penguins, tmp_path):
+    import shutil
+
+    import tensorflow as tf
+
+    from gkeflow.components.train.logic import ExportedModel
+
+    dataset_dir, prepared = prepared_penguins
+    work = tmp_path / "work"
+    shutil.copytree(dataset_dir, work / "dataset")
+    (work / "schema.json").write_text(prepared.schema.to_json(), encoding="utf-8")
+    for path in [work, *work.rglob("*")]:
+        path.chmod(0o777 if path.is_dir() else 0o666)  # the image's user (uid 10001) writes
+    script = (
+        "import json, pathlib, tensorflow as tf; "
+        "from gkeflow.components.prepare.schema import Schema; "
+        "from gkeflow.components.train.logic import ExportedModel, TrainParams, train; "
+        "w = pathlib.Path('/work'); "
+        "schema = Schema.from_json((w / 'schema.json').read_text()); "
+        "result = train(w / 'dataset', schema, w / 'model', TrainParams(epochs=2)); "
+        "rows = [{'bill_length_mm': 39.1, 'bill_depth_mm': 18.7, 'flipper_length_mm': 181.0, "
+        "'body_mass_g': 3750.0, 'island': 'Torgersen', 'sex': 'male', 'year': 2007}]; "
+        "(w / 'written.json').write_text(json.dumps({'tf': tf.__version__, "
+        "'strategy': result.strategy, 'labels': ExportedModel(w / 'model').predict_rows(rows)}))")
+    done = run_in_image(tpu_image, [*NO_METADATA_SERVER, "python", "-c", script],
+                        {**SYS, "/work": work})
+    assert done.returncode == 0, done.stdout[-3000:]
+    written = json.loads((work / "written.json").read_text())
+    assert written["tf"].startswith("2.20.") and tf.__version__ != written["tf"]
+
+    loaded = ExportedModel(work / "model")
+    row = {"bill_length_mm": 39.1, "bill_depth_mm": 18.7, "flipper_length_mm": 181.0,
+           "body_mass_g": 3750.0, "island": "Torgersen", "sex": "male", "year": 2007}
+    assert loaded.predict_rows([row]) == written["labels"]
+    assert loaded.label_vocabulary == sorted(loaded.label_vocabulary)
+    print(f"SavedModel written by TensorFlow {written['tf']} ({written['strategy']}) loaded "
+          f"by TensorFlow {tf.__version__}")

@@ -1,0 +1,177 @@
+"""`submit --target vertex` puts the run into tracking.<env>.vertex_experiments' experiment,
+through the Vertex ML Metadata calls aiplatform's ``PipelineJob.submit(experiment=...)``
+makes, against the fake Vertex AI server (bodies parsed with aiplatform_v1 types, 404 and
+409 as the service answers them)."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+
+from gkeflow.pipelines.targets.submit import submit
+from gkeflow.pipelines.targets.transport import RemoteError
+from gkeflow.pipelines.targets.vertex import VertexBackend
+from tests.integration.conftest import FAST, config_dict, gkeflow
+
+PARENT = "projects/my-project/locations/us-central1"
+STORE = f"{PARENT}/metadataStores/default"
+EXPERIMENT = f"{STORE}/contexts/penguins-prod"
+TRACKING = {"prod": {"vertex_experiments": {"experiment": "penguins-prod"}}}
+
+
+def _submit(server, make_config, tmp_path, dry_run=False, **kwargs):
+    config = make_config(None, server.url, tracking=TRACKING)
+    backend = VertexBackend(config.targets.vertex, policy=FAST, dry_run=dry_run)
+    return submit(config, "training", "vertex", environment="prod", overrides={},
+                  workdir=tmp_path / "w", backend=backend, version="gabc", dry_run=dry_run,
+                  **kwargs)
+
+
+def _no_sleep(monkeypatch):
+    monkeypatch.setattr("gkeflow.pipelines.targets.vertex_experiments.time.sleep",
+                        lambda s: None)
+
+
+def test_the_fake_answers_metadata_calls_as_vertex_does(vertex_server):
+    url = f"{vertex_server.url}/v1"
+    assert requests.get(f"{url}/{STORE}", timeout=5).status_code == 404
+    created = requests.post(f"{url}/{PARENT}/metadataStores?metadataStoreId=default", json={},
+                            timeout=5)
+    assert created.status_code == 200 and created.json()["done"] is True
+    body = {"displayName": "e", "schemaTitle": "system.Experiment"}
+    assert requests.post(f"{url}/{STORE}/contexts?contextId=e", json=body,
+                         timeout=5).status_code == 200
+    again = requests.post(f"{url}/{STORE}/contexts?contextId=e", json=body, timeout=5)
+    assert again.status_code == 409 and again.json()["error"]["status"] == "ALREADY_EXISTS"
+    missing = requests.post(f"{url}/{STORE}/contexts/e:addContextChildren",
+                            json={"childContexts": [f"{STORE}/contexts/nope"]}, timeout=5)
+    assert missing.status_code == 404 and missing.json()["error"]["status"] == "NOT_FOUND"
+    unknown = requests.post(f"{url}/{STORE}/contexts?contextId=f",
+                            json={**body, "experiment": "x"}, timeout=5)
+    assert unknown.status_code == 400 and "experiment" in unknown.json()["error"]["message"]
+    assert len(vertex_server.violations) == 1
+    vertex_server.violations.clear()
+
+
+def test_a_tracked_submit_lands_in_the_experiment(vertex_server, make_config, tmp_path,
+                                                  monkeypatch):
+    _no_sleep(monkeypatch)
+    submission, _ = _submit(vertex_server, make_config, tmp_path)
+    contexts = vertex_server.metadata.contexts
+    experiment = contexts[EXPERIMENT]
+    assert (experiment.schema_title, experiment.display_name, experiment.schema_version) == (
+        "system.Experiment", "penguins-prod", "0.0.1")
+    assert dict(experiment.metadata) == {"experiment_deleted": False}
+    job_id = submission.run_id.rsplit("/", 1)[-1]
+    assert vertex_server.metadata.experiment_runs(EXPERIMENT) == [f"{STORE}/contexts/{job_id}"]
+    assert contexts[f"{STORE}/contexts/{job_id}"].schema_title == "system.PipelineRun"
+    # The experiment exists before the run is created: a refused one costs no run.
+    writes = [r.path for r in vertex_server.requests if r.method == "POST"]
+    assert writes.index(f"/v1/{STORE}/contexts") < writes.index(f"/v1/{PARENT}/pipelineJobs")
+    assert writes[-1] == f"/v1/{EXPERIMENT}:addContextChildren"
+    assert any(n.startswith("tracking: run added to Vertex AI experiment 'penguins-prod'")
+               and "/experiments/penguins-prod?project=my-project" in n
+               for n in submission.notes)
+
+
+def test_a_second_submit_reuses_the_experiment(vertex_server, make_config, tmp_path,
+                                               monkeypatch):
+    _no_sleep(monkeypatch)
+    first, _ = _submit(vertex_server, make_config, tmp_path)
+    second, _ = _submit(vertex_server, make_config, tmp_path)
+    assert len(vertex_server.calls("POST", r"/contexts$")) == 1
+    assert len(vertex_server.calls("POST", r"/metadataStores$")) == 1
+    runs = vertex_server.metadata.experiment_runs(EXPERIMENT)
+    assert [r.rsplit("/", 1)[-1] for r in runs] == sorted(
+        s.run_id.rsplit("/", 1)[-1] for s in (first, second))
+
+
+def test_creates_whose_answers_are_lost_make_one_experiment_and_one_run(
+        vertex_server, make_config, tmp_path, monkeypatch):
+    _no_sleep(monkeypatch)
+    for path in (r"/metadataStores$", r"/contexts$", r":addContextChildren$"):
+        vertex_server.inject("POST", path, status=503, after=True)
+    submission, _ = _submit(vertex_server, make_config, tmp_path)
+    assert len(vertex_server.calls("POST", r"/contexts$")) == 1  # read back, not re-created
+    assert len(vertex_server.calls("POST", r":addContextChildren$")) == 2
+    (run,) = vertex_server.metadata.experiment_runs(EXPERIMENT)
+    assert vertex_server.metadata.contexts[run].parent_contexts == [EXPERIMENT]
+    assert run.endswith(submission.run_id.rsplit("/", 1)[-1])
+    assert [c for c in vertex_server.metadata.contexts.values()
+            if c.schema_title == "system.Experiment"] == [vertex_server.metadata.contexts[
+                EXPERIMENT]]
+
+
+def test_a_context_that_is_no_experiment_is_refused_before_the_run(vertex_server, make_config,
+                                                                   tmp_path):
+    url = f"{vertex_server.url}/v1"
+    requests.post(f"{url}/{PARENT}/metadataStores?metadataStoreId=default", json={}, timeout=5)
+    requests.post(f"{url}/{STORE}/contexts?contextId=penguins-prod",
+                  json={"schemaTitle": "system.PipelineRun"}, timeout=5)
+    with pytest.raises(RemoteError, match="is a system.PipelineRun, not an experiment; choose "
+                                          "another tracking.vertex_experiments.experiment"):
+        _submit(vertex_server, make_config, tmp_path)
+    assert vertex_server.jobs == {}
+
+
+def test_a_run_without_its_context_in_time_goes_on_with_a_warning(vertex_server, make_config,
+                                                                  tmp_path):
+    submission, _ = _submit(vertex_server, make_config, tmp_path, experiment_wait_s=0)
+    assert vertex_server.metadata.experiment_runs(EXPERIMENT) == []
+    assert len(vertex_server.jobs) == 1
+    assert ("warning: run not added to Vertex AI experiment 'penguins-prod': Vertex AI had "
+            "not made its run context after 0s; the run goes on") in submission.notes
+
+
+def test_the_dry_run_plans_the_experiment_calls_and_sends_nothing(vertex_server, make_config,
+                                                                  tmp_path):
+    submission, backend = _submit(vertex_server, make_config, tmp_path, dry_run=True)
+    planned = [(p.method, p.url.split("/v1/", 1)[1].split("?")[0]) for p in backend.planned]
+    assert planned == [("GET", STORE), ("GET", EXPERIMENT), ("POST", f"{STORE}/contexts"),
+                       ("POST", f"{PARENT}/pipelineJobs"),
+                       ("GET", submission.run_id),
+                       ("POST", f"{EXPERIMENT}:addContextChildren")]
+    assert vertex_server.requests == []
+    assert ("tracking: Vertex AI experiment 'penguins-prod' (the run is submitted into it; its "
+            "parameters and metrics appear in the experiment's comparison)") in submission.notes
+    assert len([n for n in submission.notes if "Vertex AI experiment" in n]) == 1
+
+
+def test_the_cli_names_the_experiment(vertex_server, tmp_path, write_config):
+    path = write_config(config_dict(None, vertex_server.url, tracking=TRACKING))
+    result = gkeflow("submit", "--target", "vertex", "--env", "prod", "--config", str(path),
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "tracking: Vertex AI experiment 'penguins-prod'" in text
+    assert "tracking: run added to Vertex AI experiment 'penguins-prod'" in text
+    (run,) = vertex_server.metadata.experiment_runs(EXPERIMENT)
+    assert run.rsplit("/", 1)[-1] in text  # the run the CLI printed
+
+
+def test_a_vertex_schedule_says_its_runs_are_not_in_the_experiment(vertex_server, make_config,
+                                                                   tmp_path):
+    from gkeflow.pipelines.targets.schedule import apply
+
+    nightly = {"name": "nightly", "target": "vertex", "cron": "0 2 * * *",
+               "environment": "prod"}
+    config = make_config(None, vertex_server.url, schedules=[nightly], tracking=TRACKING)
+    result = apply(config, workdir=tmp_path, version="g1", backends={
+        "vertex": VertexBackend(config.targets.vertex, policy=FAST)})
+    (warning,) = [a for a in result.actions if a.kind == "warning"]
+    assert warning.schedule == "nightly" and "not in Vertex AI experiment 'penguins-prod'" in (
+        warning.detail)
+    assert len(vertex_server.schedules) == 1 and vertex_server.metadata.contexts == {}
+
+
+def test_a_refused_association_is_a_warning_not_a_failed_submit(vertex_server, make_config,
+                                                                tmp_path, monkeypatch):
+    _no_sleep(monkeypatch)
+    vertex_server.inject("POST", r":addContextChildren$", status=403, count=1,
+                         message="Permission 'aiplatform.contexts.update' denied")
+    submission, _ = _submit(vertex_server, make_config, tmp_path)
+    assert len(vertex_server.jobs) == 1
+    (note,) = [n for n in submission.notes if n.startswith("warning: run not added")]
+    assert "HTTP 403" in note or "403" in note
+    assert "aiplatform.contexts.update" in note and note.endswith("; the run goes on")
+    assert vertex_server.metadata.experiment_runs(EXPERIMENT) == []
