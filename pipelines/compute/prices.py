@@ -2,7 +2,8 @@
 
 Each row of ``prices.csv`` (beside this module) is one price: ``kind`` (``gpu`` per GPU,
 ``tpu`` per chip with its host VM, ``machine`` for the vCPUs and memory of a machine type
-without its GPUs), ``item`` (GKE accelerator label, TPU generation or machine type),
+without its GPUs, ``instance`` for a whole accelerator-optimised machine type with the
+GPUs it always carries: A2, A3, G2, G4), ``item`` (GKE accelerator label, TPU generation or machine type),
 ``capacity`` (``standard``, ``spot``, ``flex-start``), ``region``, ``usd_per_hour``,
 ``source`` (a key of :data:`SOURCES`) and ``date_read``. A row with no price records that
 the price is missing and why (``note``); ``item`` and ``region`` may be patterns
@@ -12,6 +13,15 @@ fixed discount off on demand.
 
 Sources:
 
+- ``https://github.com/Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml@<commit>``
+  (written as the row's source, with the commit; date = the file's ``about.generated``):
+  Cyclenerd/google-cloud-pricing-cost-calculator (Apache-2.0) generates ``pricing.yml`` from
+  the Cloud Billing Catalog API. It gives whole machine types (``hour``, ``hour_spot``), GPUs
+  included for A2 / A3 / G2 / G4, and no per-GPU rate: those become ``instance`` rows, N1
+  types ``machine`` rows. Regenerate them with
+  ``python -m gkeflow.pipelines.compute.price_import PATH/pricing.yml --commit SHA``
+  (:mod:`gkeflow.pipelines.compute.price_import`); other rows are kept. A GKE GPU machine is
+  priced from its ``instance`` row when one names it, else as machine + GPUs.
 - ``skypilot-vms``: skypilot-org/skypilot-catalog ``catalogs/v8/gcp/vms.csv`` at commit
   006059e0f18acb1341e22a27751e9f80df6ba92f, generated from the Cloud Billing Catalog API
   (read 2026-12-02). A secondary source: rows without an accelerator are the machine's
