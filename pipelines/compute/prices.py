@@ -3,9 +3,10 @@
 Each row of ``prices.csv`` (beside this module) is one price: ``kind`` (``gpu`` per GPU,
 ``tpu`` per chip with its host VM, ``machine`` for the vCPUs and memory of a machine type
 without its GPUs, ``instance`` for a whole accelerator-optimised machine type with the
-GPUs it always carries: A2, A3, G2, G4), ``item`` (GKE accelerator label, TPU generation or machine type),
-``capacity`` (``standard``, ``spot``, ``flex-start``), ``region``, ``usd_per_hour``,
-``source`` (a key of :data:`SOURCES`) and ``date_read``. A row with no price records that
+GPUs it always carries: A2, A3, G2, G4), ``item`` (GKE accelerator label, TPU generation
+or machine type), ``capacity`` (``standard``, ``spot``, ``flex-start``), ``region``,
+``usd_per_hour``, ``source`` (a key of :data:`SOURCES`, or the source itself) and
+``date_read``. A row with no price records that
 the price is missing and why (``note``); ``item`` and ``region`` may be patterns
 (``g2-standard-*``, ``*``) that cover what no exact row names.
 Missing prices are reported, never estimated: Spot and flex-start are their own SKUs, not a
