@@ -30,13 +30,13 @@ def rate_cell(step: StepCost) -> str:
         return "reserved"
     if step.usd_per_hour is None:
         return "missing"
-    text = f"{format_usd(step.usd_per_hour)}/h"
+    text = f"{format_usd(step.usd_per_hour)}/h" + (" (stale)" if step.stale else "")
     if step.nodes > 1:
         text += f" ({step.nodes} nodes)"
     if step.saving_pct is not None:
         on_demand = format_usd(step.on_demand_usd_per_hour)
         text += f", {step.saving_pct:g}% under on demand {on_demand}/h"
-    return text + (" (stale)" if step.stale else "")
+    return text
 
 
 def ceiling_cell(step: StepCost) -> str:

@@ -30,7 +30,8 @@ def prices_group() -> None:
 
 @prices_group.command("list")
 @CONFIG_OPTION
-@click.option("--kind", type=click.Choice(["gpu", "tpu", "machine"]), help="Only this kind.")
+@click.option("--kind", type=click.Choice(["gpu", "tpu", "machine", "instance"]),
+              help="Only this kind.")
 @click.option("--region", metavar="REGION", help="Only this region (and rows for every region).")
 @format_options("--format")
 def prices_list(config_path: Path, kind: str | None, region: str | None, wide: bool = False,
@@ -51,7 +52,7 @@ def prices_list(config_path: Path, kind: str | None, region: str | None, wide: b
         "date": row.date_read.isoformat(),
         "stale": "STALE" if row.usd_per_hour is not None
         and prices.is_stale(row.date_read, today) else "",
-        "source": row.source, "source page": prices.SOURCES.get(row.source, ""),
+        "source": row.source, "source page": prices.source_url(row.source),
         "note": row.note,
     } for row in rows]
     if output_format == "json":

@@ -2,9 +2,11 @@
 
 Each row of ``prices.csv`` (beside this module) is one price: ``kind`` (``gpu`` per GPU,
 ``tpu`` per chip with its host VM, ``machine`` for the vCPUs and memory of a machine type
-without its GPUs), ``item`` (GKE accelerator label, TPU generation or machine type),
-``capacity`` (``standard``, ``spot``, ``flex-start``), ``region``, ``usd_per_hour``,
-``source`` (a key of :data:`SOURCES`) and ``date_read``. A row with no price records that
+without its GPUs, ``instance`` for a whole accelerator-optimised machine type with the
+GPUs it always carries: A2, A3, G2, G4), ``item`` (GKE accelerator label, TPU generation
+or machine type), ``capacity`` (``standard``, ``spot``, ``flex-start``), ``region``,
+``usd_per_hour``, ``source`` (a key of :data:`SOURCES`, or the source itself) and
+``date_read``. A row with no price records that
 the price is missing and why (``note``); ``item`` and ``region`` may be patterns
 (``g2-standard-*``, ``*``) that cover what no exact row names.
 Missing prices are reported, never estimated: Spot and flex-start are their own SKUs, not a
@@ -12,6 +14,15 @@ fixed discount off on demand.
 
 Sources:
 
+- ``https://github.com/Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml@<commit>``
+  (written as the row's source, with the commit; date = the file's ``about.generated``):
+  Cyclenerd/google-cloud-pricing-cost-calculator (Apache-2.0) generates ``pricing.yml`` from
+  the Cloud Billing Catalog API. It gives whole machine types (``hour``, ``hour_spot``), GPUs
+  included for A2 / A3 / G2 / G4, and no per-GPU rate: those become ``instance`` rows, N1
+  types ``machine`` rows. Regenerate them with
+  ``python -m gkeflow.pipelines.compute.price_import PATH/pricing.yml --commit SHA``
+  (:mod:`gkeflow.pipelines.compute.price_import`); other rows are kept. A GKE GPU machine is
+  priced from its ``instance`` row when one names it, else as machine + GPUs.
 - ``skypilot-vms``: skypilot-org/skypilot-catalog ``catalogs/v8/gcp/vms.csv`` at commit
   006059e0f18acb1341e22a27751e9f80df6ba92f, generated from the Cloud Billing Catalog API
   (read 2026-12-02). A secondary source: rows without an accelerator are the machine's
@@ -58,6 +69,8 @@ from fnmatch import fnmatchcase
 from functools import lru_cache
 from pathlib import Path
 
+from gkeflow.pipelines.compute.gpu_catalogue import FAMILIES
+
 PRICES_CSV = Path(__file__).with_name("prices.csv")
 #: The refreshed cache, relative to the directory of gkeflow.yaml.
 CACHE_FILE = Path(".gkeflow") / "prices.csv"
@@ -67,7 +80,7 @@ STALE_AFTER_DAYS = 90
 CAPACITIES = ("standard", "spot", "flex-start", "reservation")
 TARGETS = ("gke", "vertex")
 #: Compute Engine kinds (GKE), Vertex AI custom-training kinds, and the per-run fee.
-KINDS = ("gpu", "tpu", "machine", "vertex-gpu", "vertex-tpu", "vertex-machine",
+KINDS = ("gpu", "tpu", "machine", "instance", "vertex-gpu", "vertex-tpu", "vertex-machine",
          "vertex-pipelines")
 
 SOURCES: dict[str, str] = {
@@ -117,12 +130,27 @@ class Rate:
         return self.usd_per_hour is None
 
 
+def source_url(source: str) -> str:
+    """The page a row's ``source`` names: a key of :data:`SOURCES`, else the source itself."""
+    return SOURCES.get(source, source)
+
+
 def _row(raw: dict[str, str]) -> Price:
     price = raw["usd_per_hour"].strip()
     return Price(raw["kind"], raw["item"], raw["capacity"], raw["region"],
                  float(price) if price else None, raw["source"].strip(),
                  date.fromisoformat(raw["date_read"]), (raw.get("note") or "").strip(),
                  (raw.get("currency") or "").strip() or "USD")
+
+
+def _comes_with(machine_type: str) -> tuple[str, int] | None:
+    """(GPU, count) a machine type of the GPU catalogue always carries; None for N1 (GPUs
+    attached at will) and for machine types the catalogue does not know."""
+    for family in FAMILIES:
+        for shape in family.shapes:
+            if shape.name == machine_type and family.name != "N1":
+                return shape.accelerator, shape.accelerator_count
+    return None
 
 
 @lru_cache(maxsize=4)
@@ -134,9 +162,12 @@ def load_prices(path: Path = PRICES_CSV) -> tuple[Price, ...]:
 
 
 def merge_prices(cache: tuple[Price, ...], base: tuple[Price, ...]) -> tuple[Price, ...]:
-    """``cache`` rows, then the ``base`` rows whose key the cache does not hold."""
+    """``cache`` rows, then the ``base`` rows whose key the cache does not hold. A refreshed
+    ``machine`` row also replaces the ``instance`` row of the same machine type: the cache
+    prices such a machine as its vCPUs and memory plus its GPUs."""
     refreshed = {row.key for row in cache}
-    return cache + tuple(row for row in base if row.key not in refreshed)
+    return cache + tuple(row for row in base if row.key not in refreshed and not (
+        row.kind == "instance" and ("machine", *row.key[1:]) in refreshed))
 
 
 def cache_path(directory: Path | None = None) -> Path:
@@ -209,6 +240,8 @@ def rate_parts(target: str, machine_type: str, accelerator: str | None,
     prefix = "vertex-" if target == "vertex" else ""
     if accelerator and accelerator.startswith("tpu"):
         return [(f"{prefix}tpu", accelerator, count)]
+    if target == "gke" and _comes_with(machine_type) == (accelerator or "", count) and count:
+        return [("instance", machine_type, 1)]
     parts = [(f"{prefix}machine", machine_type, 1)]
     if accelerator and count:
         parts.append((f"{prefix}gpu", accelerator, count))
@@ -234,6 +267,10 @@ def hourly_rate(target: str, machine_type: str, accelerator: str | None, count: 
     if capacity == "reservation":
         return Rate(None, reason="reserved: paid for by the reservation, not by the hour")
     parts = rate_parts(target, machine_type, accelerator, count)
+    if parts[0][0] == "instance":
+        row = find_price("instance", machine_type, capacity, region, prices)
+        if row is None or row.item != machine_type:  # no whole-machine row: host + GPUs
+            parts = rate_parts("gke", machine_type, None, 0) + [("gpu", accelerator, count)]
     total, rows = 0.0, []
     for kind, item, n in parts:
         amount, row, reason = _part(kind, item, capacity, region, n, prices)
@@ -246,6 +283,6 @@ def hourly_rate(target: str, machine_type: str, accelerator: str | None, count: 
         return Rate(None, reason=f"prices in more than one currency ({', '.join(currencies)}); "
                                  "run `gkeflow prices refresh` with one --currency")
     oldest = min(row.date_read for row in rows)
-    sources = sorted({SOURCES.get(row.source, row.source) for row in rows})
+    sources = sorted({source_url(row.source) for row in rows})
     return Rate(round(total, 5), " + ".join(sources), oldest,
                 is_stale(oldest, today or date.today()), currency=currencies[0])

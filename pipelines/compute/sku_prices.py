@@ -146,8 +146,11 @@ def wanted_rows(catalogue: tuple[Price, ...], shapes: dict[str, tuple[int, float
     """Keys (kind, item, capacity, region) a refresh tries to price: every exact catalogue
     row, and the known machine shapes a pattern row covers, in the catalogue's regions."""
     regions = sorted({row.region for row in catalogue if "*" not in row.region})
-    keys = {row.key for row in catalogue if "*" not in row.item and "*" not in row.region}
-    items = {(row.kind, row.item) for row in catalogue if "*" not in row.item}
+    keys = {row.key for row in catalogue
+            if "*" not in row.item and "*" not in row.region and row.kind != "instance"}
+    # a whole machine with its GPUs (``instance``) is refreshed as its vCPUs and memory
+    items = {("machine" if row.kind == "instance" else row.kind, row.item)
+             for row in catalogue if "*" not in row.item}
     items |= {("machine", name) for name in shapes for row in catalogue
               if row.kind == "machine" and "*" in row.item and fnmatchcase(name, row.item)}
     for kind, item in items:
@@ -204,5 +207,6 @@ def map_skus(skus: Iterable[Sku], catalogue: tuple[Price, ...], today: date,
         result.rows.append(Price(kind, item, capacity, region, round(amount, 6), source, today,
                                  FLEX_NOTE if capacity == "flex-start" else "",
                                  currency=currency))
-    result.unmatched = [row for row in catalogue if row.key not in priced]
+    result.unmatched = [row for row in catalogue if row.key not in priced and not (
+        row.kind == "instance" and ("machine", *row.key[1:]) in priced)]
     return result

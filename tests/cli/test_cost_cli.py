@@ -3,6 +3,7 @@ the test beside gkeflow.yaml."""
 
 from __future__ import annotations
 
+import csv
 import json
 from datetime import date
 
@@ -122,3 +123,45 @@ def test_plan_on_vertex_prices_the_custom_job_from_vertex_rows_times_count(tmp_p
                     f"{format_usd(train['ceiling_usd'])} (prices: vx-src, read {TODAY})")
     assert "ce-src" not in table.stdout  # Compute Engine rows never price a Vertex AI job
     assert all(len(row) <= 200 for row in table.stdout.splitlines())
+
+
+H100_SPOT_GKE = ("plan", "--target", "gke", "--compute", "train-model.accelerator=nvidia-h100-80gb",
+                 "--compute", "train-model.accelerator_count=8",
+                 "--compute", "train-model.scheduling=spot")
+
+
+def _vendored_row(kind, item, capacity, region):
+    with open(prices.PRICES_CSV, newline="", encoding="utf-8") as handle:
+        lines = (line for line in handle if not line.startswith("#"))
+        return next(row for row in csv.DictReader(lines) if (
+            row["kind"], row["item"], row["capacity"], row["region"]) == (
+            kind, item, capacity, region))
+
+
+def test_plan_prices_spot_h100_on_gke_from_the_whole_machine_row_and_flags_it_stale(tmp_path):
+    """8 x H100 on Spot is one a3-highgpu-8g: the vendored whole-machine rows (GPUs
+    included), with their source and date; over 90 days old, they are flagged stale."""
+    spot = _vendored_row("instance", "a3-highgpu-8g", "spot", "us-central1")
+    on_demand = _vendored_row("instance", "a3-highgpu-8g", "standard", "us-central1")
+    result = gkeflow(*H100_SPOT_GKE, "--output", "json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    train = next(step for step in json.loads(result.stdout)["cost"]["steps"]
+                 if step["step"] == "train-model")
+    assert train["usd_per_hour"] == pytest.approx(float(spot["usd_per_hour"]), abs=1e-4)
+    assert train["on_demand_usd_per_hour"] == pytest.approx(float(on_demand["usd_per_hour"]),
+                                                            abs=1e-4)
+    assert train["ceiling_usd"] == pytest.approx(
+        float(spot["usd_per_hour"]) * train["timeout_s"] / 3600, abs=1e-3)
+    assert (train["source"], train["date_read"]) == (spot["source"], spot["date_read"])
+    stale = (TODAY - date.fromisoformat(spot["date_read"])).days > prices.STALE_AFTER_DAYS
+    assert train["stale"] is stale
+
+    table = gkeflow(*H100_SPOT_GKE, "--wide", cwd=tmp_path, env={"COLUMNS": "400"})
+    assert table.returncode == 0, table.stderr
+    rate = format_usd(train["usd_per_hour"])
+    line = next(row for row in table.stdout.splitlines() if row.startswith("cost of train-model"))
+    assert line.startswith(f"cost of train-model: {rate}/h" + (" (stale)," if stale else ","))
+    assert f"(prices: {spot['source']}, read {spot['date_read']})" in line
+    refresh = ("note: stale prices (read over 90 days ago) for train-model; "
+               "`gkeflow prices refresh` updates them")
+    assert (refresh in table.stdout) is stale

@@ -141,9 +141,13 @@ def test_refresh_reads_every_page_after_a_503_and_maps_skus_to_rows(httpserver, 
     assert kept.source == "skypilot-vms" and kept.date_read == date(2026, 12, 2)
     rate = prices.hourly_rate("gke", "n1-standard-4", "nvidia-tesla-t4", 2, "spot",
                               "us-central1", prices=catalogue)
-    assert rate.missing  # the N1 machine itself was not in the SKUs
     gpu = prices.find_price("gpu", "nvidia-tesla-t4", "spot", "us-central1", catalogue)
     assert gpu.usd_per_hour == 0.088 and gpu.source.endswith("AAAA-T4-SP")
+    # the N1 machine was not in the SKUs: its vendored row, with the refreshed GPUs
+    host = prices.find_price("machine", "n1-standard-4", "spot", "us-central1", catalogue)
+    assert host.item == "n1-standard-4" and not host.source.startswith("Cloud Billing")
+    assert rate.usd_per_hour == round(host.usd_per_hour + 2 * gpu.usd_per_hour, 5)
+    assert rate.date_read == host.date_read  # the oldest of the two
 
 
 def test_prices_list_reads_the_cache_first_and_marks_stale_prices(httpserver, tmp_path):
@@ -194,7 +198,7 @@ def test_currency_is_asked_for_and_recorded(httpserver, tmp_path):
     row = _cache(tmp_path)[("gpu", "nvidia-tesla-t4", "standard", "us-central1")]
     assert (row["usd_per_hour"], row["currency"]) == ("0.32", "EUR")
     # EUR GPUs and vendored USD machines are not added up
-    rate = prices.hourly_rate("gke", "a2-highgpu-1g", "nvidia-tesla-t4", 1, "standard",
+    rate = prices.hourly_rate("gke", "n1-standard-4", "nvidia-tesla-t4", 1, "standard",
                               "us-central1", prices=prices.current_prices(tmp_path))
     assert rate.missing and "more than one currency" in rate.reason
 

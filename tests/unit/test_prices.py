@@ -18,7 +18,7 @@ def test_every_price_is_positive_with_a_source_url_and_an_iso_date():
     assert priced
     for row in priced:
         assert row.usd_per_hour > 0, row
-        assert prices.SOURCES[row.source].startswith("https://"), row
+        assert prices.source_url(row.source).startswith("https://"), row
         assert row.date_read <= date.today()
     for row in ROWS:
         assert row.capacity in prices.CAPACITIES and row.kind in prices.KINDS
@@ -38,7 +38,10 @@ def test_vertex_rates_are_their_own_rows_with_the_inferred_region_said():
     assert rate.usd_per_hour == round(row.usd_per_hour, 5)
     assert rate.date_read == row.date_read
     gke = prices.hourly_rate("gke", "n1-standard-4", None, 0, "standard", "us-central1")
-    assert gke.missing  # the Vertex AI row never prices a GKE node
+    compute = prices.find_price("machine", "n1-standard-4", "standard", "us-central1")
+    # a GKE node is priced from the Compute Engine row, never from the Vertex AI one
+    assert compute.source != row.source
+    assert gke.usd_per_hour == round(compute.usd_per_hour, 5)
 
 
 def test_suspect_h100_rows_are_missing_with_the_conflict_named():
@@ -78,29 +81,63 @@ def test_spot_is_never_dearer_than_on_demand():
             assert spot < on_demand, (kind, item, region)
 
 
-def test_a_gpu_machine_is_its_host_plus_its_gpus():
-    rate = prices.hourly_rate("gke", "a2-highgpu-1g", "nvidia-tesla-a100", 1, "standard",
-                              "us-central1", today=READ)
-    # 0.73948 (12 vCPUs, 85 GB) + 2.93391 (one A100 40GB), the source's two rows
-    assert rate.usd_per_hour == pytest.approx(3.67339, abs=1e-9)
+def test_a_gpu_machine_without_a_whole_machine_row_is_its_host_plus_its_gpus():
+    rate = prices.hourly_rate("gke", "a3-edgegpu-8g", "nvidia-h100-80gb", 8, "standard",
+                              "us-east4", today=READ)
+    host = prices.find_price("machine", "a3-edgegpu-8g", "standard", "us-east4")
+    gpu = prices.find_price("gpu", "nvidia-h100-80gb", "standard", "us-east4")
+    assert prices.find_price("instance", "a3-edgegpu-8g", "standard", "us-east4") is None
+    assert rate.usd_per_hour == round(host.usd_per_hour + 8 * gpu.usd_per_hour, 5)
     assert rate.source == prices.SOURCES["skypilot-vms"]
     assert rate.date_read == READ and not rate.stale and not rate.missing
 
 
-def test_eight_l4_on_g2_standard_96():
-    rate = prices.hourly_rate("gke", "g2-standard-96", "nvidia-l4", 8, "spot", "us-east4",
-                              today=READ)
-    assert rate.usd_per_hour == pytest.approx(1.40429 + 8 * 0.2233, abs=1e-9)
-    # a G2 shape whose own row was not read is missing, not priced from g2-standard-96
-    assert prices.hourly_rate("gke", "g2-standard-48", "nvidia-l4", 4, "standard",
-                              "us-central1", today=READ).missing
+@pytest.mark.parametrize("machine, gpus, capacity, region", [
+    ("a2-highgpu-1g", ("nvidia-tesla-a100", 1), "standard", "us-central1"),
+    ("g2-standard-96", ("nvidia-l4", 8), "spot", "us-east4"),
+    ("g2-standard-48", ("nvidia-l4", 4), "standard", "us-central1"),
+    ("a3-highgpu-8g", ("nvidia-h100-80gb", 8), "standard", "asia-southeast1"),
+])
+def test_an_accelerator_optimised_machine_is_its_whole_machine_row(machine, gpus, capacity,
+                                                                  region):
+    """A2 / A3 / G2 / G4 machine types are billed with their GPUs: one row, GPUs included."""
+    rate = prices.hourly_rate("gke", machine, *gpus, capacity, region, today=READ)
+    row = prices.find_price("instance", machine, capacity, region)
+    assert row.item == machine and f"with {gpus[1]} x {gpus[0]}" in row.note
+    assert rate.usd_per_hour == round(row.usd_per_hour, 5)
+    assert rate.source == prices.source_url(row.source) and rate.date_read == row.date_read
+
+
+def test_a_whole_machine_row_never_prices_other_gpus():
+    """A request the machine type does not carry (T4 on A2) is priced as host + GPUs, which
+    the catalogue does not hold for A2: missing, not the A100 machine's figure."""
+    rate = prices.hourly_rate("gke", "a2-highgpu-1g", "nvidia-tesla-t4", 1, "standard",
+                              "us-central1", today=READ)
+    assert rate.missing and "a2-highgpu-1g" in rate.reason
 
 
 def test_spot_uses_the_spot_rows_not_a_discount():
-    rate = prices.hourly_rate("gke", "a2-ultragpu-2g", "nvidia-a100-80gb", 2, "spot",
-                              "us-central1", today=READ)
-    assert rate.missing  # the A100 80GB GPU rows were not read: no guess from on demand
-    assert "spot nvidia-a100-80gb in us-central1" in rate.reason
+    rows = (prices.Price("instance", "a2-highgpu-1g", "standard", "us-central1", 3.0,
+                         "skypilot-vms", READ),
+            prices.Price("instance", "a2-highgpu-1g", "spot", "us-central1", None,
+                         "skypilot-vms", READ, "not read"))
+    rate = prices.hourly_rate("gke", "a2-highgpu-1g", "nvidia-tesla-a100", 1, "spot",
+                              "us-central1", today=READ, prices=rows)
+    assert rate.missing  # no Spot figure: no guess from on demand
+    assert rate.reason == "no spot a2-highgpu-1g in us-central1 price: not read"
+
+
+def test_a_refreshed_machine_row_replaces_the_whole_machine_row():
+    cache = (prices.Price("machine", "a2-highgpu-1g", "standard", "us-central1", 1.0,
+                          "Cloud Billing Catalog API", READ),
+             prices.Price("gpu", "nvidia-tesla-a100", "standard", "us-central1", 2.0,
+                          "Cloud Billing Catalog API", READ))
+    merged = prices.merge_prices(cache, ROWS)
+    assert prices.find_price("instance", "a2-highgpu-1g", "standard", "us-central1",
+                             merged) is None
+    rate = prices.hourly_rate("gke", "a2-highgpu-1g", "nvidia-tesla-a100", 1, "standard",
+                              "us-central1", today=READ, prices=merged)
+    assert rate.usd_per_hour == 3.0 and rate.source == "Cloud Billing Catalog API"
 
 
 def test_a_tpu_slice_is_chips_times_the_chip_price():
@@ -121,12 +158,13 @@ def test_staleness_is_relative_to_today():
 
 
 @pytest.mark.parametrize("args, reason", [
-    (("gke", "g2-standard-8", "nvidia-l4", 1, "standard", "us-central1"),
-     "no standard g2-standard-8 in us-central1 price: not read from a source yet"),
+    (("gke", "g2-standard-8", "nvidia-l4", 1, "standard", "us-west1"),
+     "no standard g2-standard-8 in us-west1 price: not read from a source yet"),
     (("gke", "a2-highgpu-1g", "nvidia-tesla-a100", 1, "flex-start", "us-central1"),
      "no flex-start a2-highgpu-1g in us-central1 price: no published flex-start"),
-    (("gke", "a2-highgpu-1g", "nvidia-tesla-a100", 1, "standard", "us-east4"),
-     "no standard a2-highgpu-1g in us-east4 price: no row for this region"),
+    (("gke", "a3-megagpu-8g", "nvidia-h100-mega-80gb", 8, "standard", "us-central1"),
+     "no standard a3-megagpu-8g in us-central1 price: pricing.yml gives no hour for "
+     "a3-megagpu-8g in us-central1"),
     (("gke", "a3-ultragpu-8g", "nvidia-h200-141gb", 8, "standard", "us-central1"),
      "no standard a3-ultragpu-8g in us-central1 price"),
     (("gke", "ct5p-hightpu-4t", "tpu-v5p", 8, "standard", "us-central1"),

@@ -1,0 +1,96 @@
+"""The pricing.yml importer, over a small file built here."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+import yaml
+
+from gkeflow.pipelines.compute import price_import, prices
+
+COMMIT = "fd66b26ff84fee5cdd94f341ea89206e76c06b99"
+
+
+def pricing(**instances):
+    return {"about": {"generated": "Thu Jul 30 06:13:17 2026",
+                      "url": "https://github.com/Cyclenerd/google-cloud-pricing-cost-calculator"},
+            "compute": {"instance": instances}}
+
+
+A3 = {"cpu": 208, "ram": 1872, "h100-80gb": 8,
+      "cost": {"us-central1": {"hour": 88.25, "hour_spot": 50.5, "month": 1.0}}}
+N1 = {"cpu": 4, "ram": 15, "cost": {"us-central1": {"hour": 0.25, "hour_spot": 0.0625},
+                                    "us-east4": {"hour": 0.5}}}
+
+
+def test_rows_carry_the_commit_the_generated_date_and_the_kind_of_machine():
+    rows = {row.key: row for row in price_import.import_rows(
+        pricing(**{"a3-highgpu-8g": A3, "n1-standard-4": N1, "x9-mega-1": N1}), COMMIT,
+        ["us-central1", "us-east4"])}
+    whole = rows[("instance", "a3-highgpu-8g", "spot", "us-central1")]
+    assert whole.usd_per_hour == 50.5 and whole.date_read == date(2026, 7, 30)
+    assert whole.source == ("https://github.com/Cyclenerd/google-cloud-pricing-cost-calculator"
+                            f" pricing.yml@{COMMIT}")
+    assert "with 8 x nvidia-h100-80gb" in whole.note and "Cloud Billing Catalog API" in whole.note
+    assert rows[("instance", "a3-highgpu-8g", "standard", "us-central1")].usd_per_hour == 88.25
+    missing = rows[("instance", "a3-highgpu-8g", "standard", "us-east4")]
+    assert missing.usd_per_hour is None and missing.note == (
+        "pricing.yml gives no hour for a3-highgpu-8g in us-east4")
+    # N1 takes GPUs at will: its rows are the machine alone
+    assert rows[("machine", "n1-standard-4", "spot", "us-central1")].usd_per_hour == 0.0625
+    assert rows[("machine", "n1-standard-4", "spot", "us-east4")].usd_per_hour is None
+    assert not any(key[1] == "x9-mega-1" for key in rows)  # not in the GPU catalogue
+
+
+def test_shapes_not_offered_on_demand_get_no_on_demand_row():
+    one = {**A3, "h100-80gb": 1}
+    rows = price_import.import_rows(pricing(**{"a3-highgpu-1g": one}), COMMIT, ["us-central1"])
+    assert [row.capacity for row in rows] == ["spot"]
+
+
+@pytest.mark.parametrize("data, commit, message", [
+    (pricing(**{"a3-highgpu-8g": {**A3, "h100-80gb": 4}}), COMMIT,
+     "a3-highgpu-8g: pricing.yml gives GPUs {'nvidia-h100-80gb': 4}, the GPU catalogue 8 x "
+     "nvidia-h100-80gb"),
+    (pricing(), "fd66b26", "--commit must be the full 40-hex commit"),
+    ({**pricing(), "about": {"generated": "yesterday", "url": price_import.REPOSITORY}}, COMMIT,
+     "about.generated 'yesterday' is not a date"),
+    ({**pricing(), "about": {"generated": "x", "url": "https://example.com"}}, COMMIT,
+     "about.url is 'https://example.com'"),
+])
+def test_a_file_that_does_not_fit_is_refused_in_one_line(data, commit, message):
+    with pytest.raises(price_import.PricingFileError) as error:
+        price_import.import_rows(data, commit, ["us-central1"])
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_main_rewrites_machine_rows_and_keeps_every_other_row(tmp_path):
+    source = tmp_path / "pricing.yml"
+    source.write_text(yaml.safe_dump(pricing(**{"a3-highgpu-8g": A3})), encoding="utf-8")
+    target = tmp_path / "prices.csv"
+    old = (prices.Price("machine", "a3-highgpu-8g", "standard", "*", None, "", date(2026, 1, 1),
+                        "not read"),
+           prices.Price("gpu", "nvidia-h100-80gb", "spot", "us-central1", 3.0, "skypilot-vms",
+                        date(2026, 1, 1)),
+           prices.Price("tpu", "tpu-v6e", "standard", "us-central1", 2.7, "skypilot-vms",
+                        date(2026, 1, 1)))
+    prices.write_prices(target, old, "test")
+    assert price_import.main([str(source), "--commit", COMMIT, "--output", str(target)]) == 0
+    rows = {row.key: row for row in prices.load_prices(target)}
+    assert ("machine", "a3-highgpu-8g", "standard", "*") not in rows
+    assert rows[old[1].key] == old[1] and rows[old[2].key] == old[2]
+    assert rows[("instance", "a3-highgpu-8g", "spot", "us-central1")].usd_per_hour == 50.5
+    rate = prices.hourly_rate("gke", "a3-highgpu-8g", "nvidia-h100-80gb", 8, "spot",
+                              "us-central1", today=date(2026, 8, 1), prices=tuple(rows.values()))
+    assert rate.usd_per_hour == 50.5 and not rate.stale
+
+
+def test_main_refuses_a_bad_file_in_one_line(tmp_path, capsys):
+    source = tmp_path / "pricing.yml"
+    source.write_text(yaml.safe_dump(pricing()), encoding="utf-8")
+    prices.write_prices(tmp_path / "p.csv", (), "test")
+    assert price_import.main([str(source), "--commit", "abc",
+                              "--output", str(tmp_path / "p.csv")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: --commit must be") and len(err.strip().splitlines()) == 1
