@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +44,52 @@ def served_outputs(outputs: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {"artifacts": artifacts, "parameters": parameters}
 
 
+class _Run:
+    """What one local run's cache hits are recorded into."""
+
+    def __init__(self, on_hit: Callable[[str], None] | None) -> None:
+        self.on_hit = on_hit
+        self.names: dict[str, str] = {}
+        self.served: dict[str, dict[str, dict[str, Any]]] = {}
+
+
+#: The runs in progress in this process, the newest last; the patches serve the newest.
+_RUNS: list[_Run] = []
+#: kfp.local's own cache methods, saved before the first patch and restored when the last
+#: run ends, whatever order runs overlapping in threads end in.
+_KFP_METHODS: dict[str, Any] = {}
+_LOCK = threading.Lock()
+
+
+def _deserialize_artifact(data):
+    uri = data.get("uri", "")
+    if data.get("schema_title") in METADATA_ONLY and uri and not os.path.exists(uri):
+        from kfp.dsl import executor
+
+        return executor.create_artifact_instance({
+            "name": data.get("name", ""), "uri": uri,
+            "metadata": data.get("metadata", {}) or {},
+            "type": {"schemaTitle": data["schema_title"]}})
+    return _KFP_METHODS["_deserialize_artifact"].__func__(data)
+
+
+def _compute_key(self, component_name, *args, **kwargs):
+    key = _KFP_METHODS["compute_key"](self, component_name, *args, **kwargs)
+    if _RUNS:
+        _RUNS[-1].names[key] = component_name.removeprefix("comp-")
+    return key
+
+
+def _get(self, key):
+    outputs = _KFP_METHODS["get"](self, key)
+    run = _RUNS[-1] if _RUNS else None
+    if outputs is not None and run is not None and key in run.names:
+        run.served[run.names[key]] = served_outputs(outputs)
+        if run.on_hit is not None:
+            run.on_hit(run.names[key])
+    return outputs
+
+
 @contextlib.contextmanager
 def metadata_only_artifacts_hit(on_hit: Callable[[str], None] | None = None):
     """Patch kfp.local's cache while a local run lasts; yields task -> the outputs the cache
@@ -51,40 +98,19 @@ def metadata_only_artifacts_hit(on_hit: Callable[[str], None] | None = None):
     which another thread may redirect meanwhile)."""
     from kfp.local import cache
 
-    original = cache.LocalCache.__dict__["_deserialize_artifact"]
-
-    def patched(data):
-        uri = data.get("uri", "")
-        if data.get("schema_title") in METADATA_ONLY and uri and not os.path.exists(uri):
-            from kfp.dsl import executor
-
-            return executor.create_artifact_instance({
-                "name": data.get("name", ""), "uri": uri,
-                "metadata": data.get("metadata", {}) or {},
-                "type": {"schemaTitle": data["schema_title"]}})
-        return original.__func__(data)
-
-    original_key, original_get = cache.LocalCache.compute_key, cache.LocalCache.get
-    names: dict[str, str] = {}
-    served: dict[str, dict[str, dict[str, Any]]] = {}
-
-    def compute_key(self, component_name, *args, **kwargs):
-        key = original_key(self, component_name, *args, **kwargs)
-        names[key] = component_name.removeprefix("comp-")
-        return key
-
-    def get(self, key):
-        outputs = original_get(self, key)
-        if outputs is not None and key in names:
-            served[names[key]] = served_outputs(outputs)
-            if on_hit is not None:
-                on_hit(names[key])
-        return outputs
-
-    cache.LocalCache._deserialize_artifact = staticmethod(patched)
-    cache.LocalCache.compute_key, cache.LocalCache.get = compute_key, get
+    run = _Run(on_hit)
+    with _LOCK:
+        if not _RUNS:
+            _KFP_METHODS.update({name: cache.LocalCache.__dict__[name] for name in
+                                 ("_deserialize_artifact", "compute_key", "get")})
+            cache.LocalCache._deserialize_artifact = staticmethod(_deserialize_artifact)
+            cache.LocalCache.compute_key, cache.LocalCache.get = _compute_key, _get
+        _RUNS.append(run)
     try:
-        yield served
+        yield run.served
     finally:
-        cache.LocalCache._deserialize_artifact = original
-        cache.LocalCache.compute_key, cache.LocalCache.get = original_key, original_get
+        with _LOCK:
+            _RUNS.remove(run)
+            if not _RUNS:
+                for name, method in _KFP_METHODS.items():
+                    setattr(cache.LocalCache, name, method)
