@@ -18,7 +18,10 @@ from gkeflow.pipelines.targets.transport import RemoteError, RetryPolicy, max_to
 from gkeflow.pipelines.targets.vertex import VertexBackend
 
 POLICY = RetryPolicy(attempts=3, base_delay_s=0.05, max_delay_s=0.1, timeout_s=0.5)
-SLACK_S = 0.6  # process scheduling on a loaded 2-core machine
+#: Process scheduling and first-call set-up on a loaded 2-core machine. The bound still
+#: catches what it is for: a call that hangs, or retries beyond its budget (the silent
+#: server also counts the connections).
+SLACK_S = 5.0
 
 
 class SilentServer:

@@ -30,7 +30,7 @@ def bodies(server, method, path_re):
 
 def test_the_fake_rejects_what_the_api_rejects(vertex_server):
     answer = requests.post(f"{vertex_server.url}/v1/{PARENT}/pipelineJobs",
-                           json={"displayName": "x", "notAField": 1}, timeout=5)
+                           json={"displayName": "x", "notAField": 1}, timeout=60)
     assert answer.status_code == 400 and "notAField" in answer.json()["error"]["message"]
     answer = requests.post(f"{vertex_server.url}/v1/{PARENT}/schedules",
                            json={"displayName": "x", "cron": "0 2 * * *",
@@ -38,7 +38,7 @@ def test_the_fake_rejects_what_the_api_rejects(vertex_server):
                                  "createPipelineJobRequest": {
                                      "parent": PARENT,
                                      "pipelineJob": {"pipelineSpec": {"bogus": 1}}}},
-                           timeout=5)
+                           timeout=60)
     assert answer.status_code == 400 and "bogus" in answer.json()["error"]["message"]
     assert len(vertex_server.violations) == 2
     vertex_server.violations.clear()
