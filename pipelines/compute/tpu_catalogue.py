@@ -45,6 +45,15 @@ Sources, cited per entry by key (all read 2026-12-02):
   https://cloud.google.com/vertex-ai/docs/training/training-with-tpu-vm: "you can specify
   TPU v2, TPU v3, or TPU v5e VMs"; TPU v6e supported; ``MachineSpec.tpu_topology``
   ("Corresponds to the TPU topologies available from GKE").
+- ``gce-machine-types``: Compute Engine's machine types as ``gcloud compute machine-types
+  list`` prints them (``CPUS`` = ``guestCpus``; ``MEMORY_GB`` = ``memoryMb`` converted to GiB:
+  gcloud's format is ``memoryMb.size(units_in=MiB, units_out=GiB, precision=2)``), recorded in
+  Cyclenerd/google-cloud-pricing-cost-calculator ``tools/machinetypes.csv`` at commit
+  dac31281f2a4575f0a8bff20ac04fc71a5ff2190 (the file last changed 2026-07-01; read
+  2026-12-03): ct5lp-hightpu-1t / 4t / 8t 24 / 112 / 224 vCPUs, 48 / 192 / 384 GiB;
+  ct6e-standard-1t / 4t / 8t 44 / 180 / 360 vCPUs, 176 / 720 / 1440 GiB; ct5p-hightpu-4t 208
+  vCPUs, 448 GiB; tpu7x-standard-1t / 4t 56 / 224 vCPUs, 240 / 960 GiB. ct4p-hightpu-4t
+  (v4) is not in the list (its one zone, us-central2-b, is not among the zones listed).
 - ``xpk``: AI-Hypercomputer/xpk ``src/xpk/core/system_characteristics.py`` at commit
   367c838253bea41e7d7716145ad6513f44c1a21e: GKE accelerator labels and machine types
   (``tpu-v5-lite-podslice`` ct5lp-hightpu-4t, ``tpu-v6e-slice`` ct6e-standard-1t / 4t,
@@ -52,11 +61,12 @@ Sources, cited per entry by key (all read 2026-12-02):
   tpu7x-standard-1t / 4t), multi-host v5e / v6e topologies 2x4 .. 16x16 on 4-chip VMs, 3D
   topologies up to 64 cubes (v4) and 144 cubes (TPU7x).
 
-Host vCPUs and memory (``TpuMachine.vcpus`` / ``memory_gib``) are recorded only where a page
-above states them: v5e's three machine types (``tpu-v5e``) and the ct6e-standard-8t host's
-1536 GiB (``tpu-v6e``). The others were looked for again on 2026-12-03 (the TPU v6e page,
-"Plan TPUs in GKE", Compute Engine's "TPU machines" page) without finding them in the text
-read: they stay None, the limit is unknown, and ``plan`` says so
+Host vCPUs and memory (``TpuMachine.vcpus`` / ``memory_gib``, in GiB) are the VM's, from the
+Compute Engine API (``gce-machine-types``); each machine names its source (``TpuMachine.source``).
+The v5e page says "GB" for 48 / 192 / 384; the API's ``memoryMb`` shows they are GiB. The v6e
+page's "1536 GiB DRAM per host" is the physical host's; the ct6e-standard-8t VM has 1440 GiB.
+The v4 host (ct4p-hightpu-4t) is not recorded: no page or listing read gives its vCPUs or
+memory, so that limit stays unknown and ``plan`` says so
 (:func:`gkeflow.pipelines.compute.tpu_profile.unchecked_host_limits`).
 
 Vertex AI: only single-host slices of v5e and v6e are recorded (the page read documents those
@@ -73,6 +83,8 @@ CONSUMPTION = (STANDARD, SPOT, FLEX_START, RESERVATION)
 GKE, VERTEX = "gke", "vertex"
 TARGETS = (GKE, VERTEX)
 DATE_READ = "2026-12-02"
+#: Source key of the TPU hosts' vCPUs and memory (see the module docstring).
+_GCE = "gce-machine-types"
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,8 @@ class TpuMachine:
     chips: int
     vcpus: int | None = None
     memory_gib: float | None = None
+    #: source key of ``vcpus`` / ``memory_gib`` ("" while they are unknown).
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -135,12 +149,13 @@ GENERATIONS: tuple[Generation, ...] = (
         "tpu-v5e", "tpu-v5-lite-podslice", 2,
         _single_and_multi({"1x1": "ct5lp-hightpu-1t", "2x2": "ct5lp-hightpu-4t",
                            "2x4": "ct5lp-hightpu-8t"}, "ct5lp-hightpu-4t", _2D_MULTI),
-        (TpuMachine("ct5lp-hightpu-1t", 1, 24, 48), TpuMachine("ct5lp-hightpu-4t", 4, 112, 192),
-         TpuMachine("ct5lp-hightpu-8t", 8, 224, 384)),
+        (TpuMachine("ct5lp-hightpu-1t", 1, 24, 48, _GCE),
+         TpuMachine("ct5lp-hightpu-4t", 4, 112, 192, _GCE),
+         TpuMachine("ct5lp-hightpu-8t", 8, 224, 384, _GCE)),
         {STANDARD: (), SPOT: (), FLEX_START: ("us-west4-a",), RESERVATION: ()},
         ("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a"),
         ("gke-plan", "gke-about", "tpu-v5e", "tpu-regions", "tpu-consume", "tpu-flex",
-         "vertex-tpu", "xpk"),
+         "vertex-tpu", "xpk", _GCE),
         vertex_topologies=("1x1", "2x2", "2x4"),
         note="2x4 also runs as two ct5lp-hightpu-4t hosts (xpk); the catalogue takes the "
              "single 8-chip VM"),
@@ -148,22 +163,24 @@ GENERATIONS: tuple[Generation, ...] = (
         "tpu-v6e", "tpu-v6e-slice", 2,
         _single_and_multi({"1x1": "ct6e-standard-1t", "2x2": "ct6e-standard-4t",
                            "2x4": "ct6e-standard-8t"}, "ct6e-standard-4t", _2D_MULTI),
-        (TpuMachine("ct6e-standard-1t", 1), TpuMachine("ct6e-standard-4t", 4),
-         TpuMachine("ct6e-standard-8t", 8, memory_gib=1536)),
+        (TpuMachine("ct6e-standard-1t", 1, 44, 176, _GCE),
+         TpuMachine("ct6e-standard-4t", 4, 180, 720, _GCE),
+         TpuMachine("ct6e-standard-8t", 8, 360, 1440, _GCE)),
         {STANDARD: (), SPOT: (), FLEX_START: ("asia-northeast1-b", "us-east5-a"),
          RESERVATION: ()},
         ("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a"),
         ("gke-plan", "gke-about", "tpu-v6e", "tpu-regions", "tpu-consume", "tpu-flex",
-         "vertex-tpu", "xpk"),
+         "vertex-tpu", "xpk", _GCE),
         vertex_topologies=("1x1", "2x2", "2x4"),
         note="2x4 also runs as two ct6e-standard-4t hosts (xpk); the catalogue takes the "
              "single 8-chip VM"),
     Generation(
         "tpu-v5p", "tpu-v5p-slice", 3, dict.fromkeys(_cube_topologies(96), "ct5p-hightpu-4t"),
-        (TpuMachine("ct5p-hightpu-4t", 4),),
+        (TpuMachine("ct5p-hightpu-4t", 4, 208, 448, _GCE),),
         {STANDARD: (), SPOT: (), RESERVATION: ()},
         ("us-central1-a", "us-east5-a"),
-        ("gke-plan", "gke-about", "tpu-v5p", "tpu-types", "tpu-regions", "tpu-consume", "xpk"),
+        ("gke-plan", "gke-about", "tpu-v5p", "tpu-types", "tpu-regions", "tpu-consume", "xpk",
+         _GCE),
         note="single slices up to 16x16x24 (96 cubes); no flex-start (tpu-flex lists v5e and "
              "v6e only)"),
     Generation(
@@ -173,15 +190,17 @@ GENERATIONS: tuple[Generation, ...] = (
         {STANDARD: (), SPOT: (), RESERVATION: ()},
         ("us-central2-b",),
         ("gke-plan", "tpu-types", "tpu-regions", "tpu-consume", "xpk"),
-        note="us-central2-b only"),
+        note="us-central2-b only; the vCPUs and memory of a ct4p-hightpu-4t host were not found "
+             "(not in the Compute Engine machine-type listing read)"),
     Generation(
         "tpu7x", "tpu7x", 3,
         {"1x1x1": "tpu7x-standard-1t",
          **dict.fromkeys(_cube_topologies(144), "tpu7x-standard-4t")},
-        (TpuMachine("tpu7x-standard-1t", 1), TpuMachine("tpu7x-standard-4t", 4)),
+        (TpuMachine("tpu7x-standard-1t", 1, 56, 240, _GCE),
+         TpuMachine("tpu7x-standard-4t", 4, 224, 960, _GCE)),
         {RESERVATION: ()},
         (),
-        ("gke-ironwood", "tpu7x", "tpu-consume", "xpk"),
+        ("gke-ironwood", "tpu7x", "tpu-consume", "xpk", _GCE),
         note="Ironwood; zones and options other than reservations were not confirmed in the "
              "pages read; multi-host node pools need a workload policy (GKE 1.34+)"),
 )

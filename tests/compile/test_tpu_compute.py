@@ -81,7 +81,7 @@ def test_cli_overrides_give_a_valid_multi_host_slice():
      "(the host has at most 24 vCPUs and 48.0 GiB); lower them"),
     ({"accelerator": "tpu-v6e", "topology": "2x4", "memory": "1500Gi"}, "gke",
      "train-model: memory 1500Gi does not fit one ct6e-standard-8t host of tpu-v6e 2x4 (GKE "
-     "leaves pods at most 1474.5 GiB); lower them"),
+     "leaves pods at most 359 vCPUs and 1381.9 GiB); lower them"),
     ({"accelerator": "tpu-v6e", "topology": "4x4", "replicas": 2}, "gke",
      "train-model: replicas 2 on tpu-v6e asks for 2 slices (Multislice), which TensorFlow's "
      "TPUStrategy cannot train across; use replicas: 1 and a larger topology"),

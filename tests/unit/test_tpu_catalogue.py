@@ -175,12 +175,96 @@ def test_every_host_limit_is_checked_or_said_to_be_unknown():
                 machine.memory_gib is not None)
 
 
-def test_the_unknown_limit_of_a_v6e_host_is_said_in_plan():
+#: machine type -> (vCPUs, GiB) as Compute Engine lists them (``gcloud compute machine-types
+#: list``: CPUS, MEMORY_GB = memoryMb in GiB), source ``gce-machine-types`` of tpu_catalogue.
+HOSTS = {
+    "ct5lp-hightpu-1t": (24, 48), "ct5lp-hightpu-4t": (112, 192), "ct5lp-hightpu-8t": (224, 384),
+    "ct6e-standard-1t": (44, 176), "ct6e-standard-4t": (180, 720),
+    "ct6e-standard-8t": (360, 1440), "ct5p-hightpu-4t": (208, 448),
+    "tpu7x-standard-1t": (56, 240), "tpu7x-standard-4t": (224, 960),
+}
+
+
+def test_host_vcpus_and_memory_match_the_compute_engine_listing():
+    machines = {m.name: m for g in tpu.GENERATIONS for m in g.machines}
+    recorded = {name: (m.vcpus, m.memory_gib) for name, m in machines.items()
+                if m.vcpus is not None or m.memory_gib is not None}
+    assert recorded == HOSTS
+    # The one host left out: v4's, which the listing does not hold.
+    assert set(machines) - set(HOSTS) == {"ct4p-hightpu-4t"}
+    assert (machines["ct4p-hightpu-4t"].vcpus, machines["ct4p-hightpu-4t"].memory_gib) == (
+        None, None)
+
+
+def test_every_recorded_host_names_a_source_the_catalogue_cites():
+    for gen in tpu.GENERATIONS:
+        for machine in gen.machines:
+            known = machine.vcpus is not None or machine.memory_gib is not None
+            assert bool(machine.source) == known, machine.name
+            if machine.source:
+                assert machine.source in gen.sources, (gen.name, machine.name)
+                assert f"``{machine.source}``" in tpu.__doc__
+
+
+@pytest.mark.parametrize(("generation", "topology", "machine_type"), [
+    ("tpu-v6e", "1x1", "ct6e-standard-1t"), ("tpu-v6e", "2x2", "ct6e-standard-4t"),
+    ("tpu-v6e", "2x4", "ct6e-standard-8t"), ("tpu-v5e", "2x2", "ct5lp-hightpu-4t")])
+def test_a_vertex_tpu_step_may_ask_for_the_whole_vm_and_no_more(generation, topology,
+                                                                machine_type):
+    from gkeflow.pipelines.compute.profiles import profile_problems
+    from gkeflow.pipelines.training import DEFAULT_COMPUTE
+
+    vcpus, gib = HOSTS[machine_type]
+    fits = DEFAULT_COMPUTE["train-model"].with_overrides(
+        accelerator=generation, topology=topology, cpu=str(vcpus), memory=f"{gib}Gi")
+    assert profile_problems("train-model", fits, "vertex") == []
+    for field, value in (("cpu", f"{vcpus * 1000 + 1}m"), ("memory", f"{gib * 1024 + 1}Mi")):
+        (problem,) = profile_problems("train-model", fits.with_overrides(**{field: value}),
+                                      "vertex")
+        assert problem == (f"train-model: {field} {value} does not fit one {machine_type} host "
+                           f"of {generation} {topology} (the host has at most {vcpus} vCPUs "
+                           f"and {gib:.1f} GiB); lower them")
+
+
+@pytest.mark.parametrize(("generation", "topology", "machine_type", "scheduling"), [
+    ("tpu-v6e", "4x4", "ct6e-standard-4t", "standard"),
+    ("tpu-v5p", "2x2x2", "ct5p-hightpu-4t", "standard"),
+    ("tpu7x", "2x2x2", "tpu7x-standard-4t", "reservation"),
+    ("tpu7x", "1x1x1", "tpu7x-standard-1t", "reservation")])
+def test_a_gke_tpu_pod_may_ask_for_what_the_node_leaves_and_no_more(generation, topology,
+                                                                   machine_type, scheduling):
+    from gkeflow.pipelines.compute.accelerators import gke_allocatable_exact
+    from gkeflow.pipelines.compute.profiles import profile_problems
+    from gkeflow.pipelines.compute.tpu_profile import unchecked_host_limits
+    from gkeflow.pipelines.training import DEFAULT_COMPUTE
+
+    vcpus, gib = HOSTS[machine_type]
+    millicores, memory = gke_allocatable_exact(vcpus, gib * 2**30)
+    assert 0 < millicores < vcpus * 1000 and 0 < memory < gib * 2**30
+    reservation = {"reservation": "tpu-pool"} if scheduling == "reservation" else {}
+    fits = DEFAULT_COMPUTE["train-model"].with_overrides(
+        accelerator=generation, topology=topology, scheduling=scheduling,
+        cpu=f"{millicores}m", memory=f"{memory // 2**20}Mi", **reservation)
+    assert profile_problems("train-model", fits, "gke") == []
+    assert unchecked_host_limits("train-model", fits, "gke") == ""
+    for field, value in (("cpu", f"{millicores + 1}m"), ("memory", f"{memory // 2**20 + 1}Mi")):
+        (problem,) = profile_problems("train-model", fits.with_overrides(**{field: value}),
+                                      "gke")
+        assert problem.startswith(f"train-model: {field} {value} does not fit one "
+                                  f"{machine_type} host of {generation} {topology} (GKE leaves "
+                                  "pods at most "), problem
+
+
+def test_the_unknown_limit_of_a_v4_host_is_said_in_plan():
     from gkeflow.pipelines.compute.plan import target_notes
     from gkeflow.pipelines.training import DEFAULT_COMPUTE
 
-    profiles = {**DEFAULT_COMPUTE, "train-model": DEFAULT_COMPUTE["train-model"].with_overrides(
-        accelerator="tpu-v6e", topology="4x4")}
-    assert ("train-model: the vCPUs and memory of one ct6e-standard-4t host are unknown (not "
+    def notes(accelerator, topology):
+        profiles = {**DEFAULT_COMPUTE, "train-model": DEFAULT_COMPUTE["train-model"]
+                    .with_overrides(accelerator=accelerator, topology=topology)}
+        return target_notes(profiles, "gke")
+
+    assert ("train-model: the vCPUs and memory of one ct4p-hightpu-4t host are unknown (not "
             "found in the pages the TPU catalogue cites); cpu and memory not checked against "
-            "the host") in target_notes(profiles, "gke")
+            "the host") in notes("tpu-v4", "2x2x4")
+    assert not any("unknown" in note for note in notes("tpu-v6e", "4x4"))
