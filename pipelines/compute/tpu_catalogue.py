@@ -53,7 +53,11 @@ Sources, cited per entry by key (all read 2026-12-02):
   2026-12-03): ct5lp-hightpu-1t / 4t / 8t 24 / 112 / 224 vCPUs, 48 / 192 / 384 GiB;
   ct6e-standard-1t / 4t / 8t 44 / 180 / 360 vCPUs, 176 / 720 / 1440 GiB; ct5p-hightpu-4t 208
   vCPUs, 448 GiB; tpu7x-standard-1t / 4t 56 / 224 vCPUs, 240 / 960 GiB. ct4p-hightpu-4t
-  (v4) is not in the list (its one zone, us-central2-b, is not among the zones listed).
+  (v4) is not in that version.
+- ``gce-machine-types-2025``: the same file at commit
+  51d634bd53d04251520b25199c785b4ba8db9e90 (2025-10-30), the last version that lists
+  ct4p-hightpu-4t (us-central2): 240 vCPUs, 407 GiB (listed from 2023-11-10; the next
+  listing, 2025-10-31, dropped it).
 - ``xpk``: AI-Hypercomputer/xpk ``src/xpk/core/system_characteristics.py`` at commit
   367c838253bea41e7d7716145ad6513f44c1a21e: GKE accelerator labels and machine types
   (``tpu-v5-lite-podslice`` ct5lp-hightpu-4t, ``tpu-v6e-slice`` ct6e-standard-1t / 4t,
@@ -65,9 +69,9 @@ Host vCPUs and memory (``TpuMachine.vcpus`` / ``memory_gib``, in GiB) are the VM
 Compute Engine API (``gce-machine-types``); each machine names its source (``TpuMachine.source``).
 The v5e page says "GB" for 48 / 192 / 384; the API's ``memoryMb`` shows they are GiB. The v6e
 page's "1536 GiB DRAM per host" is the physical host's; the ct6e-standard-8t VM has 1440 GiB.
-The v4 host (ct4p-hightpu-4t) is not recorded: no page or listing read gives its vCPUs or
-memory, so that limit stays unknown and ``plan`` says so
-(:func:`gkeflow.pipelines.compute.tpu_profile.unchecked_host_limits`).
+The v4 host (ct4p-hightpu-4t) comes from an older listing (``gce-machine-types-2025``): the
+current one no longer has it. A host whose vCPUs or memory were not recorded would be noted
+in ``plan`` as unchecked (:func:`gkeflow.pipelines.compute.tpu_profile.unchecked_host_limits`).
 
 Vertex AI: only single-host slices of v5e and v6e are recorded (the page read documents those
 VMs; multi-host TPU CustomJobs were not confirmed).
@@ -186,12 +190,13 @@ GENERATIONS: tuple[Generation, ...] = (
     Generation(
         "tpu-v4", "tpu-v4-podslice", 3,
         dict.fromkeys(_cube_topologies(64), "ct4p-hightpu-4t"),
-        (TpuMachine("ct4p-hightpu-4t", 4),),
+        (TpuMachine("ct4p-hightpu-4t", 4, 240, 407, "gce-machine-types-2025"),),
         {STANDARD: (), SPOT: (), RESERVATION: ()},
         ("us-central2-b",),
-        ("gke-plan", "tpu-types", "tpu-regions", "tpu-consume", "xpk"),
-        note="us-central2-b only; the vCPUs and memory of a ct4p-hightpu-4t host were not found "
-             "(not in the Compute Engine machine-type listing read)"),
+        ("gke-plan", "tpu-types", "tpu-regions", "tpu-consume", "xpk",
+         "gce-machine-types-2025"),
+        note="us-central2-b only; the host's vCPUs and memory are from the 2025-10-30 "
+             "machine-type listing (later listings no longer have ct4p-hightpu-4t)"),
     Generation(
         "tpu7x", "tpu7x", 3,
         {"1x1x1": "tpu7x-standard-1t",

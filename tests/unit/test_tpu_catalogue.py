@@ -182,6 +182,8 @@ HOSTS = {
     "ct6e-standard-1t": (44, 176), "ct6e-standard-4t": (180, 720),
     "ct6e-standard-8t": (360, 1440), "ct5p-hightpu-4t": (208, 448),
     "tpu7x-standard-1t": (56, 240), "tpu7x-standard-4t": (224, 960),
+    # From the 2025-10-30 listing (source gce-machine-types-2025): later ones drop it.
+    "ct4p-hightpu-4t": (240, 407),
 }
 
 
@@ -190,10 +192,8 @@ def test_host_vcpus_and_memory_match_the_compute_engine_listing():
     recorded = {name: (m.vcpus, m.memory_gib) for name, m in machines.items()
                 if m.vcpus is not None or m.memory_gib is not None}
     assert recorded == HOSTS
-    # The one host left out: v4's, which the listing does not hold.
-    assert set(machines) - set(HOSTS) == {"ct4p-hightpu-4t"}
-    assert (machines["ct4p-hightpu-4t"].vcpus, machines["ct4p-hightpu-4t"].memory_gib) == (
-        None, None)
+    assert set(machines) == set(HOSTS)
+    assert machines["ct4p-hightpu-4t"].source == "gce-machine-types-2025"
 
 
 def test_every_recorded_host_names_a_source_the_catalogue_cites():
@@ -229,6 +229,7 @@ def test_a_vertex_tpu_step_may_ask_for_the_whole_vm_and_no_more(generation, topo
 @pytest.mark.parametrize(("generation", "topology", "machine_type", "scheduling"), [
     ("tpu-v6e", "4x4", "ct6e-standard-4t", "standard"),
     ("tpu-v5p", "2x2x2", "ct5p-hightpu-4t", "standard"),
+    ("tpu-v4", "2x2x4", "ct4p-hightpu-4t", "spot"),
     ("tpu7x", "2x2x2", "tpu7x-standard-4t", "reservation"),
     ("tpu7x", "1x1x1", "tpu7x-standard-1t", "reservation")])
 def test_a_gke_tpu_pod_may_ask_for_what_the_node_leaves_and_no_more(generation, topology,
@@ -255,16 +256,35 @@ def test_a_gke_tpu_pod_may_ask_for_what_the_node_leaves_and_no_more(generation, 
                                   "pods at most "), problem
 
 
-def test_the_unknown_limit_of_a_v4_host_is_said_in_plan():
+def test_no_tpu_host_is_left_unchecked_in_plan():
     from gkeflow.pipelines.compute.plan import target_notes
     from gkeflow.pipelines.training import DEFAULT_COMPUTE
 
-    def notes(accelerator, topology):
+    for gen in tpu.GENERATIONS:
+        topology = next(iter(gen.topologies))
+        scheduling = tpu.consumption_options(gen.name)[0]
+        reservation = {"reservation": "tpu-pool"} if scheduling == "reservation" else {}
         profiles = {**DEFAULT_COMPUTE, "train-model": DEFAULT_COMPUTE["train-model"]
-                    .with_overrides(accelerator=accelerator, topology=topology)}
-        return target_notes(profiles, "gke")
+                    .with_overrides(accelerator=gen.name, topology=topology,
+                                    scheduling=scheduling, **reservation)}
+        assert not any("not checked against the host" in note
+                       for note in target_notes(profiles, "gke")), gen.name
 
+
+def test_a_host_without_recorded_limits_is_said_in_plan(monkeypatch):
+    """Were a host's vCPUs and memory unknown, plan would say so and refuse nothing."""
+    from dataclasses import replace
+
+    from gkeflow.pipelines.compute.plan import target_notes
+    from gkeflow.pipelines.compute.profiles import profile_problems
+    from gkeflow.pipelines.training import DEFAULT_COMPUTE
+
+    v4 = tpu.tpu_generation("tpu-v4")
+    monkeypatch.setitem(tpu._BY_NAME, "tpu-v4", replace(
+        v4, machines=(tpu.TpuMachine("ct4p-hightpu-4t", 4),)))
+    profile = DEFAULT_COMPUTE["train-model"].with_overrides(
+        accelerator="tpu-v4", topology="2x2x4", cpu="1000")
     assert ("train-model: the vCPUs and memory of one ct4p-hightpu-4t host are unknown (not "
             "found in the pages the TPU catalogue cites); cpu and memory not checked against "
-            "the host") in notes("tpu-v4", "2x2x4")
-    assert not any("unknown" in note for note in notes("tpu-v6e", "4x4"))
+            "the host") in target_notes({**DEFAULT_COMPUTE, "train-model": profile}, "gke")
+    assert profile_problems("train-model", profile, "gke") == []
