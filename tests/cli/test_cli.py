@@ -1,25 +1,15 @@
-"""The `gkeflow` command through its real entry point, in a subprocess. (Whole runs on
+"""The `gkeflow` command through its real entry point (tests/gkeflow_cli.py). (Whole runs on
 another CSV, with --model-type and --param: tests/cli/test_run_inputs_and_cache.py.)"""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.gkeflow_cli import gkeflow
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def gkeflow(*args: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    executable = shutil.which("gkeflow", path=str(Path(sys.executable).parent))
-    assert executable, "the gkeflow console script is not installed in this environment"
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.run([executable, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env, check=False)
 
 
 @pytest.mark.parametrize("command", [

@@ -3,10 +3,6 @@ violations after each test), configs pointing at them, and fast retry policies."
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +10,7 @@ import yaml
 
 from gkeflow.pipelines.targets.transport import RetryPolicy
 from tests.conftest import CONTRACTS
+from tests.gkeflow_cli import gkeflow  # noqa: F401  (the tests import it from here)
 from tests.integration.fakes import KFP_SWAGGER, FakeKfpServer, FakeVertexServer
 
 TOKEN = "kfp-test-token-5f1c9e2a7b"  # a value that must never show up in any output
@@ -93,15 +90,6 @@ def swagger_layer():
         pytest.skip(f"{KFP_SWAGGER.parent} not present: KFP request bodies are not checked "
                     "against the swagger in this run")
     return KFP_SWAGGER
-
-
-def gkeflow(*args: str, cwd: Path, env: dict | None = None, timeout: int = 300):
-    """The real `gkeflow` console script in a subprocess."""
-    executable = shutil.which("gkeflow", path=str(Path(sys.executable).parent))
-    assert executable, "the gkeflow console script is not installed in this environment"
-    full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
-    return subprocess.run([executable, *args], cwd=cwd, check=False, capture_output=True, text=True,
-                          timeout=timeout, env=full_env)
 
 
 # ---------------------------------------------------------------- model registries
