@@ -13,9 +13,9 @@ image: ``tensorflow-cpu`` (same version range) in the CPU image, the ``gpu`` ext
 no older wheels), and in the slim image (``gkeflow``) no
 TensorFlow at all: :data:`TENSORFLOW_ONLY` (TensorFlow, TensorBoard and what only a
 training step uses) is left out of its input. No image installs what only the ``gkeflow``
-command uses on the user's machine (:data:`CLIENT_ONLY`, :data:`NOT_INSTALLED`). ``uv pip compile --generate-hashes`` resolves it;
-the existing lock is passed as the output file, so uv keeps its pins unless
-``pyproject.toml`` excludes them.
+command uses on the user's machine (:data:`CLIENT_ONLY`, :data:`NOT_INSTALLED`).
+``uv pip compile --generate-hashes`` resolves it; the existing lock is passed as the output
+file, so uv keeps its pins unless ``pyproject.toml`` excludes them.
 
     python -m gkeflow.pipelines.targets.image_locks write  # make locks: re-resolve
     python -m gkeflow.pipelines.targets.image_locks check  # make check-locks: diff
