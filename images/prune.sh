@@ -1,7 +1,7 @@
 #!/bin/sh
 # Removes from the images' Python environment what no gkeflow step runs, then strips the
 # native libraries' symbol tables. Run once, in the build stage, on /opt/gkeflow.
-#   [GKEFLOW_PRUNE_SLIM=1] prune.sh SITE_PACKAGES [PATH_NOT_TO_STRIP ...]
+#   prune.sh SITE_PACKAGES [PATH_NOT_TO_STRIP ...]
 # Removed: TensorFlow's C++ headers (for compiling custom ops); the test suites of numpy,
 # pandas and pyarrow; pyarrow's Flight RPC, S3 file system and C++ test helpers (pyarrow
 # imports them only on request; its Substrait library stays: every pyarrow extension links
@@ -12,10 +12,12 @@
 # tensorboard command starts). Libraries auditwheel vendored into *.libs/ stay as
 # published: stripping breaks them. The GPU image passes its CUDA wheels as paths not to
 # strip.
-# GKEFLOW_PRUNE_SLIM=1 (the slim image) also removes the generative AI, agent and Ray
-# parts of the Vertex AI SDK (vertexai, agentplatform, vertex_ray): no slim step loads
-# them (`import google.cloud.aiplatform` does not; the build's import pass runs without
-# them) and google-genai, which they need, is not in the slim lock (image_locks).
+# Removed from every image too: the generative AI, agent and Ray parts of the Vertex AI SDK
+# (vertexai, agentplatform, vertex_ray): no step loads them (`import google.cloud.aiplatform`
+# does not; the build's import pass runs without them) and google-genai, which they need,
+# is in no lock (image_locks.NOT_INSTALLED); and the build backend (setuptools, wheel,
+# image_locks.BUILD_BACKEND), which only built the source-only packages a step earlier: no
+# step imports it, and the user's extra packages build in pip's own isolated environment.
 set -eu
 site="$1"
 shift
@@ -39,9 +41,11 @@ for loaded in "$site"/pyarrow/libarrow_python.so.[0-9]*; do
         fi
     done
 done
-if [ "${GKEFLOW_PRUNE_SLIM:-}" = 1 ]; then
-    rm -rf "$site/vertexai" "$site/agentplatform" "$site/vertex_ray" \
-           "$site/google/cloud/aiplatform/vertex_ray"
+rm -rf "$site/vertexai" "$site/agentplatform" "$site/vertex_ray" \
+       "$site/google/cloud/aiplatform/vertex_ray"
+venv="$(dirname "$(dirname "$(dirname "$site")")")"  # SITE: VENV/lib/python3.X/site-packages
+if [ -x "$venv/bin/python" ]; then
+    python -m pip --python "$venv/bin/python" uninstall --yes --quiet setuptools wheel
 fi
 keep=""
 for path in "$@"; do

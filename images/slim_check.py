@@ -74,9 +74,15 @@ def _with_parents(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
-def code_path(roots: set[str]) -> tuple[list[str], list[list[str]]]:
+def _is_under(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def code_path(roots: set[str], forbidden: tuple[str, ...] = TENSORFLOW
+              ) -> tuple[list[str], list[list[str]]]:
     """The suite modules reachable from ``roots`` (module names) through imports, and the
-    import chains from ``roots`` to a TensorFlow package (one per offending suite module)."""
+    import chains from ``roots`` to a module under ``forbidden`` (package names; TensorFlow's
+    by default), one per offending suite module."""
     chains: list[list[str]] = []
     parent: dict[str, str | None] = {}
     queue: list[str] = []
@@ -88,7 +94,7 @@ def code_path(roots: set[str]) -> tuple[list[str], list[list[str]]]:
     seen: list[str] = []
     while queue:
         name = queue.pop(0)
-        if _top(name) in TENSORFLOW:
+        if _is_under(name, forbidden):
             chain = [name]
             while parent.get(chain[-1]):
                 chain.append(parent[chain[-1]])
@@ -100,7 +106,7 @@ def code_path(roots: set[str]) -> tuple[list[str], list[list[str]]]:
         seen.append(name)
         for child in sorted(imported_names(*loaded)):
             for step in _with_parents(child):
-                if step not in parent and (_top(step) in TENSORFLOW or _top(step) == SUITE):
+                if step not in parent and (_is_under(step, forbidden) or _top(step) == SUITE):
                     parent[step] = name
                     queue.append(step)
     return sorted(seen), chains
@@ -147,23 +153,34 @@ def slim_roots(slim_image: str) -> dict[str, set[str]]:
 
 
 class _Blocker(importlib.abc.MetaPathFinder):
+    def __init__(self, packages: tuple[str, ...], image: str) -> None:
+        self.packages, self.image = packages, image
+        self.asked: list[str] = []
+
     def find_spec(self, name, path=None, target=None):
-        if _top(name) in TENSORFLOW:
-            raise ModuleNotFoundError(f"No module named {name!r} (not in the slim image)",
+        if _is_under(name, self.packages):
+            self.asked.append(name)
+            raise ModuleNotFoundError(f"No module named {name!r} (not in {self.image})",
                                       name=name)
         return None
 
 
 @contextlib.contextmanager
+def blocked(packages: tuple[str, ...], image: str = "the image"):
+    """Within the block, importing a module under ``packages`` raises ModuleNotFoundError,
+    as in an image that leaves them out; yields the list of the names asked for."""
+    blocker = _Blocker(packages, image)
+    sys.meta_path.insert(0, blocker)
+    try:
+        yield blocker.asked
+    finally:
+        sys.meta_path.remove(blocker)
+
+
 def tensorflow_blocked():
     """Within the block, importing TensorFlow (or Keras, TensorBoard) raises
     ModuleNotFoundError, as in the slim image."""
-    blocker = _Blocker()
-    sys.meta_path.insert(0, blocker)
-    try:
-        yield
-    finally:
-        sys.meta_path.remove(blocker)
+    return blocked(TENSORFLOW, "the slim image")
 
 
 def import_blocking(names: list[str]) -> str:

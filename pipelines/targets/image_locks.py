@@ -12,9 +12,10 @@ image: ``tensorflow-cpu`` (same version range) in the CPU image, the ``gpu`` ext
 ``libtpu`` in the TPU image (resolved for the TPU VM's platform, manylinux_2_31: libtpu has
 no older wheels), and in the slim image (``gkeflow``) no
 TensorFlow at all: :data:`TENSORFLOW_ONLY` (TensorFlow, TensorBoard and what only a
-training step uses) is left out of its input. ``uv pip compile --generate-hashes`` resolves it;
-the existing lock is passed as the output file, so uv keeps its pins unless
-``pyproject.toml`` excludes them.
+training step uses) is left out of its input. No image installs what only the ``gkeflow``
+command uses on the user's machine (:data:`CLIENT_ONLY`, :data:`NOT_INSTALLED`).
+``uv pip compile --generate-hashes`` resolves it; the existing lock is passed as the output
+file, so uv keeps its pins unless ``pyproject.toml`` excludes them.
 
     python -m gkeflow.pipelines.targets.image_locks write  # make locks: re-resolve
     python -m gkeflow.pipelines.targets.image_locks check  # make check-locks: diff
@@ -39,8 +40,8 @@ FLAVOURS = ("slim", "cpu", "gpu", "tpu")
 #: Direct dependencies the slim image leaves out: TensorFlow, TensorBoard and NVML (read
 #: only while training). Whatever only they require drops out of its resolution with them.
 TENSORFLOW_ONLY = ("tensorflow", "tensorboard", "nvidia-ml-py")
-#: Direct dependencies the slim image leaves out too: only the gkeflow command uses them
-#: (`gkeflow prices refresh`, `gkeflow monitoring apply`), no step.
+#: Direct dependencies no image installs: only the gkeflow command uses them (`gkeflow
+#: prices refresh`, `gkeflow monitoring apply`), no step.
 CLIENT_ONLY = ("google-cloud-billing", "google-cloud-monitoring")
 PYTHON_VERSION = "3.11"
 PYTHON_PLATFORM = "x86_64-manylinux_2_28"
@@ -49,23 +50,33 @@ PYTHON_PLATFORM = "x86_64-manylinux_2_28"
 PLATFORMS = {"tpu": "x86_64-manylinux_2_31"}
 #: The command the lock headers name (uv writes it instead of its own temporary paths).
 COMPILE_COMMAND = "make locks"
-#: Required by a dependency's metadata but never imported at run time, so left out of the
-#: images: libclang (61 MB) is TensorFlow's binding for its C++ source tools.
-NOT_INSTALLED = ("libclang",)
-#: Left out of the slim image too: required by a dependency's metadata, never loaded by a
-#: slim step (its build's import pass and the image test run without them). google-genai:
-#: the Vertex AI SDK's generative AI part; GitPython, gitdb, smmap: MLflow's optional git
-#: tags (the image has no git); uvicorn: the MLflow server; websockets: only google-genai
-#: uses it; pygments, markdown-it-py, mdurl: rich's syntax, traceback and Markdown
-#: renderers, which the gkeflow CLI does not use (its tables and text need none of them).
-#: databricks-sdk and fastapi stay: `import mlflow` needs them.
-SLIM_NOT_INSTALLED = ("google-genai", "gitpython", "gitdb", "smmap", "uvicorn",
-                      "websockets", "pygments", "markdown-it-py", "mdurl")
+#: Required by a dependency's metadata but never loaded by a step, so left out of every
+#: image (each image's build imports what its steps load without them, and the image tests
+#: run the compiled steps). libclang (61 MB): TensorFlow's binding for its C++ source tools.
+#: google-genai: the Vertex AI SDK's generative AI part (images/prune.sh removes the SDK's
+#: parts that need it); GitPython, gitdb, smmap: MLflow's optional git tags (the images
+#: have no git; the MLflow client calls the steps make never import it); uvicorn: the
+#: MLflow server; websockets: only google-genai uses it; pygments, markdown-it-py, mdurl:
+#: rich's syntax, traceback and Markdown renderers, which neither the gkeflow CLI nor Keras
+#: loads. databricks-sdk and fastapi stay: `import mlflow` needs them.
+NOT_INSTALLED = ("libclang", "google-genai", "gitpython", "gitdb", "smmap", "uvicorn",
+                 "websockets", "pygments", "markdown-it-py", "mdurl")
 
 
 def not_installed(flavour: str) -> tuple[str, ...]:
-    """The distributions the lock of ``flavour`` leaves out."""
-    return NOT_INSTALLED + (SLIM_NOT_INSTALLED if flavour == "slim" else ())
+    """The distributions the lock of ``flavour`` leaves out, whatever requires them."""
+    if flavour not in FLAVOURS:
+        raise LockError(f"unknown image flavour {flavour!r}; expected one of {FLAVOURS}")
+    return NOT_INSTALLED
+
+
+def left_out(flavour: str) -> tuple[str, ...]:
+    """The distributions the image of ``flavour`` holds on purpose not: its lock's input
+    drops them (:data:`CLIENT_ONLY`, :data:`TENSORFLOW_ONLY` for the slim image) or its lock
+    never pins them (:data:`NOT_INSTALLED`). A dropped direct dependency that another
+    package requires is still resolved in (its lock says so)."""
+    dropped = CLIENT_ONLY + (TENSORFLOW_ONLY if flavour == "slim" else ())
+    return tuple(dict.fromkeys(dropped + not_installed(flavour)))
 
 
 class LockError(RuntimeError):
@@ -99,7 +110,8 @@ def resolver_input(pyproject: Path, flavour: str) -> list[str]:
     lines = []
     for line in project["dependencies"]:
         requirement = Requirement(line)
-        if flavour == "slim" and normalise(requirement.name) in TENSORFLOW_ONLY + CLIENT_ONLY:
+        name = normalise(requirement.name)
+        if name in CLIENT_ONLY or (flavour == "slim" and name in TENSORFLOW_ONLY):
             continue
         if normalise(requirement.name) == "tensorflow":
             lines += [str(r) for r in _tensorflow_for(flavour, project)]

@@ -9,6 +9,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from gkeflow.pipelines.targets.image_locks import (
+    BUILD_BACKEND,
     CLIENT_ONLY,
     FLAVOURS,
     PLATFORMS,
@@ -16,6 +17,7 @@ from gkeflow.pipelines.targets.image_locks import (
     LockError,
     constraints,
     direct_names,
+    left_out,
     lock_path,
     normalise,
     read_pins,
@@ -52,7 +54,9 @@ def test_the_cpu_image_gets_tensorflow_cpu_at_the_gpu_images_tensorflow_version(
 def test_resolver_input_swaps_only_tensorflow():
     project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
     cpu, gpu = resolver_input(PYPROJECT, "cpu"), resolver_input(PYPROJECT, "gpu")
-    assert len(cpu) == len(gpu) == len(project["dependencies"])
+    kept = [line for line in project["dependencies"]
+            if normalise(Requirement(line).name) not in CLIENT_ONLY]
+    assert len(cpu) == len(gpu) == len(kept) == len(project["dependencies"]) - len(CLIENT_ONLY)
     changed = [(a, b) for a, b in zip(cpu, gpu, strict=True) if a != b]
     assert len(changed) == 1
     assert changed[0][0].startswith("tensorflow-cpu") and changed[0][1].startswith(
@@ -112,3 +116,18 @@ def test_pins_and_constraints_read_a_hashed_lock(tmp_path):
     assert read_pins(lock) == {"absl-py": ("2.5.1", ["a" * 64, "b" * 64]),
                                "tensorflow-cpu": ("2.21.0", ["c" * 64])}
     assert constraints(lock) == "absl-py==2.5.1\ntensorflow-cpu==2.21.0\n"
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_no_lock_installs_what_only_the_gkeflow_command_uses(flavour):
+    """The step images leave out the command's own clients (Cloud Billing, Cloud Monitoring)
+    and what only it, or nothing of the suite, loads (google-genai, GitPython, uvicorn,
+    pygments, ...): the same rule for every image, from one list."""
+    pins = read_pins(lock_path(IMAGES, flavour))
+    assert not set(pins) & set(left_out(flavour))
+    assert set(CLIENT_ONLY) | {"google-genai", "gitpython", "pygments"} <= set(left_out(flavour))
+    assert not {normalise(Requirement(line).name) for line in resolver_input(PYPROJECT, flavour)
+                } & set(CLIENT_ONLY)
+    # pinned for building the source-only packages; the build removes them (images/prune.sh)
+    assert set(BUILD_BACKEND) <= set(pins)
+
