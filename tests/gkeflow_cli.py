@@ -15,11 +15,16 @@ signals (:data:`SUBPROCESS_COMMANDS`) always run in a subprocess, as do all call
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
 import shutil
 import subprocess
 import sys
 import traceback
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 #: What runs in a subprocess whatever the setting: kfp.local runs (``run``), TensorFlow
@@ -48,7 +53,8 @@ def runs_in_process(args: tuple[str, ...]) -> bool:
 
 def gkeflow(*args: str, cwd: Path | str | None = None, env: dict | None = None,
             timeout: int = 600, subprocess_only: bool = False) -> subprocess.CompletedProcess:
-    """Run ``gkeflow ARGS`` in ``cwd`` with ``env`` added to this process's environment."""
+    """Run ``gkeflow ARGS`` in ``cwd`` with ``env`` added to this process's environment (a
+    value of None removes that variable)."""
     extra = {**BASE_ENV, **(env or {})}
     if subprocess_only or not runs_in_process(args):
         return _in_subprocess(args, cwd, extra, timeout)
@@ -59,7 +65,8 @@ def _in_subprocess(args, cwd, extra: dict, timeout: int) -> subprocess.Completed
     executable = shutil.which("gkeflow", path=str(Path(sys.executable).parent))
     assert executable, "the gkeflow console script is not installed in this environment"
     return subprocess.run([executable, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **extra}, check=False)
+                          timeout=timeout, check=False,
+                          env={k: v for k, v in {**os.environ, **extra}.items() if v is not None})
 
 
 def _in_process(args, cwd, extra: dict) -> subprocess.CompletedProcess:
@@ -68,17 +75,43 @@ def _in_process(args, cwd, extra: dict) -> subprocess.CompletedProcess:
     from gkeflow.pipelines.cli.main import main
 
     saved_env, saved_cwd, saved_path = dict(os.environ), os.getcwd(), list(sys.path)
+    late = io.StringIO()  # what a fresh Python would add to standard error: warnings, logs
     try:
         os.chdir(cwd or saved_cwd)
-        result = CliRunner().invoke(main, list(args), env=extra, prog_name="gkeflow",
-                                    catch_exceptions=True)
+        with _python_defaults(late):
+            result = CliRunner().invoke(main, list(args), env=extra, prog_name="gkeflow",
+                                        catch_exceptions=True)
     finally:
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
         sys.path[:] = saved_path
-    stderr = result.stderr
+    stderr = result.stderr + late.getvalue()
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         stderr += "".join(traceback.format_exception(*result.exc_info))
     return subprocess.CompletedProcess(["gkeflow", *args], result.exit_code, result.stdout,
                                        stderr)
+
+
+@contextlib.contextmanager
+def _python_defaults(stream: io.StringIO) -> Iterator[None]:
+    """Warnings under Python's default filters and log records of WARNING and above (as
+    ``logging.lastResort`` prints them in a fresh process) go to ``stream``, not to the
+    test's own capture."""
+    handler = logging.StreamHandler(stream)
+    handler.setLevel(logging.WARNING)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.resetwarnings()
+            for action, category in (("ignore", DeprecationWarning),
+                                     ("ignore", PendingDeprecationWarning),
+                                     ("ignore", ImportWarning), ("ignore", ResourceWarning)):
+                warnings.simplefilter(action, category)
+            yield
+    finally:
+        root.removeHandler(handler)
+    for warning in caught:
+        stream.write(warnings.formatwarning(warning.message, warning.category,
+                                            warning.filename, warning.lineno))

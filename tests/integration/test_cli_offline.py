@@ -3,15 +3,13 @@ hosts fail with one line naming the fix (the traceback only with --debug)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.gkeflow_cli import gkeflow
 from tests.integration.conftest import config_dict
 
 ADC_FIX = "gcloud auth application-default login"
@@ -24,15 +22,12 @@ def _closed_port() -> int:
 
 
 def _run(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    """The console script with no Google credentials and no KFP token anywhere."""
-    base = {k: v for k, v in os.environ.items()
-            if k not in ("GOOGLE_APPLICATION_CREDENTIALS", "GKEFLOW_TEST_KFP_TOKEN",
-                         "GKEFLOW_DEBUG")}
-    base.update({"HOME": str(cwd), "CLOUDSDK_CONFIG": str(cwd / "gcloud"),
-                 "NO_GCE_CHECK": "true", "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})})
-    executable = shutil.which("gkeflow", path=str(Path(sys.executable).parent))
-    return subprocess.run([executable, *args], cwd=cwd, env=base, capture_output=True,
-                          text=True, timeout=300, check=False)
+    """The console script, in a fresh process, with no Google credentials and no KFP token
+    anywhere (a process that has found credentials before may hold them)."""
+    return gkeflow(*args, cwd=cwd, env={
+        "GOOGLE_APPLICATION_CREDENTIALS": None, "GKEFLOW_TEST_KFP_TOKEN": None,
+        "GKEFLOW_DEBUG": None, "HOME": str(cwd), "CLOUDSDK_CONFIG": str(cwd / "gcloud"),
+        "NO_GCE_CHECK": "true", **(env or {})}, timeout=300, subprocess_only=True)
 
 
 @pytest.fixture

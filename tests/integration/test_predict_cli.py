@@ -3,28 +3,10 @@ through the real console script against the strict fakes."""
 
 from __future__ import annotations
 
-import subprocess
-
-from click.testing import CliRunner
-
-from gkeflow.pipelines.cli.main import main
+from tests.gkeflow_cli import gkeflow
 from tests.integration.conftest import TOKEN, config_dict
 
 TOKEN_ENV = {"GKEFLOW_TEST_KFP_TOKEN": TOKEN}
-
-
-def gkeflow(*args: str, cwd, env: dict | None = None) -> subprocess.CompletedProcess:
-    """The command in this process (CliRunner): the same code as the console script
-    without a Python start and imports per call."""
-    import os
-
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        result = CliRunner().invoke(main, list(args), env=env)
-    finally:
-        os.chdir(old)
-    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
 
 
 def test_submit_prediction_to_both_targets_with_a_shared_environment(
