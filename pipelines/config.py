@@ -183,6 +183,7 @@ class GkeflowConfig(BaseModel):
     #: Validated even when absent, so its paths start from gkeflow.yaml's directory.
     images: ImagesConfig = Field(default={}, validate_default=True)
     _notify: NotificationSettings | None = PrivateAttr(default=None)  # operations.select
+    _directory: Path | None = PrivateAttr(default=None)  # load_config: gkeflow.yaml's folder
     deploy: DeployConfig = {}  # per environment: pipelines/deploy_config.py
     monitoring: dict[str, MonitoringSettings] = {}  # per environment: monitoring_config.py
     tracking: dict[str, TrackingSettings] = {}  # per environment: tracking_config.py
@@ -292,9 +293,17 @@ def load_config(path: Path | str | None = None) -> GkeflowConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
     try:
-        return GkeflowConfig.model_validate(raw, context={BASE_DIR: path.resolve().parent})
+        config = GkeflowConfig.model_validate(raw, context={BASE_DIR: path.resolve().parent})
     except ValidationError as exc:
         raise ConfigError(validation_message(exc, GkeflowConfig, f"{path}: ")) from exc
+    config._directory = path.resolve().parent
+    return config
+
+
+def config_directory(config: GkeflowConfig) -> Path:
+    """The folder of the gkeflow.yaml ``config`` was read from (files kept beside it, such as
+    the refreshed price cache, live there); the current folder where there was none."""
+    return config._directory or Path.cwd()
 
 
 # ---------------------------------------------------------------------------------------------

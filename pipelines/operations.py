@@ -17,6 +17,7 @@ import functools
 import inspect
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from gkeflow.pipelines.operations_config import NotificationSettings, RetentionSettings
 
@@ -39,6 +40,7 @@ class Operations:
     link_template: str = ""
     run_api: str = ""
     price_region: str = ""
+    price_directory: str = ""  # where the refreshed price cache lives (gkeflow.yaml's folder)
     step_rates: str = "{}"
 
     def priced(self, profiles) -> Operations:
@@ -54,7 +56,8 @@ class Operations:
         from gkeflow.pipelines.compute.prices import current_prices
 
         run = run_cost(profiles, self.target, self.price_region or DEFAULT_REGION,
-                       prices=current_prices())
+                       prices=current_prices(Path(self.price_directory) if self.price_directory
+                                             else None))
         return replace(self, step_rates=json.dumps(step_rates(run), sort_keys=True))
 
     def pipeline_config(self, config):
@@ -176,5 +179,7 @@ def of(config, target: str) -> Operations:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     from gkeflow.pipelines.compute.costing import price_region
+    from gkeflow.pipelines.config import config_directory
 
-    return Operations(target, settings, config.retention, link, api, price_region(config))
+    return Operations(target, settings, config.retention, link, api, price_region(config),
+                      price_directory=str(config_directory(config)))

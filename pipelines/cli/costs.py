@@ -14,6 +14,7 @@ from gkeflow.pipelines.compute.costing import (
     format_usd,
     median_durations,
 )
+from gkeflow.pipelines.config import config_directory
 
 DEFAULT_REGION = costing.DEFAULT_REGION
 
@@ -148,7 +149,7 @@ def plan_cost(config, target: str, pipeline: str, profiles, region: str | None,
 
     medians, runs = history_medians(config, target, pipeline, history) if history else ({}, 0)
     return run_cost(profiles, target, price_region(config, target, region), medians=medians,
-                    prices=current_prices()), runs
+                    prices=current_prices(config_directory(config))), runs
 
 
 def pipeline_profiles(config, pipeline: str, target: str) -> dict:
@@ -186,7 +187,8 @@ def check_budget(config, pipeline: str, target: str, environment: str, *,
     if budget is None:
         return ""
     cost = run_cost(pipeline_profiles(config, pipeline, target), target,
-                    price_region(config, target), prices=current_prices())
+                    price_region(config, target),
+                    prices=current_prices(config_directory(config)))
     refusal = budget_refusal(cost, budget.max_run_usd, where)
     if not refusal:
         return ""
@@ -217,7 +219,7 @@ def run_actual_cost(config, info):
     durations = {step: seconds for step, seconds in step_durations(info.tasks).items()
                  if step in profiles}
     return actual_cost(durations, profiles, info.target, price_region(config, info.target),
-                       prices=current_prices()), ""
+                       prices=current_prices(config_directory(config))), ""
 
 
 def actual_cost_json(cost, reason: str, region: str) -> dict:
@@ -281,7 +283,8 @@ def monthly_estimate(config, schedule, history: list[dict], today=None) -> tuple
     except ComputeError as exc:
         return "missing", str(exc)
     cost = run_cost(profiles, schedule.target, price_region(config, schedule.target),
-                    medians=median_durations(history), prices=current_prices())
+                    medians=median_durations(history),
+                    prices=current_prices(config_directory(config)))
     runs = f"{per_month:.1f} runs"
     if history and cost.expected_usd is not None:
         return (f"{format_usd(per_month * cost.expected_usd)} ({runs} x "

@@ -165,3 +165,22 @@ def test_plan_prices_spot_h100_on_gke_from_the_whole_machine_row_and_flags_it_st
     refresh = ("note: stale prices (read over 90 days ago) for train-model; "
                "`gkeflow prices refresh` updates them")
     assert (refresh in table.stdout) is stale
+
+
+def test_the_price_cache_beside_the_config_given_is_used_from_any_folder(tmp_path):
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "gkeflow.yaml").write_text("compute: {}\n")
+    write_cache(project)
+    args = ("plan", *A100, "--target", "gke", "--output", "json")
+    beside = gkeflow(*args, "--config", str(project / "gkeflow.yaml"), cwd=elsewhere)
+    assert beside.returncode == 0, beside.stderr
+    train = {s["step"]: s for s in json.loads(beside.stdout)["cost"]["steps"]}["train-model"]
+    assert (train["usd_per_hour"], train["source"]) == (4.0, "test-src")
+    # the cache of the folder the command runs in is not the project's
+    write_cache(elsewhere, rows=(
+        Price("machine", "a2-highgpu-1g", "standard", "us-central1", 7.0, "other", TODAY),
+        Price("gpu", "nvidia-tesla-a100", "standard", "us-central1", 7.0, "other", TODAY)))
+    again = gkeflow(*args, "--config", str(project / "gkeflow.yaml"), cwd=elsewhere)
+    assert json.loads(again.stdout)["cost"]["steps"] == json.loads(beside.stdout)["cost"]["steps"]
