@@ -21,8 +21,10 @@ schedules, so several gkeflow.yaml files can share an experiment or a region; sc
 other files are not reported. A schedule of this file's names with another owner (or none:
 made before owners were written) is replaced once, with a warning when another file owned
 it. One with no owner that is not in the file is reported, never pruned: `gkeflow schedule
-delete NAME` deletes it. A replaced KFP schedule remembers the ids of those it replaced, so
-`runs list --schedule` keeps its history.
+delete NAME` deletes it. ``pause``, ``resume`` and ``delete`` act on this file's schedules,
+those without an owner, and those of the names this file declares; a name only another file
+owns is refused, naming that file. A replaced KFP schedule remembers the ids of those it
+replaced, so `runs list --schedule` keeps its history.
 """
 
 from __future__ import annotations
@@ -392,7 +394,15 @@ def _find(config: GkeflowConfig, name: str, target: str | None, backends: dict |
         where = f"on {target}" if target else "on any configured target"
         raise LookupError(f"no schedule named {name!r} {where}; `gkeflow schedule list` shows "
                           "them")
-    return found
+    declared = name in {s.name for s in config.schedules}
+    mine = [(b, r) for b, r in found
+            if declared or r.owner in ("", config.schedule_owner)]
+    if not mine:
+        owners = ", ".join(sorted({f"{r.target}: {r.owner!r}" for _, r in found}))
+        raise LookupError(
+            f"schedule {name!r} belongs to another gkeflow.yaml ({owners}), not to this one "
+            f"({config.schedule_owner!r}); run the command with that file's --config")
+    return mine
 
 
 def set_enabled(config: GkeflowConfig, name: str, enabled: bool, *, target: str | None = None,

@@ -135,3 +135,29 @@ def test_a_schedule_of_the_same_name_in_another_file_is_taken_over_not_duplicate
     assert kinds[0][0] == "warning" and "'team-a'" in kinds[0][1] and "`name:`" in kinds[0][1]
     assert kinds[1][0] == "replace"
     assert target.owners() == {"nightly": "team-b"}
+
+
+def test_pause_resume_and_delete_leave_another_files_schedule_alone(target, make_config,
+                                                                    tmp_path):
+    from gkeflow.pipelines.targets.schedule import delete, set_enabled
+
+    team_a = target.config(make_config, name="team-a", schedules=[_schedule(target, "nightly")])
+    team_b = target.config(make_config, name="team-b",
+                           schedules=[_schedule(target, "weekly", "0 6 * * 1")])
+    _apply(target, team_a, tmp_path / "a")
+    _apply(target, team_b, tmp_path / "b")
+    backends = {target.target: target.backend(team_b)}
+    for action in (lambda: set_enabled(team_b, "nightly", False, backends=backends),
+                   lambda: delete(team_b, "nightly", backends=backends)):
+        with pytest.raises(LookupError, match=r"'nightly' belongs to another gkeflow.yaml "
+                                              r"\(\w+: 'team-a'\).*'team-b'.*--config"):
+            action()
+    assert target.names() == ["nightly", "weekly"]
+    # its own, one made before owners were written, and one of a name it declares: done
+    assert set_enabled(team_b, "weekly", False, backends=backends) == [
+        f"{target.target}: weekly paused"]
+    target.forget_owner("weekly")
+    assert delete(team_b, "weekly", backends=backends) == [f"{target.target}: weekly deleted"]
+    claims = target.config(make_config, name="team-b", schedules=[_schedule(target, "nightly")])
+    assert delete(claims, "nightly", backends=backends) == [f"{target.target}: nightly deleted"]
+    assert target.names() == []
