@@ -53,6 +53,19 @@ def _exit_inputs(spec: dict) -> dict:
             if "runtimeValue" in value}
 
 
+def _vertex_run(config, vertex_runs, tmp_path, overrides=None):
+    """Submit training to the fake Vertex AI and end the run there: the submission, the
+    finished job and its pipeline spec as a dict."""
+    from google.protobuf import json_format
+
+    submission, _ = submit(config, "training", "vertex", environment="default",
+                           overrides=overrides or {}, workdir=tmp_path,
+                           backend=VertexBackend(config.targets.vertex, policy=FAST),
+                           version="g1")
+    job = vertex_runs.finish(submission.run_id)
+    return submission, job, json_format.MessageToDict(job._pb.pipeline_spec)
+
+
 def _run_exit_task(inputs: dict, **filled) -> None:
     values = {**inputs, **filled}
     notify_run.python_func(**{k: values[k] for k in (
@@ -140,14 +153,7 @@ def test_a_vertex_training_run_failing_in_train_model(vertex_runs, make_config, 
     config = make_config(None, vertex_runs.url,
                          notifications={"default": {"when": "always", "webhook": WEBHOOK}})
     vertex_runs.fail_task = "train-model"
-    submission, _ = submit(config, "training", "vertex", environment="default",
-                           overrides={"epochs": "3"}, workdir=tmp_path,
-                           backend=VertexBackend(config.targets.vertex, policy=FAST),
-                           version="g1")
-    job = vertex_runs.finish(submission.run_id)
-    from google.protobuf import json_format
-
-    spec = json_format.MessageToDict(job._pb.pipeline_spec)
+    submission, _job, spec = _vertex_run(config, vertex_runs, tmp_path, {"epochs": "3"})
     inputs = _exit_inputs(spec)
     assert inputs["webhook_secret"] == SECRET and inputs["run_api"] == vertex_runs.url
     job_id = submission.run_id.rsplit("/", 1)[-1]
@@ -345,14 +351,8 @@ def test_a_vertex_run_with_when_failure_notifies_only_when_it_failed(
                          notifications={"default": {"webhook": WEBHOOK}})
     if end == "failed":
         vertex_runs.fail_task = "train-model"
-    submission, _ = submit(config, "training", "vertex", environment="default",
-                           overrides={}, workdir=tmp_path,
-                           backend=VertexBackend(config.targets.vertex, policy=FAST),
-                           version="g1")
-    job = vertex_runs.finish(submission.run_id)
-    from google.protobuf import json_format
-
-    inputs = _exit_inputs(json_format.MessageToDict(job._pb.pipeline_spec))
+    submission, job, spec = _vertex_run(config, vertex_runs, tmp_path)
+    inputs = _exit_inputs(spec)
     assert (inputs["target"], inputs["when"]) == ("vertex", "failure")
     state, code, message = VERTEX_ENDS[end]
     with WebhookReceiver(slack=True) as hook:
@@ -451,14 +451,8 @@ def test_a_vertex_run_notification_gives_each_step_s_cost_and_the_run_fee(
     config = make_config(None, vertex_runs.url,
                          notifications={"default": {"when": "always", "webhook": WEBHOOK}})
     hourly, _machine = _price_cache(tmp_path, "vertex", config)
-    submission, _ = submit(config, "training", "vertex", environment="default",
-                           overrides={}, workdir=tmp_path,
-                           backend=VertexBackend(config.targets.vertex, policy=FAST),
-                           version="g1")
-    job = vertex_runs.finish(submission.run_id)
-    from google.protobuf import json_format
-
-    inputs = _exit_inputs(json_format.MessageToDict(job._pb.pipeline_spec))
+    submission, job, spec = _vertex_run(config, vertex_runs, tmp_path)
+    inputs = _exit_inputs(spec)
     with WebhookReceiver(slack=True) as hook:
         vertex_runs.secrets[SECRET] = hook.url
         monkeypatch.setenv("GKEFLOW_SECRET_MANAGER_ENDPOINT", vertex_runs.url)
