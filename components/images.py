@@ -77,7 +77,7 @@ IMAGES = {SLIM_IMAGE: False, CPU_IMAGE: False, GPU_IMAGE: True, TPU_IMAGE: False
 #: gzip-compressed, as a registry stores them), in bytes; None where nothing was measured.
 #: Source: bench/RESULTS.md "Image sizes" (``bench/image_sizes.py``, podman, this version's
 #: locks, the stand-in base image, the image tests' extras). Your extras add to them.
-PULL_SIZES: dict[str, int | None] = {"slim": 209_000_000, "cpu": 463_000_000,
+PULL_SIZES: dict[str, int | None] = {"slim": 204_000_000, "cpu": 463_000_000,
                                      "gpu": 3_780_000_000, "tpu": 600_000_000}
 
 

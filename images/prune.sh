@@ -18,6 +18,12 @@
 # is in no lock (image_locks.NOT_INSTALLED); and the build backend (setuptools, wheel,
 # image_locks.BUILD_BACKEND), which only built the source-only packages a step earlier: no
 # step imports it, and the user's extra packages build in pip's own isolated environment.
+# Removed from the slim image only (GKEFLOW_IMAGE_KIND=slim): the asynchronous REST
+# transports of the Vertex AI API clients (aiplatform_v1*/services/*/transports/
+# rest_asyncio.py, 35 MB with their bytecode). The clients import them inside
+# `try/except ImportError` and then offer grpc, grpc_asyncio and rest; the SDK picks
+# rest_asyncio only for async clients given async REST credentials, which no step sets
+# (slim_check.SLIM_PRUNED, tests/unit/test_slim_image.py).
 set -eu
 site="$1"
 shift
@@ -43,6 +49,10 @@ for loaded in "$site"/pyarrow/libarrow_python.so.[0-9]*; do
 done
 rm -rf "$site/vertexai" "$site/agentplatform" "$site/vertex_ray" \
        "$site/google/cloud/aiplatform/vertex_ray"
+if [ "${GKEFLOW_IMAGE_KIND:-}" = slim ]; then
+    find "$site"/google/cloud/aiplatform_v1* -path '*/services/*/transports/rest_asyncio.py' \
+        -delete
+fi
 venv="$(dirname "$(dirname "$(dirname "$site")")")"  # SITE: VENV/lib/python3.X/site-packages
 if [ -x "$venv/bin/python" ]; then
     python -m pip --python "$venv/bin/python" uninstall --yes --quiet setuptools wheel

@@ -31,7 +31,7 @@ RUN python -m venv --without-pip /opt/gkeflow \
     && python -m pip --python /opt/gkeflow/bin/python install --require-hashes --no-deps \
        --no-compile --no-build-isolation -r /tmp/requirements.lock \
     && site="$(/opt/gkeflow/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
-    && sh /tmp/prune.sh "$site" \
+    && GKEFLOW_IMAGE_KIND=slim sh /tmp/prune.sh "$site" \
     && echo /opt/gkeflow/user > "$site/gkeflow-user.pth"
 
 FROM python:3.11.11-slim-bookworm

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import fnmatch
 import importlib
 import importlib.abc
 import importlib.util
@@ -26,6 +27,10 @@ import textwrap
 #: Packages a slim step must never import: TensorFlow and what only TensorFlow needs.
 TENSORFLOW = ("tensorflow", "keras", "tensorboard", "tf_keras", "tensorflow_io_gcs_filesystem")
 SUITE = "gkeflow"
+#: Modules the slim image's build removes (images/prune.sh, ``GKEFLOW_IMAGE_KIND=slim``):
+#: the Vertex AI API clients' asynchronous REST transports. The clients import them inside
+#: ``try/except ImportError`` and keep grpc, grpc_asyncio and rest; no step selects them.
+SLIM_PRUNED = ("google.cloud.aiplatform_v1*.services.*.transports.rest_asyncio",)
 
 
 def _top(name: str) -> str:
@@ -152,13 +157,18 @@ def slim_roots(slim_image: str) -> dict[str, set[str]]:
             for name, c in components() if image_of(c) == slim_image}
 
 
+def is_pruned(name: str) -> bool:
+    """Whether the slim image's build removes module ``name`` (:data:`SLIM_PRUNED`)."""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in SLIM_PRUNED)
+
+
 class _Blocker(importlib.abc.MetaPathFinder):
-    def __init__(self, packages: tuple[str, ...], image: str) -> None:
-        self.packages, self.image = packages, image
+    def __init__(self, packages: tuple[str, ...], image: str, pruned: bool = False) -> None:
+        self.packages, self.image, self.pruned = packages, image, pruned
         self.asked: list[str] = []
 
     def find_spec(self, name, path=None, target=None):
-        if _is_under(name, self.packages):
+        if _is_under(name, self.packages) or (self.pruned and is_pruned(name)):
             self.asked.append(name)
             raise ModuleNotFoundError(f"No module named {name!r} (not in {self.image})",
                                       name=name)
@@ -181,6 +191,18 @@ def tensorflow_blocked():
     """Within the block, importing TensorFlow (or Keras, TensorBoard) raises
     ModuleNotFoundError, as in the slim image."""
     return blocked(TENSORFLOW, "the slim image")
+
+
+@contextlib.contextmanager
+def slim_blocked():
+    """Within the block, what the slim image lacks (TensorFlow and :data:`SLIM_PRUNED`)
+    raises ModuleNotFoundError; yields the list of the names asked for."""
+    blocker = _Blocker(TENSORFLOW, "the slim image", pruned=True)
+    sys.meta_path.insert(0, blocker)
+    try:
+        yield blocker.asked
+    finally:
+        sys.meta_path.remove(blocker)
 
 
 def import_blocking(names: list[str]) -> str:

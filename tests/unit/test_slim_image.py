@@ -7,13 +7,17 @@ fails, as it does in the slim image.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from gkeflow.components.images import CPU_IMAGE, GPU_IMAGE, SLIM_IMAGE
 from gkeflow.images import slim_check
+from tests.conftest import REPO_ROOT
 
 #: Steps that load TensorFlow (train, evaluate, deploy's servability check, in-pipeline
 #: prediction) and the image they need; every other step runs in the slim image.
@@ -142,3 +146,114 @@ def test_a_slim_step_that_reaches_tensorflow_is_named_with_its_chain(monkeypatch
     assert slim_check.problems(SLIM_IMAGE) == [
         "x.component:step runs in the slim image but imports TensorFlow: "
         "gkeflow.components.prepare.reader -> tensorflow"]
+
+
+# -- what the slim image's build prunes (slim_check.SLIM_PRUNED) ------------------------------
+
+PRUNE = REPO_ROOT / "images" / "prune.sh"
+TRANSPORTS = [f"google/cloud/{api}/services/{service}/transports/{name}.py"
+              for api in ("aiplatform_v1", "aiplatform_v1beta1")
+              for service in ("job_service", "model_service")
+              for name in ("rest", "rest_asyncio", "grpc")]
+
+
+def _pruned(tmp_path: Path, kind: str) -> set[str]:
+    site = tmp_path / kind / "venv/lib/python3.11/site-packages"
+    for name in TRANSPORTS + ["numpy/__init__.py", "pyarrow/__init__.py"]:
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text("\n", encoding="utf-8")
+    done = subprocess.run(["sh", str(PRUNE), str(site)], capture_output=True, text=True,
+                          check=False, env={**os.environ, "GKEFLOW_IMAGE_KIND": kind})
+    assert done.returncode == 0, done.stderr
+    return {name for name in TRANSPORTS if not (site / name).exists()}
+
+
+def test_prune_removes_the_async_rest_transports_from_the_slim_image_only(tmp_path):
+    removed = _pruned(tmp_path, "slim")
+    assert removed == {n for n in TRANSPORTS if n.endswith("/rest_asyncio.py")}
+    modules = {n.removesuffix(".py").replace("/", ".") for n in TRANSPORTS}
+    assert {m for m in modules if slim_check.is_pruned(m)} == {
+        n.removesuffix(".py").replace("/", ".") for n in removed}
+    assert _pruned(tmp_path, "cpu") == set()
+
+
+def test_only_the_slim_dockerfile_asks_for_the_slim_pruning():
+    asks = {path.name: "GKEFLOW_IMAGE_KIND=slim sh /tmp/prune.sh" in path.read_text()
+            for path in (REPO_ROOT / "images").glob("*.Dockerfile")}
+    assert asks.pop("slim.Dockerfile") and not any(asks.values()), asks
+
+
+def test_no_suite_module_selects_the_async_rest_transport():
+    """The SDK picks ``rest_asyncio`` only when asked by name or given async REST
+    credentials; no module of the suite does either."""
+    sources = [p for root in ("components", "images") for p in (REPO_ROOT / root).rglob("*.py")]
+    assert len(sources) > 50
+    assert [p for p in sources if p.name != "slim_check.py" and re.search(
+        r"rest_asyncio|_async_rest_credentials", p.read_text(encoding="utf-8"))] == []
+
+
+PRUNED_RUN = textwrap.dedent("""
+    import http.server, importlib, json, sys, threading
+    from gkeflow.images import slim_check, warm
+
+    class Fake(http.server.BaseHTTPRequestHandler):
+        seen = []
+
+        def do_GET(self):
+            Fake.seen.append(self.path.split("?")[0])
+            if "/customJobs/" in self.path:
+                body = {"name": self.path.split("?")[0][4:], "state": "JOB_STATE_RUNNING"}
+            else:
+                body = {"models": []}
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Fake)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    with slim_check.slim_blocked() as asked:
+        names, problems = warm.slim_modules()
+        for name in [*names, *warm.SLIM_LAZY, *sys.argv[1:]]:
+            importlib.import_module(name)
+        from gkeflow.components.cloud.vertex import job_client
+        from gkeflow.components.register.vertex import VertexRegistry
+        from gkeflow.components.scaleout import vertex_launcher
+        from google.cloud import aiplatform_v1
+        job = job_client("us-central1", url).get_custom_job(
+            name="projects/p/locations/us-central1/customJobs/7")
+        registry = VertexRegistry("vertex://projects/p/locations/us-central1",
+                                  api_endpoint=url)
+        champion = registry.get_by_alias("penguins", "champion")
+        registries = [aiplatform_v1.JobServiceClient, aiplatform_v1.ModelServiceClient,
+                      aiplatform_v1.PipelineServiceClient]
+        print(json.dumps({
+            "problems": problems,
+            "asked": sorted({".".join(n.split(".")[:3]) for n in asked}),
+            "pruned_loaded": sorted(m for m in sys.modules if slim_check.is_pruned(m)),
+            "transports": sorted({t for c in registries for t in c._transport_registry}),
+            "job": job.state.name, "champion": champion, "seen": Fake.seen}))
+""")
+
+
+def test_the_slim_steps_run_without_what_the_slim_image_prunes():
+    """The slim steps' code paths, what they load lazily and the Vertex AI launchers' and
+    registry's clients import, and make real REST calls, with the async REST transports
+    unimportable as in the slim image; the clients fall back to grpc and rest."""
+    done = subprocess.run([sys.executable, "-c", PRUNED_RUN, CUSTOM_JOB_LAUNCHER],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["problems"] == [] and result["pruned_loaded"] == []
+    # the clients did ask for them (so the block was in force) and went on without them
+    assert result["asked"] == ["google.cloud.aiplatform_v1", "google.cloud.aiplatform_v1beta1"]
+    assert result["transports"] == ["grpc", "grpc_asyncio", "rest"]
+    assert result["job"] == "JOB_STATE_RUNNING" and result["champion"] is None
+    assert result["seen"] == ["/v1/projects/p/locations/us-central1/customJobs/7",
+                              "/v1/projects/p/locations/us-central1/models"]
