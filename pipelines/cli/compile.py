@@ -99,7 +99,9 @@ def compile_command(target: str, output: Path, check: bool, release: bool, envir
         console.print(f"note: {path} not written{removed}: {reason}", markup=False)
     from gkeflow.components.images import is_pinned
 
-    tag_only = sorted(image for image in images.values() if not is_pinned(image))
+    written = [Path(path).read_text(encoding="utf-8") for path in paths]
+    tag_only = sorted(image for image in set(images.values())
+                      if not is_pinned(image) and any(image in text for text in written))
     if tag_only:
         from gkeflow.pipelines.compute.wording import plural
 

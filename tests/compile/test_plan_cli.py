@@ -269,3 +269,13 @@ def test_compute_errors_count_in_the_singular():
         ComputeProfile().with_overrides(gpus=1)
     one = CliRunner().invoke(main, ["plan", "--compute", "evaluate-model.accelerator_count=1"])
     assert "asks for 1 GPU but" in one.output and "GPU(s)" not in one.output
+
+
+def test_the_tag_only_note_names_only_the_images_the_written_files_use(tmp_path):
+    result = CliRunner().invoke(main, ["compile", "--output", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    note = next(line for line in result.output.splitlines() if "referenced by tag only" in line)
+    assert "/gkeflow-cpu:" in note and "/gkeflow:" in note
+    # no step of these pipelines trains on a TPU: its image is in no file, nor in the note
+    written = "".join(p.read_text() for p in (tmp_path / "a").rglob("*.yaml"))
+    assert "/gkeflow-tpu:" not in written and "/gkeflow-tpu:" not in note
