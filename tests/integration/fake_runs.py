@@ -29,7 +29,7 @@ from tests.integration.fakes import (
     FakeVertexServer,
     Invalid,
     Recorded,
-    _task_names,
+    task_names,
 )
 
 T0 = dt.datetime(2026, 3, 2, 2, 0, tzinfo=dt.UTC)
@@ -351,7 +351,7 @@ class FakeVertexRuns(_Script, FakeVertexServer):
             job.create_time = dt.datetime.now(dt.UTC)
             self.jobs[job.name] = job
             spec = json_format.MessageToDict(job._pb.pipeline_spec)
-            self.job_scripts[job.name] = self._run_script(_task_names(spec))
+            self.job_scripts[job.name] = self._run_script(task_names(spec))
             return job.name
 
     def finish(self, name: str):
