@@ -183,6 +183,7 @@ class GkeflowConfig(BaseModel):
     #: Validated even when absent, so its paths start from gkeflow.yaml's directory.
     images: ImagesConfig = Field(default={}, validate_default=True)
     _notify: NotificationSettings | None = PrivateAttr(default=None)  # operations.select
+    _tracking: TrackingSettings | None = PrivateAttr(default=None)  # operations.select
     deploy: DeployConfig = {}  # per environment: pipelines/deploy_config.py
     monitoring: dict[str, MonitoringSettings] = {}  # per environment: monitoring_config.py
     tracking: dict[str, TrackingSettings] = {}  # per environment: tracking_config.py

@@ -40,6 +40,20 @@ class Operations:
     run_api: str = ""
     price_region: str = ""
     step_rates: str = "{}"
+    #: ``tracking.<env>`` compiled into the tracked steps (docs/tracking.md), or None.
+    tracking: object = None
+
+    def track(self, task, step: str, pipeline: str):
+        """``task`` with the MLflow settings of direct mode (:mod:`tracking_tasks`)."""
+        from gkeflow.pipelines.tracking_tasks import track_task
+
+        return track_task(task, step, self.tracking, self.target, pipeline, self.link_template)
+
+    def registry_default(self, fallback: str) -> str:
+        """The pipeline's default ``registry_uri``: MLflow's when tracked there."""
+        from gkeflow.pipelines.tracking_tasks import registry_default
+
+        return registry_default(self.tracking, fallback)
 
     def priced(self, profiles) -> Operations:
         """These operations with each step's hourly list price (of ``profiles``, the steps'
@@ -138,16 +152,25 @@ def select(config, environment: str = "default", schedule=None):
         settings = config.notifications.get(environment)
     chosen = config.model_copy()
     chosen._notify = settings
+    from gkeflow.pipelines.tracking_config import tracking_for
+
+    chosen._tracking = tracking_for(
+        config.tracking, schedule.environment if schedule is not None else environment)
     return chosen
 
 
 def notifications_key(config) -> str:
-    """The notifications ``config`` carries (from :func:`select`) as canonical JSON: equal
-    settings give equal keys ("" for none), whatever lists they hold."""
+    """The notifications and MLflow tracking ``config`` carries (from :func:`select`) as
+    canonical JSON: equal settings give equal keys ("" for none), whatever lists they hold."""
     settings = getattr(config, "_notify", None)
-    if settings is None:
+    tracking = getattr(config, "_tracking", None)
+    mlflow = tracking.mlflow if tracking is not None else None
+    if settings is None and (mlflow is None or not mlflow.tracking_uri):
         return ""
-    return json.dumps(settings.model_dump(mode="json"), sort_keys=True)
+    # tracking.<env>.mlflow is compiled in too: environments tracked apart compile apart
+    return json.dumps({"notify": settings.model_dump(mode="json") if settings else None,
+                       "mlflow": mlflow.model_dump(mode="json") if mlflow else None},
+                      sort_keys=True)
 
 
 def of(config, target: str) -> Operations:
@@ -177,4 +200,5 @@ def of(config, target: str) -> Operations:
             raise ConfigError(str(exc)) from None
     from gkeflow.pipelines.compute.costing import price_region
 
-    return Operations(target, settings, config.retention, link, api, price_region(config))
+    return Operations(target, settings, config.retention, link, api, price_region(config),
+                      tracking=getattr(config, "_tracking", None))

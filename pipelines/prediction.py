@@ -126,7 +126,8 @@ def build_prediction_pipeline(
     profiles = resolve_compute(target, compute)
     operations = operations or Operations(target)
     components = _components(profiles)
-    default_registry_uri = DEFAULT_REGISTRY_URIS.get(target, DEFAULT_REGISTRY_URIS["local"])
+    default_registry_uri = operations.registry_default(
+        DEFAULT_REGISTRY_URIS.get(target, DEFAULT_REGISTRY_URIS["local"]))
 
     def configure(task: dsl.PipelineTask, step: str) -> dsl.PipelineTask:
         task.set_display_name(STEP_DISPLAY_NAMES[step])

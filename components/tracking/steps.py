@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gkeflow.components.tracking.client import Tracker, entity_key, one_line, open_step_run
+from gkeflow.components.tracking.client import Tracker, entity_key, one_line
+from gkeflow.components.tracking.pipeline_run import open_step_run
 from gkeflow.components.tracking.plots import confusion_matrix_png, roc_png
 
 DECISION_TAG = "gkeflow.gate.decision"

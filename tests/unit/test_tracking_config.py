@@ -114,5 +114,5 @@ def test_gkeflow_plan_prints_the_tracking_of_each_environment(tmp_path):
         "prod": {"mlflow": {"experiment": "penguins"}}}}))
     result = CliRunner().invoke(main, ["plan", "--target", "vertex", "--config", str(path)])
     assert result.exit_code == 0, result.output
-    assert ("tracking (prod): not in MLflow on vertex: only local and GKE runs log to MLflow "
-            "experiment 'penguins' so far") in " ".join(result.output.split())
+    assert ("tracking (prod): not in MLflow: tracking.mlflow.tracking_uri is unset, which "
+            "vertex runs need for MLflow experiment 'penguins'") in " ".join(result.output.split())

@@ -1,0 +1,75 @@
+"""``tracking.<env>.mlflow`` compiled into a pipeline (direct mode without the plugin).
+
+Each tracked step gets the tracking server, the experiment and the run's page as
+environment variables, the run's id and name as two extra arguments resolved from the
+pipeline-job placeholders (the step reads them with
+:func:`gkeflow.components.tracking.pipeline_run.argument`; extra arguments leave the cache
+key's inputs alone), and credentials by reference only: a Kubernetes Secret on GKE, a
+Secret Manager secret's name on Vertex AI. No value of a secret is ever compiled in.
+
+With the registry default (:func:`registry_default`), a pipeline whose environment tracks in
+MLflow registers into that server's MLflow Model Registry unless a registry is named.
+"""
+
+from __future__ import annotations
+
+from kfp import dsl
+
+from gkeflow.components.tracking import pipeline_run as names
+from gkeflow.pipelines.tracking_config import (
+    GKE_SECRET_KEYS,
+    MlflowTracking,
+    TrackingSettings,
+    mlflow_registry_uri,
+)
+
+#: Steps whose code logs to MLflow (gkeflow.components.tracking.steps).
+TRACKED_STEPS = frozenset({"prepare-data", "train-model", "evaluate-model", "register-model"})
+
+
+def direct_mlflow(tracking: TrackingSettings | None) -> MlflowTracking | None:
+    """The MLflow settings a compiled pipeline carries: only with a tracking URI."""
+    mlflow = tracking.mlflow if tracking is not None else None
+    return mlflow if mlflow is not None and mlflow.tracking_uri else None
+
+
+def registry_default(tracking: TrackingSettings | None, fallback: str) -> str:
+    """The pipeline's default ``registry_uri``: the tracking server's MLflow Model Registry
+    when the environment tracks in MLflow (with a tracking URI), else ``fallback``."""
+    mlflow = direct_mlflow(tracking)
+    return mlflow_registry_uri(mlflow.tracking_uri) if mlflow is not None else fallback
+
+
+def is_python_step(task: dsl.PipelineTask) -> bool:
+    """A lightweight Python component (its executor reads extra arguments leniently)."""
+    spec = task.container_spec
+    return spec is not None and "kfp.dsl.executor_main" in " ".join(spec.command or [])
+
+
+def track_task(task: dsl.PipelineTask, step: str, tracking: TrackingSettings | None,
+               target: str, pipeline: str, run_url_template: str = "") -> dsl.PipelineTask:
+    """``task`` with what its step needs to track itself in MLflow; unchanged when the step
+    logs nothing or the environment has no MLflow tracking URI."""
+    mlflow = direct_mlflow(tracking)
+    if mlflow is None or step not in TRACKED_STEPS or not is_python_step(task):
+        return task
+    task.set_env_variable(names.ENV_URI, mlflow.tracking_uri)
+    task.set_env_variable(names.ENV_EXPERIMENT, mlflow.experiment)
+    task.set_env_variable(names.ENV_PIPELINE, pipeline)
+    task.set_env_variable(names.ENV_TARGET, target)
+    if run_url_template:
+        task.set_env_variable(names.ENV_RUN_URL, run_url_template)
+    task.container_spec.args = [
+        *(task.container_spec.args or []),
+        names.ARG_RUN_ID, dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+        names.ARG_RUN_NAME, dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+    ]
+    credentials = mlflow.credentials
+    if target == "gke" and credentials.gke_secret:
+        from kfp import kubernetes
+
+        kubernetes.use_secret_as_env(task, secret_name=credentials.gke_secret,
+                                     secret_key_to_env=dict(GKE_SECRET_KEYS), optional=True)
+    if target == "vertex" and credentials.vertex_secret:
+        task.set_env_variable(names.ENV_TOKEN_SECRET, credentials.vertex_secret)
+    return task
