@@ -24,7 +24,8 @@ from gkeflow.pipelines.tracking_config import (
 )
 
 #: Steps whose code logs to MLflow (gkeflow.components.tracking.steps).
-TRACKED_STEPS = frozenset({"prepare-data", "train-model", "evaluate-model", "register-model"})
+TRACKED_STEPS = frozenset({"prepare-data", "train-model", "evaluate-model", "register-model",
+                           "predict-batch"})
 
 
 def direct_mlflow(tracking: TrackingSettings | None) -> MlflowTracking | None:

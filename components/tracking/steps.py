@@ -145,6 +145,21 @@ def track_registration(outcome: Any, blessed: bool | None = None,
     t.finish()
 
 
+@best_effort
+def track_prediction(result: Any, output_uri: str = "", tracker: Tracker | None = None) -> None:
+    """predict-batch: the model scored with, the row counts, the speed and the drift."""
+    t = tracker or open_step_run("predict-batch")
+    if not t.enabled:
+        return
+    t.log_params({"model_name": result.model_name, "model_version": result.model_version,
+                  "selected_by": result.selected_by, "output_uri": output_uri or "(run's own)"})
+    t.log_metrics({"rows_read": result.rows_read, "rows_scored": result.rows_scored,
+                   "rows_rejected": result.rows_rejected, "rows_per_s": result.rows_per_s,
+                   **dict(result.drift)})
+    t.set_tags({"gkeflow.scored_model": f"{result.model_name}@{result.model_version}"})
+    t.finish()
+
+
 def _finite(value: Any) -> bool:
     try:
         return float(value) == float(value) and abs(float(value)) != float("inf")

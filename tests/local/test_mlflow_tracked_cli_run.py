@@ -89,6 +89,38 @@ def test_gkeflow_run_tracks_a_parent_and_a_nested_run_per_step(tmp_path, mlflow_
     model = mlflow_server.api("registered-models/get", name=MODEL)["registered_model"]
     assert [(a["alias"], a["version"]) for a in model["aliases"]] == [("champion", "1")]
 
+    # A prediction run reads the model from the same registry and is tracked the same way.
+    scored = gkeflow("run", "--pipeline", "prediction", "--env", "dev", "--data", str(data),
+                     "--model", f"{MODEL}@champion", "--output", str(tmp_path / "scores"),
+                     "--config", str(config), cwd=tmp_path, timeout=600,
+                     env={"TEAM_MLFLOW_TOKEN": "t0ken-value"})
+    assert scored.returncode == 0, scored.stdout + scored.stderr
+    assert f"with {MODEL}@1" in " ".join(scored.stdout.split())
+    runs = mlflow_server.search_runs(experiment["experiment"]["experiment_id"],
+                                     f"tags.`{PIPELINE_RUN_TAG}` LIKE 'local-prediction-%'")
+    (prediction,) = runs
+    assert prediction["info"]["status"] == "FINISHED"
+    (batch,) = mlflow_server.search_runs(
+        experiment["experiment"]["experiment_id"],
+        f"tags.`{PARENT_TAG}` = '{prediction['info']['run_id']}'")
+    assert batch["info"]["run_name"] == "predict-batch"
+    assert mlflow_server.run(batch["info"]["run_id"])["metrics"]["rows_scored"] > 0
+
+
+@pytest.mark.parametrize("pipeline", ["sweep", "prediction"])
+def test_sweep_and_prediction_check_the_mlflow_registry_before_any_step(tmp_path, pipeline):
+    uri = f"http://127.0.0.1:{free_port()}"
+    config = _write_config(tmp_path, uri, "nowhere")
+    label = ("--label", "species") if pipeline == "sweep" else ()
+    result = gkeflow("run", "--pipeline", pipeline, "--env", "dev", "--data",
+                     str(_penguins_csv(tmp_path)), *label, "--config", str(config),
+                     "--output", str(tmp_path / "out"), cwd=tmp_path,
+                     env={"TEAM_MLFLOW_TOKEN": "t"})
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1, result.stderr
+    assert f"tracking.dev.mlflow's server {uri}, which cannot be reached" in errors[0]
+
 
 def test_an_unreachable_server_leaves_the_run_unchanged(tmp_path):
     config = _write_config(tmp_path, f"http://127.0.0.1:{free_port()}", "nowhere")
