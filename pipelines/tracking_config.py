@@ -218,9 +218,12 @@ class TrackingSettings(BaseModel):
             if target == "vertex":
                 lines.append(f"tracking: {where} (the run is submitted into it; its "
                              "parameters and metrics appear in the experiment's comparison)")
+            elif target == "local":
+                lines.append(f"tracking: {where} (the run's parameters and metrics, as an "
+                             "experiment run, when it ends)")
             else:
                 lines.append(f"tracking: not in Vertex AI Experiments on {target}: only "
-                             f"Vertex AI runs are submitted into {where} so far")
+                             f"Vertex AI and local runs log to {where} so far")
         return lines or ["tracking: off (no tracking: for this environment in gkeflow.yaml)"]
 
 

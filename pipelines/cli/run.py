@@ -166,7 +166,7 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
 
     compute = local_compute("training", config_path, compute_overrides)
     config = read_config(config_path)
-    from gkeflow.pipelines.cli.run_tracking import local_tracking, tracked_run
+    from gkeflow.pipelines.cli.run_tracking import local_tracking, log_to_vertex, tracked_run
 
     tracking = local_tracking(console, config, environment, params, arguments)
     try:
@@ -177,6 +177,7 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
             tracked.succeeded = result.ok
     except LocalRunError as exc:
         raise click.ClickException(str(exc)) from exc
+    log_to_vertex(console, config, tracking, tracked, arguments, result, "evaluate-model")
     print_run_summary(console, result, arguments, debug)
     from gkeflow.pipelines.cli.deploy import print_local_deployment
 

@@ -209,6 +209,10 @@ def run_prediction_command(console: Console, data: str | None, model: str | None
             tracked.succeeded = result.ok
     except LocalRunError as exc:
         raise click.ClickException(str(exc)) from exc
+    if tracking is not None:
+        from gkeflow.pipelines.cli.run_tracking import log_to_vertex
+
+        log_to_vertex(console, config, tracking, tracked, arguments, result, "predict-batch")
     _print_summary(console, result, debug)
     if not result.ok:
         sys.exit(1)

@@ -92,7 +92,7 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
         raise OptionError(f"{TRIAL_STEP}.replicas={replicas} does not apply to --pipeline "
                           "sweep: each trial trains in one process; set replicas to 1")
     from gkeflow.pipelines.cli.common import read_config
-    from gkeflow.pipelines.cli.run_tracking import local_tracking, tracked_run
+    from gkeflow.pipelines.cli.run_tracking import local_tracking, log_to_vertex, tracked_run
 
     config = read_config(config_path)
     try:
@@ -127,6 +127,7 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
             tracked.succeeded = result.ok
     except LocalRunError as exc:
         raise click.ClickException(str(exc)) from exc
+    log_to_vertex(console, config, tracking, tracked, arguments, result, "evaluate-model")
     print_trial_table(console, result)
     print_run_summary(console, result, arguments, debug)
     from gkeflow.pipelines.cli.deploy import print_local_deployment

@@ -89,8 +89,11 @@ def test_plan_names_the_vertex_experiment_on_vertex_only():
     assert vertex.startswith("tracking (prod): Vertex AI experiment 'penguins-prod' (the run "
                              "is submitted into it")
     (gke,) = plan_lines(tracking, "gke")
-    assert gke == ("tracking (prod): not in Vertex AI Experiments on gke: only Vertex AI runs "
-                   "are submitted into Vertex AI experiment 'penguins-prod' so far")
+    assert gke == ("tracking (prod): not in Vertex AI Experiments on gke: only Vertex AI and "
+                   "local runs log to Vertex AI experiment 'penguins-prod' so far")
+    (local,) = plan_lines(tracking, "local")
+    assert local.startswith("tracking (prod): Vertex AI experiment 'penguins-prod' (the run's "
+                            "parameters and metrics")
 
 
 def test_init_writes_tracking_commented_and_valid_when_uncommented(tmp_path):
