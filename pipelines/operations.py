@@ -42,12 +42,15 @@ class Operations:
     step_rates: str = "{}"
     #: ``tracking.<env>`` compiled into the tracked steps (docs/tracking.md), or None.
     tracking: object = None
+    #: gkeflow.yaml's ``targets.vertex`` (the project of a GKE run's Vertex AI experiment).
+    vertex_target: object = None
 
     def track(self, task, step: str, pipeline: str):
         """``task`` with the MLflow settings of direct mode (:mod:`tracking_tasks`)."""
         from gkeflow.pipelines.tracking_tasks import track_task
 
-        return track_task(task, step, self.tracking, self.target, pipeline, self.link_template)
+        return track_task(task, step, self.tracking, self.target, pipeline, self.link_template,
+                          self.vertex_target)
 
     def registry_default(self, fallback: str) -> str:
         """The pipeline's default ``registry_uri``: MLflow's when tracked there."""
@@ -164,12 +167,11 @@ def notifications_key(config) -> str:
     canonical JSON: equal settings give equal keys ("" for none), whatever lists they hold."""
     settings = getattr(config, "_notify", None)
     tracking = getattr(config, "_tracking", None)
-    mlflow = tracking.mlflow if tracking is not None else None
-    if settings is None and (mlflow is None or not mlflow.tracking_uri):
+    if settings is None and (tracking is None or tracking == type(tracking)()):
         return ""
-    # tracking.<env>.mlflow is compiled in too: environments tracked apart compile apart
+    # tracking.<env> is compiled in too: environments tracked apart compile apart
     return json.dumps({"notify": settings.model_dump(mode="json") if settings else None,
-                       "mlflow": mlflow.model_dump(mode="json") if mlflow else None},
+                       "tracking": tracking.model_dump(mode="json") if tracking else None},
                       sort_keys=True)
 
 
@@ -201,4 +203,5 @@ def of(config, target: str) -> Operations:
     from gkeflow.pipelines.compute.costing import price_region
 
     return Operations(target, settings, config.retention, link, api, price_region(config),
-                      tracking=getattr(config, "_tracking", None))
+                      tracking=getattr(config, "_tracking", None),
+                      vertex_target=config.targets.vertex)

@@ -222,8 +222,9 @@ class TrackingSettings(BaseModel):
                 lines.append(f"tracking: {where} (the run's parameters and metrics, as an "
                              "experiment run, when it ends)")
             else:
-                lines.append(f"tracking: not in Vertex AI Experiments on {target}: only "
-                             f"Vertex AI and local runs log to {where} so far")
+                lines.append(f"tracking: {where} (each step adds its parameters and metrics "
+                             "to the run's experiment run; needs targets.vertex and Google "
+                             "credentials in the pods)")
         return lines or ["tracking: off (no tracking: for this environment in gkeflow.yaml)"]
 
 

@@ -1,4 +1,5 @@
-"""``tracking.<env>.mlflow`` compiled into a pipeline (direct mode without the plugin).
+"""``tracking.<env>`` compiled into a pipeline: MLflow direct mode (without the plugin) and,
+on GKE, Vertex AI Experiments through each step (:mod:`gkeflow.components.tracking.vertex_run`).
 
 Each tracked step gets the tracking server, the experiment and the run's page as
 environment variables, the run's id and name as two extra arguments resolved from the
@@ -48,11 +49,32 @@ def is_python_step(task: dsl.PipelineTask) -> bool:
 
 
 def track_task(task: dsl.PipelineTask, step: str, tracking: TrackingSettings | None,
-               target: str, pipeline: str, run_url_template: str = "") -> dsl.PipelineTask:
-    """``task`` with what its step needs to track itself in MLflow; unchanged when the step
-    logs nothing or the environment has no MLflow tracking URI."""
+               target: str, pipeline: str, run_url_template: str = "",
+               vertex_target=None) -> dsl.PipelineTask:
+    """``task`` with what its step needs to track itself: in MLflow (with a tracking URI) and,
+    on GKE with ``vertex_target`` (gkeflow.yaml's ``targets.vertex``), in Vertex AI
+    Experiments; unchanged when the step logs nothing or nothing is to be tracked."""
     mlflow = direct_mlflow(tracking)
-    if mlflow is None or step not in TRACKED_STEPS or not is_python_step(task):
+    experiments = tracking.vertex_experiments if tracking is not None else None
+    if target != "gke" or vertex_target is None:
+        experiments = None  # Vertex AI runs are submitted into it; local runs log at the end
+    if (mlflow is None and experiments is None) or step not in TRACKED_STEPS \
+            or not is_python_step(task):
+        return task
+    task.container_spec.args = [
+        *(task.container_spec.args or []),
+        names.ARG_RUN_ID, dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+        names.ARG_RUN_NAME, dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+    ]
+    if experiments is not None:
+        from gkeflow.components.tracking import vertex_run
+
+        task.set_env_variable(vertex_run.ENV_EXPERIMENT, experiments.experiment)
+        task.set_env_variable(vertex_run.ENV_PROJECT, vertex_target.project)
+        task.set_env_variable(vertex_run.ENV_LOCATION, vertex_target.region)
+        if vertex_target.api_endpoint:
+            task.set_env_variable(vertex_run.ENV_ENDPOINT, vertex_target.api_endpoint)
+    if mlflow is None:
         return task
     task.set_env_variable(names.ENV_URI, mlflow.tracking_uri)
     task.set_env_variable(names.ENV_EXPERIMENT, mlflow.experiment)
@@ -60,11 +82,6 @@ def track_task(task: dsl.PipelineTask, step: str, tracking: TrackingSettings | N
     task.set_env_variable(names.ENV_TARGET, target)
     if run_url_template:
         task.set_env_variable(names.ENV_RUN_URL, run_url_template)
-    task.container_spec.args = [
-        *(task.container_spec.args or []),
-        names.ARG_RUN_ID, dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-        names.ARG_RUN_NAME, dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
-    ]
     credentials = mlflow.credentials
     if target == "gke" and credentials.gke_secret:
         from kfp import kubernetes

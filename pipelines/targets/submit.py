@@ -291,6 +291,10 @@ def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: st
     notes: list[str] = [f"warning: {flagged}"] if flagged else []
     tracking = tracking_for(config.tracking, environment)
     notes += tracking.describe(target)
+    if target == "gke" and tracking.vertex_experiments is not None \
+            and config.targets.vertex is None:
+        notes.append("warning: tracking.vertex_experiments is not compiled in: GKE steps "
+                     "need targets.vertex in gkeflow.yaml for the experiment's project")
     if target == "gke":
         from gkeflow.pipelines.targets.backend_version import (
             MLFLOW_PLUGIN,

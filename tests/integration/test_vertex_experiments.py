@@ -238,3 +238,48 @@ def test_a_vertex_api_that_is_away_is_one_warning_line(make_config):
     line = _local_run(Away, make_config)
     assert line.startswith("warning: run not logged to Vertex AI experiment 'penguins-prod'")
     assert line.endswith("the run's outcome is unchanged") and "\n" not in line
+
+
+def test_gke_steps_add_to_one_experiment_run_of_their_pipeline_run(vertex_server):
+    import threading
+
+    from gkeflow.components.tracking.pipeline_run import ARG_RUN_ID
+    from gkeflow.components.tracking.vertex_run import (
+        ENV_ENDPOINT,
+        ENV_EXPERIMENT,
+        ENV_LOCATION,
+        ENV_PROJECT,
+        log_step,
+    )
+
+    env = {ENV_EXPERIMENT: "penguins-prod", ENV_PROJECT: "my-project",
+           ENV_LOCATION: "us-central1", ENV_ENDPOINT: vertex_server.url}
+    argv = ["executor", ARG_RUN_ID, "5f0c3a9e-0d6c-4e4e-9a53-7f1b1d2c3e4f"]
+    logged: list[bool] = []
+    steps = [("prepare-data", {"data_uri": "gs://b/d.csv"}, {"rows_read": 344}),
+             ("train-model", {"epochs": 2}, {"final_accuracy": 0.9})]
+    threads = [threading.Thread(target=lambda s=s: logged.append(log_step(*s, environ=env,
+                                                                          argv=argv)))
+               for s in steps]  # two steps starting at once
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert logged == [True, True]
+    assert log_step("evaluate-model", {"decision": "blessed"}, {"accuracy": 0.95},
+                    environ=env, argv=argv)
+    (name,) = vertex_server.metadata.experiment_runs(EXPERIMENT)
+    assert name.endswith("/penguins-prod-5f0c3a9e-0d6c-4e4e-9a53-7f1b1d2c3e4f")
+    metadata = json.loads(type(vertex_server.metadata.contexts[name]).to_json(
+        vertex_server.metadata.contexts[name]))["metadata"]
+    assert metadata["_params"] == {"prepare-data.data_uri": "gs://b/d.csv",
+                                   "train-model.epochs": 2,
+                                   "evaluate-model.decision": "blessed"}
+    assert metadata["_metrics"] == {"rows_read": 344, "final_accuracy": 0.9, "accuracy": 0.95}
+
+
+def test_a_gke_step_without_the_settings_logs_nothing(vertex_server):
+    from gkeflow.components.tracking.vertex_run import log_step
+
+    assert not log_step("prepare-data", {"a": 1}, {}, environ={}, argv=["x"])
+    assert vertex_server.requests == []

@@ -111,3 +111,21 @@ def test_credential_references_are_checked_without_echoing_values(tmp_path, cred
     with pytest.raises(ConfigError, match=fragment) as refused:
         load_config(path)
     assert "t0ken-value" not in str(refused.value)
+
+
+def test_gke_steps_carry_the_vertex_experiment_and_vertex_steps_do_not(tmp_path):
+    config = GkeflowConfig.model_validate({"targets": TARGETS, "tracking": {"default": {
+        "vertex_experiments": {"experiment": "penguins"}}}})
+    _, gke = _compiled(tmp_path, config, "gke")
+    executors = gke[0]["deploymentSpec"]["executors"]
+    carrying = {name for name, executor in executors.items()
+                if _env(executor).get("GKEFLOW_VERTEX_EXPERIMENT") == "penguins"}
+    assert carrying == TRACKED
+    env = _env(executors["exec-evaluate-model"])
+    assert (env["GKEFLOW_VERTEX_PROJECT"], env["GKEFLOW_VERTEX_LOCATION"]) == (
+        "my-project", "us-central1")
+    assert "GKEFLOW_MLFLOW_TRACKING_URI" not in env
+    assert executors["exec-evaluate-model"]["container"]["args"][-4:-2] == [
+        "--gkeflow_pipeline_run_id", "{{$.pipeline_job_uuid}}"]
+    text, _ = _compiled(tmp_path / "v", config, "vertex")
+    assert "GKEFLOW_VERTEX" not in text  # Vertex AI runs are submitted into the experiment

@@ -82,15 +82,15 @@ def test_plan_says_where_each_environment_is_tracked():
         "tracking: off (no tracking: for this environment in gkeflow.yaml)"]
 
 
-def test_plan_names_the_vertex_experiment_on_vertex_only():
+def test_plan_says_how_each_target_logs_to_the_vertex_experiment():
     tracking = {"prod": TrackingSettings.model_validate(
         {"vertex_experiments": {"experiment": "penguins-prod"}})}
     (vertex,) = plan_lines(tracking, "vertex")
     assert vertex.startswith("tracking (prod): Vertex AI experiment 'penguins-prod' (the run "
                              "is submitted into it")
     (gke,) = plan_lines(tracking, "gke")
-    assert gke == ("tracking (prod): not in Vertex AI Experiments on gke: only Vertex AI and "
-                   "local runs log to Vertex AI experiment 'penguins-prod' so far")
+    assert gke.startswith("tracking (prod): Vertex AI experiment 'penguins-prod' (each step "
+                          "adds its parameters and metrics")
     (local,) = plan_lines(tracking, "local")
     assert local.startswith("tracking (prod): Vertex AI experiment 'penguins-prod' (the run's "
                             "parameters and metrics")
