@@ -2,11 +2,10 @@
 on GKE, Vertex AI Experiments through each step (:mod:`gkeflow.components.tracking.vertex_run`).
 
 Each tracked step gets the tracking server, the experiment and the run's page as
-environment variables, the run's id and name as two extra arguments resolved from the
-pipeline-job placeholders (the step reads them with
-:func:`gkeflow.components.tracking.pipeline_run.argument`; extra arguments leave the cache
-key's inputs alone), and credentials by reference only: a Kubernetes Secret on GKE, a
-Secret Manager secret's name on Vertex AI. No value of a secret is ever compiled in.
+environment variables, the run's id and name (:func:`add_run_identity`; never as inputs,
+which would change the cache keys), and credentials by reference only: a Kubernetes Secret
+on GKE, a Secret Manager secret's name on Vertex AI. No value of a secret is ever compiled
+in.
 
 With the registry default (:func:`registry_default`), a pipeline whose environment tracks in
 MLflow registers into that server's MLflow Model Registry unless a registry is named.
@@ -24,6 +23,10 @@ from gkeflow.pipelines.tracking_config import (
     mlflow_registry_uri,
 )
 
+#: Where a Kubeflow Pipelines pod finds its run's id and name (the backend labels and
+#: annotates every pod of a run).
+RUN_ID_FIELD = "metadata.labels['pipeline/runid']"
+RUN_NAME_FIELD = "metadata.annotations['pipelines.kubeflow.org/run_name']"
 #: Steps whose code logs to MLflow (gkeflow.components.tracking.steps).
 TRACKED_STEPS = frozenset({"prepare-data", "train-model", "evaluate-model", "register-model",
                            "predict-batch"})
@@ -48,6 +51,24 @@ def is_python_step(task: dsl.PipelineTask) -> bool:
     return spec is not None and "kfp.dsl.executor_main" in " ".join(spec.command or [])
 
 
+def add_run_identity(task: dsl.PipelineTask, target: str) -> None:
+    """Give ``task`` its pipeline run's id and name without making them inputs (which would
+    change its cache key on every run). Kubeflow Pipelines resolves the pipeline-job
+    placeholders only as input values, so on GKE they come from the pod's own metadata;
+    Vertex AI and kfp.local resolve them in the container's arguments."""
+    if target == "gke":
+        from kfp import kubernetes
+
+        kubernetes.use_field_path_as_env(task, names.ENV_RUN_ID_FIELD, RUN_ID_FIELD)
+        kubernetes.use_field_path_as_env(task, names.ENV_RUN_NAME_FIELD, RUN_NAME_FIELD)
+        return
+    task.container_spec.args = [
+        *(task.container_spec.args or []),
+        names.ARG_RUN_ID, dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+        names.ARG_RUN_NAME, dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+    ]
+
+
 def track_task(task: dsl.PipelineTask, step: str, tracking: TrackingSettings | None,
                target: str, pipeline: str, run_url_template: str = "",
                vertex_target=None) -> dsl.PipelineTask:
@@ -61,11 +82,7 @@ def track_task(task: dsl.PipelineTask, step: str, tracking: TrackingSettings | N
     if (mlflow is None and experiments is None) or step not in TRACKED_STEPS \
             or not is_python_step(task):
         return task
-    task.container_spec.args = [
-        *(task.container_spec.args or []),
-        names.ARG_RUN_ID, dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-        names.ARG_RUN_NAME, dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
-    ]
+    add_run_identity(task, target)
     if experiments is not None:
         from gkeflow.components.tracking import vertex_run
 

@@ -6,8 +6,11 @@ The compiled pipeline gives every tracked step (``gkeflow.pipelines.tracking_tas
 
 - ``GKEFLOW_MLFLOW_TRACKING_URI``, ``GKEFLOW_MLFLOW_EXPERIMENT``, ``GKEFLOW_MLFLOW_PIPELINE``,
   ``GKEFLOW_MLFLOW_TARGET`` and ``GKEFLOW_MLFLOW_RUN_URL`` (a template of the run's page);
-- the run's id and name as two extra command-line arguments resolved from the pipeline-job
-  placeholders (arguments, not inputs: inputs would change the steps' cache keys);
+- the run's id and name: on Vertex AI (and kfp.local) as two extra command-line arguments
+  resolved from the pipeline-job placeholders; on GKE, whose Kubeflow Pipelines backend
+  resolves those placeholders only as input values, as ``GKEFLOW_PIPELINE_RUN_ID`` /
+  ``_NAME`` from the pod's ``pipeline/runid`` label and run-name annotation. Never as step
+  inputs: those would change the steps' cache keys on every run;
 - credentials by reference only: on GKE ``MLFLOW_TRACKING_*`` from a Kubernetes Secret, on
   Vertex AI ``GKEFLOW_MLFLOW_TOKEN_SECRET``, a Secret Manager secret read at start.
 
@@ -41,6 +44,9 @@ ENV_SECRET_MANAGER = "GKEFLOW_SECRET_MANAGER_ENDPOINT"
 #: The extra arguments a compiled step gets (``--NAME VALUE``), read from ``sys.argv``.
 ARG_RUN_ID = "--gkeflow_pipeline_run_id"
 ARG_RUN_NAME = "--gkeflow_pipeline_run_name"
+#: GKE: the run's id and name from the pod's metadata (kfp-kubernetes field paths).
+ENV_RUN_ID_FIELD = "GKEFLOW_PIPELINE_RUN_ID"
+ENV_RUN_NAME_FIELD = "GKEFLOW_PIPELINE_RUN_NAME"
 
 PIPELINE_RUN_TAG = "gkeflow.pipeline_run_id"
 PIPELINE_RUN_NAME_TAG = "gkeflow.pipeline_run_name"
@@ -60,6 +66,14 @@ def argument(name: str, argv: Sequence[str] | None = None) -> str:
             value = args[index + 1]
             return "" if value.startswith("{{$") else value
     return ""
+
+
+def pipeline_run(environ: dict[str, str] | None = None,
+                 argv: Sequence[str] | None = None) -> tuple[str, str]:
+    """The pipeline run's (id, name): the resolved arguments, else the pod's fields."""
+    env = os.environ if environ is None else environ
+    return (argument(ARG_RUN_ID, argv) or env.get(ENV_RUN_ID_FIELD, ""),
+            argument(ARG_RUN_NAME, argv) or env.get(ENV_RUN_NAME_FIELD, ""))
 
 
 def run_url(template: str, run_id: str, run_name: str) -> str:
@@ -164,7 +178,7 @@ def open_step_run(step: str, task: str = "", parent_run_id: str = "",
     settings (this module) or off."""
     env = os.environ if environ is None else environ
     uri, experiment = env.get(ENV_URI, ""), env.get(ENV_EXPERIMENT, "")
-    run_id = argument(ARG_RUN_ID, argv)
+    run_id, run_name = pipeline_run(env, argv)
     handed = env.get(base.ENV_RUN_ID) or parent_run_id or env.get(base.ENV_PARENT_RUN_ID)
     if handed or not (uri and experiment and run_id):
         return base.open_step_run(step, task, parent_run_id, environ, log)
@@ -180,7 +194,6 @@ def open_step_run(step: str, task: str = "", parent_run_id: str = "",
     except Exception as exc:
         log(f"mlflow: tracking off for this step: {one_line(exc)}")
         return Tracker(log=log)
-    run_name = argument(ARG_RUN_NAME, argv)
     tags = {name: value for name, value in (
         (PIPELINE_RUN_NAME_TAG, run_name), (PIPELINE_TAG, env.get(ENV_PIPELINE, "")),
         (TARGET_TAG, env.get(ENV_TARGET, "")),

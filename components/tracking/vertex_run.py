@@ -4,12 +4,11 @@ experiment run named after the pipeline run, created by whichever step comes fir
 
 The compiled pipeline gives the steps ``GKEFLOW_VERTEX_EXPERIMENT``,
 ``GKEFLOW_VERTEX_PROJECT``, ``GKEFLOW_VERTEX_LOCATION`` (and ``GKEFLOW_VERTEX_API_ENDPOINT``
-where one is set), and the run's id as an argument (see
-:mod:`gkeflow.components.tracking.pipeline_run`). Credentials are the pod's own (Workload
-Identity). The run's context id, ``<experiment>-<run>``, is deterministic: two steps that
-create it at once get one run (the second create is answered 409 and reads it), and adding
-it to the experiment again is skipped by the service. Best effort: bounded retries, one
-line on failure, the step goes on.
+where one is set), and the run's id (see :mod:`gkeflow.components.tracking.pipeline_run`).
+Credentials are the pod's own (Workload Identity). The run's context id,
+``<experiment>-<run>``, is deterministic: two steps that create it at once get one run (the
+second create is answered 409 and reads it), and adding it to the experiment again is
+skipped by the service. Best effort: bounded retries, one line on failure, the step goes on.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gkeflow.components.tracking.client import one_line
-from gkeflow.components.tracking.pipeline_run import ARG_RUN_ID, argument
+from gkeflow.components.tracking.pipeline_run import pipeline_run
 
 ENV_EXPERIMENT = "GKEFLOW_VERTEX_EXPERIMENT"
 ENV_PROJECT = "GKEFLOW_VERTEX_PROJECT"
@@ -171,7 +170,7 @@ def log_step(step: str, params: Mapping[str, Any], metrics: Mapping[str, Any],
     False (after one line, if it was configured) when nothing was logged."""
     env = os.environ if environ is None else environ
     experiment, project = env.get(ENV_EXPERIMENT, ""), env.get(ENV_PROJECT, "")
-    location, run_id = env.get(ENV_LOCATION, ""), argument(ARG_RUN_ID, argv)
+    location, run_id = env.get(ENV_LOCATION, ""), pipeline_run(env, argv)[0]
     if not (experiment and project and location and run_id):
         return False
     name = experiment_run_name(experiment, run_id)

@@ -243,7 +243,7 @@ def test_a_vertex_api_that_is_away_is_one_warning_line(make_config):
 def test_gke_steps_add_to_one_experiment_run_of_their_pipeline_run(vertex_server):
     import threading
 
-    from gkeflow.components.tracking.pipeline_run import ARG_RUN_ID
+    from gkeflow.components.tracking.pipeline_run import ARG_RUN_ID, ENV_RUN_ID_FIELD
     from gkeflow.components.tracking.vertex_run import (
         ENV_ENDPOINT,
         ENV_EXPERIMENT,
@@ -252,9 +252,11 @@ def test_gke_steps_add_to_one_experiment_run_of_their_pipeline_run(vertex_server
         log_step,
     )
 
+    # on GKE the run id comes from the pod's label (an unresolved argument is ignored)
     env = {ENV_EXPERIMENT: "penguins-prod", ENV_PROJECT: "my-project",
-           ENV_LOCATION: "us-central1", ENV_ENDPOINT: vertex_server.url}
-    argv = ["executor", ARG_RUN_ID, "5f0c3a9e-0d6c-4e4e-9a53-7f1b1d2c3e4f"]
+           ENV_LOCATION: "us-central1", ENV_ENDPOINT: vertex_server.url,
+           ENV_RUN_ID_FIELD: "5f0c3a9e-0d6c-4e4e-9a53-7f1b1d2c3e4f"}
+    argv = ["executor", ARG_RUN_ID, "{{$.pipeline_job_uuid}}"]
     logged: list[bool] = []
     steps = [("prepare-data", {"data_uri": "gs://b/d.csv"}, {"rows_read": 344}),
              ("train-model", {"epochs": 2}, {"final_accuracy": 0.9})]

@@ -54,14 +54,20 @@ def test_tracked_steps_carry_the_settings_and_no_secret_value(tmp_path, monkeypa
         env, args = _env(executors[name]), executors[name]["container"]["args"]
         assert env["GKEFLOW_MLFLOW_EXPERIMENT"] == "penguins"
         assert env["GKEFLOW_MLFLOW_TARGET"] == target
-        assert args[-4:] == ["--gkeflow_pipeline_run_id", "{{$.pipeline_job_uuid}}",
-                             "--gkeflow_pipeline_run_name", "{{$.pipeline_job_name}}"]
+        run_args = ["--gkeflow_pipeline_run_id", "{{$.pipeline_job_uuid}}",
+                    "--gkeflow_pipeline_run_name", "{{$.pipeline_job_name}}"]
+        # Kubeflow Pipelines resolves these placeholders only as input values
+        assert (args[-4:] == run_args) == (target == "vertex")
         assert not any(key.startswith("MLFLOW_") for key in env)
     url = _env(executors["exec-evaluate-model"])["GKEFLOW_MLFLOW_RUN_URL"]
     if target == "gke":
         assert url == "https://kfp.example.com/#/runs/details/{run_id}"
         platform = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
         for name in carrying:
+            assert {f["name"]: f["fieldPath"] for f in platform[name]["fieldPathAsEnv"]} == {
+                "GKEFLOW_PIPELINE_RUN_ID": "metadata.labels['pipeline/runid']",
+                "GKEFLOW_PIPELINE_RUN_NAME":
+                    "metadata.annotations['pipelines.kubeflow.org/run_name']"}
             (secret,) = platform[name]["secretAsEnv"]
             assert secret["secretName"] == "mlflow-credentials" and secret["optional"]
             assert {k["envVar"] for k in secret["keyToEnv"]} == {
@@ -125,7 +131,8 @@ def test_gke_steps_carry_the_vertex_experiment_and_vertex_steps_do_not(tmp_path)
     assert (env["GKEFLOW_VERTEX_PROJECT"], env["GKEFLOW_VERTEX_LOCATION"]) == (
         "my-project", "us-central1")
     assert "GKEFLOW_MLFLOW_TRACKING_URI" not in env
-    assert executors["exec-evaluate-model"]["container"]["args"][-4:-2] == [
-        "--gkeflow_pipeline_run_id", "{{$.pipeline_job_uuid}}"]
+    platform = gke[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert {f["name"] for f in platform["exec-evaluate-model"]["fieldPathAsEnv"]} == {
+        "GKEFLOW_PIPELINE_RUN_ID", "GKEFLOW_PIPELINE_RUN_NAME"}
     text, _ = _compiled(tmp_path / "v", config, "vertex")
     assert "GKEFLOW_VERTEX" not in text  # Vertex AI runs are submitted into the experiment
