@@ -131,6 +131,7 @@ def build_prediction_pipeline(
 
     def configure(task: dsl.PipelineTask, step: str) -> dsl.PipelineTask:
         task.set_display_name(STEP_DISPLAY_NAMES[step])
+        operations.track(task, step, PIPELINE_NAME)
         apply_gcsfuse(task, step, gcsfuse, target)
         return apply_compute(task, profiles[step], target)
 

@@ -88,11 +88,13 @@ def test_without_a_tracking_uri_nothing_is_compiled_in(tmp_path):
     assert "kubeflow://" in plain
 
 
-def test_sweep_and_prediction_default_to_the_mlflow_registry(tmp_path):
-    for pipeline in ("sweep", "prediction"):
+def test_sweep_and_prediction_default_to_the_mlflow_registry_and_track(tmp_path):
+    for pipeline, step in (("sweep", "exec-evaluate-model"), ("prediction", "exec-predict-batch")):
         _, docs = _compiled(tmp_path / pipeline, _config(MLFLOW), "gke", pipeline)
         registry = docs[0]["root"]["inputDefinitions"]["parameters"]["registry_uri"]
         assert registry["defaultValue"] == "mlflow+https://mlflow.example.com", pipeline
+        env = _env(docs[0]["deploymentSpec"]["executors"][step])
+        assert env["GKEFLOW_MLFLOW_PIPELINE"] == docs[0]["pipelineInfo"]["name"], pipeline
 
 
 def test_environments_tracked_apart_compile_apart():
