@@ -184,6 +184,7 @@ class GkeflowConfig(BaseModel):
     images: ImagesConfig = Field(default={}, validate_default=True)
     _notify: NotificationSettings | None = PrivateAttr(default=None)  # operations.select
     _directory: Path | None = PrivateAttr(default=None)  # load_config: gkeflow.yaml's folder
+    _tracking: TrackingSettings | None = PrivateAttr(default=None)  # operations.select
     deploy: DeployConfig = {}  # per environment: pipelines/deploy_config.py
     monitoring: dict[str, MonitoringSettings] = {}  # per environment: monitoring_config.py
     tracking: dict[str, TrackingSettings] = {}  # per environment: tracking_config.py
@@ -661,15 +662,17 @@ targets:
 #     notification_channels: [projects/my-project/notificationChannels/1234567890]
 #     gpu_idle: {threshold_percent: 40, duration_minutes: 30}
 
-# Experiment tracking per environment (docs/tracking.md): MLflow (local runs log to
-# tracking_uri; GKE runs through Kubeflow Pipelines >= 2.17's MLflow plugin, which gets the
-# experiment name) and Vertex AI Experiments (Vertex AI runs are submitted into it).
+# Experiment tracking per environment (docs/tracking.md): MLflow (local runs and the steps of
+# compiled pipelines log to tracking_uri; GKE runs through Kubeflow Pipelines >= 2.17's MLflow
+# plugin where it is there) and Vertex AI Experiments (Vertex AI runs are submitted into it,
+# local runs log their parameters and metrics to it).
 # tracking:
 #   default:
 #     mlflow:
 #       experiment: penguins
 #       tracking_uri: http://127.0.0.1:5000
 #       # credentials: {token_env: MLFLOW_TOKEN}   # or username_env + password_env
+#       # GKE: {gke_secret: mlflow-credentials}; Vertex AI: {vertex_secret: projects/P/secrets/S}
 #     vertex_experiments:
 #       experiment: penguins
 

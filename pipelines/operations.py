@@ -42,6 +42,23 @@ class Operations:
     price_region: str = ""
     price_directory: str = ""  # where the refreshed price cache lives (gkeflow.yaml's folder)
     step_rates: str = "{}"
+    #: ``tracking.<env>`` compiled into the tracked steps (docs/tracking.md), or None.
+    tracking: object = None
+    #: gkeflow.yaml's ``targets.vertex`` (the project of a GKE run's Vertex AI experiment).
+    vertex_target: object = None
+
+    def track(self, task, step: str, pipeline: str):
+        """``task`` with the MLflow settings of direct mode (:mod:`tracking_tasks`)."""
+        from gkeflow.pipelines.tracking_tasks import track_task
+
+        return track_task(task, step, self.tracking, self.target, pipeline, self.link_template,
+                          self.vertex_target)
+
+    def registry_default(self, fallback: str) -> str:
+        """The pipeline's default ``registry_uri``: MLflow's when tracked there."""
+        from gkeflow.pipelines.tracking_tasks import registry_default
+
+        return registry_default(self.tracking, fallback)
 
     def priced(self, profiles) -> Operations:
         """These operations with each step's hourly list price (of ``profiles``, the steps'
@@ -141,16 +158,24 @@ def select(config, environment: str = "default", schedule=None):
         settings = config.notifications.get(environment)
     chosen = config.model_copy()
     chosen._notify = settings
+    from gkeflow.pipelines.tracking_config import tracking_for
+
+    chosen._tracking = tracking_for(
+        config.tracking, schedule.environment if schedule is not None else environment)
     return chosen
 
 
 def notifications_key(config) -> str:
-    """The notifications ``config`` carries (from :func:`select`) as canonical JSON: equal
-    settings give equal keys ("" for none), whatever lists they hold."""
+    """The notifications and MLflow tracking ``config`` carries (from :func:`select`) as
+    canonical JSON: equal settings give equal keys ("" for none), whatever lists they hold."""
     settings = getattr(config, "_notify", None)
-    if settings is None:
+    tracking = getattr(config, "_tracking", None)
+    if settings is None and (tracking is None or tracking == type(tracking)()):
         return ""
-    return json.dumps(settings.model_dump(mode="json"), sort_keys=True)
+    # tracking.<env> is compiled in too: environments tracked apart compile apart
+    return json.dumps({"notify": settings.model_dump(mode="json") if settings else None,
+                       "tracking": tracking.model_dump(mode="json") if tracking else None},
+                      sort_keys=True)
 
 
 def of(config, target: str) -> Operations:
@@ -182,4 +207,6 @@ def of(config, target: str) -> Operations:
     from gkeflow.pipelines.config import config_directory
 
     return Operations(target, settings, config.retention, link, api, price_region(config),
-                      price_directory=str(config_directory(config)))
+                      price_directory=str(config_directory(config)),
+                      tracking=getattr(config, "_tracking", None),
+                      vertex_target=config.targets.vertex)

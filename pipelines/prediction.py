@@ -126,10 +126,12 @@ def build_prediction_pipeline(
     profiles = resolve_compute(target, compute)
     operations = operations or Operations(target)
     components = _components(profiles)
-    default_registry_uri = DEFAULT_REGISTRY_URIS.get(target, DEFAULT_REGISTRY_URIS["local"])
+    default_registry_uri = operations.registry_default(
+        DEFAULT_REGISTRY_URIS.get(target, DEFAULT_REGISTRY_URIS["local"]))
 
     def configure(task: dsl.PipelineTask, step: str) -> dsl.PipelineTask:
         task.set_display_name(STEP_DISPLAY_NAMES[step])
+        operations.track(task, step, PIPELINE_NAME)
         apply_gcsfuse(task, step, gcsfuse, target)
         return apply_compute(task, profiles[step], target)
 

@@ -248,16 +248,17 @@ def build_sweep_pipeline(target: str = "local",
         from gkeflow.components.register.vertex_component import register_model as register_step
     else:
         register_step = register_model
-    default_registry_uri = DEFAULT_REGISTRY_URIS.get(target, DEFAULT_REGISTRY_URIS["local"])
+    operations = (operations or Operations(target)).priced(profiles)
+    default_registry_uri = operations.registry_default(
+        DEFAULT_REGISTRY_URIS.get(target, DEFAULT_REGISTRY_URIS["local"]))
     require_gpu = target != "local" and profiles[TRIAL_STEP].uses_gpu
     components = _components()
 
     def configure(task: dsl.PipelineTask, step: str) -> dsl.PipelineTask:
         task.set_display_name(STEP_DISPLAY_NAMES[step])
+        operations.track(task, step, PIPELINE_NAME)
         apply_gcsfuse(task, step, gcsfuse, target)
         return apply_compute(task, profiles[step], target)
-
-    operations = (operations or Operations(target)).priced(profiles)
 
     @dsl.pipeline(name=PIPELINE_NAME,
                   pipeline_config=operations.pipeline_config(storage.config()))

@@ -27,21 +27,52 @@ DEFAULT_ENVIRONMENT = "default"
 MLFLOW_PLUGIN = "mlflow"
 
 _ENV_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_SECRET_MANAGER = re.compile(
+    r"^projects/[^/\s]+/secrets/[A-Za-z0-9_-]+(/versions/[A-Za-z0-9_-]+)?$")
+#: The keys of ``credentials.gke_secret`` and the MLflow variables they become in a step.
+GKE_SECRET_KEYS = {"token": "MLFLOW_TRACKING_TOKEN", "username": "MLFLOW_TRACKING_USERNAME",
+                   "password": "MLFLOW_TRACKING_PASSWORD"}
 #: Vertex AI's rule for experiment names (aiplatform's metadata resource ids).
 _VERTEX_EXPERIMENT = re.compile(r"^[a-z0-9][a-z0-9-]{0,127}$")
 
 
 class MlflowCredentials(BaseModel):
-    """Names of environment variables holding the MLflow credentials of local runs: a
-    bearer token, or a user name and password. The values are read when a run starts and
-    handed to its steps as ``MLFLOW_TRACKING_TOKEN`` / ``_USERNAME`` / ``_PASSWORD``; on GKE
-    the Kubeflow Pipelines MLflow plugin authenticates with its own configuration."""
+    """Where the MLflow credentials come from, never the values themselves.
+
+    Attributes:
+        token_env, username_env, password_env: Local runs: names of environment variables
+            holding a bearer token, or a user name and password; read when a run starts and
+            handed to its steps as ``MLFLOW_TRACKING_TOKEN`` / ``_USERNAME`` / ``_PASSWORD``.
+        gke_secret: Compiled GKE pipelines: a Kubernetes Secret in the run's namespace whose
+            keys ``token`` (or ``username`` and ``password``) become those variables.
+        vertex_secret: Compiled Vertex AI pipelines: a Secret Manager secret holding the
+            token, ``projects/P/secrets/S[/versions/V]``, read by each step when it starts.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     token_env: str = ""
     username_env: str = ""
     password_env: str = ""
+    gke_secret: str = ""
+    vertex_secret: str = ""
+
+    @field_validator("gke_secret")
+    @classmethod
+    def _k8s_secret(cls, value: str) -> str:
+        if value and not _K8S_NAME.match(value):
+            raise ValueError(f"{value!r} is not a Kubernetes Secret name (its keys token, "
+                             "or username and password, hold the credentials)")
+        return value
+
+    @field_validator("vertex_secret")
+    @classmethod
+    def _secret_manager(cls, value: str) -> str:
+        if value and not _SECRET_MANAGER.match(value):
+            raise ValueError("is not projects/PROJECT/secrets/SECRET[/versions/VERSION] "
+                             "(name the Secret Manager secret, never the token itself)")
+        return value
 
     @field_validator("token_env", "username_env", "password_env")
     @classmethod
@@ -167,27 +198,33 @@ class TrackingSettings(BaseModel):
         mlflow = self.mlflow
         if mlflow is not None:
             where = f"MLflow experiment {mlflow.experiment!r}"
-            if target == "gke":
+            uri = mlflow.tracking_uri
+            if target == "gke" and uri:
+                lines.append(f"tracking: {where}, through Kubeflow Pipelines' MLflow plugin "
+                             f"(Kubeflow Pipelines >= 2.17), else by the steps themselves at "
+                             f"{uri} (a parent run, a nested run per step)")
+            elif target == "gke":
                 lines.append(f"tracking: {where}, through Kubeflow Pipelines' MLflow plugin "
                              "(its server; needs Kubeflow Pipelines >= 2.17)")
-            elif target == "local" and mlflow.tracking_uri:
-                lines.append(f"tracking: {where} at {mlflow.tracking_uri} (a parent run, "
-                             "a nested run per step)")
-            elif target == "local":
-                lines.append(f"tracking: not in MLflow: tracking.mlflow.tracking_uri is "
-                             f"unset, which local runs need for {where}")
+            elif uri:
+                lines.append(f"tracking: {where} at {uri} (a parent run, a nested run per "
+                             "step)")
             else:
-                lines.append(f"tracking: not in MLflow on {target}: only local and GKE runs "
-                             f"log to {where} so far")
+                lines.append(f"tracking: not in MLflow: tracking.mlflow.tracking_uri is "
+                             f"unset, which {target} runs need for {where}")
         experiments = self.vertex_experiments
         if experiments is not None:
             where = f"Vertex AI experiment {experiments.experiment!r}"
             if target == "vertex":
                 lines.append(f"tracking: {where} (the run is submitted into it; its "
                              "parameters and metrics appear in the experiment's comparison)")
+            elif target == "local":
+                lines.append(f"tracking: {where} (the run's parameters and metrics, as an "
+                             "experiment run, when it ends)")
             else:
-                lines.append(f"tracking: not in Vertex AI Experiments on {target}: only "
-                             f"Vertex AI runs are submitted into {where} so far")
+                lines.append(f"tracking: {where} (each step adds its parameters and metrics "
+                             "to the run's experiment run; needs targets.vertex and Google "
+                             "credentials in the pods)")
         return lines or ["tracking: off (no tracking: for this environment in gkeflow.yaml)"]
 
 

@@ -164,11 +164,14 @@ def build_training_pipeline(
         from gkeflow.components.register.vertex_component import register_model as register_step
     else:
         register_step = register_model
-    default_registry_uri = DEFAULT_REGISTRY_URIS.get(target, DEFAULT_REGISTRY_URIS["local"])
+    operations = (operations or Operations(target)).priced(profiles)
+    default_registry_uri = operations.registry_default(
+        DEFAULT_REGISTRY_URIS.get(target, DEFAULT_REGISTRY_URIS["local"]))
 
     def configure(task: dsl.PipelineTask, step: str,
                   profile: Optional[ComputeProfile] = None) -> dsl.PipelineTask:
         task.set_display_name(STEP_DISPLAY_NAMES[step])
+        operations.track(task, step, PIPELINE_NAME)
         if step != "train-model" or train_engine is None:  # an engine's pods mount nothing
             apply_gcsfuse(task, step, gcsfuse, target)
         return apply_compute(task, profile or profiles[step], target)
@@ -201,8 +204,6 @@ def build_training_pipeline(
         env = mount_env(gcsfuse, "train-model", target)
         return configure(train_engine.task(profile, arguments, env=env), "train-model",
                          train_engine.launcher_profile(profile))
-
-    operations = (operations or Operations(target)).priced(profiles)
 
     @dsl.pipeline(name=PIPELINE_NAME,
                   pipeline_config=operations.pipeline_config(storage.config()))

@@ -125,6 +125,9 @@ def predict_batch(
     print(f"scored {result.rows_scored} of {result.rows_read} rows with {result.model_name} "
           f"version {result.model_version} ({result.selected_by}); "
           f"{result.rows_rejected} rejected")
+    from gkeflow.components.tracking.steps import track_prediction
+
+    track_prediction(result, output_uri)
     outputs = namedtuple("PredictOutputs", ["scored_version", "rows_scored", "rows_rejected"])
     return outputs(result.model_version, result.rows_scored, result.rows_rejected)
 

@@ -97,7 +97,9 @@ def open_registry(uri: str, settings: RegistrySettings | None = None,
                                 retry_delay_s=settings.retry_delay_s)
     if backend == "mlflow":
         from gkeflow.components.register.mlflow_registry import MlflowRegistry
+        from gkeflow.components.tracking.pipeline_run import load_credentials
 
+        load_credentials()  # a compiled Vertex AI step's token, from Secret Manager
         return MlflowRegistry(uri, attempts=settings.attempts,
                               retry_delay_s=settings.retry_delay_s)
     return LocalRegistry(uri)

@@ -10,10 +10,15 @@ from collections.abc import Callable
 from typing import Any
 
 from gkeflow.components.tracking.client import Limits, Tracker
+from gkeflow.components.tracking.pipeline_run import (
+    PIPELINE_RUN_TAG,
+    PIPELINE_TAG,
+    RUN_URL_TAG,
+    find_or_create_parent,
+)
 
-PIPELINE_RUN_TAG = "gkeflow.pipeline_run_id"
-PIPELINE_TAG = "gkeflow.pipeline"
-RUN_URL_TAG = "gkeflow.run_url"
+__all__ = ["PIPELINE_RUN_TAG", "PIPELINE_TAG", "RUN_URL_TAG", "end_pipeline_run",
+           "parent_run", "start_pipeline_run"]
 
 
 def start_pipeline_run(tracking_uri: str, experiment: str, pipeline_run_id: str, *,
@@ -42,16 +47,9 @@ def start_pipeline_run(tracking_uri: str, experiment: str, pipeline_run_id: str,
 
 
 def parent_run(client: Any, experiment: str, pipeline_run_id: str, tags: dict[str, str]) -> str:
-    """Find or create the parent run (by the pipeline run id tag) in ``experiment``."""
-    found = client.get_experiment_by_name(experiment)
-    experiment_id = found.experiment_id if found else client.create_experiment(experiment)
-    key = pipeline_run_id.replace("'", "")
-    runs = client.search_runs([experiment_id], max_results=1,
-                              filter_string=f"tags.`{PIPELINE_RUN_TAG}` = '{key}'")
-    if runs:
-        return runs[0].info.run_id
-    run = client.create_run(experiment_id, run_name=pipeline_run_id, tags=tags)
-    return run.info.run_id
+    """Find or create the parent run (by the pipeline run id tag) in ``experiment``; one
+    process makes it before any step starts, so there is no rival to wait for."""
+    return find_or_create_parent(client, experiment, pipeline_run_id, tags, settle_s=0)
 
 
 def end_pipeline_run(tracking_uri: str, parent_run_id: str, succeeded: bool, *,

@@ -1,7 +1,9 @@
 """What each step logs into its MLflow run: one call at the end of each step's shell.
 
 Each function opens the step's run (:func:`open_step_run`), logs, and ends it; with no
-tracking configured it returns at once without importing mlflow.
+tracking configured it returns at once without importing mlflow. On GKE a step may also add
+its parameters and metrics to its pipeline run's Vertex AI experiment run
+(:func:`gkeflow.components.tracking.vertex_run.log_step`, a no-op unless compiled in).
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gkeflow.components.tracking.client import Tracker, entity_key, one_line, open_step_run
+from gkeflow.components.tracking.client import Tracker, entity_key, one_line
+from gkeflow.components.tracking.pipeline_run import open_step_run
 from gkeflow.components.tracking.plots import confusion_matrix_png, roc_png
+from gkeflow.components.tracking.vertex_run import log_step
 
 DECISION_TAG = "gkeflow.gate.decision"
 REASONS_TAG = "gkeflow.gate.reasons"
@@ -39,15 +43,18 @@ def best_effort(track):
 def track_preparation(result: Any, data_uri: str, label_column: str,
                       data_fingerprint: str = "", tracker: Tracker | None = None) -> None:
     """prepare-data: the data fingerprint, the source and the split counts."""
+    params = {"data_uri": data_uri, "label_column": label_column,
+              "data_fingerprint": data_fingerprint or "(not computed)"}
+    counts = {"rows_read": result.rows_read, "rejected_rows": result.rejected_rows,
+              **{f"{name}_rows": n for name, n in result.split_rows.items()}}
+    log_step("prepare-data", params, counts)
     t = tracker or open_step_run("prepare-data")
     if not t.enabled:
         return
-    t.log_params({"data_uri": data_uri, "label_column": label_column,
-                  "data_fingerprint": data_fingerprint or "(not computed)"})
+    t.log_params(params)
     if data_fingerprint:
         t.set_tags({FINGERPRINT_TAG: data_fingerprint})
-    t.log_metrics({"rows_read": result.rows_read, "rejected_rows": result.rejected_rows,
-                   **{f"{name}_rows": n for name, n in result.split_rows.items()}})
+    t.log_metrics(counts)
     t.log_dict({"rows_read": result.rows_read, "split_rows": dict(result.split_rows),
                 "rejected_rows": result.rejected_rows,
                 "rejected_reasons": dict(result.rejected_reasons),
@@ -63,22 +70,25 @@ def track_training(result: Any, params: Any, model_dir: Path, task: str = "",
                    tracker: Tracker | None = None) -> None:
     """train-model: the parameters, the curves per epoch (``step`` = epoch, from 1), the
     final metrics and the SavedModel directory as artifacts under ``model/``."""
+    values = dataclasses.asdict(params) if dataclasses.is_dataclass(params) else dict(params)
+    values = {k: ",".join(map(str, v)) if isinstance(v, list | tuple) else v
+              for k, v in values.items()}
+    final = {**{f"final_{k}": v for k, v in result.metrics.items()},
+             "best_epoch": result.best_epoch, "epochs_run": result.epochs_run,
+             "examples_per_s": result.examples_per_s}
+    log_step("train-model", values, final)
     t = tracker or open_step_run("train-model", task=task)
     if not t.enabled:
         return
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
-    values = dataclasses.asdict(params) if dataclasses.is_dataclass(params) else dict(params)
-    t.log_params({k: ",".join(map(str, v)) if isinstance(v, list | tuple) else v
-                  for k, v in values.items()})
+    t.log_params(values)
     series = [Metric(entity_key(name), float(value), now, epoch)
               for name, history in result.history.items()
               for epoch, value in enumerate(history, start=1) if _finite(value)]
     t.log_metric_series(series)
-    t.log_metrics({**{f"final_{k}": v for k, v in result.metrics.items()},
-                   "best_epoch": result.best_epoch, "epochs_run": result.epochs_run,
-                   "examples_per_s": result.examples_per_s})
+    t.log_metrics(final)
     t.set_tags({"gkeflow.strategy": result.strategy, "gkeflow.precision": result.precision})
     if Path(model_dir).is_dir():
         t.log_artifacts(str(model_dir), MODEL_ARTIFACT_PATH)
@@ -90,14 +100,17 @@ def track_evaluation(result: Any, model_card: str, tracker: Tracker | None = Non
     """evaluate-model: overall and per-slice metrics, the gate's decision, the confusion
     matrix and the ROC curve (JSON plus PNG where matplotlib is installed), the model card
     and the whole evidence (evaluation.json)."""
+    policy = {"min_accuracy": result.policy.min_accuracy,
+              "comparison_metric": result.policy.comparison_metric,
+              "regression_tolerance": result.policy.regression_tolerance,
+              "thresholds": ",".join(str(x) for x in result.policy.thresholds)}
+    log_step("evaluate-model", {**policy, "decision": "blessed" if result.passed
+                                else "rejected"}, result.scalar_metrics())
     t = tracker or open_step_run("evaluate-model")
     if not t.enabled:
         return
     t.log_metrics(result.scalar_metrics())
-    t.log_params({"min_accuracy": result.policy.min_accuracy,
-                  "comparison_metric": result.policy.comparison_metric,
-                  "regression_tolerance": result.policy.regression_tolerance,
-                  "thresholds": ",".join(str(x) for x in result.policy.thresholds)})
+    t.log_params(policy)
     t.set_tags({DECISION_TAG: "blessed" if result.passed else "rejected",
                 REASONS_TAG: "; ".join(result.decision.reasons),
                 "gkeflow.champion_version": result.champion.version if result.champion else 0})
@@ -127,12 +140,14 @@ def track_evaluation(result: Any, model_card: str, tracker: Tracker | None = Non
 def track_registration(outcome: Any, blessed: bool | None = None,
                        tracker: Tracker | None = None) -> None:
     """register-model: the gate's decision and the registered version, as tags."""
-    t = tracker or open_step_run("register-model")
-    if not t.enabled:
-        return
     version = outcome.version
     action = ("unchanged" if outcome.unchanged
               else "registered" if outcome.created else "already-registered")
+    log_step("register-model", {"action": action, "backend": outcome.backend,
+                                "model": f"{version.name}@{version.version}"}, {})
+    t = tracker or open_step_run("register-model")
+    if not t.enabled:
+        return
     tags = {"gkeflow.registry.backend": outcome.backend,
             "gkeflow.registry.action": action,
             "gkeflow.registered_model.name": version.name,
@@ -141,6 +156,24 @@ def track_registration(outcome: Any, blessed: bool | None = None,
     if blessed is not None:
         tags[DECISION_TAG] = "blessed" if blessed else "rejected"
     t.set_tags(tags)
+    t.finish()
+
+
+@best_effort
+def track_prediction(result: Any, output_uri: str = "", tracker: Tracker | None = None) -> None:
+    """predict-batch: the model scored with, the row counts, the speed and the drift."""
+    params = {"model_name": result.model_name, "model_version": result.model_version,
+              "selected_by": result.selected_by, "output_uri": output_uri or "(run's own)"}
+    counts = {"rows_read": result.rows_read, "rows_scored": result.rows_scored,
+              "rows_rejected": result.rows_rejected, "rows_per_s": result.rows_per_s,
+              **dict(result.drift)}
+    log_step("predict-batch", params, counts)
+    t = tracker or open_step_run("predict-batch")
+    if not t.enabled:
+        return
+    t.log_params(params)
+    t.log_metrics(counts)
+    t.set_tags({"gkeflow.scored_model": f"{result.model_name}@{result.model_version}"})
     t.finish()
 
 

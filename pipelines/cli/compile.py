@@ -43,9 +43,11 @@ def _with_notifications(config, environment: str):
               help="Refuse to compile when any step's image is referenced by tag only "
                    "(not built: no digest in the images lock file).")
 @click.option("--env", "environment", default="default", show_default=True,
-              help="Whose notifications (notifications.<env> of gkeflow.yaml) the pipelines "
-                   "carry, as `submit --env` compiles them; retention is always compiled in. "
-                   "Parameters keep the pipelines' defaults.")
+              help="Whose notifications and tracking (notifications.<env>, tracking.<env> of "
+                   "gkeflow.yaml) the pipelines carry, as `submit --env` compiles them; "
+                   "retention is always compiled in. Parameters keep the pipelines' defaults "
+                   "(registry_uri: the MLflow Model Registry when tracking.<env>.mlflow has a "
+                   "tracking_uri).")
 @compute_options
 def compile_command(target: str, output: Path, check: bool, release: bool, environment: str,
                     config_path: Path | None, compute_overrides: tuple[str, ...]) -> None:
@@ -58,7 +60,8 @@ def compile_command(target: str, output: Path, check: bool, release: bool, envir
     `images:` section and pinned to the digest `gkeflow images build` recorded in the
     lock file (gkeflow.lock). `gkeflow plan` shows what each step will request.
     The pipelines carry notifications.<--env> and retention: (docs/operating.md), with
-    only the names of the secrets holding a webhook URL.
+    only the names of the secrets holding a webhook URL, and tracking.<--env>
+    (docs/tracking.md), with only the names of the secrets holding MLflow credentials.
     """
     from gkeflow.components.images import ImageLockError
     from gkeflow.pipelines.compute.plan import target_notes

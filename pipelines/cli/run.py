@@ -94,8 +94,9 @@ def _dispatch_run(pipeline: str, **options) -> None:
 @click.option("--env", "environment", default="default", show_default=True,
               help="Whose tracking (tracking.<env> of gkeflow.yaml) the run logs to: with "
                    "tracking.<env>.mlflow.tracking_uri, a parent MLflow run and a nested run "
-                   "per step, and the model registered in that server's registry unless "
-                   "--param registry_uri=URI (docs/tracking.md).")
+                   "per step, and the model registered in (or, for prediction, read from) "
+                   "that server's registry unless --param registry_uri=URI "
+                   "(docs/tracking.md).")
 @sweep_options
 def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_rate,
         train_ratio, eval_ratio, test_ratio, model_name, min_accuracy, model_type, user_module,
@@ -132,7 +133,7 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
             params=params, compute_overrides=compute_overrides, key_column=key_column,
             exclude_columns=exclude_columns, feature_columns=feature_columns,
             no_cache=no_cache, require_registered=require_registered, verbose=verbose,
-            debug=debug, **pipeline_options)
+            debug=debug, environment=environment, **pipeline_options)
     from gkeflow.pipelines.targets.local import run_local
 
     console = stdout_console()
@@ -142,7 +143,9 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
         return run_prediction_command(console, data, model_ref, output, REGISTRY_FILE, params,
                                       no_cache, verbose, debug=debug,
                                       compute=local_compute("prediction", config_path,
-                                                            compute_overrides))
+                                                            compute_overrides),
+                                      config=read_config(config_path),
+                                      environment=environment)
     from gkeflow.pipelines.training import training_pipeline
 
     arguments = run_arguments(
@@ -163,42 +166,18 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
 
     compute = local_compute("training", config_path, compute_overrides)
     config = read_config(config_path)
-    from gkeflow.pipelines.targets.local_tracking import (
-        credentials_problem,
-        default_registry,
-        direct_tracking,
-        registry_problem,
-    )
-    from gkeflow.pipelines.tracking_config import tracking_for
+    from gkeflow.pipelines.cli.run_tracking import local_tracking, log_to_vertex, tracked_run
 
-    if environment != "default" and environment not in config.parameters:
-        raise click.ClickException(
-            f"--env {environment}: not an environment of gkeflow.yaml (environments: "
-            f"{', '.join(['default', *config.parameters])})")
-    tracking = tracking_for(config.tracking, environment)
-    problem = credentials_problem(tracking)
-    if problem:
-        raise click.ClickException(problem)
-    if tracking.mlflow is not None:
-        console.print(tracking.describe("local")[0], markup=False)
-    registry = default_registry(tracking)
-    if registry and not any(p.partition("=")[0].strip() == "registry_uri" for p in params):
-        problem = registry_problem(registry, environment)
-        if problem:
-            raise click.ClickException(problem)
-        arguments["registry_uri"] = registry
-        console.print(f"registry: MLflow Model Registry at {tracking.mlflow.tracking_uri} "
-                      f"(tracking.{environment}.mlflow; --param registry_uri=URI chooses "
-                      "another)", markup=False)
+    tracking = local_tracking(console, config, environment, params, arguments)
     try:
-        with direct_tracking(tracking, "training", output.as_uri(),
-                             log=lambda line: console.print(line, markup=False)) as tracked:
+        with tracked_run(console, tracking, "training", output) as tracked:
             result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
                                enable_caching=not no_cache, compute=compute,
                                preparation=config.preparation)
             tracked.succeeded = result.ok
     except LocalRunError as exc:
         raise click.ClickException(str(exc)) from exc
+    log_to_vertex(console, config, tracking, tracked, arguments, result, "evaluate-model")
     print_run_summary(console, result, arguments, debug)
     from gkeflow.pipelines.cli.deploy import print_local_deployment
 

@@ -18,7 +18,7 @@ import click
 #: Options every pipeline takes (click parameter names).
 COMMON = frozenset({
     "pipeline", "data", "output", "params", "compute_overrides", "config_path", "no_cache",
-    "verbose", "debug",
+    "verbose", "debug", "environment",  # tracking.<env> (cli/run_tracking.py)
 })
 #: Options of a run that trains (training and sweep).
 TRAINING = frozenset({
@@ -32,7 +32,7 @@ SWEEP = frozenset({
 })
 #: ``--pipeline`` -> the options it takes.
 APPLICABLE: Mapping[str, frozenset[str]] = {
-    "training": COMMON | TRAINING | {"environment"},  # tracking.<env> (local_tracking.py)
+    "training": COMMON | TRAINING,
     "sweep": COMMON | TRAINING | SWEEP,
     "prediction": COMMON | {"model_ref"},
 }

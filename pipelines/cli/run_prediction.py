@@ -1,5 +1,7 @@
 """`gkeflow run --pipeline prediction`: score rows locally with a model that an earlier
-`gkeflow run` registered in the local registry under the same ``--output`` directory.
+`gkeflow run` registered in the local registry under the same ``--output`` directory (or, with
+``tracking.<--env>.mlflow``, in that server's MLflow Model Registry; ``--param registry_uri``
+names any other).
 
 Everything that can be checked without TensorFlow is checked before the pipeline starts:
 the data exists, the registry exists and holds the model and version asked for, and a
@@ -38,15 +40,14 @@ def _choose_model(registry_uri: str, model: str | None,
     """The registry version to score with, how it was chosen and the parsed reference;
     usage errors otherwise (naming the models whose inputs ``header`` holds)."""
     from gkeflow.components.predict.resolve import PredictError, parse_model_ref, resolve_version
-    from gkeflow.components.register.local_registry import LocalRegistry, registry_path
+    from gkeflow.components.register.local_registry import registry_path
 
-    path = registry_path(registry_uri)
-    if not path.exists():
+    if registry_uri.startswith("sqlite:///") and not registry_path(registry_uri).exists():
         raise click.ClickException(
-            f"no model registry at {path}: run `gkeflow run` first (with the same --output) "
-            "to train and register a model")
+            f"no model registry at {registry_path(registry_uri)}: run `gkeflow run` first "
+            "(with the same --output) to train and register a model")
     if not model:
-        names = sorted({v.name for v in LocalRegistry(registry_uri).list()})
+        names = sorted({v.name for v in _registry(registry_uri).list()})
         if len(names) != 1:
             fits = _fitting_models(registry_uri, names, header) if header else []
             raise click.UsageError(
@@ -61,6 +62,17 @@ def _choose_model(registry_uri: str, model: str | None,
     except PredictError as exc:
         raise click.BadParameter(str(exc), param_hint="--model") from exc
     return version, how, ref
+
+
+def _registry(registry_uri: str):
+    """The registry at ``registry_uri``; its errors as one line."""
+    from gkeflow.components.register.backends import open_registry
+    from gkeflow.components.register.local_registry import RegistryError
+
+    try:
+        return open_registry(registry_uri)
+    except RegistryError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _local_header(data_uri: str) -> tuple[list[str], str] | None:
@@ -82,9 +94,7 @@ def _fitting_models(registry_uri: str, names: list[str], header: list[str]) -> l
     inputs ``header`` holds."""
     from gkeflow.components.predict.resolve import missing_inputs, model_metadata
     from gkeflow.components.register.backends import champion_or_latest
-    from gkeflow.components.register.local_registry import LocalRegistry
-
-    registry, fits = LocalRegistry(registry_uri), []
+    registry, fits = _registry(registry_uri), []
     for name in names:
         version = champion_or_latest(registry, name)
         metadata = model_metadata(version.uri) if version else None
@@ -101,7 +111,6 @@ def check_model_inputs(registry_uri: str, version, found: tuple[list[str], str] 
     ``found``: the data's columns and the file named for them (None: not checked here);
     ``chosen``: the user named the model (else it is the registry's only one)."""
     from gkeflow.components.predict.resolve import missing_inputs, model_metadata
-    from gkeflow.components.register.local_registry import LocalRegistry
 
     if max_drift >= 1.0:
         return  # missing columns are allowed through; the step scores them as missing
@@ -112,7 +121,7 @@ def check_model_inputs(registry_uri: str, version, found: tuple[list[str], str] 
     missing = missing_inputs(metadata, header)
     if not missing:
         return
-    fits = _fitting_models(registry_uri, sorted({v.name for v in LocalRegistry(
+    fits = _fitting_models(registry_uri, sorted({v.name for v in _registry(
         registry_uri).list()} - {version.name}), header)
     shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5
                                       else "")
@@ -139,11 +148,13 @@ def prediction_params(options: tuple[str, ...]) -> dict[str, Any]:
 def run_prediction_command(console: Console, data: str | None, model: str | None,
                            output: Path, registry_file: str, params: tuple[str, ...],
                            no_cache: bool, verbose: bool, debug: bool = False,
-                           compute: dict | None = None) -> None:
+                           compute: dict | None = None, config=None,
+                           environment: str = "default") -> None:
     """Score ``data`` with the registered model; exits 1 when a step fails.
 
     ``compute``: per-step profiles (``--compute``/``--config``; locally only caching
-    applies); ``debug``: show a failed step's whole traceback."""
+    applies); ``debug``: show a failed step's whole traceback; ``config`` and
+    ``environment``: the run's tracking and registry (``tracking.<environment>``)."""
     from gkeflow.pipelines.cli.run_options import step_printer
     from gkeflow.pipelines.compute.profiles import ComputeError
     from gkeflow.pipelines.prediction import build_prediction_pipeline, prediction_pipeline
@@ -157,7 +168,14 @@ def run_prediction_command(console: Console, data: str | None, model: str | None
             raise click.ClickException(str(exc)) from None
 
     output = Path(output).resolve()
-    registry_uri = f"sqlite:///{output / registry_file}"
+    tracking = None
+    chosen_registry = {"registry_uri": f"sqlite:///{output / registry_file}"}
+    if config is not None:
+        from gkeflow.pipelines.cli.run_tracking import local_tracking
+
+        tracking = local_tracking(console, config, environment, params, chosen_registry)
+    registry_uri = prediction_params(params).get("registry_uri") or \
+        chosen_registry["registry_uri"]
     data_uri = _data_uri(data)
     found = _local_header(data_uri)
     version, how, ref = _choose_model(registry_uri, model, found[0] if found else None)
@@ -179,12 +197,22 @@ def run_prediction_command(console: Console, data: str | None, model: str | None
 
     on_event = step_printer(console)
 
+    from gkeflow.pipelines.cli.run_tracking import tracked_run
+    from gkeflow.pipelines.tracking_config import TrackingSettings
+
     try:
         # the scoring steps themselves are never cached (see prediction.DEFAULT_COMPUTE)
-        result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
-                           enable_caching=not no_cache, pipeline=pipeline)
+        with tracked_run(console, tracking or TrackingSettings(), "prediction",
+                         output) as tracked:
+            result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
+                               enable_caching=not no_cache, pipeline=pipeline)
+            tracked.succeeded = result.ok
     except LocalRunError as exc:
         raise click.ClickException(str(exc)) from exc
+    if tracking is not None:
+        from gkeflow.pipelines.cli.run_tracking import log_to_vertex
+
+        log_to_vertex(console, config, tracking, tracked, arguments, result, "predict-batch")
     _print_summary(console, result, debug)
     if not result.ok:
         sys.exit(1)

@@ -66,11 +66,12 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
               params, compute_overrides, key_column, exclude_columns, feature_columns,
               no_cache, require_registered, verbose, debug, config_path=None, sweep_params=(),
               algorithm=None, max_trials=None, parallel_trials=None, metric=None,
-              direction=None, seed=None) -> None:
+              direction=None, seed=None, environment="default") -> None:
     """Run the sweep pipeline locally; print the trial table and what was registered.
 
     The options a training run takes mean the same here (the same helpers turn them into
-    arguments and compute); ``--config`` also gives the ``sweep:`` section."""
+    arguments and compute); ``--config`` also gives the ``sweep:`` section, and
+    ``tracking.<environment>`` the MLflow tracking and registry, as for training."""
     from gkeflow.pipelines.cli.run_options import (
         OptionError,
         finish,
@@ -90,11 +91,13 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
     if replicas > 1:
         raise OptionError(f"{TRIAL_STEP}.replicas={replicas} does not apply to --pipeline "
                           "sweep: each trial trains in one process; set replicas to 1")
-    try:
-        from gkeflow.pipelines.config import load_config
+    from gkeflow.pipelines.cli.common import read_config
+    from gkeflow.pipelines.cli.run_tracking import local_tracking, log_to_vertex, tracked_run
 
+    config = read_config(config_path)
+    try:
         pipeline = build_sweep_pipeline("local", compute=compute, sweep=sweep,
-                                        preparation=load_config(config_path).preparation)
+                                        preparation=config.preparation)
     except ComputeError as exc:
         raise click.ClickException(str(exc)) from None
     arguments = run_arguments(
@@ -116,11 +119,15 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
 
     on_event = step_printer(console)
 
+    tracking = local_tracking(console, config, environment, params, arguments)
     try:
-        result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
-                           enable_caching=not no_cache, pipeline=pipeline)
+        with tracked_run(console, tracking, "sweep", output) as tracked:
+            result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
+                               enable_caching=not no_cache, pipeline=pipeline)
+            tracked.succeeded = result.ok
     except LocalRunError as exc:
         raise click.ClickException(str(exc)) from exc
+    log_to_vertex(console, config, tracking, tracked, arguments, result, "evaluate-model")
     print_trial_table(console, result)
     print_run_summary(console, result, arguments, debug)
     from gkeflow.pipelines.cli.deploy import print_local_deployment

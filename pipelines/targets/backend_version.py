@@ -81,7 +81,9 @@ FEATURES: tuple[Feature, ...] = (
 
 #: Not in the compiled spec but in the run body: ``plugins_input.mlflow`` (tracking.mlflow).
 MLFLOW_PLUGIN = Feature("MLflow plugin (tracking.mlflow, plugins_input.mlflow)", (2, 17),
-                        "no tracking.mlflow for this environment in gkeflow.yaml",
+                        "tracking.mlflow.tracking_uri (the steps then track in MLflow "
+                        "themselves) or no tracking.mlflow for this environment in "
+                        "gkeflow.yaml",
                         lambda spec, platform: False)
 
 
@@ -178,6 +180,24 @@ def check(tag: Any, required: list[Requirement], *, pipeline: str, host: str) ->
         f"{newest.feature.avoid}, or upgrade the cluster's Kubeflow Pipelines{others}")
 
 
+def backend_tag(backend) -> Any:
+    """The backend's version tag, read once per backend."""
+    tag = getattr(backend, "_gkeflow_backend_tag", None)
+    if tag is None:
+        tag = backend.backend_tag()
+        backend._gkeflow_backend_tag = tag
+    return tag
+
+
+def supports(backend, feature: Feature) -> bool:
+    """Whether the backend is known to have ``feature`` (a release at or after its version);
+    a dry run reads nothing and assumes so."""
+    if backend.dry_run:
+        return True
+    found = parse_version(backend_tag(backend))
+    return found is not None and found[:2] >= feature.since
+
+
 def check_backend(backend, prepared, extra: tuple[Feature, ...] = ()) -> str:
     """Read the backend's version once per backend and :func:`check` ``prepared`` (a
     :class:`~gkeflow.pipelines.targets.backends.PreparedPipeline` compiled for GKE) against it.
@@ -188,10 +208,7 @@ def check_backend(backend, prepared, extra: tuple[Feature, ...] = ()) -> str:
     """
     if backend.dry_run:
         return ""
-    tag = getattr(backend, "_gkeflow_backend_tag", None)
-    if tag is None:
-        tag = backend.backend_tag()
-        backend._gkeflow_backend_tag = tag
+    tag = backend_tag(backend)
     required = requirements_of_file(prepared.path) + [Requirement(f) for f in extra]
     required.sort(key=lambda r: r.feature.since, reverse=True)
     return check(tag, required, pipeline=prepared.name, host=backend.target.host)

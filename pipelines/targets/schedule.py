@@ -227,9 +227,19 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
                 from gkeflow.pipelines.targets.backend_version import (
                     MLFLOW_PLUGIN,
                     check_backend,
+                    supports,
                 )
+                from gkeflow.pipelines.tracking_tasks import direct_mlflow
 
-                check_backend(backend, prepared, (MLFLOW_PLUGIN,))  # warned about above
+                direct = direct_mlflow(tracking_for(config.tracking, schedule.environment))
+                if direct is not None and not supports(backend, MLFLOW_PLUGIN):
+                    request = replace(request, plugins_input={})  # the steps track themselves
+                    record(Action(target_name, schedule.name, "warning",
+                                  "no MLflow plugin on this Kubeflow Pipelines (2.17+): its "
+                                  f"runs' steps track in MLflow at {direct.tracking_uri} "
+                                  "themselves (direct mode)"))
+                else:
+                    check_backend(backend, prepared, (MLFLOW_PLUGIN,))  # warned about above
             _apply_one(backend, target_name, request, prepared, ids,
                        existing.pop(schedule.name, []), record)
         for name, remotes in sorted(existing.items()):

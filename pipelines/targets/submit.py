@@ -188,14 +188,20 @@ def parse_param_options(options: tuple[str, ...] | list[str]) -> dict[str, str]:
     return params
 
 
-def target_defaults(config: GkeflowConfig, prepared: PreparedPipeline) -> dict[str, Any]:
+def target_defaults(config: GkeflowConfig, prepared: PreparedPipeline,
+                    environment: str = DEFAULT_ENVIRONMENT) -> dict[str, Any]:
     """Parameters that follow from the target's config unless set explicitly.
 
     On Vertex AI the model registry is the project's Vertex AI Model Registry: the embedded
-    SQLite default would live and die inside one pod.
+    SQLite default would live and die inside one pod. An environment tracked in MLflow (with
+    a tracking URI) keeps the compiled default instead: that server's MLflow Model Registry.
     """
+    from gkeflow.pipelines.tracking_tasks import direct_mlflow
+
     defaults: dict[str, Any] = {}
     vertex = config.targets.vertex
+    if direct_mlflow(tracking_for(config.tracking, environment)) is not None:
+        return defaults
     if prepared.target == "vertex" and vertex is not None \
             and "registry_uri" in prepared.parameter_types:
         defaults["registry_uri"] = f"vertex://projects/{vertex.project}/locations/{vertex.region}"
@@ -213,7 +219,8 @@ def resolve_parameters(config: GkeflowConfig, prepared: PreparedPipeline, enviro
         hint = did_you_mean(environment, [DEFAULT_ENVIRONMENT, *config.parameters])
         raise SubmitError(f"environment {environment!r} is not under parameters in gkeflow.yaml"
                           f"{hint} (environments: {known})")
-    layers = [(f"defaults for target {prepared.target}", target_defaults(config, prepared)),
+    layers = [(f"defaults for target {prepared.target}", target_defaults(config, prepared,
+                                                                          environment)),
               (f"gkeflow.yaml parameters.{environment}", config.parameters.get(environment, {})),
               (f"gkeflow.yaml deploy.{environment}",
                deploy_parameters(config.deploy, environment, prepared.parameter_types)),
@@ -284,10 +291,25 @@ def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: st
     notes: list[str] = [f"warning: {flagged}"] if flagged else []
     tracking = tracking_for(config.tracking, environment)
     notes += tracking.describe(target)
+    if target == "gke" and tracking.vertex_experiments is not None \
+            and config.targets.vertex is None:
+        notes.append("warning: tracking.vertex_experiments is not compiled in: GKE steps "
+                     "need targets.vertex in gkeflow.yaml for the experiment's project")
     if target == "gke":
-        from gkeflow.pipelines.targets.backend_version import MLFLOW_PLUGIN, check_backend
+        from gkeflow.pipelines.targets.backend_version import (
+            MLFLOW_PLUGIN,
+            check_backend,
+            supports,
+        )
+        from gkeflow.pipelines.tracking_tasks import direct_mlflow
 
         plugins = tracking.plugins_input()
+        direct = direct_mlflow(tracking)
+        if plugins and direct is not None and not supports(backend, MLFLOW_PLUGIN):
+            plugins = {}  # the steps carry direct mode: no plugin needed
+            notes.append(f"tracking: this Kubeflow Pipelines has no MLflow plugin (2.17+): "
+                         f"the steps track in MLflow experiment {direct.experiment!r} at "
+                         f"{direct.tracking_uri} themselves (direct mode)")
         extra = (MLFLOW_PLUGIN,) if plugins else ()
         notes += [f"warning: {w}" for w in [check_backend(backend, prepared, extra)] if w]
         pipeline_id, version_id, uploaded = backend.ensure_pipeline_version(prepared)

@@ -4,8 +4,13 @@ and ``addContextChildren``, what Vertex AI Experiments is built on.
 Bodies are parsed strictly with ``aiplatform_v1`` types; answers follow the service: 404
 NOT_FOUND for a missing store or context, 409 ALREADY_EXISTS for a second create under one
 id, 400 for a context without a schema title or a child that would make a cycle, and a
-child the parent has already is skipped. A pipeline job gets its ``system.PipelineRun``
-context when it starts running, as on Vertex AI (``run_context``).
+child the parent has already is skipped. ``PATCH`` of a context (``UpdateContext``, what
+aiplatform's ``ExperimentRun`` logs parameters, metrics and its state with) takes a
+``Context`` body whose name, if given, is the URL's; display name, description, labels and
+schema stay as they are unless set, metadata keys are merged at the top level, and a stale
+``etag`` is refused (409). Artifacts are not kept: reading one answers 404, as for the
+TensorBoard run an experiment run without TensorBoard looks up. A pipeline job gets its
+``system.PipelineRun`` context when it starts running, as on Vertex AI (``run_context``).
 """
 
 from __future__ import annotations
@@ -63,6 +68,14 @@ class FakeMetadata:
         if match and method == "GET":
             self._only_query(record, set())
             return 200, server._json(self._context(match[1]))
+        if match and method == "PATCH":
+            self._only_query(record, {"updateMask", "allowMissing"})
+            return 200, server._json(self._update_context(match[1], record))
+        match = re.fullmatch(rf"/v1/({LOCATION}/metadataStores/[^/:]+/artifacts/[^/:]+)", path)
+        if match and method == "GET":  # no artifacts are kept (a TensorBoard run's, say)
+            self._only_query(record, set())
+            self._store(match[1].split("/artifacts/")[0])
+            raise LookupError(f"Artifact {match[1]} not found")
         match = re.fullmatch(
             rf"/v1/({LOCATION}/metadataStores/[^/:]+/contexts/[^/:]+):addContextChildren", path)
         if match and method == "POST":
@@ -111,6 +124,28 @@ class FakeMetadata:
         context.create_time = context.update_time = dt.datetime.now(dt.UTC)
         context.etag = self.server.new_id()
         self.contexts[context.name] = context
+        return context
+
+    def _update_context(self, name: str, record) -> v1.Context:
+        from tests.integration.fakes import Conflict, Invalid
+
+        context = self._context(name)
+        change = self.server._parse(v1.Context, record.body, "Context body")
+        if change.name and change.name != name:
+            raise Invalid(f"Context.name {change.name!r} differs from the URL's {name!r}")
+        if change.etag and change.etag != context.etag:
+            raise Conflict(f"Context {name} changed since it was read (etag)")
+        if record.query.get("updateMask"):
+            raise Invalid("the fake does not implement updateMask")
+        for field in ("display_name", "description", "schema_title", "schema_version"):
+            if getattr(change, field):
+                setattr(context, field, getattr(change, field))
+        if change.labels:
+            context.labels = dict(change.labels)
+        if change.metadata:
+            context.metadata = {**dict(context.metadata), **dict(change.metadata)}
+        context.update_time = dt.datetime.now(dt.UTC)
+        context.etag = self.server.new_id()
         return context
 
     def _add_children(self, parent: str, children: list[str]) -> None:

@@ -14,6 +14,8 @@ from tests.integration.conftest import FAST, TOKEN, config_dict, gkeflow
 
 TRACKING = {"prod": {"mlflow": {"experiment": "penguins prod",
                                 "tracking_uri": "http://127.0.0.1:5000"}}}
+#: The plugin's server only: without a tracking URI the steps cannot track themselves.
+PLUGIN_ONLY = {"prod": {"mlflow": {"experiment": "penguins prod"}}}
 WEEKLY = {"name": "weekly", "target": "gke", "cron": "0 6 * * 1", "environment": "prod"}
 
 
@@ -46,11 +48,31 @@ def test_kfp_2_16_refuses_the_plugin_before_anything_is_created(kfp_server, toke
                                                                 make_config, tmp_path):
     kfp_server.tag_name = "2.16.0"
     with pytest.raises(BackendTooOld) as refused:
-        _submit(make_config(kfp_server.url, None, tracking=TRACKING), tmp_path)
+        _submit(make_config(kfp_server.url, None, tracking=PLUGIN_ONLY), tmp_path)
     message = str(refused.value)
     assert "2.16.0" in message and "MLflow plugin" in message and "needs 2.17" in message
     assert "tracking.mlflow" in message
     assert kfp_server.calls("POST") == []
+
+
+def test_kfp_2_16_with_a_tracking_uri_runs_in_direct_mode(kfp_server, token_env, make_config,
+                                                          tmp_path):
+    kfp_server.tag_name = "2.16.0"
+    submission, _ = _submit(make_config(kfp_server.url, None, tracking=TRACKING), tmp_path)
+    (run,) = kfp_server.runs.values()
+    assert "plugins_input" not in run
+    assert any("no MLflow plugin" in n and "direct mode" in n and "127.0.0.1:5000" in n
+               for n in submission.notes)
+
+
+def test_a_tracked_schedule_on_kfp_2_16_runs_in_direct_mode(kfp_server, token_env,
+                                                            make_config, tmp_path):
+    kfp_server.tag_name = "2.16.0"
+    config = make_config(kfp_server.url, None, schedules=[WEEKLY], tracking=TRACKING)
+    apply(config, workdir=tmp_path, backends={"gke": KfpBackend(config.targets.gke,
+                                                                policy=FAST)})
+    (recurring,) = kfp_server.recurring_runs.values()
+    assert "plugins_input" not in recurring
 
 
 def test_a_tracked_schedule_carries_the_experiment_name(kfp_server, token_env, make_config,
@@ -67,7 +89,7 @@ def test_a_tracked_schedule_carries_the_experiment_name(kfp_server, token_env, m
 def test_a_tracked_schedule_is_refused_by_kfp_2_16(kfp_server, token_env, make_config,
                                                    tmp_path):
     kfp_server.tag_name = "2.16.0"
-    config = make_config(kfp_server.url, None, schedules=[WEEKLY], tracking=TRACKING)
+    config = make_config(kfp_server.url, None, schedules=[WEEKLY], tracking=PLUGIN_ONLY)
     with pytest.raises(BackendTooOld, match="MLflow plugin"):
         apply(config, workdir=tmp_path, backends={"gke": KfpBackend(config.targets.gke,
                                                                     policy=FAST)})
@@ -76,7 +98,7 @@ def test_a_tracked_schedule_is_refused_by_kfp_2_16(kfp_server, token_env, make_c
 
 def test_the_cli_refusal_is_one_line(kfp_server, write_config, tmp_path):
     kfp_server.tag_name = "2.16.0"
-    path = write_config(config_dict(kfp_server.url, None, tracking=TRACKING))
+    path = write_config(config_dict(kfp_server.url, None, tracking=PLUGIN_ONLY))
     result = gkeflow("submit", "--target", "gke", "--env", "prod", "--config", str(path),
                      cwd=tmp_path, env={"GKEFLOW_TEST_KFP_TOKEN": TOKEN})
     assert result.returncode == 1

@@ -5,6 +5,8 @@ makes, against the fake Vertex AI server (bodies parsed with aiplatform_v1 types
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import requests
 
@@ -175,3 +177,111 @@ def test_a_refused_association_is_a_warning_not_a_failed_submit(vertex_server, m
     assert "HTTP 403" in note or "403" in note
     assert "aiplatform.contexts.update" in note and note.endswith("; the run goes on")
     assert vertex_server.metadata.experiment_runs(EXPERIMENT) == []
+
+
+# --------------------------------------------------- runs outside Vertex AI (aiplatform SDK)
+
+
+def _local_run(vertex_server, make_config, run_id="local-training-20260101-120000-ab12cd",
+               succeeded=True):
+    from gkeflow.pipelines.targets.vertex_experiment_runs import log_experiment_run
+
+    config = make_config(None, vertex_server.url)
+    return log_experiment_run(VertexBackend(config.targets.vertex, policy=FAST),
+                              "penguins-prod", run_id,
+                              {"epochs": 2, "data_uri": "embedded://penguins", "deploy": False,
+                               "thresholds": ""},
+                              {"accuracy": 0.95, "log_loss": 0.2, "passed": True,
+                               "roc_auc": float("nan")}, succeeded)
+
+
+def test_a_local_run_is_logged_as_an_experiment_run(vertex_server, make_config):
+    line = _local_run(vertex_server, make_config)
+    assert line.startswith("tracking: run local-training-20260101-120000-ab12cd logged to "
+                           "Vertex AI experiment 'penguins-prod'")
+    contexts = vertex_server.metadata.contexts
+    assert contexts[EXPERIMENT].schema_title == "system.Experiment"
+    (name,) = vertex_server.metadata.experiment_runs(EXPERIMENT)
+    run = contexts[name]
+    assert run.schema_title == "system.ExperimentRun"
+    assert name.endswith("/penguins-prod-local-training-20260101-120000-ab12cd")
+    metadata = json.loads(type(run).to_json(run))["metadata"]
+    assert metadata["_params"] == {"epochs": 2, "data_uri": "embedded://penguins",
+                                   "deploy": "false", "thresholds": ""}
+    assert metadata["_metrics"] == {"accuracy": 0.95, "log_loss": 0.2, "passed": 1}
+    assert metadata["_state"] == "COMPLETE"
+
+
+def test_a_failed_run_is_marked_failed_and_a_repeat_adds_no_second_run(vertex_server,
+                                                                       make_config):
+    _local_run(vertex_server, make_config, succeeded=False)
+    (name,) = vertex_server.metadata.experiment_runs(EXPERIMENT)
+    state = json.loads(type(vertex_server.metadata.contexts[name]).to_json(
+        vertex_server.metadata.contexts[name]))["metadata"]["_state"]
+    assert state == "FAILED"
+    _local_run(vertex_server, make_config, succeeded=False)  # the same run again
+    assert len(vertex_server.metadata.experiment_runs(EXPERIMENT)) == 1
+    # a create carried out whose answer was lost: found again and in the experiment, once
+    vertex_server.inject("POST", r"/contexts$", status=503, count=1, after=True)
+    _local_run(vertex_server, make_config, run_id="local-training-2")
+    runs = vertex_server.metadata.experiment_runs(EXPERIMENT)
+    assert [name.rsplit("/", 1)[-1] for name in runs] == [
+        "penguins-prod-local-training-2", "penguins-prod-local-training-20260101-120000-ab12cd"]
+
+
+def test_a_vertex_api_that_is_away_is_one_warning_line(make_config):
+    from tests.integration.mlflow_server import free_port
+
+    class Away:
+        url = f"http://127.0.0.1:{free_port()}"
+
+    line = _local_run(Away, make_config)
+    assert line.startswith("warning: run not logged to Vertex AI experiment 'penguins-prod'")
+    assert line.endswith("the run's outcome is unchanged") and "\n" not in line
+
+
+def test_gke_steps_add_to_one_experiment_run_of_their_pipeline_run(vertex_server):
+    import threading
+
+    from gkeflow.components.tracking.pipeline_run import ARG_RUN_ID, ENV_RUN_ID_FIELD
+    from gkeflow.components.tracking.vertex_run import (
+        ENV_ENDPOINT,
+        ENV_EXPERIMENT,
+        ENV_LOCATION,
+        ENV_PROJECT,
+        log_step,
+    )
+
+    # on GKE the run id comes from the pod's label (an unresolved argument is ignored)
+    env = {ENV_EXPERIMENT: "penguins-prod", ENV_PROJECT: "my-project",
+           ENV_LOCATION: "us-central1", ENV_ENDPOINT: vertex_server.url,
+           ENV_RUN_ID_FIELD: "5f0c3a9e-0d6c-4e4e-9a53-7f1b1d2c3e4f"}
+    argv = ["executor", ARG_RUN_ID, "{{$.pipeline_job_uuid}}"]
+    logged: list[bool] = []
+    steps = [("prepare-data", {"data_uri": "gs://b/d.csv"}, {"rows_read": 344}),
+             ("train-model", {"epochs": 2}, {"final_accuracy": 0.9})]
+    threads = [threading.Thread(target=lambda s=s: logged.append(log_step(*s, environ=env,
+                                                                          argv=argv)))
+               for s in steps]  # two steps starting at once
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert logged == [True, True]
+    assert log_step("evaluate-model", {"decision": "blessed"}, {"accuracy": 0.95},
+                    environ=env, argv=argv)
+    (name,) = vertex_server.metadata.experiment_runs(EXPERIMENT)
+    assert name.endswith("/penguins-prod-5f0c3a9e-0d6c-4e4e-9a53-7f1b1d2c3e4f")
+    metadata = json.loads(type(vertex_server.metadata.contexts[name]).to_json(
+        vertex_server.metadata.contexts[name]))["metadata"]
+    assert metadata["_params"] == {"prepare-data.data_uri": "gs://b/d.csv",
+                                   "train-model.epochs": 2,
+                                   "evaluate-model.decision": "blessed"}
+    assert metadata["_metrics"] == {"rows_read": 344, "final_accuracy": 0.9, "accuracy": 0.95}
+
+
+def test_a_gke_step_without_the_settings_logs_nothing(vertex_server):
+    from gkeflow.components.tracking.vertex_run import log_step
+
+    assert not log_step("prepare-data", {"a": 1}, {}, environ={}, argv=["x"])
+    assert vertex_server.requests == []

@@ -1,55 +1,79 @@
-"""Direct MLflow tracking through a whole local run: the steps' own code (as kfp.local runs
-it, from the component source) opens one nested run per step under the run's parent."""
+"""Direct MLflow tracking as a compiled pipeline carries it (Vertex AI, Kubeflow Pipelines
+without the plugin), run whole under kfp.local: the steps get only what the compiled
+pipeline gives them (environment variables and the run-id arguments, no plugin variables,
+no parent run handed down), find or create the run's one parent run and open a nested run
+each; the model goes to the tracking server's MLflow Model Registry by default."""
 
 from __future__ import annotations
 
 import pytest
 
 from gkeflow.components.tracking.client import (
+    ENV_EXPERIMENT_ID,
     ENV_PARENT_RUN_ID,
     ENV_RUN_ID,
     ENV_TRACKING_URI,
     PARENT_TAG,
 )
-from gkeflow.components.tracking.direct import end_pipeline_run, start_pipeline_run
+from gkeflow.components.tracking.pipeline_run import (
+    PIPELINE_RUN_TAG,
+    RUN_URL_TAG,
+    TARGET_TAG,
+)
+from gkeflow.pipelines.operations import Operations
 from gkeflow.pipelines.targets.local import run_local
+from gkeflow.pipelines.tracking_config import TrackingSettings
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("mlflow", reason="mlflow is not installed (pip install -e '.[dev]')")
 
 TRACKED = ["prepare-data", "train-model", "evaluate-model", "register-model"]
+MODEL = "penguins-compiled-direct"
 
 
-def test_local_run_logs_a_nested_run_per_step(tmp_path, monkeypatch, mlflow_server):
-    parent = start_pipeline_run(mlflow_server.url, "gkeflow-local", "local-run-1",
-                                pipeline_name="training-pipeline")
-    monkeypatch.setenv(ENV_TRACKING_URI, mlflow_server.url)
-    monkeypatch.setenv(ENV_PARENT_RUN_ID, parent)
-    monkeypatch.delenv(ENV_RUN_ID, raising=False)
+def test_a_compiled_style_run_makes_one_parent_and_a_nested_run_per_step(
+        tmp_path, monkeypatch, mlflow_server):
+    from gkeflow.pipelines.training import build_training_pipeline
 
-    result = run_local({"epochs": 2, "min_accuracy": 0.0,
-                        "registry_uri": f"sqlite:///{tmp_path / 'registry.db'}"},
-                       tmp_path / "out", enable_caching=False)
+    for name in (ENV_TRACKING_URI, ENV_PARENT_RUN_ID, ENV_RUN_ID, ENV_EXPERIMENT_ID):
+        monkeypatch.delenv(name, raising=False)
+    tracking = TrackingSettings.model_validate({"mlflow": {
+        "experiment": "compiled-direct", "tracking_uri": mlflow_server.url}})
+    pipeline = build_training_pipeline("local", operations=Operations(
+        "local", tracking=tracking, link_template="http://kfp.example/#/runs/details/{run_id}"))
+    assert pipeline.component_spec.inputs["registry_uri"].default == (
+        "mlflow://" + mlflow_server.url.split("://", 1)[1])
+
+    result = run_local({"epochs": 2, "min_accuracy": 0.0, "model_name": MODEL},
+                       tmp_path / "out", enable_caching=False, pipeline=pipeline)
     assert result.ok, result.error
-    end_pipeline_run(mlflow_server.url, parent, succeeded=result.ok)
 
-    experiment_id = mlflow_server.run(parent)["info"]["experiment_id"]
+    experiment = mlflow_server.api("experiments/get-by-name",
+                                   experiment_name="compiled-direct")["experiment"]
+    parents = mlflow_server.search_runs(experiment["experiment_id"],
+                                        f"tags.`{PIPELINE_RUN_TAG}` != ''")
+    assert len(parents) == 1
+    parent = parents[0]
+    tags = parent["data"]["tags"]
+    tags = {t["key"]: t["value"] for t in tags} if isinstance(tags, list) else tags
+    run_id = tags[PIPELINE_RUN_TAG]
+    assert run_id and "{{" not in run_id
+    assert tags[RUN_URL_TAG] == f"http://kfp.example/#/runs/details/{run_id}"
+    assert tags[TARGET_TAG] == "local"
+    assert parent["info"]["status"] == "FINISHED"
+    parent_id = parent["info"]["run_id"]
     children = {run["info"]["run_name"]: run["info"]["run_id"] for run in
-                mlflow_server.search_runs(experiment_id, f"tags.`{PARENT_TAG}` = '{parent}'")}
+                mlflow_server.search_runs(experiment["experiment_id"],
+                                          f"tags.`{PARENT_TAG}` = '{parent_id}'")}
     assert sorted(children) == sorted(TRACKED)
-    for step, run_id in children.items():
-        assert mlflow_server.run(run_id)["info"]["status"] == "FINISHED", step
-    assert mlflow_server.run(parent)["info"]["status"] == "FINISHED"
-
+    for step, child in children.items():
+        assert mlflow_server.run(child)["info"]["status"] == "FINISHED", step
     evaluation = mlflow_server.run(children["evaluate-model"])
     assert evaluation["metrics"]["accuracy"] == pytest.approx(
         result.artifact_metadata("evaluate-model", "metrics")["accuracy"], abs=1e-6)
-    assert "model_card.md" in mlflow_server.artifacts(children["evaluate-model"])
     assert [step for step, _ in
             mlflow_server.metric_history(children["train-model"], "loss")] == [1, 2]
-    assert "model/saved_model.pb" in mlflow_server.artifacts(children["train-model"], "model")
-    fingerprint = mlflow_server.run(children["prepare-data"])["tags"]
-    assert fingerprint["gkeflow.data_fingerprint"]
     registered = mlflow_server.run(children["register-model"])["tags"]
-    assert registered["gkeflow.registry.action"] == "registered"
-    assert registered["gkeflow.registered_model.version"] == "1"
+    assert registered["gkeflow.registry.backend"] == "mlflow"
+    model = mlflow_server.api("registered-models/get", name=MODEL)["registered_model"]
+    assert [(a["alias"], a["version"]) for a in model["aliases"]] == [("champion", "1")]

@@ -7,6 +7,7 @@ registry it is."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -33,12 +34,19 @@ def _penguins_csv(tmp_path):
     return data
 
 
-def _write_config(tmp_path, uri: str, experiment: str):
+def _write_config(tmp_path, uri: str, experiment: str, vertex_url: str = ""):
     path = tmp_path / "gkeflow.yaml"
-    path.write_text(yaml.safe_dump({
-        "parameters": {"dev": {}},
-        "tracking": {"dev": {"mlflow": {"experiment": experiment, "tracking_uri": uri,
-                                        "credentials": {"token_env": "TEAM_MLFLOW_TOKEN"}}}}}))
+    tracking = {"mlflow": {"experiment": experiment, "tracking_uri": uri,
+                           "credentials": {"token_env": "TEAM_MLFLOW_TOKEN"}}}
+    targets = {}
+    if vertex_url:  # the same run also goes to Vertex AI Experiments (aiplatform SDK)
+        tracking["vertex_experiments"] = {"experiment": experiment}
+        targets["vertex"] = {"project": "my-project", "region": "us-central1",
+                             "pipeline_root": "gs://my-bucket/root",
+                             "service_account": "runner@my-project.iam.gserviceaccount.com",
+                             "api_endpoint": vertex_url}
+    path.write_text(yaml.safe_dump({"parameters": {"dev": {}}, "targets": targets,
+                                    "tracking": {"dev": tracking}}))
     return path
 
 
@@ -50,10 +58,20 @@ def _run(tmp_path, config, data, *extra, env=None):
 
 
 def test_gkeflow_run_tracks_a_parent_and_a_nested_run_per_step(tmp_path, mlflow_server):
-    config = _write_config(tmp_path, mlflow_server.url, "penguins-cli")
-    data = _penguins_csv(tmp_path)
-    result = _run(tmp_path, config, data, "--env", "dev", "--model-name", MODEL)
+    from tests.integration.fakes import FakeVertexServer
+
+    with FakeVertexServer() as vertex:
+        config = _write_config(tmp_path, mlflow_server.url, "penguins-cli", vertex.url)
+        data = _penguins_csv(tmp_path)
+        result = _run(tmp_path, config, data, "--env", "dev", "--model-name", MODEL)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert not vertex.violations, vertex.violations
+    (run_context,) = [c for c in vertex.metadata.contexts.values()
+                      if c.schema_title == "system.ExperimentRun"]
+    logged = json.loads(type(run_context).to_json(run_context))["metadata"]
+    assert logged["_params"]["label_column"] == "species" and logged["_params"]["epochs"] == 2
+    assert 0 < logged["_metrics"]["accuracy"] <= 1 and logged["_state"] == "COMPLETE"
+    assert "logged to Vertex AI experiment 'penguins-cli'" in result.stdout
     assert "tracking: MLflow experiment 'penguins-cli'" in result.stdout
     assert f"registry: MLflow Model Registry at {mlflow_server.url}" in result.stdout
     model = mlflow_server.api("registered-models/get", name=MODEL)["registered_model"]
@@ -88,6 +106,38 @@ def test_gkeflow_run_tracks_a_parent_and_a_nested_run_per_step(tmp_path, mlflow_
     assert [v["version"] for v in versions["model_versions"]] == ["1"]
     model = mlflow_server.api("registered-models/get", name=MODEL)["registered_model"]
     assert [(a["alias"], a["version"]) for a in model["aliases"]] == [("champion", "1")]
+
+    # A prediction run reads the model from the same registry and is tracked the same way.
+    scored = gkeflow("run", "--pipeline", "prediction", "--env", "dev", "--data", str(data),
+                     "--model", f"{MODEL}@champion", "--output", str(tmp_path / "scores"),
+                     "--config", str(config), cwd=tmp_path, timeout=600,
+                     env={"TEAM_MLFLOW_TOKEN": "t0ken-value"})
+    assert scored.returncode == 0, scored.stdout + scored.stderr
+    assert f"with {MODEL}@1" in " ".join(scored.stdout.split())
+    runs = mlflow_server.search_runs(experiment["experiment"]["experiment_id"],
+                                     f"tags.`{PIPELINE_RUN_TAG}` LIKE 'local-prediction-%'")
+    (prediction,) = runs
+    assert prediction["info"]["status"] == "FINISHED"
+    (batch,) = mlflow_server.search_runs(
+        experiment["experiment"]["experiment_id"],
+        f"tags.`{PARENT_TAG}` = '{prediction['info']['run_id']}'")
+    assert batch["info"]["run_name"] == "predict-batch"
+    assert mlflow_server.run(batch["info"]["run_id"])["metrics"]["rows_scored"] > 0
+
+
+@pytest.mark.parametrize("pipeline", ["sweep", "prediction"])
+def test_sweep_and_prediction_check_the_mlflow_registry_before_any_step(tmp_path, pipeline):
+    uri = f"http://127.0.0.1:{free_port()}"
+    config = _write_config(tmp_path, uri, "nowhere")
+    label = ("--label", "species") if pipeline == "sweep" else ()
+    result = gkeflow("run", "--pipeline", pipeline, "--env", "dev", "--data",
+                     str(_penguins_csv(tmp_path)), *label, "--config", str(config),
+                     "--output", str(tmp_path / "out"), cwd=tmp_path,
+                     env={"TEAM_MLFLOW_TOKEN": "t"})
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1, result.stderr
+    assert f"tracking.dev.mlflow's server {uri}, which cannot be reached" in errors[0]
 
 
 def test_an_unreachable_server_leaves_the_run_unchanged(tmp_path):

@@ -82,15 +82,18 @@ def test_plan_says_where_each_environment_is_tracked():
         "tracking: off (no tracking: for this environment in gkeflow.yaml)"]
 
 
-def test_plan_names_the_vertex_experiment_on_vertex_only():
+def test_plan_says_how_each_target_logs_to_the_vertex_experiment():
     tracking = {"prod": TrackingSettings.model_validate(
         {"vertex_experiments": {"experiment": "penguins-prod"}})}
     (vertex,) = plan_lines(tracking, "vertex")
     assert vertex.startswith("tracking (prod): Vertex AI experiment 'penguins-prod' (the run "
                              "is submitted into it")
     (gke,) = plan_lines(tracking, "gke")
-    assert gke == ("tracking (prod): not in Vertex AI Experiments on gke: only Vertex AI runs "
-                   "are submitted into Vertex AI experiment 'penguins-prod' so far")
+    assert gke.startswith("tracking (prod): Vertex AI experiment 'penguins-prod' (each step "
+                          "adds its parameters and metrics")
+    (local,) = plan_lines(tracking, "local")
+    assert local.startswith("tracking (prod): Vertex AI experiment 'penguins-prod' (the run's "
+                            "parameters and metrics")
 
 
 def test_init_writes_tracking_commented_and_valid_when_uncommented(tmp_path):
@@ -114,5 +117,5 @@ def test_gkeflow_plan_prints_the_tracking_of_each_environment(tmp_path):
         "prod": {"mlflow": {"experiment": "penguins"}}}}))
     result = CliRunner().invoke(main, ["plan", "--target", "vertex", "--config", str(path)])
     assert result.exit_code == 0, result.output
-    assert ("tracking (prod): not in MLflow on vertex: only local and GKE runs log to MLflow "
-            "experiment 'penguins' so far") in " ".join(result.output.split())
+    assert ("tracking (prod): not in MLflow: tracking.mlflow.tracking_uri is unset, which "
+            "vertex runs need for MLflow experiment 'penguins'") in " ".join(result.output.split())

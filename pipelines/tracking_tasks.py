@@ -1,0 +1,110 @@
+"""``tracking.<env>`` compiled into a pipeline: MLflow direct mode (without the plugin) and,
+on GKE, Vertex AI Experiments through each step (:mod:`gkeflow.components.tracking.vertex_run`).
+
+Each tracked step gets the tracking server, the experiment and the run's page as
+environment variables, the run's id and name (:func:`add_run_identity`; never as inputs,
+which would change the cache keys), and credentials by reference only: a Kubernetes Secret
+on GKE, a Secret Manager secret's name on Vertex AI. No value of a secret is ever compiled
+in.
+
+With the registry default (:func:`registry_default`), a pipeline whose environment tracks in
+MLflow registers into that server's MLflow Model Registry unless a registry is named.
+"""
+
+from __future__ import annotations
+
+from kfp import dsl
+
+from gkeflow.components.tracking import pipeline_run as names
+from gkeflow.pipelines.tracking_config import (
+    GKE_SECRET_KEYS,
+    MlflowTracking,
+    TrackingSettings,
+    mlflow_registry_uri,
+)
+
+#: Where a Kubeflow Pipelines pod finds its run's id and name (the backend labels and
+#: annotates every pod of a run).
+RUN_ID_FIELD = "metadata.labels['pipeline/runid']"
+RUN_NAME_FIELD = "metadata.annotations['pipelines.kubeflow.org/run_name']"
+#: Steps whose code logs to MLflow (gkeflow.components.tracking.steps).
+TRACKED_STEPS = frozenset({"prepare-data", "train-model", "evaluate-model", "register-model",
+                           "predict-batch"})
+
+
+def direct_mlflow(tracking: TrackingSettings | None) -> MlflowTracking | None:
+    """The MLflow settings a compiled pipeline carries: only with a tracking URI."""
+    mlflow = tracking.mlflow if tracking is not None else None
+    return mlflow if mlflow is not None and mlflow.tracking_uri else None
+
+
+def registry_default(tracking: TrackingSettings | None, fallback: str) -> str:
+    """The pipeline's default ``registry_uri``: the tracking server's MLflow Model Registry
+    when the environment tracks in MLflow (with a tracking URI), else ``fallback``."""
+    mlflow = direct_mlflow(tracking)
+    return mlflow_registry_uri(mlflow.tracking_uri) if mlflow is not None else fallback
+
+
+def is_python_step(task: dsl.PipelineTask) -> bool:
+    """A lightweight Python component (its executor reads extra arguments leniently)."""
+    spec = task.container_spec
+    return spec is not None and "kfp.dsl.executor_main" in " ".join(spec.command or [])
+
+
+def add_run_identity(task: dsl.PipelineTask, target: str) -> None:
+    """Give ``task`` its pipeline run's id and name without making them inputs (which would
+    change its cache key on every run). Kubeflow Pipelines resolves the pipeline-job
+    placeholders only as input values, so on GKE they come from the pod's own metadata;
+    Vertex AI and kfp.local resolve them in the container's arguments."""
+    if target == "gke":
+        from kfp import kubernetes
+
+        kubernetes.use_field_path_as_env(task, names.ENV_RUN_ID_FIELD, RUN_ID_FIELD)
+        kubernetes.use_field_path_as_env(task, names.ENV_RUN_NAME_FIELD, RUN_NAME_FIELD)
+        return
+    task.container_spec.args = [
+        *(task.container_spec.args or []),
+        names.ARG_RUN_ID, dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+        names.ARG_RUN_NAME, dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+    ]
+
+
+def track_task(task: dsl.PipelineTask, step: str, tracking: TrackingSettings | None,
+               target: str, pipeline: str, run_url_template: str = "",
+               vertex_target=None) -> dsl.PipelineTask:
+    """``task`` with what its step needs to track itself: in MLflow (with a tracking URI) and,
+    on GKE with ``vertex_target`` (gkeflow.yaml's ``targets.vertex``), in Vertex AI
+    Experiments; unchanged when the step logs nothing or nothing is to be tracked."""
+    mlflow = direct_mlflow(tracking)
+    experiments = tracking.vertex_experiments if tracking is not None else None
+    if target != "gke" or vertex_target is None:
+        experiments = None  # Vertex AI runs are submitted into it; local runs log at the end
+    if (mlflow is None and experiments is None) or step not in TRACKED_STEPS \
+            or not is_python_step(task):
+        return task
+    add_run_identity(task, target)
+    if experiments is not None:
+        from gkeflow.components.tracking import vertex_run
+
+        task.set_env_variable(vertex_run.ENV_EXPERIMENT, experiments.experiment)
+        task.set_env_variable(vertex_run.ENV_PROJECT, vertex_target.project)
+        task.set_env_variable(vertex_run.ENV_LOCATION, vertex_target.region)
+        if vertex_target.api_endpoint:
+            task.set_env_variable(vertex_run.ENV_ENDPOINT, vertex_target.api_endpoint)
+    if mlflow is None:
+        return task
+    task.set_env_variable(names.ENV_URI, mlflow.tracking_uri)
+    task.set_env_variable(names.ENV_EXPERIMENT, mlflow.experiment)
+    task.set_env_variable(names.ENV_PIPELINE, pipeline)
+    task.set_env_variable(names.ENV_TARGET, target)
+    if run_url_template:
+        task.set_env_variable(names.ENV_RUN_URL, run_url_template)
+    credentials = mlflow.credentials
+    if target == "gke" and credentials.gke_secret:
+        from kfp import kubernetes
+
+        kubernetes.use_secret_as_env(task, secret_name=credentials.gke_secret,
+                                     secret_key_to_env=dict(GKE_SECRET_KEYS), optional=True)
+    if target == "vertex" and credentials.vertex_secret:
+        task.set_env_variable(names.ENV_TOKEN_SECRET, credentials.vertex_secret)
+    return task

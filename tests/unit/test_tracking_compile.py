@@ -1,0 +1,140 @@
+"""tracking.<env>.mlflow compiled into the GKE and Vertex AI pipelines: the tracked steps get
+the server, the experiment, the run's page and the run-id placeholders; credentials only by
+reference; the registry defaults to the server's MLflow Model Registry."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from gkeflow.pipelines.config import GkeflowConfig
+from gkeflow.pipelines.operations import notifications_key, select
+from gkeflow.pipelines.targets.compile import compile_pipeline
+
+TRACKED = {"exec-prepare-data", "exec-train-model", "exec-evaluate-model",
+           "exec-register-model"}
+TARGETS = {"vertex": {"project": "my-project", "region": "us-central1",
+                      "pipeline_root": "gs://my-bucket/root",
+                      "service_account": "runner@my-project.iam.gserviceaccount.com"},
+           "gke": {"host": "https://kfp.example.com"}}
+TOKEN = "t0ken-value-never-compiled"
+
+
+def _config(mlflow: dict | None, **extra) -> GkeflowConfig:
+    tracking = {"default": {"mlflow": mlflow}} if mlflow else {}
+    return GkeflowConfig.model_validate({"targets": TARGETS, "tracking": tracking, **extra})
+
+
+MLFLOW = {"experiment": "penguins", "tracking_uri": "https://mlflow.example.com",
+          "credentials": {"token_env": "TEAM_TOKEN", "gke_secret": "mlflow-credentials",
+                          "vertex_secret": "projects/my-project/secrets/mlflow-token"}}
+
+
+def _compiled(tmp_path, config, target: str, pipeline: str = "training"):
+    path = compile_pipeline(pipeline, target, tmp_path / target, config=select(config))
+    text = path.read_text()
+    return text, list(yaml.safe_load_all(text))
+
+
+def _env(executor: dict) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in executor["container"].get("env", [])}
+
+
+@pytest.mark.parametrize("target", ["gke", "vertex"])
+def test_tracked_steps_carry_the_settings_and_no_secret_value(tmp_path, monkeypatch, target):
+    monkeypatch.setenv("TEAM_TOKEN", TOKEN)
+    text, docs = _compiled(tmp_path, _config(MLFLOW), target)
+    assert TOKEN not in text
+    executors = docs[0]["deploymentSpec"]["executors"]
+    carrying = {name for name, executor in executors.items()
+                if _env(executor).get("GKEFLOW_MLFLOW_TRACKING_URI")}
+    # Vertex AI trains through a CustomJob launcher, which logs nothing to MLflow
+    assert carrying == (TRACKED if target == "gke" else TRACKED - {"exec-train-model"})
+    for name in carrying:
+        env, args = _env(executors[name]), executors[name]["container"]["args"]
+        assert env["GKEFLOW_MLFLOW_EXPERIMENT"] == "penguins"
+        assert env["GKEFLOW_MLFLOW_TARGET"] == target
+        run_args = ["--gkeflow_pipeline_run_id", "{{$.pipeline_job_uuid}}",
+                    "--gkeflow_pipeline_run_name", "{{$.pipeline_job_name}}"]
+        # Kubeflow Pipelines resolves these placeholders only as input values
+        assert (args[-4:] == run_args) == (target == "vertex")
+        assert not any(key.startswith("MLFLOW_") for key in env)
+    url = _env(executors["exec-evaluate-model"])["GKEFLOW_MLFLOW_RUN_URL"]
+    if target == "gke":
+        assert url == "https://kfp.example.com/#/runs/details/{run_id}"
+        platform = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+        for name in carrying:
+            assert {f["name"]: f["fieldPath"] for f in platform[name]["fieldPathAsEnv"]} == {
+                "GKEFLOW_PIPELINE_RUN_ID": "metadata.labels['pipeline/runid']",
+                "GKEFLOW_PIPELINE_RUN_NAME":
+                    "metadata.annotations['pipelines.kubeflow.org/run_name']"}
+            (secret,) = platform[name]["secretAsEnv"]
+            assert secret["secretName"] == "mlflow-credentials" and secret["optional"]
+            assert {k["envVar"] for k in secret["keyToEnv"]} == {
+                "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"}
+    else:
+        assert len(docs) == 1
+        assert url.startswith("https://console.cloud.google.com/vertex-ai/locations/")
+        assert _env(executors["exec-register-model"])["GKEFLOW_MLFLOW_TOKEN_SECRET"] == (
+            "projects/my-project/secrets/mlflow-token")
+    registry = docs[0]["root"]["inputDefinitions"]["parameters"]["registry_uri"]
+    assert registry["defaultValue"] == "mlflow+https://mlflow.example.com"
+
+
+def test_without_a_tracking_uri_nothing_is_compiled_in(tmp_path):
+    plain, _ = _compiled(tmp_path / "plain", _config(None), "gke")
+    plugin_only, _ = _compiled(tmp_path / "plugin", _config({"experiment": "penguins"}), "gke")
+    assert "GKEFLOW_MLFLOW" not in plain and plain == plugin_only
+    assert "kubeflow://" in plain
+
+
+def test_sweep_and_prediction_default_to_the_mlflow_registry_and_track(tmp_path):
+    for pipeline, step in (("sweep", "exec-evaluate-model"), ("prediction", "exec-predict-batch")):
+        _, docs = _compiled(tmp_path / pipeline, _config(MLFLOW), "gke", pipeline)
+        registry = docs[0]["root"]["inputDefinitions"]["parameters"]["registry_uri"]
+        assert registry["defaultValue"] == "mlflow+https://mlflow.example.com", pipeline
+        env = _env(docs[0]["deploymentSpec"]["executors"][step])
+        assert env["GKEFLOW_MLFLOW_PIPELINE"] == docs[0]["pipelineInfo"]["name"], pipeline
+
+
+def test_environments_tracked_apart_compile_apart():
+    config = GkeflowConfig.model_validate({
+        "targets": TARGETS, "parameters": {"prod": {}},
+        "tracking": {"prod": {"mlflow": MLFLOW}}})
+    assert notifications_key(select(config, "default")) == ""
+    assert "mlflow.example.com" in notifications_key(select(config, "prod"))
+
+
+@pytest.mark.parametrize("credentials, fragment", [
+    ({"gke_secret": "Not_A_Name"}, "not a Kubernetes Secret name"),
+    ({"vertex_secret": "t0ken-value"}, "never the token itself"),
+])
+def test_credential_references_are_checked_without_echoing_values(tmp_path, credentials,
+                                                                 fragment):
+    from gkeflow.pipelines.config import ConfigError, load_config
+
+    path = tmp_path / "gkeflow.yaml"
+    path.write_text(yaml.safe_dump({"tracking": {"default": {"mlflow": {
+        "experiment": "e", "credentials": credentials}}}}))
+    with pytest.raises(ConfigError, match=fragment) as refused:
+        load_config(path)
+    assert "t0ken-value" not in str(refused.value)
+
+
+def test_gke_steps_carry_the_vertex_experiment_and_vertex_steps_do_not(tmp_path):
+    config = GkeflowConfig.model_validate({"targets": TARGETS, "tracking": {"default": {
+        "vertex_experiments": {"experiment": "penguins"}}}})
+    _, gke = _compiled(tmp_path, config, "gke")
+    executors = gke[0]["deploymentSpec"]["executors"]
+    carrying = {name for name, executor in executors.items()
+                if _env(executor).get("GKEFLOW_VERTEX_EXPERIMENT") == "penguins"}
+    assert carrying == TRACKED
+    env = _env(executors["exec-evaluate-model"])
+    assert (env["GKEFLOW_VERTEX_PROJECT"], env["GKEFLOW_VERTEX_LOCATION"]) == (
+        "my-project", "us-central1")
+    assert "GKEFLOW_MLFLOW_TRACKING_URI" not in env
+    platform = gke[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert {f["name"] for f in platform["exec-evaluate-model"]["fieldPathAsEnv"]} == {
+        "GKEFLOW_PIPELINE_RUN_ID", "GKEFLOW_PIPELINE_RUN_NAME"}
+    text, _ = _compiled(tmp_path / "v", config, "vertex")
+    assert "GKEFLOW_VERTEX" not in text  # Vertex AI runs are submitted into the experiment
