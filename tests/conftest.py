@@ -15,18 +15,6 @@ for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def pytest_collection_modifyitems(config, items):
-    """Modules holding a slow test run first, each module's tests still together (its
-    module fixtures are built once): the workers share the long tests from the start rather
-    than one worker finishing the last of them alone."""
-    heavy = {item.module.__name__ for item in items
-             if getattr(item, "module", None) and item.get_closest_marker("slow")}
-    order = {id(item): index for index, item in enumerate(items)}
-    items.sort(key=lambda item: (getattr(getattr(item, "module", None), "__name__", "")
-                                 not in heavy, order[id(item)]))
-
 #: API contracts vendored with their source and commit (tests/contracts/README.md).
 CONTRACTS = REPO_ROOT / "tests" / "contracts"
 
