@@ -324,33 +324,19 @@ def _checked_url(url: str, where: str) -> str:
 
 
 def _secret_manager(version: str, policy: RetryPolicy) -> str:
-    import base64
+    from gkeflow.components.cloud.secret_manager import access_request, secret_value
 
-    endpoint = os.environ.get("GKEFLOW_SECRET_MANAGER_ENDPOINT",
-                              "https://secretmanager.googleapis.com")
-    if re.match(r"^http://(127\.0\.0\.1|localhost)(:\d+)?$", endpoint):
-        import requests  # a plain-http loopback endpoint is an emulator: no credentials
-
-        session = requests.Session()
-    else:
-        import google.auth
-        from google.auth.transport.requests import AuthorizedSession
-
-        credentials, _ = google.auth.default(
-            scopes=["https://www.googleapis.com/auth/cloud-platform"])
-        session = AuthorizedSession(credentials)
-    if "/versions/" not in version:
-        version = f"{version}/versions/latest"
+    session, url = access_request(version)
+    name = url.rsplit("/v1/", 1)[-1].removesuffix(":access")
 
     def access():
-        response = session.get(f"{endpoint}/v1/{version}:access",
-                               timeout=policy.call_timeout_s)
+        response = session.get(url, timeout=policy.call_timeout_s)
         if response.status_code != 200:
             raise _HttpError(response.status_code, f"Secret Manager answered "
-                                                   f"{response.status_code} for {version}")
-        return base64.b64decode(response.json()["payload"]["data"]).decode().strip()
+                                                   f"{response.status_code} for {name}")
+        return secret_value(response.json())
 
-    return policy.call(access, f"reading secret {version}")
+    return policy.call(access, f"reading secret {name}")
 
 
 class _HttpError(RuntimeError):

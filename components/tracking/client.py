@@ -215,6 +215,21 @@ class Tracker:
                       budgeted=False)
 
 
+def mlflow_client(uri: str, log: Callable[[str], None] = print) -> Any | None:
+    """An MLflow client of the server at ``uri``; None, said in one line, where there is no
+    mlflow package or MLflow does not understand ``uri`` (tracking is then off)."""
+    try:
+        from mlflow import MlflowClient
+
+        return MlflowClient(tracking_uri=uri)
+    except ImportError:
+        log("mlflow: tracking off for this step: the mlflow client is not installed "
+            "(pip install mlflow-skinny)")
+    except Exception as exc:  # e.g. a tracking URI MLflow does not understand
+        log(f"mlflow: tracking off for this step: {one_line(exc)}")
+    return None
+
+
 def open_step_run(step: str, task: str = "", parent_run_id: str = "",
                   environ: dict[str, str] | None = None,
                   log: Callable[[str], None] = print) -> Tracker:
@@ -226,16 +241,8 @@ def open_step_run(step: str, task: str = "", parent_run_id: str = "",
     if not uri or not (run_id or parent):
         return Tracker(log=log)
     limits = Limits.from_env(env)
-    try:
-        from mlflow import MlflowClient
-
-        client = MlflowClient(tracking_uri=uri)
-    except ImportError:
-        log("mlflow: tracking off for this step: the mlflow client is not installed "
-            "(pip install mlflow-skinny)")
-        return Tracker(log=log)
-    except Exception as exc:  # e.g. a tracking URI MLflow does not understand
-        log(f"mlflow: tracking off for this step: {one_line(exc)}")
+    client = mlflow_client(uri, log)
+    if client is None:
         return Tracker(log=log)
     tracker = Tracker(client, run_id or "pending", limits=limits, log=log)
     if run_id:

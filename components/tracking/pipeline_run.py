@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gkeflow.components.cloud.secret_manager import ENDPOINT_ENV
 from gkeflow.components.tracking import client as base
 from gkeflow.components.tracking.client import Limits, Tracker, one_line
 
@@ -40,7 +41,7 @@ ENV_PIPELINE = "GKEFLOW_MLFLOW_PIPELINE"
 ENV_TARGET = "GKEFLOW_MLFLOW_TARGET"
 ENV_RUN_URL = "GKEFLOW_MLFLOW_RUN_URL"
 ENV_TOKEN_SECRET = "GKEFLOW_MLFLOW_TOKEN_SECRET"
-ENV_SECRET_MANAGER = "GKEFLOW_SECRET_MANAGER_ENDPOINT"
+ENV_SECRET_MANAGER = ENDPOINT_ENV
 #: The extra arguments a compiled step gets (``--NAME VALUE``), read from ``sys.argv``.
 ARG_RUN_ID = "--gkeflow_pipeline_run_id"
 ARG_RUN_NAME = "--gkeflow_pipeline_run_name"
@@ -86,27 +87,14 @@ def run_url(template: str, run_id: str, run_name: str) -> str:
 def read_secret_token(version: str, environ: dict[str, str] | None = None,
                       timeout_s: float = 10.0) -> str:
     """The token held in Secret Manager secret ``version`` (one bounded request)."""
-    import base64
+    from gkeflow.components.cloud.secret_manager import access_request, secret_value
 
-    env = os.environ if environ is None else environ
-    endpoint = env.get(ENV_SECRET_MANAGER, "https://secretmanager.googleapis.com").rstrip("/")
-    if endpoint.startswith(("http://127.0.0.1", "http://localhost")):
-        import requests  # a plain-http loopback endpoint is an emulator: no credentials
-
-        session: Any = requests.Session()
-    else:
-        import google.auth
-        from google.auth.transport.requests import AuthorizedSession
-
-        credentials, _ = google.auth.default(
-            scopes=["https://www.googleapis.com/auth/cloud-platform"])
-        session = AuthorizedSession(credentials)
-    if "/versions/" not in version:
-        version = f"{version}/versions/latest"
-    answer = session.get(f"{endpoint}/v1/{version}:access", timeout=timeout_s)
+    session, url = access_request(version, environ)
+    answer = session.get(url, timeout=timeout_s)
     if answer.status_code != 200:
-        raise RuntimeError(f"Secret Manager answered {answer.status_code} for {version}")
-    return base64.b64decode(answer.json()["payload"]["data"]).decode().strip()
+        name = url.rsplit("/v1/", 1)[-1].removesuffix(":access")
+        raise RuntimeError(f"Secret Manager answered {answer.status_code} for {name}")
+    return secret_value(answer.json())
 
 
 def load_credentials(environ: dict[str, str] | None = None,
@@ -183,16 +171,8 @@ def open_step_run(step: str, task: str = "", parent_run_id: str = "",
     if handed or not (uri and experiment and run_id):
         return base.open_step_run(step, task, parent_run_id, environ, log)
     load_credentials(env, log)
-    try:
-        from mlflow import MlflowClient
-
-        client = MlflowClient(tracking_uri=uri)
-    except ImportError:
-        log("mlflow: tracking off for this step: the mlflow client is not installed "
-            "(pip install mlflow-skinny)")
-        return Tracker(log=log)
-    except Exception as exc:
-        log(f"mlflow: tracking off for this step: {one_line(exc)}")
+    client = base.mlflow_client(uri, log)
+    if client is None:
         return Tracker(log=log)
     tags = {name: value for name, value in (
         (PIPELINE_RUN_NAME_TAG, run_name), (PIPELINE_TAG, env.get(ENV_PIPELINE, "")),
