@@ -227,15 +227,18 @@ class Server:
     def error_body(self, status: int, message: str) -> dict:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _run_script(self, task_names: list[str]) -> list[tuple[str, dict[str, str]]]:
-        """States a run goes through, one per status request: (run state, task states)."""
+    def _run_script(self, task_names: list[str], failing: str | None = None
+                    ) -> list[tuple[str, dict[str, str]]]:
+        """States a run goes through, one per status request: (run state, task states); the
+        task ``failing`` fails (else the middle one when ``outcome`` is FAILED)."""
         script = [("PENDING", {})]
         states = {name: "PENDING" for name in task_names}
-        fail_at = len(task_names) // 2 if self.outcome == "FAILED" else None
-        for index, name in enumerate(task_names):
+        if failing is None and self.outcome == "FAILED" and task_names:
+            failing = task_names[len(task_names) // 2]
+        for name in task_names:
             states[name] = "RUNNING"
             script.append(("RUNNING", dict(states)))
-            if index == fail_at:
+            if name == failing:
                 states[name] = "FAILED"
                 script.append(("FAILED", dict(states)))
                 return script

@@ -53,21 +53,8 @@ class _Script:
     fail_task: str | None = None
     error_message = "ValueError: label column 'species' has 1 class; need at least 2"
 
-    def _run_script(self, task_names):
-        if not self.fail_task:
-            return super()._run_script(task_names)
-        script = [("PENDING", {})]
-        states = {name: "PENDING" for name in task_names}
-        for name in task_names:
-            states[name] = "RUNNING"
-            script.append(("RUNNING", dict(states)))
-            if name == self.fail_task:
-                states[name] = "FAILED"
-                script.append(("FAILED", dict(states)))
-                return script
-            states[name] = "SUCCEEDED"
-        script.append(("SUCCEEDED", dict(states)))
-        return script
+    def _run_script(self, task_names, failing=None):
+        return super()._run_script(task_names, failing or self.fail_task)
 
     @staticmethod
     def _times(base: dt.datetime, index: int, state: str
