@@ -2,7 +2,8 @@
 its Vertex AI variant register_model_vertex), fingerprint_data, resolve_model,
 predict_batch, report_predictions, the sweep's select_best_trial and tune_with_vizier, and
 the fan-out preparation steps plan_prepare, prepare_group and merge_prepared, the run
-notification notify_run (the exit task of pipelines compiled with notifications), and
+notification notify_run (the exit task of pipelines compiled with notifications), the
+tracking end end_tracking (the exit task of tracked pipelines without them), and
 deploy_model (and its Vertex AI variant deploy_model_vertex).
 
 The components are loaded lazily: inside a running step only the logic modules are
@@ -31,6 +32,7 @@ _COMPONENTS = {
     "prepare_group": "gkeflow.components.prepare.fanout_component",
     "merge_prepared": "gkeflow.components.prepare.fanout_component",
     "notify_run": "gkeflow.components.notify.component",
+    "end_tracking": "gkeflow.components.tracking.component",
     "deploy_model": "gkeflow.components.deploy.component",
     "deploy_model_vertex": "gkeflow.components.deploy.vertex_component:deploy_model",
 }

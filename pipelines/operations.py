@@ -5,10 +5,11 @@
 (its own, else its environment's) and returns the config carrying them; the pipeline
 builders take :class:`Operations` from :func:`of` and change by two lines: the body is
 decorated with :meth:`Operations.wrap` (a ``dsl.ExitHandler`` whose exit task receives
-``dsl.PipelineTaskFinalStatus``) and the pipeline config passes through
+``dsl.PipelineTaskFinalStatus``; with tracking and no notifications it only writes the
+run's end into the trackers) and the pipeline config passes through
 :meth:`Operations.pipeline_config` (retention as PipelineConfig time-to-live on GKE). With
-no notifications and no retention both are the identity, so the default compiled pipelines
-stay as they are.
+no notifications, tracking or retention both are the identity, so the default compiled
+pipelines stay as they are.
 """
 
 from __future__ import annotations
@@ -88,10 +89,11 @@ class Operations:
         return config
 
     def wrap(self, pipeline_name: str):
-        """Decorator for a pipeline function: its body inside an exit handler that
-        notifies; the function unchanged without notifications."""
+        """Decorator for a pipeline function: its body inside an exit handler that notifies
+        and writes the run's end into its trackers; the function unchanged without
+        notifications or tracking."""
         def decorate(func):
-            if self.notifications is None:
+            if self.notifications is None and not self.ends_tracking():
                 return func
             signature = inspect.signature(func)
 
@@ -109,18 +111,43 @@ class Operations:
 
         return decorate
 
+    def ends_tracking(self) -> bool:
+        """Whether the run's end is written into its trackers by the exit task."""
+        from gkeflow.pipelines.tracking_tasks import ends_tracking
+
+        return ends_tracking(self.tracking, self.target, self.vertex_target)
+
     def _exit_task(self, pipeline_name: str, signature, arguments: dict):
+        from gkeflow.pipelines.tracking_tasks import track_exit_task
+
+        settings = self.notifications
+        if settings is None or settings.email is None:
+            task = (self._notify_task(pipeline_name, signature, arguments) if settings
+                    else self._end_tracking_task())
+            return track_exit_task(task, self.tracking, self.target, pipeline_name,
+                                   self.link_template, self.vertex_target)
+        # Vertex AI's own email task: the run's end is not written into the trackers
+        from gkeflow.components.notify.email import vertex_notification_email
+
+        task = vertex_notification_email(recipients=list(settings.email.recipients))
+        return task.set_display_name("Email").set_caching_options(False)
+
+    def _end_tracking_task(self):
+        from kfp import dsl
+
+        from gkeflow.components.tracking.component import end_tracking
+
+        task = end_tracking(target=self.target, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                            run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
+        return task.set_display_name("End tracking").set_caching_options(False)
+
+    def _notify_task(self, pipeline_name: str, signature, arguments: dict):
         from kfp import dsl
 
         from gkeflow.components.notify.component import notify_run
         from gkeflow.components.notify.logic import ITEM_SEP, KV_SEP, WEBHOOK_ENV
 
         settings = self.notifications
-        if settings.email is not None:
-            from gkeflow.components.notify.email import vertex_notification_email
-
-            task = vertex_notification_email(recipients=list(settings.email.recipients))
-            return task.set_display_name("Email").set_caching_options(False)
         simple = {n: p for n, p in signature.parameters.items() if p.annotation in _SIMPLE
                   or p.annotation in {t.__name__ for t in _SIMPLE}}
         defaults = {n: p.default for n, p in simple.items()}

@@ -7,6 +7,10 @@ which would change the cache keys), and credentials by reference only: a Kuberne
 on GKE, a Secret Manager secret's name on Vertex AI. No value of a secret is ever compiled
 in.
 
+The exit task (:func:`ends_tracking`, :func:`track_exit_task`) gives the parent MLflow run and
+the Vertex AI experiment run the run's final state, and adds a Vertex AI run (scheduled
+ones too) to its experiment (:mod:`gkeflow.components.tracking.run_end`).
+
 With the registry default (:func:`registry_default`), a pipeline whose environment tracks in
 MLflow registers into that server's MLflow Model Registry unless a registry is named.
 """
@@ -84,15 +88,25 @@ def track_task(task: dsl.PipelineTask, step: str, tracking: TrackingSettings | N
         return task
     add_run_identity(task, target)
     if experiments is not None:
-        from gkeflow.components.tracking import vertex_run
+        _set_vertex_experiment(task, experiments.experiment, vertex_target)
+    if mlflow is not None:
+        _set_mlflow(task, mlflow, target, pipeline, run_url_template)
+    return task
 
-        task.set_env_variable(vertex_run.ENV_EXPERIMENT, experiments.experiment)
-        task.set_env_variable(vertex_run.ENV_PROJECT, vertex_target.project)
-        task.set_env_variable(vertex_run.ENV_LOCATION, vertex_target.region)
-        if vertex_target.api_endpoint:
-            task.set_env_variable(vertex_run.ENV_ENDPOINT, vertex_target.api_endpoint)
-    if mlflow is None:
-        return task
+
+def _set_vertex_experiment(task: dsl.PipelineTask, experiment: str, vertex_target) -> None:
+    from gkeflow.components.tracking import vertex_run
+
+    task.set_env_variable(vertex_run.ENV_EXPERIMENT, experiment)
+    task.set_env_variable(vertex_run.ENV_PROJECT, vertex_target.project)
+    task.set_env_variable(vertex_run.ENV_LOCATION, vertex_target.region)
+    if vertex_target.api_endpoint:
+        task.set_env_variable(vertex_run.ENV_ENDPOINT, vertex_target.api_endpoint)
+
+
+def _set_mlflow(task: dsl.PipelineTask, mlflow: MlflowTracking, target: str, pipeline: str,
+                run_url_template: str) -> None:
+    """The server, experiment, run page and credentials (by reference) of direct mode."""
     task.set_env_variable(names.ENV_URI, mlflow.tracking_uri)
     task.set_env_variable(names.ENV_EXPERIMENT, mlflow.experiment)
     task.set_env_variable(names.ENV_PIPELINE, pipeline)
@@ -107,4 +121,30 @@ def track_task(task: dsl.PipelineTask, step: str, tracking: TrackingSettings | N
                                      secret_key_to_env=dict(GKE_SECRET_KEYS), optional=True)
     if target == "vertex" and credentials.vertex_secret:
         task.set_env_variable(names.ENV_TOKEN_SECRET, credentials.vertex_secret)
+
+
+def ends_tracking(tracking: TrackingSettings | None, target: str, vertex_target=None) -> bool:
+    """Whether a pipeline compiled for ``target`` needs the exit task that writes the run's
+    end into its trackers: MLflow direct mode, or a Vertex AI experiment (GKE and Vertex AI
+    alike need ``targets.vertex``); local runs are ended by ``gkeflow run`` itself."""
+    if target not in ("gke", "vertex") or tracking is None:
+        return False
+    return direct_mlflow(tracking) is not None or (
+        tracking.vertex_experiments is not None and vertex_target is not None)
+
+
+def track_exit_task(task: dsl.PipelineTask, tracking: TrackingSettings | None, target: str,
+                    pipeline: str, run_url_template: str = "",
+                    vertex_target=None) -> dsl.PipelineTask:
+    """The exit task ``task`` (``end_tracking`` or ``notify_run``, which take the run's id and
+    name as inputs) with the tracking settings of :func:`track_task`; on Vertex AI also the
+    experiment, which the task adds the run to."""
+    if not ends_tracking(tracking, target, vertex_target):
+        return task
+    experiments = tracking.vertex_experiments if vertex_target is not None else None
+    if experiments is not None:
+        _set_vertex_experiment(task, experiments.experiment, vertex_target)
+    mlflow = direct_mlflow(tracking)
+    if mlflow is not None:
+        _set_mlflow(task, mlflow, target, pipeline, run_url_template)
     return task

@@ -24,7 +24,8 @@ def notify_run(
     metadata_api: str = "",
     step_rates: str = "{}",
 ) -> str:
-    """Sends how the run ended to a webhook; never changes the run's outcome.
+    """Sends how the run ended to a webhook, and marks the run's tracked runs with it;
+    never changes the run's outcome.
 
     Args:
         status: The run's final status (state, failed task, error), given by the backend.
@@ -81,6 +82,10 @@ def notify_run(
         failed_task=failed_task_from_message(status.error_message or ""),
         error=status.error_message or "",
         parameters=changed_parameters(parse_parameters(parameters), json.loads(defaults)))
+    # the run's end in its trackers first (a no-op unless tracking was compiled in)
+    from gkeflow.components.tracking.run_end import end_run
+
+    end_run(report.state, target, run_id, run_name, status.pipeline_job_resource_name or "")
     policy = send_policy()
     if run_api:
         try:

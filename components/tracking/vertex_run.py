@@ -163,11 +163,53 @@ def status_of(exc: BaseException) -> int | None:
     return None
 
 
+def session(environ: Mapping[str, str]) -> tuple[str, Callable[..., Any]]:
+    """``aiplatform.init`` for ``environ``'s project, location and endpoint (a plain-http
+    loopback endpoint is an emulator: no credentials), and the bounded, retried
+    ``call(what, fn, idempotent=..., recover=...)`` the calls go through; returns
+    ``(projects/P/locations/L, call)``."""
+    from google.cloud import aiplatform
+
+    from gkeflow.components.cloud.retry import RetryPolicy
+
+    project, location = environ.get(ENV_PROJECT, ""), environ.get(ENV_LOCATION, "")
+    endpoint = environ.get(ENV_ENDPOINT, "")
+    credentials = None
+    if is_local_endpoint(endpoint):
+        from google.auth.credentials import AnonymousCredentials
+
+        credentials = AnonymousCredentials()
+    aiplatform.init(project=project, location=location, credentials=credentials,
+                    api_transport="rest", **({"api_endpoint": endpoint} if endpoint else {}))
+    policy = RetryPolicy(call_timeout_s=CALL_TIMEOUT_S, budget_s=BUDGET_S)
+
+    def call(what, fn, idempotent=True, recover=None):
+        from google.api_core.exceptions import Conflict
+
+        if idempotent:  # a get-or-create: the store, then the experiment, may race
+            for _ in range(2):
+                try:
+                    return policy.call(fn, what)
+                except Conflict:  # another step created it meanwhile: now it is found
+                    continue
+            return policy.call(fn, what)
+        try:
+            return fn()
+        except Exception:
+            found = recover() if recover else None
+            if found is None:
+                raise
+            return found
+
+    return f"projects/{project}/locations/{location}", call
+
+
 def log_step(step: str, params: Mapping[str, Any], metrics: Mapping[str, Any],
              environ: dict[str, str] | None = None, argv: Sequence[str] | None = None,
-             log: Callable[[str], None] = print) -> bool:
-    """Add one step's ``params`` and ``metrics`` to its pipeline run's experiment run;
-    False (after one line, if it was configured) when nothing was logged."""
+             log: Callable[[str], None] = print, state: str = "COMPLETE") -> bool:
+    """Add one step's ``params`` and ``metrics`` to its pipeline run's experiment run and
+    set the run's ``state``; False (after one line, if it was configured) when nothing was
+    logged."""
     env = os.environ if environ is None else environ
     experiment, project = env.get(ENV_EXPERIMENT, ""), env.get(ENV_PROJECT, "")
     location, run_id = env.get(ENV_LOCATION, ""), pipeline_run(env, argv)[0]
@@ -175,41 +217,10 @@ def log_step(step: str, params: Mapping[str, Any], metrics: Mapping[str, Any],
         return False
     name = experiment_run_name(experiment, run_id)
     try:
-        from google.cloud import aiplatform
-
-        from gkeflow.components.cloud.retry import RetryPolicy
-
-        endpoint = env.get(ENV_ENDPOINT, "")
-        credentials = None
-        if is_local_endpoint(endpoint):  # a plain-http loopback endpoint is an emulator
-            from google.auth.credentials import AnonymousCredentials
-
-            credentials = AnonymousCredentials()
-        aiplatform.init(project=project, location=location, credentials=credentials,
-                        api_transport="rest", **({"api_endpoint": endpoint} if endpoint else {}))
-        policy = RetryPolicy(call_timeout_s=CALL_TIMEOUT_S, budget_s=BUDGET_S)
-
-        def call(what, fn, idempotent=True, recover=None):
-            from google.api_core.exceptions import Conflict
-
-            if idempotent:  # a get-or-create: the store, then the experiment, may race
-                for _ in range(2):
-                    try:
-                        return policy.call(fn, what)
-                    except Conflict:  # another step created it meanwhile: now it is found
-                        continue
-                return policy.call(fn, what)
-            try:
-                return fn()
-            except Exception:
-                found = recover() if recover else None
-                if found is None:
-                    raise
-                return found
-
+        parent, call = session(env)
         within(DEADLINE_S, lambda: log_run(
             experiment, name, {f"{step}.{k}": v for k, v in params.items()}, metrics,
-            "COMPLETE", parent=f"projects/{project}/locations/{location}", call=call),
+            state, parent=parent, call=call),
             f"logging to experiment run {name}")
     except Exception as exc:  # best effort: the step goes on
         log(f"vertex experiments: {step} not logged to experiment {experiment!r} "

@@ -159,6 +159,22 @@ def _compile_checked(config: GkeflowConfig, workdir: Path, targets: list[str],
     return compiled
 
 
+def _vertex_experiment(backend, schedule: ScheduleConfig, config: GkeflowConfig,
+                       experiment: str, record) -> None:
+    """A Vertex AI schedule's runs join ``experiment`` from their exit task (a schedule has
+    no experiment field): the experiment is made (or checked) now, before the schedule;
+    with an email notification, whose task is Vertex AI's own, they cannot join."""
+    settings = schedule.notifications or config.notifications.get(schedule.environment)
+    if settings is not None and settings.email is not None:
+        record(Action("vertex", schedule.name, "warning",
+                      f"its runs are not in Vertex AI experiment {experiment!r}: its email "
+                      "notification takes the exit task that adds them (use a webhook)"))
+        return
+    from gkeflow.pipelines.targets.vertex_experiments import ensure_experiment
+
+    ensure_experiment(backend, experiment)
+
+
 def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
           prune: bool = False, dry_run: bool = False, backends: dict | None = None,
           version: str | None = None, at: dt.datetime | None = None,
@@ -219,10 +235,7 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
             request = requests[(target_name, schedule.name)]
             experiments = tracking_for(config.tracking, schedule.environment).vertex_experiments
             if target_name == "vertex" and experiments is not None:
-                record(Action(target_name, schedule.name, "warning",
-                              f"its runs are not in Vertex AI experiment "
-                              f"{experiments.experiment!r}: a Vertex AI schedule cannot submit "
-                              "runs into an experiment (gkeflow submit can)"))
+                _vertex_experiment(backend, schedule, config, experiments.experiment, record)
             if target_name == "gke" and request.plugins_input:
                 from gkeflow.pipelines.targets.backend_version import (
                     MLFLOW_PLUGIN,

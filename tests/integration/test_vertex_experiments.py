@@ -151,19 +151,38 @@ def test_the_cli_names_the_experiment(vertex_server, tmp_path, write_config):
     assert run.rsplit("/", 1)[-1] in text  # the run the CLI printed
 
 
-def test_a_vertex_schedule_says_its_runs_are_not_in_the_experiment(vertex_server, make_config,
-                                                                   tmp_path):
+def test_a_vertex_schedule_with_an_email_says_its_runs_are_not_in_the_experiment(
+        vertex_server, make_config, tmp_path):
     from gkeflow.pipelines.targets.schedule import apply
 
     nightly = {"name": "nightly", "target": "vertex", "cron": "0 2 * * *",
-               "environment": "prod"}
+               "environment": "prod",
+               "notifications": {"when": "always", "email": {"recipients": ["a@example.com"]}}}
     config = make_config(None, vertex_server.url, schedules=[nightly], tracking=TRACKING)
     result = apply(config, workdir=tmp_path, version="g1", backends={
         "vertex": VertexBackend(config.targets.vertex, policy=FAST)})
     (warning,) = [a for a in result.actions if a.kind == "warning"]
     assert warning.schedule == "nightly" and "not in Vertex AI experiment 'penguins-prod'" in (
-        warning.detail)
+        warning.detail) and "email" in warning.detail
     assert len(vertex_server.schedules) == 1 and vertex_server.metadata.contexts == {}
+
+
+def test_a_vertex_schedule_refuses_a_context_that_is_no_experiment(vertex_server, make_config,
+                                                                   tmp_path):
+    from google.cloud import aiplatform_v1
+
+    from gkeflow.pipelines.targets.schedule import apply
+
+    vertex_server.metadata.contexts[EXPERIMENT] = aiplatform_v1.Context(
+        name=EXPERIMENT, schema_title="system.PipelineRun", schema_version="0.0.1")
+    vertex_server.metadata.stores[STORE] = aiplatform_v1.MetadataStore(name=STORE)
+    nightly = {"name": "nightly", "target": "vertex", "cron": "0 2 * * *",
+               "environment": "prod"}
+    config = make_config(None, vertex_server.url, schedules=[nightly], tracking=TRACKING)
+    with pytest.raises(RemoteError, match="not an experiment"):
+        apply(config, workdir=tmp_path, version="g1", backends={
+            "vertex": VertexBackend(config.targets.vertex, policy=FAST)})
+    assert vertex_server.schedules == {}
 
 
 def test_a_refused_association_is_a_warning_not_a_failed_submit(vertex_server, make_config,

@@ -39,6 +39,7 @@ SLIM_STEPS = {
     "gkeflow.components.register.component:register_model",
     "gkeflow.components.register.vertex_component:register_model",
     "gkeflow.components.notify.component:notify_run",
+    "gkeflow.components.tracking.component:end_tracking",
     "gkeflow.components.predict.resolve_component:resolve_model",
     "gkeflow.components.predict.vertex_component:batch_predict_vertex",
     "gkeflow.components.sweep.component:select_best_trial",

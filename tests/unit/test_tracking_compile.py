@@ -18,6 +18,7 @@ TARGETS = {"vertex": {"project": "my-project", "region": "us-central1",
                       "service_account": "runner@my-project.iam.gserviceaccount.com"},
            "gke": {"host": "https://kfp.example.com"}}
 TOKEN = "t0ken-value-never-compiled"
+EXIT = "exec-end-tracking"
 
 
 def _config(mlflow: dict | None, **extra) -> GkeflowConfig:
@@ -47,7 +48,7 @@ def test_tracked_steps_carry_the_settings_and_no_secret_value(tmp_path, monkeypa
     assert TOKEN not in text
     executors = docs[0]["deploymentSpec"]["executors"]
     carrying = {name for name, executor in executors.items()
-                if _env(executor).get("GKEFLOW_MLFLOW_TRACKING_URI")}
+                if _env(executor).get("GKEFLOW_MLFLOW_TRACKING_URI")} - {EXIT}
     # Vertex AI trains through a CustomJob launcher, which logs nothing to MLflow
     assert carrying == (TRACKED if target == "gke" else TRACKED - {"exec-train-model"})
     for name in carrying:
@@ -121,14 +122,14 @@ def test_credential_references_are_checked_without_echoing_values(tmp_path, cred
     assert "t0ken-value" not in str(refused.value)
 
 
-def test_gke_steps_carry_the_vertex_experiment_and_vertex_steps_do_not(tmp_path):
+def test_gke_steps_carry_the_vertex_experiment_and_on_vertex_only_the_exit_task(tmp_path):
     config = GkeflowConfig.model_validate({"targets": TARGETS, "tracking": {"default": {
         "vertex_experiments": {"experiment": "penguins"}}}})
     _, gke = _compiled(tmp_path, config, "gke")
     executors = gke[0]["deploymentSpec"]["executors"]
     carrying = {name for name, executor in executors.items()
                 if _env(executor).get("GKEFLOW_VERTEX_EXPERIMENT") == "penguins"}
-    assert carrying == TRACKED
+    assert carrying == TRACKED | {EXIT}
     env = _env(executors["exec-evaluate-model"])
     assert (env["GKEFLOW_VERTEX_PROJECT"], env["GKEFLOW_VERTEX_LOCATION"]) == (
         "my-project", "us-central1")
@@ -136,5 +137,61 @@ def test_gke_steps_carry_the_vertex_experiment_and_vertex_steps_do_not(tmp_path)
     platform = gke[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     assert {f["name"] for f in platform["exec-evaluate-model"]["fieldPathAsEnv"]} == {
         "GKEFLOW_PIPELINE_RUN_ID", "GKEFLOW_PIPELINE_RUN_NAME"}
-    text, _ = _compiled(tmp_path / "v", config, "vertex")
-    assert "GKEFLOW_VERTEX" not in text  # Vertex AI runs are submitted into the experiment
+    _, vertex = _compiled(tmp_path / "v", config, "vertex")
+    executors = vertex[0]["deploymentSpec"]["executors"]
+    # Vertex AI runs are submitted into the experiment; the exit task adds scheduled ones
+    assert {name for name, executor in executors.items()
+            if _env(executor).get("GKEFLOW_VERTEX_EXPERIMENT")} == {EXIT}
+
+
+def _exit_handler(doc: dict) -> tuple[str, dict]:
+    """The exit task of the compiled pipeline: (its executor, its task spec)."""
+    (task,) = [t for t in doc["root"]["dag"]["tasks"].values()
+               if t.get("triggerPolicy", {}).get("strategy") == "ALL_UPSTREAM_TASKS_COMPLETED"]
+    executor = doc["components"][task["componentRef"]["name"]]["executorLabel"]
+    return executor, task
+
+
+@pytest.mark.parametrize("target", ["gke", "vertex"])
+def test_a_tracked_run_ends_in_an_exit_task_that_carries_the_settings(tmp_path, monkeypatch,
+                                                                     target):
+    monkeypatch.setenv("TEAM_TOKEN", TOKEN)
+    text, docs = _compiled(tmp_path, _config(MLFLOW), target)
+    assert TOKEN not in text
+    executor, task = _exit_handler(docs[0])
+    assert executor == EXIT and task["taskInfo"]["name"] == "End tracking"
+    inputs = task["inputs"]["parameters"]
+    assert inputs["target"]["runtimeValue"]["constant"] == target
+    assert inputs["run_id"]["runtimeValue"]["constant"] == "{{$.pipeline_job_uuid}}"
+    assert inputs["status"]["taskFinalStatus"]["producerTask"] == "exit-handler-1"
+    env = _env(docs[0]["deploymentSpec"]["executors"][EXIT])
+    assert env["GKEFLOW_MLFLOW_TRACKING_URI"] == "https://mlflow.example.com"
+    assert env["GKEFLOW_MLFLOW_EXPERIMENT"] == "penguins"
+    if target == "gke":
+        platform = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"][EXIT]
+        (secret,) = platform["secretAsEnv"]
+        assert secret["secretName"] == "mlflow-credentials"
+    else:
+        assert env["GKEFLOW_MLFLOW_TOKEN_SECRET"] == "projects/my-project/secrets/mlflow-token"
+
+
+def test_with_a_webhook_the_notify_task_ends_the_tracking_too(tmp_path):
+    notify = {"default": {"when": "always", "webhook": {
+        "vertex_secret": "projects/my-project/secrets/hook"}}}
+    config = _config(MLFLOW, notifications=notify)
+    _, docs = _compiled(tmp_path, config, "vertex")
+    executor, _ = _exit_handler(docs[0])
+    assert executor == "exec-notify-run"
+    env = _env(docs[0]["deploymentSpec"]["executors"][executor])
+    assert env["GKEFLOW_MLFLOW_TRACKING_URI"] == "https://mlflow.example.com"
+    assert EXIT not in docs[0]["deploymentSpec"]["executors"]
+
+
+def test_untracked_and_local_pipelines_get_no_exit_task(tmp_path):
+    _, docs = _compiled(tmp_path / "plain", _config(None), "vertex")
+    assert EXIT not in docs[0]["deploymentSpec"]["executors"]
+    from gkeflow.pipelines.tracking_tasks import ends_tracking
+
+    tracking = _config(MLFLOW).tracking["default"]
+    assert not ends_tracking(tracking, "local")
+    assert ends_tracking(tracking, "gke") and ends_tracking(tracking, "vertex")

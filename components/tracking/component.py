@@ -1,0 +1,34 @@
+"""KFP shell of the run's end in its trackers: ``end_tracking``, the exit task of pipelines
+compiled with tracking and no webhook notification (``notify_run`` does the same first)."""
+
+from kfp import dsl
+
+from gkeflow.components.images import SLIM_IMAGE
+
+
+@dsl.component(base_image=SLIM_IMAGE, install_kfp_package=False)
+def end_tracking(
+    status: dsl.PipelineTaskFinalStatus,
+    target: str,
+    run_id: str,
+    run_name: str,
+) -> str:
+    """Marks the run's MLflow parent run and Vertex AI experiment run with how it ended;
+    never changes the run's outcome.
+
+    Args:
+        status: The run's final status, given by the backend.
+        target: gke or vertex: the backend, whose names for the run's final state are read.
+        run_id: The run's id (the backend fills it in).
+        run_name: The run's name (the backend fills it in).
+
+    Returns:
+        The run's final state as the trackers were given it (SUCCEEDED, FAILED, CANCELLED),
+        or UNKNOWN (then nothing was marked).
+    """
+    from gkeflow.components.notify.logic import final_state
+    from gkeflow.components.tracking.run_end import end_run
+
+    state = final_state(target, status.state)
+    end_run(state, target, run_id, run_name, status.pipeline_job_resource_name or "")
+    return state

@@ -1,0 +1,119 @@
+"""A compiled pipeline run's end, written where it is tracked: the exit task (it runs
+whatever happened to the steps) gives the run's parent MLflow run and its Vertex AI
+experiment run the run's final state, which no step can know.
+
+- **MLflow, direct mode**: the parent run the steps made (found by
+  ``gkeflow.pipeline_run_id``; none is made here) ends ``FINISHED``, ``FAILED`` or
+  ``KILLED``; nested runs a killed step left ``RUNNING`` end with it. Under Kubeflow
+  Pipelines' MLflow plugin (``MLFLOW_RUN_ID``) the backend ends its own runs and nothing is
+  done here.
+- **Vertex AI Experiments, GKE**: the experiment run the steps log to is marked
+  ``COMPLETE``, ``FAILED`` or ``CANCELLED``.
+- **Vertex AI Experiments, Vertex AI**: the run's own ``system.PipelineRun`` context is
+  added to the experiment (:mod:`vertex_pipeline_run`), so runs a schedule creates join it
+  as submitted ones do; Vertex AI keeps that context's state itself.
+
+A run whose end the backend did not name (``UNKNOWN``) is left as the steps left it: a
+state is never guessed. Best effort like every tracking call: bounded, one line on failure.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from gkeflow.components.tracking import client as base
+from gkeflow.components.tracking import pipeline_run as names
+
+SUCCEEDED, FAILED, CANCELLED = "SUCCEEDED", "FAILED", "CANCELLED"
+#: The run's final state (gkeflow.components.notify.logic.final_state) in MLflow's words.
+MLFLOW_STATUS = {SUCCEEDED: "FINISHED", FAILED: "FAILED", CANCELLED: "KILLED"}
+#: ... and in Vertex ML Metadata's (``Execution.State``).
+VERTEX_STATE = {SUCCEEDED: "COMPLETE", FAILED: "FAILED", CANCELLED: "CANCELLED"}
+
+
+def end_mlflow_parent(state: str, run_id: str,
+                      environ: dict[str, str] | None = None,
+                      log: Callable[[str], None] = print) -> str:
+    """End the parent MLflow run of pipeline run ``run_id`` in ``state``; returns the parent's
+    id ("" when MLflow is not tracked here, or could not be reached)."""
+    env = os.environ if environ is None else environ
+    uri, experiment = env.get(names.ENV_URI, ""), env.get(names.ENV_EXPERIMENT, "")
+    status = MLFLOW_STATUS.get(state)
+    if env.get(base.ENV_RUN_ID) or not (uri and experiment and run_id and status):
+        return ""
+    names.load_credentials(env, log)
+    client = base.mlflow_client(uri, log)
+    if client is None:
+        return ""
+    tracker = base.Tracker(client, "pending", limits=base.Limits.from_env(env), log=log,
+                           scope="the run's end")
+    parent = tracker.call(f"finding the parent run in experiment {experiment!r}",
+                          find_parent, client, experiment, run_id)
+    if not parent:
+        if not tracker.failed:
+            log(f"mlflow: no step of run {run_id} logged to experiment {experiment!r}; "
+                "nothing to end")
+        return ""
+    if status != "FINISHED":
+        left = tracker.call("finding the steps' runs left running", running_children,
+                            client, parent) or []
+        for child in left:
+            tracker.call("ending a step's run", client.set_terminated, child, status)
+    tracker.call("ending the parent run", client.set_terminated, parent, status)
+    if tracker.failed:
+        return ""
+    log(f"mlflow: run {run_id} ended {status} (parent run {parent})")
+    return parent
+
+
+def find_parent(client, experiment: str, run_id: str) -> str:
+    """The parent run of pipeline run ``run_id`` the steps made (the oldest, as they chose),
+    or "": none is created here, where a run that never logged (or whose steps logged
+    through Kubeflow Pipelines' plugin) would get an empty one."""
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return ""
+    runs = names.candidates(client, found.experiment_id, run_id)
+    return runs[0].info.run_id if runs else ""
+
+
+def running_children(client, parent_run_id: str) -> list[str]:
+    """The nested runs of ``parent_run_id`` still ``RUNNING`` (a step killed mid-way)."""
+    parent = client.get_run(parent_run_id)
+    found = client.search_runs(
+        [parent.info.experiment_id], max_results=200,
+        filter_string=(f"tags.`{base.PARENT_TAG}` = '{parent_run_id}' "
+                       "and attributes.status = 'RUNNING'"))
+    return [run.info.run_id for run in found]
+
+
+def end_run(state: str, target: str, run_id: str, run_name: str = "",
+            job_resource_name: str = "", environ: dict[str, str] | None = None,
+            log: Callable[[str], None] = print) -> None:
+    """Write the run's end (``state``: SUCCEEDED, FAILED, CANCELLED or UNKNOWN) into each
+    tracker this task's environment names; never raises."""
+    env = dict(os.environ if environ is None else environ)
+    tracked = any(env.get(key) for key in (names.ENV_URI, "GKEFLOW_VERTEX_EXPERIMENT"))
+    if not tracked:
+        return
+    if state not in MLFLOW_STATUS:
+        log(f"tracking: the run's end is {state}, not a known end; its tracked runs are "
+            "left as the steps left them")
+        return
+    try:
+        end_mlflow_parent(state, run_id, env, log)
+    except Exception as exc:  # best effort: the exit task's own work goes on
+        log(f"mlflow: the run's end was not recorded ({base.one_line(exc)})")
+    from gkeflow.components.tracking import vertex_run
+
+    if not env.get(vertex_run.ENV_EXPERIMENT):
+        return
+    if target == "vertex":
+        from gkeflow.components.tracking.vertex_pipeline_run import add_to_experiment
+
+        add_to_experiment(job_resource_name, env, log)
+    elif run_id:
+        env[names.ENV_RUN_ID_FIELD] = run_id
+        vertex_run.log_step("run", {}, {}, environ=env, argv=[], log=log,
+                            state=VERTEX_STATE[state])
