@@ -10,12 +10,12 @@ import time
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.images.conftest import USER_CODE
+from tests.images.conftest import TAG, USER_CODE
 from tests.images.rootfs import image_size, run_in_image
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
-GPU_REFERENCE = "localhost/gkeflow-gpu:image-test"
+GPU_REFERENCE = f"localhost/gkeflow-gpu:{TAG}"
 
 
 def test_gpu_image_builds_imports_and_is_a_cuda_build():

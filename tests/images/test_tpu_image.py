@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.images.conftest import USER_CODE
+from tests.images.conftest import TAG, USER_CODE
 from tests.images.rootfs import image_size, run_in_image
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
-TPU_REFERENCE = "localhost/gkeflow-tpu:image-test"
+TPU_REFERENCE = f"localhost/gkeflow-tpu:{TAG}"
 NO_METADATA_SERVER = ["env", "TPU_SKIP_MDS_QUERY=1"]
 #: A pod has /sys; libtpu's allocator reads the CPU count there and aborts without it.
 SYS = {"/sys": Path("/sys")}
