@@ -49,6 +49,11 @@ for loaded in "$site"/pyarrow/libarrow_python.so.[0-9]*; do
 done
 rm -rf "$site/vertexai" "$site/agentplatform" "$site/vertex_ray" \
        "$site/google/cloud/aiplatform/vertex_ray"
+# nvidia-ml-py (the utilisation sampler's NVML binding, pynvml) also installs its demo script
+# as a top-level module named `example`, which would shadow a user's module of that name
+if grep -qs '^example.py,' "$site"/nvidia_ml_py-*.dist-info/RECORD; then
+    rm -f "$site/example.py"
+fi
 if [ "${GKEFLOW_IMAGE_KIND:-}" = slim ]; then
     find "$site"/google/cloud/aiplatform_v1* -path '*/services/*/transports/rest_asyncio.py' \
         -delete
