@@ -10,7 +10,7 @@ Example::
           credentials:
             token_env: MLFLOW_TOKEN      # names of variables, never their values
         vertex_experiments:
-          experiment: penguins           # Vertex AI Experiments (Vertex AI runs, scheduled ones too)
+          experiment: penguins           # Vertex AI Experiments (scheduled runs too)
 
 Imports nothing from gkeflow: the root model in :mod:`gkeflow.pipelines.config` attaches it.
 """

@@ -29,6 +29,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gkeflow.components.cloud.retry import RetryPolicy, describe_error
+from gkeflow.components.cloud.run_states import (  # how each backend names the run's end
+    CANCELLED,
+    FAILED,
+    SUCCEEDED,
+    UNKNOWN,
+    final_state,
+)
 
 #: Separators of the ``name<KV>value<ITEM>...`` text the pipeline passes its parameters in
 #: (placeholders filled by the backend; JSON would break on quotes inside values).
@@ -63,31 +70,6 @@ def send_policy() -> RetryPolicy:
 
 class NotifyError(RuntimeError):
     """A notification could not be built or sent (reported, never raised out of the step)."""
-
-
-#: What a run's end means to the message: the backend's own state names mapped per target.
-SUCCEEDED, FAILED, CANCELLED, UNKNOWN = "SUCCEEDED", "FAILED", "CANCELLED", "UNKNOWN"
-#: ``PipelineTaskFinalStatus.state`` as each backend fills it for the exit handler's group.
-#: Kubeflow Pipelines (gke): the group's ML Metadata execution state
-#: (``Execution.State``; backend/src/v2/driver/resolve.go), its error left empty. Vertex AI:
-#: ``PipelineTaskDetail.State`` (SKIPPED is a cache hit). kfp.local (local): SUCCEEDED or
-#: FAILED. States that are not an end (running, pending, cancelling...) and names not listed
-#: are UNKNOWN: never called a success, always reported with the backend's own word.
-BACKEND_STATES: dict[str, dict[str, str]] = {
-    "gke": {"COMPLETE": SUCCEEDED, "CACHED": SUCCEEDED, "FAILED": FAILED,
-            "CANCELED": CANCELLED, "NEW": UNKNOWN, "RUNNING": UNKNOWN, "UNKNOWN": UNKNOWN},
-    "vertex": {"SUCCEEDED": SUCCEEDED, "SKIPPED": SUCCEEDED, "FAILED": FAILED,
-               "CANCELLED": CANCELLED, "STATE_UNSPECIFIED": UNKNOWN, "PENDING": UNKNOWN,
-               "RUNNING": UNKNOWN, "CANCEL_PENDING": UNKNOWN, "CANCELLING": UNKNOWN,
-               "NOT_TRIGGERED": UNKNOWN},
-    "local": {"SUCCEEDED": SUCCEEDED, "FAILED": FAILED},
-}
-
-
-def final_state(target: str, backend_state: str | None) -> str:
-    """SUCCEEDED, FAILED, CANCELLED or UNKNOWN for ``backend_state`` as ``target``'s backend
-    names it (see :data:`BACKEND_STATES`)."""
-    return BACKEND_STATES.get(target, {}).get(str(backend_state or "").strip().upper(), UNKNOWN)
 
 
 @dataclass

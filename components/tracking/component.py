@@ -26,7 +26,7 @@ def end_tracking(
         The run's final state as the trackers were given it (SUCCEEDED, FAILED, CANCELLED),
         or UNKNOWN (then nothing was marked).
     """
-    from gkeflow.components.notify.logic import final_state
+    from gkeflow.components.cloud.run_states import final_state
     from gkeflow.components.tracking.run_end import end_run
 
     state = final_state(target, status.state)

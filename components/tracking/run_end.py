@@ -22,11 +22,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from gkeflow.components.cloud.run_states import CANCELLED, FAILED, SUCCEEDED  # noqa: E402
 from gkeflow.components.tracking import client as base
 from gkeflow.components.tracking import pipeline_run as names
 
-SUCCEEDED, FAILED, CANCELLED = "SUCCEEDED", "FAILED", "CANCELLED"
-#: The run's final state (gkeflow.components.notify.logic.final_state) in MLflow's words.
+#: The run's final state (gkeflow.components.cloud.run_states.final_state) in MLflow's words.
 MLFLOW_STATUS = {SUCCEEDED: "FINISHED", FAILED: "FAILED", CANCELLED: "KILLED"}
 #: ... and in Vertex ML Metadata's (``Execution.State``).
 VERTEX_STATE = {SUCCEEDED: "COMPLETE", FAILED: "FAILED", CANCELLED: "CANCELLED"}

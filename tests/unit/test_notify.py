@@ -63,7 +63,7 @@ BACKEND_CASES = [
 
 @pytest.mark.parametrize("target, backend_state, state", BACKEND_CASES)
 def test_each_backend_s_states_are_mapped_explicitly(target, backend_state, state):
-    from gkeflow.components.notify.logic import BACKEND_STATES, final_state
+    from gkeflow.components.cloud.run_states import BACKEND_STATES, final_state
 
     assert final_state(target, backend_state) == state
     assert final_state(target, (backend_state or "").lower()) == state
