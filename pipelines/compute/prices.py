@@ -35,22 +35,39 @@ Sources:
 - ``vertex-pricing-transcript``: a transcription of https://cloud.google.com/vertex-ai/pricing
   (read there 2026-10-07; each figure found verbatim in the page) holding two custom-training
   rates: n1-standard-4 (0.21849885) and the NVIDIA_H100_80GB accelerator (9.79655057). It
-  names no region; both are recorded for us-central1 because the n1-standard-4 figure is
-  Compute Engine's us-central1 rate x 1.15. The H100 figure equals skypilot-vms' us-east4
-  on-demand H100 and more than doubles its us-central1 and asia-southeast1 rows (4.20076),
-  which are therefore kept as missing ("suspect"), not used.
-- ``finout-vertex``: a blog summary of Vertex AI pricing giving the Vertex AI Pipelines run
-  execution fee ($0.03 per run; kind ``vertex-pipelines``, item ``run``, in USD per run).
+  names no region; n1-standard-4 is recorded for us-central1 because its figure is Compute
+  Engine's us-central1 rate x 1.15 and two other readings of the page give it for Iowa. Its
+  H100 figure is not used: it is the Iowa training SKU of ``zenn-dws-skus`` / 1.15, i.e.
+  Compute Engine's H100 rate, so the page may list the Vertex AI management fee apart.
+- ``zenn-dws-skus``: yshimojo/zenn-articles ``articles/dws-flex-new-skus.md`` at commit
+  bfceb8e (published 2025-08-20 in Google Cloud Japan's Zenn publication,
+  https://zenn.dev/google_cloud_jp/articles/dws-flex-new-skus): the Cloud Billing SKUs (ids
+  and unit prices, Iowa) of an a3-highgpu-8g Vertex AI training job run on demand and with
+  flex-start (DWS), read from its author's billing report in August 2025. On demand is billed
+  as Vertex AI "Training/Pipelines on ..." SKUs; flex-start as Compute Engine "DWS Defined
+  Duration" SKUs plus Vertex AI management-fee SKUs. A row is the sum of the SKUs it names,
+  times the machine's 208 vCPUs and 1872 GiB. It says, citing the Vertex AI pricing page,
+  that Spot is billed like flex-start (Compute Engine SKUs plus the management fee), but no
+  management fee billed on Spot was read, so Vertex AI Spot stays missing.
+- ``agent-platform-product-transcript``: api-evangelist/google-cloud-automl
+  ``plans/google-cloud-automl-plans-pricing.yml`` at commit 0a5764f, a transcription of
+  Google's product page https://cloud.google.com/products/gemini-enterprise-agent-platform
+  (read there 2026-09-20, each figure found verbatim): "Agent Platform Pipelines execution
+  and additional fees: Starting at $0.03 per pipeline run" (kind ``vertex-pipelines``, item
+  ``run``, in USD per run).
 
 Vertex AI rates are their own kinds: ``vertex-machine`` (a machine type's vCPUs and memory),
 ``vertex-gpu`` (per accelerator) and ``vertex-tpu``; a Vertex AI step is priced from them
 only, never from Compute Engine rows. A Vertex AI Pipelines step with CPU and memory limits
 runs on "the closest match" among supported machine types (:data:`VERTEX_PIPELINES_MACHINES`;
-with no limits, an e2-standard-4), which the docs do not name: such steps stay missing.
+with no limits, an e2-standard-4), which the docs do not name: such steps stay missing. Its
+steps are billed with the same "Training/Pipelines" SKUs as custom training (the SKU names
+in ``zenn-dws-skus``); no E2 rate of them was read.
 
 Not recorded yet (reported as missing): Vertex AI custom-training machine rates but
-n1-standard-4 in us-central1, its accelerator rates but the H100 in us-central1, its Spot,
-flex-start and TPU training rates; flex-start prices, the vCPU and memory of G2 (but
+n1-standard-4 and a3-highgpu-8g in us-central1, its accelerator rates but the H100 in
+us-central1, its Spot and TPU training rates, its flex-start rates but a3-highgpu-8g and the
+H100 in us-central1; Compute Engine flex-start prices, the vCPU and memory of G2 (but
 g2-standard-96), N1, E2, N2, A3 Mega / Ultra / 8-GPU High and A4 machines, and the GPUs and
 TPUs whose rows were not read.
 
@@ -89,7 +106,11 @@ SOURCES: dict[str, str] = {
     "vertex-pricing-transcript": "https://github.com/api-evangelist/google-vertex-ai/blob/"
                                 "342263c39279d72204c9e1bb3058dceba0d215e1/plans/"
                                 "google-vertex-ai-plans-pricing.yml",
-    "finout-vertex": "https://www.finout.io/blog/top-16-vertex-services-in-2026",
+    "zenn-dws-skus": "https://github.com/yshimojo/zenn-articles/blob/"
+                     "bfceb8e372d4b2ecc7ac25f7b7e355e16ddcb877/articles/dws-flex-new-skus.md",
+    "agent-platform-product-transcript": "https://github.com/api-evangelist/google-cloud-automl/"
+                                         "blob/0a5764ff742eee7666c5bcd523ee68b3e343134a/plans/"
+                                         "google-cloud-automl-plans-pricing.yml",
 }
 #: What Vertex AI Pipelines runs a step on (the rule the plan names for CPU-only steps).
 VERTEX_PIPELINES_MACHINES = "https://cloud.google.com/vertex-ai/docs/pipelines/machine-types"

@@ -102,7 +102,11 @@ def test_plan_on_vertex_prices_the_custom_job_from_vertex_rows_times_count(tmp_p
     gpu = Price("vertex-gpu", "nvidia-h100-80gb", "spot", "us-central1", 2.5, "vx-src", TODAY)
     compute_engine = Price("gpu", "nvidia-h100-80gb", "spot", "us-central1", 99.0, "ce-src",
                            TODAY)
-    write_cache(tmp_path, rows=(machine, gpu, compute_engine))
+    on_demand = (Price("vertex-machine", "a3-highgpu-8g", "standard", "us-central1", 10.0,
+                       "vx-src", TODAY),
+                 Price("vertex-gpu", "nvidia-h100-80gb", "standard", "us-central1", 5.0,
+                       "vx-src", TODAY))
+    write_cache(tmp_path, rows=(machine, gpu, compute_engine, *on_demand))
     result = gkeflow(*DONE_WHEN, "--output", "json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     cost = json.loads(result.stdout)["cost"]
@@ -111,7 +115,8 @@ def test_plan_on_vertex_prices_the_custom_job_from_vertex_rows_times_count(tmp_p
     assert train["usd_per_hour"] == pytest.approx(hourly)
     assert train["ceiling_usd"] == pytest.approx(hourly * train["timeout_s"] / 3600)
     assert (train["source"], train["date_read"]) == ("vx-src", TODAY.isoformat())
-    assert train["saving_pct"] is None  # no on-demand Vertex row: no saving claimed
+    # the saving is against the Vertex AI on-demand rows (10 + 8 x 5), not Compute Engine's
+    assert (train["on_demand_usd_per_hour"], train["saving_pct"]) == (50.0, 46.0)
     fee = prices.find_price("vertex-pipelines", "run", "standard", "us-central1")
     assert cost["run_fee_usd"] == fee.usd_per_hour
     assert cost["priced_ceiling_usd"] == pytest.approx(train["ceiling_usd"] + fee.usd_per_hour)
@@ -119,10 +124,57 @@ def test_plan_on_vertex_prices_the_custom_job_from_vertex_rows_times_count(tmp_p
     table = gkeflow(*DONE_WHEN, cwd=tmp_path, env={"COLUMNS": "200"})
     assert table.returncode == 0, table.stderr
     line = next(row for row in table.stdout.splitlines() if row.startswith("cost of train-model"))
-    assert line == (f"cost of train-model: {format_usd(train['usd_per_hour'])}/h, ceiling "
+    assert line == (f"cost of train-model: {format_usd(train['usd_per_hour'])}/h, 46% under "
+                    f"on demand {format_usd(50.0)}/h, ceiling "
                     f"{format_usd(train['ceiling_usd'])} (prices: vx-src, read {TODAY})")
     assert "ce-src" not in table.stdout  # Compute Engine rows never price a Vertex AI job
     assert all(len(row) <= 200 for row in table.stdout.splitlines())
+
+
+def _h100_vertex_plan(tmp_path, capacity, *args):
+    return gkeflow("plan", "--target", "vertex", "--compute",
+                   "train-model.accelerator=nvidia-h100-80gb", "--compute",
+                   "train-model.accelerator_count=8", "--compute",
+                   f"train-model.scheduling={capacity}", *args, cwd=tmp_path,
+                   env={"COLUMNS": "400"})
+
+
+def test_plan_prices_8_h100_on_vertex_on_demand_and_flex_start_from_the_vendored_rows(tmp_path):
+    """With no price cache, 8 x H100 on Vertex AI is priced from the vendored a3-highgpu-8g
+    and H100 training rows (on demand and flex-start), with their source and date, flagged
+    stale once read over 90 days ago; Spot stays missing, with the reason."""
+    steps = {}
+    for capacity in ("standard", "flex-start"):
+        result = _h100_vertex_plan(tmp_path, capacity, "--output", "json")
+        assert result.returncode == 0, result.stderr
+        steps[capacity] = next(step for step in json.loads(result.stdout)["cost"]["steps"]
+                               if step["step"] == "train-model")
+        rate = prices.hourly_rate("vertex", "a3-highgpu-8g", "nvidia-h100-80gb", 8, capacity,
+                                  "us-central1")
+        train = steps[capacity]
+        assert train["usd_per_hour"] == pytest.approx(rate.usd_per_hour, abs=1e-4)
+        assert train["ceiling_usd"] == pytest.approx(
+            rate.usd_per_hour * train["timeout_s"] / 3600, abs=1e-3)
+        assert (train["source"], train["date_read"]) == (prices.SOURCES["zenn-dws-skus"],
+                                                         "2025-08-20")
+        assert train["stale"] is rate.stale
+    flex = steps["flex-start"]
+    assert flex["on_demand_usd_per_hour"] == pytest.approx(steps["standard"]["usd_per_hour"],
+                                                           abs=1e-4)
+    assert 0 < flex["saving_pct"] < 100
+
+    table = _h100_vertex_plan(tmp_path, "standard")
+    assert table.returncode == 0, table.stderr
+    line = next(row for row in table.stdout.splitlines() if row.startswith("cost of train-model"))
+    stale = " (stale)," if steps["standard"]["stale"] else ","
+    assert line.startswith(
+        f"cost of train-model: {format_usd(steps['standard']['usd_per_hour'])}/h{stale}")
+    assert f"(prices: {prices.SOURCES['zenn-dws-skus']}, read 2025-08-20)" in line
+
+    spot = _h100_vertex_plan(tmp_path, "spot")
+    assert "no Vertex AI spot training rate for a3-highgpu-8g in us-central1: not read " \
+           "(Vertex AI bills Spot as Compute Engine Spot SKUs plus Vertex AI management-fee " \
+           "SKUs" in spot.stdout
 
 
 H100_SPOT_GKE = ("plan", "--target", "gke", "--compute", "train-model.accelerator=nvidia-h100-80gb",

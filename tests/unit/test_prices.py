@@ -26,15 +26,16 @@ def test_every_price_is_positive_with_a_source_url_and_an_iso_date():
             assert row.note, f"missing price without a reason: {row}"
 
 
-def test_vertex_rates_are_their_own_rows_with_the_inferred_region_said():
-    """A Vertex AI job is priced from vertex-* rows only; the two figures read carry their
-    source and say that their region was inferred."""
-    for kind, item in (("vertex-machine", "n1-standard-4"), ("vertex-gpu", "nvidia-h100-80gb")):
-        row = prices.find_price(kind, item, "standard", "us-central1")
-        assert row.source == "vertex-pricing-transcript" and "region inferred" in row.note
-        assert row.item == item  # an exact row, not a pattern
-    rate = prices.hourly_rate("vertex", "n1-standard-4", None, 0, "standard", "us-central1")
+def test_vertex_rates_are_their_own_rows_with_their_source_and_region_said():
+    """A Vertex AI job is priced from vertex-* rows only; the n1-standard-4 figure says its
+    region was inferred, the H100 names the Iowa SKU it was read from."""
     row = prices.find_price("vertex-machine", "n1-standard-4", "standard", "us-central1")
+    assert row.source == "vertex-pricing-transcript" and "region inferred" in row.note
+    assert row.item == "n1-standard-4"  # an exact row, not a pattern
+    h100 = prices.find_price("vertex-gpu", "nvidia-h100-80gb", "standard", "us-central1")
+    assert (h100.item, h100.source) == ("nvidia-h100-80gb", "zenn-dws-skus")
+    assert "SKU 3F95-001E-B747" in h100.note and "9.79655057" in h100.note
+    rate = prices.hourly_rate("vertex", "n1-standard-4", None, 0, "standard", "us-central1")
     assert rate.usd_per_hour == round(row.usd_per_hour, 5)
     assert rate.date_read == row.date_read
     gke = prices.hourly_rate("gke", "n1-standard-4", None, 0, "standard", "us-central1")
@@ -42,6 +43,46 @@ def test_vertex_rates_are_their_own_rows_with_the_inferred_region_said():
     # a GKE node is priced from the Compute Engine row, never from the Vertex AI one
     assert compute.source != row.source
     assert gke.usd_per_hour == round(compute.usd_per_hour, 5)
+
+
+@pytest.mark.parametrize("capacity", ["standard", "flex-start"])
+def test_eight_h100_on_vertex_are_the_a3_machine_row_plus_eight_gpu_rows(capacity):
+    """a3-highgpu-8g with 8 x H100 on Vertex AI, on demand and with flex-start: its machine
+    row plus 8 GPU rows, both read from the SKUs of one billed job (zenn-dws-skus)."""
+    machine = prices.find_price("vertex-machine", "a3-highgpu-8g", capacity, "us-central1")
+    gpu = prices.find_price("vertex-gpu", "nvidia-h100-80gb", capacity, "us-central1")
+    assert (machine.item, gpu.item) == ("a3-highgpu-8g", "nvidia-h100-80gb")
+    assert machine.source == gpu.source == "zenn-dws-skus"
+    assert "SKU " in machine.note and "SKU " in gpu.note
+    rate = prices.hourly_rate("vertex", "a3-highgpu-8g", "nvidia-h100-80gb", 8, capacity,
+                              "us-central1", today=date(2025, 9, 1))
+    assert rate.usd_per_hour == pytest.approx(machine.usd_per_hour + 8 * gpu.usd_per_hour,
+                                              abs=1e-5)
+    assert rate.source == prices.SOURCES["zenn-dws-skus"] and not rate.stale
+    assert rate.date_read == date(2025, 8, 20)
+    # only Iowa was read: another region stays missing, with the reason
+    other = prices.hourly_rate("vertex", "a3-highgpu-8g", "nvidia-h100-80gb", 8, capacity,
+                               "europe-west4")
+    assert other.missing and "not read" in other.reason
+
+
+def test_flex_start_on_vertex_is_under_on_demand_and_spot_is_missing_with_the_reason():
+    on_demand, flex = (prices.hourly_rate("vertex", "a3-highgpu-8g", "nvidia-h100-80gb", 8, c,
+                                          "us-central1") for c in ("standard", "flex-start"))
+    assert flex.usd_per_hour < on_demand.usd_per_hour
+    spot = prices.hourly_rate("vertex", "a3-highgpu-8g", "nvidia-h100-80gb", 8, "spot",
+                              "us-central1")
+    assert spot.missing
+    assert spot.reason.startswith("no Vertex AI spot training rate for a3-highgpu-8g in "
+                                  "us-central1: not read (Vertex AI bills Spot as Compute "
+                                  "Engine Spot SKUs plus Vertex AI management-fee SKUs")
+
+
+def test_the_vertex_pipelines_run_fee_is_read_from_google_s_product_page_per_run():
+    fee = prices.find_price("vertex-pipelines", "run", "standard", "us-central1")
+    assert (fee.usd_per_hour, fee.source) == (0.03, "agent-platform-product-transcript")
+    assert "per pipeline run" in fee.note and "not per hour" in fee.note
+    assert "google-cloud-automl" in prices.SOURCES[fee.source]
 
 
 def test_suspect_h100_rows_are_missing_with_the_conflict_named():
