@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from gkeflow.pipelines.config import GkeTarget
+from gkeflow.pipelines.remote_config import GkeTarget
 from gkeflow.pipelines.targets.backends import (
     KFP_DESCRIPTION_RE,
     PlannedRequest,
