@@ -17,7 +17,7 @@ Ratios compare figures measured in the same run. The last line is::
     recovery_ratio=<f>
 
 ``recovery_ratio``: prepare's rows/s on the small file with one stray quote every 100,000
-rows (each costs its own row, see ``components/prepare/csv_reader.py``) over its rows/s on
+rows (each costs its own row, see ``components/prepare/csv_rows.py``) over its rows/s on
 the intact file.
 
 Usage: ``nice .venv/bin/python bench/prepare.py [--rows N]``.

@@ -4,8 +4,9 @@ Plain functions over paths and primitives; the KFP component in ``component.py``
 is a thin shell around :func:`prepare`. The stages, one module each:
 
 - ``sources``: input files by URI (local, gs://, Parquet, embedded); ``bigquery``;
-- ``csv_reader``: CSV rows cut from the raw bytes (broken quoting recovered line by
-  line), then parsed by Arrow; each row keeps its line number and original bytes;
+- ``csv_rows`` and ``csv_reader``: CSV rows cut from the raw bytes (broken quoting
+  recovered line by line), then parsed by Arrow; each row keeps its line number and
+  original bytes;
 - ``schema``: the dataset :class:`Schema` every stage reads; ``infer``: types and column
   roles from a sample, or validation against an expected schema;
 - ``values`` and ``batch``: a record batch typed per the schema, a rejection reason per row;

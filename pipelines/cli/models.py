@@ -115,7 +115,7 @@ def models_list(name: str | None, wide: bool = False, output_format: str = "tabl
     try:
         with console.status(f"reading the {kind} registry…"):
             versions = registry.list(name=name)
-            from gkeflow.pipelines.cli.deploy import serving_by_version
+            from gkeflow.pipelines.cli.deploy_serving import serving_by_version
 
             serving = serving_by_version(kind, uri, connection.get("api_endpoint") or "",
                                          _serving_namespaces(connection.get("config_path")))

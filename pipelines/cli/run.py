@@ -179,7 +179,7 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
         raise click.ClickException(str(exc)) from exc
     log_to_vertex(console, config, tracking, tracked, arguments, result, "evaluate-model")
     print_run_summary(console, result, arguments, debug)
-    from gkeflow.pipelines.cli.deploy import print_local_deployment
+    from gkeflow.pipelines.cli.deploy_local import print_local_deployment
 
     print_local_deployment(console, result, output)
     finish(console, result, require_registered)

@@ -130,7 +130,7 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
     log_to_vertex(console, config, tracking, tracked, arguments, result, "evaluate-model")
     print_trial_table(console, result)
     print_run_summary(console, result, arguments, debug)
-    from gkeflow.pipelines.cli.deploy import print_local_deployment
+    from gkeflow.pipelines.cli.deploy_local import print_local_deployment
 
     print_local_deployment(console, result, output)
     finish(console, result, require_registered)

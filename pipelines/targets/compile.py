@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gkeflow.components._atomic import plain_mode
 from gkeflow.pipelines import operations
-from gkeflow.pipelines.config import PIPELINE_NAMES
+from gkeflow.pipelines.remote_config import PIPELINE_NAMES
 
 COMPILE_TARGETS = ("gke", "vertex")
 #: Relative: ``compiled/`` of the directory the command runs in (the user's project), not

@@ -6,6 +6,10 @@ Creates are idempotent: the name gkeflow chose is looked up before any retry, so
 the server executed before failing is found instead of made twice. With ``dry_run`` no
 client is built and nothing is read: every request is recorded as a
 :class:`~gkeflow.pipelines.targets.backends.PlannedRequest`, server-assigned ids as placeholders.
+
+This module holds the client, the calls, experiments and runs; pipelines and their versions
+are in :mod:`~gkeflow.pipelines.targets.kfp_pipelines`, recurring runs in
+:mod:`~gkeflow.pipelines.targets.kfp_schedules`.
 """
 
 from __future__ import annotations
@@ -13,27 +17,22 @@ from __future__ import annotations
 import json
 import os
 import re
-import uuid
 from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from gkeflow.pipelines.config import GkeTarget
+from gkeflow.pipelines.remote_config import GkeTarget
 from gkeflow.pipelines.targets.backends import (
-    KFP_DESCRIPTION_RE,
     PlannedRequest,
     PreparedPipeline,
-    RemoteSchedule,
     RunStatus,
-    ScheduleRequest,
     TargetBackend,
     normalise_state,
     quiet,
 )
-from gkeflow.pipelines.targets.kfp_plugins import (
-    create_recurring_run_with_plugins,
-    create_run_with_plugins,
-)
+from gkeflow.pipelines.targets.kfp_pipelines import KfpPipelineVersions, name_filter
+from gkeflow.pipelines.targets.kfp_plugins import create_run_with_plugins
+from gkeflow.pipelines.targets.kfp_schedules import KfpRecurringRuns
 from gkeflow.pipelines.targets.transport import (
     RemoteError,
     RetryPolicy,
@@ -87,7 +86,7 @@ def _is_web_page(response) -> bool:
     return not content_type and isinstance(data, bytes) and data.lstrip()[:1] == b"<"
 
 
-class KfpBackend(TargetBackend):
+class KfpBackend(KfpPipelineVersions, KfpRecurringRuns, TargetBackend):
     """Kubeflow Pipelines on GKE, through ``kfp.Client``."""
 
     target_name = "gke"
@@ -230,86 +229,6 @@ class KfpBackend(TargetBackend):
 
         return str(self.call("read the Kubeflow Pipelines version", read).get("tag_name", ""))
 
-    # -- pipelines and versions ---------------------------------------------------------------
-
-    def find_pipeline_version(self, prepared: PreparedPipeline) -> tuple[str | None, str | None]:
-        pipeline_id = self.call(f"look up pipeline {prepared.display_name!r}",
-                                 lambda: self._pipeline_id(prepared))
-        if not pipeline_id:
-            return None, None
-        return pipeline_id, self.call(f"look up version {prepared.version_name!r}",
-                                       lambda: self._version_id(pipeline_id, prepared))
-
-    def _pipeline_id(self, prepared: PreparedPipeline) -> str | None:
-        return self.client.get_pipeline_id(prepared.display_name)
-
-    def _version_id(self, pipeline_id: str, prepared: PreparedPipeline) -> str | None:
-        response = self.client.list_pipeline_versions(
-            pipeline_id, page_size=10, filter=_name_filter("name", prepared.version_name))
-        for version in response.pipeline_versions or []:
-            if prepared.version_name in (version.name, version.display_name):
-                return version.pipeline_version_id
-        return None
-
-    def ensure_pipeline_version(self, prepared: PreparedPipeline) -> tuple[str, str, list[str]]:
-        """Create the pipeline (once, with no version of its own) and upload this version
-        (once); returns ids and what was done.
-
-        The pipeline is created empty (``POST /pipelines``) rather than uploaded, since an
-        upload also makes a default version: the first submit would then leave two versions
-        of the same spec in the Kubeflow UI.
-        """
-        if self.dry_run:
-            return self._plan_pipeline_version(prepared)
-        done: list[str] = []
-        pipeline_id, version_id = self.find_pipeline_version(prepared)
-        if version_id:
-            note = f"pipeline version {prepared.version_name} already uploaded"
-            return pipeline_id, version_id, [note]
-        if not pipeline_id:
-            from kfp_server_api import V2beta1Pipeline
-
-            body = V2beta1Pipeline(display_name=prepared.display_name, name=prepared.display_name,
-                                   description=f"gkeflow pipeline {prepared.name}")
-            pipeline = self.call(
-                f"create pipeline {prepared.display_name!r}",
-                lambda: self.client._pipelines_api.pipeline_service_create_pipeline(body),
-                idempotent=False,
-                recover=lambda: _Found(self.once(
-                    f"look up pipeline {prepared.display_name!r}",
-                    lambda: self._pipeline_id(prepared))))
-            pipeline_id = pipeline.pipeline_id
-            done.append(f"created pipeline {prepared.display_name}")
-        version = self.call(
-            f"upload pipeline version {prepared.version_name!r}",
-            lambda: self.client.upload_pipeline_version(
-                prepared.path, prepared.version_name, pipeline_id=pipeline_id,
-                description=f"{prepared.name} for {prepared.target}, spec sha256 "
-                            f"{prepared.spec_sha256[:12]}"),
-            idempotent=False,
-            recover=lambda: _Found(self.once(
-                f"look up version {prepared.version_name!r}",
-                lambda: self._version_id(pipeline_id, prepared)), "pipeline_version_id"))
-        done.append(f"uploaded pipeline version {prepared.version_name}")
-        return pipeline_id, version.pipeline_version_id, done
-
-    def _plan_pipeline_version(self, prepared: PreparedPipeline):
-        self._plan("GET", "/apis/v2beta1/pipelines?filter="
-                   + _name_filter("name", prepared.display_name), note="look up the pipeline")
-        self._plan("POST", "/apis/v2beta1/pipelines",
-                   {"display_name": prepared.display_name, "name": prepared.display_name,
-                    "description": f"gkeflow pipeline {prepared.name}"},
-                   note="only if the pipeline does not exist")
-        self._plan("GET", "/apis/v2beta1/pipelines/<pipeline_id>/versions?filter="
-                   + _name_filter("name", prepared.version_name), note="look up the version")
-        self._plan("POST", f"/apis/v2beta1/pipelines/upload_version?name="
-                   f"{prepared.version_name}&pipelineid=<pipeline_id>",
-                   f"<multipart uploadfile: {prepared.display_name}, {prepared.task_count} "
-                   f"tasks, sha256 {prepared.spec_sha256[:12]}>",
-                   note="only if the version does not exist")
-        return "<pipeline_id>", "<pipeline_version_id>", [
-            f"would upload pipeline version {prepared.version_name} unless it exists"]
-
     # -- experiments and runs -----------------------------------------------------------------
 
     def _find_experiment(self):
@@ -328,7 +247,7 @@ class KfpBackend(TargetBackend):
             url = f"{self.target.host}/apis/v2beta1/experiments"
             if ("GET", url) not in planned:
                 self._plan("GET", "/apis/v2beta1/experiments?filter="
-                           + _name_filter("display_name", name), note="look up the experiment")
+                           + name_filter("display_name", name), note="look up the experiment")
             if create and ("POST", url) not in planned:
                 self._plan("POST", "/apis/v2beta1/experiments",
                            {"display_name": name, "namespace": self.target.namespace},
@@ -349,7 +268,7 @@ class KfpBackend(TargetBackend):
 
     def _find_run(self, experiment_id: str, run_name: str):
         response = self.client.list_runs(experiment_id=experiment_id, page_size=10,
-                                         filter=_name_filter("display_name", run_name))
+                                         filter=name_filter("display_name", run_name))
         runs = [r for r in response.runs or [] if r.display_name == run_name]
         return runs[0] if runs else None
 
@@ -403,156 +322,3 @@ class KfpBackend(TargetBackend):
                 tasks[name] = normalise_state(task.state)
         error = getattr(getattr(run, "error", None), "message", "") or ""
         return RunStatus(run_id, normalise_state(run.state), tasks, error)
-
-    # -- recurring runs -----------------------------------------------------------------------
-
-    @staticmethod
-    def _description(request: ScheduleRequest, version_name: str, request_id: str) -> str:
-        fields = {"job": request.job_fingerprint, "cron": request.local_cron,
-                  "tz": request.time_zone, "utc_offset": request.utc_offset_minutes,
-                  "version": version_name, "request": request_id, "owner": request.owner}
-        if request.previous_ids:
-            fields["previous"] = list(request.previous_ids)
-        return f"gkeflow schedule {request.name}; " + json.dumps(fields, sort_keys=True)
-
-    def list_schedules(self, *, _call=None) -> list[RemoteSchedule]:
-        experiment_id = self.experiment_id(create=False)
-        if experiment_id is None:
-            return []
-        if self.dry_run:
-            self._plan("GET", f"/apis/v2beta1/recurringruns?experiment_id={experiment_id}",
-                       note="read what exists; the requests below assume none does")
-            return []
-        schedules: list[RemoteSchedule] = []
-        token = ""
-        while True:
-            page = (_call or self.call)(
-                "list recurring runs",
-                lambda t=token: self.client.list_recurring_runs(
-                    page_token=t, page_size=100, experiment_id=experiment_id))
-            for recurring in page.recurring_runs or []:
-                match = KFP_DESCRIPTION_RE.match(recurring.description or "")
-                if not match:
-                    continue  # not made by gkeflow: never touched
-                try:
-                    fields = json.loads(match.group("fields"))
-                except ValueError:
-                    fields = {}
-                trigger = recurring.trigger
-                cron = trigger.cron_schedule.cron if trigger and trigger.cron_schedule else ""
-                schedules.append(RemoteSchedule(
-                    id=recurring.recurring_run_id, name=match.group("name"), target="gke",
-                    cron=cron or "", max_concurrency=int(recurring.max_concurrency or 1),
-                    enabled=str(recurring.mode).upper().endswith("ENABLE")
-                    and not str(recurring.mode).upper().endswith("DISABLE"),
-                    catch_up=not bool(recurring.no_catchup),
-                    job_fingerprint=str(fields.get("job", "")),
-                    local_cron=str(fields.get("cron", "")), time_zone=str(fields.get("tz", "")),
-                    utc_offset_minutes=fields.get("utc_offset"),
-                    pipeline_version=str(fields.get("version", "")),
-                    request_id=str(fields.get("request", "")),
-                    owner=str(fields.get("owner", "")),
-                    previous_ids=tuple(str(i) for i in fields.get("previous", []) or [])))
-            token = page.next_page_token
-            if not token:
-                return schedules
-
-    def create_schedule(self, request: ScheduleRequest, prepared: PreparedPipeline,
-                        pipeline_id: str, version_id: str) -> str:
-        experiment_id = self.experiment_id()
-        request_id = uuid.uuid4().hex[:16]
-        description = self._description(request, prepared.version_name, request_id)
-        if self.dry_run:
-            self._plan("POST", "/apis/v2beta1/recurringruns", {
-                "experiment_id": experiment_id, "display_name": request.name,
-                "description": description,
-                "mode": "ENABLE" if request.enabled else "DISABLE",
-                "trigger": {"cron_schedule": {"cron": request.cron}},
-                "max_concurrency": str(request.max_concurrency),
-                "no_catchup": not request.catch_up,
-                "pipeline_version_reference": {"pipeline_id": pipeline_id,
-                                               "pipeline_version_id": version_id},
-                "runtime_config": {"parameters": request.parameters},
-                **({"plugins_input": request.plugins_input} if request.plugins_input else {}),
-            })
-            return "<recurring_run_id>"
-
-        def find():
-            found = [r for r in self.list_schedules(_call=self.once)
-                     if r.request_id == request_id]
-            return _Found(found[0].id, "recurring_run_id") if found else None
-
-        recurring = self.call(
-            f"create recurring run {request.name!r}",
-            lambda: self._create_recurring_run(
-                experiment_id, request.name, request.plugins_input, description=description,
-                cron_expression=request.cron, max_concurrency=request.max_concurrency,
-                no_catchup=not request.catch_up, params=request.parameters,
-                pipeline_id=pipeline_id, version_id=version_id, enabled=request.enabled,
-                pipeline_root=self.target.pipeline_root,
-                service_account=self.target.service_account),
-            idempotent=False, recover=find)
-        return recurring.recurring_run_id
-
-    def _create_recurring_run(self, experiment_id: str, name: str, plugins_input: dict,
-                              **kwargs):
-        if not plugins_input:
-            return self.client.create_recurring_run(experiment_id, name, **kwargs)
-        return create_recurring_run_with_plugins(self.client, experiment_id, name,
-                                                 plugins_input, **kwargs)
-
-    def delete_schedule(self, schedule: RemoteSchedule) -> None:
-        if self.dry_run:
-            return self._plan("DELETE", f"/apis/v2beta1/recurringruns/{schedule.id}")
-        try:
-            self.call(f"delete recurring run {schedule.name!r}",
-                       lambda: self.client.delete_recurring_run(schedule.id))
-        except RemoteError as exc:
-            if exc.status != 404:  # gone already: an earlier try's answer was lost
-                raise
-
-    def set_enabled(self, schedule: RemoteSchedule, enabled: bool,
-                    catch_up: bool = False) -> None:
-        verb = "enable" if enabled else "disable"
-        if self.dry_run:
-            return self._plan("POST", f"/apis/v2beta1/recurringruns/{schedule.id}:{verb}")
-        func = self.client.enable_recurring_run if enabled else self.client.disable_recurring_run
-        self.call(f"{verb} recurring run {schedule.name!r}", lambda: func(schedule.id))
-
-    def needs_replacement(self, remote: RemoteSchedule, request: ScheduleRequest) -> list[str]:
-        """KFP cannot update a recurring run in place: any change but on/off replaces it."""
-        changes = []
-        if remote.job_fingerprint != request.job_fingerprint:
-            changes.append("pipeline version or parameters")
-        if remote.cron != request.cron:
-            changes.append(f"cron {remote.cron!r} -> {request.cron!r}")
-        if remote.max_concurrency != request.max_concurrency:
-            changes.append(f"max_concurrency {remote.max_concurrency} -> "
-                           f"{request.max_concurrency}")
-        if remote.catch_up != request.catch_up:
-            changes.append(f"catch_up {remote.catch_up} -> {request.catch_up}")
-        return changes
-
-    def updatable_changes(self, remote: RemoteSchedule, request: ScheduleRequest) -> list[str]:
-        return []
-
-    def update_schedule(self, remote: RemoteSchedule, request: ScheduleRequest) -> None:
-        raise NotImplementedError("Kubeflow Pipelines recurring runs are replaced, not updated")
-
-
-def _name_filter(key: str, value: str) -> str:
-    """A v2beta1 list filter: ``key`` EQUALS ``value``."""
-    return json.dumps({"predicates": [{"operation": "EQUALS", "key": key,
-                                       "stringValue": value}]})
-
-
-class _Found:
-    """What a look-up found, shaped like a create's answer; falsy-free: ``None`` when not
-    found is handled by :meth:`__new__`."""
-
-    def __new__(cls, found_id: str | None, attribute: str = "pipeline_id"):
-        if not found_id:
-            return None
-        instance = super().__new__(cls)
-        setattr(instance, attribute, found_id)
-        return instance

@@ -27,7 +27,8 @@ from typing import Any
 import yaml
 
 from gkeflow.components.did_you_mean import did_you_mean
-from gkeflow.pipelines.config import DEFAULT_ENVIRONMENT, GkeflowConfig
+from gkeflow.pipelines.config import GkeflowConfig
+from gkeflow.pipelines.remote_config import DEFAULT_ENVIRONMENT
 from gkeflow.pipelines.targets.backend_choice import make_backend
 from gkeflow.pipelines.targets.backends import PreparedPipeline, RunStatus
 from gkeflow.pipelines.targets.vertex_experiments import (

@@ -16,7 +16,7 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
-from gkeflow.pipelines.config import VertexTarget
+from gkeflow.pipelines.remote_config import VertexTarget
 from gkeflow.pipelines.targets.backends import (
     FINGERPRINT_LABEL,
     MANAGED_LABEL,

@@ -172,7 +172,7 @@ def test_models_list_shows_the_share_each_inference_service_gives_a_version(
         ModelVersion,
         Placement,
     )
-    from gkeflow.pipelines.cli.deploy import serving_by_version
+    from gkeflow.pipelines.cli.deploy_serving import serving_by_version
     from tests.integration.fake_kserve import FakeKServe
 
     with FakeKServe() as kube:
@@ -193,7 +193,7 @@ def test_models_list_shows_the_share_each_inference_service_gives_a_version(
         assert not kube.violations
     # no cluster to ask: the registry's table is still shown, without shares, after a few
     # seconds of retries at most (never a launcher's 15 minutes)
-    from gkeflow.pipelines.cli.deploy import lookup_policy
+    from gkeflow.pipelines.cli.deploy_serving import lookup_policy
 
     monkeypatch.delenv("GKEFLOW_RETRY_BUDGET_S", raising=False)
     assert (lookup_policy().budget_s, lookup_policy().call_timeout_s) == (15.0, 10.0)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gkeflow.pipelines.config import EXAMPLE_CONFIG, ConfigError, load_config, normalise_gcs_uri
+from gkeflow.pipelines.config import EXAMPLE_CONFIG, ConfigError, load_config
+from gkeflow.pipelines.remote_config import normalise_gcs_uri
 from gkeflow.pipelines.targets.transport import (
     RemoteError,
     RetryPolicy,
