@@ -1,7 +1,8 @@
 """`gkeflow prices refresh` against a strict fake of the Cloud Billing Catalog REST API.
 
 Pages are real ``billing_v1.ListSkusResponse`` messages serialised to JSON; every request is
-checked for its path and query (service, page token, currency) before it is answered.
+checked for its path and query (service, page token, currency) before it is answered. Both
+services are served: Compute Engine and Vertex AI.
 """
 
 from __future__ import annotations
@@ -18,16 +19,19 @@ from gkeflow.pipelines.compute import prices
 from tests.integration.conftest import gkeflow
 
 SERVICE = "6F81-5844-456A"
+VERTEX = "C7E2-9256-1C43"
 TODAY = date.today()
 
 
 def _sku(sku_id, description, regions, units, nanos, *, usage_type="OnDemand", group="GPU",
-         unit="h", currency="USD"):
+         unit="h", currency="USD", service=SERVICE):
     money = {"currency_code": currency, "units": units, "nanos": nanos}
+    display, family = ("Vertex AI", "ApplicationServices") if service == VERTEX else (
+        "Compute Engine", "Compute")
     return billing_v1.Sku(
-        name=f"services/{SERVICE}/skus/{sku_id}", sku_id=sku_id, description=description,
-        category=billing_v1.Category(service_display_name="Compute Engine",
-                                     resource_family="Compute", resource_group=group,
+        name=f"services/{service}/skus/{sku_id}", sku_id=sku_id, description=description,
+        category=billing_v1.Category(service_display_name=display,
+                                     resource_family=family, resource_group=group,
                                      usage_type=usage_type),
         service_regions=regions,
         pricing_info=[billing_v1.PricingInfo(
@@ -63,22 +67,28 @@ PAGES = [
 
 
 class FakeCatalog:
-    """Answers ``GET /v1/services/{service}/skus`` page by page; ``failures`` are answered
-    first (status, JSON body)."""
+    """Answers ``GET /v1/services/{service}/skus`` page by page for Compute Engine
+    (``pages``) and Vertex AI (``vertex_pages``, default one empty page); ``failures`` are
+    answered first (status, JSON body)."""
 
-    def __init__(self, pages, currency="USD", failures=()):
-        self.pages, self.currency, self.failures = pages, currency, list(failures)
+    def __init__(self, pages, currency="USD", failures=(), vertex_pages=((),)):
+        self.services = {SERVICE: list(pages), VERTEX: list(vertex_pages)}
+        self.currency, self.failures = currency, list(failures)
         self.requests: list[dict] = []
+        self.paths: list[str] = []
 
     def __call__(self, request):
-        assert request.method == "GET" and request.path == f"/v1/services/{SERVICE}/skus", \
-            request.path
+        service = request.path.removeprefix("/v1/services/").removesuffix("/skus")
+        assert request.method == "GET" and service in self.services \
+            and request.path == f"/v1/services/{service}/skus", request.path
+        self.pages = self.services[service]
         args = request.args.to_dict()
         unknown = set(args) - {"pageToken", "pageSize", "currencyCode", "$alt", "startTime",
                                "endTime"}
         assert not unknown, unknown
         assert args.get("currencyCode") == self.currency, args
         self.requests.append(args)
+        self.paths.append(request.path)
         if self.failures:
             status, body = self.failures.pop(0)
             return Response(json.dumps(body), status=status, content_type="application/json")
@@ -97,7 +107,8 @@ UNAVAILABLE = (503, {"error": {"code": 503, "message": "The service is currently
 
 
 def _refresh(httpserver, tmp_path, fake, *extra):
-    httpserver.expect_request(f"/v1/services/{SERVICE}/skus").respond_with_handler(fake)
+    for service in (SERVICE, VERTEX):
+        httpserver.expect_request(f"/v1/services/{service}/skus").respond_with_handler(fake)
     (tmp_path / "gkeflow.yaml").write_text("{}\n")
     return gkeflow("prices", "refresh", "--api-endpoint", httpserver.url_for("").rstrip("/"),
                    *extra, cwd=tmp_path, env={"GKEFLOW_DEBUG": ""})
@@ -113,8 +124,9 @@ def test_refresh_reads_every_page_after_a_503_and_maps_skus_to_rows(httpserver, 
     fake = FakeCatalog(PAGES, failures=[UNAVAILABLE])
     result = _refresh(httpserver, tmp_path, fake)
     assert result.returncode == 0, result.stderr
-    # the 503 was retried, then all three pages were read in order
-    assert [r.get("pageToken", "") for r in fake.requests] == ["", "", "page-1", "page-2"]
+    # the 503 was retried, then all three pages were read in order, then Vertex AI's one
+    assert [r.get("pageToken", "") for r in fake.requests] == ["", "", "page-1", "page-2", ""]
+    assert fake.paths[-1] == f"/v1/services/{VERTEX}/skus"
     assert "page 3" in result.stderr
     cache = _cache(tmp_path)
     on_demand = cache[("gpu", "nvidia-tesla-t4", "standard", "us-central1")]
@@ -133,8 +145,15 @@ def test_refresh_reads_every_page_after_a_503_and_maps_skus_to_rows(httpserver, 
     assert a2["source"] == "Cloud Billing Catalog API, SKU BBBB-A2-CORE + SKU BBBB-A2-RAM"
     assert cache[("tpu", "tpu-v6e", "spot", "us-central1")]["usd_per_hour"] == "1.05"
     # the summary counts the rows no SKU matched, which keep their vendored price and date
-    summary = result.stdout.strip().splitlines()[-1]
-    assert summary.startswith(f"refreshed {len(cache)} prices into ")
+    summary, vertex = result.stdout.strip().splitlines()[-2:]
+    # no Vertex AI SKU: the T4's Compute Engine Spot SKU alone does not price Vertex AI Spot
+    assert vertex == ("Vertex AI: 0 SKUs read, 0 mapped, 0 skipped (descriptions not mapped); "
+                      "rows written: none; 1 Spot rows left missing: no Vertex AI management fee "
+                      "that applies to Spot was found for them")
+    t4 = cache[("vertex-gpu", "nvidia-tesla-t4", "spot", "us-central1")]
+    assert t4["usd_per_hour"] == "" and "(SKU AAAA-T4-SP)" in t4["note"]
+    priced = [row for row in cache.values() if row["usd_per_hour"]]
+    assert summary.startswith(f"refreshed {len(priced)} prices into ")
     assert "catalogue rows matched no SKU" in summary
     catalogue = prices.current_prices(tmp_path)
     kept = prices.find_price("gpu", "nvidia-h100-80gb", "standard", "us-central1", catalogue)
