@@ -42,6 +42,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date
+from functools import lru_cache
 
 from gkeflow.pipelines.compute import sku_prices
 from gkeflow.pipelines.compute.prices import Price
@@ -52,7 +53,7 @@ SHAPE = re.compile(r"Vertex AI: Training/Pipelines (?P<fee>management fee )?on (
 MACHINE_PART = re.compile(r"(?P<series>[A-Z]\d+)(?: Predefined)? Instance (?P<part>Core|Ram)",
                           re.IGNORECASE)
 SPOT_WORDS = re.compile(r"\b(spot|preemptible)\b", re.IGNORECASE)
-#: Capacity -> what the Vertex AI rate is made of (Compute Engine capacity, fee capacity).
+#: The capacities a row is written for (see the module docstring for what each sums).
 CAPACITIES = ("standard", "flex-start", "spot")
 NOTE = "Vertex AI custom training, {capacity}: {parts}"
 SPOT_MISSING = ("Vertex AI bills Spot as Compute Engine Spot SKUs plus a Vertex AI management "
@@ -72,9 +73,9 @@ class VertexSummary:
     skipped: int = 0
     rows: dict[str, int] = field(default_factory=dict)
     spot_missing: int = 0
-    spot_fee_found: bool = False
 
 
+@lru_cache(maxsize=1)
 def gpu_names() -> dict[str, str]:
     """Lower-cased GPU name in a Vertex AI description -> GKE accelerator label."""
     names = {}
@@ -128,7 +129,6 @@ def vertex_prices(skus: Iterable[Sku], regions: set[str],
             continue
         summary.mapped += 1
         kind, item, capacity = parsed
-        summary.spot_fee_found |= capacity == "spot"
         for region in set(sku.regions) & regions:
             found.setdefault((kind, item, capacity, region), {})[sku.price] = sku
     return found
