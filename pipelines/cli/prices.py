@@ -75,10 +75,13 @@ def prices_refresh(config_path: Path, currency: str, api_endpoint: str) -> None:
 
     Lists every Compute Engine SKU (service 6F81-5844-456A) and maps GPU, TPU chip and
     machine-series vCPU / memory SKUs onto the catalogue's rows for each region it names
-    (on demand, Spot, flex-start). Each refreshed price records its SKU id and today's date;
-    rows no SKU matched keep their vendored price, source and date, and are counted in the
-    summary. Needs Application Default Credentials (`gcloud auth application-default login`)
-    and the Cloud Billing API enabled in the credentials' project. Progress goes to stderr.
+    (on demand, Spot, flex-start). Lists every Vertex AI SKU (service C7E2-9256-1C43) and
+    maps its custom-training and management-fee SKUs onto vertex-machine and vertex-gpu rows
+    (flex-start and Spot: Compute Engine SKUs plus the fee); it prints how many it read,
+    mapped and skipped. Each refreshed price records its SKUs and today's date; rows no SKU
+    matched keep their vendored price, source and date, and are counted in the summary.
+    Needs Application Default Credentials (`gcloud auth application-default login`) and the
+    Cloud Billing API enabled in the credentials' project. Progress goes to stderr.
     """
     from gkeflow.pipelines.targets.prices_refresh import (
         PricesRefreshError,
@@ -103,11 +106,26 @@ def prices_refresh(config_path: Path, currency: str, api_endpoint: str) -> None:
 
     path = cache_path(config_path.parent)
     examples = ", ".join(" ".join(row.key) for row in result.unmatched[:3])
-    line = f"refreshed {len(result.rows)} prices into {path}"
+    priced = sum(1 for row in result.rows if row.usd_per_hour is not None)
+    line = f"refreshed {priced} prices into {path}"
     if result.unmatched:
         line += (f"; {len(result.unmatched)} catalogue rows matched no SKU and keep their "
                  f"vendored price and date (e.g. {examples})")
     if result.ambiguous:
         line += f"; {len(result.ambiguous)} left as they were: SKUs disagree"
     click.echo(line)
+    if result.vertex is not None:
+        click.echo(vertex_line(result.vertex))
     sys.stdout.flush()
+
+
+def vertex_line(summary) -> str:
+    """What the Vertex AI SKUs gave, in one line."""
+    rows = ", ".join(f"{count} {kind}" for kind, count in sorted(summary.rows.items()))
+    line = (f"Vertex AI: {summary.read} SKUs read, {summary.mapped} mapped, "
+            f"{summary.skipped} skipped (descriptions not mapped); rows written: "
+            f"{rows or 'none'}")
+    if summary.spot_missing:
+        line += (f"; {summary.spot_missing} Spot rows left missing: no Vertex AI management "
+                 "fee that applies to Spot was found for them")
+    return line

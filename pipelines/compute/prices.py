@@ -72,9 +72,11 @@ g2-standard-96), N1, E2, N2, A3 Mega / Ultra / 8-GPU High and A4 machines, and t
 TPUs whose rows were not read.
 
 A refreshed cache (``gkeflow prices refresh``) lives beside gkeflow.yaml in
-:data:`CACHE_FILE` (``.gkeflow/prices.csv``): prices read from the Cloud Billing Catalog API,
-same columns plus ``currency``. :func:`current_prices` reads it first: its rows replace the
-vendored rows of the same kind, item, capacity and region; every other row stays as vendored.
+:data:`CACHE_FILE` (``.gkeflow/prices.csv``): prices read from the Cloud Billing Catalog API
+(Compute Engine's SKUs, :mod:`sku_prices`; Vertex AI's, as ``vertex-machine`` and
+``vertex-gpu`` rows, :mod:`price_vertex`), same columns plus ``currency``.
+:func:`current_prices` reads it first: its rows replace the vendored rows of the same kind,
+item, capacity and region; every other row stays as vendored.
 """
 
 from __future__ import annotations

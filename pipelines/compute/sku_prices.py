@@ -29,14 +29,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date
 from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING
 
 from gkeflow.pipelines.compute.gpu_catalogue import FAMILIES
 from gkeflow.pipelines.compute.prices import Price
 
+if TYPE_CHECKING:
+    from gkeflow.pipelines.compute.price_vertex import VertexSummary
+
 SOURCE = "Cloud Billing Catalog API"
-#: Services whose SKUs are read: Compute Engine (GPUs, vCPUs, memory, TPU v5e/v5p/v6e).
+#: Services whose SKUs are read: Compute Engine (GPUs, vCPUs, memory, TPU v5e/v5p/v6e) and
+#: Vertex AI (custom-training rates and management fees, mapped by :mod:`price_vertex`).
 COMPUTE_ENGINE = "6F81-5844-456A"
-#: Vertex AI's own training SKUs are listed too, but no catalogue row maps to them yet.
 VERTEX_AI = "C7E2-9256-1C43"
 
 #: GKE accelerator label -> phrases in its SKU descriptions (whole words, any case).
@@ -101,6 +105,11 @@ class Refresh:
     unmatched: list[Price] = field(default_factory=list)
     ambiguous: list[str] = field(default_factory=list)
     currency: str = "USD"
+    #: What the Vertex AI SKUs gave (None when they were not read).
+    vertex: VertexSummary | None = None
+
+#: (kind, item, capacity, region) -> {unit price: SKU}: what the SKUs read price.
+Found = dict[tuple[str, str, str, str], dict[float, Sku]]
 
 
 def _has(text: str, phrase: str) -> bool:
@@ -118,7 +127,7 @@ def capacity_of(sku: Sku) -> str | None:
     return "standard"
 
 
-def _what(sku: Sku) -> tuple[str, str] | None:
+def what(sku: Sku) -> tuple[str, str] | None:
     """(kind, item) a SKU prices: ("gpu", label), ("tpu", generation), ("core"|"ram", series)."""
     text = sku.description
     for generation, word in TPU_PHRASES.items():  # "TpuV6e", flex-start: "... Duration V6e"
@@ -160,6 +169,25 @@ def wanted_rows(catalogue: tuple[Price, ...], shapes: dict[str, tuple[int, float
     return keys
 
 
+def found_prices(skus: Iterable[Sku], regions: set[str]) -> Found:
+    """What the Compute Engine ``skus`` price in ``regions``: ("gpu", label), ("tpu",
+    generation), ("core" | "ram", series), per capacity and region."""
+    found: Found = {}
+    for sku in skus:
+        capacity = capacity_of(sku)
+        priced = what(sku) if capacity else None
+        if priced is None or sku.usage_unit != UNITS[priced[0]]:
+            continue
+        for region in set(sku.regions) & regions:
+            found.setdefault((priced[0], priced[1], capacity, region), {})[sku.price] = sku
+    return found
+
+
+def series_of(machine_type: str) -> str:
+    """The SKU series of a machine type ("" when :data:`MACHINE_SERIES` names none)."""
+    return next((s for p, s in MACHINE_SERIES.items() if machine_type.startswith(p)), "")
+
+
 def map_skus(skus: Iterable[Sku], catalogue: tuple[Price, ...], today: date,
              shapes: dict[str, tuple[int, float]] | None = None,
              currency: str = "USD") -> Refresh:
@@ -167,21 +195,13 @@ def map_skus(skus: Iterable[Sku], catalogue: tuple[Price, ...], today: date,
     ``unmatched``; a key two SKUs price differently is ``ambiguous`` (left as it was)."""
     shapes = machine_shapes() if shapes is None else shapes
     wanted = wanted_rows(catalogue, shapes)
-    regions = {key[3] for key in wanted}
-    found: dict[tuple[str, str, str, str], dict[float, str]] = {}
-    for sku in skus:
-        capacity = capacity_of(sku)
-        what = _what(sku) if capacity else None
-        if what is None or sku.usage_unit != UNITS[what[0]]:
-            continue
-        for region in set(sku.regions) & regions:
-            found.setdefault((what[0], what[1], capacity, region), {})[sku.price] = sku.sku_id
+    found = found_prices(skus, {key[3] for key in wanted})
     result = Refresh(currency=currency)
     priced = set()
     for key in sorted(wanted):
         kind, item, capacity, region = key
         if kind == "machine":
-            series = next((s for p, s in MACHINE_SERIES.items() if item.startswith(p)), "")
+            series = series_of(item)
             core = found.get(("core", series, capacity, region), {})
             ram = found.get(("ram", series, capacity, region), {})
             if item not in shapes or not core or not ram:
@@ -189,11 +209,11 @@ def map_skus(skus: Iterable[Sku], catalogue: tuple[Price, ...], today: date,
             if len(core) > 1 or len(ram) > 1:
                 result.ambiguous.append(" ".join(key))
                 continue
-            (core_price, core_id), (ram_price, ram_id) = next(iter(core.items())), next(
+            (core_price, core_sku), (ram_price, ram_sku) = next(iter(core.items())), next(
                 iter(ram.items()))
             vcpus, gib = shapes[item]
             amount = core_price * vcpus + ram_price * gib
-            source = f"{SOURCE}, SKU {core_id} + SKU {ram_id}"
+            source = f"{SOURCE}, SKU {core_sku.sku_id} + SKU {ram_sku.sku_id}"
         else:
             prices = found.get(key, {})
             if not prices:
@@ -201,8 +221,8 @@ def map_skus(skus: Iterable[Sku], catalogue: tuple[Price, ...], today: date,
             if len(prices) > 1:
                 result.ambiguous.append(" ".join(key))
                 continue
-            amount, sku_id = next(iter(prices.items()))
-            source = f"{SOURCE}, SKU {sku_id}"
+            amount, one = next(iter(prices.items()))
+            source = f"{SOURCE}, SKU {one.sku_id}"
         priced.add(key)
         result.rows.append(Price(kind, item, capacity, region, round(amount, 6), source, today,
                                  FLEX_NOTE if capacity == "flex-start" else "",

@@ -3,7 +3,8 @@
 One ``list_skus`` call per page (``next_page_token``), each through :func:`transport.call`:
 429 and 5xx answers are retried with backoff, a bounded number of times. A 403 because the
 API is not enabled, or missing credentials, end in one line naming the fix. The refreshed
-rows go to :data:`prices.CACHE_FILE` beside gkeflow.yaml; :mod:`sku_prices` maps the SKUs.
+rows go to :data:`prices.CACHE_FILE` beside gkeflow.yaml; :mod:`sku_prices` maps Compute
+Engine's SKUs, :mod:`price_vertex` Vertex AI's.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable, Iterator
 from datetime import date
 from pathlib import Path
 
-from gkeflow.pipelines.compute import prices, sku_prices
+from gkeflow.pipelines.compute import price_vertex, prices, sku_prices
 from gkeflow.pipelines.targets.transport import RetryPolicy, call
 
 ENDPOINT = "cloudbilling.googleapis.com"
@@ -106,19 +107,20 @@ def list_skus(client, service: str, currency: str = "USD", policy: RetryPolicy =
 
 
 def refresh(client, directory: Path, currency: str = "USD", today: date | None = None,
-            services: tuple[str, ...] = (sku_prices.COMPUTE_ENGINE,),
             policy: RetryPolicy = POLICY,
             progress: Callable[[str], None] = lambda _: None) -> sku_prices.Refresh:
-    """Read ``services``' SKUs, map them onto the vendored catalogue, write the cache under
-    ``directory``; returns what was refreshed and what stayed as it was."""
+    """Read the Compute Engine and Vertex AI SKUs, map them onto the vendored catalogue,
+    write the cache under ``directory``; returns what was refreshed and what stayed as it
+    was."""
     today = today or date.today()
-    skus = [sku for service in services
-            for sku in list_skus(client, service, currency, policy, progress)]
-    others = sorted({sku.currency for sku in skus} - {currency})
+    ce_skus, vertex_skus = (list(list_skus(client, service, currency, policy, progress))
+                            for service in (sku_prices.COMPUTE_ENGINE, sku_prices.VERTEX_AI))
+    others = sorted({sku.currency for sku in ce_skus + vertex_skus} - {currency})
     if others:
         raise PricesRefreshError(f"the API answered in {', '.join(others)}, not {currency}; "
                                  "check --currency")
-    result = sku_prices.map_skus(skus, prices.load_prices(), today, currency=currency)
+    result = price_vertex.map_all(ce_skus, vertex_skus, prices.load_prices(), today,
+                                  currency=currency)
     path = prices.cache_path(directory)
     prices.write_prices(path, result.rows, f"Prices read from the {sku_prices.SOURCE} on "
                         f"{today.isoformat()} ({currency}); refreshed by `gkeflow prices "

@@ -1,7 +1,8 @@
 """`gkeflow prices refresh` against a strict fake of the Cloud Billing Catalog REST API.
 
 Pages are real ``billing_v1.ListSkusResponse`` messages serialised to JSON; every request is
-checked for its path and query (service, page token, currency) before it is answered.
+checked for its path and query (service, page token, currency) before it is answered. Both
+services are served: Compute Engine and Vertex AI.
 """
 
 from __future__ import annotations
@@ -15,19 +16,23 @@ from google.cloud import billing_v1
 from werkzeug.wrappers import Response
 
 from gkeflow.pipelines.compute import prices
+from gkeflow.pipelines.compute.costing import format_usd
 from tests.integration.conftest import gkeflow
 
 SERVICE = "6F81-5844-456A"
+VERTEX = "C7E2-9256-1C43"
 TODAY = date.today()
 
 
 def _sku(sku_id, description, regions, units, nanos, *, usage_type="OnDemand", group="GPU",
-         unit="h", currency="USD"):
+         unit="h", currency="USD", service=SERVICE):
     money = {"currency_code": currency, "units": units, "nanos": nanos}
+    display, family = ("Vertex AI", "ApplicationServices") if service == VERTEX else (
+        "Compute Engine", "Compute")
     return billing_v1.Sku(
-        name=f"services/{SERVICE}/skus/{sku_id}", sku_id=sku_id, description=description,
-        category=billing_v1.Category(service_display_name="Compute Engine",
-                                     resource_family="Compute", resource_group=group,
+        name=f"services/{service}/skus/{sku_id}", sku_id=sku_id, description=description,
+        category=billing_v1.Category(service_display_name=display,
+                                     resource_family=family, resource_group=group,
                                      usage_type=usage_type),
         service_regions=regions,
         pricing_info=[billing_v1.PricingInfo(
@@ -63,22 +68,28 @@ PAGES = [
 
 
 class FakeCatalog:
-    """Answers ``GET /v1/services/{service}/skus`` page by page; ``failures`` are answered
-    first (status, JSON body)."""
+    """Answers ``GET /v1/services/{service}/skus`` page by page for Compute Engine
+    (``pages``) and Vertex AI (``vertex_pages``, default one empty page); ``failures`` are
+    answered first (status, JSON body)."""
 
-    def __init__(self, pages, currency="USD", failures=()):
-        self.pages, self.currency, self.failures = pages, currency, list(failures)
+    def __init__(self, pages, currency="USD", failures=(), vertex_pages=((),)):
+        self.services = {SERVICE: list(pages), VERTEX: list(vertex_pages)}
+        self.currency, self.failures = currency, list(failures)
         self.requests: list[dict] = []
+        self.paths: list[str] = []
 
     def __call__(self, request):
-        assert request.method == "GET" and request.path == f"/v1/services/{SERVICE}/skus", \
-            request.path
+        service = request.path.removeprefix("/v1/services/").removesuffix("/skus")
+        assert request.method == "GET" and service in self.services \
+            and request.path == f"/v1/services/{service}/skus", request.path
+        self.pages = self.services[service]
         args = request.args.to_dict()
         unknown = set(args) - {"pageToken", "pageSize", "currencyCode", "$alt", "startTime",
                                "endTime"}
         assert not unknown, unknown
         assert args.get("currencyCode") == self.currency, args
         self.requests.append(args)
+        self.paths.append(request.path)
         if self.failures:
             status, body = self.failures.pop(0)
             return Response(json.dumps(body), status=status, content_type="application/json")
@@ -97,7 +108,8 @@ UNAVAILABLE = (503, {"error": {"code": 503, "message": "The service is currently
 
 
 def _refresh(httpserver, tmp_path, fake, *extra):
-    httpserver.expect_request(f"/v1/services/{SERVICE}/skus").respond_with_handler(fake)
+    for service in (SERVICE, VERTEX):
+        httpserver.expect_request(f"/v1/services/{service}/skus").respond_with_handler(fake)
     (tmp_path / "gkeflow.yaml").write_text("{}\n")
     return gkeflow("prices", "refresh", "--api-endpoint", httpserver.url_for("").rstrip("/"),
                    *extra, cwd=tmp_path, env={"GKEFLOW_DEBUG": ""})
@@ -113,8 +125,9 @@ def test_refresh_reads_every_page_after_a_503_and_maps_skus_to_rows(httpserver, 
     fake = FakeCatalog(PAGES, failures=[UNAVAILABLE])
     result = _refresh(httpserver, tmp_path, fake)
     assert result.returncode == 0, result.stderr
-    # the 503 was retried, then all three pages were read in order
-    assert [r.get("pageToken", "") for r in fake.requests] == ["", "", "page-1", "page-2"]
+    # the 503 was retried, then all three pages were read in order, then Vertex AI's one
+    assert [r.get("pageToken", "") for r in fake.requests] == ["", "", "page-1", "page-2", ""]
+    assert fake.paths[-1] == f"/v1/services/{VERTEX}/skus"
     assert "page 3" in result.stderr
     cache = _cache(tmp_path)
     on_demand = cache[("gpu", "nvidia-tesla-t4", "standard", "us-central1")]
@@ -133,8 +146,15 @@ def test_refresh_reads_every_page_after_a_503_and_maps_skus_to_rows(httpserver, 
     assert a2["source"] == "Cloud Billing Catalog API, SKU BBBB-A2-CORE + SKU BBBB-A2-RAM"
     assert cache[("tpu", "tpu-v6e", "spot", "us-central1")]["usd_per_hour"] == "1.05"
     # the summary counts the rows no SKU matched, which keep their vendored price and date
-    summary = result.stdout.strip().splitlines()[-1]
-    assert summary.startswith(f"refreshed {len(cache)} prices into ")
+    summary, vertex = result.stdout.strip().splitlines()[-2:]
+    # no Vertex AI SKU: the T4's Compute Engine Spot SKU alone does not price Vertex AI Spot
+    assert vertex == ("Vertex AI: 0 SKUs read, 0 mapped, 0 skipped (descriptions not mapped); "
+                      "rows written: none; 1 Spot rows left missing: no Vertex AI management fee "
+                      "that applies to Spot was found for them")
+    t4 = cache[("vertex-gpu", "nvidia-tesla-t4", "spot", "us-central1")]
+    assert t4["usd_per_hour"] == "" and "(SKU AAAA-T4-SP)" in t4["note"]
+    priced = [row for row in cache.values() if row["usd_per_hour"]]
+    assert summary.startswith(f"refreshed {len(priced)} prices into ")
     assert "catalogue rows matched no SKU" in summary
     catalogue = prices.current_prices(tmp_path)
     kept = prices.find_price("gpu", "nvidia-h100-80gb", "standard", "us-central1", catalogue)
@@ -210,3 +230,149 @@ def test_no_credentials_is_one_line_naming_the_fix(tmp_path):
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "gcloud auth application-default login" in lines[0], lines
+
+
+def _vertex(sku_id, description, units, nanos, *, unit="h", usage_type="OnDemand"):
+    return _sku(sku_id, description, ["us-central1"], units, nanos, unit=unit,
+                usage_type=usage_type, group="", service=VERTEX)
+
+
+# The SKUs an a3-highgpu-8g Vertex AI training job was billed in us-central1 (ids,
+# descriptions and unit prices from the zenn-dws-skus article, see prices.py), on demand and
+# with flex-start; the Vertex AI category fields other than the usage type are placeholders.
+CE_DWS = [
+    _sku("341A-49A5-0C07", "Nvidia H100 80GB GPU attached to DWS Defined Duration VMs running "
+         "in Americas", ["us-central1"], 4, 200761000),
+    _sku("9A32-36B2-7FBC", "DWS Defined Duration A3 Core running in Americas", ["us-central1"],
+         0, 10934000, group="CPU"),
+    _sku("ED19-A584-4A84", "DWS Defined Duration A3 Ram running in Americas", ["us-central1"],
+         0, 952000, group="RAM", unit="GiBy.h"),
+    # Spot SKUs with test prices (Compute Engine's Spot wording, see sku_prices.py)
+    _sku("TEST-H100-SPOT", "Nvidia H100 80GB GPU attached to Spot Preemptible VMs running in "
+         "Americas", ["us-central1"], 2, 0, usage_type="Preemptible"),
+    _sku("TEST-A3-CORE-SPOT", "Spot Preemptible A3 Instance Core running in Americas",
+         ["us-central1"], 0, 10000000, group="CPU", usage_type="Preemptible"),
+    _sku("TEST-A3-RAM-SPOT", "Spot Preemptible A3 Instance Ram running in Americas",
+         ["us-central1"], 0, 1000000, group="RAM", unit="GiBy.h", usage_type="Preemptible"),
+]
+VERTEX_SKUS = [
+    _vertex("3F95-001E-B747", "Vertex AI: Training/Pipelines on NVIDIA H100 80GB in Iowa", 11,
+            266033200),
+    _vertex("2E83-99F1-391A", "Vertex AI: Training/Pipelines on A3 Instance Core in Iowa", 0,
+            29322700),
+    _vertex("B045-9255-8314", "Vertex AI: Training/Pipelines on A3 Instance RAM in Iowa", 0,
+            2553400, unit="GiBy.h"),
+    _vertex("5853-505F-A5C4", "Vertex AI: Training/Pipelines management fee on NVIDIA H100 "
+            "80GB in Iowa", 1, 469482600),
+    _vertex("9AC1-7D9B-C47E", "Vertex AI: Training/Pipelines management fee on A3 Instance "
+            "Core in Iowa", 0, 3824700),
+    _vertex("D30D-69C9-F057", "Vertex AI: Training/Pipelines management fee on A3 Instance "
+            "RAM in Iowa", 0, 333100, unit="GiBy.h"),
+    # shapes the mapping does not understand: a disk, prediction, prediction's fee
+    _vertex("A005-98FE-36CC", "Vertex AI: Training/Pipelines on SSD backed PD Capacity", 0,
+            195494, unit="GiBy.mo"),
+    _vertex("AE9C-DB60-DF46", "Vertex AI: Online/Batch Prediction Nvidia H100 80gb GPU "
+            "running in Iowa", 11, 266033200),
+    _vertex("1797-967A-274D", "Vertex AI: Online/Batch Prediction management fee on NVIDIA "
+            "H100 80GB in Iowa", 1, 469482600),
+]
+# No such SKU has been seen: a management fee that says it applies to Spot (test prices).
+SPOT_FEES = [
+    _vertex("TEST-FEE-H100-SPOT", "Vertex AI: Training/Pipelines management fee on Spot "
+            "Preemptible NVIDIA H100 80GB in Iowa", 0, 300000000, usage_type="Preemptible"),
+    _vertex("TEST-FEE-CORE-SPOT", "Vertex AI: Training/Pipelines management fee on Spot "
+            "Preemptible A3 Instance Core in Iowa", 0, 2000000, usage_type="Preemptible"),
+    _vertex("TEST-FEE-RAM-SPOT", "Vertex AI: Training/Pipelines management fee on Spot "
+            "Preemptible A3 Instance RAM in Iowa", 0, 200000, unit="GiBy.h",
+            usage_type="Preemptible"),
+]
+H100_ON_VERTEX = ("plan", "--target", "vertex", "--compute",
+                  "train-model.accelerator=nvidia-h100-80gb", "--compute",
+                  "train-model.accelerator_count=8", "--output", "json")
+
+
+def _train_step(tmp_path, capacity):
+    result = gkeflow(*H100_ON_VERTEX, "--compute", f"train-model.scheduling={capacity}",
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    return next(step for step in json.loads(result.stdout)["cost"]["steps"]
+                if step["step"] == "train-model")
+
+
+def test_vertex_ai_skus_become_training_rows_and_plan_prints_them(httpserver, tmp_path):
+    fake = FakeCatalog([CE_DWS], vertex_pages=[VERTEX_SKUS[:4], VERTEX_SKUS[4:]])
+    result = _refresh(httpserver, tmp_path, fake)
+    assert result.returncode == 0, result.stderr
+    assert fake.paths == [f"/v1/services/{SERVICE}/skus"] + [f"/v1/services/{VERTEX}/skus"] * 2
+    assert [r.get("pageToken", "") for r in fake.requests] == ["", "", "page-1"]
+    cache = _cache(tmp_path)
+    machine = cache[("vertex-machine", "a3-highgpu-8g", "standard", "us-central1")]
+    gpu = cache[("vertex-gpu", "nvidia-h100-80gb", "standard", "us-central1")]
+    assert float(machine["usd_per_hour"]) == pytest.approx(208 * 0.0293227 + 1872 * 0.0025534)
+    assert float(gpu["usd_per_hour"]) == pytest.approx(11.2660332)
+    for row in (machine, gpu):
+        assert (row["source"], row["date_read"]) == ("Cloud Billing Catalog API",
+                                                     TODAY.isoformat())
+    assert "SKU 2E83-99F1-391A" in machine["note"] and "SKU B045-9255-8314" in machine["note"]
+    assert "SKU 3F95-001E-B747" in gpu["note"]
+    # flex-start: the DWS Compute Engine SKUs plus the Vertex AI management fees
+    flex_machine = cache[("vertex-machine", "a3-highgpu-8g", "flex-start", "us-central1")]
+    flex_gpu = cache[("vertex-gpu", "nvidia-h100-80gb", "flex-start", "us-central1")]
+    assert float(flex_machine["usd_per_hour"]) == pytest.approx(
+        208 * (0.010934 + 0.0038247) + 1872 * (0.000952 + 0.0003331))
+    assert float(flex_gpu["usd_per_hour"]) == pytest.approx(4.200761 + 1.4694826)
+    assert all(f"SKU {sku_id}" in flex_machine["note"] for sku_id in (
+        "9A32-36B2-7FBC", "ED19-A584-4A84", "9AC1-7D9B-C47E", "D30D-69C9-F057"))
+    # Spot: the Compute Engine Spot SKUs were read, no fee that applies to Spot: missing
+    spot = cache[("vertex-gpu", "nvidia-h100-80gb", "spot", "us-central1")]
+    assert spot["usd_per_hour"] == "" and "(SKU TEST-H100-SPOT)" in spot["note"]
+    assert "no Vertex AI management-fee SKU for nvidia-h100-80gb that applies to Spot" \
+        in spot["note"]
+    # the three shapes it does not understand are skipped and counted
+    assert "A005-98FE-36CC" not in (tmp_path / ".gkeflow" / "prices.csv").read_text()
+    vertex = result.stdout.strip().splitlines()[-1]
+    machines = sum(1 for key in cache if key[0] == "vertex-machine" and cache[key][
+        "usd_per_hour"])
+    assert vertex.startswith(
+        f"Vertex AI: 9 SKUs read, 6 mapped, 3 skipped (descriptions not mapped); rows "
+        f"written: 2 vertex-gpu, {machines} vertex-machine; ")
+    assert "Spot rows left missing" in vertex
+
+    train = _train_step(tmp_path, "standard")
+    assert train["usd_per_hour"] == pytest.approx(
+        float(machine["usd_per_hour"]) + 8 * float(gpu["usd_per_hour"]), abs=1e-4)
+    assert (train["source"], train["date_read"]) == ("Cloud Billing Catalog API",
+                                                     TODAY.isoformat())
+    assert train["stale"] is False
+    table = gkeflow(*H100_ON_VERTEX[:-2], cwd=tmp_path, env={"COLUMNS": "400"})
+    assert table.returncode == 0, table.stderr
+    line = next(row for row in table.stdout.splitlines() if row.startswith("cost of train-model"))
+    assert line.startswith(f"cost of train-model: {format_usd(train['usd_per_hour'])}/h,")
+    assert line.endswith(f"(prices: Cloud Billing Catalog API, read {TODAY.isoformat()})")
+    flex = _train_step(tmp_path, "flex-start")
+    assert flex["usd_per_hour"] == pytest.approx(
+        float(flex_machine["usd_per_hour"]) + 8 * float(flex_gpu["usd_per_hour"]), abs=1e-4)
+    spot_step = _train_step(tmp_path, "spot")
+    assert spot_step["usd_per_hour"] is None
+    assert "no Vertex AI management-fee SKU for" in spot_step["reason"]
+
+
+def test_a_management_fee_that_applies_to_spot_prices_vertex_ai_spot(httpserver, tmp_path):
+    fake = FakeCatalog([CE_DWS], vertex_pages=[VERTEX_SKUS + SPOT_FEES])
+    result = _refresh(httpserver, tmp_path, fake)
+    assert result.returncode == 0, result.stderr
+    cache = _cache(tmp_path)
+    machine = cache[("vertex-machine", "a3-highgpu-8g", "spot", "us-central1")]
+    gpu = cache[("vertex-gpu", "nvidia-h100-80gb", "spot", "us-central1")]
+    assert float(machine["usd_per_hour"]) == pytest.approx(208 * (0.01 + 0.002)
+                                                           + 1872 * (0.001 + 0.0002))
+    assert float(gpu["usd_per_hour"]) == pytest.approx(2.0 + 0.3)
+    assert "SKU TEST-H100-SPOT" in gpu["note"] and "SKU TEST-FEE-H100-SPOT" in gpu["note"]
+    vertex = result.stdout.strip().splitlines()[-1]
+    assert vertex.startswith("Vertex AI: 12 SKUs read, 9 mapped, 3 skipped")
+    assert "Spot rows left missing" not in vertex
+    spot = _train_step(tmp_path, "spot")
+    assert spot["usd_per_hour"] == pytest.approx(
+        float(machine["usd_per_hour"]) + 8 * float(gpu["usd_per_hour"]), abs=1e-4)
+    assert (spot["source"], spot["date_read"]) == ("Cloud Billing Catalog API",
+                                                   TODAY.isoformat())
