@@ -146,7 +146,7 @@ def chief_env(payload: dict, env: dict[str, str]) -> None:
     container["env"] = kept + [{"name": k, "value": v} for k, v in sorted(env.items())]
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="gkeflow-vertex-launcher", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -168,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in (ARG_RUN_ID, ARG_RUN_NAME):
         parser.add_argument(name, default="", help=argparse.SUPPRESS)
     options.add_arguments(parser)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
 
     def body():
         policy = options.policy_from_args(args)
