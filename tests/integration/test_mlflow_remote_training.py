@@ -124,6 +124,23 @@ def test_the_customjob_chief_alone_gets_the_run_and_the_secret_by_name(parent, m
         f"{soak.PARENT}/pipelineJobs/run-1", "train-model")
 
 
+def test_a_failed_customjob_ends_the_run_failed(parent, mlflow_server, tmp_path):
+    from gkeflow.components.cloud.follow import JobFailed
+    from gkeflow.components.scaleout import vertex_launcher as vl
+    from tests.integration import soak
+    from tests.integration.fake_vertex_jobs import FakeVertexJobs
+    from tests.integration.test_vertex_launch_faults import fast
+
+    with FakeVertexJobs(running_looks=1, outcome="JOB_STATE_FAILED") as fake:
+        job_client, pipeline_client = vl.clients(soak.LOCATION, fake.url)
+        with pytest.raises(JobFailed):
+            vl.run_custom_job(job_client, pipeline_client, soak.PROJECT, soak.LOCATION,
+                              soak.custom_job_payload(), f"{soak.PARENT}/pipelineJobs/run-f",
+                              "train-model", poll_s=0.01, echo=lambda _: None, policy=fast())
+    [run] = children(mlflow_server, parent)
+    assert run["info"]["status"] == "FAILED"
+
+
 def test_the_chief_in_the_job_logs_into_the_handed_run_and_never_ends_it(
         parent, mlflow_server, monkeypatch, trained_penguins):
     """What train_model does in worker pool 0: its tracker is the handed run, not a new one,
