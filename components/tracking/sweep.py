@@ -37,7 +37,7 @@ def track_selection(selection: Any, step: str = "select-best-trial",
     params = {"metric": metric, "direction": selection.direction,
               "trials": len(summary["trials"]),
               **({"tuning_job": tuning_job} if tuning_job else {}),
-              **{f"best.{k}": v for k, v in summary["hyperparameters"].items()}}
+              **{f"best_{k}": v for k, v in summary["hyperparameters"].items()}}
     figures = {f"best_{metric}": summary["best_value"], "trials_succeeded": summary["succeeded"],
                "trials_failed": summary["failed"]}
     log_step(step, params, figures)

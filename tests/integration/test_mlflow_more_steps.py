@@ -157,7 +157,7 @@ def test_every_trial_is_a_nested_run_and_the_selection_logs_the_best(parent, mlf
     selecting = runs["tune-with-vizier"]
     assert selecting["metrics"] == {"best_eval_accuracy": 0.95, "trials_succeeded": 2,
                                     "trials_failed": 1}
-    assert selecting["params"]["best.learning_rate"] == "0.03"
+    assert selecting["params"]["best_learning_rate"] == "0.03"
     assert selecting["params"]["tuning_job"] == "projects/p/hpt/1"
     assert selecting["tags"]["gkeflow.sweep.best_trial"] == "trial-001"
     table = json.loads(mlflow_server.artifact_bytes(selecting["info"]["run_id"],
