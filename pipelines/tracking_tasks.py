@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from kfp import dsl
 
+from gkeflow.components.tracking import handoff
 from gkeflow.components.tracking import pipeline_run as names
 from gkeflow.pipelines.tracking_config import (
     GKE_SECRET_KEYS,
@@ -31,9 +32,14 @@ from gkeflow.pipelines.tracking_config import (
 #: annotates every pod of a run).
 RUN_ID_FIELD = "metadata.labels['pipeline/runid']"
 RUN_NAME_FIELD = "metadata.annotations['pipelines.kubeflow.org/run_name']"
-#: Steps whose code logs to MLflow (gkeflow.components.tracking.steps).
-TRACKED_STEPS = frozenset({"prepare-data", "train-model", "evaluate-model", "register-model",
-                           "predict-batch"})
+#: Steps whose code logs to MLflow (gkeflow.components.tracking.steps, .sweep, .handoff).
+TRACKED_STEPS = frozenset({"fingerprint-data", "prepare-data", "train-model",
+                           "select-best-trial", "tune-with-vizier", "evaluate-model",
+                           "register-model", "deploy-model", "predict-batch",
+                           "report-predictions"})
+#: The Vertex AI CustomJob launcher (train-model beyond one pipeline step): not a Python
+#: step, but it reads the same settings and accepts the run-identity arguments.
+VERTEX_LAUNCHER_MODULE = "gkeflow.components.scaleout.vertex_launcher"
 
 
 def direct_mlflow(tracking: TrackingSettings | None) -> MlflowTracking | None:
@@ -53,6 +59,14 @@ def is_python_step(task: dsl.PipelineTask) -> bool:
     """A lightweight Python component (its executor reads extra arguments leniently)."""
     spec = task.container_spec
     return spec is not None and "kfp.dsl.executor_main" in " ".join(spec.command or [])
+
+
+def tracks_itself(task: dsl.PipelineTask) -> bool:
+    """A step whose code can take the tracking settings: a Python step, or the Vertex AI
+    CustomJob launcher (which hands the run on to the job's chief)."""
+    spec = task.container_spec
+    return is_python_step(task) or (
+        spec is not None and VERTEX_LAUNCHER_MODULE in " ".join(spec.command or []))
 
 
 def add_run_identity(task: dsl.PipelineTask, target: str) -> None:
@@ -84,7 +98,7 @@ def track_task(task: dsl.PipelineTask, step: str, tracking: TrackingSettings | N
     if target != "gke" or vertex_target is None:
         experiments = None  # Vertex AI runs are submitted into it; local runs log at the end
     if (mlflow is None and experiments is None) or step not in TRACKED_STEPS \
-            or not is_python_step(task):
+            or not tracks_itself(task):
         return task
     add_run_identity(task, target)
     if experiments is not None:
@@ -119,6 +133,8 @@ def _set_mlflow(task: dsl.PipelineTask, mlflow: MlflowTracking, target: str, pip
 
         kubernetes.use_secret_as_env(task, secret_name=credentials.gke_secret,
                                      secret_key_to_env=dict(GKE_SECRET_KEYS), optional=True)
+        # its name, for a launcher to give a JobSet's pods the same keys by reference
+        task.set_env_variable(handoff.ENV_GKE_SECRET, credentials.gke_secret)
     if target == "vertex" and credentials.vertex_secret:
         task.set_env_variable(names.ENV_TOKEN_SECRET, credentials.vertex_secret)
 

@@ -109,6 +109,7 @@ class DeployOutcome:
     split: dict[str, int]
     servability: str
     notes: list[str] = field(default_factory=list)
+    serving_image: str = ""  # the container that answers ("" when not known)
 
     @property
     def split_text(self) -> str:
@@ -257,6 +258,7 @@ def deploy_version(target: str, model_path: Path, registered: dict[str, Any],
         state = LocalEndpoints(root).deploy(endpoint, version, model_dir, config.traffic)
         split = {f"{model_name}@{k[1:]}": v for k, v in state.split.items()}
         resource = str(root / f"{endpoint}.json")
+        image = "local stand-in (this machine's TensorFlow Serving mapping)"
     elif target == "vertex":
         api, resource_name, machine = vertex_parts(registered, config, compute, credentials,
                                                    echo, policy)
@@ -265,6 +267,7 @@ def deploy_version(target: str, model_path: Path, registered: dict[str, Any],
                            service_account=config.service_account)
         split = {f"{model_name}@{d.model.rsplit('@', 1)[1]}": d.percent for d in state.deployed}
         resource = state.name
+        image = str(registered.get("servingImage") or "")
     else:
         from gkeflow.components.scaleout.storage import publish
 
@@ -282,8 +285,10 @@ def deploy_version(target: str, model_path: Path, registered: dict[str, Any],
         state = services.deploy(endpoint, served, placement, config.traffic)
         split = {f"{model_name}@{k[1:]}": v for k, v in state.split.items()}
         resource = f"{namespace}/{endpoint}"
+        image = f"tensorflow/serving:{served.runtime_version}"
         record_in_model_registry(registry_uri, namespace, endpoint, before, state, echo)
-    outcome = DeployOutcome(target, endpoint, resource, model_name, version, split, checked)
+    outcome = DeployOutcome(target, endpoint, resource, model_name, version, split, checked,
+                            serving_image=image)
     echo(f"deployed {model_name} version {version} to {endpoint}: {outcome.split_text}")
     return outcome
 

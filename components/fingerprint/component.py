@@ -37,4 +37,7 @@ def fingerprint_data(
     code = code_fingerprint(user_module)
     if code:
         print(f"user module fingerprint: {code}")
+    from gkeflow.components.tracking.more_steps import track_fingerprint
+
+    track_fingerprint(result, code, data_uri)
     return namedtuple("Fingerprints", ["data", "code"])(result.value, code)

@@ -156,3 +156,6 @@ def report_predictions(
     Path(summary.path).write_text(text, encoding="utf-8")
     for name, value in figures.items():
         metrics.log_metric(name, value)
+    from gkeflow.components.tracking.more_steps import track_prediction_report
+
+    track_prediction_report(figures, text)

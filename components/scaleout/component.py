@@ -56,12 +56,20 @@ def train_model_local_workers(
 
     from gkeflow.components.scaleout import results
     from gkeflow.components.scaleout.local_workers import run_local_workers
+    from gkeflow.components.tracking.handoff import open_remote_training
 
     params = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
               "model_type": model_type, "user_module": user_module, "require_gpu": require_gpu}
-    summary, published = run_local_workers(
-        dataset.path, schema.path, params, replicas, checkpoint_root, pipeline_run_id,
-        task_name, checkpoint_uri=checkpoint_uri)
+    tracking = open_remote_training(f"local-workers:{pipeline_run_id}:{task_name}",
+                                    "local-workers", task_name)
+    try:
+        summary, published = run_local_workers(
+            dataset.path, schema.path, params, replicas, checkpoint_root, pipeline_run_id,
+            task_name, checkpoint_uri=checkpoint_uri, chief_env=tracking.env())
+    except BaseException:
+        tracking.end(succeeded=False)
+        raise
+    tracking.end(succeeded=True)
     try:
         results.install_model(published, Path(model.path))
     finally:

@@ -89,6 +89,20 @@ def finish(template: dict, name: str, namespace: str, service_account: str, args
     return manifest
 
 
+def with_env(manifest: dict, entries: list[dict]) -> dict:
+    """``manifest`` with ``entries`` (Kubernetes ``env`` items) in every pod's container,
+    replacing variables of the same name; the same manifest when there are none."""
+    if not entries:
+        return manifest
+    manifest = copy.deepcopy(manifest)
+    names = {entry["name"] for entry in entries}
+    for replicated in manifest["spec"]["replicatedJobs"]:
+        container = replicated["template"]["spec"]["template"]["spec"]["containers"][0]
+        container["env"] = [e for e in container.get("env", []) if e["name"] not in names] + [
+            dict(entry) for entry in entries]
+    return manifest
+
+
 def state(jobset: dict) -> tuple[str, str]:
     """("Completed" | "Failed" | "Running", message) from a JobSet's status."""
     status = jobset.get("status") or {}

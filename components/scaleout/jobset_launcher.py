@@ -41,6 +41,7 @@ from gkeflow.components.scaleout import results, storage
 from gkeflow.components.scaleout.chief_log import ChiefLog
 from gkeflow.components.scaleout.jobset_remote import JobSetRemote
 from gkeflow.components.scaleout.kube import KubeApi
+from gkeflow.components.tracking.handoff import open_remote_training
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 #: Longest watch window (seconds): the chief's log is looked at least this often.
@@ -160,7 +161,9 @@ def launch_in_cluster(template: dict, dataset_uri: str, schema_uri: str, params:
     pipeline root. ``task_config`` (the task's ``dsl.TaskConfig``) is merged into the pods
     where the template does not set the same thing
     (:func:`~gkeflow.components.scaleout.task_config.merge_task_config`). The workers run as
-    the template's service account, never as the launcher's.
+    the template's service account, never as the launcher's. With MLflow tracking, the
+    pods get the step's run (:mod:`gkeflow.components.tracking.handoff`), which only the
+    chief logs into; it is ended here when the JobSet has ended.
     """
     from gkeflow.components.scaleout.task_config import merge_task_config
 
@@ -179,12 +182,20 @@ def launch_in_cluster(template: dict, dataset_uri: str, schema_uri: str, params:
                          worker_args(dataset_uri, schema_uri, output, params, pipeline_root,
                                      run_id, task_name, checkpoint_uri),
                          run_id, task_name)
-    summary = launch(api, manifest, output, policy=policy, window_s=window_s or POLL_S,
-                     echo=echo)
-    with tempfile.TemporaryDirectory(prefix="gkeflow-model-") as scratch:
-        published = policy.call(lambda: storage.download(output, Path(scratch) / "model"),
-                                f"downloading the model from {output}", on_retry=echo)
-        results.install_model(published, model_dir)
+    tracking = open_remote_training(f"{namespace}/{manifest['metadata']['name']}", "jobset",
+                                    task_name, log=echo)
+    manifest = js.with_env(manifest, tracking.kubernetes_env())
+    try:
+        summary = launch(api, manifest, output, policy=policy, window_s=window_s or POLL_S,
+                         echo=echo)
+        with tempfile.TemporaryDirectory(prefix="gkeflow-model-") as scratch:
+            published = policy.call(lambda: storage.download(output, Path(scratch) / "model"),
+                                    f"downloading the model from {output}", on_retry=echo)
+            results.install_model(published, model_dir)
+    except BaseException:
+        tracking.end(succeeded=False)
+        raise
+    tracking.end(succeeded=True)
     return summary
 
 

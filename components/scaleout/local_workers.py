@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 from gkeflow.components.scaleout import cluster, storage
+from gkeflow.components.tracking.client import ENV_TRAINING_RUN
 
 
 class WorkersFailed(RuntimeError):
@@ -40,11 +41,14 @@ def run_local_workers(dataset: str, schema: str, params: dict, replicas: int,
                       checkpoint_root: str = "", run_id: str = "", task_name: str = "",
                       echo=print, timeout_s: float | None = None,
                       log_dir: Path | None = None,
-                      checkpoint_uri: str = "") -> tuple[dict, Path]:
+                      checkpoint_uri: str = "",
+                      chief_env: dict[str, str] | None = None) -> tuple[dict, Path]:
     """Train with ``replicas`` worker processes; returns (chief's summary, published model dir).
 
     The caller owns the returned directory's parent (a temporary directory) and removes it.
     With ``log_dir`` each worker's whole log is also written to ``worker-<index>.log`` there.
+    ``chief_env``: variables for worker 0 only (the MLflow run it logs training into,
+    :mod:`gkeflow.components.tracking.handoff`); the other workers never see the run.
     """
     if replicas < 2:
         raise ValueError(f"local workers need replicas >= 2; got {replicas}")
@@ -57,6 +61,9 @@ def run_local_workers(dataset: str, schema: str, params: dict, replicas: int,
         env = {**os.environ, cluster.HOSTS_ENV: ",".join(hosts),
                cluster.INDEX_ENV: str(index), "TF_CPP_MIN_LOG_LEVEL": "2"}
         env.pop("TF_CONFIG", None)
+        env.pop(ENV_TRAINING_RUN, None)
+        if index == 0:
+            env.update(chief_env or {})
         command = [sys.executable, "-m", "gkeflow.components.scaleout.worker",
                    "--dataset", dataset, "--schema", schema, "--output", str(output),
                    "--params", json.dumps(params), "--checkpoint-root", checkpoint_root,

@@ -9,6 +9,9 @@ executor input already substituted by Vertex AI Pipelines. The launcher:
 - labels the job with a key derived from the pipeline job and task, so a retried launcher
   follows the job its earlier attempt created instead of creating a second one (a job still
   cancelling is waited out; a failed or cancelled one is replaced);
+- with MLflow tracking configured, hands the train-model step's run to the chief's
+  container (:mod:`gkeflow.components.tracking.handoff`; found again by the job's label on
+  a retry) and ends it when the job has ended;
 - writes ``gcp_resources`` naming the job as soon as it exists, so cancelling the pipeline
   cancels the job;
 - follows the job with :func:`gkeflow.components.cloud.follow.follow`: transient errors
@@ -26,6 +29,8 @@ from collections.abc import Callable
 
 from gkeflow.components.cloud import options
 from gkeflow.components.cloud.retry import RetryPolicy
+from gkeflow.components.tracking.handoff import open_remote_training
+from gkeflow.components.tracking.pipeline_run import ARG_RUN_ID, ARG_RUN_NAME
 
 LAUNCH_LABEL = "gkeflow-launch"
 KIND = "CustomJob"
@@ -111,6 +116,9 @@ def run_custom_job(job_client, pipeline_client, project: str, location: str, pay
                      f"({describe_error(exc)}); no CustomJob was created") from exc
     key = launch_key(pipeline_job, task_name)
     payload.setdefault("labels", {})[LAUNCH_LABEL] = key
+    tracking = open_remote_training(f"{LAUNCH_LABEL}={key}", "vertex-customjob", task_name,
+                                    log=echo)
+    chief_env(payload, tracking.env())
     job = validated_job(payload)
     pools = " + ".join(f"{p.replica_count} x {p.machine_spec.machine_type}"
                        for p in job.job_spec.worker_pool_specs)
@@ -118,10 +126,27 @@ def run_custom_job(job_client, pipeline_client, project: str, location: str, pay
          f"label {LAUNCH_LABEL}={key}")
     remote = VertexJob(job_client, KIND, f"projects/{project}/locations/{location}", job,
                        (LAUNCH_LABEL, key), poll_s=poll_s, sleep=policy.sleep)
-    return follow_vertex_job(remote, policy, echo, gcp_resources_path, deadline_s=deadline_s)
+    try:
+        finished = follow_vertex_job(remote, policy, echo, gcp_resources_path,
+                                     deadline_s=deadline_s)
+    except BaseException:
+        tracking.end(succeeded=False)
+        raise
+    tracking.end(succeeded=True)
+    return finished
 
 
-def main(argv: list[str] | None = None) -> int:
+def chief_env(payload: dict, env: dict[str, str]) -> None:
+    """Add ``env`` to the chief's container (worker pool 0, one replica) only: the other
+    pools' replicas never see the MLflow run the chief logs training into."""
+    if not env:
+        return
+    container = payload["job_spec"]["worker_pool_specs"][0].setdefault("container_spec", {})
+    kept = [e for e in container.get("env", []) if e.get("name") not in env]
+    container["env"] = kept + [{"name": k, "value": v} for k, v in sorted(env.items())]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="gkeflow-vertex-launcher", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -139,8 +164,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api_endpoint", default="", help="Override (tests, private endpoints).")
     parser.add_argument("--poll", type=float, default=20.0,
                         help="seconds between two status reads (default: 20)")
+    # the pipeline run's id and name, compiled in with MLflow tracking (read by the tracker)
+    for name in (ARG_RUN_ID, ARG_RUN_NAME):
+        parser.add_argument(name, default="", help=argparse.SUPPRESS)
     options.add_arguments(parser)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
 
     def body():
         policy = options.policy_from_args(args)

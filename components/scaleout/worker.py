@@ -3,7 +3,9 @@
 Each worker (a JobSet pod, a local process) builds its ``TF_CONFIG`` from the cluster's host
 names and its own index (:mod:`gkeflow.components.scaleout.cluster`), fetches the prepared
 dataset and schema from the pipeline root, and trains with MultiWorkerMirroredStrategy.
-Only the chief (worker 0) publishes the exported model, with a summary written last.
+Only the chief (worker 0) publishes the exported model, with a summary written last, and
+logs training into the MLflow run its launcher handed down (``GKEFLOW_MLFLOW_TRAINING_RUN_ID``,
+:mod:`gkeflow.components.tracking.handoff`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import sys
 import tempfile
 from dataclasses import fields
 from pathlib import Path
+
+from gkeflow.components.tracking.client import ENV_TRAINING_RUN
 
 #: TrainParams fields a launcher may pass through ``--params``.
 EXIT_PREEMPTED = 143
@@ -72,6 +76,11 @@ def run_worker(dataset_uri: str, schema_uri: str, output_uri: str, params: dict,
         )
         if not chief:
             return None
+        if os.environ.get(ENV_TRAINING_RUN):
+            # the launcher's run (components/tracking/handoff.py): the chief alone logs
+            from gkeflow.components.tracking.steps import track_training
+
+            track_training(result, train_params(params), model_dir, task=task_name)
         summary = {
             "metrics": result.metrics,
             "examples_per_s": result.examples_per_s,

@@ -52,5 +52,9 @@ def select_best_trial(
                        [t for t in tuned.split(",") if t.strip()])
     outputs = namedtuple("Selection", ["best_trial", "best_value", "hyperparameters", "table",
                                        "labels"])
-    return outputs(*publish_selection(selection, {m.uri: Path(m.path) for m in models},
-                                      best_model, Path(trial_table.path)))
+    published = publish_selection(selection, {m.uri: Path(m.path) for m in models},
+                                  best_model, Path(trial_table.path))
+    from gkeflow.components.tracking.sweep import track_selection
+
+    track_selection(selection, "select-best-trial")
+    return outputs(*published)

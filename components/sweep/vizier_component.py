@@ -113,5 +113,9 @@ def tune_with_vizier(
               for r in map(json.loads, reports)}
     outputs = namedtuple("Selection", ["best_trial", "best_value", "hyperparameters", "table",
                                        "labels"])
-    return outputs(*publish_selection(selection, models, best_model, Path(trial_table.path),
-                                      tuning_job=job.get("name", "")))
+    published = publish_selection(selection, models, best_model, Path(trial_table.path),
+                                  tuning_job=job.get("name", ""))
+    from gkeflow.components.tracking.sweep import track_selection
+
+    track_selection(selection, "tune-with-vizier", tuning_job=job.get("name", ""))
+    return outputs(*published)

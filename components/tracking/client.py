@@ -25,6 +25,9 @@ ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 ENV_RUN_ID = "MLFLOW_RUN_ID"
 ENV_EXPERIMENT_ID = "MLFLOW_EXPERIMENT_ID"
 ENV_PARENT_RUN_ID = "GKEFLOW_MLFLOW_PARENT_RUN_ID"
+#: The run a training process started by a launcher logs into (the launcher's nested run,
+#: :mod:`gkeflow.components.tracking.handoff`); given to the chief only.
+ENV_TRAINING_RUN = "GKEFLOW_MLFLOW_TRAINING_RUN_ID"
 PARENT_TAG = "mlflow.parentRunId"
 RUN_NAME_TAG = "mlflow.runName"
 STEP_TAG = "gkeflow.step"
@@ -114,8 +117,11 @@ class Tracker:
 
     def __init__(self, client: Any = None, run_id: str = "", *, limits: Limits | None = None,
                  owns_run: bool = False, log: Callable[[str], None] = print,
-                 scope: str = "this step", clock: Callable[[], float] = time.monotonic) -> None:
+                 scope: str = "this step", clock: Callable[[], float] = time.monotonic,
+                 uri: str = "") -> None:
         self.client, self.run_id, self.limits = client, run_id, limits or Limits()
+        #: The tracking server's URI (handed on to a launched training job).
+        self.uri = uri
         self.owns_run, self.scope, self._log, self._clock = owns_run, scope, log, clock
         self.enabled = client is not None and bool(run_id)
         #: The server failed (or there is none): not even the run is ended.
@@ -244,7 +250,7 @@ def open_step_run(step: str, task: str = "", parent_run_id: str = "",
     client = mlflow_client(uri, log)
     if client is None:
         return Tracker(log=log)
-    tracker = Tracker(client, run_id or "pending", limits=limits, log=log)
+    tracker = Tracker(client, run_id or "pending", limits=limits, log=log, uri=uri)
     if run_id:
         return tracker
     nested = tracker.call("opening the step's run", nested_run, tracker.client, parent,

@@ -162,9 +162,12 @@ class PipelineStepTracker(Tracker):
 def open_step_run(step: str, task: str = "", parent_run_id: str = "",
                   environ: dict[str, str] | None = None, argv: Sequence[str] | None = None,
                   log: Callable[[str], None] = print, settle_s: float = SETTLE_S) -> Tracker:
-    """The tracker of one step: plugin, ``gkeflow run``'s parent, a compiled pipeline's
+    """The tracker of one step: a training run handed down by a launcher
+    (:func:`open_handed_run`), plugin, ``gkeflow run``'s parent, a compiled pipeline's
     settings (this module) or off."""
     env = os.environ if environ is None else environ
+    if env.get(base.ENV_TRAINING_RUN) and env.get(base.ENV_TRACKING_URI):
+        return open_handed_run(env, log)
     uri, experiment = env.get(ENV_URI, ""), env.get(ENV_EXPERIMENT, "")
     run_id, run_name = pipeline_run(env, argv)
     handed = env.get(base.ENV_RUN_ID) or parent_run_id or env.get(base.ENV_PARENT_RUN_ID)
@@ -178,7 +181,8 @@ def open_step_run(step: str, task: str = "", parent_run_id: str = "",
         (PIPELINE_RUN_NAME_TAG, run_name), (PIPELINE_TAG, env.get(ENV_PIPELINE, "")),
         (TARGET_TAG, env.get(ENV_TARGET, "")),
         (RUN_URL_TAG, run_url(env.get(ENV_RUN_URL, ""), run_id, run_name))) if value}
-    tracker = PipelineStepTracker(client, "pending", limits=Limits.from_env(env), log=log)
+    tracker = PipelineStepTracker(client, "pending", limits=Limits.from_env(env), log=log,
+                                  uri=uri)
     parent = tracker.call(f"opening the parent run in experiment {experiment!r}",
                           find_or_create_parent, client, experiment, run_id, tags, settle_s)
     if not parent:
@@ -189,3 +193,19 @@ def open_step_run(step: str, task: str = "", parent_run_id: str = "",
     if nested:
         tracker.run_id, tracker.owns_run, tracker.parent_run_id = nested, True, parent
     return tracker
+
+
+def open_handed_run(environ: dict[str, str] | None = None,
+                    log: Callable[[str], None] = print) -> Tracker:
+    """The run a launcher opened for the training it started remotely
+    (``GKEFLOW_MLFLOW_TRAINING_RUN_ID`` at ``MLFLOW_TRACKING_URI``); the launcher ends it."""
+    env = os.environ if environ is None else environ
+    run_id, uri = env.get(base.ENV_TRAINING_RUN, ""), env.get(base.ENV_TRACKING_URI, "")
+    if not (run_id and uri):
+        return Tracker(log=log)
+    load_credentials(env, log)
+    client = base.mlflow_client(uri, log)
+    if client is None:
+        return Tracker(log=log)
+    return Tracker(client, run_id, limits=Limits.from_env(env), log=log, uri=uri,
+                   scope="this training process")

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gkeflow.components.tracking.client import Tracker, entity_key, one_line
+from gkeflow.components.tracking.client import TASK_TAG, Tracker, entity_key, one_line
 from gkeflow.components.tracking.pipeline_run import open_step_run
 from gkeflow.components.tracking.plots import confusion_matrix_png, roc_png
 from gkeflow.components.tracking.vertex_run import log_step
@@ -89,7 +89,8 @@ def track_training(result: Any, params: Any, model_dir: Path, task: str = "",
               for epoch, value in enumerate(history, start=1) if _finite(value)]
     t.log_metric_series(series)
     t.log_metrics(final)
-    t.set_tags({"gkeflow.strategy": result.strategy, "gkeflow.precision": result.precision})
+    t.set_tags({"gkeflow.strategy": result.strategy, "gkeflow.precision": result.precision,
+                **({TASK_TAG: task.replace("'", "")} if task else {})})  # how a sweep finds trials
     if Path(model_dir).is_dir():
         t.log_artifacts(str(model_dir), MODEL_ARTIFACT_PATH)
     t.finish()

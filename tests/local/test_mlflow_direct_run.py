@@ -27,7 +27,7 @@ from gkeflow.pipelines.tracking_config import TrackingSettings
 pytestmark = pytest.mark.slow
 pytest.importorskip("mlflow", reason="mlflow is not installed (pip install -e '.[dev]')")
 
-TRACKED = ["prepare-data", "train-model", "evaluate-model", "register-model"]
+TRACKED = ["fingerprint-data", "prepare-data", "train-model", "evaluate-model", "register-model"]
 MODEL = "penguins-compiled-direct"
 
 

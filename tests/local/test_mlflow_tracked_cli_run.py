@@ -21,7 +21,7 @@ from tests.integration.mlflow_server import free_port
 pytestmark = pytest.mark.slow
 pytest.importorskip("mlflow", reason="mlflow is not installed (pip install -e '.[dev]')")
 
-TRACKED = ["prepare-data", "train-model", "evaluate-model", "register-model"]
+TRACKED = ["fingerprint-data", "prepare-data", "train-model", "evaluate-model", "register-model"]
 MODEL = "penguins-cli-registry"
 
 
@@ -118,11 +118,13 @@ def test_gkeflow_run_tracks_a_parent_and_a_nested_run_per_step(tmp_path, mlflow_
                                      f"tags.`{PIPELINE_RUN_TAG}` LIKE 'local-prediction-%'")
     (prediction,) = runs
     assert prediction["info"]["status"] == "FINISHED"
-    (batch,) = mlflow_server.search_runs(
+    steps = {run["info"]["run_name"]: run["info"]["run_id"] for run in mlflow_server.search_runs(
         experiment["experiment"]["experiment_id"],
-        f"tags.`{PARENT_TAG}` = '{prediction['info']['run_id']}'")
-    assert batch["info"]["run_name"] == "predict-batch"
-    assert mlflow_server.run(batch["info"]["run_id"])["metrics"]["rows_scored"] > 0
+        f"tags.`{PARENT_TAG}` = '{prediction['info']['run_id']}'")}
+    assert sorted(steps) == ["predict-batch", "report-predictions"]
+    assert mlflow_server.run(steps["predict-batch"])["metrics"]["rows_scored"] > 0
+    report = mlflow_server.run(steps["report-predictions"])["metrics"]
+    assert report["rows"] == mlflow_server.run(steps["predict-batch"])["metrics"]["rows_scored"]
 
 
 @pytest.mark.parametrize("pipeline", ["sweep", "prediction"])

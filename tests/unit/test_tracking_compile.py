@@ -4,6 +4,8 @@ reference; the registry defaults to the server's MLflow Model Registry."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -11,8 +13,8 @@ from gkeflow.pipelines.config import GkeflowConfig
 from gkeflow.pipelines.operations import notifications_key, select
 from gkeflow.pipelines.targets.compile import compile_pipeline
 
-TRACKED = {"exec-prepare-data", "exec-train-model", "exec-evaluate-model",
-           "exec-register-model"}
+TRACKED = {"exec-fingerprint-data", "exec-prepare-data", "exec-train-model",
+           "exec-evaluate-model", "exec-register-model"}
 TARGETS = {"vertex": {"project": "my-project", "region": "us-central1",
                       "pipeline_root": "gs://my-bucket/root",
                       "service_account": "runner@my-project.iam.gserviceaccount.com"},
@@ -49,8 +51,8 @@ def test_tracked_steps_carry_the_settings_and_no_secret_value(tmp_path, monkeypa
     executors = docs[0]["deploymentSpec"]["executors"]
     carrying = {name for name, executor in executors.items()
                 if _env(executor).get("GKEFLOW_MLFLOW_TRACKING_URI")} - {EXIT}
-    # Vertex AI trains through a CustomJob launcher, which logs nothing to MLflow
-    assert carrying == (TRACKED if target == "gke" else TRACKED - {"exec-train-model"})
+    # on Vertex AI train-model is the CustomJob launcher, which hands the run to the job
+    assert carrying == TRACKED
     for name in carrying:
         env, args = _env(executors[name]), executors[name]["container"]["args"]
         assert env["GKEFLOW_MLFLOW_EXPERIMENT"] == "penguins"
@@ -71,6 +73,8 @@ def test_tracked_steps_carry_the_settings_and_no_secret_value(tmp_path, monkeypa
                     "metadata.annotations['pipelines.kubeflow.org/run_name']"}
             (secret,) = platform[name]["secretAsEnv"]
             assert secret["secretName"] == "mlflow-credentials" and secret["optional"]
+            # its name only, for a JobSet launcher to give its pods the same references
+            assert _env(executors[name])["GKEFLOW_MLFLOW_GKE_SECRET"] == "mlflow-credentials"
             assert {k["envVar"] for k in secret["keyToEnv"]} == {
                 "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"}
     else:
@@ -78,6 +82,14 @@ def test_tracked_steps_carry_the_settings_and_no_secret_value(tmp_path, monkeypa
         assert url.startswith("https://console.cloud.google.com/vertex-ai/locations/")
         assert _env(executors["exec-register-model"])["GKEFLOW_MLFLOW_TOKEN_SECRET"] == (
             "projects/my-project/secrets/mlflow-token")
+        launcher = executors["exec-train-model"]["container"]
+        assert "gkeflow.components.scaleout.vertex_launcher" in launcher["command"]
+        from gkeflow.components.scaleout.vertex_launcher import parse_args
+
+        parsed = parse_args([a.replace("{{$.", "x-") for a in launcher["args"]])
+        assert parsed.gkeflow_pipeline_run_id == "x-pipeline_job_uuid}}"
+        chief = json.loads(launcher["args"][1])["job_spec"]["worker_pool_specs"][0]
+        assert "GKEFLOW_MLFLOW" not in json.dumps(chief), "handed on at run time only"
     registry = docs[0]["root"]["inputDefinitions"]["parameters"]["registry_uri"]
     assert registry["defaultValue"] == "mlflow+https://mlflow.example.com"
 
@@ -90,12 +102,15 @@ def test_without_a_tracking_uri_nothing_is_compiled_in(tmp_path):
 
 
 def test_sweep_and_prediction_default_to_the_mlflow_registry_and_track(tmp_path):
-    for pipeline, step in (("sweep", "exec-evaluate-model"), ("prediction", "exec-predict-batch")):
+    for pipeline, steps in (("sweep", ("exec-evaluate-model", "exec-select-best-trial",
+                                       "exec-train-model", "exec-fingerprint-data")),
+                            ("prediction", ("exec-predict-batch", "exec-report-predictions"))):
         _, docs = _compiled(tmp_path / pipeline, _config(MLFLOW), "gke", pipeline)
         registry = docs[0]["root"]["inputDefinitions"]["parameters"]["registry_uri"]
         assert registry["defaultValue"] == "mlflow+https://mlflow.example.com", pipeline
-        env = _env(docs[0]["deploymentSpec"]["executors"][step])
-        assert env["GKEFLOW_MLFLOW_PIPELINE"] == docs[0]["pipelineInfo"]["name"], pipeline
+        for step in steps:
+            env = _env(docs[0]["deploymentSpec"]["executors"][step])
+            assert env["GKEFLOW_MLFLOW_PIPELINE"] == docs[0]["pipelineInfo"]["name"], step
 
 
 def test_environments_tracked_apart_compile_apart():
