@@ -29,13 +29,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date
 from fnmatch import fnmatchcase
-from typing import TYPE_CHECKING
 
 from gkeflow.pipelines.compute.gpu_catalogue import FAMILIES
 from gkeflow.pipelines.compute.prices import Price
-
-if TYPE_CHECKING:
-    from gkeflow.pipelines.compute.price_vertex import VertexSummary
 
 SOURCE = "Cloud Billing Catalog API"
 #: Services whose SKUs are read: Compute Engine (GPUs, vCPUs, memory, TPU v5e/v5p/v6e) and
@@ -105,8 +101,9 @@ class Refresh:
     unmatched: list[Price] = field(default_factory=list)
     ambiguous: list[str] = field(default_factory=list)
     currency: str = "USD"
-    #: What the Vertex AI SKUs gave (None when they were not read).
-    vertex: VertexSummary | None = None
+    #: What the Vertex AI SKUs gave (a price_vertex.VertexSummary; None when they were not
+    #: read). Not imported here: price_vertex builds on this module.
+    vertex: object | None = None
 
 #: (kind, item, capacity, region) -> {unit price: SKU}: what the SKUs read price.
 Found = dict[tuple[str, str, str, str], dict[float, Sku]]
