@@ -79,7 +79,8 @@ def prepare_stage(configure: Callable[[dsl.PipelineTask, str], dsl.PipelineTask]
         part = configure(prepare_group(plan=plan.outputs["plan"], group=group,
                                        workspace_path=workspace_path), "prepare-group")
     merge = configure(merge_prepared(plan=plan.outputs["plan"],
-                                     parts=dsl.Collected(part.outputs["part"])),
+                                     parts=dsl.Collected(part.outputs["part"]),
+                                     data_fingerprint=fingerprint.outputs["data"]),
                       "merge-prepared")
     return fingerprint, merge.outputs["dataset"], merge.outputs["schema"]
 

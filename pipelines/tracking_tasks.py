@@ -33,7 +33,7 @@ from gkeflow.pipelines.tracking_config import (
 RUN_ID_FIELD = "metadata.labels['pipeline/runid']"
 RUN_NAME_FIELD = "metadata.annotations['pipelines.kubeflow.org/run_name']"
 #: Steps whose code logs to MLflow (gkeflow.components.tracking.steps, .sweep, .handoff).
-TRACKED_STEPS = frozenset({"fingerprint-data", "prepare-data", "train-model",
+TRACKED_STEPS = frozenset({"fingerprint-data", "prepare-data", "merge-prepared", "train-model",
                            "select-best-trial", "tune-with-vizier", "evaluate-model",
                            "register-model", "deploy-model", "predict-batch",
                            "report-predictions"})

@@ -123,6 +123,7 @@ def merge_prepared(
     rejected: Output[Dataset],
     max_rejected_fraction: float = 0.1,
     max_missing_fraction: float = 1.0,
+    data_fingerprint: str = "",
 ):
     """Merges the groups into one dataset, as a single-pod prepare_data would write it.
 
@@ -137,7 +138,10 @@ def merge_prepared(
             original text (and its bytes in base64 when they are not valid UTF-8).
         max_rejected_fraction: Fail when more than this fraction of rows is rejected.
         max_missing_fraction: Fail when a feature column misses more than this fraction.
+        data_fingerprint: Fingerprint of the input's content (from fingerprint_data), logged
+            with the preparation where the run is tracked.
     """
+    import json
     import shutil
     from pathlib import Path
 
@@ -166,3 +170,9 @@ def merge_prepared(
           f" {result.rejected_reasons}")
     for problem in result.problems:
         print(f"problem: {problem}")
+    from gkeflow.components.prepare.fanout import PLAN_FILE
+    from gkeflow.components.tracking.steps import track_preparation
+
+    source = json.loads((Path(plan.path) / PLAN_FILE).read_text(encoding="utf-8"))["source"]
+    track_preparation(result, source, result.schema.label, data_fingerprint,
+                      step="merge-prepared")

@@ -41,14 +41,16 @@ def best_effort(track):
 
 @best_effort
 def track_preparation(result: Any, data_uri: str, label_column: str,
-                      data_fingerprint: str = "", tracker: Tracker | None = None) -> None:
-    """prepare-data: the data fingerprint, the source and the split counts."""
+                      data_fingerprint: str = "", tracker: Tracker | None = None,
+                      step: str = "prepare-data") -> None:
+    """prepare-data (or the fan-out's merge-prepared, ``step``): the data fingerprint, the
+    source and the split counts."""
     params = {"data_uri": data_uri, "label_column": label_column,
               "data_fingerprint": data_fingerprint or "(not computed)"}
     counts = {"rows_read": result.rows_read, "rejected_rows": result.rejected_rows,
               **{f"{name}_rows": n for name, n in result.split_rows.items()}}
-    log_step("prepare-data", params, counts)
-    t = tracker or open_step_run("prepare-data")
+    log_step(step, params, counts)
+    t = tracker or open_step_run(step)
     if not t.enabled:
         return
     t.log_params(params)

@@ -164,3 +164,44 @@ def test_every_trial_is_a_nested_run_and_the_selection_logs_the_best(parent, mlf
                                                     "sweep/trials.json"))
     assert [row["trial_id"] for row in table["trials"]] == ["trial-001", "trial-000",
                                                             "trial-002"]
+
+
+def test_the_fanout_preparation_logs_its_merged_counts(parent, mlflow_server, tmp_path):
+    from kfp import dsl
+
+    from gkeflow.components.prepare.fanout_component import (
+        merge_prepared,
+        plan_prepare,
+        prepare_group,
+    )
+    from tests.unit.test_prepare_fanout import make_inputs
+
+    def artifact(kind, name):
+        made = kind(name=name, uri=str(tmp_path / name))
+        (tmp_path / name).mkdir()
+        return made
+
+    source = make_inputs(tmp_path / "in", files=3, rows=900)
+    plan = artifact(dsl.Artifact, "plan")
+    groups = plan_prepare.python_func(data_uri=source, plan=plan, label_column="status",
+                                      max_groups=3)
+    parts = []
+    for group in groups:
+        part = artifact(dsl.Artifact, f"part-{group}")
+        prepare_group.python_func(plan=plan, group=group, part=part)
+        parts.append(part)
+    dataset = artifact(dsl.Dataset, "dataset")
+    merge_prepared.python_func(
+        plan=plan, parts=parts, dataset=dataset, schema=dsl.Artifact(uri=str(tmp_path / "s")),
+        report=dsl.Markdown(uri=str(tmp_path / "r.md")),
+        rejected=dsl.Dataset(uri=str(tmp_path / "rej.csv")), data_fingerprint="sha256:abc")
+    run = step_runs(mlflow_server, parent)["merge-prepared"]
+    assert run["params"]["data_uri"] == source and run["params"]["label_column"] == "status"
+    assert run["tags"]["gkeflow.data_fingerprint"] == "sha256:abc"
+    metrics = run["metrics"]
+    assert metrics["rows_read"] == dataset.metadata["rows_read"] == 900
+    assert metrics["rows_read"] == metrics["rejected_rows"] + sum(
+        value for key, value in metrics.items() if key.endswith("_rows")
+        and key not in ("rows_read", "rejected_rows"))
+    assert metrics["rejected_rows"] > 0
+    assert run["info"]["status"] == "FINISHED"
