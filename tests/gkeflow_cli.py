@@ -9,7 +9,9 @@ standard error, as Python would print it. Working folder, environment and ``sys.
 restored afterwards.
 
 Commands that start pipelines under kfp.local, load TensorFlow, build images or handle
-signals (:data:`SUBPROCESS_COMMANDS`) always run in a subprocess, as do all calls when
+signals (:data:`SUBPROCESS_COMMANDS`) run in a subprocess, except their ``--help`` and the
+calls a test marks ``before_any_step=True`` (a ``run`` refused while its options and config
+are read, which starts no pipeline). All calls run in a subprocess when
 ``GKEFLOW_TEST_CLI=subprocess`` is set (the whole suite then checks the console script too).
 """
 
@@ -43,20 +45,24 @@ def command_of(args: tuple[str, ...]) -> str | None:
     return next((arg for arg in args if not arg.startswith("-")), None)
 
 
-def runs_in_process(args: tuple[str, ...]) -> bool:
+def runs_in_process(args: tuple[str, ...], before_any_step: bool = False) -> bool:
     if os.environ.get(MODE_ENV, "").strip().lower() == "subprocess":
         return False
     if "--version" in args:
         return False  # the installed distribution's version, as the console script reads it
+    if before_any_step or "--help" in args:
+        return True  # nothing is started: help text, or a refusal before any step
     return command_of(args) not in SUBPROCESS_COMMANDS
 
 
 def gkeflow(*args: str, cwd: Path | str | None = None, env: dict | None = None,
-            timeout: int = 600, subprocess_only: bool = False) -> subprocess.CompletedProcess:
+            timeout: int = 600, subprocess_only: bool = False,
+            before_any_step: bool = False) -> subprocess.CompletedProcess:
     """Run ``gkeflow ARGS`` in ``cwd`` with ``env`` added to this process's environment (a
-    value of None removes that variable)."""
+    value of None removes that variable). ``before_any_step``: the call is expected to end
+    before any pipeline step starts (a refused ``run``), so it may run in this process."""
     extra = {**BASE_ENV, **(env or {})}
-    if subprocess_only or not runs_in_process(args):
+    if subprocess_only or not runs_in_process(args, before_any_step):
         return _in_subprocess(args, cwd, extra, timeout)
     return _in_process(args, cwd, extra)
 

@@ -24,26 +24,28 @@ def test_every_command_has_help(command):
 
 
 def test_data_without_label_is_a_usage_error(tmp_path, churn_csv):
-    result = gkeflow("run", "--data", str(churn_csv), "--output", str(tmp_path))
+    result = gkeflow("run", "--data", str(churn_csv), "--output", str(tmp_path),
+                     before_any_step=True)
     assert result.returncode == 2
     assert "--label is required" in result.stderr
 
 
 def test_bad_ratios_are_a_usage_error(tmp_path):
-    result = gkeflow("run", "--train-ratio", "0.9", "--output", str(tmp_path))
+    result = gkeflow("run", "--train-ratio", "0.9", "--output", str(tmp_path),
+                     before_any_step=True)
     assert result.returncode == 2 and "sum to 1" in result.stderr
 
 
 def test_unknown_columns_fail_before_any_step_listing_the_columns(tmp_path, churn_csv):
     result = gkeflow("run", "--data", str(churn_csv), "--label", "nope", "--output",
-                     str(tmp_path))
+                     str(tmp_path), before_any_step=True)
     assert result.returncode == 1
     assert "label_column: unknown column(s) 'nope'; available columns:" in result.stderr
     assert "prepare-data" not in result.stdout and "Traceback" not in result.stderr
     header = churn_csv.read_text().splitlines()[0]
     for flag in ("--key", "--exclude", "--features"):
         result = gkeflow("run", "--data", str(churn_csv), "--label", "status", flag, "bogus",
-                         "--output", str(tmp_path))
+                         "--output", str(tmp_path), before_any_step=True)
         assert result.returncode == 1, flag
         assert "unknown column(s) 'bogus'" in result.stderr
         assert f"available columns: {header.replace(',', ', ')}" in result.stderr
@@ -54,7 +56,7 @@ def test_unknown_columns_fail_before_any_step_listing_the_columns(tmp_path, chur
     ("comparison_metric=speed", "unknown comparison_metric 'speed'"),
 ])
 def test_policy_parameters_fail_before_any_step(tmp_path, param, message):
-    result = gkeflow("run", "--param", param, "--output", str(tmp_path))
+    result = gkeflow("run", "--param", param, "--output", str(tmp_path), before_any_step=True)
     assert result.returncode == 1 and message in result.stderr
     assert "prepare-data" not in result.stdout
 
@@ -101,7 +103,9 @@ def test_compile_check_passes_on_the_repository():
 
 
 def test_param_is_checked_against_the_pipeline(tmp_path):
-    unknown = gkeflow("run", "--param", "bogus=1", "--output", str(tmp_path))
+    unknown = gkeflow("run", "--param", "bogus=1", "--output", str(tmp_path),
+                      before_any_step=True)
     assert unknown.returncode == 2 and "KEY one of data_uri" in unknown.stderr
-    mistyped = gkeflow("run", "--param", "epochs=many", "--output", str(tmp_path))
+    mistyped = gkeflow("run", "--param", "epochs=many", "--output", str(tmp_path),
+                       before_any_step=True)
     assert mistyped.returncode == 2 and "epochs must be of type Integer" in mistyped.stderr

@@ -35,7 +35,7 @@ def test_data_uris_are_checked_and_made_absolute(tmp_path, monkeypatch):
 
 def test_unmatched_glob_is_a_usage_error_before_any_step(tmp_path):
     result = gkeflow("run", "--data", str(tmp_path / "nothing-*.csv"), "--label", "y",
-                     "--output", str(tmp_path / "out"))
+                     "--output", str(tmp_path / "out"), before_any_step=True)
     assert result.returncode == 2 and "no files match" in result.stderr
     assert not (tmp_path / "out").exists()
 

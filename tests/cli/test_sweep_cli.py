@@ -21,7 +21,8 @@ def test_plan_sweep_shows_trials_gpus_per_trial_and_at_once(tmp_path):
 
 def test_invalid_sweeps_are_reported_before_anything_runs(tmp_path):
     bad_flag = gkeflow("run", "--pipeline", "sweep", "--sweep-param", "momentum=0.1,0.9",
-                       "--output", str(tmp_path / "out"), cwd=tmp_path)
+                       "--output", str(tmp_path / "out"), cwd=tmp_path,
+                       before_any_step=True)
     assert bad_flag.returncode == 2
     assert "sweep.parameters.momentum: not a tunable hyperparameter" in bad_flag.stderr
     assert "Traceback" not in bad_flag.stderr and not (tmp_path / "out").exists()
@@ -29,7 +30,7 @@ def test_invalid_sweeps_are_reported_before_anything_runs(tmp_path):
         "sweep:\n  algorithm: grid\n  parameters:\n"
         "    learning_rate: {type: uniform, min: 0.001, max: 0.1}\n")
     bad_file = gkeflow("run", "--pipeline", "sweep", "--output", str(tmp_path / "out"),
-                       cwd=tmp_path)
+                       cwd=tmp_path, before_any_step=True)
     assert bad_file.returncode == 1
     assert "gkeflow.yaml: sweep: parameters.learning_rate: a uniform range has no grid" in (
         bad_file.stderr)

@@ -50,11 +50,12 @@ def _write_config(tmp_path, uri: str, experiment: str, vertex_url: str = ""):
     return path
 
 
-def _run(tmp_path, config, data, *extra, env=None):
+def _run(tmp_path, config, data, *extra, env=None, before_any_step=False):
     return gkeflow("run", "--data", str(data), "--label", "species", "--epochs", "2",
                    "--min-accuracy", "0", "--no-cache", "--output", str(tmp_path / "out"),
                    "--config", str(config), *extra, cwd=tmp_path, timeout=600,
-                   env={"TEAM_MLFLOW_TOKEN": "t0ken-value", **(env or {})})
+                   env={"TEAM_MLFLOW_TOKEN": "t0ken-value", **(env or {})},
+                   before_any_step=before_any_step)
 
 
 def test_gkeflow_run_tracks_a_parent_and_a_nested_run_per_step(tmp_path, mlflow_server):
@@ -135,7 +136,7 @@ def test_sweep_and_prediction_check_the_mlflow_registry_before_any_step(tmp_path
     result = gkeflow("run", "--pipeline", pipeline, "--env", "dev", "--data",
                      str(_penguins_csv(tmp_path)), *label, "--config", str(config),
                      "--output", str(tmp_path / "out"), cwd=tmp_path,
-                     env={"TEAM_MLFLOW_TOKEN": "t"})
+                     env={"TEAM_MLFLOW_TOKEN": "t"}, before_any_step=True)
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(errors) == 1, result.stderr
@@ -158,7 +159,8 @@ def test_an_unreachable_server_leaves_the_run_unchanged(tmp_path):
 def test_an_unreachable_registry_is_refused_before_any_step(tmp_path):
     uri = f"http://127.0.0.1:{free_port()}"
     config = _write_config(tmp_path, uri, "nowhere")
-    result = _run(tmp_path, config, _penguins_csv(tmp_path), "--env", "dev")
+    result = _run(tmp_path, config, _penguins_csv(tmp_path), "--env", "dev",
+                  before_any_step=True)
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(errors) == 1, result.stderr
