@@ -56,20 +56,14 @@ def deploy_model(
     from pathlib import Path
 
     from gkeflow.components._atomic import write_text_atomic
-    from gkeflow.components.deploy.logic import deploy_for_pipeline
-    from gkeflow.components.tracking.more_steps import track_deployment
+    from gkeflow.components.deploy.logic import deploy_tracked
 
     registered = dict(registered_model.metadata)
-    try:
-        outcome = deploy_for_pipeline(
-            model_path=model.path, evaluation_path=evaluation.path, registered=registered,
-            target=target, registry_uri=registry_uri, serving_compute=serving_compute,
-            settings=deploy_settings, traffic=traffic,
-        )
-    except Exception as exc:
-        track_deployment(target=target, registered=registered, traffic=traffic, error=exc)
-        raise
-    track_deployment(outcome, target=target, registered=registered, traffic=traffic)
+    outcome = deploy_tracked(
+        model_path=model.path, evaluation_path=evaluation.path, registered=registered,
+        target=target, registry_uri=registry_uri, serving_compute=serving_compute,
+        settings=deploy_settings, traffic=traffic,
+    )
     deployment.metadata.update(outcome.metadata())
     write_text_atomic(Path(summary.path), outcome.markdown())
     outputs = namedtuple("DeployOutputs", ["endpoint", "model_version", "traffic_split"])

@@ -210,6 +210,25 @@ def deploy_for_pipeline(
                           credentials=credentials)
 
 
+def deploy_tracked(model_path: str, evaluation_path: str, registered: dict[str, Any],
+                   target: str, registry_uri: str, serving_compute: str, settings: str,
+                   traffic: int = 0) -> DeployOutcome:
+    """:func:`deploy_for_pipeline` with its outcome (or its error, then raised again) logged
+    where the run is tracked: the deploy components' shared body."""
+    from gkeflow.components.tracking.more_steps import track_deployment
+
+    try:
+        outcome = deploy_for_pipeline(
+            model_path=model_path, evaluation_path=evaluation_path, registered=registered,
+            target=target, registry_uri=registry_uri, serving_compute=serving_compute,
+            settings=settings, traffic=traffic)
+    except Exception as exc:
+        track_deployment(target=target, registered=registered, traffic=traffic, error=exc)
+        raise
+    track_deployment(outcome, target=target, registered=registered, traffic=traffic)
+    return outcome
+
+
 def serving_tf_version(target: str, registered: dict[str, Any], model_path: Path,
                        compute: dict[str, Any]) -> str:
     """The TensorFlow of the runtime that will answer: the registered Vertex AI container's,

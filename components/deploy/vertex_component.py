@@ -53,21 +53,15 @@ def deploy_model(
     from pathlib import Path
 
     from gkeflow.components._atomic import write_text_atomic
-    from gkeflow.components.deploy.logic import deploy_for_pipeline
+    from gkeflow.components.deploy.logic import deploy_tracked
     from gkeflow.components.deploy.vertex_endpoint import endpoint_uri
-    from gkeflow.components.tracking.more_steps import track_deployment
 
     registered = dict(registered_model.metadata)
-    try:
-        outcome = deploy_for_pipeline(
-            model_path=model.path, evaluation_path=evaluation.path, registered=registered,
-            target=target, registry_uri=registry_uri, serving_compute=serving_compute,
-            settings=deploy_settings, traffic=traffic,
-        )
-    except Exception as exc:
-        track_deployment(target=target, registered=registered, traffic=traffic, error=exc)
-        raise
-    track_deployment(outcome, target=target, registered=registered, traffic=traffic)
+    outcome = deploy_tracked(
+        model_path=model.path, evaluation_path=evaluation.path, registered=registered,
+        target=target, registry_uri=registry_uri, serving_compute=serving_compute,
+        settings=deploy_settings, traffic=traffic,
+    )
     deployment.uri = endpoint_uri(outcome.resource)
     deployment.metadata.update(outcome.metadata())
     write_text_atomic(Path(summary.path), outcome.markdown())
