@@ -25,6 +25,7 @@ from collections.abc import Callable
 from gkeflow.components.cloud.run_states import CANCELLED, FAILED, SUCCEEDED  # noqa: E402
 from gkeflow.components.tracking import client as base
 from gkeflow.components.tracking import pipeline_run as names
+from gkeflow.components.tracking import vertex_run
 
 #: The run's final state (gkeflow.components.cloud.run_states.final_state) in MLflow's words.
 MLFLOW_STATUS = {SUCCEEDED: "FINISHED", FAILED: "FAILED", CANCELLED: "KILLED"}
@@ -94,7 +95,7 @@ def end_run(state: str, target: str, run_id: str, run_name: str = "",
     """Write the run's end (``state``: SUCCEEDED, FAILED, CANCELLED or UNKNOWN) into each
     tracker this task's environment names; never raises."""
     env = dict(os.environ if environ is None else environ)
-    tracked = any(env.get(key) for key in (names.ENV_URI, "GKEFLOW_VERTEX_EXPERIMENT"))
+    tracked = any(env.get(key) for key in (names.ENV_URI, vertex_run.ENV_EXPERIMENT))
     if not tracked:
         return
     if state not in MLFLOW_STATUS:
@@ -105,8 +106,6 @@ def end_run(state: str, target: str, run_id: str, run_name: str = "",
         end_mlflow_parent(state, run_id, env, log)
     except Exception as exc:  # best effort: the exit task's own work goes on
         log(f"mlflow: the run's end was not recorded ({base.one_line(exc)})")
-    from gkeflow.components.tracking import vertex_run
-
     if not env.get(vertex_run.ENV_EXPERIMENT):
         return
     if target == "vertex":
