@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import random
 from pathlib import Path
@@ -15,6 +17,12 @@ for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+#: First on the PYTHONPATH of every process the tests start: what the images leave out stays
+#: out of the steps (tests/step_site/sitecustomize.py).
+STEP_SITE = Path(__file__).resolve().parent / "step_site"
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(STEP_SITE), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                       if p and p != str(STEP_SITE)]])
 #: API contracts vendored with their source and commit (tests/contracts/README.md).
 CONTRACTS = REPO_ROOT / "tests" / "contracts"
 
@@ -110,22 +118,45 @@ def weak_penguins(prepared_penguins, tmp_path_factory):
     return model_dir
 
 
+def once_per_session(tmp_path_factory, worker_id: str, name: str, build):
+    """``build(folder)`` once for the whole test session, pytest-xdist's workers included:
+    the first worker to ask builds it under a lock, the others wait for it and read what it
+    returned (JSON). Without xdist it is an ordinary session fixture."""
+    if worker_id == "master":
+        return build(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent  # this session's folder, all workers
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = shared / f"{name}.json"
+        if not done.exists():
+            folder = shared / name
+            folder.mkdir()
+            done.write_text(json.dumps(build(folder)))
+        return json.loads(done.read_text())
+
+
 @pytest.fixture(scope="session")
-def penguins_run(tmp_path_factory):
+def penguins_run(tmp_path_factory, worker_id):
     """`gkeflow run` on the bundled penguins, once per session, trained by two local worker
     processes (MultiWorkerMirroredStrategy) and registered whatever its accuracy:
     (output directory, what the command printed). The scale-out and prediction tests share
-    it; they add runs and aliases to it, never change what it trained."""
-    from click.testing import CliRunner
+    it, whichever worker runs them; they add runs and aliases to it, never change what it
+    trained."""
 
-    from gkeflow.pipelines.cli.main import main
+    def run(folder: Path) -> tuple[str, str]:
+        from click.testing import CliRunner
 
-    output = tmp_path_factory.mktemp("penguins-run") / "out"
-    result = CliRunner().invoke(main, [
-        "run", "--output", str(output), "--epochs", "3", "--min-accuracy", "0", "--no-cache",
-        "--compute", "train-model.replicas=2"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return output, result.output
+        from gkeflow.pipelines.cli.main import main
+
+        output = folder / "out"
+        result = CliRunner().invoke(main, [
+            "run", "--output", str(output), "--epochs", "3", "--min-accuracy", "0",
+            "--no-cache", "--compute", "train-model.replicas=2"], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return str(output), result.output
+
+    output, printed = once_per_session(tmp_path_factory, worker_id, "penguins-run", run)
+    return Path(output), printed
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,8 @@ from urllib.parse import parse_qs, urlparse
 
 import jsonschema
 
+from tests.integration.fake_http import SERVE_FOREVER
+
 QUERY_REQUEST_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
@@ -72,7 +74,8 @@ class FakeBigQuery:
         self.queries: list[str] = []
         self._results: dict[str, list] = {}
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs=SERVE_FOREVER, daemon=True)
 
     @property
     def endpoint(self) -> str:

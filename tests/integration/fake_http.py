@@ -16,6 +16,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+#: ``serve_forever``'s arguments for the fakes: ``shutdown()`` waits for the loop's next poll
+#: (0.5 s by default, at every fake's end).
+SERVE_FOREVER = {"poll_interval": 0.05}
+
 CONTRACTS = Path(__file__).resolve().parents[1] / "contracts"
 KFP_SWAGGER = CONTRACTS / "kfp-v2beta1.swagger.json"
 
@@ -122,7 +126,8 @@ class Server:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever,
+                                       kwargs=SERVE_FOREVER, daemon=True)
 
     @property
     def port(self) -> int:

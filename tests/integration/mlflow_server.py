@@ -63,6 +63,10 @@ class MlflowServer:
                    "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
         # no background job runner: tracking needs none, and it slows the start
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        # the server is the dev environment's full MLflow: nothing of it hidden
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+            if p and Path(p).name != "step_site")
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                             env=env, start_new_session=True)

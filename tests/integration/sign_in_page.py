@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.integration.fake_http import SERVE_FOREVER
+
 SIGN_IN = b"<!DOCTYPE html><html><body><form action='/login'>Sign in</form></body></html>"
 
 
@@ -31,7 +33,7 @@ class _SignInPage(BaseHTTPRequestHandler):
 def sign_in_page() -> Iterator[int]:
     """The port of a running sign-in page server on 127.0.0.1."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _SignInPage)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs=SERVE_FOREVER, daemon=True)
     thread.start()
     try:
         yield server.server_address[1]

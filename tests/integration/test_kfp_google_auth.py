@@ -24,6 +24,7 @@ from gkeflow.pipelines.config import GkeflowConfig
 from gkeflow.pipelines.targets.kfp import KfpBackend
 from gkeflow.pipelines.targets.submit import submit
 from tests.integration.conftest import FAST, TOKEN, config_dict
+from tests.integration.fake_http import SERVE_FOREVER
 
 IAP_CLIENT_ID = "1234-iap.apps.googleusercontent.com"
 SA_EMAIL = "pipelines@my-project.iam.gserviceaccount.com"
@@ -77,7 +78,8 @@ class FakeGoogleTokenEndpoint:
         return 200, {"access_token": TOKEN, "expires_in": 3600, "token_type": "Bearer"}
 
     def __enter__(self):
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever,
+                         kwargs=SERVE_FOREVER, daemon=True).start()
         return self
 
     def __exit__(self, *exc):

@@ -20,6 +20,7 @@ from gkeflow.components.register.local_registry import RegistryError
 from gkeflow.components.register.logic import register_for_pipeline
 from gkeflow.components.register.mlflow_registry import parse_mlflow_uri
 from gkeflow.components.register.unchanged import training_key
+from tests.integration.fake_http import SERVE_FOREVER
 from tests.integration.mlflow_server import free_port
 
 INPUTS = "data=sha256:aa;code=;label_column=status;epochs=3;learning_rate=0.01"
@@ -93,7 +94,8 @@ class _Proxy:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs=SERVE_FOREVER, daemon=True)
 
     def __enter__(self):
         self.thread.start()

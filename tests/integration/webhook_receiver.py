@@ -11,6 +11,8 @@ import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.integration.fake_http import SERVE_FOREVER
+
 
 class WebhookReceiver:
     """``with WebhookReceiver(fail_first=1) as hook: ... hook.messages``."""
@@ -47,7 +49,8 @@ class WebhookReceiver:
                 self.end_headers()
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever,
+                                       kwargs=SERVE_FOREVER, daemon=True)
 
     @property
     def url(self) -> str:

@@ -6,6 +6,8 @@ import threading
 
 from werkzeug.serving import make_server
 
+from tests.integration.fake_http import SERVE_FOREVER
+
 
 class WsgiFake:
     """``with Fake() as fake:`` serves ``fake._wsgi`` at ``fake.url`` until the block ends."""
@@ -21,7 +23,8 @@ class WsgiFake:
         self._server = make_server("127.0.0.1", 0, self._wsgi, threaded=True)
         self.port = self._server.server_port
         self.url = f"http://127.0.0.1:{self.port}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever,
+                         kwargs=SERVE_FOREVER, daemon=True).start()
         return self
 
     def __exit__(self, *exc) -> None:

@@ -1,0 +1,10 @@
+"""Loaded by every Python process the tests start (tests/conftest.py puts this folder first on
+PYTHONPATH), so the steps run with what the images install, not with the dev environment's
+extras. scikit-learn and matplotlib come with the full MLflow that serves the tracking tests;
+the images hold neither (tests/unit/test_step_site.py checks the locks), and Keras imports
+both at start when they are there: about a second of every TensorFlow process."""
+
+import sys
+
+for _name in ("sklearn", "matplotlib"):
+    sys.modules.setdefault(_name, None)  # `import sklearn` raises ImportError, as in the images
