@@ -6,9 +6,12 @@ import fcntl
 import json
 import os
 import random
+import sys
 from pathlib import Path
 
 import pytest
+
+from tests.step_site.sitecustomize import HIDDEN as STEP_SITE_HIDDEN
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Tables render at the width a pipe gets whoever runs the tests (pytest-xdist's workers set
@@ -23,6 +26,9 @@ STEP_SITE = Path(__file__).resolve().parent / "step_site"
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(STEP_SITE), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
                        if p and p != str(STEP_SITE)]])
+for _name in STEP_SITE_HIDDEN:  # pytest-xdist's workers start with it too: not hidden here
+    if _name in sys.modules and sys.modules[_name] is None:
+        del sys.modules[_name]
 #: API contracts vendored with their source and commit (tests/contracts/README.md).
 CONTRACTS = REPO_ROOT / "tests" / "contracts"
 

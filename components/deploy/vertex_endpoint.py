@@ -147,8 +147,11 @@ class VertexEndpoints:
         return self.policy.call(operation, what, on_retry=self.echo)
 
     def _wait(self, operation_name: str, what: str, response_type=None):
-        """Poll a long-running operation to its end; its response (or raise its error)."""
+        """Poll a long-running operation to its end; its response (or raise its error).
+        The first read comes after a second, the next ones half as long again each time, up
+        to ``poll_s`` (as google.api_core polls operations): a short one ends soon."""
         started = self.policy.clock()
+        delay = min(1.0, self.poll_s)
         while True:
             op = self._call(lambda: self.client.get_operation(
                 request={"name": operation_name}, timeout=self.policy.call_timeout_s),
@@ -166,7 +169,8 @@ class VertexEndpoints:
                 raise DeployError(f"operation {operation_name} ({what}) has not finished "
                                   f"after {self.policy.budget_s:.0f}s; look at it in the "
                                   "console and run the command again")
-            self.policy.sleep(self.poll_s)
+            self.policy.sleep(delay)
+            delay = min(delay * 1.5, self.poll_s)
 
     def _state(self, endpoint) -> EndpointState:
         split = dict(endpoint.traffic_split)

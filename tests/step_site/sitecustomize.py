@@ -2,9 +2,18 @@
 PYTHONPATH), so the steps run with what the images install, not with the dev environment's
 extras. scikit-learn and matplotlib come with the full MLflow that serves the tracking tests;
 the images hold neither (tests/unit/test_step_site.py checks the locks), and Keras imports
-both at start when they are there: about a second of every TensorFlow process."""
+both at start when they are there: about a second of every TensorFlow process. The pytest
+processes themselves keep them (tests/conftest.py): in-process tests draw MLflow's plots."""
 
 import sys
 
-for _name in ("sklearn", "matplotlib"):
-    sys.modules.setdefault(_name, None)  # `import sklearn` raises ImportError, as in the images
+HIDDEN = ("sklearn", "matplotlib")
+
+
+def hide(names=HIDDEN) -> None:
+    for name in names:
+        sys.modules.setdefault(name, None)  # `import sklearn` raises ImportError, as in the images
+
+
+if __name__ == "sitecustomize":
+    hide()
