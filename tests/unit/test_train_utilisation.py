@@ -5,6 +5,7 @@ the runs without NVML, a driver or a GPU."""
 from __future__ import annotations
 
 import json
+import threading
 import types
 
 import pytest
@@ -45,6 +46,14 @@ class NVMLError_GpuIsLost(NVMLError):  # noqa: N801
     pass
 
 
+class NVMLError_NotFound(NVMLError):  # noqa: N801
+    pass
+
+
+class NVMLError_NotSupported(NVMLError):  # noqa: N801
+    pass
+
+
 def fake_nvml(devices: list[dict], fail_init: type[NVMLError] | None = None,
               fail_at_call: int = 0) -> types.ModuleType:
     """A module with pynvml's functions over scripted devices.
@@ -52,7 +61,10 @@ def fake_nvml(devices: list[dict], fail_init: type[NVMLError] | None = None,
     Each device: ``utilisation`` (a list of %, one per call, the last repeated), ``used``
     and ``total`` (bytes) and ``uuid``. Calls before nvmlInit or after nvmlShutdown, and
     handles it did not hand out, raise as NVML does. ``fail_at_call``: the n-th utilisation
-    read (from 1) raises NVMLError_GpuIsLost.
+    read (from 1) raises NVMLError_GpuIsLost. A device with ``driver`` (a list of
+    (timestamp µs, %) the test may extend) also answers ``nvmlDeviceGetSamples`` as NVML does:
+    the samples after the timestamp, NVMLError_NotFound when there is none; without
+    ``driver`` (or with None) it answers NVMLError_NotSupported; ``value_type`` 0 gives doubles.
     """
     m = types.ModuleType("pynvml")
     state = {"initialised": False, "reads": 0, "shutdowns": 0, "init_calls": 0}
@@ -107,19 +119,36 @@ def fake_nvml(devices: list[dict], fail_init: type[NVMLError] | None = None,
     def nvmlDeviceGetUUID(handle):
         return device(handle)["uuid"]
 
+    def nvmlDeviceGetSamples(handle, sampling_type, since):
+        d = device(handle)
+        if sampling_type != 1:
+            raise NVMLError_InvalidArgument(2)
+        state["sample_calls"] = state.get("sample_calls", 0) + 1
+        if d.get("driver") is None:
+            raise NVMLError_NotSupported(3)
+        value_type = d.get("value_type", 1)
+        field = "dVal" if value_type == 0 else "uiVal"
+        found = [types.SimpleNamespace(timeStamp=t, sampleValue=types.SimpleNamespace(
+            **{field: float(v) if value_type == 0 else int(v)})) for t, v in d["driver"]
+            if t > since]
+        if not found:
+            raise NVMLError_NotFound(6)
+        return value_type, found
+
     for name, value in list(locals().items()):
         if name.startswith("nvml"):
             setattr(m, name, value)
     for cls in (NVMLError, NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded,
-                NVMLError_Uninitialized, NVMLError_InvalidArgument, NVMLError_GpuIsLost):
+                NVMLError_Uninitialized, NVMLError_InvalidArgument, NVMLError_GpuIsLost,
+                NVMLError_NotFound, NVMLError_NotSupported):
         setattr(m, cls.__name__, cls)
     m.state = state
     return m
 
 
-def gpu(utilisation, used_mib=1024, total_mib=81559, uuid="GPU-0"):
+def gpu(utilisation, used_mib=1024, total_mib=81559, uuid="GPU-0", **driver):
     return {"utilisation": list(utilisation), "used": used_mib * MIB, "total": total_mib * MIB,
-            "uuid": uuid}
+            "uuid": uuid, **driver}
 
 
 def stop_after(n: int, seen: list):
@@ -279,6 +308,81 @@ def test_without_the_nvml_package_it_is_missing(monkeypatch):
     report = GpuSampler(log=lines.append, environ={}).start().report()
     assert report.status == "missing" and "nvidia-ml-py" in report.reason
     assert len(lines) == 1
+
+
+def test_a_reading_averages_the_driver_samples_since_the_last_one():
+    # Before start the GPU was busy; the instantaneous rate happens to read 99 each time.
+    device = gpu([99], driver=[(10, 100), (20, 100)])
+    nvml = fake_nvml([device])
+    timeline = [[(30, 0), (40, 100), (50, 50), (60, 10)], [(70, 20), (80, 30)]]
+
+    def wait(seconds):
+        if not timeline:
+            return True
+        device["driver"].extend(timeline.pop(0))
+        return False
+
+    sampler = GpuSampler(1, nvml=nvml, log=lambda _: None, wait=wait, environ={})
+    sampler.begin_epoch(1)
+    sampler.start()
+    sampler.stop()
+    report = sampler.report(0)
+    # First read: nothing after start (t=20) yet -> the instantaneous 99; then every driver
+    # sample since the last read, each once.
+    assert [r.utilisation_pct for _, r in sampler._readings] == [99, 0, 100, 50, 10, 20, 30]
+    assert report.samples == 3 and report.run.readings == 7
+    assert report.run.utilisation_mean_pct == 309 / 7
+
+
+def test_without_driver_samples_the_instantaneous_rate_is_used_from_then_on():
+    nvml = fake_nvml([gpu([70, 30], driver=None)])
+    sampler = GpuSampler(nvml=nvml, log=lambda _: None, wait=stop_after(2, []), environ={})
+    sampler.start()
+    sampler.stop()
+    assert [r.utilisation_pct for _, r in sampler._readings] == [70, 30]
+    assert nvml.state["sample_calls"] == 1  # asked once at start, never again
+
+
+def test_driver_samples_as_doubles_are_read_from_their_own_field():
+    device = gpu([0], driver=[], value_type=0)
+    nvml = fake_nvml([device])
+
+    def wait(seconds):
+        device["driver"].extend([(5, 12.5), (6, 87.5)])
+        return device["taken"] >= 1 and len(device["driver"]) > 2
+
+    sampler = GpuSampler(nvml=nvml, log=lambda _: None, wait=wait, environ={})
+    sampler.start()
+    sampler.stop()
+    assert [r.utilisation_pct for _, r in sampler._readings][-2:] == [12, 88]
+
+
+def test_epoch_marks_file_the_driver_samples_before_them_under_the_epoch_that_ends():
+    device = gpu([5], driver=[])
+    nvml = fake_nvml([device])
+    started, go_on = threading.Event(), threading.Event()
+
+    def wait(seconds):
+        started.set()
+        go_on.wait(5)
+        return True
+
+    sampler = GpuSampler(nvml=nvml, log=lambda _: None, wait=wait, environ={})
+    sampler.begin_epoch(1)  # before start: nothing to file, nothing read
+    sampler.start()
+    assert started.wait(5)
+    device["driver"] += [(1, 90), (2, 80)]
+    sampler.begin_epoch(2)
+    device["driver"] += [(3, 10)]
+    sampler.end_epoch()
+    sampler.end_epoch()  # nothing new: no reading, and no instantaneous one
+    go_on.set()
+    sampler.stop()
+    report = sampler.report(0)
+    assert report.epochs[1].utilisation_mean_pct == (5 + 90 + 80) / 3
+    assert report.epochs[2].readings == 1 and report.epochs[2].utilisation_peak_pct == 10
+    assert report.samples == 1  # the one timed read: epoch marks don't count as samples
+    assert report.run.readings == 4
 
 
 def test_only_the_gpus_cuda_may_use_are_sampled():
