@@ -37,9 +37,10 @@ from packaging.requirements import Requirement
 from gkeflow.pipelines.requirement_locks import lock_path, normalise, read_pins
 
 FLAVOURS = ("slim", "cpu", "gpu", "tpu")
-#: Direct dependencies the slim image leaves out: TensorFlow, TensorBoard and NVML (read
-#: only while training). Whatever only they require drops out of its resolution with them.
-TENSORFLOW_ONLY = ("tensorflow", "tensorboard", "nvidia-ml-py")
+#: Direct dependencies the slim image leaves out: TensorFlow, TensorBoard, TensorFlow's
+#: numeric types (ml-dtypes, held to a version that starts fast) and NVML (read only while
+#: training). Whatever only they require drops out of its resolution with them.
+TENSORFLOW_ONLY = ("tensorflow", "tensorboard", "ml-dtypes", "nvidia-ml-py")
 #: Direct dependencies no image installs: only the gkeflow command uses them (`gkeflow
 #: prices refresh`, `gkeflow monitoring apply`), no step.
 CLIENT_ONLY = ("google-cloud-billing", "google-cloud-monitoring")

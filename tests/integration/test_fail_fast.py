@@ -85,6 +85,11 @@ def no_credentials(tmp_path, monkeypatch, httpserver):
     address = f"127.0.0.1:{httpserver.port}"
     monkeypatch.setenv("GCE_METADATA_IP", address)
     monkeypatch.setenv("GCE_METADATA_HOST", address)
+    # google-auth reads GCE_METADATA_HOST once, when it is first imported; in a process
+    # where an earlier test imported it, it would still ask the real metadata host.
+    from google.auth.compute_engine import _metadata
+
+    monkeypatch.setattr(_metadata, "_GCE_METADATA_HOST", address)
     return httpserver
 
 
