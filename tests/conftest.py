@@ -143,11 +143,11 @@ def once_per_session(tmp_path_factory, worker_id: str, name: str, build):
 
 @pytest.fixture(scope="session")
 def penguins_run(tmp_path_factory, worker_id):
-    """`gkeflow run` on the bundled penguins, once per session, trained by two local worker
-    processes (MultiWorkerMirroredStrategy) and registered whatever its accuracy:
-    (output directory, what the command printed). The scale-out and prediction tests share
-    it, whichever worker runs them; they add runs and aliases to it, never change what it
-    trained."""
+    """`gkeflow run --deploy` on the bundled penguins, once per session, trained by two local
+    worker processes (MultiWorkerMirroredStrategy), registered whatever its accuracy and
+    deployed to the local stand-in: (output directory, what the command printed). The
+    scale-out, prediction and local deployment tests share it, whichever worker runs them;
+    they add runs and aliases to it, never change what it trained or deployed."""
 
     def run(folder: Path) -> tuple[str, str]:
         from click.testing import CliRunner
@@ -157,7 +157,8 @@ def penguins_run(tmp_path_factory, worker_id):
         output = folder / "out"
         result = CliRunner().invoke(main, [
             "run", "--output", str(output), "--epochs", "3", "--min-accuracy", "0",
-            "--no-cache", "--compute", "train-model.replicas=2"], catch_exceptions=False)
+            "--no-cache", "--compute", "train-model.replicas=2", "--deploy"],
+            catch_exceptions=False)
         assert result.exit_code == 0, result.output
         return str(output), result.output
 

@@ -1,6 +1,6 @@
 """Done when: a local run trains, registers and deploys (the local stand-in), and the
 stand-in answers `instances` requests with the same classes as the evaluation — through the
-real `gkeflow` command."""
+real `gkeflow` command. The run is the session's `gkeflow run --deploy` (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,9 @@ pytestmark = pytest.mark.slow
 NAME = "penguins-classifier"
 
 
-def test_run_deploy_then_ask_the_local_endpoint(tmp_path):
-    out = tmp_path / "out"
-    run = gkeflow("run", "--deploy", "--epochs", "8", "--output", str(out), cwd=tmp_path)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert f"Deployed:  {NAME} (local stand-in): {NAME}@1 100%" in run.stdout
+def test_run_deploy_then_ask_the_local_endpoint(penguins_run, tmp_path):
+    out, printed = penguins_run
+    assert f"Deployed:  {NAME} (local stand-in): {NAME}@1 100%" in printed
     request = out / "requests" / f"{NAME}.json"
     expected = json.loads((out / "requests" / f"{NAME}.expected.json").read_text())
 

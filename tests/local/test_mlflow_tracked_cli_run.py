@@ -50,9 +50,10 @@ def _write_config(tmp_path, uri: str, experiment: str, vertex_url: str = ""):
     return path
 
 
-def _run(tmp_path, config, data, *extra, env=None, before_any_step=False):
+def _run(tmp_path, config, data, *extra, env=None, before_any_step=False, cache=False):
     return gkeflow("run", "--data", str(data), "--label", "species", "--epochs", "2",
-                   "--min-accuracy", "0", "--no-cache", "--output", str(tmp_path / "out"),
+                   "--min-accuracy", "0", *(() if cache else ("--no-cache",)),
+                   "--output", str(tmp_path / "out"),
                    "--config", str(config), *extra, cwd=tmp_path, timeout=600,
                    env={"TEAM_MLFLOW_TOKEN": "t0ken-value", **(env or {})},
                    before_any_step=before_any_step)
@@ -64,7 +65,8 @@ def test_gkeflow_run_tracks_a_parent_and_a_nested_run_per_step(tmp_path, mlflow_
     with FakeVertexServer() as vertex:
         config = _write_config(tmp_path, mlflow_server.url, "penguins-cli", vertex.url)
         data = _penguins_csv(tmp_path)
-        result = _run(tmp_path, config, data, "--env", "dev", "--model-name", MODEL)
+        result = _run(tmp_path, config, data, "--env", "dev", "--model-name", MODEL,
+                      cache=True)  # a fresh output folder: every step runs
     assert result.returncode == 0, result.stdout + result.stderr
     assert not vertex.violations, vertex.violations
     (run_context,) = [c for c in vertex.metadata.contexts.values()
@@ -100,9 +102,13 @@ def test_gkeflow_run_tracks_a_parent_and_a_nested_run_per_step(tmp_path, mlflow_
                  "evaluation/roc_curve.json"):
         assert name in files, files
 
-    # A second identical run registers nothing new: unchanged, same as version 1.
-    again = _run(tmp_path, config, data, "--env", "dev", "--model-name", MODEL)
+    # A second identical run registers nothing new: unchanged, same as version 1. It takes
+    # preparation and training from the first run's cache, as a user's second run does;
+    # evaluation and registration run again.
+    again = _run(tmp_path, config, data, "--env", "dev", "--model-name", MODEL, cache=True)
     assert again.returncode == 0, again.stdout + again.stderr
+    assert "✓ train-model cached" in again.stdout and "✓ register-model success" in again.stdout
+    assert "Registered: unchanged: same as" in again.stdout
     versions = mlflow_server.api("model-versions/search", filter=f"name='{MODEL}'")
     assert [v["version"] for v in versions["model_versions"]] == ["1"]
     model = mlflow_server.api("registered-models/get", name=MODEL)["registered_model"]
