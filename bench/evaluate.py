@@ -85,7 +85,8 @@ def run_memory(dataset_dir: str, model_dir: str) -> dict:
     )
     from gkeflow.components.prepare.logic import Schema
     from gkeflow.components.prepare.reader import load_split
-    from gkeflow.components.train.logic import ExportedModel, encode_labels, to_model_inputs
+    from gkeflow.components.train.exported import ExportedModel
+    from gkeflow.components.train.inputs import encode_labels, to_model_inputs
 
     schema = Schema.load(Path(dataset_dir))
     started = time.perf_counter()

@@ -69,7 +69,8 @@ def measure(kind: str, ctx: dict, work: Path, batch_rows: int, row_rows: int) ->
                          key_column="id", batch_rows=batch_rows, max_drift=1.0)
         return {"rows": result.rows_scored, "seconds": result.seconds}
     from gkeflow.components.predict.resolve import training_profile
-    from gkeflow.components.train.logic import ExportedModel, to_model_inputs
+    from gkeflow.components.train.exported import ExportedModel
+    from gkeflow.components.train.inputs import to_model_inputs
 
     model = ExportedModel(Path(ctx["model"]))
     schema = training_profile(Path(ctx["model"])).schema

@@ -135,14 +135,8 @@ def main() -> None:
 
     from gkeflow.components.prepare.logic import Schema, prepare
     from gkeflow.components.prepare.reader import load_split
-    from gkeflow.components.train.logic import (
-        TrainParams,
-        encode_labels,
-        input_names,
-        throughput_callback,
-        to_model_inputs,
-        train,
-    )
+    from gkeflow.components.train.inputs import encode_labels, input_names, to_model_inputs
+    from gkeflow.components.train.logic import TrainParams, throughput_callback, train
     from gkeflow.components.train.models import (
         build_builtin,
         build_preprocessor,

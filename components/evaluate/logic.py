@@ -35,7 +35,7 @@ from gkeflow.components.evaluate.metrics import (
 )
 from gkeflow.components.evaluate.slices import SliceAccumulator, SliceMetrics, as_keys
 from gkeflow.components.prepare.logic import Schema
-from gkeflow.components.train.logic import ExportedModel
+from gkeflow.components.train.exported import ExportedModel
 
 
 class EvaluationError(ValueError):

@@ -112,7 +112,7 @@ def render_model_card(evaluation: Evaluation) -> str:
 def gpu_utilisation_section(model_dir: Path) -> str:
     """The card's "GPU utilisation during training" section, from the utilisation the
     training step recorded in the model's metadata; empty for models without it."""
-    from gkeflow.components.train.logic import MODEL_METADATA_FILE
+    from gkeflow.components.train.exported import MODEL_METADATA_FILE
 
     path = Path(model_dir) / MODEL_METADATA_FILE
     if not path.is_file():

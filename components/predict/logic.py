@@ -98,7 +98,8 @@ class Scorer:
     """The exported model's raw-feature signature, called on large batches."""
 
     def __init__(self, model_dir: Path, batch_rows: int = DEFAULT_BATCH_ROWS):
-        from gkeflow.components.train.logic import ExportedModel, input_names
+        from gkeflow.components.train.exported import ExportedModel
+        from gkeflow.components.train.inputs import input_names
 
         self.model = ExportedModel(model_dir)
         self.batch_rows = batch_rows

@@ -5,17 +5,14 @@ normalised; categorical features are one-hot encoded with an out-of-vocabulary
 bucket. The exported SavedModel takes raw feature values: floats (NaN for missing)
 and strings ("" for missing).
 
-Longer than most modules on purpose: the training loop, its resume points and the export
-share the state a preemption-safe run needs; models, devices and checkpoints live apart.
+This module holds the training loop and its resume points; what the model takes
+(``inputs``), the export (``exported``), models, devices and checkpoints live apart.
 """
 
 from __future__ import annotations
 
-import json
-import keyword
 import math
 import os
-import re
 import shutil
 import signal
 import tempfile
@@ -23,21 +20,22 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-
-from gkeflow.components._atomic import publish_dir
 from gkeflow.components.prepare.logic import Schema
 from gkeflow.components.prepare.reader import load_split
+from gkeflow.components.train.exported import SERVING_SIGNATURE, export_model
+from gkeflow.components.train.inputs import (
+    input_names,
+    make_split_dataset,
+    should_cache,
+    split_rows,
+    to_model_inputs,
+)
 from gkeflow.components.train.utilisation import (
     DEFAULT_INTERVAL_S,
     DEFAULT_WARN_BELOW_PCT,
     GpuSampler,
     UtilisationReport,
 )
-
-MODEL_METADATA_FILE = "gkeflow_model.json"
-SERVING_SIGNATURE = "serve"
 
 
 @dataclass(frozen=True)
@@ -127,131 +125,6 @@ class TrainResult:
     gpu_utilisation_warning: str = ""
 
 
-def input_names(schema: Schema) -> dict[str, str]:
-    """Column name -> the model input's name (letters, digits and '_'; unique)."""
-    names: dict[str, str] = {}
-    for column in schema.features:
-        base = re.sub(r"[^A-Za-z0-9_]+", "_", column.name).strip("_").lower() or "feature"
-        if not base[0].isalpha():
-            base = f"f_{base}"
-        if keyword.iskeyword(base):  # a serving signature's names are Python parameters
-            base = f"{base}_"
-        name, n = base, 2
-        while name in names.values():
-            name, n = f"{base}_{n}", n + 1
-        names[column.name] = name
-    return names
-
-
-def column_to_input(values: pd.Series, kind: str) -> np.ndarray:
-    """One raw column as the model takes it: float32 with NaN, or text with '' for missing."""
-    if kind == "numeric":
-        return pd.to_numeric(values, errors="coerce").to_numpy("float32")
-    return values.astype(object).where(values.notna(), "").astype(str).to_numpy(object)
-
-
-def to_model_inputs(frame: pd.DataFrame, schema: Schema) -> dict[str, np.ndarray]:
-    """Raw feature arrays keyed by the model's input names."""
-    names = input_names(schema)
-    inputs: dict[str, np.ndarray] = {}
-    for column in schema.features:
-        values = frame[column.name] if column.name in frame else pd.Series([None] * len(frame))
-        inputs[names[column.name]] = column_to_input(values, column.type)
-    return inputs
-
-
-def encode_labels(frame: pd.DataFrame, schema: Schema) -> np.ndarray:
-    index = {label: i for i, label in enumerate(schema.label_vocabulary)}
-    labels = frame[schema.label].astype(str)
-    unknown = sorted(set(labels) - set(index))
-    if unknown:
-        raise ValueError(
-            f"label values {unknown} are not in the schema's label vocabulary "
-            f"{schema.label_vocabulary}"
-        )
-    return labels.map(index).to_numpy("int32")
-
-
-def split_rows(dataset_dir: Path) -> dict[str, int]:
-    """Rows per split, as prepare_data recorded them in ``stats.json``."""
-    path = Path(dataset_dir) / "stats.json"
-    if not path.exists():
-        raise FileNotFoundError(f"no stats.json in {dataset_dir}; was it written by prepare_data?")
-    return {k: int(v) for k, v in json.loads(path.read_text())["split_rows"].items()}
-
-
-#: ``cache_dataset="auto"`` keeps preprocessed splits in memory up to this many bytes, or a
-#: quarter of the machine's memory if that is less.
-CACHE_BUDGET_BYTES = 2 * 2**30
-
-
-def should_cache(setting: str, rows: int, input_dim: int) -> bool:
-    """Cache the preprocessed train/eval batches when asked, or (``auto``) when they fit."""
-    if setting != "auto":
-        return setting == "on"
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        memory = 4 * CACHE_BUDGET_BYTES
-    return rows * (input_dim + 1) * 4 <= min(CACHE_BUDGET_BYTES, memory // 4)
-
-
-def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size: int,
-                       preprocessor, seed: int | None = None, shuffle: bool = False,
-                       cache: bool = False, drop_remainder: bool = False, workers: int = 1):
-    """Batches ``(dense features, label index)`` streamed from a prepared split's shards.
-
-    Reads the TFRecord column blocks in parallel (shards interleaved, blocks parsed in
-    parallel), then preprocesses whole batches and prefetches. With ``shuffle`` every epoch
-    sees the rows in a fresh order (seeded: shards and blocks shuffled, each block's rows
-    permuted). ``cache`` keeps the preprocessed rows in memory after the first epoch (for
-    splits that fit), in blocks that are shuffled every epoch after the cache, and whose
-    rows are permuted within windows of several blocks, so cached batches change too.
-    With several ``workers`` each reads its own shards when there are enough of them and
-    rows are not shuffled, else every worker reads all and keeps its share of the batches.
-    """
-    import tensorflow as tf
-
-    from gkeflow.components.prepare.reader import BLOCK_ROWS, make_tf_dataset, permute_rows
-
-    names = input_names(schema)
-    labels = tf.keras.layers.StringLookup(vocabulary=schema.label_vocabulary,
-                                          num_oov_indices=0, dtype="string")
-    columns = [c.name for c in schema.features] + [schema.label]
-    shuffle_cached = cache and shuffle
-    dataset = make_tf_dataset(dataset_dir, split, schema,
-                              BLOCK_ROWS if shuffle_cached else batch_size,
-                              shuffle_seed=seed if shuffle and not cache else None,
-                              columns=columns, drop_remainder=drop_remainder and not shuffle_cached)
-
-    def to_model(batch):
-        features = {names[c.name]: batch[c.name] for c in schema.features}
-        return preprocessor(features), labels(batch[schema.label])
-
-    dataset = dataset.map(to_model, num_parallel_calls=tf.data.AUTOTUNE,
-                          deterministic=seed is not None)
-    if cache:
-        dataset = dataset.cache()
-    if shuffle_cached:
-        blocks = dataset.shuffle(1024, seed=seed, reshuffle_each_iteration=True)
-        dataset = permute_rows(blocks, seed or 0).rebatch(batch_size,
-                                                          drop_remainder=drop_remainder)
-    options = tf.data.Options()
-    options.deterministic = seed is not None
-    if workers > 1:
-        from gkeflow.components.prepare.records import split_files
-
-        policy = tf.data.experimental.AutoShardPolicy
-        files = split_files(dataset_dir, split)
-        # tf.data cannot shard streamed gs:// shards by file (no file reader op to rewrite)
-        enough = len(files) >= workers and not str(files[0] if files else "").startswith("gs://")
-        # the per-epoch row shuffle draws its seeds from a non-file source, which FILE
-        # sharding cannot split: shuffled splits are sharded by batch (DATA)
-        options.experimental_distribute.auto_shard_policy = (
-            policy.FILE if enough and not shuffle else policy.DATA)
-    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
-
-
 def throughput_callback(examples_per_epoch: int, log_dir: Path | None = None):
     """A Keras callback recording examples per second of each epoch in ``.rates`` and, with
     a log directory, as TensorBoard scalars."""
@@ -278,30 +151,6 @@ def throughput_callback(examples_per_epoch: int, log_dir: Path | None = None):
                 writer.flush()
 
     return Throughput()
-
-
-def _export(model_dir: Path, preprocessor, classifier, schema: Schema, metadata: dict) -> None:
-    import keras
-    import tensorflow as tf
-
-    names = input_names(schema)
-    signature = {
-        names[c.name]: tf.TensorSpec([None], tf.float32 if c.type == "numeric" else tf.string,
-                                     name=names[c.name])
-        for c in schema.features
-    }
-
-    @tf.function(input_signature=[signature])
-    def serve(features):
-        return tf.cast(classifier(preprocessor(features), training=False), tf.float32)
-
-    with publish_dir(model_dir) as scratch:
-        archive = keras.export.ExportArchive()
-        archive.track(preprocessor)
-        archive.track(classifier)
-        archive.add_endpoint(SERVING_SIGNATURE, serve)
-        archive.write_out(str(scratch), verbose=False)
-        (scratch / MODEL_METADATA_FILE).write_text(json.dumps(metadata, indent=2))
 
 
 def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParams,
@@ -554,7 +403,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         "metrics": metrics,
         "gpu_utilisation": usage.to_dict(),
     }
-    _export(model_dir if chief else private / "model", preprocessor, classifier, schema,
+    export_model(model_dir if chief else private / "model", preprocessor, classifier, schema,
             metadata)
     if store is not None and chief:
         checkpoint.remove()
@@ -576,52 +425,3 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         gpu_utilisation=usage,
         gpu_utilisation_warning=usage.warning,
     )
-
-
-class ExportedModel:
-    """The exported SavedModel, called with raw feature values."""
-
-    def __init__(self, model_dir: Path):
-        import tensorflow as tf
-
-        self.model_dir = Path(model_dir)
-        if not (self.model_dir / "saved_model.pb").exists():
-            raise FileNotFoundError(f"no SavedModel in {self.model_dir}")
-        self.metadata = json.loads((self.model_dir / MODEL_METADATA_FILE).read_text())
-        self._loaded = tf.saved_model.load(str(self.model_dir))
-        self._serve = getattr(self._loaded, SERVING_SIGNATURE)
-
-    @property
-    def label_vocabulary(self) -> list[str]:
-        return list(self.metadata["label_vocabulary"])
-
-    def predict_proba(self, inputs: dict[str, np.ndarray], batch_size: int = 4096) -> np.ndarray:
-        import tensorflow as tf
-
-        kinds = {f["input"]: f["type"] for f in self.metadata["features"]}
-        missing = sorted(set(kinds) - set(inputs))
-        if missing:
-            raise ValueError(f"missing model inputs: {', '.join(missing)}")
-        total = len(next(iter(inputs.values()))) if inputs else 0
-        chunks = []
-        for start in range(0, total, batch_size):
-            batch = {}
-            for name in kinds:
-                values = inputs[name][start:start + batch_size]
-                dtype = tf.float32 if kinds[name] == "numeric" else tf.string
-                batch[name] = tf.constant(values, dtype=dtype)
-            chunks.append(self._serve(batch).numpy())
-        if not chunks:
-            return np.zeros((0, len(self.label_vocabulary)), dtype="float32")
-        return np.concatenate(chunks)
-
-    def predict_rows(self, rows: list[dict]) -> list[str]:
-        """Class labels for raw rows (dicts); absent or None values count as missing."""
-        frame = pd.DataFrame(rows)
-        inputs = {}
-        for feature in self.metadata["features"]:
-            values = frame[feature["name"]] if feature["name"] in frame else pd.Series(
-                [None] * len(frame), dtype=object)
-            inputs[feature["input"]] = column_to_input(values, feature["type"])
-        probs = self.predict_proba(inputs)
-        return [self.label_vocabulary[i] for i in probs.argmax(axis=1)]

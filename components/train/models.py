@@ -87,7 +87,7 @@ def build_preprocessor(schema: Schema, stats: FeatureStats, input_names: dict[st
     """Raw feature dict -> dense float32 vector, fitted on the train split's statistics.
 
     Its own layers are named with a capital letter (``Norm_x``, ``OneHot_x``...): input
-    names are lower case (:func:`~gkeflow.components.train.logic.input_names`), so no
+    names are lower case (:func:`~gkeflow.components.train.inputs.input_names`), so no
     column can take a layer's name."""
     import keras
     import tensorflow as tf

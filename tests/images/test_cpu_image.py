@@ -25,7 +25,7 @@ import yaml
 
 from gkeflow.components.images import flavour_of
 from gkeflow.components.register.local_registry import LocalRegistry
-from gkeflow.components.train.logic import ExportedModel
+from gkeflow.components.train.exported import ExportedModel
 from gkeflow.pipelines.targets.image_locks import (
     BUILD_BACKEND,
     left_out,

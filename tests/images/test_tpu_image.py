@@ -64,7 +64,7 @@ def test_a_savedmodel_written_in_the_tpu_image_loads_in_the_evaluation_tensorflo
 
     import tensorflow as tf
 
-    from gkeflow.components.train.logic import ExportedModel
+    from gkeflow.components.train.exported import ExportedModel
 
     dataset_dir, prepared = prepared_penguins
     work = tmp_path / "work"
@@ -75,7 +75,8 @@ def test_a_savedmodel_written_in_the_tpu_image_loads_in_the_evaluation_tensorflo
     script = (
         "import json, pathlib, tensorflow as tf; "
         "from gkeflow.components.prepare.schema import Schema; "
-        "from gkeflow.components.train.logic import ExportedModel, TrainParams, train; "
+        "from gkeflow.components.train.exported import ExportedModel; "
+        "from gkeflow.components.train.logic import TrainParams, train; "
         "w = pathlib.Path('/work'); "
         "schema = Schema.from_json((w / 'schema.json').read_text()); "
         "result = train(w / 'dataset', schema, w / 'model', TrainParams(epochs=2)); "

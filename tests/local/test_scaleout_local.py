@@ -9,7 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from gkeflow.components.train.logic import ExportedModel
+from gkeflow.components.train.exported import ExportedModel
 from gkeflow.pipelines.cli.main import main
 
 

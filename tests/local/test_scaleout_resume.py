@@ -25,7 +25,7 @@ from gkeflow.components.prepare.logic import prepare
 from gkeflow.components.scaleout import cluster, storage
 from gkeflow.components.scaleout.local_workers import free_ports
 from gkeflow.components.train.checkpoint import load_state
-from gkeflow.components.train.logic import MODEL_METADATA_FILE, ExportedModel
+from gkeflow.components.train.exported import MODEL_METADATA_FILE, ExportedModel
 from gkeflow.components.train.store import LocalStore, resolve_checkpoint_location
 from tests.conftest import make_churn_csv
 

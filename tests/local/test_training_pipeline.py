@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gkeflow.components.register.local_registry import LocalRegistry
-from gkeflow.components.train.logic import ExportedModel
+from gkeflow.components.train.exported import ExportedModel
 from gkeflow.pipelines.targets.local import run_local
 
 pytestmark = pytest.mark.slow

@@ -181,7 +181,8 @@ def test_streamed_evaluation_equals_the_in_memory_computation(prepared_penguins,
                                                               trained_penguins):
     from gkeflow.components.evaluate.accumulate import compute_metrics
     from gkeflow.components.prepare.reader import load_split
-    from gkeflow.components.train.logic import ExportedModel, encode_labels, to_model_inputs
+    from gkeflow.components.train.exported import ExportedModel
+    from gkeflow.components.train.inputs import encode_labels, to_model_inputs
 
     dataset_dir, prepared = prepared_penguins
     schema = prepared.schema

@@ -99,7 +99,7 @@ def _run(tmp_path, data, registry_uri, out_name="predictions.parquet", **kwargs)
 
 @pytest.mark.slow
 def test_predictions_equal_the_exported_models_own_outputs(tmp_path, registered):
-    from gkeflow.components.train.logic import ExportedModel
+    from gkeflow.components.train.exported import ExportedModel
 
     uri, model_dir = registered
     frame = _penguins_csv(tmp_path / "new.csv")

@@ -7,7 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from gkeflow.components.train.logic import ExportedModel, TrainParams, input_names
+from gkeflow.components.train.exported import ExportedModel
+from gkeflow.components.train.inputs import input_names
+from gkeflow.components.train.logic import TrainParams
 
 
 def test_training_learns_and_logs_metrics(trained_penguins):
@@ -85,7 +87,7 @@ def test_missing_model_dir_is_a_clear_error(tmp_path):
 
 
 def test_cache_auto_keeps_small_splits_and_streams_large_ones():
-    from gkeflow.components.train.logic import CACHE_BUDGET_BYTES, should_cache
+    from gkeflow.components.train.inputs import CACHE_BUDGET_BYTES, should_cache
 
     assert should_cache("auto", rows=100_000, input_dim=50)
     too_many_rows = CACHE_BUDGET_BYTES // (51 * 4) + 1
@@ -98,7 +100,7 @@ def test_cache_auto_keeps_small_splits_and_streams_large_ones():
 
 def test_training_streams_the_prepared_shards(prepared_penguins, tmp_path):
     """The train split is read from its TFRecord shards, not from a table in memory."""
-    from gkeflow.components.train.logic import make_split_dataset
+    from gkeflow.components.train.inputs import make_split_dataset
     from gkeflow.components.train.models import build_preprocessor, feature_stats_from_prepared
 
     dataset_dir, prepared = prepared_penguins

@@ -12,7 +12,9 @@ import pytest
 
 from gkeflow.components.evaluate.accumulate import compute_metrics
 from gkeflow.components.prepare.logic import ColumnSchema, Schema, prepare
-from gkeflow.components.train.logic import ExportedModel, TrainParams, input_names, train
+from gkeflow.components.train.exported import ExportedModel
+from gkeflow.components.train.inputs import input_names
+from gkeflow.components.train.logic import TrainParams, train
 from gkeflow.components.train.models import feature_stats_from_prepared
 
 

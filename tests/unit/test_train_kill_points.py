@@ -13,7 +13,8 @@ import json
 import pytest
 
 from gkeflow.components.train.checkpoint import load_state
-from gkeflow.components.train.logic import MODEL_METADATA_FILE, ExportedModel, TrainParams, train
+from gkeflow.components.train.exported import MODEL_METADATA_FILE, ExportedModel
+from gkeflow.components.train.logic import TrainParams, train
 from tests.unit.test_train_resilience import run_training
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,8 @@ import pytest
 
 from gkeflow.components.prepare.logic import prepare
 from gkeflow.components.train.checkpoint import load_state
-from gkeflow.components.train.logic import ExportedModel, TrainParams, train
+from gkeflow.components.train.exported import ExportedModel
+from gkeflow.components.train.logic import TrainParams, train
 
 pytestmark = pytest.mark.slow
 

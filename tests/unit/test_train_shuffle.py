@@ -7,7 +7,7 @@ import pytest
 
 from gkeflow.components.prepare.logic import prepare
 from gkeflow.components.prepare.reader import make_tf_dataset
-from gkeflow.components.train.logic import make_split_dataset
+from gkeflow.components.train.inputs import make_split_dataset
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_training_batches_differ_between_epochs(churn, cache):
         return tf.stack([tf.cast(inputs[_name(c)], tf.float32) for c in features
                          if c.type == "numeric"], axis=1)
 
-    from gkeflow.components.train.logic import input_names
+    from gkeflow.components.train.inputs import input_names
 
     names = input_names(schema)
 

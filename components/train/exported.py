@@ -1,0 +1,93 @@
+"""The exported SavedModel: written with its preprocessing inside and one serving signature
+that takes raw feature values, and read back to predict (evaluation, batch scoring)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gkeflow.components._atomic import publish_dir
+from gkeflow.components.prepare.logic import Schema
+from gkeflow.components.train.inputs import column_to_input, input_names
+
+MODEL_METADATA_FILE = "gkeflow_model.json"
+SERVING_SIGNATURE = "serve"
+
+
+def export_model(model_dir: Path, preprocessor, classifier, schema: Schema,
+                 metadata: dict) -> None:
+    """Write the SavedModel (preprocessing and classifier behind one signature) and its
+    metadata into ``model_dir``, which appears whole or not at all."""
+    import keras
+    import tensorflow as tf
+
+    names = input_names(schema)
+    signature = {
+        names[c.name]: tf.TensorSpec([None], tf.float32 if c.type == "numeric" else tf.string,
+                                     name=names[c.name])
+        for c in schema.features
+    }
+
+    @tf.function(input_signature=[signature])
+    def serve(features):
+        return tf.cast(classifier(preprocessor(features), training=False), tf.float32)
+
+    with publish_dir(model_dir) as scratch:
+        archive = keras.export.ExportArchive()
+        archive.track(preprocessor)
+        archive.track(classifier)
+        archive.add_endpoint(SERVING_SIGNATURE, serve)
+        archive.write_out(str(scratch), verbose=False)
+        (scratch / MODEL_METADATA_FILE).write_text(json.dumps(metadata, indent=2))
+
+
+class ExportedModel:
+    """The exported SavedModel, called with raw feature values."""
+
+    def __init__(self, model_dir: Path):
+        import tensorflow as tf
+
+        self.model_dir = Path(model_dir)
+        if not (self.model_dir / "saved_model.pb").exists():
+            raise FileNotFoundError(f"no SavedModel in {self.model_dir}")
+        self.metadata = json.loads((self.model_dir / MODEL_METADATA_FILE).read_text())
+        self._loaded = tf.saved_model.load(str(self.model_dir))
+        self._serve = getattr(self._loaded, SERVING_SIGNATURE)
+
+    @property
+    def label_vocabulary(self) -> list[str]:
+        return list(self.metadata["label_vocabulary"])
+
+    def predict_proba(self, inputs: dict[str, np.ndarray], batch_size: int = 4096) -> np.ndarray:
+        import tensorflow as tf
+
+        kinds = {f["input"]: f["type"] for f in self.metadata["features"]}
+        missing = sorted(set(kinds) - set(inputs))
+        if missing:
+            raise ValueError(f"missing model inputs: {', '.join(missing)}")
+        total = len(next(iter(inputs.values()))) if inputs else 0
+        chunks = []
+        for start in range(0, total, batch_size):
+            batch = {}
+            for name in kinds:
+                values = inputs[name][start:start + batch_size]
+                dtype = tf.float32 if kinds[name] == "numeric" else tf.string
+                batch[name] = tf.constant(values, dtype=dtype)
+            chunks.append(self._serve(batch).numpy())
+        if not chunks:
+            return np.zeros((0, len(self.label_vocabulary)), dtype="float32")
+        return np.concatenate(chunks)
+
+    def predict_rows(self, rows: list[dict]) -> list[str]:
+        """Class labels for raw rows (dicts); absent or None values count as missing."""
+        frame = pd.DataFrame(rows)
+        inputs = {}
+        for feature in self.metadata["features"]:
+            values = frame[feature["name"]] if feature["name"] in frame else pd.Series(
+                [None] * len(frame), dtype=object)
+            inputs[feature["input"]] = column_to_input(values, feature["type"])
+        probs = self.predict_proba(inputs)
+        return [self.label_vocabulary[i] for i in probs.argmax(axis=1)]
