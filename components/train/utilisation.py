@@ -6,9 +6,10 @@ and for the whole run.
 ``interval_s`` seconds, off the training thread. Each read takes every utilisation sample
 the driver kept since the last one (``nvmlDeviceGetSamples``; one per 200 ms on an H200), so
 the figures cover all of the time, and epoch marks file the samples before them under the
-epoch that ends: the instantaneous rate alone read a GPU busy half the time as 36-82% on
-an H200 (see bench/RESULTS.md). Where the driver keeps no samples, the instantaneous rate
-is read at each interval.
+epoch that ends: the instantaneous rate alone read a GPU busy half the time as 36-82% on an
+H200 (see bench/RESULTS.md). A read keeps its samples as one tuple of small integers (about
+8 bytes a sample), so a days-long run stays small. Where the driver keeps no samples, the
+instantaneous rate is read at each interval.
 
 It never fails training: without NVML, a driver or a GPU it records nothing and says so in
 one line; an NVML error mid-run stops sampling with one line and keeps what was read.
@@ -61,17 +62,19 @@ def percentile(values: Sequence[int], pct: int) -> int:
 
 @dataclass(frozen=True)
 class Reading:
-    """One GPU over one driver sample, or at one moment where the driver keeps none."""
+    """One GPU at one read: the utilisation of each driver sample since the last read (or
+    the instantaneous rate where the driver keeps none), and the memory in use."""
 
     device: int
-    utilisation_pct: int
+    utilisation_pct: tuple[int, ...]
     memory_used_bytes: int
     memory_total_bytes: int
 
 
 @dataclass(frozen=True)
 class Figures:
-    """Mean, p10 and peak over readings (every GPU at every sample counts once)."""
+    """Mean, p10 and peak: of utilisation over every driver sample (or instantaneous rate)
+    of every GPU, of memory over every read of every GPU."""
 
     readings: int
     utilisation_mean_pct: float
@@ -87,9 +90,11 @@ class Figures:
         if not readings:
             return None
         used = [r.memory_used_bytes for r in readings]
-        busy = [r.utilisation_pct for r in readings]
+        busy = [pct for r in readings for pct in r.utilisation_pct]
+        if not busy:
+            return None
         return cls(
-            readings=len(readings),
+            readings=len(busy),
             utilisation_mean_pct=sum(busy) / len(busy),
             utilisation_p10_pct=percentile(busy, 10),
             utilisation_peak_pct=max(busy),
@@ -283,11 +288,11 @@ class GpuSampler:
             for index, handle in self._handles:
                 values = self._driver_values(index, handle)
                 if not values and not boundary:
-                    values = [int(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)]
+                    values = (int(nvml.nvmlDeviceGetUtilizationRates(handle).gpu),)
                 if values:
                     memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-                    readings += [Reading(index, v, int(memory.used), int(memory.total))
-                                 for v in values]
+                    readings.append(Reading(index, values, int(memory.used),
+                                            int(memory.total)))
             with self._lock:
                 self._readings.extend((epoch, r) for r in readings)
                 self._samples += 0 if boundary else 1
@@ -336,17 +341,17 @@ class GpuSampler:
             seen[index] = max((t for t, _ in samples), default=0)
         return seen
 
-    def _driver_values(self, index: int, handle: Any) -> list[int]:
+    def _driver_values(self, index: int, handle: Any) -> tuple[int, ...]:
         """The driver's utilisation samples since the last read (oldest first)."""
         if self._seen is None:
-            return []
+            return ()
         samples = self._samples_since(handle, self._seen[index])
         if samples is None:
             self._seen = None
-            return []
+            return ()
         if samples:
             self._seen[index] = max(t for t, _ in samples)
-        return [round(v) for _, v in sorted(samples)]
+        return tuple(round(v) for _, v in sorted(samples))
 
     def _run(self) -> None:
         try:

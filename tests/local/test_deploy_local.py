@@ -1,6 +1,7 @@
 """Done when: a local run trains, registers and deploys (the local stand-in), and the
 stand-in answers `instances` requests with the same classes as the evaluation — through the
-real `gkeflow` command. The run is the session's `gkeflow run --deploy` (tests/conftest.py)."""
+real `gkeflow` command. The run is the session's `gkeflow run --deploy` (tests/conftest.py, through
+the command's click entry point); the endpoint is asked through the console script."""
 
 from __future__ import annotations
 

@@ -151,6 +151,11 @@ def gpu(utilisation, used_mib=1024, total_mib=81559, uuid="GPU-0", **driver):
             "uuid": uuid, **driver}
 
 
+def busy(sampler) -> list[int]:
+    """Every utilisation value the sampler kept, in order."""
+    return [pct for _, reading in sampler._readings for pct in reading.utilisation_pct]
+
+
 def stop_after(n: int, seen: list):
     """A ``wait`` that lets the sampler take ``n`` samples, then tells it to stop."""
     def wait(seconds: float) -> bool:
@@ -175,8 +180,8 @@ def test_nearest_rank_percentile_on_integers():
 
 
 def test_figures_pool_every_gpu_at_every_sample():
-    readings = [Reading(0, 10, 1 * MIB, 8 * MIB), Reading(1, 30, 3 * MIB, 8 * MIB),
-                Reading(0, 20, 2 * MIB, 8 * MIB), Reading(1, 40, 6 * MIB, 8 * MIB)]
+    readings = [Reading(0, (10,), 1 * MIB, 8 * MIB), Reading(1, (30,), 3 * MIB, 8 * MIB),
+                Reading(0, (20,), 2 * MIB, 8 * MIB), Reading(1, (40,), 6 * MIB, 8 * MIB)]
     f = Figures.of(readings)
     assert (f.readings, f.utilisation_mean_pct, f.utilisation_p10_pct,
             f.utilisation_peak_pct) == (4, 25.0, 10, 40)
@@ -329,7 +334,7 @@ def test_a_reading_averages_the_driver_samples_since_the_last_one():
     report = sampler.report(0)
     # First read: nothing after start (t=20) yet -> the instantaneous 99; then every driver
     # sample since the last read, each once.
-    assert [r.utilisation_pct for _, r in sampler._readings] == [99, 0, 100, 50, 10, 20, 30]
+    assert busy(sampler) == [99, 0, 100, 50, 10, 20, 30]
     assert report.samples == 3 and report.run.readings == 7
     assert report.run.utilisation_mean_pct == 309 / 7
 
@@ -339,7 +344,7 @@ def test_without_driver_samples_the_instantaneous_rate_is_used_from_then_on():
     sampler = GpuSampler(nvml=nvml, log=lambda _: None, wait=stop_after(2, []), environ={})
     sampler.start()
     sampler.stop()
-    assert [r.utilisation_pct for _, r in sampler._readings] == [70, 30]
+    assert busy(sampler) == [70, 30]
     assert nvml.state["sample_calls"] == 1  # asked once at start, never again
 
 
@@ -354,7 +359,7 @@ def test_driver_samples_as_doubles_are_read_from_their_own_field():
     sampler = GpuSampler(nvml=nvml, log=lambda _: None, wait=wait, environ={})
     sampler.start()
     sampler.stop()
-    assert [r.utilisation_pct for _, r in sampler._readings][-2:] == [12, 88]
+    assert busy(sampler)[-2:] == [12, 88]
 
 
 def test_epoch_marks_file_the_driver_samples_before_them_under_the_epoch_that_ends():
