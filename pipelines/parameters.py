@@ -32,6 +32,7 @@ def check_parameters(arguments: dict) -> None:
     except ValueError as exc:
         raise ParameterError(f"train_ratio/eval_ratio/test_ratio: {exc}") from None
     _check_training(arguments)
+    _check_fractions(arguments)
     _check_policy(arguments)
     if "model_name" in arguments:
         from gkeflow.components.register.local_registry import RegistryError, validate_model_name
@@ -46,7 +47,8 @@ def _check_training(arguments: dict) -> None:
     from gkeflow.components.train.logic import TrainParams
 
     settings = {name: arguments[name] for name in
-                ("epochs", "batch_size", "learning_rate", "model_type", "user_module")
+                ("epochs", "batch_size", "learning_rate", "model_type", "user_module",
+                 "early_stopping_patience")
                 if name in arguments}
     if not settings:
         return
@@ -54,6 +56,14 @@ def _check_training(arguments: dict) -> None:
         TrainParams(**settings)
     except (ValueError, TypeError) as exc:
         raise ParameterError(str(exc)) from None
+
+
+def _check_fractions(arguments: dict) -> None:
+    for name in ("max_rejected_fraction", "max_missing_fraction"):
+        value = arguments.get(name)
+        if value is not None and not 0.0 <= float(value) <= 1.0:
+            raise ParameterError(f"{name} must be between 0 and 1 (a fraction of rows, "
+                                 f"0.3 = 30%); got {value}")
 
 
 def _check_policy(arguments: dict) -> None:

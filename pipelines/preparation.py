@@ -55,8 +55,8 @@ def prepare_stage(configure: Callable[[dsl.PipelineTask, str], dsl.PipelineTask]
         configure: Applies a step's display name and compute.
         settings: One pod or fan-out.
         scope: The pipeline function's parameters (its ``locals()``): those named in
-            :data:`PREPARE_PARAMETERS`, ``user_module`` and ``prepare_groups`` (the most
-            groups, fan-out only).
+            :data:`PREPARE_PARAMETERS`, ``user_module``, ``max_rejected_fraction`` and
+            ``prepare_groups`` (the most groups, fan-out only).
         workspace_path: The run's workspace placeholder, or "".
 
     Returns:
@@ -70,7 +70,9 @@ def prepare_stage(configure: Callable[[dsl.PipelineTask, str], dsl.PipelineTask]
     fingerprinted = dict(arguments, data_fingerprint=fingerprint.outputs["data"],
                          workspace_path=workspace_path)
     if not settings.fanout:
-        single = configure(prepare_data(**fingerprinted), "prepare-data")
+        single = configure(prepare_data(**fingerprinted,
+                                        max_rejected_fraction=scope["max_rejected_fraction"]),
+                           "prepare-data")
         return fingerprint, single.outputs["dataset"], single.outputs["schema"]
     plan = configure(plan_prepare(**fingerprinted, max_groups=scope["prepare_groups"]),
                      "plan-prepare")
@@ -80,7 +82,8 @@ def prepare_stage(configure: Callable[[dsl.PipelineTask, str], dsl.PipelineTask]
                                        workspace_path=workspace_path), "prepare-group")
     merge = configure(merge_prepared(plan=plan.outputs["plan"],
                                      parts=dsl.Collected(part.outputs["part"]),
-                                     data_fingerprint=fingerprint.outputs["data"]),
+                                     data_fingerprint=fingerprint.outputs["data"],
+                                     max_rejected_fraction=scope["max_rejected_fraction"]),
                       "merge-prepared")
     return fingerprint, merge.outputs["dataset"], merge.outputs["schema"]
 

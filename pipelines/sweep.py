@@ -294,6 +294,7 @@ def build_sweep_pipeline(target: str = "local",
         feature_columns: str = "",
         shard_root: str = "",
         prepare_groups: int = preparation.groups,
+        max_rejected_fraction: float = 0.1,
         deploy: bool = False,
         deploy_traffic: int = 10,
         deploy_settings: str = "",
@@ -339,6 +340,8 @@ def build_sweep_pipeline(target: str = "local",
                 artifact on a gs:// or local root, in the run's workspace on GKE otherwise.
             prepare_groups: With fan-out preparation (gkeflow.yaml preparation.fanout):
                 the most parallel groups of input files (or bq:// row ranges); else unused.
+            max_rejected_fraction: Fail preparation when more than this fraction of rows is
+                rejected (unparseable or invalid).
             deploy: Serve the registered best model (behind a servability check) on the
                 target's endpoint: Vertex AI Endpoint, KServe InferenceService or the
                 local stand-in.

@@ -217,6 +217,7 @@ def build_training_pipeline(
         epochs: int = 20,
         batch_size: int = 32,
         learning_rate: float = 0.01,
+        early_stopping_patience: int = 5,
         model_type: str = "mlp",
         user_module: str = "",
         model_name: str = "penguins-classifier",
@@ -233,6 +234,7 @@ def build_training_pipeline(
         feature_columns: str = "",
         shard_root: str = "",
         prepare_groups: int = preparation.groups,
+        max_rejected_fraction: float = 0.1,
         deploy: bool = False,
         deploy_traffic: int = 10,
         deploy_settings: str = "",
@@ -248,6 +250,8 @@ def build_training_pipeline(
             epochs: Passes over the training split.
             batch_size: Examples per gradient step.
             learning_rate: Adam learning rate.
+            early_stopping_patience: Epochs without eval-loss improvement before training
+                stops (best weights restored); 0 = train every epoch.
             model_type: Built-in model family: mlp or wide_deep.
             user_module: Your own model: a module with build_model(schema, hparams);
                 empty = built-in.
@@ -276,6 +280,8 @@ def build_training_pipeline(
                 or local pipeline root, in the run's workspace on GKE otherwise.
             prepare_groups: With fan-out preparation (gkeflow.yaml preparation.fanout):
                 the most parallel groups of input files (or bq:// row ranges); else unused.
+            max_rejected_fraction: Fail preparation when more than this fraction of rows is
+                rejected (unparseable or invalid).
             deploy: Serve the registered model (behind a servability check) on the
                 target's endpoint: Vertex AI Endpoint, KServe InferenceService or the
                 local stand-in.
@@ -296,13 +302,15 @@ def build_training_pipeline(
         if train_engine is None and profiles["train-model"].caching:
             checkpoint_key = (f"{fingerprint.outputs['data']}-{label_column}-{train_ratio}-"
                               f"{eval_ratio}-{test_ratio}-{epochs}-{batch_size}-"
-                              f"{learning_rate}-{model_type}-{fingerprint.outputs['code']}")
+                              f"{learning_rate}-{early_stopping_patience}-{model_type}-"
+                              f"{fingerprint.outputs['code']}")
         train = train_step(
             dataset=dataset,
             schema=schema,
             epochs=epochs,
             batch_size=batch_size,
             learning_rate=learning_rate,
+            early_stopping_patience=early_stopping_patience,
             model_type=model_type,
             user_module=user_module,
             require_gpu=target != "local" and profiles["train-model"].uses_gpu,

@@ -144,7 +144,8 @@ def once_per_session(tmp_path_factory, worker_id: str, name: str, build):
 @pytest.fixture(scope="session")
 def penguins_run(tmp_path_factory, worker_id):
     """`gkeflow run --deploy` on the bundled penguins, once per session, trained by two local
-    worker processes (MultiWorkerMirroredStrategy), registered whatever its accuracy and
+    worker processes (MultiWorkerMirroredStrategy) with an L4 asked for (which a machine
+    without a GPU cannot give), registered whatever its accuracy and
     deployed to the local stand-in: (output directory, what the command printed). The
     scale-out, prediction and local deployment tests share it, whichever worker runs them;
     they add runs and aliases to it, never change what it trained or deployed."""
@@ -157,7 +158,8 @@ def penguins_run(tmp_path_factory, worker_id):
         output = folder / "out"
         result = CliRunner().invoke(main, [
             "run", "--output", str(output), "--epochs", "3", "--min-accuracy", "0",
-            "--no-cache", "--compute", "train-model.replicas=2", "--deploy"],
+            "--no-cache", "--compute", "train-model.replicas=2",
+            "--compute", "train-model.accelerator=nvidia-l4", "--deploy"],
             catch_exceptions=False)
         assert result.exit_code == 0, result.output
         return str(output), result.output

@@ -59,7 +59,8 @@ def train_model_local_workers(
     from gkeflow.components.tracking.handoff import open_remote_training
 
     params = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
-              "model_type": model_type, "user_module": user_module, "require_gpu": require_gpu}
+              "model_type": model_type, "user_module": user_module, "require_gpu": require_gpu,
+              "early_stopping_patience": early_stopping_patience}
     tracking = open_remote_training(f"local-workers:{pipeline_run_id}:{task_name}",
                                     "local-workers", task_name)
     try:
@@ -118,6 +119,7 @@ def train_model_jobset(
     checkpoint_uri: str = "",
     call_timeout_s: float = 0.0,
     retry_budget_s: float = 0.0,
+    early_stopping_patience: int = 5,
 ):
     """Trains on several GKE nodes: launches a JobSet of GPU pods and waits for it.
 
@@ -153,6 +155,7 @@ def train_model_jobset(
             retried (a watch: its window plus this); 0 = $GKEFLOW_CALL_TIMEOUT_S or 60.
         retry_budget_s: Seconds one failing operation is retried before the step gives up
             and deletes the JobSet; 0 = $GKEFLOW_RETRY_BUDGET_S or 900.
+        early_stopping_patience: Epochs without eval-loss improvement before stopping; 0 = off.
     """
     import json
     from pathlib import Path
@@ -160,7 +163,8 @@ def train_model_jobset(
     from gkeflow.components.scaleout import jobset_launcher, results
 
     params = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
-              "model_type": model_type, "user_module": user_module, "require_gpu": require_gpu}
+              "model_type": model_type, "user_module": user_module, "require_gpu": require_gpu,
+              "early_stopping_patience": early_stopping_patience}
     summary = jobset_launcher.launch_step(
         template=json.loads(jobset_template), dataset_uri=dataset.uri, schema_uri=schema.uri,
         params=params, pipeline_root=checkpoint_root, run_id=pipeline_run_id,

@@ -99,7 +99,9 @@ def train_model(
     from gkeflow.components.train.checkpoint import Preempted, exit_on_preemption
     from gkeflow.components.train.logic import TrainParams, train
     from gkeflow.components.train.report import trial_report
+    from gkeflow.components.train.devices import GpuUnavailableError
     from gkeflow.components.train.store import checkpoint_mount, resolve_checkpoint_location
+    from gkeflow.components.train.tpu import TpuUnavailableError
 
     params = TrainParams(
         epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
@@ -129,7 +131,12 @@ def train_model(
                 data_uri=dataset.uri,
             )
         except Exception as exc:
-            if not continue_on_error or isinstance(exc, Preempted):
+            if isinstance(exc, Preempted):
+                raise
+            if not continue_on_error:
+                if isinstance(exc, (TpuUnavailableError, GpuUnavailableError)):
+                    # the step's host cannot train as asked: one line, no traceback
+                    raise SystemExit(f"train-model: {exc}") from None
                 raise
             import traceback
 

@@ -115,6 +115,7 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
     from gkeflow.pipelines.cli.run_options import (
         check_options,
         finish,
+        local_accelerator_notes,
         local_compute,
         run_arguments,
         step_printer,
@@ -166,6 +167,8 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
 
     compute = local_compute("training", config_path, compute_overrides)
     config = read_config(config_path)
+    for note in local_accelerator_notes(compute, config.compute, compute_overrides):
+        console.print(f"[yellow]{note}[/yellow]", markup=True, highlight=False)
     from gkeflow.pipelines.cli.run_tracking import local_tracking, log_to_vertex, tracked_run
 
     tracking = local_tracking(console, config, environment, params, arguments)

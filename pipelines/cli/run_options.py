@@ -95,6 +95,39 @@ def local_compute(pipeline: str, config_path: Path | None,
     return dict(pipeline_compute(pipeline, profiles))
 
 
+def local_accelerator_notes(compute: dict | None, config_compute: dict,
+                            compute_overrides: tuple[str, ...],
+                            gpus: int | None = None, tpu_chips: int | None = None) -> list[str]:
+    """One line per step whose accelerator was asked for (in gkeflow.yaml ``compute:`` or by
+    ``--compute``) that this machine cannot give: the step trains on the CPU here.
+    ``gpus`` / ``tpu_chips``: what this machine has (default: its device files)."""
+    import glob
+
+    from gkeflow.components.train.tpu import tpu_device_files
+
+    if not compute:
+        return []
+    if gpus is None:
+        gpus = len(glob.glob("/dev/nvidia[0-9]*"))
+    if tpu_chips is None:
+        tpu_chips = len(tpu_device_files())
+    notes = []
+    for step, profile in compute.items():
+        asked = any(text.split("=", 1)[0].strip().startswith(f"{step}.accelerator")
+                    for text in compute_overrides)
+        asked = asked or any(key.startswith("accelerator")
+                             for key in (config_compute or {}).get(step, {}))
+        if not asked or not profile.accelerator_count:
+            continue
+        kind, has = ("TPU", tpu_chips) if profile.uses_tpu else ("GPU", gpus)
+        if has:
+            continue
+        notes.append(f"note: {step} asks for {profile.accelerator_count} x "
+                     f"{profile.accelerator}, but this machine has no {kind}: it runs on the "
+                     f"CPU here (the accelerator applies when compiled for GKE or Vertex AI)")
+    return notes
+
+
 def resolve_data(data: str) -> str:
     """``--data`` as the pipeline's ``data_uri`` (what the prepare step reads)."""
     from gkeflow.pipelines.cli.run_inputs import RunInputError, resolve_data_uri

@@ -53,9 +53,12 @@ def print_run_summary(console: Console, result, arguments: dict, debug: bool = F
         model_dir = result.output_dir("train-model", "model")
         if model_dir:
             console.print(f"Model:     {model_dir}")
-        strategy = result.artifact_metadata("train-model", "model").get("strategy")
-        if strategy:
-            console.print(f"Training:  {strategy}", markup=False)
+        trained = result.artifact_metadata("train-model", "model")
+        if trained.get("strategy"):
+            console.print(f"Training:  {trained['strategy']}", markup=False)
+        stopped = early_stop_line(trained, arguments)
+        if stopped:
+            console.print(f"           {stopped}", markup=False)
         data_report = result.output_dir("prepare-data", "report")
         if data_report:
             console.print(f"Data:      {data_report}")
@@ -74,3 +77,15 @@ def print_run_summary(console: Console, result, arguments: dict, debug: bool = F
             print_failure(console, failed.log, result.log_path, debug)
         else:
             console.print(f"[red bold]FAILED[/red bold]: {result.error}", markup=False)
+
+
+def early_stop_line(trained: dict, arguments: dict) -> str:
+    """Why training ended before ``epochs`` (early stopping), or "" when it ran them all."""
+    epochs = int(arguments.get("epochs", 0) or 0)
+    run, best = int(trained.get("epochs_run") or 0), int(trained.get("best_epoch") or 0)
+    if not epochs or not run or run >= epochs:
+        return ""
+    patience = int(arguments.get("early_stopping_patience", 5))
+    return (f"stopped early after {run} of {epochs} epochs: the eval loss had not improved "
+            f"for {run - best} epochs since epoch {best} (early_stopping_patience={patience}; "
+            "best weights kept); --param early_stopping_patience=0 trains every epoch")

@@ -75,6 +75,7 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
     from gkeflow.pipelines.cli.run_options import (
         OptionError,
         finish,
+        local_accelerator_notes,
         local_compute,
         run_arguments,
         step_printer,
@@ -95,6 +96,8 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
     from gkeflow.pipelines.cli.run_tracking import local_tracking, log_to_vertex, tracked_run
 
     config = read_config(config_path)
+    for note in local_accelerator_notes(compute, config.compute, compute_overrides):
+        console.print(f"[yellow]{note}[/yellow]", highlight=False)
     try:
         pipeline = build_sweep_pipeline("local", compute=compute, sweep=sweep,
                                         preparation=config.preparation)

@@ -30,6 +30,18 @@ def test_run_with_two_local_workers(penguins_run):
     assert (run_dir / "evaluate-model").is_dir() and (run_dir / "register-model").is_dir()
 
 
+def test_an_accelerator_this_machine_lacks_is_said_before_any_step(penguins_run):
+    import glob
+
+    _, output = penguins_run  # ... --compute train-model.accelerator=nvidia-l4
+    note = "note: train-model asks for 1 x nvidia-l4, but this machine has no GPU"
+    if glob.glob("/dev/nvidia[0-9]*"):
+        assert note not in output
+        return
+    assert note in output
+    assert output.index(note) < output.index("prepare-data started")
+
+
 def test_invalid_replicas_is_a_short_error_before_any_step(tmp_path):
     result = CliRunner().invoke(main, ["run", "--output", str(tmp_path / "o"),
                                        "--compute", "train-model.replicas=0"])

@@ -1,0 +1,100 @@
+"""Settings the docs describe for the training pipeline's steps are pipeline parameters:
+`gkeflow run --param` and gkeflow.yaml `parameters:` take them, and the run summary says
+when training stopped early."""
+
+from __future__ import annotations
+
+import click
+import pytest
+
+from gkeflow.pipelines.cli.params import pipeline_params
+from gkeflow.pipelines.cli.summary import early_stop_line
+from gkeflow.pipelines.parameters import ParameterError, check_parameters
+from gkeflow.pipelines.sweep import build_sweep_pipeline
+from gkeflow.pipelines.training import training_pipeline
+
+
+@pytest.mark.parametrize("build", [lambda: training_pipeline, build_sweep_pipeline],
+                         ids=["training", "sweep"])
+def test_run_param_takes_patience_and_rejected_fraction(build):
+    values = pipeline_params(build(), ("early_stopping_patience=10",
+                                        "max_rejected_fraction=0.3"))
+    assert values == {"early_stopping_patience": 10, "max_rejected_fraction": 0.3}
+
+
+def test_a_mistyped_documented_setting_still_names_the_type():
+    with pytest.raises(click.BadParameter, match="early_stopping_patience must be of type"):
+        pipeline_params(training_pipeline, ("early_stopping_patience=ten",))
+
+
+@pytest.mark.parametrize("arguments,message", [
+    ({"max_rejected_fraction": 1.5}, "max_rejected_fraction must be between 0 and 1"),
+    ({"max_rejected_fraction": -0.1}, "max_rejected_fraction must be between 0 and 1"),
+    ({"early_stopping_patience": -1}, "early_stopping_patience must be >= 0"),
+])
+def test_out_of_range_settings_are_refused_before_any_step(arguments, message):
+    with pytest.raises(ParameterError, match=message):
+        check_parameters(arguments)
+
+
+def test_the_compiled_steps_receive_the_settings():
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+    from kfp.compiler import Compiler
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "p.yaml"
+        Compiler().compile(training_pipeline, str(path))
+        spec = yaml.safe_load(path.read_text())
+    tasks = spec["root"]["dag"]["tasks"]
+    train = tasks["train-model"]["inputs"]["parameters"]["early_stopping_patience"]
+    prepare = tasks["prepare-data"]["inputs"]["parameters"]["max_rejected_fraction"]
+    assert train == {"componentInputParameter": "early_stopping_patience"}
+    assert prepare == {"componentInputParameter": "max_rejected_fraction"}
+
+
+def test_the_summary_says_when_and_why_training_stopped_early():
+    line = early_stop_line({"epochs_run": 12, "best_epoch": 7},
+                           {"epochs": 60, "early_stopping_patience": 5})
+    assert "stopped early after 12 of 60 epochs" in line
+    assert "for 5 epochs since epoch 7" in line
+    assert "early_stopping_patience=5" in line
+
+
+def test_the_summary_says_nothing_when_every_epoch_ran():
+    assert early_stop_line({"epochs_run": 20, "best_epoch": 20}, {"epochs": 20}) == ""
+    assert early_stop_line({}, {"epochs": 20}) == ""
+
+
+def _profiles(**fields):
+    from dataclasses import replace
+
+    from gkeflow.pipelines.training import DEFAULT_COMPUTE
+
+    return {"train-model": replace(DEFAULT_COMPUTE["train-model"], **fields),
+            "prepare-data": DEFAULT_COMPUTE["prepare-data"]}
+
+
+def test_an_asked_gpu_this_machine_lacks_is_said_at_the_start():
+    from gkeflow.pipelines.cli.run_options import local_accelerator_notes
+
+    profiles = _profiles(accelerator="nvidia-l4")
+    [note] = local_accelerator_notes(profiles, {}, ("train-model.accelerator=nvidia-l4",),
+                                     gpus=0, tpu_chips=0)
+    assert "train-model asks for 1 x nvidia-l4, but this machine has no GPU" in note
+    assert "runs on the CPU here" in note
+    assert local_accelerator_notes(profiles, {}, ("train-model.accelerator=nvidia-l4",),
+                                   gpus=1, tpu_chips=0) == []
+    # asked in gkeflow.yaml's compute: section rather than by --compute
+    assert local_accelerator_notes(profiles, {"train-model": {"accelerator": "nvidia-l4"}},
+                                   (), gpus=0, tpu_chips=0)
+
+
+def test_the_default_t4_nobody_asked_for_locally_is_not_noted():
+    from gkeflow.pipelines.cli.run_options import local_accelerator_notes
+
+    assert local_accelerator_notes(_profiles(), {}, ("train-model.replicas=2",),
+                                   gpus=0, tpu_chips=0) == []
+    assert local_accelerator_notes(None, {}, (), gpus=0, tpu_chips=0) == []
