@@ -29,6 +29,7 @@ def train_model_local_workers(
     pipeline_run_id: str = "",
     task_name: str = "train-model",
     checkpoint_uri: str = "",
+    early_stopping_patience: int = 5,
 ):
     """Trains with MultiWorkerMirroredStrategy over several worker processes on this machine.
 
@@ -50,6 +51,7 @@ def train_model_local_workers(
         task_name: Task name, part of the checkpoint location.
         checkpoint_uri: Where checkpoints go instead (gs://bucket/path or a directory),
             under <checkpoint_uri>/<run>/<task>; empty = under the pipeline root.
+        early_stopping_patience: Epochs without eval-loss improvement before stopping; 0 = off.
     """
     import shutil
     from pathlib import Path

@@ -97,9 +97,9 @@ def train_model(
 
     from gkeflow.components.prepare.logic import Schema
     from gkeflow.components.train.checkpoint import Preempted, exit_on_preemption
+    from gkeflow.components.train.devices import GpuUnavailableError
     from gkeflow.components.train.logic import TrainParams, train
     from gkeflow.components.train.report import trial_report
-    from gkeflow.components.train.devices import GpuUnavailableError
     from gkeflow.components.train.store import checkpoint_mount, resolve_checkpoint_location
     from gkeflow.components.train.tpu import TpuUnavailableError
 
