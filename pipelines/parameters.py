@@ -102,15 +102,59 @@ def _check_columns(arguments: dict) -> None:
         except DataError as exc:
             raise DataError(f"{exc} (the header of {named_by})") from None
         if _check_rows(usable):
-            _check_sample(usable, arguments)
+            rows = _check_sample(usable, arguments)
+            if rows is not None:
+                _check_split_sizes(data_uri, rows, arguments)
     except DataError as exc:
         raise ParameterError(str(exc)) from None
 
 
-def _check_sample(sources, arguments: dict) -> None:
+#: Below this many expected rows in the smallest split, a split may well come out empty:
+#: the data is prepared here, in a temporary folder, to see.
+SMALL_SPLIT_ROWS = 50
+
+
+def _check_split_sizes(data_uri: str, rows: int, arguments: dict) -> None:
+    """DataError when data small enough to be read whole leaves the train or test split
+    empty, as the prepare step would split it (by the hash of each row or key): training
+    would run and evaluation then fail on an empty test split."""
+    import tempfile
+    from pathlib import Path
+
+    from gkeflow.components.prepare.logic import SplitRatios, prepare
+    from gkeflow.components.prepare.sources import DataError
+
+    ratios = SplitRatios(arguments.get("train_ratio", 0.7), arguments.get("eval_ratio", 0.15),
+                         arguments.get("test_ratio", 0.15))
+    if rows * min(ratios.train, ratios.test) >= SMALL_SPLIT_ROWS:
+        return
+    with tempfile.TemporaryDirectory(prefix="gkeflow-split-check-") as folder:
+        try:
+            result = prepare(data_uri, Path(folder) / "dataset",
+                             arguments.get("label_column", ""), ratios,
+                             max_rejected_fraction=1.0,
+                             key_column=arguments.get("key_column", ""),
+                             exclude_columns=arguments.get("exclude_columns", ""),
+                             feature_columns=arguments.get("feature_columns", ""))
+        except Exception:  # noqa: BLE001 - what the step refuses, it says itself
+            return
+    counts = result.split_rows
+    empty = [split for split in ("train", "test") if not counts.get(split)]
+    if not empty:
+        return
+    shown = ", ".join(f"{split} {counts.get(split, 0)}" for split in ("train", "eval", "test"))
+    raise DataError(
+        f"data has {result.rows_read} rows, too few for its splits ({shown} rows, by the "
+        f"hash of each {'key' if arguments.get('key_column') else 'row'}): the "
+        f"{' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty; add rows "
+        "(a few hundred at least) or change --train-ratio/--eval-ratio/--test-ratio")
+
+
+def _check_sample(sources, arguments: dict) -> int | None:
     """DataError for what the prepare step refuses from its sample of rows (no usable
     feature, a named feature it cannot use, an unreadable label) or from the label's
-    classes (fewer than 2 in the whole data), read the way the step reads them."""
+    classes (fewer than 2 in the whole data), read the way the step reads them. Returns
+    the number of rows when the sample holds the whole data, else None."""
     from gkeflow.components.prepare.logic import SAMPLE_ROWS, fix_schema, sample_rows
     from gkeflow.components.prepare.sources import DataError
     from gkeflow.components.prepare.values import label_values
@@ -118,7 +162,7 @@ def _check_sample(sources, arguments: dict) -> None:
     try:
         header, sample, usable = sample_rows(list(sources), [])
     except DataError:
-        return  # every row malformed: left to the step, which shows them
+        return None  # every row malformed: left to the step, which shows them
     label = arguments.get("label_column", "")
     fix_schema(header, sample, label, None, arguments.get("key_column", ""),
                arguments.get("exclude_columns", ""), arguments.get("feature_columns", ""),
@@ -129,11 +173,12 @@ def _check_sample(sources, arguments: dict) -> None:
             for batch in source.batches(lambda *row: None, prefetch=False):
                 classes |= label_values(batch.column(label))
                 if len(classes) >= 2:
-                    return
+                    return None
     if len(classes) < 2:
         found = f"one class, {next(iter(classes))!r}" if classes else "no values"
         raise DataError(f"label column {label!r} has {found}; a classifier needs at least 2 "
                         "classes: check --label, or add rows of another class")
+    return sample.num_rows if sample.num_rows < SAMPLE_ROWS else None
 
 
 def _check_rows(sources) -> bool:

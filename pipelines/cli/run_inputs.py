@@ -32,6 +32,7 @@ def resolve_data_uri(data: str) -> str:
         if text.startswith("bq://") and not re.match(r"^bq://[^./]+\.[^./]+\.[^./]+$", text):
             raise RunInputError(f"malformed BigQuery URI {text!r}; expected "
                                 "bq://project.dataset.table")
+        check_credentials_for(text)
         return text
     if "://" in text and not text.startswith("file://"):
         raise RunInputError(f"unsupported URI scheme in {text!r}; use a local file, "
@@ -42,6 +43,24 @@ def resolve_data_uri(data: str) -> str:
     except DataError as exc:
         raise RunInputError(str(exc)) from None
     return local
+
+
+#: Scheme -> the variable that points its client at an emulator (which needs no credentials).
+EMULATORS = {"gs://": "STORAGE_EMULATOR_HOST", "bq://": "BIGQUERY_API_ENDPOINT"}
+
+
+def check_credentials_for(uri: str) -> None:
+    """RunInputError, in one line, when the steps would read ``uri`` (gs:// or bq://) with
+    Application Default Credentials and this environment has none."""
+    from gkeflow.pipelines.targets.credentials import CredentialsError, google_credentials
+
+    scheme = next((s for s in EMULATORS if uri.startswith(s)), None)
+    if scheme is None or os.environ.get(EMULATORS[scheme]):
+        return
+    try:
+        google_credentials(f"--data {uri}")
+    except CredentialsError as exc:
+        raise RunInputError(str(exc)) from None
 
 
 def default_model_name(data: str | None) -> str:

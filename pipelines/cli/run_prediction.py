@@ -46,22 +46,30 @@ def _choose_model(registry_uri: str, model: str | None,
         raise click.ClickException(
             f"no model registry at {registry_path(registry_uri)}: run `gkeflow run` first "
             "(with the same --output) to train and register a model")
+    picked = ""
     if not model:
         names = sorted({v.name for v in _registry(registry_uri).list()})
         if len(names) != 1:
             fits = _fitting_models(registry_uri, names, header) if header else []
-            raise click.UsageError(
-                "--model is required: the registry holds "
-                + (f"{len(names)} models ({', '.join(names)})" if names else "no model")
-                + (f"; the data's columns fit --model {', '.join(fits)}" if fits else
-                   "; e.g. --model NAME@champion or --model NAME@2"))
-        model = names[0]
+            if len(fits) == 1:  # the only model that can score these columns
+                model = fits[0].split("@")[0]
+                picked = (f"; the only one of {len(names)} registered models whose inputs "
+                          "the data holds")
+            else:
+                raise click.UsageError(
+                    "--model is required: the registry holds "
+                    + (f"{len(names)} models ({', '.join(names)})" if names else "no model")
+                    + (f"; the data's columns fit {len(fits)} of them: pass --model with "
+                       f"one of {', '.join(fits)}" if fits else
+                       "; e.g. --model NAME@champion or --model NAME@2"))
+        else:
+            model = names[0]
     try:
         ref = parse_model_ref(model)
         version, how = resolve_version(registry_uri, ref)
     except PredictError as exc:
         raise click.BadParameter(str(exc), param_hint="--model") from exc
-    return version, how, ref
+    return version, how + picked, ref
 
 
 def _registry(registry_uri: str):

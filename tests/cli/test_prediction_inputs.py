@@ -70,13 +70,41 @@ def test_another_registered_model_whose_inputs_match_is_suggested(tmp_path):
     assert "registry's only model" not in result.stderr
 
 
-def test_without_model_among_several_the_fitting_one_is_named(tmp_path):
+def _stop_at_the_runner(monkeypatch) -> list[str]:
+    """Stop the command where the local runner would start: the models it would score with."""
+    from gkeflow.pipelines.targets import local
+
+    reached: list[str] = []
+
+    def stop(arguments, *args, **kwargs):
+        reached.append(arguments["model_name"])
+        raise local.LocalRunError("stopped before running")
+
+    monkeypatch.setattr(local, "run_local", stop)
+    return reached
+
+
+def test_without_model_the_only_fitting_one_of_several_is_used_and_named(tmp_path,
+                                                                          monkeypatch):
     output = tmp_path / "out"
     _register(output, "penguins-classifier", PENGUIN_INPUTS, "run-1")
     _register(output, "loans-classifier", LOAN_INPUTS, "run-2")
+    reached = _stop_at_the_runner(monkeypatch)
+    result = _run(output, _loans_csv(tmp_path))
+    assert reached == ["loans-classifier"], result.output
+    assert "with loans-classifier@1" in result.output
+    assert "the only one of 2 registered models whose inputs the data holds" in result.output
+
+
+def test_without_model_several_fitting_models_are_listed(tmp_path):
+    output = tmp_path / "out"
+    _register(output, "penguins-classifier", PENGUIN_INPUTS, "run-1")
+    _register(output, "loans-classifier", LOAN_INPUTS, "run-2")
+    _register(output, "loans-v2-classifier", LOAN_INPUTS, "run-3")
     result = _run(output, _loans_csv(tmp_path))
     assert result.exit_code == 2, result.output
-    assert "the data's columns fit --model loans-classifier@1" in result.stderr
+    assert ("the data's columns fit 2 of them: pass --model with one of loans-classifier@1, "
+            "loans-v2-classifier@1") in result.stderr
 
 
 def test_parquet_data_is_checked_by_its_columns(tmp_path):
@@ -90,17 +118,9 @@ def test_parquet_data_is_checked_by_its_columns(tmp_path):
 def test_max_drift_one_lets_missing_columns_through_to_the_step(tmp_path, monkeypatch):
     """With max_drift=1 the step scores missing columns as missing: the check stands aside
     and the run goes on to the local runner (stopped here at its boundary)."""
-    from gkeflow.pipelines.targets import local
-
     output = tmp_path / "out"
     _register(output, "penguins-classifier", PENGUIN_INPUTS, "run-1")
-    reached = []
-
-    def stop(arguments, *args, **kwargs):
-        reached.append(arguments["model_name"])
-        raise local.LocalRunError("stopped before running")
-
-    monkeypatch.setattr(local, "run_local", stop)
+    reached = _stop_at_the_runner(monkeypatch)
     result = _run(output, _loans_csv(tmp_path), "--param", "max_drift=1")
     assert reached == ["penguins-classifier"], result.output
     assert "lacks" not in result.output

@@ -14,8 +14,19 @@ from tests.cli.test_cli import gkeflow
 from tests.conftest import make_churn_csv
 
 
+def _no_credentials(monkeypatch, tmp_path) -> None:
+    for name in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST",
+                 "BIGQUERY_API_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "no-gcloud"))
+    monkeypatch.setenv("NO_GCE_CHECK", "true")
+
+
 def test_data_uris_are_checked_and_made_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    _no_credentials(monkeypatch, tmp_path)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")
+    monkeypatch.setenv("BIGQUERY_API_ENDPOINT", "http://127.0.0.1:9")
     (tmp_path / "parts").mkdir()
     (tmp_path / "parts" / "a.csv").write_text("x,y\n1,a\n")
     assert resolve_data_uri("parts/*.csv") == str(tmp_path / "parts" / "*.csv")
@@ -31,6 +42,32 @@ def test_data_uris_are_checked_and_made_absolute(tmp_path, monkeypatch):
     assert default_model_name("data/customer churn.csv") == "customer-churn-classifier"
     assert default_model_name("data/parts/*.csv.gz") == "parts-classifier"
     assert default_model_name("bq://proj.ds.sales_2024") == "sales-2024-classifier"
+
+
+@pytest.mark.parametrize("uri", ["gs://bucket/data/*.csv", "bq://proj.ds.table"])
+def test_cloud_data_without_credentials_is_refused_in_one_line(tmp_path, monkeypatch, uri):
+    _no_credentials(monkeypatch, tmp_path)
+    with pytest.raises(RunInputError) as refused:
+        resolve_data_uri(uri)
+    message = str(refused.value)
+    assert f"no Google credentials found for --data {uri}" in message
+    assert "gcloud auth application-default login" in message and "\n" not in message
+    result = gkeflow("run", "--data", uri, "--label", "y", "--output", str(tmp_path / "out"),
+                     before_any_step=True, env={
+                         "CLOUDSDK_CONFIG": str(tmp_path / "no-gcloud"), "NO_GCE_CHECK": "true",
+                         "GOOGLE_APPLICATION_CREDENTIALS": "", "STORAGE_EMULATOR_HOST": "",
+                         "BIGQUERY_API_ENDPOINT": ""})
+    assert result.returncode == 2 and "gcloud auth application-default login" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
+
+
+def test_cloud_data_with_credentials_passes_through(tmp_path, monkeypatch):
+    _no_credentials(monkeypatch, tmp_path)
+    key = tmp_path / "adc.json"
+    key.write_text(json.dumps({"type": "authorized_user", "client_id": "c",
+                               "client_secret": "s", "refresh_token": "r"}))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+    assert resolve_data_uri("gs://bucket/data.csv") == "gs://bucket/data.csv"
 
 
 def test_unmatched_glob_is_a_usage_error_before_any_step(tmp_path):
