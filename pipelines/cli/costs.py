@@ -59,9 +59,13 @@ def cost_cells(run: RunCost) -> dict[str, dict[str, str]]:
 def cost_lines(run: RunCost, history_runs: int = 0) -> list[str]:
     """The lines under the plan table: totals, price sources with their dates, and why a
     figure is missing."""
-    ceiling = (format_usd(run.ceiling_usd) if run.ceiling_usd is not None
-               else f"missing ({run.ceiling_reason}); at least "
-                    f"{format_usd(run.priced_ceiling_usd)} from the priced steps")
+    if run.ceiling_usd is not None:
+        ceiling = format_usd(run.ceiling_usd)
+    elif run.priced_ceiling_usd:
+        ceiling = (f"missing ({run.ceiling_reason}); at least "
+                   f"{format_usd(run.priced_ceiling_usd)} from the priced steps")
+    else:  # nothing priced: a "$0.00" floor would read as a price
+        ceiling = f"missing ({run.ceiling_reason}); no step of this run is priced"
     lines = [f"cost ({LIST_PRICE_LABEL}, {run.region}): ceiling per run {ceiling}"]
     if history_runs:
         expected = (format_usd(run.expected_usd) if run.expected_usd is not None
@@ -175,10 +179,11 @@ def pipeline_profiles(config, pipeline: str, target: str) -> dict:
 
 
 def check_budget(config, pipeline: str, target: str, environment: str, *,
-                 over_budget: bool, schedule=None) -> str:
+                 over_budget: bool, schedule=None, verb: str = "submitted") -> str:
     """Raise a one-line ClickException when a run of ``pipeline`` would exceed its budget
     (or its ceiling cannot be computed) and ``over_budget`` is not given; returns a warning
-    line to print when it is, else ''."""
+    line to print when it is (``verb``: what happened to the run, e.g. "would be
+    submitted" for a dry run), else ''."""
     from gkeflow.pipelines.budget_config import budget_for
     from gkeflow.pipelines.compute.costing import run_cost
     from gkeflow.pipelines.compute.prices import current_prices
@@ -199,7 +204,7 @@ def check_budget(config, pipeline: str, target: str, environment: str, *,
         fix = ("pass --over-budget to submit anyway" if unknown else
                "lower its timeouts or compute, raise the budget, or pass --over-budget")
         raise click.ClickException(f"{name}{pipeline} on {target}: {refusal}; {fix}")
-    return f"warning: {name}submitted with --over-budget: {refusal}"
+    return f"warning: {name}{verb} with --over-budget: {refusal}"
 
 
 def run_actual_cost(config, info):

@@ -10,7 +10,7 @@ import click
 from gkeflow.pipelines.cli.params import NonEmptyPath
 
 
-@click.command("docs")
+@click.command("docs", hidden=True)  # a developer command (make docs)
 @click.option("--output", type=NonEmptyPath(dir_okay=False, path_type=Path), default=None,
               help="Where to write the reference. Default: docs/components.md in the current "
                    "directory.")

@@ -34,7 +34,6 @@ def main(ctx: click.Context, debug: bool) -> None:
       gkeflow run --pipeline prediction --data new.csv   score rows with the champion
       gkeflow compile                  write compiled/training.{gke,vertex}.yaml
                                        and compiled/components/<component>.yaml
-      gkeflow docs                     regenerate docs/components.md from the components
       gkeflow plan --target vertex     what each step requests on Vertex AI
       gkeflow models list              models in the local registry
       gkeflow deploy NAME@3 --target vertex   serve a version (canary, promote, rollback)
@@ -50,6 +49,11 @@ def main(ctx: click.Context, debug: bool) -> None:
     COMMAND` shows the traceback.
     """
     ctx.obj = {"debug": debug}
+    import os
+
+    # MLflow's own "View run ... at URL" lines would interleave with gkeflow's; gkeflow
+    # prints the run's link itself. Steps started from here inherit the setting.
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
 

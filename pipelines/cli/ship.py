@@ -133,13 +133,15 @@ def submit_command(pipeline, target, environment, params, wait, poll_s, timeout_
     overrides = parse_param_options(params)
     console.print(f"[bold]gkeflow submit[/bold]: {pipeline} -> {target} (environment "
                   f"{environment})")
-    warning = _check_budget(config, pipeline, target, environment, over_budget=over_budget)
-    if warning:
-        console.print(f"  {warning}", markup=False, soft_wrap=True)
+    # refused before anything is sent; said only once the run was submitted (or planned)
+    warning = _check_budget(config, pipeline, target, environment, over_budget=over_budget,
+                            verb="would be submitted" if dry_run else "submitted")
     with tempfile.TemporaryDirectory(prefix="gkeflow-submit-") as workdir:
         submission, backend = submit(config, pipeline, target, environment=environment,
                                      overrides=overrides, workdir=Path(workdir),
                                      dry_run=dry_run)
+    if warning:
+        console.print(f"  {warning}", markup=False, soft_wrap=True)
     for note in submission.notes:
         console.print(f"  {note}", markup=False, soft_wrap=True)
     if dry_run:
@@ -228,16 +230,18 @@ def schedule_apply(prune, dry_run, target, config_path, over_budget=False) -> No
         console.print("no schedules in the file; nothing to apply (add `schedules:` or use "
                       "--prune to remove gkeflow schedules from the targets)")
         return
+    warnings = []  # refused before anything is sent; said once the schedules were applied
     for schedule in config.schedules:
         if target in (None, schedule.target) and schedule.enabled:
-            warning = _check_budget(config, schedule.pipeline, schedule.target,
-                                    schedule.environment, over_budget=over_budget,
-                                    schedule=schedule)
-            if warning:
-                console.print(f"  {warning}", markup=False, soft_wrap=True)
+            warnings.append(_check_budget(
+                config, schedule.pipeline, schedule.target, schedule.environment,
+                over_budget=over_budget, schedule=schedule,
+                verb="would be scheduled" if dry_run else "scheduled"))
     with tempfile.TemporaryDirectory(prefix="gkeflow-schedule-") as workdir:
         result = apply(config, workdir=Path(workdir), target=target, prune=prune,
                        dry_run=dry_run, on_action=on_action)
+    for warning in filter(None, warnings):
+        console.print(f"  {warning}", markup=False, soft_wrap=True)
     if dry_run:
         _print_planned(console, result.planned)
     elif not result.changed:

@@ -48,8 +48,16 @@ def test_a_ceiling_over_the_budget_is_refused_in_one_line_naming_the_costliest_s
 
     allowed = submit(tmp_path, "--over-budget")
     assert allowed.returncode == 0, allowed.stderr
-    assert "warning: submitted with --over-budget: the run's ceiling" in allowed.stdout
+    assert "warning: would be submitted with --over-budget: the run's ceiling" in allowed.stdout
     assert "/apis/v2beta1/runs" in allowed.stdout
+
+
+def test_over_budget_is_not_called_submitted_when_the_submission_is_refused(tmp_path):
+    write(tmp_path, budget=10)
+    refused = gkeflow("submit", "--target", "gke", "--over-budget", cwd=tmp_path,
+                      env={"GKEFLOW_TEST_KFP_TOKEN": "t"})
+    assert refused.returncode != 0
+    assert "submitted with --over-budget" not in refused.stdout + refused.stderr
 
 
 def test_a_ceiling_that_cannot_be_computed_is_refused_with_the_reason(tmp_path):
@@ -76,6 +84,7 @@ def test_schedule_apply_holds_each_schedule_to_its_own_budget(tmp_path):
     allowed = gkeflow("schedule", "apply", "--dry-run", "--over-budget", cwd=tmp_path)
     assert allowed.returncode == 0, allowed.stderr
     assert "would create" in allowed.stdout
+    assert "schedule nightly: would be scheduled with --over-budget" in allowed.stdout
 
 
 def test_budget_config_is_validated():

@@ -109,3 +109,14 @@ def test_param_is_checked_against_the_pipeline(tmp_path):
     mistyped = gkeflow("run", "--param", "epochs=many", "--output", str(tmp_path),
                        before_any_step=True)
     assert mistyped.returncode == 2 and "epochs must be of type Integer" in mistyped.stderr
+
+
+def test_the_developer_docs_command_is_not_offered_to_users():
+    from click.testing import CliRunner
+
+    from gkeflow.pipelines.cli.main import main
+
+    listing = CliRunner().invoke(main, ["--help"]).output
+    assert "  docs " not in listing and "gkeflow docs" not in listing
+    assert "  run " in listing
+    assert CliRunner().invoke(main, ["docs", "--help"]).exit_code == 0  # still there for make

@@ -80,6 +80,7 @@ def test_gkeflow_run_tracks_a_parent_and_a_nested_run_per_step(tmp_path, mlflow_
     model = mlflow_server.api("registered-models/get", name=MODEL)["registered_model"]
     assert [(a["alias"], a["version"]) for a in model["aliases"]] == [("champion", "1")]
     assert "t0ken-value" not in result.stdout + result.stderr
+    assert "View run" not in result.stdout + result.stderr  # MLflow's own lines stay out
 
     experiment = mlflow_server.api("experiments/get-by-name", experiment_name="penguins-cli")
     runs = mlflow_server.search_runs(experiment["experiment"]["experiment_id"])

@@ -106,3 +106,23 @@ def test_runs_per_month_from_the_cron():
     assert runs_per_month("30 1 1 * *", "UTC", date(2026, 3, 5)) == 1
     # Mondays of 2027 (from 2027-01-01, a Friday): 52
     assert runs_per_month("0 3 * * 1", "UTC", date(2027, 1, 1)) == 52 / 12
+
+
+def test_a_plan_with_no_priced_step_shows_no_zero_floor():
+    from gkeflow.pipelines.cli.costs import cost_lines
+    from gkeflow.pipelines.compute.costing import RunCost, StepCost
+
+    unpriced = StepCost(step="train-model", nodes=1, usd_per_hour=None, ceiling_usd=None,
+                        timeout_s=3600, reason="no price for tpu-v9")
+    run = RunCost(steps=[unpriced], region="us-central1", ceiling_usd=None,
+                  ceiling_reason="no ceiling for train-model", expected_usd=None,
+                  expected_reason="no history")
+    first = cost_lines(run)[0]
+    assert "$0.00" not in first and "at least" not in first
+    assert first.endswith("missing (no ceiling for train-model); no step of this run is priced")
+    priced = StepCost(step="prepare-data", nodes=1, usd_per_hour=1.0, ceiling_usd=2.5,
+                      timeout_s=9000)
+    run = RunCost(steps=[unpriced, priced], region="us-central1", ceiling_usd=None,
+                  ceiling_reason="no ceiling for train-model", expected_usd=None,
+                  expected_reason="no history")
+    assert "at least $2.50 from the priced steps" in cost_lines(run)[0]
