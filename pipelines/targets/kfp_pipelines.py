@@ -104,7 +104,7 @@ class KfpPipelineVersions:
         self._plan("POST", f"/apis/v2beta1/pipelines/upload_version?name="
                    f"{prepared.version_name}&pipelineid=<pipeline_id>",
                    f"<multipart uploadfile: {prepared.display_name}, {prepared.task_count} "
-                   f"tasks, sha256 {prepared.spec_sha256[:12]}>",
+                   f"steps, sha256 {prepared.spec_sha256[:12]}>",
                    note="only if the version does not exist")
         return "<pipeline_id>", "<pipeline_version_id>", [
             f"would upload pipeline version {prepared.version_name} unless it exists"]

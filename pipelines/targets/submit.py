@@ -117,7 +117,22 @@ def prepare_pipeline(pipeline: str, target: str, workdir: Path,
         name=pipeline, display_name=spec["pipelineInfo"]["name"], target=target, path=str(path),
         spec_sha256=sha, version_name=version_name,
         parameter_types={k: v.get("parameterType", "STRING") for k, v in parameters.items()},
-        task_count=len(spec.get("root", {}).get("dag", {}).get("tasks", {})))
+        task_count=step_count(spec))
+
+
+def step_count(spec: dict) -> int:
+    """The steps (container tasks) of a compiled pipeline, counted through its groups
+    (exit handlers, conditions, loops): what runs, not the top level's groups."""
+    components = spec.get("components", {})
+
+    def count(dag: dict) -> int:
+        total = 0
+        for task in dag.get("tasks", {}).values():
+            component = components.get(task.get("componentRef", {}).get("name", ""), {})
+            total += count(component["dag"]) if "dag" in component else 1
+        return total
+
+    return count(spec.get("root", {}).get("dag", {}))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -167,7 +167,7 @@ class VertexBackend(TargetBackend):
             job._gca_resource, use_integers_for_enums=False,
             always_print_fields_with_no_presence=False))
         body["pipelineSpec"] = (f"<pipeline spec {prepared.display_name}: {prepared.task_count} "
-                                f"tasks, sha256 {prepared.spec_sha256[:12]}>")
+                                f"steps, sha256 {prepared.spec_sha256[:12]}>")
         return body
 
     def submit(self, prepared: PreparedPipeline, job_id: str, parameters: dict[str, Any],
