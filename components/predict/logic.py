@@ -122,6 +122,18 @@ def _check_key_name(key_column: str, classes: list[str]) -> None:
                            f"({', '.join(sorted(taken))}); rename it in the input")
 
 
+def implied_key(schema, header: list[str]) -> str:
+    """The column that identifies rows when none is named: the training schema's key, else
+    the one column preparation left out as identifier-like (an id, an email); "" when none
+    or several are in ``header`` (rows are then numbered)."""
+    for role, note in (("key", ""), ("ignored", "identifier-like")):
+        found = [c.name for c in schema.columns
+                 if c.role == role and c.note.startswith(note) and c.name in header]
+        if found:
+            return found[0] if len(found) == 1 else ""
+    return ""
+
+
 def output_schema(key_column: str, classes: list[str]) -> pa.Schema:
     key = pa.field(key_column or ROW_NUMBER, pa.string() if key_column else pa.int64())
     return pa.schema([key, pa.field(PREDICTED_CLASS, pa.string())]
@@ -307,9 +319,8 @@ def predict(
                 "while the run started; run it again")
         model_dir = fetch_model(str(directory), Path(workdir))
     profile = training_profile(model_dir)
-    if not key_column:  # a key declared in the training schema identifies rows here too
-        keys = [c.name for c in profile.schema.columns if c.role == "key" and c.name in header]
-        key_column = keys[0] if len(keys) == 1 else ""
+    if not key_column:
+        key_column = implied_key(profile.schema, header)
     scorer = Scorer(model_dir, batch_rows)
     _check_key_name(key_column, scorer.classes)
     started = time.perf_counter()  # scoring only: the model load is not per row

@@ -235,6 +235,48 @@ def test_a_key_declared_in_the_schema_or_a_feature_as_key(tmp_path, registered):
 
 
 @pytest.mark.slow
+def test_the_identifier_column_preparation_left_out_keys_the_predictions(tmp_path, registered):
+    import shutil
+
+    from gkeflow.components.prepare.logic import ColumnSchema, Schema
+
+    _, model_dir = registered
+    copy = tmp_path / "model"
+    shutil.copytree(model_dir, copy)
+    meta = json.loads((copy / "gkeflow_model.json").read_text())
+    schema = Schema.load(Path(meta["training_data_uri"]))
+    schema.columns.insert(0, ColumnSchema("id", "categorical", "ignored", False,
+                                          note="identifier-like: every value is unique"))
+    (copy / "schema.json").write_text(schema.to_json())
+    uri = f"sqlite:///{tmp_path / 'ided.db'}"
+    LocalRegistry(uri).register("penguins-classifier", str(copy), {}, run_id="i")
+    frame = _penguins_csv(tmp_path / "new.csv", rows=12)
+    _run(tmp_path, tmp_path / "new.csv", uri)
+    out = pq.read_table(tmp_path / "predictions.parquet").to_pandas()
+    assert out.columns[0] == "id" and out["id"].tolist() == frame["id"].tolist()
+    assert "row_number" not in out.columns
+
+
+def test_the_implied_key_is_the_declared_key_else_the_one_identifier_column():
+    from gkeflow.components.predict.logic import implied_key
+    from gkeflow.components.prepare.logic import ColumnSchema, Schema
+
+    def schema(*columns):
+        return Schema("y", ["a", "b"], [ColumnSchema("x", "numeric", "feature", False),
+                                         *columns])
+
+    ident = ColumnSchema("id", "categorical", "ignored", False, note="identifier-like: x")
+    email = ColumnSchema("email", "categorical", "ignored", False, note="identifier-like: y")
+    const = ColumnSchema("c", "categorical", "ignored", False, note="constant: every value")
+    key = ColumnSchema("k", "categorical", "key", False)
+    assert implied_key(schema(ident, const), ["x", "id", "c"]) == "id"
+    assert implied_key(schema(ident, key), ["x", "id", "k"]) == "k"
+    assert implied_key(schema(ident, email), ["x", "id", "email"]) == ""  # which one?
+    assert implied_key(schema(ident), ["x"]) == ""  # not in the data scored
+    assert implied_key(schema(const), ["x", "c"]) == ""
+
+
+@pytest.mark.slow
 def test_every_row_is_counted_once_whatever_the_damage(tmp_path_factory, registered):
     """On CSVs damaged at random (seeded), rows read = scored + rejected = data lines,
     and the predictions hold exactly the ids of the rows not rejected, in order."""
