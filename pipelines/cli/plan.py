@@ -209,9 +209,14 @@ def _workspace_lines(pipeline: str, target: str, config, config_path: Path | Non
         return ["workspace: none (shards and checkpoints under the gs:// pipeline root)"]
     preparation = config.preparation
     writers = "plan-prepare, prepare-group" if preparation.fanout else "prepare-data"
+    parameters = (config.parameters or {}).get("default", {})
+    elsewhere = {what: str(parameters.get(name, "")) for what, name in (
+        ("prepared shards", "shard_root"), ("checkpoints", "checkpoint_uri"))}
+    kept = [what for what, uri in elsewhere.items() if not uri] or ["nothing gkeflow writes"]
     lines = [f"workspace: {settings.size} {settings.storage_class} ({settings.access_mode}) "
-             f"at /kfp-workspace in {writers}, train-model, evaluate-model: prepared shards "
-             "and checkpoints; deleted when the run succeeds"]
+             f"at /kfp-workspace in {writers}, train-model, evaluate-model: "
+             f"{' and '.join(kept)}; deleted when the run succeeds"]
+    lines += [f"{what}: {uri} (parameters.default)" for what, uri in elsewhere.items() if uri]
     notes = []
     if preparation.fanout:
         notes.append(parallel_note(settings, "fan-out groups", preparation.parallelism))

@@ -90,3 +90,21 @@ def test_plan_shows_the_fanout_steps_and_the_workspace_they_share(tmp_path):
                       "storage_class: standard-rwx}\n")
     result = CliRunner().invoke(main, ["plan", "--target", "gke", "--config", str(config)])
     assert "standard-rwx (ReadWriteMany)" in result.output and "note: fan-out" not in result.output
+
+
+def test_plan_says_where_shards_go_when_a_shard_root_is_set(tmp_path):
+    from click.testing import CliRunner
+
+    from gkeflow.pipelines.cli.main import main
+
+    config = tmp_path / "gkeflow.yaml"
+    config.write_text("parameters: {default: {shard_root: 'gs://shards-bucket/prepared'}}\n")
+    result = CliRunner().invoke(main, ["plan", "--target", "gke", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "evaluate-model: checkpoints; deleted when the run succeeds" in text
+    assert "prepared shards: gs://shards-bucket/prepared (parameters.default)" in text
+    assert "prepared shards and checkpoints" not in text
+    config.write_text("")
+    result = CliRunner().invoke(main, ["plan", "--target", "gke", "--config", str(config)])
+    assert "evaluate-model: prepared shards and checkpoints;" in " ".join(result.output.split())
