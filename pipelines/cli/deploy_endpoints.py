@@ -27,22 +27,8 @@ def promote_command(name, target, environment, config_path, output, endpoint, na
                     keep) -> None:
     """Give the newest version of endpoint NAME 100% and undeploy beyond --keep."""
     context = DeployContext(target, environment, config_path, output, endpoint or name, namespace,
-                       keep=keep)
-    keep = context.settings.keep
-    name = context.settings.endpoint
-    try:
-        if target == "vertex":
-            state = context.vertex_endpoints().promote(name, keep=keep)
-        elif target == "gke":
-            services = context.inference_services()
-            before = services.status(name)
-            state = services.promote(name, _placement(context), keep)
-            _record(context, services, name, before, state)
-        else:
-            state = context.local_endpoints().promote(name, keep)
-    except deploy_errors() as exc:
-        raise fail(exc) from exc
-    click.echo(f"{name}: {_show(target, state)}")
+                            keep=keep)
+    _change_traffic(context, target, "promote", keep=context.settings.keep)
 
 
 @click.command("rollback")
@@ -52,17 +38,23 @@ def rollback_command(name, target, environment, config_path, output, endpoint,
                      namespace) -> None:
     """Restore endpoint NAME's split from before its last change."""
     context = DeployContext(target, environment, config_path, output, endpoint or name, namespace)
+    _change_traffic(context, target, "rollback")
+
+
+def _change_traffic(context: DeployContext, target: str, action: str, **options) -> None:
+    """``promote`` or ``rollback`` the endpoint on ``target`` (each backend's method of that
+    name), record a KServe change in the Model Registry, and print the new split."""
     name = context.settings.endpoint
     try:
         if target == "vertex":
-            state = context.vertex_endpoints().rollback(name)
+            state = getattr(context.vertex_endpoints(), action)(name, **options)
         elif target == "gke":
             services = context.inference_services()
             before = services.status(name)
-            state = services.rollback(name, _placement(context))
+            state = getattr(services, action)(name, _placement(context), **options)
             _record(context, services, name, before, state)
         else:
-            state = context.local_endpoints().rollback(name)
+            state = getattr(context.local_endpoints(), action)(name, **options)
     except deploy_errors() as exc:
         raise fail(exc) from exc
     click.echo(f"{name}: {_show(target, state)}")
