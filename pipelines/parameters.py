@@ -9,13 +9,18 @@ class ParameterError(ValueError):
     """A pipeline argument that cannot work; the message names it and the fix."""
 
 
-def validate_run_arguments(arguments: dict) -> None:
+def validate_run_arguments(arguments: dict):
     """ParameterError for the first argument that would make a step fail: the parameters
     (:func:`check_parameters`), and for a local file, the label, key, excluded and feature
     columns against its header, that it holds at least one row, and what the prepare step
-    refuses from its sample of rows and from the label's classes."""
+    refuses from its sample of rows and from the label's classes or values.
+
+    Returns:
+        The task the prepare step will choose and why
+        (:class:`~gkeflow.components.prepare.task.TaskChoice`), for local data; else None.
+    """
     check_parameters(arguments)
-    _check_columns(arguments)
+    return _check_columns(arguments)
 
 
 def check_parameters(arguments: dict) -> None:
@@ -33,6 +38,14 @@ def check_parameters(arguments: dict) -> None:
         raise ParameterError(f"train_ratio/eval_ratio/test_ratio: {exc}") from None
     _check_training(arguments)
     _check_fractions(arguments)
+    if "task" in arguments:
+        from gkeflow.components.prepare.sources import DataError
+        from gkeflow.components.prepare.task import check_task
+
+        try:
+            check_task(arguments["task"])
+        except DataError as exc:
+            raise ParameterError(f"task: {exc}") from None
     _check_policy(arguments)
     if "model_name" in arguments:
         from gkeflow.components.register.local_registry import RegistryError, validate_model_name
@@ -81,16 +94,31 @@ def _check_policy(arguments: dict) -> None:
             regression_tolerance=arguments.get("regression_tolerance", 0.01),
         )
     except EvaluationError as exc:
-        raise ParameterError(str(exc)) from None
+        if arguments.get("task") == "classification":
+            raise ParameterError(str(exc)) from None
+        # a regressor's gate: its own metrics (the evaluation step checks which task holds)
+        from gkeflow.components.evaluate.regression import (
+            REGRESSION_METRICS,
+            RegressionPolicy,
+        )
+
+        metric = arguments.get("comparison_metric", "accuracy")
+        try:
+            if metric not in REGRESSION_METRICS and metric != "accuracy":
+                raise exc
+            RegressionPolicy.from_parameters(arguments.get("thresholds", ""), metric,
+                                             arguments.get("regression_tolerance", 0.01))
+        except EvaluationError as regression_exc:
+            raise ParameterError(f"{exc} (or, for regression: {regression_exc})") from None
 
 
-def _check_columns(arguments: dict) -> None:
+def _check_columns(arguments: dict):
     from gkeflow.components.prepare.infer import check_column_names
     from gkeflow.components.prepare.sources import DataError, common_header, resolve_sources
 
     data_uri = str(arguments.get("data_uri", ""))
     if "://" in data_uri and not data_uri.startswith(("file://", "embedded://")):
-        return  # remote data: checked by the step itself
+        return None  # remote data: checked by the step itself
     try:
         header, usable = common_header(resolve_sources(data_uri))
         named_by = usable[0].name
@@ -101,10 +129,12 @@ def _check_columns(arguments: dict) -> None:
                                arguments.get("feature_columns", ""))
         except DataError as exc:
             raise DataError(f"{exc} (the header of {named_by})") from None
-        if _check_rows(usable):
-            rows = _check_sample(usable, arguments)
-            if rows is not None:
-                _check_split_sizes(data_uri, rows, arguments)
+        if not _check_rows(usable):
+            return None
+        rows, choice = _check_sample(usable, arguments)
+        if rows is not None:
+            _check_split_sizes(data_uri, rows, arguments)
+        return choice
     except DataError as exc:
         raise ParameterError(str(exc)) from None
 
@@ -135,7 +165,8 @@ def _check_split_sizes(data_uri: str, rows: int, arguments: dict) -> None:
                              max_rejected_fraction=1.0,
                              key_column=arguments.get("key_column", ""),
                              exclude_columns=arguments.get("exclude_columns", ""),
-                             feature_columns=arguments.get("feature_columns", ""))
+                             feature_columns=arguments.get("feature_columns", ""),
+                             task=arguments.get("task", "auto"))
         except Exception:  # noqa: BLE001 - what the step refuses, it says itself
             return
     counts = result.split_rows
@@ -150,35 +181,42 @@ def _check_split_sizes(data_uri: str, rows: int, arguments: dict) -> None:
         "(a few hundred at least) or change --train-ratio/--eval-ratio/--test-ratio")
 
 
-def _check_sample(sources, arguments: dict) -> int | None:
+def _check_sample(sources, arguments: dict):
     """DataError for what the prepare step refuses from its sample of rows (no usable
-    feature, a named feature it cannot use, an unreadable label) or from the label's
-    classes (fewer than 2 in the whole data), read the way the step reads them. Returns
-    the number of rows when the sample holds the whole data, else None."""
+    feature, a named feature it cannot use, an unreadable label, a label neither task can
+    learn) or from the label's classes (fewer than 2 in the whole data), read the way the
+    step reads them. Returns the number of rows when the sample holds the whole data (else
+    None) and the task chosen (None when the sample cannot tell)."""
     from gkeflow.components.prepare.logic import SAMPLE_ROWS, fix_schema, sample_rows
     from gkeflow.components.prepare.sources import DataError
+    from gkeflow.components.prepare.task import TaskChoice
     from gkeflow.components.prepare.values import label_values
 
     try:
         header, sample, usable = sample_rows(list(sources), [])
     except DataError:
-        return None  # every row malformed: left to the step, which shows them
+        return None, None  # every row malformed: left to the step, which shows them
     label = arguments.get("label_column", "")
-    fix_schema(header, sample, label, None, arguments.get("key_column", ""),
-               arguments.get("exclude_columns", ""), arguments.get("feature_columns", ""),
-               1000, [])  # 1000: the step's max_vocabulary
+    schema = fix_schema(header, sample, label, None, arguments.get("key_column", ""),
+                        arguments.get("exclude_columns", ""),
+                        arguments.get("feature_columns", ""),
+                        1000, [], arguments.get("task", "auto"))  # 1000: max_vocabulary
+    choice = TaskChoice(schema.task, schema.task_reason)
+    whole = sample.num_rows if sample.num_rows < SAMPLE_ROWS else None
+    if schema.regression:
+        return whole, choice
     classes = label_values(sample.column(label))
     if len(classes) < 2 and sample.num_rows >= SAMPLE_ROWS:
         for source in usable:  # a rare class may follow the sample: read the label to the end
             for batch in source.batches(lambda *row: None, prefetch=False):
                 classes |= label_values(batch.column(label))
                 if len(classes) >= 2:
-                    return None
+                    return None, choice
     if len(classes) < 2:
         found = f"one class, {next(iter(classes))!r}" if classes else "no values"
         raise DataError(f"label column {label!r} has {found}; a classifier needs at least 2 "
                         "classes: check --label, or add rows of another class")
-    return sample.num_rows if sample.num_rows < SAMPLE_ROWS else None
+    return whole, choice
 
 
 def _check_rows(sources) -> bool:

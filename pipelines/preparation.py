@@ -44,7 +44,7 @@ __all__ = ["ONE_POD", "PreparationSettings", "prepare_stage", "preparation_steps
 
 #: The pipeline parameters both forms of preparation take, by name.
 PREPARE_PARAMETERS = ("data_uri", "label_column", "train_ratio", "eval_ratio", "test_ratio",
-                      "key_column", "exclude_columns", "feature_columns", "shard_root")
+                      "key_column", "exclude_columns", "feature_columns", "shard_root", "task")
 
 
 def prepare_stage(configure: Callable[[dsl.PipelineTask, str], dsl.PipelineTask], *,

@@ -266,6 +266,7 @@ def build_sweep_pipeline(target: str = "local",
     def sweep_pipeline(
         data_uri: str = EMBEDDED_PENGUINS,
         label_column: str = "species",
+        task: str = "auto",
         train_ratio: float = 0.7,
         eval_ratio: float = 0.15,
         test_ratio: float = 0.15,
@@ -303,7 +304,9 @@ def build_sweep_pipeline(target: str = "local",
 
         Args:
             data_uri: CSV to train on; embedded://penguins is the bundled Palmer Penguins data.
-            label_column: Column holding the class to predict.
+            label_column: Column holding the class (or the number) to predict.
+            task: auto, classification or regression (see the training pipeline); a
+                regression sweep compares trials on eval_loss or eval_rmse, lower better.
             train_ratio: Fraction of rows for training.
             eval_ratio: Fraction of rows for validation; trials are compared on it.
             test_ratio: Fraction of rows held out for the final evaluation of the best trial.

@@ -211,6 +211,7 @@ def build_training_pipeline(
     def training_pipeline(
         data_uri: str = EMBEDDED_PENGUINS,
         label_column: str = "species",
+        task: str = "auto",
         train_ratio: float = 0.7,
         eval_ratio: float = 0.15,
         test_ratio: float = 0.15,
@@ -218,6 +219,8 @@ def build_training_pipeline(
         batch_size: int = 32,
         learning_rate: float = 0.01,
         early_stopping_patience: int = 5,
+        loss: str = "auto",
+        label_transform: str = "none",
         model_type: str = "mlp",
         user_module: str = "",
         model_name: str = "penguins-classifier",
@@ -239,11 +242,14 @@ def build_training_pipeline(
         deploy_traffic: int = 10,
         deploy_settings: str = "",
     ):
-        """Trains a TensorFlow classifier on a CSV and registers it when evaluation blesses it.
+        """Trains a TensorFlow classifier or regressor on tabular data and registers it when
+        evaluation blesses it.
 
         Args:
             data_uri: CSV to train on; embedded://penguins is the bundled Palmer Penguins data.
-            label_column: Column holding the class to predict.
+            label_column: Column holding the class (or the number) to predict.
+            task: auto (numbers with many distinct values: regression; text, true/false or
+                few whole numbers: classification), classification or regression.
             train_ratio: Fraction of rows for training.
             eval_ratio: Fraction of rows for validation during training.
             test_ratio: Fraction of rows held out for the final evaluation.
@@ -252,11 +258,14 @@ def build_training_pipeline(
             learning_rate: Adam learning rate.
             early_stopping_patience: Epochs without eval-loss improvement before training
                 stops (best weights restored); 0 = train every epoch.
+            loss: Regression loss on the standardised label: auto (mse), mse or huber.
+            label_transform: Regression: none, or log for a skewed positive label.
             model_type: Built-in model family: mlp or wide_deep.
             user_module: Your own model: a module with build_model(schema, hparams);
                 empty = built-in.
             model_name: Name under which the model is registered.
-            min_accuracy: Test accuracy required before the model is registered.
+            min_accuracy: Test accuracy a classifier needs before it is registered (a
+                regressor must beat the mean predictor's RMSE by 5%).
             registry_uri: Model registry: sqlite:///<path> (embedded),
                 vertex://projects/<p>/locations/<l> or kubeflow://host:port.
             comparison_metric: Metric on which the new model must not regress against the
@@ -302,7 +311,8 @@ def build_training_pipeline(
         if train_engine is None and profiles["train-model"].caching:
             checkpoint_key = (f"{fingerprint.outputs['data']}-{label_column}-{train_ratio}-"
                               f"{eval_ratio}-{test_ratio}-{epochs}-{batch_size}-"
-                              f"{learning_rate}-{early_stopping_patience}-{model_type}-"
+                              f"{learning_rate}-{early_stopping_patience}-{loss}-"
+                              f"{label_transform}-{task}-{model_type}-"
                               f"{fingerprint.outputs['code']}")
         train = train_step(
             dataset=dataset,
@@ -311,6 +321,8 @@ def build_training_pipeline(
             batch_size=batch_size,
             learning_rate=learning_rate,
             early_stopping_patience=early_stopping_patience,
+            loss=loss,
+            label_transform=label_transform,
             model_type=model_type,
             user_module=user_module,
             require_gpu=target != "local" and profiles["train-model"].uses_gpu,

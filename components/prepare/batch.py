@@ -115,7 +115,8 @@ class Batch:
                 values, bad = to_float(array)
                 not_numbers = int(np.count_nonzero(bad))
                 if not_numbers:
-                    self.reject(bad, f"column {column.name!r}: not a number", column.name)
+                    what = "label" if column.role == "label" else "column"
+                    self.reject(bad, f"{what} {column.name!r}: not a number", column.name)
                     values[bad] = np.nan
                 # a rejected value is neither missing nor non-finite: it is not counted
                 self.numeric[column.name] = self._finite(
@@ -129,17 +130,11 @@ class Batch:
                 indices = encoded.indices.fill_null(len(dictionary)).to_numpy(
                     zero_copy_only=False).astype(np.int64, copy=False)
                 self.categorical[column.name] = (indices, dictionary)
-        label_indices, label_dictionary = _normalise_labels(
-            *self.categorical[schema.label], plan.lower_labels)
-        self.categorical[schema.label] = (label_indices, label_dictionary)
-        null = len(label_dictionary)
-        self.reject(label_indices == null, f"missing label {schema.label!r}", schema.label)
-        if plan.fixed_labels:
-            known = set(schema.label_vocabulary)
-            outside = np.array([v not in known for v in label_dictionary] + [False])
-            self.reject(outside[label_indices],
-                        f"label {schema.label!r} value not in the expected set "
-                        f"{schema.label_vocabulary}", schema.label)
+        if schema.regression:  # a number: missing or no number rejects the row
+            self.reject(np.isnan(self.numeric[schema.label]),
+                        f"missing label {schema.label!r}", schema.label)
+        else:
+            self._check_classes(schema, plan)
         self.unseen: Counter = Counter()
         for column in schema.features:
             if column.type == "categorical" and column.vocabulary:
@@ -159,6 +154,21 @@ class Batch:
                 indices, dictionary = self.categorical[plan.key_column]
                 missing_key = indices == len(dictionary)
             self.reject(missing_key, f"missing key {plan.key_column!r}", plan.key_column)
+
+    def _check_classes(self, schema: Schema, plan: Plan) -> None:
+        """A class label: trimmed (and lower-cased when asked); missing, or outside an
+        expected schema's classes, rejects the row."""
+        label_indices, label_dictionary = _normalise_labels(
+            *self.categorical[schema.label], plan.lower_labels)
+        self.categorical[schema.label] = (label_indices, label_dictionary)
+        null = len(label_dictionary)
+        self.reject(label_indices == null, f"missing label {schema.label!r}", schema.label)
+        if plan.fixed_labels:
+            known = set(schema.label_vocabulary)
+            outside = np.array([v not in known for v in label_dictionary] + [False])
+            self.reject(outside[label_indices],
+                        f"label {schema.label!r} value not in the expected set "
+                        f"{schema.label_vocabulary}", schema.label)
 
     def _finite(self, name: str, values: np.ndarray, missing: int) -> np.ndarray:
         """The values with inf, NaN and numbers beyond float32's range (the model reads

@@ -33,6 +33,7 @@ def prepare_data(
     data_fingerprint: str = "",
     shard_root: str = "",
     workspace_path: str = "",
+    task: str = "auto",
 ):
     """Streams tabular data into validated, deterministic train/eval/test TFRecord splits.
 
@@ -42,7 +43,7 @@ def prepare_data(
     Args:
         data_uri: Local path or glob, gs://bucket/path (globs allowed), bq://project.dataset.table,
             or embedded://penguins (bundled data). CSV (optionally .gz) or Parquet.
-        label_column: Column holding the class to predict.
+        label_column: Column holding the class or the number to predict.
         dataset: train/, eval/, test/ (GZIP TFRecord shards of column blocks), schema.json,
             stats.json, rejected.csv, rejected.jsonl and report.md.
         schema: schema.json: each column's type, role, vocabulary and nullability.
@@ -78,6 +79,8 @@ def prepare_data(
             or local, inside it otherwise (e.g. a MinIO root).
         workspace_path: The run's workspace (dsl.WORKSPACE_PATH_PLACEHOLDER on GKE with a
             root other than gs://): the shards go there when shard_root is empty; "" = none.
+        task: auto (numbers with many distinct values: regression; text, true/false or few
+            whole numbers: classification), classification or regression.
     """
     import shutil
     from pathlib import Path
@@ -111,6 +114,7 @@ def prepare_data(
         max_quoted_lines=max_quoted_lines,
         max_row_bytes=max_row_bytes,
         shard_root=resolve_shard_root(dataset.uri, shard_root, workspace=workspace_path),
+        task=task,
     )
     for artifact, name in ((schema, SCHEMA_FILE), (report, REPORT_FILE),
                            (rejected, REJECTED_FILE)):
@@ -131,10 +135,12 @@ def prepare_data(
     schema.metadata.update(
         {
             "label": result.schema.label,
+            "task": result.schema.task,
             "classes": len(result.schema.label_vocabulary),
             "features": len(result.schema.features),
         }
     )
+    print(f"task: {result.schema.task} ({result.schema.task_reason})")
     print(f"rows read {result.rows_read}: {result.split_rows}, rejected {result.rejected_rows}"
           f" {result.rejected_reasons}")
     for problem in result.problems:

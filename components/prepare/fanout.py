@@ -55,6 +55,7 @@ from gkeflow.components.prepare.rejects import (
 )
 from gkeflow.components.prepare.sources import DataError, resolve_sources
 from gkeflow.components.prepare.stats import CategoricalStats, NumericStats
+from gkeflow.components.prepare.task import task_summary
 
 PLAN_FILE = "plan.json"
 PART_FILE = "part.json"
@@ -82,6 +83,7 @@ def plan_groups(
     bq_query: str = "",
     bq_filter: str = "",
     min_range_rows: int = 0,
+    task: str = "auto",
 ) -> list[int]:
     """Fix the schema and deal the input into groups; returns the group indices.
 
@@ -113,7 +115,7 @@ def plan_groups(
         inputs = _with_limits(resolve_sources(source), limits)
     header, sample, sources = logic.sample_rows(inputs, problems)
     schema = logic.fix_schema(header, sample, label_column, expected_schema, key_column,
-                              exclude_columns, feature_columns, max_vocabulary, problems)
+                              exclude_columns, feature_columns, max_vocabulary, problems, task)
     files = [s.name for s in sources] if bq is None else [source] * len(bq["ranges"])
     count = min(max_groups, len(files))
     bounds = [round(k * len(files) / count) for k in range(count + 1)]
@@ -136,6 +138,7 @@ def plan_groups(
         "groups": [[bounds[k], bounds[k + 1]] for k in range(count)],
         "shard_root": shard_root,
         "bigquery": bq,
+        "task": task_summary(schema, sample),
     }
     plan_dir = Path(plan_dir)
     plan_dir.mkdir(parents=True, exist_ok=True)
@@ -348,6 +351,8 @@ def merge_groups(plan_dir: Path, part_dirs: list[Path], output_dir: Path,
             inferred=doc["inferred"], max_vocabulary=doc["max_vocabulary"],
             reject_unseen=plan.reject_unseen, max_rejected_fraction=max_rejected_fraction,
             max_missing_fraction=max_missing_fraction)
+        stats_doc["task"] = doc.get("task") or {"task": schema.task,
+                                                "reason": schema.task_reason}
         if doc["shard_root"]:
             shard_store.write_manifest(scratch, doc["shard_root"], shards)
         (scratch / "schema.json").write_text(schema.to_json(), encoding="utf-8")

@@ -30,6 +30,7 @@ def plan_prepare(
     bq_filter: str = "",
     bq_min_range_rows: int = 100000,
     workspace_path: str = "",
+    task: str = "auto",
 ) -> list[int]:
     """Fixes the schema from a sample of the input and deals the input into groups.
 
@@ -65,6 +66,7 @@ def plan_prepare(
         bq_min_range_rows: For bq:// tables: the fewest rows a group's range holds.
         workspace_path: The run's workspace (dsl.WORKSPACE_PATH_PLACEHOLDER on GKE with a
             root other than gs://): the shards go there when shard_root is empty.
+        task: auto (from the label's values), classification or regression.
 
     Returns:
         The group indices, for dsl.ParallelFor.
@@ -84,7 +86,7 @@ def plan_prepare(
         exclude_columns=exclude_columns, feature_columns=feature_columns,
         merge_label_case=merge_label_case, max_quoted_lines=max_quoted_lines,
         max_row_bytes=max_row_bytes, bq_query=bq_query, bq_filter=bq_filter,
-        min_range_rows=bq_min_range_rows,
+        min_range_rows=bq_min_range_rows, task=task,
     )
     plan.metadata["groups"] = len(groups)
     print(f"{len(groups)} groups")

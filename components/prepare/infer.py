@@ -257,5 +257,5 @@ def validate_against(expected: Schema, header: list[str], sample: pa.Table,
                 )
         columns.append(want)
     schema = Schema(label=expected.label, label_vocabulary=list(expected.label_vocabulary),
-                    columns=columns)
+                    columns=columns, task=expected.task)
     return schema, problems

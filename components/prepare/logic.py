@@ -77,6 +77,7 @@ from gkeflow.components.prepare.splits import (
     splits_from_hashes,
 )
 from gkeflow.components.prepare.stream import new_stats, process_source
+from gkeflow.components.prepare.task import decide_task, task_summary
 
 STATS_FILE = "stats.json"
 REPORT_FILE = "report.md"
@@ -151,6 +152,8 @@ def _finalise_schema(schema: Schema, stats: dict, inferred: bool,
                 column.vocabulary = sorted(v for v, _ in counts.most_common(max_vocabulary))
         if column.role == "ignored" and column.note == "all values missing" and missing < count:
             column.note = f"no values in the first {SAMPLE_ROWS} rows"
+    if schema.regression:
+        return
     if inferred:
         schema.label_vocabulary = list(schema.column(schema.label).vocabulary)
     else:
@@ -160,20 +163,31 @@ def _finalise_schema(schema: Schema, stats: dict, inferred: bool,
 
 def fix_schema(header, sample, label_column: str, expected_schema: Schema | None,
                key_column: str, exclude_columns: str, feature_columns: str,
-               max_vocabulary: int, problems: list[str]) -> Schema:
+               max_vocabulary: int, problems: list[str], task: str = "auto") -> Schema:
     """The schema every row is prepared against, fixed from the sampled rows: ``expected_schema``
-    validated against them, or inferred; column roles applied. One definition for the
-    single-pod run and the fan-out plan, so both fix the same schema from the same sample.
+    validated against them, or inferred; column roles applied; the task (``auto``,
+    ``classification`` or ``regression``, see :mod:`~gkeflow.components.prepare.task`)
+    decided from the sampled labels. One definition for the single-pod run, the fan-out plan
+    and the run's pre-flight check, so all fix the same schema from the same sample.
 
     Raises:
-        DataError: a named column is missing, or no usable feature is left.
+        DataError: a named column is missing, no usable feature is left, or the label is
+            one neither task can learn.
     """
     check_column_names(header, label_column, key_column, exclude_columns, feature_columns)
     if expected_schema is not None:
         schema, found = validate_against(expected_schema, header, sample, label_column)
         problems.extend(found)
+        if task == "auto":
+            task = expected_schema.task
     else:
         schema = infer_from_table(sample, label_column, max_vocabulary)
+    choice = decide_task(sample.column(label_column), task, label_column)
+    schema.task, schema.task_reason = choice.task, choice.reason
+    if schema.regression:
+        label = schema.column(label_column)
+        label.type, label.vocabulary = "numeric", []
+        schema.label_vocabulary = []
     apply_column_roles(schema, key_column, exclude_columns, feature_columns)
     if not schema.features:
         raise DataError(
@@ -196,7 +210,8 @@ def finish_dataset(schema: Schema, stats, rows_read: int, split_rows: dict, reje
         DataError: too many rejected rows or missing values, or an unusable label.
     """
     _finalise_schema(schema, stats, inferred, max_vocabulary)
-    check_label_vocabulary(schema)
+    if not schema.regression:
+        check_label_vocabulary(schema)
     check_fractions(schema, stats, rows_read, rejects, max_rejected_fraction,
                     max_missing_fraction)
     for name, n in unseen.most_common():
@@ -208,7 +223,8 @@ def finish_dataset(schema: Schema, stats, rows_read: int, split_rows: dict, reje
     for name, n in sorted(nonfinite.items()):
         problems.append(f"column {name!r}: {n} non-finite values (inf, -inf, NaN, or "
                         f"beyond float32's range) treated as missing")
-    problems.extend(label_problems(schema, stats))
+    if not schema.regression:
+        problems.extend(label_problems(schema, stats))
     for column in schema.columns:
         if column.role == "ignored" and column.note and column.note not in CHOSEN_NOTES:
             problems.append(f"column {column.name!r} ignored: {column.note}")
@@ -249,6 +265,7 @@ def prepare(
     max_quoted_lines: int = RowLimits.max_quoted_lines,
     max_row_bytes: int = RowLimits.max_row_bytes,
     shard_root: str = "",
+    task: str = "auto",
 ) -> PrepareResult:
     """Stream ``source`` into TFRecord splits, ``schema.json``, ``stats.json``,
     ``rejected.csv`` and ``report.md`` under ``output_dir`` (published atomically).
@@ -283,6 +300,8 @@ def prepare(
         shard_root: Write the shards there (a gs:// URI or a local directory, see
             ``shard_store``) and only their manifest into ``output_dir``; empty: the
             shards go inside ``output_dir``.
+        task: auto (from the label's values), classification or regression; a regression
+            label is a number, and rows whose label is missing or no number are rejected.
 
     Raises:
         DataError: for whole-file problems only: unknown column names, no usable rows,
@@ -312,7 +331,7 @@ def prepare(
     if expected_schema is not None and not isinstance(expected_schema, Schema):
         expected_schema = Schema.load(Path(expected_schema))
     schema = fix_schema(header, sample, label_column, expected_schema, key_column,
-                        exclude_columns, feature_columns, max_vocabulary, problems)
+                        exclude_columns, feature_columns, max_vocabulary, problems, task)
     plan = Plan(schema, header, ratios, key_column, fixed_labels=expected_schema is not None,
                  reject_unseen=reject_unseen_categories and expected_schema is not None,
                  rows_per_shard=rows_per_shard, lower_labels=merge_label_case)
@@ -360,6 +379,7 @@ def prepare(
                                    reject_unseen=plan.reject_unseen,
                                    max_rejected_fraction=max_rejected_fraction,
                                    max_missing_fraction=max_missing_fraction)
+        stats_doc["task"] = task_summary(schema, sample)
         shards = {s: sum(len(p.shards.get(s, ())) for p in partials) for s in SPLITS}
         if shard_root:
             from gkeflow.components.prepare.shard_store import write_manifest

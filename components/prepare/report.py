@@ -21,6 +21,7 @@ def render_report(source: str, result, rejected_samples: list[tuple[str, str]]) 
         f"| {result.rejected_rows} ({result.rejected_rows / max(result.rows_read, 1):.2%}) |"
     )
     lines.append("")
+    lines += task_lines(result)
     lines.append("## Problems")
     lines.append("")
     if result.problems:
@@ -56,3 +57,29 @@ def render_report(source: str, result, rejected_samples: list[tuple[str, str]]) 
         )
     lines += ["", "Statistics are over the train split; `stats.json` has every split.", ""]
     return "\n".join(lines)
+
+
+def task_lines(result) -> list[str]:
+    """The task and why; for regression, the label's distribution."""
+    schema = result.schema
+    task = result.stats.get("task", {})
+    why = f" ({_cell(task.get('reason'))})" if task.get("reason") else ""
+    lines = [f"**Task:** {schema.task} of `{_cell(schema.label)}`{why}.", ""]
+    if not schema.regression:
+        return lines
+    splits = result.stats["splits"]
+    lines += ["## Label", "", "| split | rows | min | max | mean | std |",
+              "|---|---|---|---|---|---|"]
+    for split in ("train", "eval", "test"):
+        stats = splits[split]["columns"][schema.label]
+        lines.append(f"| {split} | {stats['count']} | {_cell(stats.get('min'))} | "
+                     f"{_cell(stats.get('max'))} | {_cell(stats.get('mean'))} | "
+                     f"{_cell(stats.get('std'))} |")
+    sample = task.get("label_sample")
+    if sample:
+        quantiles = ", ".join(f"{name} {_cell(value)}"
+                              for name, value in sample["quantiles"].items())
+        lines += ["", f"Quantiles over the first {sample['rows']} rows: {quantiles}; "
+                      f"skew {_cell(sample['skew'])}."]
+    lines.append("")
+    return lines

@@ -27,8 +27,14 @@ class ColumnSchema:
 @dataclass
 class Schema:
     label: str
-    label_vocabulary: list[str]
+    label_vocabulary: list[str]  # the classes; empty for regression
     columns: list[ColumnSchema]
+    task: str = "classification"  # or "regression": the label is a number to predict
+    task_reason: str = ""  # why, as the data report and the run's first lines say it
+
+    @property
+    def regression(self) -> bool:
+        return self.task == "regression"
 
     @property
     def features(self) -> list[ColumnSchema]:
@@ -50,6 +56,8 @@ class Schema:
             label=raw["label"],
             label_vocabulary=list(raw["label_vocabulary"]),
             columns=[ColumnSchema(**c) for c in raw["columns"]],
+            task=raw.get("task", "classification"),
+            task_reason=raw.get("task_reason", ""),
         )
 
     @classmethod
@@ -69,7 +77,7 @@ class Schema:
             columns.append(ColumnSchema(**c))
         return cls(label=raw["label"],
                    label_vocabulary=[str(v) for v in raw.get("label_vocabulary") or []],
-                   columns=columns)
+                   columns=columns, task=str(raw.get("task", "classification")))
 
     @classmethod
     def load(cls, path: Path) -> Schema:

@@ -30,6 +30,8 @@ def train_model_local_workers(
     task_name: str = "train-model",
     checkpoint_uri: str = "",
     early_stopping_patience: int = 5,
+    loss: str = "auto",
+    label_transform: str = "none",
 ):
     """Trains with MultiWorkerMirroredStrategy over several worker processes on this machine.
 
@@ -52,6 +54,8 @@ def train_model_local_workers(
         checkpoint_uri: Where checkpoints go instead (gs://bucket/path or a directory),
             under <checkpoint_uri>/<run>/<task>; empty = under the pipeline root.
         early_stopping_patience: Epochs without eval-loss improvement before stopping; 0 = off.
+        loss: Regression loss: auto (mse), mse or huber.
+        label_transform: Regression: none, or log for a skewed positive label.
     """
     import shutil
     from pathlib import Path
@@ -62,7 +66,8 @@ def train_model_local_workers(
 
     params = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
               "model_type": model_type, "user_module": user_module, "require_gpu": require_gpu,
-              "early_stopping_patience": early_stopping_patience}
+              "early_stopping_patience": early_stopping_patience, "loss": loss,
+              "label_transform": label_transform}
     tracking = open_remote_training(f"local-workers:{pipeline_run_id}:{task_name}",
                                     "local-workers", task_name)
     try:
@@ -122,6 +127,8 @@ def train_model_jobset(
     call_timeout_s: float = 0.0,
     retry_budget_s: float = 0.0,
     early_stopping_patience: int = 5,
+    loss: str = "auto",
+    label_transform: str = "none",
 ):
     """Trains on several GKE nodes: launches a JobSet of GPU pods and waits for it.
 
@@ -158,6 +165,8 @@ def train_model_jobset(
         retry_budget_s: Seconds one failing operation is retried before the step gives up
             and deletes the JobSet; 0 = $GKEFLOW_RETRY_BUDGET_S or 900.
         early_stopping_patience: Epochs without eval-loss improvement before stopping; 0 = off.
+        loss: Regression loss: auto (mse), mse or huber.
+        label_transform: Regression: none, or log for a skewed positive label.
     """
     import json
     from pathlib import Path
@@ -166,7 +175,8 @@ def train_model_jobset(
 
     params = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
               "model_type": model_type, "user_module": user_module, "require_gpu": require_gpu,
-              "early_stopping_patience": early_stopping_patience}
+              "early_stopping_patience": early_stopping_patience, "loss": loss,
+              "label_transform": label_transform}
     summary = jobset_launcher.launch_step(
         template=json.loads(jobset_template), dataset_uri=dataset.uri, schema_uri=schema.uri,
         params=params, pipeline_root=checkpoint_root, run_id=pipeline_run_id,

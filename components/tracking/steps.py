@@ -117,6 +117,14 @@ def track_evaluation(result: Any, model_card: str, tracker: Tracker | None = Non
     t.set_tags({DECISION_TAG: "blessed" if result.passed else "rejected",
                 REASONS_TAG: "; ".join(result.decision.reasons),
                 "gkeflow.champion_version": result.champion.version if result.champion else 0})
+    if getattr(result, "task", "") == "regression":  # no confusion matrix, no ROC curve
+        from gkeflow.components.evaluate.regression_card import regression_plots_html
+
+        t.log_dict(json.loads(result.to_json()), "evaluation/evaluation.json")
+        t.log_text(regression_plots_html(result), "evaluation/regression_plots.html")
+        t.log_text(model_card, "model_card.md")
+        t.finish()
+        return
     metrics = result.metrics
     t.log_dict({"labels": metrics.labels, "matrix": metrics.confusion_matrix,
                 "rows": "true class", "columns": "predicted class"},

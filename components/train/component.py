@@ -38,8 +38,11 @@ def train_model(
     workspace_path: str = "",
     gpu_sample_interval_s: float = 5.0,
     gpu_utilisation_warn_below: float = 40.0,
+    loss: str = "auto",
+    label_transform: str = "none",
 ) -> str:
-    """Trains a Keras classifier on the train split and exports a SavedModel taking raw features.
+    """Trains a Keras classifier (or regressor) on the train split and exports a SavedModel
+    taking raw features.
 
     Uses every GPU of the pod (MirroredStrategy), every worker in TF_CONFIG or the pod's TPU
     slice (TPUStrategy), fails fast when a GPU or TPU was requested but is not visible, and
@@ -88,6 +91,10 @@ def train_model(
         gpu_sample_interval_s: Seconds between GPU utilisation samples (kept within 1-60).
         gpu_utilisation_warn_below: Warn when the run's mean GPU utilisation (%) is below
             this (the GPUs mostly waited: input-bound or batches too small); 0 = never.
+        loss: Regression loss on the standardised label: auto (mse), mse or huber; a
+            classifier always uses cross-entropy.
+        label_transform: Regression: none, or log for a skewed positive label (the model
+            learns log(y) and predicts y).
 
     Returns:
         JSON summary: trial_id (the task name), status, eval-split metrics, model URI and
@@ -114,6 +121,7 @@ def train_model(
         steps_per_execution=steps_per_execution,
         gpu_sample_interval_s=gpu_sample_interval_s,
         gpu_utilisation_warn_below=gpu_utilisation_warn_below,
+        loss=loss, label_transform=label_transform,
     )
     location = resolve_checkpoint_location(checkpoint_uri, checkpoint_root, pipeline_run_id,
                                            task_name, checkpoint_key,

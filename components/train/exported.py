@@ -18,9 +18,10 @@ SERVING_SIGNATURE = "serve"
 
 
 def export_model(model_dir: Path, preprocessor, classifier, schema: Schema,
-                 metadata: dict) -> None:
+                 metadata: dict, scaling=None) -> None:
     """Write the SavedModel (preprocessing and classifier behind one signature) and its
-    metadata into ``model_dir``, which appears whole or not at all."""
+    metadata into ``model_dir``, which appears whole or not at all. A regressor's signature
+    returns ``(rows, 1)`` values in the label's units (``scaling`` inverted inside)."""
     import keras
     import tensorflow as tf
 
@@ -33,7 +34,12 @@ def export_model(model_dir: Path, preprocessor, classifier, schema: Schema,
 
     @tf.function(input_signature=[signature])
     def serve(features):
-        return tf.cast(classifier(preprocessor(features), training=False), tf.float32)
+        outputs = tf.cast(classifier(preprocessor(features), training=False), tf.float32)
+        if scaling is None:
+            return outputs
+        from gkeflow.components.train.regression import unscale_prediction
+
+        return unscale_prediction(outputs, scaling)
 
     with publish_dir(model_dir) as scratch:
         archive = keras.export.ExportArchive()
@@ -61,6 +67,15 @@ class ExportedModel:
     def label_vocabulary(self) -> list[str]:
         return list(self.metadata["label_vocabulary"])
 
+    @property
+    def regression(self) -> bool:
+        return self.metadata.get("task", "classification") == "regression"
+
+    def predict_values(self, inputs: dict[str, np.ndarray], batch_size: int = 4096
+                       ) -> np.ndarray:
+        """A regressor's predictions, one float per row, in the label's units."""
+        return self.predict_proba(inputs, batch_size).reshape(-1)
+
     def predict_proba(self, inputs: dict[str, np.ndarray], batch_size: int = 4096) -> np.ndarray:
         import tensorflow as tf
 
@@ -78,11 +93,13 @@ class ExportedModel:
                 batch[name] = tf.constant(values, dtype=dtype)
             chunks.append(self._serve(batch).numpy())
         if not chunks:
-            return np.zeros((0, len(self.label_vocabulary)), dtype="float32")
+            width = 1 if self.regression else len(self.label_vocabulary)
+            return np.zeros((0, width), dtype="float32")
         return np.concatenate(chunks)
 
-    def predict_rows(self, rows: list[dict]) -> list[str]:
-        """Class labels for raw rows (dicts); absent or None values count as missing."""
+    def predict_rows(self, rows: list[dict]) -> list:
+        """Class labels (a regressor: values) for raw rows (dicts); absent or None values
+        count as missing."""
         frame = pd.DataFrame(rows)
         inputs = {}
         for feature in self.metadata["features"]:
@@ -90,4 +107,6 @@ class ExportedModel:
                 [None] * len(frame), dtype=object)
             inputs[feature["input"]] = column_to_input(values, feature["type"])
         probs = self.predict_proba(inputs)
+        if self.regression:
+            return [float(v) for v in probs.reshape(-1)]
         return [self.label_vocabulary[i] for i in probs.argmax(axis=1)]

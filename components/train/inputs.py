@@ -86,8 +86,11 @@ def should_cache(setting: str, rows: int, input_dim: int) -> bool:
 
 def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size: int,
                        preprocessor, seed: int | None = None, shuffle: bool = False,
-                       cache: bool = False, drop_remainder: bool = False, workers: int = 1):
-    """Batches ``(dense features, label index)`` streamed from a prepared split's shards.
+                       cache: bool = False, drop_remainder: bool = False, workers: int = 1,
+                       label_scaling=None):
+    """Batches ``(dense features, label index)`` streamed from a prepared split's shards;
+    for regression ``(dense features, standardised label)`` by ``label_scaling``
+    (:class:`~gkeflow.components.train.regression.LabelScaling`).
 
     Reads the TFRecord column blocks in parallel (shards interleaved, blocks parsed in
     parallel), then preprocesses whole batches and prefetches. With ``shuffle`` every epoch
@@ -103,8 +106,14 @@ def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size
     from gkeflow.components.prepare.reader import BLOCK_ROWS, make_tf_dataset, permute_rows
 
     names = input_names(schema)
-    labels = tf.keras.layers.StringLookup(vocabulary=schema.label_vocabulary,
-                                          num_oov_indices=0, dtype="string")
+    if label_scaling is not None:
+        from gkeflow.components.train.regression import scale_label
+
+        def labels(values):
+            return scale_label(values, label_scaling)
+    else:
+        labels = tf.keras.layers.StringLookup(vocabulary=schema.label_vocabulary,
+                                              num_oov_indices=0, dtype="string")
     columns = [c.name for c in schema.features] + [schema.label]
     shuffle_cached = cache and shuffle
     dataset = make_tf_dataset(dataset_dir, split, schema,

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from gkeflow.components.prepare.logic import Schema
 from gkeflow.components.prepare.reader import load_split
+from gkeflow.components.train import regression as reg
 from gkeflow.components.train.exported import SERVING_SIGNATURE, export_model
 from gkeflow.components.train.inputs import (
     input_names,
@@ -67,11 +68,16 @@ class TrainParams:
     steps_per_execution: int = 0
     gpu_sample_interval_s: float = DEFAULT_INTERVAL_S
     gpu_utilisation_warn_below: float = DEFAULT_WARN_BELOW_PCT
+    loss: str = "auto"  # regression: mse (auto) or huber; classification: cross-entropy
+    label_transform: str = "none"  # regression: none or log (skewed positive targets)
 
     def __post_init__(self) -> None:
         from gkeflow.components.train.devices import PRECISIONS
         from gkeflow.components.train.models import MODEL_TYPES
+        from gkeflow.components.train.regression import check_settings
         from gkeflow.components.train.tpu import STRATEGIES
+
+        check_settings(self.loss, self.label_transform)
 
         if self.epochs < 1:
             raise ValueError(f"epochs must be >= 1; got {self.epochs}")
@@ -223,7 +229,14 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         stats = feature_stats_from_arrays(schema, to_model_inputs(train_frame, schema), names)
     preprocessor = build_preprocessor(schema, stats, names)
     input_dim = int(preprocessor.outputs[0].shape[-1])
-    num_classes = len(schema.label_vocabulary)
+    # regression: one linear output learning the standardised label (train/regression.py)
+    num_classes = 1 if schema.regression else len(schema.label_vocabulary)
+    scaling = (reg.label_scaling(dataset_dir, schema, params.label_transform)
+               if schema.regression else None)
+    if scaling is not None:
+        print(f"task: regression of {schema.label!r}; label scaled by mean {scaling.mean:.6g}, "
+              f"std {scaling.std:.6g} (transform {scaling.transform}); loss "
+              f"{'huber' if params.loss == 'huber' else 'mse'}")
 
     global_batch = eval_batch = params.batch_size * replicas
     train_steps = math.ceil(rows["train"] / global_batch)
@@ -253,12 +266,13 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     whole = replicas > 1 or on_tpu
     train_ds = make_split_dataset(dataset_dir, "train", schema, global_batch, preprocessor,
                                   seed=params.seed, shuffle=True, cache=cache,
-                                  drop_remainder=whole, workers=plan.workers)
+                                  drop_remainder=whole, workers=plan.workers,
+                                  label_scaling=scaling)
     eval_ds = None
     if eval_steps:
         eval_ds = make_split_dataset(dataset_dir, "eval", schema, eval_batch, preprocessor,
                                      seed=params.seed, cache=cache, drop_remainder=on_tpu,
-                                     workers=plan.workers)
+                                     workers=plan.workers, label_scaling=scaling)
     steps_per_execution = tpus.choose_steps_per_execution(params.steps_per_execution, on_tpu,
                                                           train_steps)
     if on_tpu:
@@ -286,16 +300,20 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
                 print(f"resuming from checkpoint: {state.epochs_completed} epochs completed "
                       f"({store.uri})")
             else:
-                hparams = {**asdict(params), "input_dim": input_dim, "num_classes": num_classes}
+                hparams = {**asdict(params), "input_dim": input_dim, "num_classes": num_classes,
+                           "task": schema.task}
                 classifier = (
                     build_user_model(params.user_module, schema, hparams) if params.user_module
                     else build_builtin(params.model_type, input_dim, num_classes,
-                                       params.hidden_units, params.dropout, params.seed)
+                                       params.hidden_units, params.dropout, params.seed,
+                                       regression=schema.regression)
                 )
                 classifier.compile(
                     optimizer=keras.optimizers.Adam(learning_rate),
-                    loss="sparse_categorical_crossentropy",
-                    metrics=["accuracy"],
+                    loss=(reg.loss_function(params.loss) if schema.regression
+                          else "sparse_categorical_crossentropy"),
+                    metrics=([keras.metrics.RootMeanSquaredError(name="rmse")]
+                             if schema.regression else ["accuracy"]),
                     jit_compile=jit,
                     steps_per_execution=steps_per_execution,
                 )
@@ -365,11 +383,14 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
 
     final = {name: values[best_epoch - 1] for name, values in history.items()
              if len(values) >= best_epoch}
-    metrics = {"train_loss": final.get("loss", float("nan")),
-               "train_accuracy": final.get("accuracy", float("nan"))}
-    if "val_loss" in final:
-        metrics["eval_loss"] = final["val_loss"]
-        metrics["eval_accuracy"] = final["val_accuracy"]
+    if scaling is not None:
+        metrics = reg.history_metrics(final, scaling)
+    else:
+        metrics = {"train_loss": final.get("loss", float("nan")),
+                   "train_accuracy": final.get("accuracy", float("nan"))}
+        if "val_loss" in final:
+            metrics["eval_loss"] = final["val_loss"]
+            metrics["eval_accuracy"] = final["val_accuracy"]
     metrics.update(dev.gpu_memory_metrics())
     usage = gpu_sampler.report(params.gpu_utilisation_warn_below)
     print(usage.summary_line(), flush=True)
@@ -382,7 +403,9 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         "framework_version": tf.__version__,
         "keras_version": keras.__version__,
         "label": schema.label,
+        "task": schema.task,
         "label_vocabulary": schema.label_vocabulary,
+        "label_scaling": scaling.as_dict() if scaling is not None else None,
         "features": [
             {"name": c.name, "input": names[c.name], "type": c.type} for c in schema.features
         ],
@@ -404,7 +427,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         "gpu_utilisation": usage.to_dict(),
     }
     export_model(model_dir if chief else private / "model", preprocessor, classifier, schema,
-            metadata)
+                 metadata, scaling)
     if store is not None and chief:
         checkpoint.remove()
     shutil.rmtree(private, ignore_errors=True)

@@ -9,9 +9,12 @@ The *classifier* maps that vector to class probabilities. Built in: ``mlp`` and
 
     def build_model(schema: Schema, hparams: dict) -> keras.Model
 
-which receives ``hparams["input_dim"]`` (length of the dense vector) and
-``hparams["num_classes"]`` and must return a model taking one input of shape
-``(input_dim,)`` and returning ``(batch, num_classes)`` probabilities (softmax).
+which receives ``hparams["input_dim"]`` (length of the dense vector),
+``hparams["task"]`` and ``hparams["num_classes"]`` and must return a model taking one
+input of shape ``(input_dim,)`` and returning ``(batch, num_classes)`` probabilities
+(softmax) for classification, or ``(batch, 1)`` linear values for regression
+(``num_classes`` is then 1; the label is standardised for training and restored at
+serving, so the model needs no scaling of its own).
 """
 
 from __future__ import annotations
@@ -132,8 +135,11 @@ def build_preprocessor(schema: Schema, stats: FeatureStats, input_names: dict[st
 
 
 def build_builtin(model_type: str, input_dim: int, num_classes: int,
-                  hidden_units: tuple[int, ...], dropout: float, seed: int):
-    """``mlp``: dense layers; ``wide_deep``: a linear (wide) part plus an MLP (deep) part."""
+                  hidden_units: tuple[int, ...], dropout: float, seed: int,
+                  regression: bool = False):
+    """``mlp``: dense layers; ``wide_deep``: a linear (wide) part plus an MLP (deep) part.
+    Class probabilities (softmax), or with ``regression`` one linear output (the
+    standardised label; float32 under mixed precision too)."""
     import keras
 
     if model_type not in MODEL_TYPES:
@@ -148,6 +154,9 @@ def build_builtin(model_type: str, input_dim: int, num_classes: int,
     if model_type == "wide_deep":
         wide = keras.layers.Dense(num_classes, name="wide_logits")(features)
         logits = keras.layers.Add(name="logits")([logits, wide])
+    if regression:
+        value = keras.layers.Activation("linear", dtype="float32", name="value")(logits)
+        return keras.Model(features, value, name=f"gkeflow_{model_type}_regressor")
     probabilities = keras.layers.Activation("softmax", dtype="float32",
                                             name="probabilities")(logits)
     return keras.Model(features, probabilities, name=f"gkeflow_{model_type}")
@@ -188,8 +197,10 @@ def build_user_model(module: str, schema: Schema, hparams: dict):
             f"{hparams['input_dim']}); it takes {shapes}"
         )
     if model.outputs[0].shape[-1] != hparams["num_classes"]:
+        what = ("one value per row (regression)" if hparams.get("task") == "regression"
+                else f"{hparams['num_classes']} class probabilities")
         raise ValueError(
-            f"the model from {module!r} must output {hparams['num_classes']} class "
-            f"probabilities; it outputs shape {tuple(model.outputs[0].shape)}"
+            f"the model from {module!r} must output {what}; it outputs shape "
+            f"{tuple(model.outputs[0].shape)}"
         )
     return model

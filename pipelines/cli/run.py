@@ -46,8 +46,12 @@ def _dispatch_run(pipeline: str, **options) -> None:
                    "('data/*.csv.gz'), gs://bucket/path or bq://project.dataset.table. "
                    "Default: the bundled Palmer Penguins data.")
 @click.option("--label", "label", metavar="COLUMN",
-              help="Column holding the class to predict (required with --data; "
-                   "'species' for the bundled data).")
+              help="Column holding the class or the number to predict (required with "
+                   "--data; 'species' for the bundled data, 'body_mass_g' for a regression).")
+@click.option("--task", type=click.Choice(["auto", "classification", "regression"]),
+              default="auto", show_default=True,
+              help="auto: numbers with many distinct values are a regression; text, "
+                   "true/false and few whole numbers a classification (said at the start).")
 @click.option("--output", "output", type=NonEmptyPath(file_okay=False, path_type=Path),
               default=DEFAULT_RUN_OUTPUT, show_default=True,
               help="Where runs, logs, the step cache and the local registry are written.")
@@ -98,7 +102,7 @@ def _dispatch_run(pipeline: str, **options) -> None:
                    "that server's registry unless --param registry_uri=URI "
                    "(docs/tracking.md).")
 @sweep_options
-def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_rate,
+def run(pipeline, model_ref, data, label, task, output, epochs, batch_size, learning_rate,
         train_ratio, eval_ratio, test_ratio, model_name, min_accuracy, model_type, user_module,
         params, compute_overrides, key_column, exclude_columns, feature_columns, no_cache,
         deploy, require_registered, verbose, debug, **pipeline_options) -> None:
@@ -132,7 +136,7 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
             eval_ratio=eval_ratio, test_ratio=test_ratio, model_name=model_name,
             min_accuracy=min_accuracy, model_type=model_type, user_module=user_module,
             params=params, compute_overrides=compute_overrides, key_column=key_column,
-            exclude_columns=exclude_columns, feature_columns=feature_columns,
+            exclude_columns=exclude_columns, feature_columns=feature_columns, task=task,
             no_cache=no_cache, require_registered=require_registered, verbose=verbose,
             debug=debug, environment=environment, **pipeline_options)
     from gkeflow.pipelines.targets.local import run_local
@@ -155,11 +159,13 @@ def run(pipeline, model_ref, data, label, output, epochs, batch_size, learning_r
         eval_ratio=eval_ratio, test_ratio=test_ratio, model_name=model_name,
         min_accuracy=min_accuracy, model_type=model_type, user_module=user_module,
         params=params, key_column=key_column, exclude_columns=exclude_columns,
-        feature_columns=feature_columns)
+        feature_columns=feature_columns, task=task, notes=(notes := []))
     output = output.resolve()
     console.print(f"[bold]gkeflow run[/bold]: training pipeline on "
                   f"{data or 'the bundled Palmer Penguins data'} "
                   f"(label: {arguments['label_column']})")
+    for note in notes:
+        console.print(note, markup=False, highlight=False)
 
     on_event = step_printer(console)
 

@@ -63,11 +63,13 @@ def check_credentials_for(uri: str) -> None:
         raise RunInputError(str(exc)) from None
 
 
-def default_model_name(data: str | None) -> str:
+def default_model_name(data: str | None, task: str = "classification") -> str:
     """``penguins-classifier`` for the bundled data, else ``<data name>-classifier``: the
-    table of a ``bq://`` URI, the file, or the directory of a glob."""
+    table of a ``bq://`` URI, the file, or the directory of a glob (``-regressor`` for
+    regression)."""
+    kind = "regressor" if task == "regression" else "classifier"
     if not data:
-        return "penguins-classifier"
+        return f"penguins-{kind}"
     text = data.rstrip("/")
     if text.startswith("bq://"):
         name = text.rsplit(".", 1)[-1]
@@ -79,4 +81,4 @@ def default_model_name(data: str | None) -> str:
     stem = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-") or "model"
     if not stem[0].isalpha():
         stem = f"m-{stem}"
-    return f"{stem[:50]}-classifier"
+    return f"{stem[:50]}-{kind}"

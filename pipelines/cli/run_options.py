@@ -144,10 +144,12 @@ def run_arguments(pipeline, name: str, *, data: str | None, label: str | None, o
                   min_accuracy: float, model_type: str, user_module: str | None,
                   params: tuple[str, ...], key_column: str = "",
                   exclude_columns: tuple[str, ...] = (),
-                  feature_columns: tuple[str, ...] = ()) -> dict[str, Any]:
+                  feature_columns: tuple[str, ...] = (), task: str = "auto",
+                  notes: list[str] | None = None) -> dict[str, Any]:
     """The arguments of a local run of ``pipeline`` (training or sweep), checked before
     any step starts: data, label and columns against the file's header, split ratios,
-    the evaluation policy and ``--param`` against the pipeline's parameters."""
+    the evaluation policy and ``--param`` against the pipeline's parameters; the task
+    (``--task``) decided from the label, as the prepare step will, and said in ``notes``."""
     from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS, SplitRatios
     from gkeflow.pipelines.cli.common import REGISTRY_FILE
     from gkeflow.pipelines.cli.params import pipeline_params
@@ -194,10 +196,19 @@ def run_arguments(pipeline, name: str, *, data: str | None, label: str | None, o
             raise OptionError(f"{option} does not apply to --pipeline {name}: its pipeline has "
                               f"no {parameter} parameter")
         arguments[parameter] = value
+    if "task" in inputs:
+        arguments.setdefault("task", task)
     try:
-        validate_run_arguments(arguments)
+        choice = validate_run_arguments(arguments)
     except ParameterError as exc:
         raise click.ClickException(str(exc)) from None
+    if choice is not None and "task" in inputs:
+        arguments["task"] = choice.task  # the step decides the same from the same rows
+        if notes is not None:
+            notes.append(f"task: {choice.task} of {arguments['label_column']!r} "
+                         f"({choice.reason}; --task overrides)")
+        if choice.task == "regression" and not model_name:
+            arguments["model_name"] = default_model_name(data, "regression")
     return arguments
 
 

@@ -29,10 +29,15 @@ def print_run_summary(console: Console, result, arguments: dict, debug: bool = F
             metrics_table.add_row(name, shown)
         console.print(metrics_table)
         passed = result.parameter_outputs("evaluate-model").get("Output")
-        accuracy = metrics.get("accuracy", float("nan"))
         verdict = "[green]passed[/green]" if passed else "[yellow]did not pass[/yellow]"
-        console.print(f"Gate: accuracy {accuracy:.4f} (min_accuracy="
-                      f"{arguments['min_accuracy']:g}, champion comparison): {verdict}")
+        if "rmse" in metrics and "accuracy" not in metrics:  # a regressor
+            console.print(f"Gate: rmse {metrics['rmse']:.4g} against the mean predictor's "
+                          f"{metrics.get('baseline_rmse', float('nan')):.4g}, thresholds and "
+                          f"champion comparison: {verdict}")
+        else:
+            accuracy = metrics.get("accuracy", float("nan"))
+            console.print(f"Gate: accuracy {accuracy:.4f} (min_accuracy="
+                          f"{arguments['min_accuracy']:g}, champion comparison): {verdict}")
         reasons = result.artifact_metadata("evaluate-model", "evaluation").get("reasons", [])
         for reason in reasons:
             mark = "[green]✓[/green]" if reason.startswith("PASS") else "[red]✗[/red]"

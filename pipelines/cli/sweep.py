@@ -65,6 +65,7 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
               eval_ratio, test_ratio, model_name, min_accuracy, model_type, user_module,
               params, compute_overrides, key_column, exclude_columns, feature_columns,
               no_cache, require_registered, verbose, debug, config_path=None, sweep_params=(),
+              task="auto",
               algorithm=None, max_trials=None, parallel_trials=None, metric=None,
               direction=None, seed=None, environment="default") -> None:
     """Run the sweep pipeline locally; print the trial table and what was registered.
@@ -109,8 +110,10 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
         eval_ratio=eval_ratio, test_ratio=test_ratio, model_name=model_name,
         min_accuracy=min_accuracy, model_type=model_type, user_module=user_module,
         params=params, key_column=key_column, exclude_columns=exclude_columns,
-        feature_columns=feature_columns)
+        feature_columns=feature_columns, task=task, notes=(notes := []))
     output = Path(output).resolve()
+    for note in notes:
+        console.print(note, markup=False, highlight=False)
     trials = arguments.get("trials") or pipeline.component_spec.inputs["trials"].default
     from gkeflow.pipelines.compute.wording import counted
 
