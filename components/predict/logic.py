@@ -46,6 +46,8 @@ from gkeflow.components.prepare.sources import common_header
 DEFAULT_BATCH_ROWS = 65_536
 ROW_NUMBER = "row_number"
 PREDICTED_CLASS = "predicted_class"
+#: A regressor's prediction, in the label's units.
+PREDICTED_VALUE = "predicted_value"
 
 
 @dataclass
@@ -104,6 +106,7 @@ class Scorer:
         self.model = ExportedModel(model_dir)
         self.batch_rows = batch_rows
         self.classes = self.model.label_vocabulary
+        self.regression = self.model.regression
         self._input_names = input_names
 
     def names(self, schema) -> dict[str, str]:
@@ -115,7 +118,7 @@ class Scorer:
 
 def _check_key_name(key_column: str, classes: list[str]) -> None:
     """The key column is copied to the predictions: it must not take an output's name."""
-    taken = {ROW_NUMBER, PREDICTED_CLASS, "model_name", "model_version",
+    taken = {ROW_NUMBER, PREDICTED_CLASS, PREDICTED_VALUE, "model_name", "model_version",
              *probability_columns(classes)}
     if key_column in taken:
         raise PredictError(f"key_column {key_column!r} has the name of a predictions column "
@@ -134,8 +137,14 @@ def implied_key(schema, header: list[str]) -> str:
     return ""
 
 
-def output_schema(key_column: str, classes: list[str]) -> pa.Schema:
+def output_schema(key_column: str, classes: list[str], regression: bool = False) -> pa.Schema:
+    """The predictions' columns: the key, then ``predicted_class`` and a probability per
+    class, or a regressor's ``predicted_value``; then the model's name and version."""
     key = pa.field(key_column or ROW_NUMBER, pa.string() if key_column else pa.int64())
+    if regression:
+        return pa.schema([key, pa.field(PREDICTED_VALUE, pa.float64()),
+                          pa.field("model_name", pa.string()),
+                          pa.field("model_version", pa.int64())])
     return pa.schema([key, pa.field(PREDICTED_CLASS, pa.string())]
                      + [pa.field(n, pa.float32()) for n in probability_columns(classes)]
                      + [pa.field("model_name", pa.string()), pa.field("model_version", pa.int64())])
@@ -148,7 +157,7 @@ def score_stream(sources, header: list[str], profile: TrainingProfile, scorer: S
     """Score every row of ``sources`` into ``sink``; returns rows read and reject reasons."""
     schema = profile.schema
     names = scorer.names(schema)
-    out_schema = output_schema(key_column, scorer.classes)
+    out_schema = output_schema(key_column, scorer.classes, scorer.regression)
     reasons: Counter = Counter()
     lock = threading.Lock()
     read = 0  # rows before the current file: parsed or not
@@ -190,9 +199,13 @@ def score_stream(sources, header: list[str], profile: TrainingProfile, scorer: S
                 else:
                     keys = pa.array(_row_numbers(read + parsed, origin, batch.num_rows,
                                                  unparsed_lines, lock)[keep], pa.int64())
-                columns = [keys, pa.array(np.asarray(scorer.classes, dtype=object)[
-                    probs.argmax(axis=1)], pa.string())]
-                columns += [pa.array(probs[:, i], pa.float32()) for i in range(probs.shape[1])]
+                if scorer.regression:
+                    columns = [keys, pa.array(probs.reshape(-1).astype(np.float64))]
+                else:
+                    columns = [keys, pa.array(np.asarray(scorer.classes, dtype=object)[
+                        probs.argmax(axis=1)], pa.string())]
+                    columns += [pa.array(probs[:, i], pa.float32())
+                                for i in range(probs.shape[1])]
                 columns += [pa.array([model_name] * kept_rows, pa.string()),
                             pa.array(np.full(kept_rows, model_version, np.int64))]
                 sink.write(pa.Table.from_arrays(columns, schema=out_schema))
@@ -324,7 +337,8 @@ def predict(
     scorer = Scorer(model_dir, batch_rows)
     _check_key_name(key_column, scorer.classes)
     started = time.perf_counter()  # scoring only: the model load is not per row
-    sink = PredictionSink(output_uri, fmt, output_schema(key_column, scorer.classes),
+    sink = PredictionSink(output_uri, fmt,
+                          output_schema(key_column, scorer.classes, scorer.regression),
                           run_id=run_id, bq_write_mode=bq_write_mode)
     rejects = RejectsFile(Path(rejects_path))
     tracker = DriftTracker(profile.schema, profile.ranges, profile.missing_rates)

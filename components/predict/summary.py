@@ -9,7 +9,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gkeflow.components.predict.logic import DEFAULT_BATCH_ROWS, PREDICTED_CLASS
+from gkeflow.components.predict.logic import (
+    DEFAULT_BATCH_ROWS,
+    PREDICTED_CLASS,
+    PREDICTED_VALUE,
+)
 
 
 def _batches(path: Path):
@@ -32,8 +36,38 @@ def predictions_file(directory: Path) -> Path:
     raise FileNotFoundError(f"no predictions.parquet or predictions.csv in {directory}")
 
 
+def summarize_values(predictions: Path) -> tuple[list[str], dict]:
+    """A regressor's predictions: rows, and the predicted values' range and quantiles."""
+    parts = [pa.Table.from_batches([batch]).column(PREDICTED_VALUE).to_numpy()
+             for batch in _batches(Path(predictions))]
+    values = np.concatenate(parts) if parts else np.zeros(0)
+    if not values.size:
+        return ["# Predictions", "", "0 rows scored."], {"rows": 0}
+    quantiles = {f"p{q}": float(np.quantile(values, q / 100)) for q in (5, 25, 50, 75, 95)}
+    lines = ["# Predictions", "", f"{values.size} rows scored; `{PREDICTED_VALUE}` from "
+             f"{values.min():.6g} to {values.max():.6g}, mean {values.mean():.6g}.", "",
+             "| quantile | predicted value |", "|---|---:|"]
+    lines += [f"| {name} | {value:.6g} |" for name, value in quantiles.items()]
+    metrics = {"rows": int(values.size), "mean_predicted_value": round(float(values.mean()), 6),
+               **{f"predicted_value_{k}": round(v, 6) for k, v in quantiles.items()}}
+    return lines, metrics
+
+
+def _is_regression(predictions: Path) -> bool:
+    for batch in _batches(Path(predictions)):
+        return PREDICTED_VALUE in batch.schema.names
+    return False
+
+
 def summarize(predictions: Path, scoring_report: str = "") -> tuple[str, dict]:
-    """Markdown summary and metrics: rows per predicted class, mean top probability."""
+    """Markdown summary and metrics: rows per predicted class, mean top probability (a
+    regressor: the predicted values' range and quantiles)."""
+    if _is_regression(predictions):
+        lines, metrics = summarize_values(predictions)
+        text = "\n".join(lines) + "\n"
+        if scoring_report:
+            text += "\n" + scoring_report.replace("# Scoring report", "## Scoring report", 1)
+        return text, metrics
     counts: dict[str, int] = {}
     confidence_sum, rows = 0.0, 0
     confident = 0
