@@ -100,7 +100,7 @@ def evaluate_model(
             comparison_metric=comparison_metric, regression_tolerance=regression_tolerance,
             thresholds=thresholds)
         card = render_regression_card(result)
-        write_text_atomic(Path(plots.path), regression_plots_html(result))
+        plots_html = regression_plots_html(result)
     else:
         result = evaluate(
             dataset_dir=Path(dataset.path),
@@ -120,8 +120,9 @@ def evaluate_model(
         classification_metrics.log_roc_curve(**roc_points(result.roc))
         classification_metrics.metadata["rocPositiveClass"] = result.roc_class
         card = render_model_card(result)
-        write_text_atomic(Path(plots.path), "<p>Classification: the confusion matrix and ROC "
-                                            "curve are in classification_metrics.</p>")
+        plots_html = ("<p>Classification: the confusion matrix and ROC curve are in "
+                      "classification_metrics.</p>")
+    write_text_atomic(Path(plots.path), plots_html)
     for name, value in result.scalar_metrics().items():
         metrics.log_metric(name, round(value, 6))
     metrics.metadata["passed"] = float(result.passed)
@@ -138,5 +139,5 @@ def evaluate_model(
     for reason in result.decision.reasons:
         print(reason)
     print(result.decision.summary)
-    track_evaluation(result, card)
+    track_evaluation(result, card, plots_html=plots_html if data_schema.regression else "")
     return result.passed

@@ -99,10 +99,11 @@ def track_training(result: Any, params: Any, model_dir: Path, task: str = "",
 
 
 @best_effort
-def track_evaluation(result: Any, model_card: str, tracker: Tracker | None = None) -> None:
+def track_evaluation(result: Any, model_card: str, tracker: Tracker | None = None,
+                     plots_html: str = "") -> None:
     """evaluate-model: overall and per-slice metrics, the gate's decision, the confusion
-    matrix and the ROC curve (JSON plus PNG where matplotlib is installed), the model card
-    and the whole evidence (evaluation.json)."""
+    matrix and the ROC curve (JSON plus PNG where matplotlib is installed), or a regressor's
+    plots (``plots_html``), the model card and the whole evidence (evaluation.json)."""
     policy = {"min_accuracy": result.policy.min_accuracy,
               "comparison_metric": result.policy.comparison_metric,
               "regression_tolerance": result.policy.regression_tolerance,
@@ -118,10 +119,9 @@ def track_evaluation(result: Any, model_card: str, tracker: Tracker | None = Non
                 REASONS_TAG: "; ".join(result.decision.reasons),
                 "gkeflow.champion_version": result.champion.version if result.champion else 0})
     if getattr(result, "task", "") == "regression":  # no confusion matrix, no ROC curve
-        from gkeflow.components.evaluate.regression_card import regression_plots_html
-
         t.log_dict(json.loads(result.to_json()), "evaluation/evaluation.json")
-        t.log_text(regression_plots_html(result), "evaluation/regression_plots.html")
+        if plots_html:
+            t.log_text(plots_html, "evaluation/regression_plots.html")
         t.log_text(model_card, "model_card.md")
         t.finish()
         return
