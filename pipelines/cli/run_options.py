@@ -24,7 +24,7 @@ COMMON = frozenset({
 TRAINING = frozenset({
     "label", "epochs", "batch_size", "learning_rate", "train_ratio", "eval_ratio",
     "test_ratio", "model_name", "min_accuracy", "model_type", "user_module", "key_column",
-    "exclude_columns", "feature_columns", "require_registered", "deploy",
+    "exclude_columns", "feature_columns", "require_registered", "deploy", "task",
 })
 #: Options that shape a sweep (``sweep_cli.sweep_options``).
 SWEEP = frozenset({
@@ -40,6 +40,7 @@ APPLICABLE: Mapping[str, frozenset[str]] = {
 _HINTS = {
     "model_ref": " (--model-name names the model a run trains)",
     "label": " (the registered model knows its label and columns)",
+    "task": " (the registered model knows its task)",
 }
 
 

@@ -1,0 +1,116 @@
+"""`gkeflow run` on a continuous label: the task is decided and said before any step, a
+regressor is trained, evaluated, registered and scores new rows with numbers; labels that
+are no class column are refused before any step; the compiled pipelines take the task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from tests.gkeflow_cli import gkeflow
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _loans(path: Path, rows: int = 900, seed: int = 2) -> pd.DataFrame:
+    """A loans-like file whose income_eur is a number per applicant."""
+    rng = np.random.default_rng(seed)
+    age = rng.integers(21, 70, rows)
+    years = np.clip(age - 21 - rng.integers(0, 6, rows), 0, None)
+    sector = rng.choice(["retail", "tech", "health", "public"], rows)
+    bonus = pd.Series(sector).map({"retail": 0, "tech": 14_000, "health": 6_000,
+                                   "public": 3_000}).to_numpy()
+    income = 21_000 + 900 * years + bonus + rng.normal(0, 3_500, rows)
+    frame = pd.DataFrame({"applicant_id": [f"A{i:06d}" for i in range(rows)], "age": age,
+                          "years_employed": years, "sector": sector,
+                          "approved": rng.choice(["yes", "no"], rows),
+                          "income_eur": income.round(0).astype(int)})
+    frame.to_csv(path, index=False)
+    return frame
+
+
+@pytest.mark.slow
+def test_a_continuous_label_trains_registers_and_scores_a_regressor(tmp_path):
+    frame = _loans(tmp_path / "loans.csv")
+    out = tmp_path / "out"
+    result = gkeflow("run", "--data", str(tmp_path / "loans.csv"), "--label", "income_eur",
+                     "--output", str(out), "--epochs", "30")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    task_line = next(i for i, line in enumerate(lines) if line.startswith("task: regression"))
+    assert "'income_eur'" in lines[task_line] and "distinct values" in lines[task_line]
+    assert task_line < next(i for i, line in enumerate(lines) if "started" in line)
+    assert "Registered: loans-regressor version 1" in result.stdout
+    assert "Gate: rmse" in result.stdout
+
+    new = frame.drop(columns=["income_eur"]).head(40)
+    new.to_csv(tmp_path / "new.csv", index=False)
+    scored = gkeflow("run", "--pipeline", "prediction", "--data", str(tmp_path / "new.csv"),
+                     "--output", str(out))
+    assert scored.returncode == 0, scored.stdout[-3000:] + scored.stderr[-3000:]
+    [predictions] = out.glob("runs/gkeflow-prediction-*/predict-batch/predictions/"
+                             "predictions.parquet")
+    table = pq.read_table(predictions).to_pandas()
+    # keyed by the identifier column preparation left out; a number per row, in euros
+    assert table.columns.tolist() == ["applicant_id", "predicted_value", "model_name",
+                                      "model_version"]
+    assert table["applicant_id"].tolist() == new["applicant_id"].tolist()
+    assert table["predicted_value"].between(10_000, 90_000).all()
+    truth = frame.set_index("applicant_id").loc[table["applicant_id"], "income_eur"].to_numpy()
+    assert np.corrcoef(table["predicted_value"], truth)[0, 1] > 0.8
+
+
+@pytest.mark.slow
+def test_the_readme_body_mass_demo_runs_on_the_bundled_penguins(tmp_path):
+    readme = (REPO / "README.md").read_text()
+    assert "gkeflow run --label body_mass_g" in readme
+    result = gkeflow("run", "--label", "body_mass_g", "--output", str(tmp_path / "out"),
+                     "--epochs", "10")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "task: regression of 'body_mass_g'" in result.stdout
+    assert "Registered: penguins-regressor version 1" in result.stdout
+    assert "rmse" in result.stdout and "accuracy" not in result.stdout
+
+
+@pytest.mark.parametrize("label,message", [
+    ("row_id", "looks like a row identifier"),
+    ("ticket", "has 400 classes, more than 100"),
+    ("customer", "looks like an identifier"),
+])
+def test_a_label_that_is_no_class_column_is_refused_before_any_step(tmp_path, label, message):
+    rng = np.random.default_rng(0)
+    rows = 2000
+    pd.DataFrame({"row_id": np.arange(1, rows + 1), "x": rng.normal(size=rows),
+                  "ticket": [f"T{i % 400}" for i in range(rows)],
+                  "customer": [f"C{i:05d}" for i in range(rows)],
+                  "y": rng.choice(["a", "b"], rows)}).to_csv(tmp_path / "d.csv", index=False)
+    result = gkeflow("run", "--data", str(tmp_path / "d.csv"), "--label", label, "--output",
+                     str(tmp_path / "out"), before_any_step=True)
+    assert result.returncode == 1, result.stdout + result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert message in line and "--task" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_forcing_the_task_is_checked_before_any_step(tmp_path):
+    pd.DataFrame({"x": range(60), "y": ["a", "b", "c"] * 20}).to_csv(tmp_path / "d.csv",
+                                                                     index=False)
+    result = gkeflow("run", "--data", str(tmp_path / "d.csv"), "--label", "y", "--task",
+                     "regression", "--output", str(tmp_path / "out"), before_any_step=True)
+    assert result.returncode == 1
+    assert "task regression needs a numeric label" in result.stderr
+
+
+@pytest.mark.parametrize("name", ["training", "sweep"])
+@pytest.mark.parametrize("target", ["gke", "vertex"])
+def test_the_compiled_pipelines_take_the_task(name, target):
+    spec = next(yaml.safe_load_all((REPO / "compiled" / f"{name}.{target}.yaml").read_text()))
+    assert spec["root"]["inputDefinitions"]["parameters"]["task"]["defaultValue"] == "auto"
+    tasks = spec["root"]["dag"]["tasks"]
+    prepare = next(t for n, t in tasks.items() if n.startswith("prepare-data"))
+    assert prepare["inputs"]["parameters"]["task"] == {"componentInputParameter": "task"}
