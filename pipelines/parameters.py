@@ -38,6 +38,10 @@ def check_parameters(arguments: dict) -> None:
         raise ParameterError(f"train_ratio/eval_ratio/test_ratio: {exc}") from None
     _check_training(arguments)
     _check_fractions(arguments)
+    if arguments.get("task") == "regression" and arguments.get("metric") == "eval_accuracy":
+        raise ParameterError("metric eval_accuracy does not apply to task regression: compare "
+                             "the trials on eval_rmse or eval_loss (sweep.metric in "
+                             "gkeflow.yaml, or --metric)")
     if "task" in arguments:
         from gkeflow.components.prepare.sources import DataError
         from gkeflow.components.prepare.task import check_task

@@ -112,6 +112,16 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
         params=params, key_column=key_column, exclude_columns=exclude_columns,
         feature_columns=feature_columns, task=task, notes=(notes := []))
     output = Path(output).resolve()
+    if arguments.get("task") == "regression" and arguments.get(
+            "metric", sweep.metric) == "eval_accuracy":
+        from gkeflow.pipelines.sweep_config import METRICS, REGRESSION_METRIC
+
+        # a regressor has no accuracy: its trials are compared on RMSE, lower is better
+        arguments.update(metric=REGRESSION_METRIC, direction=METRICS[REGRESSION_METRIC])
+        sweep = sweep.model_copy(update={"metric": REGRESSION_METRIC,
+                                         "direction": METRICS[REGRESSION_METRIC]})
+        notes.append(f"trials compared on {REGRESSION_METRIC} (minimize): eval_accuracy does "
+                     "not apply to regression")
     for note in notes:
         console.print(note, markup=False, highlight=False)
     trials = arguments.get("trials") or pipeline.component_spec.inputs["trials"].default

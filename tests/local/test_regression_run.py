@@ -114,3 +114,22 @@ def test_the_compiled_pipelines_take_the_task(name, target):
     tasks = spec["root"]["dag"]["tasks"]
     prepare = next(t for n, t in tasks.items() if n.startswith("prepare-data"))
     assert prepare["inputs"]["parameters"]["task"] == {"componentInputParameter": "task"}
+
+
+@pytest.mark.slow
+def test_a_regression_sweep_compares_trials_on_rmse_lower_first(tmp_path):
+    import json
+
+    out = tmp_path / "out"
+    result = gkeflow("run", "--pipeline", "sweep", "--label", "body_mass_g", "--output",
+                     str(out), "--epochs", "4", "--sweep-param", "learning_rate=0.001,0.05",
+                     "--sweep-param", "hidden_units=16", "--search", "grid",
+                     "--parallel-trials", "2")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "trials compared on eval_rmse (minimize)" in result.stdout
+    assert "minimize eval_rmse" in result.stdout
+    [table] = out.glob("runs/gkeflow-sweep-*/select-best-trial/executor_output.json")
+    rows = json.loads(json.loads(table.read_text())["parameterValues"]["table"])
+    values = [row["eval_rmse"] for row in rows if row.get("eval_rmse") is not None]
+    assert len(values) == 2 and values == sorted(values)  # best (lowest) first
+    assert "Registered: penguins-regressor" in result.stdout

@@ -98,3 +98,14 @@ def test_the_default_t4_nobody_asked_for_locally_is_not_noted():
     assert local_accelerator_notes(_profiles(), {}, ("train-model.replicas=2",),
                                    gpus=0, tpu_chips=0) == []
     assert local_accelerator_notes(None, {}, (), gpus=0, tpu_chips=0) == []
+
+
+def test_a_regression_sweep_on_accuracy_is_refused_before_it_runs():
+    with pytest.raises(ParameterError, match="metric eval_accuracy does not apply to task "
+                                             "regression"):
+        check_parameters({"task": "regression", "metric": "eval_accuracy"})
+    check_parameters({"task": "regression", "metric": "eval_rmse"})
+    check_parameters({"task": "regression", "thresholds": "rmse<=300,r2>=0.5",
+                      "comparison_metric": "mae"})
+    with pytest.raises(ParameterError, match="task: unknown task"):
+        check_parameters({"task": "regresion"})
