@@ -280,13 +280,17 @@ def check_servable(model_dir: Path, sample: dict[str, Any] | None,
         if not isinstance(got, list) or len(got) != len(want):
             raise NotServable(f"row {i}: the served model answered {got!r}; expected "
                               f"{len(want)} class probabilities")
-        difference = max(abs(float(g) - float(w)) for g, w in zip(got, want, strict=True))
+        # a regressor's value is in the label's units: the tolerance scales with it
+        difference = max(abs(float(g) - float(w)) / (max(1.0, abs(float(w)))
+                                                      if not contract.labels else 1.0)
+                         for g, w in zip(got, want, strict=True))
         worst = max(worst, difference)
         if not difference <= atol:
             raise NotServable(f"row {i}: served probabilities {got} differ from the "
                               f"evaluation's {want} by {difference:.2e} (> {atol:g})")
     labels = contract.labels or sample.get("labels") or []
-    classes = [labels[max(range(len(p)), key=p.__getitem__)] for p in predictions]
+    classes = [labels[max(range(len(p)), key=p.__getitem__)] for p in predictions] \
+        if labels else []  # a regressor: one value per row, no class
     if sample.get("classes") and classes != sample["classes"]:
         raise NotServable("the served model picks other classes than the evaluation for the "
                           "same rows")

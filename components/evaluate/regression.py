@@ -174,6 +174,8 @@ class RegressionEvaluation:
     data: dict[str, Any]
     pairs: list[tuple[float, float]] = field(default_factory=list)
     histogram: tuple[list[int], list[float]] = ((), ())
+    #: The first test rows and the model's values for them (what serving must answer).
+    sample: dict[str, Any] | None = None
     task: str = "regression"
 
     @property
@@ -208,7 +210,8 @@ class RegressionEvaluation:
                            "baseline_margin": self.policy.baseline_margin},
                 "data": self.data, "metrics": self.metrics, "baseline": self.baseline,
                 "residual_quantiles": self.residual_quantiles, "champion": champion,
-                "slices": [asdict(s) for s in self.slices]}
+                "slices": [asdict(s) for s in self.slices],
+                "sample_predictions": self.sample}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, allow_nan=False)
@@ -276,7 +279,12 @@ def evaluate_regression(dataset_dir: Path, schema: Schema, model_dir: Path, *,
                         comparison_metric: str = "", regression_tolerance: float = 0.01,
                         thresholds: str = "", batch_rows: int = 0) -> RegressionEvaluation:
     """Score ``model_dir`` (and a comparable champion) on the test split, and decide."""
-    from gkeflow.components.evaluate.stream import EVAL_BATCH_ROWS, iter_test_batches, model_inputs
+    from gkeflow.components.evaluate.stream import (
+        EVAL_BATCH_ROWS,
+        iter_test_batches,
+        model_inputs,
+        prediction_sample,
+    )
 
     policy = RegressionPolicy.from_parameters(thresholds, comparison_metric,
                                               regression_tolerance)
@@ -288,7 +296,7 @@ def evaluate_regression(dataset_dir: Path, schema: Schema, model_dir: Path, *,
     mean = _train_mean(dataset_dir, schema.label)
     challenger = champion_acc = None
     slices: dict[str, dict[str, list[float]]] = {c: {} for c in columns}
-    champion, champion_model = None, None
+    champion, champion_model, sample = None, None, None
     with tempfile.TemporaryDirectory(prefix="gkeflow-champion-") as scratch:
         if registry_uri and model_name:
             version = find_champion(registry_uri, model_name)
@@ -300,6 +308,9 @@ def evaluate_regression(dataset_dir: Path, schema: Schema, model_dir: Path, *,
                 base = mean if mean is not None else float(np.mean(actual))
                 challenger, champion_acc = RegressionAccumulator(base), RegressionAccumulator(base)
             predicted = model.predict_values(model_inputs(model.metadata["features"], batch))
+            if sample is None:
+                sample = prediction_sample(model.metadata["features"], batch,
+                                           predicted.reshape(-1, 1), [])
             challenger.update(actual, predicted)
             if champion_model is not None:
                 champion_acc.update(actual, champion_model.predict_values(
@@ -319,7 +330,7 @@ def evaluate_regression(dataset_dir: Path, schema: Schema, model_dir: Path, *,
         data={"label": schema.label, "test_rows": challenger.n,
               "features": [{"name": c.name, "type": c.type} for c in schema.features],
               "label_transform": (model.metadata.get("label_scaling") or {}).get("transform")},
-        pairs=challenger.pairs, histogram=challenger.histogram())
+        pairs=challenger.pairs, histogram=challenger.histogram(), sample=sample)
 
 
 def _open_champion(version, schema: Schema, scratch: Path):

@@ -128,6 +128,7 @@ def prediction_sample(features: list[dict], batch: dict[str, np.ndarray],
     return {
         "rows": [{f["name"]: _plain(batch[f["name"]][i]) for f in features} for i in range(n)],
         "probabilities": [[float(p) for p in probabilities[i]] for i in range(n)],
-        "classes": [labels[int(probabilities[i].argmax())] for i in range(n)],
+        # a regressor (no labels): its one value per row is in "probabilities"
+        "classes": [labels[int(probabilities[i].argmax())] for i in range(n)] if labels else [],
         "labels": list(labels),
     }

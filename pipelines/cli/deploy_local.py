@@ -99,9 +99,15 @@ def print_local_deployment(console, result, output: Path) -> None:
     request.write_text(json.dumps({"instances": contract.instances(sample["rows"][:5])},
                                   indent=2), encoding="utf-8")
     expected = request.with_name(f"{name}.expected.json")
-    expected.write_text(json.dumps({"classes": sample["classes"][:5]}), encoding="utf-8")
+    # a classifier's classes, or a regressor's values (one per row, no classes)
+    predicted = sample["classes"][:5] or [f"{row[0]:.6g}" for row in
+                                          sample["probabilities"][:5]]
+    expected.write_text(json.dumps({"classes": sample["classes"][:5]} if sample["classes"]
+                                   else {"values": [row[0] for row in
+                                                    sample["probabilities"][:5]]}),
+                        encoding="utf-8")
     console.print(f"Try:       gkeflow deploy local {name} --output {output} --request "
                   f"{request}", markup=False)
-    console.print(f"           (the evaluation predicted {', '.join(sample['classes'][:5])}); "
+    console.print(f"           (the evaluation predicted {', '.join(predicted)}); "
                   f"--serve answers POST /v1/models/{name}:predict on 127.0.0.1",
                   markup=False)

@@ -69,12 +69,26 @@ def test_a_continuous_label_trains_registers_and_scores_a_regressor(tmp_path):
 def test_the_readme_body_mass_demo_runs_on_the_bundled_penguins(tmp_path):
     readme = (REPO / "README.md").read_text()
     assert "gkeflow run --label body_mass_g" in readme
-    result = gkeflow("run", "--label", "body_mass_g", "--output", str(tmp_path / "out"),
-                     "--epochs", "10")
+    import json
+
+    out = tmp_path / "out"
+    result = gkeflow("run", "--label", "body_mass_g", "--output", str(out), "--epochs", "10",
+                     "--deploy")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "task: regression of 'body_mass_g'" in result.stdout
     assert "Registered: penguins-regressor version 1" in result.stdout
     assert "rmse" in result.stdout and "accuracy" not in result.stdout
+    # deployed behind the servability check, the local server answers in grams
+    assert "Deployed:  penguins-regressor (local stand-in)" in result.stdout
+    request = out / "requests" / "penguins-regressor.json"
+    expected = json.loads(request.with_name("penguins-regressor.expected.json").read_text())
+    asked = gkeflow("deploy", "local", "penguins-regressor", "--output", str(out),
+                    "--request", str(request))
+    assert asked.returncode == 0, asked.stderr
+    answer = json.loads(asked.stdout)
+    values = [row[0] for row in answer["predictions"]]
+    assert values == pytest.approx(expected["values"], rel=1e-4)
+    assert all(2_000 < v < 7_000 for v in values) and "classes" not in answer
 
 
 @pytest.mark.parametrize("label,message", [
