@@ -351,14 +351,14 @@ def test_slice_columns_are_checked(prepared_penguins):
 def test_component_body_logs_what_the_kubeflow_ui_renders(prepared_penguins, trained_penguins,
                                                           tmp_path):
     """The component body itself, with real artifacts: the UI's metadata structure."""
-    from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Markdown, Metrics, Model
+    from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Markdown, Metrics, Model
 
     from gkeflow.components.evaluate.component import evaluate_model
 
     dataset_dir, _ = prepared_penguins
     outputs = {name: cls(uri=str(tmp_path / name)) for name, cls in [
         ("metrics", Metrics), ("classification_metrics", ClassificationMetrics),
-        ("model_card", Markdown), ("evaluation", Artifact)]}
+        ("model_card", Markdown), ("evaluation", Artifact), ("plots", HTML)]}
     blessed = evaluate_model.python_func(
         dataset=Dataset(uri=str(dataset_dir)),
         schema=Artifact(uri=str(dataset_dir / "schema.json")),

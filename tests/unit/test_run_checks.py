@@ -46,9 +46,15 @@ def test_a_header_without_rows_is_refused_before_any_step(write_csv, text):
                               "--data at another file")
 
 
+def _rows(n: int = 400) -> str:
+    """Enough rows that no split comes out empty (a few rows may leave one empty, which
+    is refused: test_run_refusals.py)."""
+    return "".join(f"{i},{i * 3 % 7},{'ab'[i % 2]}\n" for i in range(n))
+
+
 def test_rows_in_any_file_of_a_glob_pass(tmp_path):
     (tmp_path / "a.csv").write_text("id,x,y\n")
-    (tmp_path / "b.csv").write_text("id,x,y\n1,2,a\n2,3,b\n")
+    (tmp_path / "b.csv").write_text("id,x,y\n" + _rows())
     validate_run_arguments(_arguments(tmp_path / "*.csv"))
     (tmp_path / "b.csv").write_text("id,x,y\n")
     with pytest.raises(ParameterError, match="data has a header but no data rows: .*a.csv"):
@@ -56,7 +62,8 @@ def test_rows_in_any_file_of_a_glob_pass(tmp_path):
 
 
 def test_good_arguments_pass(write_csv):
-    path = write_csv("id,x,z,y\n1,2,5,a\n2,3,4,b\n")
+    path = write_csv("id,x,z,y\n" + "".join(f"{i},{i % 5},{i % 3},{'ab'[i % 2]}\n"
+                                             for i in range(400)))
     validate_run_arguments(_arguments(path, key_column="id", exclude_columns="x",
                                       thresholds="f1_macro>=0.5", comparison_metric="f1_macro"))
 
