@@ -98,6 +98,7 @@ def build_fanout_pipeline(target: str = "local",
         bq_query: str = "",
         bq_filter: str = "",
         bq_min_range_rows: int = 100000,
+        task: str = "auto",
     ) -> dsl.Dataset:
         """Prepares many input files (or a BigQuery table's row ranges) in parallel pods and
         merges them into one dataset.
@@ -105,7 +106,7 @@ def build_fanout_pipeline(target: str = "local",
         Args:
             data_uri: Glob or prefix of CSV/Parquet files, local or gs://; or
                 bq://project.dataset.table, read in row ranges by the parallel pods.
-            label_column: Column holding the class to predict.
+            label_column: Column holding the class (or the number) to predict.
             max_groups: Most groups of input files (at most 100).
             train_ratio: Fraction of rows for training.
             eval_ratio: Fraction of rows for validation during training.
@@ -132,6 +133,7 @@ def build_fanout_pipeline(target: str = "local",
             bq_filter: For bq:// sources: a SQL row filter (WHERE clause) on the table (read
                 by one pod).
             bq_min_range_rows: For bq:// tables: the fewest rows one pod's range holds.
+            task: auto (from the label's values), classification or regression.
         """
         plan = configure(plan_prepare(
             data_uri=data_uri, label_column=label_column, max_groups=max_groups,
@@ -142,7 +144,7 @@ def build_fanout_pipeline(target: str = "local",
             reject_unseen_categories=reject_unseen_categories,
             max_quoted_lines=max_quoted_lines, max_row_bytes=max_row_bytes,
             data_fingerprint=data_fingerprint, bq_query=bq_query, bq_filter=bq_filter,
-            bq_min_range_rows=bq_min_range_rows, workspace_path=storage.path,
+            bq_min_range_rows=bq_min_range_rows, workspace_path=storage.path, task=task,
         ), "plan-prepare")
         with dsl.ParallelFor(plan.outputs["Output"], parallelism=parallelism) as group:
             part = configure(prepare_group(plan=plan.outputs["plan"], group=group,

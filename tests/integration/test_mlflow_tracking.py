@@ -92,7 +92,7 @@ def test_train_model_logs_curves_per_epoch_and_the_saved_model(plugin_run, mlflo
 
 def test_evaluate_model_logs_metrics_slices_matrix_curves_and_card(
         plugin_run, mlflow_server, prepared_penguins, trained_penguins, tmp_path):
-    from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Markdown, Metrics, Model
+    from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Markdown, Metrics, Model
 
     from gkeflow.components.evaluate.component import evaluate_model
 
@@ -100,7 +100,7 @@ def test_evaluate_model_logs_metrics_slices_matrix_curves_and_card(
     dataset_dir, _ = prepared_penguins
     outputs = {name: cls(uri=str(tmp_path / name)) for name, cls in [
         ("metrics", Metrics), ("classification_metrics", ClassificationMetrics),
-        ("model_card", Markdown), ("evaluation", Artifact)]}
+        ("model_card", Markdown), ("evaluation", Artifact), ("plots", HTML)]}
     blessed = evaluate_model.python_func(
         dataset=Dataset(uri=str(dataset_dir)),
         schema=Artifact(uri=str(dataset_dir / "schema.json")),

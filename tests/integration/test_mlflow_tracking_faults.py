@@ -39,7 +39,7 @@ def evaluation(prepared_penguins, trained_penguins):
 
 def test_server_stopped_mid_step(tmp_path, monkeypatch, no_backoff, evaluation,
                                  prepared_penguins, trained_penguins, capsys):
-    from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Markdown, Metrics, Model
+    from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Markdown, Metrics, Model
 
     from gkeflow.components.evaluate.component import evaluate_model
     from tests.integration.mlflow_server import start_or_skip
@@ -68,7 +68,7 @@ def test_server_stopped_mid_step(tmp_path, monkeypatch, no_backoff, evaluation,
     dataset_dir, _ = prepared_penguins
     outputs = {name: cls(uri=str(tmp_path / name)) for name, cls in [
         ("metrics", Metrics), ("classification_metrics", ClassificationMetrics),
-        ("model_card", Markdown), ("evaluation", Artifact)]}
+        ("model_card", Markdown), ("evaluation", Artifact), ("plots", HTML)]}
     capsys.readouterr()
     blessed = evaluate_model.python_func(
         dataset=Dataset(uri=str(dataset_dir)),
