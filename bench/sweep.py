@@ -21,8 +21,8 @@ from pathlib import Path
 
 
 def run_sweep(trials: int, parallel: int, epochs: int, out: Path) -> tuple[float, bool]:
-    from gkeflow.pipelines.sweep import build_sweep_pipeline
-    from gkeflow.pipelines.sweep_config import parse_sweep
+    from gkeflow.pipelines.definitions.sweep import build_sweep_pipeline
+    from gkeflow.pipelines.settings.sweep_config import parse_sweep
     from gkeflow.pipelines.targets.local import run_local
 
     rates = [0.0003 * (10 ** (i / max(1, trials - 1) * 2)) for i in range(trials)]

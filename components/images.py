@@ -21,10 +21,10 @@ All contain the ``gkeflow`` package and kfp, so no step installs anything at run
 Components name the images of the project's release registry by tag (:data:`SLIM_IMAGE`,
 :data:`CPU_IMAGE`, :data:`GPU_IMAGE`, :data:`TPU_IMAGE`). Those declared references are
 placeholders: when a pipeline or a component YAML is compiled, one mapping (declared
-reference -> the reference to run, built by :func:`gkeflow.pipelines.images_config.image_map`
-from the ``images:`` section of gkeflow.yaml and the digests that ``gkeflow images build``
-recorded in the lock file) replaces every occurrence, workload payloads included
-(:func:`pin`, :func:`map_references`).
+reference -> the reference to run, built by
+:func:`gkeflow.pipelines.settings.images_config.image_map` from the ``images:`` section
+of gkeflow.yaml and the digests that ``gkeflow images build`` recorded in the lock file)
+replaces every occurrence, workload payloads included (:func:`pin`, :func:`map_references`).
 
 This module is imported when components are defined: it reads no file or environment and
 needs nothing beyond the standard library.

@@ -29,7 +29,7 @@ from gkeflow.components.tracking.pipeline_run import (
 REMOTE_JOB_TAG = "gkeflow.remote_job"
 ENGINE_TAG = "gkeflow.remote_engine"
 #: GKE: the Kubernetes Secret holding the credentials (its name only, compiled into the
-#: launcher step by ``gkeflow.pipelines.tracking_tasks``).
+#: launcher step by ``gkeflow.pipelines.definitions.tracking_tasks``).
 ENV_GKE_SECRET = "GKEFLOW_MLFLOW_GKE_SECRET"
 #: The Secret's keys and the variables MLflow's client reads them from.
 SECRET_KEYS = (("token", "MLFLOW_TRACKING_TOKEN"), ("username", "MLFLOW_TRACKING_USERNAME"),

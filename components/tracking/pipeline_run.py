@@ -2,7 +2,7 @@
 plugin): each step finds or creates its pipeline run's parent MLflow run itself, then opens
 its nested run under it.
 
-The compiled pipeline gives every tracked step (``gkeflow.pipelines.tracking_tasks``):
+The compiled pipeline gives every tracked step (``gkeflow.pipelines.definitions.tracking_tasks``):
 
 - ``GKEFLOW_MLFLOW_TRACKING_URI``, ``GKEFLOW_MLFLOW_EXPERIMENT``, ``GKEFLOW_MLFLOW_PIPELINE``,
   ``GKEFLOW_MLFLOW_TARGET`` and ``GKEFLOW_MLFLOW_RUN_URL`` (a template of the run's page);

@@ -29,7 +29,7 @@ def stdout_console() -> Console:
 
 def read_config(config_path: Path | None):
     """``--config`` (default: ./gkeflow.yaml when it exists), validated."""
-    from gkeflow.pipelines.config import ConfigError, load_config
+    from gkeflow.pipelines.settings.config import ConfigError, load_config
 
     try:
         return load_config(config_path)
@@ -39,7 +39,7 @@ def read_config(config_path: Path | None):
 
 def require_config(config_path: Path):
     """``--config`` of the remote commands: the file must exist; validated."""
-    from gkeflow.pipelines.config import ConfigError, load_config
+    from gkeflow.pipelines.settings.config import ConfigError, load_config
 
     if not config_path.exists():
         raise click.ClickException(f"{config_path} not found; `gkeflow init` writes a "
@@ -78,7 +78,7 @@ def compute_options(func):
 def compute_from_options(config_path: Path | None, compute_overrides: tuple[str, ...]) -> dict:
     """Per-step profiles: defaults in code, then gkeflow.yaml, then --compute flags."""
     from gkeflow.pipelines.compute.profiles import ComputeError, apply_overrides
-    from gkeflow.pipelines.config import ConfigError
+    from gkeflow.pipelines.settings.config import ConfigError
     from gkeflow.pipelines.targets.compile import default_compute
 
     try:

@@ -20,7 +20,7 @@ from gkeflow.pipelines.targets.compile import COMPILE_TARGETS, DEFAULT_OUTPUT
 def _with_notifications(config, environment: str):
     """``config`` carrying ``notifications.<environment>`` for compiling (none when the
     file has none for it); an environment gkeflow.yaml does not know is refused."""
-    from gkeflow.pipelines.operations import select
+    from gkeflow.pipelines.definitions.operations import select
 
     known = {"default", *config.parameters, *config.notifications}
     if environment not in known:
@@ -66,8 +66,8 @@ def compile_command(target: str, output: Path, check: bool, release: bool, envir
     from gkeflow.components.images import ImageLockError
     from gkeflow.pipelines.compute.plan import target_notes
     from gkeflow.pipelines.compute.profiles import ComputeError
-    from gkeflow.pipelines.config import ConfigError
-    from gkeflow.pipelines.images_config import image_map
+    from gkeflow.pipelines.settings.config import ConfigError
+    from gkeflow.pipelines.settings.images_config import image_map
     from gkeflow.pipelines.targets.compile import ReleaseError, compile_all, stale_files
     from gkeflow.pipelines.targets.component_yaml import compile_components, stale_component_files
 
@@ -112,7 +112,7 @@ def compile_command(target: str, output: Path, check: bool, release: bool, envir
                       f"digest: {', '.join(tag_only)} (`gkeflow images build` builds them and "
                       "records their digests; `gkeflow submit` refuses images never built)",
                       markup=False)
-    from gkeflow.pipelines.sweep import TRIAL_STEP, default_sweep, trial_note
+    from gkeflow.pipelines.definitions.sweep import TRIAL_STEP, default_sweep, trial_note
 
     engine = (config.sweep or default_sweep()).engine
     for compile_target in targets:

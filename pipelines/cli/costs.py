@@ -14,7 +14,7 @@ from gkeflow.pipelines.compute.costing import (
     format_usd,
     median_durations,
 )
-from gkeflow.pipelines.config import config_directory
+from gkeflow.pipelines.settings.config import config_directory
 
 DEFAULT_REGION = costing.DEFAULT_REGION
 
@@ -163,16 +163,16 @@ def pipeline_profiles(config, pipeline: str, target: str) -> dict:
 
     compute = pipeline_compute(pipeline, config.compute_overrides(default_compute()))
     if pipeline == "prediction":
-        from gkeflow.pipelines.prediction import resolve_compute
+        from gkeflow.pipelines.definitions.prediction import resolve_compute
     elif pipeline == "fanout-prepare":
-        from gkeflow.pipelines.fanout import resolve_compute
+        from gkeflow.pipelines.definitions.fanout import resolve_compute
     elif pipeline == "sweep":
-        from gkeflow.pipelines.sweep import default_sweep, resolve_sweep_compute
+        from gkeflow.pipelines.definitions.sweep import default_sweep, resolve_sweep_compute
 
         engine = (config.sweep or default_sweep()).engine
         return resolve_sweep_compute(target, compute, engine, config.preparation)
     else:
-        from gkeflow.pipelines.training import resolve_compute as training_compute
+        from gkeflow.pipelines.definitions.training import resolve_compute as training_compute
 
         return training_compute(target, compute, config.preparation)
     return resolve_compute(target, compute)
@@ -184,9 +184,9 @@ def check_budget(config, pipeline: str, target: str, environment: str, *,
     (or its ceiling cannot be computed) and ``over_budget`` is not given; returns a warning
     line to print when it is (``verb``: what happened to the run, e.g. "would be
     submitted" for a dry run), else ''."""
-    from gkeflow.pipelines.budget_config import budget_for
     from gkeflow.pipelines.compute.costing import run_cost
     from gkeflow.pipelines.compute.prices import current_prices
+    from gkeflow.pipelines.settings.budget_config import budget_for
 
     budget, where = budget_for(config, environment, schedule)
     if budget is None:

@@ -46,9 +46,13 @@ class DeployContext:
                  keep: int | None = None):
         from gkeflow.components.deploy.logic import DeploySettings, DeploySettingsError
         from gkeflow.pipelines.compute.profiles import ComputeError
-        from gkeflow.pipelines.config import ConfigError, load_config
-        from gkeflow.pipelines.deploy_config import DeployEnvironment
-        from gkeflow.pipelines.deploy_stage import DEPLOY_STEP, SERVING_PROFILE, serving_compute
+        from gkeflow.pipelines.definitions.deploy_stage import (
+            DEPLOY_STEP,
+            SERVING_PROFILE,
+            serving_compute,
+        )
+        from gkeflow.pipelines.settings.config import ConfigError, load_config
+        from gkeflow.pipelines.settings.deploy_config import DeployEnvironment
 
         try:
             self.config = load_config(config_path)
@@ -75,7 +79,7 @@ class DeployContext:
         self.target, self.output = target, Path(output)
 
     def registry_uri(self) -> str:
-        from gkeflow.pipelines.config import ConfigError
+        from gkeflow.pipelines.settings.config import ConfigError
 
         if self.target == "local":
             return f"sqlite:///{(self.output / 'registry.db').resolve()}"

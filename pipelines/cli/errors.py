@@ -46,8 +46,8 @@ def expected_types() -> tuple[type, ...]:
     from gkeflow.components.images import ImageLockError
     from gkeflow.components.predict.resolve import PredictError
     from gkeflow.components.register.local_registry import RegistryError
-    from gkeflow.pipelines.config import ConfigError
-    from gkeflow.pipelines.cron import CronError
+    from gkeflow.pipelines.settings.config import ConfigError
+    from gkeflow.pipelines.settings.cron import CronError
     from gkeflow.pipelines.targets.backend_version import BackendTooOld
     from gkeflow.pipelines.targets.credentials import CredentialsError
     from gkeflow.pipelines.targets.transport import RemoteError

@@ -4,7 +4,7 @@
 trains on a TPU or it is asked for (Dockerfiles shipped in the package, the user's
 ``requirements`` and ``include`` of gkeflow.yaml's ``images:`` layered on top) through
 :mod:`gkeflow.pipelines.targets.image_build`, pushes them, and records each digest in the lock
-file next to gkeflow.yaml (:mod:`gkeflow.pipelines.image_lock`) as soon as that image is
+file next to gkeflow.yaml (:mod:`gkeflow.pipelines.settings.image_lock`) as soon as that image is
 built: a failed GPU build keeps the CPU image's record. `list` shows the lock file.
 """
 
@@ -27,7 +27,7 @@ _PROJECT_RE = re.compile(r"^(?:[a-z0-9-]+-docker\.pkg\.dev|(?:[a-z]+\.)?gcr\.io)
 
 
 def _load(config_path: Path):
-    from gkeflow.pipelines.config import ConfigError, load_config
+    from gkeflow.pipelines.settings.config import ConfigError, load_config
 
     if not config_path.exists():
         raise click.ClickException(f"{config_path} not found; `gkeflow init` writes one with "
@@ -129,7 +129,7 @@ def images_build(builder: str, push: bool, flavour: str, project: str | None,
     compile`, `submit` and `schedule apply` pin every step to those digests.
     """
     from gkeflow.components.images import ImageLockError
-    from gkeflow.pipelines.image_lock import LockEntry, load_lock, now, record
+    from gkeflow.pipelines.settings.image_lock import LockEntry, load_lock, now, record
     from gkeflow.pipelines.targets.image_build import ImageBuildError, build_image, check_pins
     from gkeflow.pipelines.targets.image_engine import Interrupted, interruptible
 
@@ -207,11 +207,11 @@ def images_list(config_path: Path) -> None:
     that was never built shows as `not built`.
     """
     from gkeflow.components.images import ImageLockError
-    from gkeflow.pipelines.image_lock import load_lock
+    from gkeflow.pipelines.settings.image_lock import load_lock
 
     config = _load(config_path) if config_path.exists() else None
     if config is None:
-        from gkeflow.pipelines.config import GkeflowConfig
+        from gkeflow.pipelines.settings.config import GkeflowConfig
 
         config = GkeflowConfig()
     images = config.images

@@ -67,7 +67,7 @@ def _open_cli_registry(backend, registry, project, location, api_endpoint, host,
         registry = f"sqlite:///{Path(run_output).resolve() / REGISTRY_FILE}"
     from gkeflow.components.register.backends import RegistrySettings, backend_of, open_registry
     from gkeflow.components.register.local_registry import RegistryError, registry_path
-    from gkeflow.pipelines.config import ConfigError, load_config
+    from gkeflow.pipelines.settings.config import ConfigError, load_config
 
     try:
         configured = load_config(config_path).registry
@@ -136,7 +136,7 @@ def models_list(name: str | None, wide: bool = False, output_format: str = "tabl
 def _serving_namespaces(config_path) -> list[str]:
     """Where `gkeflow deploy --target gke` puts InferenceServices: each deploy: entry's
     namespace (default: default)."""
-    from gkeflow.pipelines.config import ConfigError, load_config
+    from gkeflow.pipelines.settings.config import ConfigError, load_config
 
     try:
         deploy = load_config(config_path).deploy

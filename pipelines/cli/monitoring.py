@@ -48,8 +48,8 @@ def monitoring_apply(environment: str, project: str | None, api_endpoint: str | 
     are retried a bounded number of times; a create whose answer was lost is looked up
     before any retry. See docs/costs.md, "Alerts on idle GPUs".
     """
-    from gkeflow.pipelines.config import ConfigError, load_config
-    from gkeflow.pipelines.monitoring_config import DEFAULT_ENVIRONMENT, MonitoringSettings
+    from gkeflow.pipelines.settings.config import ConfigError, load_config
+    from gkeflow.pipelines.settings.monitoring_config import DEFAULT_ENVIRONMENT, MonitoringSettings
     from gkeflow.pipelines.targets import monitoring
 
     if not config_path.exists() and config_path != Path("gkeflow.yaml"):

@@ -58,7 +58,7 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     from gkeflow.components.images import ImageLockError, is_pinned, pin, pull_size_note
     from gkeflow.pipelines.compute.plan import plan, target_notes
     from gkeflow.pipelines.compute.profiles import ComputeError
-    from gkeflow.pipelines.images_config import image_map
+    from gkeflow.pipelines.settings.images_config import image_map
     from gkeflow.pipelines.targets.compile import PIPELINES
 
     named = click.get_current_context().get_parameter_source("pipeline")
@@ -74,20 +74,20 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
                                  f"{', '.join(PIPELINES)}", param_hint="PIPELINE")
     config = read_config(config_path)
     if pipeline == "prediction":
-        from gkeflow.pipelines.prediction import resolve_compute, step_images
+        from gkeflow.pipelines.definitions.prediction import resolve_compute, step_images
     elif pipeline == "fanout-prepare":
-        from gkeflow.pipelines.fanout import resolve_compute, step_images
+        from gkeflow.pipelines.definitions.fanout import resolve_compute, step_images
     elif pipeline == "sweep":
         from gkeflow.pipelines.cli.sweep import resolve_sweep
-        from gkeflow.pipelines.sweep import resolve_sweep_compute, step_images
+        from gkeflow.pipelines.definitions.sweep import resolve_sweep_compute, step_images
 
         sweep = resolve_sweep(config_path)
 
         def resolve_compute(target, compute):
             return resolve_sweep_compute(target, compute, sweep.engine, config.preparation)
     else:
-        from gkeflow.pipelines.training import resolve_compute as training_compute
-        from gkeflow.pipelines.training import step_images
+        from gkeflow.pipelines.definitions.training import resolve_compute as training_compute
+        from gkeflow.pipelines.definitions.training import step_images
 
         def resolve_compute(target, compute):
             return training_compute(target, compute, config.preparation)
@@ -142,7 +142,7 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
                       markup=False)
     notes = target_notes(profiles, target, () if pipeline == "sweep" else ("train-model",))
     if pipeline == "sweep":
-        from gkeflow.pipelines.sweep import TRIAL_STEP, trial_note
+        from gkeflow.pipelines.definitions.sweep import TRIAL_STEP, trial_note
 
         if compute and TRIAL_STEP in compute:
             notes.append(trial_note(target, sweep.engine, compute[TRIAL_STEP]))
@@ -158,7 +158,7 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
         from gkeflow.pipelines.targets.backend_version import plan_line
 
         console.print(plan_line(pipeline, compute, config), markup=False)
-    from gkeflow.pipelines.tracking_config import plan_lines as tracking_lines
+    from gkeflow.pipelines.settings.tracking_config import plan_lines as tracking_lines
 
     for line in tracking_lines(config.tracking, target):
         console.print(line, markup=False)

@@ -151,7 +151,7 @@ def run(pipeline, model_ref, data, label, task, output, epochs, batch_size, lear
                                                             compute_overrides),
                                       config=read_config(config_path),
                                       environment=environment)
-    from gkeflow.pipelines.training import training_pipeline
+    from gkeflow.pipelines.definitions.training import training_pipeline
 
     arguments = run_arguments(
         training_pipeline, pipeline, data=data, label=label, output=output, epochs=epochs,

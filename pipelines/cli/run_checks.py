@@ -1,6 +1,6 @@
 """The short message a user sees when a step fails on their data or parameters (the
 traceback stays in the log); the checks before a run are in
-:mod:`gkeflow.pipelines.parameters`."""
+:mod:`gkeflow.pipelines.settings.parameters`."""
 
 from __future__ import annotations
 

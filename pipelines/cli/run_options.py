@@ -155,7 +155,7 @@ def run_arguments(pipeline, name: str, *, data: str | None, label: str | None, o
     from gkeflow.pipelines.cli.common import REGISTRY_FILE
     from gkeflow.pipelines.cli.params import pipeline_params
     from gkeflow.pipelines.cli.run_inputs import default_model_name
-    from gkeflow.pipelines.parameters import ParameterError, validate_run_arguments
+    from gkeflow.pipelines.settings.parameters import ParameterError, validate_run_arguments
 
     if data and not label:
         raise click.UsageError("--label is required with --data: name the column to predict.")

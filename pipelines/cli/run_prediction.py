@@ -148,7 +148,7 @@ def check_model_inputs(registry_uri: str, version, found: tuple[list[str], str] 
 def prediction_params(options: tuple[str, ...]) -> dict[str, Any]:
     """``KEY=VALUE`` options as typed arguments of the prediction pipeline."""
     from gkeflow.pipelines.cli.params import pipeline_params
-    from gkeflow.pipelines.prediction import prediction_pipeline
+    from gkeflow.pipelines.definitions.prediction import prediction_pipeline
 
     return pipeline_params(prediction_pipeline, options)
 
@@ -165,7 +165,10 @@ def run_prediction_command(console: Console, data: str | None, model: str | None
     ``environment``: the run's tracking and registry (``tracking.<environment>``)."""
     from gkeflow.pipelines.cli.run_options import step_printer
     from gkeflow.pipelines.compute.profiles import ComputeError
-    from gkeflow.pipelines.prediction import build_prediction_pipeline, prediction_pipeline
+    from gkeflow.pipelines.definitions.prediction import (
+        build_prediction_pipeline,
+        prediction_pipeline,
+    )
     from gkeflow.pipelines.targets.local import LocalRunError, run_local
 
     pipeline = prediction_pipeline
@@ -206,7 +209,7 @@ def run_prediction_command(console: Console, data: str | None, model: str | None
     on_event = step_printer(console)
 
     from gkeflow.pipelines.cli.run_tracking import tracked_run
-    from gkeflow.pipelines.tracking_config import TrackingSettings
+    from gkeflow.pipelines.settings.tracking_config import TrackingSettings
 
     try:
         # the scoring steps themselves are never cached (see prediction.DEFAULT_COMPUTE)

@@ -24,12 +24,12 @@ def local_tracking(console, config, environment: str, params: tuple[str, ...],
     environment exists, the credentials' variables are set, and, when the registry is the
     tracking server's (``arguments["registry_uri"]`` is set to it unless ``--param`` names
     one), the server answers."""
+    from gkeflow.pipelines.settings.tracking_config import tracking_for
     from gkeflow.pipelines.targets.local_tracking import (
         credentials_problem,
         default_registry,
         registry_problem,
     )
-    from gkeflow.pipelines.tracking_config import tracking_for
 
     if environment != "default" and environment not in config.parameters:
         raise click.ClickException(

@@ -53,7 +53,7 @@ def init_command(path: Path, force: bool) -> None:
     `gkeflow submit --target gke|vertex` or `gkeflow schedule apply`.
     The example is valid as written (it is checked before it is written).
     """
-    from gkeflow.pipelines.config import EXAMPLE_CONFIG, ConfigError, load_config
+    from gkeflow.pipelines.settings.config import EXAMPLE_CONFIG, ConfigError, load_config
 
     if path.exists() and not force:
         raise click.ClickException(f"{path} already exists; pass --force to overwrite it")

@@ -45,8 +45,8 @@ def resolve_sweep(config_path: Path | None = None, sweep_params: tuple[str, ...]
                   parallel_trials: int | None = None, metric: str | None = None,
                   direction: str | None = None, seed: int | None = None):
     """The search space: gkeflow.yaml's ``sweep:`` (or the default one), then the flags."""
-    from gkeflow.pipelines.config import ConfigError, load_config
-    from gkeflow.pipelines.sweep_config import SweepError, default_sweep, sweep_from_flags
+    from gkeflow.pipelines.settings.config import ConfigError, load_config
+    from gkeflow.pipelines.settings.sweep_config import SweepError, default_sweep, sweep_from_flags
 
     try:
         configured = load_config(config_path).sweep
@@ -83,7 +83,7 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
     )
     from gkeflow.pipelines.cli.summary import print_run_summary
     from gkeflow.pipelines.compute.profiles import ComputeError
-    from gkeflow.pipelines.sweep import TRIAL_STEP, build_sweep_pipeline
+    from gkeflow.pipelines.definitions.sweep import TRIAL_STEP, build_sweep_pipeline
     from gkeflow.pipelines.targets.local import LocalRunError, run_local
 
     sweep = resolve_sweep(config_path, sweep_params, algorithm, max_trials, parallel_trials,
@@ -114,7 +114,7 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
     output = Path(output).resolve()
     if arguments.get("task") == "regression" and arguments.get(
             "metric", sweep.metric) == "eval_accuracy":
-        from gkeflow.pipelines.sweep_config import METRICS, REGRESSION_METRIC
+        from gkeflow.pipelines.settings.sweep_config import METRICS, REGRESSION_METRIC
 
         # a regressor has no accuracy: its trials are compared on RMSE, lower is better
         arguments.update(metric=REGRESSION_METRIC, direction=METRICS[REGRESSION_METRIC])
@@ -187,7 +187,7 @@ def print_trial_table(console, result) -> None:
 
 def plan_lines(sweep, profiles, target: str) -> list[str]:
     """What `gkeflow plan sweep` adds below the step table."""
-    from gkeflow.pipelines.sweep import sweep_plan, uses_vizier
+    from gkeflow.pipelines.definitions.sweep import sweep_plan, uses_vizier
 
     figures = sweep_plan(sweep, profiles)
     engine = ("Vertex AI hyperparameter tuning job (Vizier)" if uses_vizier(target, sweep.engine)

@@ -262,7 +262,7 @@ def label_training_pod(task) -> None:
     duty-cycle alert selects by default (JobSet pods get the same in their template)."""
     from kfp import kubernetes
 
-    from gkeflow.pipelines.monitoring_config import GKE_POD_LABELS
+    from gkeflow.pipelines.settings.monitoring_config import GKE_POD_LABELS
 
     for key, value in GKE_POD_LABELS.items():
         kubernetes.add_pod_label(task, key, value)

@@ -25,7 +25,7 @@ from gkeflow.pipelines.compute.profile_values import (
 )
 from gkeflow.pipelines.compute.units import memory_bytes
 from gkeflow.pipelines.compute.wording import plural
-from gkeflow.pipelines.config import ConfigError
+from gkeflow.pipelines.settings.config import ConfigError
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ class ComputeProfile:
 
     def configured(self, step: str, changes: Mapping[str, Any]) -> ComputeProfile:
         """:func:`override_step` for gkeflow.yaml's ``compute.<step>``: an invalid change is a
-        :class:`~gkeflow.pipelines.config.ConfigError` naming the key."""
+        :class:`~gkeflow.pipelines.settings.config.ConfigError` naming the key."""
         try:
             return override_step(step, self, changes)
         except (TypeError, ComputeError) as exc:

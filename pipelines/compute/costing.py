@@ -294,7 +294,7 @@ def runs_per_month(cron: str, time_zone: str, start: date) -> float:
     ``start`` (its days x its times; a time a daylight-saving change skips still counts)."""
     from datetime import timedelta
 
-    from gkeflow.pipelines.cron import CronExpression, zone
+    from gkeflow.pipelines.settings.cron import CronExpression, zone
 
     zone(time_zone)  # an unknown zone is refused as the schedule would be
     expression = CronExpression.parse(cron)

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gkeflow.components.cloud.mounts import MOUNTS_ENV, READ_ONLY_ENV
-from gkeflow.pipelines.gcsfuse_config import GcsFuseBucket, GcsFuseSettings
+from gkeflow.pipelines.settings.gcsfuse_config import GcsFuseBucket, GcsFuseSettings
 
 DRIVER = "gcsfuse.csi.storage.gke.io"
 #: The user and group gkeflow's images run steps as (images/*.Dockerfile ``USER``): the
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import yaml
 
-    from gkeflow.pipelines.config import load_config
+    from gkeflow.pipelines.settings.config import load_config
 
     parser = argparse.ArgumentParser(prog="python -m gkeflow.pipelines.compute.gcsfuse",
                                      description=main.__doc__)

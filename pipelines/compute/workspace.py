@@ -14,12 +14,12 @@ succeeds, and a failed run keeps it for its retry.
 
 Vertex AI and local runs take no workspace: their pipeline roots are ``gs://`` or a local
 directory, which the same code path writes shards next to. The ``workspace:`` settings are
-modelled in :mod:`gkeflow.pipelines.workspace_config`.
+modelled in :mod:`gkeflow.pipelines.settings.workspace_config`.
 """
 
 from __future__ import annotations
 
-from gkeflow.pipelines.workspace_config import WorkspaceSettings
+from gkeflow.pipelines.settings.workspace_config import WorkspaceSettings
 
 #: Where KFP mounts the workspace in a pod (kfp.dsl.constants.WORKSPACE_MOUNT_PATH).
 WORKSPACE_MOUNT = "/kfp-workspace"

@@ -10,7 +10,7 @@ the choice between them lives here, above them.
 
 from __future__ import annotations
 
-from gkeflow.pipelines.config import ConfigError, GkeflowConfig
+from gkeflow.pipelines.settings.config import ConfigError, GkeflowConfig
 from gkeflow.pipelines.targets.kfp import KfpBackend
 from gkeflow.pipelines.targets.runs import RunInfo
 from gkeflow.pipelines.targets.vertex import VertexBackend

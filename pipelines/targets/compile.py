@@ -4,7 +4,7 @@ Before compiling, each step's compute is validated for the target (an invalid re
 an error naming the step, not a pod pending forever or a 400 at submit). Every image
 reference in the compiled file (steps, launched workloads, defaults) is mapped to the
 registry of gkeflow.yaml's ``images:`` and pinned to the digest recorded in its lock file
-(:func:`gkeflow.pipelines.images_config.image_map`); a release build refuses any image
+(:func:`gkeflow.pipelines.settings.images_config.image_map`); a release build refuses any image
 that is still referenced by tag only.
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from gkeflow.components._atomic import plain_mode
-from gkeflow.pipelines import operations
-from gkeflow.pipelines.remote_config import PIPELINE_NAMES
+from gkeflow.pipelines.definitions import operations
+from gkeflow.pipelines.settings.remote_config import PIPELINE_NAMES
 
 COMPILE_TARGETS = ("gke", "vertex")
 #: Relative: ``compiled/`` of the directory the command runs in (the user's project), not
@@ -32,14 +32,14 @@ class ReleaseError(ValueError):
 
 def _loaded(config):
     """``config``, or ./gkeflow.yaml when it is None."""
-    from gkeflow.pipelines.config import load_config
+    from gkeflow.pipelines.settings.config import load_config
 
     return config if config is not None else load_config()
 
 
 def _training(target: str, compute=None, config=None):
     """The training pipeline with ``config``'s workspace and preparation sections."""
-    from gkeflow.pipelines.training import build_training_pipeline
+    from gkeflow.pipelines.definitions.training import build_training_pipeline
 
     config = _loaded(config)
     return build_training_pipeline(target, pipeline_compute("training", compute),
@@ -48,7 +48,7 @@ def _training(target: str, compute=None, config=None):
 
 
 def _prediction(target: str, compute=None, config=None):
-    from gkeflow.pipelines.prediction import build_prediction_pipeline
+    from gkeflow.pipelines.definitions.prediction import build_prediction_pipeline
 
     config = _loaded(config)
     return build_prediction_pipeline(target, pipeline_compute("prediction", compute),
@@ -57,10 +57,10 @@ def _prediction(target: str, compute=None, config=None):
 
 def _sweep(target: str, compute=None, config=None):
     """The sweep pipeline with the ``sweep:`` section of ``config`` (the
-    :class:`~gkeflow.pipelines.config.GkeflowConfig` of ``--config``; default: read from
+    :class:`~gkeflow.pipelines.settings.config.GkeflowConfig` of ``--config``; default: read from
     ./gkeflow.yaml), or the default sweep when it has none; its workspace and preparation
     sections too."""
-    from gkeflow.pipelines.sweep import build_sweep_pipeline
+    from gkeflow.pipelines.definitions.sweep import build_sweep_pipeline
 
     config = _loaded(config)
     return build_sweep_pipeline(target, pipeline_compute("sweep", compute), config.sweep,
@@ -69,7 +69,7 @@ def _sweep(target: str, compute=None, config=None):
 
 
 def _fanout_prepare(target: str, compute=None, config=None):
-    from gkeflow.pipelines.fanout import build_fanout_pipeline
+    from gkeflow.pipelines.definitions.fanout import build_fanout_pipeline
 
     config = _loaded(config)
     return build_fanout_pipeline(target, pipeline_compute("fanout-prepare", compute),
@@ -92,13 +92,13 @@ if tuple(PIPELINES) != PIPELINE_NAMES:
 def steps_of(pipeline: str) -> Mapping:
     """``pipeline``'s steps and their default compute."""
     if pipeline == "prediction":
-        from gkeflow.pipelines.prediction import DEFAULT_COMPUTE
+        from gkeflow.pipelines.definitions.prediction import DEFAULT_COMPUTE
     elif pipeline == "sweep":
-        from gkeflow.pipelines.sweep import SWEEP_COMPUTE as DEFAULT_COMPUTE
+        from gkeflow.pipelines.definitions.sweep import SWEEP_COMPUTE as DEFAULT_COMPUTE
     elif pipeline == "fanout-prepare":
-        from gkeflow.pipelines.fanout import DEFAULT_COMPUTE
+        from gkeflow.pipelines.definitions.fanout import DEFAULT_COMPUTE
     else:
-        from gkeflow.pipelines.training import DEFAULT_COMPUTE
+        from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
     return DEFAULT_COMPUTE
 
 
@@ -237,7 +237,7 @@ def compile_pipeline(
 
     from gkeflow.components.images import IMAGES, is_pinned, map_references, pin
     from gkeflow.pipelines.compute.wording import plural
-    from gkeflow.pipelines.images_config import image_map
+    from gkeflow.pipelines.settings.images_config import image_map
 
     if pipeline not in PIPELINES:
         from gkeflow.components.did_you_mean import did_you_mean

@@ -121,8 +121,8 @@ def _describe_outputs(spec, docstring: str) -> None:
 
 def default_image_map() -> dict[str, str]:
     """The image mapping of ./gkeflow.yaml's ``images:`` section and lock file."""
-    from gkeflow.pipelines.config import load_config
-    from gkeflow.pipelines.images_config import image_map
+    from gkeflow.pipelines.settings.config import load_config
+    from gkeflow.pipelines.settings.images_config import image_map
 
     return image_map(load_config().images)
 

@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gkeflow.components.images import SERVING, VERSION
-from gkeflow.pipelines.images_config import link_trouble
+from gkeflow.pipelines.settings.images_config import link_trouble
 from gkeflow.pipelines.targets import image_locks, image_requirements
 from gkeflow.pipelines.targets.image_engine import (
     BUILDERS,

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from gkeflow.pipelines.requirement_locks import lock_path, normalise, read_pins
+from gkeflow.pipelines.settings.requirement_locks import lock_path, normalise, read_pins
 
 FLAVOURS = ("slim", "cpu", "gpu", "tpu")
 #: Direct dependencies the slim image leaves out: TensorFlow, TensorBoard, TensorFlow's

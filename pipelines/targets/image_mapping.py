@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gkeflow.components.images import map_references
-from gkeflow.pipelines.config import load_config
-from gkeflow.pipelines.images_config import ImagesConfig, image_map
+from gkeflow.pipelines.settings.config import load_config
+from gkeflow.pipelines.settings.images_config import ImagesConfig, image_map
 
 
 def map_compiled_file(path: Path | str, images: ImagesConfig | None = None) -> Path:

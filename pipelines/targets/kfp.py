@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from gkeflow.pipelines.remote_config import GkeTarget
+from gkeflow.pipelines.settings.remote_config import GkeTarget
 from gkeflow.pipelines.targets.backends import (
     PlannedRequest,
     PreparedPipeline,

@@ -247,8 +247,11 @@ def run_local(
 
     if pipeline is None:
         from gkeflow.pipelines.compute.profiles import ComputeError
-        from gkeflow.pipelines.preparation import ONE_POD
-        from gkeflow.pipelines.training import build_training_pipeline, training_pipeline
+        from gkeflow.pipelines.definitions.preparation import ONE_POD
+        from gkeflow.pipelines.definitions.training import (
+            build_training_pipeline,
+            training_pipeline,
+        )
 
         pipeline = training_pipeline
         if compute or (preparation is not None and preparation.fanout):

@@ -24,7 +24,7 @@ from gkeflow.components.tracking.client import (
     ENV_RUN_ID,
     ENV_TRACKING_URI,
 )
-from gkeflow.pipelines.tracking_config import TrackingSettings, mlflow_registry_uri
+from gkeflow.pipelines.settings.tracking_config import TrackingSettings, mlflow_registry_uri
 
 #: How long the check that the registry's server answers may take, before any step runs.
 REGISTRY_CHECK_TIMEOUT_S = 10.0

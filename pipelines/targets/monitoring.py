@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gkeflow.pipelines.monitoring_config import DEFAULT_ENVIRONMENT, MonitoringSettings
+from gkeflow.pipelines.settings.monitoring_config import DEFAULT_ENVIRONMENT, MonitoringSettings
 from gkeflow.pipelines.targets.backends import PlannedRequest
 from gkeflow.pipelines.targets.transport import RemoteError, RetryPolicy, call
 

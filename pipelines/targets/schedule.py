@@ -36,16 +36,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gkeflow.pipelines.config import ConfigError, GkeflowConfig, ScheduleConfig
-from gkeflow.pipelines.cron import (
+from gkeflow.pipelines.definitions.operations import notifications_key, select
+from gkeflow.pipelines.definitions.operations import of as operations_of
+from gkeflow.pipelines.settings.config import ConfigError, GkeflowConfig, ScheduleConfig
+from gkeflow.pipelines.settings.cron import (
     kfp_cron,
     kfp_cron_to_five_fields,
     next_runs,
     split_vertex_cron,
     vertex_cron,
 )
-from gkeflow.pipelines.operations import notifications_key, select
-from gkeflow.pipelines.operations import of as operations_of
+from gkeflow.pipelines.settings.tracking_config import tracking_for
 from gkeflow.pipelines.targets.backend_choice import make_backend
 from gkeflow.pipelines.targets.backends import RemoteSchedule, ScheduleRequest, lineage
 from gkeflow.pipelines.targets.submit import (
@@ -54,7 +55,6 @@ from gkeflow.pipelines.targets.submit import (
     refuse_unbuilt_images,
     resolve_parameters,
 )
-from gkeflow.pipelines.tracking_config import tracking_for
 
 
 @dataclass
@@ -237,12 +237,12 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
             if target_name == "vertex" and experiments is not None:
                 _vertex_experiment(backend, schedule, config, experiments.experiment, record)
             if target_name == "gke" and request.plugins_input:
+                from gkeflow.pipelines.definitions.tracking_tasks import direct_mlflow
                 from gkeflow.pipelines.targets.backend_version import (
                     MLFLOW_PLUGIN,
                     check_backend,
                     supports,
                 )
-                from gkeflow.pipelines.tracking_tasks import direct_mlflow
 
                 direct = direct_mlflow(tracking_for(config.tracking, schedule.environment))
                 if direct is not None and not supports(backend, MLFLOW_PLUGIN):
@@ -363,7 +363,7 @@ def _next_runs_for(remote: RemoteSchedule, count: int, now: dt.datetime) -> list
     except ValueError:
         return []
     if remote.time_zone:
-        from gkeflow.pipelines.cron import zone
+        from gkeflow.pipelines.settings.cron import zone
 
         runs = [r.astimezone(zone(remote.time_zone)) for r in runs]
     return runs

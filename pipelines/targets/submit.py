@@ -27,8 +27,9 @@ from typing import Any
 import yaml
 
 from gkeflow.components.did_you_mean import did_you_mean
-from gkeflow.pipelines.config import GkeflowConfig
-from gkeflow.pipelines.remote_config import DEFAULT_ENVIRONMENT
+from gkeflow.pipelines.settings.config import GkeflowConfig
+from gkeflow.pipelines.settings.remote_config import DEFAULT_ENVIRONMENT
+from gkeflow.pipelines.settings.tracking_config import tracking_for
 from gkeflow.pipelines.targets.backend_choice import make_backend
 from gkeflow.pipelines.targets.backends import PreparedPipeline, RunStatus
 from gkeflow.pipelines.targets.vertex_experiments import (
@@ -36,7 +37,6 @@ from gkeflow.pipelines.targets.vertex_experiments import (
     add_run,
     ensure_experiment,
 )
-from gkeflow.pipelines.tracking_config import tracking_for
 
 
 class SubmitError(RuntimeError):
@@ -75,8 +75,8 @@ def refuse_unbuilt_images(config: GkeflowConfig | None, path: Path, where: str, 
 
     With ``dry_run`` nothing is refused (nothing is sent): the problem comes back as one
     line flagging those images ("" when every image is pushed)."""
-    from gkeflow.pipelines.config import load_config
-    from gkeflow.pipelines.images_config import describe_unbuilt
+    from gkeflow.pipelines.settings.config import load_config
+    from gkeflow.pipelines.settings.images_config import describe_unbuilt
 
     images = (config if config is not None else load_config()).images
     problem = describe_unbuilt(images, path.read_text(encoding="utf-8"))
@@ -212,7 +212,7 @@ def target_defaults(config: GkeflowConfig, prepared: PreparedPipeline,
     SQLite default would live and die inside one pod. An environment tracked in MLflow (with
     a tracking URI) keeps the compiled default instead: that server's MLflow Model Registry.
     """
-    from gkeflow.pipelines.tracking_tasks import direct_mlflow
+    from gkeflow.pipelines.definitions.tracking_tasks import direct_mlflow
 
     defaults: dict[str, Any] = {}
     vertex = config.targets.vertex
@@ -228,7 +228,7 @@ def resolve_parameters(config: GkeflowConfig, prepared: PreparedPipeline, enviro
                        overrides: dict[str, Any], override_source: str = "--param"
                        ) -> dict[str, Any]:
     """Environment parameters, then ``overrides``, checked against the pipeline's inputs."""
-    from gkeflow.pipelines.deploy_config import deploy_parameters
+    from gkeflow.pipelines.settings.deploy_config import deploy_parameters
 
     if environment != DEFAULT_ENVIRONMENT and environment not in config.parameters:
         known = ", ".join(config.parameters) or "none"
@@ -257,7 +257,7 @@ def resolve_parameters(config: GkeflowConfig, prepared: PreparedPipeline, enviro
                     f"{did_you_mean(name, prepared.parameter_types)}; parameters are "
                     f"{', '.join(sorted(prepared.parameter_types))}")
             merged[name] = _coerce(name, value, prepared.parameter_types[name], source)
-    from gkeflow.pipelines.parameters import ParameterError, check_parameters
+    from gkeflow.pipelines.settings.parameters import ParameterError, check_parameters
 
     try:
         check_parameters(merged)
@@ -296,7 +296,7 @@ def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: st
     On Vertex AI with ``tracking.<environment>.vertex_experiments``, the run goes into that
     experiment (waiting up to ``experiment_wait_s`` for the run's metadata context)."""
     backend = backend or make_backend(config, target, dry_run=dry_run)
-    from gkeflow.pipelines.operations import select
+    from gkeflow.pipelines.definitions.operations import select
 
     prepared = prepare_pipeline(pipeline, target, workdir, version=version,
                                 config=select(config, environment))
@@ -312,12 +312,12 @@ def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: st
         notes.append("warning: tracking.vertex_experiments is not compiled in: GKE steps "
                      "need targets.vertex in gkeflow.yaml for the experiment's project")
     if target == "gke":
+        from gkeflow.pipelines.definitions.tracking_tasks import direct_mlflow
         from gkeflow.pipelines.targets.backend_version import (
             MLFLOW_PLUGIN,
             check_backend,
             supports,
         )
-        from gkeflow.pipelines.tracking_tasks import direct_mlflow
 
         plugins = tracking.plugins_input()
         direct = direct_mlflow(tracking)

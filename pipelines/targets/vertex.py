@@ -16,7 +16,7 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
-from gkeflow.pipelines.remote_config import VertexTarget
+from gkeflow.pipelines.settings.remote_config import VertexTarget
 from gkeflow.pipelines.targets.backends import (
     FINGERPRINT_LABEL,
     MANAGED_LABEL,
@@ -219,7 +219,7 @@ class VertexBackend(TargetBackend):
     # -- schedules ----------------------------------------------------------------------------
 
     def list_schedules(self, *, _call=None) -> list[RemoteSchedule]:
-        from gkeflow.pipelines.cron import split_vertex_cron
+        from gkeflow.pipelines.settings.cron import split_vertex_cron
 
         if self.dry_run:
             self._plan("GET", f"{self.parent}/schedules",

@@ -90,7 +90,7 @@ def test_schedule_apply_holds_each_schedule_to_its_own_budget(tmp_path):
 def test_budget_config_is_validated():
     import pytest
 
-    from gkeflow.pipelines.config import GkeflowConfig
+    from gkeflow.pipelines.settings.config import GkeflowConfig
 
     with pytest.raises(ValueError, match="budget.staging: no such environment"):
         GkeflowConfig.model_validate({"budget": {"staging": {"max_run_usd": 5}}})

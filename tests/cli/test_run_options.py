@@ -104,8 +104,8 @@ def test_column_options_reach_the_pipeline_or_are_refused(tmp_path, write_csv, p
                                                           option, parameter):
     """Columns are checked against the file's header when the pipeline takes them; a
     pipeline without the parameter refuses the option instead of dropping it."""
-    from gkeflow.pipelines.sweep import build_sweep_pipeline
-    from gkeflow.pipelines.training import training_pipeline
+    from gkeflow.pipelines.definitions.sweep import build_sweep_pipeline
+    from gkeflow.pipelines.definitions.training import training_pipeline
 
     csv = write_csv("id,x,y\n1,0.5,a\n2,0.7,b\n")
     result = invoke("--pipeline", pipeline, "--data", str(csv), "--label", "y",

@@ -53,7 +53,7 @@ def test_a_file_too_small_for_its_splits_is_refused_before_any_step(tmp_path, wr
 
 
 def test_a_small_file_whose_splits_all_hold_rows_is_not_refused(tmp_path, write_csv):
-    from gkeflow.pipelines.parameters import validate_run_arguments
+    from gkeflow.pipelines.settings.parameters import validate_run_arguments
 
     for rows in range(10, 60):
         data = write_csv("a,b,y\n" + "".join(f"{i},{i * 7 % 5},{'xy'[i % 2]}\n"

@@ -9,9 +9,9 @@ from google.protobuf import json_format
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
 
 from gkeflow.components.train.store import CHECKPOINT_MOUNT
-from gkeflow.pipelines.config import GkeflowConfig
+from gkeflow.pipelines.settings.config import GkeflowConfig
+from gkeflow.pipelines.settings.workspace_config import WorkspaceSettings
 from gkeflow.pipelines.targets.compile import compile_all
-from gkeflow.pipelines.workspace_config import WorkspaceSettings
 
 
 def test_gke_creates_mounts_and_deletes_a_volume_per_run(tmp_path):
@@ -59,7 +59,7 @@ def test_gke_creates_mounts_and_deletes_a_volume_per_run(tmp_path):
 
 @pytest.mark.parametrize("target", ["gke", "vertex"])
 def test_gkeflow_yaml_sets_checkpoint_uri_per_environment(tmp_path, target):
-    from gkeflow.pipelines.config import GkeflowConfig
+    from gkeflow.pipelines.settings.config import GkeflowConfig
     from gkeflow.pipelines.targets.submit import prepare_pipeline, resolve_parameters
 
     prepared = prepare_pipeline("training", target, tmp_path)

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from gkeflow.pipelines.compute.profiles import ComputeProfile
-from gkeflow.pipelines.deploy_config import DeployEnvironment, deploy_parameters
-from gkeflow.pipelines.deploy_stage import gke_placement, serving_compute
+from gkeflow.pipelines.definitions.deploy_stage import gke_placement, serving_compute
+from gkeflow.pipelines.settings.deploy_config import DeployEnvironment, deploy_parameters
 from gkeflow.pipelines.targets.compile import compile_pipeline
 
 T4_SPOT = ComputeProfile(cpu="4", memory="16G", accelerator="nvidia-tesla-t4",
@@ -81,7 +81,7 @@ def test_vertex_serving_machine_is_the_smallest_that_fits():
 
 
 def test_deploy_section_per_environment_becomes_parameters():
-    from gkeflow.pipelines.config import GkeflowConfig
+    from gkeflow.pipelines.settings.config import GkeflowConfig
 
     config = GkeflowConfig.model_validate({"deploy": {"prod": {
         "enabled": True, "traffic": 25, "keep": 2, "kserve_mode": "standard"}}})
@@ -98,14 +98,14 @@ def test_deploy_section_per_environment_becomes_parameters():
                                    {"storage_root": "/local"}, {"endpoint": "Bad_Name"},
                                    {"unknown": 1}])
 def test_deploy_section_is_validated(entry):
-    from gkeflow.pipelines.config import ConfigError, GkeflowConfig
+    from gkeflow.pipelines.settings.config import ConfigError, GkeflowConfig
 
     with pytest.raises((ValueError, ConfigError)):
         GkeflowConfig.model_validate({"deploy": {"prod": entry}})
 
 
 def test_submit_takes_deploy_parameters_from_the_environment(tmp_path):
-    from gkeflow.pipelines.config import GkeflowConfig
+    from gkeflow.pipelines.settings.config import GkeflowConfig
     from gkeflow.pipelines.targets.submit import prepare_pipeline, resolve_parameters
 
     config = GkeflowConfig.model_validate({

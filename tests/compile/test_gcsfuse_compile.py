@@ -14,9 +14,9 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from gkeflow.components.cloud.mounts import MOUNTS_ENV, READ_ONLY_ENV
 from gkeflow.pipelines.compute.gcsfuse import DRIVER, manifests
 from gkeflow.pipelines.compute.profiles import ComputeError
-from gkeflow.pipelines.config import GkeflowConfig
+from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
+from gkeflow.pipelines.settings.config import GkeflowConfig
 from gkeflow.pipelines.targets.compile import compile_pipeline
-from gkeflow.pipelines.training import DEFAULT_COMPUTE
 from tests.compile.customjob import custom_job_payload, strict_custom_job
 
 GCSFUSE = {"buckets": [

@@ -25,9 +25,14 @@ from gkeflow.components.images import (
     map_references,
     pin,
 )
-from gkeflow.pipelines.config import EXAMPLE_CONFIG, ConfigError, GkeflowConfig, load_config
-from gkeflow.pipelines.image_lock import LockEntry, load_lock, record
-from gkeflow.pipelines.images_config import ImagesNotBuilt, image_map, require_built
+from gkeflow.pipelines.settings.config import (
+    EXAMPLE_CONFIG,
+    ConfigError,
+    GkeflowConfig,
+    load_config,
+)
+from gkeflow.pipelines.settings.image_lock import LockEntry, load_lock, record
+from gkeflow.pipelines.settings.images_config import ImagesNotBuilt, image_map, require_built
 from gkeflow.pipelines.targets.compile import compile_pipeline, default_compute
 from gkeflow.pipelines.targets.component_yaml import compile_components
 from tests.compile.customjob import custom_job_payload

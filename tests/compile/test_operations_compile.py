@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gkeflow.pipelines.config import ConfigError, GkeflowConfig
-from gkeflow.pipelines.operations import select
+from gkeflow.pipelines.definitions.operations import select
+from gkeflow.pipelines.settings.config import ConfigError, GkeflowConfig
 from gkeflow.pipelines.targets.backend_version import requirements_of_file
 from gkeflow.pipelines.targets.compile import compile_pipeline
 from tests.integration.fakes import parse_pipeline_spec_strict
@@ -107,7 +107,7 @@ def test_retention_is_a_time_to_live_on_gke_only(tmp_path):
     ({"gke_secret": "Bad_Name"}, "not a Kubernetes Secret"),
 ])
 def test_bad_webhook_settings_are_refused_at_the_edge(tmp_path, webhook, problem):
-    from gkeflow.pipelines.config import load_config
+    from gkeflow.pipelines.settings.config import load_config
 
     path = tmp_path / "gkeflow.yaml"
     path.write_text(yaml.safe_dump({"notifications": {"default": {"webhook": webhook}}}))
@@ -200,7 +200,7 @@ def test_email_is_refused_on_gke_and_unless_every_end_is_wanted(tmp_path):
 
 
 def test_the_pod_default_gives_the_labelled_step_a_run_api_token():
-    from gkeflow.pipelines.operations import RUN_API_ACCESS_LABEL
+    from gkeflow.pipelines.definitions.operations import RUN_API_ACCESS_LABEL
     from tests.conftest import REPO_ROOT
 
     (pod_default,) = yaml.safe_load_all(

@@ -13,9 +13,9 @@ from gkeflow.components.images import pin
 from gkeflow.pipelines.cli.main import main
 from gkeflow.pipelines.compute.plan import plan
 from gkeflow.pipelines.compute.profiles import GKE_TO_VERTEX_ACCELERATOR
-from gkeflow.pipelines.config import GkeflowConfig
-from gkeflow.pipelines.images_config import image_map
-from gkeflow.pipelines.training import resolve_compute, step_images
+from gkeflow.pipelines.definitions.training import resolve_compute, step_images
+from gkeflow.pipelines.settings.config import GkeflowConfig
+from gkeflow.pipelines.settings.images_config import image_map
 from tests.compile.customjob import custom_job_payload, strict_custom_job
 
 REPO = Path(__file__).resolve().parents[2]
@@ -261,7 +261,7 @@ def test_plan_counts_one_of_a_thing_in_the_singular(tmp_path, monkeypatch):
 
 def test_compute_errors_count_in_the_singular():
     from gkeflow.pipelines.compute.profiles import ComputeError, ComputeProfile
-    from gkeflow.pipelines.sweep import resolve_sweep_compute
+    from gkeflow.pipelines.definitions.sweep import resolve_sweep_compute
 
     with pytest.raises(ComputeError, match=r"^unknown step nosuch; steps are "):
         resolve_sweep_compute("gke", {"nosuch": ComputeProfile()})

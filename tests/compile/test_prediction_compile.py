@@ -90,7 +90,7 @@ def test_a_gpu_profile_moves_scoring_to_the_gpu_image(tmp_path):
 
 
 def test_training_steps_in_the_same_config_are_ignored_and_unknown_steps_refused(tmp_path):
-    from gkeflow.pipelines.prediction import resolve_compute
+    from gkeflow.pipelines.definitions.prediction import resolve_compute
 
     train = ComputeProfile(cpu="7", memory="26G")
     profiles = resolve_compute("gke", {"train-model": train})

@@ -7,10 +7,10 @@ import pytest
 import yaml
 from kfp import compiler
 
-from gkeflow.pipelines.config import ConfigError, load_config
-from gkeflow.pipelines.preparation_settings import PreparationSettings
-from gkeflow.pipelines.sweep import build_sweep_pipeline
-from gkeflow.pipelines.training import build_training_pipeline, resolve_compute
+from gkeflow.pipelines.definitions.sweep import build_sweep_pipeline
+from gkeflow.pipelines.definitions.training import build_training_pipeline, resolve_compute
+from gkeflow.pipelines.settings.config import ConfigError, load_config
+from gkeflow.pipelines.settings.preparation_settings import PreparationSettings
 
 FANOUT = PreparationSettings(fanout=True, groups=24, parallelism=5)
 

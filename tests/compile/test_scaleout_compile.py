@@ -17,8 +17,8 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 
 from gkeflow.components.scaleout import jobset as js
 from gkeflow.pipelines.cli.main import main
+from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE, build_training_pipeline
 from gkeflow.pipelines.targets.compile import compile_pipeline
-from gkeflow.pipelines.training import DEFAULT_COMPUTE, build_training_pipeline
 from tests.compile.customjob import custom_job_payload, strict_custom_job
 from tests.integration.fake_kube import validate_jobset
 

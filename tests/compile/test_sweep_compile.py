@@ -11,8 +11,12 @@ from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from gkeflow.pipelines.compute.profiles import ComputeError
-from gkeflow.pipelines.sweep import build_sweep_pipeline, resolve_sweep_compute, sweep_plan
-from gkeflow.pipelines.sweep_config import expand_trials, parse_sweep
+from gkeflow.pipelines.definitions.sweep import (
+    build_sweep_pipeline,
+    resolve_sweep_compute,
+    sweep_plan,
+)
+from gkeflow.pipelines.settings.sweep_config import expand_trials, parse_sweep
 from gkeflow.pipelines.targets.compile import compile_pipeline
 
 REPO = Path(__file__).resolve().parents[2]

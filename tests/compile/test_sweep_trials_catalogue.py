@@ -18,9 +18,9 @@ from gkeflow.pipelines.compute.profiles import (
     ComputeProfile,
     PipelineUnfit,
 )
-from gkeflow.pipelines.sweep import TRIAL_STEP, resolve_sweep_compute
-from gkeflow.pipelines.sweep_config import default_sweep
-from gkeflow.pipelines.training import resolve_compute
+from gkeflow.pipelines.definitions.sweep import TRIAL_STEP, resolve_sweep_compute
+from gkeflow.pipelines.definitions.training import resolve_compute
+from gkeflow.pipelines.settings.sweep_config import default_sweep
 from tests.compile.customjob import custom_job_payload, strict_custom_job
 from tests.integration.conftest import gkeflow
 

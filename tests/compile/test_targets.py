@@ -18,8 +18,8 @@ from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from gkeflow.pipelines.compute.profiles import ComputeProfile, fitting_shape
+from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE, resolve_compute
 from gkeflow.pipelines.targets.compile import compile_pipeline
-from gkeflow.pipelines.training import DEFAULT_COMPUTE, resolve_compute
 from tests.compile.customjob import custom_job_payload, strict_custom_job
 
 #: The steps of the training pipeline with one-pod preparation (the default) and their

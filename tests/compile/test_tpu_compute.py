@@ -19,8 +19,8 @@ from gkeflow.pipelines.compute.profiles import (
     profile_problems,
     validate_profiles,
 )
+from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
 from gkeflow.pipelines.targets.compile import compile_pipeline
-from gkeflow.pipelines.training import DEFAULT_COMPUTE
 from tests.compile.customjob import strict_custom_job
 from tests.compile.test_targets import documents, resources, strict_executor_configs
 from tests.integration.fake_kube import validate_jobset
@@ -211,7 +211,7 @@ def test_compile_refuses_an_invalid_topology(tmp_path):
 ])
 def test_sweep_trials_that_cannot_take_the_slice_are_refused(target, topology, said):
     from gkeflow.pipelines.compute.profiles import PipelineUnfit
-    from gkeflow.pipelines.sweep import fit_trial
+    from gkeflow.pipelines.definitions.sweep import fit_trial
 
     with pytest.raises(PipelineUnfit) as unfit:
         fit_trial(target, "kfp", tpu(accelerator="tpu-v5e", topology=topology))
@@ -219,7 +219,7 @@ def test_sweep_trials_that_cannot_take_the_slice_are_refused(target, topology, s
 
 
 def test_sweep_trials_on_a_single_host_slice_keep_it():
-    from gkeflow.pipelines.sweep import fit_trial
+    from gkeflow.pipelines.definitions.sweep import fit_trial
 
     profile = tpu(accelerator="tpu-v5e", topology="2x2")
     assert fit_trial("gke", "kfp", profile) == (profile, "")
@@ -230,7 +230,7 @@ def test_vizier_trials_run_on_the_slice_machine_with_its_topology():
 
     from gkeflow.components.sweep import vizier as vizier_job
     from gkeflow.pipelines.compute.engines.vizier import tuning_spec
-    from gkeflow.pipelines.sweep_config import parse_sweep
+    from gkeflow.pipelines.settings.sweep_config import parse_sweep
 
     sweep = parse_sweep({"engine": "vizier", "max_trials": 2, "parameters": {
         "dropout": {"type": "uniform", "min": 0.0, "max": 0.5}}})

@@ -13,8 +13,8 @@ import yaml
 from gkeflow.components.images import GPU_IMAGE, TPU_IMAGE
 from gkeflow.components.scaleout import jobset as js
 from gkeflow.pipelines.compute.profiles import apply_overrides
+from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE, step_images
 from gkeflow.pipelines.targets.compile import compile_pipeline
-from gkeflow.pipelines.training import DEFAULT_COMPUTE, step_images
 from tests.compile.customjob import custom_job_payload, strict_custom_job
 from tests.integration.fake_kube import validate_jobset
 

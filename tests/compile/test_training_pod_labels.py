@@ -13,7 +13,7 @@ from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
 from gkeflow.components.scaleout.jobset import finish
 from gkeflow.pipelines.compute.engines.gke import jobset_template
 from gkeflow.pipelines.compute.profiles import ComputeProfile
-from gkeflow.pipelines.monitoring_config import MonitoringSettings
+from gkeflow.pipelines.settings.monitoring_config import MonitoringSettings
 from gkeflow.pipelines.targets.compile import compile_pipeline
 from gkeflow.pipelines.targets.monitoring import desired_policies
 

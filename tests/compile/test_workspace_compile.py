@@ -7,10 +7,10 @@ import pytest
 import yaml
 
 from gkeflow.pipelines.compute.profiles import ComputeError
-from gkeflow.pipelines.config import GkeflowConfig
+from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
+from gkeflow.pipelines.settings.config import GkeflowConfig
+from gkeflow.pipelines.settings.workspace_config import WorkspaceSettings
 from gkeflow.pipelines.targets.compile import compile_pipeline
-from gkeflow.pipelines.training import DEFAULT_COMPUTE
-from gkeflow.pipelines.workspace_config import WorkspaceSettings
 
 PLACEHOLDER = "{{$.workspace_path}}"
 

@@ -66,7 +66,7 @@ def config_dict(kfp_url: str | None, vertex_url: str | None, schedules=(), **ext
 
 @pytest.fixture
 def make_config():
-    from gkeflow.pipelines.config import GkeflowConfig
+    from gkeflow.pipelines.settings.config import GkeflowConfig
 
     def _make(*args, **kwargs) -> GkeflowConfig:
         return GkeflowConfig.model_validate(config_dict(*args, **kwargs))

@@ -194,7 +194,7 @@ class FakeVertexServer(Server):
             raise Invalid("Schedule.displayName is required")
         if not schedule.cron:
             raise Invalid("Schedule.cron is required")
-        from gkeflow.pipelines.cron import (
+        from gkeflow.pipelines.settings.cron import (
             CronError,
             CronExpression,
             split_vertex_cron,
@@ -216,7 +216,7 @@ class FakeVertexServer(Server):
 
     @staticmethod
     def _set_next_run(schedule) -> None:
-        from gkeflow.pipelines.cron import next_runs, split_vertex_cron
+        from gkeflow.pipelines.settings.cron import next_runs, split_vertex_cron
 
         cron, time_zone = split_vertex_cron(schedule.cron)
         schedule.next_run_time = next_runs(cron, time_zone, 1)[0].astimezone(dt.UTC)

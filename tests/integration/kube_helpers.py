@@ -10,7 +10,7 @@ from gkeflow.components.scaleout import jobset as js
 from gkeflow.components.scaleout import storage
 from gkeflow.components.scaleout.kube import KubeApi
 from gkeflow.pipelines.compute.engines.gke import jobset_template
-from gkeflow.pipelines.training import DEFAULT_COMPUTE
+from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
 
 NS = "kubeflow"
 NAME = "gkeflow-train-0123456789abcdef"

@@ -21,7 +21,7 @@ def test_every_new_command_has_help(command, tmp_path):
 
 
 def test_init_writes_a_valid_commented_example_once(tmp_path):
-    from gkeflow.pipelines.config import load_config
+    from gkeflow.pipelines.settings.config import load_config
 
     result = gkeflow("init", cwd=tmp_path)
     assert result.returncode == 0, result.stderr

@@ -12,7 +12,7 @@ from kubernetes import client
 from gkeflow.components.deploy.logic import deploy_for_pipeline
 from gkeflow.components.register.logic import register
 from gkeflow.pipelines.compute.profiles import ComputeProfile
-from gkeflow.pipelines.deploy_stage import serving_compute
+from gkeflow.pipelines.definitions.deploy_stage import serving_compute
 from tests.integration.fake_kserve import FakeKServe
 
 

@@ -16,7 +16,7 @@ from gkeflow.components.deploy.logic import DeploySettingsError, deploy_for_pipe
 from gkeflow.components.deploy.servable import NotServable
 from gkeflow.components.images import SERVING_TF_VERSION, serving_reference
 from gkeflow.pipelines.compute.profiles import ComputeProfile
-from gkeflow.pipelines.deploy_stage import serving_compute
+from gkeflow.pipelines.definitions.deploy_stage import serving_compute
 from tests.integration.fake_kserve import FakeKServe
 from tests.integration.fake_vertex_endpoints import FakeEndpointService
 

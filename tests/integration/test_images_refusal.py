@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from gkeflow.pipelines.config import GkeflowConfig
-from gkeflow.pipelines.image_lock import LockEntry, record
+from gkeflow.pipelines.settings.config import GkeflowConfig
+from gkeflow.pipelines.settings.image_lock import LockEntry, record
 from gkeflow.pipelines.targets.schedule import apply
 from gkeflow.pipelines.targets.submit import SubmitError, submit
 from gkeflow.pipelines.targets.vertex import VertexBackend

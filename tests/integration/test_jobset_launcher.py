@@ -21,7 +21,7 @@ from gkeflow.components.scaleout import jobset as js
 from gkeflow.components.scaleout import storage
 from gkeflow.components.scaleout.jobset_launcher import launch, launch_in_cluster
 from gkeflow.pipelines.compute.engines.gke import jobset_template
-from gkeflow.pipelines.training import DEFAULT_COMPUTE
+from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
 from tests.integration.fake_kube import FakeKube, KubeFaults
 from tests.integration.kube_helpers import (
     CHIEF,

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from google.auth import jwt
 
-from gkeflow.pipelines.config import GkeflowConfig
+from gkeflow.pipelines.settings.config import GkeflowConfig
 from gkeflow.pipelines.targets.kfp import KfpBackend
 from gkeflow.pipelines.targets.submit import submit
 from tests.integration.conftest import FAST, TOKEN, config_dict

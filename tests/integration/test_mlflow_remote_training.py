@@ -186,7 +186,7 @@ def test_jobset_pods_get_the_run_by_value_and_credentials_by_reference(
     from gkeflow.components.scaleout import jobset as js
     from gkeflow.components.scaleout.jobset_launcher import launch_in_cluster
     from gkeflow.pipelines.compute.engines.gke import jobset_template
-    from gkeflow.pipelines.training import DEFAULT_COMPUTE
+    from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
     from tests.integration.fake_kube import FakeKube
     from tests.integration.kube_helpers import NS, api_for, fast_policy, publisher
 

@@ -11,7 +11,7 @@ from google.cloud import monitoring_v3
 from google.protobuf import json_format
 
 from gkeflow.pipelines.cli.main import main
-from gkeflow.pipelines.monitoring_config import MonitoringSettings
+from gkeflow.pipelines.settings.monitoring_config import MonitoringSettings
 from gkeflow.pipelines.targets import monitoring
 from gkeflow.pipelines.targets.transport import RemoteError, RetryPolicy
 from tests.integration.fake_monitoring import FakeMonitoring

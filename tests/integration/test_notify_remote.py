@@ -286,7 +286,7 @@ def test_the_documented_email_schedule_applies_on_vertex(vertex_runs, make_confi
 
 def test_the_documented_email_schedule_is_refused_on_gke_in_one_line(
         kfp_runs, token_env, make_config, tmp_path):
-    from gkeflow.pipelines.config import ConfigError
+    from gkeflow.pipelines.settings.config import ConfigError
 
     weekly = {**_documented_email_schedule(), "target": "gke"}
     config = make_config(kfp_runs.url, None, schedules=[weekly])

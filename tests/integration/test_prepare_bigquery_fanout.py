@@ -116,7 +116,7 @@ def test_fanout_pipeline_over_a_table_equals_one_pod(fake_bq, tmp_path):
     from types import SimpleNamespace
 
     from gkeflow.components.prepare.logic import Schema
-    from gkeflow.pipelines.fanout import fanout_prepare_pipeline
+    from gkeflow.pipelines.definitions.fanout import fanout_prepare_pipeline
     from gkeflow.pipelines.targets.local import init_local
 
     single = prepare(TABLE, tmp_path / "single", "y", rows_per_shard=200)

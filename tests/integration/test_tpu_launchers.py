@@ -16,7 +16,7 @@ from gkeflow.components.scaleout import jobset as js
 from gkeflow.components.scaleout import vertex_launcher as vl
 from gkeflow.components.scaleout.jobset_launcher import launch
 from gkeflow.pipelines.compute.engines import gke, vertex
-from gkeflow.pipelines.training import DEFAULT_COMPUTE
+from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
 from tests.integration import soak
 from tests.integration.fake_kube import FakeKube
 from tests.integration.fake_vertex_jobs import FakeVertexJobs

@@ -15,8 +15,8 @@ from google.auth.credentials import AnonymousCredentials
 from gkeflow.components.cloud import follow as fl
 from gkeflow.components.cloud.retry import RetryPolicy
 from gkeflow.components.scaleout import vertex_launcher as vl
+from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
 from gkeflow.pipelines.targets.compile import compile_pipeline
-from gkeflow.pipelines.training import DEFAULT_COMPUTE
 from tests.compile.customjob import custom_job_payload
 from tests.integration.fake_vertex_jobs import FakeVertexJobs
 

@@ -13,7 +13,7 @@ from gkeflow.components.sweep import vizier
 from gkeflow.components.sweep.logic import select
 from gkeflow.pipelines.compute.engines.vizier import tuning_spec
 from gkeflow.pipelines.compute.profiles import ComputeError, ComputeProfile
-from gkeflow.pipelines.sweep_config import parse_sweep
+from gkeflow.pipelines.settings.sweep_config import parse_sweep
 from tests.integration.fake_tuning import FakeTuning
 
 SWEEP = parse_sweep({"engine": "vizier", "max_trials": 6, "parallel_trials": 3, "parameters": {

@@ -22,7 +22,7 @@ NOT_FANNED_OUT = {
 
 def test_the_fanout_pipeline_takes_every_prepare_data_parameter():
     from gkeflow.components.prepare.component import prepare_data
-    from gkeflow.pipelines.fanout import fanout_prepare_pipeline
+    from gkeflow.pipelines.definitions.fanout import fanout_prepare_pipeline
 
     single = prepare_data.component_spec.inputs or {}
     single = set(single) | set(prepare_data.component_spec.outputs or {})
@@ -54,7 +54,7 @@ def _malformed_inputs(directory: Path) -> str:
 
 @pytest.mark.slow
 def test_fanout_with_row_limits_equals_one_pod_on_malformed_input(tmp_path):
-    from gkeflow.pipelines.fanout import fanout_prepare_pipeline
+    from gkeflow.pipelines.definitions.fanout import fanout_prepare_pipeline
     from gkeflow.pipelines.targets.local import init_local
 
     pattern = _malformed_inputs(tmp_path / "in")

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_fanout_pipeline_on_8_files_equals_one_pod(tmp_path):
-    from gkeflow.pipelines.fanout import fanout_prepare_pipeline
+    from gkeflow.pipelines.definitions.fanout import fanout_prepare_pipeline
     from gkeflow.pipelines.targets.local import init_local
 
     pattern = make_inputs(tmp_path / "in", files=8, rows=11_000)

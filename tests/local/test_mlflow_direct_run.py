@@ -20,9 +20,9 @@ from gkeflow.components.tracking.pipeline_run import (
     RUN_URL_TAG,
     TARGET_TAG,
 )
-from gkeflow.pipelines.operations import Operations
+from gkeflow.pipelines.definitions.operations import Operations
+from gkeflow.pipelines.settings.tracking_config import TrackingSettings
 from gkeflow.pipelines.targets.local import run_local
-from gkeflow.pipelines.tracking_config import TrackingSettings
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("mlflow", reason="mlflow is not installed (pip install -e '.[dev]')")
@@ -33,7 +33,7 @@ MODEL = "penguins-compiled-direct"
 
 def test_a_compiled_style_run_makes_one_parent_and_a_nested_run_per_step(
         tmp_path, monkeypatch, mlflow_server):
-    from gkeflow.pipelines.training import build_training_pipeline
+    from gkeflow.pipelines.definitions.training import build_training_pipeline
 
     for name in (ENV_TRACKING_URI, ENV_PARENT_RUN_ID, ENV_RUN_ID, ENV_EXPERIMENT_ID):
         monkeypatch.delenv(name, raising=False)

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from gkeflow.pipelines.operations import Operations
-from gkeflow.pipelines.operations_config import NotificationSettings
+from gkeflow.pipelines.definitions.operations import Operations
+from gkeflow.pipelines.definitions.training import build_training_pipeline
+from gkeflow.pipelines.settings.operations_config import NotificationSettings
 from gkeflow.pipelines.targets.local import run_local
-from gkeflow.pipelines.training import build_training_pipeline
 from tests.integration.webhook_receiver import WebhookReceiver, down_url
 
 pytestmark = pytest.mark.slow

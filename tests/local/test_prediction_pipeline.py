@@ -99,7 +99,7 @@ def test_damaged_rows_are_set_aside_and_drift_fails_the_run(trained_output, tmp_
 def test_the_gke_pipeline_scores_the_model_the_launcher_imported(trained_output, tmp_path):
     """GKE shape: resolve-model -> dsl.importer -> predict-batch (model_files), so the KFP
     launcher, not the step, fetches the registered files (minio:// on a standard install)."""
-    from gkeflow.pipelines.prediction import build_prediction_pipeline
+    from gkeflow.pipelines.definitions.prediction import build_prediction_pipeline
     from gkeflow.pipelines.targets.local import run_local
 
     frame = _new_rows(tmp_path / "rows.csv", rows=40)

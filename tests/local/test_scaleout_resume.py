@@ -226,7 +226,7 @@ def mixed_pod_envs(hosts: list[str]) -> list[dict[str, str]]:
     manifest gkeflow builds, with loopback hosts in place of the pods' DNS names."""
     from gkeflow.components.scaleout import jobset as js
     from gkeflow.pipelines.compute.engines.gke import jobset_template
-    from gkeflow.pipelines.training import DEFAULT_COMPUTE
+    from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
 
     profile = DEFAULT_COMPUTE["train-model"].with_overrides(
         replicas=2, scheduling="spot", chief_scheduling="standard")

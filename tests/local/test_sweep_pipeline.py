@@ -83,7 +83,7 @@ def test_sweep_picks_the_best_trial_tolerates_a_failed_one_registers_and_deploys
     # after its pool may have started the next trial, so the log can show one more than
     # the limit for an instant: the limit itself is checked in the spec below
     assert _max_concurrent(log, "train-model") >= 2
-    from gkeflow.pipelines.sweep import build_sweep_pipeline, default_sweep
+    from gkeflow.pipelines.definitions.sweep import build_sweep_pipeline, default_sweep
 
     spec = build_sweep_pipeline("local", sweep=default_sweep().model_copy(
         update={"parallel_trials": 2})).pipeline_spec

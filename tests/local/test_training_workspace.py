@@ -9,9 +9,9 @@ import json
 
 import pytest
 
+from gkeflow.pipelines.definitions.training import build_training_pipeline
+from gkeflow.pipelines.settings.workspace_config import WorkspaceSettings
 from gkeflow.pipelines.targets.local import run_local
-from gkeflow.pipelines.training import build_training_pipeline
-from gkeflow.pipelines.workspace_config import WorkspaceSettings
 
 pytestmark = pytest.mark.slow
 

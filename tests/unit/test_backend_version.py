@@ -76,7 +76,7 @@ def test_an_unknown_version_warns_instead_of_refusing(tag):
 def test_run_ids_pick_their_target_and_api_times_parse():
     import datetime as dt
 
-    from gkeflow.pipelines.config import GkeflowConfig
+    from gkeflow.pipelines.settings.config import GkeflowConfig
     from gkeflow.pipelines.targets.runs import parse_time, target_of
 
     both = GkeflowConfig.model_validate({"targets": {

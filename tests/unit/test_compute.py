@@ -15,7 +15,7 @@ from gkeflow.pipelines.compute.profiles import (
     profile_problems,
     validate_profiles,
 )
-from gkeflow.pipelines.training import DEFAULT_COMPUTE, resolve_compute
+from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE, resolve_compute
 
 
 def gpu(accelerator: str, count: int, cpu: str = "4", memory: str = "16G", **kw):

@@ -12,7 +12,7 @@ from gkeflow.pipelines.compute.profiles import (
     ComputeProfile,
     apply_overrides,
 )
-from gkeflow.pipelines.config import ConfigError, GkeflowConfig
+from gkeflow.pipelines.settings.config import ConfigError, GkeflowConfig
 from gkeflow.pipelines.targets.compile import compile_all
 
 DEFAULTS = {step: ComputeProfile(caching=False) for step in NEVER_CACHED} | {
@@ -46,7 +46,7 @@ def test_the_same_field_twice_keeps_the_last():
 
 
 def test_a_refused_compile_writes_nothing(tmp_path):
-    from gkeflow.pipelines.training import DEFAULT_COMPUTE as STEP_COMPUTE
+    from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE as STEP_COMPUTE
 
     compute = {**STEP_COMPUTE,
                "fingerprint-data": STEP_COMPUTE["fingerprint-data"].with_overrides(memory="1T")}

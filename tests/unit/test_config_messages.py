@@ -8,7 +8,7 @@ import yaml
 
 from gkeflow.components.did_you_mean import did_you_mean
 from gkeflow.pipelines.compute.profiles import ComputeError, apply_overrides
-from gkeflow.pipelines.config import ConfigError, load_config
+from gkeflow.pipelines.settings.config import ConfigError, load_config
 
 
 def _error(tmp_path, raw: dict) -> str:
@@ -46,7 +46,7 @@ def test_a_mistyped_key_at_any_level_names_the_closest(tmp_path, raw, expected):
      "'accelerator_count'?)"),
 ])
 def test_the_compute_section_names_the_closest_step_and_field(tmp_path, compute, expected):
-    from gkeflow.pipelines.training import DEFAULT_COMPUTE
+    from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
 
     path = tmp_path / "gkeflow.yaml"
     path.write_text(yaml.safe_dump({"compute": compute}))
@@ -75,7 +75,7 @@ def test_several_problems_are_one_line_and_never_echo_the_value(tmp_path):
     ("train-model.acelerator=nvidia-l4", "(did you mean 'accelerator'?)"),
 ])
 def test_compute_overrides_name_the_closest_step_and_field(override, expected):
-    from gkeflow.pipelines.training import DEFAULT_COMPUTE
+    from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
 
     with pytest.raises(ComputeError) as err:
         apply_overrides(DEFAULT_COMPUTE, [override])

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from gkeflow.pipelines.cron import (
+from gkeflow.pipelines.settings.cron import (
     CronError,
     CronExpression,
     kfp_cron,

@@ -9,9 +9,9 @@ import pytest
 
 from gkeflow.pipelines.cli.params import pipeline_params
 from gkeflow.pipelines.cli.summary import early_stop_line
-from gkeflow.pipelines.parameters import ParameterError, check_parameters
-from gkeflow.pipelines.sweep import build_sweep_pipeline
-from gkeflow.pipelines.training import training_pipeline
+from gkeflow.pipelines.definitions.sweep import build_sweep_pipeline
+from gkeflow.pipelines.definitions.training import training_pipeline
+from gkeflow.pipelines.settings.parameters import ParameterError, check_parameters
 
 
 @pytest.mark.parametrize("build", [lambda: training_pipeline, build_sweep_pipeline],
@@ -71,7 +71,7 @@ def test_the_summary_says_nothing_when_every_epoch_ran():
 def _profiles(**fields):
     from dataclasses import replace
 
-    from gkeflow.pipelines.training import DEFAULT_COMPUTE
+    from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
 
     return {"train-model": replace(DEFAULT_COMPUTE["train-model"], **fields),
             "prepare-data": DEFAULT_COMPUTE["prepare-data"]}

@@ -399,7 +399,7 @@ def test_evaluation_is_never_cached_and_gates_registration(tmp_path, target):
     from kfp import compiler
 
     from gkeflow.pipelines.compute.profiles import ComputeProfile
-    from gkeflow.pipelines.training import build_training_pipeline
+    from gkeflow.pipelines.definitions.training import build_training_pipeline
 
     # Even a configuration that asks for caching cannot make evaluation reuse an old champion.
     pipeline = build_training_pipeline(

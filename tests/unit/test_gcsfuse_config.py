@@ -8,7 +8,7 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from gkeflow.pipelines.gcsfuse_config import GcsFuseSettings, check_bucket_name
+from gkeflow.pipelines.settings.gcsfuse_config import GcsFuseSettings, check_bucket_name
 
 
 def _settings(*buckets, **extra) -> GcsFuseSettings:

@@ -76,7 +76,7 @@ def test_every_call_the_launcher_makes_is_granted_and_every_grant_used(tmp_path,
     from gkeflow.components.scaleout import storage
     from gkeflow.components.scaleout.jobset_launcher import launch_in_cluster
     from gkeflow.pipelines.compute.engines.gke import jobset_template
-    from gkeflow.pipelines.training import DEFAULT_COMPUTE
+    from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
     from tests.integration.kube_helpers import api_for, fast_policy, manifest
 
     template = jobset_template(DEFAULT_COMPUTE["train-model"].with_overrides(replicas=2), "i")

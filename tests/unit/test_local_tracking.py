@@ -8,8 +8,8 @@ import os
 import pytest
 
 from gkeflow.components.tracking.client import ENV_PARENT_RUN_ID, ENV_RUN_ID, ENV_TRACKING_URI
+from gkeflow.pipelines.settings.tracking_config import TrackingSettings
 from gkeflow.pipelines.targets.local_tracking import credentials_problem, direct_tracking
-from gkeflow.pipelines.tracking_config import TrackingSettings
 from tests.integration.mlflow_server import free_port
 
 pytest.importorskip("mlflow", reason="mlflow is not installed (pip install -e '.[dev]')")

@@ -17,7 +17,7 @@ from gkeflow.pipelines.compute.costing import machine_type, step_cost
 from gkeflow.pipelines.compute.engines import gke
 from gkeflow.pipelines.compute.prices import Price
 from gkeflow.pipelines.compute.profiles import ComputeError, ComputeProfile, profile_problems
-from gkeflow.pipelines.monitoring_config import GKE_POD_LABELS
+from gkeflow.pipelines.settings.monitoring_config import GKE_POD_LABELS
 from tests.integration.fake_kube import validate_jobset
 
 MIXED = ComputeProfile(cpu="8", memory="30G", accelerator="nvidia-l4", accelerator_count=1,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gkeflow.pipelines.config import ConfigError, load_config
+from gkeflow.pipelines.settings.config import ConfigError, load_config
 
 
 def _load(tmp_path, data):

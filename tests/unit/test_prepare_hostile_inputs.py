@@ -16,7 +16,7 @@ import pytest
 from gkeflow.components._atomic import publish_dir
 from gkeflow.components.prepare.logic import prepare
 from gkeflow.components.prepare.sources import DataError
-from gkeflow.pipelines.parameters import ParameterError, validate_run_arguments
+from gkeflow.pipelines.settings.parameters import ParameterError, validate_run_arguments
 
 HEADER = "a,b,c,y"
 

@@ -251,7 +251,7 @@ def test_backend_of_and_uri_parsing():
 
 
 def test_registry_config_section(tmp_path):
-    from gkeflow.pipelines.config import ConfigError, load_config
+    from gkeflow.pipelines.settings.config import ConfigError, load_config
 
     path = tmp_path / "gkeflow.yaml"
     path.write_text("registry:\n  backend: vertex\n  project: p\n  location: europe-west4\n")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gkeflow.pipelines.config import EXAMPLE_CONFIG, ConfigError, load_config
-from gkeflow.pipelines.remote_config import normalise_gcs_uri
+from gkeflow.pipelines.settings.config import EXAMPLE_CONFIG, ConfigError, load_config
+from gkeflow.pipelines.settings.remote_config import normalise_gcs_uri
 from gkeflow.pipelines.targets.transport import (
     RemoteError,
     RetryPolicy,
@@ -108,7 +108,7 @@ def test_gcs_roots_are_normalised():
 
 
 def test_parameters_merge_and_coerce_by_the_pipelines_declared_types():
-    from gkeflow.pipelines.config import GkeflowConfig
+    from gkeflow.pipelines.settings.config import GkeflowConfig
     from gkeflow.pipelines.targets.backends import PreparedPipeline
     from gkeflow.pipelines.targets.submit import (
         SubmitError,

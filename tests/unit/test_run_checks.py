@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gkeflow.pipelines.cli.run_checks import user_error
-from gkeflow.pipelines.parameters import ParameterError, validate_run_arguments
+from gkeflow.pipelines.settings.parameters import ParameterError, validate_run_arguments
 
 
 def _arguments(path, **changes) -> dict:

@@ -14,7 +14,7 @@ from gkeflow.components.scaleout.worker import train_params
 from gkeflow.components.train.devices import is_chief, workers_in_tf_config
 from gkeflow.pipelines.compute.engines import gke, training_engine, vertex
 from gkeflow.pipelines.compute.profiles import ComputeError, ComputeProfile
-from gkeflow.pipelines.training import DEFAULT_COMPUTE
+from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
 from tests.integration.fake_kube import validate_jobset
 
 TRAIN = DEFAULT_COMPUTE["train-model"]
@@ -208,7 +208,7 @@ def test_the_launcher_deadline_covers_provisioning_plus_the_jobsets_own():
 
 
 def test_the_workers_account_is_set_and_checked_in_gkeflow_yaml(tmp_path):
-    from gkeflow.pipelines.config import ConfigError, load_config
+    from gkeflow.pipelines.settings.config import ConfigError, load_config
 
     path = tmp_path / "gkeflow.yaml"
     path.write_text("compute:\n  train-model: {replicas: 2, worker_service_account: trainer}\n")

@@ -9,7 +9,7 @@ from kfp import dsl
 from gkeflow.components.scaleout import jobset as js
 from gkeflow.components.scaleout.task_config import as_dict, merge_task_config
 from gkeflow.pipelines.compute.engines.gke import jobset_template
-from gkeflow.pipelines.training import DEFAULT_COMPUTE
+from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
 from tests.integration.fake_kube import validate_jobset
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

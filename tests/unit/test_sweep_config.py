@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gkeflow.pipelines.config import ConfigError, load_config
-from gkeflow.pipelines.sweep_config import (
+from gkeflow.pipelines.settings.config import ConfigError, load_config
+from gkeflow.pipelines.settings.sweep_config import (
     SweepError,
     default_sweep,
     expand_trials,

@@ -157,7 +157,7 @@ def test_every_host_limit_is_checked_or_said_to_be_unknown():
     a note naming what is unknown, and nothing is refused for it."""
     from gkeflow.pipelines.compute.profiles import profile_problems
     from gkeflow.pipelines.compute.tpu_profile import unchecked_host_limits
-    from gkeflow.pipelines.training import DEFAULT_COMPUTE
+    from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
 
     for generation in tpu.GENERATIONS:
         machines = {m.name: m for m in generation.machines}
@@ -212,7 +212,7 @@ def test_every_recorded_host_names_a_source_the_catalogue_cites():
 def test_a_vertex_tpu_step_may_ask_for_the_whole_vm_and_no_more(generation, topology,
                                                                 machine_type):
     from gkeflow.pipelines.compute.profiles import profile_problems
-    from gkeflow.pipelines.training import DEFAULT_COMPUTE
+    from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
 
     vcpus, gib = HOSTS[machine_type]
     fits = DEFAULT_COMPUTE["train-model"].with_overrides(
@@ -237,7 +237,7 @@ def test_a_gke_tpu_pod_may_ask_for_what_the_node_leaves_and_no_more(generation, 
     from gkeflow.pipelines.compute.accelerators import gke_allocatable_exact
     from gkeflow.pipelines.compute.profiles import profile_problems
     from gkeflow.pipelines.compute.tpu_profile import unchecked_host_limits
-    from gkeflow.pipelines.training import DEFAULT_COMPUTE
+    from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
 
     vcpus, gib = HOSTS[machine_type]
     millicores, memory = gke_allocatable_exact(vcpus, gib * 2**30)
@@ -258,7 +258,7 @@ def test_a_gke_tpu_pod_may_ask_for_what_the_node_leaves_and_no_more(generation, 
 
 def test_no_tpu_host_is_left_unchecked_in_plan():
     from gkeflow.pipelines.compute.plan import target_notes
-    from gkeflow.pipelines.training import DEFAULT_COMPUTE
+    from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
 
     for gen in tpu.GENERATIONS:
         topology = next(iter(gen.topologies))
@@ -277,7 +277,7 @@ def test_a_host_without_recorded_limits_is_said_in_plan(monkeypatch):
 
     from gkeflow.pipelines.compute.plan import target_notes
     from gkeflow.pipelines.compute.profiles import profile_problems
-    from gkeflow.pipelines.training import DEFAULT_COMPUTE
+    from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
 
     v4 = tpu.tpu_generation("tpu-v4")
     monkeypatch.setitem(tpu._BY_NAME, "tpu-v4", replace(

@@ -9,8 +9,8 @@ import json
 import pytest
 import yaml
 
-from gkeflow.pipelines.config import GkeflowConfig
-from gkeflow.pipelines.operations import notifications_key, select
+from gkeflow.pipelines.definitions.operations import notifications_key, select
+from gkeflow.pipelines.settings.config import GkeflowConfig
 from gkeflow.pipelines.targets.compile import compile_pipeline
 
 TRACKED = {"exec-fingerprint-data", "exec-prepare-data", "exec-train-model",
@@ -127,7 +127,7 @@ def test_environments_tracked_apart_compile_apart():
 ])
 def test_credential_references_are_checked_without_echoing_values(tmp_path, credentials,
                                                                  fragment):
-    from gkeflow.pipelines.config import ConfigError, load_config
+    from gkeflow.pipelines.settings.config import ConfigError, load_config
 
     path = tmp_path / "gkeflow.yaml"
     path.write_text(yaml.safe_dump({"tracking": {"default": {"mlflow": {
@@ -205,7 +205,7 @@ def test_with_a_webhook_the_notify_task_ends_the_tracking_too(tmp_path):
 def test_untracked_and_local_pipelines_get_no_exit_task(tmp_path):
     _, docs = _compiled(tmp_path / "plain", _config(None), "vertex")
     assert EXIT not in docs[0]["deploymentSpec"]["executors"]
-    from gkeflow.pipelines.tracking_tasks import ends_tracking
+    from gkeflow.pipelines.definitions.tracking_tasks import ends_tracking
 
     tracking = _config(MLFLOW).tracking["default"]
     assert not ends_tracking(tracking, "local")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gkeflow.pipelines.config import EXAMPLE_CONFIG, ConfigError, load_config
-from gkeflow.pipelines.tracking_config import (
+from gkeflow.pipelines.settings.config import EXAMPLE_CONFIG, ConfigError, load_config
+from gkeflow.pipelines.settings.tracking_config import (
     MlflowCredentials,
     TrackingSettings,
     plan_lines,

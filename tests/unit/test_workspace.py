@@ -9,8 +9,8 @@ import pytest
 from gkeflow.components.prepare.shard_store import resolve_shard_root
 from gkeflow.components.train.store import CHECKPOINT_MOUNT, checkpoint_mount
 from gkeflow.pipelines.compute.workspace import parallel_note
-from gkeflow.pipelines.config import ConfigError, GkeflowConfig, load_config
-from gkeflow.pipelines.workspace_config import WorkspaceSettings, quantity_bytes
+from gkeflow.pipelines.settings.config import ConfigError, GkeflowConfig, load_config
+from gkeflow.pipelines.settings.workspace_config import WorkspaceSettings, quantity_bytes
 
 ARTIFACT = "minio://mlpipeline/v2/artifacts/gkeflow-training/run-1/prepare-data/42/dataset"
 

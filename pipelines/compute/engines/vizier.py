@@ -17,7 +17,7 @@ from gkeflow.pipelines.compute.profiles import (
     ComputeProfile,
     fitting_shape,
 )
-from gkeflow.pipelines.sweep_config import (
+from gkeflow.pipelines.settings.sweep_config import (
     TUNABLE,
     Choice,
     IntRange,

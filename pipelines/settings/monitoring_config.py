@@ -14,7 +14,8 @@ Example::
         gke: {enabled: true}         # k8s_container duty cycle of gkeflow's labelled pods
         vertex: {enabled: true}      # Vertex AI custom training accelerator utilisation
 
-Imports nothing from gkeflow: the root model in :mod:`gkeflow.pipelines.config` attaches it.
+Imports nothing from gkeflow: the root model in :mod:`gkeflow.pipelines.settings.config`
+attaches it.
 """
 
 from __future__ import annotations

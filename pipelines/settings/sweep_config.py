@@ -235,7 +235,7 @@ def parse_sweep(raw: Mapping[str, Any] | None, where: str = "sweep") -> SweepCon
     """Validate a ``sweep:`` mapping; errors name ``where.<key>``."""
     from pydantic import ValidationError
 
-    from gkeflow.pipelines.validation import validation_message
+    from gkeflow.pipelines.settings.validation import validation_message
 
     try:
         return SweepConfig.model_validate(dict(raw or {}))

@@ -21,7 +21,7 @@ from kfp import dsl
 
 from gkeflow.components.tracking import handoff
 from gkeflow.components.tracking import pipeline_run as names
-from gkeflow.pipelines.tracking_config import (
+from gkeflow.pipelines.settings.tracking_config import (
     GKE_SECRET_KEYS,
     MlflowTracking,
     TrackingSettings,

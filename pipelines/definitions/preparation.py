@@ -24,8 +24,8 @@ from gkeflow.components.prepare.fanout_component import (
     plan_prepare,
     prepare_group,
 )
-from gkeflow.pipelines.fanout import DEFAULT_COMPUTE as FANOUT_COMPUTE
-from gkeflow.pipelines.preparation_settings import PreparationSettings
+from gkeflow.pipelines.definitions.fanout import DEFAULT_COMPUTE as FANOUT_COMPUTE
+from gkeflow.pipelines.settings.preparation_settings import PreparationSettings
 
 #: Steps of the fan-out stage and their names in the Kubeflow UI.
 FANOUT_DISPLAY_NAMES = {

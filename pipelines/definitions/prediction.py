@@ -22,8 +22,8 @@ from gkeflow.pipelines.compute.profiles import (
     validate_profiles,
 )
 from gkeflow.pipelines.compute.wording import plural
-from gkeflow.pipelines.gcsfuse_config import GcsFuseSettings
-from gkeflow.pipelines.operations import Operations
+from gkeflow.pipelines.definitions.operations import Operations
+from gkeflow.pipelines.settings.gcsfuse_config import GcsFuseSettings
 
 PIPELINE_NAME = "gkeflow-prediction"
 
@@ -101,7 +101,7 @@ def resolve_compute(target: str, compute: Mapping[str, ComputeProfile] | None = 
     out; a step name that no pipeline has is an error.
     """
     from gkeflow.components.images import IMAGES
-    from gkeflow.pipelines.training import DEFAULT_COMPUTE as TRAINING_COMPUTE
+    from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE as TRAINING_COMPUTE
 
     unknown = sorted(set(compute or {}) - set(DEFAULT_COMPUTE) - set(TRAINING_COMPUTE))
     if unknown:

@@ -12,7 +12,8 @@ Example::
         vertex_experiments:
           experiment: penguins           # Vertex AI Experiments (scheduled runs too)
 
-Imports nothing from gkeflow: the root model in :mod:`gkeflow.pipelines.config` attaches it.
+Imports nothing from gkeflow: the root model in :mod:`gkeflow.pipelines.settings.config`
+attaches it.
 """
 
 from __future__ import annotations

@@ -23,40 +23,41 @@ The file is optional; every key has a default in code. Sections:
 
 ``sweep``
     the hyperparameter search space of the sweep pipeline
-    (:class:`gkeflow.pipelines.sweep_config.SweepConfig`).
+    (:class:`gkeflow.pipelines.settings.sweep_config.SweepConfig`).
 
 ``preparation``
     one pod, or fan-out over groups of input files in the training and sweep pipelines
-    (:class:`gkeflow.pipelines.preparation.PreparationSettings`): fanout, groups, parallelism.
+    (:class:`gkeflow.pipelines.definitions.preparation.PreparationSettings`): fanout, groups,
+    parallelism.
 
 ``workspace``
     the GKE run's volume for prepared shards and checkpoints when the pipeline root is not
-    gs:// (:class:`gkeflow.pipelines.workspace_config.WorkspaceSettings`): size, storage_class,
-    access_mode, enabled.
+    gs:// (:class:`gkeflow.pipelines.settings.workspace_config.WorkspaceSettings`): size,
+    storage_class, access_mode, enabled.
 
 ``notifications`` / ``retention``
     a webhook message when a run ends (per environment and per schedule) and how long
-    finished runs keep their resources (:mod:`gkeflow.pipelines.operations_config`).
+    finished runs keep their resources (:mod:`gkeflow.pipelines.settings.operations_config`).
 
 ``monitoring``
     Cloud Monitoring alerts on idle GPUs per environment (`gkeflow monitoring apply`,
-    :mod:`gkeflow.pipelines.monitoring_config`).
+    :mod:`gkeflow.pipelines.settings.monitoring_config`).
 
 ``tracking``
     where runs are tracked per environment: MLflow and/or Vertex AI Experiments
-    (:mod:`gkeflow.pipelines.tracking_config`).
+    (:mod:`gkeflow.pipelines.settings.tracking_config`).
 ``budget``
     the most one run may cost at list prices, per environment and per schedule
-    (:mod:`gkeflow.pipelines.budget_config`; docs/costs.md).
+    (:mod:`gkeflow.pipelines.settings.budget_config`; docs/costs.md).
 
 ``images``
     the registry the pipelines' images are built into and pulled from, extra packages and
     the user's own code they carry, the lock file of built digests
-    (:class:`gkeflow.pipelines.images_config.ImagesConfig`; `gkeflow images build`).
+    (:class:`gkeflow.pipelines.settings.images_config.ImagesConfig`; `gkeflow images build`).
 
 `gkeflow init` writes a commented example of every section
-(:mod:`gkeflow.pipelines.config_example`); ``targets`` and ``schedules`` are modelled in
-:mod:`gkeflow.pipelines.remote_config`.
+(:mod:`gkeflow.pipelines.settings.config_example`); ``targets`` and ``schedules`` are modelled in
+:mod:`gkeflow.pipelines.settings.remote_config`.
 """
 
 from __future__ import annotations
@@ -78,25 +79,25 @@ from pydantic import (
 )
 
 from gkeflow.components.did_you_mean import did_you_mean
-from gkeflow.pipelines.budget_config import BudgetSettings
-from gkeflow.pipelines.config_example import EXAMPLE_CONFIG as EXAMPLE_CONFIG
-from gkeflow.pipelines.deploy_config import DeployConfig
-from gkeflow.pipelines.gcsfuse_config import GcsFuseSettings
-from gkeflow.pipelines.images_config import BASE_DIR, ImagesConfig
-from gkeflow.pipelines.monitoring_config import MonitoringSettings
-from gkeflow.pipelines.operations_config import NotificationSettings, RetentionSettings
-from gkeflow.pipelines.preparation_settings import PreparationSettings
-from gkeflow.pipelines.remote_config import (
+from gkeflow.pipelines.settings.budget_config import BudgetSettings
+from gkeflow.pipelines.settings.config_example import EXAMPLE_CONFIG as EXAMPLE_CONFIG
+from gkeflow.pipelines.settings.deploy_config import DeployConfig
+from gkeflow.pipelines.settings.gcsfuse_config import GcsFuseSettings
+from gkeflow.pipelines.settings.images_config import BASE_DIR, ImagesConfig
+from gkeflow.pipelines.settings.monitoring_config import MonitoringSettings
+from gkeflow.pipelines.settings.operations_config import NotificationSettings, RetentionSettings
+from gkeflow.pipelines.settings.preparation_settings import PreparationSettings
+from gkeflow.pipelines.settings.remote_config import (
     NAME_RE,
     ParameterValue,
     ScheduleConfig,
     Targets,
     check_schedules,
 )
-from gkeflow.pipelines.sweep_config import SweepConfig
-from gkeflow.pipelines.tracking_config import TrackingSettings
-from gkeflow.pipelines.validation import validation_message
-from gkeflow.pipelines.workspace_config import WorkspaceSettings
+from gkeflow.pipelines.settings.sweep_config import SweepConfig
+from gkeflow.pipelines.settings.tracking_config import TrackingSettings
+from gkeflow.pipelines.settings.validation import validation_message
+from gkeflow.pipelines.settings.workspace_config import WorkspaceSettings
 
 DEFAULT_CONFIG_FILE = Path("gkeflow.yaml")
 
@@ -188,7 +189,7 @@ class GkeflowConfig(BaseModel):
     _notify: NotificationSettings | None = PrivateAttr(default=None)  # operations.select
     _directory: Path | None = PrivateAttr(default=None)  # load_config: gkeflow.yaml's folder
     _tracking: TrackingSettings | None = PrivateAttr(default=None)  # operations.select
-    deploy: DeployConfig = {}  # per environment: pipelines/deploy_config.py
+    deploy: DeployConfig = {}  # per environment: pipelines/settings/deploy_config.py
     monitoring: dict[str, MonitoringSettings] = {}  # per environment: monitoring_config.py
     tracking: dict[str, TrackingSettings] = {}  # per environment: tracking_config.py
     budget: dict[str, BudgetSettings] = {}  # per environment: budget_config.py
@@ -212,10 +213,10 @@ class GkeflowConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_references(self):
-        from gkeflow.pipelines.budget_config import check_budget_environments
-        from gkeflow.pipelines.monitoring_config import check_monitoring_environments
-        from gkeflow.pipelines.operations_config import check_environments
-        from gkeflow.pipelines.tracking_config import check_tracking_environments
+        from gkeflow.pipelines.settings.budget_config import check_budget_environments
+        from gkeflow.pipelines.settings.monitoring_config import check_monitoring_environments
+        from gkeflow.pipelines.settings.operations_config import check_environments
+        from gkeflow.pipelines.settings.tracking_config import check_tracking_environments
 
         return check_budget_environments(check_tracking_environments(
             check_monitoring_environments(check_environments(

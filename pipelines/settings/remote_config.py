@@ -1,6 +1,6 @@
 """``gkeflow.yaml``'s ``targets:`` and ``schedules:``: where `gkeflow submit` and `gkeflow
 schedule` send pipelines (Kubeflow Pipelines on GKE, Vertex AI Pipelines) and the recurring
-runs they make. The root model in :mod:`gkeflow.pipelines.config` attaches these sections.
+runs they make. The root model in :mod:`gkeflow.pipelines.settings.config` attaches these sections.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gkeflow.components.did_you_mean import did_you_mean
-from gkeflow.pipelines.budget_config import BudgetSettings
-from gkeflow.pipelines.operations_config import NotificationSettings
+from gkeflow.pipelines.settings.budget_config import BudgetSettings
+from gkeflow.pipelines.settings.operations_config import NotificationSettings
 
 #: The pipelines gkeflow builds, by short name (their builders: targets.compile.PIPELINES).
 PIPELINE_NAMES = ("training", "prediction", "sweep", "fanout-prepare")
@@ -220,7 +220,7 @@ class ScheduleConfig(_Strict):
     @field_validator("cron")
     @classmethod
     def _cron(cls, value):
-        from gkeflow.pipelines.cron import CronError, CronExpression
+        from gkeflow.pipelines.settings.cron import CronError, CronExpression
 
         try:
             CronExpression.parse(value)
@@ -231,7 +231,7 @@ class ScheduleConfig(_Strict):
     @field_validator("time_zone")
     @classmethod
     def _tz(cls, value):
-        from gkeflow.pipelines.cron import CronError, zone
+        from gkeflow.pipelines.settings.cron import CronError, zone
 
         try:
             zone(value)
@@ -241,8 +241,8 @@ class ScheduleConfig(_Strict):
 
 
 def check_schedules(config):
-    """``config`` (a :class:`~gkeflow.pipelines.config.GkeflowConfig`) when every schedule's
-    name is unique and its target and environment are configured; raises ValueError."""
+    """``config`` (a :class:`~gkeflow.pipelines.settings.config.GkeflowConfig`) when every
+    schedule's name is unique and its target and environment are configured; raises ValueError."""
     seen: set[str] = set()
     for index, schedule in enumerate(config.schedules):
         where = f"schedules.{index}"

@@ -49,7 +49,7 @@ def evaluate_and_register(
         training_inputs: What the model was trained on and with, or None; registration
             passes on an existing version trained on the same instead of adding a copy.
         deploy: Adds the deploy stage after registration, in the blessed branch
-            (:func:`gkeflow.pipelines.deploy_stage.deploy_stage`), or None.
+            (:func:`gkeflow.pipelines.definitions.deploy_stage.deploy_stage`), or None.
     """
     evaluate = configure(evaluate_model(
         dataset=dataset,

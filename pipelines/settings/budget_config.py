@@ -12,7 +12,8 @@ Example::
         ...
         budget: {max_run_usd: 20}    # wins over its environment's
 
-Imports nothing from gkeflow: the root model in :mod:`gkeflow.pipelines.config` attaches it.
+Imports nothing from gkeflow: the root model in :mod:`gkeflow.pipelines.settings.config`
+attaches it.
 """
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ from gkeflow.components.prepare.fanout_component import (
 from gkeflow.pipelines.compute.gcsfuse import apply_gcsfuse
 from gkeflow.pipelines.compute.profiles import ComputeProfile, apply_compute, validate_profiles
 from gkeflow.pipelines.compute.workspace import PipelineStorage
-from gkeflow.pipelines.gcsfuse_config import GcsFuseSettings
-from gkeflow.pipelines.operations import Operations
-from gkeflow.pipelines.preparation_settings import MAX_PARALLEL
-from gkeflow.pipelines.workspace_config import WorkspaceSettings
+from gkeflow.pipelines.definitions.operations import Operations
+from gkeflow.pipelines.settings.gcsfuse_config import GcsFuseSettings
+from gkeflow.pipelines.settings.preparation_settings import MAX_PARALLEL
+from gkeflow.pipelines.settings.workspace_config import WorkspaceSettings
 
 PIPELINE_NAME = "gkeflow-fanout-prepare"
 

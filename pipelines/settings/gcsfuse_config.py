@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gkeflow.components.did_you_mean import did_you_mean
-from gkeflow.pipelines.workspace_config import quantity_bytes
+from gkeflow.pipelines.settings.workspace_config import quantity_bytes
 
 #: What a bucket serves: ``data`` (data_uri, read by fingerprint and prepare steps),
 #: ``shards`` (written by prepare, read by train and evaluate), ``checkpoints`` (train).

@@ -14,7 +14,7 @@ it built (``REGISTRY/gkeflow-cpu:TAG``)::
     }
 
 Entries for several registries live side by side; compiling pins each image to the
-entry of the registry gkeflow.yaml names (:mod:`gkeflow.pipelines.images_config`). The
+entry of the registry gkeflow.yaml names (:mod:`gkeflow.pipelines.settings.images_config`). The
 file belongs to the user's project (commit it with gkeflow.yaml): it is never written
 inside the installed package, and every write goes to a temporary file renamed over the
 old one, so a failed write leaves the previous lock intact.

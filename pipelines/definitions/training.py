@@ -33,10 +33,9 @@ from gkeflow.pipelines.compute.profiles import (
 from gkeflow.pipelines.compute.tpu_profile import training_image
 from gkeflow.pipelines.compute.wording import plural
 from gkeflow.pipelines.compute.workspace import PipelineStorage
-from gkeflow.pipelines.deploy_stage import DEPLOY_STEP, SERVING_PROFILE, deploy_stage
-from gkeflow.pipelines.gcsfuse_config import GcsFuseSettings
-from gkeflow.pipelines.operations import Operations
-from gkeflow.pipelines.preparation import (
+from gkeflow.pipelines.definitions.deploy_stage import DEPLOY_STEP, SERVING_PROFILE, deploy_stage
+from gkeflow.pipelines.definitions.operations import Operations
+from gkeflow.pipelines.definitions.preparation import (
     FANOUT_COMPONENTS,
     FANOUT_DISPLAY_NAMES,
     FANOUT_STEPS,
@@ -45,8 +44,13 @@ from gkeflow.pipelines.preparation import (
     preparation_steps,
     prepare_stage,
 )
-from gkeflow.pipelines.stages import GATE_PARAMETERS, evaluate_and_register, training_inputs
-from gkeflow.pipelines.workspace_config import WorkspaceSettings
+from gkeflow.pipelines.definitions.stages import (
+    GATE_PARAMETERS,
+    evaluate_and_register,
+    training_inputs,
+)
+from gkeflow.pipelines.settings.gcsfuse_config import GcsFuseSettings
+from gkeflow.pipelines.settings.workspace_config import WorkspaceSettings
 
 PIPELINE_NAME = "gkeflow-training"
 
@@ -155,7 +159,8 @@ def build_training_pipeline(
 
     ``workspace``: the run's volume on GKE (see :mod:`gkeflow.pipelines.compute.workspace`); by
     default one for the default MinIO root, where shards and checkpoints then live.
-    ``preparation``: one pod (default) or fan-out (see :mod:`gkeflow.pipelines.preparation`).
+    ``preparation``: one pod (default) or fan-out (see
+    :mod:`gkeflow.pipelines.definitions.preparation`).
     ``gcsfuse``: buckets mounted in the steps that use them (see
     :mod:`gkeflow.pipelines.compute.gcsfuse`).
     """

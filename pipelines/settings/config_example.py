@@ -1,5 +1,5 @@
 """The commented ``gkeflow.yaml`` that `gkeflow init` writes (every section, valid as it
-stands); tests load it through :func:`gkeflow.pipelines.config.load_config`."""
+stands); tests load it through :func:`gkeflow.pipelines.settings.config.load_config`."""
 
 #: What `gkeflow init` writes: every section, commented, valid as it stands.
 EXAMPLE_CONFIG = '''\
@@ -139,7 +139,7 @@ parameters:
 # Recurring runs: `gkeflow schedule apply` makes these real (idempotent).
 # cron: 5 fields (minute hour day-of-month month day-of-week) in time_zone.
 # On GKE, KFP runs crons in UTC: the time zone is converted with its current UTC offset;
-# re-run `gkeflow schedule apply` after a daylight-saving change (see pipelines/cron.py).
+# re-run `gkeflow schedule apply` after a daylight-saving change (see pipelines/settings/cron.py).
 schedules:
   - name: nightly-training
     pipeline: training

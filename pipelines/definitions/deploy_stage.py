@@ -10,7 +10,7 @@ InferenceService's pods, made by the same rules as any GKE step
 (:func:`~gkeflow.pipelines.compute.profiles.apply_compute`).
 
 ``deploy:`` in gkeflow.yaml (one entry per environment) is modelled in
-:mod:`gkeflow.pipelines.deploy_config`.
+:mod:`gkeflow.pipelines.settings.deploy_config`.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def gke_placement(profile: ComputeProfile) -> dict[str, Any]:
 
 
 def deploy_stage(target: str, profile: ComputeProfile, scope: dict[str, Any]):
-    """A callable for :func:`~gkeflow.pipelines.stages.evaluate_and_register`: adds the
+    """A callable for :func:`~gkeflow.pipelines.definitions.stages.evaluate_and_register`: adds the
     deploy task under ``dsl.If(deploy)``, inside the blessed branch, after registration.
 
     ``scope``: the pipeline function's parameters (``deploy``, ``deploy_traffic``,

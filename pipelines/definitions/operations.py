@@ -1,5 +1,5 @@
 """Notifications and retention compiled into a pipeline (see
-:mod:`gkeflow.pipelines.operations_config` for the gkeflow.yaml sections).
+:mod:`gkeflow.pipelines.settings.operations_config` for the gkeflow.yaml sections).
 
 :func:`select` picks the notification settings of one submit (``--env``) or one schedule
 (its own, else its environment's) and returns the config carrying them; the pipeline
@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from gkeflow.pipelines.operations_config import NotificationSettings, RetentionSettings
+from gkeflow.pipelines.settings.operations_config import NotificationSettings, RetentionSettings
 
 #: Where the exit task reads a GKE run's task details: the in-cluster KFP API service.
 KFP_IN_CLUSTER_API = "http://ml-pipeline.kubeflow:8888"
@@ -50,14 +50,14 @@ class Operations:
 
     def track(self, task, step: str, pipeline: str):
         """``task`` with the MLflow settings of direct mode (:mod:`tracking_tasks`)."""
-        from gkeflow.pipelines.tracking_tasks import track_task
+        from gkeflow.pipelines.definitions.tracking_tasks import track_task
 
         return track_task(task, step, self.tracking, self.target, pipeline, self.link_template,
                           self.vertex_target)
 
     def registry_default(self, fallback: str) -> str:
         """The pipeline's default ``registry_uri``: MLflow's when tracked there."""
-        from gkeflow.pipelines.tracking_tasks import registry_default
+        from gkeflow.pipelines.definitions.tracking_tasks import registry_default
 
         return registry_default(self.tracking, fallback)
 
@@ -113,12 +113,12 @@ class Operations:
 
     def ends_tracking(self) -> bool:
         """Whether the run's end is written into its trackers by the exit task."""
-        from gkeflow.pipelines.tracking_tasks import ends_tracking
+        from gkeflow.pipelines.definitions.tracking_tasks import ends_tracking
 
         return ends_tracking(self.tracking, self.target, self.vertex_target)
 
     def _exit_task(self, pipeline_name: str, signature, arguments: dict):
-        from gkeflow.pipelines.tracking_tasks import track_exit_task
+        from gkeflow.pipelines.definitions.tracking_tasks import track_exit_task
 
         settings = self.notifications
         if settings is None or settings.email is None:
@@ -185,7 +185,7 @@ def select(config, environment: str = "default", schedule=None):
         settings = config.notifications.get(environment)
     chosen = config.model_copy()
     chosen._notify = settings
-    from gkeflow.pipelines.tracking_config import tracking_for
+    from gkeflow.pipelines.settings.tracking_config import tracking_for
 
     chosen._tracking = tracking_for(
         config.tracking, schedule.environment if schedule is not None else environment)
@@ -224,14 +224,14 @@ def of(config, target: str) -> Operations:
         if not api.startswith("http"):
             api = f"https://{api}"
     if settings is not None:
-        from gkeflow.pipelines.config import ConfigError
+        from gkeflow.pipelines.settings.config import ConfigError
 
         try:
             settings.check_target(target)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     from gkeflow.pipelines.compute.costing import price_region
-    from gkeflow.pipelines.config import config_directory
+    from gkeflow.pipelines.settings.config import config_directory
 
     return Operations(target, settings, config.retention, link, api, price_region(config),
                       price_directory=str(config_directory(config)),

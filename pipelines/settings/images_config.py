@@ -54,7 +54,7 @@ from gkeflow.components.images import (
 )
 
 DEFAULT_LOCK = "gkeflow.lock"
-#: Context key under which :func:`gkeflow.pipelines.config.load_config` passes the
+#: Context key under which :func:`gkeflow.pipelines.settings.config.load_config` passes the
 #: directory of gkeflow.yaml.
 BASE_DIR = "config_dir"
 
@@ -225,7 +225,7 @@ def _names_taken_in_images() -> dict[str, str]:
     import importlib.metadata
 
     import gkeflow.images
-    from gkeflow.pipelines.requirement_locks import lock_path, normalise, read_pins
+    from gkeflow.pipelines.settings.requirement_locks import lock_path, normalise, read_pins
 
     images_dir = Path(gkeflow.images.__path__[0])
     locked: set[str] = set()
@@ -322,7 +322,7 @@ def image_map(images: ImagesConfig, lock: Mapping | None = None) -> dict[str, st
     """Declared reference (:data:`gkeflow.components.images.IMAGES`) -> the reference the
     compiled pipelines name: the configured registry and tag, pinned to the digest the lock
     file records for it (the tag reference when nothing was built)."""
-    from gkeflow.pipelines.image_lock import load_lock
+    from gkeflow.pipelines.settings.image_lock import load_lock
 
     lock = load_lock(images.lock_path) if lock is None else lock
     mapping = {}
@@ -341,7 +341,7 @@ def image_map(images: ImagesConfig, lock: Mapping | None = None) -> dict[str, st
 def unbuilt(images: ImagesConfig, text: str, lock: Mapping | None = None) -> list[str]:
     """The configured images ``text`` (a compiled pipeline) names that were never built and
     pushed: one ``REFERENCE was ...`` per image."""
-    from gkeflow.pipelines.image_lock import load_lock
+    from gkeflow.pipelines.settings.image_lock import load_lock
 
     lock = load_lock(images.lock_path) if lock is None else lock
     problems = []

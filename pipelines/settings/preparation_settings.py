@@ -1,5 +1,6 @@
 """``preparation:`` in gkeflow.yaml: one pod or fan-out (kept free of kfp imports, so that
-reading the configuration stays light; the stage itself is :mod:`gkeflow.pipelines.preparation`)."""
+reading the configuration stays light; the stage itself is
+:mod:`gkeflow.pipelines.definitions.preparation`)."""
 
 from __future__ import annotations
 

@@ -51,10 +51,9 @@ from gkeflow.pipelines.compute.profiles import (
 )
 from gkeflow.pipelines.compute.wording import plural
 from gkeflow.pipelines.compute.workspace import PipelineStorage
-from gkeflow.pipelines.deploy_stage import DEPLOY_STEP, deploy_stage
-from gkeflow.pipelines.gcsfuse_config import GcsFuseSettings
-from gkeflow.pipelines.operations import Operations
-from gkeflow.pipelines.preparation import (
+from gkeflow.pipelines.definitions.deploy_stage import DEPLOY_STEP, deploy_stage
+from gkeflow.pipelines.definitions.operations import Operations
+from gkeflow.pipelines.definitions.preparation import (
     FANOUT_COMPONENTS,
     FANOUT_DISPLAY_NAMES,
     FANOUT_STEPS,
@@ -63,10 +62,15 @@ from gkeflow.pipelines.preparation import (
     preparation_steps,
     prepare_stage,
 )
-from gkeflow.pipelines.stages import GATE_PARAMETERS, evaluate_and_register, training_inputs
-from gkeflow.pipelines.sweep_config import SweepConfig, default_sweep, expand_trials
-from gkeflow.pipelines.training import DEFAULT_COMPUTE, DEFAULT_REGISTRY_URIS
-from gkeflow.pipelines.workspace_config import WorkspaceSettings
+from gkeflow.pipelines.definitions.stages import (
+    GATE_PARAMETERS,
+    evaluate_and_register,
+    training_inputs,
+)
+from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE, DEFAULT_REGISTRY_URIS
+from gkeflow.pipelines.settings.gcsfuse_config import GcsFuseSettings
+from gkeflow.pipelines.settings.sweep_config import SweepConfig, default_sweep, expand_trials
+from gkeflow.pipelines.settings.workspace_config import WorkspaceSettings
 
 PIPELINE_NAME = "gkeflow-sweep"
 TRIAL_STEP = "train-model"  # trials use the training step's compute profile

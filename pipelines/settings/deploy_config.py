@@ -1,4 +1,5 @@
-"""gkeflow.yaml's ``deploy:`` section (the stage itself: :mod:`gkeflow.pipelines.deploy_stage`).
+"""gkeflow.yaml's ``deploy:`` section (the stage itself:
+:mod:`gkeflow.pipelines.definitions.deploy_stage`).
 
 ``deploy:`` in gkeflow.yaml has one entry per environment (like ``parameters:``)::
 
