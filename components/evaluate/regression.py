@@ -21,14 +21,16 @@ from typing import Any
 import numpy as np
 
 from gkeflow.components.evaluate.logic import (
+    choose_slice_columns,
+    find_champion,
+    local_model_dir,
+)
+from gkeflow.components.evaluate.policy import (
     Champion,
     Check,
     Decision,
     EvaluationError,
     Threshold,
-    choose_slice_columns,
-    find_champion,
-    local_model_dir,
 )
 from gkeflow.components.evaluate.slices import AUTO_SLICE_MAX_VALUES
 from gkeflow.components.prepare.logic import Schema

@@ -36,7 +36,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from gkeflow.components._atomic import publish_dir
-from gkeflow.components.prepare import logic, shard_store
+from gkeflow.components.prepare import finish, logic, shard_store
 from gkeflow.components.prepare.batch import Plan
 from gkeflow.components.prepare.csv_reader import RowLimits
 from gkeflow.components.prepare.logic import (
@@ -346,7 +346,7 @@ def merge_groups(plan_dir: Path, part_dirs: list[Path], output_dir: Path,
                                     shutil.copyfile(part_dir / f, target)
                                     shards[split].append(str(target))
         _check_counts(source, rows_read, split_rows, rejects)
-        stats_doc = logic.finish_dataset(
+        stats_doc = finish.finish_dataset(
             schema, stats, rows_read, split_rows, rejects, unseen, nonfinite, problems,
             inferred=doc["inferred"], max_vocabulary=doc["max_vocabulary"],
             reject_unseen=plan.reject_unseen, max_rejected_fraction=max_rejected_fraction,
@@ -356,7 +356,7 @@ def merge_groups(plan_dir: Path, part_dirs: list[Path], output_dir: Path,
         if doc["shard_root"]:
             shard_store.write_manifest(scratch, doc["shard_root"], shards)
         (scratch / "schema.json").write_text(schema.to_json(), encoding="utf-8")
-        stats_doc = logic.strict_json(stats_doc)
+        stats_doc = finish.strict_json(stats_doc)
         (scratch / STATS_FILE).write_text(json.dumps(stats_doc, indent=2, allow_nan=False),
                                           encoding="utf-8")
         result = PrepareResult(
@@ -379,4 +379,4 @@ def _check_counts(source: str, rows_read: int, split_rows: dict, rejects) -> Non
         raise DataError(f"data has a header but no data rows: {source}")
     if sum(split_rows.values()) == 0:
         raise DataError(f"no usable rows in {source}: every row was rejected "
-                        f"({logic.reason_summary(rejects)})\n{logic.reject_samples(rejects)}")
+                        f"({finish.reason_summary(rejects)})\n{finish.reject_samples(rejects)}")

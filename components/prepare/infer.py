@@ -19,6 +19,8 @@ from gkeflow.components.prepare.values import (
     to_float,
 )
 
+#: The first rows every input is sampled for (types, roles, the task), at most.
+SAMPLE_ROWS = 10_000
 #: A text column is identifier-like when it has more than this many distinct values and
 #: they are at least IDENTIFIER_FRACTION of its (present) values.
 IDENTIFIER_MIN_DISTINCT = 20

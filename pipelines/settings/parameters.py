@@ -84,7 +84,7 @@ def _check_fractions(arguments: dict) -> None:
 
 
 def _check_policy(arguments: dict) -> None:
-    from gkeflow.components.evaluate.logic import (
+    from gkeflow.components.evaluate.policy import (
         BlessingPolicy,
         EvaluationError,
         parse_thresholds,

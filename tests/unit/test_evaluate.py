@@ -12,13 +12,8 @@ import pytest
 
 from gkeflow.components.evaluate.accumulate import compute_metrics
 from gkeflow.components.evaluate.logic import (
-    BlessingPolicy,
-    Champion,
-    EvaluationError,
     choose_slice_columns,
-    decide,
     evaluate,
-    parse_thresholds,
     slice_metrics,
 )
 from gkeflow.components.evaluate.metrics import (
@@ -32,6 +27,13 @@ from gkeflow.components.evaluate.metrics import (
     roc_curve,
 )
 from gkeflow.components.evaluate.model_card import render_model_card
+from gkeflow.components.evaluate.policy import (
+    BlessingPolicy,
+    Champion,
+    EvaluationError,
+    decide,
+    parse_thresholds,
+)
 from gkeflow.components.register.local_registry import LocalRegistry
 
 NAME = "penguins-classifier"

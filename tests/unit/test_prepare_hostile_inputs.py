@@ -231,7 +231,7 @@ def test_a_class_without_test_rows_is_reported():
     from collections import Counter
     from types import SimpleNamespace
 
-    from gkeflow.components.prepare.logic import label_problems
+    from gkeflow.components.prepare.finish import label_problems
 
     schema = SimpleNamespace(label="y")
     stats = {"train": {"y": SimpleNamespace(values=Counter({"a": 50, "b": 40, "c": 30}))},

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gkeflow.components.evaluate.logic import Champion, EvaluationError
+from gkeflow.components.evaluate.policy import Champion, EvaluationError
 from gkeflow.components.evaluate.regression import (
     RegressionPolicy,
     decide_regression,
