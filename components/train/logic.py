@@ -234,8 +234,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     scaling = (reg.label_scaling(dataset_dir, schema, params.label_transform)
                if schema.regression else None)
     if scaling is not None:
-        print(f"task: regression of {schema.label!r}; label scaled by mean {scaling.mean:.6g}, "
-              f"std {scaling.std:.6g} (transform {scaling.transform}); loss "
+        print(f"task: regression of {schema.label!r}; label scaled by {scaling}; loss "
               f"{'huber' if params.loss == 'huber' else 'mse'}")
 
     global_batch = eval_batch = params.batch_size * replicas
@@ -350,7 +349,8 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
                 from gkeflow.components.train.multi_worker import fit_multi_worker
 
                 fit_multi_worker(classifier, strategy, train_ds, eval_ds, params.epochs,
-                                 initial_epoch, callbacks, global_batch)
+                                 initial_epoch, callbacks, global_batch,
+                                 regression=schema.regression, loss=params.loss)
             elif cache:
                 # Keras stops an epoch after the known number of steps, before the end of the
                 # data, which would leave a cache unfinished (and refilled every epoch):

@@ -5,26 +5,37 @@ from __future__ import annotations
 
 
 def fit_multi_worker(model, strategy, train_ds, eval_ds, epochs: int, initial_epoch: int,
-                     callbacks: list, global_batch: int) -> None:
+                     callbacks: list, global_batch: int, regression: bool = False,
+                     loss: str = "mse") -> None:
     """``model.fit`` for MultiWorkerMirroredStrategy, as a custom training loop.
 
     Keras 3's ``fit`` cannot drive MultiWorkerMirroredStrategy (keras-team/keras#20585), so
     each step runs through ``strategy.run`` here, with the same loss, optimizer and
-    callbacks (checkpoints, early stopping, throughput) as the single-worker path.
+    callbacks (checkpoints, early stopping, throughput) as the single-worker path. A
+    regressor (``regression``) learns with ``loss`` (mse or huber) and reports ``rmse``
+    where a classifier reports ``accuracy``.
     """
     import keras
     import tensorflow as tf
 
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction="none")
+    if regression:
+        loss_fn = (keras.losses.Huber(delta=1.0, reduction="none") if loss == "huber"
+                   else keras.losses.MeanSquaredError(reduction="none"))
+    else:
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction="none")
     optimizer = model.optimizer
     for callback in callbacks:
         callback.set_model(model)
 
     def replica_metrics(x, y, training: bool):
-        probabilities = model(x, training=training)
-        per_example = loss_fn(y, probabilities)
-        hits = tf.cast(tf.equal(tf.argmax(probabilities, 1, output_type=tf.int64),
-                                tf.cast(y, tf.int64)), tf.float32)
+        outputs = model(x, training=training)
+        per_example = loss_fn(y, outputs)
+        if regression:  # the squared errors, summed into the epoch's RMSE
+            hits = tf.reshape(tf.square(tf.cast(outputs, tf.float32) - tf.cast(y, tf.float32)),
+                              [-1])
+        else:
+            hits = tf.cast(tf.equal(tf.argmax(outputs, 1, output_type=tf.int64),
+                                    tf.cast(y, tf.int64)), tf.float32)
         return per_example, hits
 
     @tf.function
@@ -59,13 +70,19 @@ def fit_multi_worker(model, strategy, train_ds, eval_ds, epochs: int, initial_ep
                 break
         return loss / max(count, 1.0), hits / max(count, 1.0)
 
+    metric = "rmse" if regression else "accuracy"
+
+    def score(value: float) -> float:
+        return value ** 0.5 if regression else value  # mean squared error -> RMSE
+
     for epoch in range(initial_epoch, epochs):
         for callback in callbacks:
             callback.on_epoch_begin(epoch)
-        loss, accuracy = run(train_ds, train_step)
-        logs = {"loss": loss, "accuracy": accuracy}
+        epoch_loss, value = run(train_ds, train_step)
+        logs = {"loss": epoch_loss, metric: score(value)}
         if eval_ds is not None and not model.stop_training:
-            logs["val_loss"], logs["val_accuracy"] = run(eval_ds, eval_step)
+            logs["val_loss"], value = run(eval_ds, eval_step)
+            logs[f"val_{metric}"] = score(value)
         print(f"Epoch {epoch + 1}/{epochs} - " + " - ".join(f"{k}: {v:.4f}"
                                                             for k, v in logs.items()))
         for callback in callbacks:

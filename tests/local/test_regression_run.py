@@ -1,5 +1,6 @@
 """`gkeflow run` on a continuous label: the task is decided and said before any step, a
-regressor is trained, evaluated, registered and scores new rows with numbers; labels that
+regressor is trained (on one device, and by two local workers), evaluated, registered and
+scores new rows with numbers; labels that
 are no class column are refused before any step; the compiled pipelines take the task."""
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ def _loans(path: Path, rows: int = 900, seed: int = 2) -> pd.DataFrame:
 def test_a_continuous_label_trains_registers_and_scores_a_regressor(tmp_path):
     frame = _loans(tmp_path / "loans.csv")
     out = tmp_path / "out"
+    # trained by two local worker processes (MultiWorkerMirroredStrategy's custom loop)
     result = gkeflow("run", "--data", str(tmp_path / "loans.csv"), "--label", "income_eur",
-                     "--output", str(out), "--epochs", "30")
+                     "--output", str(out), "--epochs", "30",
+                     "--compute", "train-model.replicas=2")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.splitlines()
     task_line = next(i for i, line in enumerate(lines) if line.startswith("task: regression"))
@@ -47,6 +50,7 @@ def test_a_continuous_label_trains_registers_and_scores_a_regressor(tmp_path):
     assert task_line < next(i for i, line in enumerate(lines) if "started" in line)
     assert "Registered: loans-regressor version 1" in result.stdout
     assert "Gate: rmse" in result.stdout
+    assert "MultiWorkerMirroredStrategy over 2 workers" in result.stdout
 
     new = frame.drop(columns=["income_eur"]).head(40)
     new.to_csv(tmp_path / "new.csv", index=False)
