@@ -113,11 +113,14 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
 
     cost, history_runs = plan_cost(config, target, pipeline, profiles, region, history)
     mounts, custom_jobs = _gcsfuse_mounts(pipeline, target, config, profiles)
+    lustre = _lustre_mounts(target, config, profiles, mounted_by_job=bool(custom_jobs) or (
+        target == "gke" and pipeline == "training" and profiles["train-model"].replicas > 1))
     if output_format == "json":
         print_json({**plan_json(pipeline, target, rows, images, target_notes(
             profiles, target, () if pipeline == "sweep" else ("train-model",))),
             "cost": {**cost.as_json(), "history_runs": history_runs},
-            "gcsfuse": {step: [m.as_json() for m in found] for step, found in mounts.items()}})
+            "gcsfuse": {step: [m.as_json() for m in found] for step, found in mounts.items()},
+            "lustre": {step: [m.as_json() for m in found] for step, found in lustre.items()}})
         return
     caption = ("CPU and memory: request = limit" if target == "gke"
                else "CPU and memory: limits; Vertex AI picks the machine")
@@ -154,6 +157,10 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
 
     for line in gcsfuse_lines(mounts, target, custom_jobs):
         console.print(line, markup=False)
+    from gkeflow.pipelines.compute.lustre import plan_lines as lustre_lines
+
+    for line in lustre_lines(lustre):
+        console.print(line, markup=False)
     if target == "gke":
         from gkeflow.pipelines.targets.backend_version import plan_line
 
@@ -188,6 +195,19 @@ def _gcsfuse_mounts(pipeline: str, target: str, config,
                          unmounted=("train-model",) if on_gke else ())
     jobs = ("train-model",) if target == "vertex" and engine is not None else ()
     return mounts, jobs
+
+
+def _lustre_mounts(target: str, config, profiles: dict, mounted_by_job: bool) -> dict:
+    """Each step's Managed Lustre mounts as compile builds them; what compile refuses
+    (Vertex AI, JobSet training with shards or checkpoints there) in one line."""
+    from gkeflow.pipelines.compute import lustre
+
+    problem = (lustre.check_target(config.lustre, target)
+               or lustre.check_engine(config.lustre, target, mounted_by_job))
+    if problem:
+        raise click.ClickException(problem)
+    return lustre.plan_mounts(config.lustre, profiles, target,
+                              unmounted=("train-model",) if mounted_by_job else ())
 
 
 def _workspace_lines(pipeline: str, target: str, config, config_path: Path | None,

@@ -18,11 +18,18 @@ from gkeflow.components.prepare.fanout_component import (
     plan_prepare,
     prepare_group,
 )
+from gkeflow.pipelines.compute import lustre as lustre_mounts
 from gkeflow.pipelines.compute.gcsfuse import apply_gcsfuse
-from gkeflow.pipelines.compute.profiles import ComputeProfile, apply_compute, validate_profiles
+from gkeflow.pipelines.compute.profiles import (
+    ComputeError,
+    ComputeProfile,
+    apply_compute,
+    validate_profiles,
+)
 from gkeflow.pipelines.compute.workspace import PipelineStorage
 from gkeflow.pipelines.definitions.operations import Operations
 from gkeflow.pipelines.settings.gcsfuse_config import GcsFuseSettings
+from gkeflow.pipelines.settings.lustre_config import LustreSettings
 from gkeflow.pipelines.settings.preparation_settings import MAX_PARALLEL
 from gkeflow.pipelines.settings.workspace_config import WorkspaceSettings
 
@@ -60,17 +67,21 @@ def build_fanout_pipeline(target: str = "local",
                           parallelism: int = MAX_PARALLEL,
                           workspace: Optional[WorkspaceSettings] = None,
                           operations: Optional[Operations] = None,
-                          gcsfuse: Optional[GcsFuseSettings] = None):
+                          gcsfuse: Optional[GcsFuseSettings] = None,
+                          lustre: Optional[LustreSettings] = None):
     """Define ``fanout_prepare_pipeline`` with each step's compute applied for ``target``
     (``compute`` may hold other pipelines' steps too: only this pipeline's are used) and
     the retention of ``operations``. It carries no notification: it returns its dataset,
     and KFP refuses pipeline outputs from inside an exit handler."""
     profiles = resolve_compute(target, compute)
+    if problem := lustre_mounts.check_target(lustre, target):
+        raise ComputeError(problem)
     storage = PipelineStorage(target, workspace)
     operations = operations or Operations(target)
 
     def configure(task: dsl.PipelineTask, step: str) -> dsl.PipelineTask:
         apply_gcsfuse(task, step, gcsfuse, target)  # the buckets the step uses
+        lustre_mounts.apply_lustre(task, step, lustre, target)  # and Lustre instances
         return apply_compute(task, profiles[step], target)
 
     @dsl.pipeline(name=PIPELINE_NAME,

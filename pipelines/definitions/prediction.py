@@ -14,6 +14,7 @@ from kfp import dsl
 
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.compute import launchers
+from gkeflow.pipelines.compute import lustre as lustre_mounts
 from gkeflow.pipelines.compute.gcsfuse import apply_gcsfuse
 from gkeflow.pipelines.compute.profiles import (
     ComputeError,
@@ -24,6 +25,7 @@ from gkeflow.pipelines.compute.profiles import (
 from gkeflow.pipelines.compute.wording import plural
 from gkeflow.pipelines.definitions.operations import Operations
 from gkeflow.pipelines.settings.gcsfuse_config import GcsFuseSettings
+from gkeflow.pipelines.settings.lustre_config import LustreSettings
 
 PIPELINE_NAME = "gkeflow-prediction"
 
@@ -117,13 +119,17 @@ def resolve_compute(target: str, compute: Mapping[str, ComputeProfile] | None = 
 def build_prediction_pipeline(
     target: str = "local", compute: Optional[Mapping[str, ComputeProfile]] = None,
     operations: Optional[Operations] = None, gcsfuse: Optional[GcsFuseSettings] = None,
+    lustre: Optional[LustreSettings] = None,
 ):
     """Define ``prediction_pipeline``, each step's compute validated and applied for ``target``.
 
     ``gcsfuse``: buckets mounted in the scoring step, which reads ``data_uri`` under them
-    through the mount (see :mod:`gkeflow.pipelines.compute.gcsfuse`).
+    through the mount (see :mod:`gkeflow.pipelines.compute.gcsfuse`); ``lustre``: Managed
+    Lustre instances, likewise (GKE).
     """
     profiles = resolve_compute(target, compute)
+    if problem := lustre_mounts.check_target(lustre, target):
+        raise ComputeError(problem)
     operations = operations or Operations(target)
     components = _components(profiles)
     default_registry_uri = operations.registry_default(
@@ -133,6 +139,7 @@ def build_prediction_pipeline(
         task.set_display_name(STEP_DISPLAY_NAMES[step])
         operations.track(task, step, PIPELINE_NAME)
         apply_gcsfuse(task, step, gcsfuse, target)
+        lustre_mounts.apply_lustre(task, step, lustre, target)
         return apply_compute(task, profiles[step], target)
 
     def score(data_uri, model_name, model_version, model_alias, registry_uri, output_uri,

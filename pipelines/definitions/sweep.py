@@ -38,6 +38,7 @@ from gkeflow.components import (
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
 from gkeflow.pipelines.compute import launchers, tpu_profile
+from gkeflow.pipelines.compute import lustre as lustre_mounts
 from gkeflow.pipelines.compute.capacity import label_training_pod
 from gkeflow.pipelines.compute.engines import with_image
 from gkeflow.pipelines.compute.gcsfuse import apply_gcsfuse
@@ -69,6 +70,7 @@ from gkeflow.pipelines.definitions.stages import (
 )
 from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE, DEFAULT_REGISTRY_URIS
 from gkeflow.pipelines.settings.gcsfuse_config import GcsFuseSettings
+from gkeflow.pipelines.settings.lustre_config import LustreSettings
 from gkeflow.pipelines.settings.sweep_config import SweepConfig, default_sweep, expand_trials
 from gkeflow.pipelines.settings.workspace_config import WorkspaceSettings
 
@@ -236,12 +238,15 @@ def build_sweep_pipeline(target: str = "local",
                          workspace: WorkspaceSettings | None = None,
                          preparation: PreparationSettings = ONE_POD,
                          operations: Operations | None = None,
-                         gcsfuse: GcsFuseSettings | None = None):
+                         gcsfuse: GcsFuseSettings | None = None,
+                         lustre: LustreSettings | None = None):
     """Define ``sweep_pipeline`` for ``target``: trials expanded from ``sweep`` (default:
     :func:`default_sweep`), each step's compute validated and applied; on GKE without a
     gs:// root, shards and trial checkpoints live in the run's ``workspace``; the data is
-    prepared in one pod or fanned out (``preparation``); ``gcsfuse`` buckets are mounted in
-    the steps that use them."""
+    prepared in one pod or fanned out (``preparation``); ``gcsfuse`` buckets and ``lustre``
+    instances are mounted in the steps that use them."""
+    if problem := lustre_mounts.check_target(lustre, target):
+        raise ComputeError(problem)
     sweep = sweep or default_sweep()
     storage = PipelineStorage(target, workspace)
     vizier = uses_vizier(target, sweep.engine)
@@ -262,6 +267,7 @@ def build_sweep_pipeline(target: str = "local",
         task.set_display_name(STEP_DISPLAY_NAMES[step])
         operations.track(task, step, PIPELINE_NAME)
         apply_gcsfuse(task, step, gcsfuse, target)
+        lustre_mounts.apply_lustre(task, step, lustre, target)
         return apply_compute(task, profiles[step], target)
 
     @dsl.pipeline(name=PIPELINE_NAME,

@@ -20,6 +20,7 @@ from gkeflow.components import (
     train_model,
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
+from gkeflow.pipelines.compute import lustre as lustre_mounts
 from gkeflow.pipelines.compute.capacity import label_training_pod
 from gkeflow.pipelines.compute.checkpoints import add_checkpoint_volume
 from gkeflow.pipelines.compute.engines import training_engine, with_image
@@ -50,6 +51,7 @@ from gkeflow.pipelines.definitions.stages import (
     training_inputs,
 )
 from gkeflow.pipelines.settings.gcsfuse_config import GcsFuseSettings
+from gkeflow.pipelines.settings.lustre_config import LustreSettings
 from gkeflow.pipelines.settings.workspace_config import WorkspaceSettings
 
 PIPELINE_NAME = "gkeflow-training"
@@ -153,7 +155,7 @@ def build_training_pipeline(
     target: str = "local", compute: Optional[Mapping[str, ComputeProfile]] = None,
     workspace: Optional[WorkspaceSettings] = None,
     preparation: PreparationSettings = ONE_POD, operations: Optional[Operations] = None,
-    gcsfuse: Optional[GcsFuseSettings] = None,
+    gcsfuse: Optional[GcsFuseSettings] = None, lustre: Optional[LustreSettings] = None,
 ):
     """Define ``training_pipeline``, each step's compute validated and applied for ``target``.
 
@@ -161,10 +163,12 @@ def build_training_pipeline(
     default one for the default MinIO root, where shards and checkpoints then live.
     ``preparation``: one pod (default) or fan-out (see
     :mod:`gkeflow.pipelines.definitions.preparation`).
-    ``gcsfuse``: buckets mounted in the steps that use them (see
-    :mod:`gkeflow.pipelines.compute.gcsfuse`).
+    ``gcsfuse``, ``lustre``: buckets and Managed Lustre instances mounted in the steps that
+    use them (see :mod:`gkeflow.pipelines.compute.gcsfuse`, ``compute.lustre``).
     """
     profiles = resolve_compute(target, compute, preparation)
+    if problem := lustre_mounts.check_target(lustre, target):
+        raise ComputeError(problem)
     if target == "vertex":  # same step, with a google.VertexModel output for Vertex lineage
         from gkeflow.components.register.vertex_component import register_model as register_step
     else:
@@ -179,12 +183,14 @@ def build_training_pipeline(
         operations.track(task, step, PIPELINE_NAME)
         if step != "train-model" or train_engine is None:  # an engine's pods mount nothing
             apply_gcsfuse(task, step, gcsfuse, target)
+            lustre_mounts.apply_lustre(task, step, lustre, target)
         return apply_compute(task, profile or profiles[step], target)
 
     # Training beyond one pod (several machines, Spot/flex-start on Vertex AI) goes through
     # the target's engine: a Vertex AI CustomJob, a GKE JobSet or local worker processes.
     train_engine = training_engine(target, profiles["train-model"])
-    if problem := check_engine(gcsfuse, target, train_engine is not None):
+    if problem := (check_engine(gcsfuse, target, train_engine is not None)
+                   or lustre_mounts.check_engine(lustre, target, train_engine is not None)):
         raise ComputeError(problem)
     try:
         storage = PipelineStorage(target, workspace,

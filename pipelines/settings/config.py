@@ -35,6 +35,11 @@ The file is optional; every key has a default in code. Sections:
     gs:// (:class:`gkeflow.pipelines.settings.workspace_config.WorkspaceSettings`): size,
     storage_class, access_mode, enabled.
 
+``gcsfuse`` / ``lustre``
+    Cloud Storage buckets and existing Managed Lustre instances mounted into the steps that
+    use them (:mod:`gkeflow.pipelines.settings.gcsfuse_config`,
+    :mod:`gkeflow.pipelines.settings.lustre_config`).
+
 ``notifications`` / ``retention``
     a webhook message when a run ends (per environment and per schedule) and how long
     finished runs keep their resources (:mod:`gkeflow.pipelines.settings.operations_config`).
@@ -84,6 +89,7 @@ from gkeflow.pipelines.settings.config_example import EXAMPLE_CONFIG as EXAMPLE_
 from gkeflow.pipelines.settings.deploy_config import DeployConfig
 from gkeflow.pipelines.settings.gcsfuse_config import GcsFuseSettings
 from gkeflow.pipelines.settings.images_config import BASE_DIR, ImagesConfig
+from gkeflow.pipelines.settings.lustre_config import LustreSettings
 from gkeflow.pipelines.settings.monitoring_config import MonitoringSettings
 from gkeflow.pipelines.settings.operations_config import NotificationSettings, RetentionSettings
 from gkeflow.pipelines.settings.preparation_settings import PreparationSettings
@@ -181,6 +187,7 @@ class GkeflowConfig(BaseModel):
     sweep: SweepConfig | None = None
     workspace: WorkspaceSettings = WorkspaceSettings()
     gcsfuse: GcsFuseSettings = GcsFuseSettings()  # buckets mounted: gcsfuse_config.py
+    lustre: LustreSettings = LustreSettings()  # Managed Lustre mounted: lustre_config.py
     preparation: PreparationSettings = PreparationSettings()
     notifications: dict[str, NotificationSettings] = {}  # per environment (operations.py)
     retention: RetentionSettings = RetentionSettings()
@@ -218,6 +225,10 @@ class GkeflowConfig(BaseModel):
         from gkeflow.pipelines.settings.operations_config import check_environments
         from gkeflow.pipelines.settings.tracking_config import check_tracking_environments
 
+        overlap = self.lustre.overlapping({b.path: f"gcsfuse bucket {b.bucket}"
+                                           for b in self.gcsfuse.buckets})
+        if overlap:
+            raise ValueError(overlap)
         return check_budget_environments(check_tracking_environments(
             check_monitoring_environments(check_environments(
                 check_schedules(self)))))

@@ -44,7 +44,8 @@ def _training(target: str, compute=None, config=None):
     config = _loaded(config)
     return build_training_pipeline(target, pipeline_compute("training", compute),
                                    config.gke_workspace(), config.preparation,
-                                   operations.of(config, target), gcsfuse=config.gcsfuse)
+                                   operations.of(config, target), gcsfuse=config.gcsfuse,
+                                   lustre=config.lustre)
 
 
 def _prediction(target: str, compute=None, config=None):
@@ -52,7 +53,8 @@ def _prediction(target: str, compute=None, config=None):
 
     config = _loaded(config)
     return build_prediction_pipeline(target, pipeline_compute("prediction", compute),
-                                     operations.of(config, target), gcsfuse=config.gcsfuse)
+                                     operations.of(config, target), gcsfuse=config.gcsfuse,
+                                   lustre=config.lustre)
 
 
 def _sweep(target: str, compute=None, config=None):
@@ -65,7 +67,8 @@ def _sweep(target: str, compute=None, config=None):
     config = _loaded(config)
     return build_sweep_pipeline(target, pipeline_compute("sweep", compute), config.sweep,
                                 config.gke_workspace(), config.preparation,
-                                operations.of(config, target), gcsfuse=config.gcsfuse)
+                                operations.of(config, target), gcsfuse=config.gcsfuse,
+                                lustre=config.lustre)
 
 
 def _fanout_prepare(target: str, compute=None, config=None):
@@ -75,7 +78,7 @@ def _fanout_prepare(target: str, compute=None, config=None):
     return build_fanout_pipeline(target, pipeline_compute("fanout-prepare", compute),
                                  config.preparation.parallelism, config.gke_workspace(),
                                  operations.Operations(target, retention=config.retention),
-                                 gcsfuse=config.gcsfuse)
+                                 gcsfuse=config.gcsfuse, lustre=config.lustre)
 
 
 #: Pipeline short name -> builder taking a target, per-step compute overrides and the
