@@ -130,7 +130,7 @@ def build_prediction_pipeline(
     profiles = resolve_compute(target, compute)
     if problem := lustre_mounts.check_target(lustre, target):
         raise ComputeError(problem)
-    operations = operations or Operations(target)
+    operations = (operations or Operations(target)).priced(profiles)
     components = _components(profiles)
     default_registry_uri = operations.registry_default(
         DEFAULT_REGISTRY_URIS.get(target, DEFAULT_REGISTRY_URIS["local"]))

@@ -164,3 +164,4 @@ def test_manifest_printer_reads_gkeflow_yaml_and_refuses_bad_config(tmp_path, ca
     empty = tmp_path / "empty.yaml"
     empty.write_text("{}\n")
     assert main(["--config", str(empty)]) == 2
+
