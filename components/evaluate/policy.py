@@ -39,22 +39,23 @@ class Threshold:
 _THRESHOLD = re.compile(r"^\s*([a-z][a-z0-9_]*)\s*(>=|<=)\s*([-+0-9.eE]+)\s*$")
 
 
-def parse_thresholds(text: str) -> list[Threshold]:
-    """``"f1_macro>=0.8, log_loss<=0.5"`` -> thresholds; unknown metrics are errors."""
+def parse_thresholds(text: str, metrics: tuple[str, ...] = OVERALL_METRICS,
+                     kind: str = "", example: str = "f1_macro>=0.8") -> list[Threshold]:
+    """``"f1_macro>=0.8, log_loss<=0.5"`` -> thresholds over ``metrics`` (a classifier's
+    by default); unknown metrics are errors, named with ``kind`` (e.g. "regression")."""
     thresholds = []
     for item in filter(None, (part.strip() for part in (text or "").split(","))):
         match = _THRESHOLD.match(item)
         if not match:
             raise EvaluationError(
                 f"invalid threshold {item!r}: expected <metric>>=<number> or "
-                f"<metric><=<number>, e.g. f1_macro>=0.8"
+                f"<metric><=<number>, e.g. {example}"
             )
         metric, op, raw = match.groups()
-        if metric not in OVERALL_METRICS:
+        if metric not in metrics:
+            what = f"{metric!r}, not a {kind} metric" if kind else f"unknown metric {metric!r}"
             raise EvaluationError(
-                f"threshold {item!r} names unknown metric {metric!r}; valid: "
-                f"{', '.join(OVERALL_METRICS)}"
-            )
+                f"threshold {item!r} names {what}; valid: {', '.join(metrics)}")
         try:
             value = float(raw)
         except ValueError:

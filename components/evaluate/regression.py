@@ -31,6 +31,7 @@ from gkeflow.components.evaluate.policy import (
     Decision,
     EvaluationError,
     Threshold,
+    parse_thresholds,
 )
 from gkeflow.components.evaluate.slices import AUTO_SLICE_MAX_VALUES
 from gkeflow.components.prepare.logic import Schema
@@ -43,26 +44,11 @@ BASELINE_MARGIN = 0.05
 RESIDUAL_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 #: Test rows kept for the predicted-vs-actual plot (the split's rows are hash-ordered).
 PLOT_POINTS = 1000
-_THRESHOLD = re.compile(r"^\s*([a-z][a-z0-9_]*)\s*(>=|<=)\s*([-+0-9.eE]+)\s*$")
 
 
 def parse_regression_thresholds(text: str) -> list[Threshold]:
     """``"rmse<=250, r2>=0.8"`` -> thresholds over :data:`REGRESSION_METRICS`."""
-    thresholds = []
-    for item in filter(None, (part.strip() for part in (text or "").split(","))):
-        match = _THRESHOLD.match(item)
-        if not match:
-            raise EvaluationError(f"invalid threshold {item!r}: expected <metric>>=<number> "
-                                  "or <metric><=<number>, e.g. rmse<=250")
-        metric, op, raw = match.groups()
-        if metric not in REGRESSION_METRICS:
-            raise EvaluationError(f"threshold {item!r} names {metric!r}, not a regression "
-                                  f"metric; valid: {', '.join(REGRESSION_METRICS)}")
-        value = float(raw)
-        if not math.isfinite(value):
-            raise EvaluationError(f"threshold {item!r}: the bound must be finite")
-        thresholds.append(Threshold(metric, op, value))
-    return thresholds
+    return parse_thresholds(text, REGRESSION_METRICS, "regression", "rmse<=250")
 
 
 @dataclass(frozen=True)

@@ -194,8 +194,11 @@ def manifests(settings: GcsFuseSettings, namespace: str = "kubeflow",
     return documents
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Print the PV and PVC manifests of gkeflow.yaml's ``gcsfuse:`` buckets."""
+def print_manifests(argv: list[str] | None, prog: str, section: str, empty: str,
+                    build) -> int:
+    """The command behind ``python -m`` of a volume module: load gkeflow.yaml, take its
+    ``section`` and print ``build(settings, namespace)`` as YAML documents; a config
+    problem or an ``empty`` section is one line on standard error and exit 2."""
     import argparse
     import sys
 
@@ -203,22 +206,29 @@ def main(argv: list[str] | None = None) -> int:
 
     from gkeflow.pipelines.settings.config import load_config
 
-    parser = argparse.ArgumentParser(prog="python -m gkeflow.pipelines.compute.gcsfuse",
-                                     description=main.__doc__)
+    parser = argparse.ArgumentParser(prog=prog, description=f"Print the PV and PVC manifests "
+                                                            f"of gkeflow.yaml's {section}:.")
     parser.add_argument("--config", default=None, help="gkeflow.yaml (default: ./gkeflow.yaml)")
     parser.add_argument("--namespace", default="kubeflow", help="where the pipeline pods run")
     args = parser.parse_args(argv)
     try:
-        settings = load_config(args.config).gcsfuse
+        settings = getattr(load_config(args.config), section)
     except Exception as exc:  # a config problem: one line, no traceback
         print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
-    if not settings.buckets:
-        print("error: gkeflow.yaml has no gcsfuse.buckets; add one (docs/storage.md)",
-              file=sys.stderr)
+    documents = build(settings, args.namespace)
+    if not documents:
+        print(f"error: {empty}", file=sys.stderr)
         return 2
-    print(yaml.safe_dump_all(manifests(settings, args.namespace), sort_keys=False), end="")
+    print(yaml.safe_dump_all(documents, sort_keys=False), end="")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the PV and PVC manifests of gkeflow.yaml's ``gcsfuse:`` buckets."""
+    return print_manifests(argv, "python -m gkeflow.pipelines.compute.gcsfuse", "gcsfuse",
+                           "gkeflow.yaml has no gcsfuse.buckets; add one (docs/storage.md)",
+                           manifests)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from gkeflow.pipelines.compute.gcsfuse import STEP_USES, StepMount
+from gkeflow.pipelines.compute.gcsfuse import STEP_USES, StepMount, print_manifests
 from gkeflow.pipelines.settings.lustre_config import LustreInstance, LustreSettings
 
 DRIVER = "lustre.csi.storage.gke.io"
@@ -136,29 +136,9 @@ def manifests(settings: LustreSettings, namespace: str = "kubeflow") -> list[dic
 
 def main(argv: list[str] | None = None) -> int:
     """Print the PV and PVC manifests of gkeflow.yaml's ``lustre:`` instances."""
-    import argparse
-    import sys
-
-    import yaml
-
-    from gkeflow.pipelines.settings.config import load_config
-
-    parser = argparse.ArgumentParser(prog="python -m gkeflow.pipelines.compute.lustre",
-                                     description=main.__doc__)
-    parser.add_argument("--config", default=None, help="gkeflow.yaml (default: ./gkeflow.yaml)")
-    parser.add_argument("--namespace", default="kubeflow", help="where the pipeline pods run")
-    args = parser.parse_args(argv)
-    try:
-        settings = load_config(args.config).lustre
-    except Exception as exc:  # a config problem: one line, no traceback
-        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 2
-    if not settings.instances:
-        print("error: gkeflow.yaml has no lustre.instances; add one (docs/storage.md)",
-              file=sys.stderr)
-        return 2
-    print(yaml.safe_dump_all(manifests(settings, args.namespace), sort_keys=False), end="")
-    return 0
+    return print_manifests(argv, "python -m gkeflow.pipelines.compute.lustre", "lustre",
+                           "gkeflow.yaml has no lustre.instances; add one (docs/storage.md)",
+                           manifests)
 
 
 if __name__ == "__main__":

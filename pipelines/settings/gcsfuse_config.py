@@ -67,8 +67,25 @@ def check_bucket_name(name: str) -> str:
     return name
 
 
-def _overlap(a: str, b: str) -> bool:
+def overlap(a: str, b: str) -> bool:
+    """Whether directory ``a`` is ``b``, or one holds the other."""
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
+
+
+def check_mount_paths(mounts: list[tuple[str, str]]) -> None:
+    """ValueError when a mount (path, what is mounted) overlaps gkeflow's own volumes
+    (:data:`RESERVED_PATHS`) or another of ``mounts``."""
+    seen: dict[str, str] = {}
+    for path, name in mounts:
+        for reserved in RESERVED_PATHS:
+            if overlap(path, reserved):
+                raise ValueError(f"mount_path {path} overlaps {reserved}, where gkeflow "
+                                 "mounts its own volume: choose another path")
+        for other_path, other in seen.items():
+            if overlap(path, other_path):
+                raise ValueError(f"mount paths {other_path} ({other}) and {path} ({name}) "
+                                 "overlap: give each its own directory")
+        seen[path] = name
 
 
 class GcsFuseBucket(BaseModel):
@@ -196,21 +213,11 @@ class GcsFuseSettings(BaseModel):
 
     @model_validator(mode="after")
     def _distinct(self):
-        seen: dict[str, str] = {}
-        for bucket in self.buckets:
-            if bucket.bucket in seen.values():
-                raise ValueError(f"bucket {bucket.bucket} is listed twice; list it once "
-                                 "with every use")
-            for path in RESERVED_PATHS:
-                if _overlap(bucket.path, path):
-                    raise ValueError(f"mount_path {bucket.path} overlaps {path}, where "
-                                     "gkeflow mounts its own volume: choose another path")
-            for path, other in seen.items():
-                if _overlap(bucket.path, path):
-                    raise ValueError(f"mount paths {path} ({other}) and {bucket.path} "
-                                     f"({bucket.bucket}) overlap: give each bucket its own "
-                                     "directory")
-            seen[bucket.path] = bucket.bucket
+        names = [bucket.bucket for bucket in self.buckets]
+        twice = next((name for name in names if names.count(name) > 1), "")
+        if twice:
+            raise ValueError(f"bucket {twice} is listed twice; list it once with every use")
+        check_mount_paths([(bucket.path, bucket.bucket) for bucket in self.buckets])
         return self
 
     def for_use(self, use: str) -> tuple[GcsFuseBucket, ...]:

@@ -25,17 +25,18 @@ import re
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from gkeflow.pipelines.settings.gcsfuse_config import RESERVED_PATHS, WRITING_USES, Use
+from gkeflow.pipelines.settings.gcsfuse_config import (
+    WRITING_USES,
+    Use,
+    check_mount_paths,
+    overlap,
+)
 from gkeflow.pipelines.settings.workspace_config import quantity_bytes
 
 _NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _PROJECT = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 _ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 _FILESYSTEM = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,7}$")
-
-
-def _overlap(a: str, b: str) -> bool:
-    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
 class LustreInstance(BaseModel):
@@ -169,22 +170,12 @@ class LustreSettings(BaseModel):
 
     @model_validator(mode="after")
     def _distinct(self):
-        seen: dict[str, str] = {}
-        names: set[str] = set()
-        for instance in self.instances:
-            if instance.claim_name in names:
-                raise ValueError(f"lustre instance {instance.name} is listed twice (or two "
-                                 "share a claim); list it once with every use")
-            names.add(instance.claim_name)
-            for path in RESERVED_PATHS:
-                if _overlap(instance.path, path):
-                    raise ValueError(f"mount_path {instance.path} overlaps {path}, where "
-                                     "gkeflow mounts its own volume: choose another path")
-            for path, other in seen.items():
-                if _overlap(instance.path, path):
-                    raise ValueError(f"mount paths {path} ({other}) and {instance.path} "
-                                     f"({instance.name}) overlap: give each its own directory")
-            seen[instance.path] = instance.name
+        claims = [instance.claim_name for instance in self.instances]
+        twice = next((c for c in claims if claims.count(c) > 1), "")
+        if twice:
+            raise ValueError(f"lustre claim {twice} is listed twice; list each instance "
+                             "once with every use")
+        check_mount_paths([(i.path, i.name) for i in self.instances])
         return self
 
     def overlapping(self, paths: dict[str, str]) -> str:
@@ -192,7 +183,7 @@ class LustreSettings(BaseModel):
         is mounted there, e.g. a gcsfuse bucket); else ""."""
         for instance in self.instances:
             for path, what in paths.items():
-                if _overlap(instance.path, path):
+                if overlap(instance.path, path):
                     return (f"lustre instance {instance.name} at {instance.path} overlaps "
                             f"{what} at {path}: give each its own directory")
         return ""
