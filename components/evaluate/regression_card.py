@@ -40,7 +40,8 @@ def render_regression_card(result) -> str:
         lines.append("")
     lines += ["## Decision", "", f"{verdict}.", ""]
     lines += [f"- {reason}" for reason in result.decision.reasons]
-    lines.append("")
+    lines += ["", "Predicted against actual values and the residuals' histogram: this step's "
+                  "`plots` output (HTML).", ""]
     return "\n".join(lines)
 
 

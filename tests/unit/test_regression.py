@@ -179,3 +179,36 @@ def test_regression_thresholds_name_regression_metrics():
         "rmse<=250", "mape<=0.1"]
     with pytest.raises(EvaluationError, match="not a regression metric"):
         parse_regression_thresholds("accuracy>=0.9")
+
+
+@pytest.mark.slow
+def test_wide_and_deep_and_a_user_module_train_regressors(prices, tmp_path):
+    folder, _, prepared = prices
+    dataset = folder / "dataset"
+    wide = train(dataset, prepared.schema, tmp_path / "wide", TrainParams(
+        epochs=2, model_type="wide_deep"))
+    assert "eval_rmse" in wide.metrics
+    assert ExportedModel(tmp_path / "wide").regression
+    module = tmp_path / "my_regressor.py"
+    module.write_text(
+        "import keras\n\n"
+        "def build_model(schema, hparams):\n"
+        "    assert hparams['task'] == 'regression' and hparams['num_classes'] == 1\n"
+        "    inputs = keras.Input(shape=(hparams['input_dim'],))\n"
+        "    hidden = keras.layers.Dense(8, activation='relu')(inputs)\n"
+        "    return keras.Model(inputs, keras.layers.Dense(1)(hidden))\n")
+    own = train(dataset, prepared.schema, tmp_path / "own", TrainParams(
+        epochs=2, user_module=str(module)))
+    assert "eval_rmse" in own.metrics
+    [value] = ExportedModel(tmp_path / "own").predict_rows(
+        [{"size_m2": 80.0, "rooms": 3, "district": "north"}])
+    assert isinstance(value, float)
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(
+        "import keras\n\n"
+        "def build_model(schema, hparams):\n"
+        "    inputs = keras.Input(shape=(hparams['input_dim'],))\n"
+        "    return keras.Model(inputs, keras.layers.Dense(3, activation='softmax')(inputs))\n")
+    with pytest.raises(ValueError, match="must output one value per row"):
+        train(dataset, prepared.schema, tmp_path / "wrong", TrainParams(
+            epochs=1, user_module=str(wrong)))
