@@ -189,9 +189,30 @@ def registry_labels(selection: Selection) -> str:
     return ",".join(f"{k}={v}" for k, v in labels.items())
 
 
+#: What trials of a regressor report in place of a classifier's metric.
+REGRESSION_METRICS = {"eval_accuracy": ("eval_rmse", "minimize")}
+
+
+def metric_for(outcomes: Sequence[TrialOutcome], metric: str, direction: str
+               ) -> tuple[str, str]:
+    """``metric`` and ``direction``, or a regressor's own when the sweep names a classifier's
+    metric and the trials are regressors (they report ``eval_rmse``, no ``eval_accuracy``):
+    the task is decided from the data at run time, so a compiled sweep learns it here."""
+    succeeded = [o for o in outcomes if o.status == "succeeded"]
+    if metric in REGRESSION_METRICS and succeeded and all(
+            metric not in o.metrics for o in succeeded):
+        replacement, better = REGRESSION_METRICS[metric]
+        if all(replacement in o.metrics for o in succeeded):
+            print(f"the trials are regressors (they report {replacement}, no {metric}): "
+                  f"compared on {replacement}, {better}d")
+            return replacement, better
+    return metric, direction
+
+
 def select(trials: Sequence[Mapping[str, Any]], reports: Iterable[Any], metric: str,
            direction: str, tuned: Sequence[str] | None = None) -> Selection:
     outcomes = parse_outcomes(trials, reports)
+    metric, direction = metric_for(outcomes, metric, direction)
     best = select_best(outcomes, metric, direction)
     return Selection(best, trial_table(outcomes, metric, direction, tuned), metric, direction)
 

@@ -42,6 +42,20 @@ def test_best_by_direction_and_table_sorted_best_first():
                                  "learning_rate", "batch_size", "error"}
 
 
+def test_regressor_trials_named_on_accuracy_are_compared_on_rmse_lower_first(capsys):
+    reports = [trial_report(f"trial-{i:03d}", f"/models/{i}",
+                            {"eval_rmse": rmse, "eval_loss": 0.1})
+               for i, rmse in enumerate([310.0, 250.0, 420.0, 275.0])]
+    best = select(TRIALS, reports, "eval_accuracy", "maximize")
+    assert (best.metric, best.direction) == ("eval_rmse", "minimize")
+    assert best.best.trial_id == "trial-001"
+    assert [r["eval_rmse"] for r in best.rows] == [250.0, 275.0, 310.0, 420.0]
+    assert "compared on eval_rmse, minimized" in capsys.readouterr().out
+    # a classifier's trials stay on the metric named
+    assert select(TRIALS, [_report(0, 0.4), _report(1, 0.8)], "eval_accuracy",
+                  "maximize").metric == "eval_accuracy"
+
+
 def test_ties_go_to_the_lower_trial_id_whatever_the_report_order():
     reports = [_report(3, 0.9), _report(1, 0.9), _report(2, 0.9), _report(0, 0.5)]
     for order in (reports, list(reversed(reports))):
