@@ -41,7 +41,7 @@ def test_a_continuous_label_trains_registers_and_scores_a_regressor(tmp_path):
     out = tmp_path / "out"
     # trained by two local worker processes (MultiWorkerMirroredStrategy's custom loop)
     result = gkeflow("run", "--data", str(tmp_path / "loans.csv"), "--label", "income_eur",
-                     "--output", str(out), "--epochs", "30",
+                     "--output", str(out), "--epochs", "15",
                      "--compute", "train-model.replicas=2")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.splitlines()
