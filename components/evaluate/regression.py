@@ -344,14 +344,17 @@ def _slice_update(slices: dict, batch: dict, actual: np.ndarray,
                   predicted: np.ndarray) -> None:
     error = np.asarray(predicted, np.float64) - actual
     for column, values in slices.items():
-        keys = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-                for v in batch[column]]
-        for key in set(keys):
-            mask = np.array([k == key for k in keys])
-            sums = values.setdefault(key, [0, 0.0, 0.0])
-            sums[0] += int(mask.sum())
-            sums[1] += float(np.sum(error[mask] ** 2))
-            sums[2] += float(np.sum(np.abs(error[mask])))
+        keys, index = np.unique(np.asarray(batch[column], dtype=object), return_inverse=True)
+        index = index.reshape(-1)
+        counts = np.bincount(index, minlength=len(keys))
+        sse = np.bincount(index, weights=error ** 2, minlength=len(keys))
+        sae = np.bincount(index, weights=np.abs(error), minlength=len(keys))
+        for i, key in enumerate(keys):
+            name = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+            sums = values.setdefault(name, [0, 0.0, 0.0])
+            sums[0] += int(counts[i])
+            sums[1] += float(sse[i])
+            sums[2] += float(sae[i])
 
 
 def _slice_result(slices: dict, auto: bool) -> list[SliceErrors]:

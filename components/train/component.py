@@ -106,6 +106,7 @@ def train_model(
     from gkeflow.components.train.checkpoint import Preempted, exit_on_preemption
     from gkeflow.components.train.devices import GpuUnavailableError
     from gkeflow.components.train.logic import TrainParams, train
+    from gkeflow.components.train.regression import LabelTransformError
     from gkeflow.components.train.report import trial_report
     from gkeflow.components.train.store import checkpoint_mount, resolve_checkpoint_location
     from gkeflow.components.train.tpu import TpuUnavailableError
@@ -142,8 +143,9 @@ def train_model(
             if isinstance(exc, Preempted):
                 raise
             if not continue_on_error:
-                if isinstance(exc, (TpuUnavailableError, GpuUnavailableError)):
-                    # the step's host cannot train as asked: one line, no traceback
+                if isinstance(exc, (TpuUnavailableError, GpuUnavailableError,
+                                    LabelTransformError)):
+                    # the host or the data cannot train as asked: one line, no traceback
                     raise SystemExit(f"train-model: {exc}") from None
                 raise
             import traceback

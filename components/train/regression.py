@@ -15,6 +15,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 LOSSES = ("auto", "mse", "huber")
+
+
+class LabelTransformError(ValueError):
+    """The label cannot take the transform asked for (log of values <= 0)."""
+
+
 LABEL_TRANSFORMS = ("none", "log")
 
 
@@ -49,15 +55,15 @@ def label_scaling(dataset_dir: Path, schema, transform: str) -> LabelScaling:
     if transform == "none" and stats and stats.get("mean") is not None:
         return LabelScaling(float(stats["mean"]), _positive(stats.get("std")), "none")
     if transform == "log" and stats and stats.get("min") is not None and stats["min"] <= 0:
-        raise ValueError(f"label_transform log needs a positive label, but {schema.label!r} "
-                         f"goes down to {stats['min']:g} in the train split; use "
-                         "label_transform none")
+        raise LabelTransformError(f"label_transform log needs a positive label, but "
+                                  f"{schema.label!r} goes down to {stats['min']:g} in the "
+                                  "train split; use label_transform none")
     values = train_labels(dataset_dir, schema)
     if transform == "log":
         if values.size and values.min() <= 0:
-            raise ValueError(f"label_transform log needs a positive label, but "
-                             f"{schema.label!r} goes down to {values.min():g}; use "
-                             "label_transform none")
+            raise LabelTransformError(f"label_transform log needs a positive label, but "
+                                      f"{schema.label!r} goes down to {values.min():g}; use "
+                                      "label_transform none")
         import numpy as np
 
         values = np.log(values)
@@ -126,6 +132,6 @@ def history_metrics(final: dict, scaling: LabelScaling) -> dict[str, float]:
     return metrics
 
 
-__all__ = ["LABEL_TRANSFORMS", "LOSSES", "LabelScaling", "check_settings", "history_metrics",
-           "label_scaling", "loss_function", "scale_label", "train_labels",
-           "unscale_prediction"]
+__all__ = ["LABEL_TRANSFORMS", "LOSSES", "LabelScaling", "LabelTransformError",
+           "check_settings", "history_metrics", "label_scaling", "loss_function",
+           "scale_label", "train_labels", "unscale_prediction"]

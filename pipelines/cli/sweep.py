@@ -114,14 +114,14 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
     output = Path(output).resolve()
     if arguments.get("task") == "regression" and arguments.get(
             "metric", sweep.metric) == "eval_accuracy":
-        from gkeflow.pipelines.settings.sweep_config import METRICS, REGRESSION_METRIC
+        from gkeflow.components.sweep.logic import REGRESSION_METRICS
 
-        # a regressor has no accuracy: its trials are compared on RMSE, lower is better
-        arguments.update(metric=REGRESSION_METRIC, direction=METRICS[REGRESSION_METRIC])
-        sweep = sweep.model_copy(update={"metric": REGRESSION_METRIC,
-                                         "direction": METRICS[REGRESSION_METRIC]})
-        notes.append(f"trials compared on {REGRESSION_METRIC} (minimize): eval_accuracy does "
-                     "not apply to regression")
+        # a regressor has no accuracy: the selection step's own rule, said before the run
+        metric, direction = REGRESSION_METRICS["eval_accuracy"]
+        arguments.update(metric=metric, direction=direction)
+        sweep = sweep.model_copy(update={"metric": metric, "direction": direction})
+        notes.append(f"trials compared on {metric} ({direction}): eval_accuracy does not "
+                     "apply to regression")
     for note in notes:
         console.print(note, markup=False, highlight=False)
     trials = arguments.get("trials") or pipeline.component_spec.inputs["trials"].default

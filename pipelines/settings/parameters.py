@@ -65,7 +65,7 @@ def _check_training(arguments: dict) -> None:
 
     settings = {name: arguments[name] for name in
                 ("epochs", "batch_size", "learning_rate", "model_type", "user_module",
-                 "early_stopping_patience")
+                 "early_stopping_patience", "loss", "label_transform")
                 if name in arguments}
     if not settings:
         return
@@ -84,36 +84,38 @@ def _check_fractions(arguments: dict) -> None:
 
 
 def _check_policy(arguments: dict) -> None:
+    """The gate's parameters by the evaluation step's rules for the task: a classifier's,
+    a regressor's, or (``auto``, decided from the data later) either."""
     from gkeflow.components.evaluate.policy import (
         BlessingPolicy,
         EvaluationError,
         parse_thresholds,
     )
+    from gkeflow.components.evaluate.regression import REGRESSION_METRICS, RegressionPolicy
 
-    try:
-        BlessingPolicy(
-            min_accuracy=arguments.get("min_accuracy", 0.8),
-            thresholds=tuple(parse_thresholds(arguments.get("thresholds", ""))),
-            comparison_metric=arguments.get("comparison_metric", "accuracy"),
-            regression_tolerance=arguments.get("regression_tolerance", 0.01),
-        )
-    except EvaluationError as exc:
-        if arguments.get("task") == "classification":
-            raise ParameterError(str(exc)) from None
-        # a regressor's gate: its own metrics (the evaluation step checks which task holds)
-        from gkeflow.components.evaluate.regression import (
-            REGRESSION_METRICS,
-            RegressionPolicy,
-        )
-
-        metric = arguments.get("comparison_metric", "accuracy")
+    task = arguments.get("task", "auto")
+    thresholds = arguments.get("thresholds", "")
+    metric = arguments.get("comparison_metric", "accuracy")
+    tolerance = arguments.get("regression_tolerance", 0.01)
+    errors = []
+    if task != "regression":
         try:
-            if metric not in REGRESSION_METRICS and metric != "accuracy":
-                raise exc
-            RegressionPolicy.from_parameters(arguments.get("thresholds", ""), metric,
-                                             arguments.get("regression_tolerance", 0.01))
-        except EvaluationError as regression_exc:
-            raise ParameterError(f"{exc} (or, for regression: {regression_exc})") from None
+            BlessingPolicy(arguments.get("min_accuracy", 0.8),
+                           tuple(parse_thresholds(thresholds)), metric, tolerance)
+            return
+        except EvaluationError as exc:
+            errors.append(str(exc))
+    if task != "classification":
+        try:
+            if metric not in (*REGRESSION_METRICS, "accuracy"):  # accuracy: the default
+                raise EvaluationError(f"unknown comparison_metric {metric!r} for regression; "
+                                      f"valid: {', '.join(REGRESSION_METRICS)}")
+            RegressionPolicy.from_parameters(thresholds, metric, tolerance)
+            return
+        except EvaluationError as exc:
+            errors.append(str(exc))
+    raise ParameterError(f"{errors[0]} (or, for regression: {errors[1]})" if len(errors) > 1
+                         else errors[0])
 
 
 def _check_columns(arguments: dict):
@@ -208,6 +210,8 @@ def _check_sample(sources, arguments: dict):
     choice = TaskChoice(schema.task, schema.task_reason)
     whole = sample.num_rows if sample.num_rows < SAMPLE_ROWS else None
     if schema.regression:
+        if arguments.get("label_transform") == "log":
+            _check_positive(sample.column(label), label)
         return whole, choice
     classes = label_values(sample.column(label))
     if len(classes) < 2 and sample.num_rows >= SAMPLE_ROWS:
@@ -221,6 +225,18 @@ def _check_sample(sources, arguments: dict):
         raise DataError(f"label column {label!r} has {found}; a classifier needs at least 2 "
                         "classes: check --label, or add rows of another class")
     return whole, choice
+
+
+def _check_positive(values, label: str) -> None:
+    """DataError when sampled label values reach 0 or below: the train step's log transform
+    would refuse them after preparation."""
+    from gkeflow.components.prepare.sources import DataError
+    from gkeflow.components.prepare.task import label_numbers
+
+    numbers, _ = label_numbers(values)
+    if numbers.size and numbers.min() <= 0:
+        raise DataError(f"label_transform log needs a positive label, but {label!r} goes "
+                        f"down to {numbers.min():g}; use label_transform none")
 
 
 def _check_rows(sources) -> bool:

@@ -60,8 +60,6 @@ METRICS = {"eval_accuracy": "maximize", "eval_loss": "minimize",
 METRIC_ALIASES = {"accuracy": "eval_accuracy", "loss": "eval_loss",
                   "val_accuracy": "eval_accuracy", "val_loss": "eval_loss",
                   "rmse": "eval_rmse", "val_rmse": "eval_rmse"}
-#: What a regression sweep compares trials on when the sweep names a classifier's metric.
-REGRESSION_METRIC = "eval_rmse"
 MAX_TRIALS = 100  # Vertex fails to collect over more than 100 loop iterations
 
 

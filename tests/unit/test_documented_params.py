@@ -109,3 +109,21 @@ def test_a_regression_sweep_on_accuracy_is_refused_before_it_runs():
                       "comparison_metric": "mae"})
     with pytest.raises(ParameterError, match="task: unknown task"):
         check_parameters({"task": "regresion"})
+
+
+def test_regression_settings_are_checked_before_any_step(tmp_path):
+    from gkeflow.pipelines.settings.parameters import validate_run_arguments
+
+    with pytest.raises(ParameterError, match="loss must be one of auto, mse, huber"):
+        check_parameters({"loss": "mae"})
+    with pytest.raises(ParameterError, match="label_transform must be one of none, log"):
+        check_parameters({"label_transform": "sqrt"})
+    with pytest.raises(ParameterError, match="unknown comparison_metric 'f1_macro' for "
+                                             "regression"):
+        check_parameters({"task": "regression", "comparison_metric": "f1_macro"})
+    data = tmp_path / "d.csv"
+    data.write_text("x,y\n" + "".join(f"{i % 13},{(i % 97) - 3}.5\n" for i in range(600)))
+    with pytest.raises(ParameterError, match="label_transform log needs a positive label"):
+        validate_run_arguments({"data_uri": str(data), "label_column": "y",
+                                "task": "regression", "label_transform": "log"})
+    validate_run_arguments({"data_uri": str(data), "label_column": "y", "task": "regression"})

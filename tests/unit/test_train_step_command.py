@@ -69,3 +69,19 @@ def test_a_tpu_the_host_cannot_give_ends_the_compiled_step_in_one_line(
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("train-model: ") and expected in last, done.stderr[-2000:]
     assert not (tmp_path / "outputs" / "output_metadata.json").exists()
+
+
+def test_a_log_transform_of_a_label_below_zero_ends_the_compiled_step_in_one_line(tmp_path):
+    from gkeflow.components.prepare.logic import prepare
+
+    data = tmp_path / "d.csv"
+    data.write_text("x,g,y\n" + "".join(f"{i % 17},{'ab'[i % 2]},{(i % 89) - 5}.25\n"
+                                        for i in range(400)))
+    prepared = prepare(str(data), tmp_path / "dataset", "y", task="regression")
+    (tmp_path / "step").mkdir()
+    done = _run_step((tmp_path / "dataset", prepared), tmp_path / "step", {},
+                     label_transform="log")
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr + done.stdout, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("train-model: label_transform log needs a positive label")
