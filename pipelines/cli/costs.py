@@ -31,7 +31,8 @@ def rate_cell(step: StepCost) -> str:
         return "reserved"
     if step.usd_per_hour is None:
         return "missing"
-    text = f"{format_usd(step.usd_per_hour)}/h" + (" (stale)" if step.stale else "")
+    marks = [mark for mark, on in (("stale", step.stale), ("estimate", step.estimate)) if on]
+    text = f"{format_usd(step.usd_per_hour)}/h" + (f" ({', '.join(marks)})" if marks else "")
     if step.nodes > 1:
         text += f" ({step.nodes} nodes)"
     if step.saving_pct is not None:
@@ -92,6 +93,12 @@ def cost_lines(run: RunCost, history_runs: int = 0) -> list[str]:
         if step.reason:
             reasons.setdefault(step.reason, []).append(step.step)
     lines += [f"note: cost of {', '.join(steps)}: {reason}" for reason, steps in reasons.items()]
+    rules: dict[str, list[str]] = {}
+    for step in run.steps:
+        if step.derived:
+            rules.setdefault(step.derived, []).append(step.step)
+    lines += [f"note: rate of {', '.join(steps)} is an {rule}" if rule.startswith("estimate")
+              else f"note: rate of {', '.join(steps)}: {rule}" for rule, steps in rules.items()]
     return lines
 
 

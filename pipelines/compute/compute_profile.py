@@ -72,6 +72,8 @@ class ComputeProfile:
         retry_budget_s: Seconds a launcher step retries one failing operation before it
             gives up (and stops its job); 0 for the default (``GKEFLOW_RETRY_BUDGET_S`` or
             900).
+        auto_size: Size CPU and memory to the machine the GPUs come on (A2, A3, A4, G2,
+            G4; see ``machine_fit``); setting cpu or memory turns it off.
     """
 
     cpu: str = "1"
@@ -97,6 +99,7 @@ class ComputeProfile:
     worker_service_account: str = "gkeflow-worker"
     call_timeout_s: float = 0.0
     retry_budget_s: float = 0.0
+    auto_size: bool = False
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -135,6 +138,7 @@ class ComputeProfile:
         set_(self, "retry_max_duration_s",
              to_seconds("retry_max_duration_s", self.retry_max_duration_s))
         set_(self, "caching", to_bool("caching", self.caching))
+        set_(self, "auto_size", to_bool("auto_size", self.auto_size))
         set_(self, "worker_service_account", to_account(self.worker_service_account))
         try:
             for name, seconds in launchers.checked(self.call_timeout_s,
@@ -172,6 +176,8 @@ class ComputeProfile:
             to_tpu = bool(tpu_profile.tpu_name(changes["accelerator"].strip()))  # other's fields
             drop = {"accelerator_count": 0, "shm_size": ""} if to_tpu else {"topology": ""}
             changes = {**{k: v for k, v in drop.items() if k not in changes}, **changes}
+        if ("cpu" in changes or "memory" in changes) and "auto_size" not in changes:
+            changes["auto_size"] = False  # a size set by hand is kept
         if "scheduling" in changes and "spot" not in changes:
             changes["spot"] = False  # the alias follows the field it stands for
         elif "spot" in changes and "scheduling" not in changes:

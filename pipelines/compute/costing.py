@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import date
 
 from gkeflow.pipelines.compute.prices import (
@@ -21,7 +21,10 @@ from gkeflow.pipelines.compute.prices import (
     find_price,
     hourly_rate,
 )
+from gkeflow.pipelines.compute import derived_rates, tpu_profile
+from gkeflow.pipelines.compute.derived_rates import Cluster
 from gkeflow.pipelines.compute.profiles import ComputeProfile, fitting_shape
+from gkeflow.pipelines.compute.units import cpu_cores, memory_bytes
 
 #: The label every cost figure carries.
 LIST_PRICE_LABEL = "estimate from list prices"
@@ -43,7 +46,8 @@ def step_rates(run: RunCost) -> dict:
     return {"region": run.region, "run_fee_usd": run.run_fee_usd,
             "steps": {s.step: {"usd_per_hour": s.usd_per_hour,
                                "reason": "reserved" if s.reserved else s.reason,
-                               "source": s.source, "date_read": s.date_read}
+                               "source": s.source, "date_read": s.date_read,
+                               "derived": s.derived}
                       for s in run.steps}}
 
 
@@ -65,9 +69,17 @@ class StepCost:
     saving_pct: float | None = None
     median_s: float | None = None
     expected_usd: float | None = None
+    #: How the rate was derived (empty: read from the catalogue as it is).
+    derived: str = ""
+    #: The machine type the step is priced as (empty: a share of a GKE node pool).
+    machine: str = ""
+
+    @property
+    def estimate(self) -> bool:
+        return bool(self.derived)
 
     def as_json(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "estimate": self.estimate}
 
 
 @dataclass(frozen=True)
@@ -113,32 +125,59 @@ class RunCost:
 
 
 def machine_type(profile: ComputeProfile, target: str) -> str:
-    """The machine type a GPU step is priced as; empty for a CPU step (any node pool)."""
+    """The machine type a step is priced as: a GPU step's host, a TPU slice's VM, a Vertex AI
+    Pipelines step's machine (Vertex AI's choice, see :mod:`derived_rates`); empty for a CPU
+    step on GKE (a share of a node pool)."""
+    if profile.uses_tpu:
+        return tpu_profile.shape(profile, target).machine_type
     if not profile.uses_gpu:
-        return ""
+        if target != "vertex":
+            return ""
+        return derived_rates.vertex_pipeline_machine(cpu_cores(profile.cpu),
+                                                     memory_bytes(profile.memory) / 2**30)
     shape = fitting_shape(profile, target)
     return shape.name if shape else ""
 
 
 def node_rate(profile: ComputeProfile, target: str, region: str, capacity: str | None = None,
-              *, today: date | None = None, prices: tuple[Price, ...] | None = None) -> Rate:
-    """The hourly rate of one node of ``profile`` (under ``capacity``, default its own)."""
+              *, today: date | None = None, prices: tuple[Price, ...] | None = None,
+              cluster: Cluster | None = None) -> Rate:
+    """The hourly rate of one node (one TPU slice) of ``profile`` under ``capacity`` (default
+    its own); ``cluster`` says how GKE bills a CPU step (default: e2 node pools)."""
     capacity = capacity or profile.scheduling
     if capacity == "reservation":
         return hourly_rate(target, "", None, 0, capacity, region, today=today, prices=prices)
+    if profile.uses_tpu:  # per chip, the host VMs included
+        chips = tpu_profile.shape(profile, target).chips
+        if target == "vertex":
+            return derived_rates.vertex_rate("", profile.accelerator, chips, capacity, region,
+                                             prices, today)
+        return hourly_rate(target, "", profile.accelerator, chips, capacity, region,
+                           today=today, prices=prices)
+    if not profile.uses_gpu and target != "vertex":
+        return derived_rates.gke_cpu_rate(cpu_cores(profile.cpu),
+                                          memory_bytes(profile.memory) / 2**30,
+                                          cluster or Cluster(), capacity, region, prices, today)
     machine = machine_type(profile, target)
     if not machine:
         if profile.uses_gpu:
             return Rate(None, reason=f"no machine shape hosts {profile.accelerator_count} x "
                                      f"{profile.accelerator}")
-        if target == "vertex":
-            return Rate(None, reason="Vertex AI Pipelines runs a step with CPU and memory "
-                                     "limits on the closest supported machine type, which its "
-                                     f"docs do not name ({VERTEX_PIPELINES_MACHINES})")
-        return Rate(None, reason="a CPU-only step runs on a shared node pool; no machine type "
-                                 "to price")
-    return hourly_rate(target, machine, profile.accelerator, profile.accelerator_count,
-                       capacity, region, today=today, prices=prices)
+        return Rate(None, reason="no Vertex AI Pipelines machine type holds "
+                                 f"{profile.cpu} vCPU and {profile.memory} "
+                                 f"({VERTEX_PIPELINES_MACHINES})")
+    accelerator = profile.accelerator if profile.uses_gpu else None
+    count = profile.accelerator_count if profile.uses_gpu else 0
+    if target == "vertex":
+        rate = derived_rates.vertex_rate(machine, accelerator, count, capacity, region, prices,
+                                         today)
+        if not profile.uses_gpu and not rate.missing:
+            choice = f"{machine}, Vertex AI's choice for these limits"
+            rate = replace(rate, derived=f"{choice}; {rate.derived}" if rate.derived
+                           else choice)
+        return rate
+    return derived_rates.compute_engine_rate(machine, accelerator, count, capacity, region,
+                                             prices, today)
 
 
 def _money(value: float) -> float:
@@ -147,23 +186,25 @@ def _money(value: float) -> float:
 
 def step_cost(step: str, profile: ComputeProfile, target: str, region: str, *,
               median_s: float | None = None, today: date | None = None,
-              prices: tuple[Price, ...] | None = None) -> StepCost:
+              prices: tuple[Price, ...] | None = None,
+              cluster: Cluster | None = None) -> StepCost:
     """Hourly rate, ceiling at the step's timeout, saving against on demand and the
     expected cost at ``median_s`` of one step, all nodes multiplied out (mixed capacity:
     the chief at ``chief_scheduling``'s rate, the other nodes at ``scheduling``'s)."""
     nodes = max(1, profile.replicas)
-    rate = node_rate(profile, target, region, today=today, prices=prices)
+    rate = node_rate(profile, target, region, today=today, prices=prices, cluster=cluster)
+    machine = machine_type(profile, target)
     reserved = profile.scheduling == "reservation"
     if not rate.missing and profile.chief_scheduling and nodes > 1:
         chief = node_rate(profile, target, region, profile.chief_scheduling, today=today,
-                          prices=prices)
+                          prices=prices, cluster=cluster)
         rate = _mixed(chief, rate, nodes)
         nodes_rate = rate.usd_per_hour
     else:
         nodes_rate = None if rate.missing else rate.usd_per_hour * nodes
     if rate.missing:
         return StepCost(step, nodes, None, None, profile.timeout_s, reserved=reserved,
-                        reason=rate.reason, median_s=median_s)
+                        reason=rate.reason, median_s=median_s, machine=machine)
     hourly = nodes_rate
     ceiling, reason = None, ""
     if profile.timeout_s:
@@ -172,7 +213,8 @@ def step_cost(step: str, profile: ComputeProfile, target: str, region: str, *,
         reason = "no timeout_s: the ceiling is unbounded"
     on_demand = saving = None
     if profile.scheduling in ("spot", "flex-start"):
-        standard = node_rate(profile, target, region, "standard", today=today, prices=prices)
+        standard = node_rate(profile, target, region, "standard", today=today, prices=prices,
+                             cluster=cluster)
         if not standard.missing:
             on_demand = _money(standard.usd_per_hour * nodes)
             if on_demand > 0:
@@ -181,7 +223,8 @@ def step_cost(step: str, profile: ComputeProfile, target: str, region: str, *,
     return StepCost(step, nodes, _money(hourly), ceiling, profile.timeout_s, rate.source,
                     rate.date_read.isoformat() if rate.date_read else "", rate.stale,
                     reason=reason, on_demand_usd_per_hour=on_demand, saving_pct=saving,
-                    median_s=median_s, expected_usd=expected)
+                    median_s=median_s, expected_usd=expected, derived=rate.derived,
+                    machine=machine)
 
 
 def _mixed(chief: Rate, worker: Rate, nodes: int) -> Rate:
@@ -192,7 +235,8 @@ def _mixed(chief: Rate, worker: Rate, nodes: int) -> Rate:
                                  for part in rate.source.split(" + ") if part}))
     return Rate(chief.usd_per_hour + worker.usd_per_hour * (nodes - 1), sources,
                 min(chief.date_read, worker.date_read), chief.stale or worker.stale,
-                currency=chief.currency)
+                currency=chief.currency,
+                derived="; ".join(dict.fromkeys(r.derived for r in (chief, worker) if r.derived)))
 
 
 def _total(figures: Iterable[tuple[str, float | None, str]], what: str) -> tuple[
@@ -208,12 +252,14 @@ def _total(figures: Iterable[tuple[str, float | None, str]], what: str) -> tuple
 
 def run_cost(profiles: Mapping[str, ComputeProfile], target: str, region: str, *,
              medians: Mapping[str, float] | None = None, today: date | None = None,
-             prices: tuple[Price, ...] | None = None) -> RunCost:
+             prices: tuple[Price, ...] | None = None,
+             cluster: Cluster | None = None) -> RunCost:
     """:func:`step_cost` of every step, and the run's ceiling and expected totals (steps on
     reserved capacity are left out of the totals: the reservation is paid for anyway)."""
     medians = medians or {}
     steps = [step_cost(step, profile, target, region, median_s=medians.get(step),
-                       today=today, prices=prices) for step, profile in profiles.items()]
+                       today=today, prices=prices, cluster=cluster)
+             for step, profile in profiles.items()]
     paid = [s for s in steps if not s.reserved]  # a reservation is paid for already
     ceiling, ceiling_reason = _total(
         [(s.step, s.ceiling_usd, s.reason) for s in paid], "ceiling")
@@ -261,7 +307,8 @@ class ActualCost:
 
 def actual_cost(durations: Mapping[str, float | None], profiles: Mapping[str, ComputeProfile],
                 target: str, region: str, *, today: date | None = None,
-                prices: tuple[Price, ...] | None = None) -> ActualCost:
+                prices: tuple[Price, ...] | None = None,
+                cluster: Cluster | None = None) -> ActualCost:
     """Duration x hourly rate of each step that ran (steps without a profile are skipped
     with a reason); ``(step, duration_s, usd, reason)`` rows."""
     rows: list[tuple[str, float | None, float | None, str]] = []
@@ -271,7 +318,7 @@ def actual_cost(durations: Mapping[str, float | None], profiles: Mapping[str, Co
             rows.append((step, seconds, None, "not a step of this pipeline's compute"))
             continue
         cost = step_cost(step, profile, target, region, median_s=seconds, today=today,
-                         prices=prices)
+                         prices=prices, cluster=cluster)
         if cost.reserved:
             rows.append((step, seconds, 0.0, "reserved"))
             continue

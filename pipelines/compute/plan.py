@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from gkeflow.pipelines.compute import capacity, launchers, tpu_profile
 from gkeflow.pipelines.compute.engines import training_engine
+from gkeflow.pipelines.compute.machine_fit import idle_note
 from gkeflow.pipelines.compute.profiles import (
     GKE_TO_VERTEX_ACCELERATOR,
     GPU_RESOURCE,
@@ -68,6 +69,7 @@ def target_notes(profiles: Mapping[str, ComputeProfile], target: str,
         notes.append(training_engine(target, profiles[step]).describe(profiles[step]))
     note = launchers.unapplied_note(profiles, target, engine_run - (
         {"train-model"} if target == "local" else set()))  # local workers follow no job
+    notes += [note for step, p in profiles.items() if (note := idle_note(step, p, target))]
     return notes + ([note] if note else []) + capacity.capacity_notes(profiles, target)
 
 

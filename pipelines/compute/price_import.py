@@ -6,7 +6,10 @@ the GPUs it comes with (``a100: 1``, ``h100-80gb: 8``, ...) and per region ``cos
 ``hour`` (on demand) and ``hour_spot``: the whole machine, GPUs included. The file has no
 per-GPU rates, so N1 machine types (GPUs attached at will) become ``machine`` rows and the
 accelerator-optimised types (A2, A3, G2, G4) ``instance`` rows (whole machine, GPUs
-included); ``gpu``, ``tpu``, ``vertex-*`` and flex-start rows are kept as they are.
+included); each general-purpose family's per-vCPU and per-GiB rates are solved from its
+predefined types (:mod:`gkeflow.pipelines.compute.price_family`: ``vcpu`` and ``ram-gib``
+rows, what a CPU step on a node pool of that family is priced at); ``gpu``, ``tpu``,
+``vertex-*`` and flex-start rows are kept as they are.
 
     python -m gkeflow.pipelines.compute.price_import PATH/pricing.yml --commit SHA
 """
@@ -20,6 +23,7 @@ from datetime import date, datetime
 from pathlib import Path
 
 from gkeflow.pipelines.compute.gpu_catalogue import FAMILIES, MachineShape
+from gkeflow.pipelines.compute.price_family import family_rows
 from gkeflow.pipelines.compute.prices import PRICES_CSV, Price, load_prices, write_prices
 
 REPOSITORY = "https://github.com/Cyclenerd/google-cloud-pricing-cost-calculator"
@@ -100,15 +104,16 @@ def import_rows(data: dict, commit: str, regions: Iterable[str]) -> list[Price]:
                 else:
                     rows.append(Price(kind, name, capacity, region, None, source, read,
                                       f"pricing.yml gives no {key} for {name} in {region}"))
-    return rows
+    return rows + family_rows(instances, regions, source, read)
 
 
 def rewrite(existing: Iterable[Price], imported: list[Price]) -> list[Price]:
-    """``existing`` without the ``machine`` and ``instance`` rows of the imported machine
-    types, then ``imported``: rows of other items and kinds stay as they were."""
+    """``existing`` without the ``machine``, ``instance``, ``vcpu`` and ``ram-gib`` rows of
+    the imported items, then ``imported``: rows of other items and kinds stay as they were."""
     items = {row.item for row in imported}
     kept = [row for row in existing
-            if not (row.kind in ("machine", "instance") and row.item in items)]
+            if not (row.kind in ("machine", "instance", "vcpu", "ram-gib")
+                    and row.item in items)]
     return kept + imported
 
 

@@ -99,8 +99,8 @@ STALE_AFTER_DAYS = 90
 CAPACITIES = ("standard", "spot", "flex-start", "reservation")
 TARGETS = ("gke", "vertex")
 #: Compute Engine kinds (GKE), Vertex AI custom-training kinds, and the per-run fee.
-KINDS = ("gpu", "tpu", "machine", "instance", "vertex-gpu", "vertex-tpu", "vertex-machine",
-         "vertex-pipelines")
+KINDS = ("gpu", "tpu", "machine", "instance", "vcpu", "ram-gib", "vertex-gpu", "vertex-tpu",
+         "vertex-machine", "vertex-pipelines")
 
 SOURCES: dict[str, str] = {
     "skypilot-vms": "https://github.com/skypilot-org/skypilot-catalog/blob/"
@@ -147,6 +147,8 @@ class Rate:
     stale: bool = False
     reason: str = ""
     currency: str = "USD"
+    #: How the rate was derived from other rows (empty: read as it is).
+    derived: str = ""
 
     @property
     def missing(self) -> bool:

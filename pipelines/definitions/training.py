@@ -25,6 +25,7 @@ from gkeflow.pipelines.compute.capacity import label_training_pod
 from gkeflow.pipelines.compute.checkpoints import add_checkpoint_volume
 from gkeflow.pipelines.compute.engines import training_engine, with_image
 from gkeflow.pipelines.compute.gcsfuse import apply_gcsfuse, check_engine, mount_env
+from gkeflow.pipelines.compute.machine_fit import sized
 from gkeflow.pipelines.compute.profiles import (
     ComputeError,
     ComputeProfile,
@@ -57,7 +58,8 @@ from gkeflow.pipelines.settings.workspace_config import WorkspaceSettings
 PIPELINE_NAME = "gkeflow-training"
 
 #: Default per-step compute: one T4 GPU for training only, sized to fit an n1-standard-8 GKE
-#: node (what GKE leaves to pods) and a Vertex n1-standard-8 machine. Every retry field is
+#: node (what GKE leaves to pods) and a Vertex n1-standard-8 machine; with GPUs that come on
+#: a fixed machine (A3, G2, ...) train-model asks for that machine's room (``auto_size``). Every retry field is
 #: explicit. Data preparation is cached on the fingerprint of its input's content, which a
 #: light step computes at run time and never caches; evaluation (the champion may change)
 #: and registration are never served from cache.
@@ -68,7 +70,7 @@ DEFAULT_COMPUTE: Mapping[str, ComputeProfile] = {
     **FANOUT_STEPS,
     "train-model": ComputeProfile(
         cpu="7", memory="26G", accelerator="nvidia-tesla-t4", accelerator_count=1,
-        timeout_s=6 * 3600, retries=2, retry_backoff_s=60, retry_backoff_factor=2.0,
+        auto_size=True, timeout_s=6 * 3600, retries=2, retry_backoff_s=60, retry_backoff_factor=2.0,
         retry_max_duration_s=3600,
     ),
     "evaluate-model": ComputeProfile(cpu="2", memory="8G", caching=False, timeout_s=3600),
@@ -122,7 +124,8 @@ def resolve_compute(
             f"unknown {plural(len(unknown), 'step')} {', '.join(unknown)}; steps are "
             f"{', '.join(DEFAULT_COMPUTE)}"
         )
-    profiles = {**DEFAULT_COMPUTE, **(compute or {})}
+    profiles = {step: sized(profile, target)
+                for step, profile in {**DEFAULT_COMPUTE, **(compute or {})}.items()}
     for step in {"prepare-data", *FANOUT_STEPS} - preparation_steps(preparation):
         profiles.pop(step)
     gpu_images = {step: IMAGES.get(image) for step, image in step_images(profiles).items()}

@@ -1,0 +1,188 @@
+"""Rates no price row gives directly, derived from rows that exist, each with its rule.
+
+- **A CPU step on GKE Standard** pays for its share of a node: its CPU and memory requests
+  at the per-vCPU and per-GiB rates of the node pool's machine family (``vcpu`` / ``ram-gib``
+  rows, solved from the family's machine types: :mod:`price_family`). On GKE Autopilot a
+  pod is billed by its requests at Autopilot's own rates (``autopilot-vcpu`` /
+  ``autopilot-ram-gib`` rows).
+- **A Vertex AI Pipelines step** runs on a machine Vertex AI chooses: ``e2-standard-4`` with
+  no limits, else "the closest match" to the step's CPU and memory limits
+  (https://cloud.google.com/vertex-ai/docs/pipelines/machine-types); it is priced as the
+  smallest machine type of :data:`VERTEX_PIPELINE_MACHINES` that fits the limits.
+- **A Vertex AI rate with no row** (most machine types, every Spot and TPU rate: Google
+  publishes no Vertex AI Spot rate) is the Compute Engine rate of the same machine and
+  capacity x Vertex AI's markup *for that machine* read from its on-demand rates (Vertex AI
+  training / Compute Engine), else the markup of the reference machine
+  :data:`MARKUP_REFERENCE` (n1-standard-4 in us-central1, 1.15).
+
+Every derived rate says so (:attr:`Rate.derived`); plan and notifications mark it an
+estimate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import date
+
+from gkeflow.pipelines.compute.prices import (
+    Price,
+    Rate,
+    find_price,
+    hourly_rate,
+    is_stale,
+    source_url,
+)
+
+#: The machine whose Vertex AI and Compute Engine on-demand rates give the default markup.
+MARKUP_REFERENCE = ("n1-standard-4", "us-central1")
+DEFAULT_FAMILY = "e2"
+#: Vertex AI Pipelines' machine with no CPU or memory limits.
+VERTEX_DEFAULT_MACHINE = "e2-standard-4"
+#: Predefined general-purpose shapes: series -> (GiB per vCPU, vCPU sizes).
+SERIES = {
+    "e2-highcpu": (1, (2, 4, 8, 16, 32)), "e2-standard": (4, (2, 4, 8, 16, 32)),
+    "e2-highmem": (8, (2, 4, 8, 16)),
+    "n1-highcpu": (0.9, (2, 4, 8, 16, 32, 64, 96)),
+    "n1-standard": (3.75, (1, 2, 4, 8, 16, 32, 64, 96)),
+    "n1-highmem": (6.5, (2, 4, 8, 16, 32, 64, 96)),
+    "n2-highcpu": (1, (2, 4, 8, 16, 32, 48, 64, 80, 96)),
+    "n2-standard": (4, (2, 4, 8, 16, 32, 48, 64, 80, 96, 128)),
+    "n2-highmem": (8, (2, 4, 8, 16, 32, 48, 64, 80, 96, 128)),
+    "n2d-standard": (4, (2, 4, 8, 16, 32, 48, 64, 80, 96, 128, 224)),
+    "n4-standard": (4, (2, 4, 8, 16, 32, 48, 64, 80)),
+}
+#: What a Vertex AI Pipelines step with limits may run on, in the order tried: the E2 types
+#: (the default's series) smallest first, then N1 for what E2 cannot hold.
+VERTEX_PIPELINE_MACHINES = tuple(
+    machine for group in (("e2-highcpu", "e2-standard", "e2-highmem"),
+                          ("n1-standard", "n1-highmem"))
+    for machine in sorted(((f"{series}-{n}", n, n * SERIES[series][0]) for series in group
+                           for n in SERIES[series][1]), key=lambda m: (m[1], m[2])))
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """How a GKE cluster bills a CPU step: node pools of ``family`` (Standard) or Autopilot."""
+
+    family: str = DEFAULT_FAMILY
+    autopilot: bool = False
+
+
+def shape_of(machine: str) -> tuple[int, float] | None:
+    """(vCPUs, GiB) of a predefined general-purpose machine type; None for others."""
+    series, _, size = machine.rpartition("-")
+    if series in SERIES and size.isdigit() and int(size) in SERIES[series][1]:
+        return int(size), int(size) * SERIES[series][0]
+    return None
+
+
+def _combine(parts: list[tuple[float, Price]], derived: str, today: date | None) -> Rate:
+    oldest = min(row.date_read for _amount, row in parts)
+    sources = sorted({source_url(row.source) for _amount, row in parts})
+    return Rate(round(sum(amount for amount, _row in parts), 5), " + ".join(sources), oldest,
+                is_stale(oldest, today or date.today()), derived=derived,
+                currency=parts[0][1].currency)
+
+
+def requests_rate(kinds: tuple[str, str], item: str, cpus: float, gib: float, capacity: str,
+                  region: str, derived: str, prices: tuple[Price, ...] | None,
+                  today: date | None = None) -> Rate:
+    """``cpus`` x the vCPU row plus ``gib`` x the memory row of ``item``."""
+    parts = []
+    for kind, amount in zip(kinds, (cpus, gib)):
+        row = find_price(kind, item, capacity, region, prices)
+        if row is None or row.usd_per_hour is None:
+            why = row.note if row is not None and row.note else "not in the catalogue"
+            return Rate(None, reason=f"no {capacity} {kind} rate of {item} in {region}: {why}")
+        parts.append((amount * row.usd_per_hour, row))
+    return _combine(parts, derived, today)
+
+
+def gke_cpu_rate(cpus: float, gib: float, cluster: Cluster, capacity: str, region: str,
+                 prices: tuple[Price, ...] | None = None, today: date | None = None) -> Rate:
+    """What a CPU-only pod requesting ``cpus`` and ``gib`` costs per hour on ``cluster``."""
+    if cluster.autopilot:
+        return requests_rate(("autopilot-vcpu", "autopilot-ram-gib"), "pod", cpus, gib,
+                             capacity, region, f"GKE Autopilot: {cpus:g} vCPU and {gib:.3g} "
+                             "GiB requested x its per-pod rates", prices, today)
+    return requests_rate(("vcpu", "ram-gib"), cluster.family, cpus, gib, capacity, region,
+                         f"estimate: {cpus:g} vCPU and {gib:.3g} GiB requested x the "
+                         f"{cluster.family} node pool's per-vCPU and per-GiB rates", prices,
+                         today)
+
+
+def compute_engine_rate(machine: str, accelerator: str | None, count: int, capacity: str,
+                        region: str, prices: tuple[Price, ...] | None = None,
+                        today: date | None = None) -> Rate:
+    """Compute Engine's rate of one machine; a predefined machine with no row of its own is
+    its vCPUs and memory at its family's rates (the GPUs, if any, added)."""
+    rate = hourly_rate("gke", machine, accelerator, count, capacity, region, today=today,
+                       prices=prices)
+    shape = shape_of(machine)
+    if not rate.missing or shape is None:
+        return rate
+    family = machine.split("-")[0]
+    host = requests_rate(("vcpu", "ram-gib"), family, shape[0], shape[1], capacity, region,
+                         f"estimate: {machine} as {shape[0]} vCPU and {shape[1]:g} GiB at the "
+                         f"{family} per-vCPU and per-GiB rates", prices, today)
+    if host.missing or not (accelerator and count):
+        return host
+    row = find_price("gpu", accelerator, capacity, region, prices)
+    if row is None or row.usd_per_hour is None:
+        return Rate(None, reason=f"no {capacity} {accelerator} in {region} price")
+    return replace(host, usd_per_hour=round(host.usd_per_hour + count * row.usd_per_hour, 5),
+                   source=" + ".join(sorted({host.source, source_url(row.source)})),
+                   date_read=min(host.date_read, row.date_read))
+
+
+def vertex_markup(machine: str, accelerator: str | None, count: int, region: str,
+                  prices: tuple[Price, ...] | None = None) -> tuple[float | None, str]:
+    """Vertex AI's on-demand training rate over Compute Engine's, for this machine where both
+    are read, else for :data:`MARKUP_REFERENCE`; (None, why) when neither is."""
+    own_vertex = hourly_rate("vertex", machine, accelerator, count, "standard", region,
+                             prices=prices)
+    own_engine = compute_engine_rate(machine, accelerator, count, "standard", region, prices)
+    if machine and not own_vertex.missing and not own_engine.missing and own_engine.derived == "":
+        return (own_vertex.usd_per_hour / own_engine.usd_per_hour,
+                f"{machine}'s Vertex AI / Compute Engine on-demand rates in {region}")
+    name, where = MARKUP_REFERENCE
+    vertex = hourly_rate("vertex", name, None, 0, "standard", where, prices=prices)
+    engine = hourly_rate("gke", name, None, 0, "standard", where, prices=prices)
+    if vertex.missing or engine.missing:
+        return None, f"no Vertex AI markup: {vertex.reason or engine.reason}"
+    return (vertex.usd_per_hour / engine.usd_per_hour,
+            f"{name}'s Vertex AI / Compute Engine on-demand rates in {where}")
+
+
+def vertex_rate(machine: str, accelerator: str | None, count: int, capacity: str,
+                region: str, prices: tuple[Price, ...] | None = None,
+                today: date | None = None) -> Rate:
+    """Vertex AI's rate of one machine: its own rows where read, else Compute Engine's rate
+    of the same machine and capacity x Vertex AI's markup (derived, with the rule)."""
+    rate = hourly_rate("vertex", machine, accelerator, count, capacity, region, today=today,
+                       prices=prices)
+    if not rate.missing:
+        return rate
+    engine = compute_engine_rate(machine, accelerator, count, capacity, region, prices, today)
+    if engine.missing:
+        return Rate(None, reason=f"{rate.reason}; no Compute Engine rate to derive it from "
+                                 f"({engine.reason})")
+    markup, rule = vertex_markup(machine, accelerator, count, region, prices)
+    if markup is None:
+        return Rate(None, reason=f"{rate.reason}; {rule}")
+    what = {"spot": "Spot", "flex-start": "flex-start"}.get(capacity, "on-demand")
+    derived = (f"estimate: Compute Engine's {what} rate x {markup:.4g} (Vertex AI's markup, "
+               f"from {rule})")
+    if engine.derived:
+        derived += f"; {engine.derived}"
+    return replace(engine, usd_per_hour=round(engine.usd_per_hour * markup, 5), derived=derived)
+
+
+def vertex_pipeline_machine(cpus: float | None, gib: float | None) -> str:
+    """The machine Vertex AI Pipelines runs a step with these limits on (as priced here)."""
+    if cpus is None and gib is None:
+        return VERTEX_DEFAULT_MACHINE
+    for name, vcpus, memory in VERTEX_PIPELINE_MACHINES:
+        if vcpus >= (cpus or 0) and memory >= (gib or 0):
+            return name
+    return ""
