@@ -160,7 +160,8 @@ def plan_cost(config, target: str, pipeline: str, profiles, region: str | None,
 
     medians, runs = history_medians(config, target, pipeline, history) if history else ({}, 0)
     return run_cost(profiles, target, price_region(config, target, region), medians=medians,
-                    prices=current_prices(config_directory(config))), runs
+                    prices=current_prices(config_directory(config)),
+                    cluster=cluster_of(config)), runs
 
 
 def pipeline_profiles(config, pipeline: str, target: str) -> dict:
@@ -185,12 +186,48 @@ def pipeline_profiles(config, pipeline: str, target: str) -> dict:
     return resolve_compute(target, compute)
 
 
+def cluster_of(config):
+    """How the GKE target bills a CPU step (``targets.gke.cpu_machine_family`` /
+    ``autopilot``); the default e2 node pools without a GKE target."""
+    from gkeflow.pipelines.compute.derived_rates import Cluster
+
+    gke = getattr(getattr(config, "targets", None), "gke", None)
+    if gke is None:
+        return Cluster()
+    return Cluster(family=gke.cpu_machine_family, autopilot=gke.autopilot)
+
+
+def budget_verdict(run: RunCost, max_run_usd: float, where: str) -> tuple[str, dict]:
+    """One line and the JSON of how a run's ceiling stands against ``where``'s
+    ``max_run_usd``: under (by how much), over (by how much, most from which step) or
+    unknown (why)."""
+    limit = format_usd(max_run_usd)
+    if run.ceiling_usd is None and run.priced_ceiling_usd <= max_run_usd:
+        return (f"budget: cannot check the run against {where} ({limit}): "
+                f"{run.ceiling_reason}; submit needs --over-budget"), {
+            "budget": where, "max_run_usd": max_run_usd, "verdict": "unknown",
+            "reason": run.ceiling_reason}
+    ceiling = run.ceiling_usd if run.ceiling_usd is not None else run.priced_ceiling_usd
+    margin = round(max_run_usd - ceiling, 4)
+    data = {"budget": where, "max_run_usd": max_run_usd, "ceiling_usd": ceiling,
+            "verdict": "under" if margin >= 0 else "over", "margin_usd": margin}
+    if margin >= 0:
+        return (f"budget: ceiling {format_usd(ceiling)} is under {where} ({limit}) by "
+                f"{format_usd(margin)}: submit needs no flag"), data
+    top = run.costliest
+    most = f", most from {top.step} ({format_usd(top.ceiling_usd)})" if top else ""
+    data["costliest_step"] = top.step if top else None
+    return (f"budget: ceiling {format_usd(ceiling)} is over {where} ({limit}) by "
+            f"{format_usd(-margin)}{most}: submit needs --over-budget"), data
+
+
 def check_budget(config, pipeline: str, target: str, environment: str, *,
                  over_budget: bool, schedule=None, verb: str = "submitted") -> str:
     """Raise a one-line ClickException when a run of ``pipeline`` would exceed its budget
-    (or its ceiling cannot be computed) and ``over_budget`` is not given; returns a warning
-    line to print when it is (``verb``: what happened to the run, e.g. "would be
-    submitted" for a dry run), else ''."""
+    (or its ceiling cannot be computed), or a schedule's month its monthly budget, and
+    ``over_budget`` is not given; returns the line to print: the approval (under by how
+    much), or the warning when ``over_budget`` let it through (``verb``: what happened to
+    the run, e.g. "would be submitted" for a dry run); '' without a budget."""
     from gkeflow.pipelines.compute.costing import run_cost
     from gkeflow.pipelines.compute.prices import current_prices
     from gkeflow.pipelines.settings.budget_config import budget_for
@@ -200,18 +237,49 @@ def check_budget(config, pipeline: str, target: str, environment: str, *,
         return ""
     cost = run_cost(pipeline_profiles(config, pipeline, target), target,
                     price_region(config, target),
-                    prices=current_prices(config_directory(config)))
-    refusal = budget_refusal(cost, budget.max_run_usd, where)
-    if not refusal:
-        return ""
+                    prices=current_prices(config_directory(config)), cluster=cluster_of(config))
+    refusals, approvals, unknown = [], [], False
+    if budget.max_run_usd is not None:
+        refusal = budget_refusal(cost, budget.max_run_usd, where)
+        if refusal:
+            refusals.append(refusal)
+            unknown = (cost.ceiling_usd is None
+                       and cost.priced_ceiling_usd <= budget.max_run_usd)
+        else:
+            approvals.append(budget_verdict(cost, budget.max_run_usd, where)[0]
+                             .removeprefix("budget: ").removesuffix(": submit needs no flag"))
+    if schedule is not None and budget.max_month_usd is not None:
+        refusal, approval = _month_check(schedule, cost, budget.max_month_usd, where)
+        (refusals if refusal else approvals).append(refusal or approval)
     name = f"schedule {schedule.name}: " if schedule is not None else ""
+    if not refusals:
+        return f"{name}budget: {'; '.join(approvals)}"
+    refusal = "; ".join(refusals)
     if not over_budget:
-        unknown = (cost.ceiling_usd is None
-                   and cost.priced_ceiling_usd <= budget.max_run_usd)
         fix = ("pass --over-budget to submit anyway" if unknown else
                "lower its timeouts or compute, raise the budget, or pass --over-budget")
         raise click.ClickException(f"{name}{pipeline} on {target}: {refusal}; {fix}")
     return f"warning: {name}{verb} with --over-budget: {refusal}"
+
+
+def _month_check(schedule, cost: RunCost, max_month_usd: float, where: str) -> tuple[str, str]:
+    """(refusal, approval) of a schedule's month: runs per month from its cron x the run's
+    ceiling (an upper bound), against ``max_month_usd``."""
+    from datetime import date
+
+    from gkeflow.pipelines.compute.costing import runs_per_month
+
+    per_month = runs_per_month(schedule.cron, schedule.time_zone, date.today())
+    limit = format_usd(max_month_usd)
+    if cost.ceiling_usd is None:
+        return (f"cannot check a month of runs against {where} ({limit} a month): "
+                f"{cost.ceiling_reason}"), ""
+    month = per_month * cost.ceiling_usd
+    figure = (f"{per_month:.1f} runs a month x ceiling {format_usd(cost.ceiling_usd)} = at most "
+              f"{format_usd(month)}")
+    if month > max_month_usd:
+        return f"{figure}, over {where} ({limit} a month)", ""
+    return "", f"{figure}, within {where} ({limit} a month)"
 
 
 def run_actual_cost(config, info):
@@ -231,7 +299,8 @@ def run_actual_cost(config, info):
     durations = {step: seconds for step, seconds in step_durations(info.tasks).items()
                  if step in profiles}
     return actual_cost(durations, profiles, info.target, price_region(config, info.target),
-                       prices=current_prices(config_directory(config))), ""
+                       prices=current_prices(config_directory(config)),
+                       cluster=cluster_of(config)), ""
 
 
 def actual_cost_json(cost, reason: str, region: str) -> dict:
@@ -296,7 +365,7 @@ def monthly_estimate(config, schedule, history: list[dict], today=None) -> tuple
         return "missing", str(exc)
     cost = run_cost(profiles, schedule.target, price_region(config, schedule.target),
                     medians=median_durations(history),
-                    prices=current_prices(config_directory(config)))
+                    prices=current_prices(config_directory(config)), cluster=cluster_of(config))
     runs = f"{per_month:.1f} runs"
     if history and cost.expected_usd is not None:
         return (f"{format_usd(per_month * cost.expected_usd)} ({runs} x "

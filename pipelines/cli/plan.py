@@ -112,13 +112,14 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     from gkeflow.pipelines.cli.costs import plan_cost
 
     cost, history_runs = plan_cost(config, target, pipeline, profiles, region, history)
+    verdict_line, verdict = plan_verdict(config, cost)
     mounts, custom_jobs = _gcsfuse_mounts(pipeline, target, config, profiles)
     lustre = _lustre_mounts(target, config, profiles, mounted_by_job=bool(custom_jobs) or (
         target == "gke" and pipeline == "training" and profiles["train-model"].replicas > 1))
     if output_format == "json":
         print_json({**plan_json(pipeline, target, rows, images, target_notes(
             profiles, target, () if pipeline == "sweep" else ("train-model",))),
-            "cost": {**cost.as_json(), "history_runs": history_runs},
+            "cost": {**cost.as_json(), "history_runs": history_runs, "budget": verdict},
             "gcsfuse": {step: [m.as_json() for m in found] for step, found in mounts.items()},
             "lustre": {step: [m.as_json() for m in found] for step, found in lustre.items()}})
         return
@@ -137,6 +138,8 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
                           title=f"{pipeline} on {target}", caption=caption, no_wrap=("step",))
     for line in cost_lines(cost, history_runs if history else 0):
         console.print(line, markup=False)
+    if verdict_line:
+        console.print(verdict_line, markup=False)
     for image in sorted(set(images.values())):
         pinned = ("pinned" if is_pinned(image)
                   else "tag only, not built: run `gkeflow images build`")
@@ -246,3 +249,15 @@ def _workspace_lines(pipeline: str, target: str, config, config_path: Path | Non
         notes.append(parallel_note(settings, "sweep trials",
                                    resolve_sweep(config_path).parallel_trials))
     return lines + [f"note: {note}" for note in notes if note]
+
+
+def plan_verdict(config, cost) -> tuple[str, dict | None]:
+    """The run's ceiling against ``budget.default`` (the budget `submit` holds a default
+    run to): a line for the table and its JSON; ('', None) without that budget."""
+    from gkeflow.pipelines.cli.costs import budget_verdict
+    from gkeflow.pipelines.settings.budget_config import DEFAULT_ENVIRONMENT, budget_for
+
+    budget, where = budget_for(config, DEFAULT_ENVIRONMENT)
+    if budget is None or budget.max_run_usd is None:
+        return "", None
+    return budget_verdict(cost, budget.max_run_usd, where)

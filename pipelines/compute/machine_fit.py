@@ -6,8 +6,9 @@ off) on an accelerator-optimised machine (A2, A3, A4, G2, G4: the GPUs fix the m
 for what that machine gives a pod: on GKE the node's allocatable after GKE's reservations
 (:func:`~gkeflow.pipelines.compute.accelerators.gke_allocatable`) less
 :data:`DAEMONSET_ALLOWANCE` for the system DaemonSets on every node (logging, metrics, the
-GPU device plugin, kube-proxy); on Vertex AI the machine's shape, which the CustomJob gets
-whole. N1 GPUs attach to a machine of any size, so an N1 step keeps its own CPU and memory.
+GPU device plugin, kube-proxy); on Vertex AI the machine's shape up to the 96 vCPUs and
+624 GiB a pipeline step may name (the CustomJob gets the whole machine either way: the
+values only choose it). N1 GPUs attach to a machine of any size, so an N1 step keeps its own CPU and memory.
 Values are rounded down (whole vCPUs, whole GiB) so the pod still fits.
 """
 
@@ -33,7 +34,8 @@ def machine_room(shape: acc.MachineShape, target: str) -> tuple[int, int]:
         vcpus, gib = acc.gke_allocatable(shape)
         vcpus, gib = vcpus - DAEMONSET_ALLOWANCE[0], gib - DAEMONSET_ALLOWANCE[1]
     else:
-        vcpus, gib = shape.vcpus, shape.memory_gib
+        vcpus = min(shape.vcpus, acc.VERTEX_STEP_MAX_VCPUS)
+        gib = min(shape.memory_gib, acc.VERTEX_STEP_MAX_MEMORY_GIB)
     return max(1, math.floor(vcpus)), max(1, math.floor(gib))
 
 

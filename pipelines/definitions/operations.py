@@ -42,6 +42,8 @@ class Operations:
     run_api: str = ""
     price_region: str = ""
     price_directory: str = ""  # where the refreshed price cache lives (gkeflow.yaml's folder)
+    #: How GKE bills a CPU step (``derived_rates.Cluster``; None: e2 node pools).
+    price_cluster: object = None
     step_rates: str = "{}"
     #: ``tracking.<env>`` compiled into the tracked steps (docs/tracking.md), or None.
     tracking: object = None
@@ -74,6 +76,7 @@ class Operations:
         from gkeflow.pipelines.compute.prices import current_prices
 
         run = run_cost(profiles, self.target, self.price_region or DEFAULT_REGION,
+                       cluster=self.price_cluster,
                        prices=current_prices(Path(self.price_directory) if self.price_directory
                                              else None))
         return replace(self, step_rates=json.dumps(step_rates(run), sort_keys=True))
@@ -231,9 +234,12 @@ def of(config, target: str) -> Operations:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     from gkeflow.pipelines.compute.costing import price_region
+    from gkeflow.pipelines.compute.derived_rates import Cluster
     from gkeflow.pipelines.settings.config import config_directory
 
+    gke = config.targets.gke
+    cluster = Cluster(gke.cpu_machine_family, gke.autopilot) if gke is not None else None
     return Operations(target, settings, config.retention, link, api, price_region(config),
-                      price_directory=str(config_directory(config)),
+                      price_directory=str(config_directory(config)), price_cluster=cluster,
                       tracking=getattr(config, "_tracking", None),
                       vertex_target=config.targets.vertex)

@@ -1,16 +1,17 @@
 """``budget:`` in gkeflow.yaml: the most one run may cost at list prices, per environment and
-per schedule (`gkeflow submit` and `gkeflow schedule apply` refuse a run whose ceiling exceeds
-it unless ``--over-budget``; docs/costs.md).
+per schedule, and the most a schedule's runs may cost in a month (`gkeflow submit` and
+`gkeflow schedule apply` accept a run whose ceiling fits and refuse one whose ceiling exceeds
+it unless ``--over-budget``; `gkeflow plan` shows the verdict; docs/costs.md).
 
 Example::
 
     budget:
       default: {max_run_usd: 50}     # an environment of parameters: (or default)
-      prod: {max_run_usd: 400}
+      prod: {max_run_usd: 400, max_month_usd: 5000}
     schedules:
       - name: nightly
         ...
-        budget: {max_run_usd: 20}    # wins over its environment's
+        budget: {max_run_usd: 20, max_month_usd: 400}   # wins over its environment's
 
 Imports nothing from gkeflow: the root model in :mod:`gkeflow.pipelines.settings.config`
 attaches it.
@@ -18,17 +19,27 @@ attaches it.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 DEFAULT_ENVIRONMENT = "default"
 
 
 class BudgetSettings(BaseModel):
-    """One budget: ``max_run_usd``, the ceiling (USD at list prices) one run may reach."""
+    """One budget: ``max_run_usd``, the ceiling (USD at list prices) one run may reach, and
+    ``max_month_usd``, what a schedule's runs may cost in a month (runs per month from its
+    cron x the run's ceiling); at least one of them."""
 
     model_config = ConfigDict(extra="forbid")
 
-    max_run_usd: float = Field(gt=0)
+    max_run_usd: float | None = Field(None, gt=0)
+    max_month_usd: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_limit(self):
+        if self.max_run_usd is None and self.max_month_usd is None:
+            raise ValueError("give max_run_usd (per run), max_month_usd (per month of a "
+                             "schedule) or both")
+        return self
 
 
 def check_budget_environments(config):

@@ -78,6 +78,11 @@ class GkeTarget(_Strict):
     auth: GkeAuth = GkeAuth()
     timeout_s: float = Field(30.0, gt=0)
     retries: int = Field(4, ge=0, le=10)
+    #: Machine family of the node pools CPU-only steps run on (their cost: requests x the
+    #: family's per-vCPU and per-GiB rates); GKE's default node pools are e2.
+    cpu_machine_family: Literal["e2", "n1", "n2", "n2d", "n4"] = "e2"
+    #: An Autopilot cluster bills pods by their requests at Autopilot's rates.
+    autopilot: bool = False
 
     @field_validator("host", "ui_url")
     @classmethod

@@ -4,6 +4,7 @@ and Vertex servers, over a price cache written by the test beside gkeflow.yaml."
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -51,13 +52,14 @@ def test_runs_show_prices_each_step_on_gke(finished, write_config, tmp_path):
     train = steps["train-model"]
     assert train["duration_s"] == durations["train-model"] > 0
     assert train["usd"] == pytest.approx(8.0 * durations["train-model"] / 3600, abs=1e-4)
-    # CPU-only steps have no price: the total says missing and why
-    assert steps["prepare-data"]["usd"] is None and cost["total_usd"] is None
-    assert "shared node pool" in cost["reason"]
+    # CPU-only steps: their requests at the e2 node pool's rates, so the total is known
+    assert steps["prepare-data"]["usd"] > 0 and not steps["prepare-data"]["reason"]
+    assert cost["total_usd"] == pytest.approx(sum(row["usd"] for row in steps.values()),
+                                              abs=1e-3)
 
     table = _show(tmp_path, write_config, data, runs["gke"], "gke")
     assert "cost (estimate from list prices, us-central1" in table
-    assert "total missing (no cost for" in table
+    assert f"total ${cost['total_usd']:,.2f}" in table
     line = next(row for row in table.splitlines() if "Train model" in row)
     assert f"${train['usd']:,.2f}" in line
 
@@ -73,13 +75,25 @@ def test_runs_show_prices_each_step_on_gke(finished, write_config, tmp_path):
     assert expected["expected_usd"] == train["usd"]
 
 
-def test_runs_show_on_vertex_says_missing_with_the_reason(finished, write_config, tmp_path):
+def test_runs_show_on_vertex_derives_the_training_rate(finished, write_config, tmp_path):
+    """No Vertex AI row for a2-highgpu-1g: Compute Engine's rate (the cache's $4.00/h a
+    node) x Vertex AI's markup of the reference machine, for each of the two nodes."""
+    from gkeflow.pipelines.compute.derived_rates import vertex_markup
+    from gkeflow.pipelines.compute.prices import current_prices
+
     data, runs = finished
     write_cache(tmp_path)
+    shown = json.loads(_show(tmp_path, write_config, data, runs["vertex"], "vertex",
+                             "--output", "json"))
+    train = {row["step"]: row for row in shown["cost"]["steps"]}["train-model"]
+    markup, rule = vertex_markup("a2-highgpu-1g", "nvidia-tesla-a100", 1, "us-central1",
+                                 current_prices(tmp_path))
+    assert rule.startswith("n1-standard-4's Vertex AI / Compute Engine on-demand rates")
+    assert train["usd"] == pytest.approx(2 * 4.0 * markup * train["duration_s"] / 3600,
+                                         abs=1e-3)
     table = _show(tmp_path, write_config, data, runs["vertex"], "vertex")
     line = next(row for row in table.splitlines() if "train-model" in row)
-    assert "missing" in line
-    assert "no Vertex AI standard training rate for a2-highgpu-1g in us-central1" in table
+    assert "missing" not in line
 
 
 def test_schedule_list_shows_a_monthly_estimate_from_cron_and_history(
@@ -96,9 +110,9 @@ def test_schedule_list_shows_a_monthly_estimate_from_cron_and_history(
     env = {"GKEFLOW_TEST_KFP_TOKEN": TOKEN, "COLUMNS": "400"}
     before = gkeflow("schedule", "list", "--config", str(path), cwd=tmp_path, env=env)
     assert before.returncode == 0, before.stderr
-    # no run yet: the ceiling of the priced steps (2 x $4.00/h x 2h) is the bound
-    assert "at least $486.67 (30.4 runs x ceiling of the priced steps $16.00)" in before.stdout
-    assert "note: gke/daily monthly cost: no ceiling for fingerprint-data" in before.stdout
+    # no run yet: the ceiling (2 x $4.00/h x 2h, and cents of CPU steps) is the bound
+    assert re.search(r"at most \$4\d\d\.\d\d \(30\.4 runs x ceiling \$16\.\d\d\)",
+                     before.stdout), before.stdout
 
     fired = kfp_runs.fire(recurring_id)
     kfp_runs.finish(fired)
@@ -106,7 +120,9 @@ def test_schedule_list_shows_a_monthly_estimate_from_cron_and_history(
                     str(path), cwd=tmp_path, env=env)
     train = next(t for t in json.loads(shown.stdout)["tasks"]
                  if step_key(t["name"]) == "train-model")
-    per_run = round(8.0 * train["duration_s"] / 3600, 4)
+    assert train["duration_s"] > 0
     after = gkeflow("schedule", "list", "--config", str(path), cwd=tmp_path, env=env)
     assert after.returncode == 0, after.stderr
-    assert f"30.4 runs x expected of the priced steps ${per_run:,.2f})" in after.stdout
+    # one succeeded run: its step durations price the month, not the ceiling
+    assert re.search(r"\$[\d.,]+ \(30\.4 runs x \$[\d.,]+\)", after.stdout), after.stdout
+    assert "ceiling" not in after.stdout.split("monthly:")[0].split("daily")[-1]

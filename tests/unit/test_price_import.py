@@ -46,7 +46,41 @@ def test_rows_carry_the_commit_the_generated_date_and_the_kind_of_machine():
 def test_shapes_not_offered_on_demand_get_no_on_demand_row():
     one = {**A3, "h100-80gb": 1}
     rows = price_import.import_rows(pricing(**{"a3-highgpu-1g": one}), COMMIT, ["us-central1"])
-    assert [row.capacity for row in rows] == ["spot"]
+    assert [row.capacity for row in rows if row.kind == "instance"] == ["spot"]
+
+
+def _machine(cpu, ram, hour, spot=None):
+    cost = {"hour": hour, **({"hour_spot": spot} if spot is not None else {})}
+    return {"cpu": cpu, "ram": ram, "cost": {"us-central1": cost}}
+
+
+def test_a_familys_vcpu_and_memory_rates_are_solved_from_its_machine_types():
+    """vCPUs x 0.02 + GiB x 0.003 priced three e2 types (and a shared-core one that does not
+    follow the rule): the rows give the two rates back, say they are derived, and a family
+    priced at one memory-per-vCPU ratio only has no row, with the reason."""
+    data = pricing(**{
+        "e2-standard-2": _machine(2, 8, 2 * 0.02 + 8 * 0.003, 0.02),
+        "e2-standard-4": _machine(4, 16, 4 * 0.02 + 16 * 0.003),
+        "e2-highmem-2": _machine(2, 16, 2 * 0.02 + 16 * 0.003),
+        "e2-medium": _machine(2, 4, 0.5),
+        "n2-standard-2": _machine(2, 8, 0.1), "n2-standard-4": _machine(4, 16, 0.2)})
+    rows = {row.key: row for row in price_import.import_rows(data, COMMIT, ["us-central1"])}
+    vcpu = rows[("vcpu", "e2", "standard", "us-central1")]
+    gib = rows[("ram-gib", "e2", "standard", "us-central1")]
+    assert vcpu.usd_per_hour == pytest.approx(0.02) and gib.usd_per_hour == pytest.approx(0.003)
+    assert vcpu.note.startswith("derived (estimate): least-squares fit of the hour rates of 3 "
+                                "predefined e2 machine types")
+    assert rows[("vcpu", "e2", "spot", "us-central1")].usd_per_hour is None  # one type only
+    n2 = rows[("vcpu", "n2", "standard", "us-central1")]
+    assert n2.usd_per_hour is None and "different memory per vCPU" in n2.note
+
+
+def test_rates_that_do_not_follow_vcpus_plus_memory_are_not_fitted():
+    data = pricing(**{"e2-standard-2": _machine(2, 8, 0.1), "e2-standard-4": _machine(4, 16, 0.3),
+                      "e2-highmem-2": _machine(2, 16, 0.1)})
+    rows = {row.key: row for row in price_import.import_rows(data, COMMIT, ["us-central1"])}
+    row = rows[("vcpu", "e2", "standard", "us-central1")]
+    assert row.usd_per_hour is None and "the fit misses a machine's rate by" in row.note
 
 
 @pytest.mark.parametrize("data, commit, message", [
