@@ -380,3 +380,62 @@ def monthly_estimate(config, schedule, history: list[dict], today=None) -> tuple
         return (f"at least {format_usd(per_month * known)} ({runs} x {what} of the priced "
                 f"steps {format_usd(known)})"), reason
     return f"missing ({runs})", reason
+
+
+def duty_cycle(metrics: Mapping[str, float]) -> float | None:
+    """Mean GPU utilisation (%) over the epochs the training step sampled; None when none."""
+    values = [value for name, value in metrics.items()
+              if name.startswith("epoch_") and name.endswith("_gpu_utilisation_mean_pct")]
+    return round(sum(values) / len(values), 1) if values else None
+
+
+def billed_report(info, estimate, why: str, bill, key: str, value: str) -> dict:
+    """`runs cost`: the export's actual cost beside the list-price estimate, per step."""
+    per_step = bill.per_step()
+    estimated = {step: usd for step, _s, usd, _r in (estimate.steps if estimate else [])}
+    steps = sorted(set(per_step) | set(estimated), key=lambda s: (s == "", s))
+    return {
+        "run": info.id, "target": info.target, "label": {"key": key, "value": value},
+        "currency": bill.currency,
+        "actual_usd": bill.net if bill.lines else None,
+        "actual_reason": "" if bill.lines else (
+            "no row of the export carries the run's label yet: the export lags by up to a "
+            "day" + ("; on GKE, turn on cost allocation (gcloud container clusters update "
+                     "CLUSTER --enable-cost-allocation)" if info.target == "gke" else "")),
+        "estimated_usd": estimate.total_usd if estimate else None,
+        "estimated_reason": (estimate.reason if estimate else why) or "",
+        "estimate_label": LIST_PRICE_LABEL,
+        "gpu_duty_cycle_pct": duty_cycle(info.metrics),
+        "first_usage": bill.first_usage.isoformat() if bill.first_usage else None,
+        "last_usage": bill.last_usage.isoformat() if bill.last_usage else None,
+        "steps": [{"step": step or None, "actual_usd": per_step.get(step),
+                   "estimated_usd": estimated.get(step)} for step in steps],
+        "skus": [{"step": line.step or None, "sku": line.sku, "cost": line.cost,
+                  "credits": line.credits} for line in bill.lines],
+    }
+
+
+def billed_lines(report: dict) -> list[str]:
+    """The lines `runs cost` prints for people."""
+    label = report["label"]
+    lines = [f"run {report['run']} on {report['target']} (billing export rows labelled "
+             f"{label['key']}={label['value']})"]
+    currency = report["currency"]
+    actual = (f"{format_usd(report['actual_usd'])} {currency}" if report["actual_usd"]
+              is not None else f"missing ({report['actual_reason']})")
+    estimated = (format_usd(report["estimated_usd"]) if report["estimated_usd"] is not None
+                 else f"missing ({report['estimated_reason']})")
+    lines.append(f"actual (Cloud Billing export, credits included): {actual}")
+    lines.append(f"estimate ({report['estimate_label']}): {estimated}")
+    for row in report["steps"]:
+        name = row["step"] or "(no step label)"
+        lines.append(f"  {name}: actual {format_usd(row['actual_usd'])}, estimate "
+                     f"{format_usd(row['estimated_usd'])}")
+    unlabelled = [sku for sku in report["skus"] if sku["step"] is None]
+    for sku in unlabelled:
+        lines.append(f"    {sku['sku']}: {format_usd(sku['cost'] + sku['credits'])}")
+    duty = report["gpu_duty_cycle_pct"]
+    lines.append("GPU duty cycle during training: " + (
+        f"{duty:g}% (mean of the epochs the training step sampled)" if duty is not None
+        else "not recorded (a CPU or TPU run, or the step could not sample its GPUs)"))
+    return lines

@@ -198,3 +198,46 @@ def runs_retry(run, target, config_path) -> None:
     with the same spec, parameters and settings."""
     config = require_config(config_path)
     stdout_console().print(reader(config, target_of(config, run, target)).retry(run), markup=False)
+
+
+@runs_group.command("cost")
+@click.argument("run", callback=_run_id)
+@_target
+@_json_option
+@config_option
+@remote_errors
+def runs_cost(run, target, output, config_path) -> None:
+    """What RUN really cost, from the Cloud Billing export to BigQuery (billing.export_table),
+    beside the estimate at list prices, per step where the export allows, with the GPU
+    utilisation the training step recorded.
+
+    \b
+    GKE: needs GKE cost allocation on the cluster (its pods' labels reach the export).
+    Vertex AI: the run's vertex-ai-pipelines-run-billing-id label.
+    The export lags by up to a day: a run that just ended may not be in it yet.
+    """
+    import datetime as dt
+
+    from gkeflow.pipelines.cli import costs
+    from gkeflow.pipelines.targets import billing
+
+    config = require_config(config_path)
+    if config.billing is None:
+        raise click.ClickException(f"no billing export in {config_path or 'gkeflow.yaml'}: "
+                                   f"{billing.ENABLE_EXPORT}")
+    info = reader(config, target_of(config, run, target)).show(run)
+    estimate, why = costs.run_actual_cost(config, info)
+    try:
+        key, value = billing.run_label(info.target, info.id, info.labels)
+        since = (info.start or dt.datetime.now(dt.UTC)) - dt.timedelta(
+            days=config.billing.lookback_days)
+        bill = billing.read_bill(config.billing, info.target, key, value, since)
+    except billing.BillingError as exc:
+        raise click.ClickException(str(exc)) from None
+    report = costs.billed_report(info, estimate, why, bill, key, value)
+    if output == "json":
+        click.echo(json.dumps(report, indent=2))
+        return
+    console = stdout_console()
+    for line in costs.billed_lines(report):
+        console.print(line, markup=False, soft_wrap=True)

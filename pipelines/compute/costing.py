@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import date
 
+from gkeflow.pipelines.compute import derived_rates, tpu_profile
+from gkeflow.pipelines.compute.derived_rates import Cluster
 from gkeflow.pipelines.compute.prices import (
     SOURCES,
     VERTEX_PIPELINES_MACHINES,
@@ -21,8 +23,6 @@ from gkeflow.pipelines.compute.prices import (
     find_price,
     hourly_rate,
 )
-from gkeflow.pipelines.compute import derived_rates, tpu_profile
-from gkeflow.pipelines.compute.derived_rates import Cluster
 from gkeflow.pipelines.compute.profiles import ComputeProfile, fitting_shape
 from gkeflow.pipelines.compute.units import cpu_cores, memory_bytes
 

@@ -89,7 +89,7 @@ def requests_rate(kinds: tuple[str, str], item: str, cpus: float, gib: float, ca
                   today: date | None = None) -> Rate:
     """``cpus`` x the vCPU row plus ``gib`` x the memory row of ``item``."""
     parts = []
-    for kind, amount in zip(kinds, (cpus, gib)):
+    for kind, amount in zip(kinds, (cpus, gib), strict=True):
         row = find_price(kind, item, capacity, region, prices)
         if row is None or row.usd_per_hour is None:
             why = row.note if row is not None and row.note else "not in the catalogue"

@@ -8,8 +8,8 @@ for what that machine gives a pod: on GKE the node's allocatable after GKE's res
 :data:`DAEMONSET_ALLOWANCE` for the system DaemonSets on every node (logging, metrics, the
 GPU device plugin, kube-proxy); on Vertex AI the machine's shape up to the 96 vCPUs and
 624 GiB a pipeline step may name (the CustomJob gets the whole machine either way: the
-values only choose it). N1 GPUs attach to a machine of any size, so an N1 step keeps its own CPU and memory.
-Values are rounded down (whole vCPUs, whole GiB) so the pod still fits.
+values only choose it). N1 GPUs attach to a machine of any size, so an N1 step keeps its
+own CPU and memory. Values are rounded down (whole vCPUs, whole GiB) so the pod still fits.
 """
 
 from __future__ import annotations

@@ -59,10 +59,10 @@ PIPELINE_NAME = "gkeflow-training"
 
 #: Default per-step compute: one T4 GPU for training only, sized to fit an n1-standard-8 GKE
 #: node (what GKE leaves to pods) and a Vertex n1-standard-8 machine; with GPUs that come on
-#: a fixed machine (A3, G2, ...) train-model asks for that machine's room (``auto_size``). Every retry field is
-#: explicit. Data preparation is cached on the fingerprint of its input's content, which a
-#: light step computes at run time and never caches; evaluation (the champion may change)
-#: and registration are never served from cache.
+#: a fixed machine (A3, G2, ...) train-model asks for that machine's room (``auto_size``).
+#: Every retry field is explicit. Data preparation is cached on the fingerprint of its
+#: input's content, which a light step computes at run time and never caches; evaluation
+#: (the champion may change) and registration are never served from cache.
 DEFAULT_COMPUTE: Mapping[str, ComputeProfile] = {
     "fingerprint-data": ComputeProfile(cpu="1", memory="2G", caching=False, timeout_s=1800),
     "prepare-data": ComputeProfile(cpu="2", memory="8G", caching=True, timeout_s=3600),

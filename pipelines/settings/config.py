@@ -54,6 +54,9 @@ The file is optional; every key has a default in code. Sections:
 ``budget``
     the most one run may cost at list prices, per environment and per schedule
     (:mod:`gkeflow.pipelines.settings.budget_config`; docs/costs.md).
+``billing``
+    the Cloud Billing export to BigQuery that `gkeflow runs cost` reads
+    (:mod:`gkeflow.pipelines.settings.billing_config`).
 
 ``images``
     the registry the pipelines' images are built into and pulled from, extra packages and
@@ -84,6 +87,7 @@ from pydantic import (
 )
 
 from gkeflow.components.did_you_mean import did_you_mean
+from gkeflow.pipelines.settings.billing_config import BillingSettings
 from gkeflow.pipelines.settings.budget_config import BudgetSettings
 from gkeflow.pipelines.settings.config_example import EXAMPLE_CONFIG as EXAMPLE_CONFIG
 from gkeflow.pipelines.settings.deploy_config import DeployConfig
@@ -200,6 +204,7 @@ class GkeflowConfig(BaseModel):
     monitoring: dict[str, MonitoringSettings] = {}  # per environment: monitoring_config.py
     tracking: dict[str, TrackingSettings] = {}  # per environment: tracking_config.py
     budget: dict[str, BudgetSettings] = {}  # per environment: budget_config.py
+    billing: BillingSettings | None = None  # the billing export: billing_config.py
 
     @field_validator("name")
     @classmethod

@@ -75,6 +75,7 @@ class RunInfo:
     metrics: dict[str, float] = field(default_factory=dict)
     registered_version: str = ""
     note: str = ""  # why metrics or the registered version could not be read
+    labels: dict[str, str] = field(default_factory=dict)  # the Vertex AI PipelineJob's
 
     @property
     def duration_s(self) -> float | None:

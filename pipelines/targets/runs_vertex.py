@@ -85,7 +85,7 @@ class VertexRuns:
             url=self.backend.console_url(job.name),
             schedule=labels.get(MANAGED_LABEL, ""), error=job.error.message or "",
             parameters=parameters, tasks=tasks, metrics=metrics,
-            registered_version=registered)
+            registered_version=registered, labels=labels)
 
     def list(self, *, pipeline: str | None = None, schedule: str | None = None,
              limit: int = 20) -> list[RunInfo]:

@@ -89,6 +89,9 @@ class FakeVertexServer(Server):
                     raise Conflict(f"PipelineJob {job.name} already exists")
                 job.state = aiplatform_v1.PipelineState.PIPELINE_STATE_PENDING
                 job.create_time = dt.datetime.now(dt.UTC)
+                # Vertex AI attaches the run's billing id to the job and what it creates
+                job.labels["vertex-ai-pipelines-run-billing-id"] = str(
+                    8_000_000_000_000_000_000 + len(self.jobs))
                 self.jobs[job.name] = job
                 from google.protobuf import json_format
 
