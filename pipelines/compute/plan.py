@@ -69,7 +69,7 @@ def target_notes(profiles: Mapping[str, ComputeProfile], target: str,
         notes.append(training_engine(target, profiles[step]).describe(profiles[step]))
     note = launchers.unapplied_note(profiles, target, engine_run - (
         {"train-model"} if target == "local" else set()))  # local workers follow no job
-    notes += [note for step, p in profiles.items() if (note := idle_note(step, p, target))]
+    notes += [idle for step, p in profiles.items() if (idle := idle_note(step, p, target))]
     return notes + ([note] if note else []) + capacity.capacity_notes(profiles, target)
 
 

@@ -71,8 +71,14 @@ SHM_VOLUME = "dshm"
 SHM_PATH = "/dev/shm"
 
 
-def apply_compute(task, profile: ComputeProfile, target: str):
-    """Apply ``profile`` to the pipeline task ``task`` in the form ``target`` understands."""
+#: Pod label naming the step a pod runs (GKE cost allocation exports it to the billing data
+#: as ``k8s-label/gkeflow-step``: `gkeflow runs cost` reads each step's actual cost by it).
+STEP_LABEL = "gkeflow-step"
+
+
+def apply_compute(task, profile: ComputeProfile, target: str, step: str = ""):
+    """Apply ``profile`` to the pipeline task ``task`` in the form ``target`` understands;
+    on GKE its pod is labelled with ``step``."""
     if target not in TARGETS:
         raise ComputeError(f"unknown target {target!r}; valid: {', '.join(TARGETS)}")
     kfp_task_check.install()
@@ -88,6 +94,10 @@ def apply_compute(task, profile: ComputeProfile, target: str):
         )
     if target == "gke":
         _apply_gke(task, profile)
+        if step:
+            from kfp import kubernetes
+
+            kubernetes.add_pod_label(task, STEP_LABEL, step)
     else:
         task.set_cpu_limit(profile.cpu).set_memory_limit(profile.memory)
         if profile.uses_gpu:

@@ -138,6 +138,6 @@ def deploy_stage(target: str, profile: ComputeProfile, scope: dict[str, Any]):
                 traffic=scope["deploy_traffic"],
             )
             task.set_display_name("Deploy model")
-            apply_compute(task, task_profile(profile), target)
+            apply_compute(task, task_profile(profile), target, DEPLOY_STEP)
 
     return add

@@ -82,7 +82,7 @@ def build_fanout_pipeline(target: str = "local",
     def configure(task: dsl.PipelineTask, step: str) -> dsl.PipelineTask:
         apply_gcsfuse(task, step, gcsfuse, target)  # the buckets the step uses
         lustre_mounts.apply_lustre(task, step, lustre, target)  # and Lustre instances
-        return apply_compute(task, profiles[step], target)
+        return apply_compute(task, profiles[step], target, step)
 
     @dsl.pipeline(name=PIPELINE_NAME,
                   pipeline_config=operations.pipeline_config(storage.config()))

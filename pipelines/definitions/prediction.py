@@ -140,7 +140,7 @@ def build_prediction_pipeline(
         operations.track(task, step, PIPELINE_NAME)
         apply_gcsfuse(task, step, gcsfuse, target)
         lustre_mounts.apply_lustre(task, step, lustre, target)
-        return apply_compute(task, profiles[step], target)
+        return apply_compute(task, profiles[step], target, step)
 
     def score(data_uri, model_name, model_version, model_alias, registry_uri, output_uri,
               output_format, key_column, max_rejected_fraction, max_drift,

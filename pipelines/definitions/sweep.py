@@ -268,7 +268,7 @@ def build_sweep_pipeline(target: str = "local",
         operations.track(task, step, PIPELINE_NAME)
         apply_gcsfuse(task, step, gcsfuse, target)
         lustre_mounts.apply_lustre(task, step, lustre, target)
-        return apply_compute(task, profiles[step], target)
+        return apply_compute(task, profiles[step], target, step)
 
     @dsl.pipeline(name=PIPELINE_NAME,
                   pipeline_config=operations.pipeline_config(storage.config()))

@@ -187,7 +187,7 @@ def build_training_pipeline(
         if step != "train-model" or train_engine is None:  # an engine's pods mount nothing
             apply_gcsfuse(task, step, gcsfuse, target)
             lustre_mounts.apply_lustre(task, step, lustre, target)
-        return apply_compute(task, profile or profiles[step], target)
+        return apply_compute(task, profile or profiles[step], target, step)
 
     # Training beyond one pod (several machines, Spot/flex-start on Vertex AI) goes through
     # the target's engine: a Vertex AI CustomJob, a GKE JobSet or local worker processes.

@@ -74,6 +74,7 @@ def test_flex_start_reservation_and_queue_reach_the_gke_pod(tmp_path):
     assert {"key": "cloud.google.com/gke-flex-start", "operator": "Equal", "value": "true",
             "effect": "NoSchedule"} in flex["tolerations"]
     assert flex["podMetadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "team-a",
+                                             "gkeflow-step": "train-model",
                                              "app.kubernetes.io/managed-by": "gkeflow"}
     assert flex["activeDeadlineSeconds"] == "86400"
 
@@ -87,7 +88,8 @@ def test_flex_start_reservation_and_queue_reach_the_gke_pod(tmp_path):
         "cloud.google.com/reservation-project": "shared-proj"}
     assert [t["key"] for t in reserved["tolerations"]] == ["nvidia.com/gpu"]
     # no queue, no Kueue label: only the label the GPU alert selects
-    assert reserved["podMetadata"]["labels"] == {"app.kubernetes.io/managed-by": "gkeflow"}
+    assert reserved["podMetadata"]["labels"] == {"app.kubernetes.io/managed-by": "gkeflow",
+                                                 "gkeflow-step": "train-model"}
 
     _, spot = _compiled(tmp_path / "c", "gke", _train(spot=True))
     assert spot["nodeSelector"]["labels"] == {"cloud.google.com/gke-spot": "true"}

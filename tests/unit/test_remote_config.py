@@ -48,8 +48,8 @@ def test_a_file_without_new_sections_still_loads(tmp_path):
     ({"targets": {"gke": {"host": "https://k", "timeout_s": 0}}},
      "targets.gke.timeout_s: Input should be greater than 0"),
     ({"targets": {"gke": {"host": "https://k", "colour": "red"}}},
-     "targets.gke.colour: unknown key; remove or rename it (keys here: auth, experiment, "
-     "host,"),
+     "targets.gke.colour: unknown key; remove or rename it (keys here: auth, autopilot, "
+     "cpu_machine_family, experiment, host,"),
     ({"targets": {"vertex": {"project": "P", "region": "us-central1",
                              "pipeline_root": "gs://bucket", "service_account":
                                  "a@p.iam.gserviceaccount.com"}}},
