@@ -38,6 +38,8 @@ targets:
       # or: google: true                     (Google application-default credentials)
     timeout_s: 30                            # per request; 5xx/connection errors are retried
     retries: 4
+    # cpu_machine_family: e2                 # node pools of CPU-only steps (their cost)
+    # autopilot: false                       # an Autopilot cluster bills pods by requests
 
   # Vertex AI Pipelines: `gkeflow submit --target vertex`.
   vertex:
@@ -117,11 +119,17 @@ targets:
 #     vertex_experiments:
 #       experiment: penguins
 
-# The most one run may cost at list prices, per environment (a schedule may set its own):
-# `submit` and `schedule apply` refuse a run whose ceiling exceeds it unless --over-budget
-# (docs/costs.md).
+# The most one run may cost at list prices, per environment (a schedule may set its own),
+# and what a schedule's runs may cost in a month: `plan` shows the verdict; `submit` and
+# `schedule apply` accept a run that fits and refuse one whose ceiling exceeds it unless
+# --over-budget (docs/costs.md).
 # budget:
 #   default: {max_run_usd: 50}
+#   prod: {max_run_usd: 400, max_month_usd: 5000}
+
+# What runs really cost (`gkeflow runs cost RUN`): the Cloud Billing export to BigQuery.
+# billing:
+#   export_table: my-project.billing.gcp_billing_export_resource_v1_0123AB_4567CD_89EF01
 
 # Pipeline parameters per environment: `gkeflow submit --env prod`.
 # "default" is used when no --env is given; --param KEY=VALUE wins over these.
