@@ -227,17 +227,28 @@ def check_budget(config, pipeline: str, target: str, environment: str, *,
     (or its ceiling cannot be computed), or a schedule's month its monthly budget, and
     ``over_budget`` is not given; returns the line to print: the approval (under by how
     much), or the warning when ``over_budget`` let it through (``verb``: what happened to
-    the run, e.g. "would be submitted" for a dry run); '' without a budget."""
+    the run, e.g. "would be submitted" for a dry run); without a budget, the ceiling."""
     from gkeflow.pipelines.compute.costing import run_cost
     from gkeflow.pipelines.compute.prices import current_prices
     from gkeflow.pipelines.settings.budget_config import budget_for
 
+    from gkeflow.pipelines.compute.profiles import ComputeError
+
     budget, where = budget_for(config, environment, schedule)
-    if budget is None:
-        return ""
-    cost = run_cost(pipeline_profiles(config, pipeline, target), target,
-                    price_region(config, target),
+    try:
+        profiles = pipeline_profiles(config, pipeline, target)
+    except ComputeError:
+        if budget is None:  # compiling refuses it, in the words compile uses
+            return ""
+        raise
+    cost = run_cost(profiles, target, price_region(config, target),
                     prices=current_prices(config_directory(config)), cluster=cluster_of(config))
+    if budget is None:
+        name = f"schedule {schedule.name}: " if schedule is not None else ""
+        ceiling = (format_usd(cost.ceiling_usd) if cost.ceiling_usd is not None
+                   else f"missing ({cost.ceiling_reason})")
+        return (f"{name}cost: ceiling {ceiling} per run ({LIST_PRICE_LABEL}, {cost.region}); "
+                "no budget: set one under budget: to have it checked")
     refusals, approvals, unknown = [], [], False
     if budget.max_run_usd is not None:
         refusal = budget_refusal(cost, budget.max_run_usd, where)
