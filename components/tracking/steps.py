@@ -67,14 +67,33 @@ def track_preparation(result: Any, data_uri: str, label_column: str,
     t.finish()
 
 
+def training_params(params: Any) -> dict[str, Any]:
+    """train-model's parameters as MLflow takes them (lists joined with commas)."""
+    values = dataclasses.asdict(params) if dataclasses.is_dataclass(params) else dict(params)
+    return {k: ",".join(map(str, v)) if isinstance(v, list | tuple) else v
+            for k, v in values.items()}
+
+
+def start_training_run(params: Any, task: str = "") -> Tracker:
+    """train-model's run, opened as training starts, its parameters logged at once: the
+    live curves (:mod:`gkeflow.components.tracking.live`) go into it epoch by epoch. A
+    retried step reopens the run its earlier attempt left (the same task)."""
+    try:
+        tracker = open_step_run("train-model", task=task)
+        tracker.log_params(training_params(params))
+        return tracker
+    except Exception as exc:  # best effort: tracking never fails the step
+        print(f"mlflow: tracking off for train-model: {one_line(exc)}", flush=True)
+        return Tracker()
+
+
 @best_effort
 def track_training(result: Any, params: Any, model_dir: Path, task: str = "",
-                   tracker: Tracker | None = None) -> None:
+                   tracker: Tracker | None = None, live: bool = False) -> None:
     """train-model: the parameters, the curves per epoch (``step`` = epoch, from 1), the
-    final metrics and the SavedModel directory as artifacts under ``model/``."""
-    values = dataclasses.asdict(params) if dataclasses.is_dataclass(params) else dict(params)
-    values = {k: ",".join(map(str, v)) if isinstance(v, list | tuple) else v
-              for k, v in values.items()}
+    final metrics and the SavedModel directory as artifacts under ``model/``. ``live``: the
+    curves and parameters are in ``tracker``'s run already (logged as training went)."""
+    values = training_params(params)
     final = {**{f"final_{k}": v for k, v in result.metrics.items()},
              "best_epoch": result.best_epoch, "epochs_run": result.epochs_run,
              "examples_per_s": result.examples_per_s}
@@ -84,12 +103,13 @@ def track_training(result: Any, params: Any, model_dir: Path, task: str = "",
         return
     from mlflow.entities import Metric
 
-    now = int(time.time() * 1000)
-    t.log_params(values)
-    series = [Metric(entity_key(name), float(value), now, epoch)
-              for name, history in result.history.items()
-              for epoch, value in enumerate(history, start=1) if _finite(value)]
-    t.log_metric_series(series)
+    if not live:
+        now = int(time.time() * 1000)
+        t.log_params(values)
+        series = [Metric(entity_key(name), float(value), now, epoch)
+                  for name, history in result.history.items()
+                  for epoch, value in enumerate(history, start=1) if _finite(value)]
+        t.log_metric_series(series)
     t.log_metrics(final)
     t.set_tags({"gkeflow.strategy": result.strategy, "gkeflow.precision": result.precision,
                 **({TASK_TAG: task.replace("'", "")} if task else {})})  # how a sweep finds trials

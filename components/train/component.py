@@ -128,6 +128,16 @@ def train_model(
                                            task_name, checkpoint_key,
                                            mount=checkpoint_mount(workspace_path))
     print(f"checkpoints: {location or 'none (not resumable)'}", flush=True)
+    import os
+
+    from gkeflow.components.tracking.live import live_curves
+    from gkeflow.components.tracking.steps import start_training_run, track_training
+    from gkeflow.components.train.devices import writes_outputs
+
+    # the chief's run opens now, so the curves show while it trains
+    tracker = (start_training_run(params, task=checkpoint_key or task_name)
+               if writes_outputs(os.environ) else None)
+    live = (lambda sampler: live_curves(tracker, sampler)) if tracker is not None else None
     with exit_on_preemption():
         try:
             result = train(
@@ -138,9 +148,13 @@ def train_model(
                 checkpoint_dir=location or None,
                 tensorboard_dir=Path(tensorboard.path),
                 data_uri=dataset.uri,
+                live=live,
             )
-        except Exception as exc:
-            if isinstance(exc, Preempted):
+        except BaseException as exc:
+            if tracker is not None:  # a preempted run is resumed into the same MLflow run
+                tracker.finish("KILLED" if isinstance(exc, (Preempted, KeyboardInterrupt))
+                               else "FAILED")
+            if isinstance(exc, Preempted) or not isinstance(exc, Exception):
                 raise
             if not continue_on_error:
                 if isinstance(exc, (TpuUnavailableError, GpuUnavailableError,
@@ -152,10 +166,6 @@ def train_model(
 
             traceback.print_exc()
             return trial_report(task_name, model.uri, error=f"{type(exc).__name__}: {exc}")
-    import os
-
-    from gkeflow.components.train.devices import writes_outputs
-
     if not writes_outputs(os.environ):
         # A worker replica of a multi-node job (a Vertex AI CustomJob's worker pool runs this
         # same step) or a host of a multi-host TPU slice other than worker 0: the chief
@@ -186,8 +196,7 @@ def train_model(
         "gpu_utilisation_warning": result.gpu_utilisation_warning,
     })
     tensorboard.metadata["log_dir"] = tensorboard.uri
-    from gkeflow.components.tracking.steps import track_training
-
-    track_training(result, params, Path(model.path), task=checkpoint_key or task_name)
+    track_training(result, params, Path(model.path), task=checkpoint_key or task_name,
+                   tracker=tracker, live=tracker is not None)
     warnings = [result.gpu_utilisation_warning] if result.gpu_utilisation_warning else []
     return trial_report(task_name, model.uri, result.metrics, warnings=warnings)

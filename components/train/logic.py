@@ -17,8 +17,10 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gkeflow.components.prepare.logic import Schema
 from gkeflow.components.prepare.reader import load_split
@@ -161,14 +163,15 @@ def throughput_callback(examples_per_epoch: int, log_dir: Path | None = None):
 
 def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParams,
           checkpoint_dir: Path | str | None = None, tensorboard_dir: Path | None = None,
-          data_uri: str = "") -> TrainResult:
+          data_uri: str = "", live: Callable[[Any], Any] | None = None) -> TrainResult:
     """Train on the train split, validate on eval, export a SavedModel to ``model_dir``.
 
     With ``checkpoint_dir`` (a directory or a ``gs://`` URI that is the same on every retry
     of the step, see :func:`~gkeflow.components.train.store.resolve_checkpoint_location`)
     the run resumes from the last checkpoint committed there, commits one on SIGTERM and
     raises :class:`~gkeflow.components.train.checkpoint.Preempted`, and removes its
-    checkpoints after success.
+    checkpoints after success. ``live(gpu_sampler)`` gives a Keras callback (or None) that
+    sees every epoch end after the sampler has closed it: the step's live curves.
     """
     import keras
     import tensorflow as tf
@@ -339,6 +342,9 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     callbacks = [checkpoint, throughput, gpu_sampler.callback(tensorboard_dir)]
     if tensorboard_dir is not None:
         callbacks.append(keras.callbacks.TensorBoard(log_dir=str(tensorboard_dir)))
+    live_callback = live(gpu_sampler) if live is not None else None
+    if live_callback is not None:
+        callbacks.append(live_callback)
     initial_epoch = state.epochs_completed if state else 0
     previous_handler = checkpoint.install_sigterm_handler() if checkpoint_dir else None
     started = time.perf_counter()

@@ -230,9 +230,8 @@ def check_budget(config, pipeline: str, target: str, environment: str, *,
     the run, e.g. "would be submitted" for a dry run); without a budget, the ceiling."""
     from gkeflow.pipelines.compute.costing import run_cost
     from gkeflow.pipelines.compute.prices import current_prices
-    from gkeflow.pipelines.settings.budget_config import budget_for
-
     from gkeflow.pipelines.compute.profiles import ComputeError
+    from gkeflow.pipelines.settings.budget_config import budget_for
 
     budget, where = budget_for(config, environment, schedule)
     try:

@@ -132,6 +132,12 @@ class MlflowServer:
         answer = self.api("metrics/get-history", run_id=run_id, metric_key=key)
         return sorted((m.get("step", 0), m["value"]) for m in answer.get("metrics", []))
 
+    def metric_points(self, run_id: str, key: str) -> list[tuple[int, int, float]]:
+        """(step, timestamp in ms, value) of every point of ``key``, by step."""
+        answer = self.api("metrics/get-history", run_id=run_id, metric_key=key)
+        return sorted((m.get("step", 0), int(m["timestamp"]), m["value"])
+                      for m in answer.get("metrics", []))
+
     def artifacts(self, run_id: str, path: str = "") -> list[str]:
         """Every artifact file of the run under ``path``, recursively."""
         query = {"run_id": run_id, **({"path": path} if path else {})}
