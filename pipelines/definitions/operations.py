@@ -233,6 +233,12 @@ def of(config, target: str) -> Operations:
             settings.check_target(target)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+    tracking = getattr(config, "_tracking", None)
+    mlflow = getattr(tracking, "mlflow", None)
+    if mlflow is not None and (reason := mlflow.unreachable_from(target)):
+        from gkeflow.pipelines.settings.config import ConfigError
+
+        raise ConfigError(reason)
     from gkeflow.pipelines.compute.costing import price_region
     from gkeflow.pipelines.compute.derived_rates import Cluster
     from gkeflow.pipelines.settings.config import config_directory

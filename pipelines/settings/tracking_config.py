@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
@@ -120,6 +121,9 @@ class MlflowTracking(BaseModel):
             runs (direct mode). On GKE the Kubeflow Pipelines plugin logs to the server it
             is configured with, and only the experiment name is sent.
         credentials: Where local runs read their credentials from.
+        allow_local_uri: Let a loopback or link-local ``tracking_uri`` (127.0.0.0/8, ::1,
+            localhost, 169.254.0.0/16) into pipelines compiled for GKE or Vertex AI, whose
+            pods cannot reach it; only for a server port-forwarded into the cluster.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -127,6 +131,22 @@ class MlflowTracking(BaseModel):
     experiment: str
     tracking_uri: str = ""
     credentials: MlflowCredentials = MlflowCredentials()
+    allow_local_uri: bool = False
+
+    def unreachable_from(self, target: str) -> str:
+        """Why pods on ``target`` (gke, vertex) cannot reach ``tracking_uri``; '' when they
+        may (local runs, a routable host, or ``allow_local_uri``)."""
+        if target not in ("gke", "vertex") or not self.tracking_uri or self.allow_local_uri:
+            return ""
+        host = urlsplit(self.tracking_uri).hostname or ""
+        kind = local_address_kind(host)
+        if not kind:
+            return ""
+        where = "a GKE pod" if target == "gke" else "Vertex AI"
+        return (f"tracking.mlflow.tracking_uri {self.tracking_uri} is a {kind} address, which "
+                f"{where} cannot reach: give the server's address as the {target} runs see it, "
+                "or set tracking.mlflow.allow_local_uri: true for a server port-forwarded into "
+                "the cluster")
 
     @field_validator("experiment")
     @classmethod
@@ -152,6 +172,22 @@ class MlflowTracking(BaseModel):
             raise ValueError(f"{value!r} is not an http(s) URL "
                              "(e.g. http://mlflow.example.com:5000)")
         return value
+
+
+def local_address_kind(host: str) -> str:
+    """"loopback" or "link-local" for such a host (name or address); '' for any other."""
+    import ipaddress
+
+    name = host.strip("[]").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return "loopback"
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return ""
+    if address.is_loopback:
+        return "loopback"
+    return "link-local" if address.is_link_local else ""
 
 
 def mlflow_registry_uri(tracking_uri: str) -> str:

@@ -13,7 +13,7 @@ from gkeflow.pipelines.targets.submit import submit
 from tests.integration.conftest import FAST, TOKEN, config_dict, gkeflow
 
 TRACKING = {"prod": {"mlflow": {"experiment": "penguins prod",
-                                "tracking_uri": "http://127.0.0.1:5000"}}}
+                                "tracking_uri": "http://mlflow.mlflow.svc.cluster.local:5000"}}}
 #: The plugin's server only: without a tracking URI the steps cannot track themselves.
 PLUGIN_ONLY = {"prod": {"mlflow": {"experiment": "penguins prod"}}}
 WEEKLY = {"name": "weekly", "target": "gke", "cron": "0 6 * * 1", "environment": "prod"}
@@ -61,7 +61,7 @@ def test_kfp_2_16_with_a_tracking_uri_runs_in_direct_mode(kfp_server, token_env,
     submission, _ = _submit(make_config(kfp_server.url, None, tracking=TRACKING), tmp_path)
     (run,) = kfp_server.runs.values()
     assert "plugins_input" not in run
-    assert any("no MLflow plugin" in n and "direct mode" in n and "127.0.0.1:5000" in n
+    assert any("no MLflow plugin" in n and "direct mode" in n and "mlflow.mlflow.svc.cluster.local:5000" in n
                for n in submission.notes)
 
 
@@ -115,3 +115,30 @@ def test_dry_run_shows_the_plugin_input_and_where_runs_are_tracked(kfp_server, w
     assert result.returncode == 0, result.stderr
     assert "tracking: MLflow experiment 'penguins prod'" in result.stdout
     assert "plugins_input" in result.stdout and "experiment_name" in result.stdout
+
+
+@pytest.mark.parametrize("uri, kind", [("http://127.0.0.1:44623", "loopback"),
+                                       ("http://localhost:5000", "loopback"),
+                                       ("http://[::1]:5000", "loopback"),
+                                       ("http://169.254.10.1:5000", "link-local")])
+def test_compile_for_a_cloud_target_refuses_a_tracking_uri_its_pods_cannot_reach(
+        tmp_path, uri, kind):
+    """A loopback or link-local server compiled into GKE or Vertex AI steps would train and
+    then fail to track and register: refused in one line before anything is written;
+    allow_local_uri (a port-forwarded server) and local runs let it through."""
+    import yaml
+
+    from tests.integration.conftest import gkeflow
+
+    tracking = {"default": {"mlflow": {"experiment": "penguins", "tracking_uri": uri}}}
+    (tmp_path / "gkeflow.yaml").write_text(yaml.safe_dump({"tracking": tracking}))
+    for target in ("gke", "vertex"):
+        refused = gkeflow("compile", "--target", target, "--output", "out", cwd=tmp_path)
+        assert refused.returncode == 1 and "Traceback" not in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert f"tracking.mlflow.tracking_uri {uri} is a {kind} address" in refused.stderr
+        assert not (tmp_path / "out").exists() or not any((tmp_path / "out").glob("*.yaml"))
+    tracking["default"]["mlflow"]["allow_local_uri"] = True
+    (tmp_path / "gkeflow.yaml").write_text(yaml.safe_dump({"tracking": tracking}))
+    allowed = gkeflow("compile", "--target", "gke", "--output", "out", cwd=tmp_path)
+    assert allowed.returncode == 0, allowed.stderr
