@@ -61,8 +61,8 @@ def test_kfp_2_16_with_a_tracking_uri_runs_in_direct_mode(kfp_server, token_env,
     submission, _ = _submit(make_config(kfp_server.url, None, tracking=TRACKING), tmp_path)
     (run,) = kfp_server.runs.values()
     assert "plugins_input" not in run
-    assert any("no MLflow plugin" in n and "direct mode" in n and "mlflow.mlflow.svc.cluster.local:5000" in n
-               for n in submission.notes)
+    assert any("no MLflow plugin" in n and "direct mode" in n
+               and "mlflow.mlflow.svc.cluster.local:5000" in n for n in submission.notes)
 
 
 def test_a_tracked_schedule_on_kfp_2_16_runs_in_direct_mode(kfp_server, token_env,
