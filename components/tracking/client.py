@@ -128,6 +128,7 @@ class Tracker:
         self.failed = not self.enabled
         self.calls = 0
         self.spent_s = 0.0
+        self._parent: str | None = None  # the pipeline run's run id, once read
 
     def call(self, what: str, fn: Callable[..., Any], *args: Any, budgeted: bool = True,
              **kwargs: Any) -> Any:
@@ -213,6 +214,39 @@ class Tracker:
     def log_artifacts(self, directory: str, artifact_path: str) -> None:
         self.call(f"uploading {artifact_path}/", self.client.log_artifacts, self.run_id,
                   directory, artifact_path)
+
+    def parent_id(self) -> str:
+        """The pipeline run's MLflow run this step's run is nested in ('' for none)."""
+        if getattr(self, "parent_run_id", ""):
+            return self.parent_run_id
+        if self._parent is None:
+            run = self.call("reading the run's parent", self.client.get_run, self.run_id)
+            self._parent = run.data.tags.get(PARENT_TAG, "") if run is not None else ""
+        return self._parent
+
+    def log_to_parent(self, params: dict[str, Any] | None = None,
+                      metrics: dict[str, float | None] | None = None,
+                      tags: dict[str, Any] | None = None) -> None:
+        """Headline figures on the pipeline run's own MLflow run, so that MLflow's compare
+        view shows two pipeline runs side by side."""
+        if not self.enabled:
+            return
+        parent = self.parent_id()
+        if not parent:
+            return
+        from mlflow.entities import Metric, Param, RunTag
+
+        now = int(time.time() * 1000)
+        batch = {
+            "params": [Param(entity_key(k), str(v)[:MAX_PARAM_LENGTH])
+                       for k, v in (params or {}).items()],
+            "metrics": [Metric(entity_key(k), float(v), now, 0)
+                        for k, v in (metrics or {}).items()
+                        if isinstance(v, int | float) and math.isfinite(v)],
+            "tags": [RunTag(entity_key(k), str(v)[:MAX_TAG_LENGTH])
+                     for k, v in (tags or {}).items()]}
+        self.call("logging to the pipeline run", self.client.log_batch, parent,
+                  **{k: v for k, v in batch.items() if v})
 
     def finish(self, status: str = "FINISHED") -> None:
         """End the run when this step created it (direct mode); the plugin ends its own."""

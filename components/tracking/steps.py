@@ -57,6 +57,12 @@ def track_preparation(result: Any, data_uri: str, label_column: str,
     if data_fingerprint:
         t.set_tags({FINGERPRINT_TAG: data_fingerprint})
     t.log_metrics(counts)
+    schema = result.schema
+    t.log_to_parent(params={"data_uri": data_uri, "label": label_column,
+                            "task": getattr(schema, "task", "") or "classification",
+                            "data_fingerprint": data_fingerprint or "(not computed)"},
+                    metrics={"rows_read": result.rows_read,
+                             "rejected_rows": result.rejected_rows})
     t.log_dict({"rows_read": result.rows_read, "split_rows": dict(result.split_rows),
                 "rejected_rows": result.rejected_rows,
                 "rejected_reasons": dict(result.rejected_reasons),
@@ -111,6 +117,10 @@ def track_training(result: Any, params: Any, model_dir: Path, task: str = "",
                   for epoch, value in enumerate(history, start=1) if _finite(value)]
         t.log_metric_series(series)
     t.log_metrics(final)
+    if task in ("", "train-model"):  # not a sweep's trial: the pipeline's own training
+        t.log_to_parent(params={f"train.{k}": v for k, v in values.items()},
+                        metrics={"best_epoch": result.best_epoch,
+                                 "epochs_run": result.epochs_run})
     t.set_tags({"gkeflow.strategy": result.strategy, "gkeflow.precision": result.precision,
                 **({TASK_TAG: task.replace("'", "")} if task else {})})  # how a sweep finds trials
     if Path(model_dir).is_dir():
@@ -135,6 +145,8 @@ def track_evaluation(result: Any, model_card: str, tracker: Tracker | None = Non
         return
     t.log_metrics(result.scalar_metrics())
     t.log_params(policy)
+    t.log_to_parent(metrics={f"test_{k}": v for k, v in result.scalar_metrics().items()},
+                    tags={DECISION_TAG: "blessed" if result.passed else "rejected"})
     t.set_tags({DECISION_TAG: "blessed" if result.passed else "rejected",
                 REASONS_TAG: "; ".join(result.decision.reasons),
                 "gkeflow.champion_version": result.champion.version if result.champion else 0})
@@ -187,6 +199,10 @@ def track_registration(outcome: Any, blessed: bool | None = None,
     if blessed is not None:
         tags[DECISION_TAG] = "blessed" if blessed else "rejected"
     t.set_tags(tags)
+    t.log_to_parent(tags={"gkeflow.registered_model.name": version.name,
+                          "gkeflow.registered_model.version": version.version},
+                    metrics={"registered_version": float(version.version)}
+                    if str(version.version).isdigit() else None)
     t.finish()
 
 

@@ -77,3 +77,12 @@ def test_a_compiled_style_run_makes_one_parent_and_a_nested_run_per_step(
     assert registered["gkeflow.registry.backend"] == "mlflow"
     model = mlflow_server.api("registered-models/get", name=MODEL)["registered_model"]
     assert [(a["alias"], a["version"]) for a in model["aliases"]] == [("champion", "1")]
+    # the parent carries the pipeline's parameters and headline figures: MLflow's compare
+    # view of two pipeline runs is not empty
+    whole = mlflow_server.run(parent_id)
+    assert whole["params"]["label"] == "species" and whole["params"]["task"] == "classification"
+    assert whole["params"]["train.epochs"] == "2" and "train.model_type" in whole["params"]
+    assert whole["metrics"]["test_accuracy"] == pytest.approx(evaluation["metrics"]["accuracy"])
+    assert whole["metrics"]["registered_version"] == 1
+    assert whole["tags"]["gkeflow.gate.decision"] == "blessed"
+    assert whole["tags"]["gkeflow.registered_model.version"] == "1"
