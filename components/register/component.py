@@ -58,19 +58,21 @@ def register_model(
     from collections import namedtuple
 
     from gkeflow.components.register.logic import register_for_pipeline
+    from gkeflow.components.tracking.pipeline_run import open_step_run
+    from gkeflow.components.tracking.steps import logged_model_run, track_registration
 
+    tracker = open_step_run("register-model")
     outcome = register_for_pipeline(
         model_path=model.path, model_uri=model.uri, metrics_metadata=dict(metrics.metadata),
         model_name=model_name, run_id=pipeline_run_id, task_key=pipeline_task_name,
         registry_uri=registry_uri, labels=labels, aliases=aliases, data_uri=data_uri,
         serving_image=serving_image, training_inputs=training_inputs,
+        logged_by=logged_model_run(tracker, model.uri),  # the MLflow model, uploaded once
     )
     registered_model.uri = outcome.artifact_uri or registered_model.uri
     registered_model.metadata.update(outcome.metadata)
     print(outcome.message)
-    from gkeflow.components.tracking.steps import track_registration
-
     passed = metrics.metadata.get("passed")
-    track_registration(outcome, None if passed is None else bool(passed))
+    track_registration(outcome, None if passed is None else bool(passed), tracker=tracker)
     outputs = namedtuple("RegistrationOutputs", ["model_version", "resource_name"])
     return outputs(outcome.version.version, outcome.version.resource_name)

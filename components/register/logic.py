@@ -261,6 +261,7 @@ def register_for_pipeline(
     credentials: Any = None,
     settings: RegistrySettings | None = None,
     training_inputs: str = "",
+    logged_by: str = "",
 ) -> RegistrationOutcome:
     """The registration step over plain values: parses the text parameters, registers, and
     describes the result for the step's output artifact."""
@@ -289,7 +290,7 @@ def register_for_pipeline(
         labels=parse_labels(labels),
         task_key=task_key,
         aliases=parse_aliases(aliases),
-        lineage={"data_uri": data_uri},
+        lineage={"data_uri": data_uri, "mlflow_run": logged_by},
         settings=settings,
         credentials=credentials,
         training_inputs=training_inputs,

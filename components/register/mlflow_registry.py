@@ -44,6 +44,10 @@ UPLOAD_EXPERIMENT = "gkeflow-registered-models"
 METRIC_PREFIX = "gkeflow.metric."
 LABEL_PREFIX = "gkeflow.label."
 LINEAGE_PREFIX = "gkeflow.lineage."
+#: Lineage key naming the MLflow run that logged the model (the version's source and run).
+LOGGED_BY_LINEAGE = "mlflow_run"
+#: The tag that run carries once its MLflow model is complete (tracking.steps).
+MODEL_LOGGED_TAG = "gkeflow.model_logged"
 #: One HTTP attempt per client call; the operation as a whole is retried here.
 CALL_LIMITS = Limits(max_retries=0, timeout_s=30, backoff_factor=0)
 CREDENTIALS_FIX = ("set MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME and "
@@ -247,7 +251,8 @@ class MlflowRegistry:
             if found:
                 return min(found, key=lambda v: int(v.version)), False
             self._ensure_model(name)
-            source, source_run = self._source(name, uri, key)
+            source, source_run = self._source(name, uri, key,
+                                              (lineage or {}).get(LOGGED_BY_LINEAGE, ""))
             version = self._client.create_model_version(
                 name, source, run_id=source_run, tags=tags,
                 description=f"registered by gkeflow from {uri}", await_creation_for=0)
@@ -262,10 +267,22 @@ class MlflowRegistry:
             return self.get(name, int(version.version)), created
         return self._to_version(version), created
 
-    def _source(self, name: str, uri: str, key: str) -> tuple[str, str | None]:
-        """The version's source: ``uri``, or for a local model (which an MLflow server does
-        not accept as a source) its copy uploaded into a run of :data:`UPLOAD_EXPERIMENT`
-        (found again by the retry key)."""
+    def _source(self, name: str, uri: str, key: str, logged_by: str = ""
+                ) -> tuple[str, str | None]:
+        """The version's source: the MLflow model the training run ``logged_by`` logged (on
+        this server: the model is uploaded once and the version linked to its run), else
+        ``uri``, else for a local model (which an MLflow server does not accept as a source)
+        its copy uploaded into a run of :data:`UPLOAD_EXPERIMENT` (found again by the retry
+        key)."""
+        if logged_by:
+            from mlflow.exceptions import MlflowException
+
+            try:
+                run = self._client.get_run(logged_by)
+            except MlflowException:  # a run of another server: upload as before
+                run = None
+            if run is not None and run.data.tags.get(MODEL_LOGGED_TAG) == "true":
+                return f"runs:/{logged_by}/model", logged_by
         path = local_path(uri)
         if path is None:
             return uri, None

@@ -16,7 +16,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gkeflow.components.tracking.client import TASK_TAG, Tracker, entity_key, one_line
+from gkeflow.components.tracking.client import (
+    PARENT_TAG,
+    TASK_TAG,
+    Tracker,
+    entity_key,
+    one_line,
+)
 from gkeflow.components.tracking.pipeline_run import open_step_run
 from gkeflow.components.tracking.plots import confusion_matrix_png, roc_png
 from gkeflow.components.tracking.vertex_run import log_step
@@ -25,6 +31,10 @@ DECISION_TAG = "gkeflow.gate.decision"
 REASONS_TAG = "gkeflow.gate.reasons"
 FINGERPRINT_TAG = "gkeflow.data_fingerprint"
 MODEL_ARTIFACT_PATH = "model"
+#: Tags of the run that logged the model: its URI (the step's Model artifact) and that the
+#: MLflow model under ``model/`` is complete (the registry may then point at it).
+MODEL_URI_TAG = "gkeflow.model_uri"
+MODEL_LOGGED_TAG = "gkeflow.model_logged"
 
 
 def best_effort(track):
@@ -95,10 +105,13 @@ def start_training_run(params: Any, task: str = "") -> Tracker:
 
 @best_effort
 def track_training(result: Any, params: Any, model_dir: Path, task: str = "",
-                   tracker: Tracker | None = None, live: bool = False) -> None:
+                   tracker: Tracker | None = None, live: bool = False,
+                   model_uri: str = "") -> None:
     """train-model: the parameters, the curves per epoch (``step`` = epoch, from 1), the
-    final metrics and the SavedModel directory as artifacts under ``model/``. ``live``: the
-    curves and parameters are in ``tracker``'s run already (logged as training went)."""
+    final metrics and the model under ``model/``, as an MLflow model that
+    ``mlflow.pyfunc.load_model`` loads (:mod:`pyfunc_model`). ``live``: the curves and
+    parameters are in ``tracker``'s run already (logged as training went). ``model_uri``
+    (the step's Model artifact) is tagged, for the registry to point at this run's model."""
     values = training_params(params)
     final = {**{f"final_{k}": v for k, v in result.metrics.items()},
              "best_epoch": result.best_epoch, "epochs_run": result.epochs_run,
@@ -124,8 +137,44 @@ def track_training(result: Any, params: Any, model_dir: Path, task: str = "",
     t.set_tags({"gkeflow.strategy": result.strategy, "gkeflow.precision": result.precision,
                 **({TASK_TAG: task.replace("'", "")} if task else {})})  # how a sweep finds trials
     if Path(model_dir).is_dir():
-        t.log_artifacts(str(model_dir), MODEL_ARTIFACT_PATH)
+        log_model(t, Path(model_dir), model_uri)
     t.finish()
+
+
+def log_model(t: Tracker, model_dir: Path, model_uri: str = "") -> None:
+    """The SavedModel as an MLflow model under ``model/``, tagged complete once uploaded; the
+    SavedModel's own files where the MLflow model cannot be written (said in one line)."""
+    with tempfile.TemporaryDirectory(prefix="gkeflow-mlflow-model-") as tmp:
+        try:
+            from gkeflow.components.tracking.pyfunc_model import save_mlflow_model
+
+            directory = save_mlflow_model(model_dir, Path(tmp) / "model")
+        except Exception as exc:  # e.g. no pandas: the files still reach the run
+            print(f"mlflow: the model is logged as its SavedModel files, not as an MLflow "
+                  f"model: {one_line(exc)}", flush=True)
+            directory = model_dir
+        t.log_artifacts(str(directory), MODEL_ARTIFACT_PATH)
+    if t.enabled:
+        t.set_tags({MODEL_LOGGED_TAG: "true", **({MODEL_URI_TAG: model_uri} if model_uri
+                                                 else {})})
+
+
+def logged_model_run(t: Tracker, model_uri: str) -> str:
+    """The run of this pipeline run that logged the MLflow model of ``model_uri`` ('' for
+    none): what the registry's version then points at, so the model is uploaded once."""
+    parent = t.parent_id() if t.enabled and model_uri else ""
+    if not parent:
+        return ""
+    experiment = t.call("reading the pipeline run", t.client.get_run, parent)
+    if experiment is None:
+        return ""
+    quoted = model_uri.replace("'", "")
+    found = t.call("finding the run that logged the model", t.client.search_runs,
+                   [experiment.info.experiment_id], max_results=1,
+                   filter_string=(f"tags.`{PARENT_TAG}` = '{parent}' and "
+                                  f"tags.`{MODEL_URI_TAG}` = '{quoted}' and "
+                                  f"tags.`{MODEL_LOGGED_TAG}` = 'true'"))
+    return found[0].info.run_id if found else ""
 
 
 @best_effort

@@ -197,6 +197,6 @@ def train_model(
     })
     tensorboard.metadata["log_dir"] = tensorboard.uri
     track_training(result, params, Path(model.path), task=checkpoint_key or task_name,
-                   tracker=tracker, live=tracker is not None)
+                   tracker=tracker, live=tracker is not None, model_uri=model.uri)
     warnings = [result.gpu_utilisation_warning] if result.gpu_utilisation_warning else []
     return trial_report(task_name, model.uri, result.metrics, warnings=warnings)

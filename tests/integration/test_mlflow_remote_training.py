@@ -235,5 +235,6 @@ def test_local_workers_the_chief_alone_logs_its_curves_into_the_steps_run(
     for curve in ("loss", "val_loss"):
         assert [s for s, _ in mlflow_server.metric_history(remote.run_id, curve)] == [1, 2, 3]
     assert run["metrics"]["epochs_run"] == summary["epochs_run"] == 3
-    assert "model/saved_model.pb" in mlflow_server.artifacts(remote.run_id)
+    assert {"model/MLmodel", "model/data/saved_model/saved_model.pb"} <= set(
+        mlflow_server.artifacts(remote.run_id))
     assert "mlflow" not in (tmp_path / "logs" / "worker-1.log").read_text()

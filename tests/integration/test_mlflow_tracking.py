@@ -84,10 +84,13 @@ def test_train_model_logs_curves_per_epoch_and_the_saved_model(plugin_run, mlflo
         assert [step for step, _ in history] == list(range(1, len(values) + 1)), name
         assert [value for _, value in history] == pytest.approx(values), name
     assert run["metrics"]["epochs_run"] == result.epochs_run
+    # an MLflow model (MLmodel, signature, input example) holding the SavedModel
     artifacts = mlflow_server.artifacts(run_id, "model")
-    expected = sorted(f"model/{p.relative_to(model_dir).as_posix()}"
+    expected = sorted(f"model/data/saved_model/{p.relative_to(model_dir).as_posix()}"
                       for p in model_dir.rglob("*") if p.is_file())
-    assert artifacts == expected and "model/saved_model.pb" in artifacts
+    assert set(expected) <= set(artifacts) and "model/MLmodel" in artifacts
+    assert "model/input_example.json" in artifacts
+    assert run["tags"]["gkeflow.model_logged"] == "true"
 
 
 def test_evaluate_model_logs_metrics_slices_matrix_curves_and_card(
@@ -230,7 +233,7 @@ def test_a_refused_call_is_skipped_and_tracking_goes_on(plugin_run, mlflow_serve
     run = mlflow_server.run(run_id)
     assert run["params"]["epochs"] == "twenty"
     assert len(mlflow_server.metric_history(run_id, "loss")) == result.epochs_run
-    assert "model/saved_model.pb" in mlflow_server.artifacts(run_id, "model")
+    assert "model/data/saved_model/saved_model.pb" in mlflow_server.artifacts(run_id, "model")
 
     from mlflow import MlflowClient
 

@@ -86,3 +86,30 @@ def test_a_compiled_style_run_makes_one_parent_and_a_nested_run_per_step(
     assert whole["metrics"]["registered_version"] == 1
     assert whole["tags"]["gkeflow.gate.decision"] == "blessed"
     assert whole["tags"]["gkeflow.registered_model.version"] == "1"
+    # one model, linked: the version is the MLflow model train-model logged, in its run
+    version = mlflow_server.api("model-versions/get", name=MODEL, version="1")["model_version"]
+    assert version["run_id"] == children["train-model"]
+    assert version["source"] == f"runs:/{children['train-model']}/model"
+    import urllib.error
+
+    try:  # no second upload: the experiment of separate uploads is not even made
+        uploads = mlflow_server.api("experiments/get-by-name",
+                                    experiment_name="gkeflow-registered-models")
+        assert not mlflow_server.search_runs(uploads["experiment"]["experiment_id"])
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 404
+    import mlflow
+    import pandas as pd
+
+    from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS, resolve_source
+    from gkeflow.components.train.exported import ExportedModel
+
+    mlflow.set_tracking_uri(mlflow_server.url)
+    mlflow.set_registry_uri(mlflow_server.url)
+    loaded = mlflow.pyfunc.load_model(f"models:/{MODEL}@champion")
+    rows = pd.read_csv(resolve_source(EMBEDDED_PENGUINS)).drop(columns=["species"]).head(20)
+    rows["year"] = rows["year"].astype(float)  # the signature's numbers are doubles
+    saved = ExportedModel(result.output_dir("train-model", "model"))
+    expected = saved.predict_rows(rows.astype(object).where(rows.notna(), None)
+                                  .to_dict("records"))
+    assert list(loaded.predict(rows)["prediction"]) == expected
