@@ -79,8 +79,10 @@ def run_worker(dataset_uri: str, schema_uri: str, output_uri: str, params: dict,
         if os.environ.get(ENV_TRAINING_RUN):
             # the launcher's run (components/tracking/handoff.py): the chief alone logs
             from gkeflow.components.tracking.steps import track_training
+            from gkeflow.components.train.mlflow_model import save_mlflow_model
 
-            track_training(result, train_params(params), model_dir, task=task_name)
+            track_training(result, train_params(params), model_dir, task=task_name,
+                           writer=save_mlflow_model)
         summary = {
             "metrics": result.metrics,
             "examples_per_s": result.examples_per_s,

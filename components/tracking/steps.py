@@ -13,6 +13,7 @@ import functools
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,10 +107,12 @@ def start_training_run(params: Any, task: str = "") -> Tracker:
 @best_effort
 def track_training(result: Any, params: Any, model_dir: Path, task: str = "",
                    tracker: Tracker | None = None, live: bool = False,
-                   model_uri: str = "") -> None:
+                   model_uri: str = "",
+                   writer: Callable[[Path, Path], Path] | None = None) -> None:
     """train-model: the parameters, the curves per epoch (``step`` = epoch, from 1), the
-    final metrics and the model under ``model/``, as an MLflow model that
-    ``mlflow.pyfunc.load_model`` loads (:mod:`pyfunc_model`). ``live``: the curves and
+    final metrics and the model under ``model/``: as the MLflow model ``writer(model_dir,
+    path)`` writes (``gkeflow.components.train.mlflow_model``: one that
+    ``mlflow.pyfunc.load_model`` loads), else its SavedModel files. ``live``: the curves and
     parameters are in ``tracker``'s run already (logged as training went). ``model_uri``
     (the step's Model artifact) is tagged, for the registry to point at this run's model."""
     values = training_params(params)
@@ -137,22 +140,24 @@ def track_training(result: Any, params: Any, model_dir: Path, task: str = "",
     t.set_tags({"gkeflow.strategy": result.strategy, "gkeflow.precision": result.precision,
                 **({TASK_TAG: task.replace("'", "")} if task else {})})  # how a sweep finds trials
     if Path(model_dir).is_dir():
-        log_model(t, Path(model_dir), model_uri)
+        log_model(t, Path(model_dir), model_uri, writer)
     t.finish()
 
 
-def log_model(t: Tracker, model_dir: Path, model_uri: str = "") -> None:
-    """The SavedModel as an MLflow model under ``model/``, tagged complete once uploaded; the
-    SavedModel's own files where the MLflow model cannot be written (said in one line)."""
+def log_model(t: Tracker, model_dir: Path, model_uri: str = "",
+              writer: Callable[[Path, Path], Path] | None = None) -> None:
+    """The SavedModel as an MLflow model under ``model/`` (``writer``), tagged complete once
+    uploaded; the SavedModel's own files without a writer or where it fails (said)."""
+    if not t.enabled:
+        return
     with tempfile.TemporaryDirectory(prefix="gkeflow-mlflow-model-") as tmp:
-        try:
-            from gkeflow.components.tracking.pyfunc_model import save_mlflow_model
-
-            directory = save_mlflow_model(model_dir, Path(tmp) / "model")
-        except Exception as exc:  # e.g. no pandas: the files still reach the run
-            print(f"mlflow: the model is logged as its SavedModel files, not as an MLflow "
-                  f"model: {one_line(exc)}", flush=True)
-            directory = model_dir
+        directory = model_dir
+        if writer is not None:
+            try:
+                directory = writer(model_dir, Path(tmp) / "model")
+            except Exception as exc:  # e.g. no pandas: the files still reach the run
+                print(f"mlflow: the model is logged as its SavedModel files, not as an "
+                      f"MLflow model: {one_line(exc)}", flush=True)
         t.log_artifacts(str(directory), MODEL_ARTIFACT_PATH)
     if t.enabled:
         t.set_tags({MODEL_LOGGED_TAG: "true", **({MODEL_URI_TAG: model_uri} if model_uri

@@ -133,6 +133,7 @@ def train_model(
     from gkeflow.components.tracking.live import live_curves
     from gkeflow.components.tracking.steps import start_training_run, track_training
     from gkeflow.components.train.devices import writes_outputs
+    from gkeflow.components.train.mlflow_model import save_mlflow_model
 
     # the chief's run opens now, so the curves show while it trains
     tracker = (start_training_run(params, task=checkpoint_key or task_name)
@@ -197,6 +198,7 @@ def train_model(
     })
     tensorboard.metadata["log_dir"] = tensorboard.uri
     track_training(result, params, Path(model.path), task=checkpoint_key or task_name,
-                   tracker=tracker, live=tracker is not None, model_uri=model.uri)
+                   tracker=tracker, live=tracker is not None, model_uri=model.uri,
+                   writer=save_mlflow_model)
     warnings = [result.gpu_utilisation_warning] if result.gpu_utilisation_warning else []
     return trial_report(task_name, model.uri, result.metrics, warnings=warnings)
