@@ -184,8 +184,9 @@ def cost_lines(rates: dict[str, Any], durations: dict[str, float | None]) -> lis
     """Each step that ran: its duration x its hourly rate, then the run's total, labelled as
     an estimate from list prices. ``rates`` is what the pipeline compiled in
     (``{"region", "run_fee_usd", "steps": {step: {"usd_per_hour", "reason", "source",
-    "date_read"}}}``); empty: no lines. A step without a rate or a duration leaves the
-    total missing (with the first such step named), never guessed."""
+    "date_read", "derived"}}}``); empty: no lines. A step without a rate or a duration
+    leaves the total missing (with the first such step named), never guessed; a rate derived
+    from other prices is marked an estimate."""
     steps = rates.get("steps") or {}
     if not steps or not durations:
         return []
@@ -203,7 +204,9 @@ def cost_lines(rates: dict[str, Any], durations: dict[str, float | None]) -> lis
         usd = hourly * seconds / 3600
         total += usd
         sources.add(f"{rate.get('source', '')}, read {rate.get('date_read', '')}")
-        lines.append(f"cost of {step}: {_duration(seconds)} x {_usd(hourly)}/h = {_usd(usd)}")
+        mark = " (estimate)" if rate.get("derived") else ""
+        lines.append(f"cost of {step}: {_duration(seconds)} x {_usd(hourly)}/h{mark} = "
+                     f"{_usd(usd)}")
     where = f"{COST_LABEL}, {rates.get('region', '')}"
     if missing:
         step, reason = missing[0]

@@ -71,7 +71,6 @@ def test_train_model_logs_curves_per_epoch_and_the_saved_model(plugin_run, mlflo
                                                                trained_penguins):
     from gkeflow.components.tracking.steps import track_training
     from gkeflow.components.train.logic import TrainParams
-
     from gkeflow.components.train.mlflow_model import save_mlflow_model
 
     model_dir, result = trained_penguins

@@ -352,9 +352,11 @@ def test_vertex_ai_skus_become_training_rows_and_plan_prints_them(httpserver, tm
     flex = _train_step(tmp_path, "flex-start")
     assert flex["usd_per_hour"] == pytest.approx(
         float(flex_machine["usd_per_hour"]) + 8 * float(flex_gpu["usd_per_hour"]), abs=1e-4)
+    # no management-fee SKU read for Spot: the Spot rate stays derived (Compute Engine's Spot
+    # rate x the machine's Vertex AI markup, from the refreshed on-demand rows), and says so
     spot_step = _train_step(tmp_path, "spot")
-    assert spot_step["usd_per_hour"] is None
-    assert "no Vertex AI management-fee SKU for" in spot_step["reason"]
+    assert spot_step["estimate"] and "Compute Engine's Spot rate x" in spot_step["derived"]
+    assert "a3-highgpu-8g's Vertex AI / Compute Engine on-demand rates" in spot_step["derived"]
 
 
 def test_a_management_fee_that_applies_to_spot_prices_vertex_ai_spot(httpserver, tmp_path):

@@ -281,6 +281,12 @@ def test_the_cost_is_each_step_s_duration_times_its_rate_with_the_total_labelled
     assert lines[2] == "prices: src, read 2026-12-01"
 
 
+def test_a_derived_rate_is_marked_an_estimate():
+    step = {**RATES["steps"]["train-model"], "derived": "estimate: Compute Engine's Spot rate"}
+    lines = cost_lines({**RATES, "steps": {"train-model": step}}, {"train-model": 3600.0})
+    assert lines[1] == "cost of train-model: 1h00m x $4.00/h (estimate) = $4.00"
+
+
 def test_a_step_without_a_rate_leaves_the_total_missing_never_guessed():
     lines = cost_lines(RATES, {"prepare-data": 60.0, "train-model": 900.0})
     assert lines[0].startswith("cost (estimate from list prices, us-central1): total missing "
