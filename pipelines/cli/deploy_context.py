@@ -76,12 +76,22 @@ class DeployContext:
             self.compute = json.loads(serving_compute(self.profile, target))
         except (ConfigError, ComputeError, DeploySettingsError) as exc:
             raise click.ClickException(str(exc)) from exc
-        self.target, self.output = target, Path(output)
+        self.target, self.output, self.environment = target, Path(output), environment
 
     def registry_uri(self) -> str:
         from gkeflow.pipelines.settings.config import ConfigError
 
         if self.target == "local":
+            from gkeflow.pipelines.settings.tracking_config import (
+                mlflow_registry_uri,
+                tracking_for,
+            )
+
+            mlflow = tracking_for(self.config.tracking, self.environment).mlflow
+            if mlflow is not None and mlflow.tracking_uri and \
+                    "registry" not in self.config.model_fields_set:
+                # where `gkeflow run --env ENV` registered: the tracking server's registry
+                return mlflow_registry_uri(mlflow.tracking_uri)
             return f"sqlite:///{(self.output / 'registry.db').resolve()}"
         if self.target == "vertex":
             vertex = self._vertex()

@@ -30,7 +30,11 @@ def _registry_option(func):
     options = [
         click.option("--backend", type=click.Choice(["local", "vertex", "kubeflow", "mlflow"]),
                      help="Registry to use. Default: registry.backend in gkeflow.yaml, else "
-                          "local."),
+                          "the MLflow Model Registry of tracking.ENV.mlflow (where `gkeflow "
+                          "run --env ENV` registers), else local."),
+        click.option("--env", "environment", default="default", show_default=True,
+                     metavar="ENV",
+                     help="The environment whose tracking.ENV.mlflow registry is the default."),
         click.option("--registry", metavar="URI",
                      help="Registry URI, overriding everything else: sqlite:///<path>, "
                           "vertex://projects/<p>/locations/<l>, kubeflow://host:port, "
@@ -59,8 +63,9 @@ def _registry_option(func):
 
 
 def _open_cli_registry(backend, registry, project, location, api_endpoint, host, port,
-                       config_path, run_output=None):
-    """Flags over gkeflow.yaml's ``registry:`` over defaults -> (registry, URI, backend)."""
+                       config_path, run_output=None, environment="default"):
+    """Flags over gkeflow.yaml's ``registry:`` over the MLflow registry of
+    ``tracking.<environment>.mlflow`` over defaults -> (registry, URI, backend)."""
     if run_output is not None:
         if registry or (backend and backend != "local"):
             raise click.UsageError("--output names a local registry; drop --registry/--backend")
@@ -70,9 +75,18 @@ def _open_cli_registry(backend, registry, project, location, api_endpoint, host,
     from gkeflow.pipelines.settings.config import ConfigError, load_config
 
     try:
-        configured = load_config(config_path).registry
+        config = load_config(config_path)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
+    configured = config.registry
+    if not (registry or backend or "registry" in config.model_fields_set):
+        from gkeflow.pipelines.settings.tracking_config import (
+            mlflow_registry_uri,
+            tracking_for,
+        )
+
+        mlflow = tracking_for(config.tracking, environment).mlflow
+        registry = mlflow_registry_uri(mlflow.tracking_uri) if mlflow is not None else ""
     changes = {k: v for k, v in {"backend": backend, "project": project, "location": location,
                                  "api_endpoint": api_endpoint, "host": host,
                                  "port": port}.items() if v is not None}

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from gkeflow.pipelines.cli.tables import format_options, print_json, print_table
+from gkeflow.pipelines.compute.prices import KINDS
 
 COLUMNS = ("kind", "item", "capacity", "region", "per hour", "date", "stale", "source")
 WIDE_COLUMNS = (*COLUMNS, "source page", "note")
@@ -28,10 +29,13 @@ def prices_group() -> None:
     """
 
 
+
 @prices_group.command("list")
 @CONFIG_OPTION
-@click.option("--kind", type=click.Choice(["gpu", "tpu", "machine", "instance"]),
-              help="Only this kind.")
+@click.option("--kind", type=click.Choice(list(KINDS)),
+              help="Only this kind: GPUs, TPU chips, machines, whole accelerator machines, "
+                   "per-vCPU and per-GiB rates of a family (vcpu, ram-gib), GKE Autopilot's "
+                   "per-pod rates, Vertex AI's training rates and its pipeline run fee.")
 @click.option("--region", metavar="REGION", help="Only this region (and rows for every region).")
 @format_options("--format")
 def prices_list(config_path: Path, kind: str | None, region: str | None, wide: bool = False,

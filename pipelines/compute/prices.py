@@ -49,6 +49,11 @@ Sources:
   times the machine's 208 vCPUs and 1872 GiB. It says, citing the Vertex AI pricing page,
   that Spot is billed like flex-start (Compute Engine SKUs plus the management fee), but no
   management fee billed on Spot was read, so Vertex AI Spot stays missing.
+- ``kahnwong-gke-autopilot``: kahnwong/calculator ``src/models/GcpGkeModel.ts`` at commit
+  583eacc (read 2026-12-06), a transcription of https://cloud.google.com/kubernetes-engine/pricing
+  for asia-southeast1: GKE Autopilot general-purpose pods per vCPU-hour and GiB-hour, on
+  demand and Spot (kinds ``autopilot-vcpu`` / ``autopilot-ram-gib``, item ``pod``). Other
+  regions' Autopilot rates were not read.
 - ``agent-platform-product-transcript``: api-evangelist/google-cloud-automl
   ``plans/google-cloud-automl-plans-pricing.yml`` at commit 0a5764f, a transcription of
   Google's product page https://cloud.google.com/products/gemini-enterprise-agent-platform
@@ -99,8 +104,8 @@ STALE_AFTER_DAYS = 90
 CAPACITIES = ("standard", "spot", "flex-start", "reservation")
 TARGETS = ("gke", "vertex")
 #: Compute Engine kinds (GKE), Vertex AI custom-training kinds, and the per-run fee.
-KINDS = ("gpu", "tpu", "machine", "instance", "vcpu", "ram-gib", "vertex-gpu", "vertex-tpu",
-         "vertex-machine", "vertex-pipelines")
+KINDS = ("gpu", "tpu", "machine", "instance", "vcpu", "ram-gib", "autopilot-vcpu",
+         "autopilot-ram-gib", "vertex-gpu", "vertex-tpu", "vertex-machine", "vertex-pipelines")
 
 SOURCES: dict[str, str] = {
     "skypilot-vms": "https://github.com/skypilot-org/skypilot-catalog/blob/"
@@ -113,6 +118,9 @@ SOURCES: dict[str, str] = {
     "agent-platform-product-transcript": "https://github.com/api-evangelist/google-cloud-automl/"
                                          "blob/0a5764ff742eee7666c5bcd523ee68b3e343134a/plans/"
                                          "google-cloud-automl-plans-pricing.yml",
+    "kahnwong-gke-autopilot": "https://github.com/kahnwong/calculator/blob/"
+                              "583eaccc9053697f1100d5e14e6f584e899957dc/src/models/"
+                              "GcpGkeModel.ts",
 }
 #: What Vertex AI Pipelines runs a step on (the rule the plan names for CPU-only steps).
 VERTEX_PIPELINES_MACHINES = "https://cloud.google.com/vertex-ai/docs/pipelines/machine-types"

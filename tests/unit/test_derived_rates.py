@@ -138,3 +138,16 @@ def test_8_h100_are_sized_to_most_of_the_a3_machine_unless_cpu_or_memory_are_set
     # N1 GPUs attach to any machine: the default T4 keeps its own size
     default = resolve_compute("gke")["train-model"]
     assert (default.cpu, default.memory) == ("7", "26G")
+
+
+def test_autopilot_pods_are_priced_at_the_vendored_rates_where_read():
+    """GKE Autopilot bills a pod's requests: priced in asia-southeast1 (the rates read),
+    missing elsewhere with the reason."""
+    profile = ComputeProfile(cpu="2", memory="8Gi", timeout_s=3600)
+    read = step_cost("prepare-data", profile, "gke", "asia-southeast1",
+                     cluster=Cluster(autopilot=True))
+    assert read.usd_per_hour == pytest.approx(2 * 0.0549 + 8 * 0.0060729, abs=1e-4)
+    assert read.derived.startswith("GKE Autopilot: 2 vCPU and 8 GiB requested")
+    elsewhere = step_cost("prepare-data", profile, "gke", "us-central1",
+                          cluster=Cluster(autopilot=True))
+    assert elsewhere.usd_per_hour is None and "not read for this region" in elsewhere.reason
