@@ -175,7 +175,12 @@ def run(pipeline, model_ref, data, label, task, output, epochs, batch_size, lear
     config = read_config(config_path)
     for note in local_accelerator_notes(compute, config.compute, compute_overrides):
         console.print(f"[yellow]{note}[/yellow]", markup=True, highlight=False)
-    from gkeflow.pipelines.cli.run_tracking import local_tracking, log_to_vertex, tracked_run
+    from gkeflow.pipelines.cli.run_tracking import (
+        local_tracking,
+        log_to_vertex,
+        record_cached,
+        tracked_run,
+    )
 
     tracking = local_tracking(console, config, environment, params, arguments)
     try:
@@ -184,6 +189,7 @@ def run(pipeline, model_ref, data, label, task, output, epochs, batch_size, lear
                                enable_caching=not no_cache, compute=compute,
                                preparation=config.preparation)
             tracked.succeeded = result.ok
+            record_cached(console, tracking, tracked, result)
     except LocalRunError as exc:
         raise click.ClickException(str(exc)) from exc
     log_to_vertex(console, config, tracking, tracked, arguments, result, "evaluate-model")

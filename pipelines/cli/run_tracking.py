@@ -70,6 +70,24 @@ def tracked_run(console, tracking, pipeline: str, output: Path) -> Iterator[Any]
         yield tracked
 
 
+def record_cached(console, tracking, tracked, result) -> None:
+    """Each step served from cache gets its nested MLflow run, tagged as cached and pointing
+    at the run that made its outputs; one line names them."""
+    cached = [step.name for step in result.steps if step.status == "CACHED"]
+    mlflow = tracking.mlflow
+    if not cached or mlflow is None or not mlflow.tracking_uri or not tracked.parent_run_id:
+        return
+    from gkeflow.components.tracking.cached import record_cached_steps
+
+    uris = {task: result.cached_outputs.get(task, {}).get("artifacts", {}).get(
+        "model", {}).get("uri", "") for task in cached}
+    recorded = record_cached_steps(mlflow.tracking_uri, tracked.parent_run_id, cached, uris,
+                                   log=lambda line: console.print(line, markup=False))
+    if recorded:
+        console.print(f"tracking: served from cache, recorded as cached runs pointing at the "
+                      f"runs that made them: {', '.join(recorded)}", markup=False)
+
+
 def log_to_vertex(console, config, tracking, tracked, arguments: dict[str, Any], result,
                   metrics_step: str) -> None:
     """The run's parameters and ``metrics_step``'s metrics as a run of

@@ -81,6 +81,11 @@ def test_gkeflow_run_tracks_a_parent_and_a_nested_run_per_step(tmp_path, mlflow_
     assert [(a["alias"], a["version"]) for a in model["aliases"]] == [("champion", "1")]
     assert "t0ken-value" not in result.stdout + result.stderr
     assert "View run" not in result.stdout + result.stderr  # MLflow's own lines stay out
+    # `models list` reads the registry the run registered into: tracking.dev.mlflow's
+    listed = gkeflow("models", "list", "--env", "dev", "--config", str(config), "--format",
+                     "json", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert [(v["model"], int(v["version"])) for v in json.loads(listed.stdout)] == [(MODEL, 1)]
 
     experiment = mlflow_server.api("experiments/get-by-name", experiment_name="penguins-cli")
     runs = mlflow_server.search_runs(experiment["experiment"]["experiment_id"])
@@ -110,6 +115,24 @@ def test_gkeflow_run_tracks_a_parent_and_a_nested_run_per_step(tmp_path, mlflow_
     assert again.returncode == 0, again.stdout + again.stderr
     assert "✓ train-model cached" in again.stdout and "✓ register-model success" in again.stdout
     assert "Registered: unchanged: same as" in again.stdout
+    # every step of the second run has its run; the cached ones say so and point at the runs
+    # that made their outputs, whose figures they carry
+    assert "tracking: served from cache, recorded as cached runs" in again.stdout
+    second = [r for r in mlflow_server.search_runs(experiment["experiment"]["experiment_id"])
+              if PARENT_TAG not in {t["key"] for t in r["data"].get("tags", [])}
+              and r["info"]["run_id"] != parent["info"]["run_id"]]
+    assert len(second) == 1
+    steps2 = {r["info"]["run_name"]: mlflow_server.run(r["info"]["run_id"]) for r in
+              mlflow_server.search_runs(experiment["experiment"]["experiment_id"],
+                                        f"tags.`{PARENT_TAG}` = '{second[0]['info']['run_id']}'")}
+    assert sorted(steps2) == sorted(TRACKED)
+    trained = steps2["train-model"]
+    assert trained["tags"]["gkeflow.cached"] == "true"
+    assert trained["tags"]["gkeflow.cached_from"] == children["train-model"]
+    assert trained["metrics"]["epochs_run"] == \
+        mlflow_server.run(children["train-model"])["metrics"]["epochs_run"]
+    assert steps2["prepare-data"]["tags"]["gkeflow.cached_from"] == children["prepare-data"]
+    assert "gkeflow.cached" not in steps2["evaluate-model"]["tags"]
     versions = mlflow_server.api("model-versions/search", filter=f"name='{MODEL}'")
     assert [v["version"] for v in versions["model_versions"]] == ["1"]
     model = mlflow_server.api("registered-models/get", name=MODEL)["registered_model"]

@@ -1,0 +1,80 @@
+"""Steps served from cache, in MLflow: such a step runs no code, so it logs nothing; the
+run that ends the pipeline run gives each one its nested run all the same, tagged
+``gkeflow.cached`` and pointing at the run that produced its outputs
+(``gkeflow.cached_from``), whose parameters and latest metrics it copies: the pipeline run
+shows every step, and what a cached step stands for.
+
+The producing run is the one that logged the cached model (``gkeflow.model_uri``) when there
+is one, else the newest finished, uncached run of the same task in the experiment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from gkeflow.components.tracking.client import (
+    PARENT_TAG,
+    TASK_TAG,
+    Limits,
+    Tracker,
+    nested_run,
+)
+
+CACHED_TAG = "gkeflow.cached"
+CACHED_FROM_TAG = "gkeflow.cached_from"
+MODEL_URI_TAG = "gkeflow.model_uri"
+
+
+def producer(client: Any, experiment_id: str, parent_run_id: str, task: str,
+             model_uri: str = "") -> Any:
+    """The run that made the outputs of ``task`` this pipeline run took from cache."""
+    quoted = task.replace("'", "")
+    if model_uri:
+        found = client.search_runs(
+            [experiment_id], max_results=1, order_by=["attributes.start_time DESC"],
+            filter_string=f"tags.`{MODEL_URI_TAG}` = '{model_uri.replace(chr(39), '')}'")
+        if found:
+            return found[0]
+    found = client.search_runs(
+        [experiment_id], max_results=20, order_by=["attributes.start_time DESC"],
+        filter_string=(f"tags.`{TASK_TAG}` = '{quoted}' and "
+                       "attributes.status = 'FINISHED'"))
+    return next((run for run in found if run.data.tags.get(CACHED_TAG) != "true"
+                 and run.data.tags.get(PARENT_TAG) != parent_run_id), None)
+
+
+def record_cached_steps(tracking_uri: str, parent_run_id: str, tasks: Iterable[str],
+                        model_uris: dict[str, str] | None = None, *,
+                        log: Callable[[str], None] = print) -> list[str]:
+    """A nested run per cached task under ``parent_run_id``; the tasks recorded."""
+    tasks = list(tasks)
+    if not (tracking_uri and parent_run_id and tasks):
+        return []
+    from mlflow import MlflowClient
+
+    tracker = Tracker(MlflowClient(tracking_uri=tracking_uri), parent_run_id,
+                      limits=Limits(), log=log, scope="the cached steps")
+    parent = tracker.call("reading the pipeline run", tracker.client.get_run, parent_run_id)
+    if parent is None:
+        return []
+    experiment_id = parent.info.experiment_id
+    recorded = []
+    for task in tasks:
+        run_id = tracker.call(f"opening {task}'s run", nested_run, tracker.client,
+                              parent_run_id, task, task)
+        if not run_id:
+            break
+        made = tracker.call(f"finding the run that made {task}'s outputs", producer,
+                            tracker.client, experiment_id, parent_run_id, task,
+                            (model_uris or {}).get(task, ""))
+        step = Tracker(tracker.client, run_id, owns_run=True, log=log,
+                       scope=f"cached step {task}")
+        step.set_tags({CACHED_TAG: "true",
+                       CACHED_FROM_TAG: made.info.run_id if made is not None else "(not found)"})
+        if made is not None:
+            step.log_params(dict(made.data.params))
+            step.log_metrics(dict(made.data.metrics))
+        step.finish()
+        recorded.append(task)
+    return recorded
