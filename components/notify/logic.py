@@ -217,6 +217,8 @@ def cost_lines(rates: dict[str, Any], durations: dict[str, float | None]) -> lis
         head = f"cost ({where}): {_usd(total)} in all"
     if rates.get("run_fee_usd"):
         head += f", with the run fee {_usd(float(rates['run_fee_usd']))}"
+    if rates.get("ceiling_usd") is not None:
+        head += f"; ceiling {_usd(float(rates['ceiling_usd']))} (every step to its timeout)"
     return [head, *lines, *(f"prices: {source}" for source in sorted(sources))]
 
 

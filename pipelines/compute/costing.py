@@ -42,8 +42,10 @@ def price_region(config, region: str | None = None) -> str:
 
 def step_rates(run: RunCost) -> dict:
     """What a run notification needs to price a run after it ends: each step's hourly
-    rate (or why none), source and date read, the region and the run fee."""
+    rate (or why none), source and date read, the region, the run fee and the run's ceiling
+    (None when it could not be computed)."""
     return {"region": run.region, "run_fee_usd": run.run_fee_usd,
+            "ceiling_usd": run.ceiling_usd,
             "steps": {s.step: {"usd_per_hour": s.usd_per_hour,
                                "reason": "reserved" if s.reserved else s.reason,
                                "source": s.source, "date_read": s.date_read,

@@ -442,7 +442,7 @@ def test_a_kfp_run_notification_gives_each_step_s_cost_and_the_total(
     assert _cost_line("\n".join(message["cost"])).endswith(f"/h = ${usd:,.2f}")
     head = message["cost"][0]  # every step priced: CPU steps at the e2 node pool's rates
     assert head.startswith("cost (estimate from list prices, us-central1): $")
-    assert head.endswith(" in all")
+    assert " in all; ceiling $" in head and head.endswith("(every step to its timeout)")
     assert any("prices: test-src, read " in line for line in message["cost"])
 
 

@@ -281,6 +281,14 @@ def test_the_cost_is_each_step_s_duration_times_its_rate_with_the_total_labelled
     assert lines[2] == "prices: src, read 2026-12-01"
 
 
+def test_the_ceiling_compiled_in_is_said_beside_the_total():
+    rates = {**RATES, "steps": {"train-model": RATES["steps"]["train-model"]},
+             "ceiling_usd": 24.5}
+    (head, *_rest) = cost_lines(rates, {"train-model": 3600.0})
+    assert head == ("cost (estimate from list prices, us-central1): $4.00 in all; ceiling "
+                    "$24.50 (every step to its timeout)")
+
+
 def test_a_derived_rate_is_marked_an_estimate():
     step = {**RATES["steps"]["train-model"], "derived": "estimate: Compute Engine's Spot rate"}
     lines = cost_lines({**RATES, "steps": {"train-model": step}}, {"train-model": 3600.0})
