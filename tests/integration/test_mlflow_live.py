@@ -5,33 +5,13 @@ host's CPU and memory as system metrics), and the run ends with the step's state
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
 
-from gkeflow.components.tracking.client import (
-    ENV_PARENT_RUN_ID,
-    ENV_RUN_ID,
-    ENV_TRACKING_URI,
-    ENV_TRAINING_RUN,
-    PARENT_TAG,
-    TASK_TAG,
-)
+from gkeflow.components.tracking.client import PARENT_TAG, TASK_TAG
+from tests.integration.test_mlflow_more_steps import parent  # noqa: F401
 
 pytest.importorskip("mlflow", reason="mlflow is not installed (pip install -e '.[dev]')")
-
-
-@pytest.fixture
-def parent(mlflow_server, monkeypatch):
-    from gkeflow.components.tracking.direct import start_pipeline_run
-
-    run_id = start_pipeline_run(mlflow_server.url, "live-curves",
-                                f"local-training-{uuid.uuid4().hex[:8]}")
-    monkeypatch.setenv(ENV_TRACKING_URI, mlflow_server.url)
-    monkeypatch.setenv(ENV_PARENT_RUN_ID, run_id)
-    monkeypatch.delenv(ENV_RUN_ID, raising=False)
-    monkeypatch.delenv(ENV_TRAINING_RUN, raising=False)
-    return run_id
 
 
 def _train_run(mlflow_server, parent_run_id, task="train-model"):
@@ -43,7 +23,7 @@ def _train_run(mlflow_server, parent_run_id, task="train-model"):
     return mlflow_server.run(found[0]["info"]["run_id"])
 
 
-def test_each_epoch_is_logged_as_it_ends_with_its_own_time(parent, mlflow_server,
+def test_each_epoch_is_logged_as_it_ends_with_its_own_time(parent, mlflow_server,  # noqa: F811
                                                            prepared_penguins, tmp_path):
     from gkeflow.components.tracking.live import live_curves
     from gkeflow.components.tracking.steps import start_training_run, track_training
@@ -84,7 +64,7 @@ def test_each_epoch_is_logged_as_it_ends_with_its_own_time(parent, mlflow_server
     assert len(mlflow_server.metric_points(run["info"]["run_id"], "val_loss")) == len(points)
 
 
-def test_a_failed_training_ends_its_run_failed_and_a_retry_reopens_it(parent, mlflow_server,
+def test_a_failed_training_ends_its_run_failed_and_a_retry_reopens_it(parent, mlflow_server,  # noqa: F811
                                                                       tmp_path):
     from gkeflow.components.tracking.steps import start_training_run
     from gkeflow.components.train.logic import TrainParams
