@@ -97,11 +97,23 @@ def read_secret_token(version: str, environ: dict[str, str] | None = None,
     return secret_value(answer.json())
 
 
+#: A compiled GKE step's credentials from its Kubernetes Secret -> MLflow's own variables.
+SECRET_ENV = {"GKEFLOW_MLFLOW_TRACKING_TOKEN": "MLFLOW_TRACKING_TOKEN",
+              "GKEFLOW_MLFLOW_TRACKING_USERNAME": "MLFLOW_TRACKING_USERNAME",
+              "GKEFLOW_MLFLOW_TRACKING_PASSWORD": "MLFLOW_TRACKING_PASSWORD"}
+
+
 def load_credentials(environ: dict[str, str] | None = None,
                      log: Callable[[str], None] = print) -> None:
-    """Put the Secret Manager token of ``GKEFLOW_MLFLOW_TOKEN_SECRET`` into
-    ``MLFLOW_TRACKING_TOKEN`` (where MLflow's client reads it) unless one is set already."""
+    """Give MLflow's client (``MLFLOW_TRACKING_TOKEN`` / ``_USERNAME`` / ``_PASSWORD``) the
+    credentials of a compiled step where none are set already (the plugin's win): a GKE
+    step's from its Secret (:data:`SECRET_ENV`), a Vertex AI step's token from the Secret
+    Manager secret ``GKEFLOW_MLFLOW_TOKEN_SECRET`` names."""
     env = os.environ if environ is None else environ
+    if not any(env.get(name) for name in SECRET_ENV.values()):
+        for ours, mlflows in SECRET_ENV.items():
+            if env.get(ours):
+                env[mlflows] = env[ours]
     secret = env.get(ENV_TOKEN_SECRET, "")
     if not secret or env.get("MLFLOW_TRACKING_TOKEN"):
         return

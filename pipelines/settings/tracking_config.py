@@ -33,8 +33,13 @@ _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _SECRET_MANAGER = re.compile(
     r"^projects/[^/\s]+/secrets/[A-Za-z0-9_-]+(/versions/[A-Za-z0-9_-]+)?$")
 #: The keys of ``credentials.gke_secret`` and the MLflow variables they become in a step.
-GKE_SECRET_KEYS = {"token": "MLFLOW_TRACKING_TOKEN", "username": "MLFLOW_TRACKING_USERNAME",
-                   "password": "MLFLOW_TRACKING_PASSWORD"}
+#: The Secret's keys and the variables a compiled GKE step gets them in: not MLflow's own
+#: names, which Kubeflow Pipelines' MLflow plugin (2.17+) sets in the same pod; the step
+#: copies them into MLflow's names only where the plugin set none
+#: (``gkeflow.components.tracking.pipeline_run.load_credentials``).
+GKE_SECRET_KEYS = {"token": "GKEFLOW_MLFLOW_TRACKING_TOKEN",
+                   "username": "GKEFLOW_MLFLOW_TRACKING_USERNAME",
+                   "password": "GKEFLOW_MLFLOW_TRACKING_PASSWORD"}
 #: Vertex AI's rule for experiment names (aiplatform's metadata resource ids).
 _VERTEX_EXPERIMENT = re.compile(r"^[a-z0-9][a-z0-9-]{0,127}$")
 
@@ -47,7 +52,8 @@ class MlflowCredentials(BaseModel):
             holding a bearer token, or a user name and password; read when a run starts and
             handed to its steps as ``MLFLOW_TRACKING_TOKEN`` / ``_USERNAME`` / ``_PASSWORD``.
         gke_secret: Compiled GKE pipelines: a Kubernetes Secret in the run's namespace whose
-            keys ``token`` (or ``username`` and ``password``) become those variables.
+            keys ``token`` (or ``username`` and ``password``) become those variables (unless
+            Kubeflow Pipelines' MLflow plugin gives the step its own).
         vertex_secret: Compiled Vertex AI pipelines: a Secret Manager secret holding the
             token, ``projects/P/secrets/S[/versions/V]``, read by each step when it starts.
     """

@@ -75,8 +75,10 @@ def test_tracked_steps_carry_the_settings_and_no_secret_value(tmp_path, monkeypa
             assert secret["secretName"] == "mlflow-credentials" and secret["optional"]
             # its name only, for a JobSet launcher to give its pods the same references
             assert _env(executors[name])["GKEFLOW_MLFLOW_GKE_SECRET"] == "mlflow-credentials"
+            # not MLflow's own names, which KFP's plugin sets in the same pod
             assert {k["envVar"] for k in secret["keyToEnv"]} == {
-                "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"}
+                "GKEFLOW_MLFLOW_TRACKING_TOKEN", "GKEFLOW_MLFLOW_TRACKING_USERNAME",
+                "GKEFLOW_MLFLOW_TRACKING_PASSWORD"}
     else:
         assert len(docs) == 1
         assert url.startswith("https://console.cloud.google.com/vertex-ai/locations/")
@@ -210,3 +212,14 @@ def test_untracked_and_local_pipelines_get_no_exit_task(tmp_path):
     tracking = _config(MLFLOW).tracking["default"]
     assert not ends_tracking(tracking, "local")
     assert ends_tracking(tracking, "gke") and ends_tracking(tracking, "vertex")
+
+
+def test_a_gke_steps_secret_credentials_reach_mlflow_unless_the_plugin_gave_its_own():
+    from gkeflow.components.tracking.pipeline_run import load_credentials
+
+    direct = {"GKEFLOW_MLFLOW_TRACKING_USERNAME": "u", "GKEFLOW_MLFLOW_TRACKING_PASSWORD": "p"}
+    load_credentials(direct)
+    assert (direct["MLFLOW_TRACKING_USERNAME"], direct["MLFLOW_TRACKING_PASSWORD"]) == ("u", "p")
+    plugin = {"GKEFLOW_MLFLOW_TRACKING_TOKEN": "ours", "MLFLOW_TRACKING_TOKEN": "plugin's"}
+    load_credentials(plugin)
+    assert plugin["MLFLOW_TRACKING_TOKEN"] == "plugin's"
