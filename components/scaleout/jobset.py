@@ -42,6 +42,11 @@ def replicas_of(template: dict) -> int:
                for job in template["spec"]["replicatedJobs"])
 
 
+#: Kubeflow Pipelines' label of a run's pods, and gkeflow's of a step's.
+PIPELINE_RUN_LABEL = "pipeline/runid"
+STEP_LABEL = "gkeflow-step"
+
+
 def finish(template: dict, name: str, namespace: str, service_account: str, args: list[str],
            run_id: str = "", task_name: str = "") -> dict:
     """The JobSet to create: ``template`` named, placed and given each worker's command.
@@ -71,7 +76,14 @@ def finish(template: dict, name: str, namespace: str, service_account: str, args
             cluster.INDEX_OFFSET_ENV}
     for replicated, offset in zip(manifest["spec"]["replicatedJobs"], offsets, strict=True):
         pod = replicated["template"]["spec"]["template"]
-        pod.setdefault("metadata", {}).setdefault("labels", {}).update(MANAGED_BY)
+        pod_labels = pod.setdefault("metadata", {}).setdefault("labels", {})
+        pod_labels.update(MANAGED_BY)
+        # the labels the billing export carries (GKE cost allocation): the run's pods, as
+        # Kubeflow Pipelines labels its own, and the step (`gkeflow runs cost`)
+        if run_id:
+            pod_labels[PIPELINE_RUN_LABEL] = _label_value(run_id)
+        if task_name:
+            pod_labels[STEP_LABEL] = _label_value(task_name)
         if service_account:
             pod["spec"]["serviceAccountName"] = service_account
         container = pod["spec"]["containers"][0]

@@ -252,6 +252,10 @@ def test_in_cluster_launch_moves_inputs_and_model_through_cloud_storage(bucket, 
     name = js.jobset_name(run_id, task)
     assert created["metadata"]["name"] == name and created["metadata"]["namespace"] == NS
     assert created["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    # the billing export attributes the workers' cost to the run and the step
+    pod_labels = created["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
+        "metadata"]["labels"]
+    assert (pod_labels["pipeline/runid"], pod_labels["gkeflow-step"]) == (run_id, task)
     pod = created["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "gkeflow-worker", "never the launcher's account"
     assert kube.pod_accounts == {"gkeflow-worker"}
