@@ -82,8 +82,8 @@ def test_gkeflow_run_tracks_a_parent_and_a_nested_run_per_step(tmp_path, mlflow_
     assert "t0ken-value" not in result.stdout + result.stderr
     assert "View run" not in result.stdout + result.stderr  # MLflow's own lines stay out
     # `models list` reads the registry the run registered into: tracking.dev.mlflow's
-    listed = gkeflow("models", "list", "--env", "dev", "--config", str(config), "--format",
-                     "json", cwd=tmp_path)
+    listed = gkeflow("models", "list", "--name", MODEL, "--env", "dev", "--config",
+                     str(config), "--format", "json", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert [(v["model"], int(v["version"])) for v in json.loads(listed.stdout)] == [(MODEL, 1)]
 
