@@ -120,6 +120,29 @@ def history_medians(config, target: str, pipeline: str, limit: int) -> tuple[
     return median_durations(durations), len(done)
 
 
+#: Earlier runs `submit` reads for the expected cost.
+SUBMIT_HISTORY_RUNS = 5
+
+
+def earlier_medians(config, target: str, pipeline: str,
+                    limit: int = SUBMIT_HISTORY_RUNS) -> tuple[dict[str, float], int, str]:
+    """:func:`history_medians`, or ({}, 0, why) when the runs cannot be read: the expected
+    cost is then left out, never guessed, and the submission goes on."""
+    try:
+        medians, runs = history_medians(config, target, pipeline, limit)
+    except Exception as exc:  # noqa: BLE001 - any failure only leaves the figure out
+        return {}, 0, (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+    return medians, runs, "" if runs else "no earlier succeeded run"
+
+
+def expected_text(run: RunCost, history_runs: int) -> str:
+    """``; expected $Y (median step durations of N earlier runs)``, or '' without one."""
+    if not history_runs or run.expected_usd is None:
+        return ""
+    return (f"; expected {format_usd(run.expected_usd)} (median step durations of "
+            f"{history_runs} earlier run{'s' if history_runs != 1 else ''})")
+
+
 def budget_refusal(run: RunCost, max_run_usd: float, where: str) -> str:
     """Why a run over ``max_run_usd`` (``where``: the budget's name) breaks it, naming the
     step that costs most; empty when its ceiling is within it."""
@@ -222,12 +245,14 @@ def budget_verdict(run: RunCost, max_run_usd: float, where: str) -> tuple[str, d
 
 
 def check_budget(config, pipeline: str, target: str, environment: str, *,
-                 over_budget: bool, schedule=None, verb: str = "submitted") -> str:
+                 over_budget: bool, schedule=None, verb: str = "submitted",
+                 medians: Mapping[str, float] | None = None, history_runs: int = 0) -> str:
     """Raise a one-line ClickException when a run of ``pipeline`` would exceed its budget
     (or its ceiling cannot be computed), or a schedule's month its monthly budget, and
     ``over_budget`` is not given; returns the line to print: the approval (under by how
     much), or the warning when ``over_budget`` let it through (``verb``: what happened to
-    the run, e.g. "would be submitted" for a dry run); without a budget, the ceiling."""
+    the run, e.g. "would be submitted" for a dry run); without a budget, the ceiling. With
+    ``medians`` of ``history_runs`` earlier runs, the line gives the expected cost too."""
     from gkeflow.pipelines.compute.costing import run_cost
     from gkeflow.pipelines.compute.prices import current_prices
     from gkeflow.pipelines.compute.profiles import ComputeError
@@ -240,14 +265,15 @@ def check_budget(config, pipeline: str, target: str, environment: str, *,
         if budget is None:  # compiling refuses it, in the words compile uses
             return ""
         raise
-    cost = run_cost(profiles, target, price_region(config, target),
+    cost = run_cost(profiles, target, price_region(config, target), medians=medians,
                     prices=current_prices(config_directory(config)), cluster=cluster_of(config))
+    expected = expected_text(cost, history_runs)
     if budget is None:
         name = f"schedule {schedule.name}: " if schedule is not None else ""
         ceiling = (format_usd(cost.ceiling_usd) if cost.ceiling_usd is not None
                    else f"missing ({cost.ceiling_reason})")
-        return (f"{name}cost: ceiling {ceiling} per run ({LIST_PRICE_LABEL}, {cost.region}); "
-                "no budget: set one under budget: to have it checked")
+        return (f"{name}cost: ceiling {ceiling} per run ({LIST_PRICE_LABEL}, {cost.region})"
+                f"{expected}; no budget: set one under budget: to have it checked")
     refusals, approvals, unknown = [], [], False
     if budget.max_run_usd is not None:
         refusal = budget_refusal(cost, budget.max_run_usd, where)
@@ -263,7 +289,7 @@ def check_budget(config, pipeline: str, target: str, environment: str, *,
         (refusals if refusal else approvals).append(refusal or approval)
     name = f"schedule {schedule.name}: " if schedule is not None else ""
     if not refusals:
-        return f"{name}budget: {'; '.join(approvals)}"
+        return f"{name}budget: {'; '.join(approvals)}{expected}"
     refusal = "; ".join(refusals)
     if not over_budget:
         fix = ("pass --over-budget to submit anyway" if unknown else

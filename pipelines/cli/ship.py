@@ -133,9 +133,15 @@ def submit_command(pipeline, target, environment, params, wait, poll_s, timeout_
     overrides = parse_param_options(params)
     console.print(f"[bold]gkeflow submit[/bold]: {pipeline} -> {target} (environment "
                   f"{environment})")
+    medians, history_runs = {}, 0
+    if not dry_run:  # the expected cost from earlier runs (a dry run reads nothing)
+        from gkeflow.pipelines.cli.costs import earlier_medians
+
+        medians, history_runs, _why = earlier_medians(config, target, pipeline)
     # refused before anything is sent; said only once the run was submitted (or planned)
     warning = _check_budget(config, pipeline, target, environment, over_budget=over_budget,
-                            verb="would be submitted" if dry_run else "submitted")
+                            verb="would be submitted" if dry_run else "submitted",
+                            medians=medians, history_runs=history_runs)
     with tempfile.TemporaryDirectory(prefix="gkeflow-submit-") as workdir:
         submission, backend = submit(config, pipeline, target, environment=environment,
                                      overrides=overrides, workdir=Path(workdir),

@@ -126,3 +126,25 @@ def test_schedule_list_shows_a_monthly_estimate_from_cron_and_history(
     # one succeeded run: its step durations price the month, not the ceiling
     assert re.search(r"\$[\d.,]+ \(30\.4 runs x \$[\d.,]+\)", after.stdout), after.stdout
     assert "ceiling" not in after.stdout.split("monthly:")[0].split("daily")[-1]
+
+
+def test_submit_gives_the_expected_cost_from_the_earlier_runs(finished, write_config,
+                                                               tmp_path):
+    """A real submit reads the newest succeeded runs of the pipeline and gives the expected
+    cost at their median step durations beside the ceiling; a dry run reads nothing."""
+    data, runs = finished
+    write_cache(tmp_path)
+    path = str(write_config(data))
+    env = {"GKEFLOW_TEST_KFP_TOKEN": TOKEN, "COLUMNS": "300"}
+    planned = gkeflow("plan", "--target", "gke", "--history", "5", "--output", "json",
+                      "--config", path, cwd=tmp_path, env=env)
+    expected = json.loads(planned.stdout)["cost"]["expected_usd"]
+    assert expected is not None
+    sent = gkeflow("submit", "--target", "gke", "--config", path, cwd=tmp_path, env=env)
+    assert sent.returncode == 0, sent.stderr
+    assert f"; expected ${expected:,.2f} (median step durations of 1 earlier run)" in \
+        " ".join(sent.stdout.split())
+    dry = gkeflow("submit", "--target", "gke", "--dry-run", "--config", path, cwd=tmp_path,
+                  env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert "expected $" not in dry.stdout
