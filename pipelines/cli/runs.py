@@ -38,7 +38,8 @@ def _json_option(func):
 
 @click.group("runs")
 def runs_group() -> None:
-    """Past and running runs on the targets of gkeflow.yaml: list, show, logs, cancel, retry.
+    """Past and running runs on the targets of gkeflow.yaml: list, show, logs, cancel, retry,
+    cost.
 
     \b
     gkeflow runs list [--pipeline P] [--schedule S] [--limit N]
@@ -46,6 +47,7 @@ def runs_group() -> None:
     gkeflow runs logs RUN [STEP] [--follow]
     gkeflow runs cancel RUN
     gkeflow runs retry RUN                KFP: retry in place; Vertex: a new job, same inputs
+    gkeflow runs cost RUN                 what it really cost (the Cloud Billing export)
 
     RUN is the KFP run id, or the Vertex PipelineJob id or resource name, as `runs list`
     shows it.
