@@ -48,8 +48,9 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     machine shape that hosts it; --wide adds image, nodes, Kueue queue, ephemeral disk,
     retries, caching and /dev/shm. The table fits COLUMNS (or the terminal);
     --output json prints every field for scripts. Cost columns: each step's hourly list
-    price on that target and capacity and its ceiling at its timeout, with the run's total
-    (docs/costs.md).
+    price on that target and capacity (a rate derived from other prices is marked an
+    estimate, its rule below the table) and its ceiling at its timeout, with the run's total
+    and its verdict against budget.default of gkeflow.yaml (docs/costs.md).
     The compute is validated exactly as `gkeflow compile` does; requests the target
     cannot honour are listed below the table.
     """
