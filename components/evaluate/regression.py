@@ -44,6 +44,9 @@ BASELINE_MARGIN = 0.05
 RESIDUAL_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 #: Test rows kept for the predicted-vs-actual plot (the split's rows are hash-ordered).
 PLOT_POINTS = 1000
+#: Most residuals kept for their quantiles and histogram: beyond it, a uniform sample
+#: (reservoir sampling, fixed seed), so memory stays bounded on any test split.
+RESIDUAL_SAMPLE = 1_000_000
 
 
 def parse_regression_thresholds(text: str) -> list[Threshold]:
@@ -73,16 +76,19 @@ class RegressionPolicy:
 
 
 class RegressionAccumulator:
-    """Sums for RMSE, MAE, R² and MAPE, the residuals (quantiles, histogram) and the first
-    rows' (actual, predicted) pairs, streamed batch by batch."""
+    """Sums for RMSE, MAE, R² and MAPE (exact, over every row), the residuals (quantiles,
+    histogram: every residual up to ``sample_size``, a uniform sample of them beyond) and the
+    first rows' (actual, predicted) pairs, streamed batch by batch."""
 
-    def __init__(self, baseline: float):
+    def __init__(self, baseline: float, sample_size: int = RESIDUAL_SAMPLE):
         self.baseline = baseline
+        self.sample_size = sample_size
+        self._sample = np.empty(0, np.float32)
+        self._random = np.random.default_rng(0)
         self.n = 0
         self.sse = self.sae = self.sum_y = self.sum_y2 = self.base_sse = self.base_sae = 0.0
         self.ape = 0.0
         self.zero_labels = 0
-        self.residuals: list[np.ndarray] = []
         self.pairs: list[tuple[float, float]] = []
 
     def update(self, actual: np.ndarray, predicted: np.ndarray) -> None:
@@ -102,7 +108,7 @@ class RegressionAccumulator:
         nonzero = actual != 0
         self.zero_labels += int(actual.size - np.count_nonzero(nonzero))
         self.ape += float(np.sum(np.abs(error[nonzero] / actual[nonzero])))
-        self.residuals.append(error.astype(np.float32))
+        self._keep(error.astype(np.float32))
         room = PLOT_POINTS - len(self.pairs)
         if room > 0:
             self.pairs += list(zip(actual[:room].tolist(), predicted[:room].tolist(),
@@ -122,16 +128,35 @@ class RegressionAccumulator:
         return {"rmse": math.sqrt(self.base_sse / self.n), "mae": self.base_sae / self.n,
                 "prediction": self.baseline}
 
+    def _keep(self, errors: np.ndarray) -> None:
+        """Reservoir sampling, a batch at once: row k (from 1) replaces a random slot with
+        probability sample_size / k once the sample is full."""
+        first = self.n - errors.size  # rows seen before this batch
+        room = max(0, self.sample_size - self._sample.size)
+        if room:
+            self._sample = np.concatenate([self._sample, errors[:room]])
+        rest = errors[room:]
+        if rest.size:
+            seen = first + room + np.arange(1, rest.size + 1)
+            slots = (self._random.random(rest.size) * seen).astype(np.int64)
+            kept = slots < self.sample_size
+            self._sample[slots[kept]] = rest[kept]
+
+    @property
+    def residuals_sampled(self) -> bool:
+        """Whether the quantiles and histogram come from a sample of the residuals."""
+        return self.n > self.sample_size
+
     def residual_quantiles(self) -> dict[str, float]:
-        if not self.residuals:
+        if not self._sample.size:
             return {}
-        values = np.concatenate(self.residuals)
-        return {f"p{round(q * 100)}": float(np.quantile(values, q)) for q in RESIDUAL_QUANTILES}
+        return {f"p{round(q * 100)}": float(np.quantile(self._sample, q))
+                for q in RESIDUAL_QUANTILES}
 
     def histogram(self, bins: int = 30) -> tuple[list[int], list[float]]:
-        if not self.residuals:
+        if not self._sample.size:
             return [], []
-        counts, edges = np.histogram(np.concatenate(self.residuals), bins=bins)
+        counts, edges = np.histogram(self._sample, bins=bins)
         return counts.tolist(), edges.tolist()
 
 
@@ -316,6 +341,8 @@ def evaluate_regression(dataset_dir: Path, schema: Schema, model_dir: Path, *,
         decision=decide_regression(metrics, baseline, champion, champion_metrics, policy),
         policy=policy,
         data={"label": schema.label, "test_rows": challenger.n,
+              "residuals_sampled": (challenger.sample_size if challenger.residuals_sampled
+                                    else 0),
               "features": [{"name": c.name, "type": c.type} for c in schema.features],
               "label_transform": (model.metadata.get("label_scaling") or {}).get("transform")},
         pairs=challenger.pairs, histogram=challenger.histogram(), sample=sample)

@@ -29,7 +29,10 @@ def render_regression_card(result) -> str:
     if result.metrics.get("mape") is None:
         lines += ["", "MAPE is not defined: some test labels are 0."]
     quantiles = ", ".join(f"{k} {_fmt(v)}" for k, v in result.residual_quantiles.items())
-    lines += ["", f"Residuals (predicted - actual): {quantiles}.", "",
+    sampled = result.data.get("residuals_sampled") or 0
+    where = (f" (a uniform sample of {sampled:,} of the {result.data.get('test_rows', 0):,} "
+             "test rows; the metrics above use every row)" if sampled else "")
+    lines += ["", f"Residuals (predicted - actual){where}: {quantiles}.", "",
               f"The mean predictor always predicts {_fmt(result.baseline.get('prediction'))}, "
               "the train split's mean label.", ""]
     if result.slices:

@@ -212,3 +212,27 @@ def test_wide_and_deep_and_a_user_module_train_regressors(prices, tmp_path):
     with pytest.raises(ValueError, match="must output one value per row"):
         train(dataset, prepared.schema, tmp_path / "wrong", TrainParams(
             epochs=1, user_module=str(wrong)))
+
+
+def test_the_residuals_kept_are_bounded_and_their_quantiles_hold():
+    """Beyond sample_size residuals a uniform sample is kept: memory stays bounded, the
+    metrics stay exact over every row, and the quantiles stay close to the exact ones."""
+    import numpy as np
+
+    from gkeflow.components.evaluate.regression import RegressionAccumulator
+
+    rng = np.random.default_rng(7)
+    actual = rng.normal(0.0, 1.0, 200_000)
+    predicted = actual + rng.normal(0.0, 2.0, actual.size)
+    bounded = RegressionAccumulator(0.0, sample_size=20_000)
+    whole = RegressionAccumulator(0.0, sample_size=actual.size)
+    for start in range(0, actual.size, 4096):
+        part = slice(start, start + 4096)
+        bounded.update(actual[part], predicted[part])
+        whole.update(actual[part], predicted[part])
+    assert bounded._sample.size == 20_000 and bounded.residuals_sampled
+    assert not whole.residuals_sampled
+    assert bounded.metrics() == whole.metrics()
+    exact, approx = whole.residual_quantiles(), bounded.residual_quantiles()
+    for name, value in exact.items():  # sd of the p5/p95 estimate here is about 0.03
+        assert abs(approx[name] - value) < 0.15, (name, approx[name], value)
