@@ -35,6 +35,7 @@ from gkeflow.components.evaluate.policy import (
 )
 from gkeflow.components.evaluate.slices import AUTO_SLICE_MAX_VALUES
 from gkeflow.components.prepare.logic import Schema
+from gkeflow.components.reservoir import Reservoir
 from gkeflow.components.train.exported import ExportedModel
 
 REGRESSION_METRICS = ("rmse", "mae", "r2", "mape")
@@ -83,8 +84,7 @@ class RegressionAccumulator:
     def __init__(self, baseline: float, sample_size: int = RESIDUAL_SAMPLE):
         self.baseline = baseline
         self.sample_size = sample_size
-        self._sample = np.empty(0, np.float32)
-        self._random = np.random.default_rng(0)
+        self._residuals = Reservoir(sample_size)
         self.n = 0
         self.sse = self.sae = self.sum_y = self.sum_y2 = self.base_sse = self.base_sae = 0.0
         self.ape = 0.0
@@ -108,7 +108,7 @@ class RegressionAccumulator:
         nonzero = actual != 0
         self.zero_labels += int(actual.size - np.count_nonzero(nonzero))
         self.ape += float(np.sum(np.abs(error[nonzero] / actual[nonzero])))
-        self._keep(error.astype(np.float32))
+        self._residuals.add(error)
         room = PLOT_POINTS - len(self.pairs)
         if room > 0:
             self.pairs += list(zip(actual[:room].tolist(), predicted[:room].tolist(),
@@ -128,35 +128,21 @@ class RegressionAccumulator:
         return {"rmse": math.sqrt(self.base_sse / self.n), "mae": self.base_sae / self.n,
                 "prediction": self.baseline}
 
-    def _keep(self, errors: np.ndarray) -> None:
-        """Reservoir sampling, a batch at once: row k (from 1) replaces a random slot with
-        probability sample_size / k once the sample is full."""
-        first = self.n - errors.size  # rows seen before this batch
-        room = max(0, self.sample_size - self._sample.size)
-        if room:
-            self._sample = np.concatenate([self._sample, errors[:room]])
-        rest = errors[room:]
-        if rest.size:
-            seen = first + room + np.arange(1, rest.size + 1)
-            slots = (self._random.random(rest.size) * seen).astype(np.int64)
-            kept = slots < self.sample_size
-            self._sample[slots[kept]] = rest[kept]
-
     @property
     def residuals_sampled(self) -> bool:
         """Whether the quantiles and histogram come from a sample of the residuals."""
-        return self.n > self.sample_size
+        return self._residuals.sampled
 
     def residual_quantiles(self) -> dict[str, float]:
-        if not self._sample.size:
+        if not self._residuals.values.size:
             return {}
-        return {f"p{round(q * 100)}": float(np.quantile(self._sample, q))
+        return {f"p{round(q * 100)}": float(np.quantile(self._residuals.values, q))
                 for q in RESIDUAL_QUANTILES}
 
     def histogram(self, bins: int = 30) -> tuple[list[int], list[float]]:
-        if not self._sample.size:
+        if not self._residuals.values.size:
             return [], []
-        counts, edges = np.histogram(self._sample, bins=bins)
+        counts, edges = np.histogram(self._residuals.values, bins=bins)
         return counts.tolist(), edges.tolist()
 
 

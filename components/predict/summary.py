@@ -3,6 +3,7 @@ followed by the scoring step's own report (counts, rejects, drift)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,10 @@ from gkeflow.components.predict.logic import (
     PREDICTED_CLASS,
     PREDICTED_VALUE,
 )
+from gkeflow.components.reservoir import Reservoir
+
+#: Most predicted values kept for the quantiles (a uniform sample beyond).
+VALUE_SAMPLE = 1_000_000
 
 
 def _batches(path: Path):
@@ -36,19 +41,32 @@ def predictions_file(directory: Path) -> Path:
     raise FileNotFoundError(f"no predictions.parquet or predictions.csv in {directory}")
 
 
-def summarize_values(predictions: Path) -> tuple[list[str], dict]:
-    """A regressor's predictions: rows, and the predicted values' range and quantiles."""
-    parts = [pa.Table.from_batches([batch]).column(PREDICTED_VALUE).to_numpy()
-             for batch in _batches(Path(predictions))]
-    values = np.concatenate(parts) if parts else np.zeros(0)
-    if not values.size:
+def summarize_values(predictions: Path, sample_size: int = VALUE_SAMPLE
+                     ) -> tuple[list[str], dict]:
+    """A regressor's predictions: rows, the predicted values' range and mean (exact) and
+    quantiles (over at most ``sample_size`` values: a uniform sample beyond)."""
+    kept = Reservoir(sample_size)
+    rows, total, low, high = 0, 0.0, math.inf, -math.inf
+    for batch in _batches(Path(predictions)):
+        values = pa.Table.from_batches([batch]).column(PREDICTED_VALUE).to_numpy()
+        if not values.size:
+            continue
+        rows += values.size
+        total += float(values.sum())
+        low, high = min(low, float(values.min())), max(high, float(values.max()))
+        kept.add(values)
+    if not rows:
         return ["# Predictions", "", "0 rows scored."], {"rows": 0}
-    quantiles = {f"p{q}": float(np.quantile(values, q / 100)) for q in (5, 25, 50, 75, 95)}
-    lines = ["# Predictions", "", f"{values.size} rows scored; `{PREDICTED_VALUE}` from "
-             f"{values.min():.6g} to {values.max():.6g}, mean {values.mean():.6g}.", "",
+    mean = total / rows
+    quantiles = {f"p{q}": float(np.quantile(kept.values, q / 100)) for q in (5, 25, 50, 75, 95)}
+    lines = ["# Predictions", "", f"{rows} rows scored; `{PREDICTED_VALUE}` from "
+             f"{low:.6g} to {high:.6g}, mean {mean:.6g}.", "",
              "| quantile | predicted value |", "|---|---:|"]
     lines += [f"| {name} | {value:.6g} |" for name, value in quantiles.items()]
-    metrics = {"rows": int(values.size), "mean_predicted_value": round(float(values.mean()), 6),
+    if kept.sampled:
+        lines += ["", f"Quantiles from a uniform sample of {kept.size:,} of the {rows:,} "
+                      "predictions."]
+    metrics = {"rows": int(rows), "mean_predicted_value": round(mean, 6),
                **{f"predicted_value_{k}": round(v, 6) for k, v in quantiles.items()}}
     return lines, metrics
 

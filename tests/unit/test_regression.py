@@ -230,9 +230,28 @@ def test_the_residuals_kept_are_bounded_and_their_quantiles_hold():
         part = slice(start, start + 4096)
         bounded.update(actual[part], predicted[part])
         whole.update(actual[part], predicted[part])
-    assert bounded._sample.size == 20_000 and bounded.residuals_sampled
+    assert bounded._residuals.values.size == 20_000 and bounded.residuals_sampled
     assert not whole.residuals_sampled
     assert bounded.metrics() == whole.metrics()
     exact, approx = whole.residual_quantiles(), bounded.residual_quantiles()
     for name, value in exact.items():  # sd of the p5/p95 estimate here is about 0.03
         assert abs(approx[name] - value) < 0.15, (name, approx[name], value)
+
+
+def test_the_prediction_summary_keeps_a_bounded_sample_for_its_quantiles(tmp_path):
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gkeflow.components.predict.summary import summarize_values
+
+    values = np.random.default_rng(3).normal(10.0, 1.0, 50_000)
+    path = tmp_path / "predictions.parquet"
+    pq.write_table(pa.table({"predicted_value": values}), path, row_group_size=4096)
+    lines, metrics = summarize_values(path, sample_size=5_000)
+    exact_lines, exact = summarize_values(path, sample_size=50_000)
+    assert metrics["rows"] == exact["rows"] == 50_000
+    assert metrics["mean_predicted_value"] == exact["mean_predicted_value"]
+    assert abs(metrics["predicted_value_p50"] - exact["predicted_value_p50"]) < 0.1
+    assert "a uniform sample of 5,000 of the 50,000 predictions" in "\n".join(lines)
+    assert "uniform sample" not in "\n".join(exact_lines)
