@@ -34,6 +34,7 @@ from gkeflow.components.evaluate.policy import (
     parse_thresholds,
 )
 from gkeflow.components.evaluate.slices import AUTO_SLICE_MAX_VALUES
+from gkeflow.components.prepare.finish import train_column_stats
 from gkeflow.components.prepare.logic import Schema
 from gkeflow.components.reservoir import Reservoir
 from gkeflow.components.train.exported import ExportedModel
@@ -266,11 +267,7 @@ def decide_regression(metrics: dict, baseline: dict, champion: Champion | None,
 
 
 def _train_mean(dataset_dir: Path, label: str) -> float | None:
-    path = Path(dataset_dir) / "stats.json"
-    if not path.exists():
-        return None
-    train = json.loads(path.read_text(encoding="utf-8")).get("splits", {}).get("train", {})
-    return train.get("columns", {}).get(label, {}).get("mean")
+    return (train_column_stats(dataset_dir, label) or {}).get("mean")
 
 
 def evaluate_regression(dataset_dir: Path, schema: Schema, model_dir: Path, *,

@@ -175,3 +175,16 @@ def strict_json(value):
     if isinstance(value, (list, tuple)):
         return [strict_json(v) for v in value]
     return value
+
+
+def train_column_stats(dataset_dir, column: str) -> dict | None:
+    """What ``stats.json`` of a prepared dataset records of ``column`` on the train split
+    (count, missing, mean, std, ...); None when the file or the column is not there."""
+    import json
+    from pathlib import Path
+
+    path = Path(dataset_dir) / "stats.json"
+    if not path.exists():
+        return None
+    splits = json.loads(path.read_text(encoding="utf-8")).get("splits", {})
+    return splits.get("train", {}).get("columns", {}).get(column)

@@ -9,10 +9,11 @@ so nothing outside training sees standardised or logged values.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from gkeflow.components.prepare.finish import train_column_stats
 
 LOSSES = ("auto", "mse", "huber")
 
@@ -51,7 +52,7 @@ def label_scaling(dataset_dir: Path, schema, transform: str) -> LabelScaling:
     Raises:
         ValueError: the log transform of a label with values <= 0.
     """
-    stats = _train_label_stats(dataset_dir, schema.label)
+    stats = train_column_stats(dataset_dir, schema.label)
     if transform == "none" and stats and stats.get("mean") is not None:
         return LabelScaling(float(stats["mean"]), _positive(stats.get("std")), "none")
     if transform == "log" and stats and stats.get("min") is not None and stats["min"] <= 0:
@@ -74,14 +75,6 @@ def label_scaling(dataset_dir: Path, schema, transform: str) -> LabelScaling:
 
 def _positive(std) -> float:
     return float(std) if std and math.isfinite(float(std)) and float(std) > 0 else 1.0
-
-
-def _train_label_stats(dataset_dir: Path, label: str) -> dict | None:
-    path = Path(dataset_dir) / "stats.json"
-    if not path.exists():
-        return None
-    splits = json.loads(path.read_text(encoding="utf-8")).get("splits", {})
-    return splits.get("train", {}).get("columns", {}).get(label)
 
 
 def train_labels(dataset_dir: Path, schema):
