@@ -69,8 +69,10 @@ def notify_run(
     )
     from gkeflow.components.notify.run_api import (
         apply_run,
+        kfp_history,
         kfp_registered_version,
         kfp_run,
+        vertex_history,
         vertex_run,
     )
 
@@ -87,6 +89,7 @@ def notify_run(
 
     end_run(report.state, target, run_id, run_name, status.pipeline_job_resource_name or "")
     policy = send_policy()
+    history = []  # earlier runs' step durations: the expected cost
     if run_api:
         try:
             started, tasks = (
@@ -102,7 +105,14 @@ def notify_run(
                                                                        policy)
                 except Exception as exc:  # noqa: BLE001 - the version is a detail
                     print(f"could not read the registered version: {type(exc).__name__}")
-    report.cost = cost_lines(json.loads(step_rates or "{}"), report.step_durations)
+            if step_rates and step_rates != "{}":
+                try:
+                    history = (kfp_history(run_api, run_id, policy) if target == "gke" else
+                               vertex_history(run_api, status.pipeline_job_resource_name,
+                                              policy))
+                except Exception as exc:  # noqa: BLE001 - the expected cost is a detail
+                    print(f"could not read the earlier runs: {type(exc).__name__}")
+    report.cost = cost_lines(json.loads(step_rates or "{}"), report.step_durations, history)
     outcome = notify(report, when=when, shape=webhook_format, env_name=webhook_env,
                      secret_version=webhook_secret, policy=policy)
     print(outcome)

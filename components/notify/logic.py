@@ -180,11 +180,36 @@ def _usd(value: float) -> str:
     return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.4f}"
 
 
-def cost_lines(rates: dict[str, Any], durations: dict[str, float | None]) -> list[str]:
+def expected_usd(rates: dict[str, Any], history: list[dict[str, float]]) -> float | None:
+    """The run's expected cost: each priced step at its median duration over ``history``
+    (earlier runs' step durations), plus the run fee; None without history, or when a step
+    that ran before has no rate."""
+    import statistics
+
+    steps = rates.get("steps") or {}
+    seen: dict[str, list[float]] = {}
+    for run in history:
+        for step, seconds in run.items():
+            if step in steps:
+                seen.setdefault(step, []).append(float(seconds))
+    if not seen:
+        return None
+    total = float(rates.get("run_fee_usd") or 0.0)
+    for step, values in seen.items():
+        hourly = steps[step].get("usd_per_hour")
+        if hourly is None:
+            return None
+        total += hourly * statistics.median(values) / 3600
+    return total
+
+
+def cost_lines(rates: dict[str, Any], durations: dict[str, float | None],
+               history: list[dict[str, float]] | None = None) -> list[str]:
     """Each step that ran: its duration x its hourly rate, then the run's total, labelled as
     an estimate from list prices. ``rates`` is what the pipeline compiled in
     (``{"region", "run_fee_usd", "steps": {step: {"usd_per_hour", "reason", "source",
-    "date_read", "derived"}}}``); empty: no lines. A step without a rate or a duration
+    "date_read", "derived"}}}``); empty: no lines. With ``history`` (earlier runs' step
+    durations), the expected cost at their medians too. A step without a rate or a duration
     leaves the total missing (with the first such step named), never guessed; a rate derived
     from other prices is marked an estimate."""
     steps = rates.get("steps") or {}
@@ -217,6 +242,11 @@ def cost_lines(rates: dict[str, Any], durations: dict[str, float | None]) -> lis
         head = f"cost ({where}): {_usd(total)} in all"
     if rates.get("run_fee_usd"):
         head += f", with the run fee {_usd(float(rates['run_fee_usd']))}"
+    expected = expected_usd(rates, history or [])
+    if expected is not None:
+        runs = len(history or [])
+        head += (f"; expected {_usd(expected)} (median step durations of {runs} earlier "
+                 f"run{'s' if runs != 1 else ''})")
     if rates.get("ceiling_usd") is not None:
         head += f"; ceiling {_usd(float(rates['ceiling_usd']))} (every step to its timeout)"
     return [head, *lines, *(f"prices: {source}" for source in sorted(sources))]

@@ -56,16 +56,60 @@ def _token_headers() -> dict[str, str]:
     return {}
 
 
+#: Earlier succeeded runs whose median step durations give the expected cost.
+HISTORY_RUNS = 5
+
+
+def _kfp_tasks(run: dict) -> list[dict]:
+    return [{"name": t.get("display_name", ""), "state": _state(t.get("state")),
+             "error": (t.get("error") or {}).get("message", ""), "metadata": {},
+             "execution_id": str(t.get("execution_id") or ""),
+             "duration_s": span_s(t.get("start_time"), t.get("end_time"))}
+            for t in (run.get("run_details") or {}).get("task_details", [])]
+
+
 def kfp_run(api: str, run_id: str, policy: RetryPolicy) -> tuple[str, list[dict]]:
     """(created_at, [{name, state, error, metadata, execution_id}]) of a Kubeflow
     Pipelines run."""
     run = _get(f"{api.rstrip('/')}/apis/v2beta1/runs/{run_id}", _token_headers(), policy)
-    return run.get("created_at", ""), [
-        {"name": t.get("display_name", ""), "state": _state(t.get("state")),
-         "error": (t.get("error") or {}).get("message", ""), "metadata": {},
-         "execution_id": str(t.get("execution_id") or ""),
-         "duration_s": span_s(t.get("start_time"), t.get("end_time"))}
-        for t in (run.get("run_details") or {}).get("task_details", [])]
+    return run.get("created_at", ""), _kfp_tasks(run)
+
+
+def step_durations(tasks: list[dict]) -> dict[str, float]:
+    """step -> seconds of the steps of a run that succeeded."""
+    found: dict[str, float] = {}
+    for t in tasks:
+        if _is_step(t["name"]) and t["state"] == "SUCCEEDED" and t.get("duration_s") is not None:
+            key = _key(t["name"])
+            found[key] = found.get(key, 0.0) + t["duration_s"]
+    return found
+
+
+def kfp_history(api: str, run_id: str, policy: RetryPolicy,
+                limit: int = HISTORY_RUNS) -> list[dict[str, float]]:
+    """Step durations of the newest ``limit`` succeeded runs of the same pipeline (in the
+    run's experiment), this one left out."""
+    from urllib.parse import urlencode
+
+    base, headers = f"{api.rstrip('/')}/apis/v2beta1", _token_headers()
+    run = _get(f"{base}/runs/{run_id}", headers, policy)
+    pipeline = (run.get("pipeline_version_reference") or {}).get("pipeline_id", "")
+    if not pipeline:
+        return []
+    query = {"page_size": 50, "sort_by": "created_at desc",
+             **({"experiment_id": run["experiment_id"]} if run.get("experiment_id") else {})}
+    found = []
+    for other in _get(f"{base}/runs?{urlencode(query)}", headers, policy).get("runs", []):
+        if (other.get("run_id") == run_id or _state(other.get("state")) != "SUCCEEDED"
+                or (other.get("pipeline_version_reference") or {}).get("pipeline_id")
+                != pipeline):
+            continue
+        if not (other.get("run_details") or {}).get("task_details"):
+            other = _get(f"{base}/runs/{other['run_id']}", headers, policy)
+        found.append(step_durations(_kfp_tasks(other)))
+        if len(found) >= limit:
+            break
+    return found
 
 
 def kfp_registered_version(metadata_api: str, tasks: list[dict], policy: RetryPolicy) -> str:
@@ -93,25 +137,62 @@ def _key(name: str) -> str:
     return re.sub(r"[\s_]+", "-", name.strip().lower())
 
 
+def _google_headers(endpoint: str) -> dict[str, str]:
+    if re.match(r"^http://(127\.0\.0\.1|localhost)(:\d+)?/?$", endpoint):
+        return {}  # a plain-http loopback endpoint is an emulator: no credentials
+    import google.auth
+    from google.auth.transport.requests import Request
+
+    credentials, _ = google.auth.default(
+        scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    credentials.refresh(Request())
+    return {"Authorization": f"Bearer {credentials.token}"}
+
+
+def _vertex_tasks(data: dict) -> list[dict]:
+    return [{"name": t.get("taskName", ""), "state": _state(t.get("state")),
+             "error": (t.get("error") or {}).get("message", ""),
+             "metadata": (t.get("execution") or {}).get("metadata") or {},
+             "duration_s": span_s(t.get("startTime"), t.get("endTime"))}
+            for t in (data.get("jobDetail") or {}).get("taskDetails", [])
+            if str(t.get("parentTaskId") or "0") != "0"]  # the parentless task is the run
+
+
 def vertex_run(endpoint: str, job: str, policy: RetryPolicy) -> tuple[str, list[dict]]:
     """(start time, [{name, state, error, metadata}]) of a Vertex AI PipelineJob."""
-    headers = {}
-    if not re.match(r"^http://(127\.0\.0\.1|localhost)(:\d+)?/?$", endpoint):
-        import google.auth  # a plain-http loopback endpoint is an emulator: no credentials
-        from google.auth.transport.requests import Request
+    data = _get(f"{endpoint.rstrip('/')}/v1/{job}", _google_headers(endpoint), policy)
+    return data.get("startTime") or data.get("createTime", ""), _vertex_tasks(data)
 
-        credentials, _ = google.auth.default(
-            scopes=["https://www.googleapis.com/auth/cloud-platform"])
-        credentials.refresh(Request())
-        headers["Authorization"] = f"Bearer {credentials.token}"
-    data = _get(f"{endpoint.rstrip('/')}/v1/{job}", headers, policy)
-    return data.get("startTime") or data.get("createTime", ""), [
-        {"name": t.get("taskName", ""), "state": _state(t.get("state")),
-         "error": (t.get("error") or {}).get("message", ""),
-         "metadata": (t.get("execution") or {}).get("metadata") or {},
-         "duration_s": span_s(t.get("startTime"), t.get("endTime"))}
-        for t in (data.get("jobDetail") or {}).get("taskDetails", [])
-        if str(t.get("parentTaskId") or "0") != "0"]  # the parentless task is the run
+
+#: PipelineState.PIPELINE_STATE_SUCCEEDED by name, or by number (``enum-encoding=int``).
+VERTEX_SUCCEEDED = ("PIPELINE_STATE_SUCCEEDED", 4, "4")
+
+
+def vertex_history(endpoint: str, job: str, policy: RetryPolicy,
+                   limit: int = HISTORY_RUNS) -> list[dict[str, float]]:
+    """Step durations of the newest ``limit`` succeeded PipelineJobs of the same gkeflow
+    pipeline (label ``gkeflow-pipeline``) in the job's location, this one left out."""
+    from urllib.parse import urlencode
+
+    base, headers = f"{endpoint.rstrip('/')}/v1", _google_headers(endpoint)
+    data = _get(f"{base}/{job}", headers, policy)
+    pipeline = (data.get("labels") or {}).get("gkeflow-pipeline", "")
+    if not pipeline or "/pipelineJobs/" not in job:
+        return []
+    parent = job.rsplit("/pipelineJobs/", 1)[0]
+    query = urlencode({"filter": f'labels.gkeflow-pipeline="{pipeline}"', "pageSize": 50})
+    jobs = _get(f"{base}/{parent}/pipelineJobs?{query}", headers, policy).get(
+        "pipelineJobs", [])
+    jobs.sort(key=lambda j: j.get("createTime", ""), reverse=True)
+    found = []
+    for other in jobs:
+        if other.get("name") == job or other.get("state") not in VERTEX_SUCCEEDED:
+            continue
+        other = _get(f"{base}/{other['name']}", headers, policy)  # the job with its steps
+        found.append(step_durations(_vertex_tasks(other)))
+        if len(found) >= limit:
+            break
+    return found
 
 
 def _epoch(text: str) -> float | None:

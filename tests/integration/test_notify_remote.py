@@ -446,6 +446,47 @@ def test_a_kfp_run_notification_gives_each_step_s_cost_and_the_total(
     assert any("prices: test-src, read " in line for line in message["cost"])
 
 
+def test_a_kfp_run_notification_gives_the_expected_cost_from_the_earlier_runs(
+        kfp_runs, token_env, make_config, tmp_path, monkeypatch):
+    """The second run of the pipeline: its notification reads the first (same pipeline,
+    succeeded) from the run API and gives the expected cost at its step durations."""
+    monkeypatch.chdir(tmp_path)
+    generic = {**WEBHOOK, "format": "generic"}
+    config = make_config(kfp_runs.url, None,
+                         notifications={"default": {"when": "always", "webhook": generic}})
+    _price_cache(tmp_path, "gke", config)
+    backend = KfpBackend(config.targets.gke, policy=FAST)
+    first, _ = submit(config, "training", "gke", environment="default", overrides={},
+                      workdir=tmp_path / "a", backend=backend, version="g1")
+    kfp_runs.finish(first.run_id)
+    second, _ = submit(config, "training", "gke", environment="default", overrides={},
+                       workdir=tmp_path / "b", backend=backend, version="g1")
+    run = kfp_runs.finish(second.run_id)
+    (spec,) = kfp_runs.specs.values()
+    inputs = _exit_inputs(spec)
+    rates = json.loads(inputs["step_rates"])
+    token_file = tmp_path / "sa-token"
+    token_file.write_text(TOKEN)
+    monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(token_file))
+    with WebhookReceiver() as hook:
+        monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)
+        status = dsl.PipelineTaskFinalStatus(
+            state="SUCCEEDED", pipeline_job_resource_name=second.run_id,
+            pipeline_task_name="exit-handler-1", error_code=0, error_message="")
+        _run_exit_task(inputs, status=status, run_name=run["display_name"],
+                       run_id=second.run_id, run_api=kfp_runs.url, metadata_api="")
+    (message,) = hook.messages
+    earlier = requests.get(f"{kfp_runs.url}/apis/v2beta1/runs/{first.run_id}",
+                           headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5).json()
+    from gkeflow.components.notify.logic import expected_usd
+    from gkeflow.components.notify.run_api import _kfp_tasks, step_durations
+
+    expected = expected_usd(rates, [step_durations(_kfp_tasks(earlier))])
+    assert expected is not None and expected > 0
+    assert f"; expected ${expected:,.2f} (median step durations of 1 earlier run)" in \
+        message["cost"][0]
+
+
 def test_a_vertex_run_notification_gives_each_step_s_cost_and_the_run_fee(
         vertex_runs, make_config, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -470,3 +511,35 @@ def test_a_vertex_run_notification_gives_each_step_s_cost_and_the_run_fee(
     fee = json.loads(inputs["step_rates"])["run_fee_usd"]
     assert fee > 0 and f"with the run fee ${fee:,.2f}" in message["text"]
     assert "estimate from list prices" in message["text"]
+
+
+def test_a_vertex_run_notification_gives_the_expected_cost_from_the_earlier_runs(
+        vertex_runs, make_config, tmp_path, monkeypatch):
+    """The earlier PipelineJob of the same gkeflow pipeline (label gkeflow-pipeline),
+    succeeded, gives the second run's notification its expected cost."""
+    monkeypatch.chdir(tmp_path)
+    config = make_config(None, vertex_runs.url,
+                         notifications={"default": {"when": "always", "webhook": WEBHOOK}})
+    _price_cache(tmp_path, "vertex", config)
+    first, first_job, _spec = _vertex_run(config, vertex_runs, tmp_path / "a")
+    second, _job, spec = _vertex_run(config, vertex_runs, tmp_path / "b")
+    inputs = _exit_inputs(spec)
+    with WebhookReceiver(slack=True) as hook:
+        vertex_runs.secrets[SECRET] = hook.url
+        monkeypatch.setenv("GKEFLOW_SECRET_MANAGER_ENDPOINT", vertex_runs.url)
+        monkeypatch.delenv("GKEFLOW_WEBHOOK_URL", raising=False)
+        status = dsl.PipelineTaskFinalStatus(
+            state="SUCCEEDED", pipeline_job_resource_name=second.run_id,
+            pipeline_task_name="exit-handler-1", error_code=0, error_message="")
+        _run_exit_task(inputs, status=status, run_name=second.run_id.rsplit("/", 1)[-1],
+                       run_id="uuid-2")
+    (message,) = hook.messages
+    from gkeflow.components.notify.logic import expected_usd
+
+    durations = {t.task_name: (t.end_time - t.start_time).total_seconds()
+                 for t in first_job.job_detail.task_details
+                 if t.parent_task_id and t.task_name}
+    expected = expected_usd(json.loads(inputs["step_rates"]), [durations])
+    assert expected is not None
+    assert f"; expected ${expected:,.2f} (median step durations of 1 earlier run)" in \
+        message["text"]

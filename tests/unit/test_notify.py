@@ -289,6 +289,19 @@ def test_the_ceiling_compiled_in_is_said_beside_the_total():
                     "$24.50 (every step to its timeout)")
 
 
+def test_the_expected_cost_is_each_priced_step_at_its_median_over_earlier_runs():
+    from gkeflow.components.notify.logic import expected_usd
+
+    rates = {**RATES, "steps": {"train-model": RATES["steps"]["train-model"]},
+             "run_fee_usd": 0.5}
+    history = [{"train-model": 3600.0}, {"train-model": 1800.0}, {"train-model": 7200.0}]
+    assert expected_usd(rates, history) == 0.5 + 4.0  # median 1 h at $4.00/h
+    assert expected_usd(rates, []) is None
+    assert expected_usd(RATES, [{"prepare-data": 60.0}]) is None  # no rate for it
+    (head, *_rest) = cost_lines(rates, {"train-model": 3600.0}, history)
+    assert "; expected $4.50 (median step durations of 3 earlier runs)" in head
+
+
 def test_a_derived_rate_is_marked_an_estimate():
     step = {**RATES["steps"]["train-model"], "derived": "estimate: Compute Engine's Spot rate"}
     lines = cost_lines({**RATES, "steps": {"train-model": step}}, {"train-model": 3600.0})
