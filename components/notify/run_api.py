@@ -60,7 +60,8 @@ def _token_headers() -> dict[str, str]:
 HISTORY_RUNS = 5
 
 
-def _kfp_tasks(run: dict) -> list[dict]:
+def kfp_tasks(run: dict) -> list[dict]:
+    """The task details of a Kubeflow Pipelines run (its JSON) as the notification reads them."""
     return [{"name": t.get("display_name", ""), "state": _state(t.get("state")),
              "error": (t.get("error") or {}).get("message", ""), "metadata": {},
              "execution_id": str(t.get("execution_id") or ""),
@@ -72,7 +73,7 @@ def kfp_run(api: str, run_id: str, policy: RetryPolicy) -> tuple[str, list[dict]
     """(created_at, [{name, state, error, metadata, execution_id}]) of a Kubeflow
     Pipelines run."""
     run = _get(f"{api.rstrip('/')}/apis/v2beta1/runs/{run_id}", _token_headers(), policy)
-    return run.get("created_at", ""), _kfp_tasks(run)
+    return run.get("created_at", ""), kfp_tasks(run)
 
 
 def step_durations(tasks: list[dict]) -> dict[str, float]:
@@ -106,7 +107,7 @@ def kfp_history(api: str, run_id: str, policy: RetryPolicy,
             continue
         if not (other.get("run_details") or {}).get("task_details"):
             other = _get(f"{base}/runs/{other['run_id']}", headers, policy)
-        found.append(step_durations(_kfp_tasks(other)))
+        found.append(step_durations(kfp_tasks(other)))
         if len(found) >= limit:
             break
     return found

@@ -184,6 +184,11 @@ class FakeKfpServer(Server):
                 if pipeline_id not in self.pipelines:
                     raise LookupError(f"pipeline {pipeline_id} not found")
                 return self._upload(record, pipeline_id=pipeline_id)
+            match = re.fullmatch(r"/pipelines/([^/:]+)", path)
+            if match and method == "GET":  # PipelineService.GetPipeline
+                if match[1] not in self.pipelines:
+                    raise LookupError(f"pipeline {match[1]} not found")
+                return 200, self.pipelines[match[1]]
             match = re.fullmatch(r"/pipelines/([^/]+)/versions", path)
             if match and method == "GET":
                 items = [v for v in self.versions.values() if v["pipeline_id"] == match[1]]

@@ -479,9 +479,9 @@ def test_a_kfp_run_notification_gives_the_expected_cost_from_the_earlier_runs(
     earlier = requests.get(f"{kfp_runs.url}/apis/v2beta1/runs/{first.run_id}",
                            headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5).json()
     from gkeflow.components.notify.logic import expected_usd
-    from gkeflow.components.notify.run_api import _kfp_tasks, step_durations
+    from gkeflow.components.notify.run_api import kfp_tasks, step_durations
 
-    expected = expected_usd(rates, [step_durations(_kfp_tasks(earlier))])
+    expected = expected_usd(rates, [step_durations(kfp_tasks(earlier))])
     assert expected is not None and expected > 0
     assert f"; expected ${expected:,.2f} (median step durations of 1 earlier run)" in \
         message["cost"][0]
