@@ -401,6 +401,24 @@ def _seconds(start, end) -> float:
     return span_s(start, end)
 
 
+def _kfp_exit_message(kfp_runs, inputs: dict, run: dict, run_id: str, tmp_path,
+                      monkeypatch) -> dict:
+    """The exit task of a finished KFP run, as in the cluster (the pod's service-account
+    token, the in-cluster run API): the one webhook message it sends."""
+    token_file = tmp_path / "sa-token"
+    token_file.write_text(TOKEN)
+    monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(token_file))
+    with WebhookReceiver() as hook:
+        monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)
+        status = dsl.PipelineTaskFinalStatus(
+            state="SUCCEEDED", pipeline_job_resource_name=run_id,
+            pipeline_task_name="exit-handler-1", error_code=0, error_message="")
+        _run_exit_task(inputs, status=status, run_name=run["display_name"], run_id=run_id,
+                       run_api=kfp_runs.url, metadata_api="")
+    (message,) = hook.messages
+    return message
+
+
 def _cost_line(text: str) -> str:
     return next(line for line in text.splitlines() if line.startswith("cost of train-model"))
 
@@ -421,17 +439,8 @@ def test_a_kfp_run_notification_gives_each_step_s_cost_and_the_total(
     inputs = _exit_inputs(spec)
     rates = json.loads(inputs["step_rates"])
     assert rates["steps"]["train-model"]["usd_per_hour"] == pytest.approx(hourly)
-    token_file = tmp_path / "sa-token"
-    token_file.write_text(TOKEN)
-    monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(token_file))
-    with WebhookReceiver() as hook:
-        monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)
-        status = dsl.PipelineTaskFinalStatus(
-            state="SUCCEEDED", pipeline_job_resource_name=submission.run_id,
-            pipeline_task_name="exit-handler-1", error_code=0, error_message="")
-        _run_exit_task(inputs, status=status, run_name=run["display_name"],
-                       run_id=submission.run_id, run_api=kfp_runs.url, metadata_api="")
-    (message,) = hook.messages
+    message = _kfp_exit_message(kfp_runs, inputs, run, submission.run_id, tmp_path,
+                                monkeypatch)
     answer = requests.get(f"{kfp_runs.url}/apis/v2beta1/runs/{submission.run_id}",
                           headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5).json()
     (train,) = [t for t in answer["run_details"]["task_details"]
@@ -465,17 +474,7 @@ def test_a_kfp_run_notification_gives_the_expected_cost_from_the_earlier_runs(
     (spec,) = kfp_runs.specs.values()
     inputs = _exit_inputs(spec)
     rates = json.loads(inputs["step_rates"])
-    token_file = tmp_path / "sa-token"
-    token_file.write_text(TOKEN)
-    monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(token_file))
-    with WebhookReceiver() as hook:
-        monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", hook.url)
-        status = dsl.PipelineTaskFinalStatus(
-            state="SUCCEEDED", pipeline_job_resource_name=second.run_id,
-            pipeline_task_name="exit-handler-1", error_code=0, error_message="")
-        _run_exit_task(inputs, status=status, run_name=run["display_name"],
-                       run_id=second.run_id, run_api=kfp_runs.url, metadata_api="")
-    (message,) = hook.messages
+    message = _kfp_exit_message(kfp_runs, inputs, run, second.run_id, tmp_path, monkeypatch)
     earlier = requests.get(f"{kfp_runs.url}/apis/v2beta1/runs/{first.run_id}",
                            headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5).json()
     from gkeflow.components.notify.logic import expected_usd
