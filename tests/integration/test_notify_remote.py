@@ -419,6 +419,22 @@ def _kfp_exit_message(kfp_runs, inputs: dict, run: dict, run_id: str, tmp_path,
     return message
 
 
+def _vertex_exit_message(vertex_runs, inputs: dict, job: str, run_id: str,
+                         monkeypatch) -> dict:
+    """The exit task of a finished Vertex AI run (its webhook from Secret Manager, a Slack
+    message): the one message it sends."""
+    with WebhookReceiver(slack=True) as hook:
+        vertex_runs.secrets[SECRET] = hook.url
+        monkeypatch.setenv("GKEFLOW_SECRET_MANAGER_ENDPOINT", vertex_runs.url)
+        monkeypatch.delenv("GKEFLOW_WEBHOOK_URL", raising=False)
+        status = dsl.PipelineTaskFinalStatus(
+            state="SUCCEEDED", pipeline_job_resource_name=job,
+            pipeline_task_name="exit-handler-1", error_code=0, error_message="")
+        _run_exit_task(inputs, status=status, run_name=job.rsplit("/", 1)[-1], run_id=run_id)
+    (message,) = hook.messages
+    return message
+
+
 def _cost_line(text: str) -> str:
     return next(line for line in text.splitlines() if line.startswith("cost of train-model"))
 
@@ -494,16 +510,8 @@ def test_a_vertex_run_notification_gives_each_step_s_cost_and_the_run_fee(
     hourly, _machine = _price_cache(tmp_path, "vertex", config)
     submission, job, spec = _vertex_run(config, vertex_runs, tmp_path)
     inputs = _exit_inputs(spec)
-    with WebhookReceiver(slack=True) as hook:
-        vertex_runs.secrets[SECRET] = hook.url
-        monkeypatch.setenv("GKEFLOW_SECRET_MANAGER_ENDPOINT", vertex_runs.url)
-        monkeypatch.delenv("GKEFLOW_WEBHOOK_URL", raising=False)
-        status = dsl.PipelineTaskFinalStatus(
-            state="SUCCEEDED", pipeline_job_resource_name=submission.run_id,
-            pipeline_task_name="exit-handler-1", error_code=0, error_message="")
-        _run_exit_task(inputs, status=status, run_name=submission.run_id.rsplit("/", 1)[-1],
-                       run_id="uuid-1")
-    (message,) = hook.messages
+    message = _vertex_exit_message(vertex_runs, inputs, submission.run_id, "uuid-1",
+                                   monkeypatch)
     (train,) = [t for t in job.job_detail.task_details if t.task_name == "train-model"]
     seconds = (train.end_time - train.start_time).total_seconds()
     assert _cost_line(message["text"]).endswith(f"/h = ${hourly * seconds / 3600:,.2f}")
@@ -523,16 +531,7 @@ def test_a_vertex_run_notification_gives_the_expected_cost_from_the_earlier_runs
     first, first_job, _spec = _vertex_run(config, vertex_runs, tmp_path / "a")
     second, _job, spec = _vertex_run(config, vertex_runs, tmp_path / "b")
     inputs = _exit_inputs(spec)
-    with WebhookReceiver(slack=True) as hook:
-        vertex_runs.secrets[SECRET] = hook.url
-        monkeypatch.setenv("GKEFLOW_SECRET_MANAGER_ENDPOINT", vertex_runs.url)
-        monkeypatch.delenv("GKEFLOW_WEBHOOK_URL", raising=False)
-        status = dsl.PipelineTaskFinalStatus(
-            state="SUCCEEDED", pipeline_job_resource_name=second.run_id,
-            pipeline_task_name="exit-handler-1", error_code=0, error_message="")
-        _run_exit_task(inputs, status=status, run_name=second.run_id.rsplit("/", 1)[-1],
-                       run_id="uuid-2")
-    (message,) = hook.messages
+    message = _vertex_exit_message(vertex_runs, inputs, second.run_id, "uuid-2", monkeypatch)
     from gkeflow.components.notify.logic import expected_usd
 
     durations = {t.task_name: (t.end_time - t.start_time).total_seconds()
