@@ -29,7 +29,7 @@ from gkeflow.components.register.local_registry import (
 )
 from gkeflow.components.register.names import retry_key, validate_labels
 from gkeflow.components.register.retrying import TransientRegistryError, with_retries
-from gkeflow.components.tracking.client import Limits, http_limits
+from gkeflow.components.tracking.client import MODEL_LOGGED_TAG, Limits, http_limits
 
 SCHEMES = {"mlflow": "http", "mlflow+http": "http", "mlflow+https": "https"}
 TAG_PREFIX = "gkeflow."
@@ -46,8 +46,6 @@ LABEL_PREFIX = "gkeflow.label."
 LINEAGE_PREFIX = "gkeflow.lineage."
 #: Lineage key naming the MLflow run that logged the model (the version's source and run).
 LOGGED_BY_LINEAGE = "mlflow_run"
-#: The tag that run carries once its MLflow model is complete (tracking.steps).
-MODEL_LOGGED_TAG = "gkeflow.model_logged"
 #: One HTTP attempt per client call; the operation as a whole is retried here.
 CALL_LIMITS = Limits(max_retries=0, timeout_s=30, backoff_factor=0)
 CREDENTIALS_FIX = ("set MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME and "

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from gkeflow.components.tracking.client import (
+    MODEL_URI_TAG,
     PARENT_TAG,
     TASK_TAG,
     Limits,
@@ -23,7 +24,6 @@ from gkeflow.components.tracking.client import (
 
 CACHED_TAG = "gkeflow.cached"
 CACHED_FROM_TAG = "gkeflow.cached_from"
-MODEL_URI_TAG = "gkeflow.model_uri"
 
 
 def producer(client: Any, experiment_id: str, parent_run_id: str, task: str,

@@ -31,6 +31,10 @@ ENV_TRAINING_RUN = "GKEFLOW_MLFLOW_TRAINING_RUN_ID"
 PARENT_TAG = "mlflow.parentRunId"
 RUN_NAME_TAG = "mlflow.runName"
 STEP_TAG = "gkeflow.step"
+#: Tags of the run that logged a model: its URI (the step's Model artifact) and that the
+#: MLflow model under ``model/`` is complete (the registry may then point at it).
+MODEL_URI_TAG = "gkeflow.model_uri"
+MODEL_LOGGED_TAG = "gkeflow.model_logged"
 TASK_TAG = "gkeflow.task"
 
 #: MLflow's limits on one log-batch request and on one value.
@@ -162,8 +166,10 @@ class Tracker:
 
     # --- what steps log ---------------------------------------------------------------------
 
-    def log_metrics(self, values: dict[str, float | None], step: int = 0) -> None:
-        """Finite numeric values as metrics at ``step``; None, NaN and inf are left out."""
+    def log_metrics(self, values: dict[str, float | None], step: int = 0,
+                    run_id: str = "") -> None:
+        """Finite numeric values as metrics at ``step`` (of ``run_id``, default this run);
+        None, NaN and inf are left out."""
         if not self.enabled:
             return
         from mlflow.entities import Metric
@@ -171,32 +177,32 @@ class Tracker:
         now = int(time.time() * 1000)
         metrics = [Metric(entity_key(k), float(v), now, step) for k, v in values.items()
                    if isinstance(v, int | float) and math.isfinite(v)]
-        self.log_metric_series(metrics)
+        self.log_metric_series(metrics, run_id)
 
-    def log_metric_series(self, metrics: list) -> None:
+    def log_metric_series(self, metrics: list, run_id: str = "") -> None:
         """``mlflow.entities.Metric`` objects, in as few requests as MLflow allows."""
         for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
-            self.call("logging metrics", self.client.log_batch, self.run_id,
+            self.call("logging metrics", self.client.log_batch, run_id or self.run_id,
                       metrics=metrics[i:i + MAX_METRICS_PER_BATCH])
 
-    def log_params(self, values: dict[str, Any]) -> None:
+    def log_params(self, values: dict[str, Any], run_id: str = "") -> None:
         if not self.enabled:
             return
         from mlflow.entities import Param
 
         params = [Param(entity_key(k), str(v)[:MAX_PARAM_LENGTH]) for k, v in values.items()]
         for i in range(0, len(params), MAX_PARAMS_TAGS_PER_BATCH):
-            self.call("logging parameters", self.client.log_batch, self.run_id,
+            self.call("logging parameters", self.client.log_batch, run_id or self.run_id,
                       params=params[i:i + MAX_PARAMS_TAGS_PER_BATCH])
 
-    def set_tags(self, values: dict[str, Any]) -> None:
+    def set_tags(self, values: dict[str, Any], run_id: str = "") -> None:
         if not self.enabled:
             return
         from mlflow.entities import RunTag
 
         tags = [RunTag(entity_key(k), str(v)[:MAX_TAG_LENGTH]) for k, v in values.items()]
         for i in range(0, len(tags), MAX_PARAMS_TAGS_PER_BATCH):
-            self.call("setting tags", self.client.log_batch, self.run_id,
+            self.call("setting tags", self.client.log_batch, run_id or self.run_id,
                       tags=tags[i:i + MAX_PARAMS_TAGS_PER_BATCH])
 
     def log_dict(self, value: Any, artifact_file: str) -> None:
@@ -234,19 +240,9 @@ class Tracker:
         parent = self.parent_id()
         if not parent:
             return
-        from mlflow.entities import Metric, Param, RunTag
-
-        now = int(time.time() * 1000)
-        batch = {
-            "params": [Param(entity_key(k), str(v)[:MAX_PARAM_LENGTH])
-                       for k, v in (params or {}).items()],
-            "metrics": [Metric(entity_key(k), float(v), now, 0)
-                        for k, v in (metrics or {}).items()
-                        if isinstance(v, int | float) and math.isfinite(v)],
-            "tags": [RunTag(entity_key(k), str(v)[:MAX_TAG_LENGTH])
-                     for k, v in (tags or {}).items()]}
-        self.call("logging to the pipeline run", self.client.log_batch, parent,
-                  **{k: v for k, v in batch.items() if v})
+        self.log_params(params or {}, parent)
+        self.log_metrics(metrics or {}, 0, parent)
+        self.set_tags(tags or {}, parent)
 
     def finish(self, status: str = "FINISHED") -> None:
         """End the run when this step created it (direct mode); the plugin ends its own."""

@@ -100,10 +100,6 @@ def live_curves(tracker: Tracker, sampler: Any = None):
     host = HostFigures()
 
     class LiveCurves(keras.callbacks.Callback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.logged_epochs: list[int] = []
-
         def on_epoch_begin(self, epoch, logs=None):
             host()  # the CPU use is measured over the epoch
 
@@ -115,6 +111,5 @@ def live_curves(tracker: Tracker, sampler: Any = None):
                 values[SYSTEM_GPU_UTILISATION] = figures.utilisation_mean_pct
                 values[SYSTEM_GPU_MEMORY] = figures.memory_used_peak_mib
             tracker.log_metrics(values, step=epoch + 1)
-            self.logged_epochs.append(epoch + 1)
 
     return LiveCurves()

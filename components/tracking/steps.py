@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from gkeflow.components.tracking.client import (
+    MODEL_LOGGED_TAG,
+    MODEL_URI_TAG,
     PARENT_TAG,
     TASK_TAG,
     Tracker,
@@ -32,10 +34,6 @@ DECISION_TAG = "gkeflow.gate.decision"
 REASONS_TAG = "gkeflow.gate.reasons"
 FINGERPRINT_TAG = "gkeflow.data_fingerprint"
 MODEL_ARTIFACT_PATH = "model"
-#: Tags of the run that logged the model: its URI (the step's Model artifact) and that the
-#: MLflow model under ``model/`` is complete (the registry may then point at it).
-MODEL_URI_TAG = "gkeflow.model_uri"
-MODEL_LOGGED_TAG = "gkeflow.model_logged"
 
 
 def best_effort(track):

@@ -125,14 +125,13 @@ SUBMIT_HISTORY_RUNS = 5
 
 
 def earlier_medians(config, target: str, pipeline: str,
-                    limit: int = SUBMIT_HISTORY_RUNS) -> tuple[dict[str, float], int, str]:
-    """:func:`history_medians`, or ({}, 0, why) when the runs cannot be read: the expected
-    cost is then left out, never guessed, and the submission goes on."""
+                    limit: int = SUBMIT_HISTORY_RUNS) -> tuple[dict[str, float], int]:
+    """:func:`history_medians`, or ({}, 0) when the runs cannot be read: the expected cost
+    is then left out, never guessed, and the submission goes on."""
     try:
-        medians, runs = history_medians(config, target, pipeline, limit)
-    except Exception as exc:  # noqa: BLE001 - any failure only leaves the figure out
-        return {}, 0, (str(exc).splitlines() or [type(exc).__name__])[0][:200]
-    return medians, runs, "" if runs else "no earlier succeeded run"
+        return history_medians(config, target, pipeline, limit)
+    except Exception:  # noqa: BLE001 - any failure only leaves the figure out
+        return {}, 0
 
 
 def expected_text(run: RunCost, history_runs: int) -> str:

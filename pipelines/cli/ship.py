@@ -137,7 +137,7 @@ def submit_command(pipeline, target, environment, params, wait, poll_s, timeout_
     if not dry_run:  # the expected cost from earlier runs (a dry run reads nothing)
         from gkeflow.pipelines.cli.costs import earlier_medians
 
-        medians, history_runs, _why = earlier_medians(config, target, pipeline)
+        medians, history_runs = earlier_medians(config, target, pipeline)
     # refused before anything is sent; said only once the run was submitted (or planned)
     warning = _check_budget(config, pipeline, target, environment, over_budget=over_budget,
                             verb="would be submitted" if dry_run else "submitted",

@@ -88,14 +88,22 @@ def requests_rate(kinds: tuple[str, str], item: str, cpus: float, gib: float, ca
                   region: str, derived: str, prices: tuple[Price, ...] | None,
                   today: date | None = None) -> Rate:
     """``cpus`` x the vCPU row plus ``gib`` x the memory row of ``item``."""
-    parts = []
-    for kind, amount in zip(kinds, (cpus, gib), strict=True):
+    return _sum_rows([(kinds[0], item, cpus), (kinds[1], item, gib)], capacity, region,
+                     derived, prices, today)
+
+
+def _sum_rows(parts: list[tuple[str, str, float]], capacity: str, region: str, derived: str,
+              prices: tuple[Price, ...] | None, today: date | None) -> Rate:
+    """The sum of ``amount`` x the row of each (kind, item, amount); missing with the reason
+    of the first row that has no price."""
+    found = []
+    for kind, item, amount in parts:
         row = find_price(kind, item, capacity, region, prices)
         if row is None or row.usd_per_hour is None:
             why = row.note if row is not None and row.note else "not in the catalogue"
             return Rate(None, reason=f"no {capacity} {kind} rate of {item} in {region}: {why}")
-        parts.append((amount * row.usd_per_hour, row))
-    return _combine(parts, derived, today)
+        found.append((amount * row.usd_per_hour, row))
+    return _combine(found, derived, today)
 
 
 def gke_cpu_rate(cpus: float, gib: float, cluster: Cluster, capacity: str, region: str,
@@ -122,17 +130,12 @@ def compute_engine_rate(machine: str, accelerator: str | None, count: int, capac
     if not rate.missing or shape is None:
         return rate
     family = machine.split("-")[0]
-    host = requests_rate(("vcpu", "ram-gib"), family, shape[0], shape[1], capacity, region,
-                         f"estimate: {machine} as {shape[0]} vCPU and {shape[1]:g} GiB at the "
-                         f"{family} per-vCPU and per-GiB rates", prices, today)
-    if host.missing or not (accelerator and count):
-        return host
-    row = find_price("gpu", accelerator, capacity, region, prices)
-    if row is None or row.usd_per_hour is None:
-        return Rate(None, reason=f"no {capacity} {accelerator} in {region} price")
-    return replace(host, usd_per_hour=round(host.usd_per_hour + count * row.usd_per_hour, 5),
-                   source=" + ".join(sorted({host.source, source_url(row.source)})),
-                   date_read=min(host.date_read, row.date_read))
+    derived = (f"estimate: {machine} as {shape[0]} vCPU and {shape[1]:g} GiB at the {family} "
+               "per-vCPU and per-GiB rates")
+    parts = [("vcpu", family, shape[0]), ("ram-gib", family, shape[1])]
+    if accelerator and count:
+        parts.append(("gpu", accelerator, count))
+    return _sum_rows(parts, capacity, region, derived, prices, today)
 
 
 def vertex_markup(machine: str, accelerator: str | None, count: int, region: str,
