@@ -37,6 +37,13 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
+def jax_process_env(hosts: list[str], index: int) -> dict[str, str]:
+    """Keras' variables joining worker ``index`` to the others (``keras.distribution``)."""
+    return {"KERAS_DISTRIBUTION_JOB_ADDRESSES": ",".join(hosts),
+            "KERAS_DISTRIBUTION_NUM_PROCESSES": str(len(hosts)),
+            "KERAS_DISTRIBUTION_PROCESS_ID": str(index)}
+
+
 def run_local_workers(dataset: str, schema: str, params: dict, replicas: int,
                       checkpoint_root: str = "", run_id: str = "", task_name: str = "",
                       echo=print, timeout_s: float | None = None,
@@ -62,6 +69,8 @@ def run_local_workers(dataset: str, schema: str, params: dict, replicas: int,
                cluster.INDEX_ENV: str(index), "TF_CPP_MIN_LOG_LEVEL": "2"}
         env.pop("TF_CONFIG", None)
         env.pop(ENV_TRAINING_RUN, None)
+        if params.get("backend") == "jax":  # Keras on JAX: the first host coordinates
+            env.update(jax_process_env(hosts, index))
         if index == 0:
             env.update(chief_env or {})
         command = [sys.executable, "-m", "gkeflow.components.scaleout.worker",

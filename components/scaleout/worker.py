@@ -56,7 +56,8 @@ def run_worker(dataset_uri: str, schema_uri: str, output_uri: str, params: dict,
     from gkeflow.components.train.store import resolve_checkpoint_location
 
     config = cluster.tf_config_from_env()
-    if config:
+    jax = os.environ.get("KERAS_BACKEND") == "jax"  # set by main() from the params
+    if config and not jax:  # Keras on JAX joins its processes itself (train/jax_runtime.py)
         os.environ["TF_CONFIG"] = config
     workers = devices.workers_in_tf_config(config)
     chief = devices.is_chief(config)
@@ -111,10 +112,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-uri", default="",
                         help="Where checkpoints go instead of under the checkpoint root.")
     args = parser.parse_args(argv)
+    params = json.loads(args.params)
+    from gkeflow.components.train.backend import BackendError, select_backend
+
+    try:  # before anything imports Keras, which reads its backend once
+        select_backend(str(params.get("backend", "auto")))
+    except BackendError as exc:
+        print(f"gkeflow-worker: {exc}", file=sys.stderr)
+        return 2
     from gkeflow.components.train.checkpoint import Preempted
 
     try:
-        summary = run_worker(args.dataset, args.schema, args.output, json.loads(args.params),
+        summary = run_worker(args.dataset, args.schema, args.output, params,
                              args.checkpoint_root, args.run_id, args.task_name,
                              args.checkpoint_uri)
     except Preempted as exc:

@@ -40,13 +40,14 @@ def train_model(
     gpu_utilisation_warn_below: float = 40.0,
     loss: str = "auto",
     label_transform: str = "none",
+    backend: str = "auto",
 ) -> str:
     """Trains a Keras classifier (or regressor) on the train split and exports a SavedModel
     taking raw features.
 
-    Uses every GPU of the pod (MirroredStrategy), every worker in TF_CONFIG or the pod's TPU
-    slice (TPUStrategy), fails fast when a GPU or TPU was requested but is not visible, and
-    resumes from its last checkpoint when retried.
+    Trains on Keras' TensorFlow backend (every GPU of the pod, every worker in TF_CONFIG)
+    or its JAX backend (every chip of the TPU slices, every GPU), fails fast when a GPU or
+    TPU was requested but is not visible, and resumes from its last checkpoint when retried.
     On SIGTERM (Spot preemption) it stops after the current batch, commits a checkpoint and
     exits with code 143, which the step's retry policy retries.
 
@@ -95,12 +96,21 @@ def train_model(
             classifier always uses cross-entropy.
         label_transform: Regression: none, or log for a skewed positive label (the model
             learns log(y) and predicts y).
+        backend: Keras backend: auto (JAX on a TPU, TensorFlow elsewhere), tensorflow or
+            jax; both export the same TensorFlow SavedModel.
 
     Returns:
         JSON summary: trial_id (the task name), status, eval-split metrics, model URI and
         warnings (e.g. low GPU utilisation).
     """
     from pathlib import Path
+
+    from gkeflow.components.train.backend import BackendError, select_backend
+
+    try:  # before anything imports Keras, which reads its backend once
+        select_backend(backend)
+    except BackendError as exc:
+        raise SystemExit(f"train-model: {exc}") from None
 
     from gkeflow.components.prepare.logic import Schema
     from gkeflow.components.train.checkpoint import Preempted, exit_on_preemption
@@ -122,7 +132,7 @@ def train_model(
         steps_per_execution=steps_per_execution,
         gpu_sample_interval_s=gpu_sample_interval_s,
         gpu_utilisation_warn_below=gpu_utilisation_warn_below,
-        loss=loss, label_transform=label_transform,
+        loss=loss, label_transform=label_transform, backend=backend,
     )
     location = resolve_checkpoint_location(checkpoint_uri, checkpoint_root, pipeline_run_id,
                                            task_name, checkpoint_key,
@@ -159,7 +169,7 @@ def train_model(
                 raise
             if not continue_on_error:
                 if isinstance(exc, (TpuUnavailableError, GpuUnavailableError,
-                                    LabelTransformError)):
+                                    LabelTransformError, BackendError)):
                     # the host or the data cannot train as asked: one line, no traceback
                     raise SystemExit(f"train-model: {exc}") from None
                 raise
@@ -191,6 +201,7 @@ def train_model(
         "best_epoch": result.best_epoch,
         "features": result.features,
         "strategy": result.strategy,
+        "training_backend": result.backend,
         "precision": result.precision,
         "training_data_uri": dataset.uri,
         "gpu_utilisation": usage.summary_line() if usage else "",

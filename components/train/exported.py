@@ -21,7 +21,8 @@ def export_model(model_dir: Path, preprocessor, classifier, schema: Schema,
                  metadata: dict, scaling=None) -> None:
     """Write the SavedModel (preprocessing and classifier behind one signature) and its
     metadata into ``model_dir``, which appears whole or not at all. A regressor's signature
-    returns ``(rows, 1)`` values in the label's units (``scaling`` inverted inside)."""
+    returns ``(rows, 1)`` values in the label's units (``scaling`` inverted inside). A model
+    trained on JAX is converted to TensorFlow (its preprocessor is one already)."""
     import keras
     import tensorflow as tf
 
@@ -40,6 +41,14 @@ def export_model(model_dir: Path, preprocessor, classifier, schema: Schema,
         from gkeflow.components.train.regression import unscale_prediction
 
         return unscale_prediction(outputs, scaling)
+
+    if keras.backend.backend() == "jax":
+        from gkeflow.components.train.jax_runtime import export_jax_model
+
+        with publish_dir(model_dir) as scratch:
+            export_jax_model(scratch, preprocessor, classifier, signature, scaling)
+            (scratch / MODEL_METADATA_FILE).write_text(json.dumps(metadata, indent=2))
+        return
 
     with publish_dir(model_dir) as scratch:
         archive = keras.export.ExportArchive()

@@ -11,6 +11,7 @@ This module holds the training loop and its resume points; what the model takes
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -72,14 +73,17 @@ class TrainParams:
     gpu_utilisation_warn_below: float = DEFAULT_WARN_BELOW_PCT
     loss: str = "auto"  # regression: mse (auto) or huber; classification: cross-entropy
     label_transform: str = "none"  # regression: none or log (skewed positive targets)
+    backend: str = "auto"  # Keras backend: tensorflow, jax, or auto (JAX on a TPU)
 
     def __post_init__(self) -> None:
+        from gkeflow.components.train.backend import check_backend
         from gkeflow.components.train.devices import PRECISIONS
         from gkeflow.components.train.models import MODEL_TYPES
         from gkeflow.components.train.regression import check_settings
         from gkeflow.components.train.tpu import STRATEGIES
 
         check_settings(self.loss, self.label_transform)
+        check_backend(self.backend)
 
         if self.epochs < 1:
             raise ValueError(f"epochs must be >= 1; got {self.epochs}")
@@ -127,6 +131,7 @@ class TrainResult:
     epoch_examples_per_s: list[float] = field(default_factory=list)
     strategy: str = ""
     precision: str = "float32"
+    backend: str = "tensorflow"  # the Keras backend that trained
     #: GPU utilisation sampled during fit (status ``missing`` without a GPU).
     gpu_utilisation: UtilisationReport | None = None
     #: One line when the GPUs were mostly idle (input-bound or small batches); "" otherwise.
@@ -173,11 +178,18 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     checkpoints after success. ``live(gpu_sampler)`` gives a Keras callback (or None) that
     sees every epoch end after the sampler has closed it: the step's live curves.
     """
+    from gkeflow.components.train import tpu as tpus
+    from gkeflow.components.train.backend import resolve_backend, select_backend
+
+    tpu_host = tpus.find_tpu(os.environ, tpus.tpu_device_files())
+    on_tpu = tpus.wants_tpu(params.strategy, tpu_host)
+    backend = resolve_backend(params.backend, on_tpu)
+    select_backend(backend)  # before Keras is imported: it reads its backend once
+
     import keras
     import tensorflow as tf
 
     from gkeflow.components.train import devices as dev
-    from gkeflow.components.train import tpu as tpus
     from gkeflow.components.train.checkpoint import make_checkpoint, read_checkpoint
     from gkeflow.components.train.models import (
         build_builtin,
@@ -190,16 +202,29 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     from gkeflow.components.train.store import LocalStore, open_store
 
     tf_config = os.environ.get("TF_CONFIG", "")
-    tpu_host = tpus.find_tpu(os.environ, tpus.tpu_device_files())
-    on_tpu = tpus.wants_tpu(params.strategy, tpu_host)
-    resolver = tpus.plan_resolver(tpu_host) if on_tpu else None
+    jax_plan = None
+    if backend == "jax":
+        from gkeflow.components.train import jax_runtime
+
+        if params.user_module:
+            from gkeflow.components.train.backend import check_user_module_for_jax
+
+            check_user_module_for_jax(params.user_module)
+        if dev.workers_in_tf_config(tf_config) > 1:
+            raise ValueError("TF_CONFIG describes a TensorFlow multi-worker cluster, which the "
+                             "JAX backend does not read; set backend: tensorflow")
+        jax_runtime.join_hosts(os.environ, tpu_host if on_tpu else None)
+        jax_plan, found = jax_runtime.distribute(tpu_host if on_tpu else None)
+    resolver = tpus.plan_resolver(tpu_host) if on_tpu and jax_plan is None else None
     if resolver is not None and resolver.role == "server":
         # Hosts other than worker 0 of a multi-host slice lend their chips to worker 0.
         print(f"{tpus.tpu_summary(tpu_host)}: serving this host's chips to worker 0", flush=True)
         tpus.serve_tpu_host(resolver, tf)
         return TrainResult(metrics={}, history={}, epochs_run=0, examples_per_s=0.0,
                            strategy=resolver.description)
-    if on_tpu:
+    if jax_plan is not None:
+        plan, strategy = dev.StrategyPlan("jax"), None
+    elif on_tpu:
         # The TPU system is initialised before anything else touches TensorFlow's runtime.
         plan = dev.plan_strategy(dev.Devices(), tf_config, resolver)
         strategy = dev.make_strategy(plan)
@@ -215,11 +240,14 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         plan = dev.plan_strategy(found, tf_config)
         strategy = dev.make_strategy(plan)
     dev.require_gpu(found, params.require_gpu)
-    replicas = strategy.num_replicas_in_sync
+    replicas = jax_plan.devices if jax_plan else strategy.num_replicas_in_sync
+    described = jax_plan.description if jax_plan else plan.description
     precision = dev.choose_precision(params.precision, found, on_tpu)
-    jit = dev.choose_jit(params.jit_compile, found, on_tpu)
-    print(f"devices: {found.gpus or found.cpus}; {plan.description}; replicas={replicas}; "
-          f"precision={precision}; jit_compile={jit}")
+    # Keras on JAX compiles every step with XLA unless told not to (eager JAX is slow).
+    jit = (params.jit_compile != "off" if jax_plan
+           else dev.choose_jit(params.jit_compile, found, on_tpu))
+    print(f"backend: {backend}; devices: {found.gpus or found.cpus}; {described}; "
+          f"replicas={replicas}; precision={precision}; jit_compile={jit}")
 
     keras.utils.set_random_seed(params.seed)
     rows = split_rows(dataset_dir)
@@ -230,8 +258,14 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     if stats is None:  # no statistics recorded: fit on the train split itself
         train_frame = load_split(dataset_dir, "train", schema)
         stats = feature_stats_from_arrays(schema, to_model_inputs(train_frame, schema), names)
-    preprocessor = build_preprocessor(schema, stats, names)
-    input_dim = int(preprocessor.outputs[0].shape[-1])
+    if jax_plan is not None:  # the input pipeline and the export stay in TensorFlow
+        from gkeflow.components.train.tf_features import build_tf_preprocessor
+
+        preprocessor = build_tf_preprocessor(schema, stats, names)
+        input_dim = preprocessor.output_dim
+    else:
+        preprocessor = build_preprocessor(schema, stats, names)
+        input_dim = int(preprocessor.outputs[0].shape[-1])
     # regression: one linear output learning the standardised label (train/regression.py)
     num_classes = 1 if schema.regression else len(schema.label_vocabulary)
     scaling = (reg.label_scaling(dataset_dir, schema, params.label_transform)
@@ -243,7 +277,10 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     global_batch = eval_batch = params.batch_size * replicas
     train_steps = math.ceil(rows["train"] / global_batch)
     eval_steps = math.ceil(rows.get("eval", 0) / global_batch)
-    if on_tpu:  # one compiled shape: whole batches of a multiple of the replicas, lowered to fit
+    # One compiled shape on a TPU, and on JAX's device mesh whole batches of a multiple of
+    # the replicas (each device takes an equal share), lowered to fit.
+    static = on_tpu or (jax_plan is not None and replicas > 1)
+    if static:
         batches = tpus.static_batches(rows["train"], params.batch_size, replicas, "train")
         global_batch, train_steps = batches.global_batch, batches.steps
         evals = tpus.static_batches(rows.get("eval", 0), params.batch_size, replicas,
@@ -265,7 +302,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         )
     # Several replicas split each batch between them, and TPUs compile one batch shape:
     # keep every batch whole there.
-    whole = replicas > 1 or on_tpu
+    whole = replicas > 1 or static
     train_ds = make_split_dataset(dataset_dir, "train", schema, global_batch, preprocessor,
                                   seed=params.seed, shuffle=True, cache=cache,
                                   drop_remainder=whole, workers=plan.workers,
@@ -273,7 +310,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     eval_ds = None
     if eval_steps:
         eval_ds = make_split_dataset(dataset_dir, "eval", schema, eval_batch, preprocessor,
-                                     seed=params.seed, cache=cache, drop_remainder=on_tpu,
+                                     seed=params.seed, cache=cache, drop_remainder=static,
                                      workers=plan.workers, label_scaling=scaling)
     steps_per_execution = tpus.choose_steps_per_execution(params.steps_per_execution, on_tpu,
                                                           train_steps)
@@ -284,18 +321,20 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
 
     # Only the chief writes the shared store; the other workers resume from the checkpoint
     # the chief read and broadcast, through a read-only view (see train/resume.py).
-    chief = dev.is_chief(tf_config)
+    chief = jax_plan.chief if jax_plan else dev.is_chief(tf_config)
     store = open_store(checkpoint_dir) if checkpoint_dir else None
+    if store is not None and not chief:
+        store = ReadOnlyStore(store)
     if plan.kind == "multi_worker_mirrored":
-        if store is not None and not chief:
-            store = ReadOnlyStore(store)
         resume = agree_on_checkpoint(strategy, chief, store)
     else:
         resume = read_checkpoint(store) if store is not None else None
+    if jax_plan is not None:
+        jax_runtime.agree_on_epoch(jax_plan, resume[0].epochs_completed if resume else 0)
     state, token = resume if resume else (None, None)
     keras.mixed_precision.set_dtype_policy(precision)
     try:
-        with strategy.scope():
+        with strategy.scope() if strategy is not None else contextlib.nullcontext():
             if state is not None:
                 local = store.fetch(state.model_file, store.staging() / state.model_file)
                 classifier = keras.models.load_model(local)
@@ -426,7 +465,8 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         "best_epoch": best_epoch,
         "restored_best_weights": restored,
         "epochs_run": len(history.get("loss", [])),
-        "strategy": plan.description,
+        "strategy": described,
+        "training_backend": backend,
         "replicas": replicas,
         "precision": precision,
         "metrics": metrics,
@@ -449,8 +489,9 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         best_epoch=best_epoch,
         resumed_from_epoch=initial_epoch,
         epoch_examples_per_s=rates,
-        strategy=plan.description,
+        strategy=described,
         precision=precision,
+        backend=backend,
         gpu_utilisation=usage,
         gpu_utilisation_warning=usage.warning,
     )

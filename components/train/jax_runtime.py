@@ -1,0 +1,159 @@
+"""Keras on JAX: joining hosts, the data-parallel mesh over chips and slices, agreeing on the
+checkpoint to resume, and exporting the TensorFlow SavedModel the rest of the suite reads.
+
+Hosts join with ``keras.distribution.initialize()``, which hands over to
+``jax.distributed.initialize``: on Cloud TPU (GKE's TPU webhook, Vertex AI's TPU VMs) JAX
+finds the coordinator itself; elsewhere the ``KERAS_DISTRIBUTION_JOB_ADDRESSES``,
+``KERAS_DISTRIBUTION_NUM_PROCESSES`` and ``KERAS_DISTRIBUTION_PROCESS_ID`` variables name
+it. Every process then feeds its share of each global batch (Keras shards the tf.data
+input per process) and the gradients are reduced over every chip of every slice.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gkeflow.components.train.devices import Devices
+from gkeflow.components.train.tpu import TpuHost
+
+#: Keras' own variables for joining processes without a TPU environment.
+PROCESS_COUNT_VAR = "KERAS_DISTRIBUTION_NUM_PROCESSES"
+
+
+def processes_to_join(env: Mapping[str, str], tpu: TpuHost | None) -> int:
+    """How many processes train together: the TPU hosts of every slice, or Keras' variable;
+    1 trains alone (nothing to join)."""
+    if tpu is not None and (tpu.hosts > 1 or tpu.slices > 1):
+        return tpu.hosts * tpu.slices
+    try:
+        count = int(env.get(PROCESS_COUNT_VAR, "1") or 1)
+    except ValueError:
+        raise ValueError(f"{PROCESS_COUNT_VAR} is not a number: "
+                         f"{env.get(PROCESS_COUNT_VAR)!r}") from None
+    if count < 1:
+        raise ValueError(f"{PROCESS_COUNT_VAR} must be >= 1; got {count}")
+    return count
+
+
+def join_hosts(env: Mapping[str, str], tpu: TpuHost | None) -> int:
+    """Join the other processes of this run (once per process); the number joined."""
+    count = processes_to_join(env, tpu)
+    if count > 1:
+        import keras
+
+        keras.distribution.initialize()
+    return count
+
+
+def order_devices(devices: Sequence) -> list:
+    """Devices in mesh order: slice by slice (DCN), host by host, chip by chip (ICI), so
+    each contiguous share of a batch stays within one slice."""
+    return sorted(devices, key=lambda d: (getattr(d, "slice_index", 0) or 0,
+                                          getattr(d, "process_index", 0), d.id))
+
+
+@dataclass(frozen=True)
+class JaxPlan:
+    """Where this process trains: every device of the run, and its own place in it."""
+
+    devices: int
+    processes: int = 1
+    process_id: int = 0
+    slices: int = 1
+    platform: str = "cpu"
+
+    @property
+    def chief(self) -> bool:
+        return self.process_id == 0
+
+    @property
+    def description(self) -> str:
+        what = f"JAX data parallel over {self.devices} {self.platform} device(s)"
+        if self.slices > 1:
+            what += f" in {self.slices} slices"
+        if self.processes > 1:
+            what += f", {self.processes} processes"
+        return what if self.devices > 1 else f"JAX on one {self.platform} device"
+
+
+def distribute(tpu: TpuHost | None) -> tuple[JaxPlan, Devices]:
+    """Lay a data-parallel mesh over every device of the run (nothing to lay over one)."""
+    import jax
+    import keras
+
+    devices = order_devices(jax.devices())
+    platform = devices[0].platform
+    slices = len({getattr(d, "slice_index", 0) or 0 for d in devices})
+    plan = JaxPlan(len(devices), jax.process_count(), jax.process_index(),
+                   max(slices, tpu.slices if tpu else 1), platform)
+    if len(devices) > 1:
+        mesh = keras.distribution.DeviceMesh((len(devices),), ["batch"], devices)
+        keras.distribution.set_distribution(keras.distribution.DataParallel(device_mesh=mesh))
+    gpus = [d for d in jax.local_devices() if d.platform == "gpu"]
+    found = Devices(gpus=[str(d) for d in gpus],
+                    gpu_capabilities=[_capability(d) for d in gpus if _capability(d)],
+                    cpus=[str(d) for d in jax.local_devices(backend="cpu")])
+    return plan, found
+
+
+def _capability(device) -> tuple[int, int] | None:
+    value = str(getattr(device, "compute_capability", "") or "")
+    major, _, minor = value.partition(".")
+    return (int(major), int(minor or 0)) if major.isdigit() else None
+
+
+def agree_on_epoch(plan: JaxPlan, epochs_completed: int) -> None:
+    """Every process must resume from the checkpoint the chief read: a process that read
+    another (the chief committed one in between) stops the run, which then resumes whole."""
+    if plan.processes < 2:
+        return
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    chiefs = int(multihost_utils.broadcast_one_to_all(np.int32(epochs_completed)))
+    if chiefs != epochs_completed:
+        raise RuntimeError(f"process {plan.process_id} read a checkpoint of "
+                           f"{epochs_completed} epochs, the chief one of {chiefs}; restart "
+                           "the step to resume every process from the same checkpoint")
+
+
+def export_jax_model(scratch: Path, preprocessor, classifier, signature: dict,
+                     scaling=None) -> None:
+    """Write the SavedModel of a JAX-trained model: the classifier converted to TensorFlow
+    (Keras' jax2tf export) behind the TensorFlow preprocessor, one ``serve`` signature (also
+    ``serving_default``) taking raw features, and ``classify`` taking the dense vector."""
+    import keras
+    import tensorflow as tf
+
+    archive = keras.export.ExportArchive()
+    archive.track(classifier)
+    archive.track(preprocessor)
+    width = int(classifier.inputs[0].shape[-1])
+    classify = archive.add_endpoint(
+        "classify", lambda x: classifier(x, training=False),
+        input_signature=[keras.InputSpec(shape=(None, width), dtype="float32")],
+        jax2tf_kwargs={"with_gradient": False})  # serving only: no gradient to save
+
+    @tf.function(input_signature=[signature])
+    def serve(features):
+        outputs = tf.cast(classify(preprocessor(features)), tf.float32)
+        if scaling is None:
+            return outputs
+        from gkeflow.components.train.regression import unscale_prediction
+
+        return unscale_prediction(outputs, scaling)
+
+    serve.get_concrete_function()
+    archive.add_endpoint("serve", serve)
+    archive.add_endpoint("serving_default", serve)
+    archive.write_out(str(scratch), verbose=False)
+
+
+def cpu_devices_flag(count: int, env: Mapping[str, str] | None = None) -> str:
+    """``XLA_FLAGS`` giving JAX ``count`` CPU devices (tests and laptops emulate hosts)."""
+    flags = (os.environ if env is None else env).get("XLA_FLAGS", "")
+    kept = " ".join(f for f in flags.split() if "xla_force_host_platform_device_count" not in f)
+    return f"{kept} --xla_force_host_platform_device_count={count}".strip()
