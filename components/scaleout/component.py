@@ -32,6 +32,7 @@ def train_model_local_workers(
     early_stopping_patience: int = 5,
     loss: str = "auto",
     label_transform: str = "none",
+    backend: str = "auto",
 ):
     """Trains with MultiWorkerMirroredStrategy over several worker processes on this machine.
 
@@ -56,6 +57,8 @@ def train_model_local_workers(
         early_stopping_patience: Epochs without eval-loss improvement before stopping; 0 = off.
         loss: Regression loss: auto (mse), mse or huber.
         label_transform: Regression: none, or log for a skewed positive label.
+        backend: Keras backend: auto (JAX on a TPU, TensorFlow elsewhere), tensorflow or
+            jax (its processes join by jax.distributed).
     """
     import shutil
     from pathlib import Path
@@ -67,7 +70,7 @@ def train_model_local_workers(
     params = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
               "model_type": model_type, "user_module": user_module, "require_gpu": require_gpu,
               "early_stopping_patience": early_stopping_patience, "loss": loss,
-              "label_transform": label_transform}
+              "label_transform": label_transform, "backend": backend}
     tracking = open_remote_training(f"local-workers:{pipeline_run_id}:{task_name}",
                                     "local-workers", task_name)
     try:
@@ -129,6 +132,7 @@ def train_model_jobset(
     early_stopping_patience: int = 5,
     loss: str = "auto",
     label_transform: str = "none",
+    backend: str = "auto",
 ):
     """Trains on several GKE nodes: launches a JobSet of GPU pods and waits for it.
 
@@ -167,6 +171,8 @@ def train_model_jobset(
         early_stopping_patience: Epochs without eval-loss improvement before stopping; 0 = off.
         loss: Regression loss: auto (mse), mse or huber.
         label_transform: Regression: none, or log for a skewed positive label.
+        backend: Keras backend: auto (JAX on a TPU, TensorFlow elsewhere), tensorflow or
+            jax (its processes join by jax.distributed).
     """
     import json
     from pathlib import Path
@@ -176,7 +182,7 @@ def train_model_jobset(
     params = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
               "model_type": model_type, "user_module": user_module, "require_gpu": require_gpu,
               "early_stopping_patience": early_stopping_patience, "loss": loss,
-              "label_transform": label_transform}
+              "label_transform": label_transform, "backend": backend}
     summary = jobset_launcher.launch_step(
         template=json.loads(jobset_template), dataset_uri=dataset.uri, schema_uri=schema.uri,
         params=params, pipeline_root=checkpoint_root, run_id=pipeline_run_id,

@@ -42,6 +42,29 @@ def replicas_of(template: dict) -> int:
                for job in template["spec"]["replicatedJobs"])
 
 
+#: What JAX reads to join the slices of a Multislice run (jax ``cloud_tpu_cluster``): the
+#: coordinator (worker 0 of slice 0), the number of slices and this pod's slice.
+MEGASCALE_COORDINATOR_ENV = "MEGASCALE_COORDINATOR_ADDRESS"
+MEGASCALE_SLICES_ENV = "MEGASCALE_NUM_SLICES"
+MEGASCALE_SLICE_ID_ENV = "MEGASCALE_SLICE_ID"
+TPU_RESOURCE = "google.com/tpu"
+
+
+def multislice(replicated: dict) -> int:
+    """Slices of a TPU replicated job (its Jobs); 0 when it asks for no TPU."""
+    container = replicated["template"]["spec"]["template"]["spec"]["containers"][0]
+    limits = (container.get("resources") or {}).get("limits") or {}
+    return int(replicated.get("replicas", 1)) if TPU_RESOURCE in limits else 0
+
+
+def megascale_env(coordinator_host: str, slices: int) -> list[dict]:
+    """``env`` joining a pod to the other slices: the slice id is its Job's index."""
+    return [{"name": MEGASCALE_COORDINATOR_ENV, "value": coordinator_host.split(":")[0]},
+            {"name": MEGASCALE_SLICES_ENV, "value": str(slices)},
+            {"name": MEGASCALE_SLICE_ID_ENV, "valueFrom": {"fieldRef": {
+                "fieldPath": f"metadata.labels['{cluster.JOB_INDEX_LABEL}']"}}}]
+
+
 #: Kubeflow Pipelines' label of a run's pods, and gkeflow's of a step's.
 PIPELINE_RUN_LABEL = "pipeline/runid"
 STEP_LABEL = "gkeflow-step"
@@ -73,7 +96,8 @@ def finish(template: dict, name: str, namespace: str, service_account: str, args
                                       subdomain, replicated["name"],
                                       jobs=int(replicated.get("replicas", 1)))
     ours = {cluster.HOSTS_ENV, cluster.JOB_INDEX_ENV, cluster.PODS_PER_JOB_ENV,
-            cluster.INDEX_OFFSET_ENV}
+            cluster.INDEX_OFFSET_ENV, MEGASCALE_COORDINATOR_ENV, MEGASCALE_SLICES_ENV,
+            MEGASCALE_SLICE_ID_ENV}
     for replicated, offset in zip(manifest["spec"]["replicatedJobs"], offsets, strict=True):
         pod = replicated["template"]["spec"]["template"]
         pod_labels = pod.setdefault("metadata", {}).setdefault("labels", {})
@@ -97,6 +121,8 @@ def finish(template: dict, name: str, namespace: str, service_account: str, args
                     "value": str(replicated["template"]["spec"]["parallelism"])})
         if offset:
             env.append({"name": cluster.INDEX_OFFSET_ENV, "value": str(offset)})
+        if multislice(replicated) > 1:  # Multislice: JAX joins the slices (train/jax_runtime)
+            env += megascale_env(hosts[offset], multislice(replicated))
         container["env"] = env
     return manifest
 

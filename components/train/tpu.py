@@ -116,8 +116,8 @@ def plan_resolver(tpu: TpuHost, port: int = TPU_PORT) -> ResolverPlan:
     if tpu.slices > 1:
         raise TpuUnavailableError(
             f"this step runs on {tpu.slices} TPU slices, but TensorFlow's TPUStrategy trains "
-            "within one slice (Multislice is for JAX and PyTorch); set replicas: 1 on the "
-            "TPU step and pick a larger topology")
+            "within one slice (Multislice is for JAX and PyTorch); set backend: jax (or auto), "
+            "or replicas: 1 on the TPU step and a larger topology")
     if tpu.hosts == 1:
         return ResolverPlan("local")
     endpoints = tuple(f"{host}:{port}" for host in tpu.hostnames)

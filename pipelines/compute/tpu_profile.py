@@ -2,9 +2,11 @@
 
 A step asks for a TPU slice with ``accelerator: tpu-v6e`` (any generation or alias the
 catalogue knows) and ``topology: 4x4``; chips, hosts, chips per host and the machine type
-follow from both. ``replicas`` > 1 would be that many slices (Multislice), which TensorFlow's
-``TPUStrategy`` cannot train across (``components/train/tpu.py`` refuses it too), so it is
-refused here before anything is compiled. Functions take the profile duck-typed (``p``) so
+follow from both. ``replicas`` > 1 is that many slices (Multislice) of ``train-model`` on GKE:
+one Job per slice in a JobSet, trained on Keras' JAX backend, the default on TPUs
+(TensorFlow's ``TPUStrategy`` drives one slice: ``components/train/tpu.py`` refuses more).
+Vertex AI's CustomJobs take one slice, so there it is refused before anything is compiled.
+Functions take the profile duck-typed (``p``) so
 that :mod:`.profiles` can call them without an import cycle.
 
 On Vertex AI, flex-start is refused for TPUs: "Schedule training jobs based on resource
@@ -26,6 +28,8 @@ EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 GKE_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
 #: The port a TPU host serves its chips on (``components/train/tpu.py``).
 TPU_PORT = 8470
+#: The step that trains across several slices (Multislice: a JobSet on GKE, on JAX).
+MULTISLICE_STEP = "train-model"
 _GIB = 2**30
 _OPTION_TEXT = {tc.STANDARD: "on demand", tc.SPOT: "as Spot", tc.FLEX_START: "with flex-start",
                 tc.RESERVATION: "from a reservation"}
@@ -91,11 +95,15 @@ def tpu_problems(step: str, p, target: str, tpu_steps: tuple[str, ...]) -> list[
     if mixed:
         problems.append(f"{step}: {' and '.join(mixed)} (GPU settings) cannot be mixed with "
                         f"TPU {gen.name}; the topology sets the chips: drop {' and '.join(mixed)}")
-    if p.replicas > 1:
+    if p.replicas > 1 and target == "vertex":
         problems.append(
             f"{step}: replicas {p.replicas} on {gen.name} asks for {p.replicas} slices "
-            "(Multislice), which TensorFlow's TPUStrategy cannot train across; use replicas: 1 "
-            "and a larger topology")
+            "(Multislice), which Vertex AI CustomJobs do not run; use replicas: 1 and a larger "
+            "topology, or target gke")
+    elif p.replicas > 1 and step != MULTISLICE_STEP:
+        problems.append(
+            f"{step}: replicas {p.replicas} on {gen.name} asks for {p.replicas} slices "
+            f"(Multislice), which only {MULTISLICE_STEP} trains across; use replicas: 1")
     if target == "local":
         return problems
     where = tc.VERTEX if target == "vertex" else tc.GKE

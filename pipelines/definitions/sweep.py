@@ -291,6 +291,7 @@ def build_sweep_pipeline(target: str = "local",
         dropout: float = 0.1,
         early_stopping_patience: int = 5,
         user_module: str = "",
+        backend: str = "auto",
         model_name: str = "penguins-classifier",
         min_accuracy: float = 0.8,
         registry_uri: str = default_registry_uri,
@@ -334,6 +335,8 @@ def build_sweep_pipeline(target: str = "local",
                 stops (0 = off), unless searched.
             user_module: Your own model: a module with build_model(schema, hparams);
                 empty = built-in.
+            backend: Keras backend of the trials: auto (JAX on a TPU, TensorFlow
+                elsewhere), tensorflow or jax (ParallelFor trials; Vizier's run auto).
             model_name: Name under which the best model is registered.
             min_accuracy: Test accuracy required before the best model is registered.
             registry_uri: Model registry: sqlite:///<path> (embedded),
@@ -404,6 +407,7 @@ def build_sweep_pipeline(target: str = "local",
                     checkpoint_uri=checkpoint_uri,
                     continue_on_error=True,
                     workspace_path=storage.path,
+                    backend=backend,
                 ), TRIAL_STEP)
                 if target == "gke":
                     label_training_pod(train)

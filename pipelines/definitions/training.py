@@ -235,6 +235,7 @@ def build_training_pipeline(
         early_stopping_patience: int = 5,
         loss: str = "auto",
         label_transform: str = "none",
+        backend: str = "auto",
         model_type: str = "mlp",
         user_module: str = "",
         model_name: str = "penguins-classifier",
@@ -274,6 +275,8 @@ def build_training_pipeline(
                 stops (best weights restored); 0 = train every epoch.
             loss: Regression loss on the standardised label: auto (mse), mse or huber.
             label_transform: Regression: none, or log for a skewed positive label.
+            backend: Keras backend of train-model: auto (JAX on a TPU, TensorFlow
+                elsewhere), tensorflow or jax; both export the same SavedModel.
             model_type: Built-in model family: mlp or wide_deep.
             user_module: Your own model: a module with build_model(schema, hparams);
                 empty = built-in.
@@ -326,7 +329,7 @@ def build_training_pipeline(
             checkpoint_key = (f"{fingerprint.outputs['data']}-{label_column}-{train_ratio}-"
                               f"{eval_ratio}-{test_ratio}-{epochs}-{batch_size}-"
                               f"{learning_rate}-{early_stopping_patience}-{loss}-"
-                              f"{label_transform}-{task}-{model_type}-"
+                              f"{label_transform}-{backend}-{task}-{model_type}-"
                               f"{fingerprint.outputs['code']}")
         train = train_step(
             dataset=dataset,
@@ -337,6 +340,7 @@ def build_training_pipeline(
             early_stopping_patience=early_stopping_patience,
             loss=loss,
             label_transform=label_transform,
+            backend=backend,
             model_type=model_type,
             user_module=user_module,
             require_gpu=target != "local" and profiles["train-model"].uses_gpu,

@@ -65,12 +65,16 @@ def _check_training(arguments: dict) -> None:
 
     settings = {name: arguments[name] for name in
                 ("epochs", "batch_size", "learning_rate", "model_type", "user_module",
-                 "early_stopping_patience", "loss", "label_transform")
+                 "early_stopping_patience", "loss", "label_transform", "backend")
                 if name in arguments}
     if not settings:
         return
     try:
         TrainParams(**settings)
+        if settings.get("backend") == "jax":
+            from gkeflow.components.train.backend import check_user_module_for_jax
+
+            check_user_module_for_jax(settings.get("user_module", ""))
     except (ValueError, TypeError) as exc:
         raise ParameterError(str(exc)) from None
 

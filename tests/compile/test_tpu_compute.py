@@ -82,9 +82,9 @@ def test_cli_overrides_give_a_valid_multi_host_slice():
     ({"accelerator": "tpu-v6e", "topology": "2x4", "memory": "1500Gi"}, "gke",
      "train-model: memory 1500Gi does not fit one ct6e-standard-8t host of tpu-v6e 2x4 (GKE "
      "leaves pods at most 359 vCPUs and 1381.9 GiB); lower them"),
-    ({"accelerator": "tpu-v6e", "topology": "4x4", "replicas": 2}, "gke",
-     "train-model: replicas 2 on tpu-v6e asks for 2 slices (Multislice), which TensorFlow's "
-     "TPUStrategy cannot train across; use replicas: 1 and a larger topology"),
+    ({"accelerator": "tpu-v6e", "topology": "2x4", "replicas": 2}, "vertex",
+     "train-model: replicas 2 on tpu-v6e asks for 2 slices (Multislice), which Vertex AI "
+     "CustomJobs do not run; use replicas: 1 and a larger topology, or target gke"),
     ({"accelerator": "nvidia-l4", "accelerator_count": 1, "topology": "2x2"}, "gke",
      "train-model: topology 2x2 applies to TPU steps only; set accelerator to one of tpu-v5e, "
      "tpu-v6e, tpu-v5p, tpu-v4, tpu7x or drop topology"),
@@ -153,6 +153,52 @@ def test_multi_host_slice_is_a_jobset_that_passes_the_crd(generation, topology, 
                                    "cloud.google.com/gke-spot": "true"}
     assert "volumes" not in pod and "nvidia.com/gpu" not in str(pod)
     assert js.replicas_of(manifest) == hosts
+
+
+@pytest.mark.parametrize(("generation", "topology", "hosts"), [
+    ("tpu-v6e", "4x4", 4),  # multi-host slices
+    ("tpu-v5e", "2x4", 1),  # single-host slices: still one Job per slice
+])
+def test_multislice_is_a_jobset_of_one_job_per_slice_joined_for_jax(generation, topology, hosts):
+    profile = tpu(accelerator=generation, topology=topology, replicas=2)
+    assert profile_problems(STEP, profile, "gke") == []
+    assert training_engine("gke", profile) is gke.ENGINE
+    manifest = js.finish(gke.jobset_template(profile, "img:1"), "gkeflow-train-x", "ns", "",
+                         ["--x"])
+    validate_jobset(manifest)
+    assert manifest["metadata"]["annotations"] == {
+        "alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool"}
+    [replicated] = manifest["spec"]["replicatedJobs"]
+    assert replicated["replicas"] == 2  # two slices, each its own node pool
+    assert replicated["template"]["spec"]["parallelism"] == hosts
+    assert js.replicas_of(manifest) == 2 * hosts
+    env = {e["name"]: e for e in
+           replicated["template"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    # what JAX's Cloud TPU cluster reads: worker 0 of slice 0 coordinates
+    assert env["MEGASCALE_COORDINATOR_ADDRESS"]["value"] == (
+        "gkeflow-train-x-worker-0-0.gkeflow-train-x")
+    assert env["MEGASCALE_NUM_SLICES"]["value"] == "2"
+    assert env["MEGASCALE_SLICE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.labels['jobset.sigs.k8s.io/job-index']")
+    row = next(r for r in plan({**DEFAULT_COMPUTE, STEP: profile}, "gke", {})
+               if r.step == STEP)
+    assert "2 slices" in " ".join(target_notes({**DEFAULT_COMPUTE, STEP: profile}, "gke")) \
+        or "2 slices" in str(row)
+
+
+def test_one_slice_has_no_megascale_variables():
+    profile = tpu(accelerator="tpu-v6e", topology="4x4")
+    manifest = js.finish(gke.jobset_template(profile, "img:1"), "gkeflow-train-x", "ns", "",
+                         ["--x"])
+    container = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"][0]
+    assert not [e for e in container["env"] if e["name"].startswith("MEGASCALE")]
+
+
+def test_only_train_model_trains_across_slices():
+    assert profile_problems("train-trial", tpu(accelerator="tpu-v6e", topology="2x4",
+                                               replicas=2), "gke")[-1].endswith(
+        "which only train-model trains across; use replicas: 1")
 
 
 def test_single_host_slice_is_one_pod_not_a_jobset():

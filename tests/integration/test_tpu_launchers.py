@@ -18,7 +18,7 @@ from gkeflow.components.scaleout.jobset_launcher import launch
 from gkeflow.pipelines.compute.engines import gke, vertex
 from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
 from tests.integration import soak
-from tests.integration.fake_kube import FakeKube
+from tests.integration.fake_kube import FakeKube, KubeFaults
 from tests.integration.fake_vertex_jobs import FakeVertexJobs
 from tests.integration.kube_helpers import NAME, NS, api_for, fast_policy, publisher
 
@@ -72,6 +72,32 @@ def test_sigterm_deletes_the_running_tpu_jobset(tmp_path):
         finally:
             timer.cancel()
     assert kube.deleted == [NAME] and kube.deleted_states == ["Running"]
+
+
+TWO_SLICES = MULTI_HOST.with_overrides(replicas=2)
+
+
+def test_a_two_slice_jobset_survives_503s_a_lost_create_and_dropped_watches(tmp_path):
+    """Multislice (Keras on JAX): one JobSet of two slices, created once although the create
+    is answered 503 and then lost, followed through cut watches, deleted when it ended."""
+    output = str(tmp_path / "model")
+    manifest = js.finish(gke.jobset_template(TWO_SLICES, "gkeflow-tpu:test"), NAME, NS, "",
+                         ["--dataset", "gs://b/d"])
+    faults = (KubeFaults().script("503", times=2, method="POST").script("lost", method="POST")
+              .script("cut", times=2, resource="watch"))
+    with FakeKube(running_looks=3, on_complete=publisher(tmp_path, output),
+                  faults=faults) as kube:
+        launch(api_for(kube), manifest, output, policy=fast_policy(), window_s=0.01,
+               echo=lambda _: None)
+    assert faults.injected == {"503": 2, "lost": 1, "cut": 2}
+    [created] = kube.created  # validated against the CRD by the fake; never a second one
+    [replicated] = created["spec"]["replicatedJobs"]
+    assert replicated["replicas"] == 2 and replicated["template"]["spec"]["parallelism"] == 4
+    env = {e["name"] for e in
+           replicated["template"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert {"MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES",
+            "MEGASCALE_SLICE_ID"} <= env
+    assert kube.deleted == [NAME] and kube.deleted_states == ["Completed"]
 
 
 def tpu_payload() -> dict:
