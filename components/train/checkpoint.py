@@ -122,9 +122,13 @@ class TrainingCheckpoint(keras.callbacks.Callback):
                 return
             self.preempted = True
             self.signal_at = time.perf_counter()
-            if self.model is not None:
-                self.model.stop_training = True  # Keras stops after the current batch
-                self.model.stop_evaluating = True  # ...and a running validation pass
+            # Not ``self.model``: on Keras' JAX backend reading it syncs the training state
+            # into the model, which from a signal handler (between any two statements of
+            # the fit loop) can install buffers already donated to the next step.
+            model = getattr(self, "_model", None)
+            if model is not None:
+                model.stop_training = True  # Keras stops after the current batch
+                model.stop_evaluating = True  # ...and a running validation pass
 
         return signal.signal(signal.SIGTERM, handler)
 
