@@ -77,7 +77,7 @@ image-test: $(STAMP) image-base ## Build the slim and CPU images with podman, ru
 image-test-gpu: $(STAMP) image-base ## Build the GPU image with podman (import check only: no GPU needed)
 	GKEFLOW_IMAGE_TEST=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/images -k gpu
 
-image-test-tpu: $(STAMP) image-base ## Build the TPU image with podman: import check, and its SavedModel loads in TF 2.21 (no TPU needed)
+image-test-tpu: $(STAMP) image-base ## Build the TPU image with podman: import check, Keras-on-JAX training on the CPU, its SavedModel loads in the host TF (no TPU needed)
 	GKEFLOW_IMAGE_TEST=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/images/test_tpu_image.py
 
 bench: $(STAMP) ## End-to-end benchmark (see bench/RESULTS.md)

@@ -178,8 +178,8 @@ def main(argv: list[str]) -> None:
     try:
         site = root / SITE
         sizes, bytecode, unowned = distribution_sizes(site)
-        # the CPU image has TensorFlow as tensorflow-cpu, the TPU image as tensorflow-tpu,
-        # the GPU image as tensorflow
+        # the CPU and TPU images have TensorFlow as tensorflow-cpu, the GPU image as
+        # tensorflow
         kind = next((k for k in ("cpu", "tpu") if list(site.glob(f"tensorflow_{k}-*.dist-info"))),
                     "")
         needs = [f"{name}-{kind}" if name == "tensorflow" and kind else name

@@ -11,10 +11,10 @@ with the package, and declares the kind it needs (its ``base_image``):
 - ``gkeflow-cpu`` (:data:`CPU_IMAGE`): the same with ``tensorflow-cpu``: evaluation,
   deployment (it loads the SavedModel), batch prediction in the pipeline.
 - ``gkeflow-gpu`` (:data:`GPU_IMAGE`): TensorFlow for CUDA: training.
-- ``gkeflow-tpu`` (:data:`TPU_IMAGE`): ``tensorflow-tpu`` and ``libtpu``: training on Cloud
-  TPUs. A training step takes it instead of the GPU image when its compute profile names a
-  TPU (``gkeflow.pipelines.compute.tpu_profile.training_image``). ``tensorflow-tpu``
-  trails ``tensorflow`` on the index, so its TensorFlow is older (2.20 beside 2.21).
+- ``gkeflow-tpu`` (:data:`TPU_IMAGE`): the CPU image plus JAX for Cloud TPUs (``jax``,
+  ``libtpu``): training on Cloud TPUs with Keras on JAX. A training step takes it instead of
+  the GPU image when its compute profile names a TPU
+  (``gkeflow.pipelines.compute.tpu_profile.training_image``).
 
 All contain the ``gkeflow`` package and kfp, so no step installs anything at run time.
 
@@ -67,7 +67,7 @@ SLIM_IMAGE = reference("slim")
 CPU_IMAGE = reference("cpu")
 #: The same with TensorFlow for CUDA (``tensorflow[and-cuda]``): training on GPUs.
 GPU_IMAGE = reference("gpu")
-#: The same with TensorFlow for Cloud TPUs (``tensorflow-tpu``, ``libtpu``): training on TPUs.
+#: The CPU image with JAX for Cloud TPUs (``jax``, ``libtpu``): training on TPUs.
 TPU_IMAGE = reference("tpu")
 
 #: Declared image -> whether it can use a GPU.

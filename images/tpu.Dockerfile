@@ -1,9 +1,9 @@
 # syntax=docker/dockerfile:1
-# gkeflow TPU image: Python 3.11, TensorFlow for Cloud TPUs (tensorflow-tpu 2.20.0, the newest
-# release on the index: it trails the CPU and GPU images' TensorFlow 2.21) with the TPU runtime
-# (libtpu 0.0.14), kfp and the gkeflow suite, plus the user's extra packages and code. Runs
-# training on TPU VMs (GKE TPU node pools and Vertex AI); without a TPU, TensorFlow runs on
-# the CPU.
+# gkeflow TPU image: Python 3.11, JAX for Cloud TPUs (jax and the TPU runtime libtpu that
+# jax[tpu] names) under Keras 3, the CPU image's TensorFlow (tensorflow-cpu: the input pipeline
+# and the SavedModel export), kfp and the gkeflow suite, plus the user's extra packages and
+# code. Runs training on TPU VMs (GKE TPU node pools and Vertex AI), one slice or many; without
+# a TPU, JAX runs on the CPU.
 #
 # Built from a context that gkeflow.pipelines.targets.image_build assembles (`gkeflow images build`):
 #   requirements.lock  every package pinned with its hashes (images/requirements-tpu.lock)

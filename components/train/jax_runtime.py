@@ -38,6 +38,21 @@ def processes_to_join(env: Mapping[str, str], tpu: TpuHost | None) -> int:
     return count
 
 
+def require_libtpu(installed: bool | None = None) -> None:
+    """JAX drives TPU chips through libtpu: a one-line error, before joining any host,
+    when the step has a TPU and this image has no libtpu (the TPU image has it)."""
+    if installed is None:
+        import importlib.util
+
+        installed = importlib.util.find_spec("libtpu") is not None
+    if not installed:
+        from gkeflow.components.train.tpu import TpuUnavailableError
+
+        raise TpuUnavailableError(
+            "this step has a TPU but JAX has no TPU runtime here (libtpu is not installed); "
+            "run it in the TPU image (gkeflow images build --flavour tpu)")
+
+
 def join_hosts(env: Mapping[str, str], tpu: TpuHost | None) -> int:
     """Join the other processes of this run (once per process); the number joined."""
     count = processes_to_join(env, tpu)

@@ -213,9 +213,13 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         if dev.workers_in_tf_config(tf_config) > 1:
             raise ValueError("TF_CONFIG describes a TensorFlow multi-worker cluster, which the "
                              "JAX backend does not read; set backend: tensorflow")
+        if on_tpu:
+            jax_runtime.require_libtpu()
         jax_runtime.join_hosts(os.environ, tpu_host if on_tpu else None)
         jax_plan, found = jax_runtime.distribute(tpu_host if on_tpu else None)
     resolver = tpus.plan_resolver(tpu_host) if on_tpu and jax_plan is None else None
+    if resolver is not None:
+        tpus.require_tensorflow_tpu()
     if resolver is not None and resolver.role == "server":
         # Hosts other than worker 0 of a multi-host slice lend their chips to worker 0.
         print(f"{tpus.tpu_summary(tpu_host)}: serving this host's chips to worker 0", flush=True)

@@ -125,6 +125,25 @@ def plan_resolver(tpu: TpuHost, port: int = TPU_PORT) -> ResolverPlan:
                         "client" if tpu.worker_id == 0 else "server", tpu.worker_id, endpoints)
 
 
+def require_tensorflow_tpu(installed: Callable[[str], bool] | None = None) -> None:
+    """TensorFlow drives TPUs only in its TPU build (``tensorflow-tpu``), which the suite's
+    TPU image does not carry (Keras on JAX trains there): a one-line error without it."""
+    if installed is None:
+        import importlib.metadata
+
+        def installed(name: str) -> bool:
+            try:
+                importlib.metadata.version(name)
+                return True
+            except importlib.metadata.PackageNotFoundError:
+                return False
+    if not installed("tensorflow-tpu"):
+        raise TpuUnavailableError(
+            "backend tensorflow on a TPU needs TensorFlow's TPU build (tensorflow-tpu), which "
+            "this image does not have (the TPU image trains with Keras on JAX); set backend: "
+            "jax (or auto)")
+
+
 def make_tpu_strategy(plan: ResolverPlan, tf):
     """Connect to the slice, initialise its TPU system and return a ``TPUStrategy``."""
     if plan.role != "client":

@@ -107,7 +107,7 @@ def images_group() -> None:
 @click.option("--flavour", type=click.Choice([*FLAVOURS, SERVING, "all"]), default="all",
               show_default=True,
               help="Which image to build; serving: TensorFlow Serving of the training "
-                   "TensorFlow, for Vertex AI deploys; tpu: tensorflow-tpu for training on "
+                   "TensorFlow, for Vertex AI deploys; tpu: JAX and libtpu for training on "
                    "Cloud TPUs. all: every image, the TPU one only when a step of "
                    "gkeflow.yaml's compute asks for a TPU.")
 @click.option("--project", metavar="PROJECT",
@@ -118,7 +118,7 @@ def images_build(builder: str, push: bool, flavour: str, project: str | None,
                  config_path: Path) -> None:
     """Build the slim, CPU, GPU and serving images into images.registry; record their digests.
 
-    The TPU image (tensorflow-tpu) is built when gkeflow.yaml's compute gives a step a TPU
+    The TPU image (JAX for Cloud TPUs) is built when gkeflow.yaml's compute gives a step a TPU
     accelerator, or with --flavour tpu; projects that never train on TPUs skip it.
 
     Each image is the suite's Dockerfile (shipped in the package, installing from hashed

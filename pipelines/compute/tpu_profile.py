@@ -162,7 +162,7 @@ def unchecked_host_limits(step: str, p, target: str) -> str:
 
 def training_image(p) -> str:
     """The declared image a training step with ``p`` runs in: the TPU image
-    (``tensorflow-tpu``) when ``p`` asks for a TPU slice, else the GPU image. The engines
+    (JAX for Cloud TPUs) when ``p`` asks for a TPU slice, else the GPU image. The engines
     (GKE pod and JobSet, Vertex AI CustomJob) and ``plan`` read it here; the compiler maps
     and pins it like every declared image."""
     from gkeflow.components.images import GPU_IMAGE, TPU_IMAGE

@@ -8,9 +8,9 @@ release gives the same package versions.
 
 The resolver's input is ``pyproject.toml``'s ``dependencies`` with TensorFlow swapped per
 image: ``tensorflow-cpu`` (same version range) in the CPU image, the ``gpu`` extra's
-``tensorflow[and-cuda]`` in the GPU image, the ``tpu`` extra's ``tensorflow-tpu`` and
-``libtpu`` in the TPU image (resolved for the TPU VM's platform, manylinux_2_31: libtpu has
-no older wheels), and in the slim image (``gkeflow``) no
+``tensorflow[and-cuda]`` in the GPU image, ``tensorflow-cpu`` plus the ``tpu`` extra's
+``jax[tpu]`` (JAX and the libtpu it names) in the TPU image (resolved for the TPU VM's
+platform, manylinux_2_31: libtpu has no older wheels), and in the slim image (``gkeflow``) no
 TensorFlow at all: :data:`TENSORFLOW_ONLY` (TensorFlow, TensorBoard and what only a
 training step uses) is left out of its input. No image installs what only the ``gkeflow``
 command uses on the user's machine (:data:`CLIENT_ONLY`, :data:`NOT_INSTALLED`).
@@ -91,11 +91,13 @@ def _tensorflow_for(flavour: str, project: dict) -> list[Requirement]:
         swapped = Requirement(str(base))
         swapped.name = "tensorflow-cpu"
         return [swapped]
-    if flavour == "tpu":
+    if flavour == "tpu":  # Keras on JAX on the chips; TensorFlow (CPU) feeds and exports
         tpu = [Requirement(r) for r in project.get("optional-dependencies", {}).get("tpu", [])]
-        if {normalise(r.name) for r in tpu} != {"tensorflow-tpu", "libtpu"}:
-            raise LockError("pyproject.toml: the 'tpu' extra must name tensorflow-tpu and libtpu")
-        return tpu
+        if not any(normalise(r.name) == "jax" and "tpu" in r.extras for r in tpu):
+            raise LockError("pyproject.toml: the 'tpu' extra must name jax[tpu]")
+        swapped = Requirement(str(base))
+        swapped.name = "tensorflow-cpu"
+        return [swapped, *tpu]
     gpu = [Requirement(r) for r in project.get("optional-dependencies", {}).get("gpu", [])]
     found = next((r for r in gpu if normalise(r.name) == "tensorflow"), None)
     if found is None:
@@ -181,7 +183,7 @@ def pin_conflicts(text: str, lock: Path) -> list[tuple[int, str, str, str]]:
         name = normalise(requirement.name)
         if name not in pins and name == "tensorflow":
             # the CPU and TPU images' TensorFlow
-            name = next((n for n in ("tensorflow-cpu", "tensorflow-tpu") if n in pins), name)
+            name = "tensorflow-cpu" if "tensorflow-cpu" in pins else name
         if name not in pins or not requirement.specifier:
             continue
         try:

@@ -442,7 +442,7 @@ def test_the_tpu_image_is_built_for_a_project_that_trains_on_a_tpu(run, project)
     assert [c["args"][c["args"].index("--tag") + 1] for c in builds] == [
         SLIM, CPU, GPU, TPU, SERVING]
     dockerfile = builds[3]["dockerfile"]
-    assert "gkeflow TPU image" in dockerfile and "tensorflow-tpu 2.20.0" in dockerfile
+    assert "gkeflow TPU image" in dockerfile and "JAX for Cloud TPUs" in dockerfile
     assert "requirements.lock" in builds[3]["context"]
     assert set(_lock(project)) == {SLIM, CPU, GPU, TPU, SERVING}
 

@@ -1,11 +1,11 @@
-"""The TPU image builds from its hashed lock, passes its import check, and a SavedModel that
-its TensorFlow (tensorflow-tpu 2.20) writes loads in the evaluation image's TensorFlow (2.21).
+"""The TPU image builds from its hashed lock, passes its import check, trains on Keras' JAX
+backend, and the SavedModel it exports loads in the evaluation image's TensorFlow.
 
-No TPU here: TensorFlow for TPUs runs on the CPU when it finds none, so the suite's own
-training (``gkeflow.components.train.logic.train``) runs inside the image on the prepared
-penguins and exports the model; the host's TensorFlow (the CPU image's version, from the same
-lock family) loads it through ``ExportedModel``, the loader evaluation uses. Nothing runs on
-a TPU. ``TPU_SKIP_MDS_QUERY=1`` is set for these runs as for the build's import pass: this
+No TPU here: JAX runs on the CPU when it finds none, so the suite's own training
+(``gkeflow.components.train.logic.train``, backend jax) runs inside the image on the prepared
+penguins and exports the model; the host's TensorFlow (the CPU image's version, the same as
+the TPU image's) loads it through ``ExportedModel``, the loader evaluation uses. Nothing runs
+on a TPU. ``TPU_SKIP_MDS_QUERY=1`` is set for these runs as for the build's import pass: this
 machine has no metadata server. ``make image-test-tpu`` runs this (it downloads about 0.5 GB).
 """
 
@@ -42,23 +42,23 @@ def tpu_image() -> str:
     return TPU_REFERENCE
 
 
-def test_tpu_image_imports_tensorflow_tpu_at_the_locked_version(tpu_image):
-    probe = ("import importlib.metadata as m, tensorflow as tf, penguin_head, "
+def test_tpu_image_imports_jax_for_tpu_at_the_locked_versions(tpu_image):
+    probe = ("import importlib.metadata as m, jax, tensorflow as tf, penguin_head, "
              "gkeflow.components.train.tpu, gkeflow.components.train.logic; "
-             "print(tf.__version__, m.version('tensorflow-tpu'), m.version('libtpu'), "
-             "len(tf.config.list_logical_devices('TPU')))")
+             "print(tf.__version__, jax.__version__, m.version('libtpu'), "
+             "jax.devices()[0].platform)")
     done = run_in_image(tpu_image, [*NO_METADATA_SERVER, "python", "-c", probe], SYS)
     assert done.returncode == 0, done.stdout
     assert "Permission denied" not in done.stdout  # libtpu's logs are writable by the user
-    version, tpu_dist, libtpu, tpus = done.stdout.split()[-4:]
+    tensorflow, jax, libtpu, platform = done.stdout.split()[-4:]
     locked = (REPO_ROOT / "images" / "requirements-tpu.lock").read_text(encoding="utf-8")
-    assert version == tpu_dist and f"tensorflow-tpu=={version} " in locked
+    assert f"tensorflow-cpu=={tensorflow} " in locked and f"jax=={jax} " in locked
     assert f"libtpu=={libtpu} " in locked
-    assert tpus == "0"  # no TPU on this machine: training falls back to the CPU
-    print(f"TPU image: tensorflow-tpu {version}, libtpu {libtpu}")
+    assert platform == "cpu"  # no TPU on this machine: JAX falls back to the CPU
+    print(f"TPU image: jax {jax}, libtpu {libtpu}, tensorflow-cpu {tensorflow}")
 
 
-def test_a_savedmodel_written_in_the_tpu_image_loads_in_the_evaluation_tensorflow(
+def test_a_jax_model_trained_in_the_tpu_image_loads_in_the_evaluation_tensorflow(
         tpu_image, prepared_penguins, tmp_path):
     import shutil
 
@@ -79,7 +79,8 @@ def test_a_savedmodel_written_in_the_tpu_image_loads_in_the_evaluation_tensorflo
         "from gkeflow.components.train.logic import TrainParams, train; "
         "w = pathlib.Path('/work'); "
         "schema = Schema.from_json((w / 'schema.json').read_text()); "
-        "result = train(w / 'dataset', schema, w / 'model', TrainParams(epochs=2)); "
+        "result = train(w / 'dataset', schema, w / 'model', TrainParams(epochs=2, "
+        "backend='jax')); "
         "rows = [{'bill_length_mm': 39.1, 'bill_depth_mm': 18.7, 'flipper_length_mm': 181.0, "
         "'body_mass_g': 3750.0, 'island': 'Torgersen', 'sex': 'male', 'year': 2007}]; "
         "(w / 'written.json').write_text(json.dumps({'tf': tf.__version__, "
@@ -88,7 +89,7 @@ def test_a_savedmodel_written_in_the_tpu_image_loads_in_the_evaluation_tensorflo
                         {**SYS, "/work": work})
     assert done.returncode == 0, done.stdout[-3000:]
     written = json.loads((work / "written.json").read_text())
-    assert written["tf"].startswith("2.20.") and tf.__version__ != written["tf"]
+    assert written["strategy"] == "JAX on one cpu device"
 
     loaded = ExportedModel(work / "model")
     row = {"bill_length_mm": 39.1, "bill_depth_mm": 18.7, "flipper_length_mm": 181.0,

@@ -147,3 +147,11 @@ def test_the_tensorflow_preprocessor_computes_what_the_keras_one_does(prepared_p
     got = np.asarray(tf_one(inputs))
     assert tf_one.output_dim == int(keras_one.outputs[0].shape[-1]) == expected.shape[1]
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_tensorflow_on_a_tpu_without_its_tpu_build_is_refused_in_one_line():
+    from gkeflow.components.train.tpu import TpuUnavailableError, require_tensorflow_tpu
+
+    with pytest.raises(TpuUnavailableError, match="needs TensorFlow's TPU build"):
+        require_tensorflow_tpu(lambda name: False)
+    require_tensorflow_tpu(lambda name: name == "tensorflow-tpu")

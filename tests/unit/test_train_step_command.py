@@ -57,10 +57,15 @@ def _run_step(prepared_penguins, tmp_path: Path, env: dict[str, str],
 
 
 @pytest.mark.parametrize("env,parameters,expected", [
+    ({"MEGASCALE_NUM_SLICES": "2", "TPU_ACCELERATOR_TYPE": "v6e-8"},
+     {"backend": "tensorflow"}, "this step runs on 2 TPU slices"),
+    ({"TPU_ACCELERATOR_TYPE": "v6e-8"}, {"backend": "tensorflow"},
+     "needs TensorFlow's TPU build (tensorflow-tpu)"),
     ({"MEGASCALE_NUM_SLICES": "2", "TPU_ACCELERATOR_TYPE": "v6e-8"}, {},
-     "this step runs on 2 TPU slices"),
+     "JAX has no TPU runtime here (libtpu is not installed)"),
     ({}, {"strategy": "tpu"}, "strategy 'tpu' was asked but this step has no TPU"),
-], ids=["several-slices", "tpu-without-a-tpu"])
+], ids=["several-slices-on-tensorflow", "tensorflow-without-its-tpu-build",
+        "jax-without-libtpu", "tpu-without-a-tpu"])
 def test_a_tpu_the_host_cannot_give_ends_the_compiled_step_in_one_line(
         prepared_penguins, tmp_path, env, parameters, expected):
     done = _run_step(prepared_penguins, tmp_path, env, **parameters)
