@@ -34,7 +34,7 @@ def rate_cell(step: StepCost) -> str:
     marks = [mark for mark, on in (("stale", step.stale), ("estimate", step.estimate)) if on]
     text = f"{format_usd(step.usd_per_hour)}/h" + (f" ({', '.join(marks)})" if marks else "")
     if step.nodes > 1:
-        text += f" ({step.nodes} nodes)"
+        text += f" ({step.nodes} {step.unit}s)"
     if step.saving_pct is not None:
         on_demand = format_usd(step.on_demand_usd_per_hour)
         text += f", {step.saving_pct:g}% under on demand {on_demand}/h"

@@ -75,6 +75,8 @@ class StepCost:
     derived: str = ""
     #: The machine type the step is priced as (empty: a share of a GKE node pool).
     machine: str = ""
+    #: What ``nodes`` counts: nodes, or a TPU step's slices (each priced per chip).
+    unit: str = "node"
 
     @property
     def estimate(self) -> bool:
@@ -204,9 +206,10 @@ def step_cost(step: str, profile: ComputeProfile, target: str, region: str, *,
         nodes_rate = rate.usd_per_hour
     else:
         nodes_rate = None if rate.missing else rate.usd_per_hour * nodes
+    unit = "slice" if profile.uses_tpu else "node"
     if rate.missing:
         return StepCost(step, nodes, None, None, profile.timeout_s, reserved=reserved,
-                        reason=rate.reason, median_s=median_s, machine=machine)
+                        reason=rate.reason, median_s=median_s, machine=machine, unit=unit)
     hourly = nodes_rate
     ceiling, reason = None, ""
     if profile.timeout_s:
@@ -226,7 +229,7 @@ def step_cost(step: str, profile: ComputeProfile, target: str, region: str, *,
                     rate.date_read.isoformat() if rate.date_read else "", rate.stale,
                     reason=reason, on_demand_usd_per_hour=on_demand, saving_pct=saving,
                     median_s=median_s, expected_usd=expected, derived=rate.derived,
-                    machine=machine)
+                    machine=machine, unit=unit)
 
 
 def _mixed(chief: Rate, worker: Rate, nodes: int) -> Rate:

@@ -60,3 +60,21 @@ def test_plan_names_the_tpu_image_and_its_pull_size_for_the_training_step(tmp_pa
     line = next(x for x in result.output.splitlines() if "gkeflow-tpu" in x)
     assert "pull about 0.60 GB" in line and line.rstrip().endswith(": train-model")
     assert "gkeflow-gpu" not in result.output
+
+
+def test_two_slices_are_planned_and_priced_as_twice_the_chips(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    one, two = (json.loads(run("--target", "gke", *TPU, "--compute", "train-model.topology=4x4",
+                               "--compute", "train-model.scheduling=spot", "--compute",
+                               f"train-model.replicas={n}", "--output", "json").output)
+                for n in (1, 2))
+    cost = {n: next(s for s in plan["cost"]["steps"] if s["step"] == "train-model")
+            for n, plan in ((1, one), (2, two))}
+    assert cost[1]["usd_per_hour"] > 0
+    assert abs(cost[2]["usd_per_hour"] - 2 * cost[1]["usd_per_hour"]) <= 0.001
+    assert (cost[2]["nodes"], cost[2]["unit"]) == (2, "slice")
+    text = run("--target", "gke", *TPU, "--compute", "train-model.topology=4x4",
+               "--compute", "train-model.replicas=2").output
+    assert "(2 slices)" in text and "2 slices, 32 chips in all" in " ".join(text.split())
