@@ -68,8 +68,8 @@ def train_model(
         early_stopping_patience: Epochs without eval-loss improvement before stopping; 0 = off.
         precision: auto, float32, mixed_float16 or mixed_bfloat16.
         jit_compile: XLA compilation: auto (on GPUs), on or off.
-        strategy: auto (TPUStrategy when the step has a TPU, else from GPUs and TF_CONFIG) or
-            tpu (fail when the step has no TPU).
+        strategy: auto (the TPU when the step has one, else from GPUs and TF_CONFIG) or tpu
+            (fail when the step has no TPU).
         steps_per_execution: Training steps per call to the device; 0 = auto (up to 32 on a
             TPU, 1 elsewhere).
         user_module: Python module (file path or import name) with build_model(schema, hparams).

@@ -73,6 +73,7 @@ def test_a_jax_model_trained_in_the_tpu_image_loads_in_the_evaluation_tensorflow
     for path in [work, *work.rglob("*")]:
         path.chmod(0o777 if path.is_dir() else 0o666)  # the image's user (uid 10001) writes
     script = (
+        "from gkeflow.components.train.backend import select_backend; select_backend('jax'); "
         "import json, pathlib, tensorflow as tf; "
         "from gkeflow.components.prepare.schema import Schema; "
         "from gkeflow.components.train.exported import ExportedModel; "
