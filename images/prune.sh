@@ -7,7 +7,9 @@
 # imports them only on request; its Substrait library stays: every pyarrow extension links
 # it), its Cython sources, and the two copies of
 # libarrow_python.so that only a build links against (symbolic links to the loaded one
-# instead); numpy's C headers, distutils and f2py (for building extensions); type stubs
+# instead); numpy's C headers, distutils and f2py (for building extensions; f2py stays where
+# SciPy is installed, as in the TPU image for JAX: SciPy's array API layer runs
+# `from numpy import *`, which loads it); type stubs
 # (*.pyi, read by type checkers only); TensorBoard's web data server (a standalone binary the
 # tensorboard command starts). Libraries auditwheel vendored into *.libs/ stay as
 # published: stripping breaks them. The GPU image passes its CUDA wheels as paths not to
@@ -30,7 +32,10 @@ shift
 rm -rf "$site/tensorflow/include" "$site/pandas/tests" "$site/pyarrow/tests" \
        "$site/pyarrow/include" "$site/pyarrow/src" "$site/pyarrow/includes" \
        "$site/tensorboard_data_server/bin" "$site/numpy/_core/include" \
-       "$site/numpy/distutils" "$site/numpy/f2py"
+       "$site/numpy/distutils"
+if [ ! -d "$site/scipy" ]; then
+    rm -rf "$site/numpy/f2py"
+fi
 find "$site/numpy" -type d -name tests -prune -exec rm -rf {} +
 rm -f "$site"/pyarrow/_flight.* "$site"/pyarrow/libarrow_flight.so* \
       "$site"/pyarrow/libarrow_python_flight.so* "$site"/pyarrow/_s3fs.* \
