@@ -156,9 +156,12 @@ def print_trial_table(console, result) -> None:
     """The trial table the selection step wrote, best first (nothing when it did not run)."""
     from rich.table import Table
 
-    rows = json.loads(result.parameter_outputs("select-best-trial").get("table") or "[]")
+    # the step that selected: select-best-trial after ParallelFor, tune-with-ray with Ray
+    selecting = next((s.name for s in result.steps if s.name == "tune-with-ray"),
+                     "select-best-trial")
+    rows = json.loads(result.parameter_outputs(selecting).get("table") or "[]")
     if not rows:
-        failed = [line for step in result.steps if step.name == "select-best-trial"
+        failed = [line for step in result.steps if step.name == selecting
                   for line in step.error_lines(3)]
         if failed:
             console.print("\n".join(failed), markup=False, soft_wrap=True)
@@ -180,18 +183,19 @@ def print_trial_table(console, result) -> None:
     best = rows[0]
     console.print(f"Best trial: [bold]{best['trial_id']}[/bold] ({metric} "
                   f"{best[metric]:.4f})")
-    model_dir = result.output_dir("select-best-trial", "best_model")
+    model_dir = result.output_dir(selecting, "best_model")
     if model_dir:
         console.print(f"Best model: {model_dir} (with sweep.json)", markup=False)
 
 
 def plan_lines(sweep, profiles, target: str) -> list[str]:
     """What `gkeflow plan sweep` adds below the step table."""
-    from gkeflow.pipelines.definitions.sweep import sweep_plan, uses_vizier
+    from gkeflow.pipelines.definitions.sweep import sweep_plan, uses_ray, uses_vizier
 
     figures = sweep_plan(sweep, profiles)
     engine = ("Vertex AI hyperparameter tuning job (Vizier)" if uses_vizier(target, sweep.engine)
-              else "ParallelFor")
+              else f"Ray Tune on a local Ray instance, scheduler {sweep.scheduler}"
+              if uses_ray(target, sweep.engine) else "ParallelFor")
     from gkeflow.pipelines.compute.wording import counted
 
     return [

@@ -87,6 +87,8 @@ SWEEP_COMPUTE: Mapping[str, ComputeProfile] = {
     TRIAL_STEP: DEFAULT_COMPUTE[TRIAL_STEP],
     "select-best-trial": ComputeProfile(cpu="1", memory="4G", caching=False, timeout_s=1800),
     "tune-with-vizier": ComputeProfile(cpu="1", memory="2G", caching=False),
+    # engine ray: the trials run inside this step, on a local Ray instance
+    "tune-with-ray": ComputeProfile(cpu="2", memory="8G", caching=False),
     "evaluate-model": DEFAULT_COMPUTE["evaluate-model"],
     "register-model": DEFAULT_COMPUTE["register-model"],
     DEPLOY_STEP: DEFAULT_COMPUTE[DEPLOY_STEP],
@@ -99,6 +101,7 @@ STEP_DISPLAY_NAMES = {
     "train-model": "Train trial",
     "select-best-trial": "Select best trial",
     "tune-with-vizier": "Tune with Vertex AI Vizier",
+    "tune-with-ray": "Tune with Ray",
     "evaluate-model": "Evaluate best trial",
     "register-model": "Register best trial",
     DEPLOY_STEP: "Deploy best trial",
@@ -107,11 +110,13 @@ STEP_DISPLAY_NAMES = {
 
 def _components() -> dict[str, Any]:
     from gkeflow.components.sweep.component import select_best_trial
+    from gkeflow.components.sweep.ray_component import tune_with_ray
     from gkeflow.components.sweep.vizier_component import tune_with_vizier
 
     return {"fingerprint-data": fingerprint_data, "prepare-data": prepare_data,
             "train-model": train_model,
             "select-best-trial": select_best_trial, "tune-with-vizier": tune_with_vizier,
+            "tune-with-ray": tune_with_ray,
             "evaluate-model": evaluate_model, "register-model": register_model,
             DEPLOY_STEP: deploy_model, **FANOUT_COMPONENTS}
 
@@ -138,8 +143,10 @@ def resolve_sweep_compute(target: str, compute: Mapping[str, ComputeProfile] | N
                            f"steps are {', '.join(SWEEP_COMPUTE)}")
     profiles = {**SWEEP_COMPUTE, **(compute or {})}
     profiles[TRIAL_STEP] = fit_trial(target, engine, profiles[TRIAL_STEP])[0]
-    drop = "select-best-trial" if uses_vizier(target, engine) else "tune-with-vizier"
-    profiles.pop(drop)
+    kept = ("tune-with-vizier" if uses_vizier(target, engine)
+            else "tune-with-ray" if uses_ray(target, engine) else "select-best-trial")
+    for step in {"select-best-trial", "tune-with-vizier", "tune-with-ray"} - {kept}:
+        profiles.pop(step)
     for step in {"prepare-data", *FANOUT_STEPS} - preparation_steps(preparation):
         profiles.pop(step)
     gpu_images = {step: IMAGES.get(image) for step, image in step_images(profiles).items()}
@@ -232,6 +239,12 @@ def uses_vizier(target: str, engine: str) -> bool:
     return engine == "vizier" and target == "vertex"
 
 
+def uses_ray(target: str, engine: str) -> bool:
+    """Ray Tune runs the trials of a local run on a local Ray instance; on GKE and Vertex
+    AI ``engine: ray`` is refused (:func:`build_sweep_pipeline`)."""
+    return engine == "ray" and target == "local"
+
+
 def build_sweep_pipeline(target: str = "local",
                          compute: Mapping[str, ComputeProfile] | None = None,
                          sweep: SweepConfig | None = None,
@@ -248,8 +261,20 @@ def build_sweep_pipeline(target: str = "local",
     if problem := lustre_mounts.check_target(lustre, target):
         raise ComputeError(problem)
     sweep = sweep or default_sweep()
+    if sweep.engine == "ray" and target != "local":
+        raise ComputeError(
+            f"sweep.engine ray runs Ray Tune on a local Ray instance (gkeflow run); a {target} "
+            "sweep cannot use it yet (no RayJob launcher): set sweep.engine kfp"
+            + (" or vizier" if target == "vertex" else ""))
     storage = PipelineStorage(target, workspace)
     vizier = uses_vizier(target, sweep.engine)
+    ray = uses_ray(target, sweep.engine)
+    if ray:
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise ComputeError("sweep.engine ray needs Ray Tune, which is not installed here: "
+                               "pip install 'gkeflow[ray]', or set sweep.engine kfp")
     profiles = resolve_sweep_compute(target, compute, sweep.engine, preparation)
     trials_default = expand_trials(sweep)
     tuned = ",".join(sweep.tuned)
@@ -370,7 +395,17 @@ def build_sweep_pipeline(target: str = "local",
         gate = {name: scope[name] for name in GATE_PARAMETERS}
         fingerprint, dataset, schema = prepare_stage(
             configure, settings=preparation, scope=scope, workspace_path=storage.path)
-        if vizier:
+        if ray:
+            best = configure(components["tune-with-ray"](
+                dataset=dataset, schema=schema, trials=trials, metric=metric,
+                direction=direction, tuned=tuned, scheduler=sweep.scheduler,
+                parallel_trials=sweep.parallel_trials, grace_epochs=sweep.grace_epochs,
+                epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
+                model_type=model_type, hidden_units=hidden_units, dropout=dropout,
+                early_stopping_patience=early_stopping_patience, user_module=user_module,
+                backend=backend,
+            ), "tune-with-ray")
+        elif vizier:
             best = configure(components["tune-with-vizier"](
                 dataset=dataset, schema=schema,
                 trials=trials, metric=metric, direction=direction, tuned=tuned,

@@ -3,7 +3,10 @@
 Example (``gkeflow.yaml``)::
 
     sweep:
-      engine: kfp              # kfp: ParallelFor on GKE/Vertex/local; vizier: Vertex AI tuning job
+      engine: kfp              # kfp: ParallelFor on GKE/Vertex/local; vizier: Vertex AI tuning job;
+                               # ray: Ray Tune (local runs), poor trials stopped early
+      scheduler: asha          # ray only: asha | median | none
+      grace_epochs: 1          # ray only: epochs every trial trains before it can be stopped
       algorithm: random        # grid | random (seeded)
       seed: 0
       max_trials: 8
@@ -147,7 +150,10 @@ def _round(value: float) -> float:
 class SweepConfig(_Strict):
     """The ``sweep:`` section: the search space and how it is searched."""
 
-    engine: Literal["kfp", "vizier"] = "kfp"
+    engine: Literal["kfp", "vizier", "ray"] = "kfp"
+    #: engine ray: the scheduler stopping poor trials (asha, median) or none
+    scheduler: Literal["asha", "median", "none"] = "asha"
+    grace_epochs: int = Field(1, ge=1)
     algorithm: Literal["grid", "random"] = "random"
     seed: int = 0
     max_trials: int = Field(8, ge=1, le=MAX_TRIALS)

@@ -1,0 +1,75 @@
+"""`sweep.engine: ray`: settings, the schedulers handed to Tune, the reports of stopped
+trials, and a GKE or Vertex AI sweep refused before anything is compiled."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gkeflow.components.sweep.logic import parse_outcomes, trial_table
+from gkeflow.components.sweep.ray_tune import (
+    TuneSettings,
+    make_scheduler,
+    stopped_report,
+    trial_params,
+)
+from gkeflow.pipelines.compute.profiles import ComputeError
+from gkeflow.pipelines.definitions.sweep import build_sweep_pipeline, uses_ray
+from gkeflow.pipelines.settings.sweep_config import SweepConfig
+
+SPACE = {"learning_rate": {"type": "choice", "values": [0.01, 0.001]}}
+
+
+def test_settings_are_checked_in_one_line():
+    with pytest.raises(ValueError, match="scheduler must be one of asha, median, none"):
+        TuneSettings(scheduler="hyperband")
+    with pytest.raises(ValueError, match="reduction_factor >= 2"):
+        TuneSettings(reduction_factor=1)
+    assert TuneSettings(direction="minimize").mode == "min"
+
+
+def test_asha_never_stops_a_trial_at_its_last_epoch():
+    """A trial that trained every epoch must go on to export its model and report."""
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
+
+    asha = make_scheduler(TuneSettings(grace_epochs=2), max_epochs=6)
+    assert isinstance(asha, ASHAScheduler)
+    assert asha._max_t == 7 and asha._stop_last_trials is False
+    assert isinstance(make_scheduler(TuneSettings(scheduler="median"), 6), MedianStoppingRule)
+    assert isinstance(make_scheduler(TuneSettings(scheduler="none"), 6), FIFOScheduler)
+
+
+def test_trial_params_put_the_searched_values_over_the_fixed_ones():
+    params = trial_params({"epochs": 5, "hidden_units": "64,32", "learning_rate": 0.01},
+                          {"trial_id": "trial-001", "learning_rate": 0.3,
+                           "hidden_units": "16"})
+    assert params == {"epochs": 5, "hidden_units": (16,), "learning_rate": 0.3}
+
+
+def test_a_stopped_trial_is_listed_with_its_epochs_but_never_selected():
+    reports = [stopped_report("trial-001", "eval_accuracy", {"epoch": 2, "eval_accuracy": 0.9}),
+               json.dumps({"trial_id": "trial-000", "status": "succeeded", "model_uri": "m",
+                           "metrics": {"eval_accuracy": 0.8}})]
+    trials = [{"trial_id": "trial-000", "learning_rate": 0.01},
+              {"trial_id": "trial-001", "learning_rate": 0.001}]
+    outcomes = parse_outcomes(trials, reports)
+    rows = trial_table(outcomes, "eval_accuracy", "maximize")
+    assert [r["trial_id"] for r in rows] == ["trial-000", "trial-001"]
+    assert rows[1]["status"] == "stopped"
+    assert rows[1]["error"] == "stopped early by the scheduler after 2 epoch(s)"
+
+
+def test_engine_ray_runs_locally_and_is_refused_on_gke_and_vertex():
+    sweep = SweepConfig(engine="ray", parameters=SPACE)
+    assert uses_ray("local", "ray") and not uses_ray("gke", "ray")
+    for target in ("gke", "vertex"):
+        with pytest.raises(ComputeError, match=f"a {target} sweep cannot use it yet"):
+            build_sweep_pipeline(target, sweep=sweep)
+
+
+def test_the_sweep_config_takes_the_scheduler_and_grace_epochs():
+    sweep = SweepConfig(engine="ray", scheduler="median", grace_epochs=3, parameters=SPACE)
+    assert (sweep.scheduler, sweep.grace_epochs) == ("median", 3)
+    with pytest.raises(ValueError):
+        SweepConfig(engine="ray", scheduler="pbt", parameters=SPACE)
