@@ -180,6 +180,10 @@ def print_trial_table(console, result) -> None:
                          else str(value))
         table.add_row(*cells)
     console.print(table)
+    stopped = sum(row.get("status") == "stopped" for row in rows)
+    if stopped:  # engine ray: the scheduler ended them (their epochs: the step's log)
+        console.print(f"{stopped} of {len(rows)} trials stopped early by the scheduler",
+                      highlight=False)
     best = rows[0]
     console.print(f"Best trial: [bold]{best['trial_id']}[/bold] ({metric} "
                   f"{best[metric]:.4f})")

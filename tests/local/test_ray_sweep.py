@@ -42,11 +42,14 @@ def test_a_ray_tune_sweep_stops_poor_trials_early_and_registers_the_best(tmp_pat
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     stdout = " ".join(result.stdout.split())
     assert "sweep of 4 trials, 1 at a time" in stdout
+    [log] = (out / "logs").glob("run-*.log")
     found = re.search(r"Ray Tune: (\d+) of 4 trials stopped early; (\d+) epochs trained in all "
-                      r"\(every trial to its end: (\d+) at most\)", stdout)
-    assert found, result.stdout[-4000:]
+                      r"\(every trial to its end: (\d+) at most\)", log.read_text())
+    assert found, log.read_text()[-4000:]
     stopped, trained, grid = map(int, found.groups())
+    # ParallelFor trains the same grid to its end: 4 x EPOCHS epochs
     assert grid == 4 * EPOCHS and stopped >= 1 and trained < grid
+    assert f"{stopped} of 4 trials stopped early by the scheduler" in stdout
     assert "stopped early by the scheduler after 1 epoch(s)" in stdout
     assert re.search(r"Best trial: trial-00[03]", stdout), stdout[-3000:]
     [version] = LocalRegistry(out / "registry.db").list(name="penguins-classifier")
