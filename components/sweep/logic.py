@@ -193,6 +193,18 @@ def registry_labels(selection: Selection) -> str:
 REGRESSION_METRICS = {"eval_accuracy": ("eval_rmse", "minimize")}
 
 
+def metric_for_task(metric: str, direction: str, regression: bool) -> tuple[str, str]:
+    """The metric trials are searched on, once the data's task is known (before any trial
+    runs, for engines that steer the search by it: Vizier, Ray Tune): a classifier's metric
+    named for regressors becomes theirs (``eval_accuracy`` -> ``eval_rmse``, minimised)."""
+    if regression and metric in REGRESSION_METRICS:
+        replacement, better = REGRESSION_METRICS[metric]
+        print(f"the data's task is regression: trials are searched on {replacement}, "
+              f"{better}d ({metric} does not apply)")
+        return replacement, better
+    return metric, direction
+
+
 def metric_for(outcomes: Sequence[TrialOutcome], metric: str, direction: str
                ) -> tuple[str, str]:
     """``metric`` and ``direction``, or a regressor's own when the sweep names a classifier's

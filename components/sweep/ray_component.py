@@ -74,9 +74,14 @@ def tune_with_ray(
     from collections import namedtuple
     from pathlib import Path
 
-    from gkeflow.components.sweep.logic import publish_selection, select
+    from gkeflow.components.prepare.logic import Schema
+    from gkeflow.components.sweep.logic import metric_for_task, publish_selection, select
     from gkeflow.components.sweep.ray_tune import TuneSettings, run_tune
 
+    # the task is decided from the data at run time: the scheduler stops trials by the
+    # regressor's metric when the sweep named a classifier's
+    metric, direction = metric_for_task(metric, direction, Schema.load(Path(schema.path))
+                                        .regression)
     settings = TuneSettings(metric=metric, direction=direction, scheduler=scheduler,
                             parallel_trials=parallel_trials, grace_epochs=grace_epochs)
     fixed = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,

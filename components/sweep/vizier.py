@@ -33,6 +33,12 @@ def label_value(text: str) -> str:
     return re.sub(r"[^a-z0-9_-]+", "-", text.lower()).strip("-")[:63] or "none"
 
 
+def searched_on(spec: Mapping[str, Any], metric: str, direction: str) -> dict[str, Any]:
+    """``spec`` with its study searching on ``metric`` in ``direction`` (Vizier's goal)."""
+    study = {**spec["studySpec"], "metrics": [{"metricId": metric, "goal": direction.upper()}]}
+    return {**spec, "studySpec": study}
+
+
 def build_job(spec: Mapping[str, Any], *, display_name: str, image: str, dataset_uri: str,
               schema_uri: str, output_uri: str, run_id: str, user_module: str = "",
               require_gpu: bool = False, service_account: str = "",

@@ -89,14 +89,20 @@ def tune_with_vizier(
 
     from gkeflow.components.cloud.follow import run_step
     from gkeflow.components.cloud.options import policy_from
+    from gkeflow.components.prepare.logic import Schema
     from gkeflow.components.sweep import vizier
-    from gkeflow.components.sweep.logic import publish_selection, select
+    from gkeflow.components.sweep.logic import metric_for_task, publish_selection, select
 
     del trials
     project, location = run_step(vizier.step_location)
+    # the task is decided from the data at run time: a regression sweep compiled with a
+    # classifier's metric searches on the regressor's (Vizier's goal follows it)
+    metric, direction = metric_for_task(metric, direction, Schema.load(Path(schema.path))
+                                        .regression)
+    spec = vizier.searched_on(json.loads(spec), metric, direction)
     output_uri = f"{pipeline_root.rstrip('/')}/sweeps/{vizier.label_value(pipeline_run_id)}"
     body = vizier.build_job(
-        json.loads(spec), display_name=f"gkeflow-sweep-{pipeline_run_id}", image=trial_image,
+        spec, display_name=f"gkeflow-sweep-{pipeline_run_id}", image=trial_image,
         dataset_uri=dataset.uri, schema_uri=schema.uri, output_uri=output_uri,
         run_id=pipeline_run_id, user_module=user_module, require_gpu=require_gpu,
         service_account=service_account,

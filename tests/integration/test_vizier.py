@@ -155,3 +155,23 @@ def test_a_trial_trains_with_vizier_arguments_and_reports_its_metric(
     reported = json.loads(lines[-1])
     assert reported["trial"] == "3" and reported["global_step"] == "1"
     assert reported["eval_loss"] > 0 and math.isfinite(reported["eval_loss"])
+
+
+def test_a_regression_sweep_compiled_for_accuracy_searches_on_rmse_downwards():
+    """The task is decided from the data at run time: the step rewrites the study before the
+    job is created, so Vizier minimises the regressors' RMSE and every trial reports it."""
+    from gkeflow.components.sweep.logic import metric_for_task
+
+    metric, direction = metric_for_task("eval_accuracy", "maximize", regression=True)
+    assert (metric, direction) == ("eval_rmse", "minimize")
+    assert metric_for_task("eval_loss", "minimize", regression=True) == ("eval_loss", "minimize")
+    assert metric_for_task("eval_accuracy", "maximize", False) == ("eval_accuracy", "maximize")
+    spec = vizier.searched_on(json.loads(tuning_spec(SWEEP, T4)), metric, direction)
+    job = vizier.validate_job(vizier.build_job(
+        spec, display_name="gkeflow-sweep-run-1", image="img", dataset_uri="gs://b/d",
+        schema_uri="gs://b/s", output_uri="gs://b/o", run_id="run-1"))
+    study = job.study_spec.metrics[0]
+    assert (study.metric_id, study.goal.name) == ("eval_rmse", "MINIMIZE")
+    args = list(job.trial_job_spec.worker_pool_specs[0].container_spec.args)
+    assert args[args.index("--metric") + 1] == "eval_rmse"
+    assert len(job.study_spec.parameters) == len(SWEEP.parameters)  # the space unchanged
