@@ -307,6 +307,11 @@ def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: st
     notes: list[str] = [f"warning: {flagged}"] if flagged else []
     tracking = tracking_for(config.tracking, environment)
     notes += tracking.describe(target)
+    if not dry_run and tracking.mlflow is not None and tracking.mlflow.tracking_uri:
+        from gkeflow.pipelines.targets.tracking_probe import probe, said_as
+
+        notes += [said_as(tracking.mlflow.tracking_uri, found)
+                  for found in [probe(tracking.mlflow.tracking_uri)] if found]
     if target == "gke" and tracking.vertex_experiments is not None \
             and config.targets.vertex is None:
         notes.append("warning: tracking.vertex_experiments is not compiled in: GKE steps "

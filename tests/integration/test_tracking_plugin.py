@@ -142,3 +142,29 @@ def test_compile_for_a_cloud_target_refuses_a_tracking_uri_its_pods_cannot_reach
     (tmp_path / "gkeflow.yaml").write_text(yaml.safe_dump({"tracking": tracking}))
     allowed = gkeflow("compile", "--target", "gke", "--output", "out", cwd=tmp_path)
     assert allowed.returncode == 0, allowed.stderr
+
+
+def test_submit_asks_the_tracking_server_before_the_run(kfp_server, token_env, make_config,
+                                                        tmp_path, mlflow_server):
+    """A cluster-internal server is said to be unchecked; a server that answers adds
+    nothing; one that does not answer is a warning, and the run is still created."""
+    kfp_server.tag_name = "2.17.0"
+    submission, _ = _submit(make_config(kfp_server.url, None, tracking=TRACKING), tmp_path)
+    assert ("tracking server http://mlflow.mlflow.svc.cluster.local:5000 is a "
+            "cluster-internal name: not checked from here; the steps log there"
+            in submission.notes)
+    reachable = {"prod": {"mlflow": {"experiment": "e", "tracking_uri": mlflow_server.url,
+                                     "allow_local_uri": True}}}  # port-forwarded
+    submission, _ = _submit(make_config(kfp_server.url, None, tracking=reachable), tmp_path)
+    assert not [n for n in submission.notes if "tracking server" in n]
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    down = {"prod": {"mlflow": {"experiment": "e", "tracking_uri": f"http://10.0.0.1:{port}"}}}
+    runs = len(kfp_server.runs)
+    submission, _ = _submit(make_config(kfp_server.url, None, tracking=down), tmp_path)
+    assert [n for n in submission.notes if n.startswith(
+        f"warning: tracking server http://10.0.0.1:{port} did not answer from here")]
+    assert len(kfp_server.runs) == runs + 1
