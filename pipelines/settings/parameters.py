@@ -72,8 +72,13 @@ def _check_training(arguments: dict) -> None:
     try:
         TrainParams(**settings)
         if settings.get("backend") == "jax":
-            from gkeflow.components.train.backend import check_user_module_for_jax
+            import importlib.util
 
+            from gkeflow.components.train.backend import BackendError, check_user_module_for_jax
+
+            if importlib.util.find_spec("jax") is None:
+                raise BackendError("backend jax needs jax, which is not installed here: pip "
+                                   "install 'gkeflow[jax]', or set backend: tensorflow")
             check_user_module_for_jax(settings.get("user_module", ""))
     except (ValueError, TypeError) as exc:
         raise ParameterError(str(exc)) from None
