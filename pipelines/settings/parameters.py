@@ -20,6 +20,12 @@ def validate_run_arguments(arguments: dict):
         (:class:`~gkeflow.components.prepare.task.TaskChoice`), for local data; else None.
     """
     check_parameters(arguments)
+    if arguments.get("backend") == "jax":  # the steps of a local run train here
+        import importlib.util
+
+        if importlib.util.find_spec("jax") is None:
+            raise ParameterError("backend jax needs jax, which is not installed here: pip "
+                                 "install 'gkeflow[jax]', or set backend: tensorflow")
     return _check_columns(arguments)
 
 
@@ -72,13 +78,8 @@ def _check_training(arguments: dict) -> None:
     try:
         TrainParams(**settings)
         if settings.get("backend") == "jax":
-            import importlib.util
+            from gkeflow.components.train.backend import check_user_module_for_jax
 
-            from gkeflow.components.train.backend import BackendError, check_user_module_for_jax
-
-            if importlib.util.find_spec("jax") is None:
-                raise BackendError("backend jax needs jax, which is not installed here: pip "
-                                   "install 'gkeflow[jax]', or set backend: tensorflow")
             check_user_module_for_jax(settings.get("user_module", ""))
     except (ValueError, TypeError) as exc:
         raise ParameterError(str(exc)) from None

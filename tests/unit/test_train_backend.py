@@ -155,3 +155,20 @@ def test_tensorflow_on_a_tpu_without_its_tpu_build_is_refused_in_one_line():
     with pytest.raises(TpuUnavailableError, match="needs TensorFlow's TPU build"):
         require_tensorflow_tpu(lambda name: False)
     require_tensorflow_tpu(lambda name: name == "tensorflow-tpu")
+
+
+def test_a_local_run_on_jax_without_jax_installed_is_refused_before_any_step(monkeypatch):
+    import importlib.util
+
+    from gkeflow.pipelines.settings.parameters import (
+        ParameterError,
+        check_parameters,
+        validate_run_arguments,
+    )
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "jax" else real(name, *a))
+    with pytest.raises(ParameterError, match=r"pip install 'gkeflow\[jax\]'"):
+        validate_run_arguments({"backend": "jax"})
+    check_parameters({"backend": "jax"})  # submit: the image, not this machine, trains
