@@ -116,6 +116,15 @@ def tpu_problems(step: str, p, target: str, tpu_steps: tuple[str, ...]) -> list[
         chips, hosts, per_host, machine_type = tc.slice_shape(gen.name, p.topology, where)
     except ValueError as exc:
         return problems + [f"{step}: {exc}"]
+    if p.replicas > 1 and hosts == 1 and target == "gke":
+        # "Multislice only supports multi-host TPU slice node pools" (Deploy TPU Multislices
+        # in GKE, read 2026-12-06)
+        larger = [t for t in tc.valid_topologies(gen.name, where)
+                  if tc.slice_shape(gen.name, t, where).multi_host][:3]
+        problems.append(
+            f"{step}: replicas {p.replicas} asks for {p.replicas} slices (Multislice), which "
+            f"GKE runs on multi-host slices only, and {gen.name} {p.topology} is one host; "
+            f"choose a topology of several hosts ({', '.join(larger)}) or replicas: 1")
     offered = tc.consumption_options(gen.name)
     if where == tc.VERTEX:  # Vertex AI's flex-start (DWS) takes GPU jobs only
         offered = [o for o in offered if o != tc.FLEX_START]

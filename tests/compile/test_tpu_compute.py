@@ -155,9 +155,18 @@ def test_multi_host_slice_is_a_jobset_that_passes_the_crd(generation, topology, 
     assert js.replicas_of(manifest) == hosts
 
 
+def test_multislice_of_single_host_slices_is_refused_on_gke():
+    """"Multislice only supports multi-host TPU slice node pools" (GKE's Multislice page)."""
+    assert profile_problems(STEP, tpu(accelerator="tpu-v5e", topology="2x4", replicas=2),
+                            "gke") == [
+        "train-model: replicas 2 asks for 2 slices (Multislice), which GKE runs on multi-host "
+        "slices only, and tpu-v5e 2x4 is one host; choose a topology of several hosts (4x4, "
+        "4x8, 8x8) or replicas: 1"]
+
+
 @pytest.mark.parametrize(("generation", "topology", "hosts"), [
-    ("tpu-v6e", "4x4", 4),  # multi-host slices
-    ("tpu-v5e", "2x4", 1),  # single-host slices: still one Job per slice
+    ("tpu-v6e", "4x4", 4),
+    ("tpu-v5p", "2x2x2", 2),
 ])
 def test_multislice_is_a_jobset_of_one_job_per_slice_joined_for_jax(generation, topology, hosts):
     profile = tpu(accelerator=generation, topology=topology, replicas=2)
@@ -196,9 +205,10 @@ def test_one_slice_has_no_megascale_variables():
 
 
 def test_only_train_model_trains_across_slices():
-    assert profile_problems("train-trial", tpu(accelerator="tpu-v6e", topology="2x4",
-                                               replicas=2), "gke")[-1].endswith(
-        "which only train-model trains across; use replicas: 1")
+    problems = profile_problems("evaluate-model", tpu(accelerator="tpu-v6e", topology="4x4",
+                                                      replicas=2), "gke")
+    assert ("evaluate-model: replicas 2 on tpu-v6e asks for 2 slices (Multislice), which only "
+            "train-model trains across; use replicas: 1") in problems
 
 
 def test_single_host_slice_is_one_pod_not_a_jobset():
