@@ -181,6 +181,9 @@ def test_multislice_is_a_jobset_of_one_job_per_slice_joined_for_jax(generation, 
     assert replicated["replicas"] == 2  # two slices, each its own node pool
     assert replicated["template"]["spec"]["parallelism"] == hosts
     assert js.replicas_of(manifest) == 2 * hosts
+    pod = replicated["template"]["spec"]["template"]["spec"]
+    assert (pod["hostNetwork"], pod["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
+    assert "privileged" not in str(pod)
     env = {e["name"]: e for e in
            replicated["template"]["spec"]["template"]["spec"]["containers"][0]["env"]}
     # what JAX's Cloud TPU cluster reads: worker 0 of slice 0 coordinates
@@ -199,9 +202,9 @@ def test_one_slice_has_no_megascale_variables():
     profile = tpu(accelerator="tpu-v6e", topology="4x4")
     manifest = js.finish(gke.jobset_template(profile, "img:1"), "gkeflow-train-x", "ns", "",
                          ["--x"])
-    container = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
-        "containers"][0]
-    assert not [e for e in container["env"] if e["name"].startswith("MEGASCALE")]
+    pod = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert not [e for e in pod["containers"][0]["env"] if e["name"].startswith("MEGASCALE")]
+    assert "hostNetwork" not in pod  # one slice: the pod network
 
 
 def test_only_train_model_trains_across_slices():

@@ -104,6 +104,11 @@ def jobset_template(profile: ComputeProfile, image: str) -> dict[str, Any]:
             "resources": {"requests": dict(resources), "limits": dict(resources)},
         }],
     }
+    if profile.uses_tpu and profile.replicas > 1:
+        # Multislice: the slices talk over the data-centre network (DCN) from the host's own
+        # interfaces, as Google's and JobSet's Multislice manifests run them (not privileged)
+        pod_spec["hostNetwork"] = True
+        pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     if not profile.uses_tpu:  # GPU collectives want a memory-backed /dev/shm
         pod_spec["containers"][0]["volumeMounts"] = [{"name": SHM_VOLUME,
                                                       "mountPath": SHM_PATH}]
