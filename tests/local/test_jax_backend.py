@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -18,7 +16,7 @@ from gkeflow.components.evaluate.logic import evaluate
 from gkeflow.components.prepare.logic import Schema
 from gkeflow.components.train.checkpoint import load_state
 from gkeflow.components.train.exported import MODEL_METADATA_FILE, ExportedModel
-from tests.unit.test_train_resilience import parse_result, run_training
+from tests.unit.test_train_resilience import parse_result, run_training, sigterm_after
 
 pytestmark = pytest.mark.slow
 
@@ -107,16 +105,7 @@ def test_sigterm_on_jax_commits_a_checkpoint_and_a_retry_resumes(churn_dataset, 
     params = {"epochs": 4, "batch_size": 64, "early_stopping_patience": 0,
               "hidden_units": [32], "checkpoint_every_epochs": 0, "backend": "jax"}
     process = run_training(big_dataset, tmp_path / "model", ckpt, params, SELECT, wait=False)
-    deadline = time.time() + 300
-    out_lines = []
-    for line in process.stdout:
-        out_lines.append(line)
-        if "Epoch 2/4" in line or time.time() > deadline:
-            break
-    time.sleep(0.3)
-    process.send_signal(signal.SIGTERM)
-    rest, _ = process.communicate(timeout=120)
-    output = "".join(out_lines) + rest
+    output = sigterm_after(process, "Epoch 2/4", pause_s=0.3)
     assert process.returncode == 143, output[-3000:]
     assert "Traceback" not in output
     assert "gkeflow: training stopped by SIGTERM in epoch " in output

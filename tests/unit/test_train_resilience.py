@@ -113,6 +113,21 @@ def _wait_for_checkpoint(ckpt: Path, process, epochs: int, timeout: float = 300)
 PARAMS = {"epochs": 5, "batch_size": 64, "early_stopping_patience": 0, "hidden_units": [32]}
 
 
+def sigterm_after(process, marker: str, pause_s: float = 0.5) -> str:
+    """SIGTERM ``process`` shortly after it prints ``marker`` (inside that epoch, as Spot
+    preemption comes); its whole output once it ended."""
+    deadline = time.time() + 300
+    out_lines = []
+    for line in process.stdout:
+        out_lines.append(line)
+        if marker in line or time.time() > deadline:
+            break
+    time.sleep(pause_s)
+    process.send_signal(signal.SIGTERM)
+    rest, _ = process.communicate(timeout=120)
+    return "".join(out_lines) + rest
+
+
 def test_killed_training_resumes_without_repeating_epochs(big_dataset, tmp_path):
     ckpt = tmp_path / "ckpt"
     process = run_training(big_dataset, tmp_path / "model", ckpt, PARAMS, wait=False)
@@ -141,16 +156,7 @@ def test_sigterm_writes_a_checkpoint_and_a_retry_resumes(big_dataset, tmp_path):
     ckpt = tmp_path / "ckpt"
     params = {**PARAMS, "checkpoint_every_epochs": 0}
     process = run_training(big_dataset, tmp_path / "model", ckpt, params, wait=False)
-    deadline = time.time() + 300
-    out_lines = []
-    for line in process.stdout:
-        out_lines.append(line)
-        if "Epoch 2/5" in line or time.time() > deadline:
-            break
-    time.sleep(0.5)
-    process.send_signal(signal.SIGTERM)
-    rest, _ = process.communicate(timeout=120)
-    output = "".join(out_lines) + rest
+    output = sigterm_after(process, "Epoch 2/5")
     assert process.returncode == 143, output[-3000:]
     assert "Traceback" not in output
     [line] = [line for line in output.splitlines() if "stopped by SIGTERM" in line]
