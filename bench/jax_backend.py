@@ -10,6 +10,15 @@ batches in memory after epoch 1: mostly the step itself) and `off` (the shards r
 preprocessed every epoch: the input pipeline in the loop).
 
     python bench/jax_backend.py [--rows N] [--epochs N] [--batch-size N]
+
+With ``--input`` it compares the JAX backend's two ways of being fed, in one process on
+the same prepared rows, same model and batch: Keras' tf.data adapter over the shards (the
+suite's pipeline, batches cached after epoch 1) against a Grain ``MapDataset`` over the
+same rows read once and preprocessed up front (Grain reads no TFRecord shards: it needs a
+random-access source). `grain_ratio` = Grain examples/s / tf.data examples/s. Needs
+``pip install grain``.
+
+    python bench/jax_backend.py --input [--rows N] [--epochs N] [--batch-size N]
 """
 
 from __future__ import annotations
@@ -51,11 +60,69 @@ def run(data: Path, backend: str, epochs: int, batch: int, cache: str, out: Path
     return statistics.median(rates[1:]) if len(rates) > 1 else rates[0]
 
 
+INPUT_CHILD = """
+import json, statistics, sys, time
+from pathlib import Path
+from gkeflow.components.train.backend import select_backend
+select_backend("jax")
+import grain, keras, numpy as np
+from gkeflow.components.prepare.logic import Schema
+from gkeflow.components.prepare.reader import load_split
+from gkeflow.components.train.inputs import (encode_labels, input_names, make_split_dataset,
+                                             to_model_inputs)
+from gkeflow.components.train.models import build_builtin, feature_stats_from_prepared
+from gkeflow.components.train.tf_features import build_tf_preprocessor
+data, epochs, batch = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+schema = Schema.load(data)
+names = input_names(schema)
+pre = build_tf_preprocessor(schema, feature_stats_from_prepared(schema, data), names)
+frame = load_split(data, "train", schema)
+x = np.asarray(pre(to_model_inputs(frame, schema)))
+y = encode_labels(frame, schema)
+
+class Rate(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__(); self.rates = []
+    def on_epoch_begin(self, epoch, logs=None):
+        self.t = time.perf_counter()
+    def on_epoch_end(self, epoch, logs=None):
+        self.rates.append(len(y) / (time.perf_counter() - self.t))
+
+def fit(dataset):
+    keras.utils.set_random_seed(0)
+    model = build_builtin("mlp", x.shape[1], len(schema.label_vocabulary), (64, 32), 0.1, 0)
+    model.compile("adam", "sparse_categorical_crossentropy", jit_compile=True)
+    rate = Rate()
+    model.fit(dataset, epochs=epochs, verbose=0, callbacks=[rate])
+    return statistics.median(rate.rates[1:])
+
+tfdata = make_split_dataset(data, "train", schema, batch, pre, seed=0, shuffle=True, cache=True)
+grain_ds = (grain.MapDataset.range(len(y)).shuffle(seed=0).batch(batch)
+            .map(lambda idx: (x[np.asarray(idx)], y[np.asarray(idx)])))
+print("RESULT " + json.dumps({"tfdata": fit(tfdata), "grain": fit(grain_ds)}))
+"""
+
+
+def compare_inputs(data: Path, epochs: int, batch: int) -> dict:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run([sys.executable, "-c", INPUT_CHILD, str(data), str(epochs),
+                           str(batch)], capture_output=True, text=True, env=env, check=False)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if done.returncode != 0 or line is None:
+        raise SystemExit(f"input comparison failed:\n{(done.stdout + done.stderr)[-3000:]}")
+    rates = json.loads(line[len("RESULT "):])
+    return {"tfdata_examples_per_s": round(rates["tfdata"], 1),
+            "grain_examples_per_s": round(rates["grain"], 1),
+            "grain_ratio": round(rates["grain"] / rates["tfdata"], 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--input", action="store_true",
+                        help="compare the JAX backend's tf.data adapter with Grain")
     args = parser.parse_args()
 
     from bench.train import synthetic_csv
@@ -64,6 +131,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="gkeflow-bench-jax-") as tmp:
         tmp = Path(tmp)
         prepare(str(synthetic_csv(tmp / "data.csv", args.rows)), tmp / "dataset", "label")
+        if args.input:
+            figures = compare_inputs(tmp / "dataset", args.epochs, args.batch_size)
+            print(" ".join(f"{k}={v}" for k, v in figures.items()))
+            return
         figures = {}
         for cache in ("on", "off"):
             rates = {backend: run(tmp / "dataset", backend, args.epochs, args.batch_size,
