@@ -24,6 +24,8 @@ from tests.conftest import REPO_ROOT
 TENSORFLOW_STEPS = {
     "gkeflow.components.train.component:train_model": GPU_IMAGE,
     "gkeflow.components.scaleout.component:train_model_local_workers": GPU_IMAGE,
+    # engine ray: the trials train inside the step (a local run's Ray instance)
+    "gkeflow.components.sweep.ray_component:tune_with_ray": GPU_IMAGE,
     "gkeflow.components.evaluate.component:evaluate_model": CPU_IMAGE,
     "gkeflow.components.deploy.component:deploy_model": CPU_IMAGE,
     "gkeflow.components.deploy.vertex_component:deploy_model": CPU_IMAGE,
