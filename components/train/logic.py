@@ -285,10 +285,11 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     # the replicas (each device takes an equal share), lowered to fit.
     static = on_tpu or (jax_plan is not None and replicas > 1)
     if static:
-        batches = tpus.static_batches(rows["train"], params.batch_size, replicas, "train")
+        batches = tpus.static_batches(rows["train"], params.batch_size, replicas, "train",
+                                      on_tpu)
         global_batch, train_steps = batches.global_batch, batches.steps
         evals = tpus.static_batches(rows.get("eval", 0), params.batch_size, replicas,
-                                    "eval") if rows.get("eval", 0) >= replicas else None
+                                    "eval", on_tpu) if rows.get("eval", 0) >= replicas else None
         eval_batch, eval_steps = (evals.global_batch, evals.steps) if evals else (0, 0)
         for note in (batches.note, evals.note if evals else ""):
             if note:

@@ -204,12 +204,15 @@ class StaticBatches:
     note: str = ""
 
 
-def static_batches(rows: int, batch_size: int, replicas: int, split: str = "train"
-                   ) -> StaticBatches:
-    """Global batch = per-replica batch x replicas; lowered (with a note) to fit the split."""
+def static_batches(rows: int, batch_size: int, replicas: int, split: str = "train",
+                   on_tpu: bool = True) -> StaticBatches:
+    """Global batch = per-replica batch x replicas; lowered (with a note) to fit the split.
+    ``on_tpu``: the replicas are TPU chips (else the devices of a JAX mesh)."""
     if rows < replicas:
-        raise ValueError(f"the {split} split has {rows} rows, fewer than the {replicas} TPU "
-                         "replicas; add rows or pick a smaller topology")
+        what, fix = (("TPU", "pick a smaller topology") if on_tpu
+                     else ("device", "train on fewer devices"))
+        raise ValueError(f"the {split} split has {rows} rows, fewer than the {replicas} {what} "
+                         f"replicas; add rows or {fix}")
     per_replica = min(batch_size, rows // replicas)
     note = ""
     if per_replica != batch_size:

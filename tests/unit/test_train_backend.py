@@ -172,3 +172,12 @@ def test_a_local_run_on_jax_without_jax_installed_is_refused_before_any_step(mon
     with pytest.raises(ParameterError, match=r"pip install 'gkeflow\[jax\]'"):
         validate_run_arguments({"backend": "jax"})
     check_parameters({"backend": "jax"})  # submit: the image, not this machine, trains
+
+
+def test_a_jax_mesh_with_more_devices_than_rows_says_so_without_tpu_words():
+    from gkeflow.components.train.tpu import static_batches
+
+    with pytest.raises(ValueError, match="fewer than the 4 device replicas; add rows or train "
+                                         "on fewer devices"):
+        static_batches(3, 32, 4, "train", on_tpu=False)
+    assert static_batches(10, 32, 4, "eval", on_tpu=False).global_batch == 8
