@@ -162,9 +162,10 @@ def test_submit_asks_the_tracking_server_before_the_run(kfp_server, token_env, m
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    down = {"prod": {"mlflow": {"experiment": "e", "tracking_uri": f"http://10.0.0.1:{port}"}}}
+    down = {"prod": {"mlflow": {"experiment": "e", "tracking_uri": f"http://127.0.0.1:{port}",
+                                "allow_local_uri": True}}}
     runs = len(kfp_server.runs)
     submission, _ = _submit(make_config(kfp_server.url, None, tracking=down), tmp_path)
     assert [n for n in submission.notes if n.startswith(
-        f"warning: tracking server http://10.0.0.1:{port} did not answer from here")]
+        f"warning: tracking server http://127.0.0.1:{port} did not answer from here")]
     assert len(kfp_server.runs) == runs + 1

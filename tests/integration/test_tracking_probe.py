@@ -37,3 +37,13 @@ def test_cluster_internal_names_are_not_asked_from_outside():
     assert probe("http://mlflow.mlflow.svc.cluster.local:5000") == (
         "tracking server http://mlflow.mlflow.svc.cluster.local:5000 is a cluster-internal "
         "name: not checked from here; the steps log there")
+
+
+def test_a_proxy_of_this_machine_does_not_answer_for_the_server(monkeypatch, mlflow_server):
+    """The steps connect straight to the server: an HTTP proxy set here (which would answer
+    502 for a host it cannot reach) is not asked."""
+    monkeypatch.setenv("http_proxy", mlflow_server.url)  # a server that answers everything
+    monkeypatch.setenv("HTTP_PROXY", mlflow_server.url)
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    assert "did not answer" in probe(f"http://127.0.0.1:{_closed_port()}", timeout_s=2)
