@@ -121,8 +121,9 @@ def finish(template: dict, name: str, namespace: str, service_account: str, args
                     "value": str(replicated["template"]["spec"]["parallelism"])})
         if offset:
             env.append({"name": cluster.INDEX_OFFSET_ENV, "value": str(offset)})
-        if multislice(replicated) > 1:  # Multislice: JAX joins the slices (train/jax_runtime)
-            env += megascale_env(hosts[offset], multislice(replicated))
+        slices = multislice(replicated)
+        if slices > 1:  # Multislice: JAX joins the slices (train/jax_runtime.py)
+            env += megascale_env(hosts[offset], slices)
         container["env"] = env
     return manifest
 

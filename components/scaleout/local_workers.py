@@ -39,9 +39,10 @@ def free_ports(count: int) -> list[int]:
 
 def jax_process_env(hosts: list[str], index: int) -> dict[str, str]:
     """Keras' variables joining worker ``index`` to the others (``keras.distribution``)."""
-    return {"KERAS_DISTRIBUTION_JOB_ADDRESSES": ",".join(hosts),
-            "KERAS_DISTRIBUTION_NUM_PROCESSES": str(len(hosts)),
-            "KERAS_DISTRIBUTION_PROCESS_ID": str(index)}
+    from gkeflow.components.train import jax_runtime as jr
+
+    return {jr.ADDRESSES_VAR: ",".join(hosts), jr.PROCESS_COUNT_VAR: str(len(hosts)),
+            jr.PROCESS_ID_VAR: str(index)}
 
 
 def run_local_workers(dataset: str, schema: str, params: dict, replicas: int,

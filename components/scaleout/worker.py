@@ -52,11 +52,12 @@ def run_worker(dataset_uri: str, schema_uri: str, output_uri: str, params: dict,
     from gkeflow.components.prepare.logic import Schema
     from gkeflow.components.scaleout import cluster, storage
     from gkeflow.components.train import devices
+    from gkeflow.components.train.backend import select_backend
     from gkeflow.components.train.logic import train
     from gkeflow.components.train.store import resolve_checkpoint_location
 
     config = cluster.tf_config_from_env()
-    jax = os.environ.get("KERAS_BACKEND") == "jax"  # set by main() from the params
+    jax = select_backend(str(params.get("backend", "auto"))) == "jax"  # main() chose it first
     if config and not jax:  # Keras on JAX joins its processes itself (train/jax_runtime.py)
         os.environ["TF_CONFIG"] = config
     workers = devices.workers_in_tf_config(config)

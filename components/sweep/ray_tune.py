@@ -123,13 +123,12 @@ def run_trial(config: Mapping[str, Any]) -> None:
 
 def stopped_report(trial_id: str, metric: str, last: Mapping[str, Any]) -> str:
     """The report of a trial the scheduler stopped: its epochs and last metric, no model."""
-    return json.dumps({"trial_id": trial_id, "status": "stopped",
-                       "metrics": {metric: float(last[metric]),
-                                   "epochs_run": float(last.get("epoch", 0))}
-                       if metric in last else {},
-                       "model_uri": "", "warnings": [],
-                       "error": f"stopped early by the scheduler after "
-                                f"{int(last.get('epoch', 0))} epoch(s)"}, sort_keys=True)
+    from gkeflow.components.train.report import trial_report
+
+    epochs = int(last.get("epoch", 0))
+    metrics = {metric: float(last[metric]), "epochs_run": epochs} if metric in last else {}
+    return trial_report(trial_id, "", metrics, status="stopped",
+                        error=f"stopped early by the scheduler after {epochs} epoch(s)")
 
 
 def run_tune(dataset_dir: Path, schema_path: Path, trials: Sequence[Mapping[str, Any]],
@@ -171,16 +170,16 @@ def run_tune(dataset_dir: Path, schema_path: Path, trials: Sequence[Mapping[str,
             if written.exists():
                 reports.append(written.read_text())
             elif result.error is not None:
-                reports.append(json.dumps({"trial_id": trial_id, "status": "failed",
-                                           "metrics": {}, "model_uri": "", "warnings": [],
-                                           "error": str(result.error)[-2000:]}))
+                from gkeflow.components.train.report import trial_report
+
+                reports.append(trial_report(trial_id, "", error=str(result.error)))
             else:
                 reports.append(stopped_report(trial_id, settings.metric, result.metrics or {}))
     finally:
         ray.shutdown()
-    epochs = sum(int((json.loads(r).get("metrics") or {}).get("epochs_run", 0))
-                 for r in reports)
-    stopped = sum(json.loads(r)["status"] == "stopped" for r in reports)
+    parsed = [json.loads(r) for r in reports]
+    epochs = sum(int(r["metrics"].get("epochs_run", 0)) for r in parsed)
+    stopped = sum(r["status"] == "stopped" for r in parsed)
     echo(f"Ray Tune: {stopped} of {len(trials)} trials stopped early; {epochs} epochs trained "
          f"in all (every trial to its end: {max_epochs * len(trials)} at most)")
     return reports

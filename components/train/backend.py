@@ -66,13 +66,6 @@ def select_backend(setting: str, env: Mapping[str, str] | None = None) -> str:
     return backend
 
 
-def active_backend() -> str:
-    """The backend Keras runs on in this process (importing Keras if needed)."""
-    import keras
-
-    return keras.backend.backend()
-
-
 #: Modules whose calls tie a model to TensorFlow's runtime.
 _TF_MODULES = ("tensorflow", "tf_keras")
 
@@ -84,22 +77,22 @@ def tensorflow_calls(source: str, filename: str = "<module>") -> list[str]:
     ``tensorflow.*`` only on TensorFlow."""
     tree = ast.parse(source, filename=filename)
     aliases: set[str] = set()
-    found: list[str] = []
+    found: set[tuple[int, str]] = set()  # (line, what)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] in _TF_MODULES:
                     aliases.add((alias.asname or alias.name).split(".")[0])
-                    found.append(f"{filename}:{node.lineno} import {alias.name}")
+                    found.add((node.lineno, f"import {alias.name}"))
         elif isinstance(node, ast.ImportFrom) and node.module \
                 and node.module.split(".")[0] in _TF_MODULES:
-            found.append(f"{filename}:{node.lineno} from {node.module} import "
-                         f"{', '.join(a.name for a in node.names)}")
+            found.add((node.lineno, f"from {node.module} import "
+                                    f"{', '.join(a.name for a in node.names)}"))
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
                 and node.value.id in aliases:
-            found.append(f"{filename}:{node.lineno} {node.value.id}.{node.attr}")
-    return sorted(set(found), key=lambda item: (int(item.split(":")[1].split()[0]), item))
+            found.add((node.lineno, f"{node.value.id}.{node.attr}"))
+    return [f"{filename}:{line} {what}" for line, what in sorted(found)]
 
 
 def check_user_module_for_jax(module: str) -> None:

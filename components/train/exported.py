@@ -33,28 +33,31 @@ def export_model(model_dir: Path, preprocessor, classifier, schema: Schema,
         for c in schema.features
     }
 
+    archive = keras.export.ExportArchive()
+    archive.track(preprocessor)
+    archive.track(classifier)
+    on_jax = keras.backend.backend() == "jax"
+    if on_jax:  # the classifier converted to TensorFlow (jax2tf), as its own endpoint
+        from gkeflow.components.train.jax_runtime import classify_endpoint
+
+        classify = classify_endpoint(archive, classifier)
+    else:
+        def classify(x):
+            return classifier(x, training=False)
+
     @tf.function(input_signature=[signature])
     def serve(features):
-        outputs = tf.cast(classifier(preprocessor(features), training=False), tf.float32)
+        outputs = tf.cast(classify(preprocessor(features)), tf.float32)
         if scaling is None:
             return outputs
         from gkeflow.components.train.regression import unscale_prediction
 
         return unscale_prediction(outputs, scaling)
 
-    if keras.backend.backend() == "jax":
-        from gkeflow.components.train.jax_runtime import export_jax_model
-
-        with publish_dir(model_dir) as scratch:
-            export_jax_model(scratch, preprocessor, classifier, signature, scaling)
-            (scratch / MODEL_METADATA_FILE).write_text(json.dumps(metadata, indent=2))
-        return
-
+    archive.add_endpoint(SERVING_SIGNATURE, serve)
+    if on_jax:  # the first endpoint is TF Serving's default: there, classify
+        archive.add_endpoint("serving_default", serve)
     with publish_dir(model_dir) as scratch:
-        archive = keras.export.ExportArchive()
-        archive.track(preprocessor)
-        archive.track(classifier)
-        archive.add_endpoint(SERVING_SIGNATURE, serve)
         archive.write_out(str(scratch), verbose=False)
         (scratch / MODEL_METADATA_FILE).write_text(json.dumps(metadata, indent=2))
 

@@ -11,16 +11,16 @@ input per process) and the gradients are reduced over every chip of every slice.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from gkeflow.components.train.devices import Devices
 from gkeflow.components.train.tpu import TpuHost
 
 #: Keras' own variables for joining processes without a TPU environment.
+ADDRESSES_VAR = "KERAS_DISTRIBUTION_JOB_ADDRESSES"
 PROCESS_COUNT_VAR = "KERAS_DISTRIBUTION_NUM_PROCESSES"
+PROCESS_ID_VAR = "KERAS_DISTRIBUTION_PROCESS_ID"
 
 
 def processes_to_join(env: Mapping[str, str], tpu: TpuHost | None) -> int:
@@ -108,8 +108,8 @@ def distribute(tpu: TpuHost | None) -> tuple[JaxPlan, Devices]:
         mesh = keras.distribution.DeviceMesh((len(devices),), ["batch"], devices)
         keras.distribution.set_distribution(keras.distribution.DataParallel(device_mesh=mesh))
     gpus = [d for d in jax.local_devices() if d.platform == "gpu"]
-    found = Devices(gpus=[str(d) for d in gpus],
-                    gpu_capabilities=[_capability(d) for d in gpus if _capability(d)],
+    capabilities = [c for c in map(_capability, gpus) if c]
+    found = Devices(gpus=[str(d) for d in gpus], gpu_capabilities=capabilities,
                     cpus=[str(d) for d in jax.local_devices(backend="cpu")])
     return plan, found
 
@@ -135,40 +135,14 @@ def agree_on_epoch(plan: JaxPlan, epochs_completed: int) -> None:
                            "the step to resume every process from the same checkpoint")
 
 
-def export_jax_model(scratch: Path, preprocessor, classifier, signature: dict,
-                     scaling=None) -> None:
-    """Write the SavedModel of a JAX-trained model: the classifier converted to TensorFlow
-    (Keras' jax2tf export) behind the TensorFlow preprocessor, one ``serve`` signature (also
-    ``serving_default``) taking raw features, and ``classify`` taking the dense vector."""
+def classify_endpoint(archive, classifier):
+    """Add ``classify`` (the dense feature vector in, the classifier's output out) to a Keras
+    ``ExportArchive`` that tracks ``classifier``: the JAX-trained model converted to
+    TensorFlow by Keras' jax2tf export; returns it as a TensorFlow function."""
     import keras
-    import tensorflow as tf
 
-    archive = keras.export.ExportArchive()
-    archive.track(classifier)
-    archive.track(preprocessor)
     width = int(classifier.inputs[0].shape[-1])
-    classify = archive.add_endpoint(
+    return archive.add_endpoint(
         "classify", lambda x: classifier(x, training=False),
         input_signature=[keras.InputSpec(shape=(None, width), dtype="float32")],
         jax2tf_kwargs={"with_gradient": False})  # serving only: no gradient to save
-
-    @tf.function(input_signature=[signature])
-    def serve(features):
-        outputs = tf.cast(classify(preprocessor(features)), tf.float32)
-        if scaling is None:
-            return outputs
-        from gkeflow.components.train.regression import unscale_prediction
-
-        return unscale_prediction(outputs, scaling)
-
-    serve.get_concrete_function()
-    archive.add_endpoint("serve", serve)
-    archive.add_endpoint("serving_default", serve)
-    archive.write_out(str(scratch), verbose=False)
-
-
-def cpu_devices_flag(count: int, env: Mapping[str, str] | None = None) -> str:
-    """``XLA_FLAGS`` giving JAX ``count`` CPU devices (tests and laptops emulate hosts)."""
-    flags = (os.environ if env is None else env).get("XLA_FLAGS", "")
-    kept = " ".join(f for f in flags.split() if "xla_force_host_platform_device_count" not in f)
-    return f"{kept} --xla_force_host_platform_device_count={count}".strip()

@@ -193,7 +193,7 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
         config, workdir, targets, version, dry_run,
         lambda target_name, pipeline, line: record(Action(target_name, pipeline, "warning", line)))
     if not dry_run:  # the tracking servers the scheduled runs will log to, asked once each
-        from gkeflow.pipelines.targets.tracking_probe import probe
+        from gkeflow.pipelines.targets.tracking_probe import is_warning, probe
 
         asked: set[str] = set()
         for schedule in config.schedules:
@@ -201,7 +201,8 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
             uri = mlflow.tracking_uri if mlflow is not None else ""
             if schedule.target in targets and uri and uri not in asked:
                 asked.add(uri)
-                if found := probe(uri):
+                found = probe(uri)
+                if is_warning(uri, found):  # a cluster-internal name was not asked
                     record(Action(schedule.target, schedule.name, "warning", found))
     # Every schedule in its target's form (crons converted, parameters checked) before any
     # change: one that cannot be converted stops the apply before the first change, not

@@ -48,8 +48,13 @@ def probe(tracking_uri: str, timeout_s: float = TIMEOUT_S) -> str:
                 "tracking.mlflow.tracking_uri")
 
 
+def is_warning(tracking_uri: str, found: str) -> bool:
+    """Whether :func:`probe`'s finding is a warning (the server did not answer), not the
+    note that a cluster-internal name was not asked."""
+    return bool(found) and not cluster_internal(urlsplit(tracking_uri).hostname or "")
+
+
 def said_as(tracking_uri: str, found: str) -> str:
     """``found`` as a line of a command's output: a warning, or a note for a name that was
     not asked."""
-    return found if cluster_internal(urlsplit(tracking_uri).hostname or "") \
-        else f"warning: {found}"
+    return f"warning: {found}" if is_warning(tracking_uri, found) else found

@@ -16,12 +16,7 @@ from gkeflow.components.train.backend import (
     select_backend,
     tensorflow_calls,
 )
-from gkeflow.components.train.jax_runtime import (
-    JaxPlan,
-    cpu_devices_flag,
-    order_devices,
-    processes_to_join,
-)
+from gkeflow.components.train.jax_runtime import JaxPlan, order_devices, processes_to_join
 from gkeflow.components.train.logic import TrainParams
 from gkeflow.components.train.tpu import TpuHost
 
@@ -117,11 +112,6 @@ def test_plans_describe_where_they_train():
     assert JaxPlan(32, processes=8, process_id=3, slices=2, platform="tpu").description == (
         "JAX data parallel over 32 tpu device(s) in 2 slices, 8 processes")
     assert JaxPlan(4, processes=2, process_id=1).chief is False
-
-
-def test_cpu_device_flag_replaces_an_earlier_count():
-    env = {"XLA_FLAGS": "--xla_foo=1 --xla_force_host_platform_device_count=8"}
-    assert cpu_devices_flag(2, env) == "--xla_foo=1 --xla_force_host_platform_device_count=2"
 
 
 def test_the_tensorflow_preprocessor_computes_what_the_keras_one_does(prepared_penguins):
