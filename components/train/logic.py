@@ -19,7 +19,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -34,108 +34,8 @@ from gkeflow.components.train.inputs import (
     split_rows,
     to_model_inputs,
 )
-from gkeflow.components.train.utilisation import (
-    DEFAULT_INTERVAL_S,
-    DEFAULT_WARN_BELOW_PCT,
-    GpuSampler,
-    UtilisationReport,
-)
-
-
-@dataclass(frozen=True)
-class TrainParams:
-    """Hyperparameters and run settings of ``train``.
-
-    ``batch_size`` is per replica: the global batch is ``batch_size * replicas``. With
-    ``scale_learning_rate`` the learning rate is multiplied by the number of replicas too
-    (the linear scaling rule), so one setting works for 1 or 8 GPUs.
-    """
-
-    epochs: int = 20
-    batch_size: int = 32
-    learning_rate: float = 0.01
-    model_type: str = "mlp"
-    hidden_units: tuple[int, ...] = (64, 32)
-    dropout: float = 0.1
-    seed: int = 42
-    early_stopping_patience: int = 5
-    scale_learning_rate: bool = True
-    precision: str = "auto"
-    jit_compile: str = "auto"
-    require_gpu: bool = False
-    user_module: str = ""
-    cache_dataset: str = "auto"
-    checkpoint_every_epochs: int = 1
-    checkpoint_every_steps: int = 0
-    strategy: str = "auto"
-    steps_per_execution: int = 0
-    gpu_sample_interval_s: float = DEFAULT_INTERVAL_S
-    gpu_utilisation_warn_below: float = DEFAULT_WARN_BELOW_PCT
-    loss: str = "auto"  # regression: mse (auto) or huber; classification: cross-entropy
-    label_transform: str = "none"  # regression: none or log (skewed positive targets)
-    backend: str = "auto"  # Keras backend: tensorflow, jax, or auto (JAX on a TPU)
-
-    def __post_init__(self) -> None:
-        from gkeflow.components.train.backend import check_backend
-        from gkeflow.components.train.devices import PRECISIONS
-        from gkeflow.components.train.models import MODEL_TYPES
-        from gkeflow.components.train.regression import check_settings
-        from gkeflow.components.train.tpu import STRATEGIES
-
-        check_settings(self.loss, self.label_transform)
-        check_backend(self.backend)
-
-        if self.epochs < 1:
-            raise ValueError(f"epochs must be >= 1; got {self.epochs}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1; got {self.batch_size}")
-        if not (0.0 < self.learning_rate < 10.0):
-            raise ValueError(f"learning_rate must be in (0, 10); got {self.learning_rate}")
-        if not (0.0 <= self.dropout < 1.0):
-            raise ValueError(f"dropout must be in [0, 1); got {self.dropout}")
-        if self.model_type not in MODEL_TYPES and not self.user_module:
-            raise ValueError(f"model_type must be one of {', '.join(MODEL_TYPES)}; "
-                             f"got {self.model_type!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; "
-                             f"got {self.precision!r}")
-        if self.jit_compile not in ("auto", "on", "off"):
-            raise ValueError(f"jit_compile must be auto, on or off; got {self.jit_compile!r}")
-        if self.early_stopping_patience < 0:
-            raise ValueError("early_stopping_patience must be >= 0 (0 disables it)")
-        if self.cache_dataset not in ("auto", "on", "off"):
-            raise ValueError(f"cache_dataset must be auto, on or off; got {self.cache_dataset!r}")
-        if self.checkpoint_every_epochs < 0 or self.checkpoint_every_steps < 0:
-            raise ValueError("checkpoint frequencies must be >= 0")
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; "
-                             f"got {self.strategy!r}")
-        if self.steps_per_execution < 0:
-            raise ValueError("steps_per_execution must be >= 0 (0 = auto)")
-        if not self.gpu_sample_interval_s > 0:
-            raise ValueError("gpu_sample_interval_s must be > 0 (it is kept within 1-60 s)")
-        if not 0 <= self.gpu_utilisation_warn_below <= 100:
-            raise ValueError("gpu_utilisation_warn_below must be a percentage in [0, 100] "
-                             "(0 = never warn)")
-
-
-@dataclass
-class TrainResult:
-    metrics: dict[str, float]
-    history: dict[str, list[float]]
-    epochs_run: int
-    examples_per_s: float
-    features: list[str] = field(default_factory=list)
-    best_epoch: int = 0
-    resumed_from_epoch: int = 0
-    epoch_examples_per_s: list[float] = field(default_factory=list)
-    strategy: str = ""
-    precision: str = "float32"
-    backend: str = "tensorflow"  # the Keras backend that trained
-    #: GPU utilisation sampled during fit (status ``missing`` without a GPU).
-    gpu_utilisation: UtilisationReport | None = None
-    #: One line when the GPUs were mostly idle (input-bound or small batches); "" otherwise.
-    gpu_utilisation_warning: str = ""
+from gkeflow.components.train.params import TrainParams, TrainResult
+from gkeflow.components.train.utilisation import GpuSampler
 
 
 def throughput_callback(examples_per_epoch: int, log_dir: Path | None = None):

@@ -125,13 +125,14 @@ def runs_show(run, target, output, config_path) -> None:
     gate decision."""
     config = require_config(config_path)
     info = reader(config, target_of(config, run, target)).show(run)
-    from gkeflow.pipelines.cli import costs
+    from gkeflow.pipelines.cli import actual_costs
+    from gkeflow.pipelines.cli.costs import price_region
 
-    cost, why = costs.run_actual_cost(config, info)
-    region = costs.price_region(config, info.target)
+    cost, why = actual_costs.run_actual_cost(config, info)
+    region = price_region(config, info.target)
     if output == "json":
         click.echo(json.dumps({**info.as_json(),
-                               "cost": costs.actual_cost_json(cost, why, region)}, indent=2))
+                               "cost": actual_costs.actual_cost_json(cost, why, region)}, indent=2))
         return
     console = stdout_console()
     console.print(Text.assemble(
@@ -144,13 +145,13 @@ def runs_show(run, target, output, config_path) -> None:
     table = Table(title="Steps", title_justify="left")
     for column in ("step", "state", "start (UTC)", "duration", "cost", "error"):
         table.add_column(column, overflow="fold")
-    cells = costs.actual_cost_cells(cost)
+    cells = actual_costs.actual_cost_cells(cost)
     for task in sorted(info.tasks, key=lambda t: (t.start is None, t.start or 0, t.name)):
         table.add_row(Text(task.name), _state(task.state), format_time(task.start),
                       format_duration(task.duration_s), cells.get(step_key(task.name), "-"),
                       Text(task.error or ""))
     console.print(table)
-    for line in costs.actual_cost_lines(cost, why, region):
+    for line in actual_costs.actual_cost_lines(cost, why, region):
         console.print(line, markup=False, soft_wrap=True)
     if info.metrics:
         shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(info.metrics.items()))
@@ -220,7 +221,7 @@ def runs_cost(run, target, output, config_path) -> None:
     """
     import datetime as dt
 
-    from gkeflow.pipelines.cli import costs
+    from gkeflow.pipelines.cli import actual_costs
     from gkeflow.pipelines.targets import billing
 
     config = require_config(config_path)
@@ -228,7 +229,7 @@ def runs_cost(run, target, output, config_path) -> None:
         raise click.ClickException(f"no billing export in {config_path or 'gkeflow.yaml'}: "
                                    f"{billing.ENABLE_EXPORT}")
     info = reader(config, target_of(config, run, target)).show(run)
-    estimate, why = costs.run_actual_cost(config, info)
+    estimate, why = actual_costs.run_actual_cost(config, info)
     try:
         key, value = billing.run_label(info.target, info.id, info.labels)
         since = (info.start or dt.datetime.now(dt.UTC)) - dt.timedelta(
@@ -236,10 +237,10 @@ def runs_cost(run, target, output, config_path) -> None:
         bill = billing.read_bill(config.billing, info.target, key, value, since)
     except billing.BillingError as exc:
         raise click.ClickException(str(exc)) from None
-    report = costs.billed_report(info, estimate, why, bill, key, value)
+    report = actual_costs.billed_report(info, estimate, why, bill, key, value)
     if output == "json":
         click.echo(json.dumps(report, indent=2))
         return
     console = stdout_console()
-    for line in costs.billed_lines(report):
+    for line in actual_costs.billed_lines(report):
         console.print(line, markup=False, soft_wrap=True)

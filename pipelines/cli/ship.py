@@ -266,7 +266,7 @@ def schedule_list(count, target, config_path) -> None:
     Times are shown in the schedule's own time zone. A KFP schedule converted with a UTC
     offset that no longer holds (daylight saving changed) is flagged.
     """
-    from gkeflow.pipelines.targets.schedule import list_schedules
+    from gkeflow.pipelines.targets.schedule_list import list_schedules
 
     config = require_config(config_path)
     if config.targets.gke is None and config.targets.vertex is None:
@@ -277,7 +277,7 @@ def schedule_list(count, target, config_path) -> None:
     if not rows:
         console.print("no gkeflow schedules on the configured targets")
         return
-    from gkeflow.pipelines.cli.costs import monthly_estimate, schedule_history
+    from gkeflow.pipelines.cli.actual_costs import monthly_estimate, schedule_history
     from gkeflow.pipelines.targets.backend_choice import last_runs, reader
 
     readers = {t: reader(config, t) for t in {row.target for row in rows}}

@@ -41,9 +41,6 @@ from gkeflow.pipelines.definitions.operations import of as operations_of
 from gkeflow.pipelines.settings.config import ConfigError, GkeflowConfig, ScheduleConfig
 from gkeflow.pipelines.settings.cron import (
     kfp_cron,
-    kfp_cron_to_five_fields,
-    next_runs,
-    split_vertex_cron,
     vertex_cron,
 )
 from gkeflow.pipelines.settings.tracking_config import tracking_for
@@ -114,7 +111,7 @@ def build_request(schedule: ScheduleConfig, config: GkeflowConfig, prepared, *,
         plugins_input=settings.get("plugins_input", {}))
 
 
-def _targets_in_use(config: GkeflowConfig, target: str | None,
+def targets_in_use(config: GkeflowConfig, target: str | None,
                     all_configured: bool = True) -> list[str]:
     """``target`` alone, or the targets that schedules use (plus, with ``all_configured``,
     every configured target, so that lists and prunes see everything)."""
@@ -188,7 +185,7 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
         if on_action:
             on_action(action)
 
-    targets = _targets_in_use(config, target, prune)
+    targets = targets_in_use(config, target, prune)
     compiled = _compile_checked(
         config, workdir, targets, version, dry_run,
         lambda target_name, pipeline, line: record(Action(target_name, pipeline, "warning", line)))
@@ -348,77 +345,10 @@ def _apply_one(backend, target_name: str, request: ScheduleRequest, prepared, id
 # list / pause / resume / delete
 
 
-@dataclass
-class ScheduleRow:
-    target: str
-    name: str
-    cron: str  # as on the target
-    local: str  # 5-field cron and time zone from gkeflow.yaml, when known
-    enabled: bool
-    max_concurrency: int
-    next_runs: list[dt.datetime]
-    in_config: bool
-    warning: str = ""
-
-
-def _next_runs_for(remote: RemoteSchedule, count: int, now: dt.datetime) -> list[dt.datetime]:
-    if remote.next_run_time and count == 1:
-        value = remote.next_run_time
-        if isinstance(value, dt.datetime):
-            return [value if value.tzinfo else value.replace(tzinfo=dt.UTC)]
-    try:
-        if remote.target == "gke":
-            runs = next_runs(kfp_cron_to_five_fields(remote.cron), "UTC", count, now)
-        else:
-            cron, time_zone = split_vertex_cron(remote.cron)
-            runs = next_runs(cron, time_zone, count, now)
-    except ValueError:
-        return []
-    if remote.time_zone:
-        from gkeflow.pipelines.settings.cron import zone
-
-        runs = [r.astimezone(zone(remote.time_zone)) for r in runs]
-    return runs
-
-
-def list_schedules(config: GkeflowConfig, *, target: str | None = None, count: int = 1,
-                   backends: dict | None = None, now: dt.datetime | None = None
-                   ) -> list[ScheduleRow]:
-    """What is on the target(s), with the next ``count`` run times (in each schedule's zone)."""
-    now = now or dt.datetime.now(dt.UTC)
-    backends = backends or {}
-    names = {(s.target, s.name) for s in config.schedules}
-    rows = []
-    for target_name in _targets_in_use(config, target):
-        backend = backends.get(target_name) or make_backend(config, target_name)
-        for remote in sorted(backend.list_schedules(), key=lambda r: r.name):
-            warning = ""
-            if (target_name == "gke" and remote.time_zone and remote.local_cron
-                    and remote.utc_offset_minutes is not None):
-                try:
-                    current = kfp_cron(remote.local_cron, remote.time_zone, at=now)
-                    if current.cron != remote.cron:
-                        now_offset = current.utc_offset_minutes / 60
-                        warning = (f"{remote.time_zone} is now UTC{now_offset:+g}h"
-                                   f" but this was converted at UTC"
-                                   f"{remote.utc_offset_minutes/60:+g}h; run "
-                                   "`gkeflow schedule apply`")
-                except ValueError:
-                    pass
-            local = (f"{remote.local_cron} ({remote.time_zone})"
-                     if remote.local_cron and remote.time_zone else "")
-            rows.append(ScheduleRow(
-                target_name, remote.name, remote.cron, local, remote.enabled,
-                remote.max_concurrency,
-                _next_runs_for(remote, count, now) if remote.enabled else [],
-                (target_name, remote.name) in names, warning))
-    return rows
-
-
 def _find(config: GkeflowConfig, name: str, target: str | None, backends: dict | None):
     backends = backends or {}
     found = []
-    targets = _targets_in_use(config, target)
+    targets = targets_in_use(config, target)
     if not targets:
         raise ConfigError("no target is configured in gkeflow.yaml (targets.gke or "
                           "targets.vertex); `gkeflow init` writes an example")

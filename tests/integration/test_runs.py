@@ -160,7 +160,7 @@ def test_a_lost_vertex_retry_answer_makes_one_new_job(vertex_runs, make_config, 
 
 def test_runs_of_a_schedule_and_its_last_run(kfp_runs, token_env, make_config, tmp_path):
     from gkeflow.pipelines.targets.backend_choice import last_runs
-    from gkeflow.pipelines.targets.schedule import list_schedules
+    from gkeflow.pipelines.targets.schedule_list import list_schedules
 
     weekly = {"name": "weekly", "target": "gke", "cron": "0 6 * * 1"}
     config = make_config(kfp_runs.url, None, schedules=[weekly])
