@@ -236,7 +236,7 @@ def run_batch_prediction(
     body = batch_prediction_job_body(
         job_display_name(version.name, run_id), version.resource_name, data_uri, output_uri,
         features, key_column, spec,
-        labels={"gkeflow-model": _label_value(version.name),
+        labels={"gkeflow-model": label_value(version.name),
                 "gkeflow-version": str(version.version)},
         service_account=service_account)
     outcome = follow_batch_job(body, where.parent, run_id, api_endpoint=api_endpoint,
@@ -247,7 +247,7 @@ def run_batch_prediction(
     return outcome
 
 
-def _label_value(text: str) -> str:
+def label_value(text: str) -> str:
     return re.sub(r"[^a-z0-9_-]+", "-", text.lower()).strip("-")[:63] or "none"
 
 

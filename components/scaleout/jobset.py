@@ -31,7 +31,7 @@ def jobset_name(run_id: str, task_name: str) -> str:
     return f"gkeflow-train-{digest}"
 
 
-def _label_value(text: str) -> str:
+def label_value(text: str) -> str:
     value = re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:63].strip("-._")
     return value or "none"
 
@@ -84,9 +84,9 @@ def finish(template: dict, name: str, namespace: str, service_account: str, args
     labels = metadata.setdefault("labels", {})
     labels.update(MANAGED_BY)
     if run_id:
-        labels["gkeflow/run-id"] = _label_value(run_id)
+        labels["gkeflow/run-id"] = label_value(run_id)
     if task_name:
-        labels["gkeflow/task"] = _label_value(task_name)
+        labels["gkeflow/task"] = label_value(task_name)
     subdomain = manifest["spec"].get("network", {}).get("subdomain", "")
     hosts: list[str] = []
     offsets = []
@@ -105,9 +105,9 @@ def finish(template: dict, name: str, namespace: str, service_account: str, args
         # the labels the billing export carries (GKE cost allocation): the run's pods, as
         # Kubeflow Pipelines labels its own, and the step (`gkeflow runs cost`)
         if run_id:
-            pod_labels[PIPELINE_RUN_LABEL] = _label_value(run_id)
+            pod_labels[PIPELINE_RUN_LABEL] = label_value(run_id)
         if task_name:
-            pod_labels[STEP_LABEL] = _label_value(task_name)
+            pod_labels[STEP_LABEL] = label_value(task_name)
         if service_account:
             pod["spec"]["serviceAccountName"] = service_account
         container = pod["spec"]["containers"][0]

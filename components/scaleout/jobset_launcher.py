@@ -76,7 +76,7 @@ def launch(api: KubeApi, manifest: dict, output_uri: str, *,
     if summary is not None:
         echo(f"JobSet {name}: the model of this run and task is already published at "
              f"{output_uri}; nothing to launch")
-        _clean_up(remote, policy, echo)
+        clean_up(remote, policy, echo)
         return summary
     replicated = manifest["spec"]["replicatedJobs"][0]["name"]
     remote.log = ChiefLog(api, namespace, name, replicated, echo)
@@ -85,10 +85,10 @@ def launch(api: KubeApi, manifest: dict, output_uri: str, *,
         follow(remote, policy, echo=echo, stopping_poll_s=1.0)
     except JobFailed:
         remote.log.poll(policy.call_timeout_s)  # the chief's last lines, before the error
-        _clean_up(remote, policy, echo)
+        clean_up(remote, policy, echo)
         raise
     remote.log.poll(policy.call_timeout_s)
-    _clean_up(remote, policy, echo)
+    clean_up(remote, policy, echo)
     summary = policy.call(lambda: storage.published_summary(output_uri),
                           f"reading the model published at {output_uri}", on_retry=echo)
     if summary is None:
@@ -97,17 +97,18 @@ def launch(api: KubeApi, manifest: dict, output_uri: str, *,
     return summary
 
 
-def _clean_up(remote: JobSetRemote, policy: RetryPolicy, echo) -> None:
-    """Delete the ended JobSet (its pods are done); a failure is said, never raised."""
+def clean_up(remote: JobSetRemote, policy: RetryPolicy, echo) -> None:
+    """Delete the ended resource (its pods are done); a failure is said, never raised."""
     quick = policy.with_(budget_s=min(policy.budget_s, CLEANUP_BUDGET_S))
+    what = f"{remote.kind} {remote.jobset}"
     try:
         if quick.call(lambda: remote.api.delete(remote.namespace, remote.jobset,
                                                 quick.call_timeout_s),
-                      f"deleting the ended JobSet {remote.jobset}", on_retry=echo):
-            echo(f"deleted the ended JobSet {remote.jobset}")
+                      f"deleting the ended {what}", on_retry=echo):
+            echo(f"deleted the ended {what}")
     except Exception as exc:
-        echo(f"could not delete the ended JobSet {remote.jobset} ({describe_error(exc)}); "
-             f"it holds no GPU; delete it with: {remote.stop_hint({})}")
+        echo(f"could not delete the ended {what} ({describe_error(exc)}); it holds no GPU; "
+             f"delete it with: {remote.stop_hint({})}")
 
 
 def output_uri(pipeline_root: str, run_id: str, task_name: str) -> str:

@@ -67,19 +67,19 @@ class JobSetRemote:
         try:
             created = self.api.create(self.namespace, self.manifest, timeout_s)
         except KubeError as exc:
-            _explain(exc, self.namespace)
+            self.explain(exc)
             raise
         if created is None:  # 409: a create of this step whose answer was lost made it
             created = self.api.get(self.namespace, self.jobset, timeout_s)
             if created is None:
-                raise ConnectionError(f"JobSet {self.jobset} already existed, then was gone")
+                raise ConnectionError(f"{self.kind} {self.jobset} already existed, then was "
+                                      "gone")
         return self._seen(created)
 
     def _check_worker_account(self, timeout_s: float) -> None:
         """Refuse to create the JobSet when the workers' service account is missing: the
         Job controller would retry creating its pods forever, with no error here."""
-        pod = self.manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
-        account = pod["spec"].get("serviceAccountName", "")
+        account = self.worker_account()
         if not account:
             return
         try:
@@ -95,8 +95,18 @@ class JobSetRemote:
             raise ValueError(
                 f"the workers' service account {account} does not exist in namespace "
                 f"{self.namespace}: create it (kubectl apply -n {self.namespace} -f "
-                "deploy/rbac/jobset-worker.yaml) or set "
-                "compute.train-model.worker_service_account")
+                f"deploy/rbac/{self.worker_rbac}) or set "
+                f"compute.{self.step}.worker_service_account")
+
+    #: What the workers' account is made from, and the step whose compute names it.
+    worker_rbac, step = "jobset-worker.yaml", "train-model"
+
+    def worker_account(self) -> str:
+        pod = self.manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+        return pod["spec"].get("serviceAccountName", "")
+
+    def explain(self, exc: KubeError) -> None:
+        _explain(exc, self.namespace)
 
     def status(self, job: dict) -> Status:
         outcome, message = js.state(job)
@@ -155,9 +165,10 @@ class JobSetRemote:
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"JobSet {self.jobset} of an earlier attempt was not deleted within "
+                    f"{self.kind} {self.jobset} of an earlier attempt was not deleted within "
                     f"{self.delete_wait_s:.0f}s; look at its finalizers (kubectl describe "
-                    f"jobset -n {self.namespace} {self.jobset}), delete it, and retry")
+                    f"{self.kind.lower()} -n {self.namespace} {self.jobset}), delete it, "
+                    "and retry")
             for kind, _ in self.api.watch(self.namespace, self.jobset, version,
                                           self.window_s, timeout_s):
                 if kind == "DELETED":
@@ -165,7 +176,7 @@ class JobSetRemote:
         self.version = ""
 
     def stop_hint(self, job: dict) -> str:
-        return f"kubectl delete jobset -n {self.namespace} {self.jobset}"
+        return f"kubectl delete {self.kind.lower()} -n {self.namespace} {self.jobset}"
 
 
 def _version(job: dict) -> str:

@@ -1,4 +1,8 @@
-"""The Kubernetes calls the JobSet launcher makes, one HTTP request each, no retries.
+"""The Kubernetes calls the launchers make, one HTTP request each, no retries.
+
+:class:`KubeApi` reads and writes one kind of custom resource (:class:`Resource`: JobSets
+by default; the sweep's RayJobs through a subclass), the pod whose log is followed, and
+that log.
 
 Retries, backoff and budgets belong to the caller
 (:class:`~gkeflow.components.cloud.retry.RetryPolicy`, through
@@ -15,10 +19,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from gkeflow.components.scaleout import jobset as js
 
 HTTP_GONE = 410
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A namespaced custom resource's API: ``/apis/<group>/<version>/namespaces/*/<plural>``."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+
+
+JOBSET = Resource(js.GROUP, js.VERSION, js.PLURAL, "JobSet")
 
 
 class BrokenStream(ConnectionError):
@@ -91,16 +109,21 @@ def _answered_stream(events):
 
 
 class KubeApi:
-    """JobSets, the chief's pod and its log in one namespace's API."""
+    """One kind of custom resource (JobSets unless told), the chief's pod and its log."""
 
-    def __init__(self, api_client):
+    def __init__(self, api_client, resource: Resource = JOBSET):
         from kubernetes import client
 
+        self.resource = resource
         self.api_client = api_client
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
 
-    # -- JobSets ---------------------------------------------------------------------------
+    def _where(self, namespace: str) -> tuple[str, str, str, str]:
+        r = self.resource
+        return r.group, r.version, namespace, r.plural
+
+    # -- the custom resource ---------------------------------------------------------------
     @_answered
     def get(self, namespace: str, name: str, timeout_s: float) -> dict | None:
         """The JobSet, or None when there is none (404)."""
@@ -108,7 +131,7 @@ class KubeApi:
 
         try:
             return self.custom.get_namespaced_custom_object(
-                js.GROUP, js.VERSION, namespace, js.PLURAL, name,
+                *self._where(namespace), name,
                 _request_timeout=_timeout(timeout_s))
         except ApiException as exc:
             if _status(exc) == 404:
@@ -120,7 +143,7 @@ class KubeApi:
         """LIST with ``fieldSelector=metadata.name=<name>``: the JobSet (or None) and the
         list's ``resourceVersion``, the point a watch resumes from after a 410."""
         found = self.custom.list_namespaced_custom_object(
-            js.GROUP, js.VERSION, namespace, js.PLURAL, field_selector=f"metadata.name={name}",
+            *self._where(namespace), field_selector=f"metadata.name={name}",
             _request_timeout=_timeout(timeout_s))
         items = found.get("items") or []
         return (items[0] if items else None), found["metadata"]["resourceVersion"]
@@ -132,7 +155,7 @@ class KubeApi:
 
         try:
             return self.custom.create_namespaced_custom_object(
-                js.GROUP, js.VERSION, namespace, js.PLURAL, body,
+                *self._where(namespace), body,
                 _request_timeout=_timeout(timeout_s))
         except ApiException as exc:
             if _status(exc) == 409:
@@ -147,7 +170,7 @@ class KubeApi:
 
         try:
             self.custom.delete_namespaced_custom_object(
-                js.GROUP, js.VERSION, namespace, js.PLURAL, name,
+                *self._where(namespace), name,
                 propagation_policy="Foreground", _request_timeout=_timeout(timeout_s))
             return True
         except ApiException as exc:
@@ -171,7 +194,7 @@ class KubeApi:
 
         try:
             response = self.custom.list_namespaced_custom_object(
-                js.GROUP, js.VERSION, namespace, js.PLURAL,
+                *self._where(namespace),
                 field_selector=f"metadata.name={name}", resource_version=resource_version,
                 allow_watch_bookmarks=True, watch=True, timeout_seconds=window_s,
                 _preload_content=False, _request_timeout=(timeout_s, window_s + timeout_s))
@@ -200,16 +223,20 @@ class KubeApi:
             response.release_conn()
 
     # -- the chief's pod and log -------------------------------------------------------------
-    @_answered
     def chief_pod(self, namespace: str, name: str, replicated_job: str,
                   timeout_s: float) -> str:
         """The newest pod of worker 0 (Job 0, completion index 0), or ``""``."""
         from gkeflow.components.scaleout.cluster import JOB_INDEX_LABEL
 
+        return self.newest_pod(namespace, ",".join((
+            f"{js.NAME_LABEL}={name}", f"{js.REPLICATED_JOB_LABEL}={replicated_job}",
+            f"{JOB_INDEX_LABEL}=0", f"{js.INDEX_LABEL}=0")), timeout_s)
+
+    @_answered
+    def newest_pod(self, namespace: str, label_selector: str, timeout_s: float) -> str:
+        """The newest pod matching ``label_selector``, or ``""``."""
         pods = self.core.list_namespaced_pod(
-            namespace, _request_timeout=_timeout(timeout_s), label_selector=",".join((
-                f"{js.NAME_LABEL}={name}", f"{js.REPLICATED_JOB_LABEL}={replicated_job}",
-                f"{JOB_INDEX_LABEL}=0", f"{js.INDEX_LABEL}=0")))
+            namespace, _request_timeout=_timeout(timeout_s), label_selector=label_selector)
         items = sorted(pods.items, key=lambda p: (str(p.metadata.creation_timestamp or ""),
                                                   p.metadata.name))
         return items[-1].metadata.name if items else ""

@@ -76,21 +76,22 @@ def tune_with_ray(
 
     from gkeflow.components.prepare.logic import Schema
     from gkeflow.components.sweep.logic import metric_for_task, publish_selection, select
-    from gkeflow.components.sweep.ray_tune import TuneSettings, run_tune
+    from gkeflow.components.sweep.ray_driver import run_sweep
 
     # the task is decided from the data at run time: the scheduler stops trials by the
     # regressor's metric when the sweep named a classifier's
     metric, direction = metric_for_task(metric, direction, Schema.load(Path(schema.path))
                                         .regression)
-    settings = TuneSettings(metric=metric, direction=direction, scheduler=scheduler,
-                            parallel_trials=parallel_trials, grace_epochs=grace_epochs)
+    settings = {"metric": metric, "direction": direction, "scheduler": scheduler,
+                "parallel_trials": parallel_trials, "grace_epochs": grace_epochs}
     fixed = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
              "model_type": model_type, "hidden_units": hidden_units, "dropout": dropout,
              "early_stopping_patience": early_stopping_patience, "user_module": user_module,
              "backend": backend}
     with tempfile.TemporaryDirectory(prefix="gkeflow-ray-") as scratch:
-        reports = run_tune(Path(dataset.path), Path(schema.path), trials, fixed, settings,
-                           Path(scratch), echo=lambda line: print(line, flush=True))
+        # a local Ray instance, the same driver a KubeRay cluster runs
+        reports = run_sweep(dataset.path, schema.path, scratch, trials, fixed, settings,
+                            address="", echo=lambda line: print(line, flush=True))
         selection = select(trials, reports, metric, direction,
                            [t for t in tuned.split(",") if t.strip()])
         models = {r["model_uri"]: Path(r["model_uri"]) for r in map(json.loads, reports)

@@ -8,8 +8,14 @@ exports its SavedModel and writes the same JSON report a ``train_model`` trial r
 selection, evaluation, the gate and registration are those of every sweep. A stopped trial
 is reported ``stopped`` with the epochs it trained and its last metric.
 
-Ray runs here on a local instance (``ray.init`` with as many CPUs as trials run at once);
-Ray is imported only when a sweep runs.
+Where it runs: on a local instance (``ray.init`` with as many CPUs as trials run at once:
+``sweep.engine: ray`` in a local run), or on a KubeRay cluster (``address``: the RayJob's
+driver, :mod:`.ray_driver`). The inputs and every trial's output live under URIs that
+every node reads alike (a directory, or ``gs://`` on a cluster): each trial fetches the
+prepared splits, checkpoints under ``<output>/checkpoints/<trial>`` (a trial Tune restarts
+after its node was lost, e.g. a Spot VM, resumes from its last epoch), and publishes its
+model and report under ``<output>/trials/<trial>``, the report written last. Ray is
+imported only when a sweep runs.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +33,7 @@ SCHEDULERS = ("asha", "median", "none")
 #: Keras log name -> the sweep's metric name (measured on the eval split).
 LOG_METRICS = {"val_accuracy": "eval_accuracy", "val_loss": "eval_loss",
                "val_rmse": "eval_rmse"}
-REPORT_FILE = "report.json"
+REPORT_KEY = "report"  # the trial's report, in its publication's marker
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,7 @@ class TuneSettings:
     reduction_factor: int = 2  # ASHA: 1 in this many trials goes on at each rung
     cpus_per_trial: float = 1.0
     gpus_per_trial: float = 0.0
+    trial_retries: int = 0  # restarts of a trial whose worker was lost (from its checkpoint)
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -51,6 +59,8 @@ class TuneSettings:
         if self.parallel_trials < 1 or self.grace_epochs < 1 or self.reduction_factor < 2:
             raise ValueError("parallel_trials and grace_epochs must be >= 1, "
                              "reduction_factor >= 2")
+        if self.trial_retries < 0:
+            raise ValueError(f"trial_retries must be >= 0; got {self.trial_retries}")
 
     @property
     def mode(self) -> str:
@@ -84,17 +94,26 @@ def trial_params(fixed: Mapping[str, Any], trial: Mapping[str, Any]) -> dict[str
     return values
 
 
+def trial_uri(output: str, trial_id: str) -> str:
+    """Where a trial publishes its model and report."""
+    return f"{output.rstrip('/')}/trials/{trial_id}"
+
+
 def run_trial(config: Mapping[str, Any]) -> None:
-    """One Tune trial (runs in a Ray worker): train, report each epoch, write the report."""
+    """One Tune trial (runs in a Ray worker): fetch the inputs, train, report each epoch,
+    publish the model and the trial's report (written last)."""
+    import tempfile
+
     from ray import tune
 
     from gkeflow.components.prepare.logic import Schema
+    from gkeflow.components.scaleout import storage
     from gkeflow.components.train.logic import TrainParams, train
     from gkeflow.components.train.report import trial_report
 
-    trial, metric = config["trial"], config["metric"]
-    trial_dir = Path(config["output"]) / "trials" / str(trial["trial_id"])
-    model_dir = trial_dir / "model"
+    trial, metric, output = config["trial"], config["metric"], config["output"]
+    trial_id = str(trial["trial_id"])
+    published = trial_uri(output, trial_id)
 
     def reporter(_sampler):
         import keras
@@ -108,17 +127,42 @@ def run_trial(config: Mapping[str, Any]) -> None:
 
         return ReportEpoch()
 
+    with tempfile.TemporaryDirectory(prefix=f"gkeflow-{trial_id}-") as scratch:
+        local = Path(scratch)
+        model_dir = local / "model"
+        try:
+            dataset = storage.download(config["dataset"], local / "dataset")
+            schema = storage.download(config["schema"], local / "schema.json")
+            params = TrainParams(**trial_params(config["fixed"], trial))
+            result = train(dataset, Schema.load(schema), model_dir, params, live=reporter,
+                           checkpoint_dir=f"{output.rstrip('/')}/checkpoints/{trial_id}")
+            report = trial_report(trial_id, f"{published}/model",
+                                  {**result.metrics, "epochs_run": result.epochs_run})
+        except Exception as exc:  # a failed trial is listed; the sweep goes on
+            report = trial_report(trial_id, "", error=f"{type(exc).__name__}: {exc}")
+            model_dir.mkdir(parents=True, exist_ok=True)
+        out = local / "published"
+        shutil.copytree(model_dir, out / "model")
+        storage.publish(out, published, {REPORT_KEY: report})
+
+
+def published_report(output: str, trial_id: str) -> str | None:
+    """The report a trial published, or None (it was stopped, or is not done)."""
+    from gkeflow.components.scaleout import storage
+
+    summary = storage.published_summary(trial_uri(output, trial_id))
+    return None if summary is None else summary[REPORT_KEY]
+
+
+def _remove_checkpoints(output: str, trial_id: str, echo: Callable[[str], None]) -> None:
+    """Remove what a stopped or failed trial left to resume from (best effort)."""
+    from gkeflow.components.train.store import open_store
+
     try:
-        params = TrainParams(**trial_params(config["fixed"], trial))
-        result = train(Path(config["dataset"]), Schema.load(Path(config["schema"])), model_dir,
-                       params, live=reporter)
-        report = trial_report(str(trial["trial_id"]), str(model_dir),
-                              {**result.metrics, "epochs_run": result.epochs_run})
-    except Exception as exc:  # a failed trial is listed; the sweep goes on
-        report = trial_report(str(trial["trial_id"]), str(model_dir),
-                              error=f"{type(exc).__name__}: {exc}")
-    trial_dir.mkdir(parents=True, exist_ok=True)
-    (trial_dir / REPORT_FILE).write_text(report)
+        open_store(f"{output.rstrip('/')}/checkpoints/{trial_id}").remove_all()
+    except Exception as exc:
+        echo(f"could not remove the checkpoints of {trial_id} under {output}/checkpoints: "
+             f"{type(exc).__name__}: {exc}")
 
 
 def stopped_report(trial_id: str, metric: str, last: Mapping[str, Any]) -> str:
@@ -131,52 +175,69 @@ def stopped_report(trial_id: str, metric: str, last: Mapping[str, Any]) -> str:
                         error=f"stopped early by the scheduler after {epochs} epoch(s)")
 
 
-def run_tune(dataset_dir: Path, schema_path: Path, trials: Sequence[Mapping[str, Any]],
-             fixed: Mapping[str, Any], settings: TuneSettings, output_dir: Path,
-             echo: Callable[[str], None] = print) -> list[str]:
-    """Run every trial under Tune on a local Ray instance; one JSON report per trial."""
+def run_tune(dataset: str | Path, schema: str | Path, trials: Sequence[Mapping[str, Any]],
+             fixed: Mapping[str, Any], settings: TuneSettings, output: str | Path,
+             echo: Callable[[str], None] = print, address: str = "") -> list[str]:
+    """Run every trial under Tune; one JSON report per trial, in ``trials`` order.
+
+    ``dataset``, ``schema`` and ``output``: directories (or files) on this machine, or
+    URIs every node reads alike (``gs://``). ``address``: the Ray cluster to join
+    (``"auto"`` on a KubeRay head); empty starts a local instance sized for the trials.
+    """
     import ray
     from ray import tune
 
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    output = str(output)
+    if not output.startswith("gs://"):
+        Path(output).mkdir(parents=True, exist_ok=True)
     max_epochs = max(int(trial_params(fixed, t).get("epochs", 1)) for t in trials)
-    cpus = settings.cpus_per_trial * min(settings.parallel_trials, len(trials))
     echo(f"Ray Tune: {len(trials)} trials, {settings.parallel_trials} at once, scheduler "
          f"{settings.scheduler}, {settings.metric} ({settings.direction})")
     # the trials' processes inherit this one's environment (the backend, TF's log level)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    ray.init(num_cpus=max(1, math.ceil(cpus)), num_gpus=math.ceil(
-        settings.gpus_per_trial * settings.parallel_trials) or None,
-             include_dashboard=False, configure_logging=False, log_to_driver=False)
+    # a trial that failed before its first epoch ends without a metric: listed as failed
+    # (its published report), never a reason for Tune to abort the whole sweep
+    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
+    if address:
+        ray.init(address=address, configure_logging=False, log_to_driver=False)
+    else:
+        cpus = settings.cpus_per_trial * min(settings.parallel_trials, len(trials))
+        ray.init(num_cpus=max(1, math.ceil(cpus)), num_gpus=math.ceil(
+            settings.gpus_per_trial * settings.parallel_trials) or None,
+                 include_dashboard=False, configure_logging=False, log_to_driver=False)
     try:
         trainable = tune.with_resources(run_trial, {"cpu": settings.cpus_per_trial,
                                                     "gpu": settings.gpus_per_trial})
         tuner = tune.Tuner(
             trainable,
             param_space={"trial": tune.grid_search(list(trials)), "fixed": dict(fixed),
-                         "metric": settings.metric, "dataset": str(dataset_dir),
-                         "schema": str(schema_path), "output": str(output_dir)},
+                         "metric": settings.metric, "dataset": str(dataset),
+                         "schema": str(schema), "output": output},
             tune_config=tune.TuneConfig(scheduler=make_scheduler(settings, max_epochs),
                                         max_concurrent_trials=settings.parallel_trials),
-            run_config=tune.RunConfig(storage_path=str(output_dir / "ray"), name="sweep",
-                                      verbose=0),
+            run_config=tune.RunConfig(
+                storage_path=f"{output.rstrip('/')}/ray", name="sweep", verbose=0,
+                failure_config=tune.FailureConfig(max_failures=settings.trial_retries)),
         )
         results = tuner.fit()
-        reports = []
+        found = {}
         for result in results:
             trial_id = str(result.config["trial"]["trial_id"])
-            written = output_dir / "trials" / trial_id / REPORT_FILE
-            if written.exists():
-                reports.append(written.read_text())
+            written = published_report(output, trial_id)
+            if written is not None:
+                found[trial_id] = written
             elif result.error is not None:
                 from gkeflow.components.train.report import trial_report
 
-                reports.append(trial_report(trial_id, "", error=str(result.error)))
+                found[trial_id] = trial_report(trial_id, "", error=str(result.error))
             else:
-                reports.append(stopped_report(trial_id, settings.metric, result.metrics or {}))
+                found[trial_id] = stopped_report(trial_id, settings.metric,
+                                                 result.metrics or {})
+            if written is None:  # a finished trial removed its own checkpoints
+                _remove_checkpoints(output, trial_id, echo)
     finally:
         ray.shutdown()
+    reports = [found[str(t["trial_id"])] for t in trials if str(t["trial_id"]) in found]
     parsed = [json.loads(r) for r in reports]
     epochs = sum(int(r["metrics"].get("epochs_run", 0)) for r in parsed)
     stopped = sum(r["status"] == "stopped" for r in parsed)

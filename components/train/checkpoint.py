@@ -115,7 +115,14 @@ class TrainingCheckpoint(keras.callbacks.Callback):
 
     # -- signals ------------------------------------------------------------------------------
     def install_sigterm_handler(self):
-        """On SIGTERM: finish the current batch, skip validation, commit and stop."""
+        """On SIGTERM: finish the current batch, skip validation, commit and stop.
+
+        Only Python's main thread can handle signals; in any other (a Ray Tune trial)
+        nothing is installed (None): the trial resumes from its last committed epoch."""
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return None
 
         def handler(signum, frame):
             if self.preempted:

@@ -112,7 +112,8 @@ def compile_command(target: str, output: Path, check: bool, release: bool, envir
                       f"digest: {', '.join(tag_only)} (`gkeflow images build` builds them and "
                       "records their digests; `gkeflow submit` refuses images never built)",
                       markup=False)
-    from gkeflow.pipelines.definitions.sweep import TRIAL_STEP, default_sweep, trial_note
+    from gkeflow.pipelines.definitions.sweep import default_sweep
+    from gkeflow.pipelines.definitions.sweep_trials import TRIAL_STEP, trial_note
 
     engine = (config.sweep or default_sweep()).engine
     for compile_target in targets:

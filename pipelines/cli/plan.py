@@ -149,7 +149,7 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
                       markup=False)
     notes = target_notes(profiles, target, () if pipeline == "sweep" else ("train-model",))
     if pipeline == "sweep":
-        from gkeflow.pipelines.definitions.sweep import TRIAL_STEP, trial_note
+        from gkeflow.pipelines.definitions.sweep_trials import TRIAL_STEP, trial_note
 
         if compute and TRIAL_STEP in compute:
             notes.append(trial_note(target, sweep.engine, compute[TRIAL_STEP]))

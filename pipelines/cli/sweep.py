@@ -194,7 +194,8 @@ def print_trial_table(console, result) -> None:
 
 def plan_lines(sweep, profiles, target: str) -> list[str]:
     """What `gkeflow plan sweep` adds below the step table."""
-    from gkeflow.pipelines.definitions.sweep import sweep_plan, uses_ray, uses_vizier
+    from gkeflow.pipelines.definitions.sweep import sweep_plan
+    from gkeflow.pipelines.definitions.sweep_trials import uses_ray, uses_vizier
 
     figures = sweep_plan(sweep, profiles)
     engine = ("Vertex AI hyperparameter tuning job (Vizier)" if uses_vizier(target, sweep.engine)

@@ -23,6 +23,7 @@ job instead (:mod:`gkeflow.pipelines.compute.engines.vizier`), then the same sel
 logic, evaluation, gate and registration follow.
 """
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,17 +38,15 @@ from gkeflow.components import (
     train_model,
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
-from gkeflow.pipelines.compute import launchers, tpu_profile
+from gkeflow.pipelines.compute import launchers
 from gkeflow.pipelines.compute import lustre as lustre_mounts
 from gkeflow.pipelines.compute.capacity import label_training_pod
-from gkeflow.pipelines.compute.engines import with_image
+from gkeflow.pipelines.compute.engines import kuberay, with_image
 from gkeflow.pipelines.compute.gcsfuse import apply_gcsfuse
 from gkeflow.pipelines.compute.profiles import (
     ComputeError,
     ComputeProfile,
-    PipelineUnfit,
     apply_compute,
-    profile_problems,
     validate_profiles,
 )
 from gkeflow.pipelines.compute.wording import plural
@@ -68,6 +67,14 @@ from gkeflow.pipelines.definitions.stages import (
     evaluate_and_register,
     training_inputs,
 )
+from gkeflow.pipelines.definitions.sweep_trials import (
+    TRIAL_STEP,
+    fit_trial,
+    ray_refusal,
+    ray_step,
+    uses_ray,
+    uses_vizier,
+)
 from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE, DEFAULT_REGISTRY_URIS
 from gkeflow.pipelines.settings.gcsfuse_config import GcsFuseSettings
 from gkeflow.pipelines.settings.lustre_config import LustreSettings
@@ -75,7 +82,10 @@ from gkeflow.pipelines.settings.sweep_config import SweepConfig, default_sweep, 
 from gkeflow.pipelines.settings.workspace_config import WorkspaceSettings
 
 PIPELINE_NAME = "gkeflow-sweep"
-TRIAL_STEP = "train-model"  # trials use the training step's compute profile
+RAY_HEAD = "ray-head"  # a GKE Ray sweep's head pod: its compute, priced with the run
+#: The steps that run or select the trials, one of them (with ray-head) per engine.
+SELECTING_STEPS = {"select-best-trial", "tune-with-vizier", "tune-with-ray",
+                   "tune-on-kuberay", RAY_HEAD}
 
 #: The training steps' defaults plus the selection steps, in pipeline order. Trials use the
 #: ``train-model`` profile, so ``compute: train-model`` in gkeflow.yaml sizes each trial.
@@ -89,6 +99,10 @@ SWEEP_COMPUTE: Mapping[str, ComputeProfile] = {
     "tune-with-vizier": ComputeProfile(cpu="1", memory="2G", caching=False),
     # engine ray: the trials run inside this step, on a local Ray instance
     "tune-with-ray": ComputeProfile(cpu="2", memory="8G", caching=False),
+    # engine ray on GKE: this step launches a RayJob (a Ray head, and the trials on
+    # train-model's compute) and follows it
+    "tune-on-kuberay": ComputeProfile(cpu="1", memory="2G", caching=False),
+    RAY_HEAD: ComputeProfile(cpu=kuberay.HEAD_CPU, memory=kuberay.HEAD_MEMORY),
     "evaluate-model": DEFAULT_COMPUTE["evaluate-model"],
     "register-model": DEFAULT_COMPUTE["register-model"],
     DEPLOY_STEP: DEFAULT_COMPUTE[DEPLOY_STEP],
@@ -102,6 +116,7 @@ STEP_DISPLAY_NAMES = {
     "select-best-trial": "Select best trial",
     "tune-with-vizier": "Tune with Vertex AI Vizier",
     "tune-with-ray": "Tune with Ray",
+    "tune-on-kuberay": "Tune with Ray on KubeRay",
     "evaluate-model": "Evaluate best trial",
     "register-model": "Register best trial",
     DEPLOY_STEP: "Deploy best trial",
@@ -111,12 +126,13 @@ STEP_DISPLAY_NAMES = {
 def _components() -> dict[str, Any]:
     from gkeflow.components.sweep.component import select_best_trial
     from gkeflow.components.sweep.ray_component import tune_with_ray
+    from gkeflow.components.sweep.rayjob_component import tune_on_kuberay
     from gkeflow.components.sweep.vizier_component import tune_with_vizier
 
     return {"fingerprint-data": fingerprint_data, "prepare-data": prepare_data,
             "train-model": train_model,
             "select-best-trial": select_best_trial, "tune-with-vizier": tune_with_vizier,
-            "tune-with-ray": tune_with_ray,
+            "tune-with-ray": tune_with_ray, "tune-on-kuberay": tune_on_kuberay,
             "evaluate-model": evaluate_model, "register-model": register_model,
             DEPLOY_STEP: deploy_model, **FANOUT_COMPONENTS}
 
@@ -133,8 +149,13 @@ def step_images(profiles: Mapping[str, ComputeProfile] | None = None) -> dict[st
 
 def resolve_sweep_compute(target: str, compute: Mapping[str, ComputeProfile] | None = None,
                           engine: str = "kfp", preparation: PreparationSettings = ONE_POD,
-                          ) -> dict[str, ComputeProfile]:
-    """The sweep's per-step profiles (its defaults, then ``compute``), validated for ``target``."""
+                          sweep: SweepConfig | None = None) -> dict[str, ComputeProfile]:
+    """The sweep's per-step profiles (its defaults, then ``compute``), validated for ``target``.
+
+    A Ray sweep on GKE also holds its Ray cluster, so plan and budgets price it: ``ray-head``
+    and ``train-model`` as the trial workers (``replicas``: trials at once, ``timeout_s``:
+    the sweep's deadline, a trial's for each wave of trials).
+    """
     from gkeflow.components.images import IMAGES
 
     unknown = sorted(set(compute or {}) - set(SWEEP_COMPUTE))
@@ -143,106 +164,29 @@ def resolve_sweep_compute(target: str, compute: Mapping[str, ComputeProfile] | N
                            f"steps are {', '.join(SWEEP_COMPUTE)}")
     profiles = {**SWEEP_COMPUTE, **(compute or {})}
     profiles[TRIAL_STEP] = fit_trial(target, engine, profiles[TRIAL_STEP])[0]
-    kept = ("tune-with-vizier" if uses_vizier(target, engine)
-            else "tune-with-ray" if uses_ray(target, engine) else "select-best-trial")
-    for step in {"select-best-trial", "tune-with-vizier", "tune-with-ray"} - {kept}:
+    if problem := ray_refusal(target, engine):
+        raise ComputeError(problem)
+    kept = {"tune-with-vizier"} if uses_vizier(target, engine) else {
+        ray_step(target), *((RAY_HEAD,) if target == "gke" else ())} if uses_ray(
+        target, engine) else {"select-best-trial"}
+    for step in SELECTING_STEPS - kept:
         profiles.pop(step)
+    if target == "gke" and uses_ray(target, engine):
+        if profiles[TRIAL_STEP].uses_tpu:
+            raise ComputeError(f"sweep.engine ray on GKE runs each trial on a GPU or CPU "
+                               f"pod; {TRIAL_STEP} asks for a TPU slice: set sweep.engine "
+                               "kfp, or give it a GPU")
+        sweep = sweep or default_sweep()
+        profiles.update(kuberay.cluster_profiles(
+            profiles[TRIAL_STEP], profiles[RAY_HEAD], profiles["tune-on-kuberay"],
+            sweep.trial_count(), sweep.parallel_trials, (TRIAL_STEP, RAY_HEAD,
+                                                         "tune-on-kuberay")))
     for step in {"prepare-data", *FANOUT_STEPS} - preparation_steps(preparation):
         profiles.pop(step)
     gpu_images = {step: IMAGES.get(image) for step, image in step_images(profiles).items()}
     gpu_images[DEPLOY_STEP] = None  # its GPU serves in the serving runtime's image
     validate_profiles(profiles, target, gpu_images)
     return profiles
-
-
-def fit_trial(target: str, engine: str, trial: ComputeProfile) -> tuple[ComputeProfile, str]:
-    """The profile sweep trials run with, and a note when it is not ``trial``.
-
-    Trials fanned out with ParallelFor are pipeline steps. What only a training engine
-    gives (several pods or machines; on Vertex AI, Spot, flex-start or a reservation)
-    applies to the training pipeline's ``train-model``: each trial gets one machine (on
-    Vertex AI, of standard capacity), and the note says what was left out. Vizier trials
-    are CustomJobs of one machine: they keep the capacity and leave ``replicas`` out.
-
-    Raises:
-        PipelineUnfit: the trials cannot run at all with what a pipeline step can take
-            (on Vertex AI: a machine not offered on demand, or larger than a pipeline step
-            gets), although ``train-model`` can; one line naming the sweep, why and the fix.
-    """
-    if target == "local":
-        return trial, ""
-    vizier = uses_vizier(target, engine)
-    if trial.uses_tpu and not vizier and (target == "vertex" or tpu_profile.multi_host(trial)):
-        where = ("a Vertex AI pipeline step cannot ask for a TPU; use sweep.engine: vizier"
-                 if target == "vertex" else "each trial is one pod; use a single-host "
-                 f"topology ({', '.join(tpu_profile.single_host_topologies(trial))})")
-        raise PipelineUnfit(f"sweep on {target}: its trials cannot take {TRIAL_STEP}'s "
-                            f"{trial.accelerator} {trial.topology} slice: {where}")
-    dropped = {}
-    if trial.replicas > 1:
-        dropped["replicas"] = (1, f"replicas {trial.replicas}")
-    if target == "vertex" and not vizier and trial.scheduling != "standard":
-        dropped["scheduling"] = ("standard", f"scheduling {trial.scheduling}")
-    if not dropped:
-        return trial, ""
-    changes = {field: value for field, (value, _) in dropped.items()}
-    if "scheduling" in changes:
-        changes.update(reservation="", max_wait="")
-    fitted = trial.with_overrides(**changes)
-    asked = " and ".join(text for _, text in dropped.values())
-    hint = " (sweep.engine: vizier runs trials as CustomJobs)" if target == "vertex" else ""
-    if vizier:
-        return fitted, (f"sweep trials run as Vertex AI tuning trials, one machine each: "
-                        f"{TRIAL_STEP}'s {asked} applies to the training pipeline only")
-    unfit = _new_problems(target, trial, fitted)
-    if unfit:
-        on_demand = ", which Vertex AI runs on demand" if "scheduling" in dropped else ""
-        raise PipelineUnfit(
-            f"sweep on {target}: its trials cannot take {TRIAL_STEP}'s {asked}: each trial "
-            f"is a pipeline step{on_demand} on one machine, and then {'; '.join(unfit)}; "
-            f"{_unfit_fix(target, trial)}")
-    return fitted, (
-        f"sweep trials run as pipeline steps, one machine each: {TRIAL_STEP}'s {asked} "
-        f"appl{'y' if len(dropped) > 1 else 'ies'} to the training pipeline only{hint}")
-
-
-def trial_note(target: str, engine: str, trial: ComputeProfile) -> str:
-    """:func:`fit_trial`'s note; "" when the sweep is not compiled at all (said apart)."""
-    try:
-        return fit_trial(target, engine, trial)[1]
-    except PipelineUnfit:
-        return ""
-
-
-def _new_problems(target: str, trial: ComputeProfile, fitted: ComputeProfile) -> list[str]:
-    """What is wrong with ``fitted`` and not with ``trial`` (whose own problems the
-    validation reports as usual), without the step's name."""
-    before = set(profile_problems(TRIAL_STEP, trial, target))
-    # The capacity check's own advice (another scheduling) is what the trials cannot take.
-    return [problem.removeprefix(f"{TRIAL_STEP}: ").split(": use scheduling=")[0]
-            for problem in profile_problems(TRIAL_STEP, fitted, target)
-            if problem not in before]
-
-
-def _unfit_fix(target: str, trial: ComputeProfile) -> str:
-    """How to give the sweep's trials what they asked for, or something they can take."""
-    if target == "vertex":
-        takes = (f" (which takes scheduling {trial.scheduling})"
-                 if trial.scheduling != "standard" else "")
-        return (f"set sweep.engine: vizier to run each trial as a CustomJob{takes}, or give "
-                f"{TRIAL_STEP} compute that a Vertex AI pipeline step can take")
-    return f"set compute for {TRIAL_STEP} that one {target} pod can take"
-
-
-def uses_vizier(target: str, engine: str) -> bool:
-    """Vizier runs trials only on Vertex AI; GKE and local runs fan out with ParallelFor."""
-    return engine == "vizier" and target == "vertex"
-
-
-def uses_ray(target: str, engine: str) -> bool:
-    """Ray Tune runs the trials of a local run on a local Ray instance; on GKE and Vertex
-    AI ``engine: ray`` is refused (:func:`build_sweep_pipeline`)."""
-    return engine == "ray" and target == "local"
 
 
 def build_sweep_pipeline(target: str = "local",
@@ -261,21 +205,18 @@ def build_sweep_pipeline(target: str = "local",
     if problem := lustre_mounts.check_target(lustre, target):
         raise ComputeError(problem)
     sweep = sweep or default_sweep()
-    if sweep.engine == "ray" and target != "local":
-        raise ComputeError(
-            f"sweep.engine ray runs Ray Tune on a local Ray instance (gkeflow run); a {target} "
-            "sweep cannot use it yet (no RayJob launcher): set sweep.engine kfp"
-            + (" or vizier" if target == "vertex" else ""))
+    if problem := ray_refusal(target, sweep.engine):
+        raise ComputeError(problem)
     storage = PipelineStorage(target, workspace)
     vizier = uses_vizier(target, sweep.engine)
     ray = uses_ray(target, sweep.engine)
-    if ray:
+    if ray and target == "local":
         import importlib.util
 
         if importlib.util.find_spec("ray") is None:
             raise ComputeError("sweep.engine ray needs Ray Tune, which is not installed here: "
                                "pip install 'gkeflow[ray]', or set sweep.engine kfp")
-    profiles = resolve_sweep_compute(target, compute, sweep.engine, preparation)
+    profiles = resolve_sweep_compute(target, compute, sweep.engine, preparation, sweep)
     trials_default = expand_trials(sweep)
     tuned = ",".join(sweep.tuned)
     if target == "vertex":
@@ -396,15 +337,24 @@ def build_sweep_pipeline(target: str = "local",
         fingerprint, dataset, schema = prepare_stage(
             configure, settings=preparation, scope=scope, workspace_path=storage.path)
         if ray:
-            best = configure(components["tune-with-ray"](
+            step = ray_step(target)
+            on_gke = {} if target == "local" else {
+                "rayjob_template": kuberay.template_json(
+                    profiles[TRIAL_STEP], profiles[RAY_HEAD],
+                    _trial_image(profiles[TRIAL_STEP])), "trial_resources": json.dumps(
+                    kuberay.trial_resources(profiles[TRIAL_STEP]), sort_keys=True),
+                "pipeline_root": dsl.PIPELINE_ROOT_PLACEHOLDER,
+                "pipeline_run_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                **launchers.settings(profiles[step])}
+            best = configure(components[step](
                 dataset=dataset, schema=schema, trials=trials, metric=metric,
                 direction=direction, tuned=tuned, scheduler=sweep.scheduler,
                 parallel_trials=sweep.parallel_trials, grace_epochs=sweep.grace_epochs,
                 epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
                 model_type=model_type, hidden_units=hidden_units, dropout=dropout,
                 early_stopping_patience=early_stopping_patience, user_module=user_module,
-                backend=backend,
-            ), "tune-with-ray")
+                backend=backend, **on_gke,
+            ), step)
         elif vizier:
             best = configure(components["tune-with-vizier"](
                 dataset=dataset, schema=schema,

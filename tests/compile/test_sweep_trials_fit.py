@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from gkeflow.pipelines.compute.profiles import ComputeProfile
-from gkeflow.pipelines.definitions.sweep import TRIAL_STEP, fit_trial, resolve_sweep_compute
+from gkeflow.pipelines.definitions.sweep import resolve_sweep_compute
+from gkeflow.pipelines.definitions.sweep_trials import TRIAL_STEP, fit_trial
 from tests.integration.conftest import gkeflow
 
 L4 = dict(accelerator="nvidia-l4", accelerator_count=1)

@@ -270,7 +270,7 @@ def test_compile_refuses_an_invalid_topology(tmp_path):
 ])
 def test_sweep_trials_that_cannot_take_the_slice_are_refused(target, topology, said):
     from gkeflow.pipelines.compute.profiles import PipelineUnfit
-    from gkeflow.pipelines.definitions.sweep import fit_trial
+    from gkeflow.pipelines.definitions.sweep_trials import fit_trial
 
     with pytest.raises(PipelineUnfit) as unfit:
         fit_trial(target, "kfp", tpu(accelerator="tpu-v5e", topology=topology))
@@ -278,7 +278,7 @@ def test_sweep_trials_that_cannot_take_the_slice_are_refused(target, topology, s
 
 
 def test_sweep_trials_on_a_single_host_slice_keep_it():
-    from gkeflow.pipelines.definitions.sweep import fit_trial
+    from gkeflow.pipelines.definitions.sweep_trials import fit_trial
 
     profile = tpu(accelerator="tpu-v5e", topology="2x2")
     assert fit_trial("gke", "kfp", profile) == (profile, "")

@@ -50,7 +50,7 @@ from werkzeug.wrappers import Request, Response
 from tests.integration.wsgi_fake import WsgiFake
 
 CRD = Path(__file__).resolve().parents[1] / "contracts" / "jobset.x-k8s.io_jobsets.yaml"
-_JOBSETS = re.compile(r"^/apis/jobset\.x-k8s\.io/v1alpha2/namespaces/([^/]+)/jobsets(?:/([^/]+))?$")
+_CUSTOM = re.compile(r"^/apis/([^/]+)/([^/]+)/namespaces/([^/]+)/([^/]+?)(?:/([^/]+))?$")
 _PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?(/log)?$")
 _ACCOUNTS = re.compile(r"^/api/v1/namespaces/([^/]+)/serviceaccounts/([^/]+)$")
 _EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -90,6 +90,57 @@ def validate_jobset(manifest: dict) -> None:
     _validator().validate(manifest)
     assert manifest["apiVersion"] == "jobset.x-k8s.io/v1alpha2" and manifest["kind"] == "JobSet"
     assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", manifest["metadata"]["name"])
+
+
+class JobSetWorkload:
+    """What the fake serves and controls by default: JobSets, as the JobSet controller runs
+    them (one pod per index of each replicated job, ``terminalState`` and a condition at
+    the end). :mod:`tests.integration.fake_rayjob` serves RayJobs the same way."""
+
+    group, version, plural, kind = "jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"
+
+    def prepare(self) -> None:
+        _validator()
+
+    def validate(self, manifest: dict) -> None:
+        validate_jobset(manifest)
+
+    def refusal(self, manifest: dict) -> str:
+        """What the controller refuses after the create was accepted; "" when none."""
+        return ""
+
+    def pods(self, manifest: dict):
+        """(pod name, labels, service account) of every pod the controller creates."""
+        name = manifest["metadata"]["name"]
+        for job in manifest["spec"]["replicatedJobs"]:
+            pod_spec = job["template"]["spec"]["template"]["spec"]
+            for job_index in range(int(job.get("replicas", 1))):
+                for index in range(job["template"]["spec"]["parallelism"]):
+                    yield (f"{name}-{job['name']}-{job_index}-{index}-abcde", {
+                        "jobset.sigs.k8s.io/jobset-name": name,
+                        "jobset.sigs.k8s.io/replicatedjob-name": job["name"],
+                        "jobset.sigs.k8s.io/job-index": str(job_index),
+                        "batch.kubernetes.io/job-completion-index": str(index)},
+                        pod_spec.get("serviceAccountName", "default"),
+                        f"worker {job_index}/{index} started")
+
+    def ended(self, manifest: dict) -> bool:
+        return bool(manifest["status"].get("terminalState"))
+
+    def state(self, manifest: dict) -> str:
+        return manifest["status"].get("terminalState") or "Running"
+
+    def running(self, manifest: dict, ready: bool) -> None:
+        manifest["status"]["replicatedJobsStatus"] = [
+            {"name": "worker", "ready": int(ready), "succeeded": 0, "failed": 0, "active": 1,
+             "suspended": 0}]
+
+    def end(self, manifest: dict, outcome: str, message: str) -> None:
+        manifest["status"]["terminalState"] = outcome
+        manifest["status"]["conditions"] = [{
+            "type": outcome, "status": "True", "reason": f"AllJobs{outcome}",
+            "message": message or f"jobset {outcome.lower()}",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}]
 
 
 def _status(code: int, reason: str, message: str) -> Response:
@@ -200,8 +251,9 @@ class FakeKube(WsgiFake):
                  sim_scale: float = 1.0,
                  delete_lag: int = 0, service_accounts=("default", "gkeflow-worker",
                                                         "pipeline-runner"),
-                 log_time: Callable[[], float] | None = None):
-        _validator()  # loaded before serving: its seconds are not the API server's
+                 log_time: Callable[[], float] | None = None, workload=None):
+        self.workload = workload or JobSetWorkload()
+        self.workload.prepare()  # its schema loaded before serving: not a request's seconds
         self.tick_s = tick_s
         self.end_stream_after = end_stream_after
         self.gone_watches = gone_watches
@@ -281,7 +333,8 @@ class FakeKube(WsgiFake):
 
     def count(self, method: str, resource: str) -> int:
         return sum(1 for m, path, query in self.requests
-                   if m == method and _resource(path, query, m) == resource)
+                   if m == method and _resource(path, query, m, self.workload.plural)
+                   == resource)
 
     # -- the "controller" -------------------------------------------------------------------
     def _record(self, key: tuple[str, str], kind: str, manifest: dict) -> None:
@@ -300,20 +353,10 @@ class FakeKube(WsgiFake):
         self.looks[(ns, name)] = 0
         self.born[(ns, name)] = self.now()
         self._record((ns, name), "ADDED", manifest)
-        for job in manifest["spec"]["replicatedJobs"]:  # the pods of every replicated job
-            pod_spec = job["template"]["spec"]["template"]["spec"]
-            for job_index in range(int(job.get("replicas", 1))):
-                for index in range(job["template"]["spec"]["parallelism"]):
-                    pod = f"{name}-{job['name']}-{job_index}-{index}-abcde"
-                    account = pod_spec.get("serviceAccountName", "default")
-                    self.pod_accounts.add(account)
-                    self.add_pod(ns, pod, service_account=account, labels={
-                        "jobset.sigs.k8s.io/jobset-name": name,
-                        "jobset.sigs.k8s.io/replicatedjob-name": job["name"],
-                        "jobset.sigs.k8s.io/job-index": str(job_index),
-                        "batch.kubernetes.io/job-completion-index": str(index)})
-                    self.logs[(ns, pod)] = [(self.log_time(),
-                                             f"worker {job_index}/{index} started")]
+        for pod, labels, account, first_line in self.workload.pods(manifest):
+            self.pod_accounts.add(account)
+            self.add_pod(ns, pod, service_account=account, labels=labels)
+            self.logs[(ns, pod)] = [(self.log_time(), first_line)]
 
     def _remove(self, key: tuple[str, str]) -> None:
         gone = self.jobsets.pop(key)
@@ -343,7 +386,10 @@ class FakeKube(WsgiFake):
 
     def _progress(self, key: tuple[str, str]) -> None:
         manifest = self.jobsets[key]
-        if manifest["status"].get("terminalState"):
+        if self.workload.ended(manifest):
+            return
+        if refusal := self.workload.refusal(manifest):  # the controller's own validation
+            self.workload.end(manifest, "Invalid", refusal)
             return
         self.looks[key] += 1
         if self.clock is not None:
@@ -354,24 +400,18 @@ class FakeKube(WsgiFake):
             self._log(key, f"epoch {self.looks[key]}")
         if running or self.outcome == "Running":
             # the Job turns ready on the last running look (its pods took that long)
-            ready = int(self.looks[key] >= (1 if self.clock else self.running_looks))
-            manifest["status"]["replicatedJobsStatus"] = [
-                {"name": "worker", "ready": ready, "succeeded": 0, "failed": 0, "active": 1,
-                 "suspended": 0}]
+            ready = self.looks[key] >= (1 if self.clock else self.running_looks)
+            self.workload.running(manifest, ready)
             return
         if self.outcome == "Completed" and self.on_complete:
             self.on_complete(manifest)
-        manifest["status"]["terminalState"] = self.outcome
-        manifest["status"]["conditions"] = [{
-            "type": self.outcome, "status": "True", "reason": f"AllJobs{self.outcome}",
-            "message": self.message or f"jobset {self.outcome.lower()}",
-            "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+        self.workload.end(manifest, self.outcome, self.message)
 
     # -- HTTP ----------------------------------------------------------------------------------
     def _wsgi(self, environ, start_response):
         request = Request(environ)
         query = {k: request.args[k] for k in request.args}
-        resource = _resource(request.path, query, request.method)
+        resource = _resource(request.path, query, request.method, self.workload.plural)
         with self._lock:
             self.requests.append((request.method, request.path, query))
         fault = self.faults.pick(request.method, resource)
@@ -396,8 +436,8 @@ class FakeKube(WsgiFake):
         return response(environ, start_response)
 
     def _route(self, request: Request, query: dict) -> tuple[Response, tuple | None]:
-        if match := _JOBSETS.match(request.path):
-            return self._jobsets(request, query, match.group(1), match.group(2))
+        if match := self._custom(request.path):
+            return self._jobsets(request, query, *match)
         if match := _PODS.match(request.path):
             return self._pods(query, *match.groups()), None
         if match := _ACCOUNTS.match(request.path):
@@ -416,14 +456,15 @@ class FakeKube(WsgiFake):
         if name is None and request.method == "POST":
             body = json.loads(request.get_data())
             try:
-                validate_jobset(body)
+                self.workload.validate(body)
             except (jsonschema.ValidationError, AssertionError) as exc:
-                return _status(422, "Invalid", f"JobSet is invalid: {exc}"), None
+                return _status(422, "Invalid", f"{self.workload.kind} is invalid: {exc}"), None
             if body["metadata"].get("namespace", ns) != ns:
                 return _status(400, "BadRequest", "namespace does not match the path"), None
             key = (ns, body["metadata"]["name"])
             if key in self.jobsets:
-                return _status(409, "AlreadyExists", f"jobsets {key[1]} already exists"), None
+                return _status(409, "AlreadyExists",
+                               f"{self.workload.plural} {key[1]} already exists"), None
             self.created.append(copy.deepcopy(body))
             self._store(body)
             return Response(json.dumps(self.jobsets[key]), status=201,
@@ -432,14 +473,16 @@ class FakeKube(WsgiFake):
             return self._list(query, ns)
         key = (ns, name or "")
         if key not in self.jobsets:
-            return _status(404, "NotFound", f'jobsets.jobset.x-k8s.io "{name}" not found'), None
+            return _status(404, "NotFound", f'{self.workload.plural}.{self.workload.group} '
+                           f'"{name}" not found'), None
         if request.method == "GET":
             unknown = sorted(set(query) - {"pretty"})
             if unknown:
                 return _status(400, "BadRequest", f"unknown query parameters {unknown}"), None
             self._advance(key)
             if key not in self.jobsets:
-                return _status(404, "NotFound", f'jobsets "{name}" not found'), None
+                return _status(404, "NotFound", f'{self.workload.plural} "{name}" not found'
+                               ), None
             return Response(json.dumps(self.jobsets[key]), content_type="application/json"), key
         if request.method == "DELETE":
             body = json.loads(request.get_data() or b"{}")
@@ -448,7 +491,7 @@ class FakeKube(WsgiFake):
                 return _status(400, "BadRequest", f"propagationPolicy {policy!r}"), None
             manifest = self.jobsets[key]
             self.deleted.append(name)
-            self.deleted_states.append(manifest["status"].get("terminalState") or "Running")
+            self.deleted_states.append(self.workload.state(manifest))
             if policy == "Foreground" and self.delete_lag > 0:
                 if key not in self.deleting:
                     self.deleting[key] = self.delete_lag
@@ -461,6 +504,14 @@ class FakeKube(WsgiFake):
             self._remove(key)
             return Response(json.dumps(gone), content_type="application/json"), None
         return _status(405, "MethodNotAllowed", request.method), None
+
+    def _custom(self, path: str) -> tuple[str, str | None] | None:
+        """(namespace, name) of a path to this fake's custom resource; None otherwise."""
+        match = _CUSTOM.match(path)
+        w = self.workload
+        if match and match.group(1, 2, 4) == (w.group, w.version, w.plural):
+            return match.group(3), match.group(5)
+        return None
 
     _LIST_PARAMS = {"fieldSelector", "labelSelector", "resourceVersion", "limit"}
     _WATCH_PARAMS = {"watch", "fieldSelector", "labelSelector", "resourceVersion",
@@ -481,7 +532,8 @@ class FakeKube(WsgiFake):
             return _status(400, "BadRequest", "list one JobSet: fieldSelector=metadata.name="
                            ), None
         items = [copy.deepcopy(self.jobsets[key])] if key in self.jobsets else []
-        body = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSetList",
+        body = {"apiVersion": f"{self.workload.group}/{self.workload.version}",
+                "kind": f"{self.workload.kind}List",
                 "metadata": {"resourceVersion": str(self._version)}, "items": items}
         return Response(json.dumps(body), content_type="application/json"), key
 
@@ -495,7 +547,7 @@ class FakeKube(WsgiFake):
         version = query.get("resourceVersion", "")
         if not version.isdigit():
             return _status(400, "BadRequest", "watch from a resourceVersion read before")
-        key = self._selected(query, _JOBSETS.match(request.path).group(1))
+        key = self._selected(query, self._custom(request.path)[0])
         if key is None:
             return _status(400, "BadRequest", f"unsupported fieldSelector {query}")
         with self._lock:
@@ -618,9 +670,11 @@ def _true(text: str) -> bool:
     return text in ("1", "t", "T", "true", "TRUE", "True")
 
 
-def _resource(path: str, query: dict, method: str = "GET") -> str:
-    if _JOBSETS.match(path):
-        if path.endswith("/jobsets") and method != "POST":
+def _resource(path: str, query: dict, method: str = "GET", plural: str = "jobsets") -> str:
+    """What a request is about; one custom resource is ``jobset`` whatever its kind."""
+    match = _CUSTOM.match(path)
+    if match and match.group(4) == plural:
+        if match.group(5) is None and method != "POST":
             return "watch" if _true(query.get("watch", "")) else "list"
         return "jobset"
     if path.endswith("/log"):

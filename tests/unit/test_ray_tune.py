@@ -15,7 +15,8 @@ from gkeflow.components.sweep.ray_tune import (
     trial_params,
 )
 from gkeflow.pipelines.compute.profiles import ComputeError
-from gkeflow.pipelines.definitions.sweep import build_sweep_pipeline, uses_ray
+from gkeflow.pipelines.definitions.sweep import build_sweep_pipeline
+from gkeflow.pipelines.definitions.sweep_trials import uses_ray
 from gkeflow.pipelines.settings.sweep_config import SweepConfig
 
 SPACE = {"learning_rate": {"type": "choice", "values": [0.01, 0.001]}}
@@ -60,12 +61,12 @@ def test_a_stopped_trial_is_listed_with_its_epochs_but_never_selected():
     assert rows[1]["error"] == "stopped early by the scheduler after 2 epoch(s)"
 
 
-def test_engine_ray_runs_locally_and_is_refused_on_gke_and_vertex():
+def test_engine_ray_runs_locally_and_on_gke_and_is_refused_on_vertex():
     sweep = SweepConfig(engine="ray", parameters=SPACE)
-    assert uses_ray("local", "ray") and not uses_ray("gke", "ray")
-    for target in ("gke", "vertex"):
-        with pytest.raises(ComputeError, match=f"a {target} sweep cannot use it yet"):
-            build_sweep_pipeline(target, sweep=sweep)
+    assert uses_ray("local", "ray") and uses_ray("gke", "ray") and not uses_ray("vertex", "ray")
+    with pytest.raises(ComputeError, match="a vertex sweep cannot use it: set sweep.engine "
+                                           "vizier"):
+        build_sweep_pipeline("vertex", sweep=sweep)
 
 
 def test_the_sweep_config_takes_the_scheduler_and_grace_epochs():

@@ -38,7 +38,7 @@ GKE_QUEUED_TAINT = "cloud.google.com/gke-queued"
 WORKER_COMMAND = ["python3", "-u", "-m", "gkeflow.components.scaleout.worker"]
 
 
-def _scheduling(profile: ComputeProfile) -> tuple[dict[str, str], list[dict[str, str]]]:
+def node_placement(profile: ComputeProfile) -> tuple[dict[str, str], list[dict[str, str]]]:
     """Node selectors and tolerations of every worker: the single-pod step's capacity rules
     (:mod:`gkeflow.pipelines.compute.capacity`) written into the JobSet's pod template."""
     from gkeflow.pipelines.compute import capacity
@@ -89,7 +89,7 @@ def jobset_template(profile: ComputeProfile, image: str) -> dict[str, Any]:
         tpu = tpu_profile.shape(profile)
         resources[tpu_profile.TPU_RESOURCE] = str(tpu.chips_per_host)
         pods = tpu.hosts
-    selectors, tolerations = _scheduling(profile)
+    selectors, tolerations = node_placement(profile)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": 60,
@@ -168,7 +168,7 @@ def _chief_and_workers(profile: ComputeProfile, job_spec: dict[str, Any]) -> lis
     chief = copy.deepcopy(job_spec)
     chief["parallelism"] = chief["completions"] = 1
     pod = chief["template"]["spec"]
-    selectors, tolerations = _scheduling(replace(profile, scheduling=profile.chief_scheduling,
+    selectors, tolerations = node_placement(replace(profile, scheduling=profile.chief_scheduling,
                                                  spot=False, chief_scheduling=""))
     pod.pop("nodeSelector", None)
     pod.pop("tolerations", None)

@@ -1,0 +1,169 @@
+"""KubeRay engine of a GKE sweep (``sweep.engine: ray``): the trials as one RayJob.
+
+:func:`rayjob_template` turns the trial compute (``train-model``'s profile, one pod per
+trial in flight) into the RayJob every run creates (``ray.io/v1``, checked against the
+vendored CRD of KubeRay v1.7.0; fields KubeRay 1.1 already serves):
+
+- a head group: a small CPU pod (:data:`HEAD_CPU`, :data:`HEAD_MEMORY`) that runs the
+  driver and schedules no trial (``num-cpus: "0"``), on standard capacity so a Spot
+  reclaim never takes the sweep's bookkeeping with it;
+- a worker group ``trials`` of ``replicas`` pods (fixed: no autoscaling), each with the
+  profile's CPU, memory and ``nvidia.com/gpu``, its node selector and tolerations (GPU,
+  Spot, flex-start, reservation), a memory-backed ``/dev/shm`` (Ray's object store), and
+  Ray resources stated outright (one trial per pod: ``num-cpus: "1"``, ``num-gpus``);
+- ``shutdownAfterJobFinishes`` (KubeRay deletes the Ray cluster when the Ray job ends, even
+  when the launcher is gone), the sweep's deadline (``activeDeadlineSeconds``), no retry of
+  the whole job (``backoffLimit: 0``; lost trials are retried inside Tune), the Kueue
+  queue-name label when ``queue`` is set.
+
+Every pod runs as ``worker_service_account``, never as the launcher's account.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gkeflow.pipelines.compute.profiles import (
+    GPU_RESOURCE,
+    SHM_PATH,
+    SHM_VOLUME,
+    ComputeProfile,
+)
+
+HEAD_CPU, HEAD_MEMORY = "2", "8G"
+#: How long KubeRay keeps an ended RayJob's submitter (its log) before cleaning up.
+TTL_AFTER_FINISHED_S = 600
+#: Restarts of a trial whose worker was lost (a Spot node reclaimed): it resumes from its
+#: last checkpoint.
+TRIAL_RETRIES = 3
+RAY_PORTS = [{"name": "gcs", "containerPort": 6379},
+             {"name": "dashboard", "containerPort": 8265},
+             {"name": "client", "containerPort": 10001}]
+
+
+def trial_resources(profile: ComputeProfile) -> dict[str, Any]:
+    """What Tune asks for each trial (``TuneSettings`` fields): one whole worker pod."""
+    return {"cpus_per_trial": 1.0,
+            "gpus_per_trial": float(profile.accelerator_count if profile.uses_gpu else 0),
+            "trial_retries": TRIAL_RETRIES}
+
+
+def rayjob_template(profile: ComputeProfile, image: str, deadline_s: int = 0,
+                    head: ComputeProfile | None = None) -> dict[str, Any]:
+    """The RayJob of a sweep whose trials take ``profile`` (``replicas``: trials at once)
+    and whose head takes ``head`` (its CPU and memory; default :data:`HEAD_CPU`,
+    :data:`HEAD_MEMORY`); name, namespace and entrypoint are set at run time
+    (:mod:`gkeflow.components.sweep.rayjob`)."""
+    from gkeflow.pipelines.compute.engines.gke import node_placement, shm_size
+
+    resources: dict[str, Any] = {"cpu": profile.cpu, "memory": profile.memory}
+    if profile.ephemeral_storage:
+        resources["ephemeral-storage"] = profile.ephemeral_storage
+    if profile.uses_gpu:
+        resources[GPU_RESOURCE] = str(profile.accelerator_count)
+    selectors, tolerations = node_placement(profile)
+    env = [{"name": "TF_CPP_MIN_LOG_LEVEL", "value": "1"}]
+    worker_pod: dict[str, Any] = {
+        "serviceAccountName": profile.worker_service_account,
+        "terminationGracePeriodSeconds": 60,
+        "containers": [{
+            "name": "ray-worker", "image": image, "env": [dict(e) for e in env],
+            "resources": {"requests": dict(resources), "limits": dict(resources)},
+            "volumeMounts": [{"name": SHM_VOLUME, "mountPath": SHM_PATH}],
+        }],
+        "volumes": [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory",
+                                                      "sizeLimit": shm_size(profile)}}],
+    }
+    if selectors:
+        worker_pod["nodeSelector"] = selectors
+    if tolerations:
+        worker_pod["tolerations"] = tolerations
+    head_resources = ({"cpu": head.cpu, "memory": head.memory} if head is not None
+                      else {"cpu": HEAD_CPU, "memory": HEAD_MEMORY})
+    head_pod = {
+        "serviceAccountName": profile.worker_service_account,
+        "containers": [{
+            "name": "ray-head", "image": image, "env": [dict(e) for e in env],
+            "ports": [dict(p) for p in RAY_PORTS],
+            "resources": {"requests": dict(head_resources), "limits": dict(head_resources)},
+        }],
+    }
+    workers = max(1, profile.replicas)
+    gpus = profile.accelerator_count if profile.uses_gpu else 0
+    spec: dict[str, Any] = {
+        "entrypoint": "",
+        "submissionMode": "K8sJobMode",
+        "shutdownAfterJobFinishes": True,
+        "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
+        "backoffLimit": 0,
+        "rayClusterSpec": {
+            "headGroupSpec": {
+                "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
+                "template": {"spec": head_pod},
+            },
+            "workerGroupSpecs": [{
+                "groupName": "trials",
+                "replicas": workers, "minReplicas": workers, "maxReplicas": workers,
+                "rayStartParams": {"num-cpus": "1", "num-gpus": str(gpus)},
+                "template": {"spec": worker_pod},
+            }],
+        },
+    }
+    if deadline_s:
+        spec["activeDeadlineSeconds"] = int(deadline_s)
+    labels = {"app.kubernetes.io/managed-by": "gkeflow"}
+    if profile.queue:
+        from gkeflow.pipelines.compute.capacity import KUEUE_QUEUE_LABEL
+
+        labels[KUEUE_QUEUE_LABEL] = profile.queue
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"labels": labels},
+            "spec": spec}
+
+
+def cluster_profiles(trial: ComputeProfile, head: ComputeProfile, launcher: ComputeProfile,
+                     trials: int, parallel_trials: int, steps: tuple[str, str, str]
+                     ) -> dict[str, ComputeProfile]:
+    """The Ray cluster of a sweep as profiles, so plan and budgets price it: the trial
+    workers (``replicas`` = trials at once) and the head, both with the sweep's deadline
+    (:func:`sweep_deadline_s`), and the launcher step, whose deadline adds the provisioning
+    allowance. ``steps``: their names (trial workers, head, launcher)."""
+    from dataclasses import replace
+
+    from gkeflow.pipelines.compute.engines.gke import PROVISIONING_ALLOWANCE_S
+
+    workers = max(1, min(parallel_trials, trials))
+    deadline = sweep_deadline_s(replace(trial, replicas=workers), trials)
+    waiting = launcher.timeout_s or (deadline + PROVISIONING_ALLOWANCE_S if deadline else 0)
+    return {steps[0]: replace(trial, replicas=workers, timeout_s=deadline),
+            steps[1]: replace(head, timeout_s=deadline),
+            steps[2]: replace(launcher, timeout_s=waiting)}
+
+
+def template_json(trial: ComputeProfile, head: ComputeProfile, image: str) -> str:
+    """:func:`rayjob_template` as the launcher step's constant (compact, sorted JSON)."""
+    import json
+
+    return json.dumps(rayjob_template(trial, image, trial.timeout_s, head), sort_keys=True,
+                      separators=(",", ":"))
+
+
+def sweep_deadline_s(profile: ComputeProfile, trials: int) -> int:
+    """The sweep's deadline: a trial's ``timeout_s`` for each wave of trials (0: none)."""
+    if not profile.timeout_s:
+        return 0
+    waves = -(-trials // max(1, profile.replicas))
+    return profile.timeout_s * waves
+
+
+def describe(profile: ComputeProfile, head: ComputeProfile) -> str:
+    """One line for ``plan``: the Ray cluster the sweep creates."""
+    from gkeflow.pipelines.compute.engines import gpus_text
+    from gkeflow.pipelines.compute.wording import counted
+
+    nodes = f" on {profile.accelerator} nodes" if profile.uses_gpu else ""
+    queue = f", Kueue queue {profile.queue}" if profile.queue else ""
+    return (f"sweep.engine ray creates a KubeRay RayJob: a Ray head ({head.cpu} CPU, "
+            f"{head.memory}) and {counted(max(1, profile.replicas), 'trial worker')} "
+            f"({gpus_text(profile, GPU_RESOURCE)}){nodes}, scheduling {profile.scheduling}"
+            f"{queue}, running as service account {profile.worker_service_account}; "
+            "launched by a 1-CPU pipeline step")
