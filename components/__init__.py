@@ -1,10 +1,9 @@
 """gkeflow's KFP components: prepare_data, train_model, evaluate_model, register_model (and
 its Vertex AI variant register_model_vertex), fingerprint_data, resolve_model,
-predict_batch, report_predictions, the sweep's select_best_trial, tune_with_vizier and
-tune_with_ray, the fan-out preparation steps plan_prepare, prepare_group and merge_prepared,
-the run
-notification notify_run (the exit task of pipelines compiled with notifications), the
-tracking end end_tracking (the exit task of tracked pipelines without them), and
+predict_batch, report_predictions, the sweep's select_best_trial, tune_with_vizier,
+tune_with_ray and tune_on_kuberay, the fan-out preparation steps plan_prepare,
+prepare_group and merge_prepared, the run notification notify_run (the exit task of
+pipelines compiled with notifications), the tracking end end_tracking (the exit task of tracked pipelines without them), and
 deploy_model (and its Vertex AI variant deploy_model_vertex).
 
 The components are loaded lazily: inside a running step only the logic modules are
@@ -30,6 +29,7 @@ _COMPONENTS = {
     "select_best_trial": "gkeflow.components.sweep.component",
     "tune_with_vizier": "gkeflow.components.sweep.vizier_component",
     "tune_with_ray": "gkeflow.components.sweep.ray_component",
+    "tune_on_kuberay": "gkeflow.components.sweep.rayjob_component",
     "plan_prepare": "gkeflow.components.prepare.fanout_component",
     "prepare_group": "gkeflow.components.prepare.fanout_component",
     "merge_prepared": "gkeflow.components.prepare.fanout_component",

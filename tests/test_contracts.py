@@ -15,7 +15,7 @@ def test_every_vendored_contract_is_present_parses_and_has_its_source():
         "kfp-v2beta1.swagger.json", "kubeflow-model-registry.openapi.yaml",
         "jobset.x-k8s.io_jobsets.yaml", "kserve/serving.kserve.io_inferenceservices.yaml",
         "kserve/kserve-tensorflow-serving.yaml", "ml-metadata/metadata_store.proto",
-        "ml-metadata/metadata_store_service.proto"}
+        "ml-metadata/metadata_store_service.proto", "ray.io_rayjobs.yaml"}
     for name, _ in listed:
         text = (CONTRACTS / name).read_text(encoding="utf-8")
         if name.endswith(".proto"):

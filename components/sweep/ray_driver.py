@@ -19,12 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-#: Under the output URI: the published reports of every trial (``reports``, trials order).
-SWEEP_DIR = "sweep"
-
-
-def sweep_uri(output: str) -> str:
-    return f"{output.rstrip('/')}/{SWEEP_DIR}"
+from gkeflow.components.sweep.ray_settings import sweep_uri
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -49,7 +44,8 @@ def run_sweep(dataset: str, schema: str, output: str, trials: list[dict], fixed:
     """Run the sweep unless its reports are published already; returns the reports (in
     ``trials`` order), published under ``<output>/sweep`` with the marker written last."""
     from gkeflow.components.scaleout import storage
-    from gkeflow.components.sweep.ray_tune import TuneSettings, run_tune
+    from gkeflow.components.sweep.ray_settings import TuneSettings
+    from gkeflow.components.sweep.ray_tune import run_tune
 
     where = sweep_uri(output)
     published = storage.published_summary(where)

@@ -25,46 +25,15 @@ import math
 import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SCHEDULERS = ("asha", "median", "none")
+from gkeflow.components.sweep.ray_settings import TuneSettings, trial_uri
+
 #: Keras log name -> the sweep's metric name (measured on the eval split).
 LOG_METRICS = {"val_accuracy": "eval_accuracy", "val_loss": "eval_loss",
                "val_rmse": "eval_rmse"}
 REPORT_KEY = "report"  # the trial's report, in its publication's marker
-
-
-@dataclass(frozen=True)
-class TuneSettings:
-    """How Tune runs the trials: the scheduler, how many at once, and what each gets."""
-
-    metric: str = "eval_accuracy"
-    direction: str = "maximize"
-    scheduler: str = "asha"
-    parallel_trials: int = 2
-    grace_epochs: int = 1  # epochs every trial trains before it can be stopped
-    reduction_factor: int = 2  # ASHA: 1 in this many trials goes on at each rung
-    cpus_per_trial: float = 1.0
-    gpus_per_trial: float = 0.0
-    trial_retries: int = 0  # restarts of a trial whose worker was lost (from its checkpoint)
-
-    def __post_init__(self) -> None:
-        if self.scheduler not in SCHEDULERS:
-            raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)}; "
-                             f"got {self.scheduler!r}")
-        if self.direction not in ("maximize", "minimize"):
-            raise ValueError(f"direction must be maximize or minimize; got {self.direction!r}")
-        if self.parallel_trials < 1 or self.grace_epochs < 1 or self.reduction_factor < 2:
-            raise ValueError("parallel_trials and grace_epochs must be >= 1, "
-                             "reduction_factor >= 2")
-        if self.trial_retries < 0:
-            raise ValueError(f"trial_retries must be >= 0; got {self.trial_retries}")
-
-    @property
-    def mode(self) -> str:
-        return "max" if self.direction == "maximize" else "min"
 
 
 def make_scheduler(settings: TuneSettings, max_epochs: int):
@@ -92,11 +61,6 @@ def trial_params(fixed: Mapping[str, Any], trial: Mapping[str, Any]) -> dict[str
     if isinstance(values.get("hidden_units"), str):
         values["hidden_units"] = tuple(int(u) for u in values["hidden_units"].split(",") if u)
     return values
-
-
-def trial_uri(output: str, trial_id: str) -> str:
-    """Where a trial publishes its model and report."""
-    return f"{output.rstrip('/')}/trials/{trial_id}"
 
 
 def run_trial(config: Mapping[str, Any]) -> None:

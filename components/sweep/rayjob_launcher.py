@@ -31,7 +31,7 @@ from gkeflow.components.scaleout import storage
 from gkeflow.components.scaleout.chief_log import ChiefLog
 from gkeflow.components.scaleout.jobset_launcher import POLL_S, SA_DIR, clean_up
 from gkeflow.components.sweep import rayjob as rj
-from gkeflow.components.sweep.ray_driver import sweep_uri
+from gkeflow.components.sweep.ray_settings import sweep_uri
 from gkeflow.components.sweep.rayjob_remote import RayJobApi, RayJobRemote
 
 
@@ -108,7 +108,7 @@ def launch_in_cluster(template: dict, dataset_uri: str, schema_uri: str,
     Everything that can be checked is checked before any call: the pipeline root and the
     inputs are ``gs://`` (the Ray pods read nothing else), the settings are valid.
     """
-    from gkeflow.components.sweep.ray_tune import TuneSettings
+    from gkeflow.components.sweep.ray_settings import TuneSettings
 
     TuneSettings(**settings)
     output = output_uri(pipeline_root, run_id, task_name)

@@ -199,8 +199,8 @@ def pipeline_profiles(config, pipeline: str, target: str) -> dict:
     elif pipeline == "sweep":
         from gkeflow.pipelines.definitions.sweep import default_sweep, resolve_sweep_compute
 
-        engine = (config.sweep or default_sweep()).engine
-        return resolve_sweep_compute(target, compute, engine, config.preparation)
+        sweep = config.sweep or default_sweep()
+        return resolve_sweep_compute(target, compute, sweep.engine, config.preparation, sweep)
     else:
         from gkeflow.pipelines.definitions.training import resolve_compute as training_compute
 

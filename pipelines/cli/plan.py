@@ -85,7 +85,8 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
         sweep = resolve_sweep(config_path)
 
         def resolve_compute(target, compute):
-            return resolve_sweep_compute(target, compute, sweep.engine, config.preparation)
+            return resolve_sweep_compute(target, compute, sweep.engine, config.preparation,
+                                         sweep)
     else:
         from gkeflow.pipelines.definitions.training import resolve_compute as training_compute
         from gkeflow.pipelines.definitions.training import step_images

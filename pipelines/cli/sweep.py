@@ -198,12 +198,21 @@ def plan_lines(sweep, profiles, target: str) -> list[str]:
     from gkeflow.pipelines.definitions.sweep_trials import uses_ray, uses_vizier
 
     figures = sweep_plan(sweep, profiles)
+    where = "a KubeRay cluster (RayJob)" if target == "gke" else "a local Ray instance"
     engine = ("Vertex AI hyperparameter tuning job (Vizier)" if uses_vizier(target, sweep.engine)
-              else f"Ray Tune on a local Ray instance, scheduler {sweep.scheduler}"
+              else f"Ray Tune on {where}, scheduler {sweep.scheduler}"
               if uses_ray(target, sweep.engine) else "ParallelFor")
     from gkeflow.pipelines.compute.wording import counted
 
-    return [
+    cluster = []
+    if target == "gke" and uses_ray(target, sweep.engine):
+        from gkeflow.pipelines.compute.engines.kuberay import describe
+        from gkeflow.pipelines.definitions.sweep import RAY_HEAD, TRIAL_STEP
+
+        cluster = [f"sweep: {describe(profiles[TRIAL_STEP], profiles[RAY_HEAD])}; priced "
+                   f"above as {TRIAL_STEP} (the trial workers, for the sweep's deadline) and "
+                   f"{RAY_HEAD}"]
+    return cluster + [
         f"sweep: {counted(figures['trials'], 'trial')}, {sweep.algorithm} search over "
         f"{', '.join(sweep.tuned)}; best by {sweep.metric} ({sweep.direction}); {engine}",
         f"sweep: {counted(figures['gpus_per_trial'], 'GPU')} per trial, at most "

@@ -144,6 +144,8 @@ def step_images(profiles: Mapping[str, ComputeProfile] | None = None) -> dict[st
               for step, c in _components().items()}
     if profiles and TRIAL_STEP in profiles:
         images[TRIAL_STEP] = _trial_image(profiles[TRIAL_STEP])
+        if RAY_HEAD in profiles:  # the Ray head runs the trials' image too
+            images[RAY_HEAD] = images[TRIAL_STEP]
     return images
 
 

@@ -25,7 +25,7 @@ import yaml
 from gkeflow.components.cloud.follow import Cancelled, GaveUp, JobFailed
 from gkeflow.components.scaleout import storage
 from gkeflow.components.sweep import rayjob as rj
-from gkeflow.components.sweep.ray_driver import sweep_uri
+from gkeflow.components.sweep.ray_settings import sweep_uri
 from gkeflow.components.sweep.rayjob_launcher import launch, launch_in_cluster
 from gkeflow.components.sweep.rayjob_remote import RayJobApi
 from gkeflow.pipelines.compute.engines.kuberay import rayjob_template, trial_resources

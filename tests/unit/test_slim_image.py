@@ -47,6 +47,7 @@ SLIM_STEPS = {
     "gkeflow.components.sweep.component:select_best_trial",
     "gkeflow.components.sweep.vizier_component:tune_with_vizier",
     "gkeflow.components.scaleout.component:train_model_jobset",
+    "gkeflow.components.sweep.rayjob_component:tune_on_kuberay",
 }
 #: The Vertex AI CustomJob launcher (a module the compiled step runs with ``python -m``).
 CUSTOM_JOB_LAUNCHER = "gkeflow.components.scaleout.vertex_launcher"
