@@ -3,8 +3,9 @@ its Vertex AI variant register_model_vertex), fingerprint_data, resolve_model,
 predict_batch, report_predictions, the sweep's select_best_trial, tune_with_vizier,
 tune_with_ray and tune_on_kuberay, the fan-out preparation steps plan_prepare,
 prepare_group and merge_prepared, the run notification notify_run (the exit task of
-pipelines compiled with notifications), the tracking end end_tracking (the exit task of tracked pipelines without them), and
-deploy_model (and its Vertex AI variant deploy_model_vertex).
+pipelines compiled with notifications), the tracking end end_tracking (the exit task of
+tracked pipelines without them), and deploy_model (and its Vertex AI variant
+deploy_model_vertex).
 
 The components are loaded lazily: inside a running step only the logic modules are
 imported, and those must not pull in the KFP DSL.
