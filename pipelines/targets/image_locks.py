@@ -8,7 +8,8 @@ release gives the same package versions.
 
 The resolver's input is ``pyproject.toml``'s ``dependencies`` with TensorFlow swapped per
 image: ``tensorflow-cpu`` (same version range) in the CPU image, the ``gpu`` extra's
-``tensorflow[and-cuda]`` in the GPU image, ``tensorflow-cpu`` plus the ``tpu`` extra's
+``tensorflow[and-cuda]`` in the GPU image (with the ``ray`` extra: a GKE Ray sweep's
+head and trials run in it), ``tensorflow-cpu`` plus the ``tpu`` extra's
 ``jax[tpu]`` (JAX and the libtpu it names) in the TPU image (resolved for the TPU VM's
 platform, manylinux_2_31: libtpu has no older wheels), and in the slim image (``gkeflow``) no
 TensorFlow at all: :data:`TENSORFLOW_ONLY` (TensorFlow, TensorBoard and what only a
@@ -120,6 +121,8 @@ def resolver_input(pyproject: Path, flavour: str) -> list[str]:
             lines += [str(r) for r in _tensorflow_for(flavour, project)]
             continue
         lines.append(str(requirement))
+    if flavour == "gpu":  # the trials of a GKE Ray sweep run Ray Tune in the GPU image
+        lines += project.get("optional-dependencies", {}).get("ray", [])
     if flavour == "slim":
         # TensorFlow's dependencies bring these into the other locks; the slim image
         # needs them to build its source-only packages (build_requirements)

@@ -1,7 +1,8 @@
 """The GPU image builds from its hashed lock and passes its Dockerfile's import check.
 
 No GPU here: CUDA's libraries are installed and TensorFlow must report a CUDA build, but no
-kernel runs on a device. ``make image-test-gpu`` runs this (it downloads about 3 GB)."""
+kernel runs on a device, and Ray Tune (a GKE Ray sweep's head and trials) imports. ``make
+image-test-gpu`` runs this (it downloads about 3 GB)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,10 @@ def test_gpu_image_builds_imports_and_is_a_cuda_build():
                          builder="podman", push=False, echo=lambda line: print(line, flush=True))
     build_s = time.monotonic() - started
     assert digest.startswith("sha256:")
+    # a GKE Ray sweep's head and trials run Ray Tune in it (the driver, the trial code)
     probe = ("import tensorflow as tf, penguin_head, gkeflow.components.train.logic; "
+             "import ray.tune, gkeflow.components.sweep.ray_driver, "
+             "gkeflow.components.sweep.ray_tune; "
              "info = tf.sysconfig.get_build_info(); "
              "print(tf.__version__, tf.test.is_built_with_cuda(), info.get('cuda_version'), "
              "info.get('cudnn_version'))")
