@@ -77,6 +77,8 @@ def tune_with_ray(
     from gkeflow.components.prepare.logic import Schema
     from gkeflow.components.sweep.logic import metric_for_task, publish_selection, select
     from gkeflow.components.sweep.ray_driver import run_sweep
+    from gkeflow.components.tracking.sweep import track_selection
+    from gkeflow.components.tracking.trials import trial_tracking
 
     # the task is decided from the data at run time: the scheduler stops trials by the
     # regressor's metric when the sweep named a classifier's
@@ -91,13 +93,15 @@ def tune_with_ray(
     with tempfile.TemporaryDirectory(prefix="gkeflow-ray-") as scratch:
         # a local Ray instance, the same driver a KubeRay cluster runs
         reports = run_sweep(dataset.path, schema.path, scratch, trials, fixed, settings,
-                            address="", echo=lambda line: print(line, flush=True))
+                            address="", echo=lambda line: print(line, flush=True),
+                            tracking=trial_tracking("tune-with-ray"))
         selection = select(trials, reports, metric, direction,
                            [t for t in tuned.split(",") if t.strip()])
         models = {r["model_uri"]: Path(r["model_uri"]) for r in map(json.loads, reports)
                   if r.get("model_uri")}
         published = publish_selection(selection, models, best_model, Path(trial_table.path),
                                       sweep_engine="ray", ray_scheduler=scheduler)
+    track_selection(selection, "tune-with-ray")
     outputs = namedtuple("Selection", ["best_trial", "best_value", "hyperparameters", "table",
                                        "labels"])
     return outputs(*published)

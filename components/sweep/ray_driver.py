@@ -34,13 +34,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--trials", required=True, help="JSON list: one dict per trial")
     parser.add_argument("--fixed", required=True, help="JSON: the hyperparameters not searched")
     parser.add_argument("--settings", required=True, help="JSON: TuneSettings fields")
+    parser.add_argument("--tracking", default="{}",
+                        help="JSON: the MLflow server and parent run the trials log under")
     parser.add_argument("--address", default="auto",
                         help="the Ray cluster to join; empty starts a local instance")
     return parser.parse_args(argv)
 
 
 def run_sweep(dataset: str, schema: str, output: str, trials: list[dict], fixed: dict,
-              settings: dict, address: str = "auto", echo=print) -> list[str]:
+              settings: dict, address: str = "auto", echo=print,
+              tracking: dict | None = None) -> list[str]:
     """Run the sweep unless its reports are published already; returns the reports (in
     ``trials`` order), published under ``<output>/sweep`` with the marker written last."""
     from gkeflow.components.scaleout import storage
@@ -53,7 +56,7 @@ def run_sweep(dataset: str, schema: str, output: str, trials: list[dict], fixed:
         echo(f"the sweep's reports are already published at {where}; nothing to run")
         return list(published["reports"])
     reports = run_tune(dataset, schema, trials, fixed, TuneSettings(**settings), output,
-                       echo=echo, address=address)
+                       echo=echo, address=address, tracking=tracking)
     with tempfile.TemporaryDirectory(prefix="gkeflow-sweep-") as scratch:
         storage.publish(Path(scratch), where, {"reports": reports})
     echo(f"published {len(reports)} trial reports at {where}")
@@ -63,7 +66,8 @@ def run_sweep(dataset: str, schema: str, output: str, trials: list[dict], fixed:
 def run(args: argparse.Namespace, echo=print) -> list[str]:
     """:func:`run_sweep` with the command line's arguments."""
     return run_sweep(args.dataset, args.schema, args.output, json.loads(args.trials),
-                     json.loads(args.fixed), json.loads(args.settings), args.address, echo)
+                     json.loads(args.fixed), json.loads(args.settings), args.address, echo,
+                     json.loads(args.tracking))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,33 +64,22 @@ def trial_params(fixed: Mapping[str, Any], trial: Mapping[str, Any]) -> dict[str
 
 
 def run_trial(config: Mapping[str, Any]) -> None:
-    """One Tune trial (runs in a Ray worker): fetch the inputs, train, report each epoch,
-    publish the model and the trial's report (written last)."""
+    """One Tune trial (runs in a Ray worker): fetch the inputs, train, report each epoch to
+    Tune (and to the trial's MLflow run, when tracked), publish the model and the trial's
+    report (written last)."""
     import tempfile
-
-    from ray import tune
 
     from gkeflow.components.prepare.logic import Schema
     from gkeflow.components.scaleout import storage
+    from gkeflow.components.tracking.steps import track_training, training_params
+    from gkeflow.components.tracking.trials import open_trial_run
     from gkeflow.components.train.logic import TrainParams, train
     from gkeflow.components.train.report import trial_report
 
     trial, metric, output = config["trial"], config["metric"], config["output"]
     trial_id = str(trial["trial_id"])
     published = trial_uri(output, trial_id)
-
-    def reporter(_sampler):
-        import keras
-
-        class ReportEpoch(keras.callbacks.Callback):
-            def on_epoch_end(self, epoch, logs=None):
-                named = {LOG_METRICS.get(k, k): float(v) for k, v in (logs or {}).items()}
-                value = named.get(metric)
-                if value is not None and math.isfinite(value):
-                    tune.report({"epoch": epoch + 1, metric: value})
-
-        return ReportEpoch()
-
+    tracker = open_trial_run(config.get("tracking") or {}, trial_id)
     with tempfile.TemporaryDirectory(prefix=f"gkeflow-{trial_id}-") as scratch:
         local = Path(scratch)
         model_dir = local / "model"
@@ -98,16 +87,52 @@ def run_trial(config: Mapping[str, Any]) -> None:
             dataset = storage.download(config["dataset"], local / "dataset")
             schema = storage.download(config["schema"], local / "schema.json")
             params = TrainParams(**trial_params(config["fixed"], trial))
-            result = train(dataset, Schema.load(schema), model_dir, params, live=reporter,
+            tracker.log_params(training_params(params))
+            result = train(dataset, Schema.load(schema), model_dir, params,
+                           live=lambda sampler: epoch_reporter(metric, tracker, sampler),
                            checkpoint_dir=f"{output.rstrip('/')}/checkpoints/{trial_id}")
             report = trial_report(trial_id, f"{published}/model",
                                   {**result.metrics, "epochs_run": result.epochs_run})
+            track_training(result, params, model_dir, task=trial_id, tracker=tracker,
+                           live=True)
         except Exception as exc:  # a failed trial is listed; the sweep goes on
             report = trial_report(trial_id, "", error=f"{type(exc).__name__}: {exc}")
+            tracker.finish("FAILED")
             model_dir.mkdir(parents=True, exist_ok=True)
         out = local / "published"
         shutil.copytree(model_dir, out / "model")
         storage.publish(out, published, {REPORT_KEY: report})
+
+
+def epoch_reporter(metric: str, tracker, sampler):
+    """A Keras callback: each epoch's curves into the trial's run (when tracked), then its
+    eval metric to Tune, whose scheduler may stop the trial there."""
+    import keras
+    from ray import tune
+
+    from gkeflow.components.tracking.live import live_curves
+
+    curves = live_curves(tracker, sampler)
+
+    class ReportEpoch(keras.callbacks.Callback):
+        def set_model(self, model):
+            super().set_model(model)
+            if curves is not None:
+                curves.set_model(model)
+
+        def on_epoch_begin(self, epoch, logs=None):
+            if curves is not None:
+                curves.on_epoch_begin(epoch, logs)
+
+        def on_epoch_end(self, epoch, logs=None):
+            if curves is not None:
+                curves.on_epoch_end(epoch, logs)
+            named = {LOG_METRICS.get(k, k): float(v) for k, v in (logs or {}).items()}
+            value = named.get(metric)
+            if value is not None and math.isfinite(value):
+                tune.report({"epoch": epoch + 1, metric: value})
+
+    return ReportEpoch()
 
 
 def published_report(output: str, trial_id: str) -> str | None:
@@ -141,12 +166,15 @@ def stopped_report(trial_id: str, metric: str, last: Mapping[str, Any]) -> str:
 
 def run_tune(dataset: str | Path, schema: str | Path, trials: Sequence[Mapping[str, Any]],
              fixed: Mapping[str, Any], settings: TuneSettings, output: str | Path,
-             echo: Callable[[str], None] = print, address: str = "") -> list[str]:
+             echo: Callable[[str], None] = print, address: str = "",
+             tracking: Mapping[str, str] | None = None) -> list[str]:
     """Run every trial under Tune; one JSON report per trial, in ``trials`` order.
 
     ``dataset``, ``schema`` and ``output``: directories (or files) on this machine, or
     URIs every node reads alike (``gs://``). ``address``: the Ray cluster to join
     (``"auto"`` on a KubeRay head); empty starts a local instance sized for the trials.
+    ``tracking``: where each trial opens its MLflow run
+    (:func:`gkeflow.components.tracking.trials.trial_tracking`); empty for none.
     """
     import ray
     from ray import tune
@@ -176,7 +204,8 @@ def run_tune(dataset: str | Path, schema: str | Path, trials: Sequence[Mapping[s
             trainable,
             param_space={"trial": tune.grid_search(list(trials)), "fixed": dict(fixed),
                          "metric": settings.metric, "dataset": str(dataset),
-                         "schema": str(schema), "output": output},
+                         "schema": str(schema), "output": output,
+                         "tracking": dict(tracking or {})},
             tune_config=tune.TuneConfig(scheduler=make_scheduler(settings, max_epochs),
                                         max_concurrent_trials=settings.parallel_trials),
             run_config=tune.RunConfig(

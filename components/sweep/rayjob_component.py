@@ -94,6 +94,8 @@ def tune_on_kuberay(
     from gkeflow.components.scaleout import storage
     from gkeflow.components.sweep import rayjob_launcher
     from gkeflow.components.sweep.logic import metric_for_task, publish_selection, select
+    from gkeflow.components.tracking.sweep import track_selection
+    from gkeflow.components.tracking.trials import trial_tracking
 
     metric, direction = metric_for_task(metric, direction, Schema.load(Path(schema.path))
                                         .regression)
@@ -108,7 +110,8 @@ def tune_on_kuberay(
         call_timeout_s=call_timeout_s, retry_budget_s=retry_budget_s,
         template=json.loads(rayjob_template), dataset_uri=dataset.uri, schema_uri=schema.uri,
         trials=trials, fixed=fixed, settings=settings, pipeline_root=pipeline_root,
-        run_id=pipeline_run_id, task_name=task_name)
+        run_id=pipeline_run_id, task_name=task_name,
+        tracking=trial_tracking("tune-on-kuberay"))
     selection = select(trials, reports, metric, direction,
                        [t for t in tuned.split(",") if t.strip()])
     with tempfile.TemporaryDirectory(prefix="gkeflow-best-") as scratch:
@@ -117,6 +120,7 @@ def tune_on_kuberay(
         published = publish_selection(selection, {uri: local}, best_model,
                                       Path(trial_table.path), sweep_engine="ray",
                                       ray_scheduler=scheduler, ray_cluster="KubeRay RayJob")
+    track_selection(selection, "tune-on-kuberay")
     outputs = namedtuple("Selection", ["best_trial", "best_value", "hyperparameters", "table",
                                        "labels"])
     return outputs(*published)

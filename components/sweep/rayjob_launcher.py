@@ -48,7 +48,8 @@ def output_uri(pipeline_root: str, run_id: str, task_name: str) -> str:
 
 def driver_args(dataset_uri: str, schema_uri: str, output: str,
                 trials: Sequence[Mapping[str, Any]], fixed: Mapping[str, Any],
-                settings: Mapping[str, Any]) -> list[str]:
+                settings: Mapping[str, Any],
+                tracking: Mapping[str, str] | None = None) -> list[str]:
     for name, uri in (("dataset", dataset_uri), ("schema", schema_uri)):
         if not uri.startswith("gs://"):
             raise ValueError(f"the {name} is at {uri or 'no URI'}, which the Ray cluster's "
@@ -56,7 +57,8 @@ def driver_args(dataset_uri: str, schema_uri: str, output: str,
     dump = lambda value: json.dumps(value, sort_keys=True)  # noqa: E731
     return ["--dataset", dataset_uri, "--schema", schema_uri, "--output", output,
             "--trials", dump(list(trials)), "--fixed", dump(dict(fixed)),
-            "--settings", dump(dict(settings))]
+            "--settings", dump(dict(settings))] + (
+                ["--tracking", dump(dict(tracking))] if tracking else [])
 
 
 def launch(api: RayJobApi, manifest: dict, output: str, *, policy: RetryPolicy | None = None,
@@ -102,17 +104,20 @@ def launch_in_cluster(template: dict, dataset_uri: str, schema_uri: str,
                       settings: Mapping[str, Any], pipeline_root: str, run_id: str,
                       task_name: str, api: RayJobApi | None = None, namespace: str = "",
                       window_s: float | None = None, policy: RetryPolicy | None = None,
+                      tracking: Mapping[str, str] | None = None,
                       echo: Callable[[str], None] = print) -> tuple[str, list[str]]:
     """The step's body: launch in the step's own namespace; returns (output URI, reports).
 
     Everything that can be checked is checked before any call: the pipeline root and the
     inputs are ``gs://`` (the Ray pods read nothing else), the settings are valid.
+    ``tracking`` (:func:`gkeflow.components.tracking.trials.trial_tracking`): each trial
+    logs into its own MLflow run; the pods get the credentials by reference.
     """
     from gkeflow.components.sweep.ray_settings import TuneSettings
 
     TuneSettings(**settings)
     output = output_uri(pipeline_root, run_id, task_name)
-    args = driver_args(dataset_uri, schema_uri, output, trials, fixed, settings)
+    args = driver_args(dataset_uri, schema_uri, output, trials, fixed, settings, tracking)
     policy = policy or RetryPolicy.from_env()
     if api is None:
         from gkeflow.components.scaleout.jobset_launcher import in_cluster_client
@@ -122,6 +127,10 @@ def launch_in_cluster(template: dict, dataset_uri: str, schema_uri: str,
         namespace = (SA_DIR / "namespace").read_text().strip()
     manifest = rj.finish(template, rj.rayjob_name(run_id, task_name), namespace, args,
                          run_id, task_name)
+    if tracking:
+        from gkeflow.components.tracking.trials import kubernetes_env
+
+        manifest = rj.with_env(manifest, kubernetes_env(tracking))
     reports = launch(api, manifest, output, policy=policy, window_s=window_s or POLL_S,
                      echo=echo)
     return output, reports

@@ -1,10 +1,12 @@
-"""A sweep in MLflow: the selecting step (select-best-trial, or tune-with-vizier on Vertex AI)
-logs the sweep and its best trial into its own run, and every trial as a nested run of the
-pipeline run's parent, whichever engine ran it.
+"""A sweep in MLflow: the selecting step (select-best-trial, tune-with-vizier on Vertex AI,
+tune-with-ray or tune-on-kuberay) logs the sweep and its best trial into its own run, and
+every trial as a nested run of the pipeline run's parent, whichever engine ran it.
 
-A trial's run is the one its training step opened (task tag = the trial's id, under the
-same parent: ParallelFor trials train in train-model steps, which log their curves there),
-else one made here (Vizier's trials run as Vertex AI jobs the pipeline does not track).
+A trial's run is the one its training opened (task tag = the trial's id, under the same
+parent: ParallelFor trials train in train-model steps and Ray Tune trials in Ray workers,
+both logging their curves there as they train), else one made here (Vizier's trials run as
+Vertex AI jobs the pipeline does not track). A Ray trial the scheduler stopped is ended
+here, ``KILLED``.
 Either way it gets the trial's hyperparameters as params, its objective metric, its status
 and rank, and the best one ``gkeflow.sweep.best = true``.
 """
@@ -106,9 +108,11 @@ def log_trial(t: Tracker, parent: str, outcome: dict[str, Any], row: dict[str, A
                     "gkeflow.sweep.rank": row.get("rank") or "-",
                     "gkeflow.sweep.best": "true" if best else "false",
                     **{f"gkeflow.sweep.hp.{k}": v for k, v in hyperparameters.items()}})
-        if made:
+        # a trial the scheduler stopped (a Ray Tune trial) never ended its own run
+        if made or outcome["status"] == "stopped":
             t.call("ending the trial's run", t.client.set_terminated, run_id,
-                   "FINISHED" if outcome["status"] == "succeeded" else "FAILED",
+                   {"succeeded": "FINISHED", "stopped": "KILLED"}.get(outcome["status"],
+                                                                    "FAILED"),
                    budgeted=False)
     finally:
         t.run_id = own

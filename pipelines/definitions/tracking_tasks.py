@@ -34,7 +34,8 @@ RUN_ID_FIELD = "metadata.labels['pipeline/runid']"
 RUN_NAME_FIELD = "metadata.annotations['pipelines.kubeflow.org/run_name']"
 #: Steps whose code logs to MLflow (gkeflow.components.tracking.steps, .sweep, .handoff).
 TRACKED_STEPS = frozenset({"fingerprint-data", "prepare-data", "merge-prepared", "train-model",
-                           "select-best-trial", "tune-with-vizier", "evaluate-model",
+                           "select-best-trial", "tune-with-vizier", "tune-with-ray",
+                           "tune-on-kuberay", "evaluate-model",
                            "register-model", "deploy-model", "predict-batch",
                            "report-predictions"})
 #: The Vertex AI CustomJob launcher (train-model beyond one pipeline step): not a Python

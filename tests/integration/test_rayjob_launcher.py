@@ -289,7 +289,9 @@ def bucket():
         server.stop()
 
 
-def test_in_cluster_launch_passes_the_sweep_to_the_driver(bucket, tmp_path):
+def test_in_cluster_launch_passes_the_sweep_to_the_driver(bucket, tmp_path, monkeypatch):
+    monkeypatch.setenv("GKEFLOW_MLFLOW_GKE_SECRET", "mlflow-credentials")
+    tracking = {"uri": "http://mlflow.mlflow.svc:5000", "parent": "0123abcd"}
     template = rayjob_template(TRIAL, "gkeflow-gpu:test", deadline_s=7200)
     trials = [{"trial_id": "trial-000", "learning_rate": 0.1},
               {"trial_id": "trial-001", "learning_rate": 0.01}]
@@ -305,7 +307,7 @@ def test_in_cluster_launch_passes_the_sweep_to_the_driver(bucket, tmp_path):
             template, "gs://root/runs/1/dataset", "gs://root/runs/1/schema", trials,
             {"epochs": 4}, settings, "gs://root/pipeline", "run-1", "tune-on-kuberay",
             api=api_for(kube), namespace=NS, window_s=0.01, policy=fast_policy(),
-            echo=lambda _: None)
+            tracking=tracking, echo=lambda _: None)
     assert reports == REPORTS
     assert output == "gs://root/pipeline/ray-sweeps/run-1-tune-on-kuberay"
     [created] = kube.created
@@ -316,6 +318,12 @@ def test_in_cluster_launch_passes_the_sweep_to_the_driver(bucket, tmp_path):
     assert json.loads(values["--trials"]) == trials
     assert json.loads(values["--settings"]) == settings
     assert values["--dataset"] == "gs://root/runs/1/dataset"
+    assert json.loads(values["--tracking"]) == tracking, "each trial opens its nested run"
+    for pod in rj.pod_templates(created):  # credentials by reference only
+        env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+        assert env["MLFLOW_TRACKING_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+            "name": "mlflow-credentials", "key": "token", "optional": True}
+        assert all("value" not in e for name, e in env.items() if name.startswith("MLFLOW"))
 
 
 @pytest.mark.parametrize(("root", "dataset", "says"), [

@@ -1,7 +1,9 @@
 """`sweep.engine: ray` really runs Ray Tune on a local Ray instance under kfp.local: the
 trials of the same grid, poor ones stopped early by ASHA (fewer epochs trained in all than
 the grid to its end, which is what ParallelFor trains), the best finished trial selected,
-evaluated and registered."""
+evaluated and registered; tracked on a real MLflow server, every trial a nested run of the
+pipeline run with its curves logged epoch by epoch as it trained, a stopped trial's run
+ended KILLED."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gkeflow.components.register.local_registry import LocalRegistry
 from gkeflow.components.sweep.logic import SWEEP_FILE
@@ -21,6 +24,7 @@ EPOCHS = 6
 #: With one trial at a time ASHA decides in a fixed order: the first trial (a good rate)
 #: trains to its end; the far too low rates fall behind it after their first epoch.
 CONFIG = """
+parameters: {dev: {}}
 sweep:
   engine: ray
   scheduler: asha
@@ -33,12 +37,18 @@ sweep:
 """
 
 
-def test_a_ray_tune_sweep_stops_poor_trials_early_and_registers_the_best(tmp_path):
-    (tmp_path / "gkeflow.yaml").write_text(CONFIG)
+def test_a_ray_tune_sweep_stops_poor_trials_early_and_registers_the_best(tmp_path,
+                                                                        mlflow_server):
+    config = yaml.safe_load(CONFIG)
+    config["tracking"] = {"dev": {"mlflow": {"experiment": "ray-sweep",
+                                             "tracking_uri": mlflow_server.url}}}
+    (tmp_path / "gkeflow.yaml").write_text(yaml.safe_dump(config))
     out = tmp_path / "out"
     result = gkeflow("run", "--pipeline", "sweep", "--config", str(tmp_path / "gkeflow.yaml"),
-                     "--output", str(out), "--epochs", str(EPOCHS), "--param",
-                     "early_stopping_patience=0", cwd=tmp_path)
+                     "--env", "dev", "--output", str(out), "--epochs", str(EPOCHS), "--param",
+                     "early_stopping_patience=0",
+                     # the local registry, not the tracking server's
+                     "--param", f"registry_uri=sqlite:///{out}/registry.db", cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     stdout = " ".join(result.stdout.split())
     assert "sweep of 4 trials, 1 at a time" in stdout
@@ -59,3 +69,23 @@ def test_a_ray_tune_sweep_stops_poor_trials_early_and_registers_the_best(tmp_pat
     statuses = {row["trial_id"]: row["status"] for row in summary["trials"]}
     assert statuses["trial-000"] == "succeeded" and statuses["trial-001"] == "stopped"
     assert (Path(version.uri) / "saved_model.pb").is_file()
+
+    # every trial a nested run of the pipeline run, with its curves as it trained
+    experiment = mlflow_server.api("experiments/get-by-name",
+                                   experiment_name="ray-sweep")["experiment"]
+    runs = [mlflow_server.run(r["info"]["run_id"]) for r in
+            mlflow_server.search_runs(experiment["experiment_id"], "")]
+    trials = {r["tags"].get("gkeflow.task"): r for r in runs
+              if r["tags"].get("gkeflow.task", "").startswith("trial-")}
+    assert set(trials) == {"trial-000", "trial-001", "trial-002", "trial-003"}
+    parent = trials["trial-000"]["tags"]["mlflow.parentRunId"]
+    assert {r["tags"]["mlflow.parentRunId"] for r in trials.values()} == {parent}
+    first = trials["trial-000"]
+    assert first["info"]["status"] == "FINISHED" and first["params"]["learning_rate"] == "0.05"
+    points = mlflow_server.metric_points(first["info"]["run_id"], "loss")
+    assert [step for step, _, _ in points] == list(range(1, EPOCHS + 1))
+    assert len({stamp for _, stamp, _ in points}) == EPOCHS, "each logged as its epoch ended"
+    stopped = trials["trial-001"]
+    assert stopped["info"]["status"] == "KILLED"
+    assert stopped["tags"]["gkeflow.sweep.status"] == "stopped"
+    assert trials[best]["tags"]["gkeflow.sweep.best"] == "true"
