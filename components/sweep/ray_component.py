@@ -30,6 +30,9 @@ def tune_with_ray(
     early_stopping_patience: int = 5,
     user_module: str = "",
     backend: str = "auto",
+    search: str = "fixed",
+    search_space: str = "",
+    seed: int = 0,
 ) -> NamedTuple("Selection", best_trial=str, best_value=float, hyperparameters=str,
                 table=str, labels=str):
     """Runs the sweep's trials under Ray Tune, stopping poor ones early, and picks the best.
@@ -61,6 +64,10 @@ def tune_with_ray(
         early_stopping_patience: Epochs without improvement before a trial stops itself.
         user_module: Your own model module; empty = built-in.
         backend: Keras backend of the trials: auto, tensorflow or jax.
+        search: fixed (the given trials: a grid or seeded random draws) or bayesian
+            (Optuna's TPE sampler over search_space, as many trials as given).
+        search_space: The sweep's parameters (JSON), for bayesian search.
+        seed: The Bayesian sampler's seed.
 
     Returns:
         best_trial: The winning trial's id.
@@ -85,17 +92,19 @@ def tune_with_ray(
     metric, direction = metric_for_task(metric, direction, Schema.load(Path(schema.path))
                                         .regression)
     settings = {"metric": metric, "direction": direction, "scheduler": scheduler,
-                "parallel_trials": parallel_trials, "grace_epochs": grace_epochs}
+                "parallel_trials": parallel_trials, "grace_epochs": grace_epochs,
+                "search": search, "seed": seed}
     fixed = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
              "model_type": model_type, "hidden_units": hidden_units, "dropout": dropout,
              "early_stopping_patience": early_stopping_patience, "user_module": user_module,
              "backend": backend}
     with tempfile.TemporaryDirectory(prefix="gkeflow-ray-") as scratch:
         # a local Ray instance, the same driver a KubeRay cluster runs
-        reports = run_sweep(dataset.path, schema.path, scratch, trials, fixed, settings,
-                            address="", echo=lambda line: print(line, flush=True),
-                            tracking=trial_tracking("tune-with-ray"))
-        selection = select(trials, reports, metric, direction,
+        ran, reports = run_sweep(dataset.path, schema.path, scratch, trials, fixed, settings,
+                                 address="", echo=lambda line: print(line, flush=True),
+                                 tracking=trial_tracking("tune-with-ray"),
+                                 space=json.loads(search_space) if search_space else None)
+        selection = select(ran, reports, metric, direction,
                            [t for t in tuned.split(",") if t.strip()])
         models = {r["model_uri"]: Path(r["model_uri"]) for r in map(json.loads, reports)
                   if r.get("model_uri")}

@@ -34,6 +34,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--trials", required=True, help="JSON list: one dict per trial")
     parser.add_argument("--fixed", required=True, help="JSON: the hyperparameters not searched")
     parser.add_argument("--settings", required=True, help="JSON: TuneSettings fields")
+    parser.add_argument("--space", default="{}",
+                        help="JSON: the search space (sweep.parameters), for bayesian search")
     parser.add_argument("--tracking", default="{}",
                         help="JSON: the MLflow server and parent run the trials log under")
     parser.add_argument("--address", default="auto",
@@ -43,9 +45,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def run_sweep(dataset: str, schema: str, output: str, trials: list[dict], fixed: dict,
               settings: dict, address: str = "auto", echo=print,
-              tracking: dict | None = None) -> list[str]:
-    """Run the sweep unless its reports are published already; returns the reports (in
-    ``trials`` order), published under ``<output>/sweep`` with the marker written last."""
+              tracking: dict | None = None,
+              space: dict | None = None) -> tuple[list[dict], list[str]]:
+    """Run the sweep unless it is published already; returns the trials that ran and
+    their reports, published under ``<output>/sweep`` with the marker written last."""
     from gkeflow.components.scaleout import storage
     from gkeflow.components.sweep.ray_settings import TuneSettings
     from gkeflow.components.sweep.ray_tune import run_tune
@@ -54,20 +57,20 @@ def run_sweep(dataset: str, schema: str, output: str, trials: list[dict], fixed:
     published = storage.published_summary(where)
     if published is not None:
         echo(f"the sweep's reports are already published at {where}; nothing to run")
-        return list(published["reports"])
-    reports = run_tune(dataset, schema, trials, fixed, TuneSettings(**settings), output,
-                       echo=echo, address=address, tracking=tracking)
+        return list(published["trials"]), list(published["reports"])
+    ran, reports = run_tune(dataset, schema, trials, fixed, TuneSettings(**settings), output,
+                            echo=echo, address=address, tracking=tracking, space=space)
     with tempfile.TemporaryDirectory(prefix="gkeflow-sweep-") as scratch:
-        storage.publish(Path(scratch), where, {"reports": reports})
+        storage.publish(Path(scratch), where, {"trials": ran, "reports": reports})
     echo(f"published {len(reports)} trial reports at {where}")
-    return reports
+    return ran, reports
 
 
-def run(args: argparse.Namespace, echo=print) -> list[str]:
+def run(args: argparse.Namespace, echo=print) -> tuple[list[dict], list[str]]:
     """:func:`run_sweep` with the command line's arguments."""
     return run_sweep(args.dataset, args.schema, args.output, json.loads(args.trials),
                      json.loads(args.fixed), json.loads(args.settings), args.address, echo,
-                     json.loads(args.tracking))
+                     json.loads(args.tracking), json.loads(args.space) or None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SCHEDULERS = ("asha", "median", "none")
+#: How the trials' hyperparameters are chosen: ``fixed`` (the grid or seeded random draws
+#: every engine runs, given as the trial list) or ``bayesian`` (Optuna's TPE sampler over
+#: the search space, each trial chosen from the results so far).
+SEARCHES = ("fixed", "bayesian")
 #: Under the output URI: the published reports of every trial (``reports``, trials order).
 SWEEP_DIR = "sweep"
 
@@ -23,6 +27,8 @@ class TuneSettings:
     cpus_per_trial: float = 1.0
     gpus_per_trial: float = 0.0
     trial_retries: int = 0  # restarts of a trial whose worker was lost (from its checkpoint)
+    search: str = "fixed"
+    seed: int = 0  # bayesian: the sampler's seed
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -33,6 +39,8 @@ class TuneSettings:
         if self.parallel_trials < 1 or self.grace_epochs < 1 or self.reduction_factor < 2:
             raise ValueError("parallel_trials and grace_epochs must be >= 1, "
                              "reduction_factor >= 2")
+        if self.search not in SEARCHES:
+            raise ValueError(f"search must be one of {', '.join(SEARCHES)}; got {self.search!r}")
         if self.trial_retries < 0:
             raise ValueError(f"trial_retries must be >= 0; got {self.trial_retries}")
 

@@ -76,7 +76,13 @@ def run_trial(config: Mapping[str, Any]) -> None:
     from gkeflow.components.train.logic import TrainParams, train
     from gkeflow.components.train.report import trial_report
 
-    trial, metric, output = config["trial"], config["metric"], config["output"]
+    trial, metric, output = dict(config["trial"]), config["metric"], config["output"]
+    if "trial_id" not in trial:  # bayesian search: Tune made this trial
+        from ray import tune
+
+        from gkeflow.components.sweep.ray_search import trial_id_of
+
+        trial["trial_id"] = trial_id_of(tune.get_context().get_trial_id())
     trial_id = str(trial["trial_id"])
     published = trial_uri(output, trial_id)
     tracker = open_trial_run(config.get("tracking") or {}, trial_id)
@@ -167,8 +173,14 @@ def stopped_report(trial_id: str, metric: str, last: Mapping[str, Any]) -> str:
 def run_tune(dataset: str | Path, schema: str | Path, trials: Sequence[Mapping[str, Any]],
              fixed: Mapping[str, Any], settings: TuneSettings, output: str | Path,
              echo: Callable[[str], None] = print, address: str = "",
-             tracking: Mapping[str, str] | None = None) -> list[str]:
-    """Run every trial under Tune; one JSON report per trial, in ``trials`` order.
+             tracking: Mapping[str, str] | None = None,
+             space: Mapping[str, Mapping[str, Any]] | None = None
+             ) -> tuple[list[dict], list[str]]:
+    """Run every trial under Tune; the trials (ids and hyperparameters) and one JSON
+    report per trial, in trial order.
+
+    ``trials``: the trials to run (``search: fixed``); with ``search: bayesian`` only their
+    number counts, and the hyperparameters are drawn from ``space`` (``sweep.parameters``).
 
     ``dataset``, ``schema`` and ``output``: directories (or files) on this machine, or
     URIs every node reads alike (``gs://``). ``address``: the Ray cluster to join
@@ -182,8 +194,15 @@ def run_tune(dataset: str | Path, schema: str | Path, trials: Sequence[Mapping[s
     output = str(output)
     if not output.startswith("gs://"):
         Path(output).mkdir(parents=True, exist_ok=True)
+    bayesian = settings.search == "bayesian"
+    if bayesian and not space:
+        raise ValueError("search: bayesian needs the search space (sweep.parameters)")
     max_epochs = max(int(trial_params(fixed, t).get("epochs", 1)) for t in trials)
-    echo(f"Ray Tune: {len(trials)} trials, {settings.parallel_trials} at once, scheduler "
+    if bayesian and "epochs" in space:  # the most a searched epochs can be
+        spec = space["epochs"]
+        max_epochs = int(max(spec.get("values") or [spec.get("max", max_epochs)]))
+    echo(f"Ray Tune: {len(trials)} trials, {settings.parallel_trials} at once, "
+         f"{'Bayesian search (Optuna TPE), ' if bayesian else ''}scheduler "
          f"{settings.scheduler}, {settings.metric} ({settings.direction})")
     # the trials' processes inherit this one's environment (the backend, TF's log level)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -200,22 +219,38 @@ def run_tune(dataset: str | Path, schema: str | Path, trials: Sequence[Mapping[s
     try:
         trainable = tune.with_resources(run_trial, {"cpu": settings.cpus_per_trial,
                                                     "gpu": settings.gpus_per_trial})
+        if bayesian:
+            from gkeflow.components.sweep.ray_search import bayesian_search, tune_domains
+
+            searched = tune_domains(space)
+            search = {"search_alg": bayesian_search(settings.metric, settings.mode,
+                                                    settings.seed, settings.parallel_trials),
+                      "num_samples": len(trials)}
+        else:
+            searched, search = tune.grid_search(list(trials)), {}
         tuner = tune.Tuner(
             trainable,
-            param_space={"trial": tune.grid_search(list(trials)), "fixed": dict(fixed),
+            param_space={"trial": searched, "fixed": dict(fixed),
                          "metric": settings.metric, "dataset": str(dataset),
                          "schema": str(schema), "output": output,
                          "tracking": dict(tracking or {})},
             tune_config=tune.TuneConfig(scheduler=make_scheduler(settings, max_epochs),
-                                        max_concurrent_trials=settings.parallel_trials),
+                                        max_concurrent_trials=settings.parallel_trials,
+                                        **search),
             run_config=tune.RunConfig(
                 storage_path=f"{output.rstrip('/')}/ray", name="sweep", verbose=0,
                 failure_config=tune.FailureConfig(max_failures=settings.trial_retries)),
         )
         results = tuner.fit()
-        found = {}
+        found, ran = {}, {}
         for result in results:
-            trial_id = str(result.config["trial"]["trial_id"])
+            trial = dict(result.config["trial"])
+            if bayesian:
+                from gkeflow.components.sweep.ray_search import trial_id_of
+
+                trial = {"trial_id": trial_id_of(_tune_id(result)), **trial}
+            trial_id = str(trial["trial_id"])
+            ran[trial_id] = trial
             written = published_report(output, trial_id)
             if written is not None:
                 found[trial_id] = written
@@ -230,10 +265,24 @@ def run_tune(dataset: str | Path, schema: str | Path, trials: Sequence[Mapping[s
                 _remove_checkpoints(output, trial_id, echo)
     finally:
         ray.shutdown()
-    reports = [found[str(t["trial_id"])] for t in trials if str(t["trial_id"]) in found]
+    # searched trials in the order the search made them (Tune's results keep it)
+    order = list(ran) if bayesian else [str(t["trial_id"]) for t in trials]
+    ran_trials = [ran[i] for i in order if i in found]
+    reports = [found[i] for i in order if i in found]
     parsed = [json.loads(r) for r in reports]
     epochs = sum(int(r["metrics"].get("epochs_run", 0)) for r in parsed)
     stopped = sum(r["status"] == "stopped" for r in parsed)
     echo(f"Ray Tune: {stopped} of {len(trials)} trials stopped early; {epochs} epochs trained "
          f"in all (every trial to its end: {max_epochs * len(trials)} at most)")
-    return reports
+    return ran_trials, reports
+
+
+def _tune_id(result) -> str:
+    """Tune's id of the trial behind ``result`` (``<experiment>_<counter>``): in its last
+    result, else in the name of its directory."""
+    import re
+
+    if (result.metrics or {}).get("trial_id"):
+        return str(result.metrics["trial_id"])
+    found = re.search(r"_([0-9a-f]{8}|[0-9a-f]{5}_\d{5})_", str(result.path))
+    return found.group(1) if found else str(result.path)

@@ -32,6 +32,9 @@ def tune_on_kuberay(
     early_stopping_patience: int = 5,
     user_module: str = "",
     backend: str = "auto",
+    search: str = "fixed",
+    search_space: str = "",
+    seed: int = 0,
     pipeline_root: str = "",
     pipeline_run_id: str = "",
     task_name: str = "tune-on-kuberay",
@@ -72,6 +75,10 @@ def tune_on_kuberay(
         early_stopping_patience: Epochs without improvement before a trial stops itself.
         user_module: Your own model module; empty = built-in.
         backend: Keras backend of the trials: auto, tensorflow or jax.
+        search: fixed (the given trials: a grid or seeded random draws) or bayesian
+            (Optuna's TPE sampler over search_space, as many trials as given).
+        search_space: The sweep's parameters (JSON), for bayesian search.
+        seed: The Bayesian sampler's seed.
         pipeline_root: The run's gs:// root: inputs, checkpoints and models pass through it.
         pipeline_run_id: Run id; names the RayJob together with task_name.
         task_name: Task name.
@@ -101,18 +108,19 @@ def tune_on_kuberay(
                                         .regression)
     settings = {**json.loads(trial_resources), "metric": metric, "direction": direction,
                 "scheduler": scheduler, "parallel_trials": parallel_trials,
-                "grace_epochs": grace_epochs}
+                "grace_epochs": grace_epochs, "search": search, "seed": seed}
     fixed = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
              "model_type": model_type, "hidden_units": hidden_units, "dropout": dropout,
              "early_stopping_patience": early_stopping_patience, "user_module": user_module,
              "backend": backend}
-    _, reports = rayjob_launcher.launch_step(
+    _, ran, reports = rayjob_launcher.launch_step(
         call_timeout_s=call_timeout_s, retry_budget_s=retry_budget_s,
         template=json.loads(rayjob_template), dataset_uri=dataset.uri, schema_uri=schema.uri,
         trials=trials, fixed=fixed, settings=settings, pipeline_root=pipeline_root,
         run_id=pipeline_run_id, task_name=task_name,
-        tracking=trial_tracking("tune-on-kuberay"))
-    selection = select(trials, reports, metric, direction,
+        tracking=trial_tracking("tune-on-kuberay"),
+        space=json.loads(search_space) if search_space else None)
+    selection = select(ran, reports, metric, direction,
                        [t for t in tuned.split(",") if t.strip()])
     with tempfile.TemporaryDirectory(prefix="gkeflow-best-") as scratch:
         uri = selection.best.model_uri

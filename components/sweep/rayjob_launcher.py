@@ -49,7 +49,8 @@ def output_uri(pipeline_root: str, run_id: str, task_name: str) -> str:
 def driver_args(dataset_uri: str, schema_uri: str, output: str,
                 trials: Sequence[Mapping[str, Any]], fixed: Mapping[str, Any],
                 settings: Mapping[str, Any],
-                tracking: Mapping[str, str] | None = None) -> list[str]:
+                tracking: Mapping[str, str] | None = None,
+                space: Mapping[str, Any] | None = None) -> list[str]:
     for name, uri in (("dataset", dataset_uri), ("schema", schema_uri)):
         if not uri.startswith("gs://"):
             raise ValueError(f"the {name} is at {uri or 'no URI'}, which the Ray cluster's "
@@ -58,13 +59,15 @@ def driver_args(dataset_uri: str, schema_uri: str, output: str,
     return ["--dataset", dataset_uri, "--schema", schema_uri, "--output", output,
             "--trials", dump(list(trials)), "--fixed", dump(dict(fixed)),
             "--settings", dump(dict(settings))] + (
-                ["--tracking", dump(dict(tracking))] if tracking else [])
+                ["--tracking", dump(dict(tracking))] if tracking else []) + (
+                ["--space", dump(dict(space))] if space else [])
 
 
 def launch(api: RayJobApi, manifest: dict, output: str, *, policy: RetryPolicy | None = None,
-           window_s: float = POLL_S, echo: Callable[[str], None] = print) -> list[str]:
+           window_s: float = POLL_S, echo: Callable[[str], None] = print
+           ) -> tuple[list[dict], list[str]]:
     """Run ``manifest`` (named, namespaced: :func:`~.rayjob.finish`) to its end; returns
-    the trials' reports the driver published under ``output``.
+    the trials that ran and their reports, as the driver published them under ``output``.
 
     Raises:
         gkeflow.components.cloud.follow.Ending: ``JobFailed`` (the RayJob failed, was
@@ -81,7 +84,7 @@ def launch(api: RayJobApi, manifest: dict, output: str, *, policy: RetryPolicy |
         echo(f"RayJob {name}: the sweep of this run and task is already published at "
              f"{where}; nothing to launch")
         clean_up(remote, policy, echo)
-        return list(published["reports"])
+        return list(published["trials"]), list(published["reports"])
     remote.log = ChiefLog(api, manifest["metadata"]["namespace"], name, "", echo)
     try:
         follow(remote, policy, echo=echo, stopping_poll_s=1.0)
@@ -96,7 +99,7 @@ def launch(api: RayJobApi, manifest: dict, output: str, *, policy: RetryPolicy |
     if published is None:
         raise JobFailed(f"RayJob {name} completed but its driver published no reports at "
                         f"{where}; see the driver's log above")
-    return list(published["reports"])
+    return list(published["trials"]), list(published["reports"])
 
 
 def launch_in_cluster(template: dict, dataset_uri: str, schema_uri: str,
@@ -105,8 +108,11 @@ def launch_in_cluster(template: dict, dataset_uri: str, schema_uri: str,
                       task_name: str, api: RayJobApi | None = None, namespace: str = "",
                       window_s: float | None = None, policy: RetryPolicy | None = None,
                       tracking: Mapping[str, str] | None = None,
-                      echo: Callable[[str], None] = print) -> tuple[str, list[str]]:
-    """The step's body: launch in the step's own namespace; returns (output URI, reports).
+                      space: Mapping[str, Any] | None = None,
+                      echo: Callable[[str], None] = print
+                      ) -> tuple[str, list[dict], list[str]]:
+    """The step's body: launch in the step's own namespace; returns the output URI, the
+    trials that ran and their reports. ``space``: the search space of a bayesian search.
 
     Everything that can be checked is checked before any call: the pipeline root and the
     inputs are ``gs://`` (the Ray pods read nothing else), the settings are valid.
@@ -117,7 +123,8 @@ def launch_in_cluster(template: dict, dataset_uri: str, schema_uri: str,
 
     TuneSettings(**settings)
     output = output_uri(pipeline_root, run_id, task_name)
-    args = driver_args(dataset_uri, schema_uri, output, trials, fixed, settings, tracking)
+    args = driver_args(dataset_uri, schema_uri, output, trials, fixed, settings, tracking,
+                       space)
     policy = policy or RetryPolicy.from_env()
     if api is None:
         from gkeflow.components.scaleout.jobset_launcher import in_cluster_client
@@ -131,13 +138,13 @@ def launch_in_cluster(template: dict, dataset_uri: str, schema_uri: str,
         from gkeflow.components.tracking.trials import kubernetes_env
 
         manifest = rj.with_env(manifest, kubernetes_env(tracking))
-    reports = launch(api, manifest, output, policy=policy, window_s=window_s or POLL_S,
-                     echo=echo)
-    return output, reports
+    ran, reports = launch(api, manifest, output, policy=policy, window_s=window_s or POLL_S,
+                          echo=echo)
+    return output, ran, reports
 
 
 def launch_step(call_timeout_s: float = 0.0, retry_budget_s: float = 0.0,
-                **arguments) -> tuple[str, list[str]]:
+                **arguments) -> tuple[str, list[dict], list[str]]:
     """:func:`launch_in_cluster` as the component runs it: any ending or error becomes one
     line on stderr and the step's exit code (the traceback only under ``GKEFLOW_DEBUG=1``)."""
     from gkeflow.components.cloud.follow import run_step

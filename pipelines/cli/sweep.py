@@ -19,8 +19,10 @@ def sweep_options(func):
                           "';' separates hidden_units choices), NAME=uniform:LO:HI, "
                           "NAME=loguniform:LO:HI or NAME=int:LO:HI[:STEP]. Replaces the "
                           "same name in gkeflow.yaml's sweep: section."),
-        click.option("--search", "algorithm", type=click.Choice(["grid", "random"]),
-                     help="(sweep) Grid over every combination, or seeded random sampling."),
+        click.option("--search", "algorithm", type=click.Choice(["grid", "random", "bayesian"]),
+                     help="(sweep) Grid over every combination, seeded random sampling, or "
+                          "bayesian (engine ray: Optuna's TPE sampler picks each trial from "
+                          "the results so far)."),
         click.option("--max-trials", type=click.IntRange(1, 100),
                      help="(sweep) Number of trials (random), or the cap on the grid."),
         click.option("--parallel-trials", type=click.IntRange(1, 100),
@@ -29,7 +31,8 @@ def sweep_options(func):
                      help="(sweep) Eval-split metric trials are compared on."),
         click.option("--direction", type=click.Choice(["maximize", "minimize"]),
                      help="(sweep) Default: maximize accuracy, minimize loss."),
-        click.option("--seed", type=int, help="(sweep) Seed of the random search."),
+        click.option("--seed", type=int,
+                     help="(sweep) Seed of the random or Bayesian search."),
         click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
                      help="gkeflow.yaml whose compute: section (and, for a sweep, sweep: "
                           "section) the run uses. Default: ./gkeflow.yaml when it exists "

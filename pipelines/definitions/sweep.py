@@ -355,7 +355,8 @@ def build_sweep_pipeline(target: str = "local",
                 epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
                 model_type=model_type, hidden_units=hidden_units, dropout=dropout,
                 early_stopping_patience=early_stopping_patience, user_module=user_module,
-                backend=backend, **on_gke,
+                backend=backend, search="bayesian" if sweep.algorithm == "bayesian"
+                else "fixed", search_space=_search_space(sweep), seed=sweep.seed, **on_gke,
             ), step)
         elif vizier:
             best = configure(components["tune-with-vizier"](
@@ -418,6 +419,13 @@ def build_sweep_pipeline(target: str = "local",
         )
 
     return sweep_pipeline
+
+
+def _search_space(sweep: SweepConfig) -> str:
+    """The search space a Bayesian search samples (JSON); "" for the fixed trials."""
+    if sweep.algorithm != "bayesian":
+        return ""
+    return json.dumps(sweep.model_dump()["parameters"], sort_keys=True)
 
 
 def _vizier_spec(sweep: SweepConfig, profile: ComputeProfile) -> str:

@@ -7,7 +7,7 @@ Example (``gkeflow.yaml``)::
                                # ray: Ray Tune (local runs), poor trials stopped early
       scheduler: asha          # ray only: asha | median | none
       grace_epochs: 1          # ray only: epochs every trial trains before it can be stopped
-      algorithm: random        # grid | random (seeded)
+      algorithm: random        # grid | random (seeded) | bayesian (engine ray: Optuna TPE)
       seed: 0
       max_trials: 8
       parallel_trials: 2       # trials (and so GPUs) in flight at once
@@ -154,7 +154,7 @@ class SweepConfig(_Strict):
     #: engine ray: the scheduler stopping poor trials (asha, median) or none
     scheduler: Literal["asha", "median", "none"] = "asha"
     grace_epochs: int = Field(1, ge=1)
-    algorithm: Literal["grid", "random"] = "random"
+    algorithm: Literal["grid", "random", "bayesian"] = "random"
     seed: int = 0
     max_trials: int = Field(8, ge=1, le=MAX_TRIALS)
     parallel_trials: int = Field(2, ge=1, le=MAX_TRIALS)
@@ -181,6 +181,10 @@ class SweepConfig(_Strict):
                              "learning_rate: {type: loguniform, min: 0.0001, max: 0.1}")
         for name, spec in self.parameters.items():
             _check_parameter(name, spec)
+        if self.algorithm == "bayesian" and self.engine != "ray":
+            raise ValueError(f"algorithm: bayesian chooses each trial from the results so "
+                             f"far, which engine {self.engine} cannot (its trials are fixed "
+                             "before the run): set engine: ray, or algorithm: random")
         if self.algorithm == "grid":
             size = self.grid_size()
             if size > self.max_trials:
@@ -256,9 +260,12 @@ def expand_trials(sweep: SweepConfig) -> list[dict]:
     as train_model expects (the others come from the pipeline's parameters). Grid: the
     cartesian product in the order the parameters are declared. Random: each trial samples
     every parameter in declaration order from ``random.Random(seed)``; a point drawn twice
-    is kept (trials stay numbered by draw).
+    is kept (trials stay numbered by draw). Bayesian: ``max_trials`` trials with ids only;
+    the search chooses their hyperparameters as the sweep runs.
     """
     names = list(sweep.parameters)
+    if sweep.algorithm == "bayesian":
+        return [{"trial_id": f"trial-{index:03d}"} for index in range(sweep.max_trials)]
     if sweep.algorithm == "grid":
         points = itertools.product(*(sweep.parameters[n].grid() for n in names))
         points = list(itertools.islice(points, sweep.max_trials))

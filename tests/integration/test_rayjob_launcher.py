@@ -40,6 +40,8 @@ NAME = rj.rayjob_name("run-1", "tune-on-kuberay")
 SUBMITTER = f"{NAME}-submitter"
 TRIAL = ComputeProfile(cpu="4", memory="16G", accelerator="nvidia-l4", accelerator_count=1,
                        scheduling="spot", replicas=3, timeout_s=3600, queue="team-a")
+TRIALS = [{"trial_id": "trial-000", "learning_rate": 0.1},
+          {"trial_id": "trial-001", "learning_rate": 0.0001}]
 REPORTS = [json.dumps({"trial_id": "trial-000", "status": "succeeded",
                        "model_uri": "gs://root/trials/trial-000/model",
                        "metrics": {"eval_accuracy": 0.9, "epochs_run": 4}}),
@@ -66,7 +68,7 @@ def driver(output: str):
     def publish(_manifest):
         empty = Path(output).parent / "empty"
         empty.mkdir(parents=True, exist_ok=True)
-        storage.publish(empty, sweep_uri(output), {"reports": REPORTS})
+        storage.publish(empty, sweep_uri(output), {"trials": TRIALS, "reports": REPORTS})
     return publish
 
 
@@ -128,7 +130,7 @@ def test_what_kuberay_itself_refuses_is_caught_by_the_fake():
 def test_creates_follows_the_drivers_log_and_deletes_after_completion(tmp_path):
     output, lines = str(tmp_path / "out"), []
     with fake(output, running_looks=3) as kube:
-        assert run(kube, output, lines) == REPORTS
+        assert run(kube, output, lines) == (TRIALS, REPORTS)
         full_log = kube.log_text(NS, SUBMITTER).splitlines()
     [created] = kube.created
     assert created["metadata"]["name"] == NAME
@@ -152,7 +154,7 @@ def test_faults_of_every_kind_never_stop_the_rayjob_nor_create_a_second(tmp_path
               .script("503", resource="log")
               .script("hang", resource="watch"))
     with fake(output, running_looks=4, faults=faults) as kube:
-        assert run(kube, output, lines, waits=waits, call_timeout_s=0.3) == REPORTS
+        assert run(kube, output, lines, waits=waits, call_timeout_s=0.3) == (TRIALS, REPORTS)
         full_log = kube.log_text(NS, SUBMITTER).splitlines()
     assert faults.unused() == []
     assert len(kube.created) == 1 and kube.count("POST", "jobset") == 1, "one RayJob"
@@ -210,7 +212,7 @@ def test_a_restarted_launcher_reattaches_and_a_failed_rayjob_is_replaced(tmp_pat
     output = str(tmp_path / "out")
     with fake(output, running_looks=2) as kube:
         kube.add_jobset(manifest())
-        assert run(kube, output) == REPORTS
+        assert run(kube, output) == (TRIALS, REPORTS)
     assert kube.created == [], "the running RayJob of the earlier attempt was followed"
     with fake(output, running_looks=1) as kube:
         storage_dir = Path(sweep_uri(output))
@@ -218,7 +220,7 @@ def test_a_restarted_launcher_reattaches_and_a_failed_rayjob_is_replaced(tmp_pat
         kube.add_jobset(manifest())
         kube.jobsets[(NS, NAME)]["status"] = {"jobDeploymentStatus": "Failed",
                                               "jobStatus": "FAILED", "reason": "AppFailed"}
-        assert run(kube, output) == REPORTS
+        assert run(kube, output) == (TRIALS, REPORTS)
     assert len(kube.created) == 1 and kube.deleted_states[0] == "Failed"
 
 
@@ -226,7 +228,7 @@ def test_an_already_published_sweep_is_not_run_again(tmp_path):
     output = str(tmp_path / "out")
     driver(output)(None)
     with fake() as kube:
-        assert run(kube, output) == REPORTS
+        assert run(kube, output) == (TRIALS, REPORTS)
     assert kube.created == []
 
 
@@ -300,15 +302,15 @@ def test_in_cluster_launch_passes_the_sweep_to_the_driver(bucket, tmp_path, monk
 
     def publish(created):
         args = created["spec"]["entrypoint"].split(" --output ")[1].split()[0]
-        storage.publish(tmp_path, sweep_uri(args), {"reports": REPORTS})
+        storage.publish(tmp_path, sweep_uri(args), {"trials": TRIALS, "reports": REPORTS})
 
     with FakeKube(workload=RayJobWorkload(), running_looks=1, on_complete=publish) as kube:
-        output, reports = launch_in_cluster(
+        output, ran, reports = launch_in_cluster(
             template, "gs://root/runs/1/dataset", "gs://root/runs/1/schema", trials,
             {"epochs": 4}, settings, "gs://root/pipeline", "run-1", "tune-on-kuberay",
             api=api_for(kube), namespace=NS, window_s=0.01, policy=fast_policy(),
             tracking=tracking, echo=lambda _: None)
-    assert reports == REPORTS
+    assert (ran, reports) == (TRIALS, REPORTS)
     assert output == "gs://root/pipeline/ray-sweeps/run-1-tune-on-kuberay"
     [created] = kube.created
     import shlex

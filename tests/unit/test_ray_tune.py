@@ -74,3 +74,57 @@ def test_the_sweep_config_takes_the_scheduler_and_grace_epochs():
     assert (sweep.scheduler, sweep.grace_epochs) == ("median", 3)
     with pytest.raises(ValueError):
         SweepConfig(engine="ray", scheduler="pbt", parameters=SPACE)
+
+
+def test_bayesian_search_is_for_the_ray_engine_and_its_trials_are_ids_only():
+    from gkeflow.pipelines.settings.sweep_config import expand_trials, parse_sweep
+
+    for engine in ("kfp", "vizier"):
+        with pytest.raises(ValueError, match=f"which engine {engine} cannot .* set engine: "
+                                             "ray, or algorithm: random"):
+            parse_sweep({"engine": engine, "algorithm": "bayesian", "parameters": SPACE})
+    sweep = parse_sweep({"engine": "ray", "algorithm": "bayesian", "max_trials": 2,
+                         "parameters": SPACE})
+    assert expand_trials(sweep) == [{"trial_id": "trial-000"}, {"trial_id": "trial-001"}]
+    with pytest.raises(ValueError, match="search must be one of fixed, bayesian"):
+        TuneSettings(search="hyperopt")
+
+
+def test_the_search_space_becomes_tune_domains_with_the_grids_bounds():
+    from ray.tune.search.sample import Categorical, Float, Integer
+
+    from gkeflow.components.sweep.ray_search import trial_id_of, tune_domains
+
+    domains = tune_domains({"learning_rate": {"type": "loguniform", "min": 1e-4, "max": 0.1},
+                            "dropout": {"type": "uniform", "min": 0.0, "max": 0.5},
+                            "epochs": {"type": "int", "min": 2, "max": 8, "step": 2},
+                            "hidden_units": {"type": "choice", "values": ["64,32", "16"]}})
+    assert isinstance(domains["learning_rate"], Float)
+    assert (domains["learning_rate"].lower, domains["learning_rate"].upper) == (1e-4, 0.1)
+    assert isinstance(domains["epochs"], Integer)
+    assert {domains["epochs"].sample() for _ in range(200)} == {2, 4, 6, 8}, "upper included"
+    assert isinstance(domains["hidden_units"], Categorical)
+    assert trial_id_of("ae101_00007") == "trial-007" and trial_id_of("301e1c65") == \
+        "trial-301e1c65"
+
+
+def test_a_bayesian_ray_sweep_compiles_with_its_search_space(tmp_path):
+    from kfp import compiler
+
+    from gkeflow.pipelines.settings.sweep_config import parse_sweep
+
+    sweep = parse_sweep({"engine": "ray", "algorithm": "bayesian", "max_trials": 5,
+                         "seed": 3, "parameters": SPACE})
+    for target in ("local", "gke"):
+        path = tmp_path / f"{target}.yaml"
+        compiler.Compiler().compile(build_sweep_pipeline(target, sweep=sweep), str(path))
+        import yaml
+
+        spec = next(yaml.safe_load_all(path.read_text()))
+        task = spec["root"]["dag"]["tasks"]["tune-on-kuberay" if target == "gke"
+                                            else "tune-with-ray"]
+        values = {k: v["runtimeValue"]["constant"] for k, v in
+                  task["inputs"]["parameters"].items() if "runtimeValue" in v}
+        assert values["search"] == "bayesian" and values["seed"] == 3
+        assert json.loads(values["search_space"]) == {
+            "learning_rate": {"type": "choice", "values": [0.01, 0.001]}}
