@@ -37,6 +37,12 @@ DRIVER_COMMAND = ["python3", "-u", "-m", "gkeflow.components.sweep.ray_driver"]
 #: KubeRay refuses RayJob names over 47 characters (its RayCluster and pods add suffixes).
 MAX_NAME = 47
 TRIALS_GROUP = "trials"
+#: The oldest KubeRay whose RayJob CRD holds every field the body sets (1.1 added
+#: ``activeDeadlineSeconds``; ``backoffLimit`` came in 1.2 and defaults to 0 before).
+MIN_KUBERAY = "1.1"
+#: Fields of ``spec`` the launcher relies on, which an older CRD would prune silently.
+RELIED_ON = ("entrypoint", "submissionMode", "shutdownAfterJobFinishes",
+             "ttlSecondsAfterFinished", "activeDeadlineSeconds", "rayClusterSpec")
 COMPLETE, FAILED, VALIDATION_FAILED = "Complete", "Failed", "ValidationFailed"
 
 
@@ -120,6 +126,13 @@ def describe(job: dict) -> str:
         parts.append(f"workers {cluster.get('availableWorkerReplicas', 0)}/"
                      f"{cluster.get('desiredWorkerReplicas', 0)} available")
     return f"RayJob {job['metadata']['name']} " + ", ".join(parts)
+
+
+def pruned_fields(sent: dict, stored: dict) -> list[str]:
+    """``spec`` fields the body set that the stored RayJob lacks (pruned by its CRD)."""
+    kept = stored.get("spec") or {}
+    return [f"spec.{name}" for name in RELIED_ON
+            if name in sent.get("spec", {}) and name not in kept]
 
 
 def worker_account(manifest: dict) -> str:

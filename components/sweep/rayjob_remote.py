@@ -34,6 +34,20 @@ class RayJobRemote(JobSetRemote):
     def worker_account(self) -> str:
         return rj.worker_account(self.manifest)
 
+    def create(self, timeout_s: float) -> dict:
+        """Create the RayJob; refuse (deleting it) one whose stored spec lost a field this
+        launcher relies on: the API server prunes fields its CRD does not know, so a
+        KubeRay older than the one the body was written for accepts it silently."""
+        created = super().create(timeout_s)
+        lost = rj.pruned_fields(self.manifest, created)
+        if lost:
+            self.api.delete(self.namespace, self.jobset, timeout_s)
+            raise ValueError(
+                f"the cluster's RayJob CRD dropped {', '.join(lost)} (a KubeRay operator "
+                f"older than {rj.MIN_KUBERAY}): upgrade KubeRay and its CRDs; the RayJob "
+                f"{self.jobset} was deleted")
+        return created
+
     def explain(self, exc: KubeError) -> None:
         if exc.status == 403:
             raise RuntimeError(
@@ -43,15 +57,15 @@ class RayJobRemote(JobSetRemote):
                 "as") from exc
         if exc.status == 404:
             raise RuntimeError(
-                "the cluster serves no RayJobs (ray.io/v1): install the KubeRay operator, "
-                "1.1 or newer (https://docs.ray.io/en/latest/cluster/kubernetes/"
+                f"the cluster serves no RayJobs (ray.io/v1): install the KubeRay operator, "
+                f"{rj.MIN_KUBERAY} or newer (https://docs.ray.io/en/latest/cluster/kubernetes/"
                 "getting-started/kuberay-operator-installation.html), or set sweep.engine "
                 "kfp") from exc
         if exc.status == 422:
             raise RuntimeError(
                 f"the cluster's KubeRay refused the RayJob ({exc}); it may be older than "
-                "the 1.1 the suite's RayJob needs: upgrade the KubeRay operator and its "
-                "CRDs") from exc
+                f"the {rj.MIN_KUBERAY} the suite's RayJob needs: upgrade the KubeRay operator "
+                "and its CRDs") from exc
 
     def status(self, job: dict) -> Status:
         outcome, message = rj.state(job)

@@ -214,7 +214,9 @@ def plan_lines(sweep, profiles, target: str) -> list[str]:
 
         cluster = [f"sweep: {describe(profiles[TRIAL_STEP], profiles[RAY_HEAD])}; priced "
                    f"above as {TRIAL_STEP} (the trial workers, for the sweep's deadline) and "
-                   f"{RAY_HEAD}"]
+                   f"{RAY_HEAD}",
+                   "sweep: needs the KubeRay operator 1.1 or newer in the cluster (ray.io/v1 "
+                   "RayJob) and deploy/rbac/rayjob-launcher.yaml for the pipeline's account"]
     return cluster + [
         f"sweep: {counted(figures['trials'], 'trial')}, {sweep.algorithm} search over "
         f"{', '.join(sweep.tuned)}; best by {sweep.metric} ({sweep.direction}); {engine}",

@@ -109,6 +109,10 @@ class JobSetWorkload:
         """What the controller refuses after the create was accepted; "" when none."""
         return ""
 
+    def admit(self, manifest: dict) -> dict:
+        """What the API server stores of an accepted body (its CRD may prune fields)."""
+        return manifest
+
     def pods(self, manifest: dict):
         """(pod name, labels, service account) of every pod the controller creates."""
         name = manifest["metadata"]["name"]
@@ -466,7 +470,7 @@ class FakeKube(WsgiFake):
                 return _status(409, "AlreadyExists",
                                f"{self.workload.plural} {key[1]} already exists"), None
             self.created.append(copy.deepcopy(body))
-            self._store(body)
+            self._store(self.workload.admit(body))
             return Response(json.dumps(self.jobsets[key]), status=201,
                             content_type="application/json"), key
         if name is None and request.method == "GET":

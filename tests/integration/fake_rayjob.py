@@ -81,7 +81,18 @@ def operator_refusal(manifest: dict) -> str:
 
 
 class RayJobWorkload:
+    """``pruned``: ``spec`` fields the served CRD does not know (an older KubeRay): the
+    API server accepts the body and stores it without them, saying nothing."""
+
     group, version, plural, kind = "ray.io", "v1", "rayjobs", "RayJob"
+
+    def __init__(self, pruned: tuple[str, ...] = ()):
+        self.pruned = pruned
+
+    def admit(self, manifest: dict) -> dict:
+        for name in self.pruned:
+            manifest["spec"].pop(name, None)
+        return manifest
 
     def prepare(self) -> None:
         _validator()

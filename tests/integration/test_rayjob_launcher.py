@@ -261,6 +261,19 @@ def test_a_create_the_cluster_refuses_says_what_to_do(tmp_path, fault, says):
         assert kube.created == []
 
 
+def test_a_kuberay_too_old_for_the_body_is_said_and_its_rayjob_deleted(tmp_path):
+    """KubeRay 1.0's CRD has no activeDeadlineSeconds: the API server would drop it and
+    the sweep would run without its deadline."""
+    with FakeKube(workload=RayJobWorkload(pruned=("activeDeadlineSeconds",))) as kube:
+        with pytest.raises(GaveUp) as gave_up:
+            run(kube, tmp_path / "o")
+    message = str(gave_up.value)
+    assert "the cluster's RayJob CRD dropped spec.activeDeadlineSeconds (a KubeRay operator " \
+           "older than 1.1): upgrade KubeRay and its CRDs" in message
+    assert "\n" not in message
+    assert len(kube.created) == 1 and kube.deleted == [NAME] and not kube.jobsets
+
+
 def test_a_missing_workers_account_is_refused_before_creating_anything(tmp_path):
     with FakeKube(workload=RayJobWorkload(), service_accounts=("default",)) as kube:
         with pytest.raises(GaveUp) as gave_up:
