@@ -14,7 +14,8 @@ import pytest
 import requests
 
 from gkeflow.pipelines.targets.kfp import KfpBackend
-from gkeflow.pipelines.targets.schedule import apply, list_schedules
+from gkeflow.pipelines.targets.schedule import apply
+from gkeflow.pipelines.targets.schedule_list import list_schedules
 from gkeflow.pipelines.targets.submit import submit, wait_for_run
 from gkeflow.pipelines.targets.transport import RemoteError, RetryPolicy
 from tests.integration.conftest import FAST, TOKEN

@@ -11,7 +11,8 @@ import json
 import pytest
 import requests
 
-from gkeflow.pipelines.targets.schedule import apply, list_schedules, set_enabled
+from gkeflow.pipelines.targets.schedule import apply, set_enabled
+from gkeflow.pipelines.targets.schedule_list import list_schedules
 from gkeflow.pipelines.targets.submit import submit, wait_for_run
 from gkeflow.pipelines.targets.transport import RemoteError, RetryPolicy
 from gkeflow.pipelines.targets.vertex import VertexBackend, sanitise_labels

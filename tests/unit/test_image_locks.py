@@ -51,11 +51,15 @@ def test_the_cpu_image_gets_tensorflow_cpu_at_the_gpu_images_tensorflow_version(
     assert {"nvidia-cudnn-cu12", "nvidia-cublas-cu12"} <= set(gpu)
 
 
-def test_resolver_input_swaps_only_tensorflow():
+def test_resolver_input_swaps_only_tensorflow_and_the_gpu_image_adds_ray():
     project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
     cpu, gpu = resolver_input(PYPROJECT, "cpu"), resolver_input(PYPROJECT, "gpu")
     kept = [line for line in project["dependencies"]
             if normalise(Requirement(line).name) not in CLIENT_ONLY]
+    ray = project["optional-dependencies"]["ray"]  # a GKE Ray sweep runs in the GPU image
+    assert gpu[len(cpu):] == ray and {"ray", "optuna"} <= {
+        normalise(Requirement(line).name) for line in ray}
+    gpu = gpu[:len(cpu)]
     assert len(cpu) == len(gpu) == len(kept) == len(project["dependencies"]) - len(CLIENT_ONLY)
     changed = [(a, b) for a, b in zip(cpu, gpu, strict=True) if a != b]
     assert len(changed) == 1
