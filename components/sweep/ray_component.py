@@ -81,23 +81,19 @@ def tune_with_ray(
     from collections import namedtuple
     from pathlib import Path
 
-    from gkeflow.components.prepare.logic import Schema
-    from gkeflow.components.sweep.logic import metric_for_task, publish_selection, select
+    from gkeflow.components.sweep.logic import publish_selection, select
     from gkeflow.components.sweep.ray_driver import run_sweep
+    from gkeflow.components.sweep.ray_inputs import ray_sweep_inputs
     from gkeflow.components.tracking.sweep import track_selection
     from gkeflow.components.tracking.trials import trial_tracking
 
-    # the task is decided from the data at run time: the scheduler stops trials by the
-    # regressor's metric when the sweep named a classifier's
-    metric, direction = metric_for_task(metric, direction, Schema.load(Path(schema.path))
-                                        .regression)
-    settings = {"metric": metric, "direction": direction, "scheduler": scheduler,
-                "parallel_trials": parallel_trials, "grace_epochs": grace_epochs,
-                "search": search, "seed": seed}
-    fixed = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
-             "model_type": model_type, "hidden_units": hidden_units, "dropout": dropout,
-             "early_stopping_patience": early_stopping_patience, "user_module": user_module,
-             "backend": backend}
+    metric, direction, settings, fixed = ray_sweep_inputs(
+        schema.path, metric, direction, scheduler=scheduler, parallel_trials=parallel_trials,
+        grace_epochs=grace_epochs, search=search, seed=seed, epochs=epochs,
+        batch_size=batch_size, learning_rate=learning_rate, model_type=model_type,
+        hidden_units=hidden_units, dropout=dropout,
+        early_stopping_patience=early_stopping_patience, user_module=user_module,
+        backend=backend)
     with tempfile.TemporaryDirectory(prefix="gkeflow-ray-") as scratch:
         # a local Ray instance, the same driver a KubeRay cluster runs
         ran, reports = run_sweep(dataset.path, schema.path, scratch, trials, fixed, settings,

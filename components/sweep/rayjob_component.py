@@ -97,22 +97,21 @@ def tune_on_kuberay(
     from collections import namedtuple
     from pathlib import Path
 
-    from gkeflow.components.prepare.logic import Schema
     from gkeflow.components.scaleout import storage
     from gkeflow.components.sweep import rayjob_launcher
-    from gkeflow.components.sweep.logic import metric_for_task, publish_selection, select
+    from gkeflow.components.sweep.logic import publish_selection, select
+    from gkeflow.components.sweep.ray_inputs import ray_sweep_inputs
     from gkeflow.components.tracking.sweep import track_selection
     from gkeflow.components.tracking.trials import trial_tracking
 
-    metric, direction = metric_for_task(metric, direction, Schema.load(Path(schema.path))
-                                        .regression)
-    settings = {**json.loads(trial_resources), "metric": metric, "direction": direction,
-                "scheduler": scheduler, "parallel_trials": parallel_trials,
-                "grace_epochs": grace_epochs, "search": search, "seed": seed}
-    fixed = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
-             "model_type": model_type, "hidden_units": hidden_units, "dropout": dropout,
-             "early_stopping_patience": early_stopping_patience, "user_module": user_module,
-             "backend": backend}
+    metric, direction, settings, fixed = ray_sweep_inputs(
+        schema.path, metric, direction, scheduler=scheduler, parallel_trials=parallel_trials,
+        grace_epochs=grace_epochs, search=search, seed=seed, epochs=epochs,
+        batch_size=batch_size, learning_rate=learning_rate, model_type=model_type,
+        hidden_units=hidden_units, dropout=dropout,
+        early_stopping_patience=early_stopping_patience, user_module=user_module,
+        backend=backend)
+    settings.update(json.loads(trial_resources))
     _, ran, reports = rayjob_launcher.launch_step(
         call_timeout_s=call_timeout_s, retry_budget_s=retry_budget_s,
         template=json.loads(rayjob_template), dataset_uri=dataset.uri, schema_uri=schema.uri,

@@ -128,3 +128,32 @@ def test_a_bayesian_ray_sweep_compiles_with_its_search_space(tmp_path):
         assert values["search"] == "bayesian" and values["seed"] == 3
         assert json.loads(values["search_space"]) == {
             "learning_rate": {"type": "choice", "values": [0.01, 0.001]}}
+
+
+def test_a_ray_steps_parameters_split_into_settings_and_fixed_values(tmp_path):
+    from gkeflow.components.prepare.schema import ColumnSchema, Schema
+    from gkeflow.components.sweep.ray_inputs import ray_sweep_inputs
+
+    def schema(task: str) -> str:
+        path = tmp_path / f"{task}.json"
+        columns = [ColumnSchema("x", "numeric", "feature", False),
+                   ColumnSchema("y", "numeric" if task == "regression" else "categorical",
+                                "label", False)]
+        path.write_text(Schema("y", [] if task == "regression" else ["a", "b"], columns,
+                               task).to_json())
+        return str(path)
+
+    metric, direction, settings, fixed = ray_sweep_inputs(
+        schema("classification"), "eval_accuracy", "maximize", scheduler="median", seed=3,
+        epochs=4, backend="jax")
+    assert (metric, direction) == ("eval_accuracy", "maximize")
+    assert settings == {"metric": "eval_accuracy", "direction": "maximize",
+                        "scheduler": "median", "seed": 3}
+    assert fixed == {"epochs": 4, "backend": "jax"}
+    metric, direction, settings, _ = ray_sweep_inputs(schema("regression"), "eval_accuracy",
+                                                      "maximize")
+    assert (metric, direction) == ("eval_rmse", "minimize") == (settings["metric"],
+                                                                settings["direction"])
+    with pytest.raises(TypeError, match="not a Ray sweep parameter: learning_rat"):
+        ray_sweep_inputs(schema("classification"), "eval_accuracy", "maximize",
+                         learning_rat=0.1)
