@@ -71,29 +71,40 @@ def launch(api: KubeApi, manifest: dict, output_uri: str, *,
     policy = policy or RetryPolicy.from_env()
     namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
     remote = JobSetRemote(api, manifest, window_s, echo=echo)
-    summary = policy.call(lambda: storage.published_summary(output_uri),
-                          f"looking for a model published at {output_uri}", on_retry=echo)
+    replicated = manifest["spec"]["replicatedJobs"][0]["name"]
+    return run_to_publication(
+        remote, ChiefLog(api, namespace, name, replicated, echo),
+        lambda: storage.published_summary(output_uri), output_uri,
+        ("the model of this run and task", "the chief published no model"), policy, echo)
+
+
+def run_to_publication(remote: JobSetRemote, log: ChiefLog,
+                       published: Callable[[], dict | None], where: str,
+                       wording: tuple[str, str], policy: RetryPolicy, echo) -> dict:
+    """What a launcher does with ``remote`` (a JobSet or a RayJob): nothing when what it
+    publishes is there already (its summary at ``where``); else create or attach, follow
+    it to its end printing ``log``, delete it once ended and return what it published.
+    ``wording``: what is published, and what is said when nothing was."""
+    summary = policy.call(published, f"looking for what is published at {where}",
+                          on_retry=echo)
+    what = f"{remote.kind} {remote.jobset}"
     if summary is not None:
-        echo(f"JobSet {name}: the model of this run and task is already published at "
-             f"{output_uri}; nothing to launch")
+        echo(f"{what}: {wording[0]} is already published at {where}; nothing to launch")
         clean_up(remote, policy, echo)
         return summary
-    replicated = manifest["spec"]["replicatedJobs"][0]["name"]
-    remote.log = ChiefLog(api, namespace, name, replicated, echo)
+    remote.log = log
     try:
-        # a JobSet of an earlier attempt still being deleted is waited out by watching it
+        # a job of an earlier attempt still being deleted is waited out by watching it
         follow(remote, policy, echo=echo, stopping_poll_s=1.0)
     except JobFailed:
-        remote.log.poll(policy.call_timeout_s)  # the chief's last lines, before the error
+        log.poll(policy.call_timeout_s)  # the last lines of the log, before the error
         clean_up(remote, policy, echo)
         raise
-    remote.log.poll(policy.call_timeout_s)
+    log.poll(policy.call_timeout_s)
     clean_up(remote, policy, echo)
-    summary = policy.call(lambda: storage.published_summary(output_uri),
-                          f"reading the model published at {output_uri}", on_retry=echo)
+    summary = policy.call(published, f"reading what is published at {where}", on_retry=echo)
     if summary is None:
-        raise JobFailed(f"JobSet {name} completed but the chief published no model at "
-                        f"{output_uri}; see the chief's log above")
+        raise JobFailed(f"{what} completed but {wording[1]} at {where}; see its log above")
     return summary
 
 

@@ -25,11 +25,10 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gkeflow.components.cloud.follow import JobFailed, follow
 from gkeflow.components.cloud.retry import RetryPolicy
 from gkeflow.components.scaleout import storage
 from gkeflow.components.scaleout.chief_log import ChiefLog
-from gkeflow.components.scaleout.jobset_launcher import POLL_S, SA_DIR, clean_up
+from gkeflow.components.scaleout.jobset_launcher import POLL_S, SA_DIR, run_to_publication
 from gkeflow.components.sweep import rayjob as rj
 from gkeflow.components.sweep.ray_settings import sweep_uri
 from gkeflow.components.sweep.rayjob_remote import RayJobApi, RayJobRemote
@@ -78,27 +77,10 @@ def launch(api: RayJobApi, manifest: dict, output: str, *, policy: RetryPolicy |
     name = manifest["metadata"]["name"]
     remote = RayJobRemote(api, manifest, window_s, echo=echo)
     where = sweep_uri(output)
-    published = policy.call(lambda: storage.published_summary(where),
-                            f"looking for the sweep's reports at {where}", on_retry=echo)
-    if published is not None:
-        echo(f"RayJob {name}: the sweep of this run and task is already published at "
-             f"{where}; nothing to launch")
-        clean_up(remote, policy, echo)
-        return list(published["trials"]), list(published["reports"])
-    remote.log = ChiefLog(api, manifest["metadata"]["namespace"], name, "", echo)
-    try:
-        follow(remote, policy, echo=echo, stopping_poll_s=1.0)
-    except JobFailed:
-        remote.log.poll(policy.call_timeout_s)  # the driver's last lines, before the error
-        clean_up(remote, policy, echo)
-        raise
-    remote.log.poll(policy.call_timeout_s)
-    clean_up(remote, policy, echo)
-    published = policy.call(lambda: storage.published_summary(where),
-                            f"reading the sweep's reports at {where}", on_retry=echo)
-    if published is None:
-        raise JobFailed(f"RayJob {name} completed but its driver published no reports at "
-                        f"{where}; see the driver's log above")
+    published = run_to_publication(
+        remote, ChiefLog(api, manifest["metadata"]["namespace"], name, "", echo),
+        lambda: storage.published_summary(where), where,
+        ("the sweep of this run and task", "its driver published no reports"), policy, echo)
     return list(published["trials"]), list(published["reports"])
 
 
