@@ -33,10 +33,9 @@ class Resource:
     group: str
     version: str
     plural: str
-    kind: str
 
 
-JOBSET = Resource(js.GROUP, js.VERSION, js.PLURAL, "JobSet")
+JOBSET = Resource(js.GROUP, js.VERSION, js.PLURAL)
 
 
 class BrokenStream(ConnectionError):

@@ -48,6 +48,11 @@ class TuneSettings:
     def mode(self) -> str:
         return "max" if self.direction == "maximize" else "min"
 
+    def check_space(self, space) -> None:
+        """Refuse a Bayesian search without the space it samples (before any cluster)."""
+        if self.search == "bayesian" and not space:
+            raise ValueError("search: bayesian needs the search space (sweep.parameters)")
+
 
 def sweep_uri(output: str) -> str:
     """Where the driver publishes every trial's report."""

@@ -194,9 +194,8 @@ def run_tune(dataset: str | Path, schema: str | Path, trials: Sequence[Mapping[s
     output = str(output)
     if not output.startswith("gs://"):
         Path(output).mkdir(parents=True, exist_ok=True)
+    settings.check_space(space)
     bayesian = settings.search == "bayesian"
-    if bayesian and not space:
-        raise ValueError("search: bayesian needs the search space (sweep.parameters)")
     max_epochs = max(int(trial_params(fixed, t).get("epochs", 1)) for t in trials)
     if bayesian and "epochs" in space:  # the most a searched epochs can be
         spec = space["epochs"]

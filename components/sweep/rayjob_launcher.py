@@ -97,13 +97,14 @@ def launch_in_cluster(template: dict, dataset_uri: str, schema_uri: str,
     trials that ran and their reports. ``space``: the search space of a bayesian search.
 
     Everything that can be checked is checked before any call: the pipeline root and the
-    inputs are ``gs://`` (the Ray pods read nothing else), the settings are valid.
+    inputs are ``gs://`` (the Ray pods read nothing else), the settings are valid and a
+    Bayesian search has its space.
     ``tracking`` (:func:`gkeflow.components.tracking.trials.trial_tracking`): each trial
     logs into its own MLflow run; the pods get the credentials by reference.
     """
     from gkeflow.components.sweep.ray_settings import TuneSettings
 
-    TuneSettings(**settings)
+    TuneSettings(**settings).check_space(space)
     output = output_uri(pipeline_root, run_id, task_name)
     args = driver_args(dataset_uri, schema_uri, output, trials, fixed, settings, tracking,
                        space)

@@ -11,7 +11,7 @@ from gkeflow.components.scaleout.jobset_remote import JobSetRemote
 from gkeflow.components.scaleout.kube import KubeApi, KubeError, Resource
 from gkeflow.components.sweep import rayjob as rj
 
-RAYJOB = Resource(rj.GROUP, rj.VERSION, rj.PLURAL, rj.KIND)
+RAYJOB = Resource(rj.GROUP, rj.VERSION, rj.PLURAL)
 
 
 class RayJobApi(KubeApi):
@@ -28,7 +28,7 @@ class RayJobApi(KubeApi):
 class RayJobRemote(JobSetRemote):
     """One run's sweep RayJob in one namespace."""
 
-    kind = "RayJob"
+    kind = rj.KIND
     worker_rbac, step = "jobset-worker.yaml", "train-model"  # the same bound-to-nothing account
 
     def worker_account(self) -> str:

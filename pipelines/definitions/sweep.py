@@ -168,16 +168,9 @@ def resolve_sweep_compute(target: str, compute: Mapping[str, ComputeProfile] | N
     profiles[TRIAL_STEP] = fit_trial(target, engine, profiles[TRIAL_STEP])[0]
     if problem := ray_refusal(target, engine):
         raise ComputeError(problem)
-    kept = {"tune-with-vizier"} if uses_vizier(target, engine) else {
-        ray_step(target), *((RAY_HEAD,) if target == "gke" else ())} if uses_ray(
-        target, engine) else {"select-best-trial"}
-    for step in SELECTING_STEPS - kept:
+    for step in SELECTING_STEPS - _selecting_steps(target, engine):
         profiles.pop(step)
-    if target == "gke" and uses_ray(target, engine):
-        if profiles[TRIAL_STEP].uses_tpu:
-            raise ComputeError(f"sweep.engine ray on GKE runs each trial on a GPU or CPU "
-                               f"pod; {TRIAL_STEP} asks for a TPU slice: set sweep.engine "
-                               "kfp, or give it a GPU")
+    if RAY_HEAD in profiles:  # a GKE Ray sweep: its cluster, priced with the run
         sweep = sweep or default_sweep()
         profiles.update(kuberay.cluster_profiles(
             profiles[TRIAL_STEP], profiles[RAY_HEAD], profiles["tune-on-kuberay"],
@@ -189,6 +182,15 @@ def resolve_sweep_compute(target: str, compute: Mapping[str, ComputeProfile] | N
     gpu_images[DEPLOY_STEP] = None  # its GPU serves in the serving runtime's image
     validate_profiles(profiles, target, gpu_images)
     return profiles
+
+
+def _selecting_steps(target: str, engine: str) -> set[str]:
+    """The steps that run or select this sweep's trials (of :data:`SELECTING_STEPS`)."""
+    if uses_vizier(target, engine):
+        return {"tune-with-vizier"}
+    if uses_ray(target, engine):
+        return {ray_step(target), RAY_HEAD} if target == "gke" else {ray_step(target)}
+    return {"select-best-trial"}
 
 
 def build_sweep_pipeline(target: str = "local",

@@ -40,6 +40,8 @@ def ray_refusal(target: str, engine: str) -> str:
 def fit_trial(target: str, engine: str, trial: ComputeProfile) -> tuple[ComputeProfile, str]:
     """The profile sweep trials run with, and a note when it is not ``trial``.
 
+    Ray Tune trials on GKE are one worker pod each, GPU or CPU (a TPU is refused).
+
     Trials fanned out with ParallelFor are pipeline steps. What only a training engine
     gives (several pods or machines; on Vertex AI, Spot, flex-start or a reservation)
     applies to the training pipeline's ``train-model``: each trial gets one machine (on
@@ -53,7 +55,11 @@ def fit_trial(target: str, engine: str, trial: ComputeProfile) -> tuple[ComputeP
     """
     if target == "local":
         return trial, ""
-    vizier = uses_vizier(target, engine)
+    vizier, ray = uses_vizier(target, engine), uses_ray(target, engine)
+    if trial.uses_tpu and ray:
+        raise PipelineUnfit(f"sweep.engine ray on {target.upper()} runs each trial on a GPU "
+                            f"or CPU pod; {TRIAL_STEP} asks for a TPU slice: set sweep.engine "
+                            "kfp, or give it a GPU")
     if trial.uses_tpu and not vizier and (target == "vertex" or tpu_profile.multi_host(trial)):
         where = ("a Vertex AI pipeline step cannot ask for a TPU; use sweep.engine: vizier"
                  if target == "vertex" else "each trial is one pod; use a single-host "
@@ -73,8 +79,9 @@ def fit_trial(target: str, engine: str, trial: ComputeProfile) -> tuple[ComputeP
     fitted = trial.with_overrides(**changes)
     asked = " and ".join(text for _, text in dropped.values())
     hint = " (sweep.engine: vizier runs trials as CustomJobs)" if target == "vertex" else ""
-    if vizier:
-        return fitted, (f"sweep trials run as Vertex AI tuning trials, one machine each: "
+    if vizier or ray:
+        runs_as = "Vertex AI tuning trials" if vizier else "Ray Tune trials on worker pods"
+        return fitted, (f"sweep trials run as {runs_as}, one machine each: "
                         f"{TRIAL_STEP}'s {asked} applies to the training pipeline only")
     unfit = _new_problems(target, trial, fitted)
     if unfit:

@@ -341,15 +341,17 @@ def test_in_cluster_launch_passes_the_sweep_to_the_driver(bucket, tmp_path, monk
         assert all("value" not in e for name, e in env.items() if name.startswith("MLFLOW"))
 
 
-@pytest.mark.parametrize(("root", "dataset", "says"), [
-    ("/mnt/root", "gs://root/d", "the pipeline root is /mnt/root"),
-    ("gs://root/p", "/tmp/dataset", "the dataset is at /tmp/dataset"),
+@pytest.mark.parametrize(("root", "dataset", "search", "says"), [
+    ("/mnt/root", "gs://root/d", "fixed", "the pipeline root is /mnt/root"),
+    ("gs://root/p", "/tmp/dataset", "fixed", "the dataset is at /tmp/dataset"),
+    ("gs://root/p", "gs://root/d", "bayesian", "search: bayesian needs the search space"),
 ])
-def test_inputs_the_ray_pods_cannot_read_are_refused_before_any_call(root, dataset, says):
+def test_what_the_ray_pods_could_not_run_is_refused_before_any_call(root, dataset, search,
+                                                                     says):
     with pytest.raises(ValueError, match=says):
         launch_in_cluster({}, dataset, "gs://root/s", [{"trial_id": "t"}], {},
-                          {"metric": "eval_accuracy"}, root, "r", "t", api=object(),
-                          namespace=NS)
+                          {"metric": "eval_accuracy", "search": search}, root, "r", "t",
+                          api=object(), namespace=NS)
 
 
 def test_the_launcher_role_grants_exactly_what_it_calls(tmp_path):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gkeflow.components.sweep import rayjob as rj
 from gkeflow.pipelines.compute.profiles import (
     GPU_RESOURCE,
     SHM_PATH,
@@ -102,7 +103,7 @@ def rayjob_template(profile: ComputeProfile, image: str, deadline_s: int = 0,
                 "template": {"spec": head_pod},
             },
             "workerGroupSpecs": [{
-                "groupName": "trials",
+                "groupName": rj.TRIALS_GROUP,
                 "replicas": workers, "minReplicas": workers, "maxReplicas": workers,
                 "rayStartParams": {"num-cpus": "1", "num-gpus": str(gpus)},
                 "template": {"spec": worker_pod},
@@ -116,7 +117,7 @@ def rayjob_template(profile: ComputeProfile, image: str, deadline_s: int = 0,
         from gkeflow.pipelines.compute.capacity import KUEUE_QUEUE_LABEL
 
         labels[KUEUE_QUEUE_LABEL] = profile.queue
-    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"labels": labels},
+    return {"apiVersion": rj.API_VERSION, "kind": rj.KIND, "metadata": {"labels": labels},
             "spec": spec}
 
 
@@ -141,10 +142,9 @@ def cluster_profiles(trial: ComputeProfile, head: ComputeProfile, launcher: Comp
 
 def template_json(trial: ComputeProfile, head: ComputeProfile, image: str) -> str:
     """:func:`rayjob_template` as the launcher step's constant (compact, sorted JSON)."""
-    import json
+    from gkeflow.components.scaleout.jobset import dumps
 
-    return json.dumps(rayjob_template(trial, image, trial.timeout_s, head), sort_keys=True,
-                      separators=(",", ":"))
+    return dumps(rayjob_template(trial, image, trial.timeout_s, head))
 
 
 def sweep_deadline_s(profile: ComputeProfile, trials: int) -> int:
