@@ -5,9 +5,14 @@ The merged dataset is the one a single ``prepare_data`` step writes from the sam
 (same split of every row, same schema, same statistics up to floating-point summation
 order); its shards stay in the shard root (only manifests pass through the artifact
 store). ``fanout_prepare_pipeline`` runs on its own, or as a sub-pipeline whose
-``dataset`` and ``schema`` outputs feed ``train_model`` and ``evaluate_model``.
+``dataset`` and ``schema`` outputs feed ``train_model`` and ``evaluate_model``. Submitted
+on its own with notifications, its steps run inside the exit handler that notifies (with
+the run's list-price cost) and it returns nothing: KFP refuses pipeline outputs from inside
+an exit handler, and the merged dataset stays merge-prepared's output artifact.
 """
 
+import functools
+import inspect
 from collections.abc import Mapping
 from typing import Optional
 
@@ -71,21 +76,19 @@ def build_fanout_pipeline(target: str = "local",
                           lustre: Optional[LustreSettings] = None):
     """Define ``fanout_prepare_pipeline`` with each step's compute applied for ``target``
     (``compute`` may hold other pipelines' steps too: only this pipeline's are used) and
-    the retention of ``operations``. It carries no notification: it returns its dataset,
-    and KFP refuses pipeline outputs from inside an exit handler."""
+    the retention and notifications of ``operations``: with notifications it returns nothing
+    (see the module's docstring)."""
     profiles = resolve_compute(target, compute)
     if problem := lustre_mounts.check_target(lustre, target):
         raise ComputeError(problem)
     storage = PipelineStorage(target, workspace)
-    operations = operations or Operations(target)
+    operations = (operations or Operations(target)).priced(profiles)
 
     def configure(task: dsl.PipelineTask, step: str) -> dsl.PipelineTask:
         apply_gcsfuse(task, step, gcsfuse, target)  # the buckets the step uses
         lustre_mounts.apply_lustre(task, step, lustre, target)  # and Lustre instances
         return apply_compute(task, profiles[step], target, step)
 
-    @dsl.pipeline(name=PIPELINE_NAME,
-                  pipeline_config=operations.pipeline_config(storage.config()))
     def fanout_prepare_pipeline(
         data_uri: str,
         label_column: str,
@@ -167,7 +170,23 @@ def build_fanout_pipeline(target: str = "local",
         ), "merge-prepared")
         return merge.outputs["dataset"]
 
-    return fanout_prepare_pipeline
+    if operations.notifications is not None:
+        fanout_prepare_pipeline = operations.wrap(PIPELINE_NAME)(
+            _without_output(fanout_prepare_pipeline))
+    return dsl.pipeline(name=PIPELINE_NAME,
+                        pipeline_config=operations.pipeline_config(storage.config())
+                        )(fanout_prepare_pipeline)
+
+
+def _without_output(func):
+    """``func`` returning nothing, with its signature less the return annotation."""
+    @functools.wraps(func)
+    def steps(*args, **kwargs) -> None:
+        func(*args, **kwargs)
+
+    steps.__signature__ = inspect.signature(func).replace(
+        return_annotation=inspect.Signature.empty)
+    return steps
 
 
 #: The pipeline as ``kfp.local`` runs it.

@@ -153,7 +153,8 @@ class Operations:
         settings = self.notifications
         simple = {n: p for n, p in signature.parameters.items() if p.annotation in _SIMPLE
                   or p.annotation in {t.__name__ for t in _SIMPLE}}
-        defaults = {n: p.default for n, p in simple.items()}
+        defaults = {n: p.default for n, p in simple.items()
+                    if p.default is not inspect.Parameter.empty}
         parameters = ITEM_SEP.join(f"{name}{KV_SEP}{arguments[name]}" for name in simple)
         secret = settings.webhook.secret_for(self.target)
         task = notify_run(

@@ -77,8 +77,15 @@ def _fanout_prepare(target: str, compute=None, config=None):
     config = _loaded(config)
     return build_fanout_pipeline(target, pipeline_compute("fanout-prepare", compute),
                                  config.preparation.parallelism, config.gke_workspace(),
-                                 operations.Operations(target, retention=config.retention),
+                                 _untracked(operations.of(config, target)),
                                  gcsfuse=config.gcsfuse, lustre=config.lustre)
+
+
+def _untracked(ops: operations.Operations) -> operations.Operations:
+    """``ops`` without MLflow tracking: the fan-out pipeline's steps log no runs."""
+    from dataclasses import replace
+
+    return replace(ops, tracking=None)
 
 
 #: Pipeline short name -> builder taking a target, per-step compute overrides and the

@@ -4,6 +4,8 @@ retention to PipelineConfig time-to-live on GKE; nothing changes without them.""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -29,7 +31,7 @@ def _docs(path):
     return list(yaml.safe_load_all(path.read_text()))
 
 
-@pytest.mark.parametrize("pipeline", ["training", "prediction", "sweep"])
+@pytest.mark.parametrize("pipeline", ["training", "prediction", "sweep", "fanout-prepare"])
 def test_each_pipeline_runs_inside_an_exit_handler_that_notifies(pipeline, tmp_path):
     config = select(_config(notifications={"default": {"webhook": WEBHOOK}}))
     for target in ("gke", "vertex"):
@@ -45,6 +47,14 @@ def test_each_pipeline_runs_inside_an_exit_handler_that_notifies(pipeline, tmp_p
         inputs = notify["inputs"]["parameters"]
         assert inputs["status"]["taskFinalStatus"]["producerTask"] == "exit-handler-1"
         assert inputs["when"]["runtimeValue"]["constant"] == "failure"
+        # each step's hourly list price, for the notification to give the run's cost
+        rates = json.loads(inputs["step_rates"]["runtimeValue"]["constant"])["steps"]
+        tasks_anywhere = {t for c in spec["components"].values()
+                          for t in c.get("dag", {}).get("tasks", {})}
+        assert rates and set(rates) <= tasks_anywhere
+        if pipeline == "fanout-prepare":  # no pipeline output from inside an exit handler
+            assert "outputDefinitions" not in spec["root"]
+            assert set(rates) == {"plan-prepare", "prepare-group", "merge-prepared"}
         text = path.read_text()
         assert "hooks." not in text and "https://hooks" not in text
         if target == "gke":
@@ -83,6 +93,14 @@ def test_a_schedule_s_own_notifications_win_over_its_environment_s(tmp_path):
     assert (own.when, own.webhook.gke_secret) == ("always", "other")
     assert inherited.webhook.gke_secret == "gkeflow-webhook/hook"
     assert select(config, "default")._notify is None
+
+
+def test_the_fanout_pipeline_without_notifications_returns_its_dataset(tmp_path):
+    path = compile_pipeline("fanout-prepare", "vertex", tmp_path, config=select(_config()))
+    (spec,) = _docs(path)
+    assert "exit-handler-1" not in spec["root"]["dag"]["tasks"]
+    assert spec["root"]["outputDefinitions"]["artifacts"]["Output"]["artifactType"][
+        "schemaTitle"] == "system.Dataset"
 
 
 def test_without_notifications_the_pipeline_is_unchanged(tmp_path):
@@ -240,7 +258,7 @@ def test_compile_env_prod_carries_notifications_prod_and_retention(tmp_path, mon
     result = CliRunner().invoke(main, ["compile", "--env", "prod", "--config", config,
                                        "--output", str(out)])
     assert result.exit_code == 0, result.output
-    files = [out / f"{p}.{t}.yaml" for p in ("training", "prediction", "sweep")
+    files = [out / f"{p}.{t}.yaml" for p in ("training", "prediction", "sweep", "fanout-prepare")
              for t in ("gke", "vertex")]
     for path in files:
         docs = _docs(path)
@@ -263,12 +281,6 @@ def test_compile_env_prod_carries_notifications_prod_and_retention(tmp_path, mon
             assert "resourceTtl" not in text
             assert inputs["webhook_secret"]["runtimeValue"]["constant"] == WEBHOOK[
                 "vertex_secret"]
-    # fanout-prepare returns its dataset, which KFP refuses from inside an exit handler:
-    # retention only
-    fanout = _docs(out / "fanout-prepare.gke.yaml")
-    assert "notify-run" not in fanout[0]["root"]["dag"]["tasks"]
-    assert fanout[1]["platforms"]["kubernetes"]["pipelineConfig"][
-        "resourceTtlOnCompletion"] == 7 * 86400
     # --check compares with what the same --env compiles; plain compile has no prod
     runner = CliRunner()
     check = ["compile", "--check", "--config", config, "--output", str(out)]
