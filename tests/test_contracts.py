@@ -43,6 +43,7 @@ def _proto_messages(*names: str) -> dict[str, dict[str, tuple[int, int, int, str
                 if depth == 0:
                     break
             body = text[start + 1:end]
+            enums = set(re.findall(r"\n  enum (\w+) \{", body))
             body = re.sub(r"\n  (message|enum) \w+ \{.*?\n  \}", "", body, flags=re.S)
             fields = {}
             for label, kind, field, number in re.findall(
@@ -51,6 +52,9 @@ def _proto_messages(*names: str) -> dict[str, dict[str, tuple[int, int, int, str
                 if kind.startswith("map<"):
                     entry = "".join(p.title() for p in field.split("_")) + "Entry"
                     fields[field] = (int(number), 3, 11, f".ml_metadata.{match[1]}.{entry}")
+                elif kind in enums:  # an enum nested in the message
+                    fields[field] = (int(number), 3 if label == "repeated" else 1, 14,
+                                     f".ml_metadata.{match[1]}.{kind}")
                 elif kind in _SCALARS:
                     fields[field] = (int(number), 3 if label == "repeated" else 1,
                                      _SCALARS[kind], "")
@@ -73,6 +77,13 @@ def test_the_ml_metadata_messages_gkeflow_declares_match_the_vendored_protos():
         for name, number, label, kind, type_name in fields:
             assert contract[message][name] == (number, label, kind, type_name), (
                 f"ml_metadata.{message}.{name}")
+    store = (CONTRACTS / "ml-metadata/metadata_store.proto").read_text()
+    for message, (enum, values) in mlmd._ENUMS.items():
+        block = re.search(rf"^message {message} \{{.*?\n  enum {enum} \{{(.*?)\n  \}}",
+                          store, re.M | re.S)
+        assert block, f"ml_metadata.{message}.{enum}"
+        declared = [(n, int(v)) for n, v in re.findall(r"(\w+) = (\d+);", block[1])]
+        assert declared == values, f"ml_metadata.{message}.{enum}"
     service = (CONTRACTS / "ml-metadata/metadata_store_service.proto").read_text()
     for method in ("GetArtifactsByID", "GetExecutionsByID"):
         assert re.search(rf"rpc {method}\({method}Request\)\s+returns \({method}Response\)",

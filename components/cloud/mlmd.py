@@ -42,6 +42,7 @@ _MESSAGES = {
                  ("custom_properties", 5, 3, 11, ".ml_metadata.Artifact.CustomPropertiesEntry"),
                  ("name", 7, 1, 9, ""), ("type", 8, 1, 9, "")],
     "Execution": [("id", 1, 1, 3, ""), ("type_id", 2, 1, 3, ""),
+                  ("last_known_state", 3, 1, 14, ".ml_metadata.Execution.State"),
                   ("properties", 4, 3, 11, ".ml_metadata.Execution.PropertiesEntry"),
                   ("custom_properties", 5, 3, 11,
                    ".ml_metadata.Execution.CustomPropertiesEntry"),
@@ -51,6 +52,9 @@ _MESSAGES = {
     "GetExecutionsByIDRequest": [("execution_ids", 1, 3, 3, "")],
     "GetExecutionsByIDResponse": [("executions", 1, 3, 11, ".ml_metadata.Execution")],
 }
+#: Enums nested in a message: message -> (enum, [(value, number)]).
+_ENUMS = {"Execution": ("State", [("UNKNOWN", 0), ("NEW", 1), ("RUNNING", 2), ("COMPLETE", 3),
+                                  ("FAILED", 4), ("CACHED", 5), ("CANCELED", 6)])}
 _MAPS = {"Artifact": ("properties", "custom_properties"),
          "Execution": ("properties", "custom_properties")}
 
@@ -86,6 +90,11 @@ def messages() -> dict[str, type]:
         message = file.message_type.add(name=name)
         if name == "Value":
             message.oneof_decl.add(name="value")
+        if name in _ENUMS:
+            enum_name, values = _ENUMS[name]
+            enum = message.enum_type.add(name=enum_name)
+            for value_name, number in values:
+                enum.value.add(name=value_name, number=number)
         for field_name, number, label, kind, type_name in fields:
             field = message.field.add(name=field_name, number=number, label=label, type=kind)
             if type_name:

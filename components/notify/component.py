@@ -56,6 +56,14 @@ def notify_run(
     """
     import json
 
+    from gkeflow.components.cloud.run_api import (
+        apply_run,
+        kfp_history,
+        kfp_registered_version,
+        kfp_run,
+        vertex_history,
+        vertex_run,
+    )
     from gkeflow.components.notify.logic import (
         RunReport,
         changed_parameters,
@@ -67,14 +75,6 @@ def notify_run(
         parse_parameters,
         send_policy,
     )
-    from gkeflow.components.notify.run_api import (
-        apply_run,
-        kfp_history,
-        kfp_registered_version,
-        kfp_run,
-        vertex_history,
-        vertex_run,
-    )
 
     # Each backend names the end its own way (KFP: COMPLETE; Vertex AI: SUCCEEDED).
     report = RunReport(
@@ -85,10 +85,14 @@ def notify_run(
         error=status.error_message or "",
         parameters=changed_parameters(parse_parameters(parameters), json.loads(defaults)))
     # the run's end in its trackers first (a no-op unless tracking was compiled in)
+    from gkeflow.components.cloud.run_api import cached_steps_reader
     from gkeflow.components.tracking.run_end import end_run
 
-    end_run(report.state, target, run_id, run_name, status.pipeline_job_resource_name or "")
     policy = send_policy()
+    end_run(report.state, target, run_id, run_name, status.pipeline_job_resource_name or "",
+            cached_steps=cached_steps_reader(target, run_api, run_id,
+                                             status.pipeline_job_resource_name or "",
+                                             metadata_api, policy))
     history = []  # earlier runs' step durations: the expected cost
     if run_api:
         try:

@@ -46,15 +46,18 @@ def producer(client: Any, experiment_id: str, parent_run_id: str, task: str,
 
 def record_cached_steps(tracking_uri: str, parent_run_id: str, tasks: Iterable[str],
                         model_uris: dict[str, str] | None = None, *,
-                        log: Callable[[str], None] = print) -> list[str]:
-    """A nested run per cached task under ``parent_run_id``; the tasks recorded."""
+                        log: Callable[[str], None] = print, client: Any = None) -> list[str]:
+    """A nested run per cached task under ``parent_run_id`` (MLflow at ``tracking_uri``, or
+    through ``client``); the tasks recorded."""
     tasks = list(tasks)
-    if not (tracking_uri and parent_run_id and tasks):
+    if not ((tracking_uri or client is not None) and parent_run_id and tasks):
         return []
-    from mlflow import MlflowClient
+    if client is None:
+        from mlflow import MlflowClient
 
-    tracker = Tracker(MlflowClient(tracking_uri=tracking_uri), parent_run_id,
-                      limits=Limits(), log=log, scope="the cached steps")
+        client = MlflowClient(tracking_uri=tracking_uri)
+    tracker = Tracker(client, parent_run_id, limits=Limits(), log=log,
+                      scope="the cached steps")
     parent = tracker.call("reading the pipeline run", tracker.client.get_run, parent_run_id)
     if parent is None:
         return []

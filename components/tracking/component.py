@@ -12,23 +12,35 @@ def end_tracking(
     target: str,
     run_id: str,
     run_name: str,
+    run_api: str = "",
+    metadata_api: str = "",
 ) -> str:
-    """Marks the run's MLflow parent run and Vertex AI experiment run with how it ended;
-    never changes the run's outcome.
+    """Marks the run's MLflow parent run and Vertex AI experiment run with how it ended, and
+    records the steps served from cache; never changes the run's outcome.
 
     Args:
         status: The run's final status, given by the backend.
         target: gke or vertex: the backend, whose names for the run's final state are read.
         run_id: The run's id (the backend fills it in).
         run_name: The run's name (the backend fills it in).
+        run_api: Where to read the run's task details (which steps came from cache); empty:
+            cached steps are not recorded.
+        metadata_api: Kubeflow Pipelines: ML Metadata's gRPC-Web address, where a cached
+            step's execution says so.
 
     Returns:
         The run's final state as the trackers were given it (SUCCEEDED, FAILED, CANCELLED),
         or UNKNOWN (then nothing was marked).
     """
+    from gkeflow.components.cloud.retry import RetryPolicy
+    from gkeflow.components.cloud.run_api import cached_steps_reader
     from gkeflow.components.cloud.run_states import final_state
     from gkeflow.components.tracking.run_end import end_run
 
     state = final_state(target, status.state)
-    end_run(state, target, run_id, run_name, status.pipeline_job_resource_name or "")
+    job = status.pipeline_job_resource_name or ""
+    policy = RetryPolicy(call_timeout_s=20.0, budget_s=60.0)  # the run's end is not delayed
+    end_run(state, target, run_id, run_name, job,
+            cached_steps=cached_steps_reader(target, run_api, run_id, job, metadata_api,
+                                             policy))
     return state

@@ -141,8 +141,15 @@ class Operations:
         from gkeflow.components.tracking.component import end_tracking
 
         task = end_tracking(target=self.target, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                            run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
-        return task.set_display_name("End tracking").set_caching_options(False)
+                            run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER, run_api=self.run_api,
+                            metadata_api=KFP_IN_CLUSTER_METADATA if self.target == "gke"
+                            else "")
+        task.set_display_name("End tracking").set_caching_options(False)
+        if self.target == "gke":  # multi-user Kubeflow: a run-API token (see _notify_task)
+            from kfp import kubernetes
+
+            kubernetes.add_pod_label(task, RUN_API_ACCESS_LABEL, "true")
+        return task
 
     def _notify_task(self, pipeline_name: str, signature, arguments: dict):
         from kfp import dsl

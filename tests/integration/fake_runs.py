@@ -52,9 +52,20 @@ class _Script:
 
     fail_task: str | None = None
     error_message = "ValueError: label column 'species' has 1 class; need at least 2"
+    #: Tasks served from cache, and tasks a condition left out (by task name): both end
+    #: SKIPPED on Kubeflow Pipelines (their ML Metadata executions CACHED and CANCELED); on
+    #: Vertex AI SKIPPED (cache hit) and NOT_TRIGGERED.
+    cached_tasks: frozenset = frozenset()
+    untriggered_tasks: frozenset = frozenset()
+    #: The model a cached train-model task hands on (its output artifact's URI).
+    CACHED_MODEL_URI = "gs://my-bucket/root/earlier-run/train-model/model"
 
     def _run_script(self, task_names, failing=None):
-        return super()._run_script(task_names, failing or self.fail_task)
+        script = super()._run_script(task_names, failing or self.fail_task)
+        skipped = {**dict.fromkeys(self.untriggered_tasks, self.UNTRIGGERED),
+                   **dict.fromkeys(self.cached_tasks, "SKIPPED")}
+        return [(state, {name: skipped.get(name, task) if task == "SUCCEEDED" else task
+                         for name, task in tasks.items()}) for state, tasks in script]
 
     @staticmethod
     def _times(base: dt.datetime, index: int, state: str
@@ -91,6 +102,8 @@ def _stamp(value: dt.datetime | None) -> str:
 
 class FakeKfpRuns(_Script, FakeKfpServer):
     """FakeKfpServer with run history, task details, pod logs, terminate and retry."""
+
+    UNTRIGGERED = "SKIPPED"
 
     def __init__(self, expected_token: str | None = None):
         super().__init__(expected_token)
@@ -166,8 +179,18 @@ class FakeKfpRuns(_Script, FakeKfpServer):
         execution = self.mlmd_executions.setdefault(
             execution_id, kinds["Execution"](id=execution_id, type="system.ContainerExecution",
                                              name=task["display_name"]))
+        if task["state"] == "SKIPPED":  # what the driver recorded
+            cached = task["display_name"] in self.cached_tasks
+            execution.last_known_state = 5 if cached else 6  # CACHED, CANCELED
+            if cached and task["display_name"] == "train-model":
+                artifact = kinds["Artifact"](id=9000 + execution_id, type="system.Model",
+                                             uri=self.CACHED_MODEL_URI)
+                self.mlmd_artifacts[artifact.id] = artifact
+                task["outputs"] = {"model": {"artifact_ids": [str(artifact.id)]}}
+            return
         if task["state"] != "SUCCEEDED":
             return
+        execution.last_known_state = 3  # COMPLETE
         if task["display_name"] == "evaluate-model":
             artifact_id = 5000 + execution_id
             if artifact_id not in self.mlmd_artifacts:
@@ -315,6 +338,8 @@ _LOG_FILTER = re.compile(r'^resource\.type="ml_job" AND resource\.labels\.job_id
 class FakeVertexRuns(_Script, FakeVertexServer):
     """FakeVertexServer with job listing, task details, cancel and Cloud Logging."""
 
+    UNTRIGGERED = "NOT_TRIGGERED"
+
     def __init__(self):
         self.registered: dict[str, int] = {}  # job -> the version its register-model made
         super().__init__()
@@ -369,6 +394,10 @@ class FakeVertexRuns(_Script, FakeVertexServer):
                 self.custom_jobs[custom_job] = (task.task_name, state)
             if state == "FAILED":
                 task.error = {"code": 9, "message": self.error_message}
+            if task.task_name == "train-model" and state == "SKIPPED":  # the cached model
+                task.outputs = {"model": aiplatform_v1.PipelineTaskDetail.ArtifactList(
+                    artifacts=[aiplatform_v1.Artifact(schema_title="system.Model",
+                                                      uri=self.CACHED_MODEL_URI)])}
             if task.task_name == "evaluate-model" and state == "SUCCEEDED":
                 task.outputs = {"metrics": aiplatform_v1.PipelineTaskDetail.ArtifactList(
                     artifacts=[aiplatform_v1.Artifact(

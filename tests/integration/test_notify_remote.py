@@ -224,7 +224,7 @@ def test_a_vertex_schedule_carries_its_own_notifications_and_no_url(vertex_runs,
 def test_the_registered_version_is_found_when_the_backend_hangs_it_on_the_driver(
         kfp_runs, token_env, make_config, tmp_path, monkeypatch):
     from gkeflow.components.cloud.retry import RetryPolicy
-    from gkeflow.components.notify.run_api import apply_run, kfp_registered_version, kfp_run
+    from gkeflow.components.cloud.run_api import apply_run, kfp_registered_version, kfp_run
 
     config = make_config(kfp_runs.url, None)
     submission, _ = submit(config, "training", "gke", environment="default", overrides={},
@@ -396,7 +396,7 @@ def _price_cache(directory, target: str, config) -> tuple[float, str]:
 
 
 def _seconds(start, end) -> float:
-    from gkeflow.components.notify.run_api import span_s
+    from gkeflow.components.cloud.run_api import span_s
 
     return span_s(start, end)
 
@@ -493,8 +493,8 @@ def test_a_kfp_run_notification_gives_the_expected_cost_from_the_earlier_runs(
     message = _kfp_exit_message(kfp_runs, inputs, run, second.run_id, tmp_path, monkeypatch)
     earlier = requests.get(f"{kfp_runs.url}/apis/v2beta1/runs/{first.run_id}",
                            headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5).json()
+    from gkeflow.components.cloud.run_api import kfp_tasks, step_durations
     from gkeflow.components.notify.logic import expected_usd
-    from gkeflow.components.notify.run_api import kfp_tasks, step_durations
 
     expected = expected_usd(rates, [step_durations(kfp_tasks(earlier))])
     assert expected is not None and expected > 0

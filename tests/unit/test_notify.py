@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gkeflow.components.cloud.retry import RetryPolicy
+from gkeflow.components.cloud.run_api import apply_run
 from gkeflow.components.notify.logic import (
     ITEM_SEP,
     KV_SEP,
@@ -18,7 +19,6 @@ from gkeflow.components.notify.logic import (
     payload,
     should_send,
 )
-from gkeflow.components.notify.run_api import apply_run
 from tests.integration.webhook_receiver import WebhookReceiver, down_url
 
 FAST = RetryPolicy(call_timeout_s=2.0, budget_s=2.0, initial_s=0.01, maximum_s=0.05)

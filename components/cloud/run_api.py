@@ -1,5 +1,6 @@
-"""Read the failed step, its error and the gate decision of the running pipeline from its
-target's run API, for the exit task's notification.
+"""Read the failed step, its error, the gate decision and the steps served from cache of
+the running pipeline from its target's run API, for the exit tasks (the notification, and
+the run's end in its trackers).
 
 The exit handler's ``PipelineTaskFinalStatus`` describes the handler's group (its error
 says "Task exit-handler-1 failed." on some backends); the run's task details name the step
@@ -10,6 +11,11 @@ with the step's Google credentials. The registered version of a KFP run is regis
 ``model_version`` output, which KFP keeps in ML Metadata: read over gRPC-Web from the
 in-cluster ``metadata-envoy-service`` (:mod:`gkeflow.components.cloud.mlmd`). Best effort:
 a failure leaves the report as it was.
+
+A step served from cache: on Vertex AI its task is ``SKIPPED`` ("skipped due to cache hit",
+``aiplatform.v1.PipelineTaskDetail.State``; a condition that was not met is
+``NOT_TRIGGERED``); on Kubeflow Pipelines the run API's ``SKIPPED`` also covers other skips,
+so the step's ML Metadata execution decides: ``last_known_state`` ``CACHED``.
 """
 
 from __future__ import annotations
@@ -65,6 +71,8 @@ def kfp_tasks(run: dict) -> list[dict]:
     return [{"name": t.get("display_name", ""), "state": _state(t.get("state")),
              "error": (t.get("error") or {}).get("message", ""), "metadata": {},
              "execution_id": str(t.get("execution_id") or ""),
+             "model_artifact_ids": [str(i) for i in ((t.get("outputs") or {}).get(
+                 "model") or {}).get("artifact_ids", [])],
              "duration_s": span_s(t.get("start_time"), t.get("end_time"))}
             for t in (run.get("run_details") or {}).get("task_details", [])]
 
@@ -154,6 +162,8 @@ def _vertex_tasks(data: dict) -> list[dict]:
     return [{"name": t.get("taskName", ""), "state": _state(t.get("state")),
              "error": (t.get("error") or {}).get("message", ""),
              "metadata": (t.get("execution") or {}).get("metadata") or {},
+             "model_uri": next((a.get("uri", "") for a in ((t.get("outputs") or {}).get(
+                 "model") or {}).get("artifacts", [])), ""),
              "duration_s": span_s(t.get("startTime"), t.get("endTime"))}
             for t in (data.get("jobDetail") or {}).get("taskDetails", [])
             if str(t.get("parentTaskId") or "0") != "0"]  # the parentless task is the run
@@ -257,3 +267,59 @@ def apply_run(report, started: str, tasks: list[dict], now: float):
         elif not report.failed_task:
             report.gate = "blocked: not registered"
     return report
+
+
+#: ``ml_metadata.Execution.State.CACHED``: the execution reused an earlier one's outputs.
+MLMD_CACHED = 5
+
+
+def vertex_cached_steps(tasks: list[dict]) -> dict[str, str]:
+    """step -> its model output's URI ("" for none) of the Vertex AI tasks served from
+    cache."""
+    return {_key(t["name"]): t.get("model_uri", "") for t in tasks
+            if _is_step(t["name"]) and t["state"] == "SKIPPED"}
+
+
+def kfp_cached_steps(metadata_api: str, tasks: list[dict], policy: RetryPolicy
+                     ) -> dict[str, str]:
+    """step -> its model output's URI ("" for none) of the Kubeflow Pipelines tasks whose ML
+    Metadata execution (the step's or its driver's) is ``CACHED``, read at
+    ``metadata_api``."""
+    from gkeflow.components.cloud.mlmd import MetadataReader, urllib_transport
+
+    named = {int(t["execution_id"]): t for t in tasks
+             if t.get("execution_id", "").isdigit() and t["state"] in ("SKIPPED", "SUCCEEDED")
+             and _is_step(_key(t["name"]).removesuffix("-driver"))}
+    if not named:
+        return {}
+    reader = MetadataReader(urllib_transport(metadata_api, _token_headers(),
+                                             policy.call_timeout_s))
+    executions = policy.call(lambda: reader.executions(named),
+                             "reading the steps' executions from ML Metadata")
+    cached = {_key(named[e.id]["name"]).removesuffix("-driver"): named[e.id]
+              for e in executions if e.last_known_state == MLMD_CACHED and e.id in named}
+    artifact_ids = {int(i) for t in cached.values() for i in t.get("model_artifact_ids", [])}
+    uris = {a.id: a.uri for a in policy.call(lambda: reader.artifacts(artifact_ids),
+                                             "reading the cached models from ML Metadata")
+            } if artifact_ids else {}
+    return {step: next((uris[int(i)] for i in t.get("model_artifact_ids", [])
+                        if int(i) in uris), "")
+            for step, t in cached.items()}
+
+
+def cached_steps_reader(target: str, run_api: str, run_id: str, job: str,
+                        metadata_api: str, policy: RetryPolicy):
+    """A function reading the steps of this run served from cache (step -> model URI) from
+    ``target``'s run API (Kubeflow Pipelines: ``run_id`` and ML Metadata at
+    ``metadata_api``; Vertex AI: the PipelineJob ``job``); None without a run API."""
+    if not run_api:
+        return None
+
+    def read() -> dict[str, str]:
+        if target == "vertex":
+            return vertex_cached_steps(vertex_run(run_api, job, policy)[1])
+        if not metadata_api:
+            raise ValueError("no ML Metadata address to read the cached executions from")
+        return kfp_cached_steps(metadata_api, kfp_run(run_api, run_id, policy)[1], policy)
+
+    return read
