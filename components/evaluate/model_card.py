@@ -120,14 +120,17 @@ def gpu_utilisation_section(model_dir: Path) -> str:
     usage: dict[str, Any] | None = json.loads(path.read_text()).get("gpu_utilisation")
     if not usage:
         return ""
-    lines = ["", "## GPU utilisation during training", ""]
+    from gkeflow.components.train.utilisation import DEVICE_WORDS
+
+    name, units, figure = DEVICE_WORDS.get(usage.get("kind", "gpu"), DEVICE_WORDS["gpu"])
+    lines = ["", f"## {name} {figure} during training", ""]
     run = usage.get("run")
     if usage.get("status") != "sampled" or not run:
         lines.append(f"Not recorded: {_escape(usage.get('reason') or 'no sample')}.")
         return "\n".join(lines) + "\n"
     lines.append(
         f"{usage['samples']} samples, every {usage['interval_s']:g} s, of {usage['devices']} "
-        f"GPU(s): utilisation mean {run['utilisation_mean_pct']:.1f}%, p10 "
+        f"{units}: {figure} mean {run['utilisation_mean_pct']:.1f}%, p10 "
         f"{run['utilisation_p10_pct']}%, peak {run['utilisation_peak_pct']}%; memory used "
         f"mean {run['memory_used_mean_mib']:.0f} MiB, p10 {run['memory_used_p10_mib']:.0f} "
         f"MiB, peak {run['memory_used_peak_mib']:.0f} of {run['memory_total_mib']:.0f} MiB.")

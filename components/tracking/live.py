@@ -2,7 +2,9 @@
 metrics (and the learning rate) into the step's run as the epoch ends, with the epoch as
 ``step`` and the time it ended, and system metrics under MLflow's own names: the GPU
 sampler's figures for that epoch (``system/gpu_utilisation_percentage``,
-``system/gpu_memory_usage_megabytes``) and the host's CPU and
+``system/gpu_memory_usage_megabytes``; on a TPU host the chips' duty cycle and HBM,
+``system/tpu_duty_cycle_percentage``, ``system/tpu_hbm_usage_megabytes``) and the host's
+CPU and
 memory (``system/cpu_utilization_percentage``, ``system/system_memory_usage_megabytes``,
 read from ``/proc``).
 
@@ -21,6 +23,11 @@ from gkeflow.components.tracking.client import Tracker
 #: MLflow's own names for the system metrics it samples (``mlflow.system_metrics``).
 SYSTEM_GPU_UTILISATION = "system/gpu_utilisation_percentage"
 SYSTEM_GPU_MEMORY = "system/gpu_memory_usage_megabytes"
+#: A TPU host's chips (libtpu's duty cycle and HBM in use), beside MLflow's GPU names.
+SYSTEM_TPU_DUTY_CYCLE = "system/tpu_duty_cycle_percentage"
+SYSTEM_TPU_MEMORY = "system/tpu_hbm_usage_megabytes"
+SYSTEM_ACCELERATOR = {"gpu": (SYSTEM_GPU_UTILISATION, SYSTEM_GPU_MEMORY),
+                      "tpu": (SYSTEM_TPU_DUTY_CYCLE, SYSTEM_TPU_MEMORY)}
 SYSTEM_CPU = "system/cpu_utilization_percentage"
 SYSTEM_MEMORY = "system/system_memory_usage_megabytes"
 
@@ -108,8 +115,9 @@ def live_curves(tracker: Tracker, sampler: Any = None):
             active = sampler is not None and getattr(sampler, "active", False)
             figures = sampler.report(0).epochs.get(epoch + 1) if active else None
             if figures is not None:
-                values[SYSTEM_GPU_UTILISATION] = figures.utilisation_mean_pct
-                values[SYSTEM_GPU_MEMORY] = figures.memory_used_peak_mib
+                busy, memory = SYSTEM_ACCELERATOR[getattr(sampler, "kind", "gpu")]
+                values[busy] = figures.utilisation_mean_pct
+                values[memory] = figures.memory_used_peak_mib
             tracker.log_metrics(values, step=epoch + 1)
 
     return LiveCurves()

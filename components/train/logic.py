@@ -35,6 +35,7 @@ from gkeflow.components.train.inputs import (
     to_model_inputs,
 )
 from gkeflow.components.train.params import TrainParams, TrainResult
+from gkeflow.components.train.tpu_utilisation import TpuSampler
 from gkeflow.components.train.utilisation import GpuSampler
 
 
@@ -282,7 +283,8 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     # callbacks their model: hand it over here so the best weights can still be restored.
     checkpoint.set_model(classifier)
     throughput = throughput_callback(rows["train"], tensorboard_dir)
-    gpu_sampler = GpuSampler(params.gpu_sample_interval_s)
+    # the chips' duty cycle from libtpu on a TPU host, NVML's figures elsewhere
+    gpu_sampler = (TpuSampler if on_tpu else GpuSampler)(params.gpu_sample_interval_s)
     callbacks = [checkpoint, throughput, gpu_sampler.callback(tensorboard_dir)]
     if tensorboard_dir is not None:
         callbacks.append(keras.callbacks.TensorBoard(log_dir=str(tensorboard_dir)))

@@ -1,5 +1,5 @@
 """GPU utilisation during training: NVML sampled on a daemon thread, summarised per epoch
-and for the whole run.
+and for the whole run (TPU chips: :mod:`tpu_utilisation`, the same figures from libtpu).
 
 :class:`GpuSampler` reads every visible GPU's utilisation and memory through NVML
 (``nvidia-ml-py``, module ``pynvml``; injected as ``nvml`` so tests pass a fake) every
@@ -104,16 +104,23 @@ class Figures:
             memory_total_mib=max(r.memory_total_bytes for r in readings) / MIB,
         )
 
-    def metrics(self, prefix: str = "") -> dict[str, float]:
-        """Scalar metrics named ``<prefix>gpu_utilisation_mean_pct`` and so on."""
-        return {f"{prefix}gpu_{name}": float(value) for name, value in asdict(self).items()
+    def metrics(self, prefix: str = "", kind: str = "gpu") -> dict[str, float]:
+        """Scalar metrics named ``<prefix><kind>_utilisation_mean_pct`` and so on."""
+        return {f"{prefix}{kind}_{name}": float(value) for name, value in asdict(self).items()
                 if name != "readings"}
 
 
-def low_utilisation_warning(mean_pct: float, devices: int, threshold_pct: float) -> str:
-    """The one line said when a run's GPUs were mostly idle."""
-    return (f"GPU utilisation averaged {mean_pct:.0f}% over {devices} GPU(s), below "
-            f"{threshold_pct:g}%: the GPUs mostly waited for work; the input pipeline is the "
+#: How the one-line findings name each kind of accelerator and its busy figure.
+DEVICE_WORDS = {"gpu": ("GPU", "GPU(s)", "utilisation"),
+                "tpu": ("TPU", "TPU chip(s)", "duty cycle")}
+
+
+def low_utilisation_warning(mean_pct: float, devices: int, threshold_pct: float,
+                            kind: str = "gpu") -> str:
+    """The one line said when a run's accelerators were mostly idle."""
+    name, units, figure = DEVICE_WORDS[kind]
+    return (f"{name} {figure} averaged {mean_pct:.0f}% over {devices} {units}, below "
+            f"{threshold_pct:g}%: the {name}s mostly waited for work; the input pipeline is the "
             f"likely bottleneck (reading or preprocessing; try cache_dataset=on) or the batch "
             f"size is too small to keep them busy (raise batch_size)")
 
@@ -131,20 +138,22 @@ class UtilisationReport:
     epochs: dict[int, Figures] = field(default_factory=dict)
     threshold_pct: float = DEFAULT_WARN_BELOW_PCT
     warning: str = ""
+    kind: str = "gpu"  # or tpu: utilisation is then each chip's duty cycle
 
     def metrics(self) -> dict[str, float]:
-        """Whole-run figures as scalar metrics; only ``gpu_utilisation_missing`` = 1 when
+        """Whole-run figures as scalar metrics; only ``<kind>_utilisation_missing`` = 1 when
         nothing was sampled."""
+        k = self.kind
         if self.run is None:
-            return {"gpu_utilisation_missing": 1.0}
-        return {"gpu_utilisation_missing": 0.0, "gpu_count": float(self.devices),
-                "gpu_utilisation_samples": float(self.samples), **self.run.metrics()}
+            return {f"{k}_utilisation_missing": 1.0}
+        return {f"{k}_utilisation_missing": 0.0, f"{k}_count": float(self.devices),
+                f"{k}_utilisation_samples": float(self.samples), **self.run.metrics(kind=k)}
 
     def epoch_metrics(self) -> dict[str, float]:
-        """Per-epoch figures as ``epoch_<n>_gpu_...`` scalar metrics (epochs from 1)."""
+        """Per-epoch figures as ``epoch_<n>_<kind>_...`` scalar metrics (epochs from 1)."""
         values: dict[str, float] = {}
         for epoch, figures in sorted(self.epochs.items()):
-            values.update(figures.metrics(f"epoch_{epoch}_"))
+            values.update(figures.metrics(f"epoch_{epoch}_", self.kind))
         return values
 
     def to_dict(self) -> dict[str, Any]:
@@ -155,10 +164,12 @@ class UtilisationReport:
 
     def summary_line(self) -> str:
         """One line for the log: the run's figures, or why there are none."""
+        _, units, figure = DEVICE_WORDS[self.kind]
         if self.run is None:
-            return f"gpu utilisation: missing ({self.reason})"
+            return f"{self.kind} {figure}: missing ({self.reason})"
         r = self.run
-        line = (f"gpu utilisation over {self.devices} GPU(s), {self.samples} samples: mean "
+        line = (f"{self.kind} {figure} over {self.devices} {units}, {self.samples} samples: "
+                f"mean "
                 f"{r.utilisation_mean_pct:.1f}%, p10 {r.utilisation_p10_pct}%, peak "
                 f"{r.utilisation_peak_pct}%; memory used peak {r.memory_used_peak_mib:.0f} of "
                 f"{r.memory_total_mib:.0f} MiB")
@@ -201,6 +212,9 @@ class GpuSampler:
     messages (default: print).
     """
 
+    kind = "gpu"  # the accelerator's name in metrics and log lines
+    _figure = "utilisation"
+
     def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, nvml: Any = None,
                  log: Callable[[str], None] | None = None,
                  wait: Callable[[float], bool] | None = None,
@@ -221,7 +235,8 @@ class GpuSampler:
         self._reason = ""
         self._thread: threading.Thread | None = None
         if self.interval_s != float(interval_s):
-            self._log(f"gpu utilisation: sampling interval {interval_s:g}s clamped to "
+            self._log(f"{self.kind} {self._figure}: sampling interval {interval_s:g}s "
+                      f"clamped to "
                       f"{self.interval_s:g}s (allowed {MIN_INTERVAL_S:g}-{MAX_INTERVAL_S:g}s)")
 
     @property
@@ -361,7 +376,7 @@ class GpuSampler:
                     break
         except Exception as exc:  # noqa: BLE001 - never fail training over a metric
             self._reason = f"sampling stopped after {self._samples} samples: {_describe(exc)}"
-            self._log(f"gpu utilisation: {self._reason}")
+            self._log(f"{self.kind} {self._figure}: {self._reason}")
         finally:
             self._shutdown()
 
@@ -373,7 +388,8 @@ class GpuSampler:
 
     def _missing(self, reason: str) -> GpuSampler:
         self._reason = reason
-        self._log(f"gpu utilisation: not sampled ({reason}); the metrics record it as missing")
+        self._log(f"{self.kind} {self._figure}: not sampled ({reason}); the metrics record "
+                  "it as missing")
         return self
 
     def report(self, warn_below_pct: float = DEFAULT_WARN_BELOW_PCT) -> UtilisationReport:
@@ -390,15 +406,16 @@ class GpuSampler:
             status="sampled" if run else "missing", reason=reason,
             devices=len(self._handles), interval_s=self.interval_s, samples=samples, run=run,
             epochs={e: Figures.of(rs) for e, rs in by_epoch.items()},
-            threshold_pct=warn_below_pct)
+            threshold_pct=warn_below_pct, kind=self.kind)
         if run is not None and run.utilisation_mean_pct < warn_below_pct:
             report.warning = low_utilisation_warning(run.utilisation_mean_pct,
-                                                     len(self._handles), warn_below_pct)
+                                                     len(self._handles), warn_below_pct,
+                                                     self.kind)
         return report
 
     def callback(self, log_dir: Path | None = None):
         """A Keras callback marking epochs (and, with ``log_dir``, writing each epoch's
-        figures as TensorBoard scalars under ``<log_dir>/gpu``)."""
+        figures as TensorBoard scalars under ``<log_dir>/<kind>``)."""
         import keras
 
         sampler = self
@@ -418,9 +435,9 @@ class GpuSampler:
                 import tensorflow as tf
 
                 nonlocal writer
-                writer = writer or tf.summary.create_file_writer(str(log_dir / "gpu"))
+                writer = writer or tf.summary.create_file_writer(str(log_dir / sampler.kind))
                 with writer.as_default():
-                    for name, value in figures.metrics().items():
+                    for name, value in figures.metrics(kind=sampler.kind).items():
                         tf.summary.scalar(name, value, step=epoch)
                 writer.flush()
 

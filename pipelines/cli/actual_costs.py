@@ -110,9 +110,11 @@ def monthly_estimate(config, schedule, history: list[dict], today=None) -> tuple
 
 
 def duty_cycle(metrics: Mapping[str, float]) -> float | None:
-    """Mean GPU utilisation (%) over the epochs the training step sampled; None when none."""
+    """Mean GPU utilisation, or TPU duty cycle, (%) over the epochs the training step
+    sampled; None when none."""
     values = [value for name, value in metrics.items()
-              if name.startswith("epoch_") and name.endswith("_gpu_utilisation_mean_pct")]
+              if name.startswith("epoch_") and name.endswith(("_gpu_utilisation_mean_pct",
+                                                              "_tpu_utilisation_mean_pct"))]
     return round(sum(values) / len(values), 1) if values else None
 
 
