@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+
+from gkeflow.components import yamlio
 
 REPO = Path(__file__).resolve().parents[1]
 README_MAX_LINES = 300
@@ -26,7 +27,7 @@ def _nav_pages(nav) -> list[str]:
 
 def _mkdocs_config() -> dict:
     # mkdocs.yml holds no custom tags; the safe loader is enough.
-    return yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))
+    return yamlio.load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))
 
 
 def _build(project: Path, site: Path) -> subprocess.CompletedProcess:

@@ -21,7 +21,7 @@ from gkeflow.components.train.utilisation import (
     DEFAULT_INTERVAL_S,
     GpuSampler,
     Reading,
-    _describe,
+    describe_error,
 )
 
 #: libtpu's metric names (``tpumonitoring.list_supported_metrics()``).
@@ -64,7 +64,7 @@ class TpuSampler(GpuSampler):
                 return self._missing(f"this libtpu does not report {DUTY_CYCLE}")
             chips = len(self._values(DUTY_CYCLE))
         except Exception as exc:  # noqa: BLE001 - libtpu's errors have no public classes
-            return self._missing(_describe(exc))
+            return self._missing(describe_error(exc))
         if not chips:
             return self._missing("libtpu reports no TPU chip on this host")
         self._memory = {HBM_USED, HBM_TOTAL} <= supported

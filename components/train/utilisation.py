@@ -200,7 +200,7 @@ def visible_indices(count: int, cuda_visible_devices: str | None,
     return chosen
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     return _START_ERRORS.get(type(exc).__name__, f"{type(exc).__name__}: {exc}")
 
 
@@ -255,7 +255,7 @@ class GpuSampler:
         try:
             nvml.nvmlInit()
         except Exception as exc:  # noqa: BLE001 - NVMLError, or a library that fails oddly
-            return self._missing(_describe(exc))
+            return self._missing(describe_error(exc))
         try:
             count = nvml.nvmlDeviceGetCount()
             uuid_of = getattr(nvml, "nvmlDeviceGetUUID", None)
@@ -266,7 +266,7 @@ class GpuSampler:
             self._seen = self._latest_samples()
         except Exception as exc:  # noqa: BLE001
             self._shutdown()
-            return self._missing(_describe(exc))
+            return self._missing(describe_error(exc))
         if not self._handles:
             self._shutdown()
             return self._missing("NVML sees no GPU" if not count else
@@ -375,7 +375,7 @@ class GpuSampler:
                 if self._wait(self.interval_s):
                     break
         except Exception as exc:  # noqa: BLE001 - never fail training over a metric
-            self._reason = f"sampling stopped after {self._samples} samples: {_describe(exc)}"
+            self._reason = f"sampling stopped after {self._samples} samples: {describe_error(exc)}"
             self._log(f"{self.kind} {self._figure}: {self._reason}")
         finally:
             self._shutdown()

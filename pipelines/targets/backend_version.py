@@ -112,10 +112,10 @@ def requirements(spec: dict, platform: dict | None = None) -> list[Requirement]:
 
 
 def requirements_of_file(path) -> list[Requirement]:
-    import yaml
+    from gkeflow.components import yamlio
 
     with open(path, encoding="utf-8") as handle:
-        return requirements(*split_documents(list(yaml.safe_load_all(handle))))
+        return requirements(*split_documents(list(yamlio.load_all(handle.read()))))
 
 
 def minimum(required: list[Requirement]) -> tuple[int, int]:

@@ -246,6 +246,7 @@ def compile_pipeline(
     from kfp import compiler
 
     from gkeflow.components.images import IMAGES, is_pinned, map_references, pin
+    from gkeflow.components.yamlio import libyaml_emitter
     from gkeflow.pipelines.compute.wording import plural
     from gkeflow.pipelines.settings.images_config import image_map
 
@@ -267,7 +268,8 @@ def compile_pipeline(
     ) as tmp:
         tmp_path = Path(tmp.name)
     try:
-        compiler.Compiler().compile(built, str(tmp_path))
+        with libyaml_emitter():
+            compiler.Compiler().compile(built, str(tmp_path))
         text = map_references(tmp_path.read_text(encoding="utf-8"), mapping)
         tmp_path.write_text(text, encoding="utf-8")
         if release:

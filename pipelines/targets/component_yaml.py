@@ -145,6 +145,7 @@ def compile_component(name: str, output_dir: Path, lock: Mapping[str, str] | Non
     from kfp import compiler
 
     from gkeflow.components.images import VERSION, is_pinned, map_references
+    from gkeflow.components.yamlio import libyaml_emitter
     from gkeflow.pipelines.targets.compile import ReleaseError
 
     lock = default_image_map() if lock is None else dict(lock)
@@ -166,7 +167,8 @@ def compile_component(name: str, output_dir: Path, lock: Mapping[str, str] | Non
     ) as tmp:
         tmp_path = Path(tmp.name)
     try:
-        compiler.Compiler().compile(component, str(tmp_path))
+        with libyaml_emitter():
+            compiler.Compiler().compile(component, str(tmp_path))
         text = map_references(tmp_path.read_text(encoding="utf-8"), lock)
         tmp_path.write_text(_HEADER.format(version=VERSION, name=name) + text, encoding="utf-8")
         plain_mode(tmp_path)  # NamedTemporaryFile makes it private

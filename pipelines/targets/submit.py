@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from gkeflow.components import yamlio
 from gkeflow.components.did_you_mean import did_you_mean
 from gkeflow.pipelines.settings.config import GkeflowConfig
 from gkeflow.pipelines.settings.remote_config import DEFAULT_ENVIRONMENT
@@ -109,7 +108,7 @@ def prepare_pipeline(pipeline: str, target: str, workdir: Path,
         raise SubmitError(" ".join(str(exc).split())) from None
     text = path.read_bytes()
     sha = hashlib.sha256(text).hexdigest()
-    docs = list(yaml.safe_load_all(text))
+    docs = list(yamlio.load_all(text))
     spec = docs[0]
     parameters = spec.get("root", {}).get("inputDefinitions", {}).get("parameters", {})
     version_name = f"{version or source_version()}-{sha[:8]}"

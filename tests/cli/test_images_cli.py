@@ -23,6 +23,7 @@ import yaml
 import gkeflow.components
 import gkeflow.images
 import gkeflow.pipelines
+from gkeflow.components import yamlio
 from tests.cli import fake_builder
 
 REGISTRY = "europe-west4-docker.pkg.dev/my-project/ml"
@@ -176,7 +177,7 @@ def test_build_no_push_then_compile_pins_both_targets(run, project, readonly_pac
     assert "not built for" not in listed.stdout
 
     # the same for schedules: apply refuses, apply --dry-run prints the create, flagged
-    config = yaml.safe_load((project / "gkeflow.yaml").read_text())
+    config = yamlio.load((project / "gkeflow.yaml").read_text())
     config["schedules"] = [{"name": "nightly", "target": "vertex", "cron": "0 2 * * *"}]
     (project / "gkeflow.yaml").write_text(yaml.safe_dump(config))
     refused, _ = run("schedule", "apply", cwd=project)
@@ -408,7 +409,7 @@ def test_a_push_without_a_repository_digest_is_one_line(run, project):
 
 def test_a_lock_that_cannot_be_written_fails_before_building(run, project):
     (project / "afile").write_text("not a folder\n")
-    config = yaml.safe_load((project / "gkeflow.yaml").read_text())
+    config = yamlio.load((project / "gkeflow.yaml").read_text())
     config["images"]["lock"] = "afile/gkeflow.lock"
     (project / "gkeflow.yaml").write_text(yaml.safe_dump(config))
     result, calls = run("images", "build", "--builder", "podman", cwd=project)
@@ -429,7 +430,7 @@ TPU = f"{REGISTRY}/gkeflow-tpu:0.1.0"
 
 
 def _train_on_a_tpu(project: Path) -> None:
-    config = yaml.safe_load((project / "gkeflow.yaml").read_text())
+    config = yamlio.load((project / "gkeflow.yaml").read_text())
     config["compute"] = {"train-model": {"accelerator": "tpu-v6e", "topology": "2x2"}}
     (project / "gkeflow.yaml").write_text(yaml.safe_dump(config))
 

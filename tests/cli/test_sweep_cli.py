@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gkeflow.components import yamlio
 from tests.cli.test_cli import gkeflow
 
 
@@ -47,7 +48,6 @@ def test_run_help_lists_the_pipelines_and_sweep_flags():
 def test_compile_takes_the_sweep_of_the_config_given_not_the_one_here(tmp_path):
     """`gkeflow compile --config` (and --check) read the sweep: section of that file, not
     ./gkeflow.yaml."""
-    import yaml
 
     (tmp_path / "gkeflow.yaml").write_text(
         "sweep:\n  algorithm: grid\n  parameters:\n"
@@ -60,7 +60,7 @@ def test_compile_takes_the_sweep_of_the_config_given_not_the_one_here(tmp_path):
     result = gkeflow("compile", "--target", "gke", "--config", str(config),
                      "--output", str(out), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    spec = next(yaml.safe_load_all((out / "sweep.gke.yaml").read_text()))
+    spec = next(yamlio.load_all((out / "sweep.gke.yaml").read_text()))
     trials = spec["root"]["inputDefinitions"]["parameters"]["trials"]["defaultValue"]
     assert [t["learning_rate"] for t in trials] == [0.0123, 0.0456]
     fresh = gkeflow("compile", "--check", "--target", "gke", "--config", str(config),

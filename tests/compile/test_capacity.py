@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-import yaml
 from click.testing import CliRunner
 from google.protobuf import json_format
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
 from kfp.pipeline_spec import pipeline_spec_pb2
 
+from gkeflow.components import yamlio
 from gkeflow.pipelines.cli.main import main
 from gkeflow.pipelines.compute.profiles import ComputeProfile
 from gkeflow.pipelines.targets.compile import compile_pipeline
@@ -21,7 +21,7 @@ def _train(**fields) -> dict[str, ComputeProfile]:
 
 def _compiled(tmp_path, target: str, compute) -> tuple[dict, dict]:
     path = compile_pipeline("training", target, tmp_path, compute=compute)
-    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    docs = [d for d in yamlio.load_all(path.read_text()) if d]
     json_format.ParseDict(docs[0], pipeline_spec_pb2.PipelineSpec(), ignore_unknown_fields=False)
     executors = {}
     if len(docs) > 1:

@@ -4,10 +4,10 @@ Vertex needs none (with the default workspace, see test_workspace_compile.py).""
 from __future__ import annotations
 
 import pytest
-import yaml
 from google.protobuf import json_format
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
 
+from gkeflow.components import yamlio
 from gkeflow.components.train.store import CHECKPOINT_MOUNT
 from gkeflow.pipelines.settings.config import GkeflowConfig
 from gkeflow.pipelines.settings.workspace_config import WorkspaceSettings
@@ -19,7 +19,7 @@ def test_gke_creates_mounts_and_deletes_a_volume_per_run(tmp_path):
              for p in compile_all(tmp_path, pipelines=["training"],
                                   config=GkeflowConfig(
                                       workspace=WorkspaceSettings(enabled=False)))}
-    spec, platform = list(yaml.safe_load_all(paths["gke"].read_text()))
+    spec, platform = list(yamlio.load_all(paths["gke"].read_text()))
     tasks = spec["root"]["dag"]["tasks"]
     create = tasks["createpvc"]["inputs"]["parameters"]
     assert create["access_modes"]["runtimeValue"]["constant"] == ["ReadWriteOnce"]
@@ -52,7 +52,7 @@ def test_gke_creates_mounts_and_deletes_a_volume_per_run(tmp_path):
 
     vertex = paths["vertex"].read_text()
     assert "createpvc" not in vertex and CHECKPOINT_MOUNT not in vertex
-    vspec = yaml.safe_load(vertex)
+    vspec = yamlio.load(vertex)
     assert vspec["root"]["dag"]["tasks"]["train-model"]["inputs"]["parameters"][
         "checkpoint_uri"]["componentInputParameter"] == "checkpoint_uri"
 

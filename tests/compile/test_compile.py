@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 from google.protobuf import json_format
 from kfp import components
 from kfp.pipeline_spec import pipeline_spec_pb2
 
+from gkeflow.components import yamlio
 from gkeflow.pipelines.targets.compile import compile_all, stale_files
 from tests.compile.customjob import custom_job_payload, strict_custom_job
 
@@ -25,7 +25,7 @@ def compiled(tmp_path_factory) -> dict[str, Path]:
 
 
 def _documents(path: Path) -> list[dict]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    return [d for d in yamlio.load_all(path.read_text()) if d is not None]
 
 
 def _resources(spec: dict) -> dict[str, dict]:

@@ -7,13 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from google.protobuf import json_format
 from kfp import components, dsl
 from kfp.dsl import Artifact, Input, Output
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 import gkeflow.components as suite
+from gkeflow.components import yamlio
 from gkeflow.components.images import CPU_IMAGE, GPU_IMAGE, SLIM_IMAGE, VERSION
 from gkeflow.pipelines.cli import reference
 from gkeflow.pipelines.targets import component_yaml
@@ -75,7 +75,7 @@ def compiled(tmp_path_factory) -> dict[str, Path]:
 
 
 def _spec(path: Path) -> dict:
-    (document,) = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    (document,) = [d for d in yamlio.load_all(path.read_text()) if d is not None]
     return document
 
 
@@ -246,7 +246,7 @@ def test_a_pipeline_from_the_yaml_files_alone_compiles_for_both_targets(tmp_path
 
     from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
 
-    gke = [d for d in yaml.safe_load_all(out["gke"].read_text()) if d]
+    gke = [d for d in yamlio.load_all(out["gke"].read_text()) if d]
     assert len(gke) == 2
     json_format.ParseDict(gke[0], pipeline_spec_pb2.PipelineSpec(), ignore_unknown_fields=False)
     executors = gke[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
@@ -259,7 +259,7 @@ def test_a_pipeline_from_the_yaml_files_alone_compiles_for_both_targets(tmp_path
         "resources"]
     assert resources["accelerator"]["resourceType"] == "nvidia.com/gpu"
 
-    vertex = [d for d in yaml.safe_load_all(out["vertex"].read_text()) if d]
+    vertex = [d for d in yamlio.load_all(out["vertex"].read_text()) if d]
     assert len(vertex) == 1
     json_format.ParseDict(vertex[0], pipeline_spec_pb2.PipelineSpec(),
                           ignore_unknown_fields=False)
@@ -279,7 +279,7 @@ def test_a_sweep_from_the_yaml_files_alone_compiles_for_both_targets(tmp_path):
 
     out = _compile_example("yaml_sweep_pipeline", ("gke", "vertex", "vertex-vizier"),
                            tmp_path)
-    documents = {target: [d for d in yaml.safe_load_all(path.read_text()) if d]
+    documents = {target: [d for d in yamlio.load_all(path.read_text()) if d]
                  for target, path in out.items()}
     assert [len(documents[t]) for t in out] == [2, 1, 1]  # Vertex: a single document
     for target, (spec, *_) in documents.items():

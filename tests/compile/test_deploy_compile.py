@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 
+from gkeflow.components import yamlio
 from gkeflow.pipelines.compute.profiles import ComputeProfile
 from gkeflow.pipelines.definitions.deploy_stage import gke_placement, serving_compute
 from gkeflow.pipelines.settings.deploy_config import DeployEnvironment, deploy_parameters
@@ -40,7 +40,7 @@ def _condition_path(spec: dict, task: str) -> list[str]:
 @pytest.mark.parametrize("pipeline", ["training", "sweep"])
 @pytest.mark.parametrize("target", ["gke", "vertex"])
 def test_deploy_runs_only_when_blessed_registered_and_asked(pipeline, target, tmp_path):
-    spec = next(yaml.safe_load_all(compile_pipeline(pipeline, target, tmp_path).read_text()))
+    spec = next(yamlio.load_all(compile_pipeline(pipeline, target, tmp_path).read_text()))
     conditions = _condition_path(spec, "deploy-model")
     assert conditions[0].startswith("inputs.parameter_values['pipelinechannel--evaluate-model"
                                     "-Output'] == true")

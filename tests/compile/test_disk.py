@@ -3,11 +3,11 @@ launcher's staging directory; Vertex says it does not apply it; fan-out compiles
 
 from __future__ import annotations
 
-import yaml
 from google.protobuf import json_format
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
 from kfp.pipeline_spec import pipeline_spec_pb2
 
+from gkeflow.components import yamlio
 from gkeflow.pipelines.compute.plan import plan
 from gkeflow.pipelines.compute.profiles import ComputeProfile
 from gkeflow.pipelines.compute.scratch import STAGING_PATH
@@ -15,7 +15,7 @@ from gkeflow.pipelines.targets.compile import compile_pipeline
 
 
 def _docs(path) -> list[dict]:
-    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    docs = [d for d in yamlio.load_all(path.read_text()) if d]
     json_format.ParseDict(docs[0], pipeline_spec_pb2.PipelineSpec(), ignore_unknown_fields=False)
     return docs
 

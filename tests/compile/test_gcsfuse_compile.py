@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 from google.protobuf import json_format
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
 from kfp.pipeline_spec import pipeline_spec_pb2
 
+from gkeflow.components import yamlio
 from gkeflow.components.cloud.mounts import MOUNTS_ENV, READ_ONLY_ENV
 from gkeflow.pipelines.compute.gcsfuse import DRIVER, manifests
 from gkeflow.pipelines.compute.profiles import ComputeError
@@ -52,7 +52,7 @@ def _env(spec, executor) -> dict[str, str]:
 
 
 def test_gke_mounts_each_bucket_on_exactly_the_steps_that_use_it(tmp_path):
-    spec, platform = yaml.safe_load_all(
+    spec, platform = yamlio.load_all(
         compile_pipeline("training", "gke", tmp_path, config=_config()).read_text())
     json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
@@ -87,7 +87,7 @@ def test_gke_mounts_each_bucket_on_exactly_the_steps_that_use_it(tmp_path):
 
 def test_vertex_reads_through_gcs_without_a_volume(tmp_path):
     text = compile_pipeline("training", "vertex", tmp_path, config=_config()).read_text()
-    (spec,) = yaml.safe_load_all(text)
+    (spec,) = yamlio.load_all(text)
     assert "gke-gcsfuse" not in text and "gcsfuse-" not in text
     envs = {task: _env(spec, label).get(MOUNTS_ENV) for task, label in _executors(spec).items()}
     assert json.loads(envs["prepare-data"]) == {"raw-data": "/gcs/raw-data",
@@ -101,7 +101,7 @@ def test_vertex_reads_through_gcs_without_a_volume(tmp_path):
 
 def test_vertex_custom_job_containers_read_the_buckets_through_gcs(tmp_path):
     compute = {"train-model": DEFAULT_COMPUTE["train-model"].with_overrides(replicas=2)}
-    (spec,) = yaml.safe_load_all(compile_pipeline(
+    (spec,) = yamlio.load_all(compile_pipeline(
         "training", "vertex", tmp_path, compute=compute, config=_config()).read_text())
     job = strict_custom_job(custom_job_payload(spec))
     pools = job.job_spec.worker_pool_specs
@@ -117,7 +117,7 @@ def test_vertex_custom_job_containers_read_the_buckets_through_gcs(tmp_path):
     assert mounted_path("gs://other/x", env) == "gs://other/x"
     read_only = _config(gcsfuse={"buckets": [{"bucket": "frozen", "use": ["data"],
                                               "read_only": True}]})
-    (plain,) = yaml.safe_load_all(compile_pipeline(
+    (plain,) = yamlio.load_all(compile_pipeline(
         "training", "vertex", tmp_path, compute=compute, config=read_only).read_text())
     # a data-only bucket is read by preparation, not by training: the job gets no env
     assert all(not p.container_spec.env for p in
@@ -134,7 +134,7 @@ def test_engines_without_mounts_refuse_a_mount_environment():
 
 
 def _prediction_mounts(tmp_path, target: str, config):
-    documents = list(yaml.safe_load_all(
+    documents = list(yamlio.load_all(
         compile_pipeline("prediction", target, tmp_path, config=config).read_text()))
     spec = documents[0]
     json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
@@ -214,7 +214,7 @@ def test_manifest_printer_reads_gkeflow_yaml_and_refuses_bad_config(tmp_path, ca
     good = tmp_path / "good.yaml"
     good.write_text("gcsfuse:\n  buckets:\n    - bucket: my-data\n      read_only: true\n")
     assert main(["--config", str(good), "--namespace", "team-a"]) == 0
-    documents = list(yaml.safe_load_all(capsys.readouterr().out))
+    documents = list(yamlio.load_all(capsys.readouterr().out))
     assert documents == manifests(_config(gcsfuse={"buckets": [
         {"bucket": "my-data", "read_only": True}]}).gcsfuse, "team-a")
     bad = tmp_path / "bad.yaml"
@@ -232,7 +232,7 @@ def test_manifest_printer_reads_gkeflow_yaml_and_refuses_bad_config(tmp_path, ca
                         "merge-prepared": ["/work"]}),
 ])
 def test_sweep_and_fanout_mount_the_same_way(tmp_path, pipeline, expected):
-    spec, platform = yaml.safe_load_all(
+    spec, platform = yamlio.load_all(
         compile_pipeline(pipeline, "gke", tmp_path, config=_config()).read_text())
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     mounted = {}
@@ -252,7 +252,7 @@ def test_pod_spec_as_kfp_driver_builds_it_is_a_valid_pod(tmp_path):
     (the v2 driver in kubeflow/pipelines); the result must be a Pod Kubernetes accepts."""
     from kubernetes.client import ApiClient
 
-    spec, platform = yaml.safe_load_all(
+    spec, platform = yamlio.load_all(
         compile_pipeline("training", "gke", tmp_path, config=_config()).read_text())
     executor = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"][
         "exec-prepare-data"]

@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from gkeflow.components import images
+from gkeflow.components import images, yamlio
 from gkeflow.components.images import CPU_IMAGE, GPU_IMAGE, SLIM_IMAGE
 from gkeflow.pipelines.targets.compile import ReleaseError, compile_pipeline
 from tests.compile.customjob import custom_job_payload
@@ -33,7 +32,7 @@ def _hadolint() -> str:
 
 def _executor_images(path: Path) -> set[str]:
     """Every step's image, and the image of the workload a launcher step starts."""
-    spec = next(yaml.safe_load_all(path.read_text()))
+    spec = next(yamlio.load_all(path.read_text()))
     # argostub/* are kfp-kubernetes' volume steps (CreatePVC, DeletePVC) and importers have
     # no container: the KFP driver and launcher perform them and start no container of ours
     images = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()

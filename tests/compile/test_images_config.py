@@ -14,6 +14,7 @@ import yaml
 
 import gkeflow.images
 import gkeflow.pipelines
+from gkeflow.components import yamlio
 from gkeflow.components.images import (
     CPU_IMAGE,
     GPU_IMAGE,
@@ -189,10 +190,10 @@ def test_init_writes_the_images_section_commented_and_it_validates_uncommented(t
     for key in ("registry:", "tag:", "requirements:", "include:", "lock: gkeflow.lock"):
         assert key in block
     assert all(line.startswith("#") for line in block.splitlines())
-    assert GkeflowConfig.model_validate(yaml.safe_load(EXAMPLE_CONFIG)).images.registry == ""
+    assert GkeflowConfig.model_validate(yamlio.load(EXAMPLE_CONFIG)).images.registry == ""
     uncommented = "\n".join(line[2:] for line in block.splitlines()
                             if line.startswith(("# images:", "#   registry:")))
-    images = load_config(_write(tmp_path, yaml.safe_load(uncommented))).images
+    images = load_config(_write(tmp_path, yamlio.load(uncommented))).images
     assert images.registry == USER
     result = subprocess.run([str(Path(sys.executable).parent / "gkeflow"), "init", "--path",
                              str(tmp_path / "new.yaml")], capture_output=True, text=True,
@@ -328,10 +329,10 @@ def test_every_image_string_in_every_compiled_file_is_the_users_pinned_image(use
 
 def test_launched_workloads_name_the_users_gpu_image(user_compiled):
     gpu = f"{USER}/gkeflow-gpu@{GPU_DIGEST}"
-    vertex = next(yaml.safe_load_all(user_compiled["training.vertex"].read_text()))
+    vertex = next(yamlio.load_all(user_compiled["training.vertex"].read_text()))
     pools = custom_job_payload(vertex)["job_spec"]["worker_pool_specs"]
     assert {p["container_spec"]["image_uri"] for p in pools} == {gpu}  # CustomJob trainer
-    gke = next(yaml.safe_load_all(user_compiled["training.gke"].read_text()))
+    gke = next(yamlio.load_all(user_compiled["training.gke"].read_text()))
     templates = [json.loads(p["runtimeValue"]["constant"])
                  for component in [gke["root"], *gke["components"].values()]
                  for task in component.get("dag", {}).get("tasks", {}).values()
@@ -341,14 +342,14 @@ def test_launched_workloads_name_the_users_gpu_image(user_compiled):
     containers = [c for job in template["spec"]["replicatedJobs"]
                   for c in job["template"]["spec"]["template"]["spec"]["containers"]]
     assert containers and {c["image"] for c in containers} == {gpu}
-    sweep = next(yaml.safe_load_all(user_compiled["sweep.vertex"].read_text()))
+    sweep = next(yamlio.load_all(user_compiled["sweep.vertex"].read_text()))
     trial_images = {p["runtimeValue"]["constant"]
                     for component in [sweep["root"], *sweep["components"].values()]
                     for task in component.get("dag", {}).get("tasks", {}).values()
                     for key, p in task.get("inputs", {}).get("parameters", {}).items()
                     if key == "trial_image"}
     assert trial_images == {gpu}  # Vizier trials
-    prediction = next(yaml.safe_load_all(user_compiled["prediction.gke"].read_text()))
+    prediction = next(yamlio.load_all(user_compiled["prediction.gke"].read_text()))
     scorer = prediction["deploymentSpec"]["executors"]["exec-predict-batch"]["container"]
     assert scorer["image"] == gpu  # batch scoring on a GPU
 
@@ -356,7 +357,7 @@ def test_launched_workloads_name_the_users_gpu_image(user_compiled):
 def test_component_yaml_defaults_and_header_name_the_users_image(user_compiled):
     text = user_compiled["component tune_with_vizier"].read_text()
     assert f"trial_image: str [Default: '{USER}/gkeflow-gpu@{GPU_DIGEST}']" in text
-    (interface,) = next(yaml.safe_load_all(text))["components"].values()
+    (interface,) = next(yamlio.load_all(text))["components"].values()
     default = interface["inputDefinitions"]["parameters"]["trial_image"]["defaultValue"]
     assert default == f"{USER}/gkeflow-gpu@{GPU_DIGEST}"
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import argparse
 
 import pytest
-import yaml
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
+from gkeflow.components import yamlio
 from gkeflow.components.cloud import options
 from tests.integration.conftest import gkeflow
 
@@ -37,7 +37,7 @@ sweep:
 
 
 def _spec(path) -> dict:
-    document = next(d for d in yaml.safe_load_all(path.read_text()) if d)
+    document = next(d for d in yamlio.load_all(path.read_text()) if d)
     json_format.ParseDict(document, pipeline_spec_pb2.PipelineSpec())  # strict
     return document
 

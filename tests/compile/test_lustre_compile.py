@@ -13,6 +13,7 @@ from google.protobuf import json_format
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
 from pydantic import ValidationError
 
+from gkeflow.components import yamlio
 from gkeflow.pipelines.compute.lustre import DRIVER, manifests
 from gkeflow.pipelines.compute.profiles import ComputeError
 from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
@@ -32,7 +33,7 @@ def _config(*instances, **extra) -> GkeflowConfig:
 
 
 def _claims(tmp_path, pipeline: str, config, compute=None) -> dict[str, dict[str, str]]:
-    spec, platform = yaml.safe_load_all(compile_pipeline(
+    spec, platform = yamlio.load_all(compile_pipeline(
         pipeline, "gke", tmp_path, compute=compute, config=config).read_text())
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     found = {}
@@ -155,7 +156,7 @@ def test_manifest_printer_reads_gkeflow_yaml_and_refuses_bad_config(tmp_path, ca
     good = tmp_path / "good.yaml"
     good.write_text(yaml.safe_dump({"lustre": {"instances": [DATA]}}))
     assert main(["--config", str(good), "--namespace", "team-a"]) == 0
-    assert list(yaml.safe_load_all(capsys.readouterr().out)) == manifests(
+    assert list(yamlio.load_all(capsys.readouterr().out)) == manifests(
         _config(DATA).lustre, "team-a")
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"lustre": {"instances": [{**DATA, "ip": "nope"}]}}))

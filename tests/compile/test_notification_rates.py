@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 
-import yaml
-
+from gkeflow.components import yamlio
 from gkeflow.pipelines.settings.config import GkeflowConfig
 from gkeflow.pipelines.targets.compile import compile_pipeline
 
@@ -19,7 +18,7 @@ def test_the_prediction_pipeline_notification_carries_each_step_s_rate(tmp_path)
     config = select(GkeflowConfig.model_validate({"notifications": {"default": {
         "when": "always",
         "webhook": {"format": "generic", "gke_secret": "gkeflow-webhook"}}}}))
-    (spec, *_) = yaml.safe_load_all(
+    (spec, *_) = yamlio.load_all(
         compile_pipeline("prediction", "gke", tmp_path, config=config).read_text())
     parameters = spec["root"]["dag"]["tasks"]["notify-run"]["inputs"]["parameters"]
     rates = json.loads(parameters["step_rates"]["runtimeValue"]["constant"])

@@ -9,6 +9,7 @@ import json
 import pytest
 import yaml
 
+from gkeflow.components import yamlio
 from gkeflow.pipelines.definitions.operations import select
 from gkeflow.pipelines.settings.config import ConfigError, GkeflowConfig
 from gkeflow.pipelines.targets.backend_version import requirements_of_file
@@ -28,7 +29,7 @@ def _config(**extra) -> GkeflowConfig:
 
 
 def _docs(path):
-    return list(yaml.safe_load_all(path.read_text()))
+    return list(yamlio.load_all(path.read_text()))
 
 
 @pytest.mark.parametrize("pipeline", ["training", "prediction", "sweep", "fanout-prepare"])
@@ -221,7 +222,7 @@ def test_the_pod_default_gives_the_labelled_step_a_run_api_token():
     from gkeflow.pipelines.definitions.operations import RUN_API_ACCESS_LABEL
     from tests.conftest import REPO_ROOT
 
-    (pod_default,) = yaml.safe_load_all(
+    (pod_default,) = yamlio.load_all(
         (REPO_ROOT / "deploy" / "kubeflow" / "access-ml-pipeline.yaml").read_text())
     assert (pod_default["apiVersion"], pod_default["kind"]) == ("kubeflow.org/v1alpha1",
                                                                  "PodDefault")

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 from click.testing import CliRunner
 
+from gkeflow.components import yamlio
 from gkeflow.components.images import pin
 from gkeflow.pipelines.cli.main import main
 from gkeflow.pipelines.compute.plan import plan
@@ -26,7 +26,7 @@ def _invoke(*args: str):
 
 
 def _compiled(target: str) -> tuple[dict, dict]:
-    docs = [d for d in yaml.safe_load_all((REPO / "compiled" / f"training.{target}.yaml")
+    docs = [d for d in yamlio.load_all((REPO / "compiled" / f"training.{target}.yaml")
                                           .read_text()) if d]
     return docs[0], (docs[1] if len(docs) > 1 else {})
 
@@ -171,7 +171,7 @@ def test_compute_from_gkeflow_yaml_then_flags(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     # Training runs as a CustomJob on Vertex AI (it has a timeout), which honours spot.
     assert "spot is not applied on Vertex AI Pipelines" not in result.output
-    vertex = yaml.safe_load((out / "training.vertex.yaml").read_text())
+    vertex = yamlio.load((out / "training.vertex.yaml").read_text())
     job = strict_custom_job(custom_job_payload(vertex)).job_spec
     assert job.scheduling.strategy.name == "SPOT"
     assert job.worker_pool_specs[0].machine_spec.accelerator_type.name == "NVIDIA_A100_80GB"

@@ -6,16 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
+from gkeflow.components import yamlio
 from gkeflow.pipelines.compute.profiles import ComputeError, ComputeProfile
 from gkeflow.pipelines.targets.compile import compile_pipeline
 
 
 def _documents(path: Path) -> list[dict]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    return [d for d in yamlio.load_all(path.read_text()) if d is not None]
 
 
 def _tasks(spec: dict) -> dict:

@@ -4,9 +4,9 @@ fan-out preparation (plan -> ParallelFor groups -> merge) feeding training and e
 from __future__ import annotations
 
 import pytest
-import yaml
 from kfp import compiler
 
+from gkeflow.components import yamlio
 from gkeflow.pipelines.definitions.sweep import build_sweep_pipeline
 from gkeflow.pipelines.definitions.training import build_training_pipeline, resolve_compute
 from gkeflow.pipelines.settings.config import ConfigError, load_config
@@ -18,7 +18,7 @@ FANOUT = PreparationSettings(fanout=True, groups=24, parallelism=5)
 def _spec(pipeline, tmp_path, name="p.yaml"):
     path = tmp_path / name
     compiler.Compiler().compile(pipeline, str(path))
-    return list(yaml.safe_load_all(path.read_text()))[0]
+    return list(yamlio.load_all(path.read_text()))[0]
 
 
 def _tasks(spec) -> dict:

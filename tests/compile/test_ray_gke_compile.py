@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 from google.protobuf import json_format
 from kfp import compiler
 from kfp.pipeline_spec import pipeline_spec_pb2
 
+from gkeflow.components import yamlio
 from gkeflow.components.sweep import rayjob as rj
 from gkeflow.components.sweep.rayjob_launcher import driver_args
 from gkeflow.pipelines.compute.profiles import ComputeError, ComputeProfile
@@ -30,7 +30,7 @@ L4_SPOT = ComputeProfile(cpu="6", memory="24G", accelerator="nvidia-l4", acceler
 def _compile(tmp_path, compute=None, sweep=SWEEP) -> dict:
     path = tmp_path / "sweep.yaml"
     compiler.Compiler().compile(build_sweep_pipeline("gke", compute, sweep), str(path))
-    return [d for d in yaml.safe_load_all(path.read_text()) if d][0]
+    return [d for d in yamlio.load_all(path.read_text()) if d][0]
 
 
 def test_the_compiled_rayjob_is_valid_for_kuberay_and_sized_from_the_trials(tmp_path):

@@ -3,10 +3,10 @@
 import re
 from pathlib import Path
 
-import yaml
 from click.testing import CliRunner
 
 import gkeflow.components as suite
+from gkeflow.components import yamlio
 from gkeflow.pipelines.cli import reference
 from gkeflow.pipelines.cli.main import main
 from gkeflow.pipelines.targets.component_yaml import component_names
@@ -60,7 +60,7 @@ def test_every_input_and_output_is_listed_with_the_compiled_type_and_description
 def test_the_reference_reads_what_the_committed_component_yaml_holds():
     for name in component_names():
         path = REPO / "compiled" / "components" / f"{name}.yaml"
-        (document,) = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        (document,) = [d for d in yamlio.load_all(path.read_text()) if d]
         (interface,) = document["components"].values()
         assert reference.component_ir(name) == interface, name
 

@@ -3,13 +3,12 @@ links the run to the model version), a generic artifact elsewhere; same task nam
 
 from __future__ import annotations
 
-import yaml
-
+from gkeflow.components import yamlio
 from gkeflow.pipelines.targets.compile import compile_pipeline
 
 
 def _register_component(path):
-    spec = next(yaml.safe_load_all(path.read_text()))  # GKE adds a platform-spec document
+    spec = next(yamlio.load_all(path.read_text()))  # GKE adds a platform-spec document
     return spec["components"]["comp-register-model"], spec
 
 

@@ -10,11 +10,11 @@ import json
 import socket
 
 import pytest
-import yaml
 from click.testing import CliRunner
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
+from gkeflow.components import yamlio
 from gkeflow.components.scaleout import jobset as js
 from gkeflow.pipelines.cli.main import main
 from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE, build_training_pipeline
@@ -24,7 +24,7 @@ from tests.integration.fake_kube import validate_jobset
 
 
 def documents(path) -> list[dict]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return [d for d in yamlio.load_all(path.read_text()) if d]
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +148,7 @@ def test_gke_launcher_receives_its_kubernetes_settings_as_a_task_config(compiled
     assert passthroughs == {"RESOURCES": True, "KUBERNETES_NODE_SELECTOR": False,
                             "KUBERNETES_TOLERATIONS": False, "KUBERNETES_AFFINITY": False,
                             "ENV": True, "KUBERNETES_VOLUMES": True}
-    vertex = yaml.safe_load(compiled["vertex"].read_text())
+    vertex = yamlio.load(compiled["vertex"].read_text())
     assert "TASK_CONFIG" not in json.dumps(vertex)  # Vertex AI runs a CustomJob instead
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
+from gkeflow.components import yamlio
 from gkeflow.pipelines.compute.profiles import ComputeError
 from gkeflow.pipelines.definitions.sweep import (
     build_sweep_pipeline,
@@ -25,7 +25,7 @@ SWEEP = {"max_trials": 6, "parallel_trials": 3,
 
 
 def _docs(path: Path) -> list[dict]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    return [d for d in yamlio.load_all(path.read_text()) if d is not None]
 
 
 def _compile(tmp_path, target: str, raw=SWEEP) -> list[dict]:
@@ -93,7 +93,7 @@ def test_vizier_engine_runs_one_tuning_step_on_vertex_and_parallel_for_on_gke(tm
     assert "tune-with-vizier" in tasks and "select-best-trial" not in tasks
     assert not any("parameterIterator" in t for t in tasks.values())
     assert _gpu_executors(spec) == set()  # the trials' GPUs are in the tuning job
-    tuning = yaml.safe_load(tasks["tune-with-vizier"]["inputs"]["parameters"]["spec"][
+    tuning = yamlio.load(tasks["tune-with-vizier"]["inputs"]["parameters"]["spec"][
         "runtimeValue"]["constant"])
     assert tuning["machineSpec"] == {"machineType": "n1-standard-8",
                                      "acceleratorType": "NVIDIA_TESLA_T4",

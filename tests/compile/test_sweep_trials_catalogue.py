@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 
+from gkeflow.components import yamlio
 from gkeflow.components.sweep.vizier import build_job, validate_job
 from gkeflow.pipelines.compute import accelerators as acc
 from gkeflow.pipelines.compute.engines.vizier import tuning_spec
@@ -108,7 +108,7 @@ B200_SPOT = ["--compute", "train-model.accelerator=nvidia-b200", "--compute",
 
 
 def _docs(path):
-    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return [d for d in yamlio.load_all(path.read_text()) if d]
 
 
 def test_spot_b200_compiles_training_and_says_why_the_vertex_sweep_is_not(tmp_path):

@@ -12,11 +12,11 @@ import socket
 from pathlib import Path
 
 import pytest
-import yaml
 from google.protobuf import json_format
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
 from kfp.pipeline_spec import pipeline_spec_pb2
 
+from gkeflow.components import yamlio
 from gkeflow.pipelines.compute.profiles import ComputeProfile, fitting_shape
 from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE, resolve_compute
 from gkeflow.pipelines.targets.compile import compile_pipeline
@@ -43,7 +43,7 @@ CASES = [(count, spot) for count in TRAIN_PROFILES for spot in (False, True)]
 
 
 def documents(path: Path) -> list[dict]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    return [d for d in yamlio.load_all(path.read_text()) if d is not None]
 
 
 def strict_pipeline_spec(document: dict) -> pipeline_spec_pb2.PipelineSpec:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 
+from gkeflow.components import yamlio
 from gkeflow.components.images import GPU_IMAGE, TPU_IMAGE
 from gkeflow.components.scaleout import jobset as js
 from gkeflow.pipelines.compute.profiles import apply_overrides
@@ -24,7 +24,7 @@ STEP = "train-model"
 def _compile(tmp_path, target: str, *overrides: str) -> dict:
     profiles = apply_overrides(DEFAULT_COMPUTE, [f"{STEP}.{o}" for o in overrides])
     path = compile_pipeline("training", target, tmp_path, {STEP: profiles[STEP]})
-    return next(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return next(d for d in yamlio.load_all(path.read_text()) if d)
 
 
 def _executor_image(spec: dict, task: str = STEP) -> str:
@@ -95,6 +95,6 @@ def test_sweep_trials_on_a_single_host_slice_run_in_the_tpu_image(tmp_path):
     profiles = apply_overrides(DEFAULT_COMPUTE, [f"{STEP}.accelerator=tpu-v6e",
                                                  f"{STEP}.topology=2x2"])
     path = compile_pipeline("sweep", "gke", tmp_path, {STEP: profiles[STEP]})
-    spec = next(d for d in yaml.safe_load_all(path.read_text()) if d)
+    spec = next(d for d in yamlio.load_all(path.read_text()) if d)
     assert _executor_image(spec) == TPU_IMAGE
     assert _executor_image(spec, "evaluate-model") != TPU_IMAGE

@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 
 import pytest
-import yaml
 from google.protobuf import json_format
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s
 
+from gkeflow.components import yamlio
 from gkeflow.components.scaleout.jobset import finish
 from gkeflow.pipelines.compute.engines.gke import jobset_template
 from gkeflow.pipelines.compute.profiles import ComputeProfile
@@ -25,13 +25,13 @@ def alert_labels() -> dict[str, str]:
     gke = next(policy for policy in desired_policies(MonitoringSettings(), "default")
                if "k8s_container" in policy["conditions"][0]["conditionThreshold"]["filter"])
     text = gke["conditions"][0]["conditionThreshold"]["filter"]
-    pairs = {yaml.safe_load(key): yaml.safe_load(value) for key, value in SELECTOR.findall(text)}
+    pairs = {yamlio.load(key): yamlio.load(value) for key, value in SELECTOR.findall(text)}
     assert pairs, text
     return pairs
 
 
 def pod_labels(path, executor: str) -> dict[str, str]:
-    docs = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    docs = [doc for doc in yamlio.load_all(path.read_text()) if doc]
     config = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"][executor]
     json_format.ParseDict(config, k8s.KubernetesExecutorConfig(), ignore_unknown_fields=False)
     return config.get("podMetadata", {}).get("labels", {})

@@ -4,8 +4,8 @@ training and evaluation mount it; Vertex AI and JobSet training take none."""
 from __future__ import annotations
 
 import pytest
-import yaml
 
+from gkeflow.components import yamlio
 from gkeflow.pipelines.compute.profiles import ComputeError
 from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
 from gkeflow.pipelines.settings.config import GkeflowConfig
@@ -20,7 +20,7 @@ def _config(**workspace) -> GkeflowConfig:
 
 
 def _docs(path):
-    return list(yaml.safe_load_all(path.read_text()))
+    return list(yamlio.load_all(path.read_text()))
 
 
 def _workspace_steps(spec) -> set[str]:

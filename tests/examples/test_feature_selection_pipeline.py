@@ -6,12 +6,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import yaml
 from google.protobuf import json_format
 from kfp import compiler
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from examples import feature_selection_pipeline as example
+from gkeflow.components import yamlio
 from gkeflow.pipelines.compute.profiles import ComputeError, ComputeProfile
 
 STEPS = ["prepare-data", "select-features", "train-model", "evaluate-model", "register-model"]
@@ -20,7 +20,7 @@ STEPS = ["prepare-data", "select-features", "train-model", "evaluate-model", "re
 def _compile(target: str, tmp_path: Path, compute=None) -> list[dict]:
     path = tmp_path / f"example.{target}.yaml"
     compiler.Compiler().compile(example.build_pipeline(target, compute), str(path))
-    documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    documents = [d for d in yamlio.load_all(path.read_text()) if d]
     json_format.ParseDict(documents[0], pipeline_spec_pb2.PipelineSpec(),
                           ignore_unknown_fields=False)
     return documents

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
+from gkeflow.components import yamlio
 from gkeflow.components.images import flavour_of
 from gkeflow.components.register.local_registry import LocalRegistry
 from gkeflow.components.train.exported import ExportedModel
@@ -137,7 +137,7 @@ def test_the_image_is_lean(cpu_image):
 
 def test_compiled_training_steps_run_inside_their_images_like_kfp_local(
         cpu_image, slim_image, tmp_path):
-    spec = next(yaml.safe_load_all(
+    spec = next(yamlio.load_all(
         (REPO_ROOT / "compiled" / "training.gke.yaml").read_text(encoding="utf-8")))
     built = {"slim": slim_image, "cpu": cpu_image, "gpu": cpu_image}
     ran_in: dict[str, str] = {}

@@ -10,8 +10,7 @@ import json
 import re
 from typing import Any
 
-import yaml
-
+from gkeflow.components import yamlio
 from tests.integration.fake_http import (
     KFP_SWAGGER,
     Conflict,
@@ -253,7 +252,7 @@ class FakeKfpServer(Server):
         if "uploadfile" not in files:
             raise Invalid(f"upload has no 'uploadfile' part (parts: {sorted(files)})")
         content = files["uploadfile"]
-        docs = list(yaml.safe_load_all(content))
+        docs = list(yamlio.load_all(content))
         if not docs or not isinstance(docs[0], dict):
             raise Invalid("uploaded file is not a pipeline spec YAML")
         parse_pipeline_spec_strict(docs[0], docs[1] if len(docs) > 1 else None)

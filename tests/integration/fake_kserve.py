@@ -44,6 +44,7 @@ import jsonschema
 import yaml
 from werkzeug.wrappers import Request, Response
 
+from gkeflow.components import yamlio
 from tests.integration.fake_kube import _closed, _status
 from tests.integration.wsgi_fake import WsgiFake
 
@@ -92,7 +93,7 @@ def validate_isvc(manifest: dict) -> list[str]:
     predictors = [("spec.predictor", spec["predictor"])] + [
         (f"spec.canary[{i}].predictor", c["predictor"]) for i, c in enumerate(
             spec.get("canary", []))]
-    runtime = yaml.safe_load(RUNTIME.read_text())
+    runtime = yamlio.load(RUNTIME.read_text())
     formats = {(f["name"], str(f["version"])) for f in runtime["spec"]["supportedModelFormats"]}
     for where, predictor in predictors:
         model = predictor.get("model")

@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 from werkzeug.wrappers import Request, Response
 
+from gkeflow.components import yamlio
 from tests.integration.wsgi_fake import WsgiFake
 
 PREFIX = "/api/model_registry/v1alpha3"
@@ -53,7 +53,7 @@ class FakeModelRegistry(WsgiFake):
     def __post_init__(self):
         from openapi_core import OpenAPI
 
-        spec = yaml.safe_load(self.contract.read_text(encoding="utf-8"))
+        spec = yamlio.load(self.contract.read_text(encoding="utf-8"))
         spec["servers"] = [{"url": "/"}]  # served from 127.0.0.1:<port>
         self.openapi = OpenAPI.from_dict(spec)
         self._ids = itertools.count(1)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import yaml
 
+from gkeflow.components import yamlio
 from tests.integration.conftest import TOKEN, config_dict, gkeflow
 
 TOKEN_ENV = {"GKEFLOW_TEST_KFP_TOKEN": TOKEN}
@@ -138,7 +138,7 @@ def test_schedule_apply_twice_then_list_pause_resume_delete(kfp_server, vertex_s
     assert deleted.returncode == 0 and "vertex: nightly deleted" in deleted.stdout
     assert not vertex_server.schedules
     assert TOKEN not in "".join(r.stdout + r.stderr for r in (first, second, listed, paused))
-    data = yaml.safe_load(path.read_text())
+    data = yamlio.load(path.read_text())
     assert data["schedules"] == schedules  # the file is never rewritten
 
 

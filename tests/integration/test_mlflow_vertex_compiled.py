@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from gkeflow.components import yamlio
 from gkeflow.components.tracking.client import PARENT_TAG
 from gkeflow.components.tracking.pipeline_run import (
     ARG_RUN_ID,
@@ -42,7 +43,7 @@ def test_a_compiled_vertex_pipeline_opens_fills_and_closes_one_parent_run(
     (tmp_path / "gkeflow.yaml").write_text(yaml.safe_dump(config))
     compiled = gkeflow("compile", "--target", "vertex", "--output", "out", cwd=tmp_path)
     assert compiled.returncode == 0, compiled.stderr
-    spec = yaml.safe_load((tmp_path / "out" / "training.vertex.yaml").read_text())
+    spec = yamlio.load((tmp_path / "out" / "training.vertex.yaml").read_text())
     executors = spec["deploymentSpec"]["executors"]
     tasks, exit_env = {}, None
     for name, executor in executors.items():

@@ -18,6 +18,7 @@ import pytest
 import requests
 from kfp import dsl
 
+from gkeflow.components import yamlio
 from gkeflow.components.notify.component import notify_run
 from gkeflow.components.notify.logic import RunReport
 from gkeflow.pipelines.targets.kfp import KfpBackend
@@ -252,10 +253,9 @@ def _documented_email_schedule() -> dict:
     import re
     from pathlib import Path
 
-    import yaml
 
     page = (Path(__file__).parents[2] / "docs" / "operating.md").read_text(encoding="utf-8")
-    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", page, re.DOTALL)]
+    blocks = [yamlio.load(b) for b in re.findall(r"```yaml\n(.*?)```", page, re.DOTALL)]
     (weekly,) = [s for b in blocks if isinstance(b, dict) for s in b.get("schedules") or []
                  if (s.get("notifications") or {}).get("email")]
     return weekly

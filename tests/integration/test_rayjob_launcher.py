@@ -20,8 +20,8 @@ import threading
 from pathlib import Path
 
 import pytest
-import yaml
 
+from gkeflow.components import yamlio
 from gkeflow.components.cloud.follow import Cancelled, GaveUp, JobFailed
 from gkeflow.components.scaleout import storage
 from gkeflow.components.sweep import rayjob as rj
@@ -375,7 +375,7 @@ def test_the_launcher_role_grants_exactly_what_it_calls(tmp_path):
             group, resource = "", parts[4] + ("/log" if parts[-1] == "log" else "")
             verb = "list" if resource == "pods" and len(parts) == 5 else verbs[method]
         needed.add((group, resource, verb))
-    role, binding = yaml.safe_load_all((ROOT / "deploy/rbac/rayjob-launcher.yaml").read_text())
+    role, binding = yamlio.load_all((ROOT / "deploy/rbac/rayjob-launcher.yaml").read_text())
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}
     assert binding["roleRef"]["name"] == role["metadata"]["name"] and role["kind"] == "Role"

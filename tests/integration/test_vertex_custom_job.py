@@ -12,6 +12,7 @@ import json
 import pytest
 from google.auth.credentials import AnonymousCredentials
 
+from gkeflow.components import yamlio
 from gkeflow.components.cloud import follow as fl
 from gkeflow.components.cloud.retry import RetryPolicy
 from gkeflow.components.scaleout import vertex_launcher as vl
@@ -30,12 +31,11 @@ EXECUTOR_INPUT = {"inputs": {"parameterValues": {"epochs": 3, "model_type": "mlp
 @pytest.fixture(scope="module")
 def payload(tmp_path_factory) -> dict:
     """The compiled payload after Vertex AI substituted the executor input into it."""
-    import yaml
 
     compute = {"train-model": DEFAULT_COMPUTE["train-model"].with_overrides(
         replicas=2, scheduling="spot")}
     path = compile_pipeline("training", "vertex", tmp_path_factory.mktemp("v"), compute=compute)
-    spec = next(yaml.safe_load_all(path.read_text()))
+    spec = next(yamlio.load_all(path.read_text()))
     container = spec["deploymentSpec"]["executors"]["exec-train-model"]["container"]
     raw = container["args"][container["args"].index("--payload") + 1]
     assert raw == json.dumps(custom_job_payload(spec), sort_keys=True)

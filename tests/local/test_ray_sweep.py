@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gkeflow.components import yamlio
 from gkeflow.components.register.local_registry import LocalRegistry
 from gkeflow.components.sweep.logic import SWEEP_FILE
 from tests.cli.test_cli import gkeflow
@@ -39,7 +40,7 @@ sweep:
 
 def test_a_ray_tune_sweep_stops_poor_trials_early_and_registers_the_best(tmp_path,
                                                                         mlflow_server):
-    config = yaml.safe_load(CONFIG)
+    config = yamlio.load(CONFIG)
     config["tracking"] = {"dev": {"mlflow": {"experiment": "ray-sweep",
                                              "tracking_uri": mlflow_server.url}}}
     (tmp_path / "gkeflow.yaml").write_text(yaml.safe_dump(config))

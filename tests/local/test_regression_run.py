@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
+from gkeflow.components import yamlio
 from tests.gkeflow_cli import gkeflow
 
 REPO = Path(__file__).resolve().parents[2]
@@ -127,7 +127,7 @@ def test_forcing_the_task_is_checked_before_any_step(tmp_path):
 @pytest.mark.parametrize("name", ["training", "sweep"])
 @pytest.mark.parametrize("target", ["gke", "vertex"])
 def test_the_compiled_pipelines_take_the_task(name, target):
-    spec = next(yaml.safe_load_all((REPO / "compiled" / f"{name}.{target}.yaml").read_text()))
+    spec = next(yamlio.load_all((REPO / "compiled" / f"{name}.{target}.yaml").read_text()))
     assert spec["root"]["inputDefinitions"]["parameters"]["task"]["defaultValue"] == "auto"
     tasks = spec["root"]["dag"]["tasks"]
     prepare = next(t for n, t in tasks.items() if n.startswith("prepare-data"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import click
 import pytest
 
+from gkeflow.components import yamlio
 from gkeflow.pipelines.cli.params import pipeline_params
 from gkeflow.pipelines.cli.summary import early_stop_line
 from gkeflow.pipelines.definitions.sweep import build_sweep_pipeline
@@ -41,13 +42,12 @@ def test_the_compiled_steps_receive_the_settings():
     import tempfile
     from pathlib import Path
 
-    import yaml
     from kfp.compiler import Compiler
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "p.yaml"
         Compiler().compile(training_pipeline, str(path))
-        spec = yaml.safe_load(path.read_text())
+        spec = yamlio.load(path.read_text())
     tasks = spec["root"]["dag"]["tasks"]
     train = tasks["train-model"]["inputs"]["parameters"]["early_stopping_patience"]
     prepare = tasks["prepare-data"]["inputs"]["parameters"]["max_rejected_fraction"]

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gkeflow.components import yamlio
 from gkeflow.components.evaluate.accumulate import compute_metrics
 from gkeflow.components.evaluate.logic import (
     choose_slice_columns,
@@ -397,7 +398,6 @@ def test_component_body_logs_what_the_kubeflow_ui_renders(prepared_penguins, tra
 
 @pytest.mark.parametrize("target", ["gke", "vertex"])
 def test_evaluation_is_never_cached_and_gates_registration(tmp_path, target):
-    import yaml
     from kfp import compiler
 
     from gkeflow.pipelines.compute.profiles import ComputeProfile
@@ -408,7 +408,7 @@ def test_evaluation_is_never_cached_and_gates_registration(tmp_path, target):
         target, compute={"evaluate-model": ComputeProfile(cpu="2", memory="8G", caching=True)})
     path = tmp_path / "p.yaml"
     compiler.Compiler().compile(pipeline, str(path))
-    spec = next(yaml.safe_load_all(path.read_text()))
+    spec = next(yamlio.load_all(path.read_text()))
     tasks = spec["root"]["dag"]["tasks"]
     assert not tasks["evaluate-model"]["cachingOptions"].get("enableCache", False)
     gate = tasks["condition-1"]

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
+from gkeflow.components import yamlio
 from tests.integration.fake_kube import FakeKube, KubeFaults
 
 RBAC = Path(__file__).resolve().parents[2] / "deploy" / "rbac"
@@ -18,7 +17,7 @@ _VERBS = {"POST": "create", "GET": "get", "DELETE": "delete"}
 
 
 def _grants() -> set[tuple[str, str, str]]:
-    role, binding = yaml.safe_load_all(MANIFEST.read_text())
+    role, binding = yamlio.load_all(MANIFEST.read_text())
     assert role["kind"] == "Role" and binding["kind"] == "RoleBinding", "namespaced only"
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     return {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
@@ -37,15 +36,15 @@ def test_no_wildcards_and_no_secrets():
 def test_the_workers_account_is_bound_to_nothing():
     from gkeflow.pipelines.compute.profiles import ComputeProfile
 
-    [account] = yaml.safe_load_all(WORKER.read_text())
+    [account] = yamlio.load_all(WORKER.read_text())
     assert account["kind"] == "ServiceAccount"
     assert account["metadata"]["name"] == ComputeProfile().worker_service_account
-    for document in yaml.safe_load_all(MANIFEST.read_text()):
+    for document in yamlio.load_all(MANIFEST.read_text()):
         if document["kind"] == "RoleBinding":
             assert all(s["name"] != account["metadata"]["name"] for s in document["subjects"])
     # nothing else in deploy/ binds it either
     for path in Path(RBAC.parent).rglob("*.yaml"):
-        for document in yaml.safe_load_all(path.read_text()):
+        for document in yamlio.load_all(path.read_text()):
             if document and document.get("kind") in ("RoleBinding", "ClusterRoleBinding"):
                 assert all(s["name"] != account["metadata"]["name"]
                            for s in document.get("subjects", [])), path

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from kubernetes import client
 
+from gkeflow.components import yamlio
 from gkeflow.components.cloud.retry import RetryPolicy
 from gkeflow.components.deploy.kserve import InferenceServices, KServeApi, ModelVersion, Placement
 from tests.integration.fake_kserve import FakeKServe
@@ -16,7 +16,7 @@ _VERBS = {"POST": "create", "GET": "get", "PUT": "update"}
 
 
 def _grants() -> set[tuple[str, str, str]]:
-    documents = list(yaml.safe_load_all(MANIFEST.read_text()))
+    documents = list(yamlio.load_all(MANIFEST.read_text()))
     grants = set()
     for doc in documents:
         if doc["kind"] in ("Role", "ClusterRole"):
@@ -31,7 +31,7 @@ def test_no_wildcards_no_delete_and_the_crd_read_is_named():
     grants = _grants()
     assert not any("*" in part for grant in grants for part in grant)
     assert not any(verb in ("delete", "patch", "deletecollection") for *_, verb in grants)
-    [cluster_role] = [d for d in yaml.safe_load_all(MANIFEST.read_text())
+    [cluster_role] = [d for d in yamlio.load_all(MANIFEST.read_text())
                       if d["kind"] == "ClusterRole"]
     assert cluster_role["rules"][0]["resourceNames"] == ["inferenceservices.serving.kserve.io"]
 

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from gkeflow.components import yamlio
 from gkeflow.components.sweep.logic import parse_outcomes, trial_table
 from gkeflow.components.sweep.ray_tune import (
     TuneSettings,
@@ -118,9 +119,8 @@ def test_a_bayesian_ray_sweep_compiles_with_its_search_space(tmp_path):
     for target in ("local", "gke"):
         path = tmp_path / f"{target}.yaml"
         compiler.Compiler().compile(build_sweep_pipeline(target, sweep=sweep), str(path))
-        import yaml
 
-        spec = next(yaml.safe_load_all(path.read_text()))
+        spec = next(yamlio.load_all(path.read_text()))
         task = spec["root"]["dag"]["tasks"]["tune-on-kuberay" if target == "gke"
                                             else "tune-with-ray"]
         values = {k: v["runtimeValue"]["constant"] for k, v in

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
+from gkeflow.components import yamlio
 from gkeflow.pipelines.targets.submit import step_count
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +33,7 @@ def test_steps_inside_an_exit_handler_and_a_condition_are_counted():
 
 
 def test_the_compiled_training_pipeline_counts_every_step():
-    spec = next(yaml.safe_load_all((ROOT / "compiled" / "training.vertex.yaml").read_text()))
+    spec = next(yamlio.load_all((ROOT / "compiled" / "training.vertex.yaml").read_text()))
     executors = spec["deploymentSpec"]["executors"]
     # one task per executor here: no component runs twice in the training pipeline
     assert step_count(spec) == len(executors) >= 5

@@ -9,6 +9,7 @@ import json
 import pytest
 import yaml
 
+from gkeflow.components import yamlio
 from gkeflow.pipelines.definitions.operations import notifications_key, select
 from gkeflow.pipelines.settings.config import GkeflowConfig
 from gkeflow.pipelines.targets.compile import compile_pipeline
@@ -36,7 +37,7 @@ MLFLOW = {"experiment": "penguins", "tracking_uri": "https://mlflow.example.com"
 def _compiled(tmp_path, config, target: str, pipeline: str = "training"):
     path = compile_pipeline(pipeline, target, tmp_path / target, config=select(config))
     text = path.read_text()
-    return text, list(yaml.safe_load_all(text))
+    return text, list(yamlio.load_all(text))
 
 
 def _env(executor: dict) -> dict[str, str]:

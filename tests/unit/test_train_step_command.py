@@ -11,13 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+
+from gkeflow.components import yamlio
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _container() -> dict:
-    spec = yaml.safe_load((ROOT / "compiled" / "components" / "train_model.yaml").read_text())
+    spec = yamlio.load((ROOT / "compiled" / "components" / "train_model.yaml").read_text())
     executors = spec["deploymentSpec"]["executors"]
     return next(iter(executors.values()))["container"]
 
