@@ -35,15 +35,47 @@ def _loans(path: Path, rows: int = 900, seed: int = 2) -> pd.DataFrame:
     return frame
 
 
+def _vertex_experiments_config(path: Path, endpoint: str) -> Path:
+    """gkeflow.yaml logging environment dev's runs to a Vertex AI experiment."""
+    import yaml
+
+    path.write_text(yaml.safe_dump({
+        "parameters": {"dev": {}},
+        "targets": {"vertex": {"project": "my-project", "region": "us-central1",
+                               "pipeline_root": "gs://my-bucket/root",
+                               "service_account": "runner@my-project.iam.gserviceaccount.com",
+                               "api_endpoint": endpoint}},
+        "tracking": {"dev": {"vertex_experiments": {"experiment": "loans-income"}}}}))
+    return path
+
+
 @pytest.mark.slow
 def test_a_continuous_label_trains_registers_and_scores_a_regressor(tmp_path):
+    import json
+
+    from tests.integration.fakes import FakeVertexServer
+
     frame = _loans(tmp_path / "loans.csv")
     out = tmp_path / "out"
-    # trained by two local worker processes (MultiWorkerMirroredStrategy's custom loop)
-    result = gkeflow("run", "--data", str(tmp_path / "loans.csv"), "--label", "income_eur",
-                     "--output", str(out), "--epochs", "15",
-                     "--compute", "train-model.replicas=2")
+    # trained by two local worker processes (MultiWorkerMirroredStrategy's custom loop),
+    # its parameters and regression metrics logged to a Vertex AI experiment (the fake)
+    with FakeVertexServer() as vertex:
+        config = _vertex_experiments_config(tmp_path / "gkeflow.yaml", vertex.url)
+        result = gkeflow("run", "--data", str(tmp_path / "loans.csv"), "--label",
+                         "income_eur", "--output", str(out), "--epochs", "15",
+                         "--compute", "train-model.replicas=2", "--config", str(config),
+                         "--env", "dev")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert not vertex.violations, vertex.violations
+    (run_context,) = [c for c in vertex.metadata.contexts.values()
+                      if c.schema_title == "system.ExperimentRun"]
+    logged = json.loads(type(run_context).to_json(run_context))["metadata"]
+    assert logged["_params"]["label_column"] == "income_eur"
+    assert logged["_params"]["task"] == "regression"
+    assert {"rmse", "mae", "r2"} <= set(logged["_metrics"]) and logged["_state"] == "COMPLETE"
+    assert "accuracy" not in logged["_metrics"]
+    assert 0 < logged["_metrics"]["rmse"] < logged["_metrics"]["baseline_rmse"]
+    assert "logged to Vertex AI experiment 'loans-income'" in result.stdout
     lines = result.stdout.splitlines()
     task_line = next(i for i, line in enumerate(lines) if line.startswith("task: regression"))
     assert "'income_eur'" in lines[task_line] and "distinct values" in lines[task_line]
