@@ -4,7 +4,9 @@
 Runs the same training code as ``train_model`` on the prepared splits, writes the
 SavedModel to ``$AIP_MODEL_DIR`` (checkpoints to ``$AIP_CHECKPOINT_DIR``, so a restarted
 trial resumes) and reports the eval-split metric the way Vizier reads it (the hypertune
-metrics file).
+metrics file). When the sweep is tracked in MLflow, the trial logs its parameters and
+its curves epoch by epoch into the ``train-model`` run of its task (``trial-NNN``, from
+``CLOUD_ML_TRIAL_ID``) under the pipeline run's parent, as Ray's and ParallelFor's trials do.
 """
 
 from __future__ import annotations
@@ -61,10 +63,24 @@ def main(argv: list[str] | None = None) -> int:
         dropout=float(args.dropout), early_stopping_patience=int(args.early_stopping_patience),
         require_gpu=args.require_gpu, user_module=args.user_module,
     )
-    result = train(dataset_dir=Path(fuse_path(args.dataset)),
-                   schema=Schema.load(Path(fuse_path(args.schema))),
-                   model_dir=Path(model_dir), params=params,
-                   checkpoint_dir=Path(fuse_path(checkpoints)) if checkpoints else None)
+    from gkeflow.components.sweep.vizier import trial_id
+    from gkeflow.components.tracking.live import live_curves
+    from gkeflow.components.tracking.steps import track_training, training_params
+    from gkeflow.components.tracking.trials import open_trial_run, tracking_from_env
+
+    task = trial_id(os.environ.get("CLOUD_ML_TRIAL_ID", "0"))
+    tracker = open_trial_run(tracking_from_env(), task)
+    tracker.log_params(training_params(params))
+    try:
+        result = train(dataset_dir=Path(fuse_path(args.dataset)),
+                       schema=Schema.load(Path(fuse_path(args.schema))),
+                       model_dir=Path(model_dir), params=params,
+                       checkpoint_dir=Path(fuse_path(checkpoints)) if checkpoints else None,
+                       live=lambda sampler: live_curves(tracker, sampler))
+    except BaseException:
+        tracker.finish("FAILED")
+        raise
+    track_training(result, params, Path(model_dir), task=task, tracker=tracker, live=True)
     value = result.metrics.get(args.metric)
     if value is None:
         print(f"training reported no {args.metric}; metrics: {sorted(result.metrics)}")

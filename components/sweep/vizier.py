@@ -42,12 +42,15 @@ def searched_on(spec: Mapping[str, Any], metric: str, direction: str) -> dict[st
 def build_job(spec: Mapping[str, Any], *, display_name: str, image: str, dataset_uri: str,
               schema_uri: str, output_uri: str, run_id: str, user_module: str = "",
               require_gpu: bool = False, service_account: str = "",
-              fixed: Mapping[str, Any] | None = None) -> dict[str, Any]:
+              fixed: Mapping[str, Any] | None = None,
+              env: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """The ``HyperparameterTuningJob`` JSON for ``spec``
     (from ``gkeflow.pipelines.compute.engines.vizier``).
 
     ``fixed`` hyperparameters go first on each trial's command line; Vertex AI appends the
     searched ones (``--learning_rate=...``) after them, and the last occurrence wins.
+    ``env``: the trials' environment (their MLflow tracking, from
+    :func:`gkeflow.components.tracking.trials.trial_env`).
     """
     args = ["--dataset", fuse_path(dataset_uri), "--schema", fuse_path(schema_uri),
             "--metric", spec["studySpec"]["metrics"][0]["metricId"]]
@@ -61,7 +64,8 @@ def build_job(spec: Mapping[str, Any], *, display_name: str, image: str, dataset
             "machineSpec": dict(spec["machineSpec"]),
             "replicaCount": "1",
             "containerSpec": {"imageUri": image,
-                              "command": ["python", "-m", TRIAL_MODULE], "args": args},
+                              "command": ["python", "-m", TRIAL_MODULE], "args": args,
+                              **({"env": list(env)} if env else {})},
         }],
         "scheduling": dict(spec.get("scheduling", {})),
         "baseOutputDirectory": {"outputUriPrefix": output_uri.rstrip("/")},

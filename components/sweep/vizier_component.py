@@ -101,6 +101,10 @@ def tune_with_vizier(
                                         .regression)
     spec = vizier.searched_on(json.loads(spec), metric, direction)
     output_uri = f"{pipeline_root.rstrip('/')}/sweeps/{vizier.label_value(pipeline_run_id)}"
+    from gkeflow.components.tracking.trials import trial_env, trial_tracking
+
+    # each trial logs its curves into a nested run of the pipeline run, as it trains
+    tracking = trial_tracking("tune-with-vizier")
     body = vizier.build_job(
         spec, display_name=f"gkeflow-sweep-{pipeline_run_id}", image=trial_image,
         dataset_uri=dataset.uri, schema_uri=schema.uri, output_uri=output_uri,
@@ -108,7 +112,8 @@ def tune_with_vizier(
         service_account=service_account,
         fixed={"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
                "model_type": model_type, "hidden_units": hidden_units, "dropout": dropout,
-               "early_stopping_patience": early_stopping_patience})
+               "early_stopping_patience": early_stopping_patience},
+        env=trial_env(tracking))
     job = run_step(lambda: vizier.submit_and_wait(
         body, project, location, poll_s=poll_s, echo=lambda line: print(line, flush=True),
         policy=policy_from(call_timeout_s, retry_budget_s), gcp_resources_path=gcp_resources))

@@ -1,5 +1,6 @@
 """Trials that train outside the selecting step (Ray Tune's, on a local Ray instance or a
-KubeRay cluster) log into nested runs of their own, as ParallelFor trials do.
+KubeRay cluster; Vertex AI Vizier's, jobs of the tuning service) log into nested runs of
+their own, as ParallelFor trials do.
 
 The selecting step (``tune-with-ray``, ``tune-on-kuberay``) opens its run and hands the
 trials :func:`trial_tracking`: the server and the pipeline run's parent run, values only.
@@ -8,7 +9,10 @@ Each trial opens the ``train-model`` run of its task (the trial id) under that p
 parameters at once and its curves epoch by epoch; the selection then tags every trial's
 run with its status and rank (:mod:`.sweep`), ending the runs of trials the scheduler
 stopped. On a KubeRay cluster the Ray pods get the credentials by reference
-(:func:`kubernetes_env`: ``secretKeyRef`` entries of the step's Kubernetes Secret).
+(:func:`kubernetes_env`: ``secretKeyRef`` entries of the step's Kubernetes Secret). A
+Vizier trial's container gets the same values as environment variables (:func:`trial_env`,
+read back by :func:`tracking_from_env`), with the name of the Secret Manager secret holding
+the server's token, never the token.
 """
 
 from __future__ import annotations
@@ -66,3 +70,39 @@ def kubernetes_env(tracking: Mapping[str, str],
         return []
     return [{"name": name, "valueFrom": {"secretKeyRef": {
         "name": secret, "key": key, "optional": True}}} for key, name in SECRET_KEYS]
+
+
+#: A Vizier trial's container: the tracking server and the parent run (values only).
+ENV_TRIAL_URI = "GKEFLOW_TRIAL_MLFLOW_URI"
+ENV_TRIAL_PARENT = "GKEFLOW_TRIAL_MLFLOW_PARENT"
+
+
+def trial_env(tracking: Mapping[str, str],
+              environ: Mapping[str, str] | None = None) -> list[dict[str, str]]:
+    """``env`` entries (``{"name", "value"}``) of a Vertex AI trial container: the server,
+    the parent run and the step's token secret name (``GKEFLOW_MLFLOW_TOKEN_SECRET``, which
+    the trial reads with its own service account); none without tracking."""
+    from gkeflow.components.tracking.pipeline_run import ENV_TOKEN_SECRET
+
+    env = os.environ if environ is None else environ
+    if not tracking or not tracking.get("uri") or not tracking.get("parent"):
+        return []
+    entries = [{"name": ENV_TRIAL_URI, "value": tracking["uri"]},
+               {"name": ENV_TRIAL_PARENT, "value": tracking["parent"]}]
+    if env.get(ENV_TOKEN_SECRET):
+        entries.append({"name": ENV_TOKEN_SECRET, "value": env[ENV_TOKEN_SECRET]})
+    return entries
+
+
+def tracking_from_env(environ: dict[str, str] | None = None,
+                      log: Callable[[str], None] = print) -> dict[str, str]:
+    """What :func:`trial_env` gave this trial's container (``{}``: not tracked), with the
+    server's token read into MLflow's variable from the secret it names."""
+    from gkeflow.components.tracking.pipeline_run import load_credentials
+
+    env = os.environ if environ is None else environ
+    uri, parent = env.get(ENV_TRIAL_URI, ""), env.get(ENV_TRIAL_PARENT, "")
+    if not (uri and parent):
+        return {}
+    load_credentials(env, log)
+    return {"uri": uri, "parent": parent}

@@ -137,24 +137,57 @@ def test_a_body_the_service_rejects_is_reported():
                                poll_s=0.01, echo=lambda _: None)
 
 
-def test_a_trial_trains_with_vizier_arguments_and_reports_its_metric(
-        prepared_penguins, tmp_path, monkeypatch):
+def test_a_trial_trains_with_vizier_arguments_reports_its_metric_and_logs_its_curves(
+        prepared_penguins, tmp_path, monkeypatch, mlflow_server):
     from gkeflow.components.sweep import trial
+    from gkeflow.components.tracking.client import PARENT_TAG, TASK_TAG
+    from gkeflow.components.tracking.direct import start_pipeline_run
+    from gkeflow.components.tracking.trials import trial_env
 
     dataset_dir, _ = prepared_penguins
     monkeypatch.setenv("AIP_MODEL_DIR", str(tmp_path / "model"))
     monkeypatch.setenv("CLOUD_ML_HP_METRIC_FILE", str(tmp_path / "hypertune" / "metrics"))
     monkeypatch.setenv("CLOUD_ML_TRIAL_ID", "3")
+    # the environment tune-with-vizier gives its trials when the sweep is tracked
+    parent = start_pipeline_run(mlflow_server.url, "vizier-trials", "vertex-sweep-run-1")
+    for entry in trial_env({"uri": mlflow_server.url, "parent": parent}, {}):
+        monkeypatch.setenv(entry["name"], entry["value"])
     # fixed values first, then the searched ones as Vertex AI appends them: the last wins
     code = trial.main(["--dataset", str(dataset_dir), "--schema", str(dataset_dir),
                        "--metric", "eval_loss", "--epochs=5", "--learning_rate=0.01",
-                       "--epochs=1", "--batch_size=64", "--hidden_units=16"])
+                       "--epochs=2", "--batch_size=64", "--hidden_units=16",
+                       "--early_stopping_patience=0"])
     assert code == 0
     assert (tmp_path / "model" / "saved_model.pb").is_file()
     lines = (tmp_path / "hypertune" / "metrics").read_text().splitlines()
     reported = json.loads(lines[-1])
-    assert reported["trial"] == "3" and reported["global_step"] == "1"
+    assert reported["trial"] == "3" and reported["global_step"] == "2"
     assert reported["eval_loss"] > 0 and math.isfinite(reported["eval_loss"])
+    # the trial's own run under the pipeline run's parent, its curves epoch by epoch
+    experiment_id = mlflow_server.run(parent)["info"]["experiment_id"]
+    (found,) = mlflow_server.search_runs(experiment_id, f"tags.`{PARENT_TAG}` = '{parent}'")
+    run = mlflow_server.run(found["info"]["run_id"])
+    assert run["tags"][TASK_TAG] == "trial-003" and run["info"]["status"] == "FINISHED"
+    assert run["params"]["epochs"] == "2" and run["params"]["hidden_units"] == "16"
+    points = mlflow_server.metric_points(run["info"]["run_id"], "val_loss")
+    assert [step for step, _t, _v in points] == [1, 2]
+    assert points[-1][2] == pytest.approx(reported["eval_loss"])
+
+
+def test_a_tracked_sweep_s_trials_get_the_server_and_parent_never_the_token():
+    from gkeflow.components.tracking.trials import trial_env
+
+    secret = "projects/my-project/secrets/mlflow-token/versions/2"
+    env = trial_env({"uri": "https://mlflow.example.com", "parent": "abc123"},
+                    {"GKEFLOW_MLFLOW_TOKEN_SECRET": secret, "MLFLOW_TRACKING_TOKEN": "t0ken"})
+    job = vizier.validate_job(_body(tuning_spec(SWEEP, T4), env=env))
+    container = job.trial_job_spec.worker_pool_specs[0].container_spec
+    assert {e.name: e.value for e in container.env} == {
+        "GKEFLOW_TRIAL_MLFLOW_URI": "https://mlflow.example.com",
+        "GKEFLOW_TRIAL_MLFLOW_PARENT": "abc123", "GKEFLOW_MLFLOW_TOKEN_SECRET": secret}
+    assert "t0ken" not in json.dumps(_body(tuning_spec(SWEEP, T4), env=env))
+    assert trial_env({}, {}) == [] and "env" not in _body(tuning_spec(SWEEP, T4))[
+        "trialJobSpec"]["workerPoolSpecs"][0]["containerSpec"]
 
 
 def test_a_regression_sweep_compiled_for_accuracy_searches_on_rmse_downwards():
