@@ -42,6 +42,7 @@ from gkeflow.pipelines.compute import launchers
 from gkeflow.pipelines.compute import lustre as lustre_mounts
 from gkeflow.pipelines.compute.capacity import label_training_pod
 from gkeflow.pipelines.compute.engines import kuberay, with_image
+from gkeflow.pipelines.compute.engines.vizier import tuning_spec
 from gkeflow.pipelines.compute.gcsfuse import apply_gcsfuse
 from gkeflow.pipelines.compute.profiles import (
     ComputeError,
@@ -49,6 +50,7 @@ from gkeflow.pipelines.compute.profiles import (
     apply_compute,
     validate_profiles,
 )
+from gkeflow.pipelines.compute.tpu_profile import training_image
 from gkeflow.pipelines.compute.wording import plural
 from gkeflow.pipelines.compute.workspace import PipelineStorage
 from gkeflow.pipelines.definitions.deploy_stage import DEPLOY_STEP, deploy_stage
@@ -143,7 +145,7 @@ def step_images(profiles: Mapping[str, ComputeProfile] | None = None) -> dict[st
     images = {step: c.component_spec.implementation.container.image
               for step, c in _components().items()}
     if profiles and TRIAL_STEP in profiles:
-        images[TRIAL_STEP] = _trial_image(profiles[TRIAL_STEP])
+        images[TRIAL_STEP] = training_image(profiles[TRIAL_STEP])
         if RAY_HEAD in profiles:  # the Ray head runs the trials' image too
             images[RAY_HEAD] = images[TRIAL_STEP]
     return images
@@ -345,7 +347,7 @@ def build_sweep_pipeline(target: str = "local",
             on_gke = {} if target == "local" else {
                 "rayjob_template": kuberay.template_json(
                     profiles[TRIAL_STEP], profiles[RAY_HEAD],
-                    _trial_image(profiles[TRIAL_STEP])), "trial_resources": json.dumps(
+                    training_image(profiles[TRIAL_STEP])), "trial_resources": json.dumps(
                     kuberay.trial_resources(profiles[TRIAL_STEP]), sort_keys=True),
                 "pipeline_root": dsl.PIPELINE_ROOT_PLACEHOLDER,
                 "pipeline_run_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER,
@@ -368,15 +370,15 @@ def build_sweep_pipeline(target: str = "local",
                 model_type=model_type, hidden_units=hidden_units, dropout=dropout,
                 early_stopping_patience=early_stopping_patience,
                 user_module=user_module, require_gpu=require_gpu,
-                spec=_vizier_spec(sweep, profiles[TRIAL_STEP]),
-                trial_image=_trial_image(profiles[TRIAL_STEP]),
+                spec=tuning_spec(sweep, profiles[TRIAL_STEP]),
+                trial_image=training_image(profiles[TRIAL_STEP]),
                 pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
                 pipeline_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
                 **launchers.settings(profiles["tune-with-vizier"]),
             ), "tune-with-vizier")
         else:
             # trials on a single-host TPU slice run in the TPU image
-            trial_model = with_image(train_model, _trial_image(profiles[TRIAL_STEP]))
+            trial_model = with_image(train_model, training_image(profiles[TRIAL_STEP]))
             with dsl.ParallelFor(items=trials, parallelism=sweep.parallel_trials,
                                  name="trials") as trial:
                 fixed = {"epochs": epochs, "batch_size": batch_size,
@@ -428,21 +430,6 @@ def _search_space(sweep: SweepConfig) -> str:
     if sweep.algorithm != "bayesian":
         return ""
     return json.dumps(sweep.model_dump()["parameters"], sort_keys=True)
-
-
-def _vizier_spec(sweep: SweepConfig, profile: ComputeProfile) -> str:
-    from gkeflow.pipelines.compute.engines.vizier import tuning_spec
-
-    return tuning_spec(sweep, profile)
-
-
-def _trial_image(profile: ComputeProfile) -> str:
-    """The image trials run in: the GPU image, or the TPU image for trials on a TPU slice
-    (the compiler maps it to the configured registry and pins it, like every step's
-    image)."""
-    from gkeflow.pipelines.compute.tpu_profile import training_image
-
-    return training_image(profile)
 
 
 def sweep_plan(sweep: SweepConfig, profiles: Mapping[str, ComputeProfile]) -> dict[str, int]:
