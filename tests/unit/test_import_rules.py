@@ -36,3 +36,32 @@ def test_the_check_finds_private_imports_and_passes_public_ones(tmp_path):
     assert private_imports(module, tmp_path) == [
         "m.py:3 imports _hidden from gkeflow.pipelines.cli.common",
         "m.py:4 imports _helper from .sibling"]
+
+
+#: A module is read in one sitting: at most this many lines (components/ and pipelines/).
+MAX_MODULE_LINES = 450
+#: The top of pipelines/ holds packages (its layers) and at most this many modules.
+MAX_TOP_MODULES = 10
+
+
+def long_modules(root: Path = ROOT, limit: int = MAX_MODULE_LINES) -> list[str]:
+    """``path: N lines`` for each module of components/ and pipelines/ over ``limit``."""
+    return [f"{p.relative_to(root)}: {n} lines" for folder in ("components", "pipelines")
+            for p in sorted((root / folder).rglob("*.py"))
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > limit]
+
+
+def test_every_module_reads_in_one_sitting_and_pipelines_top_holds_packages():
+    assert long_modules() == []
+    top = sorted(p.name for p in (ROOT / "pipelines").glob("*.py"))
+    assert len(top) <= MAX_TOP_MODULES, top
+    packages = {p.name for p in (ROOT / "pipelines").iterdir() if (p / "__init__.py").is_file()}
+    assert {"cli", "targets", "definitions", "compute", "settings"} <= packages
+
+
+def test_the_length_check_finds_a_long_module(tmp_path):
+    (tmp_path / "components").mkdir()
+    (tmp_path / "pipelines").mkdir()
+    (tmp_path / "components" / "long.py").write_text("x = 1\n" * 12)
+    (tmp_path / "pipelines" / "short.py").write_text("x = 1\n" * 3)
+    assert long_modules(tmp_path, limit=10) == ["components/long.py: 12 lines"]
