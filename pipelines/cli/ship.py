@@ -223,11 +223,12 @@ def schedule_apply(prune, dry_run, target, config_path, over_budget=False) -> No
     console = stdout_console()
     styles = {"create": "green", "replace": "yellow", "update": "yellow", "delete": "red",
               "pause": "yellow", "resume": "green", "upload": "cyan", "unchanged": "dim",
-              "kept": "magenta", "warning": "yellow"}
+              "kept": "magenta", "warning": "yellow", "note": "cyan"}
 
     def on_action(action) -> None:
         style = styles.get(action.kind, "white")
-        verb = action.kind if not dry_run or action.kind in ("unchanged", "kept", "warning") \
+        verb = action.kind if not dry_run or action.kind in ("unchanged", "kept", "warning",
+                                                              "note") \
             else f"would {action.kind}"
         console.print(f"  [{style}]{verb:>16}[/{style}] {action.target}/{action.schedule}"
                       + (f"  ({action.detail})" if action.detail else ""))

@@ -203,6 +203,21 @@ def select(config, environment: str = "default", schedule=None):
     return chosen
 
 
+#: Said wherever an email notification is compiled in: Vertex AI writes the mail itself.
+EMAIL_HAS_NO_COST = ("notification: Vertex AI composes the email itself (the run's state and "
+                     "a link), so it carries no cost; a webhook notification carries the "
+                     "run's list-price cost, `gkeflow runs cost RUN` the billed one")
+
+
+def notification_notes(config, target: str) -> list[str]:
+    """What the notification ``config`` carries (from :func:`select`) will not say on
+    ``target``."""
+    settings = getattr(config, "_notify", None)
+    if target == "vertex" and settings is not None and settings.email is not None:
+        return [EMAIL_HAS_NO_COST]
+    return []
+
+
 def notifications_key(config) -> str:
     """The notifications and MLflow tracking ``config`` carries (from :func:`select`) as
     canonical JSON: equal settings give equal keys ("" for none), whatever lists they hold."""

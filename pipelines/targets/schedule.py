@@ -36,7 +36,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gkeflow.pipelines.definitions.operations import notifications_key, select
+from gkeflow.pipelines.definitions.operations import (
+    notification_notes,
+    notifications_key,
+    select,
+)
 from gkeflow.pipelines.definitions.operations import of as operations_of
 from gkeflow.pipelines.settings.config import ConfigError, GkeflowConfig, ScheduleConfig
 from gkeflow.pipelines.settings.cron import (
@@ -60,7 +64,7 @@ class Action:
 
     target: str
     schedule: str
-    kind: str  # create | replace | update | pause | resume | delete | unchanged | kept
+    kind: str  # create | replace | update | pause | resume | delete | unchanged | kept | note
     detail: str = ""
 
 
@@ -210,6 +214,8 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
             continue
         chosen = select(config, schedule=schedule)
         prepared = compiled[(schedule.target, schedule.pipeline, notifications_key(chosen))]
+        for note in notification_notes(chosen, schedule.target):
+            record(Action(schedule.target, schedule.name, "note", note))
         try:
             requests[(schedule.target, schedule.name)] = build_request(
                 schedule, config, prepared, at=at)

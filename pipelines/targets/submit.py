@@ -295,15 +295,16 @@ def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: st
     On Vertex AI with ``tracking.<environment>.vertex_experiments``, the run goes into that
     experiment (waiting up to ``experiment_wait_s`` for the run's metadata context)."""
     backend = backend or make_backend(config, target, dry_run=dry_run)
-    from gkeflow.pipelines.definitions.operations import select
+    from gkeflow.pipelines.definitions.operations import notification_notes, select
 
-    prepared = prepare_pipeline(pipeline, target, workdir, version=version,
-                                config=select(config, environment))
+    chosen = select(config, environment)
+    prepared = prepare_pipeline(pipeline, target, workdir, version=version, config=chosen)
     flagged = refuse_unbuilt_images(config, Path(prepared.path),
                                     f"send {pipeline} to {target}", dry_run=dry_run)
     parameters = resolve_parameters(config, prepared, environment, overrides)
     name = run_name(pipeline, environment)
     notes: list[str] = [f"warning: {flagged}"] if flagged else []
+    notes += notification_notes(chosen, target)
     tracking = tracking_for(config.tracking, environment)
     notes += tracking.describe(target)
     if not dry_run and tracking.mlflow is not None and tracking.mlflow.tracking_uri:

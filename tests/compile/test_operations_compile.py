@@ -328,3 +328,24 @@ def test_compile_refuses_notifications_it_cannot_compile_in_one_line(
     assert result.exit_code == code
     assert problem in " ".join(result.output.split()) and "Traceback" not in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_compile_and_submit_say_an_email_carries_no_cost(tmp_path):
+    from click.testing import CliRunner
+
+    from gkeflow.pipelines.cli.main import main
+    from gkeflow.pipelines.definitions.operations import EMAIL_HAS_NO_COST, notification_notes
+
+    email = {"when": "always", "email": {"recipients": ["ml-team@example.com"]}}
+    config = _write(tmp_path, notifications={"default": email})
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["compile", "--target", "vertex", "--config", config,
+                                       "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"note (vertex): {EMAIL_HAS_NO_COST}" in " ".join(result.output.split())
+    # the same words in submit's notes (pipelines/targets/submit.py); none for a webhook
+    assert notification_notes(select(_config(notifications={"default": email})),
+                              "vertex") == [EMAIL_HAS_NO_COST]
+    assert notification_notes(select(_config(notifications={"default": {
+        "webhook": WEBHOOK}})), "vertex") == []
+    assert notification_notes(select(_config()), "vertex") == []

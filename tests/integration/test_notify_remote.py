@@ -269,7 +269,11 @@ def test_the_documented_email_schedule_applies_on_vertex(vertex_runs, make_confi
                          notifications={"default": {"webhook": WEBHOOK}})
     backend = VertexBackend(config.targets.vertex, policy=FAST)
     first = apply(config, workdir=tmp_path / "1", backends={"vertex": backend})
-    assert sorted(a.kind for a in first.actions) == ["create", "create"]
+    assert sorted(a.kind for a in first.actions) == ["create", "create", "note"]
+    # Vertex AI writes the mail itself: that it carries no cost is said, for that schedule
+    (note,) = [a for a in first.actions if a.kind == "note"]
+    assert note.schedule == weekly["name"] and "carries no cost" in note.detail
+    assert "a webhook notification carries the run's list-price cost" in note.detail
     from google.protobuf import json_format
 
     specs = {s.display_name: json_format.MessageToDict(
@@ -281,7 +285,7 @@ def test_the_documented_email_schedule_applies_on_vertex(vertex_runs, make_confi
     assert "notify-run" in specs["plain"]["root"]["dag"]["tasks"]  # the default's webhook
     # applied again unchanged: the same settings compile to the same schedule
     again = apply(config, workdir=tmp_path / "2", backends={"vertex": backend})
-    assert [a.kind for a in again.actions] == ["unchanged", "unchanged"]
+    assert sorted(a.kind for a in again.actions) == ["note", "unchanged", "unchanged"]
 
 
 def test_the_documented_email_schedule_is_refused_on_gke_in_one_line(
