@@ -6,7 +6,6 @@ TPU is reachable here: what libtpu itself answers on a chip is not exercised."""
 
 from __future__ import annotations
 
-import json
 import sys
 import types
 
@@ -189,17 +188,12 @@ def test_live_curves_log_the_chips_duty_cycle_as_system_metrics():
 
 
 def test_the_model_card_and_the_run_s_duty_cycle_name_the_tpu(tmp_path):
-    from gkeflow.components.evaluate.model_card import gpu_utilisation_section
     from gkeflow.pipelines.cli.actual_costs import duty_cycle
+    from tests.unit.test_train_utilisation import sampled_card
 
-    sampler = TpuSampler(monitor=fake_libtpu([[20, 40]]), log=lambda _: None, wait=reads(1))
-    sampler.begin_epoch(1)
-    sampler.start()
-    sampler.stop()
-    report = sampler.report(40)
-    (tmp_path / "gkeflow_model.json").write_text(
-        json.dumps({"gpu_utilisation": report.to_dict()}))
-    card = gpu_utilisation_section(tmp_path)
+    report, card = sampled_card(
+        TpuSampler(monitor=fake_libtpu([[20, 40]]), log=lambda _: None, wait=reads(1)),
+        tmp_path)
     assert "## TPU duty cycle during training" in card
     assert "of 2 TPU chip(s): duty cycle mean 30.0%" in card
     assert duty_cycle(report.epoch_metrics()) == 30.0

@@ -419,18 +419,26 @@ def test_the_interval_is_clamped_and_said_once():
 # --- where the figures show
 
 
-def test_model_card_section_shows_figures_warning_and_epochs(tmp_path):
+def sampled_card(sampler, model_dir):
+    """The model card's utilisation section after one epoch sampled by ``sampler``: its
+    report, and the section as the card renders it from the model's metadata file."""
     from gkeflow.components.evaluate.model_card import gpu_utilisation_section
 
-    nvml = fake_nvml([gpu([15], used_mib=2048, total_mib=16384)])
-    sampler = GpuSampler(nvml=nvml, log=lambda _: None, wait=stop_after(1, []), environ={})
     sampler.begin_epoch(1)
     sampler.start()
     sampler.stop()
     report = sampler.report(40)
-    (tmp_path / "gkeflow_model.json").write_text(
+    (model_dir / "gkeflow_model.json").write_text(
         json.dumps({"gpu_utilisation": report.to_dict()}))
-    card = gpu_utilisation_section(tmp_path)
+    return report, gpu_utilisation_section(model_dir)
+
+
+def test_model_card_section_shows_figures_warning_and_epochs(tmp_path):
+    from gkeflow.components.evaluate.model_card import gpu_utilisation_section
+
+    nvml = fake_nvml([gpu([15], used_mib=2048, total_mib=16384)])
+    report, card = sampled_card(
+        GpuSampler(nvml=nvml, log=lambda _: None, wait=stop_after(1, []), environ={}), tmp_path)
     assert "## GPU utilisation during training" in card
     assert "utilisation mean 15.0%, p10 15%, peak 15%" in card
     assert "peak 2048 of 16384 MiB" in card
