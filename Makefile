@@ -30,8 +30,8 @@ TESTWORKERS ?= auto
 test: $(STAMP) ## Install, then run the whole test suite (13-16 minutes on 2 cores); lists the 15 slowest
 	$(BIN)/python -m pytest -n $(TESTWORKERS) --dist worksteal --durations=15
 
-test-fast: $(STAMP) ## Unit and compile tests only (about 4 minutes), for the edit loop
-	$(BIN)/python -m pytest -n $(TESTWORKERS) --dist worksteal tests/unit tests/compile
+test-fast: $(STAMP) ## Unit and compile tests not marked slow (about 2 minutes), for the edit loop
+	$(BIN)/python -m pytest -n $(TESTWORKERS) --dist worksteal -m "not slow" tests/unit tests/compile
 
 lint: $(STAMP) ## Static checks: ruff, hadolint, and the import contracts (layers, no cycles)
 	$(BIN)/ruff check components pipelines tests bench examples

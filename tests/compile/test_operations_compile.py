@@ -330,6 +330,7 @@ def test_compile_refuses_notifications_it_cannot_compile_in_one_line(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # a whole compile (every pipeline and component for Vertex AI)
 def test_compile_and_submit_say_an_email_carries_no_cost(tmp_path):
     from click.testing import CliRunner
 
