@@ -62,6 +62,10 @@ def run_worker(dataset_uri: str, schema_uri: str, output_uri: str, params: dict,
         os.environ["TF_CONFIG"] = config
     workers = devices.workers_in_tf_config(config)
     chief = devices.is_chief(config)
+    # the chief's curves go to the Vertex AI experiment's TensorBoard, when the step has one
+    from gkeflow.components.tracking.vertex_curves import open_writer, vertex_curves
+
+    curves = open_writer(os.environ) if chief else None
     with tempfile.TemporaryDirectory(prefix="gkeflow-worker-") as scratch:
         scratch = Path(scratch)
         dataset_dir = storage.download(dataset_uri, scratch / "dataset")
@@ -75,6 +79,7 @@ def run_worker(dataset_uri: str, schema_uri: str, output_uri: str, params: dict,
             checkpoint_dir=resolve_checkpoint_location(checkpoint_uri, checkpoint_root,
                                                        run_id, task_name) or None,
             data_uri=dataset_uri,
+            live=(lambda sampler: vertex_curves(curves)) if curves is not None else None,
         )
         if not chief:
             return None

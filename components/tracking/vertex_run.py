@@ -27,6 +27,13 @@ ENV_EXPERIMENT = "GKEFLOW_VERTEX_EXPERIMENT"
 ENV_PROJECT = "GKEFLOW_VERTEX_PROJECT"
 ENV_LOCATION = "GKEFLOW_VERTEX_LOCATION"
 ENV_ENDPOINT = "GKEFLOW_VERTEX_API_ENDPOINT"
+#: The TensorBoard instance backing the experiment, where the runs' curves go.
+ENV_TENSORBOARD = "GKEFLOW_VERTEX_TENSORBOARD"
+TENSORBOARD = re.compile(r"^projects/([^/]+)/locations/([^/]+)/tensorboards/([^/]+)$")
+#: The artifact that links an experiment run to its TensorBoard run (aiplatform's names).
+RUN_ARTIFACT_SCHEMA = "google.VertexTensorboardRun"
+RUN_ARTIFACT_SUFFIX = "-tb-run"
+TRACKING_LABEL = "vertex_experiment_tracking"
 MAX_CONTEXT_ID = 128
 #: Tracking never holds a step up for long: short calls, a small budget per call.
 CALL_TIMEOUT_S = 20.0
@@ -65,11 +72,13 @@ def is_local_endpoint(endpoint: str) -> bool:
 
 def log_run(experiment: str, name: str, params: Mapping[str, Any],
             metrics: Mapping[str, Any], state: str, *, parent: str,
-            call: Callable[..., Any]) -> None:
+            call: Callable[..., Any], tensorboard: str = "") -> None:
     """Get or create ``experiment`` and its run ``name``, add it to the experiment, log
     ``params`` and ``metrics`` and set ``state`` (``RUNNING``, ``COMPLETE``, ``FAILED``).
     ``aiplatform.init`` has been called; ``call(what, fn, idempotent=..., recover=...)``
-    makes one bounded, retried call; ``parent``: ``projects/P/locations/L``."""
+    makes one bounded, retried call; ``parent``: ``projects/P/locations/L``. With
+    ``tensorboard`` (the experiment's backing instance) the run is linked to its TensorBoard
+    run, where its curves are (:mod:`vertex_curves`)."""
     from google.cloud import aiplatform
     from google.cloud.aiplatform import initializer, utils
     from google.cloud.aiplatform_v1 import Execution
@@ -107,6 +116,8 @@ def log_run(experiment: str, name: str, params: Mapping[str, Any],
     call(f"add {name} to experiment {experiment!r}",
          lambda: metadata.add_context_children(context=experiment_context,
                                                child_contexts=[run_context], **rpc))
+    if tensorboard:
+        link_tensorboard_run(metadata, found, run_context, tensorboard, call)
     values = loggable(params, numbers_only=False)
     numbers = loggable(metrics, numbers_only=True)
 
@@ -129,6 +140,71 @@ def log_run(experiment: str, name: str, params: Mapping[str, Any],
             if status_of(exc) not in STALE or attempt == UPDATE_ATTEMPTS - 1:
                 raise
             run = None
+
+
+def tensorboard_run_name(tensorboard: str, experiment: str, run: str) -> str:
+    return f"{tensorboard}/experiments/{experiment}/runs/{run}"
+
+
+def ensure_tensorboard_run(tensorboard: str, experiment: str, run: str,
+                           call: Callable[..., Any]) -> Any:
+    """Make the TensorBoard experiment ``experiment`` and its run ``run`` in ``tensorboard``
+    (kept when they exist, as the aiplatform SDK names them); returns the TensorBoard
+    client. ``aiplatform.init`` has been called (:func:`session`)."""
+    from google.cloud.aiplatform import initializer, utils
+    from google.cloud.aiplatform_v1 import types
+
+    client = initializer.global_config.create_client(
+        client_class=utils.TensorboardClientWithOverride).select_version("v1")
+    made = (
+        (f"create TensorBoard experiment {experiment}", lambda: (
+            client.create_tensorboard_experiment(
+                parent=tensorboard, tensorboard_experiment_id=experiment,
+                tensorboard_experiment=types.TensorboardExperiment(
+                    display_name=experiment,
+                    labels={"vertex_tensorboard_experiment_source": "vertex_experiment"}),
+                timeout=CALL_TIMEOUT_S))),
+        (f"create TensorBoard run {run}", lambda: client.create_tensorboard_run(
+            parent=f"{tensorboard}/experiments/{experiment}", tensorboard_run_id=run,
+            tensorboard_run=types.TensorboardRun(display_name=run),
+            timeout=CALL_TIMEOUT_S)))
+    for what, create in made:
+        try:
+            call(what, create, idempotent=False)
+        except Exception as exc:  # 409: a retried step, another step or worker made it
+            if status_of(exc) != 409:
+                raise
+    return client
+
+
+def link_tensorboard_run(metadata: Any, experiment: Any, run_context: str, tensorboard: str,
+                         call: Callable[..., Any]) -> None:
+    """Link experiment run ``run_context`` to its TensorBoard run (made if missing) by the
+    artifact aiplatform looks it up by, and make ``tensorboard`` the backing instance of
+    ``experiment`` (an ``aiplatform.Experiment``)."""
+    from google.cloud.aiplatform_v1 import types
+
+    store, context_id = run_context.split("/contexts/")
+    run = context_id.removeprefix(f"{experiment.name}-")
+    ensure_tensorboard_run(tensorboard, experiment.name, run, call)  # the link names it
+    run_name = tensorboard_run_name(tensorboard, experiment.name, run)
+    artifact_id = f"{context_id}{RUN_ARTIFACT_SUFFIX}"
+    try:
+        call(f"link {run} to its TensorBoard run", lambda: metadata.create_artifact(
+            parent=store, artifact_id=artifact_id, artifact=types.Artifact(
+                schema_title=RUN_ARTIFACT_SCHEMA, schema_version="0.0.1",
+                state=types.Artifact.State.LIVE, uri=f"https://{run_name}",
+                metadata={"resourceName": run_name, TRACKING_LABEL: True}),
+            timeout=CALL_TIMEOUT_S), idempotent=False)
+    except Exception as exc:  # 409: linked by an earlier step of the run
+        if status_of(exc) != 409:
+            raise
+    call(f"add the TensorBoard run to {run}", lambda: (
+        metadata.add_context_artifacts_and_executions(
+            context=run_context, artifacts=[f"{store}/artifacts/{artifact_id}"],
+            timeout=CALL_TIMEOUT_S)))
+    call("record the experiment's TensorBoard",
+         lambda: experiment.assign_backing_tensorboard(tensorboard))
 
 
 def within(seconds: float, fn: Callable[[], Any], what: str) -> Any:
@@ -220,7 +296,7 @@ def log_step(step: str, params: Mapping[str, Any], metrics: Mapping[str, Any],
         parent, call = session(env)
         within(DEADLINE_S, lambda: log_run(
             experiment, name, {f"{step}.{k}": v for k, v in params.items()}, metrics,
-            state, parent=parent, call=call),
+            state, parent=parent, call=call, tensorboard=env.get(ENV_TENSORBOARD, "")),
             f"logging to experiment run {name}")
     except Exception as exc:  # best effort: the step goes on
         log(f"vertex experiments: {step} not logged to experiment {experiment!r} "

@@ -148,7 +148,14 @@ def train_model(
     # the chief's run opens now, so the curves show while it trains
     tracker = (start_training_run(params, task=checkpoint_key or task_name)
                if writes_outputs(os.environ) else None)
-    live = (lambda sampler: live_curves(tracker, sampler)) if tracker is not None else None
+    from gkeflow.components.tracking.vertex_curves import open_writer, vertex_curves
+
+    # the chief's curves also go to the Vertex AI experiment's TensorBoard, when it has one
+    curves = open_writer(os.environ) if writes_outputs(os.environ) else None
+
+    def live(sampler):
+        return [live_curves(tracker, sampler) if tracker is not None else None,
+                vertex_curves(curves)]
     with exit_on_preemption():
         try:
             result = train(

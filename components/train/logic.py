@@ -76,8 +76,9 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     of the step, see :func:`~gkeflow.components.train.store.resolve_checkpoint_location`)
     the run resumes from the last checkpoint committed there, commits one on SIGTERM and
     raises :class:`~gkeflow.components.train.checkpoint.Preempted`, and removes its
-    checkpoints after success. ``live(gpu_sampler)`` gives a Keras callback (or None) that
-    sees every epoch end after the sampler has closed it: the step's live curves.
+    checkpoints after success. ``live(gpu_sampler)`` gives a Keras callback (or a list of
+    them, or None) that sees every epoch end after the sampler has closed it: the step's
+    live curves.
     """
     from gkeflow.components.train import tpu as tpus
     from gkeflow.components.train.backend import resolve_backend, select_backend
@@ -288,9 +289,10 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     callbacks = [checkpoint, throughput, gpu_sampler.callback(tensorboard_dir)]
     if tensorboard_dir is not None:
         callbacks.append(keras.callbacks.TensorBoard(log_dir=str(tensorboard_dir)))
-    live_callback = live(gpu_sampler) if live is not None else None
-    if live_callback is not None:
-        callbacks.append(live_callback)
+    live_callbacks = live(gpu_sampler) if live is not None else None  # one, a list or None
+    for callback in (live_callbacks if isinstance(live_callbacks, list) else [live_callbacks]):
+        if callback is not None:
+            callbacks.append(callback)
     initial_epoch = state.epochs_completed if state else 0
     previous_handler = checkpoint.install_sigterm_handler() if checkpoint_dir else None
     started = time.perf_counter()

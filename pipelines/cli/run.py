@@ -184,7 +184,8 @@ def run(pipeline, model_ref, data, label, task, output, epochs, batch_size, lear
 
     tracking = local_tracking(console, config, environment, params, arguments)
     try:
-        with tracked_run(console, tracking, "training", output) as tracked:
+        with tracked_run(console, tracking, "training", output,
+                         config.targets.vertex) as tracked:
             result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
                                enable_caching=not no_cache, compute=compute,
                                preparation=config.preparation)

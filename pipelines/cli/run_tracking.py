@@ -59,15 +59,24 @@ def local_tracking(console, config, environment: str, params: tuple[str, ...],
 
 
 @contextlib.contextmanager
-def tracked_run(console, tracking, pipeline: str, output: Path) -> Iterator[Any]:
+def tracked_run(console, tracking, pipeline: str, output: Path,
+                vertex_target=None) -> Iterator[Any]:
     """The parent MLflow run of a local run of ``pipeline`` around the block (see
-    :func:`gkeflow.pipelines.targets.local_tracking.direct_tracking`); set ``succeeded``."""
-    from gkeflow.pipelines.targets.local_tracking import direct_tracking, local_run_id
+    :func:`gkeflow.pipelines.targets.local_tracking.direct_tracking`); set ``succeeded``.
+    With a TensorBoard behind ``tracking.vertex_experiments`` and ``vertex_target``
+    (``targets.vertex``), train-model writes its curves to the run's time series."""
+    from gkeflow.pipelines.targets.local_tracking import (
+        curves_environment,
+        direct_tracking,
+        local_run_id,
+    )
 
     with direct_tracking(tracking, pipeline, Path(output).resolve().as_uri(),
                          log=lambda line: console.print(line, markup=False)) as tracked:
         tracked.pipeline_run_id = tracked.pipeline_run_id or local_run_id(pipeline)
-        yield tracked
+        with curves_environment(tracking.vertex_experiments, vertex_target,
+                                tracked.pipeline_run_id):
+            yield tracked
 
 
 def record_cached(console, tracking, tracked, result) -> None:
@@ -100,5 +109,6 @@ def log_to_vertex(console, config, tracking, tracked, arguments: dict[str, Any],
 
     metrics = result.artifact_metadata(metrics_step, "metrics") if result.ok else {}
     line = log_experiment_run(VertexBackend(config.targets.vertex), experiments.experiment,
-                              tracked.pipeline_run_id, arguments, metrics, result.ok)
+                              tracked.pipeline_run_id, arguments, metrics, result.ok,
+                              tensorboard=experiments.tensorboard)
     console.print(line, markup=False, soft_wrap=True)

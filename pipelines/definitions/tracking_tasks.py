@@ -104,6 +104,10 @@ def track_task(task: dsl.PipelineTask, step: str, tracking: TrackingSettings | N
     add_run_identity(task, target)
     if experiments is not None:
         _set_vertex_experiment(task, experiments.experiment, vertex_target)
+        if experiments.tensorboard and step == "train-model":  # its curves, epoch by epoch
+            from gkeflow.components.tracking import vertex_run
+
+            task.set_env_variable(vertex_run.ENV_TENSORBOARD, experiments.tensorboard)
     if mlflow is not None:
         _set_mlflow(task, mlflow, target, pipeline, run_url_template)
     return task

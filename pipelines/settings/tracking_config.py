@@ -42,6 +42,7 @@ GKE_SECRET_KEYS = {"token": "GKEFLOW_MLFLOW_TRACKING_TOKEN",
                    "password": "GKEFLOW_MLFLOW_TRACKING_PASSWORD"}
 #: Vertex AI's rule for experiment names (aiplatform's metadata resource ids).
 _VERTEX_EXPERIMENT = re.compile(r"^[a-z0-9][a-z0-9-]{0,127}$")
+_TENSORBOARD = re.compile(r"^projects/([^/]+)/locations/([^/]+)/tensorboards/([^/]+)$")
 
 
 class MlflowCredentials(BaseModel):
@@ -211,6 +212,10 @@ class VertexExperiments(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     experiment: str
+    #: The Vertex AI TensorBoard instance backing the experiment, where local and GKE runs
+    #: write train-model's per-epoch curves as the run's time series; empty: final metrics
+    #: only (Vertex AI keeps time series in a TensorBoard instance).
+    tensorboard: str = ""
 
     @field_validator("experiment")
     @classmethod
@@ -218,6 +223,14 @@ class VertexExperiments(BaseModel):
         if not _VERTEX_EXPERIMENT.match(value):
             raise ValueError(f"{value!r} is not a Vertex AI experiment name (1-128 lowercase "
                              "letters, digits and hyphens, starting with a letter or digit)")
+        return value
+
+    @field_validator("tensorboard")
+    @classmethod
+    def _tensorboard(cls, value: str) -> str:
+        if value and not _TENSORBOARD.match(value):
+            raise ValueError(f"{value!r} is not a TensorBoard instance: give its resource "
+                             "name, projects/PROJECT/locations/REGION/tensorboards/ID")
         return value
 
 
@@ -286,10 +299,23 @@ def plan_lines(tracking: dict[str, TrackingSettings], target: str) -> list[str]:
 
 
 def check_tracking_environments(config):
-    """Every ``tracking.<environment>`` is ``default`` or an environment of ``parameters:``."""
-    for environment in config.tracking:
+    """Every ``tracking.<environment>`` is ``default`` or an environment of ``parameters:``;
+    a TensorBoard instance lies in ``targets.vertex``'s project and region, as Vertex AI
+    requires of an experiment's."""
+    for environment, settings in config.tracking.items():
         if environment != DEFAULT_ENVIRONMENT and environment not in config.parameters:
             known = ", ".join(config.parameters) or "none"
             raise ValueError(f"tracking.{environment}: no such environment under "
                              f"parameters (environments: {known})")
+        experiments = settings.vertex_experiments
+        if experiments is None or not experiments.tensorboard:
+            continue
+        vertex = config.targets.vertex
+        project, region, _ = _TENSORBOARD.match(experiments.tensorboard).groups()
+        if vertex is None or (project, region) != (vertex.project, vertex.region):
+            where = (f"{vertex.project}/{vertex.region}" if vertex is not None
+                     else "nowhere: targets.vertex is missing")
+            raise ValueError(f"tracking.{environment}.vertex_experiments.tensorboard is in "
+                             f"{project}/{region}, the experiment in {where}: Vertex AI "
+                             "needs the TensorBoard in the experiment's project and region")
     return config

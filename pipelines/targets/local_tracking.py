@@ -124,3 +124,31 @@ def direct_tracking(settings: TrackingSettings, pipeline: str, run_url: str = ""
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
+
+
+@contextlib.contextmanager
+def curves_environment(experiments, vertex_target, pipeline_run_id: str) -> Iterator[None]:
+    """Within: the local steps' environment names the TensorBoard instance, experiment and
+    run train-model writes its curves to (``experiments``: ``tracking.<env>.
+    vertex_experiments``); nothing without a TensorBoard or ``targets.vertex``."""
+    if experiments is None or not experiments.tensorboard or vertex_target is None:
+        yield
+        return
+    from gkeflow.components.tracking import vertex_run
+    from gkeflow.components.tracking.vertex_curves import ENV_CURVES_EXPERIMENT, ENV_CURVES_RUN
+
+    variables = {vertex_run.ENV_TENSORBOARD: experiments.tensorboard,
+                 ENV_CURVES_EXPERIMENT: experiments.experiment,
+                 ENV_CURVES_RUN: vertex_run.experiment_run_name(experiments.experiment,
+                                                                pipeline_run_id),
+                 vertex_run.ENV_ENDPOINT: vertex_target.api_endpoint or ""}
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

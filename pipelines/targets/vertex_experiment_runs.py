@@ -24,9 +24,11 @@ from gkeflow.pipelines.targets.vertex_experiments import experiment_url
 
 
 def log_experiment_run(backend, experiment: str, run_id: str, params: Mapping[str, Any],
-                       metrics: Mapping[str, Any], succeeded: bool) -> str:
-    """Log one run to ``experiment`` (created if missing); returns the line that says
-    where, or a warning line (never raises). ``backend``: a
+                       metrics: Mapping[str, Any], succeeded: bool,
+                       tensorboard: str = "") -> str:
+    """Log one run to ``experiment`` (created if missing), linked to its curves in
+    ``tensorboard`` when the experiment has one; returns the line that says where, or a
+    warning line (never raises). ``backend``: a
     :class:`~gkeflow.pipelines.targets.vertex.VertexBackend` (project, region, endpoint,
     credentials and retry policy)."""
     name = experiment_run_name(experiment, run_id)
@@ -34,7 +36,8 @@ def log_experiment_run(backend, experiment: str, run_id: str, params: Mapping[st
         backend.client("metadata")  # aiplatform.init: the target's project and credentials
         within(DEADLINE_S, lambda: log_run(
             experiment, name, params, metrics, "COMPLETE" if succeeded else "FAILED",
-            parent=backend.parent, call=backend.call), f"logging run {name}")
+            parent=backend.parent, call=backend.call, tensorboard=tensorboard),
+            f"logging run {name}")
     except Exception as exc:  # best effort, RemoteError included: the run's outcome stands
         text = " ".join(str(exc).split())[:300] or type(exc).__name__
         return (f"warning: run not logged to Vertex AI experiment {experiment!r}: {text}; "

@@ -8,8 +8,11 @@ child the parent has already is skipped. ``PATCH`` of a context (``UpdateContext
 aiplatform's ``ExperimentRun`` logs parameters, metrics and its state with) takes a
 ``Context`` body whose name, if given, is the URL's; display name, description, labels and
 schema stay as they are unless set, metadata keys are merged at the top level, and a stale
-``etag`` is refused (409). Artifacts are not kept: reading one answers 404, as for the
-TensorBoard run an experiment run without TensorBoard looks up. A pipeline job gets its
+``etag`` is refused (409). Artifacts are created (an id once, with a schema title) and
+read back, and ``addContextArtifactsAndExecutions`` attributes existing ones to a context
+(``context_artifacts``): how an experiment run is linked to its TensorBoard run; reading one
+that was never made answers 404, as for the TensorBoard run an experiment run without
+TensorBoard looks up. A pipeline job gets its
 ``system.PipelineRun`` context when it starts running, as on Vertex AI (``run_context``).
 """
 
@@ -33,6 +36,8 @@ class FakeMetadata:
         self.server = server
         self.stores: dict[str, v1.MetadataStore] = {}
         self.contexts: dict[str, v1.Context] = {}
+        self.artifacts: dict[str, v1.Artifact] = {}
+        self.context_artifacts: dict[str, list[str]] = {}  # context -> artifact names
 
     def handles(self, path: str) -> bool:
         return "/metadataStores" in path
@@ -72,10 +77,32 @@ class FakeMetadata:
             self._only_query(record, {"updateMask", "allowMissing"})
             return 200, server._json(self._update_context(match[1], record))
         match = re.fullmatch(rf"/v1/({LOCATION}/metadataStores/[^/:]+/artifacts/[^/:]+)", path)
-        if match and method == "GET":  # no artifacts are kept (a TensorBoard run's, say)
+        if match and method == "GET":
             self._only_query(record, set())
             self._store(match[1].split("/artifacts/")[0])
-            raise LookupError(f"Artifact {match[1]} not found")
+            if match[1] not in self.artifacts:
+                raise LookupError(f"Artifact {match[1]} not found")
+            return 200, server._json(self.artifacts[match[1]])
+        match = re.fullmatch(rf"/v1/({LOCATION}/metadataStores/[^/:]+)/artifacts", path)
+        if match and method == "POST":
+            self._only_query(record, {"artifactId"})
+            return 200, server._json(self._create_artifact(match[1], record))
+        match = re.fullmatch(rf"/v1/({LOCATION}/metadataStores/[^/:]+/contexts/[^/:]+)"
+                             r":addContextArtifactsAndExecutions", path)
+        if match and method == "POST":
+            self._only_query(record, set())
+            request = server._parse(v1.AddContextArtifactsAndExecutionsRequest, record.body,
+                                    "AddContextArtifactsAndExecutionsRequest body")
+            if request.context:
+                raise Invalid("the context belongs in the URL, not the body")
+            self._context(match[1])
+            for name in request.artifacts:
+                if name not in self.artifacts:
+                    raise LookupError(f"Artifact {name} not found")
+                kept = self.context_artifacts.setdefault(match[1], [])
+                if name not in kept:
+                    kept.append(name)
+            return 200, {}
         match = re.fullmatch(
             rf"/v1/({LOCATION}/metadataStores/[^/:]+/contexts/[^/:]+):addContextChildren", path)
         if match and method == "POST":
@@ -125,6 +152,24 @@ class FakeMetadata:
         context.etag = self.server.new_id()
         self.contexts[context.name] = context
         return context
+
+    def _create_artifact(self, store: str, record) -> v1.Artifact:
+        from tests.integration.fakes import Conflict, Invalid
+
+        self._store(store)
+        artifact = self.server._parse(v1.Artifact, record.body, "Artifact body")
+        artifact_id = record.query.get("artifactId", [""])[0]
+        if not CONTEXT_ID.match(artifact_id):
+            raise Invalid(f"artifactId {artifact_id!r} is not a resource id")
+        if not artifact.schema_title or artifact.name:
+            raise Invalid("Artifact.schemaTitle is required and name is output only")
+        artifact.name = f"{store}/artifacts/{artifact_id}"
+        if artifact.name in self.artifacts:
+            raise Conflict(f"Artifact {artifact.name} already exists")
+        artifact.create_time = artifact.update_time = dt.datetime.now(dt.UTC)
+        artifact.etag = self.server.new_id()
+        self.artifacts[artifact.name] = artifact
+        return artifact
 
     def _update_context(self, name: str, record) -> v1.Context:
         from tests.integration.fakes import Conflict, Invalid

@@ -36,6 +36,9 @@ class FakeVertexServer(Server):
         from tests.integration.fake_vertex_metadata import FakeMetadata
 
         self.metadata = FakeMetadata(self)  # Vertex ML Metadata: stores, contexts
+        from tests.integration.fake_vertex_tensorboard import FakeTensorboard
+
+        self.tensorboard = FakeTensorboard(self)  # where experiment runs' curves live
 
     def error_body(self, status: int, message: str) -> dict:
         names = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
@@ -164,6 +167,8 @@ class FakeVertexServer(Server):
                     return 200, self._json(schedule)
             if self.metadata.handles(path):
                 return self.metadata.route(record)
+            if self.tensorboard.handles(path):
+                return self.tensorboard.route(record)
         raise Invalid(f"the fake does not implement {method} {path}")
 
     def _list_jobs(self, parent: str, record: Recorded) -> dict:

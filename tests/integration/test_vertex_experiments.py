@@ -10,6 +10,8 @@ import json
 import pytest
 import requests
 
+from gkeflow.components import yamlio
+from gkeflow.pipelines.definitions.operations import select
 from gkeflow.pipelines.targets.submit import submit
 from gkeflow.pipelines.targets.transport import RemoteError
 from gkeflow.pipelines.targets.vertex import VertexBackend
@@ -304,3 +306,81 @@ def test_a_gke_step_without_the_settings_logs_nothing(vertex_server):
 
     assert not log_step("prepare-data", {"a": 1}, {}, environ={}, argv=["x"])
     assert vertex_server.requests == []
+
+
+TENSORBOARD = "projects/my-project/locations/us-central1/tensorboards/77"
+
+
+def test_a_gke_train_step_writes_its_curves_to_the_experiment_s_tensorboard(
+        vertex_server, make_config, tmp_path):
+    """Compiled for GKE with a TensorBoard behind the experiment, train-model alone gets it;
+    from that environment the step's curves land epoch by epoch in the run's time series
+    (no point written twice when a step is retried), and its log_step links the run."""
+    from gkeflow.components.tracking.pipeline_run import ARG_RUN_ID, ENV_RUN_ID_FIELD
+    from gkeflow.components.tracking.vertex_curves import open_writer
+    from gkeflow.components.tracking.vertex_run import ENV_TENSORBOARD, log_step
+    from gkeflow.pipelines.targets.compile import compile_pipeline
+
+    config = make_config(vertex_server.url, vertex_server.url, tracking={"default": {
+        "vertex_experiments": {"experiment": "penguins-prod", "tensorboard": TENSORBOARD}}})
+    spec = next(yamlio.load_all(compile_pipeline("training", "gke", tmp_path,
+                                                 config=select(config)).read_text()))
+    envs = {name.removeprefix("exec-"): {e["name"]: e["value"] for e in
+                                         executor["container"].get("env", [])}
+            for name, executor in spec["deploymentSpec"]["executors"].items()}
+    assert [step for step, env in envs.items() if ENV_TENSORBOARD in env] == ["train-model"]
+    env = {**envs["train-model"], ENV_RUN_ID_FIELD: "run-5f0c"}
+    assert env[ENV_TENSORBOARD] == TENSORBOARD
+    argv = ["executor", ARG_RUN_ID, "{{$.pipeline_job_uuid}}"]  # unresolved: the label wins
+
+    vertex_server.tensorboard.instances.add(TENSORBOARD)
+    lines: list[str] = []
+    writer = open_writer(env, argv, lines.append)
+    for epoch, (loss, accuracy) in enumerate([(0.9, 0.6), (0.5, 0.8), (0.3, 0.9)], start=1):
+        assert writer.write(epoch, {"loss": loss, "accuracy": accuracy}, wall_time=100 + epoch)
+    again = open_writer(env, argv, lines.append)  # a retried step: the same run and series
+    assert again.write(4, {"loss": 0.25, "accuracy": 0.92}, wall_time=110)
+    assert log_step("train-model", {"epochs": 4}, {"final_accuracy": 0.92}, environ=env,
+                    argv=argv)
+    assert not lines and not vertex_server.violations, (lines, vertex_server.violations)
+    run = f"{TENSORBOARD}/experiments/penguins-prod/runs/run-5f0c"  # the run id, as the SDK
+    curves = vertex_server.tensorboard.curves(run)
+    assert sorted(curves) == ["accuracy", "loss"]
+    assert curves["loss"] == [(1, 101.0, 0.9), (2, 102.0, 0.5), (3, 103.0, 0.3),
+                              (4, 110.0, 0.25)]
+    run_context = f"{PARENT}/metadataStores/default/contexts/penguins-prod-run-5f0c"
+    (link,) = vertex_server.metadata.context_artifacts[run_context]
+    assert vertex_server.metadata.artifacts[link].metadata["resourceName"] == run
+    assert vertex_server.metadata.contexts[EXPERIMENT].metadata[
+        "backing_tensorboard_resource"] == TENSORBOARD
+
+
+def test_a_tensorboard_the_service_does_not_have_is_one_line_and_training_goes_on(
+        vertex_server):
+    from gkeflow.components.tracking.vertex_curves import (
+        ENV_CURVES_EXPERIMENT,
+        ENV_CURVES_RUN,
+        open_writer,
+    )
+    from gkeflow.components.tracking.vertex_run import ENV_ENDPOINT, ENV_TENSORBOARD
+
+    lines: list[str] = []
+    writer = open_writer({ENV_TENSORBOARD: TENSORBOARD, ENV_CURVES_EXPERIMENT: "e",
+                          ENV_CURVES_RUN: "r", ENV_ENDPOINT: vertex_server.url}, [],
+                         lines.append)
+    assert writer.write(1, {"loss": 1.0}) is False and writer.write(2, {"loss": 0.5}) is False
+    assert len(lines) == 1 and lines[0].startswith("vertex experiments: curves not written")
+    assert open_writer({}, []) is None  # no TensorBoard: no writer, nothing said
+
+
+@pytest.mark.parametrize("tensorboard, says", [
+    ("tensorboards/77", "is not a TensorBoard instance"),
+    ("projects/other/locations/us-central1/tensorboards/77", "in other/us-central1"),
+])
+def test_a_tensorboard_vertex_ai_cannot_back_the_experiment_is_refused(
+        make_config, tensorboard, says):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=says):
+        make_config(None, "http://127.0.0.1:1", tracking={"default": {"vertex_experiments": {
+            "experiment": "penguins-prod", "tensorboard": tensorboard}}})

@@ -45,8 +45,12 @@ def _vertex_experiments_config(path: Path, endpoint: str) -> Path:
                                "pipeline_root": "gs://my-bucket/root",
                                "service_account": "runner@my-project.iam.gserviceaccount.com",
                                "api_endpoint": endpoint}},
-        "tracking": {"dev": {"vertex_experiments": {"experiment": "loans-income"}}}}))
+        "tracking": {"dev": {"vertex_experiments": {"experiment": "loans-income",
+                                                    "tensorboard": TENSORBOARD}}}}))
     return path
+
+
+TENSORBOARD = "projects/my-project/locations/us-central1/tensorboards/4242"
 
 
 @pytest.mark.slow
@@ -60,6 +64,7 @@ def test_a_continuous_label_trains_registers_and_scores_a_regressor(tmp_path):
     # trained by two local worker processes (MultiWorkerMirroredStrategy's custom loop),
     # its parameters and regression metrics logged to a Vertex AI experiment (the fake)
     with FakeVertexServer() as vertex:
+        vertex.tensorboard.instances.add(TENSORBOARD)  # the team's TensorBoard instance
         config = _vertex_experiments_config(tmp_path / "gkeflow.yaml", vertex.url)
         result = gkeflow("run", "--data", str(tmp_path / "loans.csv"), "--label",
                          "income_eur", "--output", str(out), "--epochs", "15",
@@ -76,6 +81,22 @@ def test_a_continuous_label_trains_registers_and_scores_a_regressor(tmp_path):
     assert "accuracy" not in logged["_metrics"]
     assert 0 < logged["_metrics"]["rmse"] < logged["_metrics"]["baseline_rmse"]
     assert "logged to Vertex AI experiment 'loans-income'" in result.stdout
+    # train-model's curves, epoch by epoch, as the experiment run's time series, linked to it
+    (run,) = vertex.tensorboard.runs
+    curves = vertex.tensorboard.curves(run)
+    assert {"loss", "val_loss", "rmse", "learning_rate"} <= set(curves)
+    steps = [step for step, _t, _v in curves["val_loss"]]
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 2
+    stamps = [t for _s, t, _v in curves["val_loss"]]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
+    store, run_id = run_context.name.split("/contexts/loans-income-")
+    assert run == f"{TENSORBOARD}/experiments/loans-income/runs/{run_id}"
+    (link,) = vertex.metadata.context_artifacts[run_context.name]  # how Vertex AI finds them
+    artifact = vertex.metadata.artifacts[link]
+    assert artifact.schema_title == "google.VertexTensorboardRun"
+    assert artifact.metadata["resourceName"] == run
+    experiment = vertex.metadata.contexts[f"{store}/contexts/loans-income"]
+    assert experiment.metadata["backing_tensorboard_resource"] == TENSORBOARD
     lines = result.stdout.splitlines()
     task_line = next(i for i, line in enumerate(lines) if line.startswith("task: regression"))
     assert "'income_eur'" in lines[task_line] and "distinct values" in lines[task_line]
