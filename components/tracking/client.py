@@ -90,10 +90,11 @@ class Limits:
 
 
 @contextlib.contextmanager
-def http_limits(limits: Limits) -> Iterator[None]:
-    """Set MLflow's HTTP retry and timeout variables for the calls inside, then restore."""
-    saved = {name: os.environ.get(name) for name in limits.http_env()}
-    os.environ.update(limits.http_env())
+def environment(variables: dict[str, str]) -> Iterator[None]:
+    """``variables`` set in this process's environment inside, then restored as they were
+    (unset where they were unset)."""
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
     try:
         yield
     finally:
@@ -102,6 +103,11 @@ def http_limits(limits: Limits) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def http_limits(limits: Limits):
+    """Set MLflow's HTTP retry and timeout variables for the calls inside, then restore."""
+    return environment(limits.http_env())
 
 
 def entity_key(name: str) -> str:

@@ -135,6 +135,7 @@ def curves_environment(experiments, vertex_target, pipeline_run_id: str) -> Iter
         yield
         return
     from gkeflow.components.tracking import vertex_run
+    from gkeflow.components.tracking.client import environment
     from gkeflow.components.tracking.vertex_curves import ENV_CURVES_EXPERIMENT, ENV_CURVES_RUN
 
     variables = {vertex_run.ENV_TENSORBOARD: experiments.tensorboard,
@@ -142,13 +143,5 @@ def curves_environment(experiments, vertex_target, pipeline_run_id: str) -> Iter
                  ENV_CURVES_RUN: vertex_run.experiment_run_name(experiments.experiment,
                                                                 pipeline_run_id),
                  vertex_run.ENV_ENDPOINT: vertex_target.api_endpoint or ""}
-    saved = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
-    try:
+    with environment(variables):
         yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
