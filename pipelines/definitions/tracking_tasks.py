@@ -43,6 +43,10 @@ TRACKED_STEPS = frozenset({"fingerprint-data", "prepare-data", "merge-prepared",
 VERTEX_LAUNCHER_MODULE = "gkeflow.components.scaleout.vertex_launcher"
 
 
+#: The pipeline whose train-model writes its curves to the experiment's TensorBoard.
+CURVES_PIPELINE = "gkeflow-training"
+
+
 def direct_mlflow(tracking: TrackingSettings | None) -> MlflowTracking | None:
     """The MLflow settings a compiled pipeline carries: only with a tracking URI."""
     mlflow = tracking.mlflow if tracking is not None else None
@@ -104,7 +108,8 @@ def track_task(task: dsl.PipelineTask, step: str, tracking: TrackingSettings | N
     add_run_identity(task, target)
     if experiments is not None:
         _set_vertex_experiment(task, experiments.experiment, vertex_target)
-        if experiments.tensorboard and step == "train-model":  # its curves, epoch by epoch
+        # the training run's curves, epoch by epoch (a sweep's trials would share one run)
+        if experiments.tensorboard and step == "train-model" and pipeline == CURVES_PIPELINE:
             from gkeflow.components.tracking import vertex_run
 
             task.set_env_variable(vertex_run.ENV_TENSORBOARD, experiments.tensorboard)

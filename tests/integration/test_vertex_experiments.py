@@ -329,6 +329,12 @@ def test_a_gke_train_step_writes_its_curves_to_the_experiment_s_tensorboard(
                                          executor["container"].get("env", [])}
             for name, executor in spec["deploymentSpec"]["executors"].items()}
     assert [step for step, env in envs.items() if ENV_TENSORBOARD in env] == ["train-model"]
+    # a sweep's trials would share the run's one TensorBoard run: none of them writes there
+    sweep = next(yamlio.load_all(compile_pipeline("sweep", "gke", tmp_path,
+                                                  config=select(config)).read_text()))
+    assert not [name for name, executor in sweep["deploymentSpec"]["executors"].items()
+                if ENV_TENSORBOARD in {e["name"] for e in executor.get("container", {}).get(
+                    "env", [])}]
     env = {**envs["train-model"], ENV_RUN_ID_FIELD: "run-5f0c"}
     assert env[ENV_TENSORBOARD] == TENSORBOARD
     argv = ["executor", ARG_RUN_ID, "{{$.pipeline_job_uuid}}"]  # unresolved: the label wins
