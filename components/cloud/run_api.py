@@ -307,19 +307,34 @@ def kfp_cached_steps(metadata_api: str, tasks: list[dict], policy: RetryPolicy
             for step, t in cached.items()}
 
 
-def cached_steps_reader(target: str, run_api: str, run_id: str, job: str,
-                        metadata_api: str, policy: RetryPolicy):
-    """A function reading the steps of this run served from cache (step -> model URI) from
-    ``target``'s run API (Kubeflow Pipelines: ``run_id`` and ML Metadata at
-    ``metadata_api``; Vertex AI: the PipelineJob ``job``); None without a run API."""
+def tasks_reader(target: str, run_api: str, run_id: str, job: str, policy: RetryPolicy):
+    """A function giving ``(start, tasks)`` of this run from ``target``'s run API (Kubeflow
+    Pipelines: run ``run_id``; Vertex AI: the PipelineJob ``job``), read on the first call
+    that succeeds and kept for the later ones; None without a run API."""
     if not run_api:
+        return None
+    import functools
+
+    @functools.cache
+    def read() -> tuple[str, list[dict]]:
+        return (kfp_run(run_api, run_id, policy) if target == "gke"
+                else vertex_run(run_api, job, policy))
+
+    return read
+
+
+def cached_steps_reader(target: str, read_tasks, metadata_api: str, policy: RetryPolicy):
+    """A function reading the steps of this run served from cache (step -> model URI) from
+    the tasks ``read_tasks`` (:func:`tasks_reader`) gives and, on Kubeflow Pipelines, ML
+    Metadata at ``metadata_api``; None without ``read_tasks``."""
+    if read_tasks is None:
         return None
 
     def read() -> dict[str, str]:
         if target == "vertex":
-            return vertex_cached_steps(vertex_run(run_api, job, policy)[1])
+            return vertex_cached_steps(read_tasks()[1])
         if not metadata_api:
             raise ValueError("no ML Metadata address to read the cached executions from")
-        return kfp_cached_steps(metadata_api, kfp_run(run_api, run_id, policy)[1], policy)
+        return kfp_cached_steps(metadata_api, read_tasks()[1], policy)
 
     return read

@@ -60,9 +60,7 @@ def notify_run(
         apply_run,
         kfp_history,
         kfp_registered_version,
-        kfp_run,
         vertex_history,
-        vertex_run,
     )
     from gkeflow.components.notify.logic import (
         RunReport,
@@ -85,20 +83,18 @@ def notify_run(
         error=status.error_message or "",
         parameters=changed_parameters(parse_parameters(parameters), json.loads(defaults)))
     # the run's end in its trackers first (a no-op unless tracking was compiled in)
-    from gkeflow.components.cloud.run_api import cached_steps_reader
+    from gkeflow.components.cloud.run_api import cached_steps_reader, tasks_reader
     from gkeflow.components.tracking.run_end import end_run
 
     policy = send_policy()
-    end_run(report.state, target, run_id, run_name, status.pipeline_job_resource_name or "",
-            cached_steps=cached_steps_reader(target, run_api, run_id,
-                                             status.pipeline_job_resource_name or "",
-                                             metadata_api, policy))
+    job = status.pipeline_job_resource_name or ""
+    read_tasks = tasks_reader(target, run_api, run_id, job, policy)  # read once, for both
+    end_run(report.state, target, run_id, run_name, job,
+            cached_steps=cached_steps_reader(target, read_tasks, metadata_api, policy))
     history = []  # earlier runs' step durations: the expected cost
-    if run_api:
+    if read_tasks is not None:
         try:
-            started, tasks = (
-                kfp_run(run_api, run_id, policy) if target == "gke" else
-                vertex_run(run_api, status.pipeline_job_resource_name, policy))
+            started, tasks = read_tasks()
             apply_run(report, started, tasks, now())
         except Exception as exc:  # noqa: BLE001 - the status alone still makes a message
             print(f"could not read the run's task details: {type(exc).__name__}")
@@ -112,8 +108,7 @@ def notify_run(
             if step_rates and step_rates != "{}":
                 try:
                     history = (kfp_history(run_api, run_id, policy) if target == "gke" else
-                               vertex_history(run_api, status.pipeline_job_resource_name,
-                                              policy))
+                               vertex_history(run_api, job, policy))
                 except Exception as exc:  # noqa: BLE001 - the expected cost is a detail
                     print(f"could not read the earlier runs: {type(exc).__name__}")
     report.cost = cost_lines(json.loads(step_rates or "{}"), report.step_durations, history)

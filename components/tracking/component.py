@@ -33,7 +33,7 @@ def end_tracking(
         or UNKNOWN (then nothing was marked).
     """
     from gkeflow.components.cloud.retry import RetryPolicy
-    from gkeflow.components.cloud.run_api import cached_steps_reader
+    from gkeflow.components.cloud.run_api import cached_steps_reader, tasks_reader
     from gkeflow.components.cloud.run_states import final_state
     from gkeflow.components.tracking.run_end import end_run
 
@@ -41,6 +41,7 @@ def end_tracking(
     job = status.pipeline_job_resource_name or ""
     policy = RetryPolicy(call_timeout_s=20.0, budget_s=60.0)  # the run's end is not delayed
     end_run(state, target, run_id, run_name, job,
-            cached_steps=cached_steps_reader(target, run_api, run_id, job, metadata_api,
-                                             policy))
+            cached_steps=cached_steps_reader(
+                target, tasks_reader(target, run_api, run_id, job, policy), metadata_api,
+                policy))
     return state

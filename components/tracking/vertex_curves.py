@@ -5,8 +5,9 @@ experiment (``tracking.<env>.vertex_experiments.tensorboard``): each curve is a 
 ``TensorboardTimeSeries`` of the ``TensorboardRun`` named after the experiment run, in the
 ``TensorboardExperiment`` named after the experiment (the ids the aiplatform SDK gives them).
 The experiment run is linked to its TensorBoard run by a ``google.VertexTensorboardRun``
-artifact (:func:`link_run`, called where the experiment run is written), which is how the
-console and ``ExperimentRun.get_time_series_data_frame`` find the curves.
+artifact (:func:`gkeflow.components.tracking.vertex_run.link_tensorboard_run`, called where
+the experiment run is written), which is how the console and
+``ExperimentRun.get_time_series_data_frame`` find the curves.
 
 The step's environment names the TensorBoard instance (``GKEFLOW_VERTEX_TENSORBOARD``), the
 experiment and the run: a compiled GKE step through the experiment's variables and its
@@ -24,10 +25,8 @@ from typing import Any
 from gkeflow.components.tracking import vertex_run
 from gkeflow.components.tracking.client import one_line
 
-ENV_TENSORBOARD = vertex_run.ENV_TENSORBOARD
 ENV_CURVES_EXPERIMENT = "GKEFLOW_VERTEX_CURVES_EXPERIMENT"
 ENV_CURVES_RUN = "GKEFLOW_VERTEX_CURVES_RUN"
-TENSORBOARD = vertex_run.TENSORBOARD
 #: Points per write request.
 WRITE_BATCH = 1000
 
@@ -35,8 +34,8 @@ WRITE_BATCH = 1000
 def curve_settings(environ: Mapping[str, str], argv: Sequence[str] | None = None
                    ) -> tuple[str, str, str] | None:
     """(tensorboard, experiment, run) this step writes its curves to; None when off."""
-    tensorboard = environ.get(ENV_TENSORBOARD, "")
-    if not TENSORBOARD.match(tensorboard):
+    tensorboard = environ.get(vertex_run.ENV_TENSORBOARD, "")
+    if not vertex_run.TENSORBOARD.match(tensorboard):
         return None
     experiment = environ.get(ENV_CURVES_EXPERIMENT) or environ.get(vertex_run.ENV_EXPERIMENT, "")
     run = environ.get(ENV_CURVES_RUN, "")
@@ -53,7 +52,7 @@ class CurveWriter:
 
     def __init__(self, tensorboard: str, experiment: str, run: str,
                  environ: Mapping[str, str], log: Callable[[str], None] = print):
-        project, location, _ = TENSORBOARD.match(tensorboard).groups()
+        project, location, _ = vertex_run.TENSORBOARD.match(tensorboard).groups()
         self.tensorboard, self.experiment, self.run = tensorboard, experiment, run
         self.run_name = vertex_run.tensorboard_run_name(tensorboard, experiment, run)
         self._env = {vertex_run.ENV_PROJECT: project, vertex_run.ENV_LOCATION: location,
@@ -63,7 +62,6 @@ class CurveWriter:
         self._call: Any = None
         self._series: dict[str, str] = {}  # display name -> time series id
         self.enabled = True
-        self.points = 0
 
     def write(self, step: int, values: Mapping[str, float],
               wall_time: float | None = None) -> bool:
@@ -102,7 +100,6 @@ class CurveWriter:
                 self._client.write_tensorboard_run_data(
                     tensorboard_run=self.run_name, time_series_data=chunk,
                     timeout=vertex_run.CALL_TIMEOUT_S)), idempotent=False)
-        self.points += len(data)
 
     def open(self) -> None:
         """Make the TensorBoard experiment and run (kept when they exist); raises on

@@ -24,6 +24,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
+from gkeflow.components.tracking.vertex_run import TENSORBOARD
+
 DEFAULT_ENVIRONMENT = "default"
 #: The KFP run API's plugin key and field (v2beta1 ``plugins_input``).
 MLFLOW_PLUGIN = "mlflow"
@@ -42,7 +44,6 @@ GKE_SECRET_KEYS = {"token": "GKEFLOW_MLFLOW_TRACKING_TOKEN",
                    "password": "GKEFLOW_MLFLOW_TRACKING_PASSWORD"}
 #: Vertex AI's rule for experiment names (aiplatform's metadata resource ids).
 _VERTEX_EXPERIMENT = re.compile(r"^[a-z0-9][a-z0-9-]{0,127}$")
-_TENSORBOARD = re.compile(r"^projects/([^/]+)/locations/([^/]+)/tensorboards/([^/]+)$")
 
 
 class MlflowCredentials(BaseModel):
@@ -228,7 +229,7 @@ class VertexExperiments(BaseModel):
     @field_validator("tensorboard")
     @classmethod
     def _tensorboard(cls, value: str) -> str:
-        if value and not _TENSORBOARD.match(value):
+        if value and not TENSORBOARD.match(value):
             raise ValueError(f"{value!r} is not a TensorBoard instance: give its resource "
                              "name, projects/PROJECT/locations/REGION/tensorboards/ID")
         return value
@@ -311,7 +312,7 @@ def check_tracking_environments(config):
         if experiments is None or not experiments.tensorboard:
             continue
         vertex = config.targets.vertex
-        project, region, _ = _TENSORBOARD.match(experiments.tensorboard).groups()
+        project, region, _ = TENSORBOARD.match(experiments.tensorboard).groups()
         if vertex is None or (project, region) != (vertex.project, vertex.region):
             where = (f"{vertex.project}/{vertex.region}" if vertex is not None
                      else "nowhere: targets.vertex is missing")
