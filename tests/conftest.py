@@ -176,3 +176,42 @@ def mlflow_server(tmp_path_factory):
     server = start_or_skip(tmp_path_factory.mktemp("mlflow"))
     yield server
     server.stop()
+
+
+#: Where the steps that import TensorFlow start from when tests run pipelines
+#: (tests/step_site/step_zygote.py): unit and compile tests alone do not start it.
+_ZYGOTE_FOLDERS = ("local", "cli", "integration", "release", "images", "examples")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def step_zygote(request):
+    """One fork server per test process for kfp.local's steps: each step is a fork of a
+    process that imported TensorFlow and Keras once, not a fresh interpreter. It answers
+    once its imports are done; steps that start before run the ordinary way.
+    GKEFLOW_STEP_ZYGOTE=0 turns it off (every step a fresh interpreter, as in the images)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from tests.step_site.step_zygote import ADDRESS_VARIABLE
+
+    wanted = os.environ.get(ADDRESS_VARIABLE) != "0" and any(
+        item.path.relative_to(REPO_ROOT).parts[1:2] in [(f,) for f in _ZYGOTE_FOLDERS]
+        or item.get_closest_marker("slow") for item in request.session.items
+        if item.path.is_relative_to(REPO_ROOT / "tests"))
+    if not wanted:
+        os.environ.pop(ADDRESS_VARIABLE, None)
+        yield None
+        return
+    folder = tempfile.mkdtemp(prefix="gkeflow-zygote-")  # short: a socket path is <108 bytes
+    address = os.path.join(folder, "socket")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "step_zygote", address], cwd=folder,
+        env={**os.environ, ADDRESS_VARIABLE: ""}, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.environ[ADDRESS_VARIABLE] = address
+    yield address
+    os.environ.pop(ADDRESS_VARIABLE, None)
+    server.kill()
+    server.wait()
+    shutil.rmtree(folder, ignore_errors=True)

@@ -18,34 +18,21 @@ from gkeflow.components.prepare.logic import prepare
 from gkeflow.components.train.checkpoint import load_state
 from gkeflow.components.train.exported import ExportedModel
 from gkeflow.components.train.logic import TrainParams, train
+from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
-RUNNER = textwrap.dedent("""
-    import json, sys
-    from pathlib import Path
-    {setup}
-    from gkeflow.components.prepare.logic import Schema
-    from gkeflow.components.train.checkpoint import exit_on_preemption
-    from gkeflow.components.train.logic import TrainParams, train
-    data, model, ckpt, params = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-    params["hidden_units"] = tuple(params.get("hidden_units", (64, 32)))
-    with exit_on_preemption():
-        result = train(Path(data), Schema.load(Path(data)), Path(model), TrainParams(**params),
-                       checkpoint_dir=ckpt or None)
-    print("RESULT " + json.dumps({{"strategy": result.strategy, "epochs_run": result.epochs_run,
-          "resumed_from_epoch": result.resumed_from_epoch, "history": result.history,
-          "metrics": result.metrics}}))
-""")
-
-
 def run_training(data: Path, model: Path, ckpt: Path | None, params: dict, setup: str = "",
                  wait: bool = True):
+    """Train in a process of its own (tests/unit/training_runner.py): its exit code and
+    output, or (``wait=False``) the process."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    command = [sys.executable, "-c", RUNNER.format(setup=setup), str(data), str(model),
-               str(ckpt or ""), json.dumps(params)]
+    if params.get("backend") == "jax":  # a Keras backend is chosen before Keras is imported
+        env["KERAS_BACKEND"] = "jax"
+    command = [sys.executable, "-m", "tests.unit.training_runner", str(data), str(model),
+               str(ckpt or ""), json.dumps(params), setup]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, env=env)
+                               text=True, env=env, cwd=REPO_ROOT)
     if not wait:
         return process
     out, _ = process.communicate(timeout=600)

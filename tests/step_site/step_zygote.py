@@ -1,0 +1,292 @@
+"""A fork server for the pipeline steps the tests run (kfp.local's ``python -m
+kfp.dsl.executor_main`` processes): TensorFlow, Keras and the MLflow client imported once per
+test worker, each step a fork of that process instead of a fresh interpreter that imports
+them again (about 4 CPU-seconds a step, and 1 more in interpreter shutdown, on the 2-core
+machines that run the suite). What a fresh process in an image proves is proven where it
+is run that way: ``make image-test`` runs the compiled steps in their images, and
+``GKEFLOW_STEP_ZYGOTE=0 make test`` runs every step as a fresh interpreter.
+
+The step's process stays what kfp.local started (``sitecustomize`` hands its arguments,
+environment, working directory and standard streams over a Unix socket, then waits): its
+exit status is the forked step's (a signal included), the signals it gets (SIGTERM from a
+test, SIGINT) are passed on, and the forked step kills itself when that process dies
+(SIGKILL). A step whose import-time settings differ from the server's (another Keras
+backend, Python path, TensorFlow log level...) or that the server does not know runs the
+ordinary way. Only the tests use it (tests/conftest.py starts one server per worker);
+production steps are ordinary processes in their images."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import signal
+import socket
+import struct
+import sys
+
+ADDRESS_VARIABLE = "GKEFLOW_STEP_ZYGOTE"
+#: What runs forked (``python -m`` these, nothing else on the command line): kfp.local's
+#: steps, the local training workers they start (``--compute train-model.replicas=N``) and
+#: the tests' own training processes (tests/unit/training_runner.py).
+STEP_MODULES = ("kfp.dsl.executor_main", "gkeflow.components.scaleout.worker",
+                "tests.unit.training_runner")
+#: Environment variables read when TensorFlow, Keras or Python start: a step runs forked
+#: only where they equal the server's.
+IMPORT_TIME_VARIABLES = (
+    "KERAS_BACKEND", "KERAS_HOME", "PYTHONPATH", "PYTHONHASHSEED", "PYTHONWARNINGS",
+    "PYTHONDONTWRITEBYTECODE", "PYTHONOPTIMIZE", "PYTHONSAFEPATH", "TF_CPP_MIN_LOG_LEVEL",
+    "TF_CPP_MAX_VLOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS", "TF_XLA_FLAGS", "XLA_FLAGS",
+    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+                     signal.SIGUSR1, signal.SIGUSR2)
+#: A step that picks Keras' JAX backend itself (train-model's ``backend`` parameter, in the
+#: executor input or a worker's ``--params``) must import Keras afresh: the server's Keras
+#: is on TensorFlow.
+_JAX_BACKEND = re.compile(r'"backend":\s*"jax"')
+_HEADER = struct.Struct("!I")
+_PID = struct.Struct("!i")
+
+
+def import_settings(environ) -> dict:
+    settings = {name: environ.get(name) for name in IMPORT_TIME_VARIABLES}
+    settings["KERAS_BACKEND"] = settings["KERAS_BACKEND"] or "tensorflow"  # Keras' default
+    return settings
+
+
+def _step_module(orig_argv: list[str]) -> str | None:
+    """The module of STEP_MODULES this interpreter was started to run (``python -m``, with no
+    other option: -X, -W ...), else None."""
+    if len(orig_argv) >= 3 and orig_argv[1] == "-m" and orig_argv[2] in STEP_MODULES:
+        return orig_argv[2]
+    return None
+
+
+# --- the step's side (sitecustomize) --------------------------------------------------
+
+
+def delegate() -> None:
+    """Run this process's step in a fork of the server and exit with its status; return
+    (the step then runs here, the ordinary way) when there is no server or it declines."""
+    address = os.environ.get(ADDRESS_VARIABLE)
+    module = _step_module(list(sys.orig_argv))
+    if not address or module is None or any(_JAX_BACKEND.search(a) for a in sys.orig_argv):
+        return
+    request = json.dumps({
+        "module": module, "arguments": sys.orig_argv[3:], "orig_argv": list(sys.orig_argv),
+        "cwd": os.getcwd(), "environ": dict(os.environ), "executable": sys.executable,
+    }).encode()
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        connection.connect(address)
+        socket.send_fds(connection, [_HEADER.pack(len(request)) + request], [0, 1, 2])
+        reply = _receive(connection, 1 + _PID.size)
+    except OSError:
+        connection.close()
+        return
+    if reply[:1] != b"P":
+        connection.close()
+        return
+    pid = _PID.unpack(reply[1:])[0]
+    for number in FORWARDED_SIGNALS:
+        signal.signal(number, lambda received, _frame: _forward(pid, received))
+    try:
+        status = _receive(connection, 1 + _PID.size)
+    except OSError:
+        status = b""
+    code = _PID.unpack(status[1:])[0] if status[:1] == b"S" else 70
+    if code < 0:  # killed by a signal: so is this process, as its parent expects
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        code = 128 - code
+    os._exit(code)
+
+
+def _forward(pid: int, number: int) -> None:
+    try:
+        os.kill(pid, number)
+    except ProcessLookupError:
+        pass
+
+
+def _receive(connection: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        while True:
+            try:
+                chunk = connection.recv(size - len(data))
+                break
+            except InterruptedError:
+                continue
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+# --- the server ------------------------------------------------------------------------
+
+
+def preload() -> None:
+    import keras  # noqa: F401
+    import tensorflow  # noqa: F401
+
+    try:
+        import mlflow  # noqa: F401 - the tracked steps' client
+    except ImportError:
+        pass
+
+
+def serve(address: str, load: bool = True) -> None:
+    """Preload (unless not ``load``), then fork a process for every step that connects,
+    until killed."""
+    if load:
+        preload()
+    settings = import_settings(os.environ)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(64)
+    waiting: dict[int, socket.socket] = {}
+    while True:
+        ready, _, _ = select.select([listener], [], [], 0.02 if waiting else 1.0)
+        _report_ended(waiting)
+        if ready:
+            connection, _ = listener.accept()
+            _start(connection, listener, settings, waiting)
+
+
+def _interpreter(executable: str) -> tuple[str, str]:
+    """The environment (a venv's bin folder) and the interpreter an executable path runs:
+    ``.venv/bin/python3`` and ``.venv/bin/python`` are the same."""
+    return os.path.dirname(executable), os.path.realpath(executable)
+
+
+def _report_ended(waiting: dict[int, socket.socket]) -> None:
+    while waiting:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            return
+        connection = waiting.pop(pid, None)
+        if connection is None:
+            continue
+        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        try:
+            connection.sendall(b"S" + _PID.pack(code))
+        except OSError:
+            pass
+        connection.close()
+
+
+def _start(connection, listener, settings, waiting) -> None:
+    fds: list[int] = []
+    try:
+        connection.settimeout(10)
+        data, fds, _flags, _address = socket.recv_fds(connection, 1 << 16, 3)
+        size = _HEADER.unpack(data[:_HEADER.size])[0]
+        body = data[_HEADER.size:]
+        while len(body) < size:
+            chunk = connection.recv(size - len(body))
+            if not chunk:
+                raise OSError("the step went away")
+            body += chunk
+        request = json.loads(body)
+        connection.settimeout(None)
+        if (len(fds) != 3 or _interpreter(request["executable"]) != _interpreter(sys.executable)
+                or request["module"] not in STEP_MODULES
+                or import_settings(request["environ"]) != settings):
+            connection.sendall(b"D")
+            raise OSError("declined")
+    except (OSError, ValueError, KeyError):
+        for fd in fds:
+            os.close(fd)
+        connection.close()
+        return
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            listener.close()
+            for other in waiting.values():
+                other.close()
+            _run_step(connection, request, fds)
+        finally:
+            os._exit(70)
+    for fd in fds:
+        os.close(fd)
+    try:
+        connection.sendall(b"P" + _PID.pack(pid))
+    except OSError:
+        pass
+    waiting[pid] = connection
+
+
+def _run_step(connection: socket.socket, request: dict, fds: list[int]) -> None:
+    import atexit
+    import io
+    import runpy
+    import threading
+
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["environ"])
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(
+        io.BufferedReader(io.FileIO(0, "r", closefd=False)))
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), line_buffering=os.isatty(1),
+        write_through=unbuffered)
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(2, "w", closefd=False)), errors="backslashreplace",
+        line_buffering=True, write_through=unbuffered)
+    sys.orig_argv = request["orig_argv"]
+    sys.executable = request["executable"]
+    sys.argv = ["-m", *request["arguments"]]
+    sys.path[0] = request["cwd"]
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+
+    def watch_the_step_process() -> None:  # it died (SIGKILL): so does the step
+        try:
+            while connection.recv(1):
+                pass
+        except OSError:
+            pass
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch_the_step_process, daemon=True).start()
+    code = 0
+    try:
+        runpy._run_module_as_main(request["module"])  # what ``python -m`` does
+    except SystemExit as stop:
+        code = _exit_code(stop.code)
+    except BaseException:  # noqa: BLE001 - reported as the interpreter would
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    # What interpreter shutdown does that a step can see; the rest (freeing every module)
+    # is what the fork saves.
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def _exit_code(code) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":  # python -m step_zygote ADDRESS [--no-preload]
+    serve(sys.argv[1], load="--no-preload" not in sys.argv[2:])
