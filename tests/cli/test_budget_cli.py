@@ -22,12 +22,12 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def write(tmp_path, budget=None, schedule_budget=None, train=A100, cache=True):
+def write(tmp_path, budget=None, schedule_budget=None, train=A100, cache=True, host=None):
     schedule = {"name": "nightly", "target": "gke", "cron": "0 2 * * *"}
     if schedule_budget is not None:
         schedule["budget"] = (schedule_budget if isinstance(schedule_budget, dict)
                               else {"max_run_usd": schedule_budget})
-    data = config_dict(f"http://127.0.0.1:{_closed_port()}", None, schedules=[schedule],
+    data = config_dict(host or f"http://127.0.0.1:{_closed_port()}", None, schedules=[schedule],
                        compute={"train-model": train})
     if budget is not None:
         data["budget"] = {"default": {"max_run_usd": budget}}
@@ -59,12 +59,16 @@ def test_a_ceiling_over_the_budget_is_refused_in_one_line_naming_the_costliest_s
     assert "/apis/v2beta1/runs" in allowed.stdout
 
 
-def test_over_budget_is_not_called_submitted_when_the_submission_is_refused(tmp_path):
-    write(tmp_path, budget=10)
+def test_over_budget_is_not_called_submitted_when_the_submission_is_refused(tmp_path,
+                                                                            httpserver):
+    httpserver.expect_request("").respond_with_json(  # every request: not allowed
+        {"error": "not allowed", "code": 7, "message": "not allowed"}, status=403)
+    write(tmp_path, budget=10, host=httpserver.url_for("").rstrip("/"))
     refused = gkeflow("submit", "--target", "gke", "--over-budget", cwd=tmp_path,
                       env={"GKEFLOW_TEST_KFP_TOKEN": "t"})
-    assert refused.returncode != 0
+    assert refused.returncode != 0 and "403" in refused.stderr, refused.stderr
     assert "submitted with --over-budget" not in refused.stdout + refused.stderr
+    assert httpserver.log  # the submission reached the server and was refused there
 
 
 def test_a_ceiling_that_cannot_be_computed_is_refused_with_the_reason(tmp_path):

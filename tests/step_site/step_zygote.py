@@ -41,9 +41,9 @@ IMPORT_TIME_VARIABLES = (
     "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
                      signal.SIGUSR1, signal.SIGUSR2)
-#: A step that picks Keras' JAX backend itself (train-model's ``backend`` parameter, in the
-#: executor input or a worker's ``--params``) must import Keras afresh: the server's Keras
-#: is on TensorFlow.
+#: A step that may pick Keras' JAX backend itself (train-model's ``backend`` parameter, in
+#: the executor input or a worker's ``--params``; ``auto`` on a host with a TPU) must import
+#: Keras afresh: the server's Keras is on TensorFlow.
 _JAX_BACKEND = re.compile(r'"backend":\s*"jax"')
 _HEADER = struct.Struct("!I")
 _PID = struct.Struct("!i")
@@ -71,7 +71,7 @@ def delegate() -> None:
     (the step then runs here, the ordinary way) when there is no server or it declines."""
     address = os.environ.get(ADDRESS_VARIABLE)
     module = _step_module(list(sys.orig_argv))
-    if not address or module is None or any(_JAX_BACKEND.search(a) for a in sys.orig_argv):
+    if not address or module is None or _may_pick_jax(sys.orig_argv):
         return
     request = json.dumps({
         "module": module, "arguments": sys.orig_argv[3:], "orig_argv": list(sys.orig_argv),
@@ -101,6 +101,16 @@ def delegate() -> None:
         os.kill(os.getpid(), -code)
         code = 128 - code
     os._exit(code)
+
+
+def _may_pick_jax(orig_argv: list[str]) -> bool:
+    from gkeflow.components.train.tpu import find_tpu, tpu_device_files
+
+    try:
+        on_tpu = find_tpu(os.environ, tpu_device_files()) is not None
+    except ValueError:  # the step itself says what is wrong with its TPU variables
+        on_tpu = True
+    return on_tpu or any(_JAX_BACKEND.search(argument) for argument in orig_argv)
 
 
 def _forward(pid: int, number: int) -> None:

@@ -152,8 +152,12 @@ def test_a_step_with_other_import_time_settings_runs_the_ordinary_way(tmp_path, 
     assert probe_of(out)["pid"] == step.pid
 
 
-def test_a_step_that_picks_the_jax_backend_itself_runs_the_ordinary_way(tmp_path, server):
-    step = start_step(tmp_path, server, "ok", parameters={"backend": "jax"})
+@pytest.mark.parametrize("parameters, environ", [
+    ({"backend": "jax"}, {}), ({"backend": "auto"}, {"TPU_ACCELERATOR_TYPE": "v6e-8"})],
+    ids=["jax", "auto on a TPU"])
+def test_a_step_that_may_pick_the_jax_backend_itself_runs_the_ordinary_way(
+        tmp_path, server, parameters, environ):
+    step = start_step(tmp_path, server, "ok", parameters=parameters, **environ)
     out, err = step.communicate(timeout=60)
     assert step.returncode == 0, err
     assert probe_of(out)["pid"] == step.pid
