@@ -190,15 +190,17 @@ _ZYGOTE_FOLDERS = ("local", "cli", "integration", "release", "images", "examples
 
 @pytest.fixture(scope="session", autouse=True)
 def step_zygote(request):
-    """One fork server per test process for kfp.local's steps: each step is a fork of a
-    process that imported TensorFlow and Keras once, not a fresh interpreter. It answers
-    once its imports are done; steps that start before run the ordinary way.
-    GKEFLOW_STEP_ZYGOTE=0 turns it off (every step a fresh interpreter, as in the images)."""
+    """Fork servers of this test process for the steps kfp.local runs and the ``gkeflow``
+    processes tests start (tests/step_site/step_zygote.py): each such process is a fork of
+    one that imported TensorFlow and Keras (or JAX, or the command) once, not a fresh
+    interpreter. A server answers once its imports are done; processes that start before
+    run the ordinary way. GKEFLOW_STEP_ZYGOTE=0 turns them off (every step and command a
+    fresh interpreter, as in the images)."""
     import shutil
     import subprocess
     import tempfile
 
-    from tests.step_site.step_zygote import ADDRESS_VARIABLE
+    from tests.step_site.step_zygote import ADDRESS_VARIABLE, FLAVOURS
 
     wanted = os.environ.get(ADDRESS_VARIABLE) != "0" and any(
         item.path.relative_to(REPO_ROOT).parts[1:2] in [(f,) for f in _ZYGOTE_FOLDERS]
@@ -209,14 +211,14 @@ def step_zygote(request):
         yield None
         return
     folder = tempfile.mkdtemp(prefix="gkeflow-zygote-")  # short: a socket path is <108 bytes
-    address = os.path.join(folder, "socket")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "step_zygote", address], cwd=folder,
+    servers = [subprocess.Popen(
+        [sys.executable, "-m", "step_zygote", folder, flavour], cwd=folder,
         env={**os.environ, ADDRESS_VARIABLE: ""}, stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.environ[ADDRESS_VARIABLE] = address
-    yield address
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for flavour in FLAVOURS]
+    os.environ[ADDRESS_VARIABLE] = folder
+    yield folder
     os.environ.pop(ADDRESS_VARIABLE, None)
-    server.kill()
-    server.wait()
+    for server in servers:
+        server.kill()
+        server.wait()
     shutil.rmtree(folder, ignore_errors=True)

@@ -26,41 +26,79 @@ import socket
 import struct
 import sys
 
+#: The folder of the servers' sockets, one per flavour.
 ADDRESS_VARIABLE = "GKEFLOW_STEP_ZYGOTE"
+#: A file a server appends ``FLAVOUR NAME PID`` to for every process it forks (debugging).
+LOG_VARIABLE = "GKEFLOW_STEP_ZYGOTE_LOG"
 #: What runs forked (``python -m`` these, nothing else on the command line): kfp.local's
 #: steps, the local training workers they start (``--compute train-model.replicas=N``) and
 #: the tests' own training processes (tests/unit/training_runner.py).
 STEP_MODULES = ("kfp.dsl.executor_main", "gkeflow.components.scaleout.worker",
                 "tests.unit.training_runner")
-#: Environment variables read when TensorFlow, Keras or Python start: a step runs forked
-#: only where they equal the server's.
+#: The ``gkeflow`` command (its console script, or ``python -m``), which the tests run as a
+#: process for ``run``, ``deploy`` and ``images`` (tests/gkeflow_cli.py).
+CLI_MODULE = "gkeflow.pipelines.cli.main"
+CLI_SCRIPT = "gkeflow"
+#: The servers and what each imports before it forks: steps on Keras' TensorFlow backend,
+#: steps on its JAX backend, and the command (which imports TensorFlow only where a command
+#: needs it, so its server does not).
+FLAVOURS = {
+    "tensorflow": ("keras", "tensorflow", "mlflow"),
+    "jax": ("keras", "tensorflow", "jax", "mlflow"),
+    "cli": (CLI_MODULE, "kfp.local", "gkeflow.pipelines.targets.local",
+            "gkeflow.pipelines.cli.run", "mlflow"),
+}
+#: Environment variables read when TensorFlow, Keras or Python start: a process runs forked
+#: only where they equal the server's (``KERAS_BACKEND`` picks the flavour).
 IMPORT_TIME_VARIABLES = (
-    "KERAS_BACKEND", "KERAS_HOME", "PYTHONPATH", "PYTHONHASHSEED", "PYTHONWARNINGS",
+    "PYTHONPATH", "PYTHONHASHSEED", "PYTHONWARNINGS", "KERAS_HOME",
     "PYTHONDONTWRITEBYTECODE", "PYTHONOPTIMIZE", "PYTHONSAFEPATH", "TF_CPP_MIN_LOG_LEVEL",
     "TF_CPP_MAX_VLOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS", "TF_XLA_FLAGS", "XLA_FLAGS",
     "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
                      signal.SIGUSR1, signal.SIGUSR2)
-#: A step that may pick Keras' JAX backend itself (train-model's ``backend`` parameter, in
-#: the executor input or a worker's ``--params``; ``auto`` on a host with a TPU) must import
-#: Keras afresh: the server's Keras is on TensorFlow.
-_JAX_BACKEND = re.compile(r'"backend":\s*"jax"')
+#: The Keras backend a step asks for itself (train-model's ``backend`` parameter, in the
+#: executor input or a worker's ``--params``); ``auto`` is JAX on a host with a TPU.
+_BACKEND = re.compile(r'"backend":\s*"(jax|tensorflow|auto)"')
 _HEADER = struct.Struct("!I")
 _PID = struct.Struct("!i")
 
 
 def import_settings(environ) -> dict:
-    settings = {name: environ.get(name) for name in IMPORT_TIME_VARIABLES}
-    settings["KERAS_BACKEND"] = settings["KERAS_BACKEND"] or "tensorflow"  # Keras' default
-    return settings
+    return {name: environ.get(name) for name in IMPORT_TIME_VARIABLES}
 
 
-def _step_module(orig_argv: list[str]) -> str | None:
-    """The module of STEP_MODULES this interpreter was started to run (``python -m``, with no
-    other option: -X, -W ...), else None."""
-    if len(orig_argv) >= 3 and orig_argv[1] == "-m" and orig_argv[2] in STEP_MODULES:
-        return orig_argv[2]
+def what_runs(orig_argv: list[str]) -> tuple[str, str, list[str]] | None:
+    """``(kind, name, arguments)`` of a process the servers can run (kind ``module`` for
+    ``python -m NAME``, ``script`` for the console script's path), from the interpreter's
+    command line with no other option (-X, -W, -c...); else None."""
+    if len(orig_argv) >= 3 and orig_argv[1] == "-m" and (
+            orig_argv[2] in STEP_MODULES or orig_argv[2] == CLI_MODULE):
+        return "module", orig_argv[2], orig_argv[3:]
+    if len(orig_argv) >= 2 and os.path.basename(orig_argv[1]) == CLI_SCRIPT:
+        return "script", orig_argv[1], orig_argv[2:]
     return None
+
+
+def flavour_of(name: str, orig_argv: list[str], environ) -> str | None:
+    """The server that runs ``name``, or None where it must start afresh (a step on a TPU
+    host that leaves the backend to ``auto``)."""
+    if name not in STEP_MODULES:
+        return "cli"
+    asked = {m.group(1) for a in orig_argv for m in _BACKEND.finditer(a)}
+    if len(asked) > 1:
+        return None
+    backend = next(iter(asked), "auto")
+    if backend == "auto":
+        from gkeflow.components.train.tpu import find_tpu, tpu_device_files
+
+        try:
+            if find_tpu(environ, tpu_device_files()) is not None:
+                return None
+        except ValueError:  # the step itself says what is wrong with its TPU variables
+            return None
+        backend = environ.get("KERAS_BACKEND") or "tensorflow"
+    return backend if backend in FLAVOURS else None
 
 
 # --- the step's side (sitecustomize) --------------------------------------------------
@@ -69,17 +107,22 @@ def _step_module(orig_argv: list[str]) -> str | None:
 def delegate() -> None:
     """Run this process's step in a fork of the server and exit with its status; return
     (the step then runs here, the ordinary way) when there is no server or it declines."""
-    address = os.environ.get(ADDRESS_VARIABLE)
-    module = _step_module(list(sys.orig_argv))
-    if not address or module is None or _may_pick_jax(sys.orig_argv):
+    folder = os.environ.get(ADDRESS_VARIABLE)
+    runs = what_runs(list(sys.orig_argv))
+    if not folder or runs is None:
+        return
+    kind, name, arguments = runs
+    flavour = flavour_of(name, list(sys.orig_argv), os.environ)
+    if flavour is None:
         return
     request = json.dumps({
-        "module": module, "arguments": sys.orig_argv[3:], "orig_argv": list(sys.orig_argv),
-        "cwd": os.getcwd(), "environ": dict(os.environ), "executable": sys.executable,
+        "flavour": flavour, "kind": kind, "name": name, "arguments": arguments,
+        "orig_argv": list(sys.orig_argv), "cwd": os.getcwd(), "environ": dict(os.environ),
+        "executable": sys.executable,
     }).encode()
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        connection.connect(address)
+        connection.connect(os.path.join(folder, flavour))
         socket.send_fds(connection, [_HEADER.pack(len(request)) + request], [0, 1, 2])
         reply = _receive(connection, 1 + _PID.size)
     except OSError:
@@ -101,16 +144,6 @@ def delegate() -> None:
         os.kill(os.getpid(), -code)
         code = 128 - code
     os._exit(code)
-
-
-def _may_pick_jax(orig_argv: list[str]) -> bool:
-    from gkeflow.components.train.tpu import find_tpu, tpu_device_files
-
-    try:
-        on_tpu = find_tpu(os.environ, tpu_device_files()) is not None
-    except ValueError:  # the step itself says what is wrong with its TPU variables
-        on_tpu = True
-    return on_tpu or any(_JAX_BACKEND.search(argument) for argument in orig_argv)
 
 
 def _forward(pid: int, number: int) -> None:
@@ -138,24 +171,27 @@ def _receive(connection: socket.socket, size: int) -> bytes:
 # --- the server ------------------------------------------------------------------------
 
 
-def preload() -> None:
-    import keras  # noqa: F401
-    import tensorflow  # noqa: F401
+def preload(flavour: str) -> None:
+    import importlib
 
-    try:
-        import mlflow  # noqa: F401 - the tracked steps' client
-    except ImportError:
-        pass
+    if flavour in ("tensorflow", "jax"):
+        os.environ["KERAS_BACKEND"] = flavour  # before Keras is imported
+    for name in FLAVOURS[flavour]:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # not installed (mlflow-skinny, no JAX): the step imports it
+            pass
+    os.environ.pop("KERAS_BACKEND", None)
 
 
-def serve(address: str, load: bool = True) -> None:
-    """Preload (unless not ``load``), then fork a process for every step that connects,
-    until killed."""
+def serve(folder: str, flavour: str, load: bool = True) -> None:
+    """Preload (unless not ``load``), then fork a process for every step that connects to
+    ``folder/flavour``, until killed."""
     if load:
-        preload()
-    settings = import_settings(os.environ)
+        preload(flavour)
+    settings = {**import_settings(os.environ), "flavour": flavour}
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(address)
+    listener.bind(os.path.join(folder, flavour))
     listener.listen(64)
     waiting: dict[int, socket.socket] = {}
     while True:
@@ -170,6 +206,12 @@ def _interpreter(executable: str) -> tuple[str, str]:
     """The environment (a venv's bin folder) and the interpreter an executable path runs:
     ``.venv/bin/python3`` and ``.venv/bin/python`` are the same."""
     return os.path.dirname(executable), os.path.realpath(executable)
+
+
+def _log(line: str) -> None:
+    if os.environ.get(LOG_VARIABLE):
+        with open(os.environ[LOG_VARIABLE], "a", encoding="utf-8") as log:
+            log.write(line + "\n")
 
 
 def _report_ended(waiting: dict[int, socket.socket]) -> None:
@@ -203,9 +245,12 @@ def _start(connection, listener, settings, waiting) -> None:
         request = json.loads(body)
         connection.settimeout(None)
         if (len(fds) != 3 or _interpreter(request["executable"]) != _interpreter(sys.executable)
-                or request["module"] not in STEP_MODULES
-                or import_settings(request["environ"]) != settings):
+                or {**import_settings(request["environ"]),
+                    "flavour": request["flavour"]} != settings):
             connection.sendall(b"D")
+            asked = {**import_settings(request["environ"]), "flavour": request["flavour"]}
+            _log(f"{settings['flavour']} {request['name']} declined: "
+                 + " ".join(sorted(k for k in asked if asked[k] != settings.get(k))))
             raise OSError("declined")
     except (OSError, ValueError, KeyError):
         for fd in fds:
@@ -225,6 +270,7 @@ def _start(connection, listener, settings, waiting) -> None:
             os._exit(70)
     for fd in fds:
         os.close(fd)
+    _log(f"{request['flavour']} {request['name']} {pid}")
     try:
         connection.sendall(b"P" + _PID.pack(pid))
     except OSError:
@@ -255,8 +301,6 @@ def _run_step(connection: socket.socket, request: dict, fds: list[int]) -> None:
         line_buffering=True, write_through=unbuffered)
     sys.orig_argv = request["orig_argv"]
     sys.executable = request["executable"]
-    sys.argv = ["-m", *request["arguments"]]
-    sys.path[0] = request["cwd"]
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
 
@@ -271,7 +315,14 @@ def _run_step(connection: socket.socket, request: dict, fds: list[int]) -> None:
     threading.Thread(target=watch_the_step_process, daemon=True).start()
     code = 0
     try:
-        runpy._run_module_as_main(request["module"])  # what ``python -m`` does
+        if request["kind"] == "module":  # what ``python -m`` does
+            sys.argv, sys.path[0] = ["-m", *request["arguments"]], request["cwd"]
+            runpy._run_module_as_main(request["name"])
+        else:  # what ``python SCRIPT`` does
+            script = request["name"]
+            sys.argv = [script, *request["arguments"]]
+            sys.path[0] = os.path.dirname(os.path.realpath(script))
+            runpy.run_path(script, run_name="__main__")
     except SystemExit as stop:
         code = _exit_code(stop.code)
     except BaseException:  # noqa: BLE001 - reported as the interpreter would
@@ -298,5 +349,5 @@ def _exit_code(code) -> int:
     return 1
 
 
-if __name__ == "__main__":  # python -m step_zygote ADDRESS [--no-preload]
-    serve(sys.argv[1], load="--no-preload" not in sys.argv[2:])
+if __name__ == "__main__":  # python -m step_zygote FOLDER FLAVOUR [--no-preload]
+    serve(sys.argv[1], sys.argv[2], load="--no-preload" not in sys.argv[3:])

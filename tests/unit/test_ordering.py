@@ -29,7 +29,7 @@ def test_each_share_starts_with_an_equal_part_of_the_long_files():
     long_in = [[file_of(i.nodeid) for i in share if file_of(i.nodeid) in durations]
                for share in (first, second)]
     assert all(names and names[0] == file_of(share[0].nodeid)
-               for names, share in zip(long_in, (first, second)))  # long files come first
+               for names, share in zip(long_in, (first, second), strict=True))  # long first
     loads = [sum(durations[n] for n in set(names)) for names in long_in]
     assert loads == [90, 90]  # 60 + 30 and 50 + 40
     for share in (first, second):  # a file's tests stay together on a worker

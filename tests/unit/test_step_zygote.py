@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -38,20 +40,22 @@ COMPONENT = textwrap.dedent("""
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """A server without the TensorFlow preload: what is under test is the handover."""
-    folder = tmp_path_factory.mktemp("zygote")
-    address = str(Path("/tmp") / f"gkeflow-zygote-test-{os.getpid()}")
-    process = subprocess.Popen([sys.executable, "-m", "step_zygote", address, "--no-preload"],
-                               cwd=folder, stdin=subprocess.DEVNULL)
+def server():
+    """Servers without their imports: what is under test is the handover (their folder)."""
+    folder = tempfile.mkdtemp(prefix="gkeflow-zygote-test-")
+    env = {**os.environ, step_zygote.LOG_VARIABLE: os.path.join(folder, "forked.log")}
+    processes = [subprocess.Popen(
+        [sys.executable, "-m", "step_zygote", folder, flavour, "--no-preload"], cwd=folder,
+        env=env, stdin=subprocess.DEVNULL) for flavour in step_zygote.FLAVOURS]
     deadline = time.monotonic() + 30
-    while not os.path.exists(address):
-        assert process.poll() is None and time.monotonic() < deadline, "server did not start"
+    while len(os.listdir(folder)) < len(processes):
+        assert all(p.poll() is None for p in processes) and time.monotonic() < deadline
         time.sleep(0.05)
-    yield address
-    process.kill()
-    process.wait()
-    os.unlink(address)
+    yield folder
+    for process in processes:
+        process.kill()
+        process.wait()
+    shutil.rmtree(folder)
 
 
 def start_step(tmp_path: Path, address: str, mode: str, python: str = sys.executable,
@@ -142,8 +146,8 @@ def alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("environ", [{"KERAS_BACKEND": "jax"}, {"TF_CPP_MIN_LOG_LEVEL": "0"}],
-                         ids=["another Keras backend", "another TensorFlow log level"])
+@pytest.mark.parametrize("environ", [{"PYTHONHASHSEED": "7"}, {"TF_CPP_MIN_LOG_LEVEL": "0"}],
+                         ids=["another hash seed", "another TensorFlow log level"])
 def test_a_step_with_other_import_time_settings_runs_the_ordinary_way(tmp_path, server,
                                                                        environ):
     step = start_step(tmp_path, server, "ok", **environ)
@@ -152,15 +156,50 @@ def test_a_step_with_other_import_time_settings_runs_the_ordinary_way(tmp_path, 
     assert probe_of(out)["pid"] == step.pid
 
 
-@pytest.mark.parametrize("parameters, environ", [
-    ({"backend": "jax"}, {}), ({"backend": "auto"}, {"TPU_ACCELERATOR_TYPE": "v6e-8"})],
-    ids=["jax", "auto on a TPU"])
-def test_a_step_that_may_pick_the_jax_backend_itself_runs_the_ordinary_way(
-        tmp_path, server, parameters, environ):
-    step = start_step(tmp_path, server, "ok", parameters=parameters, **environ)
+def test_a_step_on_a_tpu_host_that_leaves_the_backend_to_auto_runs_the_ordinary_way(
+        tmp_path, server):
+    step = start_step(tmp_path, server, "ok", parameters={"backend": "auto"},
+                      TPU_ACCELERATOR_TYPE="v6e-8")
     out, err = step.communicate(timeout=60)
     assert step.returncode == 0, err
     assert probe_of(out)["pid"] == step.pid
+
+
+@pytest.mark.parametrize("argv, environ, flavour", [
+    (["-m", "kfp.dsl.executor_main", '{"backend": "jax"}'], {}, "jax"),
+    (["-m", "kfp.dsl.executor_main", '{"backend": "tensorflow"}'], {"KERAS_BACKEND": "jax"},
+     "tensorflow"),
+    (["-m", "kfp.dsl.executor_main", "{}"], {"KERAS_BACKEND": "jax"}, "jax"),
+    (["-m", "gkeflow.components.scaleout.worker", "--params", '{"backend":"jax"}'], {}, "jax"),
+    (["-m", "tests.unit.training_runner", "{}"], {}, "tensorflow"),
+    (["/venv/bin/gkeflow", "run"], {"KERAS_BACKEND": "jax"}, "cli"),
+    (["-m", "gkeflow.pipelines.cli.main", "deploy"], {}, "cli"),
+    (["-m", "kfp.dsl.executor_main", '{"backend": "jax"}', '{"backend": "tensorflow"}'], {},
+     None),
+    (["-c", "import kfp"], {}, "not run"), (["-X", "importtime", "-m", "kfp.dsl.executor_main"],
+                                            {}, "not run"),
+])
+def test_each_process_goes_to_the_server_of_its_keras_backend(argv, environ, flavour):
+    orig_argv = ["/venv/bin/python", *argv]
+    runs = step_zygote.what_runs(orig_argv)
+    if flavour == "not run":
+        assert runs is None
+        return
+    assert step_zygote.flavour_of(runs[1], orig_argv, environ) == flavour
+
+
+def test_a_command_runs_forked_from_the_commands_server(tmp_path, server):
+    env = {**os.environ, step_zygote.ADDRESS_VARIABLE: server}
+    script = shutil.which("gkeflow", path=str(Path(sys.executable).parent))
+    done = subprocess.run([script, "--version"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=60, check=False)
+    fresh = subprocess.run([script, "--version"], capture_output=True, text=True,
+                           env={**env, step_zygote.ADDRESS_VARIABLE: ""}, cwd=tmp_path,
+                           timeout=60, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        fresh.returncode, fresh.stdout, fresh.stderr) and done.returncode == 0
+    forked = Path(server, "forked.log").read_text().splitlines()
+    assert [line for line in forked if line.startswith(f"cli {script} ")]
 
 
 def test_without_a_server_the_step_runs_the_ordinary_way(tmp_path):
@@ -168,3 +207,13 @@ def test_without_a_server_the_step_runs_the_ordinary_way(tmp_path):
     out, err = step.communicate(timeout=60)
     assert step.returncode == 0, err
     assert probe_of(out)["pid"] == step.pid
+
+
+def test_a_step_that_asks_for_jax_runs_forked_from_the_jax_server(tmp_path, server):
+    step = start_step(tmp_path, server, "ok", parameters={"backend": "jax"})
+    out, err = step.communicate(timeout=60)
+    assert step.returncode == 0, err
+    pid = probe_of(out)["pid"]
+    assert pid != step.pid
+    forked = Path(server, "forked.log").read_text().splitlines()
+    assert f"jax kfp.dsl.executor_main {pid}" in forked
