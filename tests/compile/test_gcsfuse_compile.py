@@ -214,7 +214,8 @@ def test_manifest_printer_reads_gkeflow_yaml_and_refuses_bad_config(tmp_path, ca
     good = tmp_path / "good.yaml"
     good.write_text("gcsfuse:\n  buckets:\n    - bucket: my-data\n      read_only: true\n")
     assert main(["--config", str(good), "--namespace", "team-a"]) == 0
-    documents = list(yamlio.load_all(capsys.readouterr().out))
+    printed = capsys.readouterr().out
+    documents = list(yamlio.load_all(printed))
     assert documents == manifests(_config(gcsfuse={"buckets": [
         {"bucket": "my-data", "read_only": True}]}).gcsfuse, "team-a")
     bad = tmp_path / "bad.yaml"

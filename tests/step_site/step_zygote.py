@@ -28,7 +28,8 @@ import sys
 
 #: The folder of the servers' sockets, one per flavour.
 ADDRESS_VARIABLE = "GKEFLOW_STEP_ZYGOTE"
-#: A file a server appends ``FLAVOUR NAME PID`` to for every process it forks (debugging).
+#: A file a server appends to for every process it forks (``FLAVOUR NAME PID``), declines
+#: and sees end (``ended PID CPU-SECONDS``): for debugging and measuring.
 LOG_VARIABLE = "GKEFLOW_STEP_ZYGOTE_LOG"
 #: What runs forked (``python -m`` these, nothing else on the command line): kfp.local's
 #: steps, the local training workers they start (``--compute train-model.replicas=N``) and
@@ -39,6 +40,9 @@ STEP_MODULES = ("kfp.dsl.executor_main", "gkeflow.components.scaleout.worker",
 #: process for ``run``, ``deploy`` and ``images`` (tests/gkeflow_cli.py).
 CLI_MODULE = "gkeflow.pipelines.cli.main"
 CLI_SCRIPT = "gkeflow"
+#: Ray's worker process (a trial of a local Ray Tune sweep trains in one): its raylet sees
+#: the process it started, and the pid the fork registers; either one ending ends both.
+RAY_WORKER_SCRIPT = "default_worker.py"
 #: The servers and what each imports before it forks: steps on Keras' TensorFlow backend,
 #: steps on its JAX backend, and the command (which imports TensorFlow only where a command
 #: needs it, so its server does not).
@@ -75,7 +79,8 @@ def what_runs(orig_argv: list[str]) -> tuple[str, str, list[str]] | None:
     if len(orig_argv) >= 3 and orig_argv[1] == "-m" and (
             orig_argv[2] in STEP_MODULES or orig_argv[2] == CLI_MODULE):
         return "module", orig_argv[2], orig_argv[3:]
-    if len(orig_argv) >= 2 and os.path.basename(orig_argv[1]) == CLI_SCRIPT:
+    if len(orig_argv) >= 2 and os.path.basename(orig_argv[1]) in (CLI_SCRIPT,
+                                                                    RAY_WORKER_SCRIPT):
         return "script", orig_argv[1], orig_argv[2:]
     return None
 
@@ -83,7 +88,7 @@ def what_runs(orig_argv: list[str]) -> tuple[str, str, list[str]] | None:
 def flavour_of(name: str, orig_argv: list[str], environ) -> str | None:
     """The server that runs ``name``, or None where it must start afresh (a step on a TPU
     host that leaves the backend to ``auto``)."""
-    if name not in STEP_MODULES:
+    if name not in STEP_MODULES and os.path.basename(name) != RAY_WORKER_SCRIPT:
         return "cli"
     asked = {m.group(1) for a in orig_argv for m in _BACKEND.finditer(a)}
     if len(asked) > 1:
@@ -216,9 +221,10 @@ def _log(line: str) -> None:
 
 def _report_ended(waiting: dict[int, socket.socket]) -> None:
     while waiting:
-        pid, status = os.waitpid(-1, os.WNOHANG)
+        pid, status, usage = os.wait4(-1, os.WNOHANG)
         if pid == 0:
             return
+        _log(f"ended {pid} {usage.ru_utime + usage.ru_stime:.2f} CPU-s")
         connection = waiting.pop(pid, None)
         if connection is None:
             continue
@@ -317,6 +323,7 @@ def _run_step(connection: socket.socket, request: dict, fds: list[int]) -> None:
     try:
         if request["kind"] == "module":  # what ``python -m`` does
             sys.argv, sys.path[0] = ["-m", *request["arguments"]], request["cwd"]
+            sys.modules.pop(request["name"], None)  # preloaded: it runs afresh as __main__
             runpy._run_module_as_main(request["name"])
         else:  # what ``python SCRIPT`` does
             script = request["name"]

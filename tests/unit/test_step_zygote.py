@@ -173,6 +173,8 @@ def test_a_step_on_a_tpu_host_that_leaves_the_backend_to_auto_runs_the_ordinary_
     (["-m", "gkeflow.components.scaleout.worker", "--params", '{"backend":"jax"}'], {}, "jax"),
     (["-m", "tests.unit.training_runner", "{}"], {}, "tensorflow"),
     (["/venv/bin/gkeflow", "run"], {"KERAS_BACKEND": "jax"}, "cli"),
+    (["/venv/lib/ray/_private/workers/default_worker.py", "--node-ip-address=1"], {},
+     "tensorflow"),
     (["-m", "gkeflow.pipelines.cli.main", "deploy"], {}, "cli"),
     (["-m", "kfp.dsl.executor_main", '{"backend": "jax"}', '{"backend": "tensorflow"}'], {},
      None),
