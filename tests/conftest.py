@@ -11,11 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.ordering import (  # noqa: F401 - hooks: the workers' order, --record-durations
-    pytest_addoption,
-    pytest_collection_modifyitems,
-    pytest_configure,
-)
 from tests.step_site.sitecustomize import HIDDEN as STEP_SITE_HIDDEN
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
