@@ -198,7 +198,7 @@ def step_zygote(request):
     from tests.step_site.step_zygote import ADDRESS_VARIABLE, FLAVOURS
 
     wanted = os.environ.get(ADDRESS_VARIABLE) != "0" and any(
-        item.path.relative_to(REPO_ROOT).parts[1:2] in [(f,) for f in _ZYGOTE_FOLDERS]
+        item.path.relative_to(REPO_ROOT / "tests").parts[0] in _ZYGOTE_FOLDERS
         or item.get_closest_marker("slow") for item in request.session.items
         if item.path.is_relative_to(REPO_ROOT / "tests"))
     if not wanted:

@@ -87,23 +87,33 @@ def what_runs(orig_argv: list[str]) -> tuple[str, str, list[str]] | None:
 
 def flavour_of(name: str, orig_argv: list[str], environ) -> str | None:
     """The server that runs ``name``, or None where it must start afresh (a step on a TPU
-    host that leaves the backend to ``auto``)."""
+    host whose backend may be ``auto``). A step that names its backend gets the one
+    :func:`~gkeflow.components.train.backend.resolve_backend` picks off a TPU; one that
+    does not, ``KERAS_BACKEND``'s (Keras' default: TensorFlow)."""
     if name not in STEP_MODULES and os.path.basename(name) != RAY_WORKER_SCRIPT:
         return "cli"
     asked = {m.group(1) for a in orig_argv for m in _BACKEND.finditer(a)}
     if len(asked) > 1:
         return None
-    backend = next(iter(asked), "auto")
-    if backend == "auto":
-        from gkeflow.components.train.tpu import find_tpu, tpu_device_files
-
-        try:
-            if find_tpu(environ, tpu_device_files()) is not None:
-                return None
-        except ValueError:  # the step itself says what is wrong with its TPU variables
-            return None
+    setting = next(iter(asked), None)
+    if setting in (None, "auto") and _on_tpu(environ):
+        return None
+    if setting is None:
         backend = environ.get("KERAS_BACKEND") or "tensorflow"
+    else:
+        from gkeflow.components.train.backend import resolve_backend
+
+        backend = resolve_backend(setting, on_tpu=False)
     return backend if backend in FLAVOURS else None
+
+
+def _on_tpu(environ) -> bool:
+    from gkeflow.components.train.tpu import find_tpu, tpu_device_files
+
+    try:
+        return find_tpu(environ, tpu_device_files()) is not None
+    except ValueError:  # the step itself says what is wrong with its TPU variables
+        return True
 
 
 # --- the step's side (sitecustomize) --------------------------------------------------
@@ -160,13 +170,8 @@ def _forward(pid: int, number: int) -> None:
 
 def _receive(connection: socket.socket, size: int) -> bytes:
     data = b""
-    while len(data) < size:
-        while True:
-            try:
-                chunk = connection.recv(size - len(data))
-                break
-            except InterruptedError:
-                continue
+    while len(data) < size:  # a signal handled meanwhile does not end recv (PEP 475)
+        chunk = connection.recv(size - len(data))
         if not chunk:
             break
         data += chunk
@@ -250,11 +255,10 @@ def _start(connection, listener, settings, waiting) -> None:
             body += chunk
         request = json.loads(body)
         connection.settimeout(None)
-        if (len(fds) != 3 or _interpreter(request["executable"]) != _interpreter(sys.executable)
-                or {**import_settings(request["environ"]),
-                    "flavour": request["flavour"]} != settings):
+        asked = {**import_settings(request["environ"]), "flavour": request["flavour"]}
+        if (len(fds) != 3 or asked != settings
+                or _interpreter(request["executable"]) != _interpreter(sys.executable)):
             connection.sendall(b"D")
-            asked = {**import_settings(request["environ"]), "flavour": request["flavour"]}
             _log(f"{settings['flavour']} {request['name']} declined: "
                  + " ".join(sorted(k for k in asked if asked[k] != settings.get(k))))
             raise OSError("declined")

@@ -170,6 +170,10 @@ def test_a_step_on_a_tpu_host_that_leaves_the_backend_to_auto_runs_the_ordinary_
     (["-m", "kfp.dsl.executor_main", '{"backend": "tensorflow"}'], {"KERAS_BACKEND": "jax"},
      "tensorflow"),
     (["-m", "kfp.dsl.executor_main", "{}"], {"KERAS_BACKEND": "jax"}, "jax"),
+    # `auto` off a TPU is TensorFlow, whatever KERAS_BACKEND says (select_backend sets it)
+    (["-m", "kfp.dsl.executor_main", '{"backend": "auto"}'], {"KERAS_BACKEND": "jax"},
+     "tensorflow"),
+    (["-m", "kfp.dsl.executor_main", "{}"], {"TPU_ACCELERATOR_TYPE": "v6e-8"}, None),
     (["-m", "gkeflow.components.scaleout.worker", "--params", '{"backend":"jax"}'], {}, "jax"),
     (["-m", "tests.unit.training_runner", "{}"], {}, "tensorflow"),
     (["/venv/bin/gkeflow", "run"], {"KERAS_BACKEND": "jax"}, "cli"),
