@@ -34,7 +34,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from gkeflow.components.train.store import STATE_FILE, LocalStore, open_store
+from gkeflow.components.train.store import STATE_FILE, LocalStore, fetched, open_store
 
 #: Exit code of a step stopped by SIGTERM after committing its checkpoint (128 + SIGTERM).
 PREEMPTED_EXIT_CODE = 143
@@ -226,8 +226,8 @@ class TrainingCheckpoint(keras.callbacks.Callback):
             return False
         weights = self._best_seen
         if weights is None and self.state.best_file:
-            path = self.store.fetch(self.state.best_file, self.store.staging() / "best.npz")
-            weights = load_weights(path)
+            with fetched(self.store, self.state.best_file) as path:
+                weights = load_weights(path)
         if weights is None:
             return False
         if self.model is None:

@@ -101,7 +101,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         feature_stats_from_prepared,
     )
     from gkeflow.components.train.resume import ReadOnlyStore, WorkerStore, agree_on_checkpoint
-    from gkeflow.components.train.store import LocalStore, open_store
+    from gkeflow.components.train.store import LocalStore, fetched, open_store
 
     tf_config = os.environ.get("TF_CONFIG", "")
     jax_plan = None
@@ -243,8 +243,8 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     try:
         with strategy.scope() if strategy is not None else contextlib.nullcontext():
             if state is not None:
-                local = store.fetch(state.model_file, store.staging() / state.model_file)
-                classifier = keras.models.load_model(local)
+                with fetched(store, state.model_file) as local:
+                    classifier = keras.models.load_model(local)
                 print(f"resuming from checkpoint: {state.epochs_completed} epochs completed "
                       f"({store.uri})")
             else:

@@ -29,9 +29,10 @@ commit also makes the chief's next commit fail with
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
+
+from gkeflow.components.train.store import Scratch
 
 
 class ReadOnlyStoreError(PermissionError):
@@ -48,12 +49,10 @@ class ReadOnlyStore:
     def __init__(self, store):
         self._store = store
         self.uri = store.uri
-        self._scratch: Path | None = None
+        self._scratch = Scratch("gkeflow-ckpt-ro-")
 
     def staging(self) -> Path:
-        if self._scratch is None:
-            self._scratch = Path(tempfile.mkdtemp(prefix="gkeflow-ckpt-ro-"))
-        return Path(tempfile.mkdtemp(dir=self._scratch))
+        return self._scratch.directory()
 
     def read_state(self):
         return self._store.read_state()

