@@ -24,7 +24,8 @@ demo: $(STAMP) ## Install, then run the training pipeline locally on the bundled
 
 run: demo ## Alias of demo
 
-# Tests run in one worker per core (pytest-xdist); TESTWORKERS=0 runs them in this process.
+# Tests run in pytest-xdist workers, one per core and one more (tests/conftest.py);
+# TESTWORKERS=N runs N, TESTWORKERS=0 runs them in this process.
 TESTWORKERS ?= auto
 
 test: $(STAMP) ## Install, then run the whole test suite (10-11 minutes on 2 cores); lists the 15 slowest

@@ -178,6 +178,13 @@ def mlflow_server(tmp_path_factory):
     server.stop()
 
 
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (``make test``): one worker per core and one more. With one per core the
+    cores sat idle a fifth of the time while workers waited on step processes, servers and
+    the timeouts under test; the extra worker fills it (bench/RESULTS.md)."""
+    return len(os.sched_getaffinity(0)) + 1
+
+
 #: Where the steps that import TensorFlow start from when tests run pipelines
 #: (tests/step_site/step_zygote.py): unit and compile tests alone do not start it.
 _ZYGOTE_FOLDERS = ("local", "cli", "integration", "release", "images", "examples")
@@ -185,35 +192,44 @@ _ZYGOTE_FOLDERS = ("local", "cli", "integration", "release", "images", "examples
 
 @pytest.fixture(scope="session", autouse=True)
 def step_zygote(request):
-    """Fork servers of this test process for the steps kfp.local runs and the ``gkeflow``
-    processes tests start (tests/step_site/step_zygote.py): each such process is a fork of
-    one that imported TensorFlow and Keras (or JAX, or the command) once, not a fresh
-    interpreter. A server answers once its imports are done; processes that start before
-    run the ordinary way. GKEFLOW_STEP_ZYGOTE=0 turns them off (every step and command a
-    fresh interpreter, as in the images)."""
+    """Fork servers for the steps kfp.local runs and the ``gkeflow`` processes tests start
+    (tests/step_site/step_zygote.py): each such process is a fork of one that imported
+    TensorFlow and Keras (or JAX, or the command) once, not a fresh interpreter. The
+    workers of one pytest-xdist run share one set (the first worker that needs them starts
+    them; they end with the run). A server answers once its imports are done; processes
+    that start before run the ordinary way. GKEFLOW_STEP_ZYGOTE=0 turns them off (every step
+    and command a fresh interpreter, as in the images)."""
     import shutil
-    import subprocess
     import tempfile
 
-    from tests.step_site.step_zygote import ADDRESS_VARIABLE, FLAVOURS
+    from tests.step_site import step_zygote
 
-    wanted = os.environ.get(ADDRESS_VARIABLE) != "0" and any(
+    wanted = os.environ.get(step_zygote.ADDRESS_VARIABLE) != "0" and any(
         item.path.relative_to(REPO_ROOT / "tests").parts[0] in _ZYGOTE_FOLDERS
         or item.get_closest_marker("slow") for item in request.session.items
         if item.path.is_relative_to(REPO_ROOT / "tests"))
     if not wanted:
-        os.environ.pop(ADDRESS_VARIABLE, None)
+        os.environ.pop(step_zygote.ADDRESS_VARIABLE, None)
         yield None
         return
-    folder = tempfile.mkdtemp(prefix="gkeflow-zygote-")  # short: a socket path is <108 bytes
-    servers = [subprocess.Popen(
-        [sys.executable, "-m", "step_zygote", folder, flavour], cwd=folder,
-        env={**os.environ, ADDRESS_VARIABLE: ""}, stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for flavour in FLAVOURS]
-    os.environ[ADDRESS_VARIABLE] = folder
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run:  # short: a socket path is < 108 bytes
+        folder = os.path.join(tempfile.gettempdir(), f"gkeflow-zygote-{run[:12]}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "started"), "a") as started:
+            fcntl.flock(started, fcntl.LOCK_EX)
+            if not os.path.getsize(started.name):
+                step_zygote.start(folder, watch=os.getppid())  # the run's controller
+                started.write("yes")
+        servers = []
+    else:
+        folder = tempfile.mkdtemp(prefix="gkeflow-zygote-")
+        servers = step_zygote.start(folder)
+    os.environ[step_zygote.ADDRESS_VARIABLE] = folder
     yield folder
-    os.environ.pop(ADDRESS_VARIABLE, None)
+    os.environ.pop(step_zygote.ADDRESS_VARIABLE, None)
     for server in servers:
         server.kill()
         server.wait()
-    shutil.rmtree(folder, ignore_errors=True)
+    if servers:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -109,8 +109,10 @@ def test_errors_are_not_retried_and_an_outage_gives_up(fake, endpoints):
     assert fake.deploy_calls == 1
     fake.violations.clear()  # that 400 was the point
     fake.fail(503, times=1000)
+    outage = VertexEndpoints(fake.project, fake.location, FAST.with_(budget_s=1),
+                             api_endpoint=fake.url, echo=endpoints.lines.append, poll_s=0.0)
     with pytest.raises(GaveUp, match="looking for endpoint penguins"):
-        endpoints.deploy("penguins", model(fake, "1"), T4)
+        outage.deploy("penguins", model(fake, "1"), T4)
 
 
 def test_rollback_and_promote_need_an_endpoint(endpoints):

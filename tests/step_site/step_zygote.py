@@ -1,6 +1,6 @@
 """A fork server for the pipeline steps the tests run (kfp.local's ``python -m
 kfp.dsl.executor_main`` processes): TensorFlow, Keras and the MLflow client imported once per
-test worker, each step a fork of that process instead of a fresh interpreter that imports
+test run, each step a fork of that process instead of a fresh interpreter that imports
 them again (about 4 CPU-seconds a step, and 1 more in interpreter shutdown, on the 2-core
 machines that run the suite). What a fresh process in an image proves is proven where it
 is run that way: ``make image-test`` runs the compiled steps in their images, and
@@ -12,7 +12,8 @@ exit status is the forked step's (a signal included), the signals it gets (SIGTE
 test, SIGINT) are passed on, and the forked step kills itself when that process dies
 (SIGKILL). A step whose import-time settings differ from the server's (another Keras
 backend, Python path, TensorFlow log level...) or that the server does not know runs the
-ordinary way. Only the tests use it (tests/conftest.py starts one server per worker);
+ordinary way. Only the tests use it (tests/conftest.py starts one set per test run,
+shared by its workers);
 production steps are ordinary processes in their images."""
 
 from __future__ import annotations
@@ -194,9 +195,10 @@ def preload(flavour: str) -> None:
     os.environ.pop("KERAS_BACKEND", None)
 
 
-def serve(folder: str, flavour: str, load: bool = True) -> None:
+def serve(folder: str, flavour: str, load: bool = True, watch: int | None = None) -> None:
     """Preload (unless not ``load``), then fork a process for every step that connects to
-    ``folder/flavour``, until killed."""
+    ``folder/flavour``, until killed or, with ``watch``, until that process has ended
+    (then the folder is removed)."""
     if load:
         preload(flavour)
     settings = {**import_settings(os.environ), "flavour": flavour}
@@ -206,10 +208,38 @@ def serve(folder: str, flavour: str, load: bool = True) -> None:
     waiting: dict[int, socket.socket] = {}
     while True:
         ready, _, _ = select.select([listener], [], [], 0.02 if waiting else 1.0)
+        if watch is not None and not _alive(watch):
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
+            return
         _report_ended(waiting)
         if ready:
             connection, _ = listener.accept()
             _start(connection, listener, settings, waiting)
+
+
+def start(folder: str, watch: int | None = None) -> list:
+    """Start a server of every flavour in ``folder``; with ``watch``, each ends by itself
+    once that process has (the test run that shares them), else the caller kills them."""
+    import subprocess
+
+    environ = {**os.environ, ADDRESS_VARIABLE: ""}  # step_site is on PYTHONPATH (conftest)
+    return [subprocess.Popen(
+        [sys.executable, "-m", "step_zygote", folder, flavour,
+         *(["--watch", str(watch)] if watch is not None else [])], cwd=folder, env=environ,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for flavour in FLAVOURS]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _interpreter(executable: str) -> tuple[str, str]:
@@ -360,5 +390,7 @@ def _exit_code(code) -> int:
     return 1
 
 
-if __name__ == "__main__":  # python -m step_zygote FOLDER FLAVOUR [--no-preload]
-    serve(sys.argv[1], sys.argv[2], load="--no-preload" not in sys.argv[3:])
+if __name__ == "__main__":  # python -m step_zygote FOLDER FLAVOUR [--no-preload] [--watch PID]
+    options = sys.argv[3:]
+    serve(sys.argv[1], sys.argv[2], load="--no-preload" not in options,
+          watch=int(options[options.index("--watch") + 1]) if "--watch" in options else None)

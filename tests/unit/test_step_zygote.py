@@ -223,3 +223,30 @@ def test_a_step_that_asks_for_jax_runs_forked_from_the_jax_server(tmp_path, serv
     assert pid != step.pid
     forked = Path(server, "forked.log").read_text().splitlines()
     assert f"jax kfp.dsl.executor_main {pid}" in forked
+
+
+def test_servers_shared_by_a_run_end_with_the_process_they_watch(tmp_path):
+    watched = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    folder = tempfile.mkdtemp(prefix="gkeflow-zygote-test-")
+    servers = []
+    try:
+        servers = [subprocess.Popen(
+            [sys.executable, "-m", "step_zygote", folder, flavour, "--no-preload", "--watch",
+             str(watched.pid)], cwd=folder, stdin=subprocess.DEVNULL)
+            for flavour in step_zygote.FLAVOURS]
+        deadline = time.monotonic() + 30
+        while len(os.listdir(folder)) < len(servers):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        step = start_step(tmp_path, folder, "ok")  # they serve while it lives
+        out, err = step.communicate(timeout=60)
+        assert step.returncode == 0 and probe_of(out)["pid"] != step.pid, err
+        watched.kill()
+        watched.wait()
+        assert [server.wait(timeout=30) for server in servers] == [0] * len(servers)
+        assert not os.path.exists(folder)
+    finally:
+        for process in (watched, *servers):
+            process.kill()
+            process.wait()
+        shutil.rmtree(folder, ignore_errors=True)
