@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -61,57 +62,61 @@ def run_local_workers(dataset: str, schema: str, params: dict, replicas: int,
     if replicas < 2:
         raise ValueError(f"local workers need replicas >= 2; got {replicas}")
     staging = Path(tempfile.mkdtemp(prefix="gkeflow-local-workers-"))
-    output = staging / "model"
-    hosts = cluster.loopback_hosts(free_ports(replicas))
-    processes = []
-    logs: list[list[str]] = [[] for _ in range(replicas)]
-    for index in range(replicas):
-        env = {**os.environ, cluster.HOSTS_ENV: ",".join(hosts),
-               cluster.INDEX_ENV: str(index), "TF_CPP_MIN_LOG_LEVEL": "2"}
-        env.pop("TF_CONFIG", None)
-        env.pop(ENV_TRAINING_RUN, None)
-        if params.get("backend") == "jax":  # Keras on JAX: the first host coordinates
-            env.update(jax_process_env(hosts, index))
-        if index == 0:
-            env.update(chief_env or {})
-        command = [sys.executable, "-m", "gkeflow.components.scaleout.worker",
-                   "--dataset", dataset, "--schema", schema, "--output", str(output),
-                   "--params", json.dumps(params), "--checkpoint-root", checkpoint_root,
-                   "--run-id", run_id, "--task-name", task_name,
-                   "--checkpoint-uri", checkpoint_uri]
-        processes.append(subprocess.Popen(command, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True, env=env))
+    try:  # the caller removes the folder after success; a failure leaves nothing
+        output = staging / "model"
+        hosts = cluster.loopback_hosts(free_ports(replicas))
+        processes = []
+        logs: list[list[str]] = [[] for _ in range(replicas)]
+        for index in range(replicas):
+            env = {**os.environ, cluster.HOSTS_ENV: ",".join(hosts),
+                   cluster.INDEX_ENV: str(index), "TF_CPP_MIN_LOG_LEVEL": "2"}
+            env.pop("TF_CONFIG", None)
+            env.pop(ENV_TRAINING_RUN, None)
+            if params.get("backend") == "jax":  # Keras on JAX: the first host coordinates
+                env.update(jax_process_env(hosts, index))
+            if index == 0:
+                env.update(chief_env or {})
+            command = [sys.executable, "-m", "gkeflow.components.scaleout.worker",
+                       "--dataset", dataset, "--schema", schema, "--output", str(output),
+                       "--params", json.dumps(params), "--checkpoint-root", checkpoint_root,
+                       "--run-id", run_id, "--task-name", task_name,
+                       "--checkpoint-uri", checkpoint_uri]
+            processes.append(subprocess.Popen(command, stdout=subprocess.PIPE,
+                                              stderr=subprocess.STDOUT, text=True, env=env))
 
-    def pump(index: int) -> None:
-        for line in processes[index].stdout:
-            logs[index].append(line.rstrip("\n"))
-            if index == 0:  # the chief's log is the step's log
-                echo(line.rstrip("\n"))
+        def pump(index: int) -> None:
+            for line in processes[index].stdout:
+                logs[index].append(line.rstrip("\n"))
+                if index == 0:  # the chief's log is the step's log
+                    echo(line.rstrip("\n"))
 
-    threads = [threading.Thread(target=pump, args=(i,), daemon=True) for i in range(replicas)]
-    for thread in threads:
-        thread.start()
-    try:
-        for process in processes:
-            process.wait(timeout=timeout_s)
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.terminate()
-                process.wait()
+        threads = [threading.Thread(target=pump, args=(i,), daemon=True) for i in range(replicas)]
         for thread in threads:
-            thread.join(timeout=10)
-    if log_dir is not None:
-        Path(log_dir).mkdir(parents=True, exist_ok=True)
-        for index, lines in enumerate(logs):
-            (Path(log_dir) / f"worker-{index}.log").write_text("\n".join(lines) + "\n")
-    failed = [i for i, p in enumerate(processes) if p.returncode != 0]
-    if failed:
-        index = failed[0]
-        tail = "\n".join(logs[index][-30:])
-        raise WorkersFailed(f"worker {index} of {replicas} exited with "
-                            f"{processes[index].returncode}:\n{tail}")
-    summary = storage.published_summary(str(output))
-    if summary is None:
-        raise WorkersFailed("the chief exited without publishing its model")
-    return summary, output
+            thread.start()
+        try:
+            for process in processes:
+                process.wait(timeout=timeout_s)
+        finally:
+            for process in processes:
+                if process.poll() is None:
+                    process.terminate()
+                    process.wait()
+            for thread in threads:
+                thread.join(timeout=10)
+        if log_dir is not None:
+            Path(log_dir).mkdir(parents=True, exist_ok=True)
+            for index, lines in enumerate(logs):
+                (Path(log_dir) / f"worker-{index}.log").write_text("\n".join(lines) + "\n")
+        failed = [i for i, p in enumerate(processes) if p.returncode != 0]
+        if failed:
+            index = failed[0]
+            tail = "\n".join(logs[index][-30:])
+            raise WorkersFailed(f"worker {index} of {replicas} exited with "
+                                f"{processes[index].returncode}:\n{tail}")
+        summary = storage.published_summary(str(output))
+        if summary is None:
+            raise WorkersFailed("the chief exited without publishing its model")
+        return summary, output
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

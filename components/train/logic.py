@@ -14,9 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -101,7 +99,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         feature_stats_from_prepared,
     )
     from gkeflow.components.train.resume import ReadOnlyStore, WorkerStore, agree_on_checkpoint
-    from gkeflow.components.train.store import LocalStore, fetched, open_store
+    from gkeflow.components.train.store import LocalStore, Scratch, fetched, open_store
 
     tf_config = os.environ.get("TF_CONFIG", "")
     jax_plan = None
@@ -269,8 +267,10 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         keras.mixed_precision.set_dtype_policy("float32")
 
     # Every worker of a multi-worker run saves (saving is a collective operation), but only
-    # the chief writes where others look: the rest write to private scratch directories.
-    private = Path(tempfile.mkdtemp(prefix="gkeflow-train-"))
+    # the chief writes where others look: the rest write to private scratch directories
+    # (removed at the end, or with the scratch object when training raises).
+    scratch = Scratch("gkeflow-train-")
+    private = scratch.directory()
     checkpoint = make_checkpoint(
         store if (store is not None and chief)
         else WorkerStore(LocalStore(private / "checkpoint"), store),
@@ -385,7 +385,7 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
                  metadata, scaling)
     if store is not None and chief:
         checkpoint.remove()
-    shutil.rmtree(private, ignore_errors=True)
+    scratch.remove()
 
     rates = throughput.rates
     return TrainResult(

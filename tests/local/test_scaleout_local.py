@@ -48,3 +48,16 @@ def test_invalid_replicas_is_a_short_error_before_any_step(tmp_path):
     assert result.exit_code != 0
     assert "replicas must be >= 1" in result.output
     assert "Traceback" not in result.output and not (tmp_path / "o" / "runs").exists()
+
+
+def test_workers_that_fail_leave_no_folder_behind(tmp_path, monkeypatch):
+    import tempfile
+
+    from gkeflow.components.scaleout.local_workers import WorkersFailed, run_local_workers
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    missing = str(tmp_path / "no-dataset")
+    with pytest.raises(WorkersFailed, match="worker 0 of 2 exited with"):
+        run_local_workers(missing, missing, {"epochs": 1}, 2, str(tmp_path / "root"),
+                          "run-1", "train-model", timeout_s=300)
+    assert not list(tmp_path.glob("gkeflow-local-workers-*"))

@@ -330,6 +330,9 @@ def _run_step(connection: socket.socket, request: dict, fds: list[int]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["environ"])
+    import tempfile
+
+    tempfile.tempdir = None  # cached by the server's imports: the step's TMPDIR decides
     unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
     sys.stdin = sys.__stdin__ = io.TextIOWrapper(
         io.BufferedReader(io.FileIO(0, "r", closefd=False)))

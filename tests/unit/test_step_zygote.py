@@ -20,9 +20,10 @@ from tests.step_site import step_zygote
 
 COMPONENT = textwrap.dedent("""
     def probe(mode: str, backend: str = "tensorflow") -> str:
-        import json, os, signal, sys, time
+        import json, os, signal, sys, tempfile, time
         print("PROBE", json.dumps({"pid": os.getpid(), "cwd": os.getcwd(),
-                          "marker": os.environ.get("PROBE_MARKER")}), flush=True)
+                          "marker": os.environ.get("PROBE_MARKER"),
+                          "tempdir": tempfile.gettempdir()}), flush=True)
         print("to stderr", file=sys.stderr, flush=True)
         if mode == "fail":
             raise RuntimeError("the probe failed")
@@ -92,7 +93,8 @@ def test_a_forked_step_writes_its_outputs_streams_and_status_as_the_process_woul
     assert step.returncode == 0, err
     probe = probe_of(out)
     assert probe["pid"] != step.pid  # it ran in a fork of the server
-    assert probe == {"pid": probe["pid"], "cwd": str(tmp_path), "marker": "ok"}
+    assert probe == {"pid": probe["pid"], "cwd": str(tmp_path), "marker": "ok",
+                     "tempdir": tempfile.gettempdir()}
     assert "to stderr" in err and "Wrote executor output file" in out
     assert json.loads((tmp_path / "executor_output.json").read_text()) == {
         "parameterValues": {"Output": "done"}}
@@ -249,4 +251,29 @@ def test_servers_shared_by_a_run_end_with_the_process_they_watch(tmp_path):
         for process in (watched, *servers):
             process.kill()
             process.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_forked_step_finds_its_temporary_folder_where_its_tmpdir_says(tmp_path):
+    """The server's imports may have asked for the temporary folder (Python caches it);
+    the step's own TMPDIR still decides."""
+    folder = tempfile.mkdtemp(prefix="gkeflow-zygote-test-")
+    code = ("import sys, tempfile, step_zygote; tempfile.gettempdir(); "
+            "step_zygote.serve(sys.argv[1], 'tensorflow', load=False)")
+    server = subprocess.Popen([sys.executable, "-c", code, folder], cwd=folder,
+                              stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not os.listdir(folder):
+            assert server.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        (tmp_path / "tmp").mkdir()
+        step = start_step(tmp_path, folder, "ok", TMPDIR=str(tmp_path / "tmp"))
+        out, err = step.communicate(timeout=60)
+        assert step.returncode == 0, err
+        probe = probe_of(out)
+        assert probe["pid"] != step.pid and probe["tempdir"] == str(tmp_path / "tmp")
+    finally:
+        server.kill()
+        server.wait()
         shutil.rmtree(folder, ignore_errors=True)

@@ -23,10 +23,10 @@ from tests.conftest import REPO_ROOT
 pytestmark = pytest.mark.slow
 
 def run_training(data: Path, model: Path, ckpt: Path | None, params: dict, setup: str = "",
-                 wait: bool = True):
+                 wait: bool = True, **environ: str):
     """Train in a process of its own (tests/unit/training_runner.py): its exit code and
     output, or (``wait=False``) the process."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **environ}
     if params.get("backend") == "jax":  # a Keras backend is chosen before Keras is imported
         env["KERAS_BACKEND"] = "jax"
     command = [sys.executable, "-m", "tests.unit.training_runner", str(data), str(model),
@@ -142,9 +142,14 @@ def test_killed_training_resumes_without_repeating_epochs(big_dataset, tmp_path)
 def test_sigterm_writes_a_checkpoint_and_a_retry_resumes(big_dataset, tmp_path):
     ckpt = tmp_path / "ckpt"
     params = {**PARAMS, "checkpoint_every_epochs": 0}
-    process = run_training(big_dataset, tmp_path / "model", ckpt, params, wait=False)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    process = run_training(big_dataset, tmp_path / "model", ckpt, params, wait=False,
+                           TMPDIR=str(scratch))
     output = sigterm_after(process, "Epoch 2/5")
     assert process.returncode == 143, output[-3000:]
+    leftovers = [p.name for p in scratch.iterdir() if not p.name.startswith("__autograph")]
+    assert leftovers == [], "the stopped training left its scratch folders"
     assert "Traceback" not in output
     [line] = [line for line in output.splitlines() if "stopped by SIGTERM" in line]
     assert line.startswith("gkeflow: training stopped by SIGTERM in epoch ")
