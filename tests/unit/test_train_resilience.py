@@ -148,7 +148,7 @@ def test_sigterm_writes_a_checkpoint_and_a_retry_resumes(big_dataset, tmp_path):
                            TMPDIR=str(scratch))
     output = sigterm_after(process, "Epoch 2/5")
     assert process.returncode == 143, output[-3000:]
-    leftovers = [p.name for p in scratch.iterdir() if not p.name.startswith("__autograph")]
+    leftovers = [p.name for p in scratch.iterdir() if p.name.startswith("gkeflow-")]
     assert leftovers == [], "the stopped training left its scratch folders"
     assert "Traceback" not in output
     [line] = [line for line in output.splitlines() if "stopped by SIGTERM" in line]
