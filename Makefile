@@ -28,7 +28,7 @@ run: demo ## Alias of demo
 # TESTWORKERS=N runs N, TESTWORKERS=0 runs them in this process.
 TESTWORKERS ?= auto
 
-test: $(STAMP) ## Install, then run the whole test suite (about 9 minutes on 2 cores); lists the 15 slowest
+test: $(STAMP) ## Install, then run the whole test suite (7-9 minutes on 2 cores); lists the 15 slowest
 	$(BIN)/python -m pytest -n $(TESTWORKERS) --dist worksteal --durations=15
 
 test-fast: $(STAMP) ## Unit and compile tests not marked slow (about 2 minutes), for the edit loop
