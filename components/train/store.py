@@ -37,8 +37,10 @@ CHECKPOINT_MOUNT = "/gkeflow-checkpoints"
 
 
 class Scratch:
-    """Local scratch space for a remote store's objects: made on first use, removed with
-    the store (or at interpreter exit), so a long-lived process does not fill ``/tmp``."""
+    """Local scratch space (a remote store's fetched objects, a worker's private
+    checkpoints): made on first use, removed by :meth:`remove`, else when its owner is
+    collected or the interpreter exits, so neither a long-lived process nor a stopped
+    training fills ``/tmp``."""
 
     def __init__(self, prefix: str):
         self._prefix = prefix
