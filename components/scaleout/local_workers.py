@@ -65,8 +65,7 @@ def run_local_workers(dataset: str, schema: str, params: dict, replicas: int,
     try:  # the caller removes the folder after success; a failure leaves nothing
         output = staging / "model"
         hosts = cluster.loopback_hosts(free_ports(replicas))
-        processes = []
-        logs: list[list[str]] = [[] for _ in range(replicas)]
+        workers = []
         for index in range(replicas):
             env = {**os.environ, cluster.HOSTS_ENV: ",".join(hosts),
                    cluster.INDEX_ENV: str(index), "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -76,43 +75,22 @@ def run_local_workers(dataset: str, schema: str, params: dict, replicas: int,
                 env.update(jax_process_env(hosts, index))
             if index == 0:
                 env.update(chief_env or {})
-            command = [sys.executable, "-m", "gkeflow.components.scaleout.worker",
-                       "--dataset", dataset, "--schema", schema, "--output", str(output),
-                       "--params", json.dumps(params), "--checkpoint-root", checkpoint_root,
-                       "--run-id", run_id, "--task-name", task_name,
-                       "--checkpoint-uri", checkpoint_uri]
-            processes.append(subprocess.Popen(command, stdout=subprocess.PIPE,
-                                              stderr=subprocess.STDOUT, text=True, env=env))
-
-        def pump(index: int) -> None:
-            for line in processes[index].stdout:
-                logs[index].append(line.rstrip("\n"))
-                if index == 0:  # the chief's log is the step's log
-                    echo(line.rstrip("\n"))
-
-        threads = [threading.Thread(target=pump, args=(i,), daemon=True) for i in range(replicas)]
-        for thread in threads:
-            thread.start()
-        try:
-            for process in processes:
-                process.wait(timeout=timeout_s)
-        finally:
-            for process in processes:
-                if process.poll() is None:
-                    process.terminate()
-                    process.wait()
-            for thread in threads:
-                thread.join(timeout=10)
+            workers.append(([sys.executable, "-m", "gkeflow.components.scaleout.worker",
+                             "--dataset", dataset, "--schema", schema, "--output", str(output),
+                             "--params", json.dumps(params), "--checkpoint-root",
+                             checkpoint_root, "--run-id", run_id, "--task-name", task_name,
+                             "--checkpoint-uri", checkpoint_uri], env))
+        codes, logs = run_processes(workers, echo, timeout_s)
         if log_dir is not None:
             Path(log_dir).mkdir(parents=True, exist_ok=True)
             for index, lines in enumerate(logs):
                 (Path(log_dir) / f"worker-{index}.log").write_text("\n".join(lines) + "\n")
-        failed = [i for i, p in enumerate(processes) if p.returncode != 0]
+        failed = [i for i, code in enumerate(codes) if code != 0]
         if failed:
             index = failed[0]
             tail = "\n".join(logs[index][-30:])
             raise WorkersFailed(f"worker {index} of {replicas} exited with "
-                                f"{processes[index].returncode}:\n{tail}")
+                                f"{codes[index]}:\n{tail}")
         summary = storage.published_summary(str(output))
         if summary is None:
             raise WorkersFailed("the chief exited without publishing its model")
@@ -120,3 +98,36 @@ def run_local_workers(dataset: str, schema: str, params: dict, replicas: int,
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def run_processes(commands: list[tuple[list[str], dict[str, str]]], echo=print,
+                  timeout_s: float | None = None) -> tuple[list[int], list[list[str]]]:
+    """Run ``(command, environment)`` pairs side by side; their exit codes and output lines
+    (the first one's also passed to ``echo``). However this ends (a timeout, a process
+    that cannot start, an interrupt), no process it started is left running."""
+    processes: list[subprocess.Popen] = []
+    logs: list[list[str]] = [[] for _ in commands]
+    threads: list[threading.Thread] = []
+
+    def pump(index: int) -> None:
+        for line in processes[index].stdout:
+            logs[index].append(line.rstrip("\n"))
+            if index == 0:  # the chief's log is the step's log
+                echo(line.rstrip("\n"))
+
+    try:
+        for index, (command, env) in enumerate(commands):
+            processes.append(subprocess.Popen(command, stdout=subprocess.PIPE,
+                                              stderr=subprocess.STDOUT, text=True, env=env))
+            threads.append(threading.Thread(target=pump, args=(index,), daemon=True))
+            threads[-1].start()
+        for process in processes:
+            process.wait(timeout=timeout_s)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.terminate()
+                process.wait()
+        for thread in threads:
+            thread.join(timeout=10)
+    return [process.returncode for process in processes], logs

@@ -208,7 +208,7 @@ def serve(folder: str, flavour: str, load: bool = True, watch: int | None = None
     waiting: dict[int, socket.socket] = {}
     while True:
         ready, _, _ = select.select([listener], [], [], 0.02 if waiting else 1.0)
-        if watch is not None and not _alive(watch):
+        if watch is not None and not alive(watch):
             import shutil
 
             shutil.rmtree(folder, ignore_errors=True)
@@ -232,14 +232,13 @@ def start(folder: str, watch: int | None = None) -> list:
         for flavour in FLAVOURS]
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
         return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _interpreter(executable: str) -> tuple[str, str]:

@@ -1,5 +1,6 @@
 """Scale-out building blocks without a cluster: TF_CONFIG from host names and index, JobSet
-names and manifests, JobSet states, Vertex AI machine and scheduling choices."""
+names and manifests, JobSet states, Vertex AI machine and scheduling choices, the runner of
+local worker processes."""
 
 from __future__ import annotations
 
@@ -218,3 +219,34 @@ def test_the_workers_account_is_set_and_checked_in_gkeflow_yaml(tmp_path):
     with pytest.raises(ConfigError, match="compute.train-model: worker_service_account must "
                                           "name a Kubernetes service account"):
         load_config(path).compute_overrides(DEFAULT_COMPUTE)
+
+
+def test_local_processes_report_codes_and_logs_and_none_outlives_a_failed_start(tmp_path):
+    import os
+    import sys
+    from pathlib import Path
+
+    from gkeflow.components.scaleout.local_workers import run_processes
+
+    env = dict(os.environ)
+    echoed: list[str] = []
+    codes, logs = run_processes([([sys.executable, "-c", "print('chief')"], env),
+                                 ([sys.executable, "-c", "print('w'); raise SystemExit(3)"],
+                                  env)], echo=echoed.append, timeout_s=60)
+    assert codes == [0, 3] and logs == [["chief"], ["w"]] and echoed == ["chief"]
+
+    def running(token: str) -> list[str]:
+        found = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if token.encode() in cmdline.read_bytes():
+                    found.append(cmdline.parent.name)
+            except OSError:  # it ended meanwhile
+                pass
+        return found
+
+    token = f"gkeflow-test-{tmp_path.name}-{os.getpid()}"
+    first = [sys.executable, "-c", "import time; time.sleep(60)", token]
+    with pytest.raises(FileNotFoundError):
+        run_processes([(first, env), ([str(tmp_path / "no-such-program")], env)])
+    assert running(token) == [], "the first process outlived the failed start"

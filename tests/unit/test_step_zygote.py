@@ -40,6 +40,15 @@ COMPONENT = textwrap.dedent("""
 """)
 
 
+def wait_until_listening(folder: str, servers: list[subprocess.Popen]) -> None:
+    """Until each server has its socket in ``folder``."""
+    deadline = time.monotonic() + 30
+    while len(os.listdir(folder)) < len(servers):
+        assert all(p.poll() is None for p in servers), "a server ended"
+        assert time.monotonic() < deadline, "the servers did not start"
+        time.sleep(0.05)
+
+
 @pytest.fixture(scope="module")
 def server():
     """Servers without their imports: what is under test is the handover (their folder)."""
@@ -48,10 +57,7 @@ def server():
     processes = [subprocess.Popen(
         [sys.executable, "-m", "step_zygote", folder, flavour, "--no-preload"], cwd=folder,
         env=env, stdin=subprocess.DEVNULL) for flavour in step_zygote.FLAVOURS]
-    deadline = time.monotonic() + 30
-    while len(os.listdir(folder)) < len(processes):
-        assert all(p.poll() is None for p in processes) and time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until_listening(folder, processes)
     yield folder
     for process in processes:
         process.kill()
@@ -134,18 +140,10 @@ def test_a_step_process_killed_takes_the_forked_step_with_it(tmp_path, server):
     step.kill()
     step.wait(timeout=30)
     deadline = time.monotonic() + 10
-    while alive(forked):
+    while step_zygote.alive(forked):
         assert time.monotonic() < deadline, "the forked step outlived its process"
         time.sleep(0.05)
     assert not (tmp_path / "stopped").exists()  # SIGKILL: no clean-up, as for the process
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.mark.parametrize("environ", [{"PYTHONHASHSEED": "7"}, {"TF_CPP_MIN_LOG_LEVEL": "0"}],
@@ -236,10 +234,7 @@ def test_servers_shared_by_a_run_end_with_the_process_they_watch(tmp_path):
             [sys.executable, "-m", "step_zygote", folder, flavour, "--no-preload", "--watch",
              str(watched.pid)], cwd=folder, stdin=subprocess.DEVNULL)
             for flavour in step_zygote.FLAVOURS]
-        deadline = time.monotonic() + 30
-        while len(os.listdir(folder)) < len(servers):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until_listening(folder, servers)
         step = start_step(tmp_path, folder, "ok")  # they serve while it lives
         out, err = step.communicate(timeout=60)
         assert step.returncode == 0 and probe_of(out)["pid"] != step.pid, err
@@ -263,10 +258,7 @@ def test_a_forked_step_finds_its_temporary_folder_where_its_tmpdir_says(tmp_path
     server = subprocess.Popen([sys.executable, "-c", code, folder], cwd=folder,
                               stdin=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 30
-        while not os.listdir(folder):
-            assert server.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until_listening(folder, [server])
         (tmp_path / "tmp").mkdir()
         step = start_step(tmp_path, folder, "ok", TMPDIR=str(tmp_path / "tmp"))
         out, err = step.communicate(timeout=60)
