@@ -41,9 +41,17 @@ def train_model(
     loss: str = "auto",
     label_transform: str = "none",
     backend: str = "auto",
+    gbdt_rounds: int = 2000,
+    gbdt_learning_rate: float = 0.05,
+    gbdt_max_depth: int = 6,
+    gbdt_min_child_weight: float = 1.0,
+    gbdt_subsample: float = 1.0,
+    gbdt_colsample_bytree: float = 1.0,
+    gbdt_reg_lambda: float = 1.0,
+    gbdt_early_stopping_rounds: int = 100,
 ) -> str:
-    """Trains a Keras classifier (or regressor) on the train split and exports a SavedModel
-    taking raw features.
+    """Trains a Keras classifier (or regressor), or gradient-boosted trees, on the train
+    split and exports a SavedModel taking raw features.
 
     Trains on Keras' TensorFlow backend (every GPU of the pod, every worker in TF_CONFIG)
     or its JAX backend (every chip of the TPU slices, every GPU), fails fast when a GPU or
@@ -62,7 +70,8 @@ def train_model(
         epochs: Maximum passes over the training split.
         batch_size: Examples per step per replica (the global batch scales with replicas).
         learning_rate: Adam learning rate for one replica (scaled linearly with replicas).
-        model_type: Built-in model: mlp or wide_deep.
+        model_type: Built-in model: mlp, wide_deep (Keras) or gbdt (XGBoost trees, on the
+            step's GPU when it has one; exported as the same raw-feature SavedModel).
         hidden_units: Sizes of the hidden layers, comma-separated.
         dropout: Dropout rate after each hidden layer.
         early_stopping_patience: Epochs without eval-loss improvement before stopping; 0 = off.
@@ -98,6 +107,15 @@ def train_model(
             learns log(y) and predicts y).
         backend: Keras backend: auto (JAX on a TPU, TensorFlow elsewhere), tensorflow or
             jax; both export the same TensorFlow SavedModel.
+        gbdt_rounds: gbdt: most boosting rounds.
+        gbdt_learning_rate: gbdt: shrinkage of each round (XGBoost's eta).
+        gbdt_max_depth: gbdt: deepest tree.
+        gbdt_min_child_weight: gbdt: least hessian weight in a leaf.
+        gbdt_subsample: gbdt: fraction of rows each tree sees.
+        gbdt_colsample_bytree: gbdt: fraction of features each tree sees.
+        gbdt_reg_lambda: gbdt: L2 regularisation of leaf values.
+        gbdt_early_stopping_rounds: gbdt: rounds without eval-loss improvement before
+            boosting stops (the best round is kept); 0 = off.
 
     Returns:
         JSON summary: trial_id (the task name), status, eval-split metrics, model URI and
@@ -115,6 +133,7 @@ def train_model(
     from gkeflow.components.prepare.logic import Schema
     from gkeflow.components.train.checkpoint import Preempted, exit_on_preemption
     from gkeflow.components.train.devices import GpuUnavailableError
+    from gkeflow.components.train.gbdt import GbdtSettingsError
     from gkeflow.components.train.logic import TrainParams, train
     from gkeflow.components.train.regression import LabelTransformError
     from gkeflow.components.train.report import trial_report
@@ -133,6 +152,10 @@ def train_model(
         gpu_sample_interval_s=gpu_sample_interval_s,
         gpu_utilisation_warn_below=gpu_utilisation_warn_below,
         loss=loss, label_transform=label_transform, backend=backend,
+        gbdt_rounds=gbdt_rounds, gbdt_learning_rate=gbdt_learning_rate,
+        gbdt_max_depth=gbdt_max_depth, gbdt_min_child_weight=gbdt_min_child_weight,
+        gbdt_subsample=gbdt_subsample, gbdt_colsample_bytree=gbdt_colsample_bytree,
+        gbdt_reg_lambda=gbdt_reg_lambda, gbdt_early_stopping_rounds=gbdt_early_stopping_rounds,
     )
     location = resolve_checkpoint_location(checkpoint_uri, checkpoint_root, pipeline_run_id,
                                            task_name, checkpoint_key,
@@ -176,7 +199,7 @@ def train_model(
                 raise
             if not continue_on_error:
                 if isinstance(exc, (TpuUnavailableError, GpuUnavailableError,
-                                    LabelTransformError, BackendError)):
+                                    LabelTransformError, BackendError, GbdtSettingsError)):
                     # the host or the data cannot train as asked: one line, no traceback
                     raise SystemExit(f"train-model: {exc}") from None
                 raise
@@ -204,6 +227,7 @@ def train_model(
         metrics.log_metric(name, round(value, 6))
     model.metadata.update({
         "framework": "tensorflow",
+        "model_family": "gbdt" if result.backend == "xgboost" else "keras",
         "epochs_run": result.epochs_run,
         "best_epoch": result.best_epoch,
         "features": result.features,

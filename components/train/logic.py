@@ -78,6 +78,11 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     them, or None) that sees every epoch end after the sampler has closed it: the step's
     live curves.
     """
+    if params.model_type == "gbdt" and not params.user_module:
+        from gkeflow.components.train.gbdt import train_gbdt
+
+        return train_gbdt(dataset_dir, schema, model_dir, params, checkpoint_dir,
+                          tensorboard_dir, data_uri, live)
     from gkeflow.components.train import tpu as tpus
     from gkeflow.components.train.backend import resolve_backend, select_backend
 

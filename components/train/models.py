@@ -29,7 +29,10 @@ import numpy as np
 
 from gkeflow.components.prepare.logic import Schema
 
-MODEL_TYPES = ("mlp", "wide_deep")
+#: The Keras families :func:`build_builtin` builds.
+KERAS_MODEL_TYPES = ("mlp", "wide_deep")
+#: Every built-in family: the Keras ones and gradient-boosted trees (train/gbdt.py).
+MODEL_TYPES = (*KERAS_MODEL_TYPES, "gbdt")
 #: Categories one-hot encoded per column when fitting on arrays (prepare_data keeps up to
 #: 1000 in the schema).
 MAX_CATEGORIES = 1000
@@ -142,8 +145,9 @@ def build_builtin(model_type: str, input_dim: int, num_classes: int,
     standardised label; float32 under mixed precision too)."""
     import keras
 
-    if model_type not in MODEL_TYPES:
-        raise ValueError(f"unknown model_type {model_type!r}; valid: {', '.join(MODEL_TYPES)}")
+    if model_type not in KERAS_MODEL_TYPES:
+        raise ValueError(f"unknown Keras model_type {model_type!r}; valid: "
+                         f"{', '.join(KERAS_MODEL_TYPES)}")
     features = keras.Input(shape=(input_dim,), name="features")
     x = features
     for i, units in enumerate(hidden_units):

@@ -44,6 +44,18 @@ class TrainParams:
     loss: str = "auto"  # regression: mse (auto) or huber; classification: cross-entropy
     label_transform: str = "none"  # regression: none or log (skewed positive targets)
     backend: str = "auto"  # Keras backend: tensorflow, jax, or auto (JAX on a TPU)
+    # model_type gbdt (XGBoost): boosting rounds (at most), shrinkage, tree shape, row and
+    # column subsampling, L2 regularisation, early stopping on the eval split's loss (rounds
+    # without improvement; 0 = off) and a checkpoint every N rounds (0 = on SIGTERM only)
+    gbdt_rounds: int = 2000
+    gbdt_learning_rate: float = 0.05
+    gbdt_max_depth: int = 6
+    gbdt_min_child_weight: float = 1.0
+    gbdt_subsample: float = 1.0
+    gbdt_colsample_bytree: float = 1.0
+    gbdt_reg_lambda: float = 1.0
+    gbdt_early_stopping_rounds: int = 100
+    gbdt_checkpoint_every: int = 100
 
     def __post_init__(self) -> None:
         from gkeflow.components.train.backend import check_backend
@@ -84,6 +96,10 @@ class TrainParams:
             raise ValueError("steps_per_execution must be >= 0 (0 = auto)")
         if not self.gpu_sample_interval_s > 0:
             raise ValueError("gpu_sample_interval_s must be > 0 (it is kept within 1-60 s)")
+        if self.model_type == "gbdt" and not self.user_module:
+            from gkeflow.components.train.gbdt import check_gbdt_settings
+
+            check_gbdt_settings(self)
         if not 0 <= self.gpu_utilisation_warn_below <= 100:
             raise ValueError("gpu_utilisation_warn_below must be a percentage in [0, 100] "
                              "(0 = never warn)")

@@ -67,8 +67,10 @@ def _dispatch_run(pipeline: str, **options) -> None:
                    "<data file>-classifier.")
 @click.option("--min-accuracy", type=click.FloatRange(0, 1), default=0.8, show_default=True,
               help="Test accuracy required before the model is registered.")
-@click.option("--model-type", type=click.Choice(["mlp", "wide_deep"]), default="mlp",
-              show_default=True, help="Built-in model family.")
+@click.option("--model-type", type=click.Choice(["mlp", "wide_deep", "gbdt"]), default="mlp",
+              show_default=True, help="Built-in model family: mlp or wide_deep (Keras), or gbdt "
+                   "(gradient-boosted trees, XGBoost); gbdt_* parameters tune the trees "
+                   "(--param gbdt_max_depth=8).")
 @click.option("--user-module", metavar="PATH",
               help="Your own model: a .py file (or module) with build_model(schema, hparams).")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",

@@ -238,6 +238,14 @@ def build_training_pipeline(
         backend: str = "auto",
         model_type: str = "mlp",
         user_module: str = "",
+        gbdt_rounds: int = 2000,
+        gbdt_learning_rate: float = 0.05,
+        gbdt_max_depth: int = 6,
+        gbdt_min_child_weight: float = 1.0,
+        gbdt_subsample: float = 1.0,
+        gbdt_colsample_bytree: float = 1.0,
+        gbdt_reg_lambda: float = 1.0,
+        gbdt_early_stopping_rounds: int = 100,
         model_name: str = "penguins-classifier",
         min_accuracy: float = 0.8,
         registry_uri: str = default_registry_uri,
@@ -277,9 +285,19 @@ def build_training_pipeline(
             label_transform: Regression: none, or log for a skewed positive label.
             backend: Keras backend of train-model: auto (JAX on a TPU, TensorFlow
                 elsewhere), tensorflow or jax; both export the same SavedModel.
-            model_type: Built-in model family: mlp or wide_deep.
+            model_type: Built-in model family: mlp or wide_deep (Keras), or gbdt
+                (gradient-boosted trees with XGBoost, on train-model's GPU when it has one).
             user_module: Your own model: a module with build_model(schema, hparams);
                 empty = built-in.
+            gbdt_rounds: gbdt: most boosting rounds.
+            gbdt_learning_rate: gbdt: shrinkage of each round (XGBoost's eta).
+            gbdt_max_depth: gbdt: deepest tree.
+            gbdt_min_child_weight: gbdt: least hessian weight in a leaf.
+            gbdt_subsample: gbdt: fraction of rows each tree sees.
+            gbdt_colsample_bytree: gbdt: fraction of features each tree sees.
+            gbdt_reg_lambda: gbdt: L2 regularisation of leaf values.
+            gbdt_early_stopping_rounds: gbdt: rounds without eval-loss improvement before
+                boosting stops (the best round is kept); 0 = off.
             model_name: Name under which the model is registered.
             min_accuracy: Test accuracy a classifier needs before it is registered (a
                 regressor must beat the mean predictor's RMSE by 5%).
@@ -330,6 +348,10 @@ def build_training_pipeline(
                               f"{eval_ratio}-{test_ratio}-{epochs}-{batch_size}-"
                               f"{learning_rate}-{early_stopping_patience}-{loss}-"
                               f"{label_transform}-{backend}-{task}-{model_type}-"
+                              f"{gbdt_rounds}-{gbdt_learning_rate}-{gbdt_max_depth}-"
+                              f"{gbdt_min_child_weight}-{gbdt_subsample}-"
+                              f"{gbdt_colsample_bytree}-{gbdt_reg_lambda}-"
+                              f"{gbdt_early_stopping_rounds}-"
                               f"{fingerprint.outputs['code']}")
         train = train_step(
             dataset=dataset,
@@ -343,6 +365,14 @@ def build_training_pipeline(
             backend=backend,
             model_type=model_type,
             user_module=user_module,
+            gbdt_rounds=gbdt_rounds,
+            gbdt_learning_rate=gbdt_learning_rate,
+            gbdt_max_depth=gbdt_max_depth,
+            gbdt_min_child_weight=gbdt_min_child_weight,
+            gbdt_subsample=gbdt_subsample,
+            gbdt_colsample_bytree=gbdt_colsample_bytree,
+            gbdt_reg_lambda=gbdt_reg_lambda,
+            gbdt_early_stopping_rounds=gbdt_early_stopping_rounds,
             require_gpu=target != "local" and profiles["train-model"].uses_gpu,
             checkpoint_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
             pipeline_run_id=checkpoint_key,

@@ -71,7 +71,10 @@ def _check_training(arguments: dict) -> None:
 
     settings = {name: arguments[name] for name in
                 ("epochs", "batch_size", "learning_rate", "model_type", "user_module",
-                 "early_stopping_patience", "loss", "label_transform", "backend")
+                 "early_stopping_patience", "loss", "label_transform", "backend",
+                 "gbdt_rounds", "gbdt_learning_rate", "gbdt_max_depth",
+                 "gbdt_min_child_weight", "gbdt_subsample", "gbdt_colsample_bytree",
+                 "gbdt_reg_lambda", "gbdt_early_stopping_rounds")
                 if name in arguments}
     if not settings:
         return

@@ -51,8 +51,8 @@ TUNABLE: dict[str, tuple[type, Any, Any, str]] = {
     "dropout": (float, _D["dropout"], lambda v: 0 <= v < 1, "a number in [0, 1)"),
     "hidden_units": (str, _D["hidden_units"], lambda v: _is_units(v),
                      "comma-separated positive layer sizes, e.g. \"64,32\""),
-    "model_type": (str, _D["model_type"], lambda v: v in ("mlp", "wide_deep"),
-                   "mlp or wide_deep"),
+    "model_type": (str, _D["model_type"], lambda v: v in ("mlp", "wide_deep", "gbdt"),
+                   "mlp, wide_deep or gbdt"),
     "early_stopping_patience": (int, _D["early_stopping_patience"], lambda v: v >= 0,
                                 "an integer >= 0"),
 }

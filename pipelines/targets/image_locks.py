@@ -7,7 +7,8 @@ linux x86_64, installed with ``pip install --require-hashes --no-deps``, so rebu
 release gives the same package versions.
 
 The resolver's input is ``pyproject.toml``'s ``dependencies`` with TensorFlow swapped per
-image: ``tensorflow-cpu`` (same version range) in the CPU image, the ``gpu`` extra's
+image (and XGBoost: ``xgboost-cpu``, in the GPU image ``xgboost`` with its CUDA kernels;
+none in the slim image): ``tensorflow-cpu`` (same version range) in the CPU image, the ``gpu`` extra's
 ``tensorflow[and-cuda]`` in the GPU image (with the ``ray`` extra: a GKE Ray sweep's
 head and trials run in it), ``tensorflow-cpu`` plus the ``tpu`` extra's
 ``jax[tpu]`` (JAX and the libtpu it names) in the TPU image (resolved for the TPU VM's
@@ -39,9 +40,9 @@ from gkeflow.pipelines.settings.requirement_locks import lock_path, normalise, r
 
 FLAVOURS = ("slim", "cpu", "gpu", "tpu")
 #: Direct dependencies the slim image leaves out: TensorFlow, TensorBoard, TensorFlow's
-#: numeric types (ml-dtypes, held to a version that starts fast) and NVML (read only while
-#: training). Whatever only they require drops out of its resolution with them.
-TENSORFLOW_ONLY = ("tensorflow", "tensorboard", "ml-dtypes", "nvidia-ml-py")
+#: numeric types (ml-dtypes, held to a version that starts fast), NVML (read only while
+#: training) and XGBoost (only train-model's gbdt uses it). Whatever only they require drops out of its resolution with them.
+TENSORFLOW_ONLY = ("tensorflow", "tensorboard", "ml-dtypes", "nvidia-ml-py", "xgboost-cpu")
 #: Direct dependencies no image installs: only the gkeflow command uses them (`gkeflow
 #: prices refresh`, `gkeflow monitoring apply`), no step.
 CLIENT_ONLY = ("google-cloud-billing", "google-cloud-monitoring")
@@ -120,6 +121,8 @@ def resolver_input(pyproject: Path, flavour: str) -> list[str]:
         if normalise(requirement.name) == "tensorflow":
             lines += [str(r) for r in _tensorflow_for(flavour, project)]
             continue
+        if name == "xgboost-cpu" and flavour == "gpu":  # the build with CUDA kernels
+            requirement.name = "xgboost"
         lines.append(str(requirement))
     if flavour == "gpu":  # the trials of a GKE Ray sweep run Ray Tune in the GPU image
         lines += project.get("optional-dependencies", {}).get("ray", [])

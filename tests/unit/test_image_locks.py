@@ -51,7 +51,7 @@ def test_the_cpu_image_gets_tensorflow_cpu_at_the_gpu_images_tensorflow_version(
     assert {"nvidia-cudnn-cu12", "nvidia-cublas-cu12"} <= set(gpu)
 
 
-def test_resolver_input_swaps_only_tensorflow_and_the_gpu_image_adds_ray():
+def test_resolver_input_swaps_only_tensorflow_and_xgboost_and_the_gpu_image_adds_ray():
     project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
     cpu, gpu = resolver_input(PYPROJECT, "cpu"), resolver_input(PYPROJECT, "gpu")
     kept = [line for line in project["dependencies"]
@@ -62,9 +62,11 @@ def test_resolver_input_swaps_only_tensorflow_and_the_gpu_image_adds_ray():
     gpu = gpu[:len(cpu)]
     assert len(cpu) == len(gpu) == len(kept) == len(project["dependencies"]) - len(CLIENT_ONLY)
     changed = [(a, b) for a, b in zip(cpu, gpu, strict=True) if a != b]
-    assert len(changed) == 1
+    assert len(changed) == 2  # TensorFlow and XGBoost: the builds with CUDA kernels
     assert changed[0][0].startswith("tensorflow-cpu") and changed[0][1].startswith(
         "tensorflow[and-cuda]")
+    assert changed[1][0].startswith("xgboost-cpu") and changed[1][1].startswith("xgboost<")
+    assert changed[1][0].split("xgboost-cpu")[1] == changed[1][1].split("xgboost")[1]
 
 
 def test_the_slim_lock_has_no_tensorflow_and_the_rest_at_the_cpu_locks_versions():

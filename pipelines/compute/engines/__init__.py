@@ -64,6 +64,13 @@ def as_training_step(component):
     return renamed
 
 
+def keras_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``arguments`` without the gradient-boosted trees' settings (``gbdt_*``), for the
+    engines whose workers join one Keras training (local workers, a GKE JobSet): trees
+    train in one pod, and train-model refuses several workers for them in one line."""
+    return {k: v for k, v in arguments.items() if not k.startswith("gbdt_")}
+
+
 def refuse_env(engine: str, env: Mapping[str, str] | None) -> None:
     """ComputeError when ``env`` (the gcsfuse mounts) is given to an engine whose pods
     mount no bucket."""

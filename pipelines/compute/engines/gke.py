@@ -233,7 +233,11 @@ class JobSetEngine:
              env: Mapping[str, str] | None = None):
         from gkeflow.components.scaleout.component import train_model_jobset
         from gkeflow.components.scaleout.jobset import dumps
-        from gkeflow.pipelines.compute.engines import as_training_step, refuse_env
+        from gkeflow.pipelines.compute.engines import (
+            as_training_step,
+            keras_arguments,
+            refuse_env,
+        )
         from gkeflow.pipelines.compute.launchers import settings
 
         refuse_env("JobSet", env)
@@ -241,7 +245,8 @@ class JobSetEngine:
         # the GPU or TPU image, as the profile asks; the compiler maps and pins it
         template = jobset_template(profile, tpu_profile.training_image(profile))
         return as_training_step(train_model_jobset)(jobset_template=dumps(template),
-                                                    **settings(profile), **arguments)
+                                                    **settings(profile),
+                                                    **keras_arguments(arguments))
 
     def launcher_profile(self, profile: ComputeProfile) -> ComputeProfile:
         from dataclasses import replace

@@ -21,12 +21,16 @@ class LocalWorkers:
     def task(self, profile: ComputeProfile, arguments: dict[str, Any],
              env: Mapping[str, str] | None = None):
         from gkeflow.components.scaleout.component import train_model_local_workers
-        from gkeflow.pipelines.compute.engines import as_training_step, refuse_env
+        from gkeflow.pipelines.compute.engines import (
+            as_training_step,
+            keras_arguments,
+            refuse_env,
+        )
 
         refuse_env("local worker", env)
 
         step = as_training_step(train_model_local_workers)
-        return step(replicas=profile.replicas, **arguments)
+        return step(replicas=profile.replicas, **keras_arguments(arguments))
 
     def launcher_profile(self, profile: ComputeProfile) -> ComputeProfile:
         return profile

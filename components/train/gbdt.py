@@ -1,0 +1,449 @@
+"""Gradient-boosted trees (``model_type: gbdt``): XGBoost on the prepared splits, exported as
+the same raw-feature SavedModel as a Keras model (the trees as TensorFlow ops,
+:mod:`~gkeflow.components.train.trees`).
+
+Features go to XGBoost as they are: numbers with NaN for missing, categorical columns as
+the index of their value in the schema's vocabulary (XGBoost's native categorical splits;
+an unknown or missing value is missing). Histogram trees on the step's GPU when it has one
+(``device="cuda"``), else on every CPU core; early stopping on the eval split's loss; the
+booster is cut at its best round before export.
+
+Preemption: every ``gbdt_checkpoint_every`` rounds the booster and the training state are
+committed to the same checkpoint store as Keras training (``state.json`` last: the commit
+point); SIGTERM stops after the current round, commits and raises
+:class:`~gkeflow.components.train.checkpoint.Preempted`; a retry continues boosting from
+the committed booster (XGBoost's ``xgb_model=``), with the same history and early-stopping
+state, so the result is the one an uninterrupted run gives. (With ``gbdt_subsample`` or
+``gbdt_colsample_bytree`` below 1 the resumed rounds draw fresh samples: XGBoost's samplers
+start anew with a loaded booster, so the model is as good but not the same bits.)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gkeflow.components.prepare.logic import Schema
+from gkeflow.components.train.params import TrainParams, TrainResult
+
+#: The committed booster of a checkpoint (XGBoost's UBJSON model format).
+_BOOSTER = "booster-{rounds:06d}-{nonce}.ubj"
+
+
+class GbdtSettingsError(ValueError):
+    """A gbdt hyperparameter out of its range; the message names it and the range."""
+
+
+def check_gbdt_settings(params: TrainParams) -> None:
+    """GbdtSettingsError for the first gbdt hyperparameter XGBoost would refuse."""
+    checks = (
+        ("gbdt_rounds", params.gbdt_rounds >= 1, ">= 1"),
+        ("gbdt_learning_rate", 0 < params.gbdt_learning_rate <= 1, "in (0, 1]"),
+        ("gbdt_max_depth", 1 <= params.gbdt_max_depth <= 20, "in [1, 20]"),
+        ("gbdt_min_child_weight", params.gbdt_min_child_weight >= 0, ">= 0"),
+        ("gbdt_subsample", 0 < params.gbdt_subsample <= 1, "in (0, 1]"),
+        ("gbdt_colsample_bytree", 0 < params.gbdt_colsample_bytree <= 1, "in (0, 1]"),
+        ("gbdt_reg_lambda", params.gbdt_reg_lambda >= 0, ">= 0"),
+        ("gbdt_early_stopping_rounds", params.gbdt_early_stopping_rounds >= 0,
+         ">= 0 (0 = off)"),
+        ("gbdt_checkpoint_every", params.gbdt_checkpoint_every >= 0, ">= 0 (0 = on SIGTERM "
+         "only)"),
+    )
+    for name, ok, allowed in checks:
+        if not ok:
+            raise GbdtSettingsError(f"{name} must be {allowed}; got {getattr(params, name)}")
+
+
+# -- the data as XGBoost takes it ------------------------------------------------------------
+def feature_types(schema: Schema) -> list[str]:
+    """XGBoost's feature types: ``q`` (numeric) or ``c`` (categorical), in schema order."""
+    return ["q" if c.type == "numeric" else "c" for c in schema.features]
+
+
+def design_matrix(frame, schema: Schema) -> np.ndarray:
+    """A split (``load_split``'s frame) as float32 ``[rows, features]``: numbers with NaN
+    for missing, a categorical value as its index in the column's vocabulary (unknown or
+    missing: NaN)."""
+    import pandas as pd
+
+    columns = []
+    for column in schema.features:
+        values = frame[column.name] if column.name in frame else pd.Series(
+            [None] * len(frame), dtype=object)
+        if column.type == "numeric":
+            columns.append(pd.to_numeric(values, errors="coerce").to_numpy(np.float32))
+        else:
+            codes = {value: float(i) for i, value in enumerate(column.vocabulary)}
+            columns.append(np.fromiter((codes.get(v, np.nan) if v is not None else np.nan
+                                        for v in values), np.float32, len(values)))
+    return (np.column_stack(columns) if columns
+            else np.zeros((len(frame), 0), np.float32)).astype(np.float32, copy=False)
+
+
+def label_values(frame, schema: Schema, transform: str = "none") -> np.ndarray:
+    """Class indices (classification) or the label's values (regression; ``log`` applied)."""
+    if not schema.regression:
+        from gkeflow.components.train.inputs import encode_labels
+
+        return encode_labels(frame, schema)
+    values = frame[schema.label].to_numpy(np.float64)
+    if transform == "log":
+        from gkeflow.components.train.regression import LabelTransformError
+
+        if values.size and values.min() <= 0:
+            raise LabelTransformError(f"label_transform log needs a positive label, but "
+                                      f"{schema.label!r} goes down to {values.min():g}; use "
+                                      "label_transform none")
+        values = np.log(values)
+    return values
+
+
+def objective(schema: Schema) -> tuple[dict[str, Any], str]:
+    """XGBoost's objective settings and the eval metric that is the step's loss."""
+    if schema.regression:
+        return {"objective": "reg:squarederror"}, "rmse"
+    classes = len(schema.label_vocabulary)
+    if classes <= 2:
+        return {"objective": "binary:logistic"}, "logloss"
+    return {"objective": "multi:softprob", "num_class": classes}, "mlogloss"
+
+
+def booster_params(params: TrainParams, schema: Schema, device: str) -> dict[str, Any]:
+    settings, metric = objective(schema)
+    return {
+        **settings,
+        "eval_metric": metric,
+        "tree_method": "hist",
+        "device": device,
+        "eta": params.gbdt_learning_rate,
+        "max_depth": params.gbdt_max_depth,
+        "min_child_weight": params.gbdt_min_child_weight,
+        "subsample": params.gbdt_subsample,
+        "colsample_bytree": params.gbdt_colsample_bytree,
+        "lambda": params.gbdt_reg_lambda,
+        "max_cat_to_onehot": 4,
+        "seed": params.seed,
+        "nthread": os.cpu_count() or 1,
+    }
+
+
+def visible_gpus() -> int:
+    """NVIDIA GPUs this process can use (NVML, limited by CUDA_VISIBLE_DEVICES); 0 without
+    NVML or a driver."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return 0
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no library, no driver, no device: no GPU
+        return 0
+    if visible:
+        return min(count, len([v for v in visible.split(",") if v.strip()]))
+    return count
+
+
+# -- checkpoints --------------------------------------------------------------------------
+@dataclass
+class BoostState:
+    """What a retry needs besides the booster: rounds done, curves, early-stopping state."""
+
+    rounds_completed: int = 0
+    booster_file: str = ""
+    history: dict[str, list[float]] = field(default_factory=dict)
+    best_round: int = 0  # 1-based; 0 = none yet
+    best_value: float = math.inf
+    wait: int = 0
+    stopped_early: bool = False
+
+
+def read_boost_state(store) -> tuple[BoostState, object] | None:
+    found = store.read_state()
+    if found is None:
+        return None
+    payload, token = found
+    known = set(BoostState.__dataclass_fields__)
+    state = BoostState(**{k: v for k, v in payload.items() if k in known})
+    if not state.booster_file or not store.exists(state.booster_file):
+        print(f"checkpoint state in {store.uri} names no booster; starting from scratch")
+        return None
+    return state, token
+
+
+def make_round_callback(store, state: BoostState, token, every: int, patience: int,
+                        live: list, log_every: int, total: int):
+    """XGBoost's training callback: records each round's eval results, applies early
+    stopping, commits checkpoints, stops on SIGTERM, feeds the live curves and prints
+    progress."""
+    import xgboost as xgb
+
+    class Rounds(xgb.callback.TrainingCallback):
+        def __init__(self):
+            super().__init__()
+            self.state, self.token = state, token
+            self.preempted = False
+            self.signal_at: float | None = None
+            self.started = time.perf_counter()
+            self.last_print = self.started
+            self.first_round = state.rounds_completed
+
+        def handler(self, signum, frame):
+            if not self.preempted:
+                self.preempted, self.signal_at = True, time.perf_counter()
+
+        def commit(self, model) -> None:
+            if store is None:
+                return
+            staging = store.staging()
+            try:
+                name = _BOOSTER.format(rounds=self.state.rounds_completed,
+                                       nonce=uuid.uuid4().hex[:8])
+                model.save_model(str(staging / "booster.ubj"))
+                store.put(staging / "booster.ubj", name)
+                payload = {**asdict(self.state), "booster_file": name}
+                self.token = store.commit(payload, self.token)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+            self.state.booster_file = name
+            for old in store.names():
+                if old not in ("state.json", name):
+                    store.delete(old)
+
+        def after_iteration(self, model, epoch, evals_log):
+            values = {f"{split}_{metric}": float(scores[-1])
+                      for split, metrics in evals_log.items()
+                      for metric, scores in metrics.items()}
+            for name, value in values.items():
+                self.state.history.setdefault(name, []).append(value)
+            # XGBoost counts the rounds of this call from 0, also when it continues a booster
+            done = self.state.rounds_completed = self.state.rounds_completed + 1
+            monitored = next((v for k, v in values.items() if k.startswith("eval_")), None)
+            if monitored is not None:
+                if monitored < self.state.best_value:
+                    self.state.best_value, self.state.best_round = monitored, done
+                    self.state.wait = 0
+                else:
+                    self.state.wait += 1
+                    self.state.stopped_early = bool(patience and self.state.wait >= patience)
+            if (done - 1) % log_every == 0 or done == total or self.state.stopped_early:
+                logs = {("val_loss" if k.startswith("eval_") else "loss"): v
+                        for k, v in values.items()}
+                for callback in live:
+                    callback.on_epoch_end(done - 1, logs)
+            now = time.perf_counter()
+            if now - self.last_print >= 10 or done == total or self.state.stopped_early:
+                self.last_print = now
+                rate = (done - self.first_round) / max(now - self.started, 1e-9)
+                left = (total - done) / rate if rate > 0 else 0
+                shown = ", ".join(f"{k} {v:.4f}" for k, v in values.items())
+                print(f"round {done}/{total}: {shown}; {now - self.started:.0f} s, at most "
+                      f"{left:.0f} s left", flush=True)
+            if self.preempted or self.state.stopped_early or (
+                    every and done % every == 0):
+                self.commit(model)
+            return self.preempted or self.state.stopped_early
+
+    return Rounds()
+
+
+# -- training -------------------------------------------------------------------------------
+def train_gbdt(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParams,
+               checkpoint_dir: Path | str | None = None, tensorboard_dir: Path | None = None,
+               data_uri: str = "", live: Callable[[Any], Any] | None = None) -> TrainResult:
+    """Train gradient-boosted trees on the train split (early stopping on eval) and export
+    the raw-feature SavedModel to ``model_dir``; arguments as
+    :func:`~gkeflow.components.train.logic.train`."""
+    import xgboost as xgb
+
+    from gkeflow.components.prepare.reader import load_split
+    from gkeflow.components.train import tpu as tpus
+    from gkeflow.components.train.checkpoint import Preempted
+    from gkeflow.components.train.devices import GpuUnavailableError, workers_in_tf_config
+    from gkeflow.components.train.inputs import split_rows
+    from gkeflow.components.train.store import fetched, open_store
+    from gkeflow.components.train.utilisation import GpuSampler
+
+    check_gbdt_settings(params)
+    if tpus.find_tpu(os.environ, tpus.tpu_device_files()) is not None or params.strategy == "tpu":
+        raise tpus.TpuUnavailableError("model_type gbdt trains on CPUs or NVIDIA GPUs, not on "
+                                       "a TPU; give train-model a GPU or CPU profile")
+    if workers_in_tf_config(os.environ.get("TF_CONFIG", "")) > 1:
+        raise GbdtSettingsError("model_type gbdt trains on one machine; set replicas: 1 "
+                                "for train-model")
+    gpus = visible_gpus()
+    if params.require_gpu and not gpus:
+        raise GpuUnavailableError("this step asked for a GPU but NVML sees none; refusing to "
+                                  "train gradient-boosted trees on CPU")
+    device = "cuda" if gpus else "cpu"
+    rows = split_rows(dataset_dir)
+    if not rows.get("train"):
+        raise ValueError(f"the train split in {dataset_dir} has no rows")
+    print(f"model: gradient-boosted trees (XGBoost {xgb.__version__}, hist on {device}); "
+          f"{len(schema.features)} features, {rows['train']} train rows", flush=True)
+    loaded = time.perf_counter()
+    types = feature_types(schema)
+    train_frame = load_split(dataset_dir, "train", schema)
+    dtrain = xgb.DMatrix(design_matrix(train_frame, schema),
+                         label=label_values(train_frame, schema, params.label_transform),
+                         feature_types=types, enable_categorical=True, missing=np.nan)
+    evals = [(dtrain, "train")]
+    if rows.get("eval"):
+        eval_frame = load_split(dataset_dir, "eval", schema)
+        deval = xgb.DMatrix(design_matrix(eval_frame, schema),
+                            label=label_values(eval_frame, schema, params.label_transform),
+                            feature_types=types, enable_categorical=True, missing=np.nan)
+        evals.append((deval, "eval"))
+    print(f"data read in {time.perf_counter() - loaded:.1f} s", flush=True)
+
+    store = open_store(checkpoint_dir) if checkpoint_dir else None
+    resume = read_boost_state(store) if store is not None else None
+    state, token = resume if resume else (BoostState(), None)
+    booster = None
+    if resume:
+        with fetched(store, state.booster_file) as local:
+            booster = xgb.Booster(model_file=str(local))
+        print(f"resuming from checkpoint: {state.rounds_completed} rounds completed "
+              f"({store.uri})", flush=True)
+    sampler = GpuSampler(params.gpu_sample_interval_s)
+    live_callbacks = live(sampler) if live is not None else None
+    live_list = [c for c in (live_callbacks if isinstance(live_callbacks, list)
+                             else [live_callbacks]) if c is not None]
+    total = params.gbdt_rounds
+    patience = params.gbdt_early_stopping_rounds if len(evals) > 1 else 0
+    rounds = make_round_callback(store, state, token, params.gbdt_checkpoint_every if store
+                                 else 0, patience, live_list, max(1, total // 100), total)
+    previous = None
+    if store is not None and threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, rounds.handler)
+    started = time.perf_counter()
+    sampler.start()
+    sampler.begin_epoch(0)
+    try:
+        remaining = 0 if state.stopped_early else total - state.rounds_completed
+        if remaining > 0:
+            booster = xgb.train(booster_params(params, schema, device), dtrain,
+                                num_boost_round=remaining, evals=evals, verbose_eval=False,
+                                xgb_model=booster, callbacks=[rounds])
+    finally:
+        sampler.end_epoch()
+        sampler.stop()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    elapsed = time.perf_counter() - started
+    if rounds.preempted:
+        raise Preempted(f"training stopped by SIGTERM after round {state.rounds_completed}; "
+                        f"checkpoint committed to {store.uri}; a retry resumes from it")
+    best = state.best_round or state.rounds_completed
+    booster = booster[:best] if best < booster.num_boosted_rounds() else booster
+    metrics = _final_metrics(booster, schema, evals, state, params.label_transform)
+    usage = sampler.report(params.gpu_utilisation_warn_below)
+    print(usage.summary_line(), flush=True)
+    if usage.warning:
+        print(f"WARNING: {usage.warning}", flush=True)
+    metrics.update(usage.metrics())
+    trained = state.rounds_completed - rounds.first_round
+    examples_per_s = rows["train"] * max(trained, 1) / max(elapsed, 1e-9)
+    described = f"xgboost hist on {device}" + (f" ({gpus} GPU)" if gpus else "")
+    metadata = model_metadata(schema, params, data_uri or str(dataset_dir), best, state,
+                              described, metrics, usage.to_dict(), xgb.__version__)
+    from gkeflow.components.train.tree_export import export_trees
+
+    export_trees(model_dir, booster, dtrain, schema, metadata, params.label_transform)
+    if store is not None:
+        store.remove_all()
+    if tensorboard_dir is not None:
+        _write_curves(tensorboard_dir, state.history)
+    return TrainResult(
+        metrics=metrics, history=state.history, epochs_run=state.rounds_completed,
+        examples_per_s=examples_per_s, features=[c.name for c in schema.features],
+        best_epoch=best, resumed_from_epoch=rounds.first_round, strategy=described,
+        precision="float32", backend="xgboost", gpu_utilisation=usage,
+        gpu_utilisation_warning=usage.warning)
+
+
+def _final_metrics(booster, schema: Schema, evals, state: BoostState,
+                   transform: str) -> dict[str, float]:
+    """Loss (and accuracy or RMSE) on the train and eval splits at the best round."""
+    metrics: dict[str, float] = {}
+    for matrix, split in evals:
+        labels = matrix.get_label()
+        predicted = booster.predict(matrix)
+        if schema.regression:
+            rmse = float(np.sqrt(np.mean((predicted - labels) ** 2)))
+            suffix = "_rmse_log" if transform == "log" else "_rmse"
+            metrics[f"{split}_loss"] = rmse ** 2
+            metrics[f"{split}{suffix}"] = rmse
+            continue
+        probabilities = (np.column_stack([1 - predicted, predicted]) if predicted.ndim == 1
+                         else predicted)
+        truth = labels.astype(int)
+        chosen = np.clip(probabilities[np.arange(truth.size), truth], 1e-15, 1.0)
+        metrics[f"{split}_loss"] = float(-np.mean(np.log(chosen)))
+        metrics[f"{split}_accuracy"] = float(np.mean(probabilities.argmax(axis=1) == truth))
+    return metrics
+
+
+def model_metadata(schema: Schema, params: TrainParams, data_uri: str, best: int,
+                   state: BoostState, described: str, metrics: dict, usage: dict,
+                   version: str) -> dict:
+    from gkeflow.components.train.exported import SERVING_SIGNATURE
+    from gkeflow.components.train.inputs import input_names
+
+    names = input_names(schema)
+    return {
+        "framework": "tensorflow",  # the SavedModel's runtime: TensorFlow Serving serves it
+        "model_family": "gbdt",
+        "trained_with": f"xgboost {version}",
+        "label": schema.label,
+        "task": schema.task,
+        "label_vocabulary": schema.label_vocabulary,
+        "label_scaling": None,
+        "label_transform": params.label_transform,
+        "features": [{"name": c.name, "input": names[c.name], "type": c.type}
+                     for c in schema.features],
+        "signature": SERVING_SIGNATURE,
+        "input_signature": {names[c.name]: ("float32" if c.type == "numeric" else "string")
+                            for c in schema.features},
+        "model": "gbdt",
+        "params": asdict(params),
+        "training_data_uri": data_uri,
+        "best_epoch": best,
+        "best_round": best,
+        "epochs_run": state.rounds_completed,
+        "stopped_early": state.stopped_early,
+        "strategy": described,
+        "training_backend": "xgboost",
+        "replicas": 1,
+        "precision": "float32",
+        "metrics": metrics,
+        "gpu_utilisation": usage,
+    }
+
+
+def _write_curves(log_dir: Path, history: dict[str, list[float]]) -> None:
+    """The per-round curves as TensorBoard scalars (``train/…``, ``eval/…``)."""
+    import tensorflow as tf
+
+    writer = tf.summary.create_file_writer(str(Path(log_dir) / "rounds"))
+    with writer.as_default():
+        for name, values in history.items():
+            for step, value in enumerate(values, 1):
+                tf.summary.scalar(name.replace("_", "/", 1), value, step=step)
+    writer.flush()
+    writer.close()

@@ -1,0 +1,242 @@
+"""model_type gbdt: XGBoost's trees as TensorFlow ops, training on the prepared splits, the
+raw-feature SavedModel it exports (evaluation, serving check, the gate against a Keras
+champion), kill and resume, and its refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+
+xgb = pytest.importorskip("xgboost")
+
+from gkeflow.components.train.params import TrainParams  # noqa: E402
+from gkeflow.components.train.trees import (  # noqa: E402
+    measure_intercept,
+    numpy_margin,
+    read_forest,
+    tree_margin,
+)
+
+TYPES = ["q", "q", "q", "c", "c"]
+
+
+def _table(kind: str, rows: int = 1500, seed: int = 0):
+    """Numbers with missing values, a 70-value and a 3-value categorical column (codes), and
+    a label that depends on all of them."""
+    rng = np.random.default_rng(seed)
+    numbers = rng.normal(size=(rows, 3)).astype(np.float32)
+    numbers[rng.random(rows) < 0.1, 0] = np.nan
+    wide = rng.integers(0, 70, rows).astype(np.float32)
+    wide[rng.random(rows) < 0.1] = np.nan
+    narrow = rng.integers(0, 3, rows).astype(np.float32)
+    matrix = np.column_stack([numbers, wide, narrow])
+    score = (numbers[:, 1] + (wide % 3 == 0) + narrow + np.nan_to_num(numbers[:, 0])
+             + rng.normal(size=rows) * 0.3)
+    label = {"binary": (score > 0.5).astype(int),
+             "multiclass": np.digitize(score, [-0.5, 0.5, 1.5]),
+             "regression": score}[kind]
+    return matrix, label
+
+
+@pytest.mark.parametrize("kind,objective", [("binary", {"objective": "binary:logistic"}),
+                                            ("multiclass", {"objective": "multi:softprob",
+                                                            "num_class": 4}),
+                                            ("regression", {"objective": "reg:squarederror"})])
+def test_trees_as_tensorflow_ops_give_xgboosts_margins(kind, objective):
+    import tensorflow as tf
+
+    matrix, label = _table(kind)
+    train = xgb.DMatrix(matrix, label=label, feature_types=TYPES, enable_categorical=True)
+    booster = xgb.train({**objective, "max_depth": 5, "max_cat_to_onehot": 4, "seed": 1},
+                        train, 15)
+    forest = read_forest(booster, measure_intercept(booster, train))
+    # fresh rows: values never seen, unknown category codes, missing everywhere
+    scored, _ = _table(kind, rows=400, seed=5)
+    scored[:20, 3] = 300.0
+    scored[20:40, :] = np.nan
+    expected = booster.predict(xgb.DMatrix(scored, feature_types=TYPES,
+                                           enable_categorical=True), output_margin=True)
+    expected = expected.reshape(len(scored), -1)
+    assert forest.depth == 5 and forest.groups == expected.shape[1]
+    np.testing.assert_allclose(numpy_margin(forest, scored), expected, rtol=1e-5, atol=1e-5)
+    walked = tree_margin(forest, tf.constant(scored), tf).numpy()
+    np.testing.assert_allclose(walked, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_categorical_sets_send_their_members_right():
+    # one tree, one categorical split: the members of the node's set go right
+    matrix = np.array([[c] for c in range(8)] * 20, np.float32)
+    label = np.isin(matrix[:, 0], [1, 4, 6]).astype(float)
+    booster = xgb.train({"objective": "reg:squarederror", "max_depth": 1, "eta": 1.0,
+                         "max_cat_to_onehot": 1, "lambda": 0.0},
+                        xgb.DMatrix(matrix, label=label, feature_types=["c"],
+                                    enable_categorical=True), 1)
+    forest = read_forest(booster, measure_intercept(booster, xgb.DMatrix(
+        matrix, feature_types=["c"], enable_categorical=True)))
+    margins = numpy_margin(forest, np.arange(8, dtype=np.float32)[:, None]).reshape(-1)
+    high = margins > margins.mean()
+    assert set(np.flatnonzero(high)) == {1, 4, 6}
+
+
+@pytest.fixture(scope="module")
+def trained_gbdt(prepared_penguins, tmp_path_factory):
+    from gkeflow.components.train.logic import train
+
+    dataset_dir, prepared = prepared_penguins
+    model_dir = tmp_path_factory.mktemp("gbdt") / "model"
+    result = train(dataset_dir, prepared.schema, model_dir,
+                   TrainParams(model_type="gbdt", gbdt_rounds=300))
+    return model_dir, result
+
+
+def test_gbdt_trains_on_the_splits_and_exports_a_raw_feature_savedmodel(
+        prepared_penguins, trained_gbdt):
+    from gkeflow.components.evaluate.logic import evaluate
+    from gkeflow.components.train.exported import ExportedModel
+
+    dataset_dir, prepared = prepared_penguins
+    model_dir, result = trained_gbdt
+    assert result.backend == "xgboost" and "xgboost hist on cpu" in result.strategy
+    assert result.metrics["eval_accuracy"] > 0.9 and result.metrics["eval_loss"] < 0.4
+    assert 1 <= result.best_epoch <= result.epochs_run <= 300
+    assert len(result.history["train_mlogloss"]) == result.epochs_run
+    metadata = json.loads((model_dir / "gkeflow_model.json").read_text())
+    assert metadata["model_family"] == "gbdt" and metadata["framework"] == "tensorflow"
+    assert metadata["trees"]["trees"] == 3 * result.best_epoch  # a tree per class and round
+    model = ExportedModel(model_dir)
+    rows = [{"island": "Biscoe", "bill_length_mm": 48.0, "bill_depth_mm": 15.0,
+             "flipper_length_mm": 220.0, "body_mass_g": 5400.0, "sex": "male"},
+            {"island": "no such island"}, {}]
+    probabilities = model.predict_proba(
+        {f["input"]: np.array([r.get(f["name"], np.nan if f["type"] == "numeric" else "")
+                               for r in rows], dtype=np.float32 if f["type"] == "numeric"
+                              else object) for f in metadata["features"]})
+    assert probabilities.shape == (3, 3)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+    assert model.predict_rows(rows[:1]) == ["Gentoo"]
+    evaluation = evaluate(dataset_dir, prepared.schema, model_dir, min_accuracy=0.8)
+    assert evaluation.passed and evaluation.metrics.accuracy > 0.9
+
+
+def test_gbdt_model_passes_the_servability_check(prepared_penguins, trained_gbdt):
+    from gkeflow.components.deploy.servable import check_servable
+    from gkeflow.components.evaluate.logic import evaluate
+
+    dataset_dir, prepared = prepared_penguins
+    model_dir, _ = trained_gbdt
+    result = evaluate(dataset_dir, prepared.schema, model_dir, min_accuracy=0.0)
+    sample = json.loads(result.to_json())["sample_predictions"]
+    report = check_servable(model_dir, sample)
+    assert report.rows == len(sample["rows"]) and report.max_difference <= 1e-5
+
+
+def test_the_gate_compares_a_gbdt_challenger_with_a_keras_champion(
+        prepared_penguins, trained_penguins, trained_gbdt, tmp_path):
+    from gkeflow.components.evaluate.logic import evaluate
+    from gkeflow.components.register.local_registry import LocalRegistry
+
+    dataset_dir, prepared = prepared_penguins
+    uri = f"sqlite:///{tmp_path / 'registry.db'}"
+    LocalRegistry(uri).register("penguins", str(trained_penguins[0]), {}, run_id="keras")
+    result = evaluate(dataset_dir, prepared.schema, trained_gbdt[0], min_accuracy=0.5,
+                      model_name="penguins", registry_uri=uri, regression_tolerance=0.05)
+    assert result.champion is not None and result.champion.version == 1
+    # the same metric on the same test rows for both families
+    assert result.champion.metrics.examples == result.metrics.examples
+    assert any("champion penguins v1" in reason for reason in result.decision.reasons)
+
+
+def test_gbdt_regression_predicts_in_the_labels_units(prepared_penguins, tmp_path):
+    from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS, prepare
+    from gkeflow.components.train.exported import ExportedModel
+    from gkeflow.components.train.logic import train
+
+    dataset_dir = tmp_path / "dataset"
+    prepared = prepare(EMBEDDED_PENGUINS, dataset_dir, "body_mass_g")
+    assert prepared.schema.regression
+    for transform in ("none", "log"):
+        model_dir = tmp_path / f"model-{transform}"
+        result = train(dataset_dir, prepared.schema, model_dir,
+                       TrainParams(model_type="gbdt", gbdt_rounds=200,
+                                   label_transform=transform))
+        suffix = "_rmse_log" if transform == "log" else "_rmse"
+        assert f"eval{suffix}" in result.metrics
+        values = ExportedModel(model_dir).predict_rows(
+            [{"species": "Gentoo", "flipper_length_mm": 225.0, "sex": "male"},
+             {"species": "Adelie", "flipper_length_mm": 185.0, "sex": "female"}])
+        assert 4500 < values[0] < 6500 and 2700 < values[1] < 4200
+
+
+def test_a_killed_gbdt_training_resumes_from_its_last_committed_round(prepared_penguins,
+                                                                      tmp_path):
+    from gkeflow.components.train.checkpoint import Preempted
+    from gkeflow.components.train.exported import ExportedModel
+    from gkeflow.components.train.logic import train
+
+    dataset_dir, prepared = prepared_penguins
+    params = TrainParams(model_type="gbdt", gbdt_rounds=120, gbdt_checkpoint_every=10,
+                         gbdt_early_stopping_rounds=0)
+    whole = train(dataset_dir, prepared.schema, tmp_path / "whole", params)
+
+    class KillAtRound:
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 45:  # SIGTERM mid-training, as a Spot preemption sends it
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    checkpoints = tmp_path / "checkpoints"
+    with pytest.raises(Preempted, match="after round 46"):
+        train(dataset_dir, prepared.schema, tmp_path / "killed", params,
+              checkpoint_dir=checkpoints, live=lambda sampler: [KillAtRound()])
+    state = json.loads((checkpoints / "state.json").read_text())
+    assert state["rounds_completed"] == 46 and (checkpoints / state["booster_file"]).exists()
+    assert not (tmp_path / "killed").exists()  # no half-written model
+    resumed = train(dataset_dir, prepared.schema, tmp_path / "resumed", params,
+                    checkpoint_dir=checkpoints)
+    assert resumed.resumed_from_epoch == 46 and resumed.epochs_run == 120
+    assert resumed.history["eval_mlogloss"] == pytest.approx(whole.history["eval_mlogloss"],
+                                                             rel=1e-6)
+    assert not checkpoints.exists()  # removed after success
+    rows = [{"island": "Dream", "bill_length_mm": 45.0}, {"sex": "female"}]
+    np.testing.assert_allclose(
+        ExportedModel(tmp_path / "resumed").predict_proba(_inputs(rows, prepared.schema)),
+        ExportedModel(tmp_path / "whole").predict_proba(_inputs(rows, prepared.schema)),
+        rtol=1e-6, atol=1e-7)
+
+
+def _inputs(rows, schema):
+    from gkeflow.components.train.inputs import input_names
+
+    names = input_names(schema)
+    return {names[c.name]: np.array(
+        [r.get(c.name, np.nan if c.type == "numeric" else "") for r in rows],
+        dtype=np.float32 if c.type == "numeric" else object) for c in schema.features}
+
+
+def test_gbdt_refusals_name_the_setting(prepared_penguins, tmp_path, monkeypatch):
+    from gkeflow.components.train.devices import GpuUnavailableError
+    from gkeflow.components.train.gbdt import GbdtSettingsError
+    from gkeflow.components.train.logic import train
+    from gkeflow.components.train.tpu import TpuUnavailableError
+
+    with pytest.raises(GbdtSettingsError, match="gbdt_max_depth must be in"):
+        TrainParams(model_type="gbdt", gbdt_max_depth=0)
+    with pytest.raises(GbdtSettingsError, match="gbdt_subsample"):
+        TrainParams(model_type="gbdt", gbdt_subsample=1.5)
+    TrainParams(model_type="mlp", gbdt_max_depth=0)  # not checked for Keras models
+    dataset_dir, prepared = prepared_penguins
+    with pytest.raises(TpuUnavailableError, match="not on a TPU"):
+        train(dataset_dir, prepared.schema, tmp_path / "m", TrainParams(model_type="gbdt",
+                                                                         strategy="tpu"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(GpuUnavailableError, match="asked for a GPU"):
+        train(dataset_dir, prepared.schema, tmp_path / "m",
+              TrainParams(model_type="gbdt", require_gpu=True))
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["a:1", "b:2"]},
+                                                "task": {"type": "worker", "index": 0}}))
+    with pytest.raises(GbdtSettingsError, match="one machine"):
+        train(dataset_dir, prepared.schema, tmp_path / "m", TrainParams(model_type="gbdt"))
+    assert not (tmp_path / "m").exists()
