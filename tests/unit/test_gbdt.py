@@ -240,3 +240,23 @@ def test_gbdt_refusals_name_the_setting(prepared_penguins, tmp_path, monkeypatch
     with pytest.raises(GbdtSettingsError, match="one machine"):
         train(dataset_dir, prepared.schema, tmp_path / "m", TrainParams(model_type="gbdt"))
     assert not (tmp_path / "m").exists()
+
+
+def test_gbdt_model_loads_as_an_mlflow_pyfunc_model(trained_gbdt, tmp_path):
+    pytest.importorskip("mlflow")
+    import mlflow.pyfunc
+    import pandas as pd
+
+    from gkeflow.components.train.exported import ExportedModel
+    from gkeflow.components.train.mlflow_model import save_mlflow_model
+
+    model_dir, _ = trained_gbdt
+    saved = save_mlflow_model(model_dir, tmp_path / "mlflow-model")
+    rows = [{"island": "Biscoe", "bill_length_mm": 48.0, "flipper_length_mm": 220.0},
+            {"island": "Dream", "bill_length_mm": 50.0, "bill_depth_mm": 19.0}]
+    features = ExportedModel(model_dir).metadata["features"]
+    frame = pd.DataFrame({f["name"]: pd.Series(
+        [r.get(f["name"]) for r in rows],
+        dtype="float64" if f["type"] == "numeric" else object) for f in features})
+    answer = mlflow.pyfunc.load_model(str(saved)).predict(frame)
+    assert answer["prediction"].tolist() == ExportedModel(model_dir).predict_rows(rows)
