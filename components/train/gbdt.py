@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import shutil
+import signal
 import threading
 import time
 import uuid

@@ -8,8 +8,8 @@ release gives the same package versions.
 
 The resolver's input is ``pyproject.toml``'s ``dependencies`` with TensorFlow swapped per
 image (and XGBoost: ``xgboost-cpu``, in the GPU image ``xgboost`` with its CUDA kernels;
-none in the slim image): ``tensorflow-cpu`` (same version range) in the CPU image, the ``gpu`` extra's
-``tensorflow[and-cuda]`` in the GPU image (with the ``ray`` extra: a GKE Ray sweep's
+none in the slim image): ``tensorflow-cpu`` (same version range) in the CPU image, the
+``gpu`` extra's ``tensorflow[and-cuda]`` in the GPU image (with the ``ray`` extra: a GKE Ray sweep's
 head and trials run in it), ``tensorflow-cpu`` plus the ``tpu`` extra's
 ``jax[tpu]`` (JAX and the libtpu it names) in the TPU image (resolved for the TPU VM's
 platform, manylinux_2_31: libtpu has no older wheels), and in the slim image (``gkeflow``) no
@@ -41,8 +41,10 @@ from gkeflow.pipelines.settings.requirement_locks import lock_path, normalise, r
 FLAVOURS = ("slim", "cpu", "gpu", "tpu")
 #: Direct dependencies the slim image leaves out: TensorFlow, TensorBoard, TensorFlow's
 #: numeric types (ml-dtypes, held to a version that starts fast), NVML (read only while
-#: training) and XGBoost (only train-model's gbdt uses it). Whatever only they require drops out of its resolution with them.
-TENSORFLOW_ONLY = ("tensorflow", "tensorboard", "ml-dtypes", "nvidia-ml-py", "xgboost-cpu")
+#: training) and XGBoost (only train-model's gbdt uses it). Whatever only they require
+#: drops out of its resolution with them.
+TENSORFLOW_ONLY = ("tensorflow", "tensorboard", "ml-dtypes", "nvidia-ml-py",
+                   "xgboost-cpu")
 #: Direct dependencies no image installs: only the gkeflow command uses them (`gkeflow
 #: prices refresh`, `gkeflow monitoring apply`), no step.
 CLIENT_ONLY = ("google-cloud-billing", "google-cloud-monitoring")
