@@ -133,7 +133,7 @@ def train_model(
     from gkeflow.components.prepare.logic import Schema
     from gkeflow.components.train.checkpoint import Preempted, exit_on_preemption
     from gkeflow.components.train.devices import GpuUnavailableError
-    from gkeflow.components.train.gbdt import GbdtSettingsError
+    from gkeflow.components.train.gbdt_settings import GbdtSettingsError
     from gkeflow.components.train.logic import TrainParams, train
     from gkeflow.components.train.regression import LabelTransformError
     from gkeflow.components.train.report import trial_report

@@ -35,34 +35,13 @@ from typing import Any
 import numpy as np
 
 from gkeflow.components.prepare.logic import Schema
+from gkeflow.components.train.gbdt_settings import GbdtSettingsError, check_gbdt_settings
 from gkeflow.components.train.params import TrainParams, TrainResult
+
+__all__ = ["GbdtSettingsError", "check_gbdt_settings", "train_gbdt"]
 
 #: The committed booster of a checkpoint (XGBoost's UBJSON model format).
 _BOOSTER = "booster-{rounds:06d}-{nonce}.ubj"
-
-
-class GbdtSettingsError(ValueError):
-    """A gbdt hyperparameter out of its range; the message names it and the range."""
-
-
-def check_gbdt_settings(params: TrainParams) -> None:
-    """GbdtSettingsError for the first gbdt hyperparameter XGBoost would refuse."""
-    checks = (
-        ("gbdt_rounds", params.gbdt_rounds >= 1, ">= 1"),
-        ("gbdt_learning_rate", 0 < params.gbdt_learning_rate <= 1, "in (0, 1]"),
-        ("gbdt_max_depth", 1 <= params.gbdt_max_depth <= 20, "in [1, 20]"),
-        ("gbdt_min_child_weight", params.gbdt_min_child_weight >= 0, ">= 0"),
-        ("gbdt_subsample", 0 < params.gbdt_subsample <= 1, "in (0, 1]"),
-        ("gbdt_colsample_bytree", 0 < params.gbdt_colsample_bytree <= 1, "in (0, 1]"),
-        ("gbdt_reg_lambda", params.gbdt_reg_lambda >= 0, ">= 0"),
-        ("gbdt_early_stopping_rounds", params.gbdt_early_stopping_rounds >= 0,
-         ">= 0 (0 = off)"),
-        ("gbdt_checkpoint_every", params.gbdt_checkpoint_every >= 0, ">= 0 (0 = on SIGTERM "
-         "only)"),
-    )
-    for name, ok, allowed in checks:
-        if not ok:
-            raise GbdtSettingsError(f"{name} must be {allowed}; got {getattr(params, name)}")
 
 
 # -- the data as XGBoost takes it ------------------------------------------------------------

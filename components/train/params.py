@@ -97,7 +97,7 @@ class TrainParams:
         if not self.gpu_sample_interval_s > 0:
             raise ValueError("gpu_sample_interval_s must be > 0 (it is kept within 1-60 s)")
         if self.model_type == "gbdt" and not self.user_module:
-            from gkeflow.components.train.gbdt import check_gbdt_settings
+            from gkeflow.components.train.gbdt_settings import check_gbdt_settings
 
             check_gbdt_settings(self)
         if not 0 <= self.gpu_utilisation_warn_below <= 100:

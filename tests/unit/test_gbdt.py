@@ -218,7 +218,7 @@ def _inputs(rows, schema):
 
 def test_gbdt_refusals_name_the_setting(prepared_penguins, tmp_path, monkeypatch):
     from gkeflow.components.train.devices import GpuUnavailableError
-    from gkeflow.components.train.gbdt import GbdtSettingsError
+    from gkeflow.components.train.gbdt_settings import GbdtSettingsError
     from gkeflow.components.train.logic import train
     from gkeflow.components.train.tpu import TpuUnavailableError
 
