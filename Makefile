@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo run test test-fast lint compile check-compiled docs check-docs check-site dist bench clean
+.PHONY: help install demo run test test-fast lint compile check-compiled docs check-docs check-site dist bench bench-quality clean
 .PHONY: locks check-locks image-base image-test image-test-gpu image-test-tpu
 
 help: ## Show this help
@@ -83,6 +83,10 @@ image-test-tpu: $(STAMP) image-base ## Build the TPU image with podman: import c
 
 bench: $(STAMP) ## End-to-end benchmark (see bench/RESULTS.md)
 	$(BIN)/python bench/e2e.py
+
+bench-quality: $(STAMP) ## Model quality on 13 real tables against default GBDTs and a linear model (bench/quality.py; about 15 minutes)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python bench/quality.py --models gbdt,mlp
 
 clean: ## Remove the virtual environment, caches and local run output
 	rm -rf $(VENV) gkeflow-output site .pytest_cache .ruff_cache *.egg-info

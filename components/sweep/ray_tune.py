@@ -56,11 +56,37 @@ def make_scheduler(settings: TuneSettings, max_epochs: int):
 
 
 def trial_params(fixed: Mapping[str, Any], trial: Mapping[str, Any]) -> dict[str, Any]:
-    """The trial's ``TrainParams`` fields: the sweep's fixed values, the searched ones on top."""
+    """The trial's ``TrainParams`` fields: the sweep's fixed values, the searched ones on top,
+    each of its field's type (a search algorithm or a JSON round trip may hand ``32.0`` for
+    an integer, or a list for ``hidden_units``)."""
     values = {**fixed, **{k: v for k, v in trial.items() if k != "trial_id"}}
-    if isinstance(values.get("hidden_units"), str):
-        values["hidden_units"] = tuple(int(u) for u in values["hidden_units"].split(",") if u)
-    return values
+    return {name: field_value(name, value) for name, value in values.items()}
+
+
+def field_value(name: str, value: Any) -> Any:
+    """``value`` as ``TrainParams.<name>`` takes it: a whole float as an int, a number as a
+    float, layer sizes (text, list) as a tuple of ints; a fractional value for an integer
+    field is refused with the field's name."""
+    import typing
+
+    from gkeflow.components.train.params import TrainParams
+
+    kind = typing.get_type_hints(TrainParams).get(name)
+    if kind is bool or kind is None or isinstance(value, bool):
+        return value
+    if kind is int:
+        number = float(value)
+        if not number.is_integer():
+            raise ValueError(f"{name} must be a whole number; the search gave {value!r}")
+        return int(number)
+    if kind is float:
+        return float(value)
+    if kind is str:
+        return str(value)
+    if name == "hidden_units" or typing.get_origin(kind) is tuple:
+        parts = value.split(",") if isinstance(value, str) else list(value)
+        return tuple(int(float(u)) for u in parts if str(u).strip())
+    return value
 
 
 def run_trial(config: Mapping[str, Any]) -> None:

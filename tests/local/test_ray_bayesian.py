@@ -14,7 +14,8 @@ pytest.importorskip("optuna", reason="Optuna is not installed (pip install -e '.
 pytestmark = pytest.mark.slow
 
 SPACE = {"learning_rate": {"type": "loguniform", "min": 0.001, "max": 0.1},
-         "batch_size": {"type": "choice", "values": [16, 32]},
+         "batch_size": {"type": "int", "min": 16, "max": 32, "step": 16},
+         "hidden_units": {"type": "choice", "values": ["8", "8,4"]},
          "epochs": {"type": "int", "min": 1, "max": 2}}
 
 
@@ -33,7 +34,7 @@ def test_a_bayesian_search_draws_each_trial_inside_the_space(prepared_penguins, 
     lines: list[str] = []
     ran, reports = run_tune(
         dataset_dir, tmp_path / "schema.json", trials,
-        {"early_stopping_patience": 0, "hidden_units": "8"},
+        {"early_stopping_patience": 0},
         TuneSettings(scheduler="none", parallel_trials=1, search="bayesian", seed=7),
         tmp_path / "out", echo=lines.append, space=sweep.model_dump()["parameters"])
     assert "Bayesian search (Optuna TPE)" in lines[0]
@@ -42,6 +43,7 @@ def test_a_bayesian_search_draws_each_trial_inside_the_space(prepared_penguins, 
     for trial in ran:
         assert 0.001 <= trial["learning_rate"] <= 0.1
         assert trial["batch_size"] in (16, 32) and trial["epochs"] in (1, 2)
+        assert trial["hidden_units"] in ("8", "8,4")
         assert isinstance(trial["epochs"], int)
     assert len({t["learning_rate"] for t in ran}) == 3, "each trial drawn anew"
     parsed = [json.loads(r) for r in reports]

@@ -49,6 +49,20 @@ def test_trial_params_put_the_searched_values_over_the_fixed_ones():
     assert params == {"epochs": 5, "hidden_units": (16,), "learning_rate": 0.3}
 
 
+def test_trial_params_keep_each_fields_type_whatever_the_search_handed():
+    # a search algorithm or a JSON round trip gives 32.0 for an integer, lists for layers
+    params = trial_params({"epochs": 5.0, "dropout": 0, "model_type": "gbdt"},
+                          {"trial_id": "t", "batch_size": 32.0, "hidden_units": [64.0, 32],
+                           "learning_rate": 1, "gbdt_max_depth": 8.0, "require_gpu": True})
+    assert params == {"epochs": 5, "dropout": 0.0, "model_type": "gbdt", "batch_size": 32,
+                      "hidden_units": (64, 32), "learning_rate": 1.0, "gbdt_max_depth": 8,
+                      "require_gpu": True}
+    assert [type(params[k]) for k in ("epochs", "batch_size", "dropout", "learning_rate")] \
+        == [int, int, float, float]
+    with pytest.raises(ValueError, match="batch_size must be a whole number"):
+        trial_params({}, {"batch_size": 32.5})
+
+
 def test_a_stopped_trial_is_listed_with_its_epochs_but_never_selected():
     reports = [stopped_report("trial-001", "eval_accuracy", {"epoch": 2, "eval_accuracy": 0.9}),
                json.dumps({"trial_id": "trial-000", "status": "succeeded", "model_uri": "m",
