@@ -110,6 +110,8 @@ def main() -> None:
 
 def _booster(model_dir, dataset, schema, test):
     """The same booster refitted here (the SavedModel holds the trees as arrays)."""
+    import json
+
     import xgboost as xgb
 
     from gkeflow.components.prepare.reader import load_split
@@ -120,8 +122,6 @@ def _booster(model_dir, dataset, schema, test):
         label_values,
     )
     from gkeflow.components.train.params import TrainParams
-
-    import json
 
     rounds = json.loads((model_dir / "gkeflow_model.json").read_text())["best_round"]
     train = load_split(dataset, "train", schema)

@@ -71,7 +71,7 @@ TABLES = (
     Table("boston", "MASS", "Boston", "medv"),
 )
 
-GKEFLOW_MODELS = ("gbdt", "mlp", "wide_deep")
+GKEFLOW_MODELS = ("auto", "gbdt", "mlp", "wide_deep", "linear")
 BASELINES = ("xgboost", "lightgbm", "hist_gb", "linear")
 
 
@@ -234,7 +234,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tables", default="", help="comma-separated table names; "
                         f"default all: {', '.join(t.name for t in TABLES)}")
-    parser.add_argument("--models", default="gbdt,mlp",
+    parser.add_argument("--models", default="auto,gbdt,mlp,linear",
                         help=f"gkeflow model types ({', '.join(GKEFLOW_MODELS)})")
     parser.add_argument("--baselines", default=",".join(BASELINES))
     parser.add_argument("--json", type=Path, help="write every figure here as JSON")

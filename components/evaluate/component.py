@@ -82,7 +82,11 @@ def evaluate_model(
     from gkeflow.components._atomic import write_text_atomic
     from gkeflow.components.evaluate.logic import evaluate
     from gkeflow.components.evaluate.metrics import roc_points
-    from gkeflow.components.evaluate.model_card import gpu_utilisation_section, render_model_card
+    from gkeflow.components.evaluate.model_card import (
+        gpu_utilisation_section,
+        model_selection_section,
+        render_model_card,
+    )
     from gkeflow.components.prepare.logic import Schema
     from gkeflow.components.sweep.logic import sweep_card_section
 
@@ -128,7 +132,8 @@ def evaluate_model(
     metrics.metadata["passed"] = float(result.passed)
     from gkeflow.components.tracking.steps import track_evaluation
 
-    card += gpu_utilisation_section(Path(model.path)) + sweep_card_section(Path(model.path))
+    card += (model_selection_section(Path(model.path)) + gpu_utilisation_section(Path(model.path))
+             + sweep_card_section(Path(model.path)))
     write_text_atomic(Path(model_card.path), card)
     write_text_atomic(Path(evaluation.path), result.to_json())
     evaluation.metadata.update({

@@ -109,6 +109,30 @@ def render_model_card(evaluation: Evaluation) -> str:
     return "\n".join(lines) + "\n"
 
 
+def model_selection_section(model_dir: Path) -> str:
+    """The card's "Model selection" section: the candidates ``model_type: auto`` trained,
+    each one's eval-split figures, which won and why; empty for a model of one family."""
+    from gkeflow.components.train.exported import MODEL_METADATA_FILE
+
+    path = Path(model_dir) / MODEL_METADATA_FILE
+    selection = json.loads(path.read_text()).get("model_selection") if path.is_file() else None
+    if not selection:
+        return ""
+    metric = selection["metric"]
+    lines = ["", "## Model selection", "",
+             f"Chosen: **{_escape(selection['chosen'])}**, {_escape(selection['reason'])}. "
+             "Only the chosen model is scored on the test split.", "",
+             f"| candidate | status | {metric} | seconds |", "|---|---|---|---|"]
+    for name, entry in selection["candidates"].items():
+        value = entry.get(metric)
+        lines.append(f"| {_escape(name)} | {_escape(entry['status'])}"
+                     + (f" ({_escape(entry['error'])})" if entry.get("error") else "")
+                     + f" | {_cell(value)} | {entry.get('seconds', '')} |")
+    for line in selection.get("left_out", []):
+        lines.append(f"\nLeft out: {_escape(line)}.")
+    return "\n".join(lines) + "\n"
+
+
 def gpu_utilisation_section(model_dir: Path) -> str:
     """The card's "GPU utilisation during training" section, from the utilisation the
     training step recorded in the model's metadata; empty for models without it."""

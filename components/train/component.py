@@ -16,7 +16,7 @@ def train_model(
     epochs: int = 20,
     batch_size: int = 32,
     learning_rate: float = 0.01,
-    model_type: str = "mlp",
+    model_type: str = "auto",
     hidden_units: str = "64,32",
     dropout: float = 0.1,
     early_stopping_patience: int = 5,
@@ -49,6 +49,7 @@ def train_model(
     gbdt_colsample_bytree: float = 1.0,
     gbdt_reg_lambda: float = 1.0,
     gbdt_early_stopping_rounds: int = 100,
+    candidates: str = "",
 ) -> str:
     """Trains a Keras classifier (or regressor), or gradient-boosted trees, on the train
     split and exports a SavedModel taking raw features.
@@ -70,8 +71,9 @@ def train_model(
         epochs: Maximum passes over the training split.
         batch_size: Examples per step per replica (the global batch scales with replicas).
         learning_rate: Adam learning rate for one replica (scaled linearly with replicas).
-        model_type: Built-in model: mlp, wide_deep (Keras) or gbdt (XGBoost trees, on the
-            step's GPU when it has one; exported as the same raw-feature SavedModel).
+        model_type: auto (train the candidates, keep the best on the eval split), mlp,
+            wide_deep (Keras), gbdt (XGBoost trees, on the step's GPU when it has one) or
+            linear (ridge or logistic regression); all export the same raw-feature SavedModel.
         hidden_units: Sizes of the hidden layers, comma-separated.
         dropout: Dropout rate after each hidden layer.
         early_stopping_patience: Epochs without eval-loss improvement before stopping; 0 = off.
@@ -116,6 +118,8 @@ def train_model(
         gbdt_reg_lambda: gbdt: L2 regularisation of leaf values.
         gbdt_early_stopping_rounds: gbdt: rounds without eval-loss improvement before
             boosting stops (the best round is kept); 0 = off.
+        candidates: model_type auto: the families tried, comma-separated (gbdt, mlp,
+            wide_deep, linear, user); empty = gbdt, mlp, linear (and user with a user_module).
 
     Returns:
         JSON summary: trial_id (the task name), status, eval-split metrics, model URI and
@@ -156,6 +160,7 @@ def train_model(
         gbdt_max_depth=gbdt_max_depth, gbdt_min_child_weight=gbdt_min_child_weight,
         gbdt_subsample=gbdt_subsample, gbdt_colsample_bytree=gbdt_colsample_bytree,
         gbdt_reg_lambda=gbdt_reg_lambda, gbdt_early_stopping_rounds=gbdt_early_stopping_rounds,
+        candidates=candidates,
     )
     location = resolve_checkpoint_location(checkpoint_uri, checkpoint_root, pipeline_run_id,
                                            task_name, checkpoint_key,
@@ -225,9 +230,17 @@ def train_model(
     usage = result.gpu_utilisation
     for name, value in (usage.epoch_metrics() if usage else {}).items():
         metrics.log_metric(name, round(value, 6))
+    import json
+
+    from gkeflow.components.train.exported import MODEL_METADATA_FILE
+
+    exported = json.loads((Path(model.path) / MODEL_METADATA_FILE).read_text())
     model.metadata.update({
         "framework": "tensorflow",
-        "model_family": "gbdt" if result.backend == "xgboost" else "keras",
+        "model_family": exported.get("model_family", "keras"),
+        "model_selection": (f"{exported['model_selection']['chosen']}: "
+                            f"{exported['model_selection']['reason']}"
+                            if exported.get("model_selection") else ""),
         "epochs_run": result.epochs_run,
         "best_epoch": result.best_epoch,
         "features": result.features,

@@ -78,11 +78,18 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     them, or None) that sees every epoch end after the sampler has closed it: the step's
     live curves.
     """
-    if params.model_type == "gbdt" and not params.user_module:
-        from gkeflow.components.train.gbdt import train_gbdt
+    if params.model_type == "auto":
+        from gkeflow.components.train.candidates import train_candidates
 
-        return train_gbdt(dataset_dir, schema, model_dir, params, checkpoint_dir,
-                          tensorboard_dir, data_uri, live)
+        return train_candidates(dataset_dir, schema, model_dir, params, checkpoint_dir,
+                                tensorboard_dir, data_uri, live, train_one=train)
+    if params.model_type in ("gbdt", "linear") and not params.user_module:
+        from gkeflow.components.train.gbdt import train_gbdt
+        from gkeflow.components.train.linear import train_linear
+
+        family = train_gbdt if params.model_type == "gbdt" else train_linear
+        return family(dataset_dir, schema, model_dir, params, checkpoint_dir,
+                      tensorboard_dir, data_uri, live)
     from gkeflow.components.train import tpu as tpus
     from gkeflow.components.train.backend import resolve_backend, select_backend
 

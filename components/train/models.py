@@ -28,11 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from gkeflow.components.prepare.logic import Schema
+from gkeflow.components.train.families import KERAS_MODEL_TYPES, MODEL_TYPES  # noqa: F401
 
-#: The Keras families :func:`build_builtin` builds.
-KERAS_MODEL_TYPES = ("mlp", "wide_deep")
-#: Every built-in family: the Keras ones and gradient-boosted trees (train/gbdt.py).
-MODEL_TYPES = (*KERAS_MODEL_TYPES, "gbdt")
 #: Categories one-hot encoded per column when fitting on arrays (prepare_data keeps up to
 #: 1000 in the schema).
 MAX_CATEGORIES = 1000

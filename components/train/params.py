@@ -56,11 +56,13 @@ class TrainParams:
     gbdt_reg_lambda: float = 1.0
     gbdt_early_stopping_rounds: int = 100
     gbdt_checkpoint_every: int = 100
+    # model_type auto: the families tried (comma-separated; empty = gbdt, mlp, linear)
+    candidates: str = ""
 
     def __post_init__(self) -> None:
         from gkeflow.components.train.backend import check_backend
         from gkeflow.components.train.devices import PRECISIONS
-        from gkeflow.components.train.models import MODEL_TYPES
+        from gkeflow.components.train.families import MODEL_TYPES, parse_candidates
         from gkeflow.components.train.regression import check_settings
         from gkeflow.components.train.tpu import STRATEGIES
 
@@ -96,7 +98,8 @@ class TrainParams:
             raise ValueError("steps_per_execution must be >= 0 (0 = auto)")
         if not self.gpu_sample_interval_s > 0:
             raise ValueError("gpu_sample_interval_s must be > 0 (it is kept within 1-60 s)")
-        if self.model_type == "gbdt" and not self.user_module:
+        parse_candidates(self.candidates)
+        if self.model_type in ("gbdt", "auto") and not self.user_module:
             from gkeflow.components.train.gbdt_settings import check_gbdt_settings
 
             check_gbdt_settings(self)

@@ -67,10 +67,12 @@ def _dispatch_run(pipeline: str, **options) -> None:
                    "<data file>-classifier.")
 @click.option("--min-accuracy", type=click.FloatRange(0, 1), default=0.8, show_default=True,
               help="Test accuracy required before the model is registered.")
-@click.option("--model-type", type=click.Choice(["mlp", "wide_deep", "gbdt"]), default="mlp",
-              show_default=True, help="Built-in model family: mlp or wide_deep (Keras), or gbdt "
-                   "(gradient-boosted trees, XGBoost); gbdt_* parameters tune the trees "
-                   "(--param gbdt_max_depth=8).")
+@click.option("--model-type", type=click.Choice(["auto", "mlp", "wide_deep", "gbdt", "linear"]),
+              default="auto", show_default=True,
+              help="auto trains gradient-boosted trees, an MLP and a linear model and "
+                   "keeps the best on the eval split (--param candidates=gbdt,mlp to choose "
+                   "the set); or one family: mlp, wide_deep (Keras), gbdt (XGBoost trees; "
+                   "--param gbdt_max_depth=8 ...) or linear.")
 @click.option("--user-module", metavar="PATH",
               help="Your own model: a .py file (or module) with build_model(schema, hparams).")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",

@@ -61,6 +61,8 @@ def print_run_summary(console: Console, result, arguments: dict, debug: bool = F
         trained = result.artifact_metadata("train-model", "model")
         if trained.get("strategy"):
             console.print(f"Training:  {trained['strategy']}", markup=False)
+        if trained.get("model_selection"):
+            console.print(f"Chosen:    {trained['model_selection']}", markup=False)
         stopped = early_stop_line(trained, arguments)
         if stopped:
             console.print(f"           {stopped}", markup=False)
@@ -86,6 +88,8 @@ def print_run_summary(console: Console, result, arguments: dict, debug: bool = F
 
 def early_stop_line(trained: dict, arguments: dict) -> str:
     """Why training ended before ``epochs`` (early stopping), or "" when it ran them all."""
+    if trained.get("model_family", "keras") != "keras":  # trees and linear have no epochs
+        return ""
     epochs = int(arguments.get("epochs", 0) or 0)
     run, best = int(trained.get("epochs_run") or 0), int(trained.get("best_epoch") or 0)
     if not epochs or not run or run >= epochs:

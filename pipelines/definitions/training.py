@@ -236,7 +236,8 @@ def build_training_pipeline(
         loss: str = "auto",
         label_transform: str = "none",
         backend: str = "auto",
-        model_type: str = "mlp",
+        model_type: str = "auto",
+        candidates: str = "",
         user_module: str = "",
         gbdt_rounds: int = 2000,
         gbdt_learning_rate: float = 0.05,
@@ -285,8 +286,13 @@ def build_training_pipeline(
             label_transform: Regression: none, or log for a skewed positive label.
             backend: Keras backend of train-model: auto (JAX on a TPU, TensorFlow
                 elsewhere), tensorflow or jax; both export the same SavedModel.
-            model_type: Built-in model family: mlp or wide_deep (Keras), or gbdt
-                (gradient-boosted trees with XGBoost, on train-model's GPU when it has one).
+            model_type: auto (default: train the candidates, keep the one with the best
+                eval-split metric), or one family: mlp or wide_deep (Keras), gbdt
+                (gradient-boosted trees with XGBoost, on train-model's GPU when it has one)
+                or linear (ridge or logistic regression).
+            candidates: model_type auto: the families tried, comma-separated (gbdt, mlp,
+                wide_deep, linear, user); empty = gbdt, mlp, linear, and user with a
+                user_module.
             user_module: Your own model: a module with build_model(schema, hparams);
                 empty = built-in.
             gbdt_rounds: gbdt: most boosting rounds.
@@ -348,6 +354,7 @@ def build_training_pipeline(
                               f"{eval_ratio}-{test_ratio}-{epochs}-{batch_size}-"
                               f"{learning_rate}-{early_stopping_patience}-{loss}-"
                               f"{label_transform}-{backend}-{task}-{model_type}-"
+                              f"{candidates}-"
                               f"{gbdt_rounds}-{gbdt_learning_rate}-{gbdt_max_depth}-"
                               f"{gbdt_min_child_weight}-{gbdt_subsample}-"
                               f"{gbdt_colsample_bytree}-{gbdt_reg_lambda}-"
@@ -364,6 +371,7 @@ def build_training_pipeline(
             label_transform=label_transform,
             backend=backend,
             model_type=model_type,
+            candidates=candidates,
             user_module=user_module,
             gbdt_rounds=gbdt_rounds,
             gbdt_learning_rate=gbdt_learning_rate,

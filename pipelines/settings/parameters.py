@@ -74,7 +74,7 @@ def _check_training(arguments: dict) -> None:
                  "early_stopping_patience", "loss", "label_transform", "backend",
                  "gbdt_rounds", "gbdt_learning_rate", "gbdt_max_depth",
                  "gbdt_min_child_weight", "gbdt_subsample", "gbdt_colsample_bytree",
-                 "gbdt_reg_lambda", "gbdt_early_stopping_rounds")
+                 "gbdt_reg_lambda", "gbdt_early_stopping_rounds", "candidates")
                 if name in arguments}
     if not settings:
         return

@@ -28,9 +28,11 @@ def _arguments(path, **changes) -> dict:
     ({"model_name": "My_Model"}, "model_name: invalid model name 'My_Model'"),
     ({"epochs": 0}, "epochs must be >= 1; got 0"),
     ({"learning_rate": -1.0}, "learning_rate must be in (0, 10); got -1.0"),
-    ({"model_type": "cnn"}, "model_type must be one of mlp, wide_deep, gbdt; got 'cnn'"),
+    ({"model_type": "cnn"},
+     "model_type must be one of auto, mlp, wide_deep, gbdt, linear; got 'cnn'"),
     ({"model_type": "gbdt", "gbdt_max_depth": 0}, "gbdt_max_depth must be in [1, 20]; got 0"),
     ({"model_type": "gbdt", "gbdt_learning_rate": 2.0}, "gbdt_learning_rate must be in (0, 1]"),
+    ({"candidates": "gbdt,svm"}, "candidates: unknown model family 'svm'"),
 ])
 def test_bad_arguments_are_named_before_any_step(write_csv, changes, message):
     path = write_csv(b"\xef\xbb\xbfid,x,y\n1,2,a\n")

@@ -23,16 +23,16 @@ def test_a_trial_reports_its_eval_metrics_or_its_error(prepared_penguins, tmp_pa
     dataset_dir, _ = prepared_penguins
     ok = json.loads(train_model.python_func(
         **_artifacts(tmp_path / "ok", dataset_dir), epochs=1, hidden_units="8",
-        task_name="trial-004", continue_on_error=True))
+        model_type="mlp", task_name="trial-004", continue_on_error=True))
     assert ok["trial_id"] == "trial-004" and ok["status"] == "succeeded" and not ok["error"]
     assert 0 <= ok["metrics"]["eval_accuracy"] <= 1 and ok["metrics"]["eval_loss"] > 0
     assert ok["model_uri"] == str(tmp_path / "ok" / "model")
 
     failed = json.loads(train_model.python_func(
         **_artifacts(tmp_path / "bad", dataset_dir), epochs=1, hidden_units="0",
-        task_name="trial-005", continue_on_error=True))
+        model_type="mlp", task_name="trial-005", continue_on_error=True))
     assert failed["status"] == "failed" and failed["metrics"] == {}
     assert "units" in failed["error"]
     with pytest.raises(ValueError, match="units"):  # the training pipeline still fails loudly
         train_model.python_func(**_artifacts(tmp_path / "loud", dataset_dir), epochs=1,
-                                hidden_units="0")
+                                hidden_units="0", model_type="mlp")

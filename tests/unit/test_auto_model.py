@@ -1,0 +1,139 @@
+"""model_type linear (ridge and logistic regression, exported as the raw-feature SavedModel)
+and model_type auto (the candidates trained, the best on the eval split kept, said why,
+a failed candidate left out)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from gkeflow.components.train.params import TrainParams
+
+
+def test_ridge_solves_the_penalised_least_squares_problem():
+    from gkeflow.components.train.linear import fit_ridge
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(200, 4))
+    z = x @ np.array([1.0, -2.0, 0.5, 0.0]) + 0.7 + rng.normal(0, 0.1, 200)
+    for l2 in (0.0001, 0.3):
+        weights = fit_ridge(x, z, l2)
+        residual = x @ weights[:-1, 0] + weights[-1, 0] - z
+        # the penalised normal equations hold: the gradient is zero (bias unpenalised)
+        np.testing.assert_allclose(x.T @ residual / 200 + l2 * weights[:-1, 0], 0, atol=1e-8)
+        assert abs(residual.mean()) < 1e-8
+    assert np.abs(fit_ridge(x, z, 0.3)[:-1]).sum() < np.abs(fit_ridge(x, z, 0.0001)[:-1]).sum()
+
+
+def test_logistic_regression_reaches_its_optimum():
+    from gkeflow.components.train.linear import _softmax, fit_logistic
+
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(300, 3))
+    y = np.argmax(x @ rng.normal(size=(3, 3)) + rng.normal(0, 0.5, (300, 3)), axis=1)
+    l2 = 0.01
+    weights = fit_logistic(x, y, 3, l2)
+    probabilities = _softmax(x @ weights[:-1] + weights[-1])
+    onehot = np.eye(3)[y]
+    gradient = x.T @ (probabilities - onehot) / 300 + l2 * weights[:-1]
+    np.testing.assert_allclose(gradient, 0, atol=1e-4)
+    np.testing.assert_allclose((probabilities - onehot).mean(axis=0), 0, atol=1e-4)
+    assert np.mean(probabilities.argmax(axis=1) == y) > 0.7
+
+
+@pytest.mark.parametrize("label", ["species", "body_mass_g"])
+def test_linear_model_exports_a_raw_feature_savedmodel(label, tmp_path):
+    from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS, prepare
+    from gkeflow.components.train.exported import ExportedModel
+    from gkeflow.components.train.linear import L2_GRID
+    from gkeflow.components.train.logic import train
+
+    prepared = prepare(EMBEDDED_PENGUINS, tmp_path / "dataset", label)
+    result = train(tmp_path / "dataset", prepared.schema, tmp_path / "model",
+                   TrainParams(model_type="linear"))
+    metadata = json.loads((tmp_path / "model" / "gkeflow_model.json").read_text())
+    assert metadata["model_family"] == "linear" and metadata["l2"] in L2_GRID
+    assert set(metadata["l2_eval_losses"]) == {f"{v:g}" for v in L2_GRID}
+    model = ExportedModel(tmp_path / "model")
+    rows = [{"species": "Gentoo", "island": "Biscoe", "bill_length_mm": 48.0,
+             "bill_depth_mm": 15.0, "flipper_length_mm": 222.0, "body_mass_g": 5500.0,
+             "sex": "male"}, {}]
+    predicted = model.predict_rows(rows)
+    if label == "species":
+        assert result.metrics["eval_accuracy"] > 0.9 and predicted[0] == "Gentoo"
+    else:
+        assert result.metrics["eval_rmse"] < 450 and 4800 < predicted[0] < 6500
+        assert 3000 < predicted[1] < 5500  # all missing: near the mean
+
+
+def test_auto_keeps_the_best_candidate_on_the_eval_split(prepared_penguins, tmp_path):
+    from gkeflow.components.train.exported import ExportedModel
+    from gkeflow.components.train.logic import train
+
+    dataset_dir, prepared = prepared_penguins
+    result = train(dataset_dir, prepared.schema, tmp_path / "model",
+                   TrainParams(model_type="auto", epochs=3, gbdt_rounds=100),
+                   checkpoint_dir=tmp_path / "checkpoints")
+    metadata = json.loads((tmp_path / "model" / "gkeflow_model.json").read_text())
+    selection = metadata["model_selection"]
+    assert selection["metric"] == "eval_loss"
+    assert list(selection["candidates"]) == ["gbdt", "mlp", "linear"]
+    losses = {n: c["eval_loss"] for n, c in selection["candidates"].items()}
+    assert selection["chosen"] == min(losses, key=losses.get)
+    assert metadata["model_family"] == {"gbdt": "gbdt", "linear": "linear"}.get(
+        selection["chosen"], metadata.get("model_family"))
+    assert result.metrics["eval_loss"] == pytest.approx(losses[selection["chosen"]])
+    assert {f"candidate_{n}_eval_loss" for n in losses} <= set(result.metrics)
+    assert result.strategy.startswith(f"auto: {selection['chosen']} (")
+    assert "the eval split" in selection["reason"]
+    assert ExportedModel(tmp_path / "model").predict_rows([{"island": "Dream"}])
+    assert not (tmp_path / "checkpoints").exists() or not any(
+        (tmp_path / "checkpoints").rglob("state.json"))
+
+
+def test_a_failed_candidate_is_left_out_and_every_failure_fails_the_step(prepared_penguins,
+                                                                          tmp_path, capsys):
+    from gkeflow.components.train.candidates import NoCandidateTrained
+    from gkeflow.components.train.logic import train
+    from gkeflow.components.train.regression import LabelTransformError
+
+    dataset_dir, prepared = prepared_penguins
+    result = train(dataset_dir, prepared.schema, tmp_path / "model",
+                   TrainParams(model_type="auto", candidates="mlp,linear",
+                               hidden_units=(0,)))
+    printed = capsys.readouterr().out
+    assert "candidate mlp failed (ValueError:" in printed and "the others go on" in printed
+    assert result.strategy.startswith("auto: linear (")
+    selection = json.loads((tmp_path / "model" / "gkeflow_model.json").read_text())[
+        "model_selection"]
+    assert selection["candidates"]["mlp"]["status"] == "failed"
+    with pytest.raises(NoCandidateTrained, match="every candidate failed"):
+        train(dataset_dir, prepared.schema, tmp_path / "none",
+              TrainParams(model_type="auto", candidates="mlp,wide_deep", hidden_units=(0,)))
+    assert not (tmp_path / "none").exists()
+    from gkeflow.components.prepare.logic import prepare
+
+    rng = np.random.default_rng(0)
+    lines = ["x,y"] + [f"{v:.3f},{v * 2 - 1:.3f}" for v in rng.normal(size=300)]
+    (tmp_path / "signed.csv").write_text("\n".join(lines) + "\n")
+    signed = prepare(str(tmp_path / "signed.csv"), tmp_path / "signed", "y")
+    # a data error fails the step at once, in one line, whichever family meets it first
+    with pytest.raises(LabelTransformError, match="needs a positive label"):
+        train(tmp_path / "signed", signed.schema, tmp_path / "log",
+              TrainParams(model_type="auto", label_transform="log", candidates="linear,gbdt"))
+
+
+def test_candidates_are_planned_for_the_host():
+    from gkeflow.components.train.candidates import plan_candidates
+
+    assert plan_candidates(TrainParams(model_type="auto"), False, 1) == (
+        ["gbdt", "mlp", "linear"], [])
+    chosen, left_out = plan_candidates(TrainParams(model_type="auto"), True, 1)
+    assert chosen == ["mlp"] and left_out[0].startswith("gbdt: trains on CPUs or GPUs")
+    chosen, left_out = plan_candidates(TrainParams(model_type="auto", user_module="m.py",
+                                                   candidates="gbdt"), False, 2)
+    assert chosen == ["user"] and "across 2 workers" in left_out[0]
+    with pytest.raises(ValueError, match="unknown model family 'svm'"):
+        TrainParams(model_type="auto", candidates="gbdt,svm")
