@@ -7,7 +7,8 @@ alone (its own checkpoints under ``<checkpoint location>/<candidate>``, so a ret
 resumes the candidate it was training) into a private folder; the winner is copied into the
 model directory, which appears whole or not at all. The metric that decides: eval log loss
 for a classifier, eval RMSE (of ``log(y)`` under ``label_transform: log``) for a regressor,
-the same figure for every family. A candidate that fails is said in one line and left out;
+the same figure for every family. Each candidate's live curves are named after it
+(``gbdt/val_loss``, ``mlp/loss``). A candidate that fails is said in one line and left out;
 the step fails only when every candidate failed.
 
 Where a family cannot train (trees and the linear model on a TPU or across several
@@ -70,6 +71,40 @@ def plan_candidates(params: TrainParams, on_tpu: bool, workers: int
     return chosen, left_out
 
 
+def prefixed_curves(live, name: str):
+    """``live`` (the step's live-curve callbacks) with each curve named ``<candidate>/<name>``
+    (``gbdt/val_loss``, ``mlp/loss``), so the candidates' curves stay apart in one run."""
+    if live is None:
+        return None
+
+    def make(sampler):
+        import keras
+
+        made = live(sampler)
+        inner = [c for c in (made if isinstance(made, list) else [made]) if c is not None]
+        if not inner:
+            return None
+
+        class Prefixed(keras.callbacks.Callback):
+            def set_model(self, model):
+                super().set_model(model)
+                for callback in inner:
+                    callback.set_model(model)
+
+            def on_epoch_begin(self, epoch, logs=None):
+                for callback in inner:
+                    callback.on_epoch_begin(epoch, logs)
+
+            def on_epoch_end(self, epoch, logs=None):
+                renamed = {f"{name}/{key}": value for key, value in (logs or {}).items()}
+                for callback in inner:
+                    callback.on_epoch_end(epoch, renamed)
+
+        return [Prefixed()]
+
+    return make
+
+
 def candidate_params(params: TrainParams, name: str) -> TrainParams:
     if name == "user":
         return replace(params, model_type="mlp")  # the user's module decides the model
@@ -116,7 +151,7 @@ def train_candidates(dataset_dir: Path, schema: Schema, model_dir: Path, params:
                                    candidate_params(params, name), checkpoint_dir=location,
                                    tensorboard_dir=(Path(tensorboard_dir) / name
                                                     if tensorboard_dir else None),
-                                   data_uri=data_uri, live=live)
+                                   data_uri=data_uri, live=prefixed_curves(live, name))
             except Exception as exc:  # noqa: BLE001 - another candidate may still win
                 if isinstance(exc, _fail_the_step()):  # imported once a family chose Keras' backend
                     raise

@@ -269,6 +269,15 @@ def train_gbdt(dataset_dir: Path, schema: Schema, model_dir: Path, params: Train
     if params.require_gpu and not gpus:
         raise GpuUnavailableError("this step asked for a GPU but NVML sees none; refusing to "
                                   "train gradient-boosted trees on CPU")
+    if gpus and not xgb.build_info().get("USE_CUDA"):
+        if params.require_gpu:
+            raise GpuUnavailableError(
+                f"this step has {gpus} GPU(s) but this XGBoost build ({xgb.__version__}) has "
+                "no CUDA kernels; run train-model in the GPU image (package xgboost, not "
+                "xgboost-cpu)")
+        print(f"note: {gpus} GPU(s) visible but this XGBoost build has no CUDA kernels "
+              "(xgboost-cpu): training on the CPU", flush=True)
+        gpus = 0
     device = "cuda" if gpus else "cpu"
     rows = split_rows(dataset_dir)
     if not rows.get("train"):

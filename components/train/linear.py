@@ -26,7 +26,7 @@ from gkeflow.components.train.params import TrainParams, TrainResult
 L2_GRID = (1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001, 0.0001)
 
 
-def _softmax(logits: np.ndarray) -> np.ndarray:
+def softmax(logits: np.ndarray) -> np.ndarray:
     shifted = logits - logits.max(axis=1, keepdims=True)
     exp = np.exp(shifted)
     return exp / exp.sum(axis=1, keepdims=True)
@@ -96,7 +96,7 @@ def choose_fit(train: tuple, evaluation: tuple | None, regression: bool, classes
         ex, ey = evaluation
         scores = _scores(ex, weights)
         value = (float(np.sqrt(np.mean((scores.reshape(-1) - ey) ** 2))) if regression
-                 else _log_loss(_softmax(scores), ey))
+                 else _log_loss(softmax(scores), ey))
         tried[l2] = value
         if best is None or value < best[0]:
             best = (value, l2, weights)
@@ -159,7 +159,7 @@ def train_linear(dataset_dir: Path, schema: Schema, model_dir: Path, params: Tra
             metrics[f"{name}_loss"] = rmse ** 2
             metrics[f"{name}{suffix}"] = rmse * scaling.std
         else:
-            probabilities = _softmax(scores)
+            probabilities = softmax(scores)
             metrics[f"{name}_loss"] = _log_loss(probabilities, data[1])
             metrics[f"{name}_accuracy"] = float(np.mean(probabilities.argmax(axis=1)
                                                         == data[1]))

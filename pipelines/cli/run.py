@@ -68,9 +68,9 @@ def _dispatch_run(pipeline: str, **options) -> None:
 @click.option("--min-accuracy", type=click.FloatRange(0, 1), default=0.8, show_default=True,
               help="Test accuracy required before the model is registered.")
 @click.option("--model-type", type=click.Choice(["auto", "mlp", "wide_deep", "gbdt", "linear"]),
-              default="auto", show_default=True,
-              help="auto trains gradient-boosted trees, an MLP and a linear model and "
-                   "keeps the best on the eval split (--param candidates=gbdt,mlp to choose "
+              default=None,
+              help="[default: auto; a sweep: mlp] auto trains gradient-boosted trees, an "
+                   "MLP and a linear model and keeps the best on the eval split (--param candidates=gbdt,mlp to choose "
                    "the set); or one family: mlp, wide_deep (Keras), gbdt (XGBoost trees; "
                    "--param gbdt_max_depth=8 ...) or linear.")
 @click.option("--user-module", metavar="PATH",
@@ -130,6 +130,11 @@ def run(pipeline, model_ref, data, label, task, output, epochs, batch_size, lear
     )
 
     check_options(click.get_current_context(), pipeline)
+    if pipeline == "sweep" and model_type in ("auto", "linear"):
+        raise click.BadParameter(f"a sweep tunes one family's hyperparameters, not "
+                                 f"{model_type}: use --model-type mlp, wide_deep or gbdt",
+                                 param_hint="--model-type")
+    model_type = model_type or ("mlp" if pipeline == "sweep" else "auto")
     config_path = pipeline_options.get("config_path")
     environment = pipeline_options.pop("environment", "default")
     params = (*params, "deploy=true") if deploy else params  # cli_deploy.py serves it

@@ -126,7 +126,7 @@ def test_gkeflow_run_with_the_jax_backend_trains_evaluates_and_registers(tmp_pat
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     done = subprocess.run(
         [sys.executable, "-m", "gkeflow.pipelines.cli.main", "run", "--param", "backend=jax",
-         "--epochs", "6", "--output", str(tmp_path / "out")],
+         "--model-type", "mlp", "--epochs", "6", "--output", str(tmp_path / "out")],
         check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert "Training:  JAX on one cpu device" in done.stdout

@@ -71,8 +71,10 @@ def test_a_compiled_style_run_makes_one_parent_and_a_nested_run_per_step(
     evaluation = mlflow_server.run(children["evaluate-model"])
     assert evaluation["metrics"]["accuracy"] == pytest.approx(
         result.artifact_metadata("evaluate-model", "metrics")["accuracy"], abs=1e-6)
+    # model_type auto: each candidate's curves under its name, the MLP's epoch by epoch
     assert [step for step, _ in
-            mlflow_server.metric_history(children["train-model"], "loss")] == [1, 2]
+            mlflow_server.metric_history(children["train-model"], "mlp/loss")] == [1, 2]
+    assert mlflow_server.metric_history(children["train-model"], "gbdt/val_loss")
     registered = mlflow_server.run(children["register-model"])["tags"]
     assert registered["gkeflow.registry.backend"] == "mlflow"
     model = mlflow_server.api("registered-models/get", name=MODEL)["registered_model"]

@@ -97,7 +97,8 @@ def test_pipeline_blesses_a_model_better_than_the_champion_and_registers_it(
 def test_gate_blocks_a_model_worse_than_the_champion(tmp_path, trained_penguins):
     _register_champion(tmp_path, trained_penguins[0])
     result = run_local(
-        _arguments(tmp_path, epochs=1, learning_rate=1e-6, min_accuracy=0.0), tmp_path / "out"
+        _arguments(tmp_path, epochs=1, learning_rate=1e-6, min_accuracy=0.0, model_type="mlp"),
+        tmp_path / "out"
     )
     assert result.ok, result.error
     assert [s.name for s in result.steps] == STEPS[:4]

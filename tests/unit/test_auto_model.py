@@ -28,14 +28,14 @@ def test_ridge_solves_the_penalised_least_squares_problem():
 
 
 def test_logistic_regression_reaches_its_optimum():
-    from gkeflow.components.train.linear import _softmax, fit_logistic
+    from gkeflow.components.train.linear import fit_logistic, softmax
 
     rng = np.random.default_rng(4)
     x = rng.normal(size=(300, 3))
     y = np.argmax(x @ rng.normal(size=(3, 3)) + rng.normal(0, 0.5, (300, 3)), axis=1)
     l2 = 0.01
     weights = fit_logistic(x, y, 3, l2)
-    probabilities = _softmax(x @ weights[:-1] + weights[-1])
+    probabilities = softmax(x @ weights[:-1] + weights[-1])
     onehot = np.eye(3)[y]
     gradient = x.T @ (probabilities - onehot) / 300 + l2 * weights[:-1]
     np.testing.assert_allclose(gradient, 0, atol=1e-4)

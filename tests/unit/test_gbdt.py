@@ -260,3 +260,25 @@ def test_gbdt_model_loads_as_an_mlflow_pyfunc_model(trained_gbdt, tmp_path):
         dtype="float64" if f["type"] == "numeric" else object) for f in features})
     answer = mlflow.pyfunc.load_model(str(saved)).predict(frame)
     assert answer["prediction"].tolist() == ExportedModel(model_dir).predict_rows(rows)
+
+
+def test_a_gpu_without_xgboosts_cuda_kernels_trains_on_cpu_or_fails_when_required(
+        prepared_penguins, tmp_path, monkeypatch, capsys):
+    import sys
+
+    from gkeflow.components.train.devices import GpuUnavailableError
+    from gkeflow.components.train.logic import train
+    from tests.unit.test_train_utilisation import fake_nvml, gpu
+
+    if xgb.build_info().get("USE_CUDA"):
+        pytest.skip("this XGBoost has CUDA kernels: the fallback is for xgboost-cpu")
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml([gpu([50])]))  # one GPU visible
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    dataset_dir, prepared = prepared_penguins
+    result = train(dataset_dir, prepared.schema, tmp_path / "cpu",
+                   TrainParams(model_type="gbdt", gbdt_rounds=20))
+    assert "training on the CPU" in capsys.readouterr().out
+    assert result.strategy == "xgboost hist on cpu"
+    with pytest.raises(GpuUnavailableError, match="no CUDA kernels; run train-model in the GPU"):
+        train(dataset_dir, prepared.schema, tmp_path / "gpu",
+              TrainParams(model_type="gbdt", require_gpu=True))

@@ -515,7 +515,8 @@ def test_the_train_step_at_15_percent_warns_in_its_summary_metrics_and_card(
         dataset=Dataset(uri=str(dataset_dir)),
         schema=Artifact(uri=str(dataset_dir / "schema.json")),
         model=model, metrics=metrics, tensorboard=Artifact(uri=str(tmp_path / "tb")),
-        epochs=2, hidden_units="8", early_stopping_patience=0, gpu_sample_interval_s=1))
+        epochs=2, hidden_units="8", early_stopping_patience=0, gpu_sample_interval_s=1,
+        model_type="mlp"))
 
     assert len(summary["warnings"]) == 1 and "averaged 15%" in summary["warnings"][0]
     logged = metrics.metadata
