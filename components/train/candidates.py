@@ -178,19 +178,68 @@ def train_candidates(dataset_dir: Path, schema: Schema, model_dir: Path, params:
         shown = ", ".join(f"{n} {report[n][metric]:.4f}" if report[n].get(metric) is not None
                           else f"{n} failed" for n in names if n in report)
         reason = f"lowest {metric} on the eval split ({shown})"
-        print(f"model: auto: {winner} wins: {reason}", flush=True)
+        blend = choose_ensemble(Path(dataset_dir), schema, params, results, Path(scratch))
         source = Path(scratch) / winner
         metadata = json.loads((source / MODEL_METADATA_FILE).read_text())
-        metadata.update({"model_selection": {"chosen": winner, "metric": metric,
+        chosen = winner
+        if blend is not None:
+            weights, value = blend
+            chosen = "ensemble of " + ", ".join(f"{n} {w:.2f}" for n, w in weights.items())
+            reason = (f"its {metric} on the eval split, {value:.4f}, beats the best single "
+                      f"candidate's ({shown})")
+            metadata.update({"model_family": "ensemble", "ensemble": weights,
+                             "model": "ensemble"})
+        print(f"model: auto: {chosen} wins: {reason}", flush=True)
+        metadata.update({"model_selection": {"chosen": chosen, "metric": metric,
                                              "reason": reason, "candidates": report,
                                              "left_out": left_out}})
-        with publish_dir(Path(model_dir)) as published:
-            shutil.copytree(source, published, dirs_exist_ok=True)
-            (published / MODEL_METADATA_FILE).write_text(json.dumps(metadata, indent=2))
+        if blend is not None:
+            from gkeflow.components.train.ensemble import export_ensemble
+
+            export_ensemble(Path(model_dir), {n: Path(scratch) / n for n in blend[0]},
+                            blend[0], metadata)
+        else:
+            with publish_dir(Path(model_dir)) as published:
+                shutil.copytree(source, published, dirs_exist_ok=True)
+                (published / MODEL_METADATA_FILE).write_text(json.dumps(metadata, indent=2))
     best = results[winner]
     metrics = dict(best.metrics)
     for name, entry in report.items():
         if entry.get(metric) is not None:
             metrics[f"candidate_{name}_{metric}"] = float(entry[metric])
+    if blend is not None:
+        metrics[metric] = blend[1]
+        return replace(best, metrics=metrics,
+                       strategy=f"auto: {chosen}; candidates {', '.join(names)}")
     return replace(best, metrics=metrics,
                    strategy=f"auto: {winner} ({best.strategy}); candidates {', '.join(names)}")
+
+
+def choose_ensemble(dataset_dir: Path, schema: Schema, params: TrainParams,
+                    results: dict[str, TrainResult], scratch: Path):
+    """(weights, eval error) of the greedy ensemble of the candidates, when it beats the
+    best single candidate on the eval split by :data:`~.ensemble.MIN_GAIN`; else None."""
+    from gkeflow.components.prepare.reader import load_split
+    from gkeflow.components.train.ensemble import MIN_GAIN, eval_error, greedy_weights
+    from gkeflow.components.train.exported import ExportedModel
+    from gkeflow.components.train.inputs import encode_labels, split_rows, to_model_inputs
+
+    if len(results) < 2 or not params.ensemble or not split_rows(dataset_dir).get("eval"):
+        return None
+    frame = load_split(dataset_dir, "eval", schema)
+    truth = (frame[schema.label].to_numpy(float) if schema.regression
+             else encode_labels(frame, schema))
+    predictions = {}
+    for name, result in results.items():
+        held_out = result.eval_predictions
+        if held_out is None:  # a Keras model: trained on the train split only
+            held_out = ExportedModel(scratch / name).predict_proba(
+                to_model_inputs(frame, schema))
+        predictions[name] = held_out
+    single = min(eval_error(p, truth, schema.regression, params.label_transform)
+                 for p in predictions.values())
+    weights, value = greedy_weights(predictions, truth, schema.regression,
+                                    params.label_transform)
+    if len(weights) < 2 or not value < single * (1 - MIN_GAIN):
+        return None
+    return weights, value

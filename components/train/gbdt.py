@@ -287,16 +287,18 @@ def train_gbdt(dataset_dir: Path, schema: Schema, model_dir: Path, params: Train
     loaded = time.perf_counter()
     types = feature_types(schema)
     train_frame = load_split(dataset_dir, "train", schema)
-    dtrain = xgb.DMatrix(design_matrix(train_frame, schema),
-                         label=label_values(train_frame, schema, params.label_transform),
-                         feature_types=types, enable_categorical=True, missing=np.nan)
-    evals = [(dtrain, "train")]
+    arrays = {"train": (design_matrix(train_frame, schema),
+                        label_values(train_frame, schema, params.label_transform))}
+    del train_frame
     if rows.get("eval"):
         eval_frame = load_split(dataset_dir, "eval", schema)
-        deval = xgb.DMatrix(design_matrix(eval_frame, schema),
-                            label=label_values(eval_frame, schema, params.label_transform),
-                            feature_types=types, enable_categorical=True, missing=np.nan)
-        evals.append((deval, "eval"))
+        arrays["eval"] = (design_matrix(eval_frame, schema),
+                          label_values(eval_frame, schema, params.label_transform))
+        del eval_frame
+    matrices = {split: xgb.DMatrix(x, label=y, feature_types=types, enable_categorical=True,
+                                   missing=np.nan) for split, (x, y) in arrays.items()}
+    dtrain = matrices["train"]
+    evals = [(matrix, split) for split, matrix in matrices.items()]
     print(f"data read in {time.perf_counter() - loaded:.1f} s", flush=True)
 
     store = open_store(checkpoint_dir) if checkpoint_dir else None
@@ -340,6 +342,12 @@ def train_gbdt(dataset_dir: Path, schema: Schema, model_dir: Path, params: Train
     best = state.best_round or state.rounds_completed
     booster = booster[:best] if best < booster.num_boosted_rounds() else booster
     metrics = _final_metrics(booster, schema, evals, state, params.label_transform)
+    eval_predictions = (served_values(booster.predict(matrices["eval"]), schema,
+                                      params.label_transform) if "eval" in matrices else None)
+    refitted = params.refit and "eval" in arrays
+    if refitted:
+        booster, dtrain = refit_booster(booster_params(params, schema, device), arrays, types,
+                                        best)
     usage = sampler.report(params.gpu_utilisation_warn_below)
     print(usage.summary_line(), flush=True)
     if usage.warning:
@@ -350,6 +358,7 @@ def train_gbdt(dataset_dir: Path, schema: Schema, model_dir: Path, params: Train
     described = f"xgboost hist on {device}" + (f" ({gpus} GPU)" if gpus else "")
     metadata = model_metadata(schema, params, data_uri or str(dataset_dir), best, state,
                               described, metrics, usage.to_dict(), xgb.__version__)
+    metadata["refit_on_train_and_eval"] = bool(refitted)
     from gkeflow.components.train.tree_export import export_trees
 
     export_trees(model_dir, booster, dtrain, schema, metadata, params.label_transform)
@@ -362,7 +371,36 @@ def train_gbdt(dataset_dir: Path, schema: Schema, model_dir: Path, params: Train
         examples_per_s=examples_per_s, features=[c.name for c in schema.features],
         best_epoch=best, resumed_from_epoch=rounds.first_round, strategy=described,
         precision="float32", backend="xgboost", gpu_utilisation=usage,
-        gpu_utilisation_warning=usage.warning)
+        gpu_utilisation_warning=usage.warning, eval_predictions=eval_predictions)
+
+
+def served_values(predicted: np.ndarray, schema: Schema, transform: str) -> np.ndarray:
+    """XGBoost's predictions as the SavedModel serves them: ``[rows, classes]``
+    probabilities, or ``[rows, 1]`` values in the label's units."""
+    predicted = np.asarray(predicted, np.float64)
+    if schema.regression:
+        values = np.exp(predicted) if transform == "log" else predicted
+        return values.reshape(-1, 1)
+    if predicted.ndim == 1:
+        return np.column_stack([1 - predicted, predicted])
+    return predicted
+
+
+def refit_booster(settings: dict, arrays: dict, types: list[str], best: int):
+    """The booster refitted on the train and eval rows together, for as many rounds as the
+    best round scaled by the rows (early stopping on eval chose ``best``), and its matrix."""
+    import xgboost as xgb
+
+    train_rows, eval_rows = len(arrays["train"][1]), len(arrays["eval"][1])
+    rounds = max(1, round(best * (train_rows + eval_rows) / train_rows))
+    matrix = xgb.DMatrix(np.vstack([arrays["train"][0], arrays["eval"][0]]),
+                         label=np.concatenate([arrays["train"][1], arrays["eval"][1]]),
+                         feature_types=types, enable_categorical=True, missing=np.nan)
+    started = time.perf_counter()
+    booster = xgb.train(settings, matrix, rounds)
+    print(f"refit on the train and eval splits ({train_rows + eval_rows} rows): {rounds} "
+          f"rounds in {time.perf_counter() - started:.1f} s", flush=True)
+    return booster, matrix
 
 
 def _final_metrics(booster, schema: Schema, evals, state: BoostState,

@@ -167,8 +167,19 @@ def train_linear(dataset_dir: Path, schema: Schema, model_dir: Path, params: Tra
         if callback is not None and "eval_loss" in metrics:
             callback.on_epoch_end(0, {"loss": metrics["train_loss"],
                                       "val_loss": metrics["eval_loss"]})
+    eval_predictions = None
+    if evaluation is not None:
+        eval_predictions = _served(_scores(evaluation[0], weights), scaling)
+        if params.refit:  # the chosen strength, fitted on the train and eval rows together
+            both = (np.vstack([train[0], evaluation[0]]), np.concatenate([train[1],
+                                                                          evaluation[1]]))
+            weights = (fit_ridge(*both, l2) if schema.regression
+                       else fit_logistic(*both, classes, l2, start=weights))
+            print(f"linear: refit on the train and eval splits ({len(both[1])} rows)",
+                  flush=True)
     metadata = _metadata(schema, params, names, data_uri or str(dataset_dir), metrics, l2,
                          tried, scaling, preprocessor.output_dim)
+    metadata["refit_on_train_and_eval"] = bool(params.refit and evaluation is not None)
     export_linear(model_dir, preprocessor, weights, schema, metadata, scaling)
     history = {"loss": [metrics["train_loss"]]}
     if "eval_loss" in metrics:
@@ -176,7 +187,16 @@ def train_linear(dataset_dir: Path, schema: Schema, model_dir: Path, params: Tra
     return TrainResult(metrics=metrics, history=history, epochs_run=1,
                        examples_per_s=rows["train"] * len(tried or [l2]) / max(elapsed, 1e-9),
                        features=[c.name for c in schema.features], best_epoch=1,
-                       strategy=f"linear (L2 {l2:g}) on cpu", backend="numpy")
+                       strategy=f"linear (L2 {l2:g}) on cpu", backend="numpy",
+                       eval_predictions=eval_predictions)
+
+
+def _served(scores: np.ndarray, scaling) -> np.ndarray:
+    """Scores as the SavedModel serves them: probabilities, or values in the label's units."""
+    if scaling is None:
+        return softmax(scores)
+    values = scores * scaling.std + scaling.mean
+    return np.exp(values) if scaling.transform == "log" else values
 
 
 def _metadata(schema, params, names, data_uri, metrics, l2, tried, scaling, width) -> dict:

@@ -4,6 +4,7 @@ construction, and its result."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from gkeflow.components.train.utilisation import (
     DEFAULT_INTERVAL_S,
@@ -58,6 +59,13 @@ class TrainParams:
     gbdt_checkpoint_every: int = 100
     # model_type auto: the families tried (comma-separated; empty = gbdt, mlp, linear)
     candidates: str = ""
+    # gbdt and linear: once the eval split has chosen the rounds (or the L2 strength), fit
+    # the exported model on the train and eval splits together (the eval figures stay those
+    # of the first fit)
+    refit: bool = True
+    # model_type auto: serve a weighted average of the candidates when it beats the best of
+    # them on the eval split (train/ensemble.py)
+    ensemble: bool = True
 
     def __post_init__(self) -> None:
         from gkeflow.components.train.backend import check_backend
@@ -125,3 +133,6 @@ class TrainResult:
     gpu_utilisation: UtilisationReport | None = None
     #: One line when the GPUs were mostly idle (input-bound or small batches); "" otherwise.
     gpu_utilisation_warning: str = ""
+    #: The eval split's predictions as served (class probabilities, or values in the
+    #: label's units) by a model that never saw the eval split; None when not kept.
+    eval_predictions: Any = None

@@ -137,3 +137,78 @@ def test_candidates_are_planned_for_the_host():
     assert chosen == ["user"] and "across 2 workers" in left_out[0]
     with pytest.raises(ValueError, match="unknown model family 'svm'"):
         TrainParams(model_type="auto", candidates="gbdt,svm")
+
+
+def test_greedy_ensemble_weights_blend_complementary_candidates():
+    from gkeflow.components.train.ensemble import eval_error, greedy_weights
+
+    rng = np.random.default_rng(8)
+    truth = rng.normal(size=400)
+    # two candidates with independent errors, and a poor one
+    first, second = truth + rng.normal(0, 1, 400), truth + rng.normal(0, 1, 400)
+    poor = truth + rng.normal(0, 3, 400)
+    predictions = {"a": first[:, None], "b": second[:, None], "poor": poor[:, None]}
+    weights, value = greedy_weights(predictions, truth, regression=True)
+    assert sum(weights.values()) == pytest.approx(1.0)
+    assert set(weights) >= {"a", "b"} and weights.get("poor", 0) < 0.2
+    best_single = min(eval_error(p, truth, True) for p in predictions.values())
+    assert value < best_single * 0.85  # averaging independent errors: about 1/sqrt(2)
+    # one candidate that is right everywhere takes all the weight
+    exact = {"exact": np.eye(3)[[0, 1, 2, 1]] * 0.98 + 0.0066, "b": np.full((4, 3), 1 / 3)}
+    weights, _ = greedy_weights(exact, np.array([0, 1, 2, 1]), regression=False)
+    assert weights == {"exact": 1.0}
+
+
+def test_an_ensemble_serves_the_weighted_average_of_its_members(prepared_penguins, tmp_path):
+    from gkeflow.components.deploy.servable import check_servable
+    from gkeflow.components.evaluate.logic import evaluate
+    from gkeflow.components.train.ensemble import export_ensemble
+    from gkeflow.components.train.exported import ExportedModel
+    from gkeflow.components.train.logic import train
+
+    dataset_dir, prepared = prepared_penguins
+    for family in ("gbdt", "linear"):
+        train(dataset_dir, prepared.schema, tmp_path / family,
+              TrainParams(model_type=family, gbdt_rounds=50))
+    metadata = json.loads((tmp_path / "gbdt" / "gkeflow_model.json").read_text())
+    export_ensemble(tmp_path / "blend", {"gbdt": tmp_path / "gbdt",
+                                         "linear": tmp_path / "linear"},
+                    {"gbdt": 0.7, "linear": 0.3}, {**metadata, "model_family": "ensemble"})
+    from gkeflow.components.prepare.reader import load_split
+    from gkeflow.components.train.inputs import to_model_inputs
+
+    inputs = to_model_inputs(load_split(dataset_dir, "test", prepared.schema), prepared.schema)
+    expected = (0.7 * ExportedModel(tmp_path / "gbdt").predict_proba(inputs)
+                + 0.3 * ExportedModel(tmp_path / "linear").predict_proba(inputs))
+    np.testing.assert_allclose(ExportedModel(tmp_path / "blend").predict_proba(inputs),
+                               expected, rtol=1e-5, atol=1e-6)
+    result = evaluate(dataset_dir, prepared.schema, tmp_path / "blend", min_accuracy=0.0)
+    assert check_servable(tmp_path / "blend",
+                          json.loads(result.to_json())["sample_predictions"]).rows > 0
+
+
+def test_auto_serves_an_ensemble_when_it_beats_every_candidate(tmp_path):
+    from gkeflow.components.evaluate.model_card import model_selection_section
+    from gkeflow.components.prepare.logic import prepare
+    from gkeflow.components.train.exported import ExportedModel
+    from gkeflow.components.train.logic import train
+
+    # a linear trend with a step: the line suits the linear model, the step the trees
+    rng = np.random.default_rng(1)
+    x1, x2 = rng.uniform(-2, 2, 300), rng.uniform(-2, 2, 300)
+    y = 2 * x1 + 1.5 * x2 + np.where(x2 > 0.5, 1.0, 0.0) + rng.normal(0, 0.5, 300)
+    (tmp_path / "trend.csv").write_text("x1,x2,y\n" + "".join(
+        f"{a:.4f},{b:.4f},{c:.4f}\n" for a, b, c in zip(x1, x2, y, strict=True)))
+    prepared = prepare(str(tmp_path / "trend.csv"), tmp_path / "dataset", "y")
+    result = train(tmp_path / "dataset", prepared.schema, tmp_path / "model",
+                   TrainParams(model_type="auto", candidates="gbdt,linear"))
+    metadata = json.loads((tmp_path / "model" / "gkeflow_model.json").read_text())
+    assert metadata["model_family"] == "ensemble"
+    assert set(metadata["ensemble"]) == {"gbdt", "linear"}
+    assert sum(metadata["ensemble"].values()) == pytest.approx(1.0)
+    singles = [c["eval_rmse"] for c in metadata["model_selection"]["candidates"].values()]
+    assert result.metrics["eval_rmse"] < min(singles)
+    assert result.strategy.startswith("auto: ensemble of gbdt")
+    assert "beats the best single candidate" in model_selection_section(tmp_path / "model")
+    value = ExportedModel(tmp_path / "model").predict_rows([{"x1": 1.0, "x2": 1.0}])[0]
+    assert 3.5 < value < 5.5  # 2 + 1.5 + 1

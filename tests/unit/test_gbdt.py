@@ -89,7 +89,7 @@ def trained_gbdt(prepared_penguins, tmp_path_factory):
     dataset_dir, prepared = prepared_penguins
     model_dir = tmp_path_factory.mktemp("gbdt") / "model"
     result = train(dataset_dir, prepared.schema, model_dir,
-                   TrainParams(model_type="gbdt", gbdt_rounds=300))
+                   TrainParams(model_type="gbdt", gbdt_rounds=300, refit=False))
     return model_dir, result
 
 
@@ -282,3 +282,30 @@ def test_a_gpu_without_xgboosts_cuda_kernels_trains_on_cpu_or_fails_when_require
     with pytest.raises(GpuUnavailableError, match="no CUDA kernels; run train-model in the GPU"):
         train(dataset_dir, prepared.schema, tmp_path / "gpu",
               TrainParams(model_type="gbdt", require_gpu=True))
+
+
+def test_refit_fits_the_chosen_rounds_on_train_and_eval(prepared_penguins, trained_gbdt,
+                                                        tmp_path):
+    from gkeflow.components.train.exported import ExportedModel
+    from gkeflow.components.train.logic import train
+
+    dataset_dir, prepared = prepared_penguins
+    rows = prepared.split_rows
+    result = train(dataset_dir, prepared.schema, tmp_path / "refit",
+                   TrainParams(model_type="gbdt", gbdt_rounds=300))
+    metadata = json.loads((tmp_path / "refit" / "gkeflow_model.json").read_text())
+    assert metadata["refit_on_train_and_eval"] is True
+    rounds = round(result.best_epoch * (rows["train"] + rows["eval"]) / rows["train"])
+    assert metadata["trees"]["trees"] == 3 * rounds
+    # the eval figures and predictions are the first fit's, which never saw the eval rows
+    single, _ = trained_gbdt
+    assert result.metrics["eval_loss"] == pytest.approx(
+        json.loads((single / "gkeflow_model.json").read_text())["metrics"]["eval_loss"])
+    from gkeflow.components.prepare.reader import load_split
+    from gkeflow.components.train.inputs import to_model_inputs
+
+    evaluation = load_split(dataset_dir, "eval", prepared.schema)
+    np.testing.assert_allclose(
+        result.eval_predictions,
+        ExportedModel(single).predict_proba(to_model_inputs(evaluation, prepared.schema)),
+        rtol=1e-4, atol=1e-5)

@@ -1,0 +1,91 @@
+"""A weighted average of ``model_type: auto``'s candidates, when it beats the best of them
+on the eval split, exported as one raw-feature SavedModel.
+
+The weights come from greedy ensemble selection with replacement (Caruana et al., 2004, as
+AutoML systems use it): start from the best candidate, then repeatedly add the candidate
+whose addition lowers the eval metric most, so a weight is a multiple of ``1/steps``. Every
+candidate's eval predictions come from a fit that never saw the eval rows, so the choice
+is made on held-out rows; the ensemble is kept only when it improves on the best single
+candidate by at least :data:`MIN_GAIN`, which keeps a lucky average out.
+
+The exported model holds every member's SavedModel and serves the weighted average of
+their outputs (class probabilities, or values in the label's units) behind the same
+``serve`` and ``serving_default`` signatures.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+#: Additions of greedy selection.
+STEPS = 20
+#: The relative improvement on the best single candidate an ensemble must reach.
+MIN_GAIN = 0.005
+
+
+def eval_error(predictions: np.ndarray, truth: np.ndarray, regression: bool,
+               transform: str = "none") -> float:
+    """Log loss of class probabilities, or RMSE of values (of their log under ``log``)."""
+    predictions = np.asarray(predictions, np.float64)
+    if regression:
+        values, target = predictions.reshape(-1), np.asarray(truth, np.float64).reshape(-1)
+        if transform == "log":
+            values, target = np.log(np.maximum(values, 1e-300)), np.log(target)
+        return float(np.sqrt(np.mean((values - target) ** 2)))
+    chosen = predictions[np.arange(truth.size), np.asarray(truth, int)]
+    return float(-np.mean(np.log(np.clip(chosen, 1e-15, 1.0))))
+
+
+def greedy_weights(predictions: dict[str, np.ndarray], truth: np.ndarray, regression: bool,
+                   transform: str = "none", steps: int = STEPS
+                   ) -> tuple[dict[str, float], float]:
+    """Member -> weight (summing to 1) and the ensemble's eval error."""
+    names = list(predictions)
+    errors = {n: eval_error(predictions[n], truth, regression, transform) for n in names}
+    counts = dict.fromkeys(names, 0)
+    first = min(names, key=lambda n: (errors[n], names.index(n)))
+    counts[first] = 1
+    total = np.asarray(predictions[first], np.float64).copy()
+    for size in range(2, steps + 1):
+        trial = {n: eval_error((total + predictions[n]) / size, truth, regression, transform)
+                 for n in names}
+        pick = min(names, key=lambda n: (trial[n], names.index(n)))
+        counts[pick] += 1
+        total += predictions[pick]
+    weights = {n: c / steps for n, c in counts.items() if c}
+    blended = sum(w * np.asarray(predictions[n], np.float64) for n, w in weights.items())
+    return weights, eval_error(blended, truth, regression, transform)
+
+
+def export_ensemble(model_dir: Path, members: dict[str, Path], weights: dict[str, float],
+                    metadata: dict) -> None:
+    """The members' SavedModels behind one signature serving their weighted average;
+    ``model_dir`` appears whole or not at all."""
+    import tensorflow as tf
+
+    from gkeflow.components._atomic import publish_dir
+    from gkeflow.components.train.exported import MODEL_METADATA_FILE, SERVING_SIGNATURE
+
+    module = tf.Module(name="gkeflow_ensemble")
+    module.members = [tf.saved_model.load(str(members[name])) for name in weights]
+    shares = [float(weight) for weight in weights.values()]
+    signature = {
+        f["input"]: tf.TensorSpec([None], tf.float32 if f["type"] == "numeric" else tf.string,
+                                  name=f["input"])
+        for f in metadata["features"]
+    }
+
+    @tf.function(input_signature=[signature])
+    def serve(features):
+        outputs = [share * tf.cast(getattr(member, SERVING_SIGNATURE)(features), tf.float32)
+                   for share, member in zip(shares, module.members, strict=True)]
+        return tf.add_n(outputs)
+
+    module.serve = serve
+    with publish_dir(Path(model_dir)) as scratch:
+        tf.saved_model.save(module, str(scratch), signatures={
+            SERVING_SIGNATURE: serve, "serving_default": serve})
+        (scratch / MODEL_METADATA_FILE).write_text(json.dumps(metadata, indent=2))
