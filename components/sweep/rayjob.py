@@ -96,6 +96,18 @@ def with_env(manifest: dict, entries: list[dict]) -> dict:
     return manifest
 
 
+def first_line(message: str, limit: int = 300) -> str:
+    """KubeRay's ``status.message`` as one line: a failed driver's message is Ray's "Job
+    entrypoint command failed with exit code N, last available logs (truncated to 20,000
+    chars): ..." followed by the logs, which the step has already printed as they came."""
+    text = str(message or "").strip()
+    head = text.split("\n", 1)[0].strip()
+    marker = ", last available logs"
+    if marker in head:
+        head = head.split(marker, 1)[0] + " (the driver's log is above)"
+    return head if len(head) <= limit else head[:limit - 1] + "…"
+
+
 def state(job: dict) -> tuple[str, str]:
     """("Completed" | "Failed" | "Running", message) from a RayJob's status.
 
@@ -104,7 +116,7 @@ def state(job: dict) -> tuple[str, str]:
     """
     status = job.get("status") or {}
     deployment, ray_status = status.get("jobDeploymentStatus", ""), status.get("jobStatus", "")
-    reason, message = status.get("reason", ""), status.get("message", "")
+    reason, message = status.get("reason", ""), first_line(status.get("message", ""))
     said = "; ".join(part for part in (reason, message) if part)
     if deployment == COMPLETE:
         if ray_status in ("SUCCEEDED", ""):

@@ -56,8 +56,12 @@ def test_the_compiled_rayjob_is_valid_for_kuberay_and_sized_from_the_trials(tmp_
         "cpu": "6", "memory": "24G", "nvidia.com/gpu": "1"}
     assert worker["nodeSelector"]["cloud.google.com/gke-spot"] == "true"
     assert worker["containers"][0]["image"].endswith("gkeflow-gpu:0.1.0")
-    # 6 trials, 4 at once: two waves of a trial's 30 minutes
-    assert finished["spec"]["activeDeadlineSeconds"] == 3600
+    # 6 trials, 4 at once: two waves of a trial's 30 minutes, plus the hour allowed for the
+    # nodes (KubeRay's clock starts at Initializing, before the cluster exists)
+    assert finished["spec"]["activeDeadlineSeconds"] == 3600 + 3600
+    # the Ray cluster goes when the Ray job ends, whether or not the launcher is there
+    assert finished["spec"]["shutdownAfterJobFinishes"] is True
+    assert finished["spec"]["ttlSecondsAfterFinished"] == 0
     executor = spec["deploymentSpec"]["executors"]["exec-tune-on-kuberay"]["container"]
     assert executor["image"].endswith("/gkeflow:0.1.0"), "the launcher runs in the slim image"
     assert "accelerator" not in executor.get("resources", {})
@@ -70,7 +74,9 @@ def test_plan_prices_the_ray_cluster_with_the_run():
     workers, head = profiles["train-model"], profiles["ray-head"]
     assert (workers.replicas, workers.timeout_s) == (4, 3600)
     assert (head.cpu, head.memory, head.timeout_s) == ("2", "8G", 3600)
-    assert profiles["tune-on-kuberay"].timeout_s == 3600 + 3600, "plus provisioning time"
+    # the launcher outlives the RayJob's deadline (the sweep's plus provisioning) by the
+    # allowance
+    assert profiles["tune-on-kuberay"].timeout_s == 3600 + 3600 + 3600
     from gkeflow.pipelines.compute.costing import run_cost
 
     cost = run_cost(profiles, "gke", "us-central1")

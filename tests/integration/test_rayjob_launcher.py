@@ -178,6 +178,12 @@ def test_a_budget_spent_gives_up_in_one_line_and_deletes_the_rayjob(tmp_path):
     ("Failed", "Job entrypoint command failed with exit code 1",
      "AppFailed; Job entrypoint command failed with exit code 1"),
     ("Stopped", "", "the Ray job ended STOPPED (Job was intentionally stopped.)"),
+    # Ray's own failure message carries up to 20,000 characters of the driver's log, which
+    # the step has already printed: one line, Ray's first, is what the step says
+    ("Failed", "Job entrypoint command failed with exit code 2, last available logs "
+     "(truncated to 20,000 chars):\nTraceback (most recent call last):\n  File \"x.py\"\n"
+     + "ValueError: boom\n" * 400,
+     "AppFailed; Job entrypoint command failed with exit code 2 (the driver's log is above)"),
 ])
 def test_a_failed_ray_job_fails_the_step_in_one_line_after_the_drivers_log(
         tmp_path, outcome, message, expected):

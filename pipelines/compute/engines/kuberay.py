@@ -11,8 +11,10 @@ vendored CRD of KubeRay v1.7.0; fields KubeRay 1.1 already serves):
   profile's CPU, memory and ``nvidia.com/gpu``, its node selector and tolerations (GPU,
   Spot, flex-start, reservation), a memory-backed ``/dev/shm`` (Ray's object store), and
   Ray resources stated outright (one trial per pod: ``num-cpus: "1"``, ``num-gpus``);
-- ``shutdownAfterJobFinishes`` (KubeRay deletes the Ray cluster when the Ray job ends, even
-  when the launcher is gone), the sweep's deadline (``activeDeadlineSeconds``), no retry of
+- ``shutdownAfterJobFinishes`` with ``ttlSecondsAfterFinished: 0`` (KubeRay deletes the Ray
+  cluster as soon as the Ray job ends, even when the launcher is gone), the sweep's deadline
+  (``activeDeadlineSeconds``, which KubeRay counts from ``Initializing``: it adds the
+  provisioning wait, :func:`rayjob_deadline_s`), no retry of
   the whole job (``backoffLimit: 0``; lost trials are retried inside Tune), the Kueue
   queue-name label when ``queue`` is set.
 
@@ -32,8 +34,12 @@ from gkeflow.pipelines.compute.profiles import (
 )
 
 HEAD_CPU, HEAD_MEMORY = "2", "8G"
-#: How long KubeRay keeps an ended RayJob's submitter (its log) before cleaning up.
-TTL_AFTER_FINISHED_S = 600
+#: How long KubeRay keeps the Ray cluster after the Ray job ends (KubeRay v1.7.0
+#: ``rayjob_controller.go``: with ``shutdownAfterJobFinishes`` it deletes the RayCluster this
+#: many seconds after the job finished). 0: the head and every GPU worker go at once, also
+#: when the launcher step is gone. The submitter's log stays: its Kubernetes Job belongs to
+#: the RayJob, which the launcher deletes after reading it.
+TTL_AFTER_FINISHED_S = 0
 #: Restarts of a trial whose worker was lost (a Spot node reclaimed): it resumes from its
 #: last checkpoint.
 TRIAL_RETRIES = 3
@@ -134,7 +140,8 @@ def cluster_profiles(trial: ComputeProfile, head: ComputeProfile, launcher: Comp
 
     workers = max(1, min(parallel_trials, trials))
     deadline = sweep_deadline_s(replace(trial, replicas=workers), trials)
-    waiting = launcher.timeout_s or (deadline + PROVISIONING_ALLOWANCE_S if deadline else 0)
+    rayjob = rayjob_deadline_s(replace(trial, timeout_s=deadline))
+    waiting = launcher.timeout_s or (rayjob + PROVISIONING_ALLOWANCE_S if rayjob else 0)
     return {steps[0]: replace(trial, replicas=workers, timeout_s=deadline),
             steps[1]: replace(head, timeout_s=deadline),
             steps[2]: replace(launcher, timeout_s=waiting)}
@@ -144,7 +151,18 @@ def template_json(trial: ComputeProfile, head: ComputeProfile, image: str) -> st
     """:func:`rayjob_template` as the launcher step's constant (compact, sorted JSON)."""
     from gkeflow.components.scaleout.jobset import dumps
 
-    return dumps(rayjob_template(trial, image, trial.timeout_s, head))
+    return dumps(rayjob_template(trial, image, rayjob_deadline_s(trial), head))
+
+
+def rayjob_deadline_s(profile: ComputeProfile) -> int:
+    """The RayJob's ``activeDeadlineSeconds``: the sweep's deadline (``timeout_s``) plus the
+    wait for its nodes (:data:`~.gke.PROVISIONING_ALLOWANCE_S`, or ``max_wait`` when longer:
+    Spot and flex-start queueing), since KubeRay starts that clock before the Ray cluster
+    exists; 0 (none) when the sweep has no deadline. The same rule as the JobSet
+    launcher's (:func:`~.gke.launcher_deadline_s`)."""
+    from gkeflow.pipelines.compute.engines.gke import launcher_deadline_s
+
+    return launcher_deadline_s(profile)
 
 
 def sweep_deadline_s(profile: ComputeProfile, trials: int) -> int:
