@@ -225,6 +225,8 @@ def _check_sample(sources, arguments: dict):
     if schema.regression:
         if arguments.get("label_transform") == "log":
             _check_positive(sample.column(label), label)
+        if whole is not None:
+            _check_enough_rows(whole, arguments)
         return whole, choice
     classes = label_values(sample.column(label))
     if len(classes) < 2 and sample.num_rows >= SAMPLE_ROWS:
@@ -237,7 +239,60 @@ def _check_sample(sources, arguments: dict):
         found = f"one class, {next(iter(classes))!r}" if classes else "no values"
         raise DataError(f"label column {label!r} has {found}; a classifier needs at least 2 "
                         "classes: check --label, or add rows of another class")
+    if whole is not None:
+        _check_classes_repeat(sample.column(label), label)
+        _check_enough_rows(whole, arguments)
     return whole, choice
+
+
+#: The fewest rows the smallest split (train, eval or test) may expect: fewer cannot train,
+#: stop early and evaluate on anything.
+MIN_SPLIT_ROWS = 3
+
+
+def minimum_rows(arguments: dict) -> int:
+    """The fewest rows data may hold for its splits: :data:`MIN_SPLIT_ROWS` expected in the
+    smallest of the train, eval and test splits (20 at 70/15/15)."""
+    import math
+
+    ratios = [float(arguments.get(name, default)) for name, default in (
+        ("train_ratio", 0.7), ("eval_ratio", 0.15), ("test_ratio", 0.15))]
+    smallest = min(r for r in ratios if r > 0)
+    return math.ceil(MIN_SPLIT_ROWS / smallest - 1e-9)
+
+
+def _check_enough_rows(rows: int, arguments: dict) -> None:
+    from gkeflow.components.prepare.sources import DataError
+
+    needed = minimum_rows(arguments)
+    if rows < needed:
+        raise DataError(
+            f"data has {rows} rows, too few to train, stop early and evaluate: the splits "
+            f"need at least {needed} rows ({MIN_SPLIT_ROWS} expected in the smallest of "
+            "train/eval/test); add rows (a few hundred make a useful model)")
+
+
+def _check_classes_repeat(values, label: str) -> None:
+    """DataError when every value of a classification label occurs once: such values are
+    no classes to learn (identifiers, or numbers too few to tell)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from gkeflow.components.prepare.sources import DataError
+    from gkeflow.components.prepare.values import as_strings
+
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    texts = pc.utf8_trim_whitespace(as_strings(values).drop_null())
+    texts = texts.filter(pc.not_equal(texts, ""))
+    if len(texts) < 2:
+        return
+    counts = pc.value_counts(texts).field("counts")
+    if pc.max(counts).as_py() == 1:
+        raise DataError(
+            f"label column {label!r}: each of its {len(texts)} values occurs once, so they "
+            "are no classes to learn; a classifier needs each class on at least 2 rows (add "
+            "rows), and a number to predict needs more rows and --task regression")
 
 
 def _check_positive(values, label: str) -> None:

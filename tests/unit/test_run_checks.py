@@ -148,3 +148,31 @@ def test_a_failed_step_shows_its_exception_line_not_its_frames():
     # no traceback at all (the process was killed): the end of the output as it was
     tail = [f"line {i}" for i in range(20)]
     assert failure_message(tail, debug=False) == ("\n".join(tail[-8:]), False)
+
+
+@pytest.mark.parametrize(("rows", "label", "message"), [
+    # a price table's first five rows: five distinct whole numbers, one row each
+    ("a,Price (EUR)\n1,10\n2,12\n3,15\n4,19\n5,22\n", "Price (EUR)",
+     "each of its 5 values occurs once, so they are no classes to learn"),
+    ("a,b\n" + "".join(f"{i},{i % 2}\n" for i in range(12)), "b",
+     "data has 12 rows, too few to train, stop early and evaluate: the splits need at "
+     "least 20 rows"),
+    ("a,b\n" + "".join(f"{i},{i * 1.37:.2f}\n" for i in range(12)), "b",
+     "data has 12 rows, too few"),
+    ("a,b\n" + "".join(f"{i},id-{i}\n" for i in range(40)), "b",
+     "label column 'b': each of its 40 values occurs once"),
+])
+def test_tiny_files_and_labels_that_are_no_classes_are_refused_before_any_step(
+        write_csv, rows, label, message):
+    path = write_csv(rows)
+    with pytest.raises(ParameterError) as err:
+        validate_run_arguments(_arguments(path, label_column=label))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_row_minimum_follows_the_split_ratios():
+    from gkeflow.pipelines.settings.parameters import minimum_rows
+
+    assert minimum_rows({}) == 20
+    assert minimum_rows({"train_ratio": 0.8, "eval_ratio": 0.1, "test_ratio": 0.1}) == 30
+    assert minimum_rows({"train_ratio": 0.5, "eval_ratio": 0.0, "test_ratio": 0.5}) == 6
