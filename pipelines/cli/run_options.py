@@ -105,6 +105,7 @@ def local_accelerator_notes(compute: dict | None, config_compute: dict,
     import glob
 
     from gkeflow.components.train.tpu import tpu_device_files
+    from gkeflow.pipelines.compute.accelerators import ACCELERATORS
 
     if not compute:
         return []
@@ -120,6 +121,8 @@ def local_accelerator_notes(compute: dict | None, config_compute: dict,
                              for key in (config_compute or {}).get(step, {}))
         if not asked or not profile.accelerator_count:
             continue
+        if not profile.uses_tpu and profile.accelerator not in ACCELERATORS:
+            continue  # an unknown accelerator: the compute check refuses it, with the fix
         kind, has = ("TPU", tpu_chips) if profile.uses_tpu else ("GPU", gpus)
         if has:
             continue

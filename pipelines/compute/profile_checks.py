@@ -76,8 +76,13 @@ def profile_problems(
                         "topology")
     if not p.uses_tpu and p.accelerator and p.accelerator not in acc.ACCELERATORS:
         accelerator_ok = False
+        from gkeflow.components.did_you_mean import did_you_mean
+
+        # a typo of a name (one letter off), not another GPU (k80 is no t4)
+        hint = did_you_mean(p.accelerator, [*acc.ACCELERATORS, *tpu_profile.generations()],
+                            cutoff=0.9)
         problems.append(
-            f"{step}: unknown accelerator {p.accelerator!r}; valid: "
+            f"{step}: unknown accelerator {p.accelerator!r}{hint}; valid: "
             f"{_accelerator_choices(target)}; TPUs (with a topology): "
             f"{', '.join(tpu_profile.generations())}"
         )

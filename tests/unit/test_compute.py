@@ -268,3 +268,15 @@ def test_plan_spells_each_target_and_notes_what_vertex_cannot_honour():
         ("timeout_s is not enforced on Vertex AI Pipelines (the pipeline spec has no per-step "
         "timeout): prepare-data")]
     assert target_notes(profiles, "gke") == []
+
+
+@pytest.mark.parametrize(("typed", "hint"), [
+    ("nvidia-h100-80gbb", " (did you mean 'nvidia-h100-80gb'?)"),
+    ("NVIDIA-L4", " (did you mean 'nvidia-l4'?)"),
+    ("tpu-v6", " (did you mean 'tpu-v6e'?)"),
+    ("nvidia-tesla-k80", ""),  # another GPU, not a typo of one
+])
+def test_a_misspelled_accelerator_gets_a_did_you_mean(typed, hint):
+    with pytest.raises(ComputeError) as raised:
+        validate_profiles({"train-model": gpu(typed, 1)}, "gke")
+    assert f"unknown accelerator {typed!r}{hint}; valid:" in str(raised.value)

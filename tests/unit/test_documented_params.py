@@ -127,3 +127,11 @@ def test_regression_settings_are_checked_before_any_step(tmp_path):
         validate_run_arguments({"data_uri": str(data), "label_column": "y",
                                 "task": "regression", "label_transform": "log"})
     validate_run_arguments({"data_uri": str(data), "label_column": "y", "task": "regression"})
+
+
+def test_a_misspelled_accelerator_gets_no_cpu_note_before_its_refusal():
+    from gkeflow.pipelines.cli.run_options import local_accelerator_notes
+
+    profiles = _profiles(accelerator="nvidia-h100-80gbb")
+    assert local_accelerator_notes(profiles, {}, ("train-model.accelerator=nvidia-h100-80gbb",),
+                                   gpus=0, tpu_chips=0) == []
