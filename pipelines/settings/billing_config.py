@@ -40,6 +40,6 @@ class BillingSettings(BaseModel):
     def _table(cls, value: str) -> str:
         value = value.strip().strip("`")
         if not _TABLE.match(value):
-            raise ValueError(f"{value!r} is not PROJECT.DATASET.TABLE (e.g. my-project.billing."
+            raise ValueError("not PROJECT.DATASET.TABLE (e.g. my-project.billing."
                              "gcp_billing_export_resource_v1_0123AB_4567CD_89EF01)")
         return value

@@ -211,7 +211,7 @@ class GkeflowConfig(BaseModel):
     def _name(cls, value: str, info: ValidationInfo) -> str:
         if value:
             if not NAME_RE.match(value):
-                raise ValueError(f"{value!r} must be 1-63 lowercase letters, digits and "
+                raise ValueError("must be 1-63 lowercase letters, digits and "
                                  "hyphens, starting with a letter")
             return value
         context = info.context if isinstance(info.context, dict) else {}
@@ -310,7 +310,9 @@ def load_config(path: Path | str | None = None) -> GkeflowConfig:
     except IsADirectoryError as exc:
         raise ConfigError(f"{path} is a directory; name the gkeflow.yaml file") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML{_yaml_place(exc)}") from exc
+        fix = ("; YAML indents with spaces, never tabs: replace the tab with spaces"
+               if "'\\t'" in str(exc) or "\t" in str(getattr(exc, "problem", "")) else "")
+        raise ConfigError(f"{path}: not valid YAML{_yaml_place(exc)}{fix}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
     try:

@@ -62,7 +62,7 @@ def check_bucket_name(name: str) -> str:
         except ValueError:
             pass
     if problem:
-        raise ValueError(f"bucket {name!r} is not a Cloud Storage bucket name: it {problem} "
+        raise ValueError(f"not a Cloud Storage bucket name: it {problem} "
                          "(give the name without gs://)")
     return name
 
@@ -118,7 +118,7 @@ class GcsFuseBucket(BaseModel):
     @classmethod
     def _mount_path(cls, value: str) -> str:
         if value and (not value.startswith("/") or value.strip() != value or value == "/"):
-            raise ValueError(f"mount_path {value!r} must be an absolute directory other "
+            raise ValueError("must be an absolute directory other "
                              "than / (e.g. /data)")
         return posixpath.normpath(value) if value else value
 
@@ -126,7 +126,7 @@ class GcsFuseBucket(BaseModel):
     @classmethod
     def _claim(cls, value: str) -> str:
         if value and not _CLAIM.match(value):
-            raise ValueError(f"claim {value!r} is not a PersistentVolumeClaim name: up to 63 "
+            raise ValueError("not a PersistentVolumeClaim name: up to 63 "
                              "lowercase letters, digits and '-', starting and ending with a "
                              "letter or digit")
         return value
@@ -191,7 +191,7 @@ class SidecarResources(BaseModel):
     def _quantity(cls, value: str) -> str:
         value = str(value).strip()
         if value and not _QUANTITY_OR_ZERO.match(value):
-            raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 500m, 1Gi or 0)")
+            raise ValueError("not a Kubernetes quantity (e.g. 500m, 1Gi or 0)")
         if value and value[-1] != "m" and value != "0":
             quantity_bytes(value)
         return value

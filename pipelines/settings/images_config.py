@@ -128,19 +128,19 @@ class ImagesConfig(BaseModel):
                              "host); remove it and log in with your engine instead (gcloud "
                              "auth configure-docker, or podman/docker login)")
         if "://" in value:
-            raise ValueError(f"{value!r}: no scheme, just HOST/PATH, e.g. {_EXAMPLE}")
+            raise ValueError(f"no scheme, just HOST/PATH, e.g. {_EXAMPLE}")
         if "/" not in value:
-            raise ValueError(f"{value!r}: add the repository path after the host, e.g. "
+            raise ValueError(f"add the repository path after the host, e.g. "
                              f"{_EXAMPLE}")
         if "@" in value or ":" in value.split("/", 1)[-1]:
-            raise ValueError(f"{value!r}: a registry is HOST[:PORT]/PATH without tag or "
+            raise ValueError(f"a registry is HOST[:PORT]/PATH without tag or "
                              f"digest, e.g. {_EXAMPLE}")
         if not _REGISTRY_RE.match(value):
-            raise ValueError(f"{value!r} is not a registry path: lowercase host (with a dot, "
+            raise ValueError(f"not a registry path: lowercase host (with a dot, "
                              "or localhost) and path components of letters, digits, '.', "
                              f"'_' or '-', e.g. {_EXAMPLE}")
         if value.rsplit("/", 1)[-1] in {f"gkeflow-{f}" for f in FLAVOURS}:
-            raise ValueError(f"{value!r}: name the repository, not the image (drop "
+            raise ValueError(f"name the repository, not the image (drop "
                              f"/{value.rsplit('/', 1)[-1]})")
         return value
 
@@ -148,7 +148,7 @@ class ImagesConfig(BaseModel):
     @classmethod
     def _tag(cls, value: str) -> str:
         if value and not _TAG_RE.match(value):
-            raise ValueError(f"{value!r} is not an image tag: up to 128 letters, digits, "
+            raise ValueError("not an image tag: up to 128 letters, digits, "
                              "'_', '.' or '-', not starting with '.' or '-'")
         return value
 

@@ -74,7 +74,7 @@ class LustreInstance(BaseModel):
     @classmethod
     def _name(cls, value: str) -> str:
         if value and not _NAME.match(value):
-            raise ValueError(f"{value!r} is not a valid name: up to 63 lowercase letters, "
+            raise ValueError("not a valid name: up to 63 lowercase letters, "
                              "digits and '-', starting with a letter")
         return value
 
@@ -82,7 +82,7 @@ class LustreInstance(BaseModel):
     @classmethod
     def _project(cls, value: str) -> str:
         if not _PROJECT.match(value):
-            raise ValueError(f"project {value!r} is not a Google Cloud project id (6-30 "
+            raise ValueError("not a Google Cloud project id (6-30 "
                              "lowercase letters, digits and '-', starting with a letter)")
         return value
 
@@ -90,7 +90,7 @@ class LustreInstance(BaseModel):
     @classmethod
     def _location(cls, value: str) -> str:
         if not _ZONE.match(value):
-            raise ValueError(f"location {value!r} is not a zone (e.g. us-central1-a): "
+            raise ValueError("not a zone (e.g. us-central1-a): "
                              "Managed Lustre instances are zonal")
         return value
 
@@ -100,10 +100,10 @@ class LustreInstance(BaseModel):
         try:
             address = ipaddress.ip_address(value.strip())
         except ValueError:
-            raise ValueError(f"ip {value!r} is not an IP address; give the address before "
+            raise ValueError("not an IP address; give the address before "
                              "'@tcp' in the instance's mount point") from None
         if address.version != 4:
-            raise ValueError(f"ip {value!r}: the Managed Lustre CSI driver takes an IPv4 "
+            raise ValueError("the Managed Lustre CSI driver takes an IPv4 "
                              "address")
         return str(address)
 
@@ -111,7 +111,7 @@ class LustreInstance(BaseModel):
     @classmethod
     def _filesystem(cls, value: str) -> str:
         if not _FILESYSTEM.match(value):
-            raise ValueError(f"filesystem {value!r} is not a Managed Lustre file system name "
+            raise ValueError("not a Managed Lustre file system name "
                              "(up to 8 letters and digits, starting with a letter)")
         return value
 
@@ -119,7 +119,7 @@ class LustreInstance(BaseModel):
     @classmethod
     def _mount_path(cls, value: str) -> str:
         if value and (not value.startswith("/") or value.strip() != value or value == "/"):
-            raise ValueError(f"mount_path {value!r} must be an absolute directory other "
+            raise ValueError("must be an absolute directory other "
                              "than / (e.g. /lustre)")
         return posixpath.normpath(value) if value else value
 

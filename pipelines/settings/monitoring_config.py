@@ -75,7 +75,7 @@ class GkeAlertSettings(BaseModel):
             if not _K8S_LABEL_KEY.match(key) or len(key) > 316:
                 raise ValueError(f"{key!r} is not a Kubernetes label key")
             if not _K8S_LABEL_VALUE.match(label):
-                raise ValueError(f"{label!r} (label {key}) is not a Kubernetes label value")
+                raise ValueError(f"label {key}: its value is not a Kubernetes label value")
         return value
 
 
@@ -112,7 +112,7 @@ class MonitoringSettings(BaseModel):
     @classmethod
     def _project(cls, value: str) -> str:
         if value and not _PROJECT.match(value):
-            raise ValueError(f"{value!r} is not a Google Cloud project id")
+            raise ValueError("not a Google Cloud project id")
         return value
 
     @field_validator("api_endpoint")
@@ -120,15 +120,15 @@ class MonitoringSettings(BaseModel):
     def _endpoint(cls, value: str) -> str:
         value = value.rstrip("/")
         if value and not re.match(r"^https?://[^/\s]+$", value):
-            raise ValueError(f"{value!r} is not a scheme://host[:port] endpoint")
+            raise ValueError("not a scheme://host[:port] endpoint")
         return value
 
     @field_validator("notification_channels")
     @classmethod
     def _channels(cls, value: list[str]) -> list[str]:
-        bad = [channel for channel in value if not _CHANNEL.match(channel)]
+        bad = [str(i) for i, channel in enumerate(value, 1) if not _CHANNEL.match(channel)]
         if bad:
-            raise ValueError(f"not a notification channel name: {', '.join(map(repr, bad))}; "
+            raise ValueError(f"not a notification channel name: entry {', '.join(bad)}; "
                              "use projects/PROJECT/notificationChannels/ID "
                              "(`gcloud beta monitoring channels list`)")
         if len(set(value)) != len(value):

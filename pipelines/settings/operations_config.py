@@ -65,14 +65,14 @@ class WebhookSettings(BaseModel):
     def _k8s_secret(cls, value: str) -> str:
         name, _, key = value.partition("/")
         if value and (not _K8S_NAME.match(name) or (key and not _K8S_KEY.match(key))):
-            raise ValueError(f"{value!r} is not a Kubernetes Secret NAME or NAME/KEY")
+            raise ValueError("not a Kubernetes Secret NAME or NAME/KEY")
         return value
 
     @field_validator("vertex_secret")
     @classmethod
     def _secret_manager(cls, value: str) -> str:
         if value and not _SECRET_VERSION.match(value):
-            raise ValueError(f"{value!r} is not projects/PROJECT/secrets/SECRET"
+            raise ValueError("not projects/PROJECT/secrets/SECRET"
                              "[/versions/VERSION]")
         return value
 
@@ -106,9 +106,9 @@ class EmailSettings(BaseModel):
         from gkeflow.components.notify.email import MAX_RECIPIENTS
 
         value = [address.strip() for address in value]
-        bad = [address for address in value if not _EMAIL.match(address)]
+        bad = [str(i) for i, address in enumerate(value, 1) if not _EMAIL.match(address)]
         if bad:
-            raise ValueError(f"not an email address: {', '.join(map(repr, bad))}")
+            raise ValueError(f"not an email address: entry {', '.join(bad)} (NAME@DOMAIN)")
         if len(value) > MAX_RECIPIENTS:
             raise ValueError(f"Vertex AI emails at most {MAX_RECIPIENTS} addresses, not "
                              f"{len(value)}; use a mailing list's address")

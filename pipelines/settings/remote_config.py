@@ -94,7 +94,7 @@ class GkeTarget(_Strict):
             raise ValueError("must not hold a user name or password; give credentials in "
                              "targets.gke.auth (e.g. token_env), never in the URL")
         if not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"{value!r} is not an http(s) URL (e.g. https://kfp.example.com)")
+            raise ValueError("not an http(s) URL (e.g. https://kfp.example.com)")
         return value.rstrip("/")
 
     @field_validator("experiment")
@@ -110,7 +110,7 @@ def normalise_gcs_uri(value: str) -> str:
     value = value.strip()
     match = re.match(r"^gs://([a-z0-9][a-z0-9._-]{1,221}[a-z0-9])(/.*)?$", value)
     if not match:
-        raise ValueError(f"{value!r} is not a gs://BUCKET[/PATH] URI")
+        raise ValueError("not a gs://BUCKET[/PATH] URI")
     path = re.sub(r"/{2,}", "/", match.group(2) or "").rstrip("/")
     return f"gs://{match.group(1)}{path}"
 
@@ -134,7 +134,7 @@ class VertexTarget(_Strict):
     @classmethod
     def _project(cls, value):
         if not re.match(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$", value):
-            raise ValueError(f"{value!r} is not a Google Cloud project id "
+            raise ValueError("not a Google Cloud project id "
                              "(6-30 lowercase letters, digits, hyphens)")
         return value
 
@@ -142,7 +142,7 @@ class VertexTarget(_Strict):
     @classmethod
     def _region(cls, value):
         if not _REGION_RE.match(value):
-            raise ValueError(f"{value!r} is not a region (e.g. us-central1)")
+            raise ValueError("not a region (e.g. us-central1)")
         return value
 
     @field_validator("pipeline_root")
@@ -154,7 +154,7 @@ class VertexTarget(_Strict):
     @classmethod
     def _sa(cls, value):
         if not _SERVICE_ACCOUNT_RE.match(value):
-            raise ValueError(f"{value!r} is not a service account e-mail "
+            raise ValueError("not a service account e-mail "
                              "(NAME@PROJECT.iam.gserviceaccount.com)")
         return value
 
@@ -162,7 +162,7 @@ class VertexTarget(_Strict):
     @classmethod
     def _network(cls, value):
         if value is not None and not _NETWORK_RE.match(value):
-            raise ValueError(f"{value!r} is not a network name "
+            raise ValueError("not a network name "
                              "(projects/PROJECT_NUMBER/global/networks/NETWORK)")
         return value
 
@@ -170,7 +170,7 @@ class VertexTarget(_Strict):
     @classmethod
     def _key(cls, value):
         if value is not None and not _KMS_KEY_RE.match(value):
-            raise ValueError(f"{value!r} is not a Cloud KMS key "
+            raise ValueError("not a Cloud KMS key "
                              "(projects/P/locations/L/keyRings/R/cryptoKeys/K)")
         return value
 
@@ -178,7 +178,7 @@ class VertexTarget(_Strict):
     @classmethod
     def _endpoint(cls, value):
         if value is not None and not re.match(r"^(https?://)?[^/\s]+$", value):
-            raise ValueError(f"{value!r} is not a host[:port] or http(s)://host[:port]")
+            raise ValueError("not a host[:port] or http(s)://host[:port]")
         return value
 
 
@@ -210,7 +210,7 @@ class ScheduleConfig(_Strict):
     @classmethod
     def _name(cls, value):
         if not NAME_RE.match(value):
-            raise ValueError(f"{value!r} must be 1-63 lowercase letters, digits and hyphens, "
+            raise ValueError("must be 1-63 lowercase letters, digits and hyphens, "
                              "starting with a letter")
         return value
 

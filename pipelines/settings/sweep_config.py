@@ -225,7 +225,7 @@ def _check_parameter(name: str, spec) -> None:
     values = spec.grid() if isinstance(spec, (Choice, IntRange)) else [spec.min, spec.max]
     for value in values:
         if not _fits(kind, value) or not valid(kind(value)):
-            raise ValueError(f"parameters.{name}: {value!r} is not valid; {name} must be "
+            raise ValueError(f"parameters.{name}: not valid; {name} must be "
                              f"{meaning}")
 
 

@@ -72,7 +72,7 @@ class MlflowCredentials(BaseModel):
     @classmethod
     def _k8s_secret(cls, value: str) -> str:
         if value and not _K8S_NAME.match(value):
-            raise ValueError(f"{value!r} is not a Kubernetes Secret name (its keys token, "
+            raise ValueError("not a Kubernetes Secret name (its keys token, "
                              "or username and password, hold the credentials)")
         return value
 
@@ -177,7 +177,7 @@ class MlflowTracking(BaseModel):
             raise ValueError("must not hold a user name or password; name the variables "
                              "holding them in tracking.mlflow.credentials")
         if not re.match(r"^https?://[^/\s]+(/\S*)?$", value):
-            raise ValueError(f"{value!r} is not an http(s) URL "
+            raise ValueError("not an http(s) URL "
                              "(e.g. http://mlflow.example.com:5000)")
         return value
 
@@ -222,7 +222,7 @@ class VertexExperiments(BaseModel):
     @classmethod
     def _experiment(cls, value: str) -> str:
         if not _VERTEX_EXPERIMENT.match(value):
-            raise ValueError(f"{value!r} is not a Vertex AI experiment name (1-128 lowercase "
+            raise ValueError("not a Vertex AI experiment name (1-128 lowercase "
                              "letters, digits and hyphens, starting with a letter or digit)")
         return value
 
@@ -230,7 +230,7 @@ class VertexExperiments(BaseModel):
     @classmethod
     def _tensorboard(cls, value: str) -> str:
         if value and not TENSORBOARD.match(value):
-            raise ValueError(f"{value!r} is not a TensorBoard instance: give its resource "
+            raise ValueError("not a TensorBoard instance: give its resource "
                              "name, projects/PROJECT/locations/REGION/tensorboards/ID")
         return value
 

@@ -21,7 +21,7 @@ def quantity_bytes(value: str) -> int:
     """Bytes of a Kubernetes storage quantity such as ``200Gi``."""
     match = _QUANTITY.match(value.strip())
     if not match:
-        raise ValueError(f"{value!r} is not a storage quantity (e.g. 200Gi or 500G)")
+        raise ValueError("not a storage quantity (e.g. 200Gi or 500G)")
     number = value.strip()[: len(value.strip()) - len(match.group(2) or "")]
     return int(float(number) * _BYTES[match.group(2) or ""])
 
@@ -56,7 +56,7 @@ class WorkspaceSettings(BaseModel):
     @classmethod
     def _size(cls, value: str) -> str:
         if quantity_bytes(value) < 2**30:
-            raise ValueError(f"{value!r} is under 1Gi; size the workspace for the prepared "
+            raise ValueError("under 1Gi; size the workspace for the prepared "
                              "shards plus checkpoints (e.g. 200Gi)")
         return value.strip()
 
@@ -64,7 +64,7 @@ class WorkspaceSettings(BaseModel):
     @classmethod
     def _storage_class(cls, value: str) -> str:
         if not _STORAGE_CLASS.match(value):
-            raise ValueError(f"{value!r} is not a StorageClass name (e.g. standard-rwo, "
+            raise ValueError("not a StorageClass name (e.g. standard-rwo, "
                              "standard-rwx, premium-rwo)")
         return value
 

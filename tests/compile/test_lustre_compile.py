@@ -106,13 +106,13 @@ def test_manifests_are_persistent_volumes_of_the_managed_lustre_csi_driver():
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"ip": "10.90.1"}, "is not an IP address"),
+    ({"ip": "10.90.1"}, "not an IP address"),
     ({"ip": "fd00::4"}, "takes an IPv4 address"),
     ({"filesystem": "toolongname"}, "not a Managed Lustre file system name"),
-    ({"location": "us-central1"}, "is not a zone"),
+    ({"location": "us-central1"}, "not a zone"),
     ({"read_only": True, "use": ["checkpoints"]}, "read_only but holds checkpoints"),
     ({"mount_path": "/kfp-workspace/lustre"}, "overlaps /kfp-workspace"),
-    ({"name": "Bad_Name"}, "is not a valid name"),
+    ({"name": "Bad_Name"}, "not a valid name"),
 ])
 def test_instance_settings_are_checked_where_they_are_read(change, message):
     with pytest.raises(ValidationError, match=message):
@@ -161,7 +161,7 @@ def test_manifest_printer_reads_gkeflow_yaml_and_refuses_bad_config(tmp_path, ca
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"lustre": {"instances": [{**DATA, "ip": "nope"}]}}))
     assert main(["--config", str(bad)]) == 2
-    assert "is not an IP address" in capsys.readouterr().err
+    assert "not an IP address" in capsys.readouterr().err
     empty = tmp_path / "empty.yaml"
     empty.write_text("{}\n")
     assert main(["--config", str(empty)]) == 2

@@ -39,7 +39,7 @@ def test_a_file_without_new_sections_still_loads(tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     ({"targets": {"gke": {"host": "kfp.example.com"}}},
-     "targets.gke.host: 'kfp.example.com' is not an http(s) URL"),
+     "targets.gke.host: not an http(s) URL"),
     ({"targets": {"gke": {"host": "https://k", "auth": {"token_env": "eyJhbGciOi.x"}}}},
      "targets.gke.auth.token_env: is not an environment variable name"),
     ({"targets": {"gke": {"host": "https://admin:hunter2@kfp.example.com"}}},
@@ -53,15 +53,15 @@ def test_a_file_without_new_sections_still_loads(tmp_path):
     ({"targets": {"vertex": {"project": "P", "region": "us-central1",
                              "pipeline_root": "gs://bucket", "service_account":
                                  "a@p.iam.gserviceaccount.com"}}},
-     "targets.vertex.project: 'P' is not a Google Cloud project id"),
+     "targets.vertex.project: not a Google Cloud project id"),
     ({"targets": {"vertex": {"project": "my-project", "region": "us-central1",
                              "pipeline_root": "gs://bucket", "service_account": "me"}}},
-     "targets.vertex.service_account: 'me' is not a service account e-mail"),
+     "targets.vertex.service_account: not a service account e-mail"),
     ({"targets": {"vertex": {"project": "my-project", "region": "us-central1",
                              "pipeline_root": "gs://bucket",
                              "service_account": "a@p.iam.gserviceaccount.com",
                              "encryption_key": "my-key"}}},
-     "targets.vertex.encryption_key: 'my-key' is not a Cloud KMS key"),
+     "targets.vertex.encryption_key: not a Cloud KMS key"),
     ({"schedules": [{"name": "a", "target": "gke", "cron": "0 2 * * *"}]},
      "schedules.0.target: 'gke' is not configured under targets.gke"),
     ({"targets": {"gke": {"host": "https://k"}},
@@ -103,7 +103,7 @@ def test_gcs_roots_are_normalised():
     assert normalise_gcs_uri(" gs://my-bucket//a/b/ ") == "gs://my-bucket/a/b"
     assert normalise_gcs_uri("gs://my-bucket") == "gs://my-bucket"
     for bad in ("gs://", "s3://bucket/x", "gs://B/x", "/local/path"):
-        with pytest.raises(ValueError, match="is not a gs://BUCKET"):
+        with pytest.raises(ValueError, match="not a gs://BUCKET"):
             normalise_gcs_uri(bad)
 
 
@@ -192,3 +192,40 @@ def test_secrets_are_redacted_from_messages():
     assert redact("Bearer tok-8c1f2e failed") == "Bearer *** failed"
     error = RemoteError("server said tok-8c1f2e is wrong")
     assert "tok-8c1f2e" not in str(error)
+
+
+def test_configuration_errors_never_show_the_values_given(tmp_path):
+    # a value may be a secret pasted in the wrong place: errors name the key and the rule
+    marker = "S3cr3t-t0ken"
+    text = f"""
+targets:
+  gke:
+    host: "{marker}"
+    pipeline_root: "gs://{marker}/r"
+  vertex:
+    project: "{marker}"
+    region: "{marker}"
+    pipeline_root: "{marker}"
+    service_account: "{marker}"
+    network: "{marker}"
+    encryption_key: "{marker}"
+images:
+  registry: "{marker}"
+  tag: "-{marker}"
+tracking:
+  dev:
+    mlflow:
+      tracking_uri: "{marker}"
+operations:
+  notify:
+    email:
+      recipients: ["{marker}"]
+"""
+    with pytest.raises(ConfigError) as raised:
+        load_config(write(tmp_path, text))
+    message = str(raised.value)
+    assert message.count(":") >= 3 and "targets.vertex.project: not a Google Cloud" in message
+    assert marker not in message and marker.lower() not in message
+    # the keys are all named, the values none
+    for key in ("targets.gke.host", "targets.vertex.encryption_key", "images.registry"):
+        assert key in message

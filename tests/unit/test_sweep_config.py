@@ -58,7 +58,7 @@ def test_grid_is_the_product_in_declaration_order():
     ({"parameters": {"batch_size": {"type": "uniform", "min": 8, "max": 64}}},
      "uniform gives real numbers but batch_size is an integer >= 1; use type: int or choice"),
     ({"parameters": {"batch_size": {"type": "choice", "values": [0, 32]}}},
-     "parameters.batch_size: 0 is not valid; batch_size must be an integer >= 1"),
+     "parameters.batch_size: not valid; batch_size must be an integer >= 1"),
     ({"parameters": {"hidden_units": {"type": "choice", "values": ["64,x"]}}},
      "comma-separated positive layer sizes"),
     ({"parameters": {"learning_rate": {"type": "normal", "mean": 0.01}}},
