@@ -78,7 +78,7 @@ class Source:
             handle = pa.CompressedInputStream(handle, self.compression)
         return handle
 
-    def header(self) -> list[str]:
+    def header(self) -> list[str]:  # noqa: C901 - one check per way a header goes wrong
         """The column names (a CSV's first row, a Parquet file's schema); DataError if the
         file is empty or unreadable, or its names are not unique."""
         if self.format == "parquet":
@@ -97,10 +97,18 @@ class Source:
             first = first[len(UTF8_BOM):]
         if first is None or not first.strip():
             raise EmptyFile(f"data file is empty (no header row): {self.name}")
+        from gkeflow.components.prepare.file_kinds import legacy_encoding_hint, spreadsheet_kind
+
+        kind = spreadsheet_kind(first)
+        if kind:
+            raise DataError(f"{self.name} is {kind}, not CSV text; export it as CSV (e.g. "
+                            "Save As > CSV UTF-8) and point --data at that file")
         try:
             text = first.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise DataError(f"the header row of {self.name} is not valid UTF-8: {exc}") from exc
+            raise DataError(f"the header row of {self.name} is not valid UTF-8 (byte "
+                            f"{exc.start}){legacy_encoding_hint(first)}; re-save the file as "
+                            "UTF-8") from exc
         if "\r" in text:
             raise DataError(f"{self.name} ends its lines with a carriage return alone (old "
                             f"Mac style); convert the line ends to LF or CRLF")

@@ -216,6 +216,8 @@ def _check_sample(sources, arguments: dict):
     except DataError:
         return None, None  # every row malformed: left to the step, which shows them
     label = arguments.get("label_column", "")
+    _check_encoding(sample, float(arguments.get("max_rejected_fraction", 0.1)),
+                    usable[0].name if usable else "the data")
     schema = fix_schema(header, sample, label, None, arguments.get("key_column", ""),
                         arguments.get("exclude_columns", ""),
                         arguments.get("feature_columns", ""),
@@ -243,6 +245,36 @@ def _check_sample(sources, arguments: dict):
         _check_classes_repeat(sample.column(label), label)
         _check_enough_rows(whole, arguments)
     return whole, choice
+
+
+def _check_encoding(sample, max_rejected_fraction: float, name: str) -> None:
+    """DataError when more sampled rows hold text that is not UTF-8 than the prepare step
+    would reject (``max_rejected_fraction``): a file saved in a legacy encoding, whose every
+    such row would be rejected inside prepare-data."""
+    import numpy as np
+    import pyarrow as pa
+
+    from gkeflow.components.prepare.file_kinds import legacy_encoding_hint
+    from gkeflow.components.prepare.sources import DataError
+    from gkeflow.components.prepare.values import null_invalid_utf8
+
+    if not sample.num_rows:
+        return
+    rows = np.zeros(sample.num_rows, dtype=bool)
+    example = None
+    for column in sample.columns:
+        array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        _, bad = null_invalid_utf8(array)
+        if bad is not None:
+            rows |= bad
+            if example is None:
+                example = array.view(pa.binary())[int(np.flatnonzero(bad)[0])].as_py()
+    if not rows.any() or rows.mean() <= max_rejected_fraction:
+        return
+    hint = legacy_encoding_hint(example or b"")
+    raise DataError(f"{name}: {int(rows.sum())} of the first {sample.num_rows} rows hold text "
+                    f"that is not UTF-8{hint}; re-save the file as UTF-8 (every such row "
+                    "would be rejected)")
 
 
 #: The fewest rows the smallest split (train, eval or test) may expect: fewer cannot train,

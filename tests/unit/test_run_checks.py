@@ -176,3 +176,38 @@ def test_the_row_minimum_follows_the_split_ratios():
     assert minimum_rows({}) == 20
     assert minimum_rows({"train_ratio": 0.8, "eval_ratio": 0.1, "test_ratio": 0.1}) == 30
     assert minimum_rows({"train_ratio": 0.5, "eval_ratio": 0.0, "test_ratio": 0.5}) == 6
+
+
+def test_a_file_in_a_legacy_encoding_is_refused_before_any_step_with_the_fix(write_csv):
+    rows = "name,city,price\n" + "".join(f"n{i},Zürich {i % 3},{i * 7 % 11}\n"
+                                         for i in range(60))
+    path = write_csv(rows.encode("latin-1"))
+    with pytest.raises(ParameterError) as err:
+        validate_run_arguments(_arguments(path, label_column="price"))
+    assert "60 of the first 60 rows hold text that is not UTF-8" in str(err.value)
+    assert "Windows-1252 (Latin-1): 'Zürich'" in str(err.value)
+    assert "re-save the file as UTF-8" in str(err.value)
+    # a stray byte or two is left to the step, which rejects those rows and counts them
+    mixed = rows.encode("utf-8").replace(b"n7,", b"n\xe97,", 1)
+    validate_run_arguments(_arguments(write_csv(mixed, name="mixed.csv"),
+                                      label_column="price"))
+
+
+@pytest.mark.parametrize(("start", "kind"), [
+    (b"PK\x03\x04\x14\x00\x06\x00", "is a ZIP file (an Excel .xlsx"),
+    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1\x00", "is an old Excel .xls spreadsheet"),
+    (b"\x1f\x8b\x08\x00", "is gzip-compressed (name it .csv.gz)"),
+])
+def test_a_spreadsheet_named_csv_is_named_for_what_it_is(write_csv, start, kind):
+    path = write_csv(start + b"\x00\x01binary\xff\xfe\n" * 3, name="prices.csv")
+    with pytest.raises(ParameterError) as err:
+        validate_run_arguments(_arguments(path))
+    assert kind in str(err.value) and "not CSV text" in str(err.value)
+
+
+def test_a_latin1_header_says_how_it_reads(write_csv):
+    path = write_csv("Straße,y\n1,a\n2,b\n".encode("latin-1"))
+    with pytest.raises(ParameterError) as err:
+        validate_run_arguments(_arguments(path))
+    assert ("is not valid UTF-8 (byte 4); it reads as Windows-1252 (Latin-1): 'Straße'; "
+            "re-save the file as UTF-8") in str(err.value)
