@@ -149,11 +149,13 @@ def run_arguments(pipeline, name: str, *, data: str | None, label: str | None, o
                   params: tuple[str, ...], key_column: str = "",
                   exclude_columns: tuple[str, ...] = (),
                   feature_columns: tuple[str, ...] = (), task: str = "auto",
-                  notes: list[str] | None = None) -> dict[str, Any]:
+                  notes: list[str] | None = None,
+                  decided: dict[str, str] | None = None) -> dict[str, Any]:
     """The arguments of a local run of ``pipeline`` (training or sweep), checked before
     any step starts: data, label and columns against the file's header, split ratios,
     the evaluation policy and ``--param`` against the pipeline's parameters; the task
-    (``--task``) decided from the label, as the prepare step will, and said in ``notes``."""
+    (``--task``) decided from the label, as the prepare step will, said in ``notes`` and
+    put in ``decided["task"]``."""
     from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS, SplitRatios
     from gkeflow.pipelines.cli.common import REGISTRY_FILE
     from gkeflow.pipelines.cli.params import pipeline_params
@@ -207,7 +209,10 @@ def run_arguments(pipeline, name: str, *, data: str | None, label: str | None, o
     except ParameterError as exc:
         raise click.ClickException(str(exc)) from None
     if choice is not None and "task" in inputs:
-        arguments["task"] = choice.task  # the step decides the same from the same rows
+        # the step decides the same from the same rows and says why in its data report:
+        # "auto" stays "auto", so the report gives the data's reason, not "asked for"
+        if decided is not None:
+            decided["task"] = choice.task
         if notes is not None:
             notes.append(f"task: {choice.task} of {arguments['label_column']!r} "
                          f"({choice.reason}; --task overrides)")

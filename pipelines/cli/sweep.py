@@ -113,9 +113,10 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
         eval_ratio=eval_ratio, test_ratio=test_ratio, model_name=model_name,
         min_accuracy=min_accuracy, model_type=model_type, user_module=user_module,
         params=params, key_column=key_column, exclude_columns=exclude_columns,
-        feature_columns=feature_columns, task=task, notes=(notes := []))
+        feature_columns=feature_columns, task=task, notes=(notes := []),
+        decided=(decided := {}))
     output = Path(output).resolve()
-    if arguments.get("task") == "regression" and arguments.get(
+    if decided.get("task", arguments.get("task")) == "regression" and arguments.get(
             "metric", sweep.metric) == "eval_accuracy":
         from gkeflow.components.sweep.logic import REGRESSION_METRICS
 
