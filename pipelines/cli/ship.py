@@ -151,6 +151,13 @@ def submit_command(pipeline, target, environment, params, wait, poll_s, timeout_
     for note in submission.notes:
         console.print(f"  {note}", markup=False, soft_wrap=True)
     if dry_run:
+        from gkeflow.pipelines.settings.config_example import unfilled_placeholders
+
+        targets = getattr(config.targets, target, None)
+        for key in unfilled_placeholders(targets, f"targets.{target}"):
+            console.print(f"  note: {key} still holds the example value `gkeflow init` "
+                          "wrote; set your own before submitting", markup=False,
+                          soft_wrap=True)
         _print_planned(console, backend.planned)
         return
     console.print(f"  version:    {submission.version_name}", markup=False)

@@ -175,3 +175,24 @@ schedules:
       output_uri: bq://my-project.scoring.penguins
       bq_write_mode: append
 '''
+
+
+#: Parts of the values ``gkeflow init`` writes that stand for the user's own.
+PLACEHOLDERS = ("example.com", "my-project", "my-bucket", "1234-abc.apps")
+
+
+def unfilled_placeholders(section: object, prefix: str = "") -> list[str]:
+    """The keys of ``section`` (a parsed gkeflow.yaml section: a pydantic model, dict or
+    list) whose values still hold one of :data:`PLACEHOLDERS`; the values are not shown."""
+    if hasattr(section, "model_dump"):
+        section = section.model_dump()
+    found = []
+    if isinstance(section, dict):
+        for key, value in section.items():
+            found += unfilled_placeholders(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(section, (list, tuple)):
+        for index, value in enumerate(section):
+            found += unfilled_placeholders(value, f"{prefix}.{index}")
+    elif isinstance(section, str) and any(marker in section for marker in PLACEHOLDERS):
+        found.append(prefix)
+    return found

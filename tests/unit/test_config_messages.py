@@ -85,3 +85,26 @@ def test_compute_overrides_name_the_closest_step_and_field(override, expected):
 def test_no_hint_when_nothing_is_close():
     assert did_you_mean("zzz", ["cpu", "memory"]) == ""
     assert did_you_mean("Decision", ["id", "decision"]) == " (did you mean 'decision'?)"
+
+
+def test_a_dry_run_names_the_example_values_gkeflow_init_wrote(tmp_path):
+    from gkeflow.pipelines.settings.config import EXAMPLE_CONFIG, load_config
+    from gkeflow.pipelines.settings.config_example import unfilled_placeholders
+    from tests.gkeflow_cli import gkeflow
+
+    (tmp_path / "gkeflow.yaml").write_text(EXAMPLE_CONFIG)
+    config = load_config(tmp_path / "gkeflow.yaml")
+    assert unfilled_placeholders(config.targets.vertex, "targets.vertex") == [
+        "targets.vertex.project", "targets.vertex.pipeline_root",
+        "targets.vertex.service_account"]
+    assert unfilled_placeholders(config.targets.gke, "targets.gke") == ["targets.gke.host"]
+    result = gkeflow("submit", "--target", "vertex", "--dry-run", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert ("note: targets.vertex.project still holds the example value `gkeflow init` "
+            "wrote") in result.stdout
+    assert "my-project" not in "".join(line for line in result.stdout.splitlines()
+                                       if "note:" in line)
+    own = EXAMPLE_CONFIG.replace("my-project", "acme-ml-prod").replace("my-bucket", "acme")
+    (tmp_path / "gkeflow.yaml").write_text(own)
+    assert "still holds the example value" not in gkeflow(
+        "submit", "--target", "vertex", "--dry-run", cwd=tmp_path).stdout
