@@ -198,3 +198,24 @@ def gke_selectors(p) -> dict[str, str]:
 def vertex_machine_spec(p) -> dict[str, str]:
     """``machine_spec`` of a Vertex AI CustomJob on the slice (machine type + topology)."""
     return tc.vertex_machine_spec(p.accelerator, p.topology)
+
+
+def backend_problem(profiles, parameters) -> str:
+    """One line when the training parameters ask a TPU step for what its Keras backend
+    cannot do: TensorFlow's TPUStrategy trains within one slice, so ``backend: tensorflow``
+    on several slices (Multislice, ``replicas`` > 1) would fail in train-model, after
+    preparation ran; gradient-boosted trees and the linear model train on no TPU. "" when
+    fine."""
+    profile = (profiles or {}).get(MULTISLICE_STEP)
+    if profile is None or not profile.uses_tpu:
+        return ""
+    if parameters.get("backend") == "tensorflow" and profile.replicas > 1:
+        return (f"{MULTISLICE_STEP}: backend tensorflow cannot train across the "
+                f"{profile.replicas} TPU slices it asks for (TensorFlow's TPUStrategy trains "
+                "within one slice); set backend: jax (or auto), or replicas: 1")
+    if parameters.get("model_type") in ("gbdt", "linear"):
+        return (f"{MULTISLICE_STEP}: model_type {parameters['model_type']} trains on CPUs or "
+                "GPUs, not on a TPU; use model_type mlp or auto (the Keras model there), or "
+                "give train-model a GPU or CPU profile")
+    return ""
+

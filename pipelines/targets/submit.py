@@ -302,6 +302,12 @@ def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: st
     flagged = refuse_unbuilt_images(config, Path(prepared.path),
                                     f"send {pipeline} to {target}", dry_run=dry_run)
     parameters = resolve_parameters(config, prepared, environment, overrides)
+    from gkeflow.pipelines.compute.tpu_profile import backend_problem
+    from gkeflow.pipelines.targets.compile import default_compute
+
+    problem = backend_problem(chosen.compute_overrides(default_compute()), parameters)
+    if problem:
+        raise SubmitError(f"parameters of {prepared.name}: {problem}")
     name = run_name(pipeline, environment)
     notes: list[str] = [f"warning: {flagged}"] if flagged else []
     notes += notification_notes(chosen, target)

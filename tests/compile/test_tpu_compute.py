@@ -301,3 +301,27 @@ def test_vizier_trials_run_on_the_slice_machine_with_its_topology():
     machine = job.trial_job_spec.worker_pool_specs[0].machine_spec
     assert (machine.machine_type, machine.tpu_topology, machine.accelerator_count) == (
         "ct6e-standard-8t", "2x4", 0)
+
+
+def test_what_a_tpu_step_cannot_train_is_refused_before_any_step(tmp_path):
+    from gkeflow.pipelines.compute.tpu_profile import backend_problem
+    from tests.gkeflow_cli import gkeflow
+
+    slices = {STEP: tpu(accelerator="tpu-v6e", topology="4x4", replicas=2)}
+    assert "backend tensorflow cannot train across the 2 TPU slices" in backend_problem(
+        slices, {"backend": "tensorflow"})
+    assert backend_problem(slices, {"backend": "jax"}) == ""
+    assert backend_problem(slices, {}) == ""  # auto: JAX on a TPU
+    one = {STEP: tpu(accelerator="tpu-v6e", topology="2x2")}
+    assert backend_problem(one, {"backend": "tensorflow"}) == ""
+    assert "model_type gbdt trains on CPUs or GPUs" in backend_problem(one,
+                                                                       {"model_type": "gbdt"})
+    (tmp_path / "gkeflow.yaml").write_text(
+        "targets:\n  gke:\n    host: https://kfp.acme.dev/pipeline\n"
+        "compute:\n  train-model: {accelerator: tpu-v6e, topology: 4x4, replicas: 2}\n"
+        "parameters:\n  default: {backend: tensorflow}\n")
+    result = gkeflow("submit", "--target", "gke", "--dry-run", cwd=tmp_path,
+                     env={"KFP_TOKEN": "t"})
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert ("parameters of training: train-model: backend tensorflow cannot train across the "
+            "2 TPU slices") in result.stderr
