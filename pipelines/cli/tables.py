@@ -102,20 +102,30 @@ def plan_json(pipeline: str, target: str, rows: Sequence, images: Mapping[str, s
 
 
 #: `gkeflow models list`.
-MODEL_COLUMNS = ("model", "version", "aliases", "accuracy", "serving", "created", "uri")
-MODEL_WIDE_COLUMNS = ("model", "version", "aliases", "accuracy", "serving", "run id", "created",
-                      "uri", "labels", "resource")
+MODEL_COLUMNS = ("model", "version", "aliases", "test metric", "serving", "created", "uri")
+MODEL_WIDE_COLUMNS = ("model", "version", "aliases", "test metric", "serving", "run id",
+                      "created", "uri", "labels", "resource")
+
+
+def headline_metric(metrics: Mapping[str, float]) -> str:
+    """A version's headline test metric for its task: a classifier's accuracy, a regressor's
+    RMSE (with R² when recorded); "" when the registry holds neither."""
+    if metrics.get("accuracy") is not None:
+        return f"accuracy {metrics['accuracy']:.4f}"
+    if metrics.get("rmse") is not None:
+        r2 = f", r2 {metrics['r2']:.3f}" if metrics.get("r2") is not None else ""
+        return f"rmse {metrics['rmse']:.4g}{r2}"
+    return ""
 
 
 def version_row(version) -> dict[str, str]:
     """A registered version as table cells."""
     import datetime
 
-    accuracy = version.metrics.get("accuracy")
     return {
         "model": version.name, "version": str(version.version),
         "aliases": ",".join(version.aliases),
-        "accuracy": f"{accuracy:.4f}" if accuracy is not None else "",
+        "test metric": headline_metric(version.metrics),
         "run id": version.run_id,
         "created": datetime.datetime.fromtimestamp(version.created_at).strftime(
             "%Y-%m-%d %H:%M:%S"),

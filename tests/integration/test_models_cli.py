@@ -114,3 +114,20 @@ def test_list_wraps_long_uris_to_columns_and_prints_json(tmp_path):
     [version] = json.loads(as_json.output)
     assert version["uri"] == uri and version["metrics"] == {"accuracy": 0.8}
     assert version["labels"] == {"team": "ml"} and version["version"] == 1
+
+
+def test_models_list_shows_each_models_headline_metric_for_its_task(tmp_path):
+    db = tmp_path / "models.db"
+    registry = LocalRegistry(db)
+    registry.register("churn", "/m/1", {"accuracy": 0.9123, "f1_macro": 0.8}, "run-1")
+    registry.register("prices", "/m/2", {"rmse": 1234.5678, "r2": 0.8761, "mae": 900.0},
+                      "run-2")
+    config = tmp_path / "gkeflow.yaml"
+    config.write_text(f"registry:\n  backend: local\n  path: {db}\n")
+    listed = gkeflow("models", "list", "--config", str(config), env={"COLUMNS": "200"})
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split("│")[1].strip(): line for line in listed.stdout.splitlines()
+            if line.startswith("│") and line.split("│")[1].strip()}
+    assert "test metric" in listed.stdout
+    assert "accuracy 0.9123" in rows["churn"]
+    assert "rmse 1235, r2 0.876" in rows["prices"] and "accuracy" not in rows["prices"]
