@@ -26,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from gkeflow.components.prepare.logic import Schema
+from gkeflow.components.progress import say
 from gkeflow.components.train.families import parse_candidates
 from gkeflow.components.train.params import TrainParams, TrainResult
 
@@ -127,10 +128,9 @@ def train_candidates(dataset_dir: Path, schema: Schema, model_dir: Path, params:
     names, left_out = plan_candidates(params, on_tpu, workers_in_tf_config(
         os.environ.get("TF_CONFIG", "")))
     metric = deciding_metric(schema, params.label_transform)
-    print(f"model: auto: candidates {', '.join(names)}; the best {metric} on the eval split "
-          "wins", flush=True)
+    say(f"model auto: candidates {', '.join(names)}; the best {metric} on the eval split wins")
     for line in left_out:
-        print(f"model: auto: left out {line}", flush=True)
+        say(f"model auto: left out {line}")
     if len(names) == 1:  # nothing to choose between: train it as that family alone
         return train_one(Path(dataset_dir), schema, Path(model_dir),
                          candidate_params(params, names[0]), checkpoint_dir=checkpoint_dir,
@@ -143,7 +143,7 @@ def train_candidates(dataset_dir: Path, schema: Schema, model_dir: Path, params:
     with tempfile.TemporaryDirectory(prefix="gkeflow-candidates-") as scratch:
         for name in names:
             started = time.perf_counter()
-            print(f"── candidate {name} ──", flush=True)
+            say(f"candidate {name} training ({len(report) + 1} of {len(names)})")
             location = (f"{str(checkpoint_dir).rstrip('/')}/{name}" if checkpoint_dir
                         else None)
             try:
@@ -156,14 +156,16 @@ def train_candidates(dataset_dir: Path, schema: Schema, model_dir: Path, params:
                 if isinstance(exc, _fail_the_step()):  # imported once a family chose Keras' backend
                     raise
                 line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                print(f"model: auto: candidate {name} failed ({type(exc).__name__}: {line}); "
-                      "the others go on", flush=True)
+                say(f"candidate {name} failed ({type(exc).__name__}: {line}); the others go on")
                 report[name] = {"status": "failed", "error": f"{type(exc).__name__}: {line}"}
                 continue
             value = result.metrics.get(metric)
             if value is None:  # no eval rows: the train split's figure
                 value = result.metrics.get(metric.replace("eval_", "train_"))
             results[name] = result
+            say(f"candidate {name}: {metric} {value:.4g} in "
+                f"{time.perf_counter() - started:.0f} s" if value is not None
+                else f"candidate {name}: done in {time.perf_counter() - started:.0f} s")
             report[name] = {"status": "succeeded", metric: value,
                             "seconds": round(time.perf_counter() - started, 1),
                             **{k: v for k, v in result.metrics.items()
@@ -189,7 +191,7 @@ def train_candidates(dataset_dir: Path, schema: Schema, model_dir: Path, params:
                       f"candidate's ({shown})")
             metadata.update({"model_family": "ensemble", "ensemble": weights,
                              "model": "ensemble"})
-        print(f"model: auto: {chosen} wins: {reason}", flush=True)
+        say(f"model auto: {chosen} wins: {reason}")
         metadata.update({"model_selection": {"chosen": chosen, "metric": metric,
                                              "reason": reason, "candidates": report,
                                              "left_out": left_out}})

@@ -106,8 +106,10 @@ def make_round_callback(store, state: BoostState, token, every: int, patience: i
                 rate = (done - self.first_round) / max(now - self.started, 1e-9)
                 left = (total - done) / rate if rate > 0 else 0
                 shown = ", ".join(f"{k} {v:.4f}" for k, v in values.items())
-                print(f"round {done}/{total}: {shown}; {now - self.started:.0f} s, at most "
-                      f"{left:.0f} s left", flush=True)
+                from gkeflow.components.progress import say
+
+                say(f"round {done}/{total}: {shown}; {now - self.started:.0f} s, at most "
+                    f"{left:.0f} s left")
             if self.preempted or self.state.stopped_early or (
                     every and done % every == 0):
                 self.commit(model)

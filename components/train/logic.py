@@ -65,6 +65,35 @@ def throughput_callback(examples_per_epoch: int, log_dir: Path | None = None):
     return Throughput()
 
 
+def epoch_progress(epochs: int):
+    """A Keras callback saying, at most every 10 s and at the last epoch, the epoch, its
+    figures and the time left (:mod:`gkeflow.components.progress`)."""
+    import keras
+
+    from gkeflow.components.progress import Throttle, say
+
+    class EpochProgress(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.started, self.throttle = time.perf_counter(), Throttle()
+
+        def on_epoch_end(self, epoch, logs=None):
+            done = epoch + 1
+            if not self.throttle.due(final=done >= epochs):
+                return
+            spent = time.perf_counter() - self.started
+            first = getattr(self, "_first", None)
+            if first is None:
+                first = self._first = epoch
+            per_epoch = spent / max(done - first, 1)
+            shown = ", ".join(f"{k} {float(v):.4g}" for k, v in (logs or {}).items()
+                              if k in ("loss", "val_loss", "accuracy", "val_accuracy", "rmse",
+                                       "val_rmse"))
+            say(f"epoch {done}/{epochs}: {shown}; {spent:.0f} s, at most "
+                f"{per_epoch * (epochs - done):.0f} s left")
+
+    return EpochProgress()
+
+
 def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParams,
           checkpoint_dir: Path | str | None = None, tensorboard_dir: Path | None = None,
           data_uri: str = "", live: Callable[[Any], Any] | None = None) -> TrainResult:
@@ -105,7 +134,6 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     from gkeflow.components.train.checkpoint import make_checkpoint, read_checkpoint
     from gkeflow.components.train.models import (
         build_builtin,
-        build_preprocessor,
         build_user_model,
         feature_stats_from_arrays,
         feature_stats_from_prepared,
@@ -174,14 +202,12 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     if stats is None:  # no statistics recorded: fit on the train split itself
         train_frame = load_split(dataset_dir, "train", schema)
         stats = feature_stats_from_arrays(schema, to_model_inputs(train_frame, schema), names)
-    if jax_plan is not None:  # the input pipeline and the export stay in TensorFlow
-        from gkeflow.components.train.tf_features import build_tf_preprocessor
+    # the input pipeline and the export stay in TensorFlow on every backend; the numeric
+    # columns are one tensor there, however many they are
+    from gkeflow.components.train.tf_features import build_tf_preprocessor
 
-        preprocessor = build_tf_preprocessor(schema, stats, names)
-        input_dim = preprocessor.output_dim
-    else:
-        preprocessor = build_preprocessor(schema, stats, names)
-        input_dim = int(preprocessor.outputs[0].shape[-1])
+    preprocessor = build_tf_preprocessor(schema, stats, names)
+    input_dim = preprocessor.output_dim
     # regression: one linear output learning the standardised label (train/regression.py)
     num_classes = 1 if schema.regression else len(schema.label_vocabulary)
     scaling = (reg.label_scaling(dataset_dir, schema, params.label_transform)
@@ -296,9 +322,12 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     # callbacks their model: hand it over here so the best weights can still be restored.
     checkpoint.set_model(classifier)
     throughput = throughput_callback(rows["train"], tensorboard_dir)
+    callbacks_progress = epoch_progress(params.epochs) if chief else None
     # the chips' duty cycle from libtpu on a TPU host, NVML's figures elsewhere
     gpu_sampler = (TpuSampler if on_tpu else GpuSampler)(params.gpu_sample_interval_s)
     callbacks = [checkpoint, throughput, gpu_sampler.callback(tensorboard_dir)]
+    if callbacks_progress is not None:
+        callbacks.append(callbacks_progress)
     if tensorboard_dir is not None:
         callbacks.append(keras.callbacks.TensorBoard(log_dir=str(tensorboard_dir)))
     live_callbacks = live(gpu_sampler) if live is not None else None  # one, a list or None

@@ -238,6 +238,9 @@ def print_failure(console, log_lines: list[str], log_path, debug: bool) -> None:
 def step_printer(console):
     """The ``on_event`` callback of a local run: one line per step started and ended."""
     def on_event(step) -> None:
+        if step.status == "PROGRESS":  # a long step's own progress line
+            console.print(f"    {step.name}: {step.log[-1]}", markup=False, soft_wrap=True)
+            return
         if step.status == "RUNNING":
             console.print(f"  [cyan]…[/cyan] {step.name} started")
         elif step.status == "CACHED":

@@ -168,6 +168,12 @@ class _EventStream(io.TextIOBase):
                 if self._on_event:
                     self._on_event(step)
             return
+        from gkeflow.components.progress import progress_text
+
+        said = progress_text(line)
+        if said and self._current is not None and self._on_event:
+            self._on_event(StepReport(name=self._current.name, status="PROGRESS",
+                                      started=self._current.started, log=[said]))
         if self._current is not None:
             self._current.log.append(line)
 
