@@ -33,6 +33,7 @@ from gkeflow.components.train.inputs import (
     to_model_inputs,
 )
 from gkeflow.components.train.params import TrainParams, TrainResult
+from gkeflow.components.train.progress import epoch_progress
 from gkeflow.components.train.tpu_utilisation import TpuSampler
 from gkeflow.components.train.utilisation import GpuSampler
 
@@ -63,35 +64,6 @@ def throughput_callback(examples_per_epoch: int, log_dir: Path | None = None):
                 writer.flush()
 
     return Throughput()
-
-
-def epoch_progress(epochs: int):
-    """A Keras callback saying, at most every 10 s and at the last epoch, the epoch, its
-    figures and the time left (:mod:`gkeflow.components.progress`)."""
-    import keras
-
-    from gkeflow.components.progress import Throttle, say
-
-    class EpochProgress(keras.callbacks.Callback):
-        def on_train_begin(self, logs=None):
-            self.started, self.throttle = time.perf_counter(), Throttle()
-
-        def on_epoch_end(self, epoch, logs=None):
-            done = epoch + 1
-            if not self.throttle.due(final=done >= epochs):
-                return
-            spent = time.perf_counter() - self.started
-            first = getattr(self, "_first", None)
-            if first is None:
-                first = self._first = epoch
-            per_epoch = spent / max(done - first, 1)
-            shown = ", ".join(f"{k} {float(v):.4g}" for k, v in (logs or {}).items()
-                              if k in ("loss", "val_loss", "accuracy", "val_accuracy", "rmse",
-                                       "val_rmse"))
-            say(f"epoch {done}/{epochs}: {shown}; {spent:.0f} s, at most "
-                f"{per_epoch * (epochs - done):.0f} s left")
-
-    return EpochProgress()
 
 
 def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParams,

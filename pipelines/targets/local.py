@@ -100,7 +100,7 @@ class LocalRunResult:
         return dict(self.cached_outputs.get(task, {}).get("parameters", {}))
 
 
-class _EventStream(io.TextIOBase):
+class EventStream(io.TextIOBase):
     """Receives everything kfp.local prints; logs it, tracks steps, optionally echoes it."""
 
     def __init__(self, log_file, echo, on_event: Callable[[StepReport], None] | None):
@@ -295,7 +295,7 @@ def run_local(
     with log_path.open("w", encoding="utf-8") as log_file, \
             metadata_only_artifacts_hit(lambda task: stream.write(f"{CACHE_HIT} {task}\n")) \
             as served:
-        stream = _EventStream(log_file, sys.__stdout__ if echo_logs else None, on_event)
+        stream = EventStream(log_file, sys.__stdout__ if echo_logs else None, on_event)
         with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream), \
                 warnings.catch_warnings():
             trust_suite_images()

@@ -45,7 +45,7 @@ def test_config_errors_name_file_key_and_problem(tmp_path, write_config):
     error = result.stderr.strip()
     assert len(error.splitlines()) == 1 and error.startswith(f"Error: {path}: "), error
     assert "targets.gke.auth: choose one authentication method" in error
-    assert "schedules.0.name: 'Nightly Run' must be 1-63 lowercase" in error
+    assert "schedules.0.name: must be 1-63 lowercase" in error and "Nightly Run" not in error
     assert "schedules.0.cron: hour field: 25 is outside 0-23" in error
 
 

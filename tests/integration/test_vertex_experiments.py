@@ -380,7 +380,7 @@ def test_a_tensorboard_the_service_does_not_have_is_one_line_and_training_goes_o
 
 
 @pytest.mark.parametrize("tensorboard, says", [
-    ("tensorboards/77", "is not a TensorBoard instance"),
+    ("tensorboards/77", "not a TensorBoard instance"),
     ("projects/other/locations/us-central1/tensorboards/77", "in other/us-central1"),
 ])
 def test_a_tensorboard_vertex_ai_cannot_back_the_experiment_is_refused(
