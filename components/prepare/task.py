@@ -84,6 +84,15 @@ def decide_task(values: pa.Array, requested: str, label: str) -> TaskChoice:
             numbers; one line naming the count and ``task``.
     """
     check_task(requested)
+    if requested != "auto":
+        # a task the data would have chosen anyway (as `gkeflow run` passes the one it
+        # decided before the run) keeps the data's reason; only a forced one is "asked for"
+        try:
+            chosen = decide_task(values, "auto", label)
+        except DataError:
+            chosen = None
+        if chosen is not None and chosen.task == requested:
+            return chosen
     numbers, not_numbers = label_numbers(values)
     rows = len(numbers) + not_numbers
     if requested == "regression":

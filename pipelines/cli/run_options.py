@@ -209,8 +209,7 @@ def run_arguments(pipeline, name: str, *, data: str | None, label: str | None, o
     except ParameterError as exc:
         raise click.ClickException(str(exc)) from None
     if choice is not None and "task" in inputs:
-        # the step decides the same from the same rows and says why in its data report:
-        # "auto" stays "auto", so the report gives the data's reason, not "asked for"
+        arguments["task"] = choice.task  # the step decides the same from the same rows
         if decided is not None:
             decided["task"] = choice.task
         if notes is not None:

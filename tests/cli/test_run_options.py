@@ -204,8 +204,8 @@ def test_config_compute_reaches_training_and_prediction_runs(tmp_path, pipeline,
 
 
 def test_a_task_decided_before_the_run_leaves_the_step_its_own_reason(tmp_path):
-    # the prepare step decides "auto" from the same rows and writes the data's reason in
-    # its report; a decided task passed as if asked for would read "asked for (--task ...)"
+    # the run passes the task it decided to the prepare step, which finds the same in the
+    # rows and writes the data's reason in its report, not "asked for (--task ...)"
     from gkeflow.components.prepare.logic import prepare
     from gkeflow.pipelines.cli.run_options import run_arguments
     from gkeflow.pipelines.definitions.training import training_pipeline
@@ -219,7 +219,7 @@ def test_a_task_decided_before_the_run_leaves_the_step_its_own_reason(tmp_path):
         epochs=1, batch_size=8, learning_rate=0.01, train_ratio=0.7, eval_ratio=0.15,
         test_ratio=0.15, model_name=None, min_accuracy=0.8, model_type="auto",
         user_module=None, params=(), notes=notes, decided=decided)
-    assert arguments["task"] == "auto" and decided == {"task": "regression"}
+    assert arguments["task"] == "regression" and decided == {"task": "regression"}
     assert notes[0].startswith("task: regression of 'y' (numbers with")
     prepared = prepare(str(data), tmp_path / "dataset", "y", task=arguments["task"])
     assert prepared.schema.task == "regression"

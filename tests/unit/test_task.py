@@ -70,3 +70,15 @@ def test_the_summary_gives_the_label_quantiles_and_skew_for_regression():
     assert summary["task"] == "regression" and summary["label_sample"]["rows"] == 5
     assert summary["label_sample"]["quantiles"]["p50"] == 3.0
     assert summary["label_sample"]["skew"] > 1  # one large value: right-skewed
+
+
+def test_a_requested_task_the_data_would_choose_keeps_the_datas_reason():
+    import pyarrow as pa
+
+    from gkeflow.components.prepare.task import decide_task
+
+    words = pa.array(["a", "b", "c"] * 20)
+    assert decide_task(words, "classification", "y").reason == "text with 3 distinct values"
+    numbers = pa.array([f"{i * 1.37:.2f}" for i in range(60)])
+    forced = decide_task(numbers, "classification", "y")
+    assert forced.task == "classification" and forced.reason.startswith("asked for (--task")
