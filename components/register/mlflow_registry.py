@@ -30,6 +30,7 @@ from gkeflow.components.register.local_registry import (
 from gkeflow.components.register.names import retry_key, validate_labels
 from gkeflow.components.register.retrying import TransientRegistryError, with_retries
 from gkeflow.components.tracking.client import MODEL_LOGGED_TAG, Limits, http_limits
+from gkeflow.components.tracking.pipeline_run import EXPERIMENT_TAGS
 
 SCHEMES = {"mlflow": "http", "mlflow+http": "http", "mlflow+https": "https"}
 TAG_PREFIX = "gkeflow."
@@ -292,7 +293,7 @@ class MlflowRegistry:
         experiment = client.get_experiment_by_name(UPLOAD_EXPERIMENT)
         if experiment is None:
             try:
-                experiment_id = client.create_experiment(UPLOAD_EXPERIMENT)
+                experiment_id = client.create_experiment(UPLOAD_EXPERIMENT, tags=EXPERIMENT_TAGS)
             except MlflowException as exc:
                 if getattr(exc, "error_code", "") != "RESOURCE_ALREADY_EXISTS":
                     raise

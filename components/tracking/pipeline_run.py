@@ -132,6 +132,11 @@ def candidates(client: Any, experiment_id: str, pipeline_run_id: str) -> list:
     return sorted(runs, key=lambda run: (run.info.start_time or 0, run.info.run_id))
 
 
+#: MLflow 3 opens an experiment in the view its kind names: the model-training view (runs,
+#: metrics, charts), not the GenAI one (traces, evaluations), whatever it infers.
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
+
+
 def find_or_create_parent(client: Any, experiment: str, pipeline_run_id: str,
                           tags: dict[str, str], settle_s: float = SETTLE_S,
                           sleep: Callable[[float], None] = time.sleep) -> str:
@@ -141,7 +146,7 @@ def find_or_create_parent(client: Any, experiment: str, pipeline_run_id: str,
         experiment_id = found.experiment_id
     else:
         try:
-            experiment_id = client.create_experiment(experiment)
+            experiment_id = client.create_experiment(experiment, tags=EXPERIMENT_TAGS)
         except Exception:  # another step created it meanwhile
             experiment_id = client.get_experiment_by_name(experiment).experiment_id
     existing = candidates(client, experiment_id, pipeline_run_id)

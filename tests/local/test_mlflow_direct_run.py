@@ -50,6 +50,9 @@ def test_a_compiled_style_run_makes_one_parent_and_a_nested_run_per_step(
 
     experiment = mlflow_server.api("experiments/get-by-name",
                                    experiment_name="compiled-direct")["experiment"]
+    # MLflow 3 opens it in the model-training view, not the GenAI one
+    kinds = {t["key"]: t["value"] for t in experiment.get("tags", [])}
+    assert kinds.get("mlflow.experimentKind") == "custom_model_development"
     parents = mlflow_server.search_runs(experiment["experiment_id"],
                                         f"tags.`{PIPELINE_RUN_TAG}` != ''")
     assert len(parents) == 1
