@@ -55,6 +55,12 @@ def _choose_model(registry_uri: str, model: str | None,
                 model = fits[0].split("@")[0]
                 picked = (f"; the only one of {len(names)} registered models whose inputs "
                           "the data holds")
+            elif header and names and not fits:
+                raise click.ClickException(
+                    f"no registered model takes this data: none of the {len(names)} models "
+                    f"({', '.join(names)}) finds its inputs among the data's columns; train "
+                    "one on this data first (gkeflow run --data FILE --label COLUMN), or "
+                    "pass --model NAME to see what a model misses")
             else:
                 raise click.UsageError(
                     "--model is required: the registry holds "

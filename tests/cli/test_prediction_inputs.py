@@ -124,3 +124,16 @@ def test_max_drift_one_lets_missing_columns_through_to_the_step(tmp_path, monkey
     result = _run(output, _loans_csv(tmp_path), "--param", "max_drift=1")
     assert reached == ["penguins-classifier"], result.output
     assert "lacks" not in result.output
+
+
+def test_without_model_data_no_registered_model_takes_says_to_train_one(tmp_path):
+    output = tmp_path / "out"
+    _register(output, "penguins-classifier", PENGUIN_INPUTS, "run-1")
+    _register(output, "penguins-regressor", PENGUIN_INPUTS, "run-2")
+    result = _run(output, _loans_csv(tmp_path))
+    assert result.exit_code == 1, result.output
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("Error: no registered model takes this data: none of the 2 models "
+                           "(penguins-classifier, penguins-regressor)")
+    assert "train one on this data first (gkeflow run --data FILE --label COLUMN)" in line
+    assert "--model is required" not in line
