@@ -279,3 +279,13 @@ def test_the_tag_only_note_names_only_the_images_the_written_files_use(tmp_path)
     # no step of these pipelines trains on a TPU: its image is in no file, nor in the note
     written = "".join(p.read_text() for p in (tmp_path / "a").rglob("*.yaml"))
     assert "/gkeflow-tpu:" not in written and "/gkeflow-tpu:" not in note
+
+
+def test_plan_says_what_the_default_model_trains_on_train_model():
+    from gkeflow.pipelines.cli.plan import candidates_note
+    from gkeflow.pipelines.compute.profiles import ComputeProfile
+
+    assert "trains gbdt, mlp and linear one after the other" in candidates_note(
+        ComputeProfile(accelerator="nvidia-l4", accelerator_count=1, cpu="8", memory="32G"))
+    assert "the Keras MLP alone on 4 workers" in candidates_note(
+        ComputeProfile(accelerator="nvidia-l4", accelerator_count=1, replicas=4))
