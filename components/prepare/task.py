@@ -113,6 +113,7 @@ def decide_task(values: pa.Array, requested: str, label: str) -> TaskChoice:
     if requested == "classification":
         return TaskChoice("classification",
                           f"asked for (--task classification): {distinct} classes")
+    _refuse_mixed(values, numbers, not_numbers, rows, label)
     whole = bool(numbers.size) and bool(np.all(numbers == np.round(numbers)))
     if numeric:
         if (whole and numbers.size > IDENTIFIER_MIN_ROWS and distinct == numbers.size
@@ -133,6 +134,38 @@ def decide_task(values: pa.Array, requested: str, label: str) -> TaskChoice:
                         "check --label, or force it with --task classification")
     kind = "true/false values" if pa.types.is_boolean(values.type) else "text"
     return TaskChoice("classification", f"{kind} with {distinct} distinct values")
+
+
+#: A label whose rows are at least this fraction numbers and this fraction words mixes them.
+MIXED_FRACTION = 0.1
+
+
+def _refuse_mixed(values: pa.Array, numbers: np.ndarray, not_numbers: int, rows: int,
+                  label: str) -> None:
+    """DataError for a label mixing numbers (more distinct ones than class codes) with words
+    (``12``, ``n/a``, ``twelve``): taken as classes it would train on every number as a class
+    of its own."""
+    if not rows or numbers.size < MIXED_FRACTION * rows or not_numbers < MIXED_FRACTION * rows:
+        return
+    distinct = int(np.unique(numbers).size)
+    if distinct <= MAX_INTEGER_CLASSES:
+        return  # class codes beside class names (1, 2, 3, unknown): classes
+    words = sorted({str(v).strip() for v in values.to_pylist()
+                    if v is not None and str(v).strip() and _not_number(str(v))})[:3]
+    raise DataError(
+        f"label {label!r} mixes numbers ({numbers.size} rows, {distinct} distinct) and words "
+        f"({not_numbers} rows, e.g. {', '.join(repr(w) for w in words)}): as classes every "
+        "number would be a class of its own; clean the label, or use --task regression "
+        f"(the {not_numbers} rows whose label is no number are then rejected and counted: "
+        "raise --param max_rejected_fraction above their share if needed)")
+
+
+def _not_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return True
+    return False
 
 
 #: The label quantiles the data report shows for regression.

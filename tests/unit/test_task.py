@@ -82,3 +82,24 @@ def test_a_requested_task_the_data_would_choose_keeps_the_datas_reason():
     numbers = pa.array([f"{i * 1.37:.2f}" for i in range(60)])
     forced = decide_task(numbers, "classification", "y")
     assert forced.task == "classification" and forced.reason.startswith("asked for (--task")
+
+
+def test_a_label_mixing_quantities_and_words_is_refused_with_the_counts():
+    import pyarrow as pa
+    import pytest
+
+    from gkeflow.components.prepare.sources import DataError
+    from gkeflow.components.prepare.task import decide_task
+
+    mixed = pa.array([f"{i * 0.37:.2f}" for i in range(70)] + ["n/a", "twelve", "?"] * 10)
+    with pytest.raises(DataError) as raised:
+        decide_task(mixed, "auto", "y")
+    message = str(raised.value)
+    # "n/a" reads as missing; "twelve" and "?" are words
+    assert "label 'y' mixes numbers (70 rows, 70 distinct) and words (20 rows" in message
+    assert "'twelve'" in message and "--task regression" in message
+    # asked for, regression takes the numbers and rejects the words
+    assert decide_task(mixed, "regression", "y").task == "regression"
+    # class codes beside a class name are classes
+    codes = pa.array(["1", "2", "3"] * 20 + ["unknown"] * 10)
+    assert decide_task(codes, "auto", "y").task == "classification"
