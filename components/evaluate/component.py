@@ -31,6 +31,7 @@ def evaluate_model(
     registry_uri: str = "",
     comparison_metric: str = "accuracy",
     regression_tolerance: float = 0.0,
+    baseline_margin: float = 0.05,
     thresholds: str = "",
     slice_columns: str = "",
     positive_class: str = "",
@@ -65,6 +66,8 @@ def evaluate_model(
         regression_tolerance: How far the model may fall behind the champion on
             comparison_metric and still be blessed (a regressor: a fraction of the
             champion's value).
+        baseline_margin: A regressor's test RMSE must be this fraction below the mean
+            predictor's (0.05: 5% below); 0 = not worse than it.
         thresholds: Further absolute requirements, comma-separated, e.g.
             "f1_macro>=0.8,log_loss<=0.5" or "rmse<=250,r2>=0.8"; empty for none.
         slice_columns: Categorical columns to slice metrics by, comma-separated; empty
@@ -102,7 +105,7 @@ def evaluate_model(
             Path(dataset.path), data_schema, Path(model.path), model_name=model_name,
             registry_uri=registry_uri, slice_columns=slice_columns,
             comparison_metric=comparison_metric, regression_tolerance=regression_tolerance,
-            thresholds=thresholds)
+            thresholds=thresholds, baseline_margin=baseline_margin)
         card = render_regression_card(result)
         plots_html = regression_plots_html(result)
     else:

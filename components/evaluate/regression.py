@@ -68,13 +68,17 @@ class RegressionPolicy:
 
     @classmethod
     def from_parameters(cls, thresholds: str = "", comparison_metric: str = "",
-                        regression_tolerance: float = 0.01) -> RegressionPolicy:
+                        regression_tolerance: float = 0.01,
+                        baseline_margin: float = BASELINE_MARGIN) -> RegressionPolicy:
         metric = comparison_metric if comparison_metric in REGRESSION_METRICS else "rmse"
         if not (math.isfinite(regression_tolerance) and regression_tolerance >= 0):
             raise EvaluationError(f"regression_tolerance must be a finite number >= 0; got "
                                   f"{regression_tolerance}")
+        if not (math.isfinite(baseline_margin) and 0 <= baseline_margin < 1):
+            raise EvaluationError(f"baseline_margin must be in [0, 1) (0.05: RMSE 5% below "
+                                  f"the mean predictor's); got {baseline_margin}")
         return cls(tuple(parse_regression_thresholds(thresholds)), metric,
-                   regression_tolerance)
+                   regression_tolerance, float(baseline_margin))
 
 
 class RegressionAccumulator:
@@ -230,7 +234,8 @@ def decide_regression(metrics: dict, baseline: dict, champion: Champion | None,
     ok = rmse is not None and limit is not None and (rmse <= limit or base == 0)
     checks = [Check("baseline", ok,
                     f"rmse {_fmt(rmse)} {'<=' if ok else '>'} {_fmt(limit)} (the mean "
-                    f"predictor's {_fmt(base)} less {policy.baseline_margin:.0%})")]
+                    f"predictor's {_fmt(base)} less {policy.baseline_margin * 100:g}%"
+                    + ("" if ok else "; baseline_margin sets the margin") + ")")]
     for threshold in policy.thresholds:
         actual = metrics.get(threshold.metric)
         holds = threshold.holds(actual)
@@ -273,7 +278,8 @@ def _train_mean(dataset_dir: Path, label: str) -> float | None:
 def evaluate_regression(dataset_dir: Path, schema: Schema, model_dir: Path, *,
                         model_name: str = "", registry_uri: str = "", slice_columns: str = "",
                         comparison_metric: str = "", regression_tolerance: float = 0.01,
-                        thresholds: str = "", batch_rows: int = 0) -> RegressionEvaluation:
+                        thresholds: str = "", batch_rows: int = 0,
+                        baseline_margin: float = BASELINE_MARGIN) -> RegressionEvaluation:
     """Score ``model_dir`` (and a comparable champion) on the test split, and decide."""
     from gkeflow.components.evaluate.stream import (
         EVAL_BATCH_ROWS,
@@ -283,7 +289,7 @@ def evaluate_regression(dataset_dir: Path, schema: Schema, model_dir: Path, *,
     )
 
     policy = RegressionPolicy.from_parameters(thresholds, comparison_metric,
-                                              regression_tolerance)
+                                              regression_tolerance, baseline_margin)
     model = ExportedModel(model_dir)
     if not model.regression:
         raise EvaluationError("the model is a classifier but the data's label is a number "

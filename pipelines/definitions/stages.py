@@ -60,6 +60,7 @@ def evaluate_and_register(
         registry_uri=gate["registry_uri"],
         comparison_metric=gate["comparison_metric"],
         regression_tolerance=gate["regression_tolerance"],
+        baseline_margin=gate["baseline_margin"],
         thresholds=gate["thresholds"],
         slice_columns=gate["slice_columns"],
         positive_class=gate["positive_class"],
@@ -96,7 +97,8 @@ def evaluate_and_register(
 
 #: The pipeline parameters :func:`evaluate_and_register` reads from ``gate``.
 GATE_PARAMETERS = ("model_name", "min_accuracy", "registry_uri", "comparison_metric",
-                   "regression_tolerance", "thresholds", "slice_columns", "positive_class")
+                   "regression_tolerance", "baseline_margin", "thresholds", "slice_columns",
+                   "positive_class")
 
 
 #: The training pipeline's parameters that change the model it trains (besides the data's

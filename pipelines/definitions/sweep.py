@@ -269,6 +269,7 @@ def build_sweep_pipeline(target: str = "local",
         registry_uri: str = default_registry_uri,
         comparison_metric: str = "accuracy",
         regression_tolerance: float = 0.01,
+        baseline_margin: float = 0.05,
         thresholds: str = "",
         slice_columns: str = "",
         positive_class: str = "",
@@ -316,6 +317,8 @@ def build_sweep_pipeline(target: str = "local",
             comparison_metric: Metric on which the best model must not regress against the
                 registry's champion.
             regression_tolerance: How far the best model may fall behind the champion.
+            baseline_margin: A regressor's test RMSE must be this fraction below the mean
+                predictor's to be registered (0.05: 5% below); 0 = not worse than it.
             thresholds: Further absolute requirements, e.g. "f1_macro>=0.8"; empty for none.
             slice_columns: Categorical columns to slice test metrics by, comma-separated.
             positive_class: Class whose ROC curve is shown; empty means the last label.

@@ -252,6 +252,7 @@ def build_training_pipeline(
         registry_uri: str = default_registry_uri,
         comparison_metric: str = "accuracy",
         regression_tolerance: float = 0.01,
+        baseline_margin: float = 0.05,
         thresholds: str = "",
         slice_columns: str = "",
         positive_class: str = "",
@@ -306,7 +307,7 @@ def build_training_pipeline(
                 boosting stops (the best round is kept); 0 = off.
             model_name: Name under which the model is registered.
             min_accuracy: Test accuracy a classifier needs before it is registered (a
-                regressor must beat the mean predictor's RMSE by 5%).
+                regressor must beat the mean predictor's RMSE by baseline_margin).
             registry_uri: Model registry: sqlite:///<path> (embedded),
                 vertex://projects/<p>/locations/<l> or kubeflow://host:port.
             comparison_metric: Metric on which the new model must not regress against the
@@ -314,6 +315,8 @@ def build_training_pipeline(
                 log_loss, roc_auc, pr_auc or ece).
             regression_tolerance: How far the new model may fall behind the champion on
                 comparison_metric and still be registered.
+            baseline_margin: A regressor's test RMSE must be this fraction below the mean
+                predictor's to be registered (0.05: 5% below); 0 = not worse than it.
             thresholds: Further absolute requirements, comma-separated, e.g.
                 "f1_macro>=0.8,log_loss<=0.5"; empty for none.
             slice_columns: Categorical columns to slice test metrics by, comma-separated;

@@ -89,6 +89,10 @@ def _check_training(arguments: dict) -> None:
 
 
 def _check_fractions(arguments: dict) -> None:
+    margin = arguments.get("baseline_margin")
+    if margin is not None and not 0.0 <= float(margin) < 1.0:
+        raise ParameterError(f"baseline_margin must be in [0, 1): how far below the mean "
+                             f"predictor's RMSE a regressor must be (0.05 = 5%); got {margin}")
     for name in ("max_rejected_fraction", "max_missing_fraction"):
         value = arguments.get(name)
         if value is not None and not 0.0 <= float(value) <= 1.0:
@@ -123,7 +127,8 @@ def _check_policy(arguments: dict) -> None:
             if metric not in (*REGRESSION_METRICS, "accuracy"):  # accuracy: the default
                 raise EvaluationError(f"unknown comparison_metric {metric!r} for regression; "
                                       f"valid: {', '.join(REGRESSION_METRICS)}")
-            RegressionPolicy.from_parameters(thresholds, metric, tolerance)
+            RegressionPolicy.from_parameters(thresholds, metric, tolerance,
+                                             arguments.get("baseline_margin", 0.05))
             return
         except EvaluationError as exc:
             errors.append(str(exc))

@@ -153,6 +153,21 @@ def test_the_gate_requires_beating_the_mean_predictor():
     assert not rejected.blessed and "mean predictor" in rejected.reasons[0]
 
 
+def test_the_margin_over_the_mean_predictor_is_a_setting_named_in_the_refusal():
+    from gkeflow.components.evaluate.policy import EvaluationError
+
+    base = {"rmse": 100.0}
+    strict = RegressionPolicy.from_parameters("", "", 0.01, 0.2)
+    refused = decide_regression({"rmse": 85.0}, base, None, None, strict)
+    assert not refused.blessed
+    assert ("rmse 85 > 80 (the mean predictor's 100 less 20%; baseline_margin sets the "
+            "margin)") in refused.reasons[0]
+    assert decide_regression({"rmse": 99.0}, base, None, None,
+                             RegressionPolicy.from_parameters("", "", 0.01, 0.0)).blessed
+    with pytest.raises(EvaluationError, match="baseline_margin must be in"):
+        RegressionPolicy.from_parameters("", "", 0.01, 1.0)
+
+
 def test_thresholds_and_the_champion_know_which_way_is_better():
     champion = Champion("m", 3, "uri", ("champion",))
     policy = RegressionPolicy.from_parameters("rmse<=60,r2>=0.5", "", 0.05)

@@ -33,6 +33,7 @@ def _arguments(path, **changes) -> dict:
     ({"model_type": "gbdt", "gbdt_max_depth": 0}, "gbdt_max_depth must be in [1, 20]; got 0"),
     ({"model_type": "gbdt", "gbdt_learning_rate": 2.0}, "gbdt_learning_rate must be in (0, 1]"),
     ({"candidates": "gbdt,svm"}, "candidates: unknown model family 'svm'"),
+    ({"baseline_margin": 1.5}, "baseline_margin must be in [0, 1)"),
 ])
 def test_bad_arguments_are_named_before_any_step(write_csv, changes, message):
     path = write_csv(b"\xef\xbb\xbfid,x,y\n1,2,a\n")
