@@ -2,7 +2,8 @@
 the best metric on the eval split (never the test split), and export it.
 
 The candidates are ``TrainParams.candidates`` (default gradient-boosted trees, the Keras
-MLP and the linear model) plus the user's module when one is given. Each trains as it would
+MLP and the linear model; ``user`` names the user's module). A user's module without
+``candidates`` trains alone, as it always has. Each trains as it would
 alone (its own checkpoints under ``<checkpoint location>/<candidate>``, so a retried step
 resumes the candidate it was training) into a private folder; the winner is copied into the
 model directory, which appears whole or not at all. The metric that decides: eval log loss
@@ -57,10 +58,10 @@ def deciding_metric(schema: Schema, label_transform: str) -> str:
 def plan_candidates(params: TrainParams, on_tpu: bool, workers: int
                     ) -> tuple[list[str], list[str]]:
     """The families to train here and one line per family left out, with the reason."""
+    if params.user_module and not params.candidates:
+        return ["user"], []  # your own model, as you asked; name candidates to compare it
     names = [n for n in parse_candidates(params.candidates)
              if n != "user" or params.user_module]
-    if params.user_module and "user" not in names:
-        names.append("user")
     chosen, left_out = [], []
     for name in names:
         if name in ("gbdt", "linear") and on_tpu:

@@ -44,9 +44,10 @@ STEPS = ["fingerprint-data", "prepare-data", "train-model", "evaluate-model", "r
 SPLITS = ("rows_read", "train_rows", "eval_rows", "test_rows", "rejected_rows")
 #: Same TensorFlow version and seed on both sides; CPU kernels may still differ slightly.
 METRIC_TOLERANCE = 0.05
-#: Uncompressed; 1.57 GB is measured (bench/RESULTS.md): the base is 0.24 GB and
-#: tensorflow-cpu 0.78 GB (bench/image_sizes.py). The full tensorflow wheel is far larger.
-CPU_IMAGE_LIMIT = 1.65e9
+#: Uncompressed; 1.71 GB is measured (bench/RESULTS.md): the base is 0.24 GB and
+#: tensorflow-cpu 0.78 GB (bench/image_sizes.py), XGBoost's CPU build and the SciPy it
+#: requires (model_type gbdt). The full tensorflow wheel is far larger.
+CPU_IMAGE_LIMIT = 1.75e9
 
 
 def _arguments(registry: Path, user_module: str) -> dict:

@@ -34,8 +34,7 @@ def _failing_run(tmp_path, monkeypatch, url: str):
     module = tmp_path / "failing_model.py"
     module.write_text(FAILING_MODEL)
     monkeypatch.setenv("GKEFLOW_WEBHOOK_URL", url)
-    # the user's model alone (model_type auto would let the other candidates win)
-    return run_local({"epochs": 1, "user_module": str(module), "model_type": "mlp",
+    return run_local({"epochs": 1, "user_module": str(module),
                       "registry_uri": f"sqlite:///{tmp_path / 'registry.db'}"},
                      tmp_path / "out", pipeline=_pipeline(), enable_caching=False)
 

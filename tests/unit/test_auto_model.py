@@ -134,8 +134,14 @@ def test_candidates_are_planned_for_the_host():
     chosen, left_out = plan_candidates(TrainParams(model_type="auto"), True, 1)
     assert chosen == ["mlp"] and left_out[0].startswith("gbdt: trains on CPUs or GPUs")
     chosen, left_out = plan_candidates(TrainParams(model_type="auto", user_module="m.py",
-                                                   candidates="gbdt"), False, 2)
+                                                   candidates="gbdt,user"), False, 2)
     assert chosen == ["user"] and "across 2 workers" in left_out[0]
+    # a user's module alone trains alone; named among the candidates it is compared
+    assert plan_candidates(TrainParams(model_type="auto", user_module="m.py"), False, 1) == (
+        ["user"], [])
+    assert plan_candidates(TrainParams(model_type="auto", user_module="m.py",
+                                       candidates="user,linear"), False, 1) == (
+        ["user", "linear"], [])
     with pytest.raises(ValueError, match="unknown model family 'svm'"):
         TrainParams(model_type="auto", candidates="gbdt,svm")
 
