@@ -67,16 +67,16 @@ def export_ensemble(model_dir: Path, members: dict[str, Path], weights: dict[str
     import tensorflow as tf
 
     from gkeflow.components._atomic import publish_dir
-    from gkeflow.components.train.exported import MODEL_METADATA_FILE, SERVING_SIGNATURE
+    from gkeflow.components.train.exported import (
+        MODEL_METADATA_FILE,
+        SERVING_SIGNATURE,
+        raw_signature,
+    )
 
     module = tf.Module(name="gkeflow_ensemble")
     module.members = [tf.saved_model.load(str(members[name])) for name in weights]
     shares = [float(weight) for weight in weights.values()]
-    signature = {
-        f["input"]: tf.TensorSpec([None], tf.float32 if f["type"] == "numeric" else tf.string,
-                                  name=f["input"])
-        for f in metadata["features"]
-    }
+    signature = raw_signature(metadata["features"])
 
     @tf.function(input_signature=[signature])
     def serve(features):

@@ -17,6 +17,22 @@ MODEL_METADATA_FILE = "gkeflow_model.json"
 SERVING_SIGNATURE = "serve"
 
 
+def raw_signature(features: list[dict]) -> dict:
+    """The serving signature's inputs, one per feature (``{"input", "type"}`` as
+    ``gkeflow_model.json`` lists them): float32 for numbers (NaN missing), strings for
+    categories ("" missing), each a batch ``[None]``."""
+    import tensorflow as tf
+
+    return {f["input"]: tf.TensorSpec([None], tf.float32 if f["type"] == "numeric"
+                                      else tf.string, name=f["input"]) for f in features}
+
+
+def schema_features(schema: Schema) -> list[dict]:
+    """The schema's features as ``gkeflow_model.json`` lists them."""
+    names = input_names(schema)
+    return [{"name": c.name, "input": names[c.name], "type": c.type} for c in schema.features]
+
+
 def export_model(model_dir: Path, preprocessor, classifier, schema: Schema,
                  metadata: dict, scaling=None) -> None:
     """Write the SavedModel (preprocessing and classifier behind one signature) and its
@@ -26,12 +42,7 @@ def export_model(model_dir: Path, preprocessor, classifier, schema: Schema,
     import keras
     import tensorflow as tf
 
-    names = input_names(schema)
-    signature = {
-        names[c.name]: tf.TensorSpec([None], tf.float32 if c.type == "numeric" else tf.string,
-                                     name=names[c.name])
-        for c in schema.features
-    }
+    signature = raw_signature(schema_features(schema))
 
     archive = keras.export.ExportArchive()
     archive.track(preprocessor)

@@ -237,15 +237,13 @@ def export_linear(model_dir: Path, preprocessor, weights: np.ndarray, schema: Sc
     import tensorflow as tf
 
     from gkeflow.components._atomic import publish_dir
-    from gkeflow.components.train.exported import MODEL_METADATA_FILE, SERVING_SIGNATURE
-    from gkeflow.components.train.inputs import input_names
-
-    names = input_names(schema)
-    signature = {
-        names[c.name]: tf.TensorSpec([None], tf.float32 if c.type == "numeric" else tf.string,
-                                     name=names[c.name])
-        for c in schema.features
-    }
+    from gkeflow.components.train.exported import (
+        MODEL_METADATA_FILE,
+        SERVING_SIGNATURE,
+        raw_signature,
+        schema_features,
+    )
+    signature = raw_signature(schema_features(schema))
     module = tf.Module(name="gkeflow_linear")
     module.preprocessor = preprocessor
     module.kernel = tf.Variable(weights[:-1].astype(np.float32), trainable=False, name="kernel")

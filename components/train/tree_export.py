@@ -18,7 +18,12 @@ import numpy as np
 
 from gkeflow.components._atomic import publish_dir
 from gkeflow.components.prepare.logic import Schema
-from gkeflow.components.train.exported import MODEL_METADATA_FILE, SERVING_SIGNATURE
+from gkeflow.components.train.exported import (
+    MODEL_METADATA_FILE,
+    SERVING_SIGNATURE,
+    raw_signature,
+    schema_features,
+)
 from gkeflow.components.train.inputs import input_names
 from gkeflow.components.train.trees import Forest, measure_intercept, read_forest, tree_margin
 
@@ -32,11 +37,7 @@ def build_tree_module(forest: Forest, schema: Schema, transform: str = "none"):
     import tensorflow as tf
 
     names = input_names(schema)
-    signature = {
-        names[c.name]: tf.TensorSpec([None], tf.float32 if c.type == "numeric" else tf.string,
-                                     name=names[c.name])
-        for c in schema.features
-    }
+    signature = raw_signature(schema_features(schema))
     module = tf.Module(name="gkeflow_gbdt")
     module.forest_arrays = {name: tf.Variable(getattr(forest, name), trainable=False,
                                               name=name) for name in _ARRAYS}
