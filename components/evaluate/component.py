@@ -127,8 +127,9 @@ def evaluate_model(
         classification_metrics.log_roc_curve(**roc_points(result.roc))
         classification_metrics.metadata["rocPositiveClass"] = result.roc_class
         card = render_model_card(result)
-        plots_html = ("<p>Classification: the confusion matrix and ROC curve are in "
-                      "classification_metrics.</p>")
+        from gkeflow.components.evaluate.classification_plots import classification_plots_html
+
+        plots_html = classification_plots_html(result)
     write_text_atomic(Path(plots.path), plots_html)
     for name, value in result.scalar_metrics().items():
         metrics.log_metric(name, round(value, 6))

@@ -391,6 +391,14 @@ def test_component_body_logs_what_the_kubeflow_ui_renders(prepared_penguins, tra
     assert evidence["blessed"] is True and evidence["roc"]["class"] == "Chinstrap"
     assert outputs["evaluation"].metadata["reasons"] == evidence["reasons"]
     assert (tmp_path / "model_card").read_text().startswith(f"# Model card: {NAME}")
+    # the plots page holds the confusion matrix itself and the ROC curve, not a pointer
+    page = (tmp_path / "plots").read_text()
+    counts = [[int(v) for v in row["row"]] for row in matrix["rows"]]
+    assert f"{sum(map(sum, counts))} test rows" in page
+    for label, row in zip(["Adelie", "Chinstrap", "Gentoo"], counts, strict=True):
+        cells = page.split(f"<tr><th>{label}</th>", 1)[1].split("</tr>", 1)[0]
+        assert [int(c.split("<br>")[0].split(">")[-1]) for c in cells.split("<td")[1:]] == row
+    assert "ROC curve of Chinstrap" in page and "<polyline" in page
 
 
 # --- the pipeline's gate ----------------------------------------------------------------------
