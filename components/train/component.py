@@ -135,6 +135,7 @@ def train_model(
         raise SystemExit(f"train-model: {exc}") from None
 
     from gkeflow.components.prepare.logic import Schema
+    from gkeflow.components.train.candidates import NoCandidateTrained
     from gkeflow.components.train.checkpoint import Preempted, exit_on_preemption
     from gkeflow.components.train.devices import GpuUnavailableError
     from gkeflow.components.train.gbdt_settings import GbdtSettingsError
@@ -204,7 +205,8 @@ def train_model(
                 raise
             if not continue_on_error:
                 if isinstance(exc, (TpuUnavailableError, GpuUnavailableError,
-                                    LabelTransformError, BackendError, GbdtSettingsError)):
+                                    LabelTransformError, BackendError, GbdtSettingsError,
+                                    NoCandidateTrained)):
                     # the host or the data cannot train as asked: one line, no traceback
                     raise SystemExit(f"train-model: {exc}") from None
                 raise

@@ -76,16 +76,9 @@ def label_values(frame, schema: Schema, transform: str = "none") -> np.ndarray:
         from gkeflow.components.train.inputs import encode_labels
 
         return encode_labels(frame, schema)
-    values = frame[schema.label].to_numpy(np.float64)
-    if transform == "log":
-        from gkeflow.components.train.regression import LabelTransformError
+    from gkeflow.components.train.regression import transformed_label
 
-        if values.size and values.min() <= 0:
-            raise LabelTransformError(f"label_transform log needs a positive label, but "
-                                      f"{schema.label!r} goes down to {values.min():g}; use "
-                                      "label_transform none")
-        values = np.log(values)
-    return values
+    return transformed_label(frame[schema.label].to_numpy(np.float64), schema.label, transform)
 
 
 def objective(schema: Schema) -> tuple[dict[str, Any], str]:

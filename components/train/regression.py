@@ -59,18 +59,27 @@ def label_scaling(dataset_dir: Path, schema, transform: str) -> LabelScaling:
         raise LabelTransformError(f"label_transform log needs a positive label, but "
                                   f"{schema.label!r} goes down to {stats['min']:g} in the "
                                   "train split; use label_transform none")
-    values = train_labels(dataset_dir, schema)
-    if transform == "log":
-        if values.size and values.min() <= 0:
-            raise LabelTransformError(f"label_transform log needs a positive label, but "
-                                      f"{schema.label!r} goes down to {values.min():g}; use "
-                                      "label_transform none")
-        import numpy as np
-
-        values = np.log(values)
+    values = transformed_label(train_labels(dataset_dir, schema), schema.label, transform)
     if not values.size:
         raise ValueError(f"the train split has no value of the label {schema.label!r}")
     return LabelScaling(float(values.mean()), _positive(float(values.std())), transform)
+
+
+def transformed_label(values, label: str, transform: str):
+    """The label's values as the model learns them: ``log`` applied under that transform.
+
+    Raises:
+        LabelTransformError: the log transform of values <= 0.
+    """
+    if transform != "log":
+        return values
+    if values.size and values.min() <= 0:
+        raise LabelTransformError(f"label_transform log needs a positive label, but "
+                                  f"{label!r} goes down to {values.min():g}; use "
+                                  "label_transform none")
+    import numpy as np
+
+    return np.log(values)
 
 
 def _positive(std) -> float:
@@ -127,4 +136,4 @@ def history_metrics(final: dict, scaling: LabelScaling) -> dict[str, float]:
 
 __all__ = ["LABEL_TRANSFORMS", "LOSSES", "LabelScaling", "LabelTransformError",
            "check_settings", "history_metrics", "label_scaling", "loss_function",
-           "scale_label", "train_labels", "unscale_prediction"]
+           "scale_label", "train_labels", "transformed_label", "unscale_prediction"]
