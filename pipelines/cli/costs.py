@@ -14,9 +14,11 @@ from gkeflow.pipelines.compute.costing import (
     format_usd,
     median_durations,
 )
+from gkeflow.pipelines.compute.prices import STALE_AFTER_DAYS
 from gkeflow.pipelines.settings.config import config_directory
 
 DEFAULT_REGION = costing.DEFAULT_REGION
+STALE_DAYS = STALE_AFTER_DAYS
 
 
 def price_region(config, target: str, region: str | None = None) -> str:
@@ -25,13 +27,18 @@ def price_region(config, target: str, region: str | None = None) -> str:
     return costing.price_region(config, region)
 
 
+#: A stale price is flagged when its step carries at least this share of the run's ceiling.
+MATTERS_SHARE = 0.05
+
+
 def rate_cell(step: StepCost) -> str:
     """``$4.00/h`` (with its saving against on demand), ``reserved`` or ``missing``."""
-    if step.reserved:
+    if step.reserved and step.usd_per_hour is None:
         return "reserved"
     if step.usd_per_hour is None:
         return "missing"
-    marks = [mark for mark, on in (("stale", step.stale), ("estimate", step.estimate)) if on]
+    marks = [mark for mark, on in (("stale", step.stale), ("estimate", step.estimate),
+                                   ("reserved: fee only", step.reserved)) if on]
     text = f"{format_usd(step.usd_per_hour)}/h" + (f" ({', '.join(marks)})" if marks else "")
     if step.nodes > 1:
         text += f" ({step.nodes} {step.unit}s)"
@@ -43,7 +50,7 @@ def rate_cell(step: StepCost) -> str:
 
 def ceiling_cell(step: StepCost) -> str:
     """The step's ceiling at its timeout, ``reserved``, ``unbounded`` or ``missing``."""
-    if step.reserved:
+    if step.reserved and step.usd_per_hour is None:
         return "reserved"
     if step.ceiling_usd is None:
         return "unbounded" if step.usd_per_hour is not None else "missing"
@@ -57,9 +64,51 @@ def cost_cells(run: RunCost) -> dict[str, dict[str, str]]:
                         else "-"} for step in run.steps}
 
 
-def cost_lines(run: RunCost, history_runs: int = 0) -> list[str]:
-    """The lines under the plan table: totals, price sources with their dates, and why a
-    figure is missing."""
+def provenance(step: StepCost) -> str:
+    """``published, data of 2026-07-30: Cyclenerd/... pricing.yml@fd66b26`` for one line."""
+    return f"{step.basis or 'published'}, data of {step.data_date or 'unknown date'}: " \
+           f"{step.source}"
+
+
+def stale_that_matter(run: RunCost) -> tuple[list[StepCost], int]:
+    """Steps whose prices are stale and carry at least :data:`MATTERS_SHARE` of the priced
+    ceiling (or of the hourly total when no ceiling is known), and how many other steps'
+    prices are stale."""
+    stale = [step for step in run.steps if step.stale and step.usd_per_hour is not None]
+    weight = {step.step: step.ceiling_usd if step.ceiling_usd is not None
+              else step.usd_per_hour for step in run.steps if step.usd_per_hour is not None}
+    total = sum(weight.values())
+    matter = [step for step in stale if total and weight[step.step] >= MATTERS_SHARE * total]
+    return matter, len(stale) - len(matter)
+
+
+def prices_as_of(run: RunCost) -> str:
+    """One line: the span of the data dates of the prices this run uses, and when read."""
+    dates = sorted({step.data_date for step in run.steps if step.data_date})
+    reads = sorted({step.date_read for step in run.steps if step.date_read})
+    if not dates:
+        return "prices as of: no step is priced"
+    span = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+    read = f"; read {reads[-1]}" if reads else ""
+    return (f"prices as of {span} (the dates their data was published or billed{read}; "
+            "`--sources` lists the sources)")
+
+
+def source_lines(run: RunCost) -> list[str]:
+    """``source REF: FULL SOURCE`` once per source the run's figures use (``--sources``)."""
+    from gkeflow.pipelines.compute.prices import short_ref, source_url
+
+    found = {source for step in run.steps for source in step.sources}
+    if run.run_fee_source:
+        found.add(run.run_fee_source)
+    return [f"source {short_ref(source)}: {source_url(source)}" for source in sorted(
+        found, key=short_ref)]
+
+
+def cost_lines(run: RunCost, history_runs: int = 0, *, sources: bool = False) -> list[str]:
+    """The lines under the plan table: totals, one "prices as of" line, each step's rate
+    with its label and short sources, the stale prices that matter for this run, why a
+    figure is missing, and with ``sources`` each source in full once."""
     if run.ceiling_usd is not None:
         ceiling = format_usd(run.ceiling_usd)
     elif run.priced_ceiling_usd:
@@ -67,7 +116,8 @@ def cost_lines(run: RunCost, history_runs: int = 0) -> list[str]:
                    f"{format_usd(run.priced_ceiling_usd)} from the priced steps")
     else:  # nothing priced: a "$0.00" floor would read as a price
         ceiling = f"missing ({run.ceiling_reason}); no step of this run is priced"
-    lines = [f"cost ({LIST_PRICE_LABEL}, {run.region}): ceiling per run {ceiling}"]
+    lines = [f"cost ({LIST_PRICE_LABEL}, {run.region}): ceiling per run {ceiling}",
+             prices_as_of(run)]
     if history_runs:
         expected = (format_usd(run.expected_usd) if run.expected_usd is not None
                     else f"missing ({run.expected_reason})")
@@ -77,17 +127,24 @@ def cost_lines(run: RunCost, history_runs: int = 0) -> list[str]:
         if step.usd_per_hour is not None:
             ceiling = (f"ceiling {format_usd(step.ceiling_usd)}" if step.ceiling_usd is not None
                        else "no ceiling")
-            lines.append(f"cost of {step.step}: {rate_cell(step)}, {ceiling} (prices: "
-                         f"{step.source}, read {step.date_read})")
+            lines.append(f"cost of {step.step}: {rate_cell(step)}, {ceiling} "
+                         f"[{provenance(step)}]")
     if run.run_fee_usd:
+        from gkeflow.pipelines.compute.prices import short_ref
+
         lines.append(f"cost: run fee {format_usd(run.run_fee_usd)} per run, in the ceiling "
-                     f"(prices: {run.run_fee_source})")
-    for source, read in sorted({(s.source, s.date_read) for s in run.steps if s.source}):
-        lines.append(f"prices: {source} (read {read})")
-    stale = [step.step for step in run.steps if step.stale]
-    if stale:
-        lines.append(f"note: stale prices (read over 90 days ago) for {', '.join(stale)}; "
-                     "`gkeflow prices refresh` updates them")
+                     f"[published, data of {run.run_fee_date}: "
+                     f"{short_ref(run.run_fee_source)}]")
+    matter, others = stale_that_matter(run)
+    if matter:
+        named = ", ".join(f"{step.step} (data of {step.data_date})" for step in matter)
+        more = (f"; {others} smaller step(s) use stale prices too, under "
+                f"{MATTERS_SHARE:.0%} of the ceiling each") if others else ""
+        lines.append(f"note: stale prices (data over {STALE_DAYS} days old) for {named}"
+                     f"{more}; `gkeflow prices refresh` reads current ones")
+    elif others:
+        lines.append(f"note: {others} step(s) use stale prices (data over {STALE_DAYS} days "
+                     f"old), each under {MATTERS_SHARE:.0%} of the ceiling")
     reasons: dict[str, list[str]] = {}
     for step in run.steps:
         if step.reason:
@@ -99,6 +156,8 @@ def cost_lines(run: RunCost, history_runs: int = 0) -> list[str]:
             rules.setdefault(step.derived, []).append(step.step)
     lines += [f"note: rate of {', '.join(steps)} is an {rule}" if rule.startswith("estimate")
               else f"note: rate of {', '.join(steps)}: {rule}" for rule, steps in rules.items()]
+    if sources:
+        lines += source_lines(run)
     return lines
 
 

@@ -35,12 +35,15 @@ from gkeflow.pipelines.targets.compile import COMPILE_TARGETS
 @click.option("--history", type=click.IntRange(min=0), default=0, metavar="N",
               help="Read the newest N runs of the pipeline on the target and add each "
                    "step's expected cost at their median duration.")
+@click.option("--sources", "show_sources", is_flag=True,
+              help="List the full source (page, catalogue file and commit, or SKUs) of every "
+                   "price the cost lines name by a short reference.")
 @compute_options
 @format_options("--output", "--format")
 def plan_command(pipeline: str, pipeline_option: str | None, target: str,
                  config_path: Path | None, compute_overrides: tuple[str, ...],
                  wide: bool = False, output_format: str = "table", region: str | None = None,
-                 history: int = 0) -> None:
+                 history: int = 0, show_sources: bool = False) -> None:
     """Show what each step of PIPELINE (default: training) will request on a target.
 
     One row per step: CPU, memory, accelerator (as the target spells it), GPUs per node,
@@ -138,7 +141,7 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     more = ("expected",) if history else ()
     console = print_table(records, PLAN_COLUMNS + more, PLAN_WIDE_COLUMNS + more, wide,
                           title=f"{pipeline} on {target}", caption=caption, no_wrap=("step",))
-    for line in cost_lines(cost, history_runs if history else 0):
+    for line in cost_lines(cost, history_runs if history else 0, sources=show_sources):
         console.print(line, markup=False)
     if verdict_line:
         console.print(verdict_line, markup=False)

@@ -16,10 +16,10 @@ from datetime import date
 from gkeflow.pipelines.compute import derived_rates, tpu_profile
 from gkeflow.pipelines.compute.derived_rates import Cluster
 from gkeflow.pipelines.compute.prices import (
-    SOURCES,
     VERTEX_PIPELINES_MACHINES,
     Price,
     Rate,
+    combine_basis,
     find_price,
     hourly_rate,
 )
@@ -49,6 +49,7 @@ def step_rates(run: RunCost) -> dict:
             "steps": {s.step: {"usd_per_hour": s.usd_per_hour,
                                "reason": "reserved" if s.reserved else s.reason,
                                "source": s.source, "date_read": s.date_read,
+                               "data_date": s.data_date, "basis": s.basis,
                                "derived": s.derived}
                       for s in run.steps}}
 
@@ -63,6 +64,7 @@ class StepCost:
     ceiling_usd: float | None
     timeout_s: int
     source: str = ""
+    #: When gkeflow read the oldest of its prices (ISO date).
     date_read: str = ""
     stale: bool = False
     reserved: bool = False
@@ -77,6 +79,12 @@ class StepCost:
     machine: str = ""
     #: What ``nodes`` counts: nodes, or a TPU step's slices (each priced per chip).
     unit: str = "node"
+    #: The oldest date its prices' data was published or observed (staleness follows it).
+    data_date: str = ""
+    #: ``published``, ``billed``, ``published and billed`` or ``derived``.
+    basis: str = ""
+    #: Its prices' sources in full (``source`` holds their short references).
+    sources: tuple[str, ...] = ()
 
     @property
     def estimate(self) -> bool:
@@ -99,6 +107,7 @@ class RunCost:
     label: str = LIST_PRICE_LABEL
     run_fee_usd: float = 0.0
     run_fee_source: str = ""
+    run_fee_date: str = ""
 
     @property
     def priced_ceiling_usd(self) -> float:
@@ -149,8 +158,12 @@ def node_rate(profile: ComputeProfile, target: str, region: str, capacity: str |
     """The hourly rate of one node (one TPU slice) of ``profile`` under ``capacity`` (default
     its own); ``cluster`` says how GKE bills a CPU step (default: e2 node pools)."""
     capacity = capacity or profile.scheduling
-    if capacity == "reservation":
+    if capacity == "reservation" and target != "vertex":
         return hourly_rate(target, "", None, 0, capacity, region, today=today, prices=prices)
+    if (target == "gke" and cluster is not None and cluster.autopilot
+            and (profile.uses_gpu or profile.uses_tpu)):
+        return derived_rates.autopilot_accelerator_rate(profile.accelerator, capacity, region,
+                                                        prices)
     if profile.uses_tpu:  # per chip, the host VMs included
         chips = tpu_profile.shape(profile, target).chips
         if target == "vertex":
@@ -226,10 +239,15 @@ def step_cost(step: str, profile: ComputeProfile, target: str, region: str, *,
                 saving = round(100 * (1 - hourly / on_demand), 1)
     expected = _money(hourly * median_s / 3600) if median_s is not None else None
     return StepCost(step, nodes, _money(hourly), ceiling, profile.timeout_s, rate.source,
-                    rate.date_read.isoformat() if rate.date_read else "", rate.stale,
+                    _iso(rate.read_on or rate.date_read), rate.stale, reserved=reserved,
                     reason=reason, on_demand_usd_per_hour=on_demand, saving_pct=saving,
                     median_s=median_s, expected_usd=expected, derived=rate.derived,
-                    machine=machine, unit=unit)
+                    machine=machine, unit=unit, data_date=_iso(rate.date_read),
+                    basis=rate.basis, sources=rate.sources)
+
+
+def _iso(day: date | None) -> str:
+    return day.isoformat() if day else ""
 
 
 def _mixed(chief: Rate, worker: Rate, nodes: int) -> Rate:
@@ -238,10 +256,14 @@ def _mixed(chief: Rate, worker: Rate, nodes: int) -> Rate:
         return Rate(None, reason=f"chief on demand: {chief.reason}")
     sources = " + ".join(sorted({part for rate in (chief, worker)
                                  for part in rate.source.split(" + ") if part}))
+    derived = "; ".join(dict.fromkeys(r.derived for r in (chief, worker) if r.derived))
     return Rate(chief.usd_per_hour + worker.usd_per_hour * (nodes - 1), sources,
                 min(chief.date_read, worker.date_read), chief.stale or worker.stale,
-                currency=chief.currency,
-                derived="; ".join(dict.fromkeys(r.derived for r in (chief, worker) if r.derived)))
+                currency=chief.currency, derived=derived,
+                basis="derived" if derived else combine_basis(
+                    part for r in (chief, worker) for part in r.basis.split(" and ")),
+                sources=tuple(sorted(set(chief.sources) | set(worker.sources))),
+                read_on=min((r.read_on for r in (chief, worker) if r.read_on), default=None))
 
 
 def _total(figures: Iterable[tuple[str, float | None, str]], what: str) -> tuple[
@@ -260,34 +282,36 @@ def run_cost(profiles: Mapping[str, ComputeProfile], target: str, region: str, *
              prices: tuple[Price, ...] | None = None,
              cluster: Cluster | None = None) -> RunCost:
     """:func:`step_cost` of every step, and the run's ceiling and expected totals (steps on
-    reserved capacity are left out of the totals: the reservation is paid for anyway)."""
+    reserved capacity are left out of the totals, the reservation being paid for anyway, but
+    for what is billed on top of it: Vertex AI's management fee)."""
     medians = medians or {}
     steps = [step_cost(step, profile, target, region, median_s=medians.get(step),
                        today=today, prices=prices, cluster=cluster)
              for step, profile in profiles.items()]
-    paid = [s for s in steps if not s.reserved]  # a reservation is paid for already
+    # a reservation is paid for already; on Vertex AI its management fee is not
+    paid = [s for s in steps if not s.reserved or s.usd_per_hour is not None]
     ceiling, ceiling_reason = _total(
         [(s.step, s.ceiling_usd, s.reason) for s in paid], "ceiling")
     expected, expected_reason = _total(
         [(s.step, s.expected_usd, s.reason if s.usd_per_hour is None else "")
          for s in paid], "expected cost")
-    fee, fee_source = run_fee(target, region, prices)
+    fee, fee_source, fee_date = run_fee(target, region, prices)
     return RunCost(steps, region, None if ceiling is None else _money(ceiling + fee),
                    ceiling_reason, None if expected is None else _money(expected + fee),
-                   expected_reason, run_fee_usd=fee, run_fee_source=fee_source)
+                   expected_reason, run_fee_usd=fee, run_fee_source=fee_source,
+                   run_fee_date=fee_date)
 
 
 def run_fee(target: str, region: str, prices: tuple[Price, ...] | None = None) -> tuple[
-        float, str]:
-    """The per-run fee of ``target`` (Vertex AI Pipelines' run execution fee) and its source
-    with the date read; (0.0, "") where none is charged or none was read."""
+        float, str, str]:
+    """The per-run fee of ``target`` (Vertex AI Pipelines' run execution fee), its source and
+    its data date; (0.0, "", "") where none is charged or none was read."""
     if target != "vertex":
-        return 0.0, ""
+        return 0.0, "", ""
     row = find_price("vertex-pipelines", "run", "standard", region, prices)
     if row is None or row.usd_per_hour is None:
-        return 0.0, ""
-    source = SOURCES.get(row.source, row.source)
-    return row.usd_per_hour, f"{source} (read {row.date_read.isoformat()})"
+        return 0.0, "", ""
+    return row.usd_per_hour, row.source, row.as_of.isoformat()
 
 
 def median_durations(runs: Iterable[Mapping[str, float | None]]) -> dict[str, float]:

@@ -9,11 +9,14 @@
   no limits, else "the closest match" to the step's CPU and memory limits
   (https://cloud.google.com/vertex-ai/docs/pipelines/machine-types); it is priced as the
   smallest machine type of :data:`VERTEX_PIPELINE_MACHINES` that fits the limits.
-- **A Vertex AI rate with no row** (most machine types, every Spot and TPU rate: Google
-  publishes no Vertex AI Spot rate) is the Compute Engine rate of the same machine and
-  capacity x Vertex AI's markup *for that machine* read from its on-demand rates (Vertex AI
-  training / Compute Engine), else the markup of the reference machine
-  :data:`MARKUP_REFERENCE` (n1-standard-4 in us-central1, 1.15).
+- **A Vertex AI on-demand rate with no row** (most machine types, TPUs) is the Compute
+  Engine rate of the same machine x Vertex AI's markup *for that machine* read from its
+  on-demand rates (Vertex AI training / Compute Engine), else the markup of the reference
+  machine :data:`MARKUP_REFERENCE` (n1-standard-4 in us-central1, 1.15).
+- **Vertex AI Spot, flex-start and reservations with no row** are billed as Compute
+  Engine's SKUs of that capacity (a reservation: nothing, it is paid for) plus Vertex AI's
+  management fee, :data:`MANAGEMENT_FEE_SHARE` of Compute Engine's on-demand rate
+  (:data:`MANAGEMENT_FEE_RULE` cites the rule and the figures it was read from).
 
 Every derived rate says so (:attr:`Rate.derived`); plan and notifications mark it an
 estimate.
@@ -29,10 +32,19 @@ from gkeflow.pipelines.compute.prices import (
     Rate,
     find_price,
     hourly_rate,
-    is_stale,
-    source_url,
+    rate_of,
 )
 
+#: Vertex AI's management fee on Spot, flex-start and reserved training machines, as a share
+#: of Compute Engine's on-demand rate of the same resources.
+MANAGEMENT_FEE_SHARE = 0.15
+MANAGEMENT_FEE_RULE = (
+    "Vertex AI bills Spot VMs, reservations and flex-start used by training as the Compute "
+    "Engine SKUs plus a Vertex AI management fee (cloud.google.com/vertex-ai/pricing, as "
+    "quoted by zenn-dws-skus); the fee is 15% of Compute Engine's on-demand rate, as the "
+    "management-fee SKUs of zenn-dws-skus bill it (H100 1.4694826 = 0.15 x 9.79655; A3 core "
+    "0.0038247 = 0.15 x 0.025498)")
+FEE_CAPACITIES = ("spot", "flex-start", "reservation")
 #: The machine whose Vertex AI and Compute Engine on-demand rates give the default markup.
 MARKUP_REFERENCE = ("n1-standard-4", "us-central1")
 DEFAULT_FAMILY = "e2"
@@ -77,11 +89,8 @@ def shape_of(machine: str) -> tuple[int, float] | None:
 
 
 def _combine(parts: list[tuple[float, Price]], derived: str, today: date | None) -> Rate:
-    oldest = min(row.date_read for _amount, row in parts)
-    sources = sorted({source_url(row.source) for _amount, row in parts})
-    return Rate(round(sum(amount for amount, _row in parts), 5), " + ".join(sources), oldest,
-                is_stale(oldest, today or date.today()), derived=derived,
-                currency=parts[0][1].currency)
+    return rate_of(sum(amount for amount, _row in parts), [row for _amount, row in parts],
+                   today, derived)
 
 
 def requests_rate(kinds: tuple[str, str], item: str, cpus: float, gib: float, capacity: str,
@@ -117,6 +126,18 @@ def gke_cpu_rate(cpus: float, gib: float, cluster: Cluster, capacity: str, regio
                          f"estimate: {cpus:g} vCPU and {gib:.3g} GiB requested x the "
                          f"{cluster.family} node pool's per-vCPU and per-GiB rates", prices,
                          today)
+
+
+def autopilot_accelerator_rate(accelerator: str, capacity: str, region: str,
+                               prices: tuple[Price, ...] | None = None) -> Rate:
+    """A GPU or TPU pod on GKE Autopilot: billed by Autopilot's own accelerator rules, never
+    as a Standard node. No such rate is in the catalogue yet: missing, with the reason its
+    ``autopilot-gpu`` / ``autopilot-tpu`` row gives."""
+    kind = "autopilot-tpu" if accelerator.startswith("tpu") else "autopilot-gpu"
+    row = find_price(kind, accelerator, capacity, region, prices)
+    why = row.note if row is not None and row.note else "not in the catalogue"
+    return Rate(None, reason=f"no GKE Autopilot {capacity} rate for a {accelerator} pod in "
+                             f"{region} (not priced as a Standard node): {why}")
 
 
 def compute_engine_rate(machine: str, accelerator: str | None, count: int, capacity: str,
@@ -157,15 +178,31 @@ def vertex_markup(machine: str, accelerator: str | None, count: int, region: str
             f"{name}'s Vertex AI / Compute Engine on-demand rates in {where}")
 
 
+def management_fee(machine: str, accelerator: str | None, count: int, region: str,
+                   prices: tuple[Price, ...] | None = None,
+                   today: date | None = None) -> Rate:
+    """Vertex AI's management fee per hour on one machine: :data:`MANAGEMENT_FEE_SHARE` of
+    Compute Engine's on-demand rate of the same machine (see :data:`MANAGEMENT_FEE_RULE`)."""
+    engine = compute_engine_rate(machine, accelerator, count, "standard", region, prices, today)
+    if engine.missing:
+        return Rate(None, reason=f"no Vertex AI management fee: no Compute Engine on-demand "
+                                 f"rate to take it from ({engine.reason})")
+    return replace(engine, usd_per_hour=round(engine.usd_per_hour * MANAGEMENT_FEE_SHARE, 5))
+
+
 def vertex_rate(machine: str, accelerator: str | None, count: int, capacity: str,
                 region: str, prices: tuple[Price, ...] | None = None,
                 today: date | None = None) -> Rate:
-    """Vertex AI's rate of one machine: its own rows where read, else Compute Engine's rate
-    of the same machine and capacity x Vertex AI's markup (derived, with the rule)."""
+    """Vertex AI's rate of one machine: its own rows where read; else, on demand, Compute
+    Engine's rate x Vertex AI's markup, and under Spot, flex-start or a reservation,
+    Compute Engine's rate of that capacity (nothing for a reservation: it is paid for) plus
+    Vertex AI's management fee (derived, with the rule)."""
     rate = hourly_rate("vertex", machine, accelerator, count, capacity, region, today=today,
                        prices=prices)
     if not rate.missing:
         return rate
+    if capacity in FEE_CAPACITIES:
+        return _with_fee(machine, accelerator, count, capacity, region, prices, today)
     engine = compute_engine_rate(machine, accelerator, count, capacity, region, prices, today)
     if engine.missing:
         return Rate(None, reason=f"{rate.reason}; no Compute Engine rate to derive it from "
@@ -173,12 +210,41 @@ def vertex_rate(machine: str, accelerator: str | None, count: int, capacity: str
     markup, rule = vertex_markup(machine, accelerator, count, region, prices)
     if markup is None:
         return Rate(None, reason=f"{rate.reason}; {rule}")
-    what = {"spot": "Spot", "flex-start": "flex-start"}.get(capacity, "on-demand")
-    derived = (f"estimate: Compute Engine's {what} rate x {markup:.4g} (Vertex AI's markup, "
+    derived = (f"estimate: Compute Engine's on-demand rate x {markup:.4g} (Vertex AI's markup, "
                f"from {rule})")
     if engine.derived:
         derived += f"; {engine.derived}"
-    return replace(engine, usd_per_hour=round(engine.usd_per_hour * markup, 5), derived=derived)
+    return replace(engine, usd_per_hour=round(engine.usd_per_hour * markup, 5), derived=derived,
+                   basis="derived")
+
+
+def _with_fee(machine: str, accelerator: str | None, count: int, capacity: str, region: str,
+              prices: tuple[Price, ...] | None, today: date | None) -> Rate:
+    fee = management_fee(machine, accelerator, count, region, prices, today)
+    if fee.missing:
+        return fee
+    if capacity == "reservation":
+        engine = Rate(0.0, basis="published")
+        what = "nothing for the reserved machine (the reservation pays for it)"
+    else:
+        engine = compute_engine_rate(machine, accelerator, count, capacity, region, prices,
+                                     today)
+        if engine.missing:
+            return Rate(None, reason=f"no Vertex AI {capacity} rate: Vertex AI bills it as "
+                                     f"Compute Engine's {capacity} SKUs plus its management "
+                                     f"fee, and {engine.reason}")
+        what = f"Compute Engine's {capacity} rate"
+    derived = (f"Vertex AI {capacity}: {what} + management fee "
+               f"{format(fee.usd_per_hour, '.4g')}/h ({MANAGEMENT_FEE_RULE})")
+    if engine.derived:
+        derived += f"; {engine.derived}"
+    parts = [r for r in (engine, fee) if r.sources]
+    return Rate(round(engine.usd_per_hour + fee.usd_per_hour, 5),
+                " + ".join(dict.fromkeys(p for r in parts for p in r.source.split(" + "))),
+                min(r.date_read for r in parts), any(r.stale for r in parts),
+                currency=fee.currency, derived=derived, basis="derived",
+                sources=tuple(sorted({s for r in parts for s in r.sources})),
+                read_on=min(r.read_on for r in parts if r.read_on))
 
 
 def vertex_pipeline_machine(cpus: float | None, gib: float | None) -> str:

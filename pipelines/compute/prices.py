@@ -87,6 +87,7 @@ item, capacity and region; every other row stays as vendored.
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass
 from datetime import date
 from fnmatch import fnmatchcase
@@ -99,13 +100,17 @@ PRICES_CSV = Path(__file__).with_name("prices.csv")
 #: The refreshed cache, relative to the directory of gkeflow.yaml.
 CACHE_FILE = Path(".gkeflow") / "prices.csv"
 COLUMNS = ("kind", "item", "capacity", "region", "usd_per_hour", "source", "date_read", "note",
-           "currency")
+           "currency", "data_date", "basis")
+#: A price whose data (not its reading) is older than this many days is stale.
 STALE_AFTER_DAYS = 90
+#: What a row's figure is: a price list or catalogue entry, a unit price read off a bill.
+BASES = ("published", "billed")
 CAPACITIES = ("standard", "spot", "flex-start", "reservation")
 TARGETS = ("gke", "vertex")
 #: Compute Engine kinds (GKE), Vertex AI custom-training kinds, and the per-run fee.
 KINDS = ("gpu", "tpu", "machine", "instance", "vcpu", "ram-gib", "autopilot-vcpu",
-         "autopilot-ram-gib", "vertex-gpu", "vertex-tpu", "vertex-machine", "vertex-pipelines")
+         "autopilot-ram-gib", "autopilot-gpu", "autopilot-tpu", "vertex-gpu", "vertex-tpu",
+         "vertex-machine", "vertex-pipelines")
 
 SOURCES: dict[str, str] = {
     "skypilot-vms": "https://github.com/skypilot-org/skypilot-catalog/blob/"
@@ -139,15 +144,29 @@ class Price:
     date_read: date
     note: str = ""
     currency: str = "USD"
+    #: When the data was published or observed (catalogue snapshot, page, bill, commit);
+    #: None when the source does not say (staleness then falls back on ``date_read``).
+    data_date: date | None = None
+    #: ``published`` (a price list or catalogue) or ``billed`` (a unit price on a bill).
+    basis: str = "published"
 
     @property
     def key(self) -> tuple[str, str, str, str]:
         return self.kind, self.item, self.capacity, self.region
 
+    @property
+    def as_of(self) -> date:
+        """The date staleness is judged by: the data's own date, else the day it was read."""
+        return self.data_date or self.date_read
+
 
 @dataclass(frozen=True)
 class Rate:
-    """An hourly rate, or why there is none (``usd_per_hour`` None and ``reason``)."""
+    """An hourly rate, or why there is none (``usd_per_hour`` None and ``reason``).
+
+    ``date_read`` is the oldest data date of the rows it sums (see :attr:`Price.as_of`),
+    ``read_on`` the oldest day gkeflow read one of them; ``sources`` the rows' sources as
+    written (:func:`short_ref` shortens each, :func:`source_url` expands it)."""
 
     usd_per_hour: float | None
     source: str = ""
@@ -157,6 +176,10 @@ class Rate:
     currency: str = "USD"
     #: How the rate was derived from other rows (empty: read as it is).
     derived: str = ""
+    #: ``published``, ``billed``, ``published and billed``, or ``derived`` (a rule).
+    basis: str = ""
+    sources: tuple[str, ...] = ()
+    read_on: date | None = None
 
     @property
     def missing(self) -> bool:
@@ -168,12 +191,53 @@ def source_url(source: str) -> str:
     return SOURCES.get(source, source)
 
 
+def short_ref(source: str) -> str:
+    """A source as a short reference for one terminal line: a key of :data:`SOURCES` as it
+    is, ``owner file@commit7`` for a file of a GitHub repository, the text before a comma otherwise
+    (``Cloud Billing Catalog API``); ``plan --sources`` lists the full sources once."""
+    if source in SOURCES:
+        return source
+    match = re.match(r"https://github\.com/([^/\s]+)/\S*\s+(\S+)@([0-9a-f]{7})", source)
+    if match:
+        return f"{match[1]} {match[2]}@{match[3]}"
+    return source.split(",", 1)[0].strip()
+
+
+def combine_basis(bases) -> str:
+    """One label for a sum of rows: ``published``, ``billed`` or ``published and billed``."""
+    found = sorted(set(bases), key=lambda b: (b != "published", b))
+    return " and ".join(found)
+
+
+def rate_of(total: float, rows, today: date | None, derived: str = "") -> Rate:
+    """A :class:`Rate` of ``total`` summed from ``rows``: their sources, the oldest data date
+    (staleness follows it), the oldest reading, and their basis (``derived`` with a rule)."""
+    rows = list(rows)
+    oldest = min(row.as_of for row in rows)
+    sources = tuple(sorted({row.source for row in rows}))
+    return Rate(round(total, 5), " + ".join(dict.fromkeys(short_ref(s) for s in sources)),
+                oldest, is_stale(oldest, today or date.today()), currency=rows[0].currency,
+                derived=derived, basis="derived" if derived else combine_basis(
+                    row.basis for row in rows), sources=sources,
+                read_on=min(row.date_read for row in rows))
+
+
+def _date(text: str | None) -> date | None:
+    text = (text or "").strip()
+    return date.fromisoformat(text) if text else None
+
+
 def _row(raw: dict[str, str]) -> Price:
     price = raw["usd_per_hour"].strip()
+    basis = (raw.get("basis") or "").strip() or "published"
+    if basis not in BASES:
+        raise ValueError(f"price row {raw['kind']} {raw['item']}: basis {basis!r} is not one of "
+                         f"{', '.join(BASES)}")
     return Price(raw["kind"], raw["item"], raw["capacity"], raw["region"],
                  float(price) if price else None, raw["source"].strip(),
                  date.fromisoformat(raw["date_read"]), (raw.get("note") or "").strip(),
-                 (raw.get("currency") or "").strip() or "USD")
+                 (raw.get("currency") or "").strip() or "USD", _date(raw.get("data_date")),
+                 basis)
 
 
 def _comes_with(machine_type: str) -> tuple[str, int] | None:
@@ -227,14 +291,15 @@ def write_prices(path: Path, rows: tuple[Price, ...] | list[Price], header: str)
         for row in rows:
             price = "" if row.usd_per_hour is None else repr(row.usd_per_hour)
             writer.writerow([row.kind, row.item, row.capacity, row.region, price, row.source,
-                             row.date_read.isoformat(), row.note, row.currency])
+                             row.date_read.isoformat(), row.note, row.currency,
+                             row.data_date.isoformat() if row.data_date else "", row.basis])
     temporary.replace(path)
     load_prices.cache_clear()
 
 
-def is_stale(date_read: date, today: date) -> bool:
-    """Whether a price read on ``date_read`` is older than :data:`STALE_AFTER_DAYS`."""
-    return (today - date_read).days > STALE_AFTER_DAYS
+def is_stale(as_of: date, today: date) -> bool:
+    """Whether a price whose data dates from ``as_of`` is older than :data:`STALE_AFTER_DAYS`."""
+    return (today - as_of).days > STALE_AFTER_DAYS
 
 
 def find_price(kind: str, item: str, capacity: str, region: str,
@@ -315,7 +380,4 @@ def hourly_rate(target: str, machine_type: str, accelerator: str | None, count: 
     if len(currencies) > 1:
         return Rate(None, reason=f"prices in more than one currency ({', '.join(currencies)}); "
                                  "run `gkeflow prices refresh` with one --currency")
-    oldest = min(row.date_read for row in rows)
-    sources = sorted({source_url(row.source) for row in rows})
-    return Rate(round(total, 5), " + ".join(sources), oldest,
-                is_stale(oldest, today or date.today()), currency=currencies[0])
+    return rate_of(total, rows, today)

@@ -63,7 +63,8 @@ def test_plan_prices_spot_multi_node_training_with_saving_and_source(tmp_path):
     assert table.returncode == 0, table.stderr
     line = next(row for row in table.stdout.splitlines() if "train-model" in row)
     assert "$4.50/h (3 nodes), 62.5% under on demand $12.00/h" in line and "$9.00" in line
-    assert "prices: test-src (read " in table.stdout
+    assert "[published, data of " in table.stdout and ": test-src]" in table.stdout
+    assert f" to {TODAY} (the dates their data was published or billed" in table.stdout
     assert f"ceiling per run {format_usd(cost['ceiling_usd'])}" in table.stdout
     assert "note: rate of fingerprint-data, register-model is an estimate: 1 vCPU and " \
            "1.86 GiB requested x the e2 node pool's per-vCPU and per-GiB rates" in table.stdout
@@ -86,9 +87,9 @@ def test_plan_region_option_and_reservation_shown_as_reserved(tmp_path):
     assert "reserved" in line and "$0" not in line
 
 
-def test_plan_on_vertex_derives_spot_from_compute_engine_times_the_machines_markup(tmp_path):
-    """Google publishes no Vertex AI Spot rate: it is Compute Engine's Spot rate of the machine
-    x Vertex AI's markup for that machine, read from the two on-demand rates, and says so."""
+def test_plan_on_vertex_prices_spot_as_compute_engine_spot_plus_the_management_fee(tmp_path):
+    """Vertex AI bills Spot as Compute Engine's Spot SKUs plus its management fee (15% of
+    Compute Engine's on-demand rate): derived, with the rule named."""
     rows = (Price("instance", "a3-highgpu-8g", "spot", "us-central1", 40.0, "ce-src", TODAY),
             Price("instance", "a3-highgpu-8g", "standard", "us-central1", 80.0, "ce-src",
                   TODAY),
@@ -101,17 +102,16 @@ def test_plan_on_vertex_derives_spot_from_compute_engine_times_the_machines_mark
     assert result.returncode == 0, result.stderr
     train = next(step for step in json.loads(result.stdout)["cost"]["steps"]
                  if step["step"] == "train-model")
-    markup = (12.0 + 8 * 11.5) / 80.0
-    assert train["usd_per_hour"] == pytest.approx(40.0 * markup, abs=1e-4)
+    assert train["usd_per_hour"] == pytest.approx(40.0 + 0.15 * 80.0, abs=1e-4)
     assert train["on_demand_usd_per_hour"] == pytest.approx(104.0)
-    assert train["estimate"] and train["source"] == "ce-src"
-    assert train["derived"] == (f"estimate: Compute Engine's Spot rate x {markup:.4g} (Vertex "
-                                "AI's markup, from a3-highgpu-8g's Vertex AI / Compute Engine "
-                                "on-demand rates in us-central1)")
+    assert train["estimate"] and train["source"] == "ce-src" and train["basis"] == "derived"
+    assert train["derived"].startswith("Vertex AI spot: Compute Engine's spot rate + "
+                                       "management fee 12/h (Vertex AI bills Spot VMs")
     table = gkeflow(*DONE_WHEN, "--wide", cwd=tmp_path, env={"COLUMNS": "400"})
     line = next(row for row in table.stdout.splitlines() if "train-model" in row)
     assert "(estimate)" in line and "missing" not in line
-    assert "note: rate of train-model is an estimate: Compute Engine's Spot rate" in table.stdout
+    assert "note: rate of train-model: Vertex AI spot: Compute Engine's spot rate + " \
+           "management fee" in table.stdout
 
 
 DONE_WHEN = ("plan", "--target", "vertex", "--compute", "train-model.accelerator=nvidia-h100-80gb",
@@ -152,7 +152,7 @@ def test_plan_on_vertex_prices_the_custom_job_from_vertex_rows_times_count(tmp_p
     line = next(row for row in table.stdout.splitlines() if row.startswith("cost of train-model"))
     assert line == (f"cost of train-model: {format_usd(train['usd_per_hour'])}/h, 46% under "
                     f"on demand {format_usd(50.0)}/h, ceiling "
-                    f"{format_usd(train['ceiling_usd'])} (prices: vx-src, read {TODAY})")
+                    f"{format_usd(train['ceiling_usd'])} [published, data of {TODAY}: vx-src]")
     assert "ce-src" not in table.stdout  # Compute Engine rows never price a Vertex AI job
     assert all(len(row) <= 200 for row in table.stdout.splitlines())
 
@@ -166,9 +166,10 @@ def _h100_vertex_plan(tmp_path, capacity, *args):
 
 
 def test_plan_prices_8_h100_on_vertex_on_demand_and_flex_start_from_the_vendored_rows(tmp_path):
-    """With no price cache, 8 x H100 on Vertex AI is priced from the vendored a3-highgpu-8g
-    and H100 training rows (on demand and flex-start), with their source and date, flagged
-    stale once read over 90 days ago; Spot stays missing, with the reason."""
+    """With no price cache, 8 x H100 on Vertex AI on demand is the price list's H100 rate x 8
+    plus the a3-highgpu-8g machine's billed SKUs; flex-start the billed DWS and fee SKUs;
+    each with its label and data date, flagged stale by the data's age; Spot is Compute
+    Engine Spot plus the management fee."""
     steps = {}
     for capacity in ("standard", "flex-start"):
         result = _h100_vertex_plan(tmp_path, capacity, "--output", "json")
@@ -181,8 +182,10 @@ def test_plan_prices_8_h100_on_vertex_on_demand_and_flex_start_from_the_vendored
         assert train["usd_per_hour"] == pytest.approx(rate.usd_per_hour, abs=1e-4)
         assert train["ceiling_usd"] == pytest.approx(
             rate.usd_per_hour * train["timeout_s"] / 3600, abs=1e-3)
-        assert (train["source"], train["date_read"]) == (prices.SOURCES["zenn-dws-skus"],
-                                                         "2025-08-20")
+        assert train["data_date"] == "2025-08-20"
+        assert (train["source"], train["basis"]) == {
+            "standard": ("vertex-pricing-transcript + zenn-dws-skus", "published and billed"),
+            "flex-start": ("zenn-dws-skus", "billed")}[capacity]
         assert train["stale"] is rate.stale
     flex = steps["flex-start"]
     assert flex["on_demand_usd_per_hour"] == pytest.approx(steps["standard"]["usd_per_hour"],
@@ -195,7 +198,12 @@ def test_plan_prices_8_h100_on_vertex_on_demand_and_flex_start_from_the_vendored
     stale = " (stale)," if steps["standard"]["stale"] else ","
     assert line.startswith(
         f"cost of train-model: {format_usd(steps['standard']['usd_per_hour'])}/h{stale}")
-    assert f"(prices: {prices.SOURCES['zenn-dws-skus']}, read 2025-08-20)" in line
+    assert line.endswith("[published and billed, data of 2025-08-20: vertex-pricing-transcript + "
+                         "zenn-dws-skus]")
+    # within 2% of the price list's H100 rate x 8 plus the machine
+    published = 8 * 9.79655057 + prices.find_price("vertex-machine", "a3-highgpu-8g",
+                                                    "standard", "us-central1").usd_per_hour
+    assert steps["standard"]["usd_per_hour"] == pytest.approx(published, rel=0.02)
 
     spot = _h100_vertex_plan(tmp_path, "spot", "--output", "json")
     train = next(step for step in json.loads(spot.stdout)["cost"]["steps"]
@@ -204,9 +212,10 @@ def test_plan_prices_8_h100_on_vertex_on_demand_and_flex_start_from_the_vendored
                                 "us-central1")
     on_demand = prices.hourly_rate("gke", "a3-highgpu-8g", "nvidia-h100-80gb", 8, "standard",
                                    "us-central1")
-    markup = steps["standard"]["usd_per_hour"] / on_demand.usd_per_hour
-    assert train["usd_per_hour"] == pytest.approx(engine.usd_per_hour * markup, abs=1e-3)
-    assert train["estimate"] and "a3-highgpu-8g's Vertex AI / Compute Engine" in train["derived"]
+    fee = 0.15 * on_demand.usd_per_hour
+    assert train["usd_per_hour"] == pytest.approx(engine.usd_per_hour + fee, abs=1e-3)
+    assert train["usd_per_hour"] > engine.usd_per_hour
+    assert train["estimate"] and "management fee" in train["derived"]
 
 
 H100_SPOT_GKE = ("plan", "--target", "gke", "--compute", "train-model.accelerator=nvidia-h100-80gb",
@@ -236,8 +245,10 @@ def test_plan_prices_spot_h100_on_gke_from_the_whole_machine_row_and_flags_it_st
                                                             abs=1e-4)
     assert train["ceiling_usd"] == pytest.approx(
         float(spot["usd_per_hour"]) * train["timeout_s"] / 3600, abs=1e-3)
-    assert (train["source"], train["date_read"]) == (spot["source"], spot["date_read"])
-    stale = (TODAY - date.fromisoformat(spot["date_read"])).days > prices.STALE_AFTER_DAYS
+    assert train["source"] == prices.short_ref(spot["source"])
+    assert (train["data_date"], train["date_read"]) == (spot["data_date"], spot["date_read"])
+    # staleness follows the data's date, not the day the row was read
+    stale = (TODAY - date.fromisoformat(spot["data_date"])).days > prices.STALE_AFTER_DAYS
     assert train["stale"] is stale
 
     table = gkeflow(*H100_SPOT_GKE, "--wide", cwd=tmp_path, env={"COLUMNS": "400"})
@@ -245,9 +256,10 @@ def test_plan_prices_spot_h100_on_gke_from_the_whole_machine_row_and_flags_it_st
     rate = format_usd(train["usd_per_hour"])
     line = next(row for row in table.stdout.splitlines() if row.startswith("cost of train-model"))
     assert line.startswith(f"cost of train-model: {rate}/h" + (" (stale)," if stale else ","))
-    assert f"(prices: {spot['source']}, read {spot['date_read']})" in line
+    assert line.endswith(f"[published, data of {spot['data_date']}: "
+                         f"{prices.short_ref(spot['source'])}]")
     refresh = next((row for row in table.stdout.splitlines()
-                    if row.startswith("note: stale prices (read over 90 days ago) for ")), "")
+                    if row.startswith("note: stale prices (data over 90 days old) for ")), "")
     assert ("train-model" in refresh) is stale
 
 

@@ -33,11 +33,14 @@ def test_vertex_rates_are_their_own_rows_with_their_source_and_region_said():
     assert row.source == "vertex-pricing-transcript" and "region inferred" in row.note
     assert row.item == "n1-standard-4"  # an exact row, not a pattern
     h100 = prices.find_price("vertex-gpu", "nvidia-h100-80gb", "standard", "us-central1")
-    assert (h100.item, h100.source) == ("nvidia-h100-80gb", "zenn-dws-skus")
-    assert "SKU 3F95-001E-B747" in h100.note and "9.79655057" in h100.note
+    # the price list's figure, not the bill's (the bill is named in the note, not used)
+    assert (h100.item, h100.source, h100.basis) == (
+        "nvidia-h100-80gb", "vertex-pricing-transcript", "published")
+    assert h100.usd_per_hour == 9.79655057 and h100.data_date == date(2026, 10, 7)
+    assert "SKU 3F95-001E-B747" in h100.note and "11.2660332" in h100.note
     rate = prices.hourly_rate("vertex", "n1-standard-4", None, 0, "standard", "us-central1")
     assert rate.usd_per_hour == round(row.usd_per_hour, 5)
-    assert rate.date_read == row.date_read
+    assert rate.date_read == row.as_of == row.data_date and rate.read_on == row.date_read
     gke = prices.hourly_rate("gke", "n1-standard-4", None, 0, "standard", "us-central1")
     compute = prices.find_price("machine", "n1-standard-4", "standard", "us-central1")
     # a GKE node is priced from the Compute Engine row, never from the Vertex AI one
@@ -45,21 +48,25 @@ def test_vertex_rates_are_their_own_rows_with_their_source_and_region_said():
     assert gke.usd_per_hour == round(compute.usd_per_hour, 5)
 
 
-@pytest.mark.parametrize("capacity", ["standard", "flex-start"])
-def test_eight_h100_on_vertex_are_the_a3_machine_row_plus_eight_gpu_rows(capacity):
-    """a3-highgpu-8g with 8 x H100 on Vertex AI, on demand and with flex-start: its machine
-    row plus 8 GPU rows, both read from the SKUs of one billed job (zenn-dws-skus)."""
+@pytest.mark.parametrize("capacity, sources, basis", [
+    ("standard", "vertex-pricing-transcript + zenn-dws-skus", "published and billed"),
+    ("flex-start", "zenn-dws-skus", "billed")])
+def test_eight_h100_on_vertex_are_the_a3_machine_row_plus_eight_gpu_rows(capacity, sources,
+                                                                        basis):
+    """a3-highgpu-8g with 8 x H100 on Vertex AI: its machine row plus 8 GPU rows; on demand
+    the GPUs from the price list and the machine from a bill's SKUs, with flex-start both
+    from the bill; each label says which."""
     machine = prices.find_price("vertex-machine", "a3-highgpu-8g", capacity, "us-central1")
     gpu = prices.find_price("vertex-gpu", "nvidia-h100-80gb", capacity, "us-central1")
     assert (machine.item, gpu.item) == ("a3-highgpu-8g", "nvidia-h100-80gb")
-    assert machine.source == gpu.source == "zenn-dws-skus"
-    assert "SKU " in machine.note and "SKU " in gpu.note
+    assert machine.basis == "billed" and "SKU " in machine.note and "SKU " in gpu.note
     rate = prices.hourly_rate("vertex", "a3-highgpu-8g", "nvidia-h100-80gb", 8, capacity,
                               "us-central1", today=date(2025, 9, 1))
     assert rate.usd_per_hour == pytest.approx(machine.usd_per_hour + 8 * gpu.usd_per_hour,
                                               abs=1e-5)
-    assert rate.source == prices.SOURCES["zenn-dws-skus"] and not rate.stale
-    assert rate.date_read == date(2025, 8, 20)
+    assert (rate.source, rate.basis) == (sources, basis) and not rate.stale
+    assert rate.date_read == date(2025, 8, 20)  # the bill's month, not the day it was read
+    assert prices.is_stale(rate.date_read, date(2026, 12, 7))
     # only Iowa was read: another region stays missing, with the reason
     other = prices.hourly_rate("vertex", "a3-highgpu-8g", "nvidia-h100-80gb", 8, capacity,
                                "europe-west4")
@@ -129,7 +136,7 @@ def test_a_gpu_machine_without_a_whole_machine_row_is_its_host_plus_its_gpus():
     gpu = prices.find_price("gpu", "nvidia-h100-80gb", "standard", "us-east4")
     assert prices.find_price("instance", "a3-edgegpu-8g", "standard", "us-east4") is None
     assert rate.usd_per_hour == round(host.usd_per_hour + 8 * gpu.usd_per_hour, 5)
-    assert rate.source == prices.SOURCES["skypilot-vms"]
+    assert rate.source == "skypilot-vms" and rate.basis == "published"
     assert rate.date_read == READ and not rate.stale and not rate.missing
 
 
@@ -146,7 +153,8 @@ def test_an_accelerator_optimised_machine_is_its_whole_machine_row(machine, gpus
     row = prices.find_price("instance", machine, capacity, region)
     assert row.item == machine and f"with {gpus[1]} x {gpus[0]}" in row.note
     assert rate.usd_per_hour == round(row.usd_per_hour, 5)
-    assert rate.source == prices.source_url(row.source) and rate.date_read == row.date_read
+    assert rate.source == prices.short_ref(row.source) and rate.date_read == row.as_of
+    assert rate.sources == (row.source,) and rate.read_on == row.date_read
 
 
 def test_a_whole_machine_row_never_prices_other_gpus():
@@ -202,7 +210,7 @@ def test_staleness_is_relative_to_today():
     (("gke", "g2-standard-8", "nvidia-l4", 1, "standard", "us-west1"),
      "no standard g2-standard-8 in us-west1 price: not read from a source yet"),
     (("gke", "a2-highgpu-1g", "nvidia-tesla-a100", 1, "flex-start", "us-central1"),
-     "no flex-start a2-highgpu-1g in us-central1 price: no published flex-start"),
+     "no flex-start a2-highgpu-1g in us-central1 price: no flex-start (DWS) price read"),
     (("gke", "a3-megagpu-8g", "nvidia-h100-mega-80gb", 8, "standard", "us-central1"),
      "no standard a3-megagpu-8g in us-central1 price: pricing.yml gives no hour for "
      "a3-megagpu-8g in us-central1"),
