@@ -201,6 +201,34 @@ def _money(value: float) -> float:
     return round(value, 4)
 
 
+#: The name a launcher pod's cost line carries after its step's name.
+LAUNCHER_SUFFIX = " (launcher)"
+
+
+def launchers(profiles: Mapping[str, ComputeProfile], target: str) -> dict[str,
+                                                                            ComputeProfile]:
+    """The pods that launch and follow a training job (a Vertex AI CustomJob, a GKE JobSet)
+    as profiles to price: the launcher's small CPU pod, alive while the job queues and runs,
+    so its timeout is the job's plus its longest wait (``max_wait``, or GKE's provisioning
+    allowance)."""
+    from gkeflow.pipelines.compute.engines import launcher_profile, training_engine
+    from gkeflow.pipelines.compute.engines.gke import launcher_deadline_s
+    from gkeflow.pipelines.compute.profiles import to_seconds
+
+    found = {}
+    profile = profiles.get("train-model")
+    if profile is None or training_engine(target, profile) is None or target == "local":
+        return found
+    if target == "gke":
+        alive = launcher_deadline_s(profile)
+    else:
+        waiting = to_seconds("max_wait", profile.max_wait) if profile.max_wait else 0
+        alive = profile.timeout_s + waiting if profile.timeout_s else 0
+    found["train-model" + LAUNCHER_SUFFIX] = replace(launcher_profile(profile),
+                                                     timeout_s=alive)
+    return found
+
+
 def step_cost(step: str, profile: ComputeProfile, target: str, region: str, *,
               median_s: float | None = None, today: date | None = None,
               prices: tuple[Price, ...] | None = None,
@@ -288,6 +316,10 @@ def run_cost(profiles: Mapping[str, ComputeProfile], target: str, region: str, *
     steps = [step_cost(step, profile, target, region, median_s=medians.get(step),
                        today=today, prices=prices, cluster=cluster)
              for step, profile in profiles.items()]
+    for step, profile in launchers(profiles, target).items():
+        steps.append(step_cost(step, profile, target, region,
+                               median_s=medians.get(step.removesuffix(LAUNCHER_SUFFIX)),
+                               today=today, prices=prices, cluster=cluster))
     # a reservation is paid for already; on Vertex AI its management fee is not
     paid = [s for s in steps if not s.reserved or s.usd_per_hour is not None]
     ceiling, ceiling_reason = _total(
@@ -341,6 +373,11 @@ def actual_cost(durations: Mapping[str, float | None], profiles: Mapping[str, Co
     """Duration x hourly rate of each step that ran (steps without a profile are skipped
     with a reason); ``(step, duration_s, usd, reason)`` rows."""
     rows: list[tuple[str, float | None, float | None, str]] = []
+    durations = dict(durations)
+    for step in launchers(profiles, target):
+        if step.removesuffix(LAUNCHER_SUFFIX) in durations:
+            durations[step] = durations[step.removesuffix(LAUNCHER_SUFFIX)]
+    profiles = {**profiles, **launchers(profiles, target)}
     for step, seconds in durations.items():
         profile = profiles.get(step)
         if profile is None:

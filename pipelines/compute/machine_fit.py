@@ -1,5 +1,5 @@
-"""Accelerator steps sized to their machine: CPU and memory a GPU step asks for when it
-does not set them, and a note when a set value leaves most of the machine idle.
+"""Accelerator steps sized to their machine: CPU and memory a GPU or TPU step asks for when
+it does not set them, and a note when a set value leaves most of the machine idle.
 
 A step with ``auto_size`` (train-model by default; setting ``cpu`` or ``memory`` turns it
 off) on an accelerator-optimised machine (A2, A3, A4, G2, G4: the GPUs fix the machine) asks
@@ -9,7 +9,9 @@ for what that machine gives a pod: on GKE the node's allocatable after GKE's res
 GPU device plugin, kube-proxy); on Vertex AI the machine's shape up to the 96 vCPUs and
 624 GiB a pipeline step may name (the CustomJob gets the whole machine either way: the
 values only choose it). N1 GPUs attach to a machine of any size, so an N1 step keeps its
-own CPU and memory. Values are rounded down (whole vCPUs, whole GiB) so the pod still fits.
+own CPU and memory. A TPU step asks for one host of its slice (``ct6e-standard-4t`` for a
+v6e 2x2): on GKE its allocatable less the same allowance, on Vertex AI the host VM. Values
+are rounded down (whole vCPUs, whole GiB) so the pod still fits.
 """
 
 from __future__ import annotations
@@ -49,28 +51,56 @@ def fixed_machine(profile: ComputeProfile) -> acc.MachineShape | None:
     return shapes[0]
 
 
+def tpu_room(profile: ComputeProfile, target: str) -> tuple[str, int, int] | None:
+    """(machine type, whole vCPUs, whole GiB) a pod on one host of the step's TPU slice can
+    ask for: on GKE the node's allocatable less :data:`DAEMONSET_ALLOWANCE`, on Vertex AI
+    the host VM; None for other steps, or where the catalogue lacks the host's size."""
+    if not profile.uses_tpu or target not in ("gke", "vertex"):
+        return None
+    from gkeflow.pipelines.compute import tpu_profile
+
+    try:
+        found = tpu_profile.host_room(profile, target)
+    except (ValueError, LookupError, StopIteration):  # validation names the bad field
+        return None
+    if found is None:
+        return None
+    machine, vcpus, gib = found
+    if target == "gke":
+        vcpus, gib = vcpus - DAEMONSET_ALLOWANCE[0], gib - DAEMONSET_ALLOWANCE[1]
+    return machine, max(1, math.floor(vcpus)), max(1, math.floor(gib))
+
+
+def room(profile: ComputeProfile, target: str) -> tuple[str, int, int] | None:
+    """(machine type, vCPUs, GiB) the step's accelerators fix and a pod there can ask for:
+    a GPU step's accelerator-optimised machine or a TPU slice's host; None otherwise."""
+    shape = fixed_machine(profile) if target in ("gke", "vertex") else None
+    if shape is not None:
+        return (shape.name, *machine_room(shape, target))
+    return tpu_room(profile, target)
+
+
 def sized(profile: ComputeProfile, target: str) -> ComputeProfile:
     """``profile`` with CPU and memory of its machine when ``auto_size`` is on and the GPUs
-    fix the machine; unchanged otherwise."""
-    shape = fixed_machine(profile) if profile.auto_size and target in ("gke", "vertex") \
-        else None
-    if shape is None:
+    fix the machine (or it is a TPU slice's host); unchanged otherwise."""
+    found = room(profile, target) if profile.auto_size else None
+    if found is None:
         return profile
-    vcpus, gib = machine_room(shape, target)
+    _machine, vcpus, gib = found
     return replace(profile, cpu=str(vcpus), memory=f"{gib}Gi")
 
 
 def idle_note(step: str, profile: ComputeProfile, target: str) -> str:
     """A plan note when a set CPU or memory leaves most of the step's machine idle."""
-    shape = fixed_machine(profile)
-    if shape is None or profile.auto_size or target not in ("gke", "vertex"):
+    found = room(profile, target)
+    if found is None or profile.auto_size:
         return ""
-    vcpus, gib = machine_room(shape, target)
+    name, vcpus, gib = found
     cpu, memory = cpu_cores(profile.cpu), memory_bytes(profile.memory) / 2**30
     idle = [f"{asked:g} of the {room} {what}" for what, asked, room in
             (("vCPUs", cpu, vcpus), ("GiB", round(memory, 1), gib)) if asked < IDLE_SHARE * room]
     if not idle:
         return ""
-    return (f"{step} asks for {' and '.join(idle)} its {shape.name} can give: the rest "
-            f"is paid for and idle, and the GPUs may wait for input; drop cpu and memory to "
+    return (f"{step} asks for {' and '.join(idle)} its {name} can give: the rest "
+            f"is paid for and idle, and the accelerators may wait for input; drop cpu and memory to "
             f"size it to the machine")

@@ -83,6 +83,16 @@ def _room(machine: tc.TpuMachine, target: str) -> tuple[float | None, float | No
             memory / _GIB if machine.memory_gib is not None else None)
 
 
+def host_room(p, target: str) -> tuple[str, float, float] | None:
+    """(machine type, vCPUs, GiB) of one host of ``p``'s slice that a pod may ask for on
+    ``target`` (GKE: the node's allocatable); None where the catalogue lacks either."""
+    machine_type = shape(p, target).machine_type
+    vcpus, gib = _room(_machine(p.accelerator, machine_type), target)
+    if vcpus is None or gib is None:
+        return None
+    return machine_type, vcpus, gib
+
+
 def tpu_problems(step: str, p, target: str, tpu_steps: tuple[str, ...]) -> list[str]:
     """Everything wrong with the TPU fields of ``p`` for ``step``; empty when valid."""
     gen = tc.tpu_generation(p.accelerator)

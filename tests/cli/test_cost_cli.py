@@ -66,8 +66,13 @@ def test_plan_prices_spot_multi_node_training_with_saving_and_source(tmp_path):
     assert "[published, data of " in table.stdout and ": test-src]" in table.stdout
     assert f" to {TODAY} (the dates their data was published or billed" in table.stdout
     assert f"ceiling per run {format_usd(cost['ceiling_usd'])}" in table.stdout
-    assert "note: rate of fingerprint-data, register-model is an estimate: 1 vCPU and " \
-           "1.86 GiB requested x the e2 node pool's per-vCPU and per-GiB rates" in table.stdout
+    assert "note: rate of fingerprint-data, register-model, train-model (launcher) is an " \
+           "estimate: 1 vCPU and 1.86 GiB requested x the e2 node pool's per-vCPU and per-GiB " \
+           "rates" in table.stdout
+    # the JobSet's launcher pod is priced for the JobSet's deadline and its provisioning
+    launcher = steps["train-model (launcher)"]
+    assert launcher["usd_per_hour"] == steps["fingerprint-data"]["usd_per_hour"]
+    assert launcher["timeout_s"] > train["timeout_s"]
 
 
 def test_plan_region_option_and_reservation_shown_as_reserved(tmp_path):

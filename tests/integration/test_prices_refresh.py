@@ -167,7 +167,8 @@ def test_refresh_reads_every_page_after_a_503_and_maps_skus_to_rows(httpserver, 
     host = prices.find_price("machine", "n1-standard-4", "spot", "us-central1", catalogue)
     assert host.item == "n1-standard-4" and not host.source.startswith("Cloud Billing")
     assert rate.usd_per_hour == round(host.usd_per_hour + 2 * gpu.usd_per_hour, 5)
-    assert rate.date_read == host.date_read  # the oldest of the two
+    assert rate.date_read == host.as_of  # the oldest data of the two
+    assert rate.read_on == min(host.date_read, gpu.date_read)
 
 
 def test_prices_list_reads_the_cache_first_and_marks_stale_prices(httpserver, tmp_path):
@@ -348,15 +349,15 @@ def test_vertex_ai_skus_become_training_rows_and_plan_prints_them(httpserver, tm
     assert table.returncode == 0, table.stderr
     line = next(row for row in table.stdout.splitlines() if row.startswith("cost of train-model"))
     assert line.startswith(f"cost of train-model: {format_usd(train['usd_per_hour'])}/h,")
-    assert line.endswith(f"(prices: Cloud Billing Catalog API, read {TODAY.isoformat()})")
+    assert line.endswith(f"[published, data of {TODAY.isoformat()}: Cloud Billing Catalog API]")
     flex = _train_step(tmp_path, "flex-start")
     assert flex["usd_per_hour"] == pytest.approx(
         float(flex_machine["usd_per_hour"]) + 8 * float(flex_gpu["usd_per_hour"]), abs=1e-4)
     # no management-fee SKU read for Spot: the Spot rate stays derived (Compute Engine's Spot
-    # rate x the machine's Vertex AI markup, from the refreshed on-demand rows), and says so
+    # rate plus the management fee's rule), and says so
     spot_step = _train_step(tmp_path, "spot")
-    assert spot_step["estimate"] and "Compute Engine's Spot rate x" in spot_step["derived"]
-    assert "a3-highgpu-8g's Vertex AI / Compute Engine on-demand rates" in spot_step["derived"]
+    assert spot_step["estimate"] and "Compute Engine's spot rate + management fee" in \
+        spot_step["derived"]
 
 
 def test_a_management_fee_that_applies_to_spot_prices_vertex_ai_spot(httpserver, tmp_path):

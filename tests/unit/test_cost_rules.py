@@ -39,7 +39,10 @@ def test_vertex_spot_and_reservation_add_the_management_fee_to_compute_engine(sc
     # a reservation's ceiling is the fee for the timeout, not nothing
     assert cost.ceiling_usd == pytest.approx(cost.usd_per_hour, abs=1e-3)
     run = run_cost({"train-model": h100(scheduling)}, "vertex", REGION, today=TODAY)
-    assert run.ceiling_usd == pytest.approx(cost.ceiling_usd + run.run_fee_usd, abs=1e-3)
+    launcher = run.steps[1]
+    assert launcher.step == "train-model (launcher)" and launcher.usd_per_hour > 0
+    assert run.ceiling_usd == pytest.approx(
+        cost.ceiling_usd + launcher.ceiling_usd + run.run_fee_usd, abs=1e-3)
 
 
 def test_the_fee_share_is_the_one_the_billed_fee_skus_show():

@@ -88,8 +88,15 @@ def test_expected_cost_without_history_is_missing():
 def test_actual_cost_is_duration_times_rate():
     cost = actual_cost({"train-model": 900.0}, {"train-model": a100(replicas=2)}, "gke",
                        "us-central1", today=TODAY, prices=PRICES)
-    assert cost.steps == [("train-model", 900.0, 2.0, "")]
-    assert cost.total_usd == 2.0 and cost.label == "estimate from list prices"
+    assert cost.steps[0] == ("train-model", 900.0, 2.0, "")
+    # the JobSet's launcher pod lives as long as the step: its row, missing here (the test
+    # catalogue has no e2 rate), and so is the total, with the reason
+    launcher = cost.steps[1]
+    assert launcher[:3] == ("train-model (launcher)", 900.0, None) and "e2" in launcher[3]
+    assert cost.total_usd is None and cost.label == "estimate from list prices"
+    one = actual_cost({"train-model": 900.0}, {"train-model": a100()}, "gke", "us-central1",
+                      today=TODAY, prices=PRICES)
+    assert one.steps == [("train-model", 900.0, 1.0, "")] and one.total_usd == 1.0
 
 
 def test_vertex_rates_are_missing_not_invented():

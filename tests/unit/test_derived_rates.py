@@ -82,14 +82,14 @@ def test_a_vertex_pipelines_step_is_compute_engines_rate_times_the_reference_mar
                                    "AI's markup, from n1-standard-4's")
 
 
-def test_vertex_spot_is_compute_engine_spot_times_that_machines_own_markup():
+def test_vertex_spot_is_compute_engine_spot_plus_the_management_fee():
     profile = ComputeProfile(cpu="8", memory="64Gi", accelerator="nvidia-h100-80gb",
                              accelerator_count=8, scheduling="spot", timeout_s=3600)
     cost = step_cost("train-model", profile, "vertex", R, prices=ROWS)
-    assert cost.usd_per_hour == pytest.approx(40.0 * 100.0 / 80.0)
+    assert cost.usd_per_hour == pytest.approx(40.0 + 0.15 * 80.0)
     assert cost.on_demand_usd_per_hour == pytest.approx(100.0)  # the Vertex AI rows, read
-    assert "a3-highgpu-8g's Vertex AI / Compute Engine on-demand rates" in cost.derived
-    assert "Compute Engine's Spot rate" in cost.derived
+    assert cost.derived.startswith("Vertex AI spot: Compute Engine's spot rate + management "
+                                   "fee 12/h")
 
 
 def test_without_a_reference_markup_a_vertex_rate_stays_missing():
@@ -138,6 +138,26 @@ def test_8_h100_are_sized_to_most_of_the_a3_machine_unless_cpu_or_memory_are_set
     # N1 GPUs attach to any machine: the default T4 keeps its own size
     default = resolve_compute("gke")["train-model"]
     assert (default.cpu, default.memory) == ("7", "26G")
+
+
+@pytest.mark.parametrize("target", ["gke", "vertex"])
+def test_a_tpu_step_asks_for_its_host_s_cpu_and_memory_not_the_t4_default(target):
+    """A v6e 2x2 slice is one ct6e-standard-4t host (180 vCPUs, 720 GiB): train-model asks
+    for what a pod there can have, not the T4 default's 7 vCPU / 26G."""
+    compute = {"train-model": resolve_compute(target)["train-model"].with_overrides(
+        accelerator="tpu-v6e", topology="2x2", accelerator_count=0)}
+    tpu = resolve_compute(target, compute)["train-model"]
+    machine, cpu, gib = machine_fit.tpu_room(tpu, target)
+    assert machine == "ct6e-standard-4t" and (tpu.cpu, tpu.memory) == (str(cpu), f"{gib}Gi")
+    if target == "vertex":
+        assert (cpu, gib) == (180, 720)
+    else:  # GKE's reservations and the DaemonSet allowance come off the node
+        assert 160 < cpu < 180 and 600 < gib < 720
+    manual = compute["train-model"].with_overrides(cpu="8", memory="26G")
+    kept = resolve_compute(target, {"train-model": manual})["train-model"]
+    note = machine_fit.idle_note("train-model", kept, target)
+    assert kept.cpu == "8" and note.startswith(f"train-model asks for 8 of the {cpu} vCPUs and")
+    assert "ct6e-standard-4t" in note
 
 
 def test_autopilot_pods_are_priced_at_the_vendored_rates_where_read():
