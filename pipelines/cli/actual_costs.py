@@ -118,25 +118,55 @@ def duty_cycle(metrics: Mapping[str, float]) -> float | None:
     return round(sum(values) / len(values), 1) if values else None
 
 
-def billed_report(info, estimate, why: str, bill, key: str, value: str) -> dict:
-    """`runs cost`: the export's actual cost beside the list-price estimate, per step."""
+def billed_report(info, estimate, why: str, bill, key: str, value: str, *, settle=None,
+                  export: str = "detailed", export_note: str = "") -> dict:
+    """`runs cost`: the export's actual cost beside the list-price estimate, per step, with
+    how complete the export is for this run and what the two figures mean."""
+    import datetime as dt
+
+    settle = settle if settle is not None else dt.timedelta(hours=24)
+    complete = bill.complete_after(info.end, settle)
+    latest = bill.export_latest.isoformat() if bill.export_latest else None
+    if info.end is None:
+        status = "partial: the run has not ended"
+    elif complete:
+        status = "complete"
+    else:
+        wanted = (info.end + settle).isoformat()
+        status = (f"partial: the export's newest rows were written {latest or 'never'}, "
+                  f"before the run's end plus {settle.total_seconds() / 3600:g} h ({wanted}); "
+                  "Google gives the export no latency guarantee: run again later")
+    if bill.lines:
+        actual_reason = ""
+    elif not complete:
+        actual_reason = f"no row of the export carries the run's label yet ({status})"
+    else:
+        actual_reason = ("the export has been written past the run's end and no row carries "
+                         "the run's label" + (
+                             ": turn on GKE cost allocation (gcloud container clusters update "
+                             "CLUSTER --enable-cost-allocation)" if info.target == "gke"
+                             else ": check the run id"))
+    notes = [export_note] if export_note else []
+    if info.target == "gke":
+        notes.append("GKE's figure allocates each node's cost to pods by their resource "
+                     "requests; the estimate prices the whole nodes the steps run on: they "
+                     "differ in kind, not only in amount")
     per_step = bill.per_step()
     estimated = {step: usd for step, _s, usd, _r in (estimate.steps if estimate else [])}
     steps = sorted(set(per_step) | set(estimated), key=lambda s: (s == "", s))
     return {
         "run": info.id, "target": info.target, "label": {"key": key, "value": value},
-        "currency": bill.currency,
+        "currency": bill.currency, "export": export,
         "actual_usd": bill.net if bill.lines else None,
-        "actual_reason": "" if bill.lines else (
-            "no row of the export carries the run's label yet: the export lags by up to a "
-            "day" + ("; on GKE, turn on cost allocation (gcloud container clusters update "
-                     "CLUSTER --enable-cost-allocation)" if info.target == "gke" else "")),
+        "actual_status": status, "complete": complete, "export_latest": latest,
+        "actual_reason": actual_reason,
         "estimated_usd": estimate.total_usd if estimate else None,
         "estimated_reason": (estimate.reason if estimate else why) or "",
         "estimate_label": LIST_PRICE_LABEL,
         "gpu_duty_cycle_pct": duty_cycle(info.metrics),
         "first_usage": bill.first_usage.isoformat() if bill.first_usage else None,
         "last_usage": bill.last_usage.isoformat() if bill.last_usage else None,
+        "notes": notes,
         "steps": [{"step": step or None, "actual_usd": per_step.get(step),
                    "estimated_usd": estimated.get(step)} for step in steps],
         "skus": [{"step": line.step or None, "sku": line.sku, "cost": line.cost,
@@ -150,11 +180,13 @@ def billed_lines(report: dict) -> list[str]:
     lines = [f"run {report['run']} on {report['target']} (billing export rows labelled "
              f"{label['key']}={label['value']})"]
     currency = report["currency"]
-    actual = (f"{format_usd(report['actual_usd'])} {currency}" if report["actual_usd"]
-              is not None else f"missing ({report['actual_reason']})")
+    partial = "" if report["complete"] else " (partial)"
+    actual = (f"{format_usd(report['actual_usd'])} {currency}{partial}"
+              if report["actual_usd"] is not None else f"missing ({report['actual_reason']})")
     estimated = (format_usd(report["estimated_usd"]) if report["estimated_usd"] is not None
                  else f"missing ({report['estimated_reason']})")
     lines.append(f"actual (Cloud Billing export, credits included): {actual}")
+    lines.append(f"export: {report['actual_status']}")
     lines.append(f"estimate ({report['estimate_label']}): {estimated}")
     for row in report["steps"]:
         name = row["step"] or "(no step label)"
@@ -167,4 +199,5 @@ def billed_lines(report: dict) -> list[str]:
     lines.append("GPU duty cycle during training: " + (
         f"{duty:g}% (mean of the epochs the training step sampled)" if duty is not None
         else "not recorded (a CPU or TPU run, or the step could not sample its GPUs)"))
+    lines += [f"note: {note}" for note in report["notes"]]
     return lines

@@ -215,9 +215,12 @@ def runs_cost(run, target, output, config_path) -> None:
     utilisation the training step recorded.
 
     \b
-    GKE: needs GKE cost allocation on the cluster (its pods' labels reach the export).
+    GKE: needs GKE cost allocation on the cluster and the detailed usage cost export
+    (gcp_billing_export_resource_v1_*): only it carries the pods' labels. GKE allocates a
+    node's cost by resource requests; the estimate prices whole nodes.
     Vertex AI: the run's vertex-ai-pipelines-run-billing-id label.
-    The export lags by up to a day: a run that just ended may not be in it yet.
+    Google gives no latency guarantee for the export: the actual cost is marked partial
+    until the export has been written billing.settle_hours (24) past the run's end.
     """
     import datetime as dt
 
@@ -231,13 +234,17 @@ def runs_cost(run, target, output, config_path) -> None:
     info = reader(config, target_of(config, run, target)).show(run)
     estimate, why = actual_costs.run_actual_cost(config, info)
     try:
+        export_note = billing.check_export(config.billing.export_table, info.target)
         key, value = billing.run_label(info.target, info.id, info.labels)
         since = (info.start or dt.datetime.now(dt.UTC)) - dt.timedelta(
             days=config.billing.lookback_days)
         bill = billing.read_bill(config.billing, info.target, key, value, since)
     except billing.BillingError as exc:
         raise click.ClickException(str(exc)) from None
-    report = actual_costs.billed_report(info, estimate, why, bill, key, value)
+    report = actual_costs.billed_report(
+        info, estimate, why, bill, key, value,
+        settle=dt.timedelta(hours=config.billing.settle_hours),
+        export=billing.export_kind(config.billing.export_table), export_note=export_note)
     if output == "json":
         click.echo(json.dumps(report, indent=2))
         return

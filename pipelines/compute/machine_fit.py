@@ -102,5 +102,5 @@ def idle_note(step: str, profile: ComputeProfile, target: str) -> str:
     if not idle:
         return ""
     return (f"{step} asks for {' and '.join(idle)} its {name} can give: the rest "
-            f"is paid for and idle, and the accelerators may wait for input; drop cpu and memory to "
-            f"size it to the machine")
+            f"is paid for and idle, and the accelerators may wait for input; drop cpu and "
+            f"memory to size it to the machine")

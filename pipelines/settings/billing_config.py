@@ -6,8 +6,9 @@ Example::
     billing:
       export_table: my-project.billing.gcp_billing_export_resource_v1_0123AB_4567CD_89EF01
 
-The detailed usage cost table (``gcp_billing_export_resource_v1_*``) or the standard one
-(``gcp_billing_export_v1_*``); both carry each cost row's resource ``labels``. Imports
+The detailed usage cost table (``gcp_billing_export_resource_v1_*``) or, for Vertex AI runs
+only, the standard one (``gcp_billing_export_v1_*``): GKE's cost allocation labels are only
+in the detailed export. Imports
 nothing from gkeflow: the root model in :mod:`gkeflow.pipelines.settings.config` attaches it.
 """
 
@@ -29,9 +30,13 @@ class BillingSettings(BaseModel):
 
     #: PROJECT.DATASET.TABLE of the export (backticks allowed).
     export_table: str
-    #: Days before a run's start the query reads from (the export lags by up to a day and
-    #: is partitioned by day: a bound keeps the query cheap).
+    #: Days before a run's start the query reads from (usage that started before the run's
+    #: own start, such as a node brought up for it); the scan starts at that day's partition.
     lookback_days: int = Field(2, ge=0, le=400)
+    #: Hours after a run's end before its actual cost counts as complete: Google gives no
+    #: latency guarantee for the export, so until it has been written this far past the
+    #: run's end, the figure is marked partial.
+    settle_hours: int = Field(24, ge=0, le=24 * 14)
     #: The BigQuery API (a local emulator in tests); default Google's.
     api_endpoint: str | None = None
 

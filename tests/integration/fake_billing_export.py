@@ -8,8 +8,12 @@ query that reads the export table and filters by the run's label. It evaluates t
 meaning on rows shaped like the export's schema (``labels`` and ``credits`` arrays,
 ``sku.description``, ``cost``, ``currency``, ``usage_start_time`` / ``usage_end_time``):
 the rows carrying the run's label, since ``@since``, summed per step label value and SKU.
-It fails as BigQuery does: 404 ``notFound`` for an unknown table, 403 ``accessDenied``, 503
-``backendError`` (``fail_next``). Refusals are kept in ``violations``.
+Every query is parsed as GoogleSQL by sqlglot's BigQuery dialect and its columns checked
+against the export's schema (:func:`check_sql`); it must bound the scan by the ingestion-day
+partition (``_PARTITIONTIME``), which the fake applies (a row's partition is the day of its
+``export_time``). A second query shape, ``MAX(export_time)``, answers the export's newest
+write. It fails as BigQuery does: 404 ``notFound`` for an unknown table, 403
+``accessDenied``, 503 ``backendError`` (``fail_next``). Refusals are kept in ``violations``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import uuid
 
 from werkzeug.wrappers import Request, Response
 
+from tests.integration.billing_sql import SqlError, check_sql
 from tests.integration.wsgi_fake import WsgiFake
 
 QUERY_REQUEST_KEYS = {"kind", "query", "maxResults", "defaultDataset", "timeoutMs",
@@ -31,6 +36,7 @@ QUERY_REQUEST_KEYS = {"kind", "query", "maxResults", "defaultDataset", "timeoutM
                       "jobCreationMode", "reservation"}
 PARAMETERS = {"step_key": "STRING", "run_key": "STRING", "run_value": "STRING",
               "since": "TIMESTAMP"}
+FRESHNESS_PARAMETERS = {"since": "TIMESTAMP"}
 ROW_KEYS = {"billing_account_id", "service", "sku", "usage_start_time", "usage_end_time",
             "project", "labels", "system_labels", "location", "cost", "currency",
             "usage", "credits", "invoice", "cost_type", "resource", "export_time"}
@@ -50,9 +56,11 @@ class Refused(Exception):
 
 
 def export_row(*, labels, cost, sku="Nvidia Tesla T4 GPU running in Americas", credits=(),
-               start, hours=1.0, currency="USD", service="Compute Engine"):
-    """One row shaped like the standard usage cost export's schema."""
+               start, hours=1.0, currency="USD", service="Compute Engine", exported=None):
+    """One row shaped like the usage cost export's schema, written (``export_time``, which
+    also sets its partition) ``exported`` after its usage ends (default two hours)."""
     end = start + dt.timedelta(hours=hours)
+    written = end + (dt.timedelta(hours=2) if exported is None else exported)
     return {"billing_account_id": "0123AB-4567CD-89EF01",
             "service": {"id": "6F81-5844-456A", "description": service},
             "sku": {"id": "5B6C-0E52-B5E4", "description": sku},
@@ -64,7 +72,7 @@ def export_row(*, labels, cost, sku="Nvidia Tesla T4 GPU running in Americas", c
             "usage": {"amount": hours * 3600, "unit": "seconds"},
             "credits": [{"name": "Spot discount", "amount": amount, "type": "DISCOUNT"}
                         for amount in credits],
-            "cost_type": "regular"}
+            "cost_type": "regular", "export_time": written}
 
 
 class FakeBillingExport(WsgiFake):
@@ -121,26 +129,57 @@ class FakeBillingExport(WsgiFake):
         if tables[0] != self.table:
             raise Refused(404, "notFound", f"Not found: Table {tables[0].replace('.', ':', 1)} "
                           "was not found in location US")
-        for needed in ("UNNEST(labels)", "@run_key", "@run_value", "@since", "@step_key",
-                       "SUM(cost)", "UNNEST(credits)", "GROUP BY"):
+        try:
+            check_sql(query)
+        except SqlError as exc:
+            raise Refused(400, "invalidQuery", str(exc)) from None
+        if "_PARTITIONTIME) >= DATE(@since)" not in query:
+            raise Refused(400, "invalidQuery", "the billing query does not bound the partitions "
+                          "it scans")
+        if "MAX(e.export_time) AS latest" in query:
+            return self._latest(self._parameters(body, FRESHNESS_PARAMETERS), body)
+        for needed in ("UNNEST(e.labels)", "@run_key", "@run_value", "@since", "@step_key",
+                       "SUM(e.cost)", "UNNEST(e.credits)", "GROUP BY"):
             if needed not in query:
                 raise Refused(400, "invalidQuery", f"the billing query lacks {needed}")
         params = self._parameters(body)
         return self._answer(params, body)
 
-    def _parameters(self, body: dict) -> dict:
+    def _scanned(self, since: dt.datetime) -> list[dict]:
+        """The rows in the partitions the query reads: ingestion day on or after ``since``'s."""
+        return [row for row in self.rows if row["export_time"].date() >= since.date()]
+
+    @staticmethod
+    def _stamp(body: dict, value: dt.datetime) -> str:
+        micros = int(value.timestamp() * 1_000_000)
+        int64 = (body.get("formatOptions") or {}).get("useInt64Timestamp")
+        return str(micros) if int64 else f"{micros / 1e6:.6f}"
+
+    def _latest(self, params: dict, body: dict) -> dict:
+        written = [row["export_time"] for row in self._scanned(params["since"])]
+        value = self._stamp(body, max(written)) if written else None
+        return {"kind": "bigquery#queryResponse",
+                "schema": {"fields": [{"name": "latest", "type": "TIMESTAMP",
+                                       "mode": "NULLABLE"}]},
+                "jobReference": {"projectId": self.project, "jobId": f"job_{uuid.uuid4().hex}",
+                                 "location": "US"},
+                "totalRows": "1", "rows": [{"f": [{"v": value}]}], "totalBytesProcessed": "512",
+                "jobComplete": True, "cacheHit": False}
+
+    def _parameters(self, body: dict, expected: dict | None = None) -> dict:
+        expected = PARAMETERS if expected is None else expected
         if body.get("parameterMode") != "NAMED":
             raise Refused(400, "invalidQuery", "parameterMode must be NAMED")
         found = {}
         for param in body.get("queryParameters", []):
             name, kind = param.get("name"), param.get("parameterType", {}).get("type")
-            if PARAMETERS.get(name) != kind:
+            if expected.get(name) != kind:
                 raise Refused(400, "invalidQuery", f"query parameter {name} of type {kind}")
             value = param.get("parameterValue", {}).get("value")
             if not isinstance(value, str):
                 raise Refused(400, "invalidQuery", f"query parameter {name} has no value")
             found[name] = value
-        if set(found) != set(PARAMETERS):
+        if set(found) != set(expected):
             raise Refused(400, "invalidQuery", f"query parameters {sorted(found)}")
         since = found["since"].replace(" ", "T").replace("+00:00", "").rstrip("Z")
         found["since"] = dt.datetime.fromisoformat(since).replace(tzinfo=dt.UTC)
@@ -148,7 +187,7 @@ class FakeBillingExport(WsgiFake):
 
     def _answer(self, params: dict, body: dict) -> dict:
         groups: dict[tuple[str, str], dict] = {}
-        for row in self.rows:
+        for row in self._scanned(params["since"]):
             labels = {item["key"]: item["value"] for item in row["labels"]}
             if labels.get(params["run_key"]) != params["run_value"]:
                 continue
@@ -163,11 +202,8 @@ class FakeBillingExport(WsgiFake):
             group["currency"] = group["currency"] or row["currency"]
             group["first"] = min(group["first"], row["usage_start_time"])
             group["last"] = max(group["last"], row["usage_end_time"])
-        int64 = (body.get("formatOptions") or {}).get("useInt64Timestamp")
-
         def stamp(value: dt.datetime) -> str:
-            micros = int(value.timestamp() * 1_000_000)
-            return str(micros) if int64 else f"{micros / 1e6:.6f}"
+            return self._stamp(body, value)
 
         rows = [{"f": [{"v": step}, {"v": sku}, {"v": repr(g["cost"])},
                        {"v": repr(g["credits"])}, {"v": g["currency"]},
