@@ -203,12 +203,17 @@ def expected_usd(rates: dict[str, Any], history: list[dict[str, float]]) -> floa
     return total
 
 
+#: The suffix of a launcher pod's entry in the compiled rates (``STEP (launcher)``).
+LAUNCHER_SUFFIX = " (launcher)"
+
+
 def cost_lines(rates: dict[str, Any], durations: dict[str, float | None],
                history: list[dict[str, float]] | None = None) -> list[str]:
     """Each step that ran: its duration x its hourly rate, then the run's total, labelled as
     an estimate from list prices. ``rates`` is what the pipeline compiled in
     (``{"region", "run_fee_usd", "steps": {step: {"usd_per_hour", "reason", "source",
-    "date_read", "derived"}}}``); empty: no lines. With ``history`` (earlier runs' step
+    "date_read", "data_date", "basis", "derived"}}}``); empty: no lines. A ``STEP
+    (launcher)`` entry takes STEP's duration. With ``history`` (earlier runs' step
     durations), the expected cost at their medians too. A step without a rate or a duration
     leaves the total missing (with the first such step named), never guessed; a rate derived
     from other prices is marked an estimate."""
@@ -217,6 +222,12 @@ def cost_lines(rates: dict[str, Any], durations: dict[str, float | None],
         return []
     lines, total, missing = [], float(rates.get("run_fee_usd") or 0.0), []
     sources = set()
+    durations = dict(durations)
+    for step in steps:  # a job's launcher pod lives as long as its step
+        if step.endswith(LAUNCHER_SUFFIX) and step not in durations:
+            base = step.removesuffix(LAUNCHER_SUFFIX)
+            if base in durations:
+                durations[step] = durations[base]
     for step, seconds in durations.items():
         rate = steps.get(step)
         if rate is None:
@@ -228,7 +239,8 @@ def cost_lines(rates: dict[str, Any], durations: dict[str, float | None],
             continue
         usd = hourly * seconds / 3600
         total += usd
-        sources.add(f"{rate.get('source', '')}, read {rate.get('date_read', '')}")
+        sources.add(f"{rate.get('source', '')} ({rate.get('basis') or 'published'}, data of "
+                    f"{rate.get('data_date') or rate.get('date_read', '')})")
         mark = " (estimate)" if rate.get("derived") else ""
         lines.append(f"cost of {step}: {_duration(seconds)} x {_usd(hourly)}/h{mark} = "
                      f"{_usd(usd)}")

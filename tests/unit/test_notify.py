@@ -278,7 +278,19 @@ def test_the_cost_is_each_step_s_duration_times_its_rate_with_the_total_labelled
     assert lines[0] == (f"cost (estimate from list prices, us-central1): "
                         f"${hourly * 1.5 + 0.5:,.2f} in all, with the run fee $0.50")
     assert lines[1] == f"cost of train-model: 1h30m x ${hourly:,.2f}/h = ${hourly * 1.5:,.2f}"
-    assert lines[2] == "prices: src, read 2026-12-01"
+    assert lines[2] == "prices: src (published, data of 2026-12-01)"
+
+
+def test_a_launcher_pod_is_priced_for_its_step_s_duration():
+    launcher = {"usd_per_hour": 0.06, "source": "cpu-src", "date_read": "2026-12-03",
+                "data_date": "2026-07-30", "basis": "published", "derived": "estimate: x"}
+    rates = {**RATES, "steps": {"train-model": RATES["steps"]["train-model"],
+                                "train-model (launcher)": launcher}}
+    lines = cost_lines(rates, {"train-model": 3600.0})
+    hourly = rates["steps"]["train-model"]["usd_per_hour"]
+    assert lines[0].endswith(f"${hourly + 0.06:,.2f} in all")
+    assert "cost of train-model (launcher): 1h00m x $0.06/h (estimate) = $0.06" in lines
+    assert "prices: cpu-src (published, data of 2026-07-30)" in lines
 
 
 def test_the_ceiling_compiled_in_is_said_beside_the_total():
