@@ -66,8 +66,9 @@ def cost_cells(run: RunCost) -> dict[str, dict[str, str]]:
 
 def provenance(step: StepCost) -> str:
     """``published, data of 2026-07-30: Cyclenerd/... pricing.yml@fd66b26`` for one line."""
-    return f"{step.basis or 'published'}, data of {step.data_date or 'unknown date'}: " \
-           f"{step.source}"
+    when = (f"data of {step.data_date}" if step.data_date
+            else f"read {step.date_read}, data date unknown")
+    return f"{step.basis or 'published'}, {when}: {step.source}"
 
 
 def stale_that_matter(run: RunCost) -> tuple[list[StepCost], int]:
@@ -84,7 +85,8 @@ def stale_that_matter(run: RunCost) -> tuple[list[StepCost], int]:
 
 def prices_as_of(run: RunCost) -> str:
     """One line: the span of the data dates of the prices this run uses, and when read."""
-    dates = sorted({step.data_date for step in run.steps if step.data_date})
+    dates = sorted({step.data_date or step.date_read for step in run.steps
+                    if step.usd_per_hour is not None and (step.data_date or step.date_read)})
     reads = sorted({step.date_read for step in run.steps if step.date_read})
     if not dates:
         return "prices as of: no step is priced"
@@ -137,7 +139,8 @@ def cost_lines(run: RunCost, history_runs: int = 0, *, sources: bool = False) ->
                      f"{short_ref(run.run_fee_source)}]")
     matter, others = stale_that_matter(run)
     if matter:
-        named = ", ".join(f"{step.step} (data of {step.data_date})" for step in matter)
+        named = ", ".join(f"{step.step} (data of {step.data_date or 'an unknown date'})"
+                          for step in matter)
         more = (f"; {others} smaller step(s) use stale prices too, under "
                 f"{MATTERS_SHARE:.0%} of the ceiling each") if others else ""
         lines.append(f"note: stale prices (data over {STALE_DAYS} days old) for {named}"

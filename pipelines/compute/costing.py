@@ -79,7 +79,8 @@ class StepCost:
     machine: str = ""
     #: What ``nodes`` counts: nodes, or a TPU step's slices (each priced per chip).
     unit: str = "node"
-    #: The oldest date its prices' data was published or observed (staleness follows it).
+    #: The oldest date its prices' data was published or observed (staleness follows it);
+    #: empty when a source does not say (``date_read`` then stands in for it).
     data_date: str = ""
     #: ``published``, ``billed``, ``published and billed`` or ``derived``.
     basis: str = ""
@@ -270,7 +271,8 @@ def step_cost(step: str, profile: ComputeProfile, target: str, region: str, *,
                     _iso(rate.read_on or rate.date_read), rate.stale, reserved=reserved,
                     reason=reason, on_demand_usd_per_hour=on_demand, saving_pct=saving,
                     median_s=median_s, expected_usd=expected, derived=rate.derived,
-                    machine=machine, unit=unit, data_date=_iso(rate.date_read),
+                    machine=machine, unit=unit,
+                    data_date=_iso(rate.date_read) if rate.data_dated else "",
                     basis=rate.basis, sources=rate.sources)
 
 
@@ -291,7 +293,8 @@ def _mixed(chief: Rate, worker: Rate, nodes: int) -> Rate:
                 basis="derived" if derived else combine_basis(
                     part for r in (chief, worker) for part in r.basis.split(" and ")),
                 sources=tuple(sorted(set(chief.sources) | set(worker.sources))),
-                read_on=min((r.read_on for r in (chief, worker) if r.read_on), default=None))
+                read_on=min((r.read_on for r in (chief, worker) if r.read_on), default=None),
+                data_dated=chief.data_dated and worker.data_dated)
 
 
 def _total(figures: Iterable[tuple[str, float | None, str]], what: str) -> tuple[

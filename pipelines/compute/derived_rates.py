@@ -244,7 +244,8 @@ def _with_fee(machine: str, accelerator: str | None, count: int, capacity: str, 
                 min(r.date_read for r in parts), any(r.stale for r in parts),
                 currency=fee.currency, derived=derived, basis="derived",
                 sources=tuple(sorted({s for r in parts for s in r.sources})),
-                read_on=min(r.read_on for r in parts if r.read_on))
+                read_on=min(r.read_on for r in parts if r.read_on),
+                data_dated=all(r.data_dated for r in parts))
 
 
 def vertex_pipeline_machine(cpus: float | None, gib: float | None) -> str:

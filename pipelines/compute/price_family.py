@@ -59,7 +59,7 @@ def family_points(instances: dict, family: str, region: str, key: str) -> list[
 
 
 def family_rows(instances: dict, regions: Iterable[str], source: str, read: date,
-                families: Iterable[str] = FAMILIES) -> list[Price]:
+                families: Iterable[str] = FAMILIES, data_date: date | None = None) -> list[Price]:
     """``vcpu`` and ``ram-gib`` rows of each family, region and capacity (a row with no price
     and the reason where the file prices too few of the family's types)."""
     rows = []
@@ -74,14 +74,14 @@ def family_rows(instances: dict, regions: Iterable[str], source: str, read: date
                         raise FitError(f"the fit misses a machine's rate by {worst:.1%}")
                 except FitError as error:
                     note = f"no {family} rate derived in {region}: {error}"
-                    rows += [Price(kind, family, capacity, region, None, source, read, note)
-                             for kind in ("vcpu", "ram-gib")]
+                    rows += [Price(kind, family, capacity, region, None, source, read, note,
+                                   data_date=data_date) for kind in ("vcpu", "ram-gib")]
                     continue
                 note = (f"derived (estimate): least-squares fit of the {key} rates of "
                         f"{len(points)} predefined {family} machine types = vCPUs x rate + "
                         f"GiB x rate, each within {worst:.2%}")
                 rows.append(Price("vcpu", family, capacity, region, round(vcpu, 7), source,
-                                  read, note))
+                                  read, note, data_date=data_date))
                 rows.append(Price("ram-gib", family, capacity, region, round(gib, 7), source,
-                                  read, note))
+                                  read, note, data_date=data_date))
     return rows

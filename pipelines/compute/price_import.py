@@ -72,7 +72,8 @@ def _gpus(name: str, spec: dict, shape: MachineShape) -> str:
     return f" with {shape.accelerator_count} x {shape.accelerator}"
 
 
-def import_rows(data: dict, commit: str, regions: Iterable[str]) -> list[Price]:
+def import_rows(data: dict, commit: str, regions: Iterable[str],
+                today: date | None = None) -> list[Price]:
     """Rows for every machine type of the GPU catalogue that ``data`` lists, in ``regions``,
     on demand and Spot (where the GPU catalogue offers them); a region or capacity the file
     does not price is a row with no price and that reason."""
@@ -82,7 +83,8 @@ def import_rows(data: dict, commit: str, regions: Iterable[str]) -> list[Price]:
     url = str((data.get("about") or {}).get("url", "")).rstrip("/")
     if url != REPOSITORY:
         raise PricingFileError(f"about.url is {url!r}, not {REPOSITORY}")
-    read = generated_date(data)
+    generated = generated_date(data)  # the data's date; ``read``: the day it was imported
+    read = today or date.today()
     source = f"{REPOSITORY} pricing.yml@{commit.lower()}"
     instances = (data.get("compute") or {}).get("instance") or {}
     rows = []
@@ -100,11 +102,12 @@ def import_rows(data: dict, commit: str, regions: Iterable[str]) -> list[Price]:
                 value = (costs.get(region) or {}).get(key)
                 if isinstance(value, (int, float)) and value > 0:
                     rows.append(Price(kind, name, capacity, region, round(float(value), 6),
-                                      source, read, note))
+                                      source, read, note, data_date=generated))
                 else:
                     rows.append(Price(kind, name, capacity, region, None, source, read,
-                                      f"pricing.yml gives no {key} for {name} in {region}"))
-    return rows + family_rows(instances, regions, source, read)
+                                      f"pricing.yml gives no {key} for {name} in {region}",
+                                      data_date=generated))
+    return rows + family_rows(instances, regions, source, read, data_date=generated)
 
 
 def rewrite(existing: Iterable[Price], imported: list[Price]) -> list[Price]:

@@ -197,7 +197,7 @@ def map_vertex(ce_found: Found, vertex_skus: Iterable[Sku], catalogue: tuple[Pri
                                       for count, part, _price, sku in used)
                     rows.append(Price(*key, round(amount, 9), sku_prices.SOURCE, today,
                                       NOTE.format(capacity=capacity, parts=text),
-                                      currency=currency))
+                                      currency=currency, data_date=today))
                     summary.rows[kind] = summary.rows.get(kind, 0) + 1
                     continue
                 compute = [prices for source, _part, _count, prices in picked if source == "ce"]

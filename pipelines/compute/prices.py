@@ -180,6 +180,9 @@ class Rate:
     basis: str = ""
     sources: tuple[str, ...] = ()
     read_on: date | None = None
+    #: Whether every row it sums says when its data dates from (else ``date_read`` falls
+    #: back on the day such a row was read).
+    data_dated: bool = True
 
     @property
     def missing(self) -> bool:
@@ -219,7 +222,8 @@ def rate_of(total: float, rows, today: date | None, derived: str = "") -> Rate:
                 oldest, is_stale(oldest, today or date.today()), currency=rows[0].currency,
                 derived=derived, basis="derived" if derived else combine_basis(
                     row.basis for row in rows), sources=sources,
-                read_on=min(row.date_read for row in rows))
+                read_on=min(row.date_read for row in rows),
+                data_dated=all(row.data_date is not None for row in rows))
 
 
 def _date(text: str | None) -> date | None:

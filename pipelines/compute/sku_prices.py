@@ -223,7 +223,7 @@ def map_skus(skus: Iterable[Sku], catalogue: tuple[Price, ...], today: date,
         priced.add(key)
         result.rows.append(Price(kind, item, capacity, region, round(amount, 6), source, today,
                                  FLEX_NOTE if capacity == "flex-start" else "",
-                                 currency=currency))
+                                 currency=currency, data_date=today))
     result.unmatched = [row for row in catalogue if row.key not in priced and not (
         row.kind == "instance" and ("machine", *row.key[1:]) in priced)]
     return result

@@ -63,7 +63,8 @@ def test_plan_prices_spot_multi_node_training_with_saving_and_source(tmp_path):
     assert table.returncode == 0, table.stderr
     line = next(row for row in table.stdout.splitlines() if "train-model" in row)
     assert "$4.50/h (3 nodes), 62.5% under on demand $12.00/h" in line and "$9.00" in line
-    assert "[published, data of " in table.stdout and ": test-src]" in table.stdout
+    # the test's rows do not say when their data dates from: the line says so
+    assert f"[published, read {TODAY}, data date unknown: test-src]" in table.stdout
     assert f" to {TODAY} (the dates their data was published or billed" in table.stdout
     assert f"ceiling per run {format_usd(cost['ceiling_usd'])}" in table.stdout
     assert "note: rate of fingerprint-data, register-model, train-model (launcher) is an " \
@@ -157,7 +158,8 @@ def test_plan_on_vertex_prices_the_custom_job_from_vertex_rows_times_count(tmp_p
     line = next(row for row in table.stdout.splitlines() if row.startswith("cost of train-model"))
     assert line == (f"cost of train-model: {format_usd(train['usd_per_hour'])}/h, 46% under "
                     f"on demand {format_usd(50.0)}/h, ceiling "
-                    f"{format_usd(train['ceiling_usd'])} [published, data of {TODAY}: vx-src]")
+                    f"{format_usd(train['ceiling_usd'])} [published, read {TODAY}, data date "
+                    "unknown: vx-src]")
     assert "ce-src" not in table.stdout  # Compute Engine rows never price a Vertex AI job
     assert all(len(row) <= 200 for row in table.stdout.splitlines())
 

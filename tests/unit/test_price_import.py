@@ -29,7 +29,9 @@ def test_rows_carry_the_commit_the_generated_date_and_the_kind_of_machine():
         pricing(**{"a3-highgpu-8g": A3, "n1-standard-4": N1, "x9-mega-1": N1}), COMMIT,
         ["us-central1", "us-east4"])}
     whole = rows[("instance", "a3-highgpu-8g", "spot", "us-central1")]
-    assert whole.usd_per_hour == 50.5 and whole.date_read == date(2026, 7, 30)
+    # the data dates from the file's about.generated; the row was read the day it was imported
+    assert whole.usd_per_hour == 50.5 and whole.data_date == date(2026, 7, 30)
+    assert whole.date_read == date.today()
     assert whole.source == ("https://github.com/Cyclenerd/google-cloud-pricing-cost-calculator"
                             f" pricing.yml@{COMMIT}")
     assert "with 8 x nvidia-h100-80gb" in whole.note and "Cloud Billing Catalog API" in whole.note
