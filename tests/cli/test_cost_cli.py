@@ -287,3 +287,18 @@ def test_the_price_cache_beside_the_config_given_is_used_from_any_folder(tmp_pat
         Price("gpu", "nvidia-tesla-a100", "standard", "us-central1", 7.0, "other", TODAY)))
     again = gkeflow(*args, "--config", str(project / "gkeflow.yaml"), cwd=elsewhere)
     assert json.loads(again.stdout)["cost"]["steps"] == json.loads(beside.stdout)["cost"]["steps"]
+
+
+@pytest.mark.parametrize("pipeline", ["training", "prediction", "sweep", "fanout-prepare"])
+def test_every_step_of_every_pipeline_is_priced_on_both_targets(tmp_path, pipeline):
+    """No `missing` on the vendored catalogue: every step (launcher pods included) has a rate
+    and the run a ceiling, on GKE and on Vertex AI."""
+    for target in ("gke", "vertex"):
+        result = gkeflow("plan", pipeline, "--target", target, "--output", "json",
+                         cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        cost = json.loads(result.stdout)["cost"]
+        missing = [(s["step"], s["reason"]) for s in cost["steps"] if s["usd_per_hour"] is None]
+        assert not missing and cost["ceiling_usd"] is not None, (target, missing)
+        assert all(s["basis"] in ("published", "billed", "published and billed", "derived")
+                   for s in cost["steps"])
