@@ -472,7 +472,7 @@ def test_a_kfp_run_notification_gives_each_step_s_cost_and_the_total(
     head = message["cost"][0]  # every step priced: CPU steps at the e2 node pool's rates
     assert head.startswith("cost (estimate from list prices, us-central1): $")
     assert " in all; ceiling $" in head and head.endswith("(every step to its timeout)")
-    assert any("prices: test-src, read " in line for line in message["cost"])
+    assert any(line.startswith("prices: test-src (published, ") for line in message["cost"])
 
 
 def test_a_kfp_run_notification_gives_the_expected_cost_from_the_earlier_runs(
