@@ -50,6 +50,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     from gkeflow.components.prepare.logic import Schema
+    from gkeflow.components.sweep.hparams import GBDT_ONLY
     from gkeflow.components.sweep.vizier import fuse_path
     from gkeflow.components.train.logic import TrainParams, train
 
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         hidden_units=tuple(int(u) for u in args.hidden_units.split(",") if u.strip()),
         dropout=float(args.dropout), early_stopping_patience=int(args.early_stopping_patience),
         require_gpu=args.require_gpu, user_module=args.user_module,
+        **{name: getattr(args, name) for name in GBDT_ONLY},
     )
     from gkeflow.components.sweep.vizier import trial_id
     from gkeflow.components.tracking.live import live_curves

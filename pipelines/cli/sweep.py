@@ -115,6 +115,11 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
         params=params, key_column=key_column, exclude_columns=exclude_columns,
         feature_columns=feature_columns, task=task, notes=(notes := []),
         decided=(decided := {}))
+    from gkeflow.pipelines.settings.sweep_config import family_problem
+
+    problem = family_problem(sweep, str(arguments.get("model_type", model_type)))
+    if problem:
+        raise OptionError(problem)
     output = Path(output).resolve()
     if decided.get("task", arguments.get("task")) == "regression" and arguments.get(
             "metric", sweep.metric) == "eval_accuracy":

@@ -38,6 +38,7 @@ from gkeflow.components import (
     train_model,
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
+from gkeflow.components.sweep.hparams import GBDT_ONLY
 from gkeflow.pipelines.compute import launchers
 from gkeflow.pipelines.compute import lustre as lustre_mounts
 from gkeflow.pipelines.compute.capacity import label_training_pod
@@ -390,6 +391,9 @@ def build_sweep_pipeline(target: str = "local",
                          "early_stopping_patience": early_stopping_patience}
                 hparams = {name: getattr(trial, name) if name in sweep.parameters else value
                            for name, value in fixed.items()}
+                # the trees' settings a trial searches (the others keep train-model's)
+                hparams.update({name: getattr(trial, name) for name in sweep.parameters
+                                if name in GBDT_ONLY})
                 train = configure(trial_model(
                     dataset=dataset,
                     schema=schema,

@@ -35,7 +35,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gkeflow.components.sweep.hparams import TUNABLE_DEFAULTS
+from gkeflow.components.sweep.hparams import GBDT_ONLY, TUNABLE_DEFAULTS
 
 
 class SweepError(ValueError):
@@ -55,6 +55,19 @@ TUNABLE: dict[str, tuple[type, Any, Any, str]] = {
                    "mlp, wide_deep or gbdt"),
     "early_stopping_patience": (int, _D["early_stopping_patience"], lambda v: v >= 0,
                                 "an integer >= 0"),
+    # gradient-boosted trees (model_type gbdt), the bounds train-model checks
+    "gbdt_rounds": (int, _D["gbdt_rounds"], lambda v: v >= 1, "an integer >= 1"),
+    "gbdt_learning_rate": (float, _D["gbdt_learning_rate"], lambda v: 0 < v <= 1,
+                           "a number in (0, 1]"),
+    "gbdt_max_depth": (int, _D["gbdt_max_depth"], lambda v: 1 <= v <= 20,
+                       "an integer from 1 to 20"),
+    "gbdt_min_child_weight": (float, _D["gbdt_min_child_weight"], lambda v: v >= 0,
+                              "a number >= 0"),
+    "gbdt_subsample": (float, _D["gbdt_subsample"], lambda v: 0 < v <= 1,
+                       "a number in (0, 1]"),
+    "gbdt_colsample_bytree": (float, _D["gbdt_colsample_bytree"], lambda v: 0 < v <= 1,
+                              "a number in (0, 1]"),
+    "gbdt_reg_lambda": (float, _D["gbdt_reg_lambda"], lambda v: v >= 0, "a number >= 0"),
 }
 
 #: Metric -> the direction that is better, when the config does not say.
@@ -227,6 +240,21 @@ def _check_parameter(name: str, spec) -> None:
         if not _fits(kind, value) or not valid(kind(value)):
             raise ValueError(f"parameters.{name}: not valid; {name} must be "
                              f"{meaning}")
+
+
+def family_problem(sweep: SweepConfig, model_type: str) -> str:
+    """Why ``sweep`` cannot train ``model_type``: it tunes gradient-boosted trees' settings
+    (``gbdt_*``) for a Keras model; "" when it can."""
+    trees = [name for name in sweep.parameters if name in GBDT_ONLY]
+    if not trees:
+        return ""
+    tuned = sweep.parameters.get("model_type")
+    families = set(tuned.grid()) if isinstance(tuned, Choice) else {model_type}
+    if families == {"gbdt"}:
+        return ""
+    return (f"the sweep tunes {', '.join(trees)}, which only gradient-boosted trees use, but "
+            f"trains {', '.join(sorted(families))}: add --model-type gbdt (or drop "
+            f"{', '.join(trees)})")
 
 
 def _fits(kind: type, value: Any) -> bool:

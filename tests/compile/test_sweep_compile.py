@@ -118,3 +118,20 @@ def test_committed_sweep_files_are_fresh(tmp_path):
     for target in ("gke", "vertex"):
         fresh = compile_pipeline("sweep", target, tmp_path)
         assert (REPO / "compiled" / fresh.name).read_text() == fresh.read_text()
+
+
+def test_a_sweep_over_the_trees_settings_wires_each_trial_s_values(tmp_path):
+    """gbdt_* searched: each trial's train-model takes them from its loop item; the trees'
+    settings not searched keep train-model's own defaults."""
+    raw = {"algorithm": "grid", "max_trials": 4, "parameters": {
+        "gbdt_max_depth": {"type": "int", "min": 2, "max": 3},
+        "gbdt_learning_rate": {"type": "choice", "values": [0.05, 0.2]}}}
+    spec = _compile(tmp_path, "gke", raw)[0]
+    _name, _loop_task, body = _loop(spec)
+    trial = body["dag"]["tasks"]["train-model"]["inputs"]["parameters"]
+    for name in ("gbdt_max_depth", "gbdt_learning_rate"):
+        assert trial[name]["parameterExpressionSelector"] == f'parseJson(string_value)["{name}"]'
+    assert "gbdt_rounds" not in trial  # not searched: the component's default
+    trials = spec["root"]["inputDefinitions"]["parameters"]["trials"]["defaultValue"]
+    assert [(t["gbdt_max_depth"], t["gbdt_learning_rate"]) for t in trials] == [
+        (2, 0.05), (2, 0.2), (3, 0.05), (3, 0.2)]

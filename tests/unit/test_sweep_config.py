@@ -120,3 +120,33 @@ def test_default_sweep_is_what_compiles():
     sweep = default_sweep()
     assert sweep.trial_count() == 4 and sweep.parallel_trials == 2
     assert len({t["learning_rate"] for t in expand_trials(sweep)}) == 4
+
+
+def test_the_trees_settings_are_tunable_with_train_model_s_bounds():
+    from gkeflow.pipelines.settings.sweep_config import family_problem
+
+    sweep = parse_sweep({"parameters": {"gbdt_max_depth": {"type": "int", "min": 2, "max": 8},
+                                        "gbdt_subsample": {"type": "uniform", "min": 0.5,
+                                                           "max": 1.0}}})
+    assert family_problem(sweep, "gbdt") == ""
+    assert family_problem(sweep, "mlp").startswith(
+        "the sweep tunes gbdt_max_depth, gbdt_subsample, which only gradient-boosted trees "
+        "use, but trains mlp: add --model-type gbdt")
+    both = parse_sweep({"parameters": {
+        "gbdt_max_depth": {"type": "int", "min": 2, "max": 8},
+        "model_type": {"type": "choice", "values": ["gbdt", "mlp"]}}})
+    assert "trains gbdt, mlp" in family_problem(both, "gbdt")
+    for bad in ({"gbdt_max_depth": {"type": "int", "min": 0, "max": 4}},
+                {"gbdt_subsample": {"type": "uniform", "min": 0.5, "max": 1.5}},
+                {"gbdt_rounds": {"type": "uniform", "min": 10, "max": 20}}):
+        with pytest.raises(SweepError, match=f"parameters.{next(iter(bad))}"):
+            parse_sweep({"parameters": bad})
+
+
+def test_a_vizier_trial_takes_the_trees_settings_as_flags():
+    from gkeflow.components.sweep.trial import parse_args
+
+    args = parse_args(["--dataset", "d", "--schema", "s", "--gbdt_max_depth", "3",
+                       "--gbdt_subsample", "0.8"])
+    assert (args.gbdt_max_depth, args.gbdt_subsample) == (3, 0.8)
+    assert args.gbdt_rounds == 2000  # not searched: train-model's default
