@@ -123,6 +123,8 @@ def run_trial(config: Mapping[str, Any]) -> None:
             result = train(dataset, Schema.load(schema), model_dir, params,
                            live=lambda sampler: epoch_reporter(metric, tracker, sampler),
                            checkpoint_dir=f"{output.rstrip('/')}/checkpoints/{trial_id}")
+            if params.model_type != "mlp" and params.model_type != "wide_deep":
+                final_report(metric, result)  # trees report rounds' losses only
             report = trial_report(trial_id, f"{published}/model",
                                   {**result.metrics, "epochs_run": result.epochs_run})
             track_training(result, params, model_dir, task=trial_id, tracker=tracker,
@@ -134,6 +136,17 @@ def run_trial(config: Mapping[str, Any]) -> None:
         out = local / "published"
         shutil.copytree(model_dir, out / "model")
         storage.publish(out, published, {REPORT_KEY: report})
+
+
+def final_report(metric: str, result) -> None:
+    """The trial's final ``metric`` to Tune (a model without Keras epochs, such as
+    gradient-boosted trees, reports its rounds' losses only), so a Bayesian search and the
+    schedulers see every trial's result."""
+    from ray import tune
+
+    value = result.metrics.get(metric)
+    if value is not None and math.isfinite(float(value)):
+        tune.report({"epoch": max(1, int(result.epochs_run)), metric: float(value)})
 
 
 def epoch_reporter(metric: str, tracker, sampler):

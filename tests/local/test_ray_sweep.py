@@ -90,3 +90,41 @@ def test_a_ray_tune_sweep_stops_poor_trials_early_and_registers_the_best(tmp_pat
     assert stopped["info"]["status"] == "KILLED"
     assert stopped["tags"]["gkeflow.sweep.status"] == "stopped"
     assert trials[best]["tags"]["gkeflow.sweep.best"] == "true"
+
+
+GBDT = """
+sweep:
+  engine: ray
+  algorithm: random
+  max_trials: 3
+  parallel_trials: 3
+  seed: 7
+  parameters:
+    gbdt_max_depth: {type: int, min: 2, max: 6}
+    gbdt_learning_rate: {type: loguniform, min: 0.02, max: 0.3}
+    gbdt_subsample: {type: uniform, min: 0.5, max: 1.0}
+"""
+
+
+def test_a_ray_sweep_of_gradient_boosted_trees_over_three_parameters(tmp_path):
+    """An integer, a log-uniform and a uniform parameter of the trees, three trials at once:
+    each trial trains gbdt with its own values (in its report and its model), none fails on
+    a type, and the best is registered."""
+    (tmp_path / "gkeflow.yaml").write_text(GBDT)
+    out = tmp_path / "out"
+    result = gkeflow("run", "--pipeline", "sweep", "--model-type", "gbdt", "--config",
+                     str(tmp_path / "gkeflow.yaml"), "--output", str(out), "--param",
+                     f"registry_uri=sqlite:///{out}/registry.db", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert "Traceback" not in result.stdout + result.stderr
+    [version] = LocalRegistry(out / "registry.db").list(name="penguins-classifier")
+    summary = json.loads((Path(version.uri) / SWEEP_FILE).read_text())
+    rows = summary["trials"]
+    assert len(rows) == 3 and {row["status"] for row in rows} == {"succeeded"}
+    depths = [row["gbdt_max_depth"] for row in rows]
+    assert all(isinstance(d, int) and 2 <= d <= 6 for d in depths), rows
+    assert all(0.5 <= row["gbdt_subsample"] <= 1.0 for row in rows)
+    assert all(0.02 <= row["gbdt_learning_rate"] <= 0.3 for row in rows)
+    assert len({row["trial_id"] for row in rows}) == 3
+    model = json.loads((Path(version.uri) / "gkeflow_model.json").read_text())
+    assert model["model_family"] == "gbdt", model
