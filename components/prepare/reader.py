@@ -170,14 +170,41 @@ def record_dataset_fn(files: Sequence[str]):
     return lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP", buffer_size=1 << 20)
 
 
+def split_records(dataset_dir: Path, split: str):
+    """The raw records (blocks) of one split, shard after shard in file order, checksums
+    verified; local shards and ``gs://`` ones alike."""
+    from gkeflow.components.prepare.shard_store import iter_records
+
+    for name in split_files(dataset_dir, split):
+        if is_gcs(str(name)):
+            yield from gcs_records(str(name), process_client())
+            continue
+        with open(name, "rb") as handle:
+            yield from iter_records(iter(lambda h=handle: h.read(1 << 20), b""), str(name))
+
+
 def load_split(dataset_dir: Path, split: str, schema: Schema) -> pd.DataFrame:
     """Read one split into a DataFrame: numeric columns float64 (NaN for missing),
-    categorical columns text (None for missing), in the schema's column order."""
+    categorical columns text (None for missing), in the schema's column order.
+
+    Each block is one ``tf.train.Example`` parsed as a protocol buffer, with no tf.data
+    graph: building one costs seconds per thousand columns, reading the rows here costs
+    milliseconds."""
+    import tensorflow as tf
+
     columns: dict[str, list[np.ndarray]] = {c.name: [] for c in schema.columns}
-    dataset = make_tf_dataset(dataset_dir, split, schema, batch_size=65536)
-    for batch in dataset.as_numpy_iterator():
-        for name, values in batch.items():
-            columns[name].append(values)
+    for record in split_records(dataset_dir, split):
+        features = tf.train.Example.FromString(record).features.feature
+        for column in schema.columns:
+            if column.type == "numeric":
+                columns[column.name].append(np.asarray(
+                    features[value_key(column.name)].float_list.value, np.float32))
+            else:
+                codes = np.asarray(features[value_key(column.name)].int64_list.value, np.int64)
+                words = np.asarray(features[dictionary_key(column.name)].bytes_list.value,
+                                   dtype=object)
+                columns[column.name].append(words[codes] if codes.size else
+                                            np.zeros(0, object))
     data = {}
     for column in schema.columns:
         parts = columns[column.name]
