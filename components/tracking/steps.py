@@ -72,6 +72,11 @@ def track_preparation(result: Any, data_uri: str, label_column: str,
                             "data_fingerprint": data_fingerprint or "(not computed)"},
                     metrics={"rows_read": result.rows_read,
                              "rejected_rows": result.rejected_rows})
+    from gkeflow.components.tracking.datasets import dataset_input, log_dataset
+
+    log_dataset(t, dataset_input(data_uri, data_fingerprint, label_column,
+                                 dict(result.split_rows),
+                                 [c.name for c in schema.features]), [t.run_id, t.parent_id()])
     t.log_dict({"rows_read": result.rows_read, "split_rows": dict(result.split_rows),
                 "rejected_rows": result.rejected_rows,
                 "rejected_reasons": dict(result.rejected_reasons),
@@ -172,11 +177,14 @@ def logged_model_run(t: Tracker, model_uri: str) -> str:
     if experiment is None:
         return ""
     quoted = model_uri.replace("'", "")
+    logged = f"tags.`{MODEL_URI_TAG}` = '{quoted}' and tags.`{MODEL_LOGGED_TAG}` = 'true'"
     found = t.call("finding the run that logged the model", t.client.search_runs,
                    [experiment.info.experiment_id], max_results=1,
-                   filter_string=(f"tags.`{PARENT_TAG}` = '{parent}' and "
-                                  f"tags.`{MODEL_URI_TAG}` = '{quoted}' and "
-                                  f"tags.`{MODEL_LOGGED_TAG}` = 'true'"))
+                   filter_string=f"tags.`{PARENT_TAG}` = '{parent}' and {logged}")
+    if not found:  # training came from cache: the run that trained it, in this experiment
+        found = t.call("finding the run that logged the model", t.client.search_runs,
+                       [experiment.info.experiment_id], max_results=1,
+                       order_by=["attributes.start_time DESC"], filter_string=logged)
     return found[0].info.run_id if found else ""
 
 

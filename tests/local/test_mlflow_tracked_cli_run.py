@@ -137,6 +137,40 @@ def test_gkeflow_run_tracks_a_parent_and_a_nested_run_per_step(tmp_path, mlflow_
     assert [v["version"] for v in versions["model_versions"]] == ["1"]
     model = mlflow_server.api("registered-models/get", name=MODEL)["registered_model"]
     assert [(a["alias"], a["version"]) for a in model["aliases"]] == [("champion", "1")]
+    # the cached run's own pipeline run reads as the first one did in the compare view: its
+    # parameters and headline metrics, and the dataset it trained on
+    first, cached_parent = (mlflow_server.run(parent["info"]["run_id"]),
+                            mlflow_server.run(second[0]["info"]["run_id"]))
+    for key in ("data_uri", "label", "task", "data_fingerprint"):
+        assert cached_parent["params"][key] == first["params"][key], key
+    assert {k for k in first["params"] if k.startswith("train.")} <= set(
+        cached_parent["params"])
+    assert cached_parent["metrics"]["rows_read"] == first["metrics"]["rows_read"]
+    for run_id in (parent["info"]["run_id"], second[0]["info"]["run_id"],
+                   children["prepare-data"]):
+        (used,) = mlflow_server.api("runs/get", run_id=run_id)["run"]["inputs"][
+            "dataset_inputs"]
+        assert used["dataset"]["name"] == data.name
+        assert used["dataset"]["digest"] == first["params"]["data_fingerprint"].split(
+            ":", 1)[-1][:36]
+        assert json.loads(used["dataset"]["source"]) == {"uri": str(data)}
+        assert {"key": "mlflow.data.context", "value": "training"} in used["tags"]
+
+    # a new model name takes training from the cache and registers: its version's run is
+    # the run that trained the model, in the pipeline's experiment, with its signature
+    other = f"{MODEL}-again"
+    third = _run(tmp_path, config, data, "--env", "dev", "--model-name", other, cache=True)
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert "✓ train-model cached" in third.stdout
+    (version,) = mlflow_server.api("model-versions/search",
+                                   filter=f"name='{other}'")["model_versions"]
+    assert version["run_id"] == children["train-model"]
+    assert version["source"] == f"runs:/{children['train-model']}/model"
+    trained_in = mlflow_server.run(version["run_id"])["info"]["experiment_id"]
+    assert trained_in == experiment["experiment"]["experiment_id"]
+    mlmodel = yaml.safe_load(mlflow_server.artifact_bytes(version["run_id"], "model/MLmodel"))
+    inputs = json.loads(mlmodel["signature"]["inputs"])
+    assert {column["name"] for column in inputs} >= {"island", "bill_length_mm"}
 
     # A prediction run reads the model from the same registry and is tracked the same way.
     scored = gkeflow("run", "--pipeline", "prediction", "--env", "dev", "--data", str(data),
