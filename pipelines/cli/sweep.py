@@ -131,8 +131,6 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
         sweep = sweep.model_copy(update={"metric": metric, "direction": direction})
         notes.append(f"trials compared on {metric} ({direction}): eval_accuracy does not "
                      "apply to regression")
-    for note in notes:
-        console.print(note, markup=False, highlight=False)
     trials = arguments.get("trials") or pipeline.component_spec.inputs["trials"].default
     from gkeflow.pipelines.compute.wording import counted
 
@@ -141,6 +139,8 @@ def run_sweep(console, *, data, label, output, epochs, batch_size, learning_rate
                   f"{', '.join(sweep.tuned)}; {sweep.direction} {sweep.metric}) on "
                   f"{data or 'the bundled Palmer Penguins data'} "
                   f"(label: {arguments['label_column']})")
+    for note in notes:  # the task and the metric, under the header that names the run
+        console.print(note, markup=False, highlight=False)
 
     on_event = step_printer(console)
 

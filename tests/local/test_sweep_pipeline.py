@@ -62,6 +62,8 @@ def test_sweep_picks_the_best_trial_tolerates_a_failed_one_registers_and_deploys
     assert result.returncode == 0, result.stdout + result.stderr
     stdout = result.stdout
     assert "sweep of 4 trials, 2 at a time" in stdout
+    # the header that names the run comes first, then the data's task under it
+    assert stdout.index("gkeflow run: sweep of") < stdout.index("task: classification")
     # the trial table, best first, the failed trial last with its error
     order = [m.group(1) for m in re.finditer(r"│\s+\d*\s+│ (trial-\d{3}) │", stdout)]
     assert order == ["trial-002", "trial-001", "trial-000", "trial-003"], stdout
