@@ -128,3 +128,36 @@ def test_a_ray_sweep_of_gradient_boosted_trees_over_three_parameters(tmp_path):
     assert len({row["trial_id"] for row in rows}) == 3
     model = json.loads((Path(version.uri) / "gkeflow_model.json").read_text())
     assert model["model_family"] == "gbdt", model
+
+
+@pytest.mark.parametrize("algorithm", ["grid", "random", "bayesian"])
+def test_ray_searches_integer_list_and_real_parameters_together(tmp_path, algorithm):
+    """batch_size (an integer), hidden_units (layer sizes) and learning_rate (a real) in one
+    search space, on each search algorithm: every trial trains with values of its
+    parameter's type and the best is registered."""
+    config = {"sweep": {"engine": "ray", "algorithm": algorithm, "max_trials": 2,
+                        "parallel_trials": 2, "seed": 3, "parameters": {
+                            "batch_size": ({"type": "choice", "values": [16, 32]}
+                                           if algorithm != "grid" else
+                                           {"type": "int", "min": 16, "max": 16}),
+                            "hidden_units": {"type": "choice", "values": ["16", "32,16"]},
+                            "learning_rate": ({"type": "choice", "values": [0.01]}
+                                              if algorithm == "grid" else
+                                              {"type": "loguniform", "min": 0.005,
+                                               "max": 0.05})}}}
+    (tmp_path / "gkeflow.yaml").write_text(yaml.safe_dump(config))
+    out = tmp_path / "out"
+    result = gkeflow("run", "--pipeline", "sweep", "--config", str(tmp_path / "gkeflow.yaml"),
+                     "--output", str(out), "--epochs", "1", "--param",
+                     f"registry_uri=sqlite:///{out}/registry.db", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert "Traceback" not in result.stdout + result.stderr
+    [version] = LocalRegistry(out / "registry.db").list(name="penguins-classifier")
+    rows = json.loads((Path(version.uri) / SWEEP_FILE).read_text())["trials"]
+    # none fails (a type the trial cannot take would); the scheduler may stop one early
+    statuses = [row["status"] for row in rows]
+    assert len(rows) == 2 and "succeeded" in statuses and "failed" not in statuses, rows
+    for row in rows:
+        assert row["batch_size"] in (16, 32) and isinstance(row["batch_size"], int)
+        assert str(row["hidden_units"]).replace(" ", "") in ("16", "32,16", "[16]", "[32,16]")
+        assert 0.005 <= float(row["learning_rate"]) <= 0.05
