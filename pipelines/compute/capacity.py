@@ -39,6 +39,7 @@ from collections.abc import Iterable
 
 from gkeflow.pipelines.compute import accelerators as acc
 from gkeflow.pipelines.compute import gpu_catalogue as cat
+from gkeflow.pipelines.settings.platforms import Unsupported, platform
 
 GKE_SPOT_LABEL = "cloud.google.com/gke-spot"
 GKE_FLEX_START_LABEL = "cloud.google.com/gke-flex-start"
@@ -98,10 +99,10 @@ def reservation_problem(step: str, reservation: str, target: str) -> str:
     try:
         project, zone, _ = parse_reservation(reservation)
     except ValueError:
-        forms = (VERTEX_RESERVATION_FORM if target == "vertex" else
+        forms = (VERTEX_RESERVATION_FORM if platform(target).managed else
                  f"NAME, projects/PROJECT/reservations/NAME or {VERTEX_RESERVATION_FORM}")
         return f"{step}: reservation {reservation!r} is not a reservation name; use {forms}"
-    if target == "vertex" and not (project and zone):
+    if platform(target).managed and not (project and zone):
         return (f"{step}: reservation {reservation!r}: Vertex AI needs the reservation's full "
                 f"name {VERTEX_RESERVATION_FORM} (the zone cannot be inferred from the region)")
     return ""
@@ -183,7 +184,7 @@ def mixed_capacity_problems(step: str, p, target: str) -> list[str]:
     """Why ``chief_scheduling`` (an on-demand chief, Spot workers) cannot apply to ``p``."""
     if not p.chief_scheduling:
         return []
-    if target == "vertex":
+    if platform(target).managed:
         return [f"{step}: chief_scheduling {p.chief_scheduling} with scheduling {p.scheduling} "
                 "cannot run on Vertex AI: a CustomJob has one scheduling strategy for all its "
                 "machines; drop chief_scheduling or run the step on gke"]
@@ -210,14 +211,12 @@ def runs_as_pipeline_step(p) -> bool:
 def capacity_notes(profiles, target: str) -> list[str]:
     """Capacity requests ``target`` cannot honour on a single step, said out loud."""
     checks = []
-    if target in ("vertex", "local"):
-        checks.append((lambda p: p.queue,
-                       f"queue (Kueue) applies on gke only; ignored on {target}"))
-    if target == "vertex":
+    where = platform(target)
+    if where.ignores(Unsupported.QUEUE):
+        checks.append((lambda p: p.queue, where.why(Unsupported.QUEUE)))
+    if where.ignores(Unsupported.STEP_EPHEMERAL_STORAGE):
         checks.append((lambda p: p.ephemeral_storage,
-                       "ephemeral_storage is not applied to a single-pod Vertex AI step (it "
-                       "reads artifacts through /gcs and stages nothing); a training "
-                       "CustomJob takes it as its boot disk"))
+                       where.why(Unsupported.STEP_EPHEMERAL_STORAGE)))
     notes = []
     for applies, text in checks:
         steps = [step for step, profile in profiles.items() if applies(profile)]

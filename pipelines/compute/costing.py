@@ -25,6 +25,7 @@ from gkeflow.pipelines.compute.prices import (
 )
 from gkeflow.pipelines.compute.profiles import ComputeProfile, fitting_shape
 from gkeflow.pipelines.compute.units import cpu_cores, memory_bytes
+from gkeflow.pipelines.settings.platforms import platform
 
 #: The label every cost figure carries.
 LIST_PRICE_LABEL = "estimate from list prices"
@@ -145,7 +146,7 @@ def machine_type(profile: ComputeProfile, target: str) -> str:
     if profile.uses_tpu:
         return tpu_profile.shape(profile, target).machine_type
     if not profile.uses_gpu:
-        if target != "vertex":
+        if not platform(target).managed:
             return ""
         return derived_rates.vertex_pipeline_machine(cpu_cores(profile.cpu),
                                                      memory_bytes(profile.memory) / 2**30)
@@ -159,20 +160,21 @@ def node_rate(profile: ComputeProfile, target: str, region: str, capacity: str |
     """The hourly rate of one node (one TPU slice) of ``profile`` under ``capacity`` (default
     its own); ``cluster`` says how GKE bills a CPU step (default: e2 node pools)."""
     capacity = capacity or profile.scheduling
-    if capacity == "reservation" and target != "vertex":
+    where = platform(target)
+    if capacity == "reservation" and not where.managed:
         return hourly_rate(target, "", None, 0, capacity, region, today=today, prices=prices)
-    if (target == "gke" and cluster is not None and cluster.autopilot
+    if (where.kubernetes and cluster is not None and cluster.autopilot
             and (profile.uses_gpu or profile.uses_tpu)):
         return derived_rates.autopilot_accelerator_rate(profile.accelerator, capacity, region,
                                                         prices)
     if profile.uses_tpu:  # per chip, the host VMs included
         chips = tpu_profile.shape(profile, target).chips
-        if target == "vertex":
+        if where.managed:
             return derived_rates.vertex_rate("", profile.accelerator, chips, capacity, region,
                                              prices, today)
         return hourly_rate(target, "", profile.accelerator, chips, capacity, region,
                            today=today, prices=prices)
-    if not profile.uses_gpu and target != "vertex":
+    if not profile.uses_gpu and not where.managed:
         return derived_rates.gke_cpu_rate(cpu_cores(profile.cpu),
                                           memory_bytes(profile.memory) / 2**30,
                                           cluster or Cluster(), capacity, region, prices, today)
@@ -186,7 +188,7 @@ def node_rate(profile: ComputeProfile, target: str, region: str, capacity: str |
                                  f"({VERTEX_PIPELINES_MACHINES})")
     accelerator = profile.accelerator if profile.uses_gpu else None
     count = profile.accelerator_count if profile.uses_gpu else 0
-    if target == "vertex":
+    if where.managed:
         rate = derived_rates.vertex_rate(machine, accelerator, count, capacity, region, prices,
                                          today)
         if not profile.uses_gpu and not rate.missing:
@@ -218,9 +220,10 @@ def launchers(profiles: Mapping[str, ComputeProfile], target: str) -> dict[str,
 
     found = {}
     profile = profiles.get("train-model")
-    if profile is None or training_engine(target, profile) is None or target == "local":
+    where = platform(target)
+    if profile is None or training_engine(target, profile) is None or where.local:
         return found
-    if target == "gke":
+    if where.kubernetes:
         alive = launcher_deadline_s(profile)
     else:
         waiting = to_seconds("max_wait", profile.max_wait) if profile.max_wait else 0
@@ -341,7 +344,7 @@ def run_fee(target: str, region: str, prices: tuple[Price, ...] | None = None) -
         float, str, str]:
     """The per-run fee of ``target`` (Vertex AI Pipelines' run execution fee), its source and
     its data date; (0.0, "", "") where none is charged or none was read."""
-    if target != "vertex":
+    if not platform(target).managed:
         return 0.0, "", ""
     row = find_price("vertex-pipelines", "run", "standard", region, prices)
     if row is None or row.usd_per_hour is None:

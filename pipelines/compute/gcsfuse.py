@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from gkeflow.components.cloud.mounts import MOUNTS_ENV, READ_ONLY_ENV
 from gkeflow.pipelines.settings.gcsfuse_config import GcsFuseBucket, GcsFuseSettings
+from gkeflow.pipelines.settings.platforms import platform
 
 DRIVER = "gcsfuse.csi.storage.gke.io"
 #: The user and group gkeflow's images run steps as (images/*.Dockerfile ``USER``): the
@@ -76,10 +77,10 @@ def step_buckets(settings: GcsFuseSettings, step: str) -> tuple[GcsFuseBucket, .
 def mount_list(settings: GcsFuseSettings | None, step: str,
                target: str) -> tuple[StepMount, ...]:
     """``step``'s mounts on ``target`` (empty: it mounts none)."""
-    if not settings or target not in ("gke", "vertex"):
+    if not settings or not platform(target).cloud:
         return ()
-    return tuple(StepMount(b.bucket, b.path if target == "gke" else f"/gcs/{b.bucket}",
-                           b.read_only, b.claim_name if target == "gke" else "")
+    return tuple(StepMount(b.bucket, b.path if platform(target).kubernetes else f"/gcs/{b.bucket}",
+                           b.read_only, b.claim_name if platform(target).kubernetes else "")
                  for b in step_buckets(settings, step))
 
 
@@ -116,7 +117,7 @@ def plan_lines(mounts: Mapping[str, tuple[StepMount, ...]], target: str,
         where = " (in its CustomJob)" if step in jobs else ""
         lines.append(f"gcsfuse: {step}{where}: "
                      f"{', '.join(m.describe() for m in mounted)}")
-    if target == "gke":
+    if platform(target).kubernetes:
         lines.append("gcsfuse: each bucket is a PersistentVolume and claim of the CSI driver "
                      f"{DRIVER}, applied once per namespace "
                      "(python -m gkeflow.pipelines.compute.gcsfuse | kubectl apply -f -)")
@@ -130,7 +131,7 @@ def apply_gcsfuse(task, step: str, settings: GcsFuseSettings | None, target: str
     env = mount_env(settings, step, target)
     if not env:
         return task
-    if target == "gke":
+    if platform(target).kubernetes:
         from kfp import kubernetes
 
         kubernetes.add_pod_annotation(task, VOLUMES_ANNOTATION, "true")
@@ -146,7 +147,7 @@ def apply_gcsfuse(task, step: str, settings: GcsFuseSettings | None, target: str
 def check_engine(settings: GcsFuseSettings | None, target: str, engine: bool) -> str:
     """One line when buckets for shards or checkpoints meet GKE JobSet training (its pods
     are not pipeline steps and mount nothing); else ""."""
-    if not settings or target != "gke" or not engine:
+    if not settings or not platform(target).kubernetes or not engine:
         return ""
     used = [b.bucket for b in settings.buckets if {"shards", "checkpoints"} & set(b.use)]
     if not used:

@@ -17,6 +17,8 @@ import math
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from gkeflow.pipelines.settings.platforms import platform
+
 #: (least, most) seconds when set. A call shorter than a second times out on a healthy
 #: API; a budget past a day leaves a run whose API is gone hanging for that long.
 LIMITS_S = {"call_timeout_s": (1.0, 3600.0), "retry_budget_s": (10.0, 86400.0)}
@@ -74,7 +76,7 @@ def unapplied_note(profiles: Mapping, target: str, engine_steps: Collection[str]
 
     ``engine_steps``: the steps a training engine runs on ``target`` (and so launch).
     """
-    launching = set(engine_steps) | (set(VERTEX_LAUNCHER_STEPS) if target == "vertex"
+    launching = set(engine_steps) | (set(VERTEX_LAUNCHER_STEPS) if platform(target).managed
                                      else set())
     idle = [step for step, profile in profiles.items()
             if settings(profile) and step not in launching

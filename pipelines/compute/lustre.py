@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 
 from gkeflow.pipelines.compute.gcsfuse import STEP_USES, StepMount, print_manifests
 from gkeflow.pipelines.settings.lustre_config import LustreInstance, LustreSettings
+from gkeflow.pipelines.settings.platforms import platform
 
 DRIVER = "lustre.csi.storage.gke.io"
 
@@ -36,7 +37,7 @@ def step_instances(settings: LustreSettings | None, step: str) -> tuple[LustreIn
 
 def check_target(settings: LustreSettings | None, target: str) -> str:
     """One line when ``lustre:`` instances meet a target that cannot mount them; else ""."""
-    if not settings or not settings.instances or target != "vertex":
+    if not settings or not settings.instances or not platform(target).managed:
         return ""
     names = ", ".join(i.name for i in settings.instances)
     return (f"lustre instance {names}: Vertex AI mounts Managed Lustre only in CustomJobs "
@@ -47,7 +48,7 @@ def check_target(settings: LustreSettings | None, target: str) -> str:
 def check_engine(settings: LustreSettings | None, target: str, engine: bool) -> str:
     """One line when instances for shards or checkpoints meet GKE JobSet training (its pods
     are not pipeline steps and mount no claim); else ""."""
-    if not settings or target != "gke" or not engine:
+    if not settings or not platform(target).kubernetes or not engine:
         return ""
     used = [i.name for i in settings.instances if {"shards", "checkpoints"} & set(i.use)]
     if not used:
@@ -60,7 +61,7 @@ def check_engine(settings: LustreSettings | None, target: str, engine: bool) -> 
 def mount_list(settings: LustreSettings | None, step: str, target: str
                ) -> tuple[StepMount, ...]:
     """``step``'s Lustre mounts on GKE (empty elsewhere, or when it mounts none)."""
-    if target != "gke":
+    if not platform(target).kubernetes:
         return ()
     return tuple(StepMount(i.name, i.path, i.read_only, i.claim_name)
                  for i in step_instances(settings, step))
@@ -68,7 +69,7 @@ def mount_list(settings: LustreSettings | None, step: str, target: str
 
 def apply_lustre(task, step: str, settings: LustreSettings | None, target: str):
     """Mount ``step``'s instances in ``task`` on GKE (see the module docstring)."""
-    if target != "gke":
+    if not platform(target).kubernetes:
         return task
     from kfp import kubernetes
 

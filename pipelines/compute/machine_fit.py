@@ -22,6 +22,7 @@ from dataclasses import replace
 from gkeflow.pipelines.compute import accelerators as acc
 from gkeflow.pipelines.compute.compute_profile import ComputeProfile
 from gkeflow.pipelines.compute.units import cpu_cores, memory_bytes
+from gkeflow.pipelines.settings.platforms import platform
 
 #: (vCPUs, GiB) left for GKE's system DaemonSets on a GPU node (their requests together
 #: stay under this on the node pools gkeflow targets; set cpu and memory when yours run more).
@@ -32,7 +33,7 @@ IDLE_SHARE = 0.5
 
 def machine_room(shape: acc.MachineShape, target: str) -> tuple[int, int]:
     """(whole vCPUs, whole GiB) a step on ``shape`` can ask for on ``target``."""
-    if target == "gke":
+    if platform(target).kubernetes:
         vcpus, gib = acc.gke_allocatable(shape)
         vcpus, gib = vcpus - DAEMONSET_ALLOWANCE[0], gib - DAEMONSET_ALLOWANCE[1]
     else:
@@ -55,7 +56,7 @@ def tpu_room(profile: ComputeProfile, target: str) -> tuple[str, int, int] | Non
     """(machine type, whole vCPUs, whole GiB) a pod on one host of the step's TPU slice can
     ask for: on GKE the node's allocatable less :data:`DAEMONSET_ALLOWANCE`, on Vertex AI
     the host VM; None for other steps, or where the catalogue lacks the host's size."""
-    if not profile.uses_tpu or target not in ("gke", "vertex"):
+    if not profile.uses_tpu or not platform(target).cloud:
         return None
     from gkeflow.pipelines.compute import tpu_profile
 
@@ -66,7 +67,7 @@ def tpu_room(profile: ComputeProfile, target: str) -> tuple[str, int, int] | Non
     if found is None:
         return None
     machine, vcpus, gib = found
-    if target == "gke":
+    if platform(target).kubernetes:
         vcpus, gib = vcpus - DAEMONSET_ALLOWANCE[0], gib - DAEMONSET_ALLOWANCE[1]
     return machine, max(1, math.floor(vcpus)), max(1, math.floor(gib))
 
@@ -74,7 +75,7 @@ def tpu_room(profile: ComputeProfile, target: str) -> tuple[str, int, int] | Non
 def room(profile: ComputeProfile, target: str) -> tuple[str, int, int] | None:
     """(machine type, vCPUs, GiB) the step's accelerators fix and a pod there can ask for:
     a GPU step's accelerator-optimised machine or a TPU slice's host; None otherwise."""
-    shape = fixed_machine(profile) if target in ("gke", "vertex") else None
+    shape = fixed_machine(profile) if platform(target).cloud else None
     if shape is not None:
         return (shape.name, *machine_room(shape, target))
     return tpu_room(profile, target)

@@ -17,58 +17,46 @@ from gkeflow.pipelines.compute.profiles import (
     fitting_shape,
     format_duration,
 )
+from gkeflow.pipelines.settings.platforms import Unsupported, platform
+
+#: A plain step's request each unsupported feature reads (what the note is about).
+ASKS = {
+    Unsupported.RESOURCES: lambda p: p.uses_gpu or p.spot or p.timeout_s or p.retries,
+    Unsupported.STEP_SPOT: lambda p: p.spot,
+    Unsupported.STEP_TIMEOUT: lambda p: p.timeout_s,
+    Unsupported.SHM_SIZE: lambda p: p.shm_size,
+    Unsupported.STEP_CAPACITY: lambda p: p.scheduling in ("flex-start", "reservation"),
+}
 
 
 def target_notes(profiles: Mapping[str, ComputeProfile], target: str,
                  engine_steps: tuple[str, ...] = ("train-model",)) -> list[str]:
     """Requests that ``target`` cannot honour, said out loud rather than dropped silently;
     ``engine_steps``: the steps a training engine may run (none in a sweep's trials)."""
-    if target == "vertex":
-        checks = (
-            (lambda p: p.spot,
-             ("spot is not applied on Vertex AI Pipelines (a pipeline step runs on on-demand "
-             "capacity)")),
-            (lambda p: p.timeout_s,
-             ("timeout_s is not enforced on Vertex AI Pipelines (the pipeline spec has no "
-             "per-step timeout)")),
-            (lambda p: p.shm_size,
-             ("shm_size is not applied on Vertex AI Pipelines (the machine's own /dev/shm is "
-             "used)")),
-        )
-    elif target == "local":
-        checks = (
-            (lambda p: p.uses_gpu or p.spot or p.timeout_s or p.retries,
-             ("kfp.local honours only caching; resources, spot, timeout and retries apply on "
-             "gke and vertex")),
-        )
-    else:
-        checks = ()
-    if target == "vertex":
-        checks += (
-            (lambda p: p.scheduling in ("flex-start", "reservation"),
-             ("scheduling flex-start and reservation are not applied to a Vertex AI Pipelines "
-              "step (only a CustomJob asks for them)")),
-        )
+    where = platform(target)
     # A step an engine runs (a Vertex AI CustomJob) honours spot and timeout itself.
     engine_run = {step for step, profile in profiles.items()
                   if step in engine_steps and training_engine(target, profile) is not None}
+    honours_itself = engine_run if where.managed else set()
     notes = []
-    for applies, text in checks:
+    for feature, applies in ASKS.items():
+        if not where.ignores(feature):
+            continue
         steps = [step for step, profile in profiles.items()
-                 if applies(profile) and not (step in engine_run and target == "vertex")]
+                 if applies(profile) and step not in honours_itself]
         if steps:
-            notes.append(f"{text}: {', '.join(steps)}")
+            notes.append(f"{where.why(feature)}: {', '.join(steps)}")
     tpu_pods = [step for step, p in profiles.items() if p.uses_tpu and step not in engine_run
-                and target == "gke"]
+                and where.kubernetes]
     for step in tpu_pods:  # a single-host slice: one pod
         notes.append(f"{step} runs as one pod on a single-host slice: "
                      f"{tpu_profile.describe(profiles[step], target)}")
-    notes += [note for step, p in profiles.items() if p.uses_tpu and target != "local"
+    notes += [note for step, p in profiles.items() if p.uses_tpu and where.cloud
               and (note := tpu_profile.unchecked_host_limits(step, p, target))]
     for step in sorted(engine_run):  # what the training step really launches, and so costs
         notes.append(training_engine(target, profiles[step]).describe(profiles[step]))
     note = launchers.unapplied_note(profiles, target, engine_run - (
-        {"train-model"} if target == "local" else set()))  # local workers follow no job
+        {"train-model"} if where.local else set()))  # local workers follow no job
     notes += [idle for step, p in profiles.items() if (idle := idle_note(step, p, target))]
     return notes + ([note] if note else []) + capacity.capacity_notes(profiles, target)
 
@@ -99,38 +87,40 @@ def plan(
     profiles: Mapping[str, ComputeProfile], target: str, images: Mapping[str, str]
 ) -> list[PlanRow]:
     """One :class:`PlanRow` per step: what is requested on ``target`` (validated profiles)."""
-    rows = []
+    rows, where = [], platform(target)
     for step, p in profiles.items():
         # On Vertex AI a CustomJob runs the training step and honours spot and timeout.
-        custom_job = (target == "vertex" and step == "train-model"
+        custom_job = (where.managed and step == "train-model"
                       and training_engine(target, p) is not None)
-        if target == "vertex":
+        if where.accelerator_types:
             accelerator = GKE_TO_VERTEX_ACCELERATOR.get(p.accelerator, "") if p.uses_gpu else ""
         else:
             accelerator = f"{GPU_RESOURCE} ({p.accelerator})" if p.uses_gpu else ""
         if p.uses_gpu:
             shape = fitting_shape(p, target)
             machine = shape.name if shape else "none fits"
-            if target == "gke" and shape:
+            if where.kubernetes and shape:
                 machine = f"{shape.name} or larger"
-        elif target == "vertex":
-            machine = "chosen by Vertex AI"
+        elif where.managed:
+            machine = f"chosen by {where.title}"
         else:
             machine = "any node pool"
         scheduling, nodes, gpus = capacity.describe(p, target)
-        if p.uses_tpu and target != "local":  # hosts x chips per host, chips of all slices
+        if p.uses_tpu and where.cloud:  # hosts x chips per host, chips of all slices
             tpu = tpu_profile.shape(p, target)
-            shown = tpu_profile.TPU_RESOURCE if target == "gke" else "TPU"
+            shown = tpu_profile.TPU_RESOURCE if where.kubernetes else "TPU"
             accelerator = f"{shown} ({p.accelerator} {p.topology})"
             nodes = f"{p.replicas * tpu.hosts} x {tpu.chips_per_host}"
             gpus = f"{p.replicas * tpu.chips} chips"
             machine = tpu.machine_type
-        if target == "vertex" and p.scheduling != "standard" and not custom_job:
-            scheduling += " (not applied on Vertex)"
-        queue = (p.queue if target == "gke" else f"not applied ({p.queue})") if p.queue else "-"
+        if where.ignores(Unsupported.STEP_CAPACITY) and p.scheduling != "standard" \
+                and not custom_job:
+            scheduling += f" (not applied on {where.title})"
+        queue = (f"not applied ({p.queue})" if where.ignores(Unsupported.QUEUE) else p.queue
+                 ) if p.queue else "-"
         from gkeflow.pipelines.compute.scratch import describe_disk
 
-        own_pods = target == "gke" and step == "train-model" and training_engine(
+        own_pods = where.kubernetes and step == "train-model" and training_engine(
             target, p) is not None  # a JobSet's pods request their ephemeral storage
         disk = p.ephemeral_storage if own_pods and p.ephemeral_storage else describe_disk(
             p, target)
@@ -140,11 +130,13 @@ def plan(
             if p.retries else "0"
         )
         if p.timeout_s:
-            timeout = (format_duration(p.timeout_s) if target == "gke" or custom_job
+            enforced = not (where.ignores(Unsupported.STEP_TIMEOUT)
+                            or where.ignores(Unsupported.RESOURCES)) or custom_job
+            timeout = (format_duration(p.timeout_s) if enforced
                        else f"not enforced ({format_duration(p.timeout_s)} asked)")
         else:
             timeout = "none"
-        shm = (p.effective_shm_size if target == "gke" and p.uses_gpu else "") or "-"
+        shm = (p.effective_shm_size if where.kubernetes and p.uses_gpu else "") or "-"
         rows.append(PlanRow(
             step=step, image=images.get(step, ""), cpu=p.cpu, memory=p.memory,
             accelerator=accelerator or "-", count=str(p.accelerator_count),

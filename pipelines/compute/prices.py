@@ -95,6 +95,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from gkeflow.pipelines.compute.gpu_catalogue import FAMILIES
+from gkeflow.pipelines.settings.platforms import names, platform
 
 PRICES_CSV = Path(__file__).with_name("prices.csv")
 #: The refreshed cache, relative to the directory of gkeflow.yaml.
@@ -106,7 +107,12 @@ STALE_AFTER_DAYS = 90
 #: What a row's figure is: a price list or catalogue entry, a unit price read off a bill.
 BASES = ("published", "billed")
 CAPACITIES = ("standard", "spot", "flex-start", "reservation")
-TARGETS = ("gke", "vertex")
+def priced_platforms() -> tuple[str, ...]:
+    """The platforms that bill by the hour: every registered one but a local one."""
+    return tuple(name for name in names() if platform(name).cloud)
+
+
+TARGETS = ("gke", "vertex")  # the built-in priced platforms (see priced_platforms)
 #: Compute Engine kinds (GKE), Vertex AI custom-training kinds, and the per-run fee.
 KINDS = ("gpu", "tpu", "machine", "instance", "vcpu", "ram-gib", "autopilot-vcpu",
          "autopilot-ram-gib", "autopilot-gpu", "autopilot-tpu", "vertex-gpu", "vertex-tpu",
@@ -339,10 +345,11 @@ def rate_parts(target: str, machine_type: str, accelerator: str | None,
                count: int) -> list[tuple[str, str, int]]:
     """(kind, item, count) rows whose sum is one machine's rate on ``target``: on Vertex AI
     the ``vertex-*`` kinds (custom-training rates), on GKE the Compute Engine kinds."""
-    prefix = "vertex-" if target == "vertex" else ""
+    where = platform(target)
+    prefix = where.price_kinds
     if accelerator and accelerator.startswith("tpu"):
         return [(f"{prefix}tpu", accelerator, count)]
-    if target == "gke" and _comes_with(machine_type) == (accelerator or "", count) and count:
+    if not prefix and _comes_with(machine_type) == (accelerator or "", count) and count:
         return [("instance", machine_type, 1)]
     parts = [(f"{prefix}machine", machine_type, 1)]
     if accelerator and count:
@@ -360,8 +367,9 @@ def hourly_rate(target: str, machine_type: str, accelerator: str | None, count: 
     chips (their host VMs are in the chip price). Reservation capacity has no hourly rate
     here: it is paid for by the reservation.
     """
-    if target not in TARGETS:
-        raise ValueError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
+    if target not in priced_platforms():
+        raise ValueError(f"unknown target {target!r}; choose one of "
+                         f"{', '.join(priced_platforms())}")
     if capacity not in CAPACITIES:
         raise ValueError(f"unknown capacity {capacity!r}; choose one of {', '.join(CAPACITIES)}")
     if count < 0:

@@ -11,23 +11,24 @@ from gkeflow.pipelines.compute import capacity, tpu_profile
 from gkeflow.pipelines.compute.compute_profile import ComputeProfile
 from gkeflow.pipelines.compute.profile_values import (
     GKE_TO_VERTEX_ACCELERATOR,
-    TARGETS,
     ComputeError,
     format_gib,
 )
 from gkeflow.pipelines.compute.units import cpu_cores, memory_bytes
 from gkeflow.pipelines.compute.wording import counted
+from gkeflow.pipelines.settings.platforms import names, platform
 
 
 def _accelerator_choices(target: str) -> str:
     """The accelerators a step can ask for on ``target`` with the GPU counts of a machine
     (those whose machines run the suite's images), spelt as the target spells them first."""
     names = acc.runnable()
-    first = [GKE_TO_VERTEX_ACCELERATOR[n] if target == "vertex" else n for n in names]
-    other = [n if target == "vertex" else GKE_TO_VERTEX_ACCELERATOR[n] for n in names]
+    types = platform(target).accelerator_types
+    first = [GKE_TO_VERTEX_ACCELERATOR[n] if types else n for n in names]
+    other = [n if types else GKE_TO_VERTEX_ACCELERATOR[n] for n in names]
     listed = ", ".join(f"{shown} (x {_counts(name)})" for shown, name in zip(first, names,
                                                                           strict=True))
-    spelling = "GKE" if target == "vertex" else "Vertex AI"
+    spelling = "GKE" if types else "Vertex AI"
     return f"{listed}; the {spelling} spellings also work: {', '.join(dict.fromkeys(other))}"
 
 
@@ -43,7 +44,7 @@ def fitting_shape(profile: ComputeProfile, target: str) -> acc.MachineShape | No
     """
     cpu, memory_gib = cpu_cores(profile.cpu), memory_bytes(profile.memory) / acc.GIB
     for shape in acc.shapes_for(profile.accelerator, profile.accelerator_count):
-        vcpus, gib = acc.gke_allocatable(shape) if target == "gke" else (
+        vcpus, gib = acc.gke_allocatable(shape) if platform(target).kubernetes else (
             shape.vcpus, shape.memory_gib)
         if cpu <= vcpus and memory_gib <= gib:
             return shape
@@ -60,8 +61,8 @@ def profile_problems(
     """
     problems = []
     p = profile
-    if target not in TARGETS:
-        return [f"unknown target {target!r}; valid: {', '.join(TARGETS)}"]
+    if target not in names():
+        return [f"unknown target {target!r}; valid: {', '.join(names())}"]
     if cpu_cores(p.cpu) <= 0:
         problems.append(f"{step}: cpu must be more than 0; got {p.cpu!r}")
     if memory_bytes(p.memory) <= 0:
@@ -111,7 +112,7 @@ def profile_problems(
             )
         elif cpu_cores(p.cpu) > 0 and fitting_shape(p, target) is None:
             shapes = acc.shapes_for(p.accelerator, p.accelerator_count)
-            if target == "gke":
+            if platform(target).kubernetes:
                 limits = {s.name: acc.gke_allocatable(s) for s in shapes}
                 where = "GKE nodes leave pods"
             else:
@@ -135,7 +136,7 @@ def profile_problems(
         ("cpu", p.cpu, cpu_cores(p.cpu) > acc.VERTEX_STEP_MAX_VCPUS),
         ("memory", p.memory, memory_bytes(p.memory) > acc.VERTEX_STEP_MAX_MEMORY_GIB * acc.GIB))
         if too_much]
-    if target == "vertex" and capacity.runs_as_pipeline_step(p) and over and not p.uses_tpu:
+    if platform(target).managed and capacity.runs_as_pipeline_step(p) and over and not p.uses_tpu:
         problems.append(
             f"{step}: {' and '.join(over)} exceed{'s' if len(over) == 1 else ''} what Vertex "
             f"AI Pipelines gives a step {'with' if p.uses_gpu else 'without'} accelerator: at "

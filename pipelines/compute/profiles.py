@@ -54,6 +54,7 @@ from gkeflow.pipelines.compute.profile_values import (
     to_seconds,
 )
 from gkeflow.pipelines.compute.units import cpu_cores, memory_bytes
+from gkeflow.pipelines.settings.platforms import names, platform
 
 __all__ = [
     "FIELD_NAMES", "GKE_ACCELERATOR_LABEL", "GKE_SPOT_LABEL", "GKE_TO_VERTEX_ACCELERATOR",
@@ -79,11 +80,11 @@ STEP_LABEL = "gkeflow-step"
 def apply_compute(task, profile: ComputeProfile, target: str, step: str = ""):
     """Apply ``profile`` to the pipeline task ``task`` in the form ``target`` understands;
     on GKE its pod is labelled with ``step``."""
-    if target not in TARGETS:
+    if target not in names():
         raise ComputeError(f"unknown target {target!r}; valid: {', '.join(TARGETS)}")
     kfp_task_check.install()
     task.set_caching_options(profile.caching)
-    if target == "local":
+    if platform(target).local:
         return task
     if profile.retries:
         task.set_retry(
@@ -92,7 +93,7 @@ def apply_compute(task, profile: ComputeProfile, target: str, step: str = ""):
             backoff_factor=profile.retry_backoff_factor,
             backoff_max_duration=f"{profile.retry_max_duration_s}s",
         )
-    if target == "gke":
+    if platform(target).kubernetes:
         _apply_gke(task, profile)
         if step:
             from kfp import kubernetes

@@ -17,6 +17,8 @@ nothing is staged; ``ephemeral_storage`` is not applied there.
 
 from __future__ import annotations
 
+from gkeflow.pipelines.settings.platforms import platform
+
 #: Name of the volume in the pod spec.
 STAGING_VOLUME = "artifact-staging"
 #: Where the KFP launcher stages artifacts of a ``minio://`` pipeline root (the default root
@@ -40,6 +42,6 @@ def describe_disk(profile, target: str) -> str:
     """The disk column of ``gkeflow plan``."""
     if not profile.ephemeral_storage:
         return "-"
-    if target == "gke":
+    if platform(target).kubernetes:
         return f"{profile.ephemeral_storage} volume at {STAGING_PATH}"
     return f"not applied ({profile.ephemeral_storage})"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from gkeflow.pipelines.compute import tpu_catalogue as tc
 from gkeflow.pipelines.compute.units import cpu_cores, memory_bytes
+from gkeflow.pipelines.settings.platforms import platform
 
 TPU_RESOURCE = "google.com/tpu"
 GKE_TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
@@ -51,7 +52,7 @@ def generations() -> list[str]:
 
 def shape(p, target: str = tc.GKE) -> tc.SliceShape:
     """The slice of a valid TPU profile on ``target`` (``local`` reads as GKE)."""
-    return tc.slice_shape(p.accelerator, p.topology, tc.VERTEX if target == "vertex" else tc.GKE)
+    return tc.slice_shape(p.accelerator, p.topology, platform(target).tpu_offers)
 
 
 def multi_host(p) -> bool:
@@ -73,7 +74,7 @@ def _machine(generation: str, machine_type: str) -> tc.TpuMachine:
 def _room(machine: tc.TpuMachine, target: str) -> tuple[float | None, float | None]:
     """(vCPUs, GiB) a pod may ask for on one host: on GKE what the node leaves after GKE's
     reservations, elsewhere the VM; None where the catalogue does not record it."""
-    if target != "gke":
+    if not platform(target).kubernetes:
         return machine.vcpus, machine.memory_gib
     from gkeflow.pipelines.compute.accelerators import gke_allocatable_exact
 
@@ -105,7 +106,7 @@ def tpu_problems(step: str, p, target: str, tpu_steps: tuple[str, ...]) -> list[
     if mixed:
         problems.append(f"{step}: {' and '.join(mixed)} (GPU settings) cannot be mixed with "
                         f"TPU {gen.name}; the topology sets the chips: drop {' and '.join(mixed)}")
-    if p.replicas > 1 and target == "vertex":
+    if p.replicas > 1 and platform(target).managed:
         problems.append(
             f"{step}: replicas {p.replicas} on {gen.name} asks for {p.replicas} slices "
             "(Multislice), which Vertex AI CustomJobs do not run; use replicas: 1 and a larger "
@@ -114,9 +115,9 @@ def tpu_problems(step: str, p, target: str, tpu_steps: tuple[str, ...]) -> list[
         problems.append(
             f"{step}: replicas {p.replicas} on {gen.name} asks for {p.replicas} slices "
             f"(Multislice), which only {MULTISLICE_STEP} trains across; use replicas: 1")
-    if target == "local":
+    if platform(target).local:
         return problems
-    where = tc.VERTEX if target == "vertex" else tc.GKE
+    where = platform(target).tpu_offers
     if not p.topology:
         valid = tc.valid_topologies(gen.name, where)
         choices = f"choose one of {', '.join(valid[:12])}" if valid else (
@@ -126,7 +127,7 @@ def tpu_problems(step: str, p, target: str, tpu_steps: tuple[str, ...]) -> list[
         chips, hosts, per_host, machine_type = tc.slice_shape(gen.name, p.topology, where)
     except ValueError as exc:
         return problems + [f"{step}: {exc}"]
-    if p.replicas > 1 and hosts == 1 and target == "gke":
+    if p.replicas > 1 and hosts == 1 and platform(target).kubernetes:
         # "Multislice only supports multi-host TPU slice node pools" (Deploy TPU Multislices
         # in GKE, read 2026-12-06)
         larger = [t for t in tc.valid_topologies(gen.name, where)
@@ -153,7 +154,7 @@ def tpu_problems(step: str, p, target: str, tpu_steps: tuple[str, ...]) -> list[
         limits = " and ".join(([f"{vcpus:.4g} vCPUs"] if vcpus is not None else [])
                               + ([f"{gib:.1f} GiB"] if gib is not None else []))
         verb = "does" if len(over) == 1 else "do"
-        where = "GKE leaves pods" if target == "gke" else "the host has"
+        where = "GKE leaves pods" if platform(target).kubernetes else "the host has"
         problems.append(
             f"{step}: {' and '.join(over)} {verb} not fit one {machine_type} host of "
             f"{gen.name} {p.topology} ({where} at most {limits}); lower them")

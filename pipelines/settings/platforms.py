@@ -1,0 +1,123 @@
+"""The platforms a pipeline runs on, as objects: what each is, what it honours and what it
+does not, declared once, so that no module compares a platform's name.
+
+A :class:`Platform` declares its kind (Kubernetes pods on a GKE cluster, Vertex AI's managed
+steps and jobs, or kfp.local on this machine), how it spells accelerators, which price rows
+and TPU offers are its own, and, as :class:`Unsupported` features with their wording, what a
+pipeline step asks for that it does not apply. Code asks the object
+(``platform(target).kubernetes``, ``platform(target).ignores(Unsupported.QUEUE)``); a new
+platform is one :func:`register` call with its declaration (the tests register a fourth).
+
+The built-in platforms are :data:`LOCAL`, :data:`GKE` and :data:`VERTEX`. Imports nothing
+from gkeflow: every layer may ask.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Unsupported(StrEnum):
+    """What a plain pipeline step may ask for that a platform does not apply (said in a
+    plan note, never dropped silently)."""
+
+    RESOURCES = "resources"  # CPU, memory, accelerators, spot, timeout and retries
+    STEP_SPOT = "spot"
+    STEP_TIMEOUT = "timeout_s"
+    SHM_SIZE = "shm_size"
+    STEP_CAPACITY = "flex-start and reservation"
+    QUEUE = "queue"
+    STEP_EPHEMERAL_STORAGE = "ephemeral_storage"
+
+
+@dataclass(frozen=True)
+class Platform:
+    """One platform's declaration (see the module docstring)."""
+
+    name: str
+    title: str
+    #: Steps are pods on a GKE cluster: requests = limits, node selectors and tolerations,
+    #: PersistentVolumeClaims, Kubernetes Secrets, JobSets and RayJobs.
+    kubernetes: bool = False
+    #: Vertex AI: managed pipeline steps on machines it picks, CustomJobs for training.
+    managed: bool = False
+    #: kfp.local on this machine: only caching applies.
+    local: bool = False
+    #: It names GPUs by Vertex AI's AcceleratorType (``NVIDIA_TESLA_T4``), not by GKE's
+    #: node label (``nvidia-tesla-t4``).
+    accelerator_types: bool = False
+    #: Its key in the TPU catalogue's offers (``gke`` or ``vertex``).
+    tpu_offers: str = "gke"
+    #: The prefix of its price rows' kinds ("" Compute Engine's, ``vertex-`` Vertex AI's).
+    price_kinds: str = ""
+    #: What a plain step asks for that it does not apply, each with the note's wording.
+    unsupported: dict[Unsupported, str] = field(default_factory=dict)
+
+    @property
+    def cloud(self) -> bool:
+        """Runs on Google Cloud (images, buckets, prices apply)."""
+        return not self.local
+
+    def ignores(self, feature: Unsupported) -> bool:
+        return feature in self.unsupported
+
+    def why(self, feature: Unsupported) -> str:
+        return self.unsupported.get(feature, "")
+
+
+LOCAL = Platform(
+    "local", "kfp.local", local=True,
+    unsupported={
+        Unsupported.RESOURCES: ("kfp.local honours only caching; resources, spot, timeout and "
+                                "retries apply on gke and vertex"),
+        Unsupported.QUEUE: "queue (Kueue) applies on gke only; ignored on local",
+    })
+GKE = Platform("gke", "GKE", kubernetes=True)
+VERTEX = Platform(
+    "vertex", "Vertex AI", managed=True, accelerator_types=True, tpu_offers="vertex",
+    price_kinds="vertex-",
+    unsupported={
+        Unsupported.STEP_SPOT: ("spot is not applied on Vertex AI Pipelines (a pipeline step "
+                                "runs on on-demand capacity)"),
+        Unsupported.STEP_TIMEOUT: ("timeout_s is not enforced on Vertex AI Pipelines (the "
+                                   "pipeline spec has no per-step timeout)"),
+        Unsupported.SHM_SIZE: ("shm_size is not applied on Vertex AI Pipelines (the machine's "
+                               "own /dev/shm is used)"),
+        Unsupported.STEP_CAPACITY: ("scheduling flex-start and reservation are not applied to "
+                                    "a Vertex AI Pipelines step (only a CustomJob asks for "
+                                    "them)"),
+        Unsupported.QUEUE: "queue (Kueue) applies on gke only; ignored on vertex",
+        Unsupported.STEP_EPHEMERAL_STORAGE: (
+            "ephemeral_storage is not applied to a single-pod Vertex AI step (it reads "
+            "artifacts through /gcs and stages nothing); a training CustomJob takes it as its "
+            "boot disk"),
+    })
+
+_REGISTRY: dict[str, Platform] = {}
+
+
+def register(declared: Platform) -> Platform:
+    """Make ``declared`` known by its name (a second declaration of a name replaces it)."""
+    _REGISTRY[declared.name] = declared
+    return declared
+
+
+for _builtin in (LOCAL, GKE, VERTEX):
+    register(_builtin)
+
+
+def platform(name: str | Platform) -> Platform:
+    """The platform called ``name`` (a Platform is returned as it is)."""
+    if isinstance(name, Platform):
+        return name
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown platform {name!r}; choose one of "
+                         f"{', '.join(_REGISTRY)}") from None
+
+
+def names() -> tuple[str, ...]:
+    """The registered platforms' names, built-in first."""
+    return tuple(_REGISTRY)
