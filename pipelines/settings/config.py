@@ -157,22 +157,29 @@ class RegistryConfig(BaseModel):
         """The URI for :func:`gkeflow.components.register.backends.open_registry`."""
         if self.uri:
             return self.uri
-        if self.backend == "vertex":
-            if not self.project:
-                raise ConfigError("registry.project is required for the vertex backend")
-            return f"vertex://projects/{self.project}/locations/{self.location}"
-        if self.backend == "kubeflow":
-            if not self.host:
-                raise ConfigError("registry.host is required for the kubeflow backend")
-            scheme = "https" if self.secure else "http"
-            return f"{scheme}://{self.host}:{self.port}"
-        if self.backend == "mlflow":
-            if not self.host:
-                raise ConfigError("registry.host is required for the mlflow backend "
-                                  "(or set registry.uri: mlflow://host:port)")
-            port = self.port if "port" in self.model_fields_set else MLFLOW_PORT
-            return f"{'mlflow+https' if self.secure else 'mlflow'}://{self.host}:{port}"
+        return {"vertex": self._vertex_uri, "kubeflow": self._kubeflow_uri,
+                "mlflow": self._mlflow_uri}.get(self.backend, self._local_uri)()
+
+    def _vertex_uri(self) -> str:  # Vertex AI Model Registry
+        if not self.project:
+            raise ConfigError("registry.project is required for the vertex backend")
+        return f"vertex://projects/{self.project}/locations/{self.location}"
+
+    def _kubeflow_uri(self) -> str:  # Kubeflow Model Registry
+        if not self.host:
+            raise ConfigError("registry.host is required for the kubeflow backend")
+        scheme = "https" if self.secure else "http"
+        return f"{scheme}://{self.host}:{self.port}"
+
+    def _local_uri(self) -> str:
         return f"sqlite:///{self.path}"
+
+    def _mlflow_uri(self) -> str:  # an MLflow server's Model Registry
+        if not self.host:
+            raise ConfigError("registry.host is required for the mlflow backend "
+                              "(or set registry.uri: mlflow://host:port)")
+        port = self.port if "port" in self.model_fields_set else MLFLOW_PORT
+        return f"{'mlflow+https' if self.secure else 'mlflow'}://{self.host}:{port}"
 
 
 class GkeflowConfig(BaseModel):

@@ -30,6 +30,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gkeflow.pipelines.settings.platforms import platform
+
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _K8S_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 _SECRET_VERSION = re.compile(r"^projects/[^/]+/secrets/[A-Za-z0-9_-]+(/versions/[A-Za-z0-9_-]+)?$")
@@ -78,8 +80,10 @@ class WebhookSettings(BaseModel):
 
     def secret_for(self, target: str) -> str:
         """The secret of ``target``; raises ValueError naming the missing key."""
-        secret = {"gke": self.gke_secret, "vertex": self.vertex_secret}.get(target, "")
-        if target in ("gke", "vertex") and not secret:
+        where = platform(target)
+        secret = (self.gke_secret if where.kubernetes else
+                  self.vertex_secret if where.managed else "")
+        if where.cloud and not secret:
             raise ValueError(f"notifications for target {target}: set webhook."
                              f"{target}_secret (the secret holding the webhook URL)")
         return secret
@@ -138,7 +142,7 @@ class NotificationSettings(BaseModel):
 
     def check_target(self, target: str) -> None:
         """Raises ValueError when ``target`` cannot send this notification."""
-        if self.email is not None and target == "gke":
+        if self.email is not None and platform(target).kubernetes:
             raise ValueError("notifications.email: Kubeflow Pipelines on GKE sends no email; "
                              "give GKE runs a webhook (an environment or a schedule of "
                              "their own)")

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from gkeflow.components.tracking.vertex_run import TENSORBOARD
+from gkeflow.pipelines.settings.platforms import platform
 
 DEFAULT_ENVIRONMENT = "default"
 #: The KFP run API's plugin key and field (v2beta1 ``plugins_input``).
@@ -144,13 +145,13 @@ class MlflowTracking(BaseModel):
     def unreachable_from(self, target: str) -> str:
         """Why pods on ``target`` (gke, vertex) cannot reach ``tracking_uri``; '' when they
         may (local runs, a routable host, or ``allow_local_uri``)."""
-        if target not in ("gke", "vertex") or not self.tracking_uri or self.allow_local_uri:
+        if not platform(target).cloud or not self.tracking_uri or self.allow_local_uri:
             return ""
         host = urlsplit(self.tracking_uri).hostname or ""
         kind = local_address_kind(host)
         if not kind:
             return ""
-        where = "a GKE pod" if target == "gke" else "Vertex AI"
+        where = "a GKE pod" if platform(target).kubernetes else "Vertex AI"
         return (f"tracking.mlflow.tracking_uri {self.tracking_uri} is a {kind} address, which "
                 f"{where} cannot reach: give the server's address as the {target} runs see it, "
                 "or set tracking.mlflow.allow_local_uri: true for a server port-forwarded into "
@@ -256,11 +257,11 @@ class TrackingSettings(BaseModel):
         if mlflow is not None:
             where = f"MLflow experiment {mlflow.experiment!r}"
             uri = mlflow.tracking_uri
-            if target == "gke" and uri:
+            if platform(target).kubernetes and uri:
                 lines.append(f"tracking: {where}, through Kubeflow Pipelines' MLflow plugin "
                              f"(Kubeflow Pipelines >= 2.17), else by the steps themselves at "
                              f"{uri} (a parent run, a nested run per step)")
-            elif target == "gke":
+            elif platform(target).kubernetes:
                 lines.append(f"tracking: {where}, through Kubeflow Pipelines' MLflow plugin "
                              "(its server; needs Kubeflow Pipelines >= 2.17)")
             elif uri:
@@ -272,10 +273,10 @@ class TrackingSettings(BaseModel):
         experiments = self.vertex_experiments
         if experiments is not None:
             where = f"Vertex AI experiment {experiments.experiment!r}"
-            if target == "vertex":
+            if platform(target).managed:
                 lines.append(f"tracking: {where} (the run is submitted into it; its "
                              "parameters and metrics appear in the experiment's comparison)")
-            elif target == "local":
+            elif platform(target).local:
                 lines.append(f"tracking: {where} (the run's parameters and metrics, as an "
                              "experiment run, when it ends)")
             else:

@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
 
+from gkeflow.pipelines.settings.platforms import platform
+
 #: Access modes a workspace may ask for. ReadWriteOnce disks attach to one node at a time, so
 #: steps that use the workspace in parallel (sweep trials, fan-out groups) then take turns.
 ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany")
@@ -73,9 +75,9 @@ class WorkspaceSettings(BaseModel):
         unless disabled (by default, unless the root is gs://); a local run only when
         enabled explicitly (kfp.local's workspace directory); never on Vertex AI, whose
         roots are gs://."""
-        if target == "local":
+        if platform(target).local:
             return bool(self.enabled)
-        if target != "gke":
+        if not platform(target).kubernetes:
             return False
         if self.enabled is not None:
             return self.enabled
