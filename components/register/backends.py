@@ -16,7 +16,11 @@ from typing import Any, Protocol
 
 from gkeflow.components.register.local_registry import LocalRegistry, ModelVersion, RegistryError
 
-BACKENDS = ("local", "vertex", "kubeflow", "mlflow")
+#: The registries: a local SQLite file, Vertex AI Model Registry, Kubeflow Model Registry,
+#: an MLflow server's Model Registry (names of registries, not of platforms).
+LOCAL_REGISTRY, VERTEX_REGISTRY, KUBEFLOW_REGISTRY, MLFLOW_REGISTRY = (
+    "local", "vertex", "kubeflow", "mlflow")
+BACKENDS = (LOCAL_REGISTRY, VERTEX_REGISTRY, KUBEFLOW_REGISTRY, MLFLOW_REGISTRY)
 
 
 class RegistryBackend(Protocol):

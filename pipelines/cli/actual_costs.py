@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from gkeflow.pipelines.cli.costs import cluster_of, pipeline_profiles, price_region, step_durations
 from gkeflow.pipelines.compute.costing import LIST_PRICE_LABEL, format_usd, median_durations
 from gkeflow.pipelines.settings.config import config_directory
+from gkeflow.pipelines.settings.platforms import platform
 
 
 def run_actual_cost(config, info):
@@ -144,10 +145,10 @@ def billed_report(info, estimate, why: str, bill, key: str, value: str, *, settl
         actual_reason = ("the export has been written past the run's end and no row carries "
                          "the run's label" + (
                              ": turn on GKE cost allocation (gcloud container clusters update "
-                             "CLUSTER --enable-cost-allocation)" if info.target == "gke"
+                             "CLUSTER --enable-cost-allocation)" if platform(info.target).kubernetes
                              else ": check the run id"))
     notes = [export_note] if export_note else []
-    if info.target == "gke":
+    if platform(info.target).kubernetes:
         notes.append("GKE's figure allocates each node's cost to pods by their resource "
                      "requests; the estimate prices the whole nodes the steps run on: they "
                      "differ in kind, not only in amount")

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from gkeflow.pipelines.cli.params import NonEmptyPath
+from gkeflow.pipelines.settings.platforms import platform
 
 TARGETS = ("local", "vertex", "gke")
 DEFAULT_OUTPUT = Path("gkeflow-output")
@@ -65,7 +66,7 @@ class DeployContext:
                                            f"(entries: {', '.join(self.config.deploy) or 'none'})")
             entry = entry or DeployEnvironment()
             api_endpoint = ""
-            if target == "vertex" and self.config.targets.vertex is not None:
+            if platform(target).managed and self.config.targets.vertex is not None:
                 api_endpoint = self.config.targets.vertex.api_endpoint or ""
             self.settings = DeploySettings.from_json(
                 entry.settings_json(), traffic=traffic or entry.traffic, keep=keep,
@@ -81,7 +82,7 @@ class DeployContext:
     def registry_uri(self) -> str:
         from gkeflow.pipelines.settings.config import ConfigError
 
-        if self.target == "local":
+        if platform(self.target).local:
             from gkeflow.pipelines.settings.tracking_config import (
                 mlflow_registry_uri,
                 tracking_for,
@@ -93,7 +94,7 @@ class DeployContext:
                 # where `gkeflow run --env ENV` registered: the tracking server's registry
                 return mlflow_registry_uri(mlflow.tracking_uri)
             return f"sqlite:///{(self.output / 'registry.db').resolve()}"
-        if self.target == "vertex":
+        if platform(self.target).managed:
             vertex = self._vertex()
             return f"vertex://projects/{vertex.project}/locations/{vertex.region}"
         try:
@@ -107,9 +108,9 @@ class DeployContext:
         from gkeflow.components.register.backends import RegistrySettings, open_registry
 
         api_endpoint = ""
-        if self.target == "vertex":
+        if platform(self.target).managed:
             api_endpoint = self._vertex().api_endpoint or ""
-        elif self.target == "gke":
+        elif platform(self.target).kubernetes:
             api_endpoint = self.config.registry.api_endpoint
         return open_registry(self.registry_uri(), RegistrySettings(
             serving_image=self.config.registry.serving_image, api_endpoint=api_endpoint,
@@ -130,7 +131,7 @@ class DeployContext:
         from gkeflow.pipelines.targets.transport import RetryPolicy as CallPolicy
         from gkeflow.pipelines.targets.transport import max_total_s
 
-        settings = self.config.targets.vertex if self.target == "vertex" else \
+        settings = self.config.targets.vertex if platform(self.target).managed else \
             self.config.targets.gke
         calls = CallPolicy() if settings is None else CallPolicy(
             attempts=settings.retries + 1, timeout_s=settings.timeout_s)

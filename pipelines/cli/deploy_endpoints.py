@@ -11,6 +11,7 @@ from gkeflow.pipelines.cli.deploy_context import (
     fail,
     target_options,
 )
+from gkeflow.pipelines.settings.platforms import platform
 
 
 def _show(target: str, state) -> str:
@@ -46,9 +47,9 @@ def _change_traffic(context: DeployContext, target: str, action: str, **options)
     name), record a KServe change in the Model Registry, and print the new split."""
     name = context.settings.endpoint
     try:
-        if target == "vertex":
+        if platform(target).managed:
             state = getattr(context.vertex_endpoints(), action)(name, **options)
-        elif target == "gke":
+        elif platform(target).kubernetes:
             services = context.inference_services()
             before = services.status(name)
             state = getattr(services, action)(name, _placement(context), **options)
@@ -69,9 +70,9 @@ def status_command(name, target, environment, config_path, output, endpoint,
     context = DeployContext(target, environment, config_path, output, endpoint or name, namespace)
     name = context.settings.endpoint
     try:
-        if target == "vertex":
+        if platform(target).managed:
             state = context.vertex_endpoints().state(name)
-        elif target == "gke":
+        elif platform(target).kubernetes:
             state = context.inference_services().status(name)
         else:
             state = context.local_endpoints().get(name)

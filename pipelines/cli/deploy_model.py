@@ -16,6 +16,7 @@ from gkeflow.pipelines.cli.deploy_context import (
     fail,
     target_options,
 )
+from gkeflow.pipelines.settings.platforms import platform
 
 
 @click.command("model", hidden=True)
@@ -40,7 +41,7 @@ def deploy_model_command(model_ref, target, environment, config_path, output, en
     registry_uri = context.registry_uri()
     try:
         ref = parse_model_ref(model_ref)
-        if target == "vertex":
+        if platform(target).managed:
             _vertex_credentials_for(context, ref, registry_uri)
         version, how = resolve_version(registry_uri, ref, context.registry())
     except PredictError as exc:
@@ -62,7 +63,8 @@ def deploy_model_command(model_ref, target, environment, config_path, output, en
         try:
             outcome = deploy_version(target, model_dir, registered, context.settings,
                                      context.compute, registry_uri, checked, echo=echo_err,
-                                     kube_api=context.kube_api() if target == "gke" else None,
+                                     kube_api=(context.kube_api()
+                                               if platform(target).kubernetes else None),
                                      policy=context.policy())
         except click.ClickException:
             raise
@@ -143,7 +145,7 @@ def _dry_run(context: DeployContext, model_dir: Path, registered: dict[str, Any]
 
     settings, name = context.settings, context.settings.endpoint or registered["modelName"]
     version = int(registered["version"])
-    if context.target == "vertex":
+    if platform(context.target).managed:
         from google.cloud import aiplatform_v1
 
         from gkeflow.components.deploy.logic import vertex_parts
@@ -163,7 +165,7 @@ def _dry_run(context: DeployContext, model_dir: Path, registered: dict[str, Any]
             traffic_split=split)
         click.echo(f"would deploy on endpoint {name} ({'exists' if state else 'to be created'})")
         click.echo(aiplatform_v1.DeployModelRequest.to_json(request))
-    elif context.target == "gke":
+    elif platform(context.target).kubernetes:
         import yaml
 
         from gkeflow.components.deploy import kserve

@@ -26,7 +26,9 @@ def serving_by_version(kind: str, registry_uri: str, api_endpoint: str = "",
     and (Kubeflow Model Registry) the KServe InferenceServices in ``namespaces``, through
     ``kube`` (an API client; default: the kubeconfig's); empty when nothing can be read."""
     out: dict[tuple[str, int], list[str]] = {}
-    if kind == "local":
+    from gkeflow.components.register.backends import LOCAL_REGISTRY, VERTEX_REGISTRY
+
+    if kind == LOCAL_REGISTRY:
         from gkeflow.components.deploy.local_server import LocalEndpoints
         from gkeflow.components.register.local_registry import LocalRegistry, registry_path
 
@@ -39,7 +41,7 @@ def serving_by_version(kind: str, registry_uri: str, api_endpoint: str = "",
                 if key is not None:
                     out.setdefault(key, []).append(
                         f"{endpoint.name} {endpoint.split.get(version.key, 0)}%")
-    elif kind == "vertex":
+    elif kind == VERTEX_REGISTRY:
         from gkeflow.components.deploy.vertex_endpoint import VertexEndpoints
 
         where = registry_uri.removeprefix("vertex://").split("/")

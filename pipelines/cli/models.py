@@ -66,8 +66,10 @@ def _open_cli_registry(backend, registry, project, location, api_endpoint, host,
                        config_path, run_output=None, environment="default"):
     """Flags over gkeflow.yaml's ``registry:`` over the MLflow registry of
     ``tracking.<environment>.mlflow`` over defaults -> (registry, URI, backend)."""
+    from gkeflow.components.register.backends import LOCAL_REGISTRY
+
     if run_output is not None:
-        if registry or (backend and backend != "local"):
+        if registry or (backend and backend != LOCAL_REGISTRY):
             raise click.UsageError("--output names a local registry; drop --registry/--backend")
         registry = f"sqlite:///{Path(run_output).resolve() / REGISTRY_FILE}"
     from gkeflow.components.register.backends import RegistrySettings, backend_of, open_registry
@@ -96,7 +98,7 @@ def _open_cli_registry(backend, registry, project, location, api_endpoint, host,
     try:
         uri = registry or settings.registry_uri()
         kind = backend_of(uri)
-        if kind == "local" and not registry_path(uri).exists():
+        if kind == LOCAL_REGISTRY and not registry_path(uri).exists():
             raise click.ClickException(f"no registry at {registry_path(uri)}; "
                                        "run `gkeflow run` first or pass --registry")
         opened = open_registry(uri, RegistrySettings(

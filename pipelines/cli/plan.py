@@ -20,6 +20,7 @@ from gkeflow.pipelines.cli.tables import (
     print_json,
     print_table,
 )
+from gkeflow.pipelines.settings.platforms import platform
 from gkeflow.pipelines.targets.compile import COMPILE_TARGETS
 
 
@@ -120,7 +121,8 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
     verdict_line, verdict = plan_verdict(config, cost)
     mounts, custom_jobs = _gcsfuse_mounts(pipeline, target, config, profiles)
     lustre = _lustre_mounts(target, config, profiles, mounted_by_job=bool(custom_jobs) or (
-        target == "gke" and pipeline == "training" and profiles["train-model"].replicas > 1))
+        platform(target).kubernetes and pipeline == "training"
+        and profiles["train-model"].replicas > 1))
     if output_format == "json":
         print_json({**plan_json(pipeline, target, rows, images, target_notes(
             profiles, target, () if pipeline == "sweep" else ("train-model",))),
@@ -128,9 +130,9 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
             "gcsfuse": {step: [m.as_json() for m in found] for step, found in mounts.items()},
             "lustre": {step: [m.as_json() for m in found] for step, found in lustre.items()}})
         return
-    caption = ("CPU and memory: request = limit" if target == "gke"
+    caption = ("CPU and memory: request = limit" if platform(target).kubernetes
                else "CPU and memory: limits; Vertex AI picks the machine")
-    if target == "gke" and not wide:
+    if platform(target).kubernetes and not wide:
         caption += "; accelerator: node label, requested as nvidia.com/gpu"
         if any(p.uses_tpu for p in profiles.values()):
             caption += " (TPUs: google.com/tpu, chips per host)"
@@ -171,7 +173,7 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
 
     for line in lustre_lines(lustre):
         console.print(line, markup=False)
-    if target == "gke":
+    if platform(target).kubernetes:
         from gkeflow.pipelines.targets.backend_version import plan_line
 
         console.print(plan_line(pipeline, compute, config), markup=False)
@@ -200,10 +202,10 @@ def _gcsfuse_mounts(pipeline: str, target: str, config,
             raise click.ClickException(problem)
     elif pipeline == "sweep" and "tune-with-vizier" in profiles:
         engine = True  # the trials are the tuning job's custom jobs
-    on_gke = target == "gke" and engine is not None
+    on_gke = platform(target).kubernetes and engine is not None
     mounts = plan_mounts(config.gcsfuse, profiles, target,
                          unmounted=("train-model",) if on_gke else ())
-    jobs = ("train-model",) if target == "vertex" and engine is not None else ()
+    jobs = ("train-model",) if platform(target).managed and engine is not None else ()
     return mounts, jobs
 
 
@@ -225,7 +227,7 @@ def _workspace_lines(pipeline: str, target: str, config, config_path: Path | Non
     """What `gkeflow plan` says of the run's workspace (GKE, roots other than gs://)."""
     from gkeflow.pipelines.compute.workspace import parallel_note
 
-    if pipeline not in ("training", "sweep") or target != "gke":
+    if pipeline not in ("training", "sweep") or not platform(target).kubernetes:
         return []
     from gkeflow.pipelines.compute.workspace import PipelineStorage
 

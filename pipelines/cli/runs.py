@@ -19,6 +19,7 @@ from gkeflow.pipelines.cli.common import (
     require_config,
     stdout_console,
 )
+from gkeflow.pipelines.settings.platforms import names, platform
 from gkeflow.pipelines.targets.backend_choice import reader
 from gkeflow.pipelines.targets.runs import format_duration, format_time, step_key, target_of
 
@@ -66,8 +67,8 @@ def runs_group() -> None:
 def runs_list(pipeline, schedule, limit, target, output, config_path) -> None:
     """List the newest runs: state, start, duration, the failed step, link."""
     config = require_config(config_path)
-    targets = [target] if target else [t for t in ("gke", "vertex")
-                                       if getattr(config.targets, t) is not None]
+    targets = [target] if target else [t for t in names() if platform(t).cloud
+                                       and getattr(config.targets, t, None) is not None]
     if not targets:
         raise click.ClickException(f"{config_path}: no targets configured; add targets.gke "
                                    "and/or targets.vertex (`gkeflow init` shows how)")

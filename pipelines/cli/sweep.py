@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from gkeflow.pipelines.settings.platforms import platform
+
 
 def sweep_options(func):
     """Flags of ``gkeflow run`` that shape a sweep (refused by the other pipelines)."""
@@ -207,14 +209,14 @@ def plan_lines(sweep, profiles, target: str) -> list[str]:
     from gkeflow.pipelines.definitions.sweep_trials import uses_ray, uses_vizier
 
     figures = sweep_plan(sweep, profiles)
-    where = "a KubeRay cluster (RayJob)" if target == "gke" else "a local Ray instance"
+    where = "a KubeRay cluster (RayJob)" if platform(target).kubernetes else "a local Ray instance"
     engine = ("Vertex AI hyperparameter tuning job (Vizier)" if uses_vizier(target, sweep.engine)
               else f"Ray Tune on {where}, scheduler {sweep.scheduler}"
               if uses_ray(target, sweep.engine) else "ParallelFor")
     from gkeflow.pipelines.compute.wording import counted
 
     cluster = []
-    if target == "gke" and uses_ray(target, sweep.engine):
+    if platform(target).kubernetes and uses_ray(target, sweep.engine):
         from gkeflow.pipelines.compute.engines.kuberay import describe
         from gkeflow.pipelines.definitions.sweep import RAY_HEAD, TRIAL_STEP
 

@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 from gkeflow.pipelines.compute.profiles import ComputeProfile, apply_compute
+from gkeflow.pipelines.settings.platforms import platform
 
 DEPLOY_STEP = "deploy-model"
 
@@ -46,9 +47,9 @@ def serving_compute(profile: ComputeProfile, target: str) -> str:
     catalogue) and the accelerator. ``gke``: resources, node selector and tolerations, as
     :func:`~gkeflow.pipelines.compute.profiles.apply_compute` sets them on a step.
     """
-    if target == "vertex":
+    if platform(target).managed:
         return json.dumps({"vertex": vertex_machine(profile)}, sort_keys=True)
-    if target == "gke":
+    if platform(target).kubernetes:
         return json.dumps({"gke": gke_placement(profile)}, sort_keys=True)
     return "{}"
 
@@ -119,7 +120,7 @@ def deploy_stage(target: str, profile: ComputeProfile, scope: dict[str, Any]):
     """
     from kfp import dsl
 
-    if target == "vertex":
+    if platform(target).managed:
         from gkeflow.components.deploy.vertex_component import deploy_model
     else:
         from gkeflow.components.deploy.component import deploy_model

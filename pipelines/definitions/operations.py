@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gkeflow.pipelines.settings.operations_config import NotificationSettings, RetentionSettings
+from gkeflow.pipelines.settings.platforms import platform
 
 #: Where the exit task reads a GKE run's task details: the in-cluster KFP API service.
 KFP_IN_CLUSTER_API = "http://ml-pipeline.kubeflow:8888"
@@ -68,7 +69,7 @@ class Operations:
         compute) compiled in, for the notification to give the run's cost; unchanged
         without a webhook notification or for local runs."""
         if (self.notifications is None or self.notifications.email is not None
-                or self.target not in ("gke", "vertex")):
+                or not platform(self.target).cloud):
             return self
         from dataclasses import replace
 
@@ -83,7 +84,7 @@ class Operations:
 
     def pipeline_config(self, config):
         """``config`` (a ``dsl.PipelineConfig`` or None) with the retention's TTL on GKE."""
-        if self.target != "gke" or not self.retention.days:
+        if not platform(self.target).kubernetes or not self.retention.days:
             return config
         from kfp import dsl
 
@@ -142,10 +143,11 @@ class Operations:
 
         task = end_tracking(target=self.target, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
                             run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER, run_api=self.run_api,
-                            metadata_api=KFP_IN_CLUSTER_METADATA if self.target == "gke"
+                            metadata_api=KFP_IN_CLUSTER_METADATA if platform(self.target).kubernetes
                             else "")
         task.set_display_name("End tracking").set_caching_options(False)
-        if self.target == "gke":  # multi-user Kubeflow: a run-API token (see _notify_task)
+        # multi-user Kubeflow: a run-API token (see _notify_task)
+        if platform(self.target).kubernetes:
             from kfp import kubernetes
 
             kubernetes.add_pod_label(task, RUN_API_ACCESS_LABEL, "true")
@@ -169,13 +171,13 @@ class Operations:
             run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             link_template=self.link_template, when=settings.when,
             webhook_format=settings.webhook.format, webhook_env=WEBHOOK_ENV,
-            webhook_secret=secret if self.target == "vertex" else "",
+            webhook_secret=secret if platform(self.target).managed else "",
             parameters=parameters, defaults=json.dumps(defaults, sort_keys=True),
             run_api=self.run_api,
-            metadata_api=KFP_IN_CLUSTER_METADATA if self.target == "gke" else "",
+            metadata_api=KFP_IN_CLUSTER_METADATA if platform(self.target).kubernetes else "",
             step_rates=self.step_rates)
         task.set_display_name("Notify").set_caching_options(False)
-        if self.target == "gke":
+        if platform(self.target).kubernetes:
             from kfp import kubernetes
 
             name, _, key = secret.partition("/")
@@ -213,7 +215,7 @@ def notification_notes(config, target: str) -> list[str]:
     """What the notification ``config`` carries (from :func:`select`) will not say on
     ``target``."""
     settings = getattr(config, "_notify", None)
-    if target == "vertex" and settings is not None and settings.email is not None:
+    if platform(target).managed and settings is not None and settings.email is not None:
         return [EMAIL_HAS_NO_COST]
     return []
 
@@ -238,11 +240,11 @@ def of(config, target: str) -> Operations:
         return Operations(target)
     settings = getattr(config, "_notify", None)
     link, api = "", ""
-    if target == "gke" and config.targets.gke is not None:
+    if platform(target).kubernetes and config.targets.gke is not None:
         gke = config.targets.gke
         link = f"{gke.ui_url or gke.host}/#/runs/details/{{run_id}}"
         api = KFP_IN_CLUSTER_API
-    elif target == "vertex" and config.targets.vertex is not None:
+    elif platform(target).managed and config.targets.vertex is not None:
         vertex = config.targets.vertex
         link = (f"https://console.cloud.google.com/vertex-ai/locations/{vertex.region}/"
                 f"pipelines/runs/{{run_name}}?project={vertex.project}")

@@ -26,6 +26,7 @@ from gkeflow.pipelines.compute.wording import plural
 from gkeflow.pipelines.definitions.operations import Operations
 from gkeflow.pipelines.settings.gcsfuse_config import GcsFuseSettings
 from gkeflow.pipelines.settings.lustre_config import LustreSettings
+from gkeflow.pipelines.settings.platforms import platform
 
 PIPELINE_NAME = "gkeflow-prediction"
 
@@ -64,9 +65,9 @@ def _steps(target: str) -> list[str]:
     step then takes the model as an imported artifact, which the KFP launcher downloads
     from wherever it was registered (the in-cluster MinIO of a standard install too)."""
     steps = ["predict-batch", "report-predictions"]
-    if target == "gke":
+    if platform(target).kubernetes:
         return ["resolve-model", *steps]
-    return steps + ["batch-predict-vertex"] if target == "vertex" else steps
+    return steps + ["batch-predict-vertex"] if platform(target).managed else steps
 
 
 def _components(profiles: Mapping[str, ComputeProfile]) -> dict:
@@ -146,7 +147,7 @@ def build_prediction_pipeline(
               output_format, key_column, max_rejected_fraction, max_drift,
               reject_unseen_categories, batch_rows, bq_write_mode):
         imported = {}
-        if target == "gke":  # the launcher fetches the model, whatever store holds it
+        if platform(target).kubernetes:  # the launcher fetches the model, whatever store holds it
             found = configure(components["resolve-model"](
                 model=model_name, registry_uri=registry_uri, model_version=model_version,
                 model_alias=model_alias), "resolve-model")
@@ -167,7 +168,7 @@ def build_prediction_pipeline(
             scoring_report=predict.outputs["report"],
         ), "report-predictions")
 
-    if target != "vertex":
+    if not platform(target).managed:
         @dsl.pipeline(name=PIPELINE_NAME, pipeline_config=operations.pipeline_config(None))
         @operations.wrap(PIPELINE_NAME)
         def prediction_pipeline(

@@ -81,6 +81,7 @@ from gkeflow.pipelines.definitions.sweep_trials import (
 from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE, DEFAULT_REGISTRY_URIS
 from gkeflow.pipelines.settings.gcsfuse_config import GcsFuseSettings
 from gkeflow.pipelines.settings.lustre_config import LustreSettings
+from gkeflow.pipelines.settings.platforms import platform
 from gkeflow.pipelines.settings.sweep_config import SweepConfig, default_sweep, expand_trials
 from gkeflow.pipelines.settings.workspace_config import WorkspaceSettings
 
@@ -192,7 +193,7 @@ def _selecting_steps(target: str, engine: str) -> set[str]:
     if uses_vizier(target, engine):
         return {"tune-with-vizier"}
     if uses_ray(target, engine):
-        return {ray_step(target), RAY_HEAD} if target == "gke" else {ray_step(target)}
+        return {ray_step(target), RAY_HEAD} if platform(target).kubernetes else {ray_step(target)}
     return {"select-best-trial"}
 
 
@@ -217,7 +218,7 @@ def build_sweep_pipeline(target: str = "local",
     storage = PipelineStorage(target, workspace)
     vizier = uses_vizier(target, sweep.engine)
     ray = uses_ray(target, sweep.engine)
-    if ray and target == "local":
+    if ray and platform(target).local:
         import importlib.util
 
         if importlib.util.find_spec("ray") is None:
@@ -226,14 +227,14 @@ def build_sweep_pipeline(target: str = "local",
     profiles = resolve_sweep_compute(target, compute, sweep.engine, preparation, sweep)
     trials_default = expand_trials(sweep)
     tuned = ",".join(sweep.tuned)
-    if target == "vertex":
+    if platform(target).managed:
         from gkeflow.components.register.vertex_component import register_model as register_step
     else:
         register_step = register_model
     operations = (operations or Operations(target)).priced(profiles)
     default_registry_uri = operations.registry_default(
         DEFAULT_REGISTRY_URIS.get(target, DEFAULT_REGISTRY_URIS["local"]))
-    require_gpu = target != "local" and profiles[TRIAL_STEP].uses_gpu
+    require_gpu = platform(target).cloud and profiles[TRIAL_STEP].uses_gpu
     components = _components()
 
     def configure(task: dsl.PipelineTask, step: str) -> dsl.PipelineTask:
@@ -348,7 +349,7 @@ def build_sweep_pipeline(target: str = "local",
             configure, settings=preparation, scope=scope, workspace_path=storage.path)
         if ray:
             step = ray_step(target)
-            on_gke = {} if target == "local" else {
+            on_gke = {} if platform(target).local else {
                 "rayjob_template": kuberay.template_json(
                     profiles[TRIAL_STEP], profiles[RAY_HEAD],
                     training_image(profiles[TRIAL_STEP])), "trial_resources": json.dumps(
@@ -408,7 +409,7 @@ def build_sweep_pipeline(target: str = "local",
                     workspace_path=storage.path,
                     backend=backend,
                 ), TRIAL_STEP)
-                if target == "gke":
+                if platform(target).kubernetes:
                     label_training_pod(train)
             best = configure(components["select-best-trial"](
                 trials=trials,

@@ -8,24 +8,25 @@ from gkeflow.pipelines.compute.profiles import (
     PipelineUnfit,
     profile_problems,
 )
+from gkeflow.pipelines.settings.platforms import platform
 
 TRIAL_STEP = "train-model"  # trials use the training step's compute profile
 
 
 def uses_vizier(target: str, engine: str) -> bool:
     """Vizier runs trials only on Vertex AI; GKE and local runs fan out with ParallelFor."""
-    return engine == "vizier" and target == "vertex"
+    return engine == "vizier" and platform(target).managed
 
 
 def uses_ray(target: str, engine: str) -> bool:
     """Ray Tune runs the trials of a local run on a local Ray instance and of a GKE run on
     a KubeRay cluster; on Vertex AI ``engine: ray`` is refused (:func:`ray_refusal`)."""
-    return engine == "ray" and target in ("local", "gke")
+    return engine == "ray" and not platform(target).managed
 
 
 def ray_step(target: str) -> str:
     """The step that runs a Ray sweep's trials: in its own pod locally, as a RayJob on GKE."""
-    return "tune-on-kuberay" if target == "gke" else "tune-with-ray"
+    return "tune-on-kuberay" if platform(target).kubernetes else "tune-with-ray"
 
 
 def ray_refusal(target: str, engine: str) -> str:
@@ -53,23 +54,24 @@ def fit_trial(target: str, engine: str, trial: ComputeProfile) -> tuple[ComputeP
             (on Vertex AI: a machine not offered on demand, or larger than a pipeline step
             gets), although ``train-model`` can; one line naming the sweep, why and the fix.
     """
-    if target == "local":
+    if platform(target).local:
         return trial, ""
     vizier, ray = uses_vizier(target, engine), uses_ray(target, engine)
     if trial.uses_tpu and ray:
         raise PipelineUnfit(f"sweep.engine ray on {target.upper()} runs each trial on a GPU "
                             f"or CPU pod; {TRIAL_STEP} asks for a TPU slice: set sweep.engine "
                             "kfp, or give it a GPU")
-    if trial.uses_tpu and not vizier and (target == "vertex" or tpu_profile.multi_host(trial)):
+    if trial.uses_tpu and not vizier and (platform(target).managed
+                                          or tpu_profile.multi_host(trial)):
         where = ("a Vertex AI pipeline step cannot ask for a TPU; use sweep.engine: vizier"
-                 if target == "vertex" else "each trial is one pod; use a single-host "
+                 if platform(target).managed else "each trial is one pod; use a single-host "
                  f"topology ({', '.join(tpu_profile.single_host_topologies(trial))})")
         raise PipelineUnfit(f"sweep on {target}: its trials cannot take {TRIAL_STEP}'s "
                             f"{trial.accelerator} {trial.topology} slice: {where}")
     dropped = {}
     if trial.replicas > 1:
         dropped["replicas"] = (1, f"replicas {trial.replicas}")
-    if target == "vertex" and not vizier and trial.scheduling != "standard":
+    if platform(target).managed and not vizier and trial.scheduling != "standard":
         dropped["scheduling"] = ("standard", f"scheduling {trial.scheduling}")
     if not dropped:
         return trial, ""
@@ -78,7 +80,7 @@ def fit_trial(target: str, engine: str, trial: ComputeProfile) -> tuple[ComputeP
         changes.update(reservation="", max_wait="")
     fitted = trial.with_overrides(**changes)
     asked = " and ".join(text for _, text in dropped.values())
-    hint = " (sweep.engine: vizier runs trials as CustomJobs)" if target == "vertex" else ""
+    hint = " (sweep.engine: vizier runs trials as CustomJobs)" if platform(target).managed else ""
     if vizier or ray:
         runs_as = "Vertex AI tuning trials" if vizier else "Ray Tune trials on worker pods"
         return fitted, (f"sweep trials run as {runs_as}, one machine each: "
@@ -115,7 +117,7 @@ def _new_problems(target: str, trial: ComputeProfile, fitted: ComputeProfile) ->
 
 def _unfit_fix(target: str, trial: ComputeProfile) -> str:
     """How to give the sweep's trials what they asked for, or something they can take."""
-    if target == "vertex":
+    if platform(target).managed:
         takes = (f" (which takes scheduling {trial.scheduling})"
                  if trial.scheduling != "standard" else "")
         return (f"set sweep.engine: vizier to run each trial as a CustomJob{takes}, or give "

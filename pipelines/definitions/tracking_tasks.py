@@ -21,6 +21,7 @@ from kfp import dsl
 
 from gkeflow.components.tracking import handoff
 from gkeflow.components.tracking import pipeline_run as names
+from gkeflow.pipelines.settings.platforms import platform
 from gkeflow.pipelines.settings.tracking_config import (
     GKE_SECRET_KEYS,
     MlflowTracking,
@@ -79,7 +80,7 @@ def add_run_identity(task: dsl.PipelineTask, target: str) -> None:
     change its cache key on every run). Kubeflow Pipelines resolves the pipeline-job
     placeholders only as input values, so on GKE they come from the pod's own metadata;
     Vertex AI and kfp.local resolve them in the container's arguments."""
-    if target == "gke":
+    if platform(target).kubernetes:
         from kfp import kubernetes
 
         kubernetes.use_field_path_as_env(task, names.ENV_RUN_ID_FIELD, RUN_ID_FIELD)
@@ -100,7 +101,7 @@ def track_task(task: dsl.PipelineTask, step: str, tracking: TrackingSettings | N
     Experiments; unchanged when the step logs nothing or nothing is to be tracked."""
     mlflow = direct_mlflow(tracking)
     experiments = tracking.vertex_experiments if tracking is not None else None
-    if target != "gke" or vertex_target is None:
+    if not platform(target).kubernetes or vertex_target is None:
         experiments = None  # Vertex AI runs are submitted into it; local runs log at the end
     if (mlflow is None and experiments is None) or step not in TRACKED_STEPS \
             or not tracks_itself(task):
@@ -138,14 +139,14 @@ def _set_mlflow(task: dsl.PipelineTask, mlflow: MlflowTracking, target: str, pip
     if run_url_template:
         task.set_env_variable(names.ENV_RUN_URL, run_url_template)
     credentials = mlflow.credentials
-    if target == "gke" and credentials.gke_secret:
+    if platform(target).kubernetes and credentials.gke_secret:
         from kfp import kubernetes
 
         kubernetes.use_secret_as_env(task, secret_name=credentials.gke_secret,
                                      secret_key_to_env=dict(GKE_SECRET_KEYS), optional=True)
         # its name, for a launcher to give a JobSet's pods the same keys by reference
         task.set_env_variable(handoff.ENV_GKE_SECRET, credentials.gke_secret)
-    if target == "vertex" and credentials.vertex_secret:
+    if platform(target).managed and credentials.vertex_secret:
         task.set_env_variable(names.ENV_TOKEN_SECRET, credentials.vertex_secret)
 
 
@@ -153,7 +154,7 @@ def ends_tracking(tracking: TrackingSettings | None, target: str, vertex_target=
     """Whether a pipeline compiled for ``target`` needs the exit task that writes the run's
     end into its trackers: MLflow direct mode, or a Vertex AI experiment (GKE and Vertex AI
     alike need ``targets.vertex``); local runs are ended by ``gkeflow run`` itself."""
-    if target not in ("gke", "vertex") or tracking is None:
+    if not platform(target).cloud or tracking is None:
         return False
     return direct_mlflow(tracking) is not None or (
         tracking.vertex_experiments is not None and vertex_target is not None)

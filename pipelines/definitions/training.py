@@ -53,6 +53,7 @@ from gkeflow.pipelines.definitions.stages import (
 )
 from gkeflow.pipelines.settings.gcsfuse_config import GcsFuseSettings
 from gkeflow.pipelines.settings.lustre_config import LustreSettings
+from gkeflow.pipelines.settings.platforms import platform
 from gkeflow.pipelines.settings.workspace_config import WorkspaceSettings
 
 PIPELINE_NAME = "gkeflow-training"
@@ -172,7 +173,7 @@ def build_training_pipeline(
     profiles = resolve_compute(target, compute, preparation)
     if problem := lustre_mounts.check_target(lustre, target):
         raise ComputeError(problem)
-    if target == "vertex":  # same step, with a google.VertexModel output for Vertex lineage
+    if platform(target).managed:  # same step, with a google.VertexModel output for Vertex lineage
         from gkeflow.components.register.vertex_component import register_model as register_step
     else:
         register_step = register_model
@@ -197,7 +198,7 @@ def build_training_pipeline(
         raise ComputeError(problem)
     try:
         storage = PipelineStorage(target, workspace,
-                                  jobset=target == "gke" and train_engine is not None)
+                                  jobset=platform(target).kubernetes and train_engine is not None)
     except ValueError as exc:
         raise ComputeError(str(exc)) from exc
 
@@ -207,9 +208,9 @@ def build_training_pipeline(
             trainer = with_image(train_model, training_image(profiles["train-model"]))
             task = configure(trainer(**arguments, workspace_path=storage.path),
                              "train-model")
-            if target == "gke":
+            if platform(target).kubernetes:
                 label_training_pod(task)
-            if target == "gke" and storage.checkpoint_volume:
+            if platform(target).kubernetes and storage.checkpoint_volume:
                 # The default MinIO root cannot hold checkpoints: a volume can.
                 add_checkpoint_volume(task)
             return task
@@ -384,7 +385,7 @@ def build_training_pipeline(
             gbdt_colsample_bytree=gbdt_colsample_bytree,
             gbdt_reg_lambda=gbdt_reg_lambda,
             gbdt_early_stopping_rounds=gbdt_early_stopping_rounds,
-            require_gpu=target != "local" and profiles["train-model"].uses_gpu,
+            require_gpu=platform(target).cloud and profiles["train-model"].uses_gpu,
             checkpoint_root=dsl.PIPELINE_ROOT_PLACEHOLDER,
             pipeline_run_id=checkpoint_key,
             task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
