@@ -103,6 +103,11 @@ def register(declared: Platform) -> Platform:
     return declared
 
 
+def unregister(name: str) -> None:
+    """Forget the platform called ``name`` (a test's own declaration, say)."""
+    _REGISTRY.pop(name, None)
+
+
 for _builtin in (LOCAL, GKE, VERTEX):
     register(_builtin)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from gkeflow.components._atomic import plain_mode
 from gkeflow.pipelines.definitions import operations
+from gkeflow.pipelines.settings.platforms import names, platform
 from gkeflow.pipelines.settings.remote_config import PIPELINE_NAMES
 
 COMPILE_TARGETS = ("gke", "vertex")
@@ -255,8 +256,9 @@ def compile_pipeline(
 
         raise ValueError(f"unknown pipeline {pipeline!r}{did_you_mean(pipeline, PIPELINES)}; "
                          f"available: {', '.join(PIPELINES)}")
-    if target not in COMPILE_TARGETS:
-        raise ValueError(f"unknown target {target!r}; available: {', '.join(COMPILE_TARGETS)}")
+    if target not in names() or not platform(target).cloud:
+        available = [name for name in names() if platform(name).cloud]
+        raise ValueError(f"unknown target {target!r}; available: {', '.join(available)}")
     config = _loaded(config)
     built = PIPELINES[pipeline](target, compute, config)
     mapping = image_map(config.images) if lock is None else dict(lock)
