@@ -6,9 +6,16 @@ runs they make. The root model in :mod:`gkeflow.pipelines.settings.config` attac
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from gkeflow.components.did_you_mean import did_you_mean
 from gkeflow.pipelines.settings.budget_config import BudgetSettings
@@ -187,7 +194,18 @@ class Targets(_Strict):
     vertex: VertexTarget | None = None
 
 
-ParameterValue = bool | int | float | str
+def _joined(value):
+    """A YAML list of plain values (``candidates: [gbdt, linear]``, ``hidden_units: [64,
+    32]``) as the comma-separated text the pipeline parameter takes; anything else as it
+    is (a list holding mappings or lists is refused by the type below)."""
+    if isinstance(value, list) and all(isinstance(v, str | int | float) and
+                                       not isinstance(v, bool) for v in value):
+        return ",".join(str(v) for v in value)
+    return value
+
+
+#: A pipeline parameter's value in gkeflow.yaml (a list of plain values is joined by commas).
+ParameterValue = Annotated[bool | int | float | str, BeforeValidator(_joined)]
 
 
 class ScheduleConfig(_Strict):

@@ -150,3 +150,16 @@ def test_a_vizier_trial_takes_the_trees_settings_as_flags():
                        "--gbdt_subsample", "0.8"])
     assert (args.gbdt_max_depth, args.gbdt_subsample) == (3, 0.8)
     assert args.gbdt_rounds == 2000  # not searched: train-model's default
+
+
+def test_a_yaml_list_of_plain_values_is_a_comma_separated_parameter(tmp_path):
+    """`candidates: [gbdt, linear]` in gkeflow.yaml's parameters (and a schedule's) is the
+    text the pipeline parameter takes; a list of mappings is still refused."""
+    path = tmp_path / "gkeflow.yaml"
+    path.write_text("parameters:\n  prod:\n    candidates: [gbdt, linear]\n"
+                    "    hidden_units: [64, 32]\n")
+    config = load_config(path)
+    assert config.parameters["prod"] == {"candidates": "gbdt,linear", "hidden_units": "64,32"}
+    path.write_text("parameters:\n  prod:\n    candidates: [{a: 1}]\n")
+    with pytest.raises(ConfigError, match="parameters.prod.candidates"):
+        load_config(path)
