@@ -53,6 +53,9 @@ class Platform:
     price_kinds: str = ""
     #: What a plain step asks for that it does not apply, each with the note's wording.
     unsupported: dict[Unsupported, str] = field(default_factory=dict)
+    #: The engine that runs training beyond one pod there (a name of
+    #: ``compute/engines``: ``local-workers``, ``jobset``, ``custom-job``; "" for none).
+    training_engine: str = ""
 
     @property
     def cloud(self) -> bool:
@@ -67,16 +70,16 @@ class Platform:
 
 
 LOCAL = Platform(
-    "local", "kfp.local", local=True,
+    "local", "kfp.local", local=True, training_engine="local-workers",
     unsupported={
         Unsupported.RESOURCES: ("kfp.local honours only caching; resources, spot, timeout and "
                                 "retries apply on gke and vertex"),
         Unsupported.QUEUE: "queue (Kueue) applies on gke only; ignored on local",
     })
-GKE = Platform("gke", "GKE", kubernetes=True)
+GKE = Platform("gke", "GKE", kubernetes=True, training_engine="jobset")
 VERTEX = Platform(
     "vertex", "Vertex AI", managed=True, accelerator_types=True, tpu_offers="vertex",
-    price_kinds="vertex-",
+    price_kinds="vertex-", training_engine="custom-job",
     unsupported={
         Unsupported.STEP_SPOT: ("spot is not applied on Vertex AI Pipelines (a pipeline step "
                                 "runs on on-demand capacity)"),

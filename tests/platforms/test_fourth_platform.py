@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gkeflow.pipelines.compute.costing import run_cost
+from gkeflow.pipelines.compute.engines import training_engine
 from gkeflow.pipelines.compute.plan import plan, target_notes
 from gkeflow.pipelines.definitions.training import resolve_compute
 from gkeflow.pipelines.settings import platforms
@@ -18,7 +19,7 @@ from gkeflow.pipelines.targets.compile import compile_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 #: A Kubernetes platform that runs no Kueue queue and prices like GKE.
-ACME = Platform("acme", "Acme Kubernetes", kubernetes=True,
+ACME = Platform("acme", "Acme Kubernetes", kubernetes=True, training_engine="jobset",
                 unsupported={Unsupported.QUEUE: "queue (Kueue) is not installed on acme"})
 
 
@@ -43,6 +44,10 @@ def test_a_registered_fourth_platform_compiles_the_training_pipeline_and_plans(a
                for note in target_notes(queued, acme.name))
     cost = run_cost(profiles, acme.name, "us-central1")
     assert cost.ceiling_usd is not None  # priced from Compute Engine's rows, as GKE is
+    # the engine it declares runs multi-node training: a JobSet, as on GKE
+    two = profiles["train-model"].with_overrides(replicas=2)
+    assert training_engine(acme.name, two).name == "gke"
+    assert training_engine(acme.name, profiles["train-model"]) is None
 
 
 def test_no_module_compares_a_platform_name():

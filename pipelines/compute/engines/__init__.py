@@ -105,8 +105,12 @@ def gpus_text(profile: ComputeProfile, accelerator: str) -> str:
 
 
 def training_engine(target: str, profile: ComputeProfile) -> TrainEngine | None:
-    """The engine that runs a training step with ``profile`` on ``target``; None: a plain pod."""
+    """The engine that runs a training step with ``profile`` on ``target`` (the one its
+    platform declares); None: a plain pod."""
     from gkeflow.pipelines.compute.engines import gke, local, vertex
+    from gkeflow.pipelines.settings.platforms import platform
 
-    engine = {"vertex": vertex.ENGINE, "gke": gke.ENGINE, "local": local.ENGINE}.get(target)
+    engines = {"custom-job": vertex.ENGINE, "jobset": gke.ENGINE,
+               "local-workers": local.ENGINE}
+    engine = engines.get(platform(target).training_engine)
     return engine if engine is not None and engine.applies(profile) else None
