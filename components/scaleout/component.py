@@ -33,8 +33,17 @@ def train_model_local_workers(
     loss: str = "auto",
     label_transform: str = "none",
     backend: str = "auto",
+    gbdt_rounds: int = 2000,
+    gbdt_learning_rate: float = 0.05,
+    gbdt_max_depth: int = 6,
+    gbdt_min_child_weight: float = 1.0,
+    gbdt_subsample: float = 1.0,
+    gbdt_colsample_bytree: float = 1.0,
+    gbdt_reg_lambda: float = 1.0,
+    gbdt_early_stopping_rounds: int = 100,
 ):
-    """Trains with MultiWorkerMirroredStrategy over several worker processes on this machine.
+    """Trains across several worker processes on this machine (Keras: MultiWorkerMirrored;
+    gradient-boosted trees: XGBoost's collective).
 
     Args:
         dataset: Splits written by prepare_data.
@@ -46,7 +55,7 @@ def train_model_local_workers(
         epochs: Maximum passes over the training split.
         batch_size: Examples per step per replica (the global batch scales with replicas).
         learning_rate: Adam learning rate for one replica (scaled linearly with replicas).
-        model_type: Built-in model: mlp or wide_deep.
+        model_type: Built-in model: mlp, wide_deep or gbdt.
         user_module: Python module (file path or import name) with build_model(schema, hparams).
         require_gpu: Fail instead of training on CPU when no GPU is visible.
         checkpoint_root: Pipeline root; checkpoints live under <root>/checkpoints/<run>/<task>.
@@ -59,6 +68,15 @@ def train_model_local_workers(
         label_transform: Regression: none, or log for a skewed positive label.
         backend: Keras backend: auto (JAX on a TPU, TensorFlow elsewhere), tensorflow or
             jax (its processes join by jax.distributed).
+        gbdt_rounds: model_type gbdt (trained across the workers by XGBoost's collective):
+            boosting rounds at most; the gbdt_* settings as train_model takes them.
+        gbdt_learning_rate: Shrinkage of each tree.
+        gbdt_max_depth: Depth of each tree.
+        gbdt_min_child_weight: Least hessian sum in a leaf.
+        gbdt_subsample: Share of rows each tree sees.
+        gbdt_colsample_bytree: Share of features each tree sees.
+        gbdt_reg_lambda: L2 regularisation of the leaf weights.
+        gbdt_early_stopping_rounds: Rounds without eval improvement before stopping.
     """
     import shutil
     from pathlib import Path
@@ -70,7 +88,12 @@ def train_model_local_workers(
     params = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
               "model_type": model_type, "user_module": user_module, "require_gpu": require_gpu,
               "early_stopping_patience": early_stopping_patience, "loss": loss,
-              "label_transform": label_transform, "backend": backend}
+              "label_transform": label_transform, "backend": backend,
+              "gbdt_rounds": gbdt_rounds, "gbdt_learning_rate": gbdt_learning_rate,
+              "gbdt_max_depth": gbdt_max_depth, "gbdt_min_child_weight": gbdt_min_child_weight,
+              "gbdt_subsample": gbdt_subsample, "gbdt_colsample_bytree": gbdt_colsample_bytree,
+              "gbdt_reg_lambda": gbdt_reg_lambda,
+              "gbdt_early_stopping_rounds": gbdt_early_stopping_rounds}
     tracking = open_remote_training(f"local-workers:{pipeline_run_id}:{task_name}",
                                     "local-workers", task_name)
     try:
@@ -133,8 +156,17 @@ def train_model_jobset(
     loss: str = "auto",
     label_transform: str = "none",
     backend: str = "auto",
+    gbdt_rounds: int = 2000,
+    gbdt_learning_rate: float = 0.05,
+    gbdt_max_depth: int = 6,
+    gbdt_min_child_weight: float = 1.0,
+    gbdt_subsample: float = 1.0,
+    gbdt_colsample_bytree: float = 1.0,
+    gbdt_reg_lambda: float = 1.0,
+    gbdt_early_stopping_rounds: int = 100,
 ):
-    """Trains on several GKE nodes: launches a JobSet of GPU pods and waits for it.
+    """Trains on several GKE nodes (Keras or gradient-boosted trees): launches a JobSet of
+    pods and waits for it.
 
     The JobSet's name comes from the run id and task name, so a retried step re-attaches to
     the JobSet it launched instead of starting a second one. The chief's log is followed
@@ -156,7 +188,7 @@ def train_model_jobset(
         epochs: Maximum passes over the training split.
         batch_size: Examples per step per replica (the global batch scales with replicas).
         learning_rate: Adam learning rate for one replica (scaled linearly with replicas).
-        model_type: Built-in model: mlp or wide_deep.
+        model_type: Built-in model: mlp, wide_deep or gbdt.
         user_module: Python module (file path or import name) with build_model(schema, hparams).
         require_gpu: Fail instead of training on CPU when no GPU is visible.
         checkpoint_root: Pipeline root: inputs, checkpoints and the model travel through it.
@@ -173,6 +205,15 @@ def train_model_jobset(
         label_transform: Regression: none, or log for a skewed positive label.
         backend: Keras backend: auto (JAX on a TPU, TensorFlow elsewhere), tensorflow or
             jax (its processes join by jax.distributed).
+        gbdt_rounds: model_type gbdt (trained across the workers by XGBoost's collective):
+            boosting rounds at most; the gbdt_* settings as train_model takes them.
+        gbdt_learning_rate: Shrinkage of each tree.
+        gbdt_max_depth: Depth of each tree.
+        gbdt_min_child_weight: Least hessian sum in a leaf.
+        gbdt_subsample: Share of rows each tree sees.
+        gbdt_colsample_bytree: Share of features each tree sees.
+        gbdt_reg_lambda: L2 regularisation of the leaf weights.
+        gbdt_early_stopping_rounds: Rounds without eval improvement before stopping.
     """
     import json
     from pathlib import Path
@@ -182,7 +223,12 @@ def train_model_jobset(
     params = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
               "model_type": model_type, "user_module": user_module, "require_gpu": require_gpu,
               "early_stopping_patience": early_stopping_patience, "loss": loss,
-              "label_transform": label_transform, "backend": backend}
+              "label_transform": label_transform, "backend": backend,
+              "gbdt_rounds": gbdt_rounds, "gbdt_learning_rate": gbdt_learning_rate,
+              "gbdt_max_depth": gbdt_max_depth, "gbdt_min_child_weight": gbdt_min_child_weight,
+              "gbdt_subsample": gbdt_subsample, "gbdt_colsample_bytree": gbdt_colsample_bytree,
+              "gbdt_reg_lambda": gbdt_reg_lambda,
+              "gbdt_early_stopping_rounds": gbdt_early_stopping_rounds}
     summary = jobset_launcher.launch_step(
         template=json.loads(jobset_template), dataset_uri=dataset.uri, schema_uri=schema.uri,
         params=params, pipeline_root=checkpoint_root, run_id=pipeline_run_id,

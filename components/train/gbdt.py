@@ -20,6 +20,7 @@ start anew with a loaded booster, so the model is as good but not the same bits.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -143,7 +144,7 @@ def train_gbdt(dataset_dir: Path, schema: Schema, model_dir: Path, params: Train
     from gkeflow.components.prepare.reader import load_split
     from gkeflow.components.train import tpu as tpus
     from gkeflow.components.train.checkpoint import Preempted
-    from gkeflow.components.train.devices import GpuUnavailableError, workers_in_tf_config
+    from gkeflow.components.train.devices import GpuUnavailableError
     from gkeflow.components.train.inputs import split_rows
     from gkeflow.components.train.store import fetched, open_store
     from gkeflow.components.train.utilisation import GpuSampler
@@ -152,9 +153,9 @@ def train_gbdt(dataset_dir: Path, schema: Schema, model_dir: Path, params: Train
     if tpus.find_tpu(os.environ, tpus.tpu_device_files()) is not None or params.strategy == "tpu":
         raise tpus.TpuUnavailableError("model_type gbdt trains on CPUs or NVIDIA GPUs, not on "
                                        "a TPU; give train-model a GPU or CPU profile")
-    if workers_in_tf_config(os.environ.get("TF_CONFIG", "")) > 1:
-        raise GbdtSettingsError("model_type gbdt trains on one machine; set replicas: 1 "
-                                "for train-model")
+    from gkeflow.components.train.gbdt_collective import from_tf_config, joined
+
+    collective = from_tf_config(os.environ.get("TF_CONFIG", ""))
     gpus = visible_gpus()
     if params.require_gpu and not gpus:
         raise GpuUnavailableError("this step asked for a GPU but NVML sees none; refusing to "
@@ -189,6 +190,15 @@ def train_gbdt(dataset_dir: Path, schema: Schema, model_dir: Path, params: Train
                                    missing=np.nan) for split, (x, y) in arrays.items()}
     dtrain = matrices["train"]
     evals = [(matrix, split) for split, matrix in matrices.items()]
+    shares = arrays  # what this worker trains on: every row, or its share of them
+    if collective is not None:
+        shares = {split: (x[collective.share(len(y))], y[collective.share(len(y))])
+                  for split, (x, y) in arrays.items()}
+        print(f"worker {collective.rank} of {collective.workers}: "
+              f"{len(shares['train'][1])} of {rows['train']} train rows, trees grown with "
+              f"every worker's (XGBoost's collective)", flush=True)
+    shared = {split: xgb.DMatrix(x, label=y, feature_types=types, enable_categorical=True,
+                                 missing=np.nan) for split, (x, y) in shares.items()}
     print(f"data read in {time.perf_counter() - loaded:.1f} s", flush=True)
 
     store = open_store(checkpoint_dir) if checkpoint_dir else None
@@ -206,20 +216,32 @@ def train_gbdt(dataset_dir: Path, schema: Schema, model_dir: Path, params: Train
                              else [live_callbacks]) if c is not None]
     total = params.gbdt_rounds
     patience = params.gbdt_early_stopping_rounds if len(evals) > 1 else 0
-    rounds = make_round_callback(store, state, token, params.gbdt_checkpoint_every if store
+    writer = store if collective is None or collective.chief else None  # the chief commits
+    rounds = make_round_callback(writer, state, token, params.gbdt_checkpoint_every if writer
                                  else 0, patience, live_list, max(1, total // 100), total)
     previous = None
-    if store is not None and threading.current_thread() is threading.main_thread():
+    if writer is not None and threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, rounds.handler)
     started = time.perf_counter()
     sampler.start()
     sampler.begin_epoch(0)
+    refitted = params.refit and "eval" in arrays
+    together = joined(collective) if collective is not None else contextlib.nullcontext()
+    settings = booster_params(params, schema, device)
+    if collective is not None and collective.threads:
+        settings["nthread"] = collective.threads
     try:
-        remaining = 0 if state.stopped_early else total - state.rounds_completed
-        if remaining > 0:
-            booster = xgb.train(booster_params(params, schema, device), dtrain,
-                                num_boost_round=remaining, evals=evals, verbose_eval=False,
-                                xgb_model=booster, callbacks=[rounds])
+        with together:
+            remaining = 0 if state.stopped_early else total - state.rounds_completed
+            if remaining > 0:
+                booster = xgb.train(settings, shared["train"],
+                                    num_boost_round=remaining,
+                                    evals=[(m, split) for split, m in shared.items()],
+                                    verbose_eval=False, xgb_model=booster, callbacks=[rounds])
+            best = state.best_round or state.rounds_completed
+            if refitted and not rounds.preempted:
+                refit, _ = refit_booster(settings, shares,
+                                         types, best, (rows["train"], rows.get("eval", 0)))
     finally:
         sampler.end_epoch()
         sampler.stop()
@@ -234,10 +256,10 @@ def train_gbdt(dataset_dir: Path, schema: Schema, model_dir: Path, params: Train
     metrics = _final_metrics(booster, schema, evals, state, params.label_transform)
     eval_predictions = (served_values(booster.predict(matrices["eval"]), schema,
                                       params.label_transform) if "eval" in matrices else None)
-    refitted = params.refit and "eval" in arrays
-    if refitted:
-        booster, dtrain = refit_booster(booster_params(params, schema, device), arrays, types,
-                                        best)
+    if refitted:  # the export's matrix: all rows the refit saw
+        booster = refit
+        dtrain = xgb.DMatrix(np.vstack([arrays["train"][0], arrays["eval"][0]]),
+                             feature_types=types, enable_categorical=True, missing=np.nan)
     usage = sampler.report(params.gpu_utilisation_warn_below)
     print(usage.summary_line(), flush=True)
     if usage.warning:
@@ -245,14 +267,15 @@ def train_gbdt(dataset_dir: Path, schema: Schema, model_dir: Path, params: Train
     metrics.update(usage.metrics())
     trained = state.rounds_completed - rounds.first_round
     examples_per_s = rows["train"] * max(trained, 1) / max(elapsed, 1e-9)
-    described = f"xgboost hist on {device}" + (f" ({gpus} GPU)" if gpus else "")
+    described = f"xgboost hist on {device}" + (f" ({gpus} GPU)" if gpus else "") + (
+        f", {collective.workers} workers (XGBoost's collective)" if collective else "")
     metadata = model_metadata(schema, params, data_uri or str(dataset_dir), best, state,
                               described, metrics, usage.to_dict(), xgb.__version__)
     metadata["refit_on_train_and_eval"] = bool(refitted)
     from gkeflow.components.train.tree_export import export_trees
 
     export_trees(model_dir, booster, dtrain, schema, metadata, params.label_transform)
-    if store is not None:
+    if writer is not None:
         store.remove_all()
     if tensorboard_dir is not None:
         _write_curves(tensorboard_dir, state.history)
@@ -276,12 +299,14 @@ def served_values(predicted: np.ndarray, schema: Schema, transform: str) -> np.n
     return predicted
 
 
-def refit_booster(settings: dict, arrays: dict, types: list[str], best: int):
+def refit_booster(settings: dict, arrays: dict, types: list[str], best: int,
+                  counts: tuple[int, int] | None = None):
     """The booster refitted on the train and eval rows together, for as many rounds as the
-    best round scaled by the rows (early stopping on eval chose ``best``), and its matrix."""
+    best round scaled by the rows (early stopping on eval chose ``best``), and its matrix.
+    ``counts``: every worker's (train, eval) rows, when ``arrays`` is one worker's share."""
     import xgboost as xgb
 
-    train_rows, eval_rows = len(arrays["train"][1]), len(arrays["eval"][1])
+    train_rows, eval_rows = counts or (len(arrays["train"][1]), len(arrays["eval"][1]))
     rounds = max(1, round(best * (train_rows + eval_rows) / train_rows))
     matrix = xgb.DMatrix(np.vstack([arrays["train"][0], arrays["eval"][0]]),
                          label=np.concatenate([arrays["train"][1], arrays["eval"][1]]),

@@ -65,13 +65,11 @@ def as_training_step(component):
 
 
 def keras_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """``arguments`` without the gradient-boosted trees' settings (``gbdt_*``) and the
-    candidates of ``model_type: auto``, for the engines whose workers join one Keras
-    training (local workers, a GKE JobSet): trees and the linear model train in one pod
-    (train-model refuses several workers for them in one line, and ``auto`` trains the
-    Keras MLP alone there)."""
-    return {k: v for k, v in arguments.items()
-            if not k.startswith("gbdt_") and k != "candidates"}
+    """``arguments`` without the candidates of ``model_type: auto``, for the engines whose
+    workers join one training (local workers, a GKE JobSet): ``auto`` trains the Keras MLP
+    alone there (the linear model trains in one pod); the trees' settings (``gbdt_*``) go
+    along, for ``model_type: gbdt`` across the workers (XGBoost's collective)."""
+    return {k: v for k, v in arguments.items() if k != "candidates"}
 
 
 def refuse_env(engine: str, env: Mapping[str, str] | None) -> None:
