@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -102,9 +103,16 @@ def select_best(outcomes: Sequence[TrialOutcome], metric: str,
     return ranked[0]
 
 
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Killed)\b:?")
+
+
 def _last_line(text: str) -> str:
-    lines = text.strip().splitlines()
-    return lines[-1] if lines else ""
+    """A trial's error in one line: the last line naming an exception (``ValueError: ...``,
+    which a traceback ends with, before any further lines of a long message), else the
+    first line."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    named = [line for line in lines if _EXCEPTION_LINE.match(line)]
+    return named[-1] if named else (lines[0] if lines else "")
 
 
 def trial_table(outcomes: Sequence[TrialOutcome], metric: str, direction: str,

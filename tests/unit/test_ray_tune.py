@@ -76,6 +76,22 @@ def test_a_stopped_trial_is_listed_with_its_epochs_but_never_selected():
     assert rows[1]["error"] == "stopped early by the scheduler after 2 epoch(s)"
 
 
+@pytest.mark.parametrize("error, shown", [
+    # a Ray trial's own report: the exception line, not the message's last line
+    ("ValueError: learning rate too high\nsecond line of detail\nthird",
+     "ValueError: learning rate too high"),
+    # a step's log: the traceback's exception line, after the frames
+    ("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+     "RuntimeError: out of memory", "RuntimeError: out of memory"),
+    ("something went wrong\nmore", "something went wrong"),
+])
+def test_a_failed_trial_is_one_line_naming_its_exception(error, shown):
+    reports = [json.dumps({"trial_id": "trial-000", "status": "failed", "error": error})]
+    outcomes = parse_outcomes([{"trial_id": "trial-000", "learning_rate": 0.1}], reports)
+    (row,) = trial_table(outcomes, "eval_accuracy", "maximize")
+    assert row["status"] == "failed" and row["error"] == shown
+
+
 def test_engine_ray_runs_locally_and_on_gke_and_is_refused_on_vertex():
     sweep = SweepConfig(engine="ray", parameters=SPACE)
     assert uses_ray("local", "ray") and uses_ray("gke", "ray") and not uses_ray("vertex", "ray")
