@@ -102,10 +102,12 @@ def churn_dataset(tmp_path_factory):
 def test_sigterm_on_jax_commits_a_checkpoint_and_a_retry_resumes(churn_dataset, tmp_path):
     big_dataset = churn_dataset
     ckpt = tmp_path / "ckpt"
-    params = {"epochs": 4, "batch_size": 64, "early_stopping_patience": 0,
+    # an epoch on JAX takes a tenth of a second once compiled: enough epochs that the signal
+    # lands while training, whatever the machine's load
+    params = {"epochs": 30, "batch_size": 64, "early_stopping_patience": 0,
               "hidden_units": [32], "checkpoint_every_epochs": 0, "backend": "jax"}
     process = run_training(big_dataset, tmp_path / "model", ckpt, params, SELECT, wait=False)
-    output = sigterm_after(process, "Epoch 2/4", pause_s=0.3)
+    output = sigterm_after(process, "Epoch 2/30", pause_s=0.05)
     assert process.returncode == 143, output[-3000:]
     assert "Traceback" not in output
     assert "gkeflow: training stopped by SIGTERM in epoch " in output
