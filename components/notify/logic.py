@@ -203,7 +203,8 @@ def expected_usd(rates: dict[str, Any], history: list[dict[str, float]]) -> floa
     return total
 
 
-#: The suffix of a launcher pod's entry in the compiled rates (``STEP (launcher)``).
+#: The suffix of a launcher pod's entry in the compiled rates (``STEP (launcher)``), as
+#: ``gkeflow.pipelines.compute.costing`` names it.
 LAUNCHER_SUFFIX = " (launcher)"
 
 

@@ -85,15 +85,7 @@ def train_model_local_workers(
     from gkeflow.components.scaleout.local_workers import run_local_workers
     from gkeflow.components.tracking.handoff import open_remote_training
 
-    params = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
-              "model_type": model_type, "user_module": user_module, "require_gpu": require_gpu,
-              "early_stopping_patience": early_stopping_patience, "loss": loss,
-              "label_transform": label_transform, "backend": backend,
-              "gbdt_rounds": gbdt_rounds, "gbdt_learning_rate": gbdt_learning_rate,
-              "gbdt_max_depth": gbdt_max_depth, "gbdt_min_child_weight": gbdt_min_child_weight,
-              "gbdt_subsample": gbdt_subsample, "gbdt_colsample_bytree": gbdt_colsample_bytree,
-              "gbdt_reg_lambda": gbdt_reg_lambda,
-              "gbdt_early_stopping_rounds": gbdt_early_stopping_rounds}
+    params = results.worker_params(locals())
     tracking = open_remote_training(f"local-workers:{pipeline_run_id}:{task_name}",
                                     "local-workers", task_name)
     try:
@@ -220,15 +212,7 @@ def train_model_jobset(
 
     from gkeflow.components.scaleout import jobset_launcher, results
 
-    params = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
-              "model_type": model_type, "user_module": user_module, "require_gpu": require_gpu,
-              "early_stopping_patience": early_stopping_patience, "loss": loss,
-              "label_transform": label_transform, "backend": backend,
-              "gbdt_rounds": gbdt_rounds, "gbdt_learning_rate": gbdt_learning_rate,
-              "gbdt_max_depth": gbdt_max_depth, "gbdt_min_child_weight": gbdt_min_child_weight,
-              "gbdt_subsample": gbdt_subsample, "gbdt_colsample_bytree": gbdt_colsample_bytree,
-              "gbdt_reg_lambda": gbdt_reg_lambda,
-              "gbdt_early_stopping_rounds": gbdt_early_stopping_rounds}
+    params = results.worker_params(locals())
     summary = jobset_launcher.launch_step(
         template=json.loads(jobset_template), dataset_uri=dataset.uri, schema_uri=schema.uri,
         params=params, pipeline_root=checkpoint_root, run_id=pipeline_run_id,

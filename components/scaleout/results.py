@@ -1,4 +1,5 @@
-"""What a scaled-out training run hands back to the pipeline: the chief's model and summary."""
+"""What a scaled-out training run takes from its step and hands back to the pipeline: the
+training parameters every worker gets, the chief's model and summary."""
 
 from __future__ import annotations
 
@@ -6,6 +7,18 @@ import shutil
 from pathlib import Path
 
 from gkeflow.components.scaleout.storage import COMPLETE_MARKER
+
+#: The step parameters every worker trains with (``TrainParams`` fields).
+WORKER_PARAMETERS = (
+    "epochs", "batch_size", "learning_rate", "model_type", "user_module", "require_gpu",
+    "early_stopping_patience", "loss", "label_transform", "backend", "gbdt_rounds",
+    "gbdt_learning_rate", "gbdt_max_depth", "gbdt_min_child_weight", "gbdt_subsample",
+    "gbdt_colsample_bytree", "gbdt_reg_lambda", "gbdt_early_stopping_rounds")
+
+
+def worker_params(arguments: dict) -> dict:
+    """The training parameters of a scale-out step's ``arguments`` (its ``locals()``)."""
+    return {name: arguments[name] for name in WORKER_PARAMETERS}
 
 
 def install_model(published: Path, model_dir: Path) -> None:

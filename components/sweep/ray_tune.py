@@ -123,7 +123,7 @@ def run_trial(config: Mapping[str, Any]) -> None:
             result = train(dataset, Schema.load(schema), model_dir, params,
                            live=lambda sampler: epoch_reporter(metric, tracker, sampler),
                            checkpoint_dir=f"{output.rstrip('/')}/checkpoints/{trial_id}")
-            if params.model_type != "mlp" and params.model_type != "wide_deep":
+            if params.model_type not in ("mlp", "wide_deep"):
                 final_report(metric, result)  # trees report rounds' losses only
             report = trial_report(trial_id, f"{published}/model",
                                   {**result.metrics, "epochs_run": result.epochs_run})

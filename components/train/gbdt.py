@@ -190,15 +190,15 @@ def train_gbdt(dataset_dir: Path, schema: Schema, model_dir: Path, params: Train
                                    missing=np.nan) for split, (x, y) in arrays.items()}
     dtrain = matrices["train"]
     evals = [(matrix, split) for split, matrix in matrices.items()]
-    shares = arrays  # what this worker trains on: every row, or its share of them
+    shares, shared = arrays, matrices  # what this worker trains on: every row, or its share
     if collective is not None:
         shares = {split: (x[collective.share(len(y))], y[collective.share(len(y))])
                   for split, (x, y) in arrays.items()}
+        shared = {split: xgb.DMatrix(x, label=y, feature_types=types, enable_categorical=True,
+                                     missing=np.nan) for split, (x, y) in shares.items()}
         print(f"worker {collective.rank} of {collective.workers}: "
               f"{len(shares['train'][1])} of {rows['train']} train rows, trees grown with "
               f"every worker's (XGBoost's collective)", flush=True)
-    shared = {split: xgb.DMatrix(x, label=y, feature_types=types, enable_categorical=True,
-                                 missing=np.nan) for split, (x, y) in shares.items()}
     print(f"data read in {time.perf_counter() - loaded:.1f} s", flush=True)
 
     store = open_store(checkpoint_dir) if checkpoint_dir else None
@@ -248,6 +248,12 @@ def train_gbdt(dataset_dir: Path, schema: Schema, model_dir: Path, params: Train
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     elapsed = time.perf_counter() - started
+    if collective is not None and booster is not None:  # every worker must agree: say so
+        import hashlib
+
+        digest = hashlib.sha256(bytes(booster.save_raw("ubj"))).hexdigest()[:16]
+        print(f"worker {collective.rank}: forest {digest} "
+              f"({booster.num_boosted_rounds()} rounds)", flush=True)
     if rounds.preempted:
         raise Preempted(f"training stopped by SIGTERM after round {state.rounds_completed}; "
                         f"checkpoint committed to {store.uri}; a retry resumes from it")
@@ -274,7 +280,8 @@ def train_gbdt(dataset_dir: Path, schema: Schema, model_dir: Path, params: Train
     metadata["refit_on_train_and_eval"] = bool(refitted)
     from gkeflow.components.train.tree_export import export_trees
 
-    export_trees(model_dir, booster, dtrain, schema, metadata, params.label_transform)
+    if collective is None or collective.chief:  # the other workers' models are not kept
+        export_trees(model_dir, booster, dtrain, schema, metadata, params.label_transform)
     if writer is not None:
         store.remove_all()
     if tensorboard_dir is not None:

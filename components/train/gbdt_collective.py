@@ -11,7 +11,8 @@ Vertex AI CustomJob).
 - **The data.** Each worker trains on its share of the train and eval rows (row ``i`` goes
   to rank ``i % workers``): the histograms, the quantile sketches and the eval metrics are
   summed over all workers, so every worker grows the same trees and stops at the same
-  round, as one machine with all rows would.
+  round, as one machine with all rows would; each prints its forest's digest, and only the
+  chief exports it.
 """
 
 from __future__ import annotations

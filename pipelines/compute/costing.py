@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import date
 
+from gkeflow.components.notify.logic import LAUNCHER_SUFFIX
 from gkeflow.pipelines.compute import derived_rates, tpu_profile
 from gkeflow.pipelines.compute.derived_rates import Cluster
 from gkeflow.pipelines.compute.prices import (
@@ -204,8 +205,6 @@ def _money(value: float) -> float:
     return round(value, 4)
 
 
-#: The name a launcher pod's cost line carries after its step's name.
-LAUNCHER_SUFFIX = " (launcher)"
 
 
 def launchers(profiles: Mapping[str, ComputeProfile], target: str) -> dict[str,
@@ -379,11 +378,11 @@ def actual_cost(durations: Mapping[str, float | None], profiles: Mapping[str, Co
     """Duration x hourly rate of each step that ran (steps without a profile are skipped
     with a reason); ``(step, duration_s, usd, reason)`` rows."""
     rows: list[tuple[str, float | None, float | None, str]] = []
-    durations = dict(durations)
-    for step in launchers(profiles, target):
+    durations, launched = dict(durations), launchers(profiles, target)
+    for step in launched:
         if step.removesuffix(LAUNCHER_SUFFIX) in durations:
             durations[step] = durations[step.removesuffix(LAUNCHER_SUFFIX)]
-    profiles = {**profiles, **launchers(profiles, target)}
+    profiles = {**profiles, **launched}
     for step, seconds in durations.items():
         profile = profiles.get(step)
         if profile is None:

@@ -111,8 +111,6 @@ def priced_platforms() -> tuple[str, ...]:
     """The platforms that bill by the hour: every registered one but a local one."""
     return tuple(name for name in names() if platform(name).cloud)
 
-
-TARGETS = ("gke", "vertex")  # the built-in priced platforms (see priced_platforms)
 #: Compute Engine kinds (GKE), Vertex AI custom-training kinds, and the per-run fee.
 KINDS = ("gpu", "tpu", "machine", "instance", "vcpu", "ram-gib", "autopilot-vcpu",
          "autopilot-ram-gib", "autopilot-gpu", "autopilot-tpu", "vertex-gpu", "vertex-tpu",

@@ -4,21 +4,10 @@ from ``TF_CONFIG`` (the two-process training is tests/local/test_gbdt_two_worker
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 
 from gkeflow.components.train.gbdt_collective import Collective, from_tf_config
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def test_ranks_come_from_tf_config_chief_first():
@@ -48,3 +37,19 @@ def test_workers_sharing_a_machine_share_its_cores(monkeypatch):
     apart = {"cluster": {"worker": ["pod-0.js:1", "pod-1.js:1"]},
              "task": {"type": "worker", "index": 1}}
     assert from_tf_config(json.dumps(apart)).threads == 0  # its own machine: every core
+
+
+def test_the_scale_out_steps_hand_every_worker_parameter_train_params_takes():
+    import dataclasses
+    import inspect
+
+    from gkeflow.components.scaleout.component import (
+        train_model_jobset,
+        train_model_local_workers,
+    )
+    from gkeflow.components.scaleout.results import WORKER_PARAMETERS
+    from gkeflow.components.train.params import TrainParams
+
+    assert set(WORKER_PARAMETERS) <= {f.name for f in dataclasses.fields(TrainParams)}
+    for step in (train_model_local_workers, train_model_jobset):
+        assert set(WORKER_PARAMETERS) <= set(inspect.signature(step.python_func).parameters)
