@@ -1,4 +1,5 @@
-"""gkeflow's KFP components: prepare_data, train_model, evaluate_model, register_model (and
+"""gkeflow's KFP components: prepare_data, train_model (and the
+candidates it chooses from, train_candidate), evaluate_model, register_model (and
 its Vertex AI variant register_model_vertex), fingerprint_data, resolve_model,
 predict_batch, report_predictions, the sweep's select_best_trial, tune_with_vizier,
 tune_with_ray and tune_on_kuberay, the fan-out preparation steps plan_prepare,
@@ -20,6 +21,7 @@ import importlib
 _COMPONENTS = {
     "prepare_data": "gkeflow.components.prepare.component",
     "train_model": "gkeflow.components.train.component",
+    "train_candidate": "gkeflow.components.train.candidate_component",
     "evaluate_model": "gkeflow.components.evaluate.component",
     "register_model": "gkeflow.components.register.component",
     "register_model_vertex": "gkeflow.components.register.vertex_component:register_model",

@@ -1,5 +1,7 @@
 """KFP shell of the training step."""
 
+from typing import Optional
+
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
@@ -50,6 +52,11 @@ def train_model(
     gbdt_reg_lambda: float = 1.0,
     gbdt_early_stopping_rounds: int = 100,
     candidates: str = "",
+    gbdt_candidate: Optional[Input[Artifact]] = None,
+    mlp_candidate: Optional[Input[Artifact]] = None,
+    wide_deep_candidate: Optional[Input[Artifact]] = None,
+    linear_candidate: Optional[Input[Artifact]] = None,
+    user_candidate: Optional[Input[Artifact]] = None,
 ) -> str:
     """Trains a Keras classifier (or regressor), or gradient-boosted trees, on the train
     split and exports a SavedModel taking raw features.
@@ -120,6 +127,13 @@ def train_model(
             boosting stops (the best round is kept); 0 = off.
         candidates: model_type auto: the families tried, comma-separated (gbdt, mlp,
             wide_deep, linear, user); empty = gbdt, mlp, linear (and user with a user_module).
+        gbdt_candidate: gbdt trained by its own task (train_candidate): with any of the
+            *_candidate inputs this step trains nothing and keeps the best of them on the
+            eval split (or their ensemble).
+        mlp_candidate: The Keras MLP trained by its own task.
+        wide_deep_candidate: The Keras wide & deep model trained by its own task.
+        linear_candidate: The linear model trained by its own task.
+        user_candidate: Your module's model trained by its own task.
 
     Returns:
         JSON summary: trial_id (the task name), status, eval-split metrics, model URI and
@@ -135,34 +149,18 @@ def train_model(
         raise SystemExit(f"train-model: {exc}") from None
 
     from gkeflow.components.prepare.logic import Schema
-    from gkeflow.components.train.candidates import NoCandidateTrained
     from gkeflow.components.train.checkpoint import Preempted, exit_on_preemption
+    from gkeflow.components.train.choose import NoCandidateTrained
     from gkeflow.components.train.devices import GpuUnavailableError
     from gkeflow.components.train.gbdt_settings import GbdtSettingsError
-    from gkeflow.components.train.logic import TrainParams, train
+    from gkeflow.components.train.logic import train
+    from gkeflow.components.train.params import step_params
     from gkeflow.components.train.regression import LabelTransformError
     from gkeflow.components.train.report import trial_report
     from gkeflow.components.train.store import checkpoint_mount, resolve_checkpoint_location
     from gkeflow.components.train.tpu import TpuUnavailableError
 
-    params = TrainParams(
-        epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
-        model_type=model_type,
-        hidden_units=tuple(int(u) for u in hidden_units.split(",") if u.strip()),
-        dropout=dropout, seed=seed, early_stopping_patience=early_stopping_patience,
-        precision=precision, jit_compile=jit_compile, require_gpu=require_gpu,
-        user_module=user_module, checkpoint_every_epochs=checkpoint_every_epochs,
-        checkpoint_every_steps=checkpoint_every_steps, strategy=strategy,
-        steps_per_execution=steps_per_execution,
-        gpu_sample_interval_s=gpu_sample_interval_s,
-        gpu_utilisation_warn_below=gpu_utilisation_warn_below,
-        loss=loss, label_transform=label_transform, backend=backend,
-        gbdt_rounds=gbdt_rounds, gbdt_learning_rate=gbdt_learning_rate,
-        gbdt_max_depth=gbdt_max_depth, gbdt_min_child_weight=gbdt_min_child_weight,
-        gbdt_subsample=gbdt_subsample, gbdt_colsample_bytree=gbdt_colsample_bytree,
-        gbdt_reg_lambda=gbdt_reg_lambda, gbdt_early_stopping_rounds=gbdt_early_stopping_rounds,
-        candidates=candidates,
-    )
+    params = step_params(locals())
     location = resolve_checkpoint_location(checkpoint_uri, checkpoint_root, pipeline_run_id,
                                            task_name, checkpoint_key,
                                            mount=checkpoint_mount(workspace_path))
@@ -187,16 +185,26 @@ def train_model(
                 vertex_curves(curves)]
     with exit_on_preemption():
         try:
-            result = train(
-                dataset_dir=Path(dataset.path),
-                schema=Schema.load(Path(schema.path)),
-                model_dir=Path(model.path),
-                params=params,
-                checkpoint_dir=location or None,
-                tensorboard_dir=Path(tensorboard.path),
-                data_uri=dataset.uri,
-                live=live,
-            )
+            folders = {name: Path(given.path) for name, given in (
+                ("gbdt", gbdt_candidate), ("mlp", mlp_candidate),
+                ("wide_deep", wide_deep_candidate), ("linear", linear_candidate),
+                ("user", user_candidate)) if given is not None}
+            if folders:  # trained by their own tasks: choose
+                from gkeflow.components.train.choose import choose
+
+                result = choose(Path(dataset.path), Schema.load(Path(schema.path)),
+                                Path(model.path), params, folders)
+            else:
+                result = train(
+                    dataset_dir=Path(dataset.path),
+                    schema=Schema.load(Path(schema.path)),
+                    model_dir=Path(model.path),
+                    params=params,
+                    checkpoint_dir=location or None,
+                    tensorboard_dir=Path(tensorboard.path),
+                    data_uri=dataset.uri,
+                    live=live,
+                )
         except BaseException as exc:
             if tracker is not None:  # a preempted run is resumed into the same MLflow run
                 tracker.finish("KILLED" if isinstance(exc, (Preempted, KeyboardInterrupt))

@@ -23,3 +23,21 @@ def parse_candidates(text: str) -> tuple[str, ...]:
         raise ValueError(f"candidates: unknown model family {unknown[0]!r}; choose from "
                          f"{', '.join(CANDIDATE_FAMILIES)} (comma-separated)")
     return names or DEFAULT_CANDIDATES
+
+
+def trained_families(model_type: str = "auto", candidates: str = "",
+                     user_module: str = "") -> tuple[str, ...]:
+    """The families a run with these settings trains: ``model_type`` alone when it names
+    one, the user's module alone when it is given without ``candidates``, else the
+    candidates (``user`` only with a module). A pipeline gives each of them a task."""
+    if model_type != "auto":
+        return (model_type,)
+    if user_module and not str(candidates).strip():
+        return ("user",)
+    return tuple(n for n in parse_candidates(candidates) if n != "user" or user_module)
+
+
+def candidate_step(family: str) -> str:
+    """The pipeline step that trains ``family`` as a candidate: ``train-gbdt``,
+    ``train-wide-deep``."""
+    return "train-" + family.replace("_", "-")

@@ -136,3 +136,16 @@ class TrainResult:
     #: The eval split's predictions as served (class probabilities, or values in the
     #: label's units) by a model that never saw the eval split; None when not kept.
     eval_predictions: Any = None
+
+
+def step_params(arguments: dict[str, Any]) -> TrainParams:
+    """The :class:`TrainParams` of a training step's arguments (its other arguments, such
+    as its artifacts, are ignored); ``hidden_units`` comes as ``"64,32"``."""
+    from dataclasses import fields
+
+    taken = {f.name for f in fields(TrainParams)}
+    values = {k: v for k, v in arguments.items() if k in taken}
+    if isinstance(values.get("hidden_units"), str):
+        values["hidden_units"] = tuple(int(u) for u in values["hidden_units"].split(",")
+                                       if u.strip())
+    return TrainParams(**values)

@@ -266,7 +266,8 @@ def pipeline_profiles(config, pipeline: str, target: str) -> dict:
     else:
         from gkeflow.pipelines.definitions.training import resolve_compute as training_compute
 
-        return training_compute(target, compute, config.preparation)
+        return training_compute(target, compute, config.preparation,
+                                    config.training_families())
     return resolve_compute(target, compute)
 
 

@@ -96,7 +96,8 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
         from gkeflow.pipelines.definitions.training import step_images
 
         def resolve_compute(target, compute):
-            return training_compute(target, compute, config.preparation)
+            return training_compute(target, compute, config.preparation,
+                                    config.training_families())
 
     from gkeflow.pipelines.targets.compile import pipeline_compute
 

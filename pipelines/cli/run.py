@@ -198,7 +198,8 @@ def run(pipeline, model_ref, data, label, task, output, epochs, batch_size, lear
                          config.targets.vertex) as tracked:
             result = run_local(arguments, output, echo_logs=verbose, on_event=on_event,
                                enable_caching=not no_cache, compute=compute,
-                               preparation=config.preparation)
+                               preparation=config.preparation,
+                               candidates=config.candidates)
             tracked.succeeded = result.ok
             record_cached(console, tracking, tracked, result)
     except LocalRunError as exc:

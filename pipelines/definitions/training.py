@@ -17,9 +17,11 @@ from gkeflow.components import (
     fingerprint_data,
     prepare_data,
     register_model,
+    train_candidate,
     train_model,
 )
 from gkeflow.components.prepare.logic import EMBEDDED_PENGUINS
+from gkeflow.components.train.families import DEFAULT_CANDIDATES
 from gkeflow.pipelines.compute import lustre as lustre_mounts
 from gkeflow.pipelines.compute.capacity import label_training_pod
 from gkeflow.pipelines.compute.checkpoints import add_checkpoint_volume
@@ -35,6 +37,7 @@ from gkeflow.pipelines.compute.profiles import (
 from gkeflow.pipelines.compute.tpu_profile import training_image
 from gkeflow.pipelines.compute.wording import plural
 from gkeflow.pipelines.compute.workspace import PipelineStorage
+from gkeflow.pipelines.definitions import candidates_stage
 from gkeflow.pipelines.definitions.deploy_stage import DEPLOY_STEP, SERVING_PROFILE, deploy_stage
 from gkeflow.pipelines.definitions.operations import Operations
 from gkeflow.pipelines.definitions.preparation import (
@@ -58,6 +61,12 @@ from gkeflow.pipelines.settings.workspace_config import WorkspaceSettings
 
 PIPELINE_NAME = "gkeflow-training"
 
+TRAIN_PROFILE = ComputeProfile(
+    cpu="7", memory="26G", accelerator="nvidia-tesla-t4", accelerator_count=1,
+    auto_size=True, timeout_s=6 * 3600, retries=2, retry_backoff_s=60, retry_backoff_factor=2.0,
+    retry_max_duration_s=3600,
+)
+
 #: Default per-step compute: one T4 GPU for training only, sized to fit an n1-standard-8 GKE
 #: node (what GKE leaves to pods) and a Vertex n1-standard-8 machine; with GPUs that come on
 #: a fixed machine (A3, G2, ...) train-model asks for that machine's room (``auto_size``).
@@ -69,11 +78,9 @@ DEFAULT_COMPUTE: Mapping[str, ComputeProfile] = {
     "prepare-data": ComputeProfile(cpu="2", memory="8G", caching=True, timeout_s=3600),
     # fan-out preparation (prepare_groups > 1): plan, one pod per group, merge
     **FANOUT_STEPS,
-    "train-model": ComputeProfile(
-        cpu="7", memory="26G", accelerator="nvidia-tesla-t4", accelerator_count=1,
-        auto_size=True, timeout_s=6 * 3600, retries=2, retry_backoff_s=60, retry_backoff_factor=2.0,
-        retry_max_duration_s=3600,
-    ),
+    "train-model": TRAIN_PROFILE,
+    # model_type auto's candidates, each in a task of its own (candidates_stage.py)
+    **candidates_stage.default_profiles(TRAIN_PROFILE),
     "evaluate-model": ComputeProfile(cpu="2", memory="8G", caching=False, timeout_s=3600),
     "register-model": ComputeProfile(
         cpu="1", memory="2G", caching=False, timeout_s=600, retries=2, retry_backoff_s=30,
@@ -87,6 +94,7 @@ STEP_COMPONENTS = {
     "fingerprint-data": fingerprint_data,
     "prepare-data": prepare_data,
     "train-model": train_model,
+    **dict.fromkeys(candidates_stage.CANDIDATE_STEPS, train_candidate),
     "evaluate-model": evaluate_model,
     "register-model": register_model,
     DEPLOY_STEP: deploy_model,
@@ -101,17 +109,19 @@ def step_images(profiles: Mapping[str, ComputeProfile] | None = None) -> dict[st
         step: component.component_spec.implementation.container.image
         for step, component in STEP_COMPONENTS.items()
     }
-    if profiles and "train-model" in profiles:
-        images["train-model"] = training_image(profiles["train-model"])
+    for step in ("train-model", *candidates_stage.CANDIDATE_STEPS):
+        if profiles and step in profiles:
+            images[step] = training_image(profiles[step])
     return images
 
 
 def resolve_compute(
     target: str, compute: Mapping[str, ComputeProfile] | None = None,
-    preparation: PreparationSettings = ONE_POD,
+    preparation: PreparationSettings = ONE_POD, families: tuple[str, ...] = DEFAULT_CANDIDATES,
 ) -> dict[str, ComputeProfile]:
     """Per-step profiles (defaults, then ``compute``) of the steps the pipeline has with
-    ``preparation`` (one pod or fan-out), validated for ``target``.
+    ``preparation`` (one pod or fan-out) and the model ``families`` it trains (a task each
+    when several, see :mod:`candidates_stage`), validated for ``target``.
 
     Raises:
         ComputeError: naming every step whose request cannot be met, what it asked and
@@ -125,8 +135,18 @@ def resolve_compute(
             f"unknown {plural(len(unknown), 'step')} {', '.join(unknown)}; steps are "
             f"{', '.join(DEFAULT_COMPUTE)}"
         )
-    profiles = {step: sized(profile, target)
-                for step, profile in {**DEFAULT_COMPUTE, **(compute or {})}.items()}
+    merged = {**DEFAULT_COMPUTE, **(compute or {})}
+    base = sized(merged["train-model"], target)
+    engine = training_engine(target, base)
+    one_machine = base.replicas == 1 and (engine is None or engine.runs_any_component)
+    chosen = {}
+    if candidates_stage.in_parallel(tuple(families), one_machine):
+        chosen = candidates_stage.candidate_profiles(tuple(families), merged, DEFAULT_COMPUTE)
+        merged["train-model"] = candidates_stage.CHOOSE_PROFILE
+    merged = {step: profile for step, profile in merged.items()
+              if step not in candidates_stage.CANDIDATE_STEPS}
+    merged.update(chosen)
+    profiles = {step: sized(profile, target) for step, profile in merged.items()}
     for step in {"prepare-data", *FANOUT_STEPS} - preparation_steps(preparation):
         profiles.pop(step)
     gpu_images = {step: IMAGES.get(image) for step, image in step_images(profiles).items()}
@@ -150,6 +170,7 @@ STEP_DISPLAY_NAMES = {
     "train-model": "Train model",
     "evaluate-model": "Evaluate model",
     "register-model": "Register model",
+    **candidates_stage.display_names(),
     DEPLOY_STEP: "Deploy model",
     **FANOUT_DISPLAY_NAMES,
 }
@@ -160,8 +181,13 @@ def build_training_pipeline(
     workspace: Optional[WorkspaceSettings] = None,
     preparation: PreparationSettings = ONE_POD, operations: Optional[Operations] = None,
     gcsfuse: Optional[GcsFuseSettings] = None, lustre: Optional[LustreSettings] = None,
+    families: tuple[str, ...] = DEFAULT_CANDIDATES,
 ):
     """Define ``training_pipeline``, each step's compute validated and applied for ``target``.
+
+    ``families``: the model families runs train (see
+    :func:`~gkeflow.components.train.families.trained_families`): several train in tasks of
+    their own, side by side, for ``train-model`` to choose from (:mod:`candidates_stage`).
 
     ``workspace``: the run's volume on GKE (see :mod:`gkeflow.pipelines.compute.workspace`); by
     default one for the default MinIO root, where shards and checkpoints then live.
@@ -170,7 +196,9 @@ def build_training_pipeline(
     ``gcsfuse``, ``lustre``: buckets and Managed Lustre instances mounted in the steps that
     use them (see :mod:`gkeflow.pipelines.compute.gcsfuse`, ``compute.lustre``).
     """
-    profiles = resolve_compute(target, compute, preparation)
+    profiles = resolve_compute(target, compute, preparation, families)
+    parallel = [family for family in families
+                if candidates_stage.candidate_step(family) in profiles]
     if problem := lustre_mounts.check_target(lustre, target):
         raise ComputeError(problem)
     if platform(target).managed:  # same step, with a google.VertexModel output for Vertex lineage
@@ -238,7 +266,7 @@ def build_training_pipeline(
         label_transform: str = "none",
         backend: str = "auto",
         model_type: str = "auto",
-        candidates: str = "",
+        candidates: str = ",".join(parallel),
         user_module: str = "",
         gbdt_rounds: int = 2000,
         gbdt_learning_rate: float = 0.05,
@@ -364,7 +392,7 @@ def build_training_pipeline(
                               f"{gbdt_colsample_bytree}-{gbdt_reg_lambda}-"
                               f"{gbdt_early_stopping_rounds}-"
                               f"{fingerprint.outputs['code']}")
-        train = train_step(
+        arguments = dict(
             dataset=dataset,
             schema=schema,
             epochs=epochs,
@@ -391,6 +419,13 @@ def build_training_pipeline(
             task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
             checkpoint_uri=checkpoint_uri,
         )
+        if parallel:  # side by side, then train-model chooses
+            train = candidates_stage.candidates_and_choice(
+                tuple(parallel), {**arguments, "workspace_path": storage.path}, profiles,
+                target, storage.checkpoint_volume, configure,
+                {step: mount_env(gcsfuse, step, target) for step in profiles})
+        else:
+            train = train_step(**arguments)
         evaluate_and_register(
             configure, register_step, dataset=dataset, schema=schema,
             model=train.outputs["model"], gate=gate,

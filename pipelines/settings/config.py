@@ -30,6 +30,11 @@ The file is optional; every key has a default in code. Sections:
     (:class:`gkeflow.pipelines.definitions.preparation.PreparationSettings`): fanout, groups,
     parallelism.
 
+``candidates``
+    the model families ``model_type: auto`` trains, each in a task of the training pipeline
+    beside the others, e.g. ``candidates: [gbdt, mlp]`` (default: gbdt, mlp, linear; see
+    :mod:`gkeflow.pipelines.definitions.candidates_stage`).
+
 ``workspace``
     the GKE run's volume for prepared shards and checkpoints when the pipeline root is not
     gs:// (:class:`gkeflow.pipelines.settings.workspace_config.WorkspaceSettings`): size,
@@ -200,6 +205,9 @@ class GkeflowConfig(BaseModel):
     gcsfuse: GcsFuseSettings = GcsFuseSettings()  # buckets mounted: gcsfuse_config.py
     lustre: LustreSettings = LustreSettings()  # Managed Lustre mounted: lustre_config.py
     preparation: PreparationSettings = PreparationSettings()
+    #: model_type auto's families, each a task of the training pipeline (default: gbdt, mlp,
+    #: linear; one family: one train-model task)
+    candidates: tuple[str, ...] | None = None
     notifications: dict[str, NotificationSettings] = {}  # per environment (operations.py)
     retention: RetentionSettings = RetentionSettings()
     #: Validated even when absent, so its paths start from gkeflow.yaml's directory.
@@ -224,6 +232,28 @@ class GkeflowConfig(BaseModel):
         context = info.context if isinstance(info.context, dict) else {}
         base = context.get(BASE_DIR)
         return schedule_owner(Path(base).name) if base is not None else ""
+
+    @field_validator("candidates", mode="before")
+    @classmethod
+    def _candidates(cls, value):
+        from gkeflow.components.train.families import parse_candidates
+
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = value.split(",")
+        if not isinstance(value, (list, tuple)) or not value:
+            raise ValueError("a list of model families, e.g. [gbdt, mlp, linear]")
+        return parse_candidates(",".join(str(v) for v in value))
+
+    def training_families(self, arguments: dict | None = None) -> tuple[str, ...]:
+        """The families the training pipeline gives a task each (see
+        :func:`~gkeflow.pipelines.settings.parameters.run_families`): ``arguments``' (by
+        default the ``default`` environment's parameters) with ``candidates:``."""
+        from gkeflow.pipelines.settings.parameters import run_families
+
+        given = self.parameters.get("default", {}) if arguments is None else arguments
+        return run_families(given, self.candidates)
 
     @property
     def schedule_owner(self) -> str:

@@ -361,3 +361,20 @@ def _check_rows(sources) -> bool:
         f" and {len(sources) - 3} more" if len(sources) > 3 else "")
     raise DataError(f"data has a header but no data rows: {names}; add rows or point "
                     "--data at another file")
+
+
+def run_families(arguments: dict, configured: tuple[str, ...] | None = None
+                 ) -> tuple[str, ...]:
+    """The model families a training run with ``arguments`` trains (a task each when
+    several): ``model_type`` alone when it names one, else the ``candidates`` argument,
+    else ``configured`` (gkeflow.yaml ``candidates:``), else the default set."""
+    from gkeflow.components.train.families import trained_families
+
+    candidates = str(arguments.get("candidates") or "")
+    if not candidates.strip() and configured:
+        candidates = ",".join(configured)
+    try:
+        return trained_families(str(arguments.get("model_type") or "auto"), candidates,
+                                str(arguments.get("user_module") or ""))
+    except ValueError as exc:
+        raise ParameterError(str(exc)) from None

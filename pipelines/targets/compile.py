@@ -46,7 +46,7 @@ def _training(target: str, compute=None, config=None):
     return build_training_pipeline(target, pipeline_compute("training", compute),
                                    config.gke_workspace(), config.preparation,
                                    operations.of(config, target), gcsfuse=config.gcsfuse,
-                                   lustre=config.lustre)
+                                   lustre=config.lustre, families=config.training_families())
 
 
 def _prediction(target: str, compute=None, config=None):

@@ -239,6 +239,7 @@ def run_local(
     pipeline: Callable[..., Any] | None = None,
     workspace_root: Path | None = None,
     preparation=None,
+    candidates: tuple[str, ...] | None = None,
 ) -> LocalRunResult:
     """Run ``pipeline`` (default: the training pipeline) with ``arguments`` under
     ``output_dir`` using kfp.local.
@@ -249,21 +250,31 @@ def run_local(
     removes it when the run ends); default: a temporary one.
     ``preparation``: gkeflow.yaml's ``preparation:`` (one pod or fan-out) for the training
     pipeline; default: one pod.
+    ``candidates``: gkeflow.yaml's ``candidates:``, the families ``model_type: auto``
+    trains, each in a task of its own (the ``candidates`` argument wins); default: gbdt,
+    mlp, linear.
     """
 
     if pipeline is None:
+        from gkeflow.components.train.families import DEFAULT_CANDIDATES
         from gkeflow.pipelines.compute.profiles import ComputeError
         from gkeflow.pipelines.definitions.preparation import ONE_POD
         from gkeflow.pipelines.definitions.training import (
             build_training_pipeline,
             training_pipeline,
         )
+        from gkeflow.pipelines.settings.parameters import ParameterError, run_families
 
         pipeline = training_pipeline
-        if compute or (preparation is not None and preparation.fanout):
+        try:
+            families = run_families(arguments, candidates)
+        except ParameterError as exc:
+            raise LocalRunError(str(exc)) from exc
+        if compute or (preparation is not None and preparation.fanout) \
+                or families != DEFAULT_CANDIDATES:
             try:
                 pipeline = build_training_pipeline("local", compute, preparation=preparation
-                                                   or ONE_POD)
+                                                   or ONE_POD, families=families)
             except ComputeError as exc:
                 raise LocalRunError(str(exc)) from exc
 

@@ -28,15 +28,19 @@ class TrainEngine(Protocol):
     """How one target runs a training step that one pod cannot."""
 
     name: str
+    #: Whether a job of this engine can run another one-machine step than ``train_model``
+    #: (a candidate of ``model_type: auto``), given as ``task(..., component=)``.
+    runs_any_component: bool
 
     def applies(self, profile: ComputeProfile) -> bool:
         """Whether this engine, rather than a plain pod, runs a step with ``profile``."""
 
     def task(self, profile: ComputeProfile, arguments: dict[str, Any],
-             env: Mapping[str, str] | None = None):
-        """The pipeline task that runs training with ``arguments`` (``train_model``'s) and
-        ``env`` in the training containers (the gcsfuse mounts: only a Vertex AI CustomJob
-        sees buckets; the other engines refuse a non-empty ``env``)."""
+             env: Mapping[str, str] | None = None, component=None):
+        """The pipeline task that runs training with ``arguments`` (``train_model``'s, or
+        ``component``'s where :attr:`runs_any_component`) and ``env`` in the training
+        containers (the gcsfuse mounts: only a Vertex AI CustomJob sees buckets; the other
+        engines refuse a non-empty ``env``)."""
 
     def launcher_profile(self, profile: ComputeProfile) -> ComputeProfile:
         """The compute of the step's own pod (the workload gets ``profile``)."""

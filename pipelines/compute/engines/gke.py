@@ -25,6 +25,7 @@ from gkeflow.pipelines.compute.profiles import (
     GPU_RESOURCE,
     SHM_PATH,
     SHM_VOLUME,
+    ComputeError,
     ComputeProfile,
     memory_bytes,
 )
@@ -197,6 +198,7 @@ def launcher_deadline_s(profile: ComputeProfile) -> int:
 
 class JobSetEngine:
     name = "gke"
+    runs_any_component = False
 
     def describe(self, profile: ComputeProfile) -> str:
         from gkeflow.pipelines.compute.engines import gpus_text
@@ -230,7 +232,9 @@ class JobSetEngine:
         return profile.replicas > 1 or tpu_profile.multi_host(profile)
 
     def task(self, profile: ComputeProfile, arguments: dict[str, Any],
-             env: Mapping[str, str] | None = None):
+             env: Mapping[str, str] | None = None, component=None):
+        if component is not None:
+            raise ComputeError("the JobSet engine runs train_model only")
         from gkeflow.components.scaleout.component import train_model_jobset
         from gkeflow.components.scaleout.jobset import dumps
         from gkeflow.pipelines.compute.engines import (

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gkeflow.pipelines.compute.profiles import ComputeProfile
+from gkeflow.pipelines.compute.profiles import ComputeError, ComputeProfile
 
 
 class LocalWorkers:
     name = "local"
+    runs_any_component = False
 
     def describe(self, profile: ComputeProfile) -> str:
         return (f"train-model runs {profile.replicas} worker processes on this machine "
@@ -19,7 +20,9 @@ class LocalWorkers:
         return profile.replicas > 1
 
     def task(self, profile: ComputeProfile, arguments: dict[str, Any],
-             env: Mapping[str, str] | None = None):
+             env: Mapping[str, str] | None = None, component=None):
+        if component is not None:
+            raise ComputeError("the local worker engine runs train_model only")
         from gkeflow.components.scaleout.component import train_model_local_workers
         from gkeflow.pipelines.compute.engines import (
             as_training_step,

@@ -178,6 +178,7 @@ def custom_job_component(component, profile: ComputeProfile, launcher_image: str
 
 class CustomJobEngine:
     name = "vertex"
+    runs_any_component = True
 
     def describe(self, profile: ComputeProfile) -> str:
         from gkeflow.pipelines.compute.engines import gpus_text
@@ -201,13 +202,13 @@ class CustomJobEngine:
                 or profile.timeout_s > 0 or profile.uses_tpu)
 
     def task(self, profile: ComputeProfile, arguments: dict[str, Any],
-             env: Mapping[str, str] | None = None):
+             env: Mapping[str, str] | None = None, component=None):
         from gkeflow.components import train_model
         from gkeflow.components.images import SLIM_IMAGE
 
         # the workers run the GPU or the TPU image, as the profile asks; the compiler maps
         # both images to the configured registry and pins them by digest
-        component = custom_job_component(train_model, profile, SLIM_IMAGE,
+        component = custom_job_component(component or train_model, profile, SLIM_IMAGE,
                                          tpu_profile.training_image(profile), env)
         return component(**arguments)
 

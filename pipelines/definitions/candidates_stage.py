@@ -1,0 +1,138 @@
+"""``model_type: auto``'s candidates as parallel tasks of the training pipeline.
+
+With two or more candidate families and one-pod training, each family trains in a task of
+its own (``train-gbdt``, ``train-mlp``, ``train-linear``, ...) on its own compute, side by
+side, and ``train-model`` keeps the best of them on the eval split (or their ensemble),
+evaluated and registered as before. Each candidate is cached on its own; a candidate whose
+family fails leaves its task green with the error recorded, and ``train-model`` fails only
+when none trained.
+
+The families are chosen when the pipeline is built (gkeflow.yaml ``candidates:``, or
+``model_type`` / ``candidates`` / ``user_module`` among its ``parameters:``, or the CLI's
+``--model-type`` / ``--param``): a run that asks for one family gets one ``train-model``
+task, as before. Training beyond one pod (several workers, a CustomJob on Vertex AI)
+trains the candidates one after the other inside ``train-model``.
+
+Compute: ``compute.train-<family>`` in gkeflow.yaml; unset, the Keras families and the
+trees take ``train-model``'s (trees leave a TPU for a CPU machine: XGBoost cannot use it),
+the linear model a small CPU machine, and ``train-model`` itself, which only chooses,
+:data:`CHOOSE_PROFILE`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from kfp import dsl
+
+from gkeflow.components.train.families import (
+    CANDIDATE_FAMILIES,
+    DEFAULT_CANDIDATES,
+    candidate_step,
+)
+from gkeflow.pipelines.compute.profiles import ComputeProfile
+
+#: The candidate steps a pipeline may have, one per family.
+CANDIDATE_STEPS = {candidate_step(family): family for family in CANDIDATE_FAMILIES}
+#: A candidate that trains on CPUs: the linear model, and the trees beside a TPU.
+CPU_CANDIDATE = ComputeProfile(cpu="4", memory="16G", timeout_s=6 * 3600, retries=2,
+                               retry_backoff_s=60, retry_backoff_factor=2.0,
+                               retry_max_duration_s=3600)
+#: ``train-model`` when the candidates train in tasks of their own: it reads their eval
+#: predictions, builds the ensemble when it wins and exports one SavedModel (no timeout: on
+#: Vertex AI a step with one would run as a CustomJob).
+CHOOSE_PROFILE = ComputeProfile(cpu="2", memory="8G", timeout_s=0, retries=2,
+                                retry_backoff_s=30, retry_backoff_factor=2.0,
+                                retry_max_duration_s=1800)
+
+
+def default_profiles(train: ComputeProfile) -> dict[str, ComputeProfile]:
+    """Each candidate step's profile before gkeflow.yaml: ``train`` (train-model's default)
+    for every family but the linear model."""
+    return {step: CPU_CANDIDATE if family == "linear" else train
+            for step, family in CANDIDATE_STEPS.items()}
+
+
+def in_parallel(families: tuple[str, ...], one_machine: bool) -> bool:
+    """Whether ``families`` train as tasks of their own: several, and train-model's compute
+    one machine (a pod, or a one-machine CustomJob)."""
+    return one_machine and len(families) > 1
+
+
+def candidate_profiles(families: tuple[str, ...], merged: Mapping[str, ComputeProfile],
+                       defaults: Mapping[str, ComputeProfile]) -> dict[str, ComputeProfile]:
+    """The profile of each of ``families``' steps: gkeflow.yaml's when set (``merged``
+    differs from ``defaults``), else inherited from ``train-model``."""
+    base = merged["train-model"]
+    chosen = {}
+    for family in families:
+        step = candidate_step(family)
+        if step in merged and merged[step] != defaults.get(step):
+            chosen[step] = merged[step]
+        elif family == "linear" or (family == "gbdt" and base.uses_tpu):
+            chosen[step] = CPU_CANDIDATE
+        else:
+            chosen[step] = base
+    return chosen
+
+
+def display_names() -> dict[str, str]:
+    """Step -> its name in the Kubeflow UI."""
+    return {step: f"Train {family.replace('_', ' ')} candidate"
+            for step, family in CANDIDATE_STEPS.items()}
+
+
+def named(component, step: str):
+    """A copy of ``component`` named ``step``, so that its task, its pod and its folder in
+    a local run are called after the family (``train-gbdt``), not ``train-candidate-2``."""
+    import copy
+
+    renamed = copy.deepcopy(component)
+    renamed.component_spec.name = step
+    renamed.name = step
+    return renamed
+
+
+def candidates_and_choice(families: tuple[str, ...], arguments: dict,
+                          profiles: Mapping[str, ComputeProfile], target: str,
+                          checkpoint_volume: bool, configure: Callable[..., dsl.PipelineTask],
+                          env: Mapping[str, Mapping[str, str]]) -> dsl.PipelineTask:
+    """A task per family of ``families`` (``arguments``: train-model's), each on its step's
+    profile (through the target's engine where one applies), then ``train-model`` choosing
+    among their outputs; ``configure(task, step[, profile])`` applies a step's compute,
+    tracking and mounts, ``env[step]`` the environment of a job's containers."""
+    from gkeflow.components import train_candidate, train_model
+    from gkeflow.pipelines.compute.capacity import label_training_pod
+    from gkeflow.pipelines.compute.checkpoints import add_checkpoint_volume
+    from gkeflow.pipelines.compute.engines import training_engine, with_image
+    from gkeflow.pipelines.compute.tpu_profile import training_image
+    from gkeflow.pipelines.settings.platforms import platform
+
+    inputs = {}
+    for family in families:
+        step = candidate_step(family)
+        profile = profiles[step]
+        given = {**arguments, "family": family,
+                 "require_gpu": platform(target).cloud and profile.uses_gpu}
+        engine = training_engine(target, profile)
+        if engine is not None:  # a one-machine job (a Vertex AI CustomJob: a timeout, Spot)
+            given.pop("workspace_path", None)
+            task = configure(engine.task(profile, given, env=env.get(step),
+                                         component=named(train_candidate, step)),
+                             step, engine.launcher_profile(profile))
+            inputs[f"{family}_candidate"] = task.outputs["candidate"]
+            continue
+        trainer = with_image(named(train_candidate, step), training_image(profile))
+        task = configure(trainer(**given), step)
+        if platform(target).kubernetes:
+            label_training_pod(task)
+            if checkpoint_volume:
+                add_checkpoint_volume(task)
+        inputs[f"{family}_candidate"] = task.outputs["candidate"]
+    return configure(train_model(**{**arguments, "require_gpu": False}, **inputs),
+                     "train-model")
+
+
+__all__ = ["CANDIDATE_STEPS", "CHOOSE_PROFILE", "CPU_CANDIDATE", "DEFAULT_CANDIDATES",
+           "candidate_profiles", "candidate_step", "candidates_and_choice", "default_profiles",
+           "display_names", "in_parallel"]
