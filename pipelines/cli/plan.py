@@ -126,7 +126,7 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
         and profiles["train-model"].replicas > 1))
     if output_format == "json":
         print_json({**plan_json(pipeline, target, rows, images, target_notes(
-            profiles, target, () if pipeline == "sweep" else ("train-model",))),
+            profiles, target, () if pipeline == "sweep" else None)),
             "cost": {**cost.as_json(), "history_runs": history_runs, "budget": verdict},
             "gcsfuse": {step: [m.as_json() for m in found] for step, found in mounts.items()},
             "lustre": {step: [m.as_json() for m in found] for step, found in lustre.items()}})
@@ -154,7 +154,7 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
         steps = ", ".join(step for step, named in images.items() if named == image)
         console.print(f"image {image} ({pinned}; {pull_size_note(image)}): {steps}",
                       markup=False)
-    notes = target_notes(profiles, target, () if pipeline == "sweep" else ("train-model",))
+    notes = target_notes(profiles, target, () if pipeline == "sweep" else None)
     if pipeline == "sweep":
         from gkeflow.pipelines.definitions.sweep_trials import TRIAL_STEP, trial_note
 
@@ -193,20 +193,21 @@ def _gcsfuse_mounts(pipeline: str, target: str, config,
                     profiles: dict) -> tuple[dict, tuple[str, ...]]:
     """Each step's gcsfuse mounts as compile builds them, and the steps whose mounts are in
     a Vertex AI CustomJob (or tuning job) rather than the step's own pod."""
-    from gkeflow.pipelines.compute.engines import training_engine
+    from gkeflow.pipelines.compute.engines import engine_for, training_steps
     from gkeflow.pipelines.compute.gcsfuse import check_engine, plan_mounts
 
-    engine = None
-    if pipeline == "training" and "train-model" in profiles:
-        engine = training_engine(target, profiles["train-model"])
-        if problem := check_engine(config.gcsfuse, target, engine is not None):
+    launched: tuple[str, ...] = ()
+    if pipeline == "training":
+        launched = tuple(step for step in training_steps(profiles)
+                         if engine_for(target, profiles, step) is not None)
+        if problem := check_engine(config.gcsfuse, target, bool(launched)):
             raise click.ClickException(problem)
     elif pipeline == "sweep" and "tune-with-vizier" in profiles:
-        engine = True  # the trials are the tuning job's custom jobs
-    on_gke = platform(target).kubernetes and engine is not None
+        launched = ("tune-with-vizier",)  # the trials are the tuning job's custom jobs
+    on_gke = platform(target).kubernetes and bool(launched)
     mounts = plan_mounts(config.gcsfuse, profiles, target,
-                         unmounted=("train-model",) if on_gke else ())
-    jobs = ("train-model",) if platform(target).managed and engine is not None else ()
+                         unmounted=launched if on_gke else ())
+    jobs = launched if platform(target).managed else ()
     return mounts, jobs
 
 

@@ -213,22 +213,28 @@ def launchers(profiles: Mapping[str, ComputeProfile], target: str) -> dict[str,
     as profiles to price: the launcher's small CPU pod, alive while the job queues and runs,
     so its timeout is the job's plus its longest wait (``max_wait``, or GKE's provisioning
     allowance)."""
-    from gkeflow.pipelines.compute.engines import launcher_profile, training_engine
+    from gkeflow.pipelines.compute.engines import (
+        launcher_profile,
+        training_engine,
+        training_steps,
+    )
     from gkeflow.pipelines.compute.engines.gke import launcher_deadline_s
     from gkeflow.pipelines.compute.profiles import to_seconds
 
     found = {}
-    profile = profiles.get("train-model")
     where = platform(target)
-    if profile is None or training_engine(target, profile) is None or where.local:
+    if where.local:
         return found
-    if where.kubernetes:
-        alive = launcher_deadline_s(profile)
-    else:
-        waiting = to_seconds("max_wait", profile.max_wait) if profile.max_wait else 0
-        alive = profile.timeout_s + waiting if profile.timeout_s else 0
-    found["train-model" + LAUNCHER_SUFFIX] = replace(launcher_profile(profile),
-                                                     timeout_s=alive)
+    for step in training_steps(profiles):
+        profile = profiles[step]
+        if training_engine(target, profile) is None:
+            continue
+        if where.kubernetes:
+            alive = launcher_deadline_s(profile)
+        else:
+            waiting = to_seconds("max_wait", profile.max_wait) if profile.max_wait else 0
+            alive = profile.timeout_s + waiting if profile.timeout_s else 0
+        found[step + LAUNCHER_SUFFIX] = replace(launcher_profile(profile), timeout_s=alive)
     return found
 
 

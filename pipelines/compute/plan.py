@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gkeflow.pipelines.compute import capacity, launchers, tpu_profile
-from gkeflow.pipelines.compute.engines import training_engine
+from gkeflow.pipelines.compute.engines import engine_for, training_engine, training_steps
 from gkeflow.pipelines.compute.machine_fit import idle_note
 from gkeflow.pipelines.compute.profiles import (
     GKE_TO_VERTEX_ACCELERATOR,
@@ -30,10 +30,13 @@ ASKS = {
 
 
 def target_notes(profiles: Mapping[str, ComputeProfile], target: str,
-                 engine_steps: tuple[str, ...] = ("train-model",)) -> list[str]:
+                 engine_steps: tuple[str, ...] | None = None) -> list[str]:
     """Requests that ``target`` cannot honour, said out loud rather than dropped silently;
-    ``engine_steps``: the steps a training engine may run (none in a sweep's trials)."""
+    ``engine_steps``: the steps a training engine may run (none in a sweep's trials;
+    default: the steps that train)."""
     where = platform(target)
+    if engine_steps is None:
+        engine_steps = training_steps(profiles)
     # A step an engine runs (a Vertex AI CustomJob) honours spot and timeout itself.
     engine_run = {step for step, profile in profiles.items()
                   if step in engine_steps and training_engine(target, profile) is not None}
@@ -55,8 +58,8 @@ def target_notes(profiles: Mapping[str, ComputeProfile], target: str,
               and (note := tpu_profile.unchecked_host_limits(step, p, target))]
     for step in sorted(engine_run):  # what the training step really launches, and so costs
         notes.append(training_engine(target, profiles[step]).describe(profiles[step]))
-    note = launchers.unapplied_note(profiles, target, engine_run - (
-        {"train-model"} if where.local else set()))  # local workers follow no job
+    note = launchers.unapplied_note(profiles, target, set() if where.local
+                                    else engine_run)  # local workers follow no job
     notes += [idle for step, p in profiles.items() if (idle := idle_note(step, p, target))]
     return notes + ([note] if note else []) + capacity.capacity_notes(profiles, target)
 
@@ -90,8 +93,7 @@ def plan(
     rows, where = [], platform(target)
     for step, p in profiles.items():
         # On Vertex AI a CustomJob runs the training step and honours spot and timeout.
-        custom_job = (where.managed and step == "train-model"
-                      and training_engine(target, p) is not None)
+        custom_job = where.managed and engine_for(target, profiles, step) is not None
         if where.accelerator_types:
             accelerator = GKE_TO_VERTEX_ACCELERATOR.get(p.accelerator, "") if p.uses_gpu else ""
         else:
@@ -120,8 +122,8 @@ def plan(
                  ) if p.queue else "-"
         from gkeflow.pipelines.compute.scratch import describe_disk
 
-        own_pods = where.kubernetes and step == "train-model" and training_engine(
-            target, p) is not None  # a JobSet's pods request their ephemeral storage
+        # a JobSet's pods request their ephemeral storage
+        own_pods = where.kubernetes and engine_for(target, profiles, step) is not None
         disk = p.ephemeral_storage if own_pods and p.ephemeral_storage else describe_disk(
             p, target)
         retries = (

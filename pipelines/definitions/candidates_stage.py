@@ -13,10 +13,11 @@ The families are chosen when the pipeline is built (gkeflow.yaml ``candidates:``
 task, as before. Training beyond one pod (several workers, a CustomJob on Vertex AI)
 trains the candidates one after the other inside ``train-model``.
 
-Compute: ``compute.train-<family>`` in gkeflow.yaml; unset, the Keras families and the
-trees take ``train-model``'s (trees leave a TPU for a CPU machine: XGBoost cannot use it),
-the linear model a small CPU machine, and ``train-model`` itself, which only chooses,
-:data:`CHOOSE_PROFILE`.
+Compute: ``compute.train-<family>`` in gkeflow.yaml; unset, the Keras families take
+``train-model``'s, the trees one of its GPUs (XGBoost trains on one GPU per process; a CPU
+machine where no one-GPU machine is offered, and beside a TPU, which XGBoost cannot use),
+the linear model a small CPU machine, and
+``train-model`` itself, which only chooses, :data:`CHOOSE_PROFILE`.
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ CPU_CANDIDATE = ComputeProfile(cpu="4", memory="16G", timeout_s=6 * 3600, retrie
                                retry_backoff_s=60, retry_backoff_factor=2.0,
                                retry_max_duration_s=3600)
 #: ``train-model`` when the candidates train in tasks of their own: it reads their eval
-#: predictions, builds the ensemble when it wins and exports one SavedModel (no timeout: on
-#: Vertex AI a step with one would run as a CustomJob).
-CHOOSE_PROFILE = ComputeProfile(cpu="2", memory="8G", timeout_s=0, retries=2,
+#: predictions, builds the ensemble when it wins and exports one SavedModel: a pod, never a
+#: job (on Vertex AI its timeout is not applied, as for evaluate-model).
+CHOOSE_PROFILE = ComputeProfile(cpu="2", memory="8G", timeout_s=3600, retries=2,
                                 retry_backoff_s=30, retry_backoff_factor=2.0,
                                 retry_max_duration_s=1800)
 
@@ -60,7 +61,8 @@ def in_parallel(families: tuple[str, ...], one_machine: bool) -> bool:
 
 
 def candidate_profiles(families: tuple[str, ...], merged: Mapping[str, ComputeProfile],
-                       defaults: Mapping[str, ComputeProfile]) -> dict[str, ComputeProfile]:
+                       defaults: Mapping[str, ComputeProfile], target: str
+                       ) -> dict[str, ComputeProfile]:
     """The profile of each of ``families``' steps: gkeflow.yaml's when set (``merged``
     differs from ``defaults``), else inherited from ``train-model``."""
     base = merged["train-model"]
@@ -71,9 +73,27 @@ def candidate_profiles(families: tuple[str, ...], merged: Mapping[str, ComputePr
             chosen[step] = merged[step]
         elif family == "linear" or (family == "gbdt" and base.uses_tpu):
             chosen[step] = CPU_CANDIDATE
+        elif family == "gbdt":
+            chosen[step] = one_gpu(base, target)
         else:
             chosen[step] = base
     return chosen
+
+
+def one_gpu(profile: ComputeProfile, target: str) -> ComputeProfile:
+    """``profile`` with one of its GPUs (XGBoost trains on one GPU per process), on the
+    machine that GPU comes on; :data:`CPU_CANDIDATE` when ``target`` cannot host that (no
+    one-GPU machine, or none with this capacity): seven idle GPUs cost more than CPUs."""
+    from dataclasses import replace
+
+    from gkeflow.pipelines.compute.machine_fit import sized
+    from gkeflow.pipelines.compute.profile_checks import profile_problems
+
+    if not profile.uses_gpu or profile.accelerator_count <= 1:
+        return profile
+    single = replace(profile, accelerator_count=1, auto_size=True)
+    return CPU_CANDIDATE if profile_problems("train-gbdt", sized(single, target), target,
+                                             True, ("train-gbdt",)) else single
 
 
 def display_names() -> dict[str, str]:

@@ -141,7 +141,8 @@ def resolve_compute(
     one_machine = base.replicas == 1 and (engine is None or engine.runs_any_component)
     chosen = {}
     if candidates_stage.in_parallel(tuple(families), one_machine):
-        chosen = candidates_stage.candidate_profiles(tuple(families), merged, DEFAULT_COMPUTE)
+        chosen = candidates_stage.candidate_profiles(tuple(families), merged, DEFAULT_COMPUTE,
+                                                     target)
         merged["train-model"] = candidates_stage.CHOOSE_PROFILE
     merged = {step: profile for step, profile in merged.items()
               if step not in candidates_stage.CANDIDATE_STEPS}
@@ -220,7 +221,7 @@ def build_training_pipeline(
 
     # Training beyond one pod (several machines, Spot/flex-start on Vertex AI) goes through
     # the target's engine: a Vertex AI CustomJob, a GKE JobSet or local worker processes.
-    train_engine = training_engine(target, profiles["train-model"])
+    train_engine = None if parallel else training_engine(target, profiles["train-model"])
     if problem := (check_engine(gcsfuse, target, train_engine is not None)
                    or lustre_mounts.check_engine(lustre, target, train_engine is not None)):
         raise ComputeError(problem)

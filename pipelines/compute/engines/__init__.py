@@ -106,6 +106,25 @@ def gpus_text(profile: ComputeProfile, accelerator: str) -> str:
             f"{counted(profile.replicas * profile.accelerator_count, 'GPU')} in all")
 
 
+def training_steps(profiles: Mapping[str, ComputeProfile]) -> tuple[str, ...]:
+    """The steps of ``profiles`` that train: ``model_type: auto``'s candidate steps when the
+    pipeline has them (``train-model`` then only chooses among them), else ``train-model``."""
+    from gkeflow.components.train.families import CANDIDATE_FAMILIES, candidate_step
+
+    candidates = tuple(step for family in CANDIDATE_FAMILIES
+                       if (step := candidate_step(family)) in profiles)
+    return candidates or (("train-model",) if "train-model" in profiles else ())
+
+
+def engine_for(target: str, profiles: Mapping[str, ComputeProfile],
+               step: str = "train-model") -> TrainEngine | None:
+    """The engine that runs ``step`` of a pipeline with ``profiles``; None for a plain pod,
+    and for a step that does not train."""
+    if step not in training_steps(profiles):
+        return None
+    return training_engine(target, profiles[step])
+
+
 def training_engine(target: str, profile: ComputeProfile) -> TrainEngine | None:
     """The engine that runs a training step with ``profile`` on ``target`` (the one its
     platform declares); None: a plain pod."""
