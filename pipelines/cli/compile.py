@@ -116,11 +116,13 @@ def compile_command(target: str, output: Path, check: bool, release: bool, envir
     from gkeflow.pipelines.definitions.sweep_trials import TRIAL_STEP, trial_note
 
     engine = (config.sweep or default_sweep()).engine
+    from gkeflow.pipelines.definitions.candidates_stage import CANDIDATE_STEPS
     from gkeflow.pipelines.definitions.operations import notification_notes
 
     for compile_target in targets:
-        notes = target_notes(compute, compile_target) + notification_notes(config,
-                                                                           compile_target)
+        # every step that may train: train-model, or the candidates beside it
+        notes = target_notes(compute, compile_target, ("train-model", *CANDIDATE_STEPS)) + \
+            notification_notes(config, compile_target)
         if compute and TRIAL_STEP in compute:
             notes.append(trial_note(compile_target, engine, compute[TRIAL_STEP]))
         for note in filter(None, notes):

@@ -113,7 +113,7 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
             images = step_images(profiles)
     except (ComputeError, ImageLockError) as exc:
         raise click.ClickException(str(exc)) from exc
-    images = {step: pin(image, lock) for step, image in images.items() if step in profiles}
+    images = {step: pin(images[step], lock) for step in profiles if step in images}
     rows = plan(profiles, target, {step: image.rsplit("/", 1)[-1]
                                    for step, image in images.items()})
     from gkeflow.pipelines.cli.costs import plan_cost

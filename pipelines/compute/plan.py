@@ -103,6 +103,8 @@ def plan(
             machine = shape.name if shape else "none fits"
             if where.kubernetes and shape:
                 machine = f"{shape.name} or larger"
+        elif custom_job:  # the job's machine, fitted to the request
+            machine = engine_for(target, profiles, step).machine(p)
         elif where.managed:
             machine = f"chosen by {where.title}"
         else:

@@ -141,12 +141,20 @@ def resolve_compute(
     one_machine = base.replicas == 1 and (engine is None or engine.runs_any_component)
     chosen = {}
     if candidates_stage.in_parallel(tuple(families), one_machine):
+        # what gkeflow.yaml asked of train-model is checked as such, before its candidates
+        # inherit it
+        validate_profiles({"train-model": base}, target, {
+            "train-model": IMAGES.get(step_images({"train-model": base})["train-model"])})
         chosen = candidates_stage.candidate_profiles(tuple(families), merged, DEFAULT_COMPUTE,
                                                      target)
         merged["train-model"] = candidates_stage.CHOOSE_PROFILE
-    merged = {step: profile for step, profile in merged.items()
-              if step not in candidates_stage.CANDIDATE_STEPS}
-    merged.update(chosen)
+    ordered = {}
+    for step, profile in merged.items():  # the candidates, then train-model choosing
+        if step == "train-model":
+            ordered.update(chosen)
+        if step not in candidates_stage.CANDIDATE_STEPS:
+            ordered[step] = profile
+    merged = ordered
     profiles = {step: sized(profile, target) for step, profile in merged.items()}
     for step in {"prepare-data", *FANOUT_STEPS} - preparation_steps(preparation):
         profiles.pop(step)

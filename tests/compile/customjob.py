@@ -5,10 +5,15 @@ from __future__ import annotations
 import json
 
 
-def custom_job_payload(document: dict, task: str = "train-model") -> dict | None:
+def custom_job_payload(document: dict, task: str | None = None) -> dict | None:
     """The CustomJob payload of ``task``'s launcher in a compiled Vertex document; None if the
-    step runs as a plain pipeline step (or is an importer, which has no container)."""
-    container = document["deploymentSpec"]["executors"][f"exec-{task}"].get("container")
+    step runs as a plain pipeline step (or is an importer, which has no container). Default
+    task: the step that trains the Keras model (``train-mlp`` beside the other candidates of
+    ``model_type: auto``, else ``train-model``)."""
+    executors = document["deploymentSpec"]["executors"]
+    if task is None:
+        task = "train-mlp" if "exec-train-mlp" in executors else "train-model"
+    container = executors[f"exec-{task}"].get("container")
     if container is None:
         return None
     args = list(container.get("args", []))

@@ -14,6 +14,10 @@ from gkeflow.pipelines.compute.profiles import ComputeProfile
 from gkeflow.pipelines.targets.compile import compile_pipeline
 from tests.compile.customjob import custom_job_payload, strict_custom_job
 
+#: The step that gets train-model's compute: the Keras candidate of model_type auto (the
+#: default), beside the trees and the linear model.
+TRAIN_STEP = "train-mlp"
+
 
 def _train(**fields) -> dict[str, ComputeProfile]:
     return {"train-model": ComputeProfile(**{"cpu": "8", "memory": "32G", **fields})}
@@ -29,7 +33,7 @@ def _compiled(tmp_path, target: str, compute) -> tuple[dict, dict]:
         for config in executors.values():
             json_format.ParseDict(config, k8s.KubernetesExecutorConfig(),
                                   ignore_unknown_fields=False)
-    return docs[0], executors.get("exec-train-model", {})
+    return docs[0], executors.get(f"exec-{TRAIN_STEP}", {})
 
 
 @pytest.mark.parametrize(
@@ -50,14 +54,14 @@ def test_new_families_compile_for_both_targets(tmp_path, fields, vertex_type):
         assert (machine.accelerator_type.name, machine.accelerator_count) == (
             vertex_type, fields["accelerator_count"])
     else:
-        resources = spec["deploymentSpec"]["executors"]["exec-train-model"]["container"][
+        resources = spec["deploymentSpec"]["executors"][f"exec-{TRAIN_STEP}"]["container"][
             "resources"]
         assert (resources["accelerator"]["resourceType"],
                 resources["accelerator"]["resourceCount"]) == (
             vertex_type, str(fields["accelerator_count"]))
     assert (payload is not None) == (fields.get("scheduling") == "spot")
     spec, executor = _compiled(tmp_path / "gke", "gke", _train(**fields))
-    resources = spec["deploymentSpec"]["executors"]["exec-train-model"]["container"]["resources"]
+    resources = spec["deploymentSpec"]["executors"][f"exec-{TRAIN_STEP}"]["container"]["resources"]
     assert resources["accelerator"]["resourceType"] == "nvidia.com/gpu"
     label = executor["nodeSelector"]["labels"]["cloud.google.com/gke-accelerator"]
     assert label == {"NVIDIA_RTX_PRO_6000": "nvidia-rtx-pro-6000"}.get(
@@ -74,7 +78,7 @@ def test_flex_start_reservation_and_queue_reach_the_gke_pod(tmp_path):
     assert {"key": "cloud.google.com/gke-flex-start", "operator": "Equal", "value": "true",
             "effect": "NoSchedule"} in flex["tolerations"]
     assert flex["podMetadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "team-a",
-                                             "gkeflow-step": "train-model",
+                                             "gkeflow-step": TRAIN_STEP,
                                              "app.kubernetes.io/managed-by": "gkeflow"}
     assert flex["activeDeadlineSeconds"] == "86400"
 
@@ -89,7 +93,7 @@ def test_flex_start_reservation_and_queue_reach_the_gke_pod(tmp_path):
     assert [t["key"] for t in reserved["tolerations"]] == ["nvidia.com/gpu"]
     # no queue, no Kueue label: only the label the GPU alert selects
     assert reserved["podMetadata"]["labels"] == {"app.kubernetes.io/managed-by": "gkeflow",
-                                                 "gkeflow-step": "train-model"}
+                                                 "gkeflow-step": TRAIN_STEP}
 
     _, spot = _compiled(tmp_path / "c", "gke", _train(spot=True))
     assert spot["nodeSelector"]["labels"] == {"cloud.google.com/gke-spot": "true"}

@@ -42,7 +42,8 @@ def test_plan_rows_match_the_committed_compiled_yaml(target):
     lock = image_map(GkeflowConfig().images)  # the repository has no gkeflow.yaml
     images = {step: pin(image, lock) for step, image in step_images().items()}
     rows = plan(resolve_compute(target), target, images)
-    assert [r.step for r in rows] == ["fingerprint-data", "prepare-data", "train-model",
+    assert [r.step for r in rows] == ["fingerprint-data", "prepare-data", "train-gbdt",
+                                      "train-mlp", "train-linear", "train-model",
                                       "evaluate-model", "register-model", "deploy-model"]
     for row in rows:
         executor = spec["deploymentSpec"]["executors"][f"exec-{row.step}"]["container"]
@@ -53,7 +54,8 @@ def test_plan_rows_match_the_committed_compiled_yaml(target):
             assert chief.container_spec.image_uri == row.image
             assert chief.machine_spec.machine_type == row.machine
             assert str(chief.machine_spec.accelerator_count) == row.count
-            assert chief.machine_spec.accelerator_type.name == row.accelerator
+            assert (chief.machine_spec.accelerator_type.name
+                    if chief.machine_spec.accelerator_count else "-") == row.accelerator
             assert row.timeout == f"{int(job.scheduling.timeout.total_seconds()) // 3600}h"
             continue
         resources = executor["resources"]
@@ -104,7 +106,8 @@ def test_plan_names_each_steps_image_kind_and_its_pull_size(monkeypatch):
     assert set(lines) == {SLIM_IMAGE, CPU_IMAGE, GPU_IMAGE}
     assert lines[SLIM_IMAGE].endswith("): fingerprint-data, prepare-data, register-model")
     assert lines[CPU_IMAGE].endswith("): evaluate-model, deploy-model")
-    assert lines[GPU_IMAGE].endswith("): train-model")
+    # the candidates of model_type auto, and train-model choosing among them
+    assert lines[GPU_IMAGE].endswith("): train-gbdt, train-mlp, train-linear, train-model")
     for image, flavour in ((SLIM_IMAGE, "slim"), (CPU_IMAGE, "cpu"), (GPU_IMAGE, "gpu")):
         size = PULL_SIZES[flavour]
         wanted = (f"pull about {size / 1e9:.2f} GB, measured: bench/RESULTS.md" if size
@@ -230,8 +233,8 @@ def test_plan_fits_columns_also_when_piped_wide_and_json_show_everything():
     assert as_json.exit_code == 0, as_json.output
     data = json.loads(as_json.output)
     assert (data["pipeline"], data["target"]) == ("training", "vertex")
-    assert [set(step) for step in data["steps"]] == [set(PlanRow.__dataclass_fields__)] * 6
-    train = next(step for step in data["steps"] if step["step"] == "train-model")
+    assert [set(step) for step in data["steps"]] == [set(PlanRow.__dataclass_fields__)] * 9
+    train = next(step for step in data["steps"] if step["step"] == "train-mlp")
     assert train["accelerator"] == "NVIDIA_TESLA_T4"
     assert any("timeout_s is not enforced" in note for note in data["notes"])
     assert "train-model" in data["images"]

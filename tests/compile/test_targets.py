@@ -26,7 +26,9 @@ from tests.compile.customjob import custom_job_payload, strict_custom_job
 #: default profiles.
 ONE_POD_COMPUTE = {step: DEFAULT_COMPUTE[step] for step in resolve_compute("local")}
 REPO = Path(__file__).resolve().parents[2]
-GPU_STEP = "train-model"
+#: train-model's compute goes to the Keras candidate of model_type auto (the default), which
+#: trains beside the trees and the linear model; train-model then only chooses.
+GPU_STEP = "train-mlp"
 
 #: GPU count -> a valid training profile with that many GPUs (0: CPU only).
 TRAIN_PROFILES = {
@@ -90,7 +92,7 @@ def compiled_cases(tmp_path_factory) -> dict[tuple[int, bool], dict[str, Path]]:
         directory = tmp_path_factory.mktemp(f"gpus{count}-spot{int(spot)}")
         profile = TRAIN_PROFILES[count].with_overrides(spot=spot)
         out[(count, spot)] = {
-            target: compile_pipeline("training", target, directory, {GPU_STEP: profile})
+            target: compile_pipeline("training", target, directory, {"train-model": profile})
             for target in ("gke", "vertex")
         }
     return out
@@ -103,7 +105,8 @@ def test_gke(compiled_cases, count, spot):
     strict_pipeline_spec(spec_doc)
     configs = strict_executor_configs(platform_doc)
     res = resources(spec_doc)
-    profiles = {**ONE_POD_COMPUTE, GPU_STEP: profile}
+    profiles = resolve_compute("gke", {"train-model": profile})
+    assert profiles[GPU_STEP] == profile
 
     for step, p in profiles.items():
         r = res[step]
@@ -112,9 +115,9 @@ def test_gke(compiled_cases, count, spot):
         assert r["resourceMemoryRequest"] == r["resourceMemoryLimit"] == p.memory, step
         config = configs[step]
         assert config.active_deadline_seconds == p.timeout_s, step
-        if step != GPU_STEP or count == 0:
+        if not p.uses_gpu:
             # No GPU settings; the Spot selector and toleration only where spot was asked.
-            spot_here = step == GPU_STEP and spot
+            spot_here = p.spot
             assert "accelerator" not in r, step
             assert not config.empty_dir_mounts, step
             assert dict(config.node_selector.labels) == (
@@ -158,8 +161,9 @@ def test_vertex(compiled_cases, count, spot):
         assert kubernetes_only not in text
     res = resources(docs[0])
     profile = TRAIN_PROFILES[count]
-    for step, p in ONE_POD_COMPUTE.items():
-        if step == GPU_STEP:  # a CustomJob launcher (the profile has a timeout): a small pod
+    for step, p in resolve_compute("vertex", {"train-model": profile}).items():
+        if step.startswith("train-") and step != "train-model":
+            # a candidate's CustomJob launcher (the profile has a timeout): a small pod
             assert res[step]["resourceCpuLimit"] == "1" and "accelerator" not in res[step]
             continue
         assert res[step]["resourceCpuLimit"] == p.cpu and res[step]["resourceMemoryLimit"] == (
@@ -224,6 +228,7 @@ def test_retry_fields_are_all_explicit(compiled_cases):
     # The data fingerprint (computed at run time) and the champion look-up in evaluation
     # are never served from cache; preparation is, keyed on that fingerprint.
     assert caching == {"fingerprint-data": False, "prepare-data": True, "train-model": True,
+                       "train-gbdt": True, "train-mlp": True, "train-linear": True,
                        "evaluate-model": False}
 
 

@@ -45,6 +45,9 @@ class TrainEngine(Protocol):
     def launcher_profile(self, profile: ComputeProfile) -> ComputeProfile:
         """The compute of the step's own pod (the workload gets ``profile``)."""
 
+    def machine(self, profile: ComputeProfile) -> str:
+        """The machine type the job's chief runs on; "" where the cluster chooses."""
+
     def describe(self, profile: ComputeProfile) -> str:
         """One line for ``plan`` and ``compile``: what the step launches, machines and GPUs."""
 

@@ -252,6 +252,9 @@ class JobSetEngine:
                                                     **settings(profile),
                                                     **keras_arguments(arguments))
 
+    def machine(self, profile: ComputeProfile) -> str:
+        return ""
+
     def launcher_profile(self, profile: ComputeProfile) -> ComputeProfile:
         from dataclasses import replace
 

@@ -35,6 +35,9 @@ class LocalWorkers:
         step = as_training_step(train_model_local_workers)
         return step(replicas=profile.replicas, **keras_arguments(arguments))
 
+    def machine(self, profile: ComputeProfile) -> str:
+        return ""
+
     def launcher_profile(self, profile: ComputeProfile) -> ComputeProfile:
         return profile
 

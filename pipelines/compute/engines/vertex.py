@@ -212,6 +212,9 @@ class CustomJobEngine:
                                          tpu_profile.training_image(profile), env)
         return component(**arguments)
 
+    def machine(self, profile: ComputeProfile) -> str:
+        return machine_type(profile)
+
     def launcher_profile(self, profile: ComputeProfile) -> ComputeProfile:
         from gkeflow.pipelines.compute.engines import launcher_profile
 
