@@ -23,8 +23,10 @@ VOLUME_SIZE = "20Gi"
 
 
 def add_checkpoint_volume(train: dsl.PipelineTask, size: str = VOLUME_SIZE,
-                          storage_class: str = STORAGE_CLASS) -> dsl.PipelineTask:
-    """Create a run-scoped PVC, mount it in ``train`` and delete it after ``train``.
+                          storage_class: str = STORAGE_CLASS, step: str = "") -> dsl.PipelineTask:
+    """Create a run-scoped PVC, mount it in ``train`` and delete it after ``train``; with
+    ``step``, a volume of that step's own (steps training side by side, on several nodes,
+    cannot share one ReadWriteOnce disk).
 
     Returns:
         The task that deletes the volume.
@@ -32,7 +34,7 @@ def add_checkpoint_volume(train: dsl.PipelineTask, size: str = VOLUME_SIZE,
     from kfp import kubernetes
 
     volume = kubernetes.CreatePVC(
-        pvc_name_suffix="-gkeflow-checkpoints",
+        pvc_name_suffix="-gkeflow-checkpoints" + (f"-{step}" if step else ""),
         access_modes=["ReadWriteOnce"],
         size=size,
         storage_class_name=storage_class,

@@ -80,6 +80,21 @@ def candidate_profiles(families: tuple[str, ...], merged: Mapping[str, ComputePr
     return chosen
 
 
+def candidate_problems(profiles: Mapping[str, ComputeProfile], target: str) -> list[str]:
+    """What keeps each candidate step of ``profiles`` off one machine of ``target``."""
+    from gkeflow.pipelines.compute.engines import training_engine
+
+    problems = []
+    for step, profile in profiles.items():
+        engine = training_engine(target, profile)
+        if profile.replicas > 1 or (engine is not None and not engine.runs_any_component):
+            problems.append(
+                f"{step}: a candidate trains on one machine (replicas 1, a single-host TPU "
+                "slice); give train-model the several machines instead (model_type auto then "
+                "trains its candidates one after the other there)")
+    return problems
+
+
 def one_gpu(profile: ComputeProfile, target: str) -> ComputeProfile:
     """``profile`` with one of its GPUs (XGBoost trains on one GPU per process), on the
     machine that GPU comes on; :data:`CPU_CANDIDATE` when ``target`` cannot host that (no
@@ -94,6 +109,16 @@ def one_gpu(profile: ComputeProfile, target: str) -> ComputeProfile:
     single = replace(profile, accelerator_count=1, auto_size=True)
     return CPU_CANDIDATE if profile_problems("train-gbdt", sized(single, target), target,
                                              True, ("train-gbdt",)) else single
+
+
+def image_for(profile: ComputeProfile) -> str:
+    """The declared image a candidate step, or train-model choosing, runs in: the TPU or GPU
+    image with an accelerator, else the CPU image (TensorFlow, Keras and XGBoost for CPUs:
+    a smaller pull than the GPU image)."""
+    from gkeflow.components.images import CPU_IMAGE
+    from gkeflow.pipelines.compute.tpu_profile import training_image
+
+    return training_image(profile) if profile.uses_tpu or profile.uses_gpu else CPU_IMAGE
 
 
 def display_names() -> dict[str, str]:
@@ -125,7 +150,6 @@ def candidates_and_choice(families: tuple[str, ...], arguments: dict,
     from gkeflow.pipelines.compute.capacity import label_training_pod
     from gkeflow.pipelines.compute.checkpoints import add_checkpoint_volume
     from gkeflow.pipelines.compute.engines import training_engine, with_image
-    from gkeflow.pipelines.compute.tpu_profile import training_image
     from gkeflow.pipelines.settings.platforms import platform
 
     inputs = {}
@@ -137,20 +161,20 @@ def candidates_and_choice(families: tuple[str, ...], arguments: dict,
         engine = training_engine(target, profile)
         if engine is not None:  # a one-machine job (a Vertex AI CustomJob: a timeout, Spot)
             given.pop("workspace_path", None)
-            task = configure(engine.task(profile, given, env=env.get(step),
-                                         component=named(train_candidate, step)),
+            component = with_image(named(train_candidate, step), image_for(profile))
+            task = configure(engine.task(profile, given, env=env.get(step), component=component),
                              step, engine.launcher_profile(profile))
             inputs[f"{family}_candidate"] = task.outputs["candidate"]
             continue
-        trainer = with_image(named(train_candidate, step), training_image(profile))
+        trainer = with_image(named(train_candidate, step), image_for(profile))
         task = configure(trainer(**given), step)
         if platform(target).kubernetes:
             label_training_pod(task)
-            if checkpoint_volume:
-                add_checkpoint_volume(task)
+            if checkpoint_volume:  # a volume each: they may train on several nodes at once
+                add_checkpoint_volume(task, step=step)
         inputs[f"{family}_candidate"] = task.outputs["candidate"]
-    return configure(train_model(**{**arguments, "require_gpu": False}, **inputs),
-                     "train-model")
+    chooser = with_image(train_model, image_for(profiles["train-model"]))
+    return configure(chooser(**{**arguments, "require_gpu": False}, **inputs), "train-model")
 
 
 __all__ = ["CANDIDATE_STEPS", "CHOOSE_PROFILE", "CPU_CANDIDATE", "DEFAULT_CANDIDATES",

@@ -79,8 +79,6 @@ DEFAULT_COMPUTE: Mapping[str, ComputeProfile] = {
     # fan-out preparation (prepare_groups > 1): plan, one pod per group, merge
     **FANOUT_STEPS,
     "train-model": TRAIN_PROFILE,
-    # model_type auto's candidates, each in a task of its own (candidates_stage.py)
-    **candidates_stage.default_profiles(TRAIN_PROFILE),
     "evaluate-model": ComputeProfile(cpu="2", memory="8G", caching=False, timeout_s=3600),
     "register-model": ComputeProfile(
         cpu="1", memory="2G", caching=False, timeout_s=600, retries=2, retry_backoff_s=30,
@@ -88,6 +86,10 @@ DEFAULT_COMPUTE: Mapping[str, ComputeProfile] = {
     ),
     DEPLOY_STEP: SERVING_PROFILE,  # the serving machines (the deploy task itself is small)
 }
+
+#: model_type auto's candidate steps (a task each, candidates_stage.py), before gkeflow.yaml:
+#: unset, a candidate inherits train-model's compute (see candidates_stage.candidate_profiles).
+CANDIDATE_COMPUTE: Mapping[str, ComputeProfile] = candidates_stage.default_profiles(TRAIN_PROFILE)
 
 #: Step -> the component it runs (and so the image it runs in).
 STEP_COMPONENTS = {
@@ -109,9 +111,12 @@ def step_images(profiles: Mapping[str, ComputeProfile] | None = None) -> dict[st
         step: component.component_spec.implementation.container.image
         for step, component in STEP_COMPONENTS.items()
     }
-    for step in ("train-model", *candidates_stage.CANDIDATE_STEPS):
+    if profiles and "train-model" in profiles:
+        images["train-model"] = training_image(profiles["train-model"])
+    for step in candidates_stage.CANDIDATE_STEPS:  # the candidates, and train-model choosing
         if profiles and step in profiles:
-            images[step] = training_image(profiles[step])
+            images[step] = candidates_stage.image_for(profiles[step])
+            images["train-model"] = candidates_stage.image_for(profiles["train-model"])
     return images
 
 
@@ -129,24 +134,24 @@ def resolve_compute(
     """
     from gkeflow.components.images import IMAGES
 
-    unknown = sorted(set(compute or {}) - set(DEFAULT_COMPUTE))
+    unknown = sorted(set(compute or {}) - set(DEFAULT_COMPUTE) - set(CANDIDATE_COMPUTE))
     if unknown:
         raise ComputeError(
             f"unknown {plural(len(unknown), 'step')} {', '.join(unknown)}; steps are "
-            f"{', '.join(DEFAULT_COMPUTE)}"
+            f"{', '.join([*DEFAULT_COMPUTE, *CANDIDATE_COMPUTE])}"
         )
     merged = {**DEFAULT_COMPUTE, **(compute or {})}
+    # what gkeflow.yaml asked of train-model is checked as such, before any candidate
+    # inherits it
     base = sized(merged["train-model"], target)
+    validate_profiles({"train-model": base}, target, {
+        "train-model": IMAGES.get(step_images({"train-model": base})["train-model"])})
     engine = training_engine(target, base)
     one_machine = base.replicas == 1 and (engine is None or engine.runs_any_component)
     chosen = {}
     if candidates_stage.in_parallel(tuple(families), one_machine):
-        # what gkeflow.yaml asked of train-model is checked as such, before its candidates
-        # inherit it
-        validate_profiles({"train-model": base}, target, {
-            "train-model": IMAGES.get(step_images({"train-model": base})["train-model"])})
-        chosen = candidates_stage.candidate_profiles(tuple(families), merged, DEFAULT_COMPUTE,
-                                                     target)
+        chosen = candidates_stage.candidate_profiles(tuple(families), merged,
+                                                     CANDIDATE_COMPUTE, target)
         merged["train-model"] = candidates_stage.CHOOSE_PROFILE
     ordered = {}
     for step, profile in merged.items():  # the candidates, then train-model choosing
@@ -160,7 +165,11 @@ def resolve_compute(
         profiles.pop(step)
     gpu_images = {step: IMAGES.get(image) for step, image in step_images(profiles).items()}
     gpu_images[DEPLOY_STEP] = None  # its GPU serves in the serving runtime's image
-    validate_profiles(profiles, target, gpu_images)
+    if problems := candidates_stage.candidate_problems(chosen, target):
+        raise ComputeError(f"invalid compute for target {target}:\n"
+                           + "\n".join(f"  - {p}" for p in problems))
+    # a candidate trains where train-model would (a TPU included), on one machine
+    validate_profiles(profiles, target, gpu_images, ("train-model", *chosen))
     return profiles
 
 
@@ -222,9 +231,11 @@ def build_training_pipeline(
                   profile: Optional[ComputeProfile] = None) -> dsl.PipelineTask:
         task.set_display_name(STEP_DISPLAY_NAMES[step])
         operations.track(task, step, PIPELINE_NAME)
-        if step != "train-model" or train_engine is None:  # an engine's pods mount nothing
-            apply_gcsfuse(task, step, gcsfuse, target)
-            lustre_mounts.apply_lustre(task, step, lustre, target)
+        if profile is None:  # a launcher (``profile``: its own) mounts nothing: its job does
+            # a candidate reads what train-model would, through train-model's mounts
+            mounted = "train-model" if step in candidates_stage.CANDIDATE_STEPS else step
+            apply_gcsfuse(task, mounted, gcsfuse, target)
+            lustre_mounts.apply_lustre(task, mounted, lustre, target)
         return apply_compute(task, profile or profiles[step], target, step)
 
     # Training beyond one pod (several machines, Spot/flex-start on Vertex AI) goes through
@@ -432,7 +443,7 @@ def build_training_pipeline(
             train = candidates_stage.candidates_and_choice(
                 tuple(parallel), {**arguments, "workspace_path": storage.path}, profiles,
                 target, storage.checkpoint_volume, configure,
-                {step: mount_env(gcsfuse, step, target) for step in profiles})
+                {step: mount_env(gcsfuse, "train-model", target) for step in profiles})
         else:
             train = train_step(**arguments)
         evaluate_and_register(

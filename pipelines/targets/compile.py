@@ -109,7 +109,9 @@ def steps_of(pipeline: str) -> Mapping:
     elif pipeline == "fanout-prepare":
         from gkeflow.pipelines.definitions.fanout import DEFAULT_COMPUTE
     else:
-        from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE
+        from gkeflow.pipelines.definitions.training import CANDIDATE_COMPUTE, DEFAULT_COMPUTE
+
+        return {**DEFAULT_COMPUTE, **CANDIDATE_COMPUTE}
     return DEFAULT_COMPUTE
 
 

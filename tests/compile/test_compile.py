@@ -13,7 +13,11 @@ from gkeflow.components import yamlio
 from gkeflow.pipelines.targets.compile import compile_all, stale_files
 from tests.compile.customjob import custom_job_payload, strict_custom_job
 
-GPU_TASK = "train-model"
+#: The steps with train-model's GPU: the Keras candidate of model_type auto (the default)
+#: and the trees (XGBoost trains on one GPU); the linear model, and train-model choosing
+#: among them, run on CPUs.
+GPU_TASK = "train-mlp"
+GPU_TASKS = ("train-gbdt", "train-mlp")
 #: kfp-kubernetes' volume steps: the KFP driver performs them, no pod runs.
 VOLUME_STEPS = {"exec-createpvc", "exec-deletepvc"}
 
@@ -55,12 +59,13 @@ def test_gke_train_step_requests_gpu_with_node_selector_and_toleration(compiled)
 
     spec, platform = _documents(compiled["gke"])
     resources = _resources(spec)
-    assert resources[GPU_TASK]["accelerator"] == {
-        "count": "1", "resourceCount": "1", "resourceType": "nvidia.com/gpu",
-        "type": "nvidia.com/gpu",
-    }
+    for task in GPU_TASKS:
+        assert resources[task]["accelerator"] == {
+            "count": "1", "resourceCount": "1", "resourceType": "nvidia.com/gpu",
+            "type": "nvidia.com/gpu",
+        }
     for task, res in resources.items():
-        if task != GPU_TASK:
+        if task not in GPU_TASKS:
             assert "accelerator" not in res, task
         assert res["cpuLimit"] and res["memoryLimit"] and res["resourceCpuRequest"]
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
@@ -73,15 +78,16 @@ def test_gke_train_step_requests_gpu_with_node_selector_and_toleration(compiled)
     for task, other in configs.items():
         # Every step has a timeout; GPU scheduling settings only on the GPU step.
         assert other.active_deadline_seconds > 0, task
-        if task != GPU_TASK:
+        if task not in GPU_TASKS:
             assert not other.node_selector.labels and not other.tolerations, task
-    config = configs[GPU_TASK]
-    assert dict(config.node_selector.labels) == {
-        "cloud.google.com/gke-accelerator": "nvidia-tesla-t4"
-    }
-    assert [(t.key, t.operator, t.effect) for t in config.tolerations] == [
-        ("nvidia.com/gpu", "Exists", "NoSchedule")
-    ]
+    for task in GPU_TASKS:
+        config = configs[task]
+        assert dict(config.node_selector.labels) == {
+            "cloud.google.com/gke-accelerator": "nvidia-tesla-t4"
+        }
+        assert [(t.key, t.operator, t.effect) for t in config.tolerations] == [
+            ("nvidia.com/gpu", "Exists", "NoSchedule")
+        ]
 
 
 def test_vertex_is_one_document_with_nvidia_types_on_train_only(compiled):

@@ -80,6 +80,11 @@ def test_gke_mounts_each_bucket_on_exactly_the_steps_that_use_it(tmp_path):
     assert mounted == {
         "fingerprint-data": {"/gcs/raw-data": "gcsfuse-raw-data"},
         "prepare-data": {"/gcs/raw-data": "gcsfuse-raw-data", "/work": "gcsfuse-work-area"},
+        # model_type auto's candidates read what train-model reads, and train-model (which
+        # chooses among them) reads the eval split
+        "train-gbdt": {"/work": "gcsfuse-work-area"},
+        "train-mlp": {"/work": "gcsfuse-work-area"},
+        "train-linear": {"/work": "gcsfuse-work-area"},
         "train-model": {"/work": "gcsfuse-work-area"},
         "evaluate-model": {"/work": "gcsfuse-work-area"},
     }
@@ -93,9 +98,16 @@ def test_vertex_reads_through_gcs_without_a_volume(tmp_path):
     assert json.loads(envs["prepare-data"]) == {"raw-data": "/gcs/raw-data",
                                                 "work-area": "/gcs/work-area"}
     assert json.loads(envs["evaluate-model"]) == {"work-area": "/gcs/work-area"}
-    # GPU training runs as a CustomJob whose launcher reads nothing: the job's own
-    # containers read the buckets through Vertex AI's /gcs/ mount (below)
-    assert envs["train-model"] is None
+    # the candidates train as CustomJobs whose launchers read nothing: the jobs' own
+    # containers read the buckets through Vertex AI's /gcs/ mount (below); train-model,
+    # choosing among them, reads the eval split itself
+    for step in ("train-gbdt", "train-mlp", "train-linear"):
+        assert envs[step] is None, step
+        job = strict_custom_job(custom_job_payload(spec, step))
+        [pool] = job.job_spec.worker_pool_specs
+        assert {e.name: e.value for e in pool.container_spec.env} == {
+            MOUNTS_ENV: json.dumps({"work-area": "/gcs/work-area"})}, step
+    assert json.loads(envs["train-model"]) == {"work-area": "/gcs/work-area"}
     assert envs["register-model"] is None
 
 

@@ -52,6 +52,10 @@ def test_gke_mounts_each_instance_on_exactly_the_steps_that_use_it(tmp_path):
     assert _claims(tmp_path, "training", _config(DATA, WORK)) == {
         "fingerprint-data": {"/lustre/raw-fs": "lustre-raw-fs"},
         "prepare-data": {"/lustre/raw-fs": "lustre-raw-fs", "/work": "lustre-work-fs"},
+        # model_type auto's candidates read what train-model reads; it chooses among them
+        "train-gbdt": {"/work": "lustre-work-fs"},
+        "train-mlp": {"/work": "lustre-work-fs"},
+        "train-linear": {"/work": "lustre-work-fs"},
         "train-model": {"/work": "lustre-work-fs"},
         "evaluate-model": {"/work": "lustre-work-fs"},
     }

@@ -40,8 +40,9 @@ def test_plan_rows_match_the_committed_compiled_yaml(target):
     k8s = (platform.get("platforms", {}).get("kubernetes", {}).get("deploymentSpec", {})
            .get("executors", {}))
     lock = image_map(GkeflowConfig().images)  # the repository has no gkeflow.yaml
-    images = {step: pin(image, lock) for step, image in step_images().items()}
-    rows = plan(resolve_compute(target), target, images)
+    profiles = resolve_compute(target)
+    images = {step: pin(image, lock) for step, image in step_images(profiles).items()}
+    rows = plan(profiles, target, images)
     assert [r.step for r in rows] == ["fingerprint-data", "prepare-data", "train-gbdt",
                                       "train-mlp", "train-linear", "train-model",
                                       "evaluate-model", "register-model", "deploy-model"]
@@ -105,9 +106,11 @@ def test_plan_names_each_steps_image_kind_and_its_pull_size(monkeypatch):
              if line.startswith("image ")}
     assert set(lines) == {SLIM_IMAGE, CPU_IMAGE, GPU_IMAGE}
     assert lines[SLIM_IMAGE].endswith("): fingerprint-data, prepare-data, register-model")
-    assert lines[CPU_IMAGE].endswith("): evaluate-model, deploy-model")
-    # the candidates of model_type auto, and train-model choosing among them
-    assert lines[GPU_IMAGE].endswith("): train-gbdt, train-mlp, train-linear, train-model")
+    # the candidates of model_type auto on GPUs, the linear one and train-model (choosing
+    # among them) on CPUs
+    assert lines[CPU_IMAGE].endswith(
+        "): train-linear, train-model, evaluate-model, deploy-model")
+    assert lines[GPU_IMAGE].endswith("): train-gbdt, train-mlp")
     for image, flavour in ((SLIM_IMAGE, "slim"), (CPU_IMAGE, "cpu"), (GPU_IMAGE, "gpu")):
         size = PULL_SIZES[flavour]
         wanted = (f"pull about {size / 1e9:.2f} GB, measured: bench/RESULTS.md" if size

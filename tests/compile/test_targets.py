@@ -24,7 +24,8 @@ from tests.compile.customjob import custom_job_payload, strict_custom_job
 
 #: The steps of the training pipeline with one-pod preparation (the default) and their
 #: default profiles.
-ONE_POD_COMPUTE = {step: DEFAULT_COMPUTE[step] for step in resolve_compute("local")}
+ONE_POD_COMPUTE = {step: DEFAULT_COMPUTE[step] for step in resolve_compute("local")
+                   if step in DEFAULT_COMPUTE}
 REPO = Path(__file__).resolve().parents[2]
 #: train-model's compute goes to the Keras candidate of model_type auto (the default), which
 #: trains beside the trees and the linear model; train-model then only chooses.
@@ -82,7 +83,7 @@ def retry_policies(spec: dict) -> dict[str, dict]:
     walk(spec["root"]["dag"]["tasks"])
     for component in spec["components"].values():
         walk(component.get("dag", {}).get("tasks", {}))
-    return {k: v for k, v in found.items() if k in DEFAULT_COMPUTE}
+    return {k: v for k, v in found.items() if k in DEFAULT_COMPUTE or k.startswith("train-")}
 
 
 @pytest.fixture(scope="module")
@@ -224,7 +225,8 @@ def test_retry_fields_are_all_explicit(compiled_cases):
     }
     assert policies["prepare-data"] is None  # no retries asked, none compiled
     caching = {name: t["cachingOptions"].get("enableCache", False)
-               for name, t in spec["root"]["dag"]["tasks"].items() if name in DEFAULT_COMPUTE}
+               for name, t in spec["root"]["dag"]["tasks"].items()
+               if name in DEFAULT_COMPUTE or name.startswith("train-")}
     # The data fingerprint (computed at run time) and the champion look-up in evaluation
     # are never served from cache; preparation is, keyed on that fingerprint.
     assert caching == {"fingerprint-data": False, "prepare-data": True, "train-model": True,

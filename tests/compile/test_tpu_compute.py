@@ -26,6 +26,8 @@ from tests.compile.test_targets import documents, resources, strict_executor_con
 from tests.integration.fake_kube import validate_jobset
 
 STEP = "train-model"
+#: The step that trains train-model's Keras model beside the other candidates.
+KERAS_STEP = "train-mlp"
 
 
 def tpu(**changes) -> ComputeProfile:
@@ -244,10 +246,14 @@ def single_host_gke(tmp_path_factory):
 
 def test_single_host_slice_compiles_to_a_tpu_pod_on_gke(single_host_gke):
     spec, platform = documents(single_host_gke)
-    accelerator = resources(spec)[STEP]["accelerator"]
+    # train-model's slice goes to the Keras candidate of model_type auto; the trees and the
+    # linear model, which cannot use a TPU, train on CPU machines beside it
+    assert "accelerator" not in resources(spec)["train-gbdt"]
+    assert "accelerator" not in resources(spec)["train-linear"]
+    accelerator = resources(spec)[KERAS_STEP]["accelerator"]
     assert (accelerator["resourceType"], accelerator["resourceCount"]) == (
         "google.com/tpu", "8")
-    config = strict_executor_configs(platform)[STEP]
+    config = strict_executor_configs(platform)[KERAS_STEP]
     assert dict(config.node_selector.labels) == {
         "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
         "cloud.google.com/gke-tpu-topology": "2x4", "cloud.google.com/gke-spot": "true"}

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from gkeflow.components import yamlio
-from gkeflow.components.images import GPU_IMAGE, TPU_IMAGE
+from gkeflow.components.images import CPU_IMAGE, GPU_IMAGE, TPU_IMAGE
 from gkeflow.components.scaleout import jobset as js
 from gkeflow.pipelines.compute.profiles import apply_overrides
 from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE, step_images
@@ -42,8 +42,11 @@ def _training_image(spec: dict) -> str:
 
 def test_single_host_tpu_pod_on_gke_runs_in_the_tpu_image(tmp_path):
     spec = _compile(tmp_path, "gke", "accelerator=tpu-v6e", "topology=2x4")
-    assert _executor_image(spec) == TPU_IMAGE
-    assert _executor_image(spec, "evaluate-model") != TPU_IMAGE
+    # the Keras candidate trains on the slice; the trees, the linear model and train-model
+    # choosing among them run on CPU machines
+    assert _executor_image(spec, "train-mlp") == TPU_IMAGE
+    for step in ("train-gbdt", "train-linear", "train-model", "evaluate-model"):
+        assert _executor_image(spec, step) != TPU_IMAGE, step
 
 
 def test_multi_host_tpu_jobset_on_gke_runs_in_the_tpu_image(tmp_path):
@@ -68,7 +71,7 @@ def test_vertex_tpu_custom_job_runs_in_the_tpu_image(tmp_path):
 
 
 @pytest.mark.parametrize("target", ["gke", "vertex"])
-def test_gpu_and_cpu_training_steps_keep_the_gpu_image(tmp_path, target):
+def test_gpu_training_keeps_the_gpu_image_and_cpu_candidates_take_the_cpu_one(tmp_path, target):
     gpu = _compile(tmp_path / "gpu", target, "accelerator=nvidia-l4", "accelerator_count=2",
                    "replicas=2")
     cpu = _compile(tmp_path / "cpu", target, "accelerator=", "accelerator_count=0")
@@ -79,7 +82,9 @@ def test_gpu_and_cpu_training_steps_keep_the_gpu_image(tmp_path, target):
         template = gpu["root"]["dag"]["tasks"][STEP]["inputs"]["parameters"]["jobset_template"]
         assert json.loads(template["runtimeValue"]["constant"])["spec"]["replicatedJobs"][0][
             "template"]["spec"]["template"]["spec"]["containers"][0]["image"] == GPU_IMAGE
-    assert _training_image(cpu) == GPU_IMAGE
+    # model_type auto's candidates on CPUs run in the CPU image (TensorFlow, Keras and
+    # XGBoost for CPUs), a smaller pull than the GPU image
+    assert _training_image(cpu) == CPU_IMAGE
     assert TPU_IMAGE not in json.dumps(gpu) + json.dumps(cpu)
 
 

@@ -44,7 +44,7 @@ def pod_labels(path, executor: str) -> dict[str, str]:
 ])
 def test_single_pod_training_carries_the_alert_labels(tmp_path, compute):
     path = compile_pipeline("training", "gke", tmp_path, compute=compute)
-    labels = pod_labels(path, "exec-train-model")
+    labels = pod_labels(path, "exec-train-mlp")  # the Keras candidate of model_type auto
     assert alert_labels().items() <= labels.items()
 
 

@@ -47,7 +47,9 @@ def test_gke_training_uses_the_configured_workspace(tmp_path):
     workspace = platform["platforms"]["kubernetes"]["pipelineConfig"]["workspace"]
     assert workspace == {"size": "750Gi", "kubernetes": {"pvcSpecPatch": {
         "accessModes": ["ReadWriteMany"], "storageClassName": "standard-rwx"}}}
-    assert _workspace_steps(spec) == {"prepare-data", "train-model", "evaluate-model"}
+    # the candidates of model_type auto read the shards there; train-model chooses
+    assert _workspace_steps(spec) == {"prepare-data", "train-gbdt", "train-mlp", "train-linear",
+                                      "train-model", "evaluate-model"}
     # the workspace holds the checkpoints: no separate checkpoint volume
     assert "createpvc" not in spec["root"]["dag"]["tasks"]
 

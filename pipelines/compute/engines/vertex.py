@@ -208,8 +208,10 @@ class CustomJobEngine:
 
         # the workers run the GPU or the TPU image, as the profile asks; the compiler maps
         # both images to the configured registry and pins them by digest
+        worker_image = (component.component_spec.implementation.container.image if component
+                        else tpu_profile.training_image(profile))
         component = custom_job_component(component or train_model, profile, SLIM_IMAGE,
-                                         tpu_profile.training_image(profile), env)
+                                         worker_image, env)
         return component(**arguments)
 
     def machine(self, profile: ComputeProfile) -> str:
