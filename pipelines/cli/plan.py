@@ -161,7 +161,7 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
         if compute and TRIAL_STEP in compute:
             notes.append(trial_note(target, sweep.engine, compute[TRIAL_STEP]))
     elif pipeline == "training" and "train-model" in profiles:
-        notes.append(candidates_note(profiles["train-model"]))
+        notes.append(candidates_note(profiles))
     for note in filter(None, notes):
         console.print(f"note: {note}", markup=False)
     for line in _workspace_lines(pipeline, target, config, config_path, profiles):
@@ -274,14 +274,20 @@ def plan_verdict(config, cost) -> tuple[str, dict | None]:
     return budget_verdict(cost, budget.max_run_usd, where)
 
 
-def candidates_note(profile) -> str:
-    """What ``model_type: auto`` (the default) trains on train-model's compute."""
+def candidates_note(profiles) -> str:
+    """What ``model_type: auto`` (the default) trains, and where."""
+    from gkeflow.pipelines.compute.engines import training_steps
+
+    steps = [step for step in training_steps(profiles) if step != "train-model"]
+    if steps:
+        return (f"model_type auto (the default): the candidates train side by side "
+                f"({', '.join(steps)}), each on its own compute; train-model keeps the best on "
+                "the eval split (or their ensemble); candidates: in gkeflow.yaml chooses them, "
+                "--param model_type=mlp|wide_deep|gbdt|linear trains one")
+    profile = profiles["train-model"]
     if profile.uses_tpu or profile.replicas > 1:
         where = "a TPU" if profile.uses_tpu else f"{profile.replicas} workers"
         return (f"train-model: model_type auto trains the Keras MLP alone on {where} "
                 "(gradient-boosted trees and the linear model train on one CPU or GPU "
                 "machine)")
-    return ("train-model: model_type auto (the default) trains gbdt, mlp and linear one "
-            "after the other on this step's compute and keeps the best on the eval split; "
-            "--param model_type=mlp|wide_deep|gbdt|linear trains one")
-
+    return ""

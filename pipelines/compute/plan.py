@@ -57,7 +57,7 @@ def target_notes(profiles: Mapping[str, ComputeProfile], target: str,
     notes += [note for step, p in profiles.items() if p.uses_tpu and where.cloud
               and (note := tpu_profile.unchecked_host_limits(step, p, target))]
     for step in sorted(engine_run):  # what the training step really launches, and so costs
-        notes.append(training_engine(target, profiles[step]).describe(profiles[step]))
+        notes.append(training_engine(target, profiles[step]).describe(profiles[step], step))
     note = launchers.unapplied_note(profiles, target, set() if where.local
                                     else engine_run)  # local workers follow no job
     notes += [idle for step, p in profiles.items() if (idle := idle_note(step, p, target))]

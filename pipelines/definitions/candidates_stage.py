@@ -14,8 +14,8 @@ task, as before. Training beyond one pod (several workers, a CustomJob on Vertex
 trains the candidates one after the other inside ``train-model``.
 
 Compute: ``compute.train-<family>`` in gkeflow.yaml; unset, the Keras families take
-``train-model``'s, the trees one of its GPUs (XGBoost trains on one GPU per process; a CPU
-machine where no one-GPU machine is offered, and beside a TPU, which XGBoost cannot use),
+``train-model``'s, the trees too when it has one GPU (XGBoost trains on one GPU per
+process), else a CPU machine (beside several GPUs or a TPU, which XGBoost cannot use),
 the linear model a small CPU machine, and
 ``train-model`` itself, which only chooses, :data:`CHOOSE_PROFILE`.
 """
@@ -61,8 +61,7 @@ def in_parallel(families: tuple[str, ...], one_machine: bool) -> bool:
 
 
 def candidate_profiles(families: tuple[str, ...], merged: Mapping[str, ComputeProfile],
-                       defaults: Mapping[str, ComputeProfile], target: str
-                       ) -> dict[str, ComputeProfile]:
+                       defaults: Mapping[str, ComputeProfile]) -> dict[str, ComputeProfile]:
     """The profile of each of ``families``' steps: gkeflow.yaml's when set (``merged``
     differs from ``defaults``), else inherited from ``train-model``."""
     base = merged["train-model"]
@@ -74,7 +73,7 @@ def candidate_profiles(families: tuple[str, ...], merged: Mapping[str, ComputePr
         elif family == "linear" or (family == "gbdt" and base.uses_tpu):
             chosen[step] = CPU_CANDIDATE
         elif family == "gbdt":
-            chosen[step] = one_gpu(base, target)
+            chosen[step] = one_gpu(base)
         else:
             chosen[step] = base
     return chosen
@@ -95,20 +94,13 @@ def candidate_problems(profiles: Mapping[str, ComputeProfile], target: str) -> l
     return problems
 
 
-def one_gpu(profile: ComputeProfile, target: str) -> ComputeProfile:
-    """``profile`` with one of its GPUs (XGBoost trains on one GPU per process), on the
-    machine that GPU comes on; :data:`CPU_CANDIDATE` when ``target`` cannot host that (no
-    one-GPU machine, or none with this capacity): seven idle GPUs cost more than CPUs."""
-    from dataclasses import replace
-
-    from gkeflow.pipelines.compute.machine_fit import sized
-    from gkeflow.pipelines.compute.profile_checks import profile_problems
-
+def one_gpu(profile: ComputeProfile) -> ComputeProfile:
+    """``profile`` when it has at most one GPU (XGBoost trains on one GPU per process), else
+    :data:`CPU_CANDIDATE`: the idle GPUs of a several-GPU machine cost more than CPUs, and
+    the one-GPU machines of the largest GPUs are mostly Spot or flex-start only."""
     if not profile.uses_gpu or profile.accelerator_count <= 1:
         return profile
-    single = replace(profile, accelerator_count=1, auto_size=True)
-    return CPU_CANDIDATE if profile_problems("train-gbdt", sized(single, target), target,
-                                             True, ("train-gbdt",)) else single
+    return CPU_CANDIDATE
 
 
 def image_for(profile: ComputeProfile) -> str:

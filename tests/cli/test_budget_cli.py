@@ -103,10 +103,11 @@ def test_8_h100_on_spot_passes_a_2000_budget_with_no_flag_and_a_5_budget_refuses
     refused = submit(tmp_path)
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
-    assert "exceeds budget.default ($5.00); most from train-model" in refused.stderr
+    # train-model's GPUs go to the Keras candidate of model_type auto (the default)
+    assert "exceeds budget.default ($5.00); most from train-mlp" in refused.stderr
     table = gkeflow("plan", "--target", "gke", cwd=tmp_path, env={"COLUMNS": "300"})
     assert f"budget: ceiling ${cost['ceiling_usd']:,.2f} is over budget.default ($5.00) by " \
-           in table.stdout and "most from train-model" in table.stdout
+           in table.stdout and "most from train-mlp" in table.stdout
 
 
 def test_a_schedules_month_is_held_to_its_monthly_budget(tmp_path):

@@ -15,6 +15,8 @@ from gkeflow.pipelines.compute.prices import CACHE_FILE, Price, write_prices
 from tests.integration.conftest import gkeflow
 
 TODAY = date.today()
+#: train-model's compute goes to the Keras candidate of model_type auto (the default), priced
+#: as train-mlp; with replicas > 1 train-model trains the candidates itself.
 A100 = ("--compute", "train-model.accelerator=nvidia-tesla-a100",
         "--compute", "train-model.accelerator_count=1", "--compute", "train-model.cpu=4",
         "--compute", "train-model.memory=16G", "--compute", "train-model.timeout_s=7200")
@@ -79,17 +81,17 @@ def test_plan_prices_spot_multi_node_training_with_saving_and_source(tmp_path):
 def test_plan_region_option_and_reservation_shown_as_reserved(tmp_path):
     write_cache(tmp_path, region="europe-west4")
     _cost, steps = plan_json(tmp_path, "--target", "gke", "--region", "europe-west4")
-    assert steps["train-model"]["usd_per_hour"] == 4.0
+    assert steps["train-mlp"]["usd_per_hour"] == 4.0
     _cost, steps = plan_json(tmp_path, "--target", "gke")  # us-central1: not in the cache
-    assert steps["train-model"]["usd_per_hour"] != 4.0
+    assert steps["train-mlp"]["usd_per_hour"] != 4.0
     cost, steps = plan_json(tmp_path, "--target", "gke", "--region", "europe-west4",
                             "--compute", "train-model.scheduling=reservation",
                             "--compute", "train-model.reservation=my-res")
-    assert steps["train-model"]["reserved"] and steps["train-model"]["usd_per_hour"] is None
+    assert steps["train-mlp"]["reserved"] and steps["train-mlp"]["usd_per_hour"] is None
     table = gkeflow("plan", "--wide", *A100, "--target", "gke", "--compute",
                     "train-model.scheduling=reservation", "--compute",
                     "train-model.reservation=my-res", cwd=tmp_path, env={"COLUMNS": "400"})
-    line = next(row for row in table.stdout.splitlines() if "train-model" in row)
+    line = next(row for row in table.stdout.splitlines() if "train-mlp" in row)
     assert "reserved" in line and "$0" not in line
 
 
@@ -107,16 +109,16 @@ def test_plan_on_vertex_prices_spot_as_compute_engine_spot_plus_the_management_f
     result = gkeflow(*DONE_WHEN, "--output", "json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     train = next(step for step in json.loads(result.stdout)["cost"]["steps"]
-                 if step["step"] == "train-model")
+                 if step["step"] == "train-mlp")
     assert train["usd_per_hour"] == pytest.approx(40.0 + 0.15 * 80.0, abs=1e-4)
     assert train["on_demand_usd_per_hour"] == pytest.approx(104.0)
     assert train["estimate"] and train["source"] == "ce-src" and train["basis"] == "derived"
     assert train["derived"].startswith("Vertex AI spot: Compute Engine's spot rate + "
                                        "management fee 12/h (Vertex AI bills Spot VMs")
     table = gkeflow(*DONE_WHEN, "--wide", cwd=tmp_path, env={"COLUMNS": "400"})
-    line = next(row for row in table.stdout.splitlines() if "train-model" in row)
+    line = next(row for row in table.stdout.splitlines() if "train-mlp" in row)
     assert "(estimate)" in line and "missing" not in line
-    assert "note: rate of train-model: Vertex AI spot: Compute Engine's spot rate + " \
+    assert "note: rate of train-mlp: Vertex AI spot: Compute Engine's spot rate + " \
            "management fee" in table.stdout
 
 
@@ -141,7 +143,7 @@ def test_plan_on_vertex_prices_the_custom_job_from_vertex_rows_times_count(tmp_p
     result = gkeflow(*DONE_WHEN, "--output", "json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     cost = json.loads(result.stdout)["cost"]
-    train = next(step for step in cost["steps"] if step["step"] == "train-model")
+    train = next(step for step in cost["steps"] if step["step"] == "train-mlp")
     hourly = machine.usd_per_hour + 8 * gpu.usd_per_hour
     assert train["usd_per_hour"] == pytest.approx(hourly)
     assert train["ceiling_usd"] == pytest.approx(hourly * train["timeout_s"] / 3600)
@@ -155,8 +157,8 @@ def test_plan_on_vertex_prices_the_custom_job_from_vertex_rows_times_count(tmp_p
 
     table = gkeflow(*DONE_WHEN, cwd=tmp_path, env={"COLUMNS": "200"})
     assert table.returncode == 0, table.stderr
-    line = next(row for row in table.stdout.splitlines() if row.startswith("cost of train-model"))
-    assert line == (f"cost of train-model: {format_usd(train['usd_per_hour'])}/h, 46% under "
+    line = next(row for row in table.stdout.splitlines() if row.startswith("cost of train-mlp"))
+    assert line == (f"cost of train-mlp: {format_usd(train['usd_per_hour'])}/h, 46% under "
                     f"on demand {format_usd(50.0)}/h, ceiling "
                     f"{format_usd(train['ceiling_usd'])} [published, read {TODAY}, data date "
                     "unknown: vx-src]")
@@ -182,7 +184,7 @@ def test_plan_prices_8_h100_on_vertex_on_demand_and_flex_start_from_the_vendored
         result = _h100_vertex_plan(tmp_path, capacity, "--output", "json")
         assert result.returncode == 0, result.stderr
         steps[capacity] = next(step for step in json.loads(result.stdout)["cost"]["steps"]
-                               if step["step"] == "train-model")
+                               if step["step"] == "train-mlp")
         rate = prices.hourly_rate("vertex", "a3-highgpu-8g", "nvidia-h100-80gb", 8, capacity,
                                   "us-central1")
         train = steps[capacity]
@@ -201,10 +203,10 @@ def test_plan_prices_8_h100_on_vertex_on_demand_and_flex_start_from_the_vendored
 
     table = _h100_vertex_plan(tmp_path, "standard")
     assert table.returncode == 0, table.stderr
-    line = next(row for row in table.stdout.splitlines() if row.startswith("cost of train-model"))
+    line = next(row for row in table.stdout.splitlines() if row.startswith("cost of train-mlp"))
     stale = " (stale)," if steps["standard"]["stale"] else ","
     assert line.startswith(
-        f"cost of train-model: {format_usd(steps['standard']['usd_per_hour'])}/h{stale}")
+        f"cost of train-mlp: {format_usd(steps['standard']['usd_per_hour'])}/h{stale}")
     assert line.endswith("[published and billed, data of 2025-08-20: vertex-pricing-transcript + "
                          "zenn-dws-skus]")
     # within 2% of the price list's H100 rate x 8 plus the machine
@@ -214,7 +216,7 @@ def test_plan_prices_8_h100_on_vertex_on_demand_and_flex_start_from_the_vendored
 
     spot = _h100_vertex_plan(tmp_path, "spot", "--output", "json")
     train = next(step for step in json.loads(spot.stdout)["cost"]["steps"]
-                 if step["step"] == "train-model")
+                 if step["step"] == "train-mlp")
     engine = prices.hourly_rate("gke", "a3-highgpu-8g", "nvidia-h100-80gb", 8, "spot",
                                 "us-central1")
     on_demand = prices.hourly_rate("gke", "a3-highgpu-8g", "nvidia-h100-80gb", 8, "standard",
@@ -246,7 +248,7 @@ def test_plan_prices_spot_h100_on_gke_from_the_whole_machine_row_and_flags_it_st
     result = gkeflow(*H100_SPOT_GKE, "--output", "json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     train = next(step for step in json.loads(result.stdout)["cost"]["steps"]
-                 if step["step"] == "train-model")
+                 if step["step"] == "train-mlp")
     assert train["usd_per_hour"] == pytest.approx(float(spot["usd_per_hour"]), abs=1e-4)
     assert train["on_demand_usd_per_hour"] == pytest.approx(float(on_demand["usd_per_hour"]),
                                                             abs=1e-4)
@@ -261,13 +263,13 @@ def test_plan_prices_spot_h100_on_gke_from_the_whole_machine_row_and_flags_it_st
     table = gkeflow(*H100_SPOT_GKE, "--wide", cwd=tmp_path, env={"COLUMNS": "400"})
     assert table.returncode == 0, table.stderr
     rate = format_usd(train["usd_per_hour"])
-    line = next(row for row in table.stdout.splitlines() if row.startswith("cost of train-model"))
-    assert line.startswith(f"cost of train-model: {rate}/h" + (" (stale)," if stale else ","))
+    line = next(row for row in table.stdout.splitlines() if row.startswith("cost of train-mlp"))
+    assert line.startswith(f"cost of train-mlp: {rate}/h" + (" (stale)," if stale else ","))
     assert line.endswith(f"[published, data of {spot['data_date']}: "
                          f"{prices.short_ref(spot['source'])}]")
     refresh = next((row for row in table.stdout.splitlines()
                     if row.startswith("note: stale prices (data over 90 days old) for ")), "")
-    assert ("train-model" in refresh) is stale
+    assert ("train-mlp" in refresh) is stale
 
 
 def test_the_price_cache_beside_the_config_given_is_used_from_any_folder(tmp_path):
@@ -279,7 +281,7 @@ def test_the_price_cache_beside_the_config_given_is_used_from_any_folder(tmp_pat
     args = ("plan", *A100, "--target", "gke", "--output", "json")
     beside = gkeflow(*args, "--config", str(project / "gkeflow.yaml"), cwd=elsewhere)
     assert beside.returncode == 0, beside.stderr
-    train = {s["step"]: s for s in json.loads(beside.stdout)["cost"]["steps"]}["train-model"]
+    train = {s["step"]: s for s in json.loads(beside.stdout)["cost"]["steps"]}["train-mlp"]
     assert (train["usd_per_hour"], train["source"]) == (4.0, "test-src")
     # the cache of the folder the command runs in is not the project's
     write_cache(elsewhere, rows=(

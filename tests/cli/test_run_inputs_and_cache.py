@@ -104,7 +104,11 @@ def test_unchanged_data_reuses_prepare_and_train_changed_data_never_does(tmp_pat
 
     cold = gkeflow(*base, "--min-accuracy", "0.7")
     assert cold.returncode == 0, cold.stdout[-2000:] + cold.stderr
+    # model_type auto (the default): each candidate trains in a step of its own, then
+    # train-model chooses among them
     assert _statuses(cold.stdout) == {"fingerprint-data": "success", "prepare-data": "success",
+                                      "train-gbdt": "success", "train-mlp": "success",
+                                      "train-linear": "success",
                                       "train-model": "success", "evaluate-model": "success",
                                       "register-model": "success"}
     assert "Registered: customer-churn-classifier version 1" in cold.stdout
@@ -118,6 +122,8 @@ def test_unchanged_data_reuses_prepare_and_train_changed_data_never_does(tmp_pat
     warm = gkeflow(*base, "--min-accuracy", "0.7", "--require-registered")
     assert warm.returncode == 0, warm.stdout[-2000:] + warm.stderr
     assert _statuses(warm.stdout) == {"fingerprint-data": "success", "prepare-data": "cached",
+                                      "train-gbdt": "cached", "train-mlp": "cached",
+                                      "train-linear": "cached",
                                       "train-model": "cached", "evaluate-model": "success",
                                       "register-model": "success"}
     assert "Registered: unchanged: same as customer-churn-classifier version 1" in warm.stdout

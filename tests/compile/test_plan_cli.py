@@ -287,11 +287,18 @@ def test_the_tag_only_note_names_only_the_images_the_written_files_use(tmp_path)
     assert "/gkeflow-tpu:" not in written and "/gkeflow-tpu:" not in note
 
 
-def test_plan_says_what_the_default_model_trains_on_train_model():
+def test_plan_says_what_the_default_model_trains_and_where():
     from gkeflow.pipelines.cli.plan import candidates_note
     from gkeflow.pipelines.compute.profiles import ComputeProfile
+    from gkeflow.pipelines.definitions.training import resolve_compute
 
-    assert "trains gbdt, mlp and linear one after the other" in candidates_note(
-        ComputeProfile(accelerator="nvidia-l4", accelerator_count=1, cpu="8", memory="32G"))
+    l4 = ComputeProfile(accelerator="nvidia-l4", accelerator_count=1, cpu="8", memory="32G")
+    note = candidates_note(resolve_compute("gke", {"train-model": l4}))
+    assert "side by side (train-gbdt, train-mlp, train-linear)" in note
+    assert "train-model keeps the best on the eval split" in note
+    four = l4.with_overrides(replicas=4)
     assert "the Keras MLP alone on 4 workers" in candidates_note(
-        ComputeProfile(accelerator="nvidia-l4", accelerator_count=1, replicas=4))
+        resolve_compute("gke", {"train-model": four}))
+    result = _invoke("plan", "--target", "gke")
+    assert "note: model_type auto (the default): the candidates train side by side" in " ".join(
+        result.output.split())

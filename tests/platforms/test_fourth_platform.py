@@ -36,8 +36,10 @@ def test_a_registered_fourth_platform_compiles_the_training_pipeline_and_plans(a
     assert "gkeflow-training" in text and "nvidia.com/gpu" in text  # a Kubernetes pod spec
     profiles = resolve_compute(acme.name)
     rows = plan(profiles, acme.name, {})
-    assert [row.step for row in rows][:3] == ["fingerprint-data", "prepare-data", "train-model"]
-    train = next(row for row in rows if row.step == "train-model")
+    # model_type auto's candidates side by side, then train-model choosing
+    assert [row.step for row in rows][:6] == ["fingerprint-data", "prepare-data", "train-gbdt",
+                                              "train-mlp", "train-linear", "train-model"]
+    train = next(row for row in rows if row.step == "train-mlp")
     assert train.accelerator.startswith("nvidia.com/gpu")
     queued = {step: p.with_overrides(queue="team-a") for step, p in profiles.items()}
     assert any(note.startswith("queue (Kueue) is not installed on acme")

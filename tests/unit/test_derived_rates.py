@@ -12,7 +12,7 @@ from gkeflow.pipelines.compute.costing import run_cost, step_cost
 from gkeflow.pipelines.compute.derived_rates import Cluster
 from gkeflow.pipelines.compute.prices import Price
 from gkeflow.pipelines.compute.profiles import ComputeProfile, fitting_shape
-from gkeflow.pipelines.definitions.training import resolve_compute
+from gkeflow.pipelines.definitions.training import DEFAULT_COMPUTE, resolve_compute
 
 READ = date(2026, 12, 1)
 R = "us-central1"
@@ -119,24 +119,28 @@ def test_the_default_training_run_is_priced_in_full_on_both_targets_from_the_ven
         assert not missing and run.ceiling_usd is not None, (target, run.ceiling_reason)
 
 
+#: The step that trains with train-model's compute: the Keras candidate of model_type auto.
+TRAINS = "train-mlp"
+
+
 def test_8_h100_are_sized_to_most_of_the_a3_machine_unless_cpu_or_memory_are_set():
-    compute = {"train-model": resolve_compute("gke")["train-model"].with_overrides(
+    compute = {"train-model": DEFAULT_COMPUTE["train-model"].with_overrides(
         accelerator="nvidia-h100-80gb", accelerator_count=8)}
-    gke = resolve_compute("gke", compute)["train-model"]
+    gke = resolve_compute("gke", compute)[TRAINS]
     cpu, gib = machine_fit.machine_room(fitting_shape(gke, "gke"), "gke")
     assert fitting_shape(gke, "gke").name == "a3-highgpu-8g"
     assert (gke.cpu, gke.memory) == (str(cpu), f"{gib}Gi") and cpu >= 200 and gib >= 1700
-    vertex = resolve_compute("vertex", compute)["train-model"]
+    vertex = resolve_compute("vertex", compute)[TRAINS]
     assert (vertex.cpu, vertex.memory) == ("96", "624Gi")  # a pipeline step's most
     assert fitting_shape(vertex, "vertex").name == "a3-highgpu-8g"
     # a size set by hand is kept, and plan says most of the machine sits idle
     manual = compute["train-model"].with_overrides(cpu="8")
-    kept = resolve_compute("gke", {"train-model": manual})["train-model"]
+    kept = resolve_compute("gke", {"train-model": manual})[TRAINS]
     assert kept.cpu == "8" and not kept.auto_size
     note = machine_fit.idle_note("train-model", kept, "gke")
     assert note.startswith(f"train-model asks for 8 of the {cpu} vCPUs and ")
     # N1 GPUs attach to any machine: the default T4 keeps its own size
-    default = resolve_compute("gke")["train-model"]
+    default = resolve_compute("gke")[TRAINS]
     assert (default.cpu, default.memory) == ("7", "26G")
 
 
@@ -144,9 +148,9 @@ def test_8_h100_are_sized_to_most_of_the_a3_machine_unless_cpu_or_memory_are_set
 def test_a_tpu_step_asks_for_its_host_s_cpu_and_memory_not_the_t4_default(target):
     """A v6e 2x2 slice is one ct6e-standard-4t host (180 vCPUs, 720 GiB): train-model asks
     for what a pod there can have, not the T4 default's 7 vCPU / 26G."""
-    compute = {"train-model": resolve_compute(target)["train-model"].with_overrides(
+    compute = {"train-model": DEFAULT_COMPUTE["train-model"].with_overrides(
         accelerator="tpu-v6e", topology="2x2", accelerator_count=0)}
-    tpu = resolve_compute(target, compute)["train-model"]
+    tpu = resolve_compute(target, compute)[TRAINS]
     machine, cpu, gib = machine_fit.tpu_room(tpu, target)
     assert machine == "ct6e-standard-4t" and (tpu.cpu, tpu.memory) == (str(cpu), f"{gib}Gi")
     if target == "vertex":
@@ -154,7 +158,7 @@ def test_a_tpu_step_asks_for_its_host_s_cpu_and_memory_not_the_t4_default(target
     else:  # GKE's reservations and the DaemonSet allowance come off the node
         assert 160 < cpu < 180 and 600 < gib < 720
     manual = compute["train-model"].with_overrides(cpu="8", memory="26G")
-    kept = resolve_compute(target, {"train-model": manual})["train-model"]
+    kept = resolve_compute(target, {"train-model": manual})[TRAINS]
     note = machine_fit.idle_note("train-model", kept, target)
     assert kept.cpu == "8" and note.startswith(f"train-model asks for 8 of the {cpu} vCPUs and")
     assert "ct6e-standard-4t" in note

@@ -23,6 +23,8 @@ from tests.conftest import REPO_ROOT
 #: prediction) and the image they need; every other step runs in the slim image.
 TENSORFLOW_STEPS = {
     "gkeflow.components.train.component:train_model": GPU_IMAGE,
+    # model_type auto's candidates (on CPUs the pipeline gives them the CPU image)
+    "gkeflow.components.train.candidate_component:train_candidate": GPU_IMAGE,
     "gkeflow.components.scaleout.component:train_model_local_workers": GPU_IMAGE,
     # engine ray: the trials train inside the step (a local run's Ray instance)
     "gkeflow.components.sweep.ray_component:tune_with_ray": GPU_IMAGE,

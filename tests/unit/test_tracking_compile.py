@@ -85,7 +85,7 @@ def test_tracked_steps_carry_the_settings_and_no_secret_value(tmp_path, monkeypa
         assert url.startswith("https://console.cloud.google.com/vertex-ai/locations/")
         assert _env(executors["exec-register-model"])["GKEFLOW_MLFLOW_TOKEN_SECRET"] == (
             "projects/my-project/secrets/mlflow-token")
-        launcher = executors["exec-train-model"]["container"]
+        launcher = executors["exec-train-mlp"]["container"]  # a candidate's CustomJob
         assert "gkeflow.components.scaleout.vertex_launcher" in launcher["command"]
         from gkeflow.components.scaleout.vertex_launcher import parse_args
 

@@ -48,7 +48,7 @@ class TrainEngine(Protocol):
     def machine(self, profile: ComputeProfile) -> str:
         """The machine type the job's chief runs on; "" where the cluster chooses."""
 
-    def describe(self, profile: ComputeProfile) -> str:
+    def describe(self, profile: ComputeProfile, step: str = "train-model") -> str:
         """One line for ``plan`` and ``compile``: what the step launches, machines and GPUs."""
 
 

@@ -200,12 +200,12 @@ class JobSetEngine:
     name = "gke"
     runs_any_component = False
 
-    def describe(self, profile: ComputeProfile) -> str:
+    def describe(self, profile: ComputeProfile, step: str = "train-model") -> str:
         from gkeflow.pipelines.compute.engines import gpus_text
 
         if profile.uses_tpu:
             tpu = tpu_profile.shape(profile)
-            return (f"train-model launches a JobSet: one Job per slice of {tpu.hosts} pods "
+            return (f"{step} launches a JobSet: one Job per slice of {tpu.hosts} pods "
                     f"(one per {tpu.machine_type} host, {tpu_profile.TPU_RESOURCE}: "
                     f"{tpu.chips_per_host} each), {tpu_profile.describe(profile, 'gke')}, "
                     f"running as service account {profile.worker_service_account}; launched "
@@ -223,7 +223,7 @@ class JobSetEngine:
                         f"{format_duration(launcher_deadline_s(profile))})")
         from gkeflow.pipelines.compute.wording import counted
 
-        return (f"train-model launches a JobSet of {counted(profile.replicas, 'pod')} "
+        return (f"{step} launches a JobSet of {counted(profile.replicas, 'pod')} "
                 f"({gpus_text(profile, GPU_RESOURCE)}){nodes}, scheduling "
                 f"{profile.scheduling}{chief}{queue}{deadline}, running as service account "
                 f"{profile.worker_service_account}; launched by a 1-CPU pipeline step")

@@ -12,8 +12,8 @@ class LocalWorkers:
     name = "local"
     runs_any_component = False
 
-    def describe(self, profile: ComputeProfile) -> str:
-        return (f"train-model runs {profile.replicas} worker processes on this machine "
+    def describe(self, profile: ComputeProfile, step: str = "train-model") -> str:
+        return (f"{step} runs {profile.replicas} worker processes on this machine "
                 "(MultiWorkerMirroredStrategy over loopback)")
 
     def applies(self, profile: ComputeProfile) -> bool:

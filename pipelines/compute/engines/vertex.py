@@ -180,18 +180,18 @@ class CustomJobEngine:
     name = "vertex"
     runs_any_component = True
 
-    def describe(self, profile: ComputeProfile) -> str:
+    def describe(self, profile: ComputeProfile, step: str = "train-model") -> str:
         from gkeflow.pipelines.compute.engines import gpus_text
 
         accelerator = GKE_TO_VERTEX_ACCELERATOR.get(profile.accelerator, "")
         timeout = scheduling(profile)["timeout"]
         if profile.uses_tpu:
-            return (f"train-model runs as a Vertex AI CustomJob on {machine_type(profile)} "
+            return (f"{step} runs as a Vertex AI CustomJob on {machine_type(profile)} "
                     f"with tpu_topology {profile.topology} "
                     f"({tpu_profile.describe(profile, 'vertex')}), scheduling "
                     f"{STRATEGIES[profile.scheduling]}, timeout {timeout}; launched by a "
                     "1-vCPU pipeline step")
-        return (f"train-model runs as a Vertex AI CustomJob: {profile.replicas} x "
+        return (f"{step} runs as a Vertex AI CustomJob: {profile.replicas} x "
                 f"{machine_type(profile)} ({gpus_text(profile, accelerator)}), "
                 f"scheduling {STRATEGIES[profile.scheduling]}, timeout {timeout}; "
                 "launched by a 1-vCPU pipeline step")
