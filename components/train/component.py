@@ -192,6 +192,10 @@ def train_model(
             if folders:  # trained by their own tasks: choose
                 from gkeflow.components.train.choose import choose
 
+                # the candidates' curves are in their own steps: an empty folder here (a
+                # cache entry whose artifact is missing is never served)
+                Path(tensorboard.path).mkdir(parents=True, exist_ok=True)
+
                 result = choose(Path(dataset.path), Schema.load(Path(schema.path)),
                                 Path(model.path), params, folders)
             else:

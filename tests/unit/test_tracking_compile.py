@@ -85,7 +85,12 @@ def test_tracked_steps_carry_the_settings_and_no_secret_value(tmp_path, monkeypa
         assert url.startswith("https://console.cloud.google.com/vertex-ai/locations/")
         assert _env(executors["exec-register-model"])["GKEFLOW_MLFLOW_TOKEN_SECRET"] == (
             "projects/my-project/secrets/mlflow-token")
-        launcher = executors["exec-train-mlp"]["container"]  # a candidate's CustomJob
+        # with the candidates of model_type auto, train-model (a plain step) only chooses
+        # and logs the chosen run; trained as one family, train-model is the CustomJob
+        # launcher, which hands the run to the job
+        assert "vertex_launcher" not in json.dumps(executors["exec-train-model"])
+        _, (one,) = _compiled(tmp_path / "one", _config(MLFLOW, candidates=["mlp"]), target)
+        launcher = one["deploymentSpec"]["executors"]["exec-train-model"]["container"]
         assert "gkeflow.components.scaleout.vertex_launcher" in launcher["command"]
         from gkeflow.components.scaleout.vertex_launcher import parse_args
 
