@@ -48,6 +48,7 @@ def train_candidate(
     gbdt_reg_lambda: float = 1.0,
     gbdt_early_stopping_rounds: int = 100,
     candidates: str = "",
+    pipeline_candidates: str = "",
 ) -> str:
     """Trains one candidate family of model_type auto (gbdt, mlp, wide_deep, linear or
     your module) on the train split, beside the others, for train-model to choose from.
@@ -98,7 +99,9 @@ def train_candidate(
         gbdt_colsample_bytree: gbdt: fraction of features each tree sees.
         gbdt_reg_lambda: gbdt: L2 regularisation of leaf values.
         gbdt_early_stopping_rounds: gbdt: rounds without eval-loss improvement; 0 = off.
-        candidates: model_type auto: the families tried, comma-separated; empty = default.
+        candidates: model_type auto: the families tried, comma-separated; empty = those
+            of pipeline_candidates (or your module alone, with user_module).
+        pipeline_candidates: The families this pipeline has a candidate step for.
 
     Returns:
         One line: the family and its status (succeeded with its eval metric, failed with

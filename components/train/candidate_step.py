@@ -39,7 +39,7 @@ def run_candidate(arguments: dict[str, Any], dataset_dir: Path, data_uri: str,
     folder = Path(candidate.path)
     on_tpu = (tpus.find_tpu(os.environ, tpus.tpu_device_files()) is not None
               or params.strategy == "tpu")
-    if reason := skip_reason(params, family, on_tpu):
+    if reason := skip_reason(params, family, on_tpu, arguments.get("pipeline_candidates", "")):
         say(f"candidate {family}: not trained in this run ({reason})")
         entry = record_skipped(folder, family, reason)
     else:

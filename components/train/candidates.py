@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from gkeflow.components.prepare.logic import Schema
@@ -89,11 +90,16 @@ def prefixed_curves(live, name: str):
     return make
 
 
-def skip_reason(params: TrainParams, family: str, on_tpu: bool) -> str:
+def skip_reason(params: TrainParams, family: str, on_tpu: bool,
+                pipeline_candidates: str = "") -> str:
     """Why the candidate task of ``family`` trains nothing in a run with ``params``; ""
-    when it trains."""
+    when it trains. Without ``candidates`` the run asks for ``pipeline_candidates`` (the
+    families the pipeline has a step for; empty: the default set), or for the user's module
+    alone when it gives one."""
     if params.model_type != "auto":
         return "" if family == params.model_type else f"model_type is {params.model_type}"
+    if not params.candidates.strip() and pipeline_candidates and not params.user_module:
+        params = replace(params, candidates=pipeline_candidates)
     names, left_out = plan_candidates(params, on_tpu, 1)
     if family in names:
         return ""

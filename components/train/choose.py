@@ -123,6 +123,12 @@ def read_candidate(folder: Path) -> tuple[dict, TrainResult | None]:
     return entry, result
 
 
+def asked_any(folders: dict[str, Path]) -> bool:
+    """Whether the run asked any of these candidates to train (trained or failed)."""
+    return any(read_candidate(folder)[0].get("status") != "skipped"
+               for folder in folders.values())
+
+
 def choose(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParams,
            folders: dict[str, Path], left_out: list[str] | None = None) -> TrainResult:
     """Publish into ``model_dir`` the best candidate of ``folders`` on the eval split (or

@@ -189,8 +189,15 @@ def train_model(
                 ("gbdt", gbdt_candidate), ("mlp", mlp_candidate),
                 ("wide_deep", wide_deep_candidate), ("linear", linear_candidate),
                 ("user", user_candidate)) if given is not None}
+            from gkeflow.components.train.choose import asked_any, choose
+
+            if folders and not asked_any(folders):
+                print(f"{task_name}: this run asks for no family of this pipeline's candidate "
+                      f"steps ({', '.join(folders)}): it trains here, on {task_name}'s own "
+                      "compute (compile with candidates: in gkeflow.yaml to give it a step)",
+                      flush=True)
+                folders = {}
             if folders:  # trained by their own tasks: choose
-                from gkeflow.components.train.choose import choose
 
                 # the candidates' curves are in their own steps: an empty folder here (a
                 # cache entry whose artifact is missing is never served)

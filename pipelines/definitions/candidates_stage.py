@@ -148,7 +148,7 @@ def candidates_and_choice(families: tuple[str, ...], arguments: dict,
     for family in families:
         step = candidate_step(family)
         profile = profiles[step]
-        given = {**arguments, "family": family,
+        given = {**arguments, "family": family, "pipeline_candidates": ",".join(families),
                  "require_gpu": platform(target).cloud and profile.uses_gpu}
         engine = training_engine(target, profile)
         if engine is not None:  # a one-machine job (a Vertex AI CustomJob: a timeout, Spot)

@@ -168,7 +168,7 @@ def build_training_pipeline(
         label_transform: str = "none",
         backend: str = "auto",
         model_type: str = "auto",
-        candidates: str = ",".join(parallel),
+        candidates: str = "",
         user_module: str = "",
         gbdt_rounds: int = 2000,
         gbdt_learning_rate: float = 0.05,
