@@ -114,9 +114,9 @@ def image_for(profile: ComputeProfile) -> str:
 
 
 def display_names() -> dict[str, str]:
-    """Step -> its name in the Kubeflow UI."""
-    return {step: f"Train {family.replace('_', ' ')} candidate"
-            for step, family in CANDIDATE_STEPS.items()}
+    """Step -> its name in the Kubeflow UI ("Train gbdt": the run APIs report a KFP task by
+    this name, which the notification reads back as the step)."""
+    return {step: f"Train {family.replace('_', ' ')}" for step, family in CANDIDATE_STEPS.items()}
 
 
 def named(component, step: str):

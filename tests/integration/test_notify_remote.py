@@ -379,16 +379,21 @@ def test_a_vertex_run_with_when_failure_notifies_only_when_it_failed(
     assert vertex_runs.error_message in sent["text"]
 
 
+#: The step with train-model's compute: the Keras candidate of model_type auto (the default).
+TRAINS = "train-mlp"
+
+
 def _price_cache(directory, target: str, config) -> tuple[float, str]:
-    """A price cache beside gkeflow.yaml pricing train-model as compiled for ``target``;
-    its hourly rate and the machine it prices."""
+    """A price cache beside gkeflow.yaml pricing the step with train-model's compute (the
+    Keras candidate of model_type auto, train-mlp) as compiled for ``target``; its hourly
+    rate and the machine it prices."""
     from datetime import date
 
     from gkeflow.pipelines.cli.costs import pipeline_profiles
     from gkeflow.pipelines.compute.costing import machine_type, price_region
     from gkeflow.pipelines.compute.prices import CACHE_FILE, Price, write_prices
 
-    profile = pipeline_profiles(config, "training", target)["train-model"]
+    profile = pipeline_profiles(config, "training", target)[TRAINS]
     machine, region = machine_type(profile, target), price_region(config)
     prefix = "vertex-" if target == "vertex" else ""
     rows = [Price(f"{prefix}machine", machine, profile.scheduling, region, 0.4, "test-src",
@@ -440,7 +445,7 @@ def _vertex_exit_message(vertex_runs, inputs: dict, job: str, run_id: str,
 
 
 def _cost_line(text: str) -> str:
-    return next(line for line in text.splitlines() if line.startswith("cost of train-model"))
+    return next(line for line in text.splitlines() if line.startswith(f"cost of {TRAINS}"))
 
 
 def test_a_kfp_run_notification_gives_each_step_s_cost_and_the_total(
@@ -458,15 +463,15 @@ def test_a_kfp_run_notification_gives_each_step_s_cost_and_the_total(
     (spec,) = kfp_runs.specs.values()
     inputs = _exit_inputs(spec)
     rates = json.loads(inputs["step_rates"])
-    assert rates["steps"]["train-model"]["usd_per_hour"] == pytest.approx(hourly)
+    assert rates["steps"][TRAINS]["usd_per_hour"] == pytest.approx(hourly)
     message = _kfp_exit_message(kfp_runs, inputs, run, submission.run_id, tmp_path,
                                 monkeypatch)
     answer = requests.get(f"{kfp_runs.url}/apis/v2beta1/runs/{submission.run_id}",
                           headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5).json()
     (train,) = [t for t in answer["run_details"]["task_details"]
-                if t["display_name"] == "Train model"]
+                if t["display_name"] == "Train mlp"]
     seconds = _seconds(train["start_time"], train["end_time"])
-    assert message["step_durations"]["train-model"] == seconds
+    assert message["step_durations"][TRAINS] == seconds
     usd = hourly * seconds / 3600
     assert _cost_line("\n".join(message["cost"])).endswith(f"/h = ${usd:,.2f}")
     head = message["cost"][0]  # every step priced: CPU steps at the e2 node pool's rates
@@ -516,7 +521,7 @@ def test_a_vertex_run_notification_gives_each_step_s_cost_and_the_run_fee(
     inputs = _exit_inputs(spec)
     message = _vertex_exit_message(vertex_runs, inputs, submission.run_id, "uuid-1",
                                    monkeypatch)
-    (train,) = [t for t in job.job_detail.task_details if t.task_name == "train-model"]
+    (train,) = [t for t in job.job_detail.task_details if t.task_name == TRAINS]
     seconds = (train.end_time - train.start_time).total_seconds()
     assert _cost_line(message["text"]).endswith(f"/h = ${hourly * seconds / 3600:,.2f}")
     fee = json.loads(inputs["step_rates"])["run_fee_usd"]

@@ -296,8 +296,9 @@ def _train_step(tmp_path, capacity):
     result = gkeflow(*H100_ON_VERTEX, "--compute", f"train-model.scheduling={capacity}",
                      cwd=tmp_path)
     assert result.returncode == 0, result.stderr
+    # train-model's compute goes to the Keras candidate of model_type auto
     return next(step for step in json.loads(result.stdout)["cost"]["steps"]
-                if step["step"] == "train-model")
+                if step["step"] == "train-mlp")
 
 
 def test_vertex_ai_skus_become_training_rows_and_plan_prints_them(httpserver, tmp_path):
@@ -347,8 +348,8 @@ def test_vertex_ai_skus_become_training_rows_and_plan_prints_them(httpserver, tm
     assert train["stale"] is False
     table = gkeflow(*H100_ON_VERTEX[:-2], cwd=tmp_path, env={"COLUMNS": "400"})
     assert table.returncode == 0, table.stderr
-    line = next(row for row in table.stdout.splitlines() if row.startswith("cost of train-model"))
-    assert line.startswith(f"cost of train-model: {format_usd(train['usd_per_hour'])}/h,")
+    line = next(row for row in table.stdout.splitlines() if row.startswith("cost of train-mlp"))
+    assert line.startswith(f"cost of train-mlp: {format_usd(train['usd_per_hour'])}/h,")
     assert line.endswith(f"[published, data of {TODAY.isoformat()}: Cloud Billing Catalog API]")
     flex = _train_step(tmp_path, "flex-start")
     assert flex["usd_per_hour"] == pytest.approx(

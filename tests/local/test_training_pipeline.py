@@ -13,8 +13,10 @@ from gkeflow.pipelines.targets.local import run_local
 
 pytestmark = pytest.mark.slow
 
-STEPS = ["fingerprint-data", "prepare-data", "train-model", "evaluate-model",
-         "register-model"]
+#: model_type auto (the default): each candidate in a step of its own, then train-model
+#: choosing among them
+STEPS = ["fingerprint-data", "prepare-data", "train-gbdt", "train-mlp", "train-linear",
+         "train-model", "evaluate-model", "register-model"]
 
 
 def _arguments(tmp_path, **overrides):
