@@ -92,9 +92,11 @@ def job_run(client: Any, run_id: str, job: str) -> str:
 def open_remote_training(job: str, engine: str, task: str = "train-model",
                          environ: dict[str, str] | None = None,
                          log: Callable[[str], None] = print) -> RemoteTraining:
-    """The train-model step's run for ``job`` (the one an earlier attempt handed to it, else
-    the step's own), tagged with the job; tracking off when nothing is configured."""
-    tracker = open_step_run("train-model", task=task, environ=environ, log=log)
+    """The training step's run for ``job`` (the one an earlier attempt handed to it, else
+    the step's own: train-model's, or a candidate step's such as ``train-mlp``), tagged with
+    the job; tracking off when nothing is configured."""
+    step = task if task.startswith("train-") else "train-model"  # train-gbdt, train-mlp...
+    tracker = open_step_run(step, task=task, environ=environ, log=log)
     remote = RemoteTraining(tracker, environ)
     if not tracker.enabled:
         return remote

@@ -48,18 +48,30 @@ def run_candidate(arguments: dict[str, Any], dataset_dir: Path, data_uri: str,
             arguments["pipeline_run_id"], task,
             mount=checkpoint_mount(arguments["workspace_path"]))
         schema = Schema.load(schema_path)
+        from gkeflow.components.tracking.candidate_run import (
+            close_candidate_run,
+            open_candidate_run,
+        )
+        from gkeflow.components.tracking.live import live_curves
+        from gkeflow.components.train.choose import candidate_params
+
+        tracker = open_candidate_run(task, candidate_params(params, family))
         with exit_on_preemption():
             try:
                 entry = train_into(folder, family,
                                    deciding_metric(schema, params.label_transform), train,
                                    dataset_dir, schema, params,
-                                   checkpoint_dir=location or None, data_uri=data_uri)
-            except fatal_errors() as exc:
+                                   checkpoint_dir=location or None, data_uri=data_uri,
+                                   live=lambda sampler: [live_curves(tracker, sampler)])
+            except BaseException as exc:
                 from gkeflow.components.train.checkpoint import Preempted
 
-                if isinstance(exc, Preempted):
-                    raise
-                raise SystemExit(f"{task}: {exc}") from None
+                tracker.finish("KILLED" if isinstance(exc, Preempted | KeyboardInterrupt)
+                               else "FAILED")
+                if isinstance(exc, fatal_errors()) and not isinstance(exc, Preempted):
+                    raise SystemExit(f"{task}: {exc}") from None
+                raise
+        close_candidate_run(tracker, entry)
     for name, value in entry.items():
         if name.startswith(("eval_", "train_")) or name == "seconds":
             if isinstance(value, (int, float)):

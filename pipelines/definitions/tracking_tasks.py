@@ -21,6 +21,7 @@ from kfp import dsl
 
 from gkeflow.components.tracking import handoff
 from gkeflow.components.tracking import pipeline_run as names
+from gkeflow.pipelines.definitions.candidates_stage import CANDIDATE_STEPS
 from gkeflow.pipelines.settings.platforms import platform
 from gkeflow.pipelines.settings.tracking_config import (
     GKE_SECRET_KEYS,
@@ -35,6 +36,7 @@ RUN_ID_FIELD = "metadata.labels['pipeline/runid']"
 RUN_NAME_FIELD = "metadata.annotations['pipelines.kubeflow.org/run_name']"
 #: Steps whose code logs to MLflow (gkeflow.components.tracking.steps, .sweep, .handoff).
 TRACKED_STEPS = frozenset({"fingerprint-data", "prepare-data", "merge-prepared", "train-model",
+                           *CANDIDATE_STEPS,
                            "select-best-trial", "tune-with-vizier", "tune-with-ray",
                            "tune-on-kuberay", "evaluate-model",
                            "register-model", "deploy-model", "predict-batch",

@@ -27,7 +27,9 @@ from gkeflow.pipelines.targets.local import run_local
 pytestmark = pytest.mark.slow
 pytest.importorskip("mlflow", reason="mlflow is not installed (pip install -e '.[dev]')")
 
-TRACKED = ["fingerprint-data", "prepare-data", "train-model", "evaluate-model", "register-model"]
+#: The steps with a run of their own: model_type auto's candidates among them.
+TRACKED = ["fingerprint-data", "prepare-data", "train-gbdt", "train-mlp", "train-linear",
+           "train-model", "evaluate-model", "register-model"]
 MODEL = "penguins-compiled-direct"
 
 
@@ -74,10 +76,16 @@ def test_a_compiled_style_run_makes_one_parent_and_a_nested_run_per_step(
     evaluation = mlflow_server.run(children["evaluate-model"])
     assert evaluation["metrics"]["accuracy"] == pytest.approx(
         result.artifact_metadata("evaluate-model", "metrics")["accuracy"], abs=1e-6)
-    # model_type auto: each candidate's curves under its name, the MLP's epoch by epoch
+    # model_type auto: each candidate in a run of its own, the MLP's curves epoch by epoch,
+    # the trees' round by round; train-model's run has every candidate's eval metric
     assert [step for step, _ in
-            mlflow_server.metric_history(children["train-model"], "mlp/loss")] == [1, 2]
-    assert mlflow_server.metric_history(children["train-model"], "gbdt/val_loss")
+            mlflow_server.metric_history(children["train-mlp"], "loss")] == [1, 2]
+    assert mlflow_server.metric_history(children["train-gbdt"], "val_loss")
+    assert mlflow_server.run(children["train-linear"])["tags"][
+        "gkeflow.candidate_status"] == "succeeded"
+    chosen = mlflow_server.run(children["train-model"])
+    assert {"final_candidate_gbdt_eval_loss", "final_candidate_mlp_eval_loss",
+            "final_candidate_linear_eval_loss"} <= set(chosen["metrics"])
     registered = mlflow_server.run(children["register-model"])["tags"]
     assert registered["gkeflow.registry.backend"] == "mlflow"
     model = mlflow_server.api("registered-models/get", name=MODEL)["registered_model"]

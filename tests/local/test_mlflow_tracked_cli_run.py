@@ -21,7 +21,9 @@ from tests.integration.mlflow_server import free_port
 pytestmark = pytest.mark.slow
 pytest.importorskip("mlflow", reason="mlflow is not installed (pip install -e '.[dev]')")
 
-TRACKED = ["fingerprint-data", "prepare-data", "train-model", "evaluate-model", "register-model"]
+#: The steps with a run of their own: model_type auto's candidates among them.
+TRACKED = ["fingerprint-data", "prepare-data", "train-gbdt", "train-mlp", "train-linear",
+           "train-model", "evaluate-model", "register-model"]
 MODEL = "penguins-cli-registry"
 
 
