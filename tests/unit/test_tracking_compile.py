@@ -15,6 +15,7 @@ from gkeflow.pipelines.settings.config import GkeflowConfig
 from gkeflow.pipelines.targets.compile import compile_pipeline
 
 TRACKED = {"exec-fingerprint-data", "exec-prepare-data", "exec-train-model",
+           "exec-train-gbdt", "exec-train-mlp", "exec-train-linear",  # model_type auto's
            "exec-evaluate-model", "exec-register-model"}
 TARGETS = {"vertex": {"project": "my-project", "region": "us-central1",
                       "pipeline_root": "gs://my-bucket/root",
