@@ -188,13 +188,14 @@ def load_split(dataset_dir: Path, split: str, schema: Schema) -> pd.DataFrame:
     categorical columns text (None for missing), in the schema's column order.
 
     Each block is one ``tf.train.Example`` parsed as a protocol buffer, with no tf.data
-    graph: building one costs seconds per thousand columns, reading the rows here costs
-    milliseconds."""
-    import tensorflow as tf
+    graph (building one costs seconds per thousand columns, reading the rows here costs
+    milliseconds) and without importing TensorFlow (:mod:`.example_proto`)."""
+    from gkeflow.components.prepare.example_proto import example_class
 
+    example = example_class()
     columns: dict[str, list[np.ndarray]] = {c.name: [] for c in schema.columns}
     for record in split_records(dataset_dir, split):
-        features = tf.train.Example.FromString(record).features.feature
+        features = example.FromString(record).features.feature
         for column in schema.columns:
             if column.type == "numeric":
                 columns[column.name].append(np.asarray(

@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     except BackendError as exc:
         print(f"gkeflow-worker: {exc}", file=sys.stderr)
         return 2
-    from gkeflow.components.train.checkpoint import Preempted
+    from gkeflow.components.train.preemption import Preempted
 
     try:
         summary = run_worker(args.dataset, args.schema, args.output, params,

@@ -20,7 +20,6 @@ def run_candidate(arguments: dict[str, Any], dataset_dir: Path, data_uri: str,
     from gkeflow.components.prepare.logic import Schema
     from gkeflow.components.train import tpu as tpus
     from gkeflow.components.train.candidates import skip_reason
-    from gkeflow.components.train.checkpoint import exit_on_preemption
     from gkeflow.components.train.choose import (
         deciding_metric,
         fatal_errors,
@@ -29,6 +28,7 @@ def run_candidate(arguments: dict[str, Any], dataset_dir: Path, data_uri: str,
     )
     from gkeflow.components.train.logic import train
     from gkeflow.components.train.params import step_params
+    from gkeflow.components.train.preemption import exit_on_preemption
     from gkeflow.components.train.store import checkpoint_mount, resolve_checkpoint_location
 
     family, task = arguments["family"], arguments["task_name"]
@@ -64,7 +64,7 @@ def run_candidate(arguments: dict[str, Any], dataset_dir: Path, data_uri: str,
                                    checkpoint_dir=location or None, data_uri=data_uri,
                                    live=lambda sampler: [live_curves(tracker, sampler)])
             except BaseException as exc:
-                from gkeflow.components.train.checkpoint import Preempted
+                from gkeflow.components.train.preemption import Preempted
 
                 tracker.finish("KILLED" if isinstance(exc, Preempted | KeyboardInterrupt)
                                else "FAILED")

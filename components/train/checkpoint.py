@@ -21,11 +21,9 @@ turns that into a one-line message and exit code 143, which KFP and Vertex AI re
 
 from __future__ import annotations
 
-import contextlib
 import math
 import shutil
 import signal
-import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -34,14 +32,12 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from gkeflow.components.train.preemption import (
+    PREEMPTED_EXIT_CODE,
+    Preempted,
+    exit_on_preemption,
+)
 from gkeflow.components.train.store import STATE_FILE, LocalStore, fetched, open_store
-
-#: Exit code of a step stopped by SIGTERM after committing its checkpoint (128 + SIGTERM).
-PREEMPTED_EXIT_CODE = 143
-
-
-class Preempted(RuntimeError):
-    """Training stopped on SIGTERM after committing a checkpoint; a retry resumes from it."""
 
 
 @dataclass
@@ -266,15 +262,6 @@ def make_checkpoint(store, state: CheckpointState | None = None, token: object =
                patience=patience, monitor=monitor)
 
 
-@contextlib.contextmanager
-def exit_on_preemption():
-    """Turn :class:`Preempted` into one line on stderr and exit code 143 (no traceback)."""
-    try:
-        yield
-    except Preempted as exc:
-        print(f"gkeflow: {exc}", file=sys.stderr, flush=True)
-        raise SystemExit(PREEMPTED_EXIT_CODE) from None
-
-
-__all__ = ["CheckpointState", "LocalStore", "Preempted", "TrainingCheckpoint",
+__all__ = ["PREEMPTED_EXIT_CODE", "CheckpointState", "LocalStore", "Preempted",
+           "TrainingCheckpoint",
            "exit_on_preemption", "load_state", "make_checkpoint", "read_checkpoint"]

@@ -36,8 +36,8 @@ def fatal_errors() -> tuple[type[BaseException], ...]:
     that cannot train as asked (no GPU where one was required, a log transform of a label
     below zero): the step fails at once, in one line, as for one family."""
     from gkeflow.components.train.backend import BackendError
-    from gkeflow.components.train.checkpoint import Preempted
     from gkeflow.components.train.devices import GpuUnavailableError
+    from gkeflow.components.train.preemption import Preempted
     from gkeflow.components.train.regression import LabelTransformError
 
     return (Preempted, GpuUnavailableError, LabelTransformError, BackendError)
@@ -92,10 +92,13 @@ def train_into(folder: Path, family: str, metric: str, train_one, dataset_dir: P
         value = result.metrics.get(metric.replace("eval_", "train_"))
     say(f"candidate {family}: {metric} {value:.4g} in {seconds:.0f} s" if value is not None
         else f"candidate {family}: done in {seconds:.0f} s")
-    if result.eval_predictions is not None:
+    held_out = result.eval_predictions
+    if held_out is None and params.ensemble:  # a Keras model, never fitted on the eval rows
+        held_out = served_eval_predictions(folder / MODEL_FOLDER, Path(dataset_dir), schema)
+    if held_out is not None:  # for the ensemble, without loading the model again
         import numpy as np
 
-        np.save(folder / PREDICTIONS_FILE, np.asarray(result.eval_predictions))
+        np.save(folder / PREDICTIONS_FILE, np.asarray(held_out))
     kept = {f.name: getattr(result, f.name) for f in fields(TrainResult)
             if f.name not in ("gpu_utilisation", "eval_predictions")}
     return _write(folder, {
@@ -104,6 +107,19 @@ def train_into(folder: Path, family: str, metric: str, train_one, dataset_dir: P
         "result": json.loads(json.dumps(kept, default=float)),
         "gpu_utilisation": (result.gpu_utilisation.summary_line()
                             if result.gpu_utilisation else "")})
+
+
+def served_eval_predictions(model_dir: Path, dataset_dir: Path, schema: Schema):
+    """The eval split's predictions as ``model_dir``'s SavedModel serves them; None without
+    eval rows."""
+    from gkeflow.components.prepare.reader import load_split
+    from gkeflow.components.train.exported import ExportedModel
+    from gkeflow.components.train.inputs import split_rows, to_model_inputs
+
+    if not split_rows(dataset_dir).get("eval"):
+        return None
+    frame = load_split(dataset_dir, "eval", schema)
+    return ExportedModel(model_dir).predict_proba(to_model_inputs(frame, schema))
 
 
 def read_candidate(folder: Path) -> tuple[dict, TrainResult | None]:
@@ -213,8 +229,7 @@ def choose_ensemble(dataset_dir: Path, schema: Schema, params: TrainParams,
     best single candidate on the eval split by :data:`~.ensemble.MIN_GAIN`; else None."""
     from gkeflow.components.prepare.reader import load_split
     from gkeflow.components.train.ensemble import MIN_GAIN, eval_error, greedy_weights
-    from gkeflow.components.train.exported import ExportedModel
-    from gkeflow.components.train.inputs import encode_labels, split_rows, to_model_inputs
+    from gkeflow.components.train.inputs import encode_labels, split_rows
 
     if len(results) < 2 or not params.ensemble or not split_rows(dataset_dir).get("eval"):
         return None
@@ -225,8 +240,8 @@ def choose_ensemble(dataset_dir: Path, schema: Schema, params: TrainParams,
     for name, result in results.items():
         held_out = result.eval_predictions
         if held_out is None:  # a Keras model: trained on the train split only
-            held_out = ExportedModel(folders[name] / MODEL_FOLDER).predict_proba(
-                to_model_inputs(frame, schema))
+            held_out = served_eval_predictions(folders[name] / MODEL_FOLDER, dataset_dir,
+                                               schema)
         predictions[name] = held_out
     single = min(eval_error(p, truth, schema.regression, params.label_transform)
                  for p in predictions.values())

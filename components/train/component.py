@@ -149,12 +149,12 @@ def train_model(
         raise SystemExit(f"train-model: {exc}") from None
 
     from gkeflow.components.prepare.logic import Schema
-    from gkeflow.components.train.checkpoint import Preempted, exit_on_preemption
     from gkeflow.components.train.choose import NoCandidateTrained
     from gkeflow.components.train.devices import GpuUnavailableError
     from gkeflow.components.train.gbdt_settings import GbdtSettingsError
     from gkeflow.components.train.logic import train
     from gkeflow.components.train.params import step_params
+    from gkeflow.components.train.preemption import Preempted, exit_on_preemption
     from gkeflow.components.train.regression import LabelTransformError
     from gkeflow.components.train.report import trial_report
     from gkeflow.components.train.store import checkpoint_mount, resolve_checkpoint_location

@@ -143,9 +143,9 @@ def train_gbdt(dataset_dir: Path, schema: Schema, model_dir: Path, params: Train
 
     from gkeflow.components.prepare.reader import load_split
     from gkeflow.components.train import tpu as tpus
-    from gkeflow.components.train.checkpoint import Preempted
     from gkeflow.components.train.devices import GpuUnavailableError
     from gkeflow.components.train.inputs import split_rows
+    from gkeflow.components.train.preemption import Preempted
     from gkeflow.components.train.store import fetched, open_store
     from gkeflow.components.train.utilisation import GpuSampler
 
