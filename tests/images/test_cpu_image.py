@@ -41,6 +41,7 @@ from tests.images.rootfs import image_root, image_size, run_in_image
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 STEPS = ["fingerprint-data", "prepare-data", "train-model", "evaluate-model", "register-model"]
+CANDIDATE_STEPS = ("train-gbdt", "train-mlp", "train-linear")
 SPLITS = ("rows_read", "train_rows", "eval_rows", "test_rows", "rejected_rows")
 #: Same TensorFlow version and seed on both sides; CPU kernels may still differ slightly.
 METRIC_TOLERANCE = 0.05
@@ -162,10 +163,17 @@ def test_compiled_training_steps_run_inside_their_images_like_kfp_local(
     TIMINGS["steps_s"] = time.monotonic() - started
     failed = [r for r in runs.values() if r.returncode != 0]
     assert not failed, f"{failed[0].task} failed:\n{failed[0].log[-4000:]}"
-    assert list(runs) == STEPS
+    # the compiled default has model_type auto's candidate steps; a user module trains
+    # alone, so each candidate step records why it skips and train-model (in the CPU image)
+    # trains the module itself
+    assert sorted(runs) == sorted([*STEPS, *CANDIDATE_STEPS])
+    assert list(runs).index("train-model") > max(list(runs).index(s) for s in CANDIDATE_STEPS)
     assert ran_in == {"fingerprint-data": slim_image, "prepare-data": slim_image,
-                      "train-model": cpu_image, "evaluate-model": cpu_image,
-                      "register-model": slim_image}
+                      "train-gbdt": cpu_image, "train-mlp": cpu_image,  # the GPU image's stand-in
+                      "train-linear": cpu_image, "train-model": cpu_image,
+                      "evaluate-model": cpu_image, "register-model": slim_image}
+    for step in CANDIDATE_STEPS:
+        assert "not trained in this run" in runs[step].log, step
     train_input = runs["train-model"].executor_input["inputs"]["parameterValues"]
     assert train_input["require_gpu"] is False and train_input["user_module"] == "penguin_head"
 
