@@ -212,4 +212,4 @@ def test_compiled_training_steps_run_inside_their_images_like_kfp_local(
         name="penguins-classifier")
     assert [v.version for v in versions] == [v.version for v in local_versions] == [1]
     print(f"image build {TIMINGS.get('build_s', 0):.0f} s; "
-          f"five compiled steps inside the image {TIMINGS['steps_s']:.0f} s")
+          f"the compiled steps inside their images {TIMINGS['steps_s']:.0f} s")
