@@ -116,15 +116,28 @@ def compile_command(target: str, output: Path, check: bool, release: bool, envir
     from gkeflow.pipelines.definitions.sweep_trials import TRIAL_STEP, trial_note
 
     engine = (config.sweep or default_sweep()).engine
-    from gkeflow.pipelines.definitions.candidates_stage import CANDIDATE_STEPS
     from gkeflow.pipelines.definitions.operations import notification_notes
 
     for compile_target in targets:
-        # every step that may train: train-model, or the candidates beside it
-        notes = target_notes(compute, compile_target, ("train-model", *CANDIDATE_STEPS)) + \
-            notification_notes(config, compile_target)
+        notes = target_notes(as_compiled(compute, config, compile_target), compile_target) \
+            + notification_notes(config, compile_target)
         if compute and TRIAL_STEP in compute:
             notes.append(trial_note(compile_target, engine, compute[TRIAL_STEP]))
         for note in filter(None, notes):
             console.print(f"note ({compile_target}): {note}", markup=False)
 
+
+def as_compiled(compute, config, target: str) -> dict:
+    """Every pipeline's steps (``compute``: defaults and overrides) with the training steps
+    as the training pipeline compiles them for ``target``: its candidate steps, and
+    train-model choosing among them (or training alone)."""
+    from gkeflow.pipelines.definitions.training import CANDIDATE_COMPUTE
+    from gkeflow.pipelines.definitions.training import resolve_compute as training_compute
+    from gkeflow.pipelines.targets.compile import pipeline_compute
+
+    training = training_compute(target, pipeline_compute("training", compute),
+                                config.preparation, config.training_families())
+    steps = {step: profile for step, profile in (compute or {}).items()
+             if step not in CANDIDATE_COMPUTE and step != "train-model"}
+    return {**steps, **{step: profile for step, profile in training.items()
+                        if step.startswith("train-")}}

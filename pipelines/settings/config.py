@@ -215,6 +215,7 @@ class GkeflowConfig(BaseModel):
     _notify: NotificationSettings | None = PrivateAttr(default=None)  # operations.select
     _directory: Path | None = PrivateAttr(default=None)  # load_config: gkeflow.yaml's folder
     _tracking: TrackingSettings | None = PrivateAttr(default=None)  # operations.select
+    _run_arguments: dict | None = PrivateAttr(default=None)  # for_run: one run's parameters
     deploy: DeployConfig = {}  # per environment: pipelines/settings/deploy_config.py
     monitoring: dict[str, MonitoringSettings] = {}  # per environment: monitoring_config.py
     tracking: dict[str, TrackingSettings] = {}  # per environment: tracking_config.py
@@ -249,11 +250,23 @@ class GkeflowConfig(BaseModel):
     def training_families(self, arguments: dict | None = None) -> tuple[str, ...]:
         """The families the training pipeline gives a task each (see
         :func:`~gkeflow.pipelines.settings.parameters.run_families`): ``arguments``' (by
-        default the ``default`` environment's parameters) with ``candidates:``."""
+        default those of :meth:`for_run`, else the ``default`` environment's parameters)
+        with ``candidates:``."""
         from gkeflow.pipelines.settings.parameters import run_families
 
-        given = self.parameters.get("default", {}) if arguments is None else arguments
+        given = arguments
+        if given is None:
+            given = (self._run_arguments if self._run_arguments is not None
+                     else self.parameters.get("default", {}))
         return run_families(given, self.candidates)
+
+    def for_run(self, arguments: dict) -> GkeflowConfig:
+        """This configuration compiling for one run (a submission, a schedule) with
+        ``arguments``: its model type, candidates and module decide the training pipeline's
+        candidate steps, so a run asking for one family starts no step for the others."""
+        copy = self.model_copy()
+        copy._run_arguments = dict(arguments)
+        return copy
 
     @property
     def schedule_owner(self) -> str:

@@ -47,6 +47,7 @@ from gkeflow.pipelines.settings.cron import (
     kfp_cron,
     vertex_cron,
 )
+from gkeflow.pipelines.settings.remote_config import DEFAULT_ENVIRONMENT
 from gkeflow.pipelines.settings.tracking_config import tracking_for
 from gkeflow.pipelines.targets.backend_choice import make_backend
 from gkeflow.pipelines.targets.backends import RemoteSchedule, ScheduleRequest, lineage
@@ -84,6 +85,17 @@ def job_fingerprint(target: str, version_name: str, parameters: dict[str, Any],
     text = json.dumps({"target": target, "version": version_name, "parameters": parameters,
                        "settings": job_settings}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def compiled_for(config: GkeflowConfig, schedule: ScheduleConfig) -> tuple[GkeflowConfig, tuple]:
+    """The configuration a schedule's pipeline compiles with (its notifications, and its
+    parameters choosing the training pipeline's candidate steps) and what tells two such
+    compilations apart."""
+    chosen = select(config, schedule=schedule).for_run(
+        {**config.parameters.get(DEFAULT_ENVIRONMENT, {}),
+         **config.parameters.get(schedule.environment, {}), **schedule.parameters})
+    families = chosen.training_families() if schedule.pipeline == "training" else ()
+    return chosen, (schedule.pipeline, notifications_key(chosen), families)
 
 
 def build_request(schedule: ScheduleConfig, config: GkeflowConfig, prepared, *,
@@ -140,8 +152,8 @@ def _compile_checked(config: GkeflowConfig, workdir: Path, targets: list[str],
         for index, schedule in enumerate(config.schedules):
             if schedule.target != target_name:
                 continue
-            chosen = select(config, schedule=schedule)  # its notifications compiled in
-            key = (target_name, schedule.pipeline, notifications_key(chosen))
+            chosen, key = compiled_for(config, schedule)
+            key = (target_name, *key)
             if key in compiled:
                 continue
             try:
@@ -212,8 +224,8 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
     for index, schedule in enumerate(config.schedules):
         if schedule.target not in targets:
             continue
-        chosen = select(config, schedule=schedule)
-        prepared = compiled[(schedule.target, schedule.pipeline, notifications_key(chosen))]
+        chosen, key = compiled_for(config, schedule)
+        prepared = compiled[(schedule.target, *key)]
         for note in notification_notes(chosen, schedule.target):
             record(Action(schedule.target, schedule.name, "note", note))
         try:
@@ -229,8 +241,7 @@ def apply(config: GkeflowConfig, *, workdir: Path, target: str | None = None,
             existing.setdefault(remote.name, []).append(remote)
         prepared_by_pipeline: dict[str, Any] = {}
         for schedule in wanted:
-            chosen = select(config, schedule=schedule)  # its notifications compiled in
-            key = (schedule.pipeline, notifications_key(chosen))
+            chosen, key = compiled_for(config, schedule)
             if key not in prepared_by_pipeline:
                 prepared = compiled[(target_name, *key)]
                 ids = None

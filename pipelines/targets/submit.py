@@ -102,9 +102,11 @@ def prepare_pipeline(pipeline: str, target: str, workdir: Path,
         raise SubmitError(f"unknown pipeline {pipeline!r}{did_you_mean(pipeline, PIPELINES)}; "
                           f"pipelines are {', '.join(PIPELINES)}")
     compute = config.compute_overrides(default_compute()) if config is not None else None
+    from gkeflow.pipelines.settings.parameters import ParameterError
+
     try:
         path = compile_pipeline(pipeline, target, workdir, compute=compute, config=config)
-    except ComputeError as exc:  # one line: "invalid compute for target T: - step: problem"
+    except (ComputeError, ParameterError) as exc:  # one line: "invalid compute for ..."
         raise SubmitError(" ".join(str(exc).split())) from None
     text = path.read_bytes()
     sha = hashlib.sha256(text).hexdigest()
@@ -297,7 +299,9 @@ def submit(config: GkeflowConfig, pipeline: str, target: str, *, environment: st
     backend = backend or make_backend(config, target, dry_run=dry_run)
     from gkeflow.pipelines.definitions.operations import notification_notes, select
 
-    chosen = select(config, environment)
+    chosen = select(config, environment).for_run(
+        {**config.parameters.get(DEFAULT_ENVIRONMENT, {}),
+         **config.parameters.get(environment, {}), **overrides})
     prepared = prepare_pipeline(pipeline, target, workdir, version=version, config=chosen)
     flagged = refuse_unbuilt_images(config, Path(prepared.path),
                                     f"send {pipeline} to {target}", dry_run=dry_run)

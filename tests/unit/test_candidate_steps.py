@@ -154,3 +154,31 @@ def test_each_candidate_gets_its_own_compute():
     assert "train-mlp" not in resolve_compute("gke", {"train-model": two})
     with pytest.raises(ComputeError, match="train-mlp: a candidate trains on one machine"):
         resolve_compute("gke", {"train-mlp": two})
+
+
+def test_a_submission_or_schedule_compiles_the_candidate_steps_its_parameters_ask_for(
+        tmp_path):
+    from gkeflow.components import yamlio
+    from gkeflow.pipelines.settings.config import GkeflowConfig
+    from gkeflow.pipelines.targets.schedule import compiled_for
+    from gkeflow.pipelines.targets.submit import prepare_pipeline
+
+    def steps(prepared):
+        tasks = next(iter(yamlio.load_all(open(prepared.path).read())))["root"]["dag"]["tasks"]
+        return {task for task in tasks if task.startswith("train-")}
+
+    config = GkeflowConfig.model_validate({
+        "targets": {"gke": {"host": "http://127.0.0.1:9", "pipeline_root": "gs://b/root"}},
+        "parameters": {"default": {"candidates": "gbdt,linear"}},
+        "schedules": [{"name": "nightly", "pipeline": "training", "target": "gke",
+                       "cron": "0 3 * * *"},
+                      {"name": "trees", "pipeline": "training", "target": "gke",
+                       "cron": "0 4 * * *", "parameters": {"model_type": "gbdt"}}]})
+    assert steps(prepare_pipeline("training", "gke", tmp_path / "a", config=config)) == {
+        "train-gbdt", "train-linear", "train-model"}
+    # one family asked for (submit --param model_type=gbdt): no step starts for the others
+    one = config.for_run({"candidates": "gbdt,linear", "model_type": "gbdt"})
+    assert steps(prepare_pipeline("training", "gke", tmp_path / "b", config=one)) == {
+        "train-model"}
+    (_, nightly), (_, trees) = (compiled_for(config, s) for s in config.schedules)
+    assert nightly[-1] == ("gbdt", "linear") and trees[-1] == ("gbdt",)
