@@ -240,8 +240,10 @@ def train_gbdt(dataset_dir: Path, schema: Schema, model_dir: Path, params: Train
                                     verbose_eval=False, xgb_model=booster, callbacks=[rounds])
             best = state.best_round or state.rounds_completed
             if refitted and not rounds.preempted:
-                refit, _ = refit_booster(settings, shares,
-                                         types, best, (rows["train"], rows.get("eval", 0)))
+                refit, _ = refit_booster(
+                    settings, shares, types, best,
+                    None if collective is None else (rows["train"], rows.get("eval", 0)),
+                    cv_patience=patience)
     finally:
         sampler.end_epoch()
         sampler.stop()
@@ -278,6 +280,9 @@ def train_gbdt(dataset_dir: Path, schema: Schema, model_dir: Path, params: Train
     metadata = model_metadata(schema, params, data_uri or str(dataset_dir), best, state,
                               described, metrics, usage.to_dict(), xgb.__version__)
     metadata["refit_on_train_and_eval"] = bool(refitted)
+    if refitted:  # how many rounds the exported forest has, and what chose them
+        metadata["refit_rounds"] = int(booster.attr("refit_rounds"))
+        metadata["refit_rounds_from"] = booster.attr("refit_rounds_from")
     from gkeflow.components.train.tree_export import export_trees
 
     if collective is None or collective.chief:  # the other workers' models are not kept
@@ -306,8 +311,31 @@ def served_values(predicted: np.ndarray, schema: Schema, transform: str) -> np.n
     return predicted
 
 
+#: Up to this many train + eval rows, the refit's rounds come from 5-fold cross-validation
+#: on them (an eval split of a few dozen rows chooses its best round by luck).
+CV_ROWS = 2000
+CV_FOLDS = 5
+
+
+def cross_validated_rounds(settings: dict, matrix, patience: int, most: int) -> int:
+    """The rounds at which ``CV_FOLDS``-fold cross-validation of ``matrix`` stops improving
+    (at most 2000 more than ``most``, the eval split's choice scaled to the rows)."""
+    import xgboost as xgb
+
+    started = time.perf_counter()
+    history = xgb.cv(settings, matrix, num_boost_round=max(most * 2, most + 2000),
+                     nfold=CV_FOLDS, stratified=not settings["objective"].startswith("reg:"),
+                     early_stopping_rounds=patience, seed=settings.get("seed", 0),
+                     shuffle=True)
+    rounds = max(1, len(history))
+    print(f"{CV_FOLDS}-fold cross-validation on the train and eval rows: {rounds} rounds "
+          f"(the eval split alone: {most}) in {time.perf_counter() - started:.1f} s",
+          flush=True)
+    return rounds
+
+
 def refit_booster(settings: dict, arrays: dict, types: list[str], best: int,
-                  counts: tuple[int, int] | None = None):
+                  counts: tuple[int, int] | None = None, cv_patience: int = 0):
     """The booster refitted on the train and eval rows together, for as many rounds as the
     best round scaled by the rows (early stopping on eval chose ``best``), and its matrix.
     ``counts``: every worker's (train, eval) rows, when ``arrays`` is one worker's share."""
@@ -318,10 +346,15 @@ def refit_booster(settings: dict, arrays: dict, types: list[str], best: int,
     matrix = xgb.DMatrix(np.vstack([arrays["train"][0], arrays["eval"][0]]),
                          label=np.concatenate([arrays["train"][1], arrays["eval"][1]]),
                          feature_types=types, enable_categorical=True, missing=np.nan)
+    chosen_by = "the eval split's best round, scaled to the rows"
+    if counts is None and cv_patience and train_rows + eval_rows <= CV_ROWS:
+        rounds = cross_validated_rounds(settings, matrix, cv_patience, rounds)
+        chosen_by = f"{CV_FOLDS}-fold cross-validation on {train_rows + eval_rows} rows"
     started = time.perf_counter()
     booster = xgb.train(settings, matrix, rounds)
     print(f"refit on the train and eval splits ({train_rows + eval_rows} rows): {rounds} "
           f"rounds in {time.perf_counter() - started:.1f} s", flush=True)
+    booster.set_attr(refit_rounds=str(rounds), refit_rounds_from=chosen_by)
     return booster, matrix
 
 

@@ -292,8 +292,12 @@ def test_refit_fits_the_chosen_rounds_on_train_and_eval(prepared_penguins, train
                    TrainParams(model_type="gbdt", gbdt_rounds=300))
     metadata = json.loads((tmp_path / "refit" / "gkeflow_model.json").read_text())
     assert metadata["refit_on_train_and_eval"] is True
-    rounds = round(result.best_epoch * (rows["train"] + rows["eval"]) / rows["train"])
-    assert metadata["trees"]["trees"] == 3 * rounds
+    # a small table: 5-fold cross-validation on the train and eval rows chooses the rounds
+    # (an eval split of a few dozen rows picks its best round by luck)
+    both = rows["train"] + rows["eval"]
+    assert metadata["refit_rounds_from"] == f"5-fold cross-validation on {both} rows"
+    assert 1 <= metadata["refit_rounds"] < 2 * 300 + 2000
+    assert metadata["trees"]["trees"] == 3 * metadata["refit_rounds"]
     # the eval figures and predictions are the first fit's, which never saw the eval rows
     single, _ = trained_gbdt
     assert result.metrics["eval_loss"] == pytest.approx(
@@ -306,3 +310,19 @@ def test_refit_fits_the_chosen_rounds_on_train_and_eval(prepared_penguins, train
         result.eval_predictions,
         ExportedModel(single).predict_proba(to_model_inputs(evaluation, prepared.schema)),
         rtol=1e-4, atol=1e-5)
+
+
+def test_a_larger_table_refits_for_the_eval_split_s_rounds(prepared_penguins, tmp_path,
+                                                          monkeypatch):
+    from gkeflow.components.train import gbdt
+    from gkeflow.components.train.logic import train
+
+    monkeypatch.setattr(gbdt, "CV_ROWS", 100)  # penguins' 291 rows count as many here
+    dataset_dir, prepared = prepared_penguins
+    rows = prepared.split_rows
+    result = train(dataset_dir, prepared.schema, tmp_path / "refit",
+                   TrainParams(model_type="gbdt", gbdt_rounds=300))
+    metadata = json.loads((tmp_path / "refit" / "gkeflow_model.json").read_text())
+    rounds = round(result.best_epoch * (rows["train"] + rows["eval"]) / rows["train"])
+    assert metadata["refit_rounds"] == rounds and metadata["trees"]["trees"] == 3 * rounds
+    assert metadata["refit_rounds_from"] == "the eval split's best round, scaled to the rows"
