@@ -317,6 +317,19 @@ CV_ROWS = 2000
 CV_FOLDS = 5
 
 
+def cv_folds(labels: np.ndarray, stratified: bool, seed: int) -> list[tuple]:
+    """``CV_FOLDS`` (train rows, held-out rows) index pairs, seeded; with ``stratified`` each
+    class is spread over the folds in turn (XGBoost's own stratified folds need
+    scikit-learn, which the images leave out)."""
+    order = np.random.default_rng(seed).permutation(len(labels))
+    if stratified:  # every class dealt round the folds
+        order = order[np.argsort(labels[order], kind="stable")]
+    fold = np.empty(len(labels), int)
+    fold[order] = np.arange(len(labels)) % CV_FOLDS
+    everything = np.arange(len(labels))
+    return [(everything[fold != k], everything[fold == k]) for k in range(CV_FOLDS)]
+
+
 def cross_validated_rounds(settings: dict, matrix, patience: int, most: int) -> int:
     """The rounds at which ``CV_FOLDS``-fold cross-validation of ``matrix`` stops improving
     (at most 2000 more than ``most``, the eval split's choice scaled to the rows)."""
@@ -324,9 +337,10 @@ def cross_validated_rounds(settings: dict, matrix, patience: int, most: int) -> 
 
     started = time.perf_counter()
     history = xgb.cv(settings, matrix, num_boost_round=max(most * 2, most + 2000),
-                     nfold=CV_FOLDS, stratified=not settings["objective"].startswith("reg:"),
-                     early_stopping_rounds=patience, seed=settings.get("seed", 0),
-                     shuffle=True)
+                     folds=cv_folds(matrix.get_label(),
+                                    not settings["objective"].startswith("reg:"),
+                                    int(settings.get("seed", 0))),
+                     early_stopping_rounds=patience)
     rounds = max(1, len(history))
     print(f"{CV_FOLDS}-fold cross-validation on the train and eval rows: {rounds} rounds "
           f"(the eval split alone: {most}) in {time.perf_counter() - started:.1f} s",

@@ -312,6 +312,25 @@ def test_refit_fits_the_chosen_rounds_on_train_and_eval(prepared_penguins, train
         rtol=1e-4, atol=1e-5)
 
 
+def test_cross_validation_folds_hold_out_every_row_once_and_spread_each_class():
+    from gkeflow.components.train.gbdt import CV_FOLDS, cv_folds
+
+    labels = np.array([0.0] * 12 + [1.0] * 7 + [2.0] * 31)
+    folds = cv_folds(labels, stratified=True, seed=3)
+    held = np.concatenate([test for _, test in folds])
+    assert len(folds) == CV_FOLDS and sorted(held.tolist()) == list(range(len(labels)))
+    for train_rows, test_rows in folds:
+        assert not set(train_rows) & set(test_rows)
+        assert len(train_rows) + len(test_rows) == len(labels)
+        counts = np.bincount(labels[test_rows].astype(int), minlength=3)
+        # each class split as evenly as CV_FOLDS folds allow
+        assert all(abs(c - n / CV_FOLDS) < 1 for c, n in zip(counts, (12, 7, 31), strict=True))
+    same = cv_folds(labels, stratified=True, seed=3)
+    assert all((a[1] == b[1]).all() for a, b in zip(folds, same, strict=True))  # seeded
+    other = cv_folds(labels, stratified=True, seed=4)
+    assert any((a[1] != b[1]).any() for a, b in zip(folds, other, strict=True))
+
+
 def test_a_larger_table_refits_for_the_eval_split_s_rounds(prepared_penguins, tmp_path,
                                                           monkeypatch):
     from gkeflow.components.train import gbdt

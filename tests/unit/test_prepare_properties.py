@@ -129,8 +129,10 @@ def test_reader_accounts_for_every_row(case, block_bytes):
 
 
 # without "not a number": a few of them among 20 rows make the column text, rightly
+# (leaving one kind out makes the strategy discard more drawn files: under load Hypothesis
+# may count that as too much filtering, which says nothing of the property)
 @settings(max_examples=max(EXAMPLES // 5, 1), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(damaged_file(kinds=tuple(k for k in DAMAGE if k != "not_a_number")))
 def test_prepare_keeps_valid_rows_and_rejects_the_rest_verbatim(case):
     data, rows, _ = case
