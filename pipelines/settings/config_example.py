@@ -66,6 +66,12 @@ targets:
 #   access_mode: ReadWriteOnce
 #   # enabled: false                       # default: on unless the GKE root is gs://
 
+# The model families model_type auto (the default) trains, each in a step of its own,
+# side by side (train-gbdt, train-mlp, ...); train-model keeps the best on the eval split.
+# Default: gbdt, mlp, linear; one family compiles one train-model step. Their compute:
+# compute.train-<family> (unset: train-model's for Keras, docs/training.md).
+# candidates: [gbdt, mlp, linear]
+
 # Data preparation in the training and sweep pipelines: one pod (default), or fanned out
 # over groups of input files (or bq:// row ranges) for inputs of many millions of rows.
 # preparation:

@@ -182,3 +182,15 @@ def test_a_submission_or_schedule_compiles_the_candidate_steps_its_parameters_as
         "train-model"}
     (_, nightly), (_, trees) = (compiled_for(config, s) for s in config.schedules)
     assert nightly[-1] == ("gbdt", "linear") and trees[-1] == ("gbdt",)
+
+
+def test_the_init_example_s_candidates_line_loads(tmp_path):
+    from gkeflow.pipelines.settings.config import EXAMPLE_CONFIG, load_config
+
+    text = EXAMPLE_CONFIG.replace("# candidates: [gbdt, mlp, linear]",
+                                  "candidates: [gbdt, mlp, linear]")
+    assert text != EXAMPLE_CONFIG
+    (tmp_path / "gkeflow.yaml").write_text(text)
+    config = load_config(tmp_path / "gkeflow.yaml")
+    assert config.candidates == ("gbdt", "mlp", "linear")
+    assert config.training_families() == ("gbdt", "mlp", "linear")
