@@ -70,10 +70,11 @@ def _dispatch_run(pipeline: str, **options) -> None:
 @click.option("--model-type", type=click.Choice(["auto", "mlp", "wide_deep", "gbdt", "linear"]),
               default=None,
               help="[default: auto; a sweep: mlp] auto trains gradient-boosted trees, an "
-                   "MLP and a linear model and keeps the best on the eval split "
-                   "(--param candidates=gbdt,mlp to choose the set); or one family: mlp, "
-                   "wide_deep (Keras), gbdt (XGBoost trees; --param gbdt_max_depth=8 ...) "
-                   "or linear.")
+                   "MLP and a linear model, each in a step of its own (train-gbdt, "
+                   "train-mlp, train-linear), and keeps the best on the eval split "
+                   "(--param candidates=gbdt,mlp, or candidates: in gkeflow.yaml, to choose "
+                   "the set); or one family in one train-model step: mlp, wide_deep "
+                   "(Keras), gbdt (XGBoost trees; --param gbdt_max_depth=8 ...) or linear.")
 @click.option("--user-module", metavar="PATH",
               help="Your own model: a .py file (or module) with build_model(schema, hparams).")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
