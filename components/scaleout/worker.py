@@ -26,18 +26,13 @@ EXIT_PREEMPTED = 143
 
 def train_params(raw: dict):
     """``TrainParams`` from JSON; unknown keys are an error naming them."""
-    from gkeflow.components.train.logic import TrainParams
+    from gkeflow.components.train.params import TrainParams, params_from
 
     known = {f.name for f in fields(TrainParams)}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ValueError(f"unknown training parameter(s) {', '.join(unknown)}")
-    values = dict(raw)
-    if isinstance(values.get("hidden_units"), str):
-        values["hidden_units"] = tuple(int(u) for u in values["hidden_units"].split(",") if u)
-    elif "hidden_units" in values:
-        values["hidden_units"] = tuple(values["hidden_units"])
-    return TrainParams(**values)
+    return params_from(raw)
 
 
 def run_worker(dataset_uri: str, schema_uri: str, output_uri: str, params: dict,

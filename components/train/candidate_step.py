@@ -5,7 +5,6 @@ this run does not ask for it."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,7 @@ def run_candidate(arguments: dict[str, Any], dataset_dir: Path, data_uri: str,
 
     ``candidate`` and ``metrics`` are the step's output artifacts."""
     from gkeflow.components.prepare.logic import Schema
-    from gkeflow.components.train import tpu as tpus
-    from gkeflow.components.train.candidates import skip_reason
+    from gkeflow.components.train.candidates import on_tpu_host, skip_reason
     from gkeflow.components.train.choose import (
         deciding_metric,
         fatal_errors,
@@ -37,9 +35,8 @@ def run_candidate(arguments: dict[str, Any], dataset_dir: Path, data_uri: str,
     except ValueError as exc:
         raise SystemExit(f"{task}: {exc}") from None
     folder = Path(candidate.path)
-    on_tpu = (tpus.find_tpu(os.environ, tpus.tpu_device_files()) is not None
-              or params.strategy == "tpu")
-    if reason := skip_reason(params, family, on_tpu, arguments.get("pipeline_candidates", "")):
+    if reason := skip_reason(params, family, on_tpu_host(params),
+                             arguments.get("pipeline_candidates", "")):
         say(f"candidate {family}: not trained in this run ({reason})")
         entry = record_skipped(folder, family, reason)
     else:

@@ -35,7 +35,7 @@ from gkeflow.components.train.families import parse_candidates
 from gkeflow.components.train.params import TrainParams, TrainResult
 
 __all__ = ["NoCandidateTrained", "deciding_metric", "plan_candidates", "prefixed_curves",
-           "skip_reason", "train_candidates"]
+           "on_tpu_host", "skip_reason", "train_candidates"]
 
 
 def plan_candidates(params: TrainParams, on_tpu: bool, workers: int
@@ -90,6 +90,14 @@ def prefixed_curves(live, name: str):
     return make
 
 
+def on_tpu_host(params: TrainParams) -> bool:
+    """Whether this host trains on a TPU (one is visible, or ``strategy: tpu`` asks)."""
+    from gkeflow.components.train import tpu as tpus
+
+    return (tpus.find_tpu(os.environ, tpus.tpu_device_files()) is not None
+            or params.strategy == "tpu")
+
+
 def skip_reason(params: TrainParams, family: str, on_tpu: bool,
                 pipeline_candidates: str = "") -> str:
     """Why the candidate task of ``family`` trains nothing in a run with ``params``; ""
@@ -116,11 +124,9 @@ def train_candidates(dataset_dir: Path, schema: Schema, model_dir: Path, params:
     ``model_dir``.
 
     ``train_one`` trains one family (:func:`~gkeflow.components.train.logic.train`)."""
-    from gkeflow.components.train import tpu as tpus
     from gkeflow.components.train.devices import workers_in_tf_config
 
-    on_tpu = (tpus.find_tpu(os.environ, tpus.tpu_device_files()) is not None
-              or params.strategy == "tpu")
+    on_tpu = on_tpu_host(params)
     names, left_out = plan_candidates(params, on_tpu, workers_in_tf_config(
         os.environ.get("TF_CONFIG", "")))
     metric = deciding_metric(schema, params.label_transform)

@@ -138,14 +138,22 @@ class TrainResult:
     eval_predictions: Any = None
 
 
-def step_params(arguments: dict[str, Any]) -> TrainParams:
-    """The :class:`TrainParams` of a training step's arguments (its other arguments, such
-    as its artifacts, are ignored); ``hidden_units`` comes as ``"64,32"``."""
-    from dataclasses import fields
-
-    taken = {f.name for f in fields(TrainParams)}
-    values = {k: v for k, v in arguments.items() if k in taken}
+def params_from(values: dict[str, Any]) -> TrainParams:
+    """:class:`TrainParams` of named values as steps and JSON carry them: ``hidden_units``
+    as ``"64,32"`` or a list."""
+    values = dict(values)
     if isinstance(values.get("hidden_units"), str):
         values["hidden_units"] = tuple(int(u) for u in values["hidden_units"].split(",")
                                        if u.strip())
+    elif "hidden_units" in values:
+        values["hidden_units"] = tuple(values["hidden_units"])
     return TrainParams(**values)
+
+
+def step_params(arguments: dict[str, Any]) -> TrainParams:
+    """The :class:`TrainParams` of a training step's arguments (its other arguments, such
+    as its artifacts, are ignored)."""
+    from dataclasses import fields
+
+    taken = {f.name for f in fields(TrainParams)}
+    return params_from({k: v for k, v in arguments.items() if k in taken})

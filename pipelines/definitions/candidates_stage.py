@@ -85,6 +85,10 @@ def candidate_problems(profiles: Mapping[str, ComputeProfile], target: str) -> l
 
     problems = []
     for step, profile in profiles.items():
+        if profile.uses_tpu and CANDIDATE_STEPS[step] in ("gbdt", "linear"):
+            problems.append(f"{step}: {CANDIDATE_STEPS[step]} trains on CPUs or GPUs, not on a "
+                            "TPU; drop its accelerator and topology")
+            continue
         engine = training_engine(target, profile)
         if profile.replicas > 1 or (engine is not None and not engine.runs_any_component):
             problems.append(

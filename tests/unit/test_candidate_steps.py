@@ -154,6 +154,9 @@ def test_each_candidate_gets_its_own_compute():
     assert "train-mlp" not in resolve_compute("gke", {"train-model": two})
     with pytest.raises(ComputeError, match="train-mlp: a candidate trains on one machine"):
         resolve_compute("gke", {"train-mlp": two})
+    # trees on a TPU would start a slice only to skip: refused before any step
+    with pytest.raises(ComputeError, match="train-gbdt: gbdt trains on CPUs or GPUs, not on"):
+        resolve_compute("gke", {"train-gbdt": tpu})
 
 
 def test_a_submission_or_schedule_compiles_the_candidate_steps_its_parameters_ask_for(
