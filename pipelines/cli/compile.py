@@ -14,7 +14,11 @@ from gkeflow.pipelines.cli.common import (
     stdout_console,
 )
 from gkeflow.pipelines.cli.params import NonEmptyPath
-from gkeflow.pipelines.targets.compile import COMPILE_TARGETS, DEFAULT_OUTPUT
+from gkeflow.pipelines.targets.compile import (
+    COMPILE_TARGETS,
+    DEFAULT_OUTPUT,
+    compile_choices,
+)
 
 
 def _with_notifications(config, environment: str):
@@ -31,8 +35,11 @@ def _with_notifications(config, environment: str):
 
 
 @click.command("compile")
-@click.option("--target", type=click.Choice([*COMPILE_TARGETS, "all"]), default="all",
-              show_default=True, help="Backend to compile for.")
+@click.option("--target", type=click.Choice([*compile_choices(), "all"]), default="all",
+              show_default=True,
+              help="Backend to compile for (all: gke and vertex). gke compiles for GKE "
+                   "Autopilot when targets.gke.autopilot is true; autopilot names it directly "
+                   "(compiled/<pipeline>.autopilot.yaml).")
 @click.option("--output", type=NonEmptyPath(file_okay=False, path_type=Path),
               default=DEFAULT_OUTPUT, show_default=True,
               help="Directory for the YAML files (relative to the current directory).")

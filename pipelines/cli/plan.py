@@ -21,15 +21,17 @@ from gkeflow.pipelines.cli.tables import (
     print_table,
 )
 from gkeflow.pipelines.settings.platforms import platform
-from gkeflow.pipelines.targets.compile import COMPILE_TARGETS
+from gkeflow.pipelines.targets.compile import compile_choices
 
 
 @click.command("plan")
 @click.argument("pipeline", default="training")
 @click.option("--pipeline", "pipeline_option", metavar="NAME",
               help="The pipeline (same as the PIPELINE argument).")
-@click.option("--target", type=click.Choice(COMPILE_TARGETS), default="gke", show_default=True,
-              help="Backend whose requests to show.")
+@click.option("--target", type=click.Choice(compile_choices()), default="gke",
+              show_default=True,
+              help="Backend whose requests to show (gke means GKE Autopilot when "
+                   "targets.gke.autopilot is true in gkeflow.yaml); autopilot: GKE Autopilot.")
 @click.option("--region", metavar="REGION",
               help="Region whose list prices the cost columns use. Default: the vertex "
                    "target's region in gkeflow.yaml, else us-central1.")
@@ -78,6 +80,7 @@ def plan_command(pipeline: str, pipeline_option: str | None, target: str,
                                  f"{did_you_mean(pipeline, PIPELINES)}; available: "
                                  f"{', '.join(PIPELINES)}", param_hint="PIPELINE")
     config = read_config(config_path)
+    target = config.platform_of(target)
     if pipeline == "prediction":
         from gkeflow.pipelines.definitions.prediction import resolve_compute, step_images
     elif pipeline == "fanout-prepare":

@@ -120,7 +120,21 @@ def prices_refresh(config_path: Path, currency: str, api_endpoint: str) -> None:
     click.echo(line)
     if result.vertex is not None:
         click.echo(vertex_line(result.vertex))
+    if result.autopilot is not None and (result.autopilot.rows or result.autopilot.skipped):
+        click.echo(autopilot_line(result.autopilot))
     sys.stdout.flush()
+
+
+def autopilot_line(read) -> str:
+    """What the Kubernetes Engine SKUs gave (GKE Autopilot's pod rates), in one line."""
+    regions = sorted({row.region for row in read.rows})
+    line = (f"GKE Autopilot: general-purpose pod rates for {len(regions)} "
+            f"region{'' if len(regions) == 1 else 's'}")
+    if regions:
+        line += f" ({', '.join(regions[:4])}{', ...' if len(regions) > 4 else ''})"
+    if read.skipped:
+        line += f"; {len(read.skipped)} SKUs skipped, e.g. {read.skipped[0]}"
+    return line
 
 
 def vertex_line(summary) -> str:

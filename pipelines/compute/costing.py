@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import date
 
 from gkeflow.components.notify.logic import LAUNCHER_SUFFIX
-from gkeflow.pipelines.compute import derived_rates, tpu_profile
+from gkeflow.pipelines.compute import derived_rates, pod_rules, tpu_profile
 from gkeflow.pipelines.compute.derived_rates import Cluster
 from gkeflow.pipelines.compute.prices import (
     VERTEX_PIPELINES_MACHINES,
@@ -162,10 +162,12 @@ def node_rate(profile: ComputeProfile, target: str, region: str, capacity: str |
     its own); ``cluster`` says how GKE bills a CPU step (default: e2 node pools)."""
     capacity = capacity or profile.scheduling
     where = platform(target)
+    profile = pod_rules.fitted(profile, target)  # billed as the platform schedules it
+    per_pod = where.kubernetes and (where.pod_prices or (cluster is not None
+                                                         and cluster.autopilot))
     if capacity == "reservation" and not where.managed:
         return hourly_rate(target, "", None, 0, capacity, region, today=today, prices=prices)
-    if (where.kubernetes and cluster is not None and cluster.autopilot
-            and (profile.uses_gpu or profile.uses_tpu)):
+    if per_pod and (profile.uses_gpu or profile.uses_tpu):
         return derived_rates.autopilot_accelerator_rate(profile.accelerator, capacity, region,
                                                         prices)
     if profile.uses_tpu:  # per chip, the host VMs included
@@ -176,9 +178,10 @@ def node_rate(profile: ComputeProfile, target: str, region: str, capacity: str |
         return hourly_rate(target, "", profile.accelerator, chips, capacity, region,
                            today=today, prices=prices)
     if not profile.uses_gpu and not where.managed:
+        billing = replace(cluster or Cluster(), autopilot=per_pod)
         return derived_rates.gke_cpu_rate(cpu_cores(profile.cpu),
                                           memory_bytes(profile.memory) / 2**30,
-                                          cluster or Cluster(), capacity, region, prices, today)
+                                          billing, capacity, region, prices, today)
     machine = machine_type(profile, target)
     if not machine:
         if profile.uses_gpu:

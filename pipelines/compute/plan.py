@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gkeflow.pipelines.compute import capacity, launchers, tpu_profile
+from gkeflow.pipelines.compute import capacity, launchers, pod_rules, tpu_profile
 from gkeflow.pipelines.compute.engines import engine_for, training_engine, training_steps
 from gkeflow.pipelines.compute.machine_fit import idle_note
 from gkeflow.pipelines.compute.profiles import (
@@ -61,6 +61,10 @@ def target_notes(profiles: Mapping[str, ComputeProfile], target: str,
     note = launchers.unapplied_note(profiles, target, set() if where.local
                                     else engine_run)  # local workers follow no job
     notes += [idle for step, p in profiles.items() if (idle := idle_note(step, p, target))]
+    if where.pod_rules is not None and where.kubernetes:
+        notes.append(pod_rules.rules_note(target))
+        notes += [line for step, p in profiles.items()
+                  if step not in engine_run and (line := pod_rules.adjustment(step, p, target))]
     return notes + ([note] if note else []) + capacity.capacity_notes(profiles, target)
 
 
@@ -108,7 +112,7 @@ def plan(
         elif where.managed:
             machine = f"chosen by {where.title}"
         else:
-            machine = "any node pool"
+            machine = "any node pool" if where.node_pools else f"{where.title} sizes the node"
         scheduling, nodes, gpus = capacity.describe(p, target)
         if p.uses_tpu and where.cloud:  # hosts x chips per host, chips of all slices
             tpu = tpu_profile.shape(p, target)
@@ -141,8 +145,9 @@ def plan(
         else:
             timeout = "none"
         shm = (p.effective_shm_size if where.kubernetes and p.uses_gpu else "") or "-"
+        billed = pod_rules.fitted(p, target)  # what the platform schedules (Autopilot's rules)
         rows.append(PlanRow(
-            step=step, image=images.get(step, ""), cpu=p.cpu, memory=p.memory,
+            step=step, image=images.get(step, ""), cpu=billed.cpu, memory=billed.memory,
             accelerator=accelerator or "-", count=str(p.accelerator_count),
             capacity=scheduling, nodes=nodes, gpus=gpus, queue=queue, disk=disk,
             retries=retries, caching="on" if p.caching else "off", timeout=timeout,

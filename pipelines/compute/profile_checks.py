@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gkeflow.pipelines.compute import accelerators as acc
-from gkeflow.pipelines.compute import capacity, tpu_profile
+from gkeflow.pipelines.compute import capacity, pod_rules, tpu_profile
 from gkeflow.pipelines.compute.compute_profile import ComputeProfile
 from gkeflow.pipelines.compute.profile_values import (
     GKE_TO_VERTEX_ACCELERATOR,
@@ -153,6 +153,8 @@ def profile_problems(
                 f"{step}: shm_size {p.shm_size} must be smaller than memory {p.memory} "
                 "(a memory-backed /dev/shm counts against the memory limit)"
             )
+    if cpu_cores(p.cpu) > 0 and memory_bytes(p.memory) > 0:
+        problems.extend(pod_rules.problems(step, p, target))
     if p.replicas < 1:
         problems.append(f"{step}: replicas must be >= 1; got {p.replicas}")
     if not (p.uses_tpu and p.replicas > 1):  # said once, as slices, by tpu_problems

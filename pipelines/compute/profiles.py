@@ -12,6 +12,9 @@ spot, shared memory, timeout, retries (every retry field explicit) and caching.
   and labels of the step's capacity (spot, flex-start, reservation, Kueue queue: see
   :mod:`gkeflow.pipelines.compute.capacity`), and a memory-backed ``/dev/shm`` on multi-GPU steps;
   ``activeDeadlineSeconds`` when the step has a timeout;
+- GKE Autopilot: the same, after Autopilot's rules for the pod's requests
+  (:mod:`~gkeflow.pipelines.compute.pod_rules`), with the ``Accelerator`` compute class on
+  GPU pods and no accelerator tolerations (Autopilot adds them);
 - ``vertex`` (Vertex AI Pipelines): CPU and memory limits and the ``NVIDIA_*`` accelerator
   type and count; no Kubernetes settings, so the compiled YAML stays a single document;
 - ``local`` (``kfp.local``): caching only, the one setting it honours.
@@ -27,7 +30,7 @@ profile itself is in :mod:`~gkeflow.pipelines.compute.compute_profile`, its fiel
 
 from __future__ import annotations
 
-from gkeflow.pipelines.compute import capacity, kfp_task_check, tpu_profile
+from gkeflow.pipelines.compute import capacity, kfp_task_check, pod_rules, tpu_profile
 from gkeflow.pipelines.compute.compute_profile import (
     FIELD_NAMES,
     NEVER_CACHED,
@@ -94,7 +97,7 @@ def apply_compute(task, profile: ComputeProfile, target: str, step: str = ""):
             backoff_max_duration=f"{profile.retry_max_duration_s}s",
         )
     if platform(target).kubernetes:
-        _apply_gke(task, profile)
+        _apply_gke(task, pod_rules.fitted(profile, target), target)
         if step:
             from kfp import kubernetes
 
@@ -107,22 +110,28 @@ def apply_compute(task, profile: ComputeProfile, target: str, step: str = ""):
     return task
 
 
-def _apply_gke(task, profile: ComputeProfile) -> None:
+def _apply_gke(task, profile: ComputeProfile, target: str) -> None:
     from kfp import kubernetes
 
+    node_pools = platform(target).node_pools
     task.set_cpu_request(profile.cpu).set_cpu_limit(profile.cpu)
     task.set_memory_request(profile.memory).set_memory_limit(profile.memory)
     if profile.uses_gpu:
         task.set_accelerator_type(GPU_RESOURCE).set_accelerator_limit(profile.accelerator_count)
         kubernetes.add_node_selector(task, GKE_ACCELERATOR_LABEL, profile.accelerator)
-        kubernetes.add_toleration(task, key=GPU_RESOURCE, operator="Exists", effect="NoSchedule")
+        for key, value in pod_rules.accelerator_selectors(profile, target).items():
+            kubernetes.add_node_selector(task, key, value)
+        if node_pools:  # Autopilot adds the toleration to the nodes it makes for the pod
+            kubernetes.add_toleration(task, key=GPU_RESOURCE, operator="Exists",
+                                      effect="NoSchedule")
     if profile.uses_tpu:  # a single-host slice (a multi-host one runs as a JobSet)
         tpu = tpu_profile.shape(profile)
         task.set_accelerator_type(tpu_profile.TPU_RESOURCE).set_accelerator_limit(tpu.chips)
         for key, value in tpu_profile.gke_selectors(profile).items():
             kubernetes.add_node_selector(task, key, value)
-        kubernetes.add_toleration(task, key=tpu_profile.TPU_RESOURCE, operator="Exists",
-                                  effect="NoSchedule")
+        if node_pools:
+            kubernetes.add_toleration(task, key=tpu_profile.TPU_RESOURCE, operator="Exists",
+                                      effect="NoSchedule")
     capacity.apply_gke_capacity(task, profile)
     if profile.uses_gpu and profile.effective_shm_size:
         kubernetes.empty_dir_mount(

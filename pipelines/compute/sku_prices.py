@@ -104,6 +104,9 @@ class Refresh:
     #: What the Vertex AI SKUs gave (a price_vertex.VertexSummary; None when they were not
     #: read). Not imported here: price_vertex builds on this module.
     vertex: object | None = None
+    #: What the Kubernetes Engine SKUs gave (a price_autopilot.AutopilotRows; None when they
+    #: were not read).
+    autopilot: object | None = None
 
 #: (kind, item, capacity, region) -> {unit price: SKU}: what the SKUs read price.
 Found = dict[tuple[str, str, str, str], dict[float, Sku]]

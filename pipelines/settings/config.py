@@ -288,6 +288,13 @@ class GkeflowConfig(BaseModel):
             check_monitoring_environments(check_environments(
                 check_schedules(self)))))
 
+    def platform_of(self, target: str) -> str:
+        """The platform a run on ``target`` uses: the one its ``targets:`` section selects
+        (``targets.gke.autopilot: true``: GKE Autopilot), else ``target`` itself."""
+        from gkeflow.pipelines.settings.platforms import platform_for
+
+        return platform_for(target, getattr(self.targets, target, None)).name
+
     def gke_workspace(self) -> WorkspaceSettings:
         """``workspace:``, off when unset and the GKE target's pipeline root is gs:// (shards
         and checkpoints then go to Cloud Storage); unset otherwise means on wherever a

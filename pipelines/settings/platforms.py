@@ -8,8 +8,11 @@ pipeline step asks for that it does not apply. Code asks the object
 (``platform(target).kubernetes``, ``platform(target).ignores(Unsupported.QUEUE)``); a new
 platform is one :func:`register` call with its declaration (the tests register a fourth).
 
-The built-in platforms are :data:`LOCAL`, :data:`GKE` and :data:`VERTEX`. Imports nothing
-from gkeflow: every layer may ask.
+The built-in platforms are :data:`LOCAL`, :data:`GKE` and :data:`VERTEX`, declared here,
+and GKE Autopilot, declared in :mod:`~gkeflow.pipelines.settings.autopilot` (registered when
+the package is imported). A platform may be picked by a flag of another's target section
+(``targets.gke.autopilot: true``: :func:`platform_for`). Imports nothing from gkeflow: every
+layer may ask.
 """
 
 from __future__ import annotations
@@ -29,6 +32,30 @@ class Unsupported(StrEnum):
     STEP_CAPACITY = "flex-start and reservation"
     QUEUE = "queue"
     STEP_EPHEMERAL_STORAGE = "ephemeral_storage"
+
+
+@dataclass(frozen=True)
+class PodRules:
+    """What a platform does to a pod's CPU and memory requests before it schedules it (as GKE
+    Autopilot does), declared with the page that documents it and the day it was read.
+
+    A CPU-only pod's requests are raised to the minimums, its memory or CPU raised into the
+    allowed GiB-per-vCPU ratio, its CPU rounded up to ``cpu_step``; above the maximums it is
+    refused. An accelerator pod gets the minimums only (no ratio: its node is sized to the
+    accelerator) and the node selectors of ``accelerator_selectors``."""
+
+    title: str
+    source: str
+    read: str
+    cpu_min: float
+    memory_min_gib: float
+    cpu_max: float
+    memory_max_gib: float
+    cpu_step: float
+    gib_per_cpu_min: float
+    gib_per_cpu_max: float
+    #: Node selectors a GPU pod adds (Autopilot: its Accelerator compute class).
+    accelerator_selectors: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -56,6 +83,25 @@ class Platform:
     #: The engine that runs training beyond one pod there (a name of
     #: ``compute/engines``: ``local-workers``, ``jobset``, ``custom-job``; "" for none).
     training_engine: str = ""
+    #: The ``targets:`` section it is configured under and submitted through ("": its own
+    #: name). GKE Autopilot's is ``gke``: the same Kubeflow Pipelines API.
+    backend: str = ""
+    #: A boolean field of that section which, when true, makes this the platform of the
+    #: section (Autopilot: ``autopilot``); "" for a section's plain platform.
+    selected_by: str = ""
+    #: Node pools hold its accelerators: a GPU or TPU pod tolerates their taints itself.
+    #: False where the platform provisions nodes and adds the tolerations (Autopilot).
+    node_pools: bool = True
+    #: The rules it applies to a pod's requests (None: the requests are used as written).
+    pod_rules: PodRules | None = None
+    #: It bills a pod by its requests (the ``autopilot-*`` price rows), not the node it
+    #: runs on.
+    pod_prices: bool = False
+
+    @property
+    def submits_to(self) -> str:
+        """The ``targets:`` section (and submit backend) this platform uses."""
+        return self.backend or self.name
 
     @property
     def cloud(self) -> bool:
@@ -124,6 +170,17 @@ def platform(name: str | Platform) -> Platform:
     except KeyError:
         raise ValueError(f"unknown platform {name!r}; choose one of "
                          f"{', '.join(_REGISTRY)}") from None
+
+
+def platform_for(target: str, section=None) -> Platform:
+    """The platform a run on ``target`` (a ``targets:`` section's name, or a platform's)
+    uses, given that section's settings ``section``: the platform it selects by a flag set
+    true (``targets.gke.autopilot``), else the platform called ``target``."""
+    for declared in _REGISTRY.values():
+        if (declared.selected_by and declared.backend == target and section is not None
+                and getattr(section, declared.selected_by, False) is True):
+            return declared
+    return platform(target)
 
 
 def names() -> tuple[str, ...]:

@@ -11,13 +11,16 @@ the choice between them lives here, above them.
 from __future__ import annotations
 
 from gkeflow.pipelines.settings.config import ConfigError, GkeflowConfig
+from gkeflow.pipelines.settings.platforms import platform
 from gkeflow.pipelines.targets.kfp import KfpBackend
 from gkeflow.pipelines.targets.runs import RunInfo
 from gkeflow.pipelines.targets.vertex import VertexBackend
 
 
 def make_backend(config: GkeflowConfig, target: str, *, dry_run: bool = False):
-    """The backend of ``target`` (``gke`` or ``vertex``) as configured in ``config``."""
+    """The backend of ``target`` (``gke`` or ``vertex``, or a platform submitted through
+    one, as GKE Autopilot through ``gke``) as configured in ``config``."""
+    target = platform(target).submits_to
     target_config = getattr(config.targets, target, None)
     if target_config is None:
         raise ConfigError(f"targets.{target} is not configured in gkeflow.yaml; run "
@@ -30,7 +33,7 @@ def make_backend(config: GkeflowConfig, target: str, *, dry_run: bool = False):
 def reader(config, target: str, backend=None):
     """The run reader of ``target`` (``gke`` or ``vertex``) over the configured backend."""
     backend = backend or make_backend(config, target)
-    if target == "gke":
+    if platform(target).submits_to == "gke":
         from gkeflow.pipelines.targets.runs_kfp import KfpRuns
 
         return KfpRuns(backend)

@@ -22,6 +22,13 @@ from gkeflow.pipelines.settings.platforms import names, platform
 from gkeflow.pipelines.settings.remote_config import PIPELINE_NAMES
 
 COMPILE_TARGETS = ("gke", "vertex")
+
+
+def compile_choices() -> tuple[str, ...]:
+    """What ``--target`` of compile and plan accepts: the backends, and every cloud platform
+    (a platform another's flag selects, as GKE Autopilot, may be named directly)."""
+    return tuple(dict.fromkeys([*COMPILE_TARGETS,
+                                *(name for name in names() if platform(name).cloud)]))
 #: Relative: ``compiled/`` of the directory the command runs in (the user's project), not
 #: the installed package's source tree.
 DEFAULT_OUTPUT = Path("compiled")
@@ -237,7 +244,8 @@ def compile_pipeline(
 
     Args:
         pipeline: Short name in :data:`PIPELINES`.
-        target: "gke" or "vertex".
+        target: "gke" or "vertex" (the platform its gkeflow.yaml section selects: GKE
+            Autopilot for ``targets.gke.autopilot: true``), or a platform's name.
         output_dir: Directory for the YAML file.
         compute: Per-step :class:`~gkeflow.pipelines.compute.profiles.ComputeProfile` overrides.
         lock: Declared image -> the reference (or digest) to use; default: the mapping of
@@ -262,7 +270,8 @@ def compile_pipeline(
         available = [name for name in names() if platform(name).cloud]
         raise ValueError(f"unknown target {target!r}; available: {', '.join(available)}")
     config = _loaded(config)
-    built = PIPELINES[pipeline](target, compute, config)
+    # targets.gke.autopilot: true compiles the gke file for GKE Autopilot
+    built = PIPELINES[pipeline](config.platform_of(target), compute, config)
     mapping = image_map(config.images) if lock is None else dict(lock)
     images = pin_images(built, mapping)
     path = compiled_path(output_dir, pipeline, target)

@@ -4,7 +4,7 @@ One ``list_skus`` call per page (``next_page_token``), each through :func:`trans
 429 and 5xx answers are retried with backoff, a bounded number of times. A 403 because the
 API is not enabled, or missing credentials, end in one line naming the fix. The refreshed
 rows go to :data:`prices.CACHE_FILE` beside gkeflow.yaml; :mod:`sku_prices` maps Compute
-Engine's SKUs, :mod:`price_vertex` Vertex AI's.
+Engine's SKUs, :mod:`price_vertex` Vertex AI's, :mod:`price_autopilot` GKE Autopilot's.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from datetime import date
 from pathlib import Path
 
-from gkeflow.pipelines.compute import price_vertex, prices, sku_prices
+from gkeflow.pipelines.compute import price_autopilot, price_vertex, prices, sku_prices
 from gkeflow.pipelines.targets.transport import RetryPolicy, call
 
 ENDPOINT = "cloudbilling.googleapis.com"
@@ -109,7 +109,7 @@ def list_skus(client, service: str, currency: str = "USD", policy: RetryPolicy =
 def refresh(client, directory: Path, currency: str = "USD", today: date | None = None,
             policy: RetryPolicy = POLICY,
             progress: Callable[[str], None] = lambda _: None) -> sku_prices.Refresh:
-    """Read the Compute Engine and Vertex AI SKUs, map them onto the vendored catalogue,
+    """Read the Compute Engine, Vertex AI and Kubernetes Engine (Autopilot) SKUs, map them onto the vendored catalogue,
     write the cache under ``directory``; returns what was refreshed and what stayed as it
     was."""
     today = today or date.today()
@@ -121,6 +121,13 @@ def refresh(client, directory: Path, currency: str = "USD", today: date | None =
                                  "check --currency")
     result = price_vertex.map_all(ce_skus, vertex_skus, prices.load_prices(), today,
                                   currency=currency)
+    autopilot = price_autopilot.map_autopilot(
+        list_skus(client, price_autopilot.KUBERNETES_ENGINE, currency, policy, progress),
+        today, currency)
+    read = {row.key for row in autopilot.rows}
+    result.rows += autopilot.rows
+    result.unmatched = [row for row in result.unmatched if row.key not in read]
+    result.autopilot = autopilot
     path = prices.cache_path(directory)
     prices.write_prices(path, result.rows, f"Prices read from the {sku_prices.SOURCE} on "
                         f"{today.isoformat()} ({currency}); refreshed by `gkeflow prices "

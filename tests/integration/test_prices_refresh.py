@@ -21,14 +21,16 @@ from tests.integration.conftest import gkeflow
 
 SERVICE = "6F81-5844-456A"
 VERTEX = "C7E2-9256-1C43"
+GKE = "CCD8-9BF1-090E"
 TODAY = date.today()
 
 
 def _sku(sku_id, description, regions, units, nanos, *, usage_type="OnDemand", group="GPU",
          unit="h", currency="USD", service=SERVICE):
     money = {"currency_code": currency, "units": units, "nanos": nanos}
-    display, family = ("Vertex AI", "ApplicationServices") if service == VERTEX else (
-        "Compute Engine", "Compute")
+    display, family = {VERTEX: ("Vertex AI", "ApplicationServices"),
+                       GKE: ("Kubernetes Engine", "Compute")}.get(
+        service, ("Compute Engine", "Compute"))
     return billing_v1.Sku(
         name=f"services/{service}/skus/{sku_id}", sku_id=sku_id, description=description,
         category=billing_v1.Category(service_display_name=display,
@@ -69,11 +71,13 @@ PAGES = [
 
 class FakeCatalog:
     """Answers ``GET /v1/services/{service}/skus`` page by page for Compute Engine
-    (``pages``) and Vertex AI (``vertex_pages``, default one empty page); ``failures`` are
-    answered first (status, JSON body)."""
+    (``pages``), Vertex AI (``vertex_pages``) and Kubernetes Engine (``gke_pages``; each
+    default one empty page); ``failures`` are answered first (status, JSON body)."""
 
-    def __init__(self, pages, currency="USD", failures=(), vertex_pages=((),)):
-        self.services = {SERVICE: list(pages), VERTEX: list(vertex_pages)}
+    def __init__(self, pages, currency="USD", failures=(), vertex_pages=((),),
+                 gke_pages=((),)):
+        self.services = {SERVICE: list(pages), VERTEX: list(vertex_pages),
+                         GKE: list(gke_pages)}
         self.currency, self.failures = currency, list(failures)
         self.requests: list[dict] = []
         self.paths: list[str] = []
@@ -108,7 +112,7 @@ UNAVAILABLE = (503, {"error": {"code": 503, "message": "The service is currently
 
 
 def _refresh(httpserver, tmp_path, fake, *extra):
-    for service in (SERVICE, VERTEX):
+    for service in (SERVICE, VERTEX, GKE):
         httpserver.expect_request(f"/v1/services/{service}/skus").respond_with_handler(fake)
     (tmp_path / "gkeflow.yaml").write_text("{}\n")
     return gkeflow("prices", "refresh", "--api-endpoint", httpserver.url_for("").rstrip("/"),
@@ -125,9 +129,11 @@ def test_refresh_reads_every_page_after_a_503_and_maps_skus_to_rows(httpserver, 
     fake = FakeCatalog(PAGES, failures=[UNAVAILABLE])
     result = _refresh(httpserver, tmp_path, fake)
     assert result.returncode == 0, result.stderr
-    # the 503 was retried, then all three pages were read in order, then Vertex AI's one
-    assert [r.get("pageToken", "") for r in fake.requests] == ["", "", "page-1", "page-2", ""]
-    assert fake.paths[-1] == f"/v1/services/{VERTEX}/skus"
+    # the 503 was retried, then all three pages were read in order, then Vertex AI's one,
+    # then Kubernetes Engine's
+    assert [r.get("pageToken", "") for r in fake.requests] == ["", "", "page-1", "page-2", "",
+                                                               ""]
+    assert fake.paths[-2:] == [f"/v1/services/{VERTEX}/skus", f"/v1/services/{GKE}/skus"]
     assert "page 3" in result.stderr
     cache = _cache(tmp_path)
     on_demand = cache[("gpu", "nvidia-tesla-t4", "standard", "us-central1")]
@@ -305,8 +311,9 @@ def test_vertex_ai_skus_become_training_rows_and_plan_prints_them(httpserver, tm
     fake = FakeCatalog([CE_DWS], vertex_pages=[VERTEX_SKUS[:4], VERTEX_SKUS[4:]])
     result = _refresh(httpserver, tmp_path, fake)
     assert result.returncode == 0, result.stderr
-    assert fake.paths == [f"/v1/services/{SERVICE}/skus"] + [f"/v1/services/{VERTEX}/skus"] * 2
-    assert [r.get("pageToken", "") for r in fake.requests] == ["", "", "page-1"]
+    assert fake.paths == ([f"/v1/services/{SERVICE}/skus"] + [f"/v1/services/{VERTEX}/skus"] * 2
+                          + [f"/v1/services/{GKE}/skus"])
+    assert [r.get("pageToken", "") for r in fake.requests] == ["", "", "page-1", ""]
     cache = _cache(tmp_path)
     machine = cache[("vertex-machine", "a3-highgpu-8g", "standard", "us-central1")]
     gpu = cache[("vertex-gpu", "nvidia-h100-80gb", "standard", "us-central1")]
@@ -380,3 +387,52 @@ def test_a_management_fee_that_applies_to_spot_prices_vertex_ai_spot(httpserver,
         float(machine["usd_per_hour"]) + 8 * float(gpu["usd_per_hour"]), abs=1e-4)
     assert (spot["source"], spot["date_read"]) == ("Cloud Billing Catalog API",
                                                    TODAY.isoformat())
+
+
+#: Kubernetes Engine SKUs as the catalogue names them: per mCPU-hour and GiB-hour, on
+#: demand and Spot, and other compute classes that are not general-purpose pods.
+GKE_SKUS = [
+    _sku("GGGG-CPU", "Autopilot Pod mCPU Requests (us-central1)", ["us-central1"], 0, 44500,
+         service=GKE, group="CPU"),
+    _sku("GGGG-RAM", "Autopilot Pod Memory Requests (us-central1)", ["us-central1"], 0,
+         4922500, service=GKE, group="RAM", unit="GiBy.h"),
+    _sku("GGGG-SCPU", "Autopilot Spot Pod mCPU Requests (us-central1)", ["us-central1"], 0,
+         13300, service=GKE, group="CPU", usage_type="Preemptible"),
+    _sku("GGGG-SRAM", "Autopilot Spot Pod Memory Requests (us-central1)", ["us-central1"], 0,
+         1476700, service=GKE, group="RAM", unit="GiBy.h", usage_type="Preemptible"),
+    _sku("GGGG-BAL", "Autopilot Balanced Pod mCPU Requests (us-central1)", ["us-central1"],
+         0, 63000, service=GKE, group="CPU"),
+    # a memory SKU in another unit is not read as GiB-hours
+    _sku("GGGG-ODD", "Autopilot Pod Memory Requests (europe-west4)", ["europe-west4"], 0,
+         5400000, service=GKE, group="RAM", unit="MiBy.h"),
+]
+
+
+def test_autopilot_pod_rates_are_read_per_region_and_plan_prices_autopilot_pods(
+        httpserver, tmp_path):
+    fake = FakeCatalog(PAGES, gke_pages=[GKE_SKUS[:3], GKE_SKUS[3:]])
+    result = _refresh(httpserver, tmp_path, fake)
+    assert result.returncode == 0, result.stderr
+    assert fake.paths[-2:] == [f"/v1/services/{GKE}/skus"] * 2
+    assert "GKE Autopilot: general-purpose pod rates for 1 region (us-central1); 1 SKUs " \
+           "skipped, e.g. SKU GGGG-ODD" in result.stdout
+    cache = _cache(tmp_path)
+    cpu = cache[("autopilot-vcpu", "pod", "standard", "us-central1")]
+    ram = cache[("autopilot-ram-gib", "pod", "standard", "us-central1")]
+    spot_cpu = cache[("autopilot-vcpu", "pod", "spot", "us-central1")]
+    assert float(cpu["usd_per_hour"]) == pytest.approx(0.0445)  # per mCPU-hour x 1000
+    assert float(ram["usd_per_hour"]) == pytest.approx(0.0049225)
+    assert float(spot_cpu["usd_per_hour"]) == pytest.approx(0.0133)
+    assert cpu["source"] == "Cloud Billing Catalog API, SKU GGGG-CPU"
+    assert cpu["data_date"] == TODAY.isoformat()
+    assert ("autopilot-ram-gib", "pod", "standard", "europe-west4") not in cache
+    # plan on GKE Autopilot prices a CPU pod from these rows: its requests x the rates
+    plan = gkeflow("plan", "--target", "autopilot", "--region", "us-central1", "--output",
+                   "json", cwd=tmp_path)
+    assert plan.returncode == 0, plan.stderr
+    steps = {s["step"]: s for s in json.loads(plan.stdout)["cost"]["steps"]}
+    prepare = steps["prepare-data"]  # 2 vCPU and 8G
+    assert prepare["usd_per_hour"] == pytest.approx(
+        round(2 * 0.0445 + 8e9 / 2**30 * 0.0049225, 4), abs=1e-4)
+    gpu = steps["train-mlp"]
+    assert gpu["usd_per_hour"] is None and "not priced as a Standard node" in gpu["reason"]
