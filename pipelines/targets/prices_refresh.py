@@ -109,9 +109,9 @@ def list_skus(client, service: str, currency: str = "USD", policy: RetryPolicy =
 def refresh(client, directory: Path, currency: str = "USD", today: date | None = None,
             policy: RetryPolicy = POLICY,
             progress: Callable[[str], None] = lambda _: None) -> sku_prices.Refresh:
-    """Read the Compute Engine, Vertex AI and Kubernetes Engine (Autopilot) SKUs, map them onto the vendored catalogue,
-    write the cache under ``directory``; returns what was refreshed and what stayed as it
-    was."""
+    """Read the Compute Engine, Vertex AI and Kubernetes Engine (Autopilot) SKUs, map them
+    onto the vendored catalogue, write the cache under ``directory``; returns what was
+    refreshed and what stayed as it was."""
     today = today or date.today()
     ce_skus, vertex_skus = (list(list_skus(client, service, currency, policy, progress))
                             for service in (sku_prices.COMPUTE_ENGINE, sku_prices.VERTEX_AI))
