@@ -26,7 +26,8 @@ def run_actual_cost(config, info):
         return None, f"no cost: {exc}"
     durations = {step: seconds for step, seconds in step_durations(info.tasks).items()
                  if step in profiles}
-    return actual_cost(durations, profiles, info.target, price_region(config, info.target),
+    return actual_cost(durations, profiles, config.platform_of(info.target),
+                       price_region(config, info.target),
                        prices=current_prices(config_directory(config)),
                        cluster=cluster_of(config)), ""
 
@@ -91,7 +92,8 @@ def monthly_estimate(config, schedule, history: list[dict], today=None) -> tuple
         profiles = pipeline_profiles(config, schedule.pipeline, schedule.target)
     except ComputeError as exc:
         return "missing", str(exc)
-    cost = run_cost(profiles, schedule.target, price_region(config, schedule.target),
+    cost = run_cost(profiles, config.platform_of(schedule.target),
+                    price_region(config, schedule.target),
                     medians=median_durations(history),
                     prices=current_prices(config_directory(config)), cluster=cluster_of(config))
     runs = f"{per_month:.1f} runs"

@@ -126,7 +126,8 @@ def compile_command(target: str, output: Path, check: bool, release: bool, envir
     from gkeflow.pipelines.definitions.operations import notification_notes
 
     for compile_target in targets:
-        notes = target_notes(as_compiled(compute, config, compile_target), compile_target) \
+        where = config.platform_of(compile_target)  # targets.gke.autopilot: Autopilot
+        notes = target_notes(as_compiled(compute, config, where), where) \
             + notification_notes(config, compile_target)
         if compute and TRIAL_STEP in compute:
             notes.append(trial_note(compile_target, engine, compute[TRIAL_STEP]))

@@ -254,6 +254,7 @@ def pipeline_profiles(config, pipeline: str, target: str) -> dict:
     from gkeflow.pipelines.targets.compile import default_compute, pipeline_compute
 
     compute = pipeline_compute(pipeline, config.compute_overrides(default_compute()))
+    target = config.platform_of(target)  # targets.gke.autopilot: GKE Autopilot's rules
     if pipeline == "prediction":
         from gkeflow.pipelines.definitions.prediction import resolve_compute
     elif pipeline == "fanout-prepare":
@@ -327,8 +328,9 @@ def check_budget(config, pipeline: str, target: str, environment: str, *,
         if budget is None:  # compiling refuses it, in the words compile uses
             return ""
         raise
-    cost = run_cost(profiles, target, price_region(config, target), medians=medians,
-                    prices=current_prices(config_directory(config)), cluster=cluster_of(config))
+    cost = run_cost(profiles, config.platform_of(target), price_region(config, target),
+                    medians=medians, prices=current_prices(config_directory(config)),
+                    cluster=cluster_of(config))
     expected = expected_text(cost, history_runs)
     if budget is None:
         name = f"schedule {schedule.name}: " if schedule is not None else ""

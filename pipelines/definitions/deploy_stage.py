@@ -50,7 +50,7 @@ def serving_compute(profile: ComputeProfile, target: str) -> str:
     if platform(target).managed:
         return json.dumps({"vertex": vertex_machine(profile)}, sort_keys=True)
     if platform(target).kubernetes:
-        return json.dumps({"gke": gke_placement(profile)}, sort_keys=True)
+        return json.dumps({"gke": gke_placement(profile, target)}, sort_keys=True)
     return "{}"
 
 
@@ -75,9 +75,10 @@ def vertex_machine(profile: ComputeProfile) -> dict[str, Any]:
     return {"machine_type": "n1-standard-96"}
 
 
-def gke_placement(profile: ComputeProfile) -> dict[str, Any]:
-    """Resources, node selector and tolerations of a pod running ``profile`` on GKE: the
-    profile applied by :func:`apply_compute` to a stand-in task, read back."""
+def gke_placement(profile: ComputeProfile, target: str) -> dict[str, Any]:
+    """Resources, node selector and tolerations of a pod running ``profile`` on the
+    Kubernetes platform ``target``: the profile applied by :func:`apply_compute` to a
+    stand-in task, read back."""
     from kfp import dsl
     from kfp.dsl import pipeline_context
     from kfp.dsl.pipeline_task import PipelineTask
@@ -93,7 +94,7 @@ def gke_placement(profile: ComputeProfile) -> dict[str, Any]:
     PipelineTask._register_task_handler = lambda task: "stand-in"
     try:
         task = PipelineTask(stand_in.component_spec, {}, execute_locally=False)
-        apply_compute(task, profile, "gke")
+        apply_compute(task, profile, target)
     finally:
         pipeline_context.Pipeline._default_pipeline = defining
         PipelineTask._register_task_handler = handler
@@ -132,7 +133,7 @@ def deploy_stage(target: str, profile: ComputeProfile, scope: dict[str, Any]):
                 model=model,
                 evaluation=evaluate_task.outputs["evaluation"],
                 registered_model=register_task.outputs["registered_model"],
-                target=target,
+                target=platform(target).runtime,
                 registry_uri=scope["registry_uri"],
                 serving_compute=compute,
                 deploy_settings=scope["deploy_settings"],

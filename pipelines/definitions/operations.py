@@ -141,7 +141,8 @@ class Operations:
 
         from gkeflow.components.tracking.component import end_tracking
 
-        task = end_tracking(target=self.target, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+        task = end_tracking(target=platform(self.target).runtime,
+                            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
                             run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER, run_api=self.run_api,
                             metadata_api=KFP_IN_CLUSTER_METADATA if platform(self.target).kubernetes
                             else "")
@@ -167,7 +168,7 @@ class Operations:
         parameters = ITEM_SEP.join(f"{name}{KV_SEP}{arguments[name]}" for name in simple)
         secret = settings.webhook.secret_for(self.target)
         task = notify_run(
-            pipeline=pipeline_name, target=self.target,
+            pipeline=pipeline_name, target=platform(self.target).runtime,
             run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             link_template=self.link_template, when=settings.when,
             webhook_format=settings.webhook.format, webhook_env=WEBHOOK_ENV,

@@ -99,6 +99,12 @@ class Platform:
     pod_prices: bool = False
 
     @property
+    def runtime(self) -> str:
+        """The name a pipeline step is told at run time (components speak of ``gke`` for
+        Kubeflow Pipelines on any Kubernetes cluster, ``vertex`` and ``local``)."""
+        return LOCAL.name if self.local else VERTEX.name if self.managed else GKE.name
+
+    @property
     def submits_to(self) -> str:
         """The ``targets:`` section (and submit backend) this platform uses."""
         return self.backend or self.name

@@ -61,7 +61,7 @@ def test_deploy_runs_only_when_blessed_registered_and_asked(pipeline, target, tm
 
 
 def test_gke_serving_placement_follows_the_gke_step_rules():
-    placement = gke_placement(T4_SPOT)
+    placement = gke_placement(T4_SPOT, "gke")
     assert placement["resources"] == {
         "requests": {"cpu": "4", "memory": "16G"},
         "limits": {"cpu": "4", "memory": "16G", "nvidia.com/gpu": "1"}}

@@ -242,7 +242,7 @@ def test_the_h200_is_not_priced_on_demand():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"target": "aws"}, "unknown target 'aws'; choose one of gke, vertex"),
+    ({"target": "aws"}, "unknown target 'aws'; choose one of gke, vertex, autopilot"),
     ({"capacity": "cheap"}, "unknown capacity 'cheap'; choose one of standard, spot, "
                             "flex-start, reservation"),
     ({"count": -1}, "accelerator count must be 0 or more, not -1"),
