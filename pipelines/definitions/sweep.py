@@ -352,7 +352,7 @@ def build_sweep_pipeline(target: str = "local",
             on_gke = {} if platform(target).local else {
                 "rayjob_template": kuberay.template_json(
                     profiles[TRIAL_STEP], profiles[RAY_HEAD],
-                    training_image(profiles[TRIAL_STEP])), "trial_resources": json.dumps(
+                    training_image(profiles[TRIAL_STEP]), target), "trial_resources": json.dumps(
                     kuberay.trial_resources(profiles[TRIAL_STEP]), sort_keys=True),
                 "pipeline_root": dsl.PIPELINE_ROOT_PLACEHOLDER,
                 "pipeline_run_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER,

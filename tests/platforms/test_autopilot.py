@@ -184,3 +184,29 @@ def test_targets_gke_autopilot_selects_the_platform_for_compile_and_plan(tmp_pat
     assert result.exit_code == 0, result.output
     assert "GKE Autopilot (general-purpose pods): requests = limits" in result.output
     assert "GKE Autopilot sizes the node" in result.output
+
+
+def test_jobset_and_rayjob_pods_are_placed_by_autopilots_rules(tmp_path):
+    from gkeflow.pipelines.compute.engines import gke, kuberay, training_engine
+
+    two = default_compute()["train-model"].with_overrides(replicas=2)
+    engine = training_engine("autopilot", two)
+    assert engine.name == "gke" and engine.target == "autopilot"
+    pod = gke.jobset_template(two, "img", "autopilot")["spec"]["replicatedJobs"][0][
+        "template"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4",
+                                   ACCELERATOR_CLASS[0]: ACCELERATOR_CLASS[1]}
+    assert "tolerations" not in pod
+    standard = gke.jobset_template(two, "img")["spec"]["replicatedJobs"][0]["template"][
+        "spec"]["template"]["spec"]
+    assert standard["tolerations"][0]["key"] == "nvidia.com/gpu"
+    # a multi-node step compiles its JobSet for Autopilot
+    compute = default_compute()
+    compute["train-model"] = two
+    text = compile_pipeline("training", "autopilot", tmp_path, compute=compute).read_text()
+    assert "compute-class" in text and "replicatedJobs" in text
+    trial = ComputeProfile(cpu="1", memory="8Gi")  # a CPU trial over Autopilot's ratio
+    ray = kuberay.rayjob_template(trial, "img", 0, None, "autopilot")
+    worker = ray["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    requests = worker["containers"][0]["resources"]["requests"]
+    assert _documented(cpu_cores(requests["cpu"]), memory_bytes(requests["memory"]))

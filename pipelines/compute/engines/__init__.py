@@ -134,7 +134,10 @@ def training_engine(target: str, profile: ComputeProfile) -> TrainEngine | None:
     from gkeflow.pipelines.compute.engines import gke, local, vertex
     from gkeflow.pipelines.settings.platforms import platform
 
-    engines = {"custom-job": vertex.ENGINE, "jobset": gke.ENGINE,
-               "local-workers": local.ENGINE}
-    engine = engines.get(platform(target).training_engine)
+    where = platform(target)
+    engines = {"custom-job": vertex.ENGINE, "local-workers": local.ENGINE,
+               # its pods as the platform places them (GKE Autopilot's rules)
+               "jobset": gke.ENGINE if where.node_pools and where.pod_rules is None
+               else gke.JobSetEngine(where.name)}
+    engine = engines.get(where.training_engine)
     return engine if engine is not None and engine.applies(profile) else None

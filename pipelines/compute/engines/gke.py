@@ -39,20 +39,29 @@ GKE_QUEUED_TAINT = "cloud.google.com/gke-queued"
 WORKER_COMMAND = ["python3", "-u", "-m", "gkeflow.components.scaleout.worker"]
 
 
-def node_placement(profile: ComputeProfile) -> tuple[dict[str, str], list[dict[str, str]]]:
+def node_placement(profile: ComputeProfile, target: str = "gke") -> tuple[
+        dict[str, str], list[dict[str, str]]]:
     """Node selectors and tolerations of every worker: the single-pod step's capacity rules
-    (:mod:`gkeflow.pipelines.compute.capacity`) written into the JobSet's pod template."""
-    from gkeflow.pipelines.compute import capacity
+    (:mod:`gkeflow.pipelines.compute.capacity`) written into the JobSet's pod template, as
+    the Kubernetes platform ``target`` wants them (GKE Autopilot: no node-pool tolerations
+    for accelerators, its Accelerator compute class on GPU pods)."""
+    from gkeflow.pipelines.compute import capacity, pod_rules
+    from gkeflow.pipelines.settings.platforms import platform
 
+    node_pools = platform(target).node_pools
     selectors: dict[str, str] = {}
     tolerations: list[dict[str, str]] = []
     if profile.uses_gpu:
         selectors[GKE_ACCELERATOR_LABEL] = profile.accelerator
-        tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+        selectors.update(pod_rules.accelerator_selectors(profile, target))
+        if node_pools:
+            tolerations.append({"key": GPU_RESOURCE, "operator": "Exists",
+                                "effect": "NoSchedule"})
     if profile.uses_tpu:
         selectors.update(tpu_profile.gke_selectors(profile))
-        tolerations.append({"key": tpu_profile.TPU_RESOURCE, "operator": "Exists",
-                            "effect": "NoSchedule"})
+        if node_pools:
+            tolerations.append({"key": tpu_profile.TPU_RESOURCE, "operator": "Exists",
+                                "effect": "NoSchedule"})
     if profile.scheduling == "spot":
         selectors[capacity.GKE_SPOT_LABEL] = "true"
         tolerations.append({"key": capacity.GKE_SPOT_LABEL, "operator": "Equal",
@@ -78,8 +87,12 @@ def shm_size(profile: ComputeProfile) -> str:
     return profile.effective_shm_size or f"{memory_bytes(profile.memory) // 2 // 2**20}Mi"
 
 
-def jobset_template(profile: ComputeProfile, image: str) -> dict[str, Any]:
-    """The JobSet for a training step with ``profile`` (name, namespace, args set at run time)."""
+def jobset_template(profile: ComputeProfile, image: str, target: str = "gke") -> dict[str, Any]:
+    """The JobSet for a training step with ``profile`` (name, namespace, args set at run time)
+    on the Kubernetes platform ``target`` (its rules for a pod's requests applied)."""
+    from gkeflow.pipelines.compute import pod_rules
+
+    profile = pod_rules.fitted(profile, target)
     resources: dict[str, Any] = {"cpu": profile.cpu, "memory": profile.memory}
     if profile.ephemeral_storage:
         resources["ephemeral-storage"] = profile.ephemeral_storage
@@ -90,7 +103,7 @@ def jobset_template(profile: ComputeProfile, image: str) -> dict[str, Any]:
         tpu = tpu_profile.shape(profile)
         resources[tpu_profile.TPU_RESOURCE] = str(tpu.chips_per_host)
         pods = tpu.hosts
-    selectors, tolerations = node_placement(profile)
+    selectors, tolerations = node_placement(profile, target)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": 60,
@@ -143,7 +156,7 @@ def jobset_template(profile: ComputeProfile, image: str) -> dict[str, Any]:
         slices = profile.replicas
     replicated = [{"name": "worker", "replicas": slices, "template": {"spec": job_spec}}]
     if profile.chief_scheduling:
-        replicated = _chief_and_workers(profile, job_spec)
+        replicated = _chief_and_workers(profile, job_spec, target)
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
@@ -160,7 +173,8 @@ def jobset_template(profile: ComputeProfile, image: str) -> dict[str, Any]:
     }
 
 
-def _chief_and_workers(profile: ComputeProfile, job_spec: dict[str, Any]) -> list[dict]:
+def _chief_and_workers(profile: ComputeProfile, job_spec: dict[str, Any],
+                       target: str = "gke") -> list[dict]:
     """Mixed capacity: replicated job ``chief`` (one pod, worker 0, on ``chief_scheduling``
     nodes) first, then ``worker`` (the other pods, on ``scheduling`` nodes)."""
     import copy
@@ -170,7 +184,7 @@ def _chief_and_workers(profile: ComputeProfile, job_spec: dict[str, Any]) -> lis
     chief["parallelism"] = chief["completions"] = 1
     pod = chief["template"]["spec"]
     selectors, tolerations = node_placement(replace(profile, scheduling=profile.chief_scheduling,
-                                                 spot=False, chief_scheduling=""))
+                                                 spot=False, chief_scheduling=""), target)
     pod.pop("nodeSelector", None)
     pod.pop("tolerations", None)
     if selectors:
@@ -197,8 +211,13 @@ def launcher_deadline_s(profile: ComputeProfile) -> int:
 
 
 class JobSetEngine:
+    """Multi-node training as a JobSet on the Kubernetes platform ``target``."""
+
     name = "gke"
     runs_any_component = False
+
+    def __init__(self, target: str = "gke"):
+        self.target = target
 
     def describe(self, profile: ComputeProfile, step: str = "train-model") -> str:
         from gkeflow.pipelines.compute.engines import gpus_text
@@ -247,7 +266,7 @@ class JobSetEngine:
         refuse_env("JobSet", env)
 
         # the GPU or TPU image, as the profile asks; the compiler maps and pins it
-        template = jobset_template(profile, tpu_profile.training_image(profile))
+        template = jobset_template(profile, tpu_profile.training_image(profile), self.target)
         return as_training_step(train_model_jobset)(jobset_template=dumps(template),
                                                     **settings(profile),
                                                     **keras_arguments(arguments))

@@ -56,19 +56,25 @@ def trial_resources(profile: ComputeProfile) -> dict[str, Any]:
 
 
 def rayjob_template(profile: ComputeProfile, image: str, deadline_s: int = 0,
-                    head: ComputeProfile | None = None) -> dict[str, Any]:
+                    head: ComputeProfile | None = None, target: str = "gke") -> dict[str, Any]:
     """The RayJob of a sweep whose trials take ``profile`` (``replicas``: trials at once)
     and whose head takes ``head`` (its CPU and memory; default :data:`HEAD_CPU`,
     :data:`HEAD_MEMORY`); name, namespace and entrypoint are set at run time
-    (:mod:`gkeflow.components.sweep.rayjob`)."""
+    (:mod:`gkeflow.components.sweep.rayjob`); its pods as the Kubernetes platform ``target``
+    places them (GKE Autopilot's rules for their requests)."""
+    from gkeflow.pipelines.compute import pod_rules
     from gkeflow.pipelines.compute.engines.gke import node_placement, shm_size
+
+    profile = pod_rules.fitted(profile, target)
+    if head is not None:
+        head = pod_rules.fitted(head, target)
 
     resources: dict[str, Any] = {"cpu": profile.cpu, "memory": profile.memory}
     if profile.ephemeral_storage:
         resources["ephemeral-storage"] = profile.ephemeral_storage
     if profile.uses_gpu:
         resources[GPU_RESOURCE] = str(profile.accelerator_count)
-    selectors, tolerations = node_placement(profile)
+    selectors, tolerations = node_placement(profile, target)
     env = [{"name": "TF_CPP_MIN_LOG_LEVEL", "value": "1"}]
     worker_pod: dict[str, Any] = {
         "serviceAccountName": profile.worker_service_account,
@@ -147,11 +153,12 @@ def cluster_profiles(trial: ComputeProfile, head: ComputeProfile, launcher: Comp
             steps[2]: replace(launcher, timeout_s=waiting)}
 
 
-def template_json(trial: ComputeProfile, head: ComputeProfile, image: str) -> str:
+def template_json(trial: ComputeProfile, head: ComputeProfile, image: str,
+                  target: str = "gke") -> str:
     """:func:`rayjob_template` as the launcher step's constant (compact, sorted JSON)."""
     from gkeflow.components.scaleout.jobset import dumps
 
-    return dumps(rayjob_template(trial, image, rayjob_deadline_s(trial), head))
+    return dumps(rayjob_template(trial, image, rayjob_deadline_s(trial), head, target))
 
 
 def rayjob_deadline_s(profile: ComputeProfile) -> int:
