@@ -312,8 +312,17 @@ def served_values(predicted: np.ndarray, schema: Schema, transform: str) -> np.n
 
 
 #: Up to this many train + eval rows, the refit's rounds come from 5-fold cross-validation
-#: on them (an eval split of a few dozen rows chooses its best round by luck).
+#: on them (an eval split of a few dozen rows chooses its best round by luck)...
 CV_ROWS = 2000
+#: ...and up to this many cells (rows x features): cross-validating a wide table costs five
+#: more trainings of it (300 x 2,000: 21 s of a 36 s step), more than its rounds are worth.
+CV_CELLS = 200_000
+
+
+def cross_validates(rows: int, features: int) -> bool:
+    """Whether the refit's rounds of a table with ``rows`` train + eval rows and
+    ``features`` columns come from cross-validation (small and narrow) or the eval split."""
+    return rows <= CV_ROWS and rows * features <= CV_CELLS
 CV_FOLDS = 5
 
 
@@ -361,7 +370,8 @@ def refit_booster(settings: dict, arrays: dict, types: list[str], best: int,
                          label=np.concatenate([arrays["train"][1], arrays["eval"][1]]),
                          feature_types=types, enable_categorical=True, missing=np.nan)
     chosen_by = "the eval split's best round, scaled to the rows"
-    if counts is None and cv_patience and train_rows + eval_rows <= CV_ROWS:
+    if counts is None and cv_patience and cross_validates(train_rows + eval_rows,
+                                                          matrix.num_col()):
         rounds = cross_validated_rounds(settings, matrix, cv_patience, rounds)
         chosen_by = f"{CV_FOLDS}-fold cross-validation on {train_rows + eval_rows} rows"
     started = time.perf_counter()

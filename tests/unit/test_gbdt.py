@@ -345,3 +345,12 @@ def test_a_larger_table_refits_for_the_eval_split_s_rounds(prepared_penguins, tm
     rounds = round(result.best_epoch * (rows["train"] + rows["eval"]) / rows["train"])
     assert metadata["refit_rounds"] == rounds and metadata["trees"]["trees"] == 3 * rounds
     assert metadata["refit_rounds_from"] == "the eval split's best round, scaled to the rows"
+
+
+def test_only_small_narrow_tables_cross_validate_the_refit_rounds():
+    from gkeflow.components.train.gbdt import CV_CELLS, CV_ROWS, cross_validates
+
+    assert cross_validates(291, 7)  # penguins
+    assert cross_validates(CV_ROWS, CV_CELLS // CV_ROWS)
+    assert not cross_validates(CV_ROWS + 1, 5)  # enough rows: the eval split decides
+    assert not cross_validates(252, 2000)  # wide: five more trainings cost more than they give
