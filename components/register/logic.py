@@ -39,6 +39,28 @@ def check_model_dir(model_dir: Path) -> None:
         raise RegistryError(f"model directory holds no SavedModel (saved_model.pb): {model_dir}")
 
 
+#: The label every version carries naming the model family that won (``gbdt``, ``mlp``,
+#: ``wide_deep``, ``linear``, ``ensemble``, ``user``), so a registry filters by it.
+FAMILY_LABEL = "model_family"
+
+
+def with_family(labels: dict[str, str], model_dir: Path) -> dict[str, str]:
+    """``labels`` plus :data:`FAMILY_LABEL` read from the model's ``gkeflow_model.json``
+    (unless given already, or the model does not say)."""
+    import json
+    import re
+
+    if FAMILY_LABEL in labels:
+        return labels
+    try:
+        meta = json.loads((Path(model_dir) / "gkeflow_model.json").read_text())
+    except (OSError, ValueError):
+        return labels
+    family = meta.get("model_family") or (meta.get("params") or {}).get("model_type") or ""
+    family = re.sub(r"[^a-z0-9_-]", "-", str(family).lower())[:63]
+    return {**labels, FAMILY_LABEL: family} if family else labels
+
+
 def parse_labels(text: str) -> dict[str, str]:
     """``"team=ml,env=dev"`` -> ``{"team": "ml", "env": "dev"}``."""
     labels: dict[str, str] = {}
@@ -287,7 +309,7 @@ def register_for_pipeline(
         metrics=metrics,
         run_id=run_id,
         registry_uri=registry_uri,
-        labels=parse_labels(labels),
+        labels=with_family(parse_labels(labels), Path(model_path)),
         task_key=task_key,
         aliases=parse_aliases(aliases),
         lineage={"data_uri": data_uri, "mlflow_run": logged_by},

@@ -87,3 +87,22 @@ def test_a_lost_listing_is_retried_and_still_makes_no_copy(backend, saved_model_
     again = _register(backend, saved_model_dir, "run-2", "gs://b/run-2/model")
     assert again.unchanged and again.version.version == 1
     assert [v.version for v in open_registry(uri, backend[1]).list(name="churn")] == [1]
+
+
+def test_every_version_is_labelled_with_the_model_family_that_won(backend, saved_model_dir):
+    import json
+
+    (saved_model_dir / "gkeflow_model.json").write_text(json.dumps({"model_family": "gbdt"}))
+    outcome = _register(backend, saved_model_dir, "run-1", "gs://b/run-1/model")
+    assert outcome.created
+    uri, settings, _ = backend
+    [listed] = open_registry(uri, settings).list(name="churn")
+    assert listed.labels.get("model_family") == "gbdt"
+    # a model that names no family gets no such label
+    (saved_model_dir / "gkeflow_model.json").write_text(json.dumps({"params": {}}))
+    other = register_for_pipeline(
+        model_path=str(saved_model_dir), model_uri="gs://b/run-2/model", model_name="plain",
+        metrics_metadata={"accuracy": 0.9}, run_id="run-2", task_key="register-model",
+        registry_uri=uri, settings=settings, training_inputs=INPUTS + ";x=1")
+    [plain] = open_registry(uri, settings).list(name="plain")
+    assert other.created and "model_family" not in plain.labels
