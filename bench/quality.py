@@ -72,6 +72,9 @@ TABLES = (
 )
 
 GKEFLOW_MODELS = ("auto", "gbdt", "mlp", "wide_deep", "linear")
+#: gkeflow's training seed (``--seed``; TrainParams' default 42): a second seed shows how much
+#: of a difference between two recipes is the draw.
+SEED = 42
 BASELINES = ("xgboost", "lightgbm", "hist_gb", "linear")
 
 
@@ -163,7 +166,7 @@ def _gkeflow_model(model_type, dataset_dir, schema, test, work):
     from gkeflow.components.train.logic import TrainParams, train
 
     model_dir = work / f"model-{model_type}"
-    train(dataset_dir, schema, model_dir, TrainParams(model_type=model_type))
+    train(dataset_dir, schema, model_dir, TrainParams(model_type=model_type, seed=SEED))
     model = ExportedModel(model_dir)
     return model.predict_proba(to_model_inputs(test, schema))
 
@@ -231,6 +234,7 @@ def summary(results: list[dict], models, baselines) -> list[str]:
 
 
 def main(argv=None) -> int:
+    global SEED
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tables", default="", help="comma-separated table names; "
                         f"default all: {', '.join(t.name for t in TABLES)}")
@@ -238,7 +242,10 @@ def main(argv=None) -> int:
                         help=f"gkeflow model types ({', '.join(GKEFLOW_MODELS)})")
     parser.add_argument("--baselines", default=",".join(BASELINES))
     parser.add_argument("--json", type=Path, help="write every figure here as JSON")
+    parser.add_argument("--seed", type=int, default=SEED,
+                        help="gkeflow's training seed (default 42)")
     args = parser.parse_args(argv)
+    SEED = args.seed
     chosen = [t for t in TABLES if not args.tables or t.name in args.tables.split(",")]
     models = [m for m in args.models.split(",") if m]
     baselines = [b for b in args.baselines.split(",") if b]

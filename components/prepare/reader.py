@@ -183,9 +183,11 @@ def split_records(dataset_dir: Path, split: str):
             yield from iter_records(iter(lambda h=handle: h.read(1 << 20), b""), str(name))
 
 
-def load_split(dataset_dir: Path, split: str, schema: Schema) -> pd.DataFrame:
+def load_split(dataset_dir: Path, split: str, schema: Schema,
+               max_rows: int | None = None) -> pd.DataFrame:
     """Read one split into a DataFrame: numeric columns float64 (NaN for missing),
-    categorical columns text (None for missing), in the schema's column order.
+    categorical columns text (None for missing), in the schema's column order; with
+    ``max_rows``, its first blocks up to that many rows (a sample for statistics).
 
     Each block is one ``tf.train.Example`` parsed as a protocol buffer, with no tf.data
     graph (building one costs seconds per thousand columns, reading the rows here costs
@@ -194,7 +196,10 @@ def load_split(dataset_dir: Path, split: str, schema: Schema) -> pd.DataFrame:
 
     example = example_class()
     columns: dict[str, list[np.ndarray]] = {c.name: [] for c in schema.columns}
+    read = 0
     for record in split_records(dataset_dir, split):
+        if max_rows is not None and read >= max_rows:
+            break
         features = example.FromString(record).features.feature
         for column in schema.columns:
             if column.type == "numeric":
@@ -206,15 +211,17 @@ def load_split(dataset_dir: Path, split: str, schema: Schema) -> pd.DataFrame:
                                    dtype=object)
                 columns[column.name].append(words[codes] if codes.size else
                                             np.zeros(0, object))
+        if schema.columns:
+            read += len(columns[schema.columns[0].name][-1])
     data = {}
     for column in schema.columns:
         parts = columns[column.name]
         if column.type == "numeric":
-            values = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+            values = np.concatenate(parts)[:max_rows] if parts else np.zeros(0, np.float32)
             # float32 -> its shortest decimal -> float64: 39.1 reads back as 39.1
             data[column.name] = values.astype(str).astype(np.float64)
         else:
-            values = np.concatenate(parts) if parts else np.zeros(0, object)
+            values = np.concatenate(parts)[:max_rows] if parts else np.zeros(0, object)
             data[column.name] = pd.Series(
                 [v.decode("utf-8") if v else None for v in values], dtype=object
             )

@@ -5,7 +5,7 @@ TUNABLE_DEFAULTS = {
     "batch_size": 32,
     "epochs": 20,
     "dropout": 0.1,
-    "hidden_units": "64,32",
+    "hidden_units": "256,128",
     "model_type": "mlp",
     "early_stopping_patience": 5,
     # model_type gbdt only (XGBoost); a sweep that tunes one must train gbdt

@@ -26,7 +26,7 @@ def tune_with_vizier(
     batch_size: int = 32,
     learning_rate: float = 0.01,
     model_type: str = "mlp",
-    hidden_units: str = "64,32",
+    hidden_units: str = "256,128",
     dropout: float = 0.1,
     early_stopping_patience: int = 5,
     user_module: str = "",

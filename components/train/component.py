@@ -19,7 +19,7 @@ def train_model(
     batch_size: int = 32,
     learning_rate: float = 0.01,
     model_type: str = "auto",
-    hidden_units: str = "64,32",
+    hidden_units: str = "256,128",
     dropout: float = 0.1,
     early_stopping_patience: int = 5,
     precision: str = "auto",

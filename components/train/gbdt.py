@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from gkeflow.components.prepare.logic import Schema
+from gkeflow.components.train import gbdt_cv
 from gkeflow.components.train.gbdt_rounds import (
     BoostState,
     make_round_callback,
@@ -311,52 +312,6 @@ def served_values(predicted: np.ndarray, schema: Schema, transform: str) -> np.n
     return predicted
 
 
-#: Up to this many train + eval rows, the refit's rounds come from 5-fold cross-validation
-#: on them (an eval split of a few dozen rows chooses its best round by luck)...
-CV_ROWS = 2000
-#: ...and up to this many cells (rows x features): cross-validating a wide table costs five
-#: more trainings of it (300 x 2,000: 21 s of a 36 s step), more than its rounds are worth.
-CV_CELLS = 200_000
-
-
-def cross_validates(rows: int, features: int) -> bool:
-    """Whether the refit's rounds of a table with ``rows`` train + eval rows and
-    ``features`` columns come from cross-validation (small and narrow) or the eval split."""
-    return rows <= CV_ROWS and rows * features <= CV_CELLS
-CV_FOLDS = 5
-
-
-def cv_folds(labels: np.ndarray, stratified: bool, seed: int) -> list[tuple]:
-    """``CV_FOLDS`` (train rows, held-out rows) index pairs, seeded; with ``stratified`` each
-    class is spread over the folds in turn (XGBoost's own stratified folds need
-    scikit-learn, which the images leave out)."""
-    order = np.random.default_rng(seed).permutation(len(labels))
-    if stratified:  # every class dealt round the folds
-        order = order[np.argsort(labels[order], kind="stable")]
-    fold = np.empty(len(labels), int)
-    fold[order] = np.arange(len(labels)) % CV_FOLDS
-    everything = np.arange(len(labels))
-    return [(everything[fold != k], everything[fold == k]) for k in range(CV_FOLDS)]
-
-
-def cross_validated_rounds(settings: dict, matrix, patience: int, most: int) -> int:
-    """The rounds at which ``CV_FOLDS``-fold cross-validation of ``matrix`` stops improving
-    (at most 2000 more than ``most``, the eval split's choice scaled to the rows)."""
-    import xgboost as xgb
-
-    started = time.perf_counter()
-    history = xgb.cv(settings, matrix, num_boost_round=max(most * 2, most + 2000),
-                     folds=cv_folds(matrix.get_label(),
-                                    not settings["objective"].startswith("reg:"),
-                                    int(settings.get("seed", 0))),
-                     early_stopping_rounds=patience)
-    rounds = max(1, len(history))
-    print(f"{CV_FOLDS}-fold cross-validation on the train and eval rows: {rounds} rounds "
-          f"(the eval split alone: {most}) in {time.perf_counter() - started:.1f} s",
-          flush=True)
-    return rounds
-
-
 def refit_booster(settings: dict, arrays: dict, types: list[str], best: int,
                   counts: tuple[int, int] | None = None, cv_patience: int = 0):
     """The booster refitted on the train and eval rows together, for as many rounds as the
@@ -370,10 +325,10 @@ def refit_booster(settings: dict, arrays: dict, types: list[str], best: int,
                          label=np.concatenate([arrays["train"][1], arrays["eval"][1]]),
                          feature_types=types, enable_categorical=True, missing=np.nan)
     chosen_by = "the eval split's best round, scaled to the rows"
-    if counts is None and cv_patience and cross_validates(train_rows + eval_rows,
-                                                          matrix.num_col()):
-        rounds = cross_validated_rounds(settings, matrix, cv_patience, rounds)
-        chosen_by = f"{CV_FOLDS}-fold cross-validation on {train_rows + eval_rows} rows"
+    if counts is None and cv_patience and gbdt_cv.cross_validates(train_rows + eval_rows,
+                                                                  matrix.num_col()):
+        rounds = gbdt_cv.cross_validated_rounds(settings, matrix, cv_patience, rounds)
+        chosen_by = f"{gbdt_cv.CV_FOLDS}-fold cross-validation on {train_rows + eval_rows} rows"
     started = time.perf_counter()
     booster = xgb.train(settings, matrix, rounds)
     print(f"refit on the train and eval splits ({train_rows + eval_rows} rows): {rounds} "

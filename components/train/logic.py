@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from gkeflow.components.prepare.logic import Schema
-from gkeflow.components.prepare.reader import load_split
 from gkeflow.components.train import regression as reg
 from gkeflow.components.train.exported import SERVING_SIGNATURE, export_model
 from gkeflow.components.train.inputs import (
@@ -30,7 +29,6 @@ from gkeflow.components.train.inputs import (
     make_split_dataset,
     should_cache,
     split_rows,
-    to_model_inputs,
 )
 from gkeflow.components.train.params import TrainParams, TrainResult
 from gkeflow.components.train.progress import epoch_progress
@@ -107,8 +105,6 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     from gkeflow.components.train.models import (
         build_builtin,
         build_user_model,
-        feature_stats_from_arrays,
-        feature_stats_from_prepared,
     )
     from gkeflow.components.train.resume import ReadOnlyStore, WorkerStore, agree_on_checkpoint
     from gkeflow.components.train.store import LocalStore, Scratch, fetched, open_store
@@ -170,14 +166,12 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     if not rows.get("train"):
         raise ValueError(f"the train split in {dataset_dir} has no rows")
     names = input_names(schema)
-    stats = feature_stats_from_prepared(schema, dataset_dir)
-    if stats is None:  # no statistics recorded: fit on the train split itself
-        train_frame = load_split(dataset_dir, "train", schema)
-        stats = feature_stats_from_arrays(schema, to_model_inputs(train_frame, schema), names)
-    # the input pipeline and the export stay in TensorFlow on every backend; the numeric
-    # columns are one tensor there, however many they are
+    from gkeflow.components.train.models import training_stats
     from gkeflow.components.train.tf_features import build_tf_preprocessor
 
+    stats = training_stats(schema, dataset_dir, params.numeric_bins)
+    # the input pipeline and the export stay in TensorFlow on every backend; the numeric
+    # columns are one tensor there, however many they are
     preprocessor = build_tf_preprocessor(schema, stats, names)
     input_dim = preprocessor.output_dim
     # regression: one linear output learning the standardised label (train/regression.py)
@@ -208,6 +202,13 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
         train_steps = rows["train"] // global_batch
     learning_rate = params.learning_rate * (replicas if params.scale_learning_rate else 1)
     cache = should_cache(params.cache_dataset, rows["train"] + rows.get("eval", 0), input_dim)
+    binned = sum(1 for edges in stats.edges.values() if len(edges) > 1)
+    print(f"features: {input_dim} inputs"
+          + (f"; {binned} numeric columns also in up to {params.numeric_bins} "
+             "piecewise-linear quantile bins" if binned else "")
+          + f"; learning rate {params.lr_schedule}"
+          + (f" from {learning_rate:g}" if params.lr_schedule == "cosine" else
+             f" {learning_rate:g}"))
     print(f"input pipeline: {rows['train']} train rows streamed from TFRecord shards; "
           f"preprocessed batches cached in memory: {cache}")
     if replicas > 1 and rows["train"] < global_batch:
@@ -264,8 +265,12 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
                                        params.hidden_units, params.dropout, params.seed,
                                        regression=schema.regression)
                 )
+                rate = learning_rate
+                if params.lr_schedule == "cosine":  # to 0 over every step of every epoch
+                    rate = keras.optimizers.schedules.CosineDecay(
+                        learning_rate, params.epochs * max(1, train_steps))
                 classifier.compile(
-                    optimizer=keras.optimizers.Adam(learning_rate),
+                    optimizer=keras.optimizers.Adam(rate),
                     loss=(reg.loss_function(params.loss) if schema.regression
                           else "sparse_categorical_crossentropy"),
                     metrics=([keras.metrics.RootMeanSquaredError(name="rmse")]

@@ -2,7 +2,12 @@
 
 The *preprocessor* maps raw features (floats with NaN for missing, strings with "" for
 missing) to one dense float vector; it has no trainable weights and runs in the tf.data
-input pipeline during training, and inside the exported serving function.
+input pipeline during training, and inside the exported serving function. A number becomes
+its standardised value and a missing-indicator and, with ``numeric_bins`` (default 16; up to
+:data:`MAX_BINNED_COLUMNS` numeric columns), a piecewise-linear encoding over quantile bins
+of the train split (Gorishniy et al., "On Embeddings for Numerical Features in Tabular Deep
+Learning", 2022): bin ``t`` is 0 below it, 1 above it and the position inside it, so the
+first layer sees thresholds as trees do. Categories are one-hot.
 
 The *classifier* maps that vector to class probabilities. Built in: ``mlp`` and
 ``wide_deep``. A team's own model comes from a module exposing::
@@ -22,7 +27,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +46,60 @@ class FeatureStats:
 
     numeric: dict[str, tuple[float, float]]  # column -> (mean, std) over the train split
     vocabularies: dict[str, list[str]]  # column -> known values
+    #: column -> bin edges (train-split quantiles) of its piecewise-linear encoding; empty:
+    #: numbers are only standardised
+    edges: dict[str, tuple[float, ...]] = field(default_factory=dict)
+
+
+#: Up to this many numeric columns each also gets a piecewise-linear encoding; a wider
+#: table's numbers are standardised only (its first layer would grow bins-fold).
+MAX_BINNED_COLUMNS = 256
+
+
+def binned_columns(schema: Schema) -> bool:
+    """Whether the numeric columns of ``schema`` get a piecewise-linear encoding."""
+    numeric = sum(1 for column in schema.features if column.type == "numeric")
+    return 0 < numeric <= MAX_BINNED_COLUMNS
+
+
+def training_stats(schema: Schema, dataset_dir: Path, bins: int) -> FeatureStats:
+    """What train fits its preprocessor on: ``prepare_data``'s statistics (the train split
+    itself when it recorded none) and, with ``bins``, each number's quantile bin edges."""
+    from dataclasses import replace
+
+    from gkeflow.components.prepare.reader import load_split
+    from gkeflow.components.train.inputs import input_names, to_model_inputs
+
+    stats = feature_stats_from_prepared(schema, dataset_dir)
+    if stats is None:  # no statistics recorded: fit on the train split itself
+        stats = feature_stats_from_arrays(
+            schema, to_model_inputs(load_split(dataset_dir, "train", schema), schema),
+            input_names(schema))
+    if bins and binned_columns(schema):  # a piecewise-linear encoding too
+        stats = replace(stats, edges=quantile_edges(schema, dataset_dir, bins))
+    return stats
+
+
+def quantile_edges(schema: Schema, dataset_dir: Path, bins: int,
+                   max_rows: int = 50_000) -> dict[str, tuple[float, ...]]:
+    """Each numeric column's bin edges: ``bins`` quantile bins of (at most ``max_rows`` of)
+    the train split, repeated edges merged; a column with fewer than two distinct values
+    gets none."""
+    from gkeflow.components.prepare.reader import load_split
+
+    frame = load_split(Path(dataset_dir), "train", schema, max_rows)
+    edges = {}
+    for column in schema.features:
+        if column.type != "numeric":
+            continue
+        values = frame[column.name].to_numpy(np.float64)
+        values = values[~np.isnan(values)]
+        if values.size < 2:
+            continue
+        found = np.unique(np.quantile(values, np.linspace(0.0, 1.0, bins + 1)))
+        if found.size >= 2:
+            edges[column.name] = tuple(float(v) for v in found)
+    return edges
 
 
 def feature_stats_from_arrays(schema: Schema, train_inputs: dict[str, np.ndarray],

@@ -12,6 +12,9 @@ from gkeflow.components.train.utilisation import (
     UtilisationReport,
 )
 
+#: How the Keras models' learning rate moves over the epochs.
+LR_SCHEDULES = ("cosine", "constant")
+
 
 @dataclass(frozen=True)
 class TrainParams:
@@ -26,8 +29,13 @@ class TrainParams:
     batch_size: int = 32
     learning_rate: float = 0.01
     model_type: str = "mlp"
-    hidden_units: tuple[int, ...] = (64, 32)
+    hidden_units: tuple[int, ...] = (256, 128)
     dropout: float = 0.1
+    # Keras models: each number also as a piecewise-linear encoding over this many quantile
+    # bins of the train split (0 = standardised value only), and the learning rate decayed
+    # along a cosine over the epochs (cosine) or held (constant); see train/models.py
+    numeric_bins: int = 16
+    lr_schedule: str = "cosine"
     seed: int = 42
     early_stopping_patience: int = 5
     scale_learning_rate: bool = True
@@ -79,6 +87,11 @@ class TrainParams:
 
         if self.epochs < 1:
             raise ValueError(f"epochs must be >= 1; got {self.epochs}")
+        if not 0 <= self.numeric_bins <= 256:
+            raise ValueError(f"numeric_bins must be 0 (off) to 256; got {self.numeric_bins}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}; got "
+                             f"{self.lr_schedule!r}")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1; got {self.batch_size}")
         if not (0.0 < self.learning_rate < 10.0):

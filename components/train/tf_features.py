@@ -33,6 +33,10 @@ def build_tf_preprocessor(schema: Schema, stats: FeatureStats, input_names: dict
             self.means = tf.constant(np.asarray(means, np.float32).reshape(1, -1))
             self.stds = tf.constant(np.asarray([s if s > 0 else 1.0 for s in stds],
                                                np.float32).reshape(1, -1))
+            lefts, widths = _bins([stats.edges.get(c.name, ()) for c in schema.features
+                                   if c.type == "numeric"])
+            self.bins = lefts.shape[2]
+            self.lefts, self.widths = tf.constant(lefts), tf.constant(widths)
             self.categorical = []  # (input name, lookup table, width)
             self.tables = []  # tracked: the lookup tables are saved with the module
             for column in schema.features:
@@ -47,9 +51,11 @@ def build_tf_preprocessor(schema: Schema, stats: FeatureStats, input_names: dict
                 self.tables.append(table)
                 self.categorical.append((input_names[column.name], table,
                                          len(vocabulary) + 1))
-            self.output_dim = 2 * len(self.numeric) + sum(w for _, _, w in self.categorical)
-            self.order = tf.constant(_schema_order(schema, [w for _, _, w in self.categorical]),
-                                     tf.int32)
+            per_numeric = 2 + self.bins
+            self.output_dim = (per_numeric * len(self.numeric)
+                               + sum(w for _, _, w in self.categorical))
+            self.order = tf.constant(_schema_order(schema, [w for _, _, w in self.categorical],
+                                                   per_numeric), tf.int32)
 
         def __call__(self, features):
             blocks = []
@@ -59,9 +65,13 @@ def build_tf_preprocessor(schema: Schema, stats: FeatureStats, input_names: dict
                 missing = tf.math.is_nan(x)
                 filled = tf.where(missing, self.means + tf.zeros_like(x), x)
                 scaled = (filled - self.means) / self.stds
-                # per column: the value, then its missing-indicator
-                blocks.append(tf.reshape(tf.stack([scaled, tf.cast(missing, tf.float32)],
-                                                  axis=2), (-1, 2 * len(self.numeric))))
+                # per column: the value, its missing-indicator, then its bins' encoding
+                parts = [scaled[:, :, None], tf.cast(missing, tf.float32)[:, :, None]]
+                if self.bins:
+                    parts.append(tf.clip_by_value(
+                        (filled[:, :, None] - self.lefts) / self.widths, 0.0, 1.0))
+                blocks.append(tf.reshape(tf.concat(parts, axis=2),
+                                         (-1, (2 + self.bins) * len(self.numeric))))
             for name, table, width in self.categorical:
                 ids = table.lookup(tf.reshape(tf.cast(features[name], tf.string), (-1,)))
                 blocks.append(tf.one_hot(ids, width, dtype=tf.float32))
@@ -71,15 +81,29 @@ def build_tf_preprocessor(schema: Schema, stats: FeatureStats, input_names: dict
     return FeaturePreprocessor()
 
 
-def _schema_order(schema: Schema, widths: list[int]) -> np.ndarray:
+def _bins(edges: list[tuple[float, ...]]) -> tuple[np.ndarray, np.ndarray]:
+    """Each numeric column's bins as (left edges, widths), ``[1, columns, bins]``; a column
+    with fewer bins than the most has bins that encode 0 everywhere (left +inf)."""
+    most = max((len(e) - 1 for e in edges if len(e) >= 2), default=0)
+    lefts = np.full((1, len(edges), most), np.float32(3e38), np.float32)
+    widths = np.ones((1, len(edges), most), np.float32)
+    for index, found in enumerate(edges):
+        found = np.asarray(found, np.float64)
+        if found.size >= 2:
+            lefts[0, index, :found.size - 1] = found[:-1]
+            widths[0, index, :found.size - 1] = np.maximum(np.diff(found), 1e-12)
+    return lefts, widths
+
+
+def _schema_order(schema: Schema, widths: list[int], per_numeric: int = 2) -> np.ndarray:
     """Where each output column of the schema-ordered layout sits in the computed one
-    (every numeric pair first, then the categorical blocks)."""
+    (every numeric column's block first, then the categorical blocks)."""
     numeric = sum(1 for c in schema.features if c.type == "numeric")
-    order, next_numeric, next_block = [], 0, 2 * numeric
+    order, next_numeric, next_block = [], 0, per_numeric * numeric
     blocks = iter(widths)
     for column in schema.features:
         if column.type == "numeric":
-            order += [2 * next_numeric, 2 * next_numeric + 1]
+            order += list(range(per_numeric * next_numeric, per_numeric * (next_numeric + 1)))
             next_numeric += 1
         else:
             width = next(blocks)

@@ -4,6 +4,7 @@ host's CPU and memory as system metrics), and the run ends with the step's state
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
@@ -55,7 +56,12 @@ def test_each_epoch_is_logged_as_it_ends_with_its_own_time(parent, mlflow_server
     assert started <= stamps[0] and stamps[-1] <= ended
     assert [v for _s, _t, v in points] == pytest.approx(result.history["loss"])
     rates = mlflow_server.metric_points(run["info"]["run_id"], "learning_rate")
-    assert [v for _s, _t, v in rates] == pytest.approx([params.learning_rate] * len(points))
+    # the optimizer's rate at each epoch's end: the cosine decay from learning_rate to 0
+    steps = math.ceil(prepared.split_rows["train"] / params.batch_size)
+    total = params.epochs * steps
+    assert [v for _s, _t, v in rates] == pytest.approx(
+        [params.learning_rate * 0.5 * (1 + math.cos(math.pi * epoch * steps / total))
+         for epoch in range(1, len(points) + 1)], abs=1e-7)
     memory = mlflow_server.metric_points(run["info"]["run_id"],
                                          "system/system_memory_usage_megabytes")
     assert len(memory) == len(points) and all(v > 0 for _s, _t, v in memory)

@@ -81,17 +81,15 @@ def seed_checkpoint(dataset_dir, location: str) -> None:
     from gkeflow.components.scaleout.worker import train_params
     from gkeflow.components.train.checkpoint import save_weights
     from gkeflow.components.train.inputs import input_names
-    from gkeflow.components.train.models import (
-        build_builtin,
-        build_preprocessor,
-        feature_stats_from_prepared,
-    )
+    from gkeflow.components.train.models import build_builtin, training_stats
+    from gkeflow.components.train.tf_features import build_tf_preprocessor
 
     params = train_params(PARAMS)
     schema = Schema.load(dataset_dir)
-    preprocessor = build_preprocessor(schema, feature_stats_from_prepared(schema, dataset_dir),
-                                      input_names(schema))
-    model = build_builtin(params.model_type, int(preprocessor.outputs[0].shape[-1]),
+    # the inputs train gives the model: its preprocessing, bins included
+    preprocessor = build_tf_preprocessor(
+        schema, training_stats(schema, dataset_dir, params.numeric_bins), input_names(schema))
+    model = build_builtin(params.model_type, preprocessor.output_dim,
                           len(schema.label_vocabulary), params.hidden_units, params.dropout,
                           params.seed)
     model.compile(optimizer=keras.optimizers.Adam(params.learning_rate * 2),

@@ -313,7 +313,7 @@ def test_refit_fits_the_chosen_rounds_on_train_and_eval(prepared_penguins, train
 
 
 def test_cross_validation_folds_hold_out_every_row_once_and_spread_each_class():
-    from gkeflow.components.train.gbdt import CV_FOLDS, cv_folds
+    from gkeflow.components.train.gbdt_cv import CV_FOLDS, cv_folds
 
     labels = np.array([0.0] * 12 + [1.0] * 7 + [2.0] * 31)
     folds = cv_folds(labels, stratified=True, seed=3)
@@ -333,10 +333,10 @@ def test_cross_validation_folds_hold_out_every_row_once_and_spread_each_class():
 
 def test_a_larger_table_refits_for_the_eval_split_s_rounds(prepared_penguins, tmp_path,
                                                           monkeypatch):
-    from gkeflow.components.train import gbdt
+    from gkeflow.components.train import gbdt_cv
     from gkeflow.components.train.logic import train
 
-    monkeypatch.setattr(gbdt, "CV_ROWS", 100)  # penguins' 291 rows count as many here
+    monkeypatch.setattr(gbdt_cv, "CV_ROWS", 100)  # penguins' 291 rows count as many here
     dataset_dir, prepared = prepared_penguins
     rows = prepared.split_rows
     result = train(dataset_dir, prepared.schema, tmp_path / "refit",
@@ -348,7 +348,7 @@ def test_a_larger_table_refits_for_the_eval_split_s_rounds(prepared_penguins, tm
 
 
 def test_only_small_narrow_tables_cross_validate_the_refit_rounds():
-    from gkeflow.components.train.gbdt import CV_CELLS, CV_ROWS, cross_validates
+    from gkeflow.components.train.gbdt_cv import CV_CELLS, CV_ROWS, cross_validates
 
     assert cross_validates(291, 7)  # penguins
     assert cross_validates(CV_ROWS, CV_CELLS // CV_ROWS)

@@ -171,3 +171,66 @@ def test_a_jax_mesh_with_more_devices_than_rows_says_so_without_tpu_words():
                                          "on fewer devices"):
         static_batches(3, 32, 4, "train", on_tpu=False)
     assert static_batches(10, 32, 4, "eval", on_tpu=False).global_batch == 8
+
+
+def test_numbers_are_also_encoded_piecewise_linearly_over_their_quantile_bins(
+        prepared_penguins):
+    from dataclasses import replace
+
+    from gkeflow.components.prepare.logic import Schema
+    from gkeflow.components.prepare.reader import load_split
+    from gkeflow.components.train.inputs import input_names, to_model_inputs
+    from gkeflow.components.train.models import feature_stats_from_prepared, quantile_edges
+    from gkeflow.components.train.tf_features import build_tf_preprocessor
+
+    data, _ = prepared_penguins
+    schema = Schema.load(data)
+    names = input_names(schema)
+    plain = feature_stats_from_prepared(schema, data)
+    numeric = [c.name for c in schema.features if c.type == "numeric"]
+    edges = quantile_edges(schema, data, 4)
+    train = load_split(data, "train", schema)
+    for column in numeric:  # the train split's quantiles, repeated edges merged
+        values = train[column].dropna().to_numpy()
+        assert edges[column][0] == values.min() and edges[column][-1] == values.max()
+        assert list(edges[column]) == sorted(set(edges[column]))
+    edges[numeric[0]] = (0.0, 1.0, 2.0, 4.0, 8.0)  # four bins, placed by hand
+    edges.pop(numeric[1])  # a column without bins encodes 0 in every bin
+    binned = build_tf_preprocessor(schema, replace(plain, edges=edges), names)
+    base = build_tf_preprocessor(schema, plain, names)
+    assert binned.output_dim == base.output_dim + 4 * len(numeric)
+    frame = train.head(5).copy()
+    frame[numeric[0]] = [-1.0, 0.5, 1.5, 3.0, 10.0]
+    got = np.asarray(binned(to_model_inputs(frame, schema)))
+    before = np.asarray(base(to_model_inputs(frame, schema)))
+
+    def offsets(bins):  # where each column's block starts, in the schema's order
+        found, at = {}, 0
+        for column in schema.features:
+            found[column.name] = at
+            at += (2 + bins) if column.type == "numeric" else len(
+                plain.vocabularies[column.name] or ["<none>"]) + 1
+        return found
+
+    old, new = offsets(0), offsets(4)
+    first, second = new[numeric[0]], new[numeric[1]]
+    # the first column's block: its standardised value and indicator, then its four bins
+    np.testing.assert_allclose(got[:, first:first + 2],
+                               before[:, old[numeric[0]]:old[numeric[0]] + 2], rtol=1e-6)
+    np.testing.assert_allclose(got[:, first + 2:first + 6],
+                               [[0, 0, 0, 0], [0.5, 0, 0, 0], [1, 0.5, 0, 0], [1, 1, 0.5, 0],
+                                [1, 1, 1, 1]], atol=1e-6)
+    np.testing.assert_allclose(got[:, second + 2:second + 6], 0.0)  # the second's bins
+    np.testing.assert_allclose(got[:, second:second + 2],
+                               before[:, old[numeric[1]]:old[numeric[1]] + 2], rtol=1e-6)
+
+
+def test_the_keras_recipe_settings_are_checked_on_construction():
+    from gkeflow.components.train.params import TrainParams
+
+    assert TrainParams().numeric_bins == 16 and TrainParams().lr_schedule == "cosine"
+    assert TrainParams(numeric_bins=0, lr_schedule="constant").numeric_bins == 0
+    with pytest.raises(ValueError, match="numeric_bins must be 0"):
+        TrainParams(numeric_bins=-1)
+    with pytest.raises(ValueError, match="lr_schedule must be one of cosine, constant"):
+        TrainParams(lr_schedule="linear")
