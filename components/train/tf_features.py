@@ -2,11 +2,13 @@
 for every Keras backend (the JAX backend cannot build Keras layers that call TensorFlow,
 while tf.data and the exported serving function need TensorFlow).
 
-It computes exactly what :func:`~gkeflow.components.train.models.build_preprocessor` does
-(missing numerics -> the train mean, standardised, plus a missing-indicator; categories
-one-hot with the out-of-vocabulary bucket first, in the schema's column order), with the
-numeric columns handled as one ``[rows, columns]`` tensor: a table of 2,000 numeric columns
-costs a handful of ops, not a layer per column. Nothing here is trained.
+Without bins it computes exactly what :func:`~gkeflow.components.train.models.
+build_preprocessor` does (missing numerics -> the train mean, standardised, plus a
+missing-indicator; categories one-hot with the out-of-vocabulary bucket first, in the
+schema's column order); with ``stats.edges`` each number's block goes on with its
+piecewise-linear encoding over its bins (:mod:`~gkeflow.components.train.models`). The
+numeric columns are handled as one ``[rows, columns]`` tensor: a table of 2,000 numeric
+columns costs a handful of ops, not a layer per column. Nothing here is trained.
 """
 
 from __future__ import annotations
