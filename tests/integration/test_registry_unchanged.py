@@ -106,3 +106,29 @@ def test_every_version_is_labelled_with_the_model_family_that_won(backend, saved
         registry_uri=uri, settings=settings, training_inputs=INPUTS + ";x=1")
     [plain] = open_registry(uri, settings).list(name="plain")
     assert other.created and "model_family" not in plain.labels
+
+
+def test_a_change_to_the_model_code_is_a_different_training(tmp_path, monkeypatch):
+    import importlib
+
+    from gkeflow.components.images import VERSION
+    from gkeflow.components.register.unchanged import suite_code
+
+    package = tmp_path / "recipe_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "model.py").write_text("LAYERS = (64, 32)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    before = suite_code(("recipe_pkg",))
+    assert before.startswith(f"{VERSION} sha256:") and suite_code(("recipe_pkg",)) == before
+    (package / "model.py").write_text("LAYERS = (256, 128)\n")  # a new recipe, same version
+    suite_code.cache_clear()
+    after = suite_code(("recipe_pkg",))
+    assert after != before
+    assert training_key(INPUTS, before) != training_key(INPUTS, after)
+    assert suite_code(("no_such_package_xyz",)) == VERSION
+    # the installed suite's key covers its own preparation and training source
+    suite_code.cache_clear()
+    assert training_key(INPUTS) == training_key(INPUTS, suite_code())
+    assert suite_code() != VERSION
