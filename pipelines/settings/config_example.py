@@ -39,7 +39,8 @@ targets:
     timeout_s: 30                            # per request; 5xx/connection errors are retried
     retries: 4
     # cpu_machine_family: e2                 # node pools of CPU-only steps (their cost)
-    # autopilot: false                       # an Autopilot cluster bills pods by requests
+    # autopilot: false                       # true: GKE Autopilot (its request rules,
+    #                                        # selectors and per-pod prices)
 
   # Vertex AI Pipelines: `gkeflow submit --target vertex`.
   vertex:
