@@ -43,3 +43,8 @@ def test_load_split_reads_the_rows_tf_data_reads(tmp_path):
         right = expected.fillna("<missing>").astype(str).sort_values(key).reset_index(drop=True)
         pd.testing.assert_frame_equal(left, right)
         assert frame["size"].isna().any() or split != "train"
+
+        # a sample: its first rows, in the same order
+        head = load_split(out, split, schema, max_rows=100)
+        assert len(head) == min(100, len(frame))
+        pd.testing.assert_frame_equal(head, frame.head(len(head)))
