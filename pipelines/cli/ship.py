@@ -84,7 +84,8 @@ def init_command(path: Path, force: bool) -> None:
 @click.command("submit")
 @click.argument("pipeline", default="training")
 @click.option("--target", type=click.Choice(["gke", "vertex"]), required=True,
-              help="gke: Kubeflow Pipelines (targets.gke); vertex: Vertex AI (targets.vertex).")
+              help="gke: Kubeflow Pipelines (targets.gke; compiled for GKE Autopilot when "
+                   "targets.gke.autopilot is true); vertex: Vertex AI (targets.vertex).")
 @click.option("--env", "environment", default="default", show_default=True,
               help="Which `parameters:` section of gkeflow.yaml to use.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
