@@ -40,6 +40,7 @@ def map_autopilot(skus: Iterable[Sku], today: date, currency: str = "USD") -> Au
     """``autopilot-vcpu`` / ``autopilot-ram-gib`` rows (item ``pod``) from ``skus``."""
     result = AutopilotRows()
     seen: dict[tuple[str, str, str, str], Price] = {}
+    disagree: set[tuple[str, str, str, str]] = set()  # two SKUs, two prices: left as it was
     for sku in skus:
         match = _POD_SKU.match(sku.description.strip())
         if match is None:
@@ -64,12 +65,11 @@ def map_autopilot(skus: Iterable[Sku], today: date, currency: str = "USD") -> Au
                         f"general-purpose Autopilot pod, per {unit}-hour requested "
                         f"({sku.description})", currency=currency,
                         data_date=today)
-            if key in seen and seen[key].usd_per_hour != row.usd_per_hour:
+            if key in seen and seen[key].usd_per_hour != row.usd_per_hour \
+                    and key not in disagree:
+                disagree.add(key)
                 result.skipped.append(f"{' '.join(key)}: two SKUs price it differently; left "
                                       "as it was")
-                seen[key] = None  # type: ignore[assignment]
-                continue
-            if key not in seen:
-                seen[key] = row
-    result.rows = [row for row in seen.values() if row is not None]
+            seen.setdefault(key, row)
+    result.rows = [row for key, row in seen.items() if key not in disagree]
     return result

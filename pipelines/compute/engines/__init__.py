@@ -136,8 +136,6 @@ def training_engine(target: str, profile: ComputeProfile) -> TrainEngine | None:
 
     where = platform(target)
     engines = {"custom-job": vertex.ENGINE, "local-workers": local.ENGINE,
-               # its pods as the platform places them (GKE Autopilot's rules)
-               "jobset": gke.ENGINE if where.node_pools and where.pod_rules is None
-               else gke.JobSetEngine(where.name)}
+               "jobset": gke.engine_on(where.name)}  # pods placed as the platform wants
     engine = engines.get(where.training_engine)
     return engine if engine is not None and engine.applies(profile) else None

@@ -283,3 +283,11 @@ class JobSetEngine:
 
 
 ENGINE = JobSetEngine()
+_ENGINES = {ENGINE.target: ENGINE}
+
+
+def engine_on(target: str) -> JobSetEngine:
+    """The JobSet engine placing its pods as the Kubernetes platform ``target`` wants."""
+    if target not in _ENGINES:
+        _ENGINES[target] = JobSetEngine(target)
+    return _ENGINES[target]
