@@ -1,7 +1,8 @@
 """The test split streamed batch by batch through the challenger (and the champion).
 
-Batches come from the same reader training uses (``reader.make_tf_dataset`` over the
-split's shards, local or ``gs://`` through ``shard_store``), so evaluation holds one batch
+Batches come from the split's shards, local or ``gs://`` (through ``shard_store``), read
+as training reads them (``reader.iter_split_batches``, or ``reader.make_tf_dataset`` for a
+large split), so evaluation holds one batch
 of rows and its predictions at a time, whatever the size of the test split; every metric
 is accumulated (``accumulate``, ``slices``).
 """
@@ -22,6 +23,8 @@ EVAL_BATCH_ROWS = 8192
 #: Test rows whose raw values and predicted probabilities the evaluation keeps, so a later
 #: step (the deploy step's servability check) can send the same rows to the served model.
 SAMPLE_ROWS = 32
+#: Test splits of up to this many values (rows x columns) are read without tf.data.
+PROTO_CELLS = 4_000_000
 
 
 class LabelError(ValueError):
@@ -31,10 +34,20 @@ class LabelError(ValueError):
 def iter_test_batches(dataset_dir: Path, schema, batch_rows: int = EVAL_BATCH_ROWS
                  ) -> Iterator[dict[str, np.ndarray]]:
     """Batches ``{column: values}`` of the test split: numeric columns float32 (NaN for
-    missing), categorical ones bytes (b"" for missing); features and the label."""
-    from gkeflow.components.prepare.reader import make_tf_dataset
+    missing), categorical ones bytes (b"" for missing); features and the label. A split of
+    up to ``PROTO_CELLS`` values is read as protocol buffers (no tf.data graph, whose
+    building outweighs reading a small split), a larger one through tf.data."""
+    from gkeflow.components.prepare.reader import iter_split_batches, make_tf_dataset
+    from gkeflow.components.train.inputs import split_rows
 
     columns = [c.name for c in schema.features] + [schema.label]
+    try:
+        rows = split_rows(Path(dataset_dir)).get("test", 0)
+    except FileNotFoundError:  # a dataset without its row counts: read it as training does
+        rows = PROTO_CELLS + 1
+    if rows * len(columns) <= PROTO_CELLS:
+        yield from iter_split_batches(Path(dataset_dir), "test", schema, batch_rows, columns)
+        return
     dataset = make_tf_dataset(Path(dataset_dir), "test", schema, batch_rows, columns=columns)
     yield from dataset.as_numpy_iterator()
 

@@ -183,6 +183,53 @@ def split_records(dataset_dir: Path, split: str):
             yield from iter_records(iter(lambda h=handle: h.read(1 << 20), b""), str(name))
 
 
+def _block_columns(example, record: bytes, columns) -> dict[str, np.ndarray]:
+    """One block's columns as stored: numbers float32 (NaN missing), categories bytes
+    (b"" missing), parsed as a protocol buffer without TensorFlow."""
+    features = example.FromString(record).features.feature
+    block = {}
+    for column in columns:
+        if column.type == "numeric":
+            block[column.name] = np.asarray(features[value_key(column.name)].float_list.value,
+                                            np.float32)
+        else:
+            codes = np.asarray(features[value_key(column.name)].int64_list.value, np.int64)
+            words = np.asarray(features[dictionary_key(column.name)].bytes_list.value,
+                               dtype=object)
+            block[column.name] = words[codes] if codes.size else np.zeros(0, object)
+    return block
+
+
+def iter_split_batches(dataset_dir: Path, split: str, schema: Schema, batch_rows: int,
+                       columns: Sequence[str] | None = None):
+    """Batches ``{column: values}`` of one split, shard after shard in file order, in the
+    types :func:`make_tf_dataset` gives (numbers float32 with NaN, categories bytes with
+    b""; that one interleaves the shards), read block by block as protocol buffers: no
+    tf.data graph to build, which for a split of a few thousand rows costs more than
+    reading it (seconds per thousand columns). Holds one batch and one block at a time."""
+    from gkeflow.components.prepare.example_proto import example_class
+
+    wanted = [c for c in schema.columns if columns is None or c.name in columns]
+    unknown = sorted(set(columns or ()) - {c.name for c in schema.columns})
+    if unknown:
+        raise ValueError(f"columns {unknown} are not in the schema")
+    example = example_class()
+    pending: list[dict[str, np.ndarray]] = []
+    held = 0
+    for record in split_records(dataset_dir, split):
+        block = _block_columns(example, record, wanted)
+        pending.append(block)
+        held += len(block[wanted[0].name]) if wanted else 0
+        while held >= batch_rows:
+            batch = {c.name: np.concatenate([b[c.name] for b in pending]) for c in wanted}
+            yield {name: values[:batch_rows] for name, values in batch.items()}
+            rest = {name: values[batch_rows:] for name, values in batch.items()}
+            held -= batch_rows
+            pending = [rest] if held else []
+    if held:
+        yield {c.name: np.concatenate([b[c.name] for b in pending]) for c in wanted}
+
+
 def load_split(dataset_dir: Path, split: str, schema: Schema,
                max_rows: int | None = None) -> pd.DataFrame:
     """Read one split into a DataFrame: numeric columns float64 (NaN for missing),
@@ -200,17 +247,9 @@ def load_split(dataset_dir: Path, split: str, schema: Schema,
     for record in split_records(dataset_dir, split):
         if max_rows is not None and read >= max_rows:
             break
-        features = example.FromString(record).features.feature
-        for column in schema.columns:
-            if column.type == "numeric":
-                columns[column.name].append(np.asarray(
-                    features[value_key(column.name)].float_list.value, np.float32))
-            else:
-                codes = np.asarray(features[value_key(column.name)].int64_list.value, np.int64)
-                words = np.asarray(features[dictionary_key(column.name)].bytes_list.value,
-                                   dtype=object)
-                columns[column.name].append(words[codes] if codes.size else
-                                            np.zeros(0, object))
+        block = _block_columns(example, record, schema.columns)
+        for name, values in block.items():
+            columns[name].append(values)
         if schema.columns:
             read += len(columns[schema.columns[0].name][-1])
     data = {}

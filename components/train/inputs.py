@@ -73,6 +73,16 @@ def split_rows(dataset_dir: Path) -> dict[str, int]:
 CACHE_BUDGET_BYTES = 2 * 2**30
 
 
+#: Splits whose preprocessed rows take at most this many bytes are read whole, preprocessed
+#: in one call and batched from memory (:func:`memory_split_dataset`).
+IN_MEMORY_BYTES = 256 * 2**20
+
+
+def fits_in_memory(rows: int, input_dim: int) -> bool:
+    """Whether :func:`memory_split_dataset` may hold a split of ``rows`` preprocessed rows."""
+    return rows * (input_dim + 1) * 4 <= IN_MEMORY_BYTES
+
+
 def should_cache(setting: str, rows: int, input_dim: int) -> bool:
     """Cache the preprocessed train/eval batches when asked, or (``auto``) when they fit."""
     if setting != "auto":
@@ -147,3 +157,36 @@ def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size
         options.experimental_distribute.auto_shard_policy = (
             policy.FILE if enough and not shuffle else policy.DATA)
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def memory_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size: int,
+                         preprocessor, seed: int | None = None, shuffle: bool = False,
+                         drop_remainder: bool = False, label_scaling=None):
+    """Batches ``(dense features, label)`` as :func:`make_split_dataset` gives them, for a
+    split small enough to hold (:func:`fits_in_memory`): read whole as protocol buffers,
+    preprocessed in one call, then batched from memory (with ``shuffle``, every row in a
+    fresh seeded order each epoch). No tf.data graph parses or preprocesses the columns,
+    which costs seconds per thousand columns and per split."""
+    import tensorflow as tf
+
+    from gkeflow.components.prepare.reader import load_split
+
+    frame = load_split(dataset_dir, split, schema)
+    features = {name: tf.constant(values) for name, values in
+                to_model_inputs(frame, schema).items()}
+    dense = preprocessor(features)
+    if label_scaling is not None:
+        from gkeflow.components.train.regression import scale_label
+
+        labels = scale_label(column_to_input(frame[schema.label], "numeric"), label_scaling)
+    else:
+        lookup = tf.keras.layers.StringLookup(vocabulary=schema.label_vocabulary,
+                                              num_oov_indices=0, dtype="string")
+        labels = lookup(tf.constant(column_to_input(frame[schema.label], "categorical")))
+    dataset = tf.data.Dataset.from_tensor_slices((dense, labels))
+    if shuffle:
+        dataset = dataset.shuffle(len(frame), seed=seed, reshuffle_each_iteration=True)
+    options = tf.data.Options()
+    options.deterministic = seed is not None
+    return dataset.batch(batch_size, drop_remainder=drop_remainder).with_options(
+        options).prefetch(tf.data.AUTOTUNE)

@@ -25,8 +25,10 @@ from gkeflow.components.prepare.logic import Schema
 from gkeflow.components.train import regression as reg
 from gkeflow.components.train.exported import SERVING_SIGNATURE, export_model
 from gkeflow.components.train.inputs import (
+    fits_in_memory,
     input_names,
     make_split_dataset,
+    memory_split_dataset,
     should_cache,
     split_rows,
 )
@@ -209,8 +211,12 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
           + f"; learning rate {params.lr_schedule}"
           + (f" from {learning_rate:g}" if params.lr_schedule == "cosine" else
              f" {learning_rate:g}"))
-    print(f"input pipeline: {rows['train']} train rows streamed from TFRecord shards; "
-          f"preprocessed batches cached in memory: {cache}")
+    # a small split on one machine: read whole, preprocessed once, batched from memory
+    memory = (cache and plan.kind in ("default", "mirrored", "jax")
+              and fits_in_memory(rows["train"] + rows.get("eval", 0), input_dim))
+    print(f"input pipeline: {rows['train']} train rows "
+          + ("read into memory and preprocessed once" if memory else
+             f"streamed from TFRecord shards; preprocessed batches cached in memory: {cache}"))
     if replicas > 1 and rows["train"] < global_batch:
         raise ValueError(
             f"the train split has {rows['train']} rows, fewer than one global batch "
@@ -219,15 +225,17 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
     # Several replicas split each batch between them, and TPUs compile one batch shape:
     # keep every batch whole there.
     whole = replicas > 1 or static
-    train_ds = make_split_dataset(dataset_dir, "train", schema, global_batch, preprocessor,
-                                  seed=params.seed, shuffle=True, cache=cache,
-                                  drop_remainder=whole, workers=plan.workers,
-                                  label_scaling=scaling)
-    eval_ds = None
-    if eval_steps:
-        eval_ds = make_split_dataset(dataset_dir, "eval", schema, eval_batch, preprocessor,
-                                     seed=params.seed, cache=cache, drop_remainder=static,
-                                     workers=plan.workers, label_scaling=scaling)
+
+    def split_dataset(split: str, batch: int, **options):
+        if memory:
+            return memory_split_dataset(dataset_dir, split, schema, batch, preprocessor,
+                                        seed=params.seed, label_scaling=scaling, **options)
+        return make_split_dataset(dataset_dir, split, schema, batch, preprocessor,
+                                  seed=params.seed, cache=cache, workers=plan.workers,
+                                  label_scaling=scaling, **options)
+
+    train_ds = split_dataset("train", global_batch, shuffle=True, drop_remainder=whole)
+    eval_ds = split_dataset("eval", eval_batch, drop_remainder=static) if eval_steps else None
     steps_per_execution = tpus.choose_steps_per_execution(params.steps_per_execution, on_tpu,
                                                           train_steps)
     if on_tpu:
