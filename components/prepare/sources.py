@@ -48,6 +48,14 @@ class DataError(ValueError):
     """The input data cannot be prepared; the message names the problem."""
 
 
+class EmptySplit(DataError):
+    """Rows that leave the train or the test split empty (``split_rows``: rows per split)."""
+
+    def __init__(self, message: str, split_rows: dict[str, int]):
+        super().__init__(message)
+        self.split_rows = split_rows
+
+
 class EmptyFile(DataError):
     """A file with no header row: no rows either."""
 

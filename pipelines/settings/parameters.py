@@ -155,9 +155,9 @@ def _check_columns(arguments: dict):
             raise DataError(f"{exc} (the header of {named_by})") from None
         if not _check_rows(usable):
             return None
-        rows, choice = _check_sample(usable, arguments)
+        rows, choice, distinct = _check_sample(usable, arguments)
         if rows is not None:
-            _check_split_sizes(data_uri, rows, arguments)
+            _check_split_sizes(data_uri, rows, distinct, arguments)
         return choice
     except DataError as exc:
         raise ParameterError(str(exc)) from None
@@ -168,41 +168,48 @@ def _check_columns(arguments: dict):
 SMALL_SPLIT_ROWS = 50
 
 
-def _check_split_sizes(data_uri: str, rows: int, arguments: dict) -> None:
+def _check_split_sizes(data_uri: str, rows: int, distinct: int, arguments: dict
+                       ) -> None:
     """DataError when data small enough to be read whole leaves the train or test split
-    empty, as the prepare step would split it (by the hash of each row or key): training
+    empty, as the prepare step would split it (by the hash of each row or key, so that
+    identical rows share a split: ``distinct`` rows or keys are what is split): training
     would run and evaluation then fail on an empty test split."""
     import tempfile
     from pathlib import Path
 
     from gkeflow.components.prepare.logic import SplitRatios, prepare
-    from gkeflow.components.prepare.sources import DataError
+    from gkeflow.components.prepare.sources import DataError, EmptySplit
 
     ratios = SplitRatios(arguments.get("train_ratio", 0.7), arguments.get("eval_ratio", 0.15),
                          arguments.get("test_ratio", 0.15))
-    if rows * min(ratios.train, ratios.test) >= SMALL_SPLIT_ROWS:
+    if distinct * min(ratios.train, ratios.test) >= SMALL_SPLIT_ROWS:
         return
     with tempfile.TemporaryDirectory(prefix="gkeflow-split-check-") as folder:
         try:
-            result = prepare(data_uri, Path(folder) / "dataset",
-                             arguments.get("label_column", ""), ratios,
-                             max_rejected_fraction=1.0,
-                             key_column=arguments.get("key_column", ""),
-                             exclude_columns=arguments.get("exclude_columns", ""),
-                             feature_columns=arguments.get("feature_columns", ""),
-                             task=arguments.get("task", "auto"))
+            prepare(data_uri, Path(folder) / "dataset", arguments.get("label_column", ""),
+                    ratios, max_rejected_fraction=1.0,
+                    key_column=arguments.get("key_column", ""),
+                    exclude_columns=arguments.get("exclude_columns", ""),
+                    feature_columns=arguments.get("feature_columns", ""),
+                    task=arguments.get("task", "auto"))
+            return
+        except EmptySplit as exc:
+            counts = exc.split_rows
         except Exception:  # noqa: BLE001 - what the step refuses, it says itself
             return
-    counts = result.split_rows
     empty = [split for split in ("train", "test") if not counts.get(split)]
-    if not empty:
-        return
     shown = ", ".join(f"{split} {counts.get(split, 0)}" for split in ("train", "eval", "test"))
+    unit = "key" if arguments.get("key_column") else "row"
+    repeated = (f" of which {distinct} distinct {unit}s (identical {unit}s share a split)"
+                if distinct < rows else "")
+    fix = ("add distinct rows" + ("" if arguments.get("key_column") else
+                                  " (or name a column that tells them apart with --key)")
+           if repeated else "add rows (a few hundred at least)")
     raise DataError(
-        f"data has {result.rows_read} rows, too few for its splits ({shown} rows, by the "
-        f"hash of each {'key' if arguments.get('key_column') else 'row'}): the "
-        f"{' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty; add rows "
-        "(a few hundred at least) or change --train-ratio/--eval-ratio/--test-ratio")
+        f"data has {rows} rows{repeated}, too few for its splits ({shown} rows, "
+        f"by the hash of each {unit}): the "
+        f"{' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty; {fix}; "
+        "or change --train-ratio/--eval-ratio/--test-ratio")
 
 
 def _check_sample(sources, arguments: dict):
@@ -210,7 +217,8 @@ def _check_sample(sources, arguments: dict):
     feature, a named feature it cannot use, an unreadable label, a label neither task can
     learn) or from the label's classes (fewer than 2 in the whole data), read the way the
     step reads them. Returns the number of rows when the sample holds the whole data (else
-    None) and the task chosen (None when the sample cannot tell)."""
+    None), the task chosen (None when the sample cannot tell) and the number of distinct
+    rows (distinct keys with ``key_column``) in the sample."""
     from gkeflow.components.prepare.logic import SAMPLE_ROWS, fix_schema, sample_rows
     from gkeflow.components.prepare.sources import DataError
     from gkeflow.components.prepare.task import TaskChoice
@@ -219,7 +227,7 @@ def _check_sample(sources, arguments: dict):
     try:
         header, sample, usable = sample_rows(list(sources), [])
     except DataError:
-        return None, None  # every row malformed: left to the step, which shows them
+        return None, None, 0  # every row malformed: left to the step, which shows them
     label = arguments.get("label_column", "")
     _check_encoding(sample, float(arguments.get("max_rejected_fraction", 0.1)),
                     usable[0].name if usable else "the data")
@@ -229,19 +237,20 @@ def _check_sample(sources, arguments: dict):
                         1000, [], arguments.get("task", "auto"))  # 1000: max_vocabulary
     choice = TaskChoice(schema.task, schema.task_reason)
     whole = sample.num_rows if sample.num_rows < SAMPLE_ROWS else None
+    distinct = _distinct_rows(sample, arguments.get("key_column", ""))
     if schema.regression:
         if arguments.get("label_transform") == "log":
             _check_positive(sample.column(label), label)
         if whole is not None:
             _check_enough_rows(whole, arguments)
-        return whole, choice
+        return whole, choice, distinct
     classes = label_values(sample.column(label))
     if len(classes) < 2 and sample.num_rows >= SAMPLE_ROWS:
         for source in usable:  # a rare class may follow the sample: read the label to the end
             for batch in source.batches(lambda *row: None, prefetch=False):
                 classes |= label_values(batch.column(label))
                 if len(classes) >= 2:
-                    return None, choice
+                    return None, choice, distinct
     if len(classes) < 2:
         found = f"one class, {next(iter(classes))!r}" if classes else "no values"
         raise DataError(f"label column {label!r} has {found}; a classifier needs at least 2 "
@@ -249,7 +258,14 @@ def _check_sample(sources, arguments: dict):
     if whole is not None:
         _check_classes_repeat(sample.column(label), label)
         _check_enough_rows(whole, arguments)
-    return whole, choice
+    return whole, choice, distinct
+
+
+def _distinct_rows(sample, key_column: str) -> int:
+    """Distinct rows of a sample (distinct values of ``key_column`` when one is named):
+    the units the prepare step splits by their hash."""
+    frame = sample.select([key_column] if key_column else sample.column_names).to_pandas()
+    return int(len(frame.astype(str).drop_duplicates()))
 
 
 def _check_encoding(sample, max_rejected_fraction: float, name: str) -> None:

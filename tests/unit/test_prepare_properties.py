@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gkeflow.components.prepare import csv_reader
-from gkeflow.components.prepare.logic import prepare
+from gkeflow.components.prepare.logic import SplitRatios, prepare
+from gkeflow.components.prepare.sources import EmptySplit
 from gkeflow.components.prepare.rejects import original_bytes
 
 HEADER = b"id,x,text,y"
@@ -139,8 +140,14 @@ def test_prepare_keeps_valid_rows_and_rejects_the_rest_verbatim(case):
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "data.csv"
         path.write_bytes(data)
-        result = prepare(str(path), Path(tmp) / "out", "y", feature_columns="x,text",
-                         max_rejected_fraction=1.0, max_row_bytes=MAX_ROW_BYTES, workers=1)
+        try:  # wide train and test shares: an empty split (refused whole) stays rare
+            result = prepare(str(path), Path(tmp) / "out", "y", SplitRatios(0.4, 0.2, 0.4),
+                             feature_columns="x,text", max_rejected_fraction=1.0,
+                             max_row_bytes=MAX_ROW_BYTES, workers=1)
+        except EmptySplit as refused:  # every valid row counted, nothing published
+            assert sum(refused.split_rows.values()) == sum(ok for _, _, ok in rows)
+            assert not (Path(tmp) / "out").exists()
+            return
         records = [json.loads(line) for line in
                    (Path(tmp) / "out" / "rejected.jsonl").read_text().splitlines()]
     assert result.rows_read == len(rows)
