@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from gkeflow.components.prepare import csv_reader
 from gkeflow.components.prepare.logic import SplitRatios, prepare
-from gkeflow.components.prepare.sources import EmptySplit
 from gkeflow.components.prepare.rejects import original_bytes
+from gkeflow.components.prepare.sources import EmptySplit
 
 HEADER = b"id,x,text,y"
 COLUMNS = 4
