@@ -143,8 +143,13 @@ def prepare_data(
     print(f"task: {result.schema.task} ({result.schema.task_reason})")
     print(f"rows read {result.rows_read}: {result.split_rows}, rejected {result.rejected_rows}"
           f" {result.rejected_reasons}")
-    for problem in result.problems:
-        print(f"problem: {problem}")
+    from gkeflow.components.progress import say
+
+    shown = 5  # problems the log and `gkeflow run` show; the data report lists them all
+    for problem in result.problems[:shown]:
+        say(f"problem: {problem}")
+    if len(result.problems) > shown:
+        say(f"... and {len(result.problems) - shown} more problems in the data report")
     from gkeflow.components.tracking.steps import track_preparation
 
     track_preparation(result, data_uri, label_column, data_fingerprint)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -139,8 +141,14 @@ def fast_float(array: pa.Array) -> np.ndarray | None:
     return values.to_numpy(zero_copy_only=False)
 
 
+#: A number written with thousands separators, as spreadsheets export them ("3,071.89",
+#: "-1,250,000"): commas between groups of exactly three digits, a point for decimals.
+GROUPED_NUMBER = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
+
+
 def to_float(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """float64 values (NaN = missing) and a mask of values that are not numbers."""
+    """float64 values (NaN = missing) and a mask of values that are not numbers; a number
+    with thousands separators (:data:`GROUPED_NUMBER`) is a number."""
     n = len(array)
     if pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
         return pc.cast(array, pa.float64()).to_numpy(zero_copy_only=False).astype(
@@ -162,5 +170,9 @@ def to_float(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         try:
             out[i] = float(text)
         except ValueError:
-            bad[i] = True
+            grouped = text.strip()
+            if GROUPED_NUMBER.fullmatch(grouped):
+                out[i] = float(grouped.replace(",", ""))
+            else:
+                bad[i] = True
     return out, bad

@@ -140,3 +140,33 @@ def test_schema_json_roundtrip(prepared_penguins):
     dataset_dir, result = prepared_penguins
     raw = json.loads((dataset_dir / "schema.json").read_text())
     assert raw["label_vocabulary"] == result.schema.label_vocabulary
+
+
+def test_numbers_with_thousands_separators_are_numbers(write_csv, tmp_path):
+    """Spreadsheet exports quote "3,071.89": a number, read as one in training and in
+    scoring; a comma that does not separate thousands ("1,5", "12,34") is no number."""
+    import numpy as np
+    import pyarrow as pa
+
+    from gkeflow.components.predict.rows import to_float as scoring_float
+    from gkeflow.components.prepare.values import to_float
+
+    texts = ["3,071.89", "-1,250,000", "+12,345.", "999", "1,5", "12,34", "1,2345", ",123",
+             "1,234,56", None, "N/A"]
+    values, bad = to_float(pa.array(texts))
+    expected = [3071.89, -1250000.0, 12345.0, 999.0]
+    assert values[:4].tolist() == expected and not bad[:4].any()
+    assert bad[4:9].all() and not bad[9:].any() and np.isnan(values[4:]).all()
+    assert scoring_float(pa.array(texts))[0][:4].tolist() == expected
+
+    rng = np.random.default_rng(0)
+    amounts = rng.uniform(100, 90_000, 60)
+    lines = ["amount,y"] + [f'"{a:,.2f}",{"ab"[int(a) % 2]}' for a in amounts]
+    result = prepare(str(write_csv("\n".join(lines))), tmp_path / "out", "y")
+    column = result.schema.column("amount")
+    assert (column.type, column.role) == ("numeric", "feature")
+    assert result.rejected_rows == 0
+    read = pd.concat([load_split(tmp_path / "out", split, result.schema)
+                      for split in ("train", "eval", "test")])
+    np.testing.assert_allclose(np.sort(read["amount"].to_numpy()),
+                               np.sort(np.round(amounts, 2)), rtol=1e-6)
