@@ -141,14 +141,35 @@ def fast_float(array: pa.Array) -> np.ndarray | None:
     return values.to_numpy(zero_copy_only=False)
 
 
-#: A number written with thousands separators, as spreadsheets export them ("3,071.89",
-#: "-1,250,000"): commas between groups of exactly three digits, a point for decimals.
-GROUPED_NUMBER = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
+#: A number as spreadsheets export it, once a currency sign is taken off: thousands
+#: separators ("3,071.89", "-1,250,000": commas between groups of exactly three digits, a
+#: point for decimals) or plain digits; ASCII digits only.
+GROUPED_NUMBER = re.compile(r"(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]*)?|\.[0-9]+")
+#: Currency signs a number may carry in front or behind ("$1,234.50", "-$12", "12 €").
+CURRENCY_SIGNS = "$€£¥"
+
+
+def written_number(text: str) -> float | None:
+    """The value of a number written with thousands separators and/or one currency sign
+    (:data:`GROUPED_NUMBER`, :data:`CURRENCY_SIGNS`); None for any other text (a decimal
+    comma, "1,5", is no number: it cannot be told from a thousands separator)."""
+    rest, sign = text.strip(), ""
+    if rest[:1] in ("+", "-"):
+        sign, rest = rest[0], rest[1:].lstrip()
+    if rest[:1] and rest[:1] in CURRENCY_SIGNS:
+        rest = rest[1:].lstrip()
+    elif rest[-1:] and rest[-1:] in CURRENCY_SIGNS:
+        rest = rest[:-1].rstrip()
+    if not sign and rest[:1] in ("+", "-"):
+        sign, rest = rest[0], rest[1:]
+    if not GROUPED_NUMBER.fullmatch(rest):
+        return None
+    return float(sign + rest.replace(",", ""))
 
 
 def to_float(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """float64 values (NaN = missing) and a mask of values that are not numbers; a number
-    with thousands separators (:data:`GROUPED_NUMBER`) is a number."""
+    with thousands separators or a currency sign (:func:`written_number`) is a number."""
     n = len(array)
     if pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
         return pc.cast(array, pa.float64()).to_numpy(zero_copy_only=False).astype(
@@ -164,15 +185,15 @@ def to_float(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     for i, text in enumerate(strings.to_pylist()):
         if text is None or text.strip() in NULL_VALUES:
             continue
-        if not text.isascii() or "_" in text:  # float() reads "1_000" and non-Latin digits
+        if text.isascii() and "_" not in text:  # float() reads "1_000", non-Latin digits
+            try:
+                out[i] = float(text)
+                continue
+            except ValueError:
+                pass
+        written = written_number(text)
+        if written is None:
             bad[i] = True
-            continue
-        try:
-            out[i] = float(text)
-        except ValueError:
-            grouped = text.strip()
-            if GROUPED_NUMBER.fullmatch(grouped):
-                out[i] = float(grouped.replace(",", ""))
-            else:
-                bad[i] = True
+        else:
+            out[i] = written
     return out, bad

@@ -142,26 +142,33 @@ def test_schema_json_roundtrip(prepared_penguins):
     assert raw["label_vocabulary"] == result.schema.label_vocabulary
 
 
-def test_numbers_with_thousands_separators_are_numbers(write_csv, tmp_path):
-    """Spreadsheet exports quote "3,071.89": a number, read as one in training and in
-    scoring; a comma that does not separate thousands ("1,5", "12,34") is no number."""
+def test_numbers_with_thousands_separators_or_a_currency_sign_are_numbers(write_csv,
+                                                                          tmp_path):
+    """Spreadsheet exports quote "3,071.89" and "$1,234.50": numbers, read as such in
+    training and in scoring; a comma that does not separate thousands ("1,5", "12,34"),
+    two signs or non-Latin digits are no number."""
     import numpy as np
     import pyarrow as pa
 
     from gkeflow.components.predict.rows import to_float as scoring_float
     from gkeflow.components.prepare.values import to_float
 
-    texts = ["3,071.89", "-1,250,000", "+12,345.", "999", "1,5", "12,34", "1,2345", ",123",
-             "1,234,56", None, "N/A"]
+    texts = ["3,071.89", "-1,250,000", "+12,345.", "999", "$1,234.50", "-$12", "$-7.5",
+             "1,234.50 €", "£ 3", ".5¥",
+             "1,5", "12,34", "1,2345", ",123", "1,234,56", "$$12", "12 $ €", "$", "-",
+             "1_000", "\u0661\u0662", "1,5 €",
+             None, "N/A"]
     values, bad = to_float(pa.array(texts))
-    expected = [3071.89, -1250000.0, 12345.0, 999.0]
-    assert values[:4].tolist() == expected and not bad[:4].any()
-    assert bad[4:9].all() and not bad[9:].any() and np.isnan(values[4:]).all()
-    assert scoring_float(pa.array(texts))[0][:4].tolist() == expected
+    expected = [3071.89, -1250000.0, 12345.0, 999.0, 1234.5, -12.0, -7.5, 1234.5, 3.0, 0.5]
+    numbers = len(expected)
+    assert values[:numbers].tolist() == expected and not bad[:numbers].any()
+    assert bad[numbers:-2].all() and np.isnan(values[numbers:]).all()
+    assert not bad[-2:].any()  # missing, not wrong
+    assert scoring_float(pa.array(texts))[0][:numbers].tolist() == expected
 
     rng = np.random.default_rng(0)
     amounts = rng.uniform(100, 90_000, 60)
-    lines = ["amount,y"] + [f'"{a:,.2f}",{"ab"[int(a) % 2]}' for a in amounts]
+    lines = ["amount,y"] + [f'"${a:,.2f}",{"ab"[int(a) % 2]}' for a in amounts]
     result = prepare(str(write_csv("\n".join(lines))), tmp_path / "out", "y")
     column = result.schema.column("amount")
     assert (column.type, column.role) == ("numeric", "feature")
