@@ -147,18 +147,22 @@ def fast_float(array: pa.Array) -> np.ndarray | None:
 GROUPED_NUMBER = re.compile(r"(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]*)?|\.[0-9]+")
 #: Currency signs a number may carry in front or behind ("$1,234.50", "-$12", "12 €").
 CURRENCY_SIGNS = "$€£¥"
+#: Signs a number may carry behind only: a percentage is the number as written ("12.5%"
+#: is 12.5, in training and in scoring alike).
+TRAILING_SIGNS = CURRENCY_SIGNS + "%"
 
 
 def written_number(text: str) -> float | None:
-    """The value of a number written with thousands separators and/or one currency sign
-    (:data:`GROUPED_NUMBER`, :data:`CURRENCY_SIGNS`); None for any other text (a decimal
-    comma, "1,5", is no number: it cannot be told from a thousands separator)."""
+    """The value of a number written with thousands separators and/or one currency or
+    percent sign (:data:`GROUPED_NUMBER`, :data:`CURRENCY_SIGNS`, :data:`TRAILING_SIGNS`);
+    None for any other text (a decimal comma, "1,5", is no number: it cannot be told from
+    a thousands separator)."""
     rest, sign = text.strip(), ""
     if rest[:1] in ("+", "-"):
         sign, rest = rest[0], rest[1:].lstrip()
     if rest[:1] and rest[:1] in CURRENCY_SIGNS:
         rest = rest[1:].lstrip()
-    elif rest[-1:] and rest[-1:] in CURRENCY_SIGNS:
+    elif rest[-1:] and rest[-1:] in TRAILING_SIGNS:
         rest = rest[:-1].rstrip()
     if not sign and rest[:1] in ("+", "-"):
         sign, rest = rest[0], rest[1:]

@@ -144,8 +144,8 @@ def test_schema_json_roundtrip(prepared_penguins):
 
 def test_numbers_with_thousands_separators_or_a_currency_sign_are_numbers(write_csv,
                                                                           tmp_path):
-    """Spreadsheet exports quote "3,071.89" and "$1,234.50": numbers, read as such in
-    training and in scoring; a comma that does not separate thousands ("1,5", "12,34"),
+    """Spreadsheet exports quote "3,071.89", "$1,234.50" and "12.5%": numbers (a percentage
+    as written), read as such in training and in scoring; a comma that does not separate thousands ("1,5", "12,34"),
     two signs or non-Latin digits are no number."""
     import numpy as np
     import pyarrow as pa
@@ -154,12 +154,13 @@ def test_numbers_with_thousands_separators_or_a_currency_sign_are_numbers(write_
     from gkeflow.components.prepare.values import to_float
 
     texts = ["3,071.89", "-1,250,000", "+12,345.", "999", "$1,234.50", "-$12", "$-7.5",
-             "1,234.50 €", "£ 3", ".5¥",
-             "1,5", "12,34", "1,2345", ",123", "1,234,56", "$$12", "12 $ €", "$", "-",
+             "1,234.50 €", "£ 3", ".5¥", "12.5%", "-3 %",
+             "1,5", "%12", "12%%", "$12%", "12,34", "1,2345", ",123", "1,234,56", "$$12", "12 $ €", "$", "-",
              "1_000", "\u0661\u0662", "1,5 €",
              None, "N/A"]
     values, bad = to_float(pa.array(texts))
-    expected = [3071.89, -1250000.0, 12345.0, 999.0, 1234.5, -12.0, -7.5, 1234.5, 3.0, 0.5]
+    expected = [3071.89, -1250000.0, 12345.0, 999.0, 1234.5, -12.0, -7.5, 1234.5, 3.0, 0.5,
+                12.5, -3.0]
     numbers = len(expected)
     assert values[:numbers].tolist() == expected and not bad[:numbers].any()
     assert bad[numbers:-2].all() and np.isnan(values[numbers:]).all()
