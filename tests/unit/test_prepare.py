@@ -145,8 +145,8 @@ def test_schema_json_roundtrip(prepared_penguins):
 def test_numbers_with_thousands_separators_or_a_currency_sign_are_numbers(write_csv,
                                                                           tmp_path):
     """Spreadsheet exports quote "3,071.89", "$1,234.50" and "12.5%": numbers (a percentage
-    as written), read as such in training and in scoring; a comma that does not separate thousands ("1,5", "12,34"),
-    two signs or non-Latin digits are no number."""
+    as written), read as such in training and in scoring; a comma that does not separate
+    thousands ("1,5", "12,34"), two signs or non-Latin digits are no number."""
     import numpy as np
     import pyarrow as pa
 
@@ -155,7 +155,8 @@ def test_numbers_with_thousands_separators_or_a_currency_sign_are_numbers(write_
 
     texts = ["3,071.89", "-1,250,000", "+12,345.", "999", "$1,234.50", "-$12", "$-7.5",
              "1,234.50 €", "£ 3", ".5¥", "12.5%", "-3 %",
-             "1,5", "%12", "12%%", "$12%", "12,34", "1,2345", ",123", "1,234,56", "$$12", "12 $ €", "$", "-",
+             "1,5", "%12", "12%%", "$12%", "12,34", "1,2345", ",123", "1,234,56", "$$12",
+             "12 $ €", "$", "-",
              "1_000", "\u0661\u0662", "1,5 €",
              None, "N/A"]
     values, bad = to_float(pa.array(texts))
