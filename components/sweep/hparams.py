@@ -1,7 +1,7 @@
 """The hyperparameters a sweep may tune, with train_model's defaults (no KFP, no pydantic)."""
 
 TUNABLE_DEFAULTS = {
-    "learning_rate": 0.003,
+    "learning_rate": 0.01,
     "batch_size": 32,
     "epochs": 20,
     "dropout": 0.1,

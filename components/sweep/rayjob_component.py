@@ -25,7 +25,7 @@ def tune_on_kuberay(
     grace_epochs: int = 1,
     epochs: int = 20,
     batch_size: int = 32,
-    learning_rate: float = 0.003,
+    learning_rate: float = 0.01,
     model_type: str = "mlp",
     hidden_units: str = "256,128",
     dropout: float = 0.1,

@@ -15,7 +15,7 @@ def train_candidate(
     family: str,
     epochs: int = 20,
     batch_size: int = 32,
-    learning_rate: float = 0.003,
+    learning_rate: float = 0.01,
     model_type: str = "auto",
     hidden_units: str = "256,128",
     dropout: float = 0.1,

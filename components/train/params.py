@@ -27,7 +27,7 @@ class TrainParams:
 
     epochs: int = 20
     batch_size: int = 32
-    learning_rate: float = 0.003
+    learning_rate: float = 0.01
     model_type: str = "mlp"
     hidden_units: tuple[int, ...] = (256, 128)
     dropout: float = 0.1

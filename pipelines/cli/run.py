@@ -57,7 +57,7 @@ def _dispatch_run(pipeline: str, **options) -> None:
               help="Where runs, logs, the step cache and the local registry are written.")
 @click.option("--epochs", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
-@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=0.003,
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=0.01,
               show_default=True)
 @click.option("--train-ratio", type=float, default=0.7, show_default=True)
 @click.option("--eval-ratio", type=float, default=0.15, show_default=True)

@@ -162,7 +162,7 @@ def build_training_pipeline(
         test_ratio: float = 0.15,
         epochs: int = 20,
         batch_size: int = 32,
-        learning_rate: float = 0.003,
+        learning_rate: float = 0.01,
         early_stopping_patience: int = 5,
         loss: str = "auto",
         label_transform: str = "none",

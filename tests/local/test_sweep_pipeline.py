@@ -17,7 +17,7 @@ from tests.cli.test_cli import gkeflow
 
 pytestmark = pytest.mark.slow
 
-#: A learning rate of 0.01 is not the best in 3 epochs on this data;
+#: The pipeline's default learning rate (0.01) is not the best in 3 epochs on this data;
 #: 1e-5 is far too low; hidden_units "0" makes trial-003 fail while training.
 TRIALS = [
     {"trial_id": "trial-000", "learning_rate": 0.00001, "hidden_units": "16"},
