@@ -25,7 +25,6 @@ from gkeflow.components.prepare.logic import Schema
 from gkeflow.components.train import regression as reg
 from gkeflow.components.train.exported import SERVING_SIGNATURE, export_model
 from gkeflow.components.train.inputs import (
-    fits_in_memory,
     input_names,
     make_split_dataset,
     memory_split_dataset,
@@ -211,9 +210,10 @@ def train(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainParam
           + f"; learning rate {params.lr_schedule}"
           + (f" from {learning_rate:g}" if params.lr_schedule == "cosine" else
              f" {learning_rate:g}"))
-    # a small split on one machine: read whole, preprocessed once, batched from memory
+    # a wide table's small splits on one machine: read whole, preprocessed once, batched
     memory = (cache and plan.kind in ("default", "mirrored", "jax")
-              and fits_in_memory(rows["train"] + rows.get("eval", 0), input_dim))
+              and read_whole(rows["train"] + rows.get("eval", 0), input_dim,
+                             len(schema.features)))
     print(f"input pipeline: {rows['train']} train rows "
           + ("read into memory and preprocessed once" if memory else
              f"streamed from TFRecord shards; preprocessed batches cached in memory: {cache}"))

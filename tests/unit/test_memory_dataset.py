@@ -1,5 +1,5 @@
-"""A small split read whole and preprocessed once gives the model the same rows and labels
-as the streamed tf.data pipeline, for classification and regression, shuffled afresh every
+"""A small split of a wide table, read whole and preprocessed once, gives the model the same
+rows and labels as the streamed tf.data pipeline, for classification and regression, shuffled afresh every
 epoch (seeded) and batched as asked."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import pytest
 
 from gkeflow.components.prepare.logic import prepare
 from gkeflow.components.train.inputs import (
-    fits_in_memory,
     input_names,
     make_split_dataset,
     memory_split_dataset,
+    read_whole,
 )
 from gkeflow.components.train.models import training_stats
 from gkeflow.components.train.regression import label_scaling
@@ -86,6 +86,7 @@ def test_shuffled_batches_change_every_epoch_and_repeat_with_the_seed(prepared_p
     np.testing.assert_array_equal(first[0], _arrays(again)[0])  # the same for the seed
 
 
-def test_what_fits_in_memory():
-    assert fits_in_memory(10_000, 100)
-    assert not fits_in_memory(10_000_000, 100)
+def test_only_wide_tables_that_fit_are_read_whole():
+    assert read_whole(10_000, 4_000, 2_000)
+    assert not read_whole(10_000, 40, 20)  # narrow: streamed
+    assert not read_whole(10_000_000, 4_000, 2_000)  # too large to hold
