@@ -28,6 +28,7 @@ from gkeflow.components.train.inputs import (
     input_names,
     make_split_dataset,
     memory_split_dataset,
+    read_whole,
     should_cache,
     split_rows,
 )

@@ -1,6 +1,6 @@
 """A small split of a wide table, read whole and preprocessed once, gives the model the same
-rows and labels as the streamed tf.data pipeline, for classification and regression, shuffled afresh every
-epoch (seeded) and batched as asked."""
+rows and labels as the streamed tf.data pipeline, for classification and regression,
+shuffled afresh every epoch (seeded) and batched as asked."""
 
 from __future__ import annotations
 
