@@ -90,3 +90,33 @@ def test_only_wide_tables_that_fit_are_read_whole():
     assert read_whole(10_000, 4_000, 2_000)
     assert not read_whole(10_000, 40, 20)  # narrow: streamed
     assert not read_whole(10_000_000, 4_000, 2_000)  # too large to hold
+
+
+def test_a_wide_table_trains_from_memory_and_serves_raw_features(tmp_path, capsys):
+    """Over WIDE_COLUMNS features, train() reads its splits whole (said in its log); the
+    exported model still takes the raw columns; cache_dataset=off streams them."""
+    from gkeflow.components.prepare.reader import load_split
+    from gkeflow.components.train.exported import ExportedModel
+    from gkeflow.components.train.inputs import WIDE_COLUMNS, to_model_inputs
+    from gkeflow.components.train.logic import TrainParams, train
+
+    rng = np.random.default_rng(1)
+    columns = WIDE_COLUMNS + 20
+    x = rng.normal(size=(160, columns))
+    with open(tmp_path / "wide.csv", "w") as out:
+        out.write(",".join([f"c{i}" for i in range(columns)] + ["y"]) + "\n")
+        for row in x:
+            out.write(",".join(f"{v:.3f}" for v in row) + f",{'ab'[int(row[0] > 0)]}\n")
+    prepared = prepare(str(tmp_path / "wide.csv"), tmp_path / "dataset", "y")
+    for cache, said in (("auto", "read into memory and preprocessed once"),
+                        ("off", "streamed from TFRecord shards")):
+        model_dir = tmp_path / f"model-{cache}"
+        train(tmp_path / "dataset", prepared.schema, model_dir,
+              TrainParams(epochs=2, cache_dataset=cache, seed=3))
+        log = capsys.readouterr().out
+        assert f"input pipeline: {prepared.split_rows['train']} train rows {said}" in log
+        test = load_split(tmp_path / "dataset", "test", prepared.schema)
+        probabilities = ExportedModel(model_dir).predict_proba(
+            to_model_inputs(test, prepared.schema))
+        assert probabilities.shape == (len(test), 2)
+        np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
