@@ -49,6 +49,12 @@ def _choose_model(registry_uri: str, model: str | None,
     picked = ""
     if not model:
         names = sorted({v.name for v in _registry(registry_uri).list()})
+        if not names:
+            raise click.ClickException(
+                "the model registry holds no model yet: a run registers its model only when "
+                "it passes the gate; train one that passes (gkeflow run --data FILE --label "
+                "COLUMN, with the same --output; --min-accuracy or --param thresholds=... "
+                "set the gate), then score with it")
         if len(names) != 1:
             fits = _fitting_models(registry_uri, names, header) if header else []
             if len(fits) == 1:  # the only model that can score these columns

@@ -137,3 +137,15 @@ def test_without_model_data_no_registered_model_takes_says_to_train_one(tmp_path
                            "(penguins-classifier, penguins-regressor)")
     assert "train one on this data first (gkeflow run --data FILE --label COLUMN)" in line
     assert "--model is required" not in line
+
+
+def test_an_empty_registry_says_a_model_registers_only_when_it_passes_the_gate(tmp_path):
+    output = tmp_path / "out"
+    output.mkdir()
+    LocalRegistry(f"sqlite:///{output / REGISTRY_FILE}").list()  # created, no model in it
+    assert (output / REGISTRY_FILE).exists()
+    line = _refused(_run(output, _loans_csv(tmp_path)),
+                    "the model registry holds no model yet",
+                    "registers its model only when it passes the gate",
+                    "gkeflow run --data FILE --label COLUMN", "--min-accuracy")
+    assert "--model is required" not in line
