@@ -51,7 +51,8 @@ def print_run_summary(console: Console, result, arguments: dict, debug: bool = F
                       f"[bold]{arguments['model_name']}[/bold] version "
                       f"{registered.get('model_version')} ({registered.get('resource_name')})")
     elif result.ok:
-        console.print("Registered: nothing (the model did not pass the gate)")
+        console.print("Registered: nothing (the model did not pass the gate, for the reasons "
+                      "above; --min-accuracy and --param thresholds=... set it)", markup=False)
     if result.run_dir:
         console.print(f"Artifacts: {result.run_dir}")
     if result.run_dir or result.cached_outputs:  # cached steps' outputs are in earlier runs

@@ -147,6 +147,7 @@ def test_unchanged_data_reuses_prepare_and_train_changed_data_never_does(tmp_pat
     assert statuses["prepare-data"] == "success" and statuses["train-model"] == "success"
     assert "register-model" not in statuses and "NOT REGISTERED" in changed.stdout
     assert "log_loss" in changed.stdout and "Registered: nothing" in changed.stdout
+    assert "--min-accuracy and --param thresholds=... set it" in changed.stdout
     models = sorted((tmp_path / "out" / "runs").glob("*/train-model/model/gkeflow_model.json"),
                     key=lambda path: path.stat().st_mtime)
     assert '"model": "wide_deep"' in models[-1].read_text()
