@@ -220,12 +220,15 @@ def iter_split_batches(dataset_dir: Path, split: str, schema: Schema, batch_rows
         block = _block_columns(example, record, wanted)
         pending.append(block)
         held += len(block[wanted[0].name]) if wanted else 0
-        while held >= batch_rows:
-            batch = {c.name: np.concatenate([b[c.name] for b in pending]) for c in wanted}
-            yield {name: values[:batch_rows] for name, values in batch.items()}
-            rest = {name: values[batch_rows:] for name, values in batch.items()}
-            held -= batch_rows
-            pending = [rest] if held else []
+        if held < batch_rows:
+            continue
+        joined = {c.name: np.concatenate([b[c.name] for b in pending]) for c in wanted}
+        start = 0
+        while held - start >= batch_rows:
+            yield {name: values[start:start + batch_rows] for name, values in joined.items()}
+            start += batch_rows
+        held -= start
+        pending = [{name: values[start:] for name, values in joined.items()}] if held else []
     if held:
         yield {c.name: np.concatenate([b[c.name] for b in pending]) for c in wanted}
 

@@ -169,9 +169,9 @@ def memory_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_si
                          preprocessor, seed: int | None = None, shuffle: bool = False,
                          drop_remainder: bool = False, label_scaling=None):
     """Batches ``(dense features, label)`` as :func:`make_split_dataset` gives them, for a
-    split small enough to hold (:func:`fits_in_memory`): read whole as protocol buffers,
-    preprocessed in one call, then batched from memory (with ``shuffle``, every row in a
-    fresh seeded order each epoch). No tf.data graph parses or preprocesses the columns,
+    wide table's split small enough to hold (:func:`read_whole`): read whole as protocol
+    buffers, preprocessed in one call, then batched from memory (with ``shuffle``, every row
+    in a fresh seeded order each epoch). No tf.data graph parses or preprocesses the columns,
     which costs seconds per thousand columns and per split."""
     import tensorflow as tf
 
