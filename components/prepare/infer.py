@@ -67,12 +67,28 @@ def _infer_column(name: str, array: pa.Array) -> ColumnSchema:
         return ColumnSchema(name, kind, "feature", nullable)
     if distinct == len(present) and distinct > 50:
         return ColumnSchema(name, kind, "ignored", nullable,
-                            note="identifier-like: every value is unique")
+                            note="identifier-like: every value is unique"
+                                 + _dates_hint(present))
     if distinct > IDENTIFIER_MIN_DISTINCT and distinct >= IDENTIFIER_FRACTION * len(present):
         return ColumnSchema(name, kind, "ignored", nullable,
                             note=f"identifier-like: {distinct} distinct values in "
-                                 f"{len(present)} rows")
+                                 f"{len(present)} rows" + _dates_hint(present))
     return ColumnSchema(name, kind, "feature", nullable)
+
+
+def _dates_hint(present: pa.Array) -> str:
+    """What to do with a column of dates or times that is ignored as an identifier ("" when
+    its values are not all dates): no calendar features are derived from it."""
+    if pa.types.is_temporal(present.type):
+        first = present[0].as_py()
+    else:
+        try:
+            pc.cast(as_strings(present), pa.timestamp("s"))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return ""
+        first = as_strings(present)[0].as_py()
+    return (f" (dates, such as {str(first)!r}: no calendar features are derived from them; "
+            "add columns such as the year, month and weekday to learn from them)")
 
 
 def sample_table(batches: list[tuple[str, pa.RecordBatch]]) -> pa.Table:

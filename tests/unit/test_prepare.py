@@ -179,3 +179,16 @@ def test_numbers_with_thousands_separators_or_a_currency_sign_are_numbers(write_
                       for split in ("train", "eval", "test")])
     np.testing.assert_allclose(np.sort(read["amount"].to_numpy()),
                                np.sort(np.round(amounts, 2)), rtol=1e-6)
+
+
+def test_an_ignored_column_of_dates_says_what_to_derive(write_csv, tmp_path):
+    lines = ["day,code,x,y"] + [
+        f"2024-{1 + i // 28:02d}-{1 + i % 28:02d},id{i},{i * 7 % 11},{'ab'[i % 2]}"
+        for i in range(80)]
+    result = prepare(str(write_csv("\n".join(lines))), tmp_path / "out", "y")
+    day, code = result.schema.column("day"), result.schema.column("code")
+    assert day.role == code.role == "ignored"
+    assert "dates, such as '2024-01-01'" in day.note and "year, month and weekday" in day.note
+    assert "dates" not in code.note
+    assert any(p.startswith("column 'day' ignored: identifier-like") and "calendar" in p
+               for p in result.problems)
