@@ -351,6 +351,7 @@ def merge_groups(plan_dir: Path, part_dirs: list[Path], output_dir: Path,
             inferred=doc["inferred"], max_vocabulary=doc["max_vocabulary"],
             reject_unseen=plan.reject_unseen, max_rejected_fraction=max_rejected_fraction,
             max_missing_fraction=max_missing_fraction)
+        finish.check_splits(split_rows, bool(doc["key_column"]))
         stats_doc["task"] = doc.get("task") or {"task": schema.task,
                                                 "reason": schema.task_reason}
         if doc["shard_root"]:

@@ -11,7 +11,7 @@ from collections import Counter
 from gkeflow.components.prepare.infer import CHOSEN_NOTES, SAMPLE_ROWS, check_label_vocabulary
 from gkeflow.components.prepare.rejects import RejectLog
 from gkeflow.components.prepare.schema import Schema
-from gkeflow.components.prepare.sources import DataError
+from gkeflow.components.prepare.sources import DataError, EmptySplit
 from gkeflow.components.prepare.splits import SPLITS
 
 #: A label class with fewer rows than this is reported (too few to learn or evaluate).
@@ -156,6 +156,20 @@ def label_problems(schema: Schema, stats: dict) -> list[str]:
                             f"{', '.join(map(repr, absent))} in the test split: their "
                             "precision and recall are not measured")
     return problems
+
+
+def check_splits(split_rows: dict[str, int], by_key: bool) -> None:
+    """EmptySplit when the train or the test split holds no row (identical rows, or rows
+    sharing a key, share a split: few distinct ones can leave one empty)."""
+    empty = [split for split in ("train", "test") if not split_rows.get(split)]
+    if not empty:
+        return
+    shown = ", ".join(f"{split} {split_rows.get(split, 0)}" for split in SPLITS)
+    unit = "key" if by_key else "row"
+    raise EmptySplit(
+        f"the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty "
+        f"({shown} rows, by the hash of each {unit}: identical {unit}s share a split); add "
+        "distinct rows or change the split ratios", dict(split_rows))
 
 
 def reason_summary(rejects: RejectLog) -> str:

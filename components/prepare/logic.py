@@ -45,6 +45,7 @@ from gkeflow.components._atomic import publish_dir
 from gkeflow.components.prepare.batch import Plan
 from gkeflow.components.prepare.csv_reader import RowLimits
 from gkeflow.components.prepare.finish import (
+    check_splits,
     finish_dataset,
     reason_summary,
     reject_samples,
@@ -65,7 +66,6 @@ from gkeflow.components.prepare.sources import (
     EMBEDDED_PENGUINS,
     NULL_VALUES,
     DataError,
-    EmptySplit,
     Source,
     common_header,
     resolve_sources,
@@ -307,14 +307,7 @@ def prepare(
                                    reject_unseen=plan.reject_unseen,
                                    max_rejected_fraction=max_rejected_fraction,
                                    max_missing_fraction=max_missing_fraction)
-        empty = [split for split in ("train", "test") if not split_rows[split]]
-        if empty:
-            shown = ", ".join(f"{split} {split_rows[split]}" for split in SPLITS)
-            unit = "key" if key_column else "row"
-            raise EmptySplit(
-                f"the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} "
-                f"empty ({shown} rows, by the hash of each {unit}: identical {unit}s share a "
-                f"split); add distinct rows or change the split ratios", split_rows)
+        check_splits(split_rows, bool(key_column))
         stats_doc["task"] = task_summary(schema, sample)
         shards = {s: sum(len(p.shards.get(s, ())) for p in partials) for s in SPLITS}
         if shard_root:

@@ -122,3 +122,26 @@ def test_a_missing_or_repeated_part_is_refused(inputs, tmp_path):
     assert groups == [0, 1]
     with pytest.raises(ValueError, match="max_groups"):
         fanout.plan_groups(pattern, tmp_path / "plan2", "status", 101)
+
+
+def test_the_merge_refuses_an_empty_test_split_as_one_pod_does(tmp_path):
+    """Files of a few distinct rows repeated: the rows per split say which split is empty,
+    and nothing is published."""
+    from gkeflow.components.prepare.sources import EmptySplit
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"part-{i}.csv").write_text("x,status\n" + "1,a\n2,b\n" * 100)
+    pattern = str(folder / "*.csv")
+    with pytest.raises(EmptySplit) as single:
+        prepare(pattern, tmp_path / "single", "status")
+    groups = fanout.plan_groups(pattern, tmp_path / "plan", "status", 3)
+    for group in groups:
+        fanout.prepare_group(tmp_path / "plan", group, tmp_path / f"part-{group}", workers=1)
+    with pytest.raises(EmptySplit) as merged:
+        fanout.merge_groups(tmp_path / "plan", [tmp_path / f"part-{g}" for g in groups],
+                            tmp_path / "merged")
+    assert merged.value.split_rows == single.value.split_rows
+    assert sum(merged.value.split_rows.values()) == 600
+    assert not (tmp_path / "merged").exists() and not (tmp_path / "single").exists()
