@@ -82,11 +82,12 @@ def _dates_hint(present: pa.Array) -> str:
     if pa.types.is_temporal(present.type):
         first = present[0].as_py()
     else:
+        strings = as_strings(present)
         try:
-            pc.cast(as_strings(present), pa.timestamp("s"))
+            pc.cast(strings, pa.timestamp("s"))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return ""
-        first = as_strings(present)[0].as_py()
+        first = strings[0].as_py()
     return (f" (dates, such as {str(first)!r}: no calendar features are derived from them; "
             "add columns such as the year, month and weekday to learn from them)")
 
@@ -265,10 +266,10 @@ def validate_against(expected: Schema, header: list[str], sample: pa.Table,
                                         note="not in the expected schema"))
             continue
         want = ColumnSchema(**asdict(known[name]))
-        if want.role != "ignored" and len(sample) and name in sample.column_names:
+        if (want.role != "ignored" and want.type == "numeric" and len(sample)
+                and name in sample.column_names):
             present = sample.column(name).drop_null()
-            is_numeric = len(present) == 0 or parses_as_numbers(present)
-            if want.type == "numeric" and not is_numeric:
+            if len(present) and not parses_as_numbers(present):
                 problems.append(
                     f"type change: column {name!r} was numeric and now has text values; "
                     f"rows with text in it are rejected"

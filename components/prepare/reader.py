@@ -54,6 +54,14 @@ def permute_rows(dataset, seed: int, window_rows: int = SHUFFLE_WINDOW_BLOCKS * 
     return tf.data.Dataset.zip(windows, _epoch_seeds(seed)).map(
         permute, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
+def wanted_columns(schema, columns: Sequence[str] | None):
+    """The schema's columns named in ``columns`` (all when None), in schema order."""
+    unknown = sorted(set(columns or ()) - {c.name for c in schema.columns})
+    if unknown:
+        raise ValueError(f"columns {unknown} are not in the schema")
+    return [c for c in schema.columns if columns is None or c.name in columns]
+
+
 def make_tf_dataset(
     dataset_dir: Path,
     split: str,
@@ -86,10 +94,7 @@ def make_tf_dataset(
     import tensorflow as tf
 
     files = split_files(dataset_dir, split)
-    wanted = [c for c in schema.columns if columns is None or c.name in columns]
-    unknown = sorted(set(columns or ()) - {c.name for c in schema.columns})
-    if unknown:
-        raise ValueError(f"columns {unknown} are not in the schema")
+    wanted = wanted_columns(schema, columns)
     spec = {ROWS_FEATURE: tf.io.FixedLenFeature([1], tf.int64)}
     # RaggedFeature without partitions parses a list straight into a dense 1-D tensor
     # (VarLenFeature would build a SparseTensor's indices first)
@@ -209,10 +214,7 @@ def iter_split_batches(dataset_dir: Path, split: str, schema: Schema, batch_rows
     reading it (seconds per thousand columns). Holds one batch and one block at a time."""
     from gkeflow.components.prepare.example_proto import example_class
 
-    wanted = [c for c in schema.columns if columns is None or c.name in columns]
-    unknown = sorted(set(columns or ()) - {c.name for c in schema.columns})
-    if unknown:
-        raise ValueError(f"columns {unknown} are not in the schema")
+    wanted = wanted_columns(schema, columns)
     example = example_class()
     pending: list[dict[str, np.ndarray]] = []
     held = 0

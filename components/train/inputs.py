@@ -100,6 +100,19 @@ def should_cache(setting: str, rows: int, input_dim: int) -> bool:
     return rows * (input_dim + 1) * 4 <= min(CACHE_BUDGET_BYTES, memory // 4)
 
 
+def label_encoder(schema: Schema, label_scaling=None):
+    """Label tensor -> what the model learns: the class index, or for regression the
+    standardised value (:func:`~gkeflow.components.train.regression.scale_label`)."""
+    if label_scaling is not None:
+        from gkeflow.components.train.regression import scale_label
+
+        return lambda values: scale_label(values, label_scaling)
+    import tensorflow as tf
+
+    return tf.keras.layers.StringLookup(vocabulary=schema.label_vocabulary,
+                                        num_oov_indices=0, dtype="string")
+
+
 def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size: int,
                        preprocessor, seed: int | None = None, shuffle: bool = False,
                        cache: bool = False, drop_remainder: bool = False, workers: int = 1,
@@ -122,14 +135,7 @@ def make_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_size
     from gkeflow.components.prepare.reader import BLOCK_ROWS, make_tf_dataset, permute_rows
 
     names = input_names(schema)
-    if label_scaling is not None:
-        from gkeflow.components.train.regression import scale_label
-
-        def labels(values):
-            return scale_label(values, label_scaling)
-    else:
-        labels = tf.keras.layers.StringLookup(vocabulary=schema.label_vocabulary,
-                                              num_oov_indices=0, dtype="string")
+    labels = label_encoder(schema, label_scaling)
     columns = [c.name for c in schema.features] + [schema.label]
     shuffle_cached = cache and shuffle
     dataset = make_tf_dataset(dataset_dir, split, schema,
@@ -181,14 +187,8 @@ def memory_split_dataset(dataset_dir: Path, split: str, schema: Schema, batch_si
     features = {name: tf.constant(values) for name, values in
                 to_model_inputs(frame, schema).items()}
     dense = preprocessor(features)
-    if label_scaling is not None:
-        from gkeflow.components.train.regression import scale_label
-
-        labels = scale_label(column_to_input(frame[schema.label], "numeric"), label_scaling)
-    else:
-        lookup = tf.keras.layers.StringLookup(vocabulary=schema.label_vocabulary,
-                                              num_oov_indices=0, dtype="string")
-        labels = lookup(tf.constant(column_to_input(frame[schema.label], "categorical")))
+    labels = label_encoder(schema, label_scaling)(tf.constant(column_to_input(
+        frame[schema.label], "numeric" if label_scaling is not None else "categorical")))
     dataset = tf.data.Dataset.from_tensor_slices((dense, labels))
     if shuffle:
         dataset = dataset.shuffle(len(frame), seed=seed, reshuffle_each_iteration=True)

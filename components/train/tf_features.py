@@ -53,7 +53,7 @@ def build_tf_preprocessor(schema: Schema, stats: FeatureStats, input_names: dict
                 self.tables.append(table)
                 self.categorical.append((input_names[column.name], table,
                                          len(vocabulary) + 1))
-            per_numeric = 2 + self.bins
+            self.per_numeric = per_numeric = 2 + self.bins
             self.output_dim = (per_numeric * len(self.numeric)
                                + sum(w for _, _, w in self.categorical))
             self.order = tf.constant(_schema_order(schema, [w for _, _, w in self.categorical],
@@ -73,7 +73,7 @@ def build_tf_preprocessor(schema: Schema, stats: FeatureStats, input_names: dict
                     parts.append(tf.clip_by_value(
                         (filled[:, :, None] - self.lefts) / self.widths, 0.0, 1.0))
                 blocks.append(tf.reshape(tf.concat(parts, axis=2),
-                                         (-1, (2 + self.bins) * len(self.numeric))))
+                                         (-1, self.per_numeric * len(self.numeric))))
             for name, table, width in self.categorical:
                 ids = table.lookup(tf.reshape(tf.cast(features[name], tf.string), (-1,)))
                 blocks.append(tf.one_hot(ids, width, dtype=tf.float32))

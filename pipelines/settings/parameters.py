@@ -237,7 +237,8 @@ def _check_sample(sources, arguments: dict):
                         1000, [], arguments.get("task", "auto"))  # 1000: max_vocabulary
     choice = TaskChoice(schema.task, schema.task_reason)
     whole = sample.num_rows if sample.num_rows < SAMPLE_ROWS else None
-    distinct = _distinct_rows(sample, arguments.get("key_column", ""))
+    distinct = (_distinct_rows(sample, arguments.get("key_column", "")) if whole is not None
+                else 0)  # only whole data gets its splits checked
     if schema.regression:
         if arguments.get("label_transform") == "log":
             _check_positive(sample.column(label), label)

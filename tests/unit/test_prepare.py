@@ -192,3 +192,23 @@ def test_an_ignored_column_of_dates_says_what_to_derive(write_csv, tmp_path):
     assert "dates" not in code.note
     assert any(p.startswith("column 'day' ignored: identifier-like") and "calendar" in p
                for p in result.problems)
+
+
+def test_an_expected_numeric_column_written_as_spreadsheets_write_it_is_no_type_change(
+        write_csv, tmp_path):
+    """Validating against a schema: "$1,234.50" in a numeric column is a number, as the rows
+    are read; a word there is a type change whose rows are rejected."""
+    first = prepare(str(write_csv("price,y\n" + "".join(
+        f"{i * 3 % 17}.5,{'ab'[i % 2]}\n" for i in range(60)), name="first.csv")),
+        tmp_path / "first", "y")
+    written = prepare(str(write_csv("price,y\n" + "".join(
+        f'"${1000 + i * 37:,}.50",{"ab"[i % 2]}\n' for i in range(60)), name="written.csv")),
+        tmp_path / "written", "y", expected_schema=first.schema)
+    assert not any("type change" in p for p in written.problems)
+    assert written.rejected_rows == 0
+    worded = prepare(str(write_csv("price,y\n" + "".join(
+        f"{'cheap' if i % 10 == 0 else i},{'ab'[i % 2]}\n" for i in range(60)),
+        name="worded.csv")), tmp_path / "worded", "y", expected_schema=first.schema,
+        max_rejected_fraction=0.5)
+    assert any("type change: column 'price'" in p for p in worded.problems)
+    assert worded.rejected_rows == 6
