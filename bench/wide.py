@@ -1,15 +1,18 @@
 """Wide and long tables through `gkeflow run`: the training steps' and evaluate-model's
 seconds for 300 rows x 2,000 numeric columns and 3,000 rows x 20, with the Keras model alone
 (`--model-type mlp`) and the default (`auto`: gbdt, mlp and linear, each in a step of its
-own, then train-model choosing). train_s adds up every training step (kfp.local runs them
-one after the other; on a cluster the candidates run side by side: longest_train_s is then
-the longest candidate plus the choice).
+own, then train-model choosing), each run one step at a time (``GKEFLOW_LOCAL_STEPS=1``,
+kfp.local's own way) and with independent steps side by side (the default: the cores, at
+most 4). train_evaluate_s: from the first training step's start to evaluate-model's end;
+run_s: the whole `gkeflow run`.
 
-    python bench/wide.py
+    python bench/wide.py            # one at a time, then the default
+    python bench/wide.py default    # the default only
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -31,36 +34,57 @@ def make_table(path: Path, rows: int, columns: int, seed: int = 0) -> None:
             out.write(",".join(f"{v:.4f}" for v in values) + f",{label}\n")
 
 
+STAMP = re.compile(r"^(\d\d):(\d\d):(\d\d\.\d+) - INFO - (Executing task|Task) '([^']+)'")
+
+
 def step_seconds(output: str, step: str) -> float:
     found = re.search(rf"✓ {step} success in ([0-9.]+)s", output)
     return float(found.group(1)) if found else float("nan")
 
 
-def training_seconds(output: str) -> tuple[float, float]:
-    """(every training step's seconds added up, the longest candidate's plus the choice)."""
-    steps = dict(re.findall(r"✓ (train-[a-z-]+) success in ([0-9.]+)s", output))
-    seconds = {step: float(value) for step, value in steps.items()}
-    candidates = [value for step, value in seconds.items() if step != "train-model"]
-    return sum(seconds.values()), max(candidates, default=0.0) + seconds.get("train-model", 0.0)
+def train_evaluate_wall(log: Path) -> float:
+    """Seconds from the first training step's start to evaluate-model's end, read from the
+    run's log (kfp.local stamps each task's start and end): the candidates' steps run side
+    by side where the machine allows, so their seconds do not add up."""
+    first = last = None
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        found = STAMP.match(re.sub(r"\x1b\[[0-9;]*m", "", line))
+        if not found:
+            continue
+        hours, minutes, seconds, kind, task = found.groups()
+        at = int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+        if kind == "Executing task" and task.startswith("train-") and first is None:
+            first = at
+        if kind == "Task" and task == "evaluate-model":
+            last = at
+    return float("nan") if first is None or last is None else (last - first) % 86400
 
 
 def main() -> None:
+    steps = sys.argv[1:] or ["1", "default"]
     with tempfile.TemporaryDirectory(prefix="gkeflow-bench-wide-") as scratch:
         for rows, columns in SHAPES:
             data = Path(scratch) / f"t{rows}x{columns}.csv"
             make_table(data, rows, columns)
             for model_type in ("mlp", "auto"):
-                done = subprocess.run(
-                    [sys.executable, "-m", "gkeflow.pipelines.cli.main", "run", "--data",
-                     str(data), "--label", "label", "--model-type", model_type, "--no-cache",
-                     "--output", str(Path(scratch) / "out")],
-                    capture_output=True, text=True, check=True)
-                train, longest = training_seconds(done.stdout)
-                evaluate = step_seconds(done.stdout, "evaluate-model")
-                print(f"rows={rows} columns={columns} model_type={model_type} "
-                      f"train_s={train:.1f} longest_train_s={longest:.1f} "
-                      f"evaluate_s={evaluate:.1f} train_evaluate_s={train + evaluate:.1f}",
-                      flush=True)
+                for parallel in steps:
+                    env = dict(os.environ)
+                    env.pop("GKEFLOW_LOCAL_STEPS", None)
+                    if parallel != "default":
+                        env["GKEFLOW_LOCAL_STEPS"] = parallel
+                    done = subprocess.run(
+                        [sys.executable, "-m", "gkeflow.pipelines.cli.main", "run", "--data",
+                         str(data), "--label", "label", "--model-type", model_type,
+                         "--no-cache", "--output", str(Path(scratch) / "out")],
+                        capture_output=True, text=True, check=True, env=env)
+                    log = Path(re.search(r"Log:\s+(\S+)", done.stdout).group(1))
+                    total = re.search(r"Total:\s+([0-9.]+)s", done.stdout)
+                    print(f"rows={rows} columns={columns} model_type={model_type} "
+                          f"local_steps={parallel} "
+                          f"evaluate_s={step_seconds(done.stdout, 'evaluate-model'):.1f} "
+                          f"train_evaluate_s={train_evaluate_wall(log):.1f} "
+                          f"run_s={float(total.group(1)) if total else float('nan'):.1f}",
+                          flush=True)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,10 @@ import pytest
 from tests.step_site.sitecustomize import HIDDEN as STEP_SITE_HIDDEN
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The suite runs its tests side by side (pytest-xdist): a local run's steps run one at a time
+# here unless a test asks for more (tests/local/test_parallel_steps.py and
+# test_candidate_pipeline.py run steps side by side).
+os.environ.setdefault("GKEFLOW_LOCAL_STEPS", "1")
 # Tables render at the width a pipe gets whoever runs the tests (pytest-xdist's workers set
 # COLUMNS=80); tests of the width options set COLUMNS themselves.
 for _name in ("COLUMNS", "LINES"):

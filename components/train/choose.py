@@ -110,8 +110,8 @@ def train_into(folder: Path, family: str, metric: str, train_one, dataset_dir: P
 
 
 def served_eval_predictions(model_dir: Path, dataset_dir: Path, schema: Schema):
-    """The eval split's predictions as ``model_dir``'s SavedModel serves them; None without
-    eval rows."""
+    """The eval split's predictions as ``model_dir``'s SavedModel serves them (its serving
+    function in memory when this process exported it); None without eval rows."""
     from gkeflow.components.prepare.reader import load_split
     from gkeflow.components.train.exported import ExportedModel
     from gkeflow.components.train.inputs import split_rows, to_model_inputs
@@ -119,7 +119,8 @@ def served_eval_predictions(model_dir: Path, dataset_dir: Path, schema: Schema):
     if not split_rows(dataset_dir).get("eval"):
         return None
     frame = load_split(dataset_dir, "eval", schema)
-    return ExportedModel(model_dir).predict_proba(to_model_inputs(frame, schema))
+    return ExportedModel(model_dir, written_here=True).predict_proba(
+        to_model_inputs(frame, schema))
 
 
 def read_candidate(folder: Path) -> tuple[dict, TrainResult | None]:

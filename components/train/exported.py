@@ -16,6 +16,12 @@ from gkeflow.components.train.inputs import column_to_input, input_names
 MODEL_METADATA_FILE = "gkeflow_model.json"
 SERVING_SIGNATURE = "serve"
 
+#: The SavedModel this process wrote last: its folder and its serving function in memory
+#: (the same traced graph). Reading a SavedModel back costs seconds when its signature has
+#: thousands of inputs; a candidate that predicts its eval split right after exporting
+#: uses this instead. One model only: a process that trains many keeps none alive.
+_WRITTEN: dict[Path, object] = {}
+
 
 def raw_signature(features: list[dict]) -> dict:
     """The serving signature's inputs, one per feature (``{"input", "type"}`` as
@@ -68,23 +74,32 @@ def export_model(model_dir: Path, preprocessor, classifier, schema: Schema,
     archive.add_endpoint(SERVING_SIGNATURE, serve)
     if on_jax:  # the first endpoint is TF Serving's default: there, classify
         archive.add_endpoint("serving_default", serve)
+    _WRITTEN.clear()
     with publish_dir(model_dir) as scratch:
         archive.write_out(str(scratch), verbose=False)
         (scratch / MODEL_METADATA_FILE).write_text(json.dumps(metadata, indent=2))
+    if not on_jax:  # a JAX classifier's endpoint lives in the archive only
+        _WRITTEN[Path(model_dir).resolve()] = serve
 
 
 class ExportedModel:
     """The exported SavedModel, called with raw feature values."""
 
-    def __init__(self, model_dir: Path):
+    def __init__(self, model_dir: Path, written_here: bool = False):
+        """``written_here``: the function this process exported into ``model_dir`` last,
+        when there is one, instead of reading the SavedModel back."""
         import tensorflow as tf
 
         self.model_dir = Path(model_dir)
         if not (self.model_dir / "saved_model.pb").exists():
             raise FileNotFoundError(f"no SavedModel in {self.model_dir}")
         self.metadata = json.loads((self.model_dir / MODEL_METADATA_FILE).read_text())
-        self._loaded = tf.saved_model.load(str(self.model_dir))
-        self._serve = getattr(self._loaded, SERVING_SIGNATURE)
+        written = _WRITTEN.get(self.model_dir.resolve()) if written_here else None
+        if written is not None:
+            self._serve = written
+        else:
+            self._loaded = tf.saved_model.load(str(self.model_dir))
+            self._serve = getattr(self._loaded, SERVING_SIGNATURE)
 
     @property
     def label_vocabulary(self) -> list[str]:

@@ -3,6 +3,7 @@ kfp.local (no cloud, no Docker)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -93,6 +94,10 @@ def _dispatch_run(pipeline: str, **options) -> None:
               help="The only feature columns; repeatable or comma-separated. Default: "
                    "inferred (constant and identifier-like columns are left out).")
 @click.option("--no-cache", is_flag=True, help="Re-run every step instead of reusing cached ones.")
+@click.option("--steps-at-once", type=click.IntRange(min=1), envvar="GKEFLOW_LOCAL_STEPS",
+              help="How many independent steps run at once (model_type auto's candidates side "
+                   "by side, as on a cluster); 1 runs one at a time, as kfp.local does. "
+                   "[default: the machine's cores, at most 4; env GKEFLOW_LOCAL_STEPS]")
 @click.option("--deploy", is_flag=True,
               help="Deploy the registered model to the local stand-in (after a servability "
                    "check); `gkeflow deploy local NAME --request FILE` then answers requests.")
@@ -111,7 +116,7 @@ def _dispatch_run(pipeline: str, **options) -> None:
 def run(pipeline, model_ref, data, label, task, output, epochs, batch_size, learning_rate,
         train_ratio, eval_ratio, test_ratio, model_name, min_accuracy, model_type, user_module,
         params, compute_overrides, key_column, exclude_columns, feature_columns, no_cache,
-        deploy, require_registered, verbose, debug, **pipeline_options) -> None:
+        deploy, require_registered, verbose, debug, steps_at_once, **pipeline_options) -> None:
     """Run the training pipeline on this machine with kfp.local (no cloud, no Docker).
 
     Executes the same pipeline definition that `gkeflow compile` writes for GKE and
@@ -132,6 +137,8 @@ def run(pipeline, model_ref, data, label, task, output, epochs, batch_size, lear
     )
 
     check_options(click.get_current_context(), pipeline)
+    if steps_at_once:  # read by every local run of this process (targets/local_parallel.py)
+        os.environ["GKEFLOW_LOCAL_STEPS"] = str(steps_at_once)
     if pipeline == "sweep" and model_type in ("auto", "linear"):
         raise click.BadParameter(f"a sweep tunes one family's hyperparameters, not "
                                  f"{model_type}: use --model-type mlp, wide_deep or gbdt",

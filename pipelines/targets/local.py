@@ -107,9 +107,11 @@ class EventStream(io.TextIOBase):
         self._log_file = log_file
         self._echo = echo
         self._on_event = on_event
-        self._pending = ""
+        self._pending: dict[int, str] = {}
         self.steps: dict[str, StepReport] = {}
         self._current: StepReport | None = None
+        #: thread -> the step it runs: steps run side by side print from their own threads
+        self._by_thread: dict[int, StepReport] = {}
         self._lock = threading.RLock()
         self.pipeline_status = ""
         self.pipeline_finished = 0.0
@@ -118,20 +120,38 @@ class EventStream(io.TextIOBase):
         return True
 
     def write(self, text: str) -> int:
-        with self._lock:  # ParallelFor iterations print from several threads at once
-            self._log_file.write(text)
-            self._log_file.flush()
-            if self._echo is not None:
-                self._echo.write(text)
-                self._echo.flush()
-            self._pending += text
-            while "\n" in self._pending:
-                line, self._pending = self._pending.split("\n", 1)
-                self._line(ANSI.sub("", line))
+        with self._lock:
+            # whole lines only, kept per thread: steps side by side (and ParallelFor
+            # iterations) write parts of lines from their own threads at once
+            thread = threading.get_ident()
+            pending = self._pending.get(thread, "") + text
+            if "\n" in pending:
+                whole, pending = pending.rsplit("\n", 1)
+                self._emit(whole + "\n")
+                for line in whole.split("\n"):
+                    self._line(ANSI.sub("", line))
+            self._pending[thread] = pending
         return len(text)
+
+    def _emit(self, text: str) -> None:
+        self._log_file.write(text)
+        self._log_file.flush()
+        if self._echo is not None:
+            self._echo.write(text)
+            self._echo.flush()
 
     def flush(self) -> None:
         self._log_file.flush()
+
+    def finish(self) -> None:
+        """Write what is left of each thread's last line (once the run ended)."""
+        with self._lock:
+            for thread, pending in list(self._pending.items()):
+                if pending:
+                    self._emit(pending)
+                    self._line(ANSI.sub("", pending))
+                self._pending[thread] = ""
+            self._log_file.flush()
 
     def _line(self, line: str) -> None:
         from gkeflow.pipelines.targets.local_cache import CACHE_HIT
@@ -151,7 +171,7 @@ class EventStream(io.TextIOBase):
                 name = f"{match.group(1)} #{n}"
             step = StepReport(name=name, started=time.time())
             self.steps[step.name] = step
-            self._current = step
+            self._current = self._by_thread[threading.get_ident()] = step
             if self._on_event:
                 self._on_event(step)
             return
@@ -159,23 +179,29 @@ class EventStream(io.TextIOBase):
             self.pipeline_status, self.pipeline_finished = match.group(1), time.time()
             return
         if match := FINISHED.search(line):
-            step = next((s for key, s in self.steps.items() if s.status == "RUNNING"
-                         and key.split(" #")[0] == match.group(1)), None)
+            step = self._by_thread.get(threading.get_ident())
+            if step is None or step.status != "RUNNING" \
+                    or step.name.split(" #")[0] != match.group(1):
+                step = next((s for key, s in self.steps.items() if s.status == "RUNNING"
+                             and key.split(" #")[0] == match.group(1)), None)
             if step:
                 step.status = match.group(2)
                 step.finished = time.time()
-                self._current = None
+                self._by_thread.pop(threading.get_ident(), None)
+                if self._current is step:
+                    self._current = None
                 if self._on_event:
                     self._on_event(step)
             return
         from gkeflow.components.progress import progress_text
 
+        current = self._by_thread.get(threading.get_ident(), self._current)
         said = progress_text(line)
-        if said and self._current is not None and self._on_event:
-            self._on_event(StepReport(name=self._current.name, status="PROGRESS",
-                                      started=self._current.started, log=[said]))
-        if self._current is not None:
-            self._current.log.append(line)
+        if said and current is not None and self._on_event:
+            self._on_event(StepReport(name=current.name, status="PROGRESS",
+                                      started=current.started, log=[said]))
+        if current is not None:
+            current.log.append(line)
 
 
 #: kfp.local's SubprocessRunner rewrites every "python3" in a step's arguments to the path
@@ -240,6 +266,7 @@ def run_local(
     workspace_root: Path | None = None,
     preparation=None,
     candidates: tuple[str, ...] | None = None,
+    parallel_steps: int | None = None,
 ) -> LocalRunResult:
     """Run ``pipeline`` (default: the training pipeline) with ``arguments`` under
     ``output_dir`` using kfp.local.
@@ -253,6 +280,8 @@ def run_local(
     ``candidates``: gkeflow.yaml's ``candidates:``, the families ``model_type: auto``
     trains, each in a task of its own (the ``candidates`` argument wins); default: gbdt,
     mlp, linear.
+    ``parallel_steps``: how many independent steps run at once (1: one at a time, as
+    kfp.local does); default: ``GKEFLOW_LOCAL_STEPS``, else the cores, at most 4.
     """
 
     if pipeline is None:
@@ -278,6 +307,12 @@ def run_local(
             except ComputeError as exc:
                 raise LocalRunError(str(exc)) from exc
 
+    from gkeflow.pipelines.targets.local_parallel import default_workers, side_by_side
+
+    try:
+        parallel_steps = default_workers() if parallel_steps is None else parallel_steps
+    except ValueError as exc:
+        raise LocalRunError(str(exc)) from exc
     output_dir = Path(output_dir).resolve()
     if _REWRITTEN_WORD in str(output_dir):
         raise LocalRunError(
@@ -312,10 +347,12 @@ def run_local(
             trust_suite_images()
             warnings.filterwarnings("ignore", message=".*no effect in the current local runner.*")
             try:
-                pipeline(**arguments)
+                with side_by_side(parallel_steps):
+                    pipeline(**arguments)
             except Exception as exc:  # kfp.local raises for invalid arguments
                 error = f"{type(exc).__name__}: {exc}"
                 print(error)
+            stream.finish()
     duration = time.time() - started
     new_runs = sorted(set(pipeline_root.iterdir()) - before, key=lambda p: p.stat().st_mtime)
     steps = list(stream.steps.values())

@@ -224,3 +224,13 @@ def test_a_task_decided_before_the_run_leaves_the_step_its_own_reason(tmp_path):
     prepared = prepare(str(data), tmp_path / "dataset", "y", task=arguments["task"])
     assert prepared.schema.task == "regression"
     assert "asked for" not in prepared.schema.task_reason
+
+
+@pytest.mark.parametrize("value", ["0", "many"])
+def test_steps_at_once_must_be_a_whole_number_of_at_least_one(tmp_path, value):
+    out = tmp_path / "out"
+    result = invoke("--steps-at-once", value, "--output", str(out))
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "Error: Invalid value for '--steps-at-once'")
+    assert not out.exists()
