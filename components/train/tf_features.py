@@ -62,8 +62,8 @@ def build_tf_preprocessor(schema: Schema, stats: FeatureStats, input_names: dict
         def __call__(self, features):
             blocks = []
             if self.numeric:
-                x = tf.stack([tf.cast(tf.reshape(features[name], (-1,)), tf.float32)
-                              for name in self.numeric], axis=1)
+                x = tf.stack([_column(features[name], tf.float32) for name in self.numeric],
+                             axis=1)
                 missing = tf.math.is_nan(x)
                 filled = tf.where(missing, self.means + tf.zeros_like(x), x)
                 scaled = (filled - self.means) / self.stds
@@ -75,12 +75,24 @@ def build_tf_preprocessor(schema: Schema, stats: FeatureStats, input_names: dict
                 blocks.append(tf.reshape(tf.concat(parts, axis=2),
                                          (-1, self.per_numeric * len(self.numeric))))
             for name, table, width in self.categorical:
-                ids = table.lookup(tf.reshape(tf.cast(features[name], tf.string), (-1,)))
+                ids = table.lookup(_column(features[name], tf.string))
                 blocks.append(tf.one_hot(ids, width, dtype=tf.float32))
             joined = tf.concat(blocks, axis=1) if len(blocks) > 1 else blocks[0]
             return tf.gather(joined, self.order, axis=1)
 
     return FeaturePreprocessor()
+
+
+def _column(value, dtype):
+    """One feature's values as a ``[rows]`` tensor of ``dtype``, adding no operation where
+    it is one already (a serving signature's input): the ops of a signature with thousands
+    of inputs make its SavedModel slow to write and to read."""
+    import tensorflow as tf
+
+    value = tf.convert_to_tensor(value)
+    if value.shape.rank != 1:
+        value = tf.reshape(value, (-1,))
+    return value if value.dtype == dtype else tf.cast(value, dtype)
 
 
 def _bins(edges: list[tuple[float, ...]]) -> tuple[np.ndarray, np.ndarray]:
