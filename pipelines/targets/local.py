@@ -357,8 +357,9 @@ def run_local(
     new_runs = sorted(set(pipeline_root.iterdir()) - before, key=lambda p: p.stat().st_mtime)
     steps = list(stream.steps.values())
     if stream.pipeline_status == "SUCCESS":
-        # kfp.local sometimes drops the "finished" line of one of several concurrent
-        # ParallelFor iterations; a pipeline that succeeded had every task succeed.
+        # a step whose "finished" line was lost (kfp.local logs it through process-wide
+        # swaps; local_parallel.py makes them safe for threads): a pipeline that succeeded
+        # had every task succeed.
         for step in steps:
             if step.status == "RUNNING":
                 step.status, step.finished = "SUCCESS", stream.pipeline_finished
