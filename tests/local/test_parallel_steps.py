@@ -3,6 +3,8 @@ two steps that each wait for the other to have started both finish only when the
 once; a step still waits for its inputs; a failed step stops its dependants, not the steps
 beside it; each step's lines stay its own, "finished" lines included."""
 
+import os
+
 import pytest
 from kfp import dsl
 
@@ -17,6 +19,7 @@ def meet(folder: str, me: str, other: str, wait_s: float) -> str:
 
     open(os.path.join(folder, me), "w").close()
     print(f"line of {me}", flush=True)
+    print(f"{me}: wait policy {os.environ.get('OMP_WAIT_POLICY')}", flush=True)
     deadline = time.time() + wait_s
     while not os.path.exists(os.path.join(folder, other)):
         if time.time() > deadline:
@@ -72,7 +75,8 @@ def _meeting(folder: str, wait_s: float):
     return pipeline
 
 
-def test_independent_steps_run_at_once_and_their_dependant_after_them(tmp_path):
+def test_independent_steps_run_at_once_and_their_dependant_after_them(tmp_path, monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     folder = tmp_path / "markers"
     folder.mkdir()
     result = run_local({}, tmp_path / "out", pipeline=_meeting(str(folder), 60.0),
@@ -87,16 +91,21 @@ def test_independent_steps_run_at_once_and_their_dependant_after_them(tmp_path):
         log = "\n".join(steps[name].log)
         assert f"line of {me}" in log and f"{me} met {other}" in log
         assert f"line of {other}" not in log
+        # side by side, OpenMP threads wait without spinning; the run's own setting returns
+        assert f"{me}: wait policy PASSIVE" in log
+    assert "OMP_WAIT_POLICY" not in os.environ
 
 
-def test_one_at_a_time_the_same_steps_cannot_meet(tmp_path):
+def test_one_at_a_time_the_same_steps_cannot_meet(tmp_path, monkeypatch):
     """The test above can fail: one step at a time, the first waits for the second alone."""
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # a setting of the user's is kept
     folder = tmp_path / "markers"
     folder.mkdir()
     result = run_local({}, tmp_path / "out", pipeline=_meeting(str(folder), 1.0),
                        parallel_steps=1)
     assert not result.ok
     assert any("did not start within" in line for step in result.steps for line in step.log)
+    assert any("wait policy ACTIVE" in line for step in result.steps for line in step.log)
 
 
 def test_a_failed_step_stops_its_dependants_not_the_steps_beside_it(tmp_path):
