@@ -99,8 +99,9 @@ class _Dag:
             **{**arguments, "task_name": name, "task_spec": self.tasks[name]})
 
     def close(self) -> None:
-        """Wait for every task started early (none outlives its DAG)."""
-        self.pool.shutdown(wait=True)
+        """Wait for every task running (none outlives its DAG); those still queued are not
+        started: kfp.local returned without them (a failed task, an interruption)."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _stack() -> list[_Dag]:
