@@ -98,7 +98,7 @@ def test_independent_steps_run_at_once_and_their_dependant_after_them(tmp_path, 
 
 def test_one_at_a_time_the_same_steps_cannot_meet(tmp_path, monkeypatch):
     """The test above can fail: one step at a time, the first waits for the second alone."""
-    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # a setting of the user's is kept
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # reaches the steps as it is
     folder = tmp_path / "markers"
     folder.mkdir()
     result = run_local({}, tmp_path / "out", pipeline=_meeting(str(folder), 1.0),
@@ -141,3 +141,16 @@ def test_a_bad_steps_setting_is_refused_before_the_run(tmp_path, monkeypatch, va
     monkeypatch.setenv("GKEFLOW_LOCAL_STEPS", value)
     with pytest.raises(LocalRunError, match="GKEFLOW_LOCAL_STEPS must be a whole number"):
         run_local({}, tmp_path / "out", pipeline=_meeting(str(tmp_path), 1.0))
+
+
+def test_a_wait_policy_of_the_users_is_kept_side_by_side(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    folder = tmp_path / "markers"
+    folder.mkdir()
+    result = run_local({}, tmp_path / "out", pipeline=_meeting(str(folder), 60.0),
+                       parallel_steps=2)
+    assert result.ok, result.error
+    logs = [line for step in result.steps for line in step.log]
+    assert any("left: wait policy ACTIVE" in line for line in logs)
+    assert any("right: wait policy ACTIVE" in line for line in logs)
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
