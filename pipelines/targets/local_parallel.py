@@ -44,6 +44,8 @@ _LOCK = threading.Lock()
 #: last) and kfp.local's own functions, saved before the first patch.
 _ACTIVE: list[object] = []
 _ORIGINAL: dict[str, Any] = {}
+#: Environment variables the first run set (and the last one removes).
+_SET_HERE: set[str] = set()
 
 
 def default_workers() -> int:
@@ -119,17 +121,14 @@ def _execute_single_task(*args, **arguments):
     name = arguments.get("task_name")
     if args or dag is None or name not in dag.tasks:
         return _ORIGINAL["execute_single_task"](*args, **arguments)
-    if name not in dag.started:
-        if dag.plain(name):
+    if name not in dag.started and not dag.plain(name):  # kfp.local's own way, in turn
+        outputs, state = _ORIGINAL["execute_single_task"](**arguments)
+    else:
+        if name not in dag.started:
             dag.start(name, arguments)
-        else:
-            outputs, state = _ORIGINAL["execute_single_task"](**arguments)
-            if state == status.Status.SUCCESS:
-                dag.succeeded.add(name)
-            return outputs, state
-    for other in dag.ready():
-        dag.start(other, arguments)
-    outputs, state = dag.started[name].result()
+        for other in dag.ready():
+            dag.start(other, arguments)
+        outputs, state = dag.started[name].result()
     if state == status.Status.SUCCESS:
         dag.succeeded.add(name)
     return outputs, state
@@ -219,7 +218,7 @@ def side_by_side(workers: int | None = None):
                 setattr(modules[name], name, replacement)
             if workers > 1 and WAIT_POLICY not in os.environ:
                 os.environ[WAIT_POLICY] = "PASSIVE"
-                _ORIGINAL[WAIT_POLICY] = True
+                _SET_HERE.add(WAIT_POLICY)
         _ACTIVE.append(token)
     try:
         yield
@@ -229,5 +228,6 @@ def side_by_side(workers: int | None = None):
             if not _ACTIVE:
                 for name, module in modules.items():
                     setattr(module, name, _ORIGINAL[name])
-                if _ORIGINAL.pop(WAIT_POLICY, False):
-                    os.environ.pop(WAIT_POLICY, None)
+                for name in _SET_HERE:
+                    os.environ.pop(name, None)
+                _SET_HERE.clear()
