@@ -18,6 +18,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # here unless a test asks for more (tests/local/test_parallel_steps.py and
 # test_candidate_pipeline.py run steps side by side).
 os.environ.setdefault("GKEFLOW_LOCAL_STEPS", "1")
+# Local runs fork their steps from the tests' own servers (step_site/step_zygote.py), shared by
+# the whole run, not from one server per run (tests/unit/test_local_forks.py and
+# tests/local/test_forked_steps.py start gkeflow run's own).
+os.environ.setdefault("GKEFLOW_LOCAL_FORKS", "0")
 # Tables render at the width a pipe gets whoever runs the tests (pytest-xdist's workers set
 # COLUMNS=80); tests of the width options set COLUMNS themselves.
 for _name in ("COLUMNS", "LINES"):

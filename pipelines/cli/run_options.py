@@ -20,6 +20,7 @@ COMMON = frozenset({
     "pipeline", "data", "output", "params", "compute_overrides", "config_path", "no_cache",
     "verbose", "debug", "environment",  # tracking.<env> (cli/run_tracking.py)
     "steps_at_once",  # GKEFLOW_LOCAL_STEPS (targets/local_parallel.py)
+    "fork_steps",  # GKEFLOW_LOCAL_FORKS (targets/local_forks.py)
 })
 #: Options of a run that trains (training and sweep).
 TRAINING = frozenset({

@@ -307,10 +307,12 @@ def run_local(
             except ComputeError as exc:
                 raise LocalRunError(str(exc)) from exc
 
+    from gkeflow.pipelines.targets.local_forks import enabled, forked_steps
     from gkeflow.pipelines.targets.local_parallel import default_workers, side_by_side
 
     try:
         parallel_steps = default_workers() if parallel_steps is None else parallel_steps
+        enabled()
     except ValueError as exc:
         raise LocalRunError(str(exc)) from exc
     output_dir = Path(output_dir).resolve()
@@ -347,7 +349,8 @@ def run_local(
             trust_suite_images()
             warnings.filterwarnings("ignore", message=".*no effect in the current local runner.*")
             try:
-                with side_by_side(parallel_steps):
+                with side_by_side(parallel_steps), \
+                        forked_steps(str(arguments.get("backend", ""))):
                     pipeline(**arguments)
             except Exception as exc:  # kfp.local raises for invalid arguments
                 error = f"{type(exc).__name__}: {exc}"

@@ -12,20 +12,18 @@ exit status is the forked step's (a signal included), the signals it gets (SIGTE
 test, SIGINT) are passed on, and the forked step kills itself when that process dies
 (SIGKILL). A step whose import-time settings differ from the server's (another Keras
 backend, Python path, TensorFlow log level...) or that the server does not know runs the
-ordinary way. Only the tests use it (tests/conftest.py starts one set per test run,
-shared by its workers);
-production steps are ordinary processes in their images."""
+ordinary way. The forking itself is gkeflow.pipelines.targets.fork_server's, which serves
+the steps of `gkeflow run`; this adds the tests' flavours (the command's server, JAX) and
+hands over every Python process the tests start that it knows (tests/conftest.py starts one
+set per test run, shared by its workers). Steps in images are ordinary processes."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import select
-import signal
-import socket
-import struct
 import sys
+
+from gkeflow.pipelines.targets import fork_server
 
 #: The folder of the servers' sockets, one per flavour.
 ADDRESS_VARIABLE = "GKEFLOW_STEP_ZYGOTE"
@@ -60,13 +58,9 @@ IMPORT_TIME_VARIABLES = (
     "PYTHONDONTWRITEBYTECODE", "PYTHONOPTIMIZE", "PYTHONSAFEPATH", "TF_CPP_MIN_LOG_LEVEL",
     "TF_CPP_MAX_VLOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS", "TF_XLA_FLAGS", "XLA_FLAGS",
     "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
-FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
-                     signal.SIGUSR1, signal.SIGUSR2)
 #: The Keras backend a step asks for itself (train-model's ``backend`` parameter, in the
 #: executor input or a worker's ``--params``); ``auto`` is JAX on a host with a TPU.
 _BACKEND = re.compile(r'"backend":\s*"(jax|tensorflow|auto)"')
-_HEADER = struct.Struct("!I")
-_PID = struct.Struct("!i")
 
 
 def import_settings(environ) -> dict:
@@ -131,92 +125,27 @@ def delegate() -> None:
     flavour = flavour_of(name, list(sys.orig_argv), os.environ)
     if flavour is None:
         return
-    request = json.dumps({
-        "flavour": flavour, "kind": kind, "name": name, "arguments": arguments,
-        "orig_argv": list(sys.orig_argv), "cwd": os.getcwd(), "environ": dict(os.environ),
-        "executable": sys.executable,
-    }).encode()
-    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        connection.connect(os.path.join(folder, flavour))
-        socket.send_fds(connection, [_HEADER.pack(len(request)) + request], [0, 1, 2])
-        reply = _receive(connection, 1 + _PID.size)
-    except OSError:
-        connection.close()
-        return
-    if reply[:1] != b"P":
-        connection.close()
-        return
-    pid = _PID.unpack(reply[1:])[0]
-    for number in FORWARDED_SIGNALS:
-        signal.signal(number, lambda received, _frame: _forward(pid, received))
-    try:
-        status = _receive(connection, 1 + _PID.size)
-    except OSError:
-        status = b""
-    code = _PID.unpack(status[1:])[0] if status[:1] == b"S" else 70
-    if code < 0:  # killed by a signal: so is this process, as its parent expects
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-        code = 128 - code
-    os._exit(code)
+    code = fork_server.delegate(os.path.join(folder, flavour), kind, name, arguments)
+    if code is not None:
+        fork_server.exit_as(code)
 
 
-def _forward(pid: int, number: int) -> None:
-    try:
-        os.kill(pid, number)
-    except ProcessLookupError:
-        pass
-
-
-def _receive(connection: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:  # a signal handled meanwhile does not end recv (PEP 475)
-        chunk = connection.recv(size - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
-# --- the server ------------------------------------------------------------------------
-
-
-def preload(flavour: str) -> None:
-    import importlib
-
-    if flavour in ("tensorflow", "jax"):
-        os.environ["KERAS_BACKEND"] = flavour  # before Keras is imported
-    for name in FLAVOURS[flavour]:
-        try:
-            importlib.import_module(name)
-        except ImportError:  # not installed (mlflow-skinny, no JAX): the step imports it
-            pass
-    os.environ.pop("KERAS_BACKEND", None)
+# --- the server (gkeflow.pipelines.targets.fork_server's, with the tests' flavours) -------
 
 
 def serve(folder: str, flavour: str, load: bool = True, watch: int | None = None) -> None:
     """Preload (unless not ``load``), then fork a process for every step that connects to
     ``folder/flavour``, until killed or, with ``watch``, until that process has ended
     (then the folder is removed)."""
-    if load:
-        preload(flavour)
-    settings = {**import_settings(os.environ), "flavour": flavour}
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(os.path.join(folder, flavour))
-    listener.listen(64)
-    waiting: dict[int, socket.socket] = {}
-    while True:
-        ready, _, _ = select.select([listener], [], [], 0.02 if waiting else 1.0)
-        if watch is not None and not alive(watch):
-            import shutil
+    fork_server.serve(os.path.join(folder, flavour), flavour, watch=watch, load=load,
+                      log=(lambda line: _log(f"{flavour} {line}"))
+                      if os.environ.get(LOG_VARIABLE) else None,
+                      settings_of=lambda request: import_settings(request["environ"]),
+                      modules=FLAVOURS[flavour], later=())
+    if watch is not None:
+        import shutil
 
-            shutil.rmtree(folder, ignore_errors=True)
-            return
-        _report_ended(waiting)
-        if ready:
-            connection, _ = listener.accept()
-            _start(connection, listener, settings, waiting)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def start(folder: str, watch: int | None = None) -> list:
@@ -232,164 +161,12 @@ def start(folder: str, watch: int | None = None) -> list:
         for flavour in FLAVOURS]
 
 
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _interpreter(executable: str) -> tuple[str, str]:
-    """The environment (a venv's bin folder) and the interpreter an executable path runs:
-    ``.venv/bin/python3`` and ``.venv/bin/python`` are the same."""
-    return os.path.dirname(executable), os.path.realpath(executable)
+alive = fork_server.alive
 
 
 def _log(line: str) -> None:
-    if os.environ.get(LOG_VARIABLE):
-        with open(os.environ[LOG_VARIABLE], "a", encoding="utf-8") as log:
-            log.write(line + "\n")
-
-
-def _report_ended(waiting: dict[int, socket.socket]) -> None:
-    while waiting:
-        pid, status, usage = os.wait4(-1, os.WNOHANG)
-        if pid == 0:
-            return
-        _log(f"ended {pid} {usage.ru_utime + usage.ru_stime:.2f} CPU-s")
-        connection = waiting.pop(pid, None)
-        if connection is None:
-            continue
-        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-        try:
-            connection.sendall(b"S" + _PID.pack(code))
-        except OSError:
-            pass
-        connection.close()
-
-
-def _start(connection, listener, settings, waiting) -> None:
-    fds: list[int] = []
-    try:
-        connection.settimeout(10)
-        data, fds, _flags, _address = socket.recv_fds(connection, 1 << 16, 3)
-        size = _HEADER.unpack(data[:_HEADER.size])[0]
-        body = data[_HEADER.size:]
-        while len(body) < size:
-            chunk = connection.recv(size - len(body))
-            if not chunk:
-                raise OSError("the step went away")
-            body += chunk
-        request = json.loads(body)
-        connection.settimeout(None)
-        asked = {**import_settings(request["environ"]), "flavour": request["flavour"]}
-        if (len(fds) != 3 or asked != settings
-                or _interpreter(request["executable"]) != _interpreter(sys.executable)):
-            connection.sendall(b"D")
-            _log(f"{settings['flavour']} {request['name']} declined: "
-                 + " ".join(sorted(k for k in asked if asked[k] != settings.get(k))))
-            raise OSError("declined")
-    except (OSError, ValueError, KeyError):
-        for fd in fds:
-            os.close(fd)
-        connection.close()
-        return
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            listener.close()
-            for other in waiting.values():
-                other.close()
-            _run_step(connection, request, fds)
-        finally:
-            os._exit(70)
-    for fd in fds:
-        os.close(fd)
-    _log(f"{request['flavour']} {request['name']} {pid}")
-    try:
-        connection.sendall(b"P" + _PID.pack(pid))
-    except OSError:
-        pass
-    waiting[pid] = connection
-
-
-def _run_step(connection: socket.socket, request: dict, fds: list[int]) -> None:
-    import atexit
-    import io
-    import runpy
-    import threading
-
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
-        os.close(fd)
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["environ"])
-    import tempfile
-
-    tempfile.tempdir = None  # cached by the server's imports: the step's TMPDIR decides
-    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(
-        io.BufferedReader(io.FileIO(0, "r", closefd=False)))
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), line_buffering=os.isatty(1),
-        write_through=unbuffered)
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(2, "w", closefd=False)), errors="backslashreplace",
-        line_buffering=True, write_through=unbuffered)
-    sys.orig_argv = request["orig_argv"]
-    sys.executable = request["executable"]
-    if "numpy" in sys.modules:
-        sys.modules["numpy"].random.seed()
-
-    def watch_the_step_process() -> None:  # it died (SIGKILL): so does the step
-        try:
-            while connection.recv(1):
-                pass
-        except OSError:
-            pass
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    threading.Thread(target=watch_the_step_process, daemon=True).start()
-    code = 0
-    try:
-        if request["kind"] == "module":  # what ``python -m`` does
-            sys.argv, sys.path[0] = ["-m", *request["arguments"]], request["cwd"]
-            sys.modules.pop(request["name"], None)  # preloaded: it runs afresh as __main__
-            runpy._run_module_as_main(request["name"])
-        else:  # what ``python SCRIPT`` does
-            script = request["name"]
-            sys.argv = [script, *request["arguments"]]
-            sys.path[0] = os.path.dirname(os.path.realpath(script))
-            runpy.run_path(script, run_name="__main__")
-    except SystemExit as stop:
-        code = _exit_code(stop.code)
-    except BaseException:  # noqa: BLE001 - reported as the interpreter would
-        sys.excepthook(*sys.exc_info())
-        code = 1
-    # What interpreter shutdown does that a step can see; the rest (freeing every module)
-    # is what the fork saves.
-    threading._shutdown()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
-
-
-def _exit_code(code) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    print(code, file=sys.stderr)
-    return 1
+    with open(os.environ[LOG_VARIABLE], "a", encoding="utf-8") as log:
+        log.write(line + "\n")
 
 
 if __name__ == "__main__":  # python -m step_zygote FOLDER FLAVOUR [--no-preload] [--watch PID]
