@@ -1,13 +1,13 @@
 """Wide and long tables through `gkeflow run`: the training steps' and evaluate-model's
 seconds for 300 rows x 2,000 numeric columns and 3,000 rows x 20, with the Keras model alone
 (`--model-type mlp`) and the default (`auto`: gbdt, mlp and linear, each in a step of its
-own, then train-model choosing), each run one step at a time (``GKEFLOW_LOCAL_STEPS=1``,
-kfp.local's own way) and with independent steps side by side (the default: the cores, at
-most 4). train_evaluate_s: from the first training step's start to evaluate-model's end;
-run_s: the whole `gkeflow run`.
+own, then train-model choosing), with the steps started each way of :data:`VARIANTS` (one
+at a time and side by side, each a fresh Python or a fork of one that imported TensorFlow).
+train_evaluate_s: from the first training step's start to evaluate-model's end; run_s: the
+whole `gkeflow run`.
 
-    python bench/wide.py            # one at a time, then the default
-    python bench/wide.py default    # the default only
+    python bench/wide.py                          # every variant
+    python bench/wide.py side-fresh side-forked   # those only
 """
 
 from __future__ import annotations
@@ -60,27 +60,40 @@ def train_evaluate_wall(log: Path) -> float:
     return float("nan") if first is None or last is None else (last - first) % 86400
 
 
+#: How the steps start: one at a time, each a fresh Python (kfp.local's own way); side by
+#: side, each fresh; side by side, each a fork of one process that imported TensorFlow (the
+#: default of `gkeflow run`).
+VARIANTS = {
+    "one-fresh": {"GKEFLOW_LOCAL_STEPS": "1", "GKEFLOW_LOCAL_FORKS": "0"},
+    "side-fresh": {"GKEFLOW_LOCAL_FORKS": "0"},
+    "side-forked": {},
+}
+
+
 def main() -> None:
-    steps = sys.argv[1:] or ["1", "default"]
+    variants = sys.argv[1:] or list(VARIANTS)
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        raise SystemExit(f"unknown variant(s) {', '.join(unknown)}: choose among "
+                         f"{', '.join(VARIANTS)}")
     with tempfile.TemporaryDirectory(prefix="gkeflow-bench-wide-") as scratch:
         for rows, columns in SHAPES:
             data = Path(scratch) / f"t{rows}x{columns}.csv"
             make_table(data, rows, columns)
             for model_type in ("mlp", "auto"):
-                for parallel in steps:
-                    env = dict(os.environ)
-                    env.pop("GKEFLOW_LOCAL_STEPS", None)
-                    if parallel != "default":
-                        env["GKEFLOW_LOCAL_STEPS"] = parallel
+                for variant in variants:
+                    env = {k: v for k, v in os.environ.items()
+                           if k not in ("GKEFLOW_LOCAL_STEPS", "GKEFLOW_LOCAL_FORKS")}
                     done = subprocess.run(
                         [sys.executable, "-m", "gkeflow.pipelines.cli.main", "run", "--data",
                          str(data), "--label", "label", "--model-type", model_type,
                          "--no-cache", "--output", str(Path(scratch) / "out")],
-                        capture_output=True, text=True, check=True, env=env)
+                        capture_output=True, text=True, check=True,
+                        env={**env, **VARIANTS[variant]})
                     log = Path(re.search(r"Log:\s+(\S+)", done.stdout).group(1))
                     total = re.search(r"Total:\s+([0-9.]+)s", done.stdout)
                     print(f"rows={rows} columns={columns} model_type={model_type} "
-                          f"local_steps={parallel} "
+                          f"steps={variant} "
                           f"evaluate_s={step_seconds(done.stdout, 'evaluate-model'):.1f} "
                           f"train_evaluate_s={train_evaluate_wall(log):.1f} "
                           f"run_s={float(total.group(1)) if total else float('nan'):.1f}",

@@ -24,6 +24,21 @@ def where(me: str) -> str:
 
 
 @dsl.component(base_image="python:3.11", install_kfp_package=False)
+def boost(upstream: str) -> str:
+    """Trees with two OpenMP threads in a forked step (the server may have imported
+    XGBoost before the fork)."""
+    import os
+
+    import numpy as np
+    import xgboost as xgb
+
+    x = np.arange(200, dtype=np.float32).reshape(100, 2)
+    booster = xgb.train({"nthread": 2, "max_depth": 2}, xgb.DMatrix(x, label=x[:, 0] > 50),
+                        num_boost_round=5)
+    return f"{os.getppid()} {booster.num_boosted_rounds()}"
+
+
+@dsl.component(base_image="python:3.11", install_kfp_package=False)
 def broken(upstream: str) -> str:
     raise SystemExit(f"this step fails after {upstream.split()[0]}")
 
@@ -35,7 +50,9 @@ def test_steps_run_as_forks_of_the_server_once_it_has_imported_keras(tmp_path, m
     def pipeline():
         first = where(me="first")
         first.set_caching_options(False)
-        failed = broken(upstream=first.output)
+        trees = boost(upstream=first.output)
+        trees.set_caching_options(False)
+        failed = broken(upstream=trees.output)
         failed.set_caching_options(False)
 
     with forked_steps() as server:
@@ -49,6 +66,7 @@ def test_steps_run_as_forks_of_the_server_once_it_has_imported_keras(tmp_path, m
         assert steps["where"].status == "SUCCESS"
         assert result.parameter_outputs("where")["Output"] == f"{server.process.pid} True"
         assert "first ran" in "\n".join(steps["where"].log)
+        assert result.parameter_outputs("boost")["Output"] == f"{server.process.pid} 5"
         # a forked step's failure is the step's: its message, the run failed
         assert steps["broken"].status == "FAILURE" and not result.ok
         assert f"this step fails after {server.process.pid}" in "\n".join(
