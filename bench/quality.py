@@ -15,6 +15,7 @@ baseline's, and the worst table.
     pip install -e '.[bench]'
     python bench/quality.py                     # every table, gbdt and mlp (make bench-quality)
     python bench/quality.py --tables diamonds --models gbdt
+    python bench/quality.py --models auto --splits 5   # errors averaged over 5 splits
 """
 
 from __future__ import annotations
@@ -171,7 +172,15 @@ def _gkeflow_model(model_type, dataset_dir, schema, test, work):
     return model.predict_proba(to_model_inputs(test, schema))
 
 
-def run_table(table: Table, models, baselines, work: Path) -> dict:
+#: The key column of a repeated split (``--splits``): its hash places each row, as a key
+#: column does in gkeflow's preparation; never a feature.
+SPLIT_KEY = "bench_split_key"
+
+
+def run_table(table: Table, models, baselines, work: Path, split: int | None = None) -> dict:
+    """Every model's test error on ``table``; ``split`` N (from 0) places the rows by the
+    hash of ``N:row``, another 70/15/15 split per N (None: by the row's content, gkeflow's
+    default)."""
     import contextlib
     import io
 
@@ -179,11 +188,14 @@ def run_table(table: Table, models, baselines, work: Path) -> dict:
     from gkeflow.components.prepare.reader import load_split
 
     frame = table.frame()
+    if split is not None:
+        frame[SPLIT_KEY] = [f"{split}:{row}" for row in range(len(frame))]
     csv = work / f"{table.name}.csv"
     frame.to_csv(csv, index=False)
     dataset_dir = work / f"{table.name}-dataset"
     with contextlib.redirect_stdout(io.StringIO()):
-        prepared = prepare(str(csv), dataset_dir, table.label)
+        prepared = prepare(str(csv), dataset_dir, table.label,
+                           key_column=SPLIT_KEY if split is not None else "")
     schema = prepared.schema
     splits = {s: load_split(dataset_dir, s, schema) for s in ("train", "eval", "test")}
     import pandas as pd
@@ -209,6 +221,17 @@ def run_table(table: Table, models, baselines, work: Path) -> dict:
             **_errors(predicted, truth, schema.regression),
             "seconds": round(time.perf_counter() - started, 2)}
     return result
+
+
+def averaged(repeats: list[dict]) -> dict:
+    """One table's figures over its splits: each model's errors and seconds averaged."""
+    if len(repeats) == 1:
+        return repeats[0]
+    models = {name: {key: float(np.mean([r["models"][name][key] for r in repeats]))
+                     for key in repeats[0]["models"][name]}
+              for name in repeats[0]["models"]}
+    return {**repeats[0], "splits": len(repeats), "models": models,
+            "test_rows": int(sum(r["test_rows"] for r in repeats))}
 
 
 def primary(entry: dict) -> float:
@@ -244,6 +267,10 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path, help="write every figure here as JSON")
     parser.add_argument("--seed", type=int, default=SEED,
                         help="gkeflow's training seed (default 42)")
+    parser.add_argument("--splits", type=int, default=0,
+                        help="repeat every table over N other 70/15/15 splits (rows placed "
+                             "by the hash of split:row) and compare each model's error "
+                             "averaged over them; default: the one split by row content")
     args = parser.parse_args(argv)
     SEED = args.seed
     chosen = [t for t in TABLES if not args.tables or t.name in args.tables.split(",")]
@@ -252,14 +279,18 @@ def main(argv=None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="gkeflow-quality-") as scratch:
         for table in chosen:
-            work = Path(scratch) / table.name
-            work.mkdir()
-            result = run_table(table, models, baselines, work)
-            results.append(result)
-            shown = " ".join(f"{name}={primary(entry):.4g}({entry['seconds']}s)"
-                             for name, entry in result["models"].items())
-            print(f"{table.name} [{result['task']}, {result['rows']} rows, "
-                  f"{result['features']} features]: {shown}", flush=True)
+            repeats = []
+            for split in range(args.splits) if args.splits > 0 else [None]:
+                work = Path(scratch) / f"{table.name}-{split}"
+                work.mkdir()
+                repeats.append(run_table(table, models, baselines, work, split))
+                result = repeats[-1]
+                shown = " ".join(f"{name}={primary(entry):.4g}({entry['seconds']}s)"
+                                 for name, entry in result["models"].items())
+                print(f"{table.name}{'' if split is None else f' split {split}'} "
+                      f"[{result['task']}, {result['rows']} rows, "
+                      f"{result['features']} features]: {shown}", flush=True)
+            results.append(averaged(repeats))
     for line in summary(results, models, baselines):
         print(line)
     if args.json:
