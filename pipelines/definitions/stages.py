@@ -103,15 +103,20 @@ GATE_PARAMETERS = ("model_name", "min_accuracy", "registry_uri", "comparison_met
 
 #: The training pipeline's parameters that change the model it trains (besides the data's
 #: content and the user module's source, which the fingerprint step hashes).
-TRAINED_WITH = ("label_column", "train_ratio", "eval_ratio", "test_ratio", "key_column",
-                "exclude_columns", "feature_columns", "epochs", "batch_size", "learning_rate",
-                "model_type")
+TRAINED_WITH = ("label_column", "task", "train_ratio", "eval_ratio", "test_ratio",
+                "key_column", "exclude_columns", "feature_columns", "epochs", "batch_size",
+                "learning_rate", "early_stopping_patience", "loss", "label_transform",
+                "backend", "model_type", "candidates", "gbdt_rounds", "gbdt_learning_rate",
+                "gbdt_max_depth", "gbdt_min_child_weight", "gbdt_subsample",
+                "gbdt_colsample_bytree", "gbdt_reg_lambda", "gbdt_early_stopping_rounds")
 
 
 def training_inputs(scope: dict, fingerprint: dsl.PipelineTask) -> str:
     """What the model is trained on and with, as one string resolved at run time: the data
-    and code fingerprints and :data:`TRAINED_WITH` (registration skips a copy on it)."""
+    and code fingerprints and those of :data:`TRAINED_WITH` the pipeline has (registration
+    skips a copy on it)."""
     text = f"data={fingerprint.outputs['data']};code={fingerprint.outputs['code']}"
     for name in TRAINED_WITH:
-        text += f";{name}={scope[name]}"
+        if name in scope:
+            text += f";{name}={scope[name]}"
     return text
