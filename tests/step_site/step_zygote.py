@@ -23,8 +23,6 @@ import os
 import re
 import sys
 
-from gkeflow.pipelines.targets import fork_server
-
 #: The folder of the servers' sockets, one per flavour.
 ADDRESS_VARIABLE = "GKEFLOW_STEP_ZYGOTE"
 #: A file a server appends to for every process it forks (``FLAVOUR NAME PID``), declines
@@ -125,6 +123,10 @@ def delegate() -> None:
     flavour = flavour_of(name, list(sys.orig_argv), os.environ)
     if flavour is None:
         return
+    # imported here: every process the tests start loads this module (a step that is not
+    # handed over, e.g. an example that must not import gkeflow, does not import it)
+    from gkeflow.pipelines.targets import fork_server
+
     code = fork_server.delegate(os.path.join(folder, flavour), kind, name, arguments)
     if code is not None:
         fork_server.exit_as(code)
@@ -137,6 +139,8 @@ def serve(folder: str, flavour: str, load: bool = True, watch: int | None = None
     """Preload (unless not ``load``), then fork a process for every step that connects to
     ``folder/flavour``, until killed or, with ``watch``, until that process has ended
     (then the folder is removed)."""
+    from gkeflow.pipelines.targets import fork_server
+
     fork_server.serve(os.path.join(folder, flavour), flavour, watch=watch, load=load,
                       log=(lambda line: _log(f"{flavour} {line}"))
                       if os.environ.get(LOG_VARIABLE) else None,
@@ -161,7 +165,10 @@ def start(folder: str, watch: int | None = None) -> list:
         for flavour in FLAVOURS]
 
 
-alive = fork_server.alive
+def alive(pid: int) -> bool:
+    from gkeflow.pipelines.targets import fork_server
+
+    return fork_server.alive(pid)
 
 
 def _log(line: str) -> None:
