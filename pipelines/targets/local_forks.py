@@ -65,10 +65,13 @@ def rewrite(full_command: list[str], address: str, flavour: str, environ=os.envi
             ) -> list[str]:
     """``full_command`` with its ``python -m kfp.dsl.executor_main`` handed to the server
     at ``address``; unchanged for a step on another Keras backend than ``flavour`` (the one
-    it asks for, else ``KERAS_BACKEND``'s) or not started that way."""
+    it asks for, else ``KERAS_BACKEND``'s), for one that installs packages first, or one
+    not started that way."""
     asked = {m.group(1) for part in full_command for m in _BACKEND.finditer(part)}
     backend = next(iter(asked)) if asked else (environ.get("KERAS_BACKEND") or "tensorflow")
     if len(asked) > 1 or (backend if backend != "auto" else "tensorflow") != flavour:
+        return list(full_command)
+    if any("pip install" in part for part in full_command):  # may replace what was imported
         return list(full_command)
     target = f" -m {STEP_MODULE} "
     changed, done = [], False
@@ -120,14 +123,19 @@ def forked_steps(backend: str = ""):
     except ImportError:
         handler = None
     flavour = run_flavour(backend) if enabled() else None
-    if (flavour is None or handler is None
-            or not callable(getattr(handler, "run_local_subprocess", None)) or _ORIGINAL):
+    if flavour is None or not callable(getattr(handler, "run_local_subprocess", None)):
         yield None
         return
-    server = _Server(flavour)
     with _LOCK:
-        _ORIGINAL["run_local_subprocess"] = handler.run_local_subprocess
-        handler.run_local_subprocess = _run_local_subprocess(server)
+        if _ORIGINAL:  # a run of this process has one already: its steps use it
+            server = None
+        else:
+            server = _Server(flavour)
+            _ORIGINAL["run_local_subprocess"] = handler.run_local_subprocess
+            handler.run_local_subprocess = _run_local_subprocess(server)
+    if server is None:
+        yield None
+        return
     try:
         yield server
     finally:

@@ -141,6 +141,13 @@ def test_a_command_not_started_as_kfp_local_starts_steps_is_left_as_it_is():
     assert local_forks.rewrite(command, "/tmp/s", "tensorflow", {}) == command
 
 
+def test_a_step_that_installs_packages_first_starts_fresh():
+    """What it installs may replace a module the server imported."""
+    command = ["sh", "-c", "python3 -m pip install --quiet 'pandas==2.0' && \"$0\" \"$@\"",
+               *COMMAND, "{}"]
+    assert local_forks.rewrite(command, "/tmp/s", "tensorflow", {}) == command
+
+
 @pytest.mark.parametrize("value, on", [("0", False), ("off", False), ("1", True), ("", True)])
 def test_the_switch(value, on):
     assert local_forks.enabled({local_forks.SWITCH: value}) is on
