@@ -13,7 +13,8 @@ gives, per gkeflow model type, the geometric mean over tables of its error divid
 baseline's, and the worst table.
 
     pip install -e '.[bench]'
-    python bench/quality.py                     # every table, gbdt and mlp (make bench-quality)
+    python bench/quality.py                     # every table and model type, one split
+    python bench/quality.py --models auto,gbdt,mlp --splits 3   # make bench-quality
     python bench/quality.py --tables diamonds --models gbdt
     python bench/quality.py --models auto --splits 5   # errors averaged over 5 splits
 """

@@ -194,9 +194,12 @@ def choose(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainPara
     metadata = json.loads((folders[winner] / MODEL_FOLDER / MODEL_METADATA_FILE).read_text())
     chosen = winner
     if blend is not None:
-        weights, value = blend
+        weights, value, close = blend
         chosen = "ensemble of " + ", ".join(f"{n} {w:.2f}" for n, w in weights.items())
-        reason = (f"its {metric} on the eval split, {value:.4f}, beats the best single "
+        reason = (f"the eval split cannot tell {' and '.join(weights)} apart ({shown}: each "
+                  f"within one standard error of the best), so their average serves "
+                  f"({metric} {value:.4f})" if close else
+                  f"its {metric} on the eval split, {value:.4f}, beats the best single "
                   f"candidate's ({shown})")
         metadata.update({"model_family": "ensemble", "ensemble": weights, "model": "ensemble"})
     say(f"model auto: {chosen} wins: {reason}")
@@ -226,10 +229,16 @@ def choose(dataset_dir: Path, schema: Schema, model_dir: Path, params: TrainPara
 
 def choose_ensemble(dataset_dir: Path, schema: Schema, params: TrainParams,
                     results: dict[str, TrainResult], folders: dict[str, Path]):
-    """(weights, eval error) of the greedy ensemble of the candidates, when it beats the
-    best single candidate on the eval split by :data:`~.ensemble.MIN_GAIN`; else None."""
+    """(weights, eval error, close) of the candidates' blend: the equal average of those the
+    eval split cannot tell apart (``close`` True), else the greedy ensemble when it beats
+    the best single candidate by :data:`~.ensemble.MIN_GAIN`; None for neither."""
     from gkeflow.components.prepare.reader import load_split
-    from gkeflow.components.train.ensemble import MIN_GAIN, eval_error, greedy_weights
+    from gkeflow.components.train.ensemble import (
+        MIN_GAIN,
+        eval_error,
+        greedy_weights,
+        indistinguishable,
+    )
     from gkeflow.components.train.inputs import encode_labels, split_rows
 
     if len(results) < 2 or not params.ensemble or not split_rows(dataset_dir).get("eval"):
@@ -244,10 +253,18 @@ def choose_ensemble(dataset_dir: Path, schema: Schema, params: TrainParams,
             held_out = served_eval_predictions(folders[name] / MODEL_FOLDER, dataset_dir,
                                                schema)
         predictions[name] = held_out
+    close = indistinguishable(predictions, truth, schema.regression, params.label_transform)
+    if len(close) > 1:
+        import numpy as np
+
+        weights = {name: 1 / len(close) for name in close}
+        blended = sum(w * np.asarray(predictions[n], np.float64) for n, w in weights.items())
+        return weights, eval_error(blended, truth, schema.regression,
+                                   params.label_transform), True
     single = min(eval_error(p, truth, schema.regression, params.label_transform)
                  for p in predictions.values())
     weights, value = greedy_weights(predictions, truth, schema.regression,
                                     params.label_transform)
     if len(weights) < 2 or not value < single * (1 - MIN_GAIN):
         return None
-    return weights, value
+    return weights, value, False

@@ -167,6 +167,61 @@ def test_greedy_ensemble_weights_blend_complementary_candidates():
     assert weights == {"exact": 1.0}
 
 
+def test_candidates_the_eval_rows_cannot_tell_apart_are_averaged():
+    """The one-standard-error rule: a candidate whose per-row losses exceed the best's by
+    less than one standard error of the paired difference is as good, on these rows."""
+    from gkeflow.components.train.ensemble import indistinguishable, row_losses
+
+    rng = np.random.default_rng(3)
+    truth = rng.normal(size=40)
+    a = truth + rng.normal(0, 1.0, 40)
+    b = truth + rng.normal(0, 1.05, 40)  # as good, within the noise of 40 rows
+    poor = truth + rng.normal(0, 4.0, 40)
+    predictions = {"a": a[:, None], "b": b[:, None], "poor": poor[:, None]}
+    close = indistinguishable(predictions, truth, regression=True)
+    losses = {n: row_losses(p, truth, True) for n, p in predictions.items()}
+    for name in ("a", "b"):  # the rule, as the figures give it
+        best = min(losses, key=lambda n: losses[n].mean())
+        gap = losses[name] - losses[best]
+        assert (name in close) == (name == best or gap.mean() < gap.std(ddof=1) / np.sqrt(40))
+    assert set(close) == {"a", "b"}
+    # with many rows the same gap is real: only the best is left
+    truth = rng.normal(size=40000)
+    many = {"a": (truth + rng.normal(0, 1.0, 40000))[:, None],
+            "b": (truth + rng.normal(0, 1.05, 40000))[:, None]}
+    assert indistinguishable(many, truth, regression=True) == ["a"]
+    # classes: log loss per row; a candidate sure of the wrong class is told apart
+    labels = np.array([0, 1, 2, 1] * 10)
+    right = np.eye(3)[labels] * 0.9 + 0.1 / 3
+    wrong = np.eye(3)[(labels + 1) % 3] * 0.9 + 0.1 / 3
+    assert indistinguishable({"right": right, "wrong": wrong}, labels,
+                             regression=False) == ["right"]
+
+
+def test_auto_averages_candidates_the_eval_split_cannot_tell_apart(tmp_path):
+    from gkeflow.components.evaluate.model_card import model_selection_section
+    from gkeflow.components.prepare.logic import prepare
+    from gkeflow.components.train.exported import ExportedModel
+    from gkeflow.components.train.logic import train
+
+    # a noisy linear target on few rows: trees and the line are equally good on 30 eval rows
+    rng = np.random.default_rng(5)
+    x1, x2 = rng.uniform(-2, 2, 200), rng.uniform(-2, 2, 200)
+    y = 0.3 * x1 + 0.2 * x2 + rng.normal(0, 2.0, 200)
+    (tmp_path / "noisy.csv").write_text("x1,x2,y\n" + "".join(
+        f"{a:.4f},{b:.4f},{c:.4f}\n" for a, b, c in zip(x1, x2, y, strict=True)))
+    prepared = prepare(str(tmp_path / "noisy.csv"), tmp_path / "dataset", "y")
+    result = train(tmp_path / "dataset", prepared.schema, tmp_path / "model",
+                   TrainParams(model_type="auto", candidates="gbdt,linear"))
+    metadata = json.loads((tmp_path / "model" / "gkeflow_model.json").read_text())
+    assert metadata["model_family"] == "ensemble"
+    assert metadata["ensemble"] == {"gbdt": 0.5, "linear": 0.5}
+    assert "cannot tell gbdt and linear apart" in metadata["model_selection"]["reason"]
+    assert "cannot tell gbdt and linear apart" in model_selection_section(tmp_path / "model")
+    assert result.strategy.startswith("auto: ensemble of gbdt 0.50, linear 0.50")
+    assert np.isfinite(ExportedModel(tmp_path / "model").predict_rows([{"x1": 1.0}])[0])
+
+
 def test_an_ensemble_serves_the_weighted_average_of_its_members(prepared_penguins, tmp_path):
     from gkeflow.components.deploy.servable import check_servable
     from gkeflow.components.evaluate.logic import evaluate
