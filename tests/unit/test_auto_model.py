@@ -167,6 +167,20 @@ def test_greedy_ensemble_weights_blend_complementary_candidates():
     assert weights == {"exact": 1.0}
 
 
+def _auto_on_two_columns(folder, x1, x2, y):
+    """``model_type: auto`` with the trees and the linear model on a table x1, x2 -> y: its
+    result and gkeflow_model.json."""
+    from gkeflow.components.prepare.logic import prepare
+    from gkeflow.components.train.logic import train
+
+    (folder / "table.csv").write_text("x1,x2,y\n" + "".join(
+        f"{a:.4f},{b:.4f},{c:.4f}\n" for a, b, c in zip(x1, x2, y, strict=True)))
+    prepared = prepare(str(folder / "table.csv"), folder / "dataset", "y")
+    result = train(folder / "dataset", prepared.schema, folder / "model",
+                   TrainParams(model_type="auto", candidates="gbdt,linear"))
+    return result, json.loads((folder / "model" / "gkeflow_model.json").read_text())
+
+
 def test_candidates_the_eval_rows_cannot_tell_apart_are_averaged():
     """The one-standard-error rule: a candidate whose per-row losses exceed the best's by
     less than one standard error of the paired difference is as good, on these rows."""
@@ -200,20 +214,13 @@ def test_candidates_the_eval_rows_cannot_tell_apart_are_averaged():
 
 def test_auto_averages_candidates_the_eval_split_cannot_tell_apart(tmp_path):
     from gkeflow.components.evaluate.model_card import model_selection_section
-    from gkeflow.components.prepare.logic import prepare
     from gkeflow.components.train.exported import ExportedModel
-    from gkeflow.components.train.logic import train
 
-    # a noisy linear target on few rows: trees and the line are equally good on 30 eval rows
+    # a noisy linear target on few rows: trees and the line are equally good on 40 eval rows
     rng = np.random.default_rng(5)
     x1, x2 = rng.uniform(-2, 2, 200), rng.uniform(-2, 2, 200)
     y = 0.3 * x1 + 0.2 * x2 + rng.normal(0, 2.0, 200)
-    (tmp_path / "noisy.csv").write_text("x1,x2,y\n" + "".join(
-        f"{a:.4f},{b:.4f},{c:.4f}\n" for a, b, c in zip(x1, x2, y, strict=True)))
-    prepared = prepare(str(tmp_path / "noisy.csv"), tmp_path / "dataset", "y")
-    result = train(tmp_path / "dataset", prepared.schema, tmp_path / "model",
-                   TrainParams(model_type="auto", candidates="gbdt,linear"))
-    metadata = json.loads((tmp_path / "model" / "gkeflow_model.json").read_text())
+    result, metadata = _auto_on_two_columns(tmp_path, x1, x2, y)
     assert metadata["model_family"] == "ensemble"
     assert metadata["ensemble"] == {"gbdt": 0.5, "linear": 0.5}
     assert "cannot tell gbdt and linear apart" in metadata["model_selection"]["reason"]
@@ -252,20 +259,13 @@ def test_an_ensemble_serves_the_weighted_average_of_its_members(prepared_penguin
 
 def test_auto_serves_an_ensemble_when_it_beats_every_candidate(tmp_path):
     from gkeflow.components.evaluate.model_card import model_selection_section
-    from gkeflow.components.prepare.logic import prepare
     from gkeflow.components.train.exported import ExportedModel
-    from gkeflow.components.train.logic import train
 
     # a linear trend with a step: the line suits the linear model, the step the trees
     rng = np.random.default_rng(1)
     x1, x2 = rng.uniform(-2, 2, 300), rng.uniform(-2, 2, 300)
     y = 2 * x1 + 1.5 * x2 + np.where(x2 > 0.5, 1.0, 0.0) + rng.normal(0, 0.5, 300)
-    (tmp_path / "trend.csv").write_text("x1,x2,y\n" + "".join(
-        f"{a:.4f},{b:.4f},{c:.4f}\n" for a, b, c in zip(x1, x2, y, strict=True)))
-    prepared = prepare(str(tmp_path / "trend.csv"), tmp_path / "dataset", "y")
-    result = train(tmp_path / "dataset", prepared.schema, tmp_path / "model",
-                   TrainParams(model_type="auto", candidates="gbdt,linear"))
-    metadata = json.loads((tmp_path / "model" / "gkeflow_model.json").read_text())
+    result, metadata = _auto_on_two_columns(tmp_path, x1, x2, y)
     assert metadata["model_family"] == "ensemble"
     assert set(metadata["ensemble"]) == {"gbdt", "linear"}
     assert sum(metadata["ensemble"].values()) == pytest.approx(1.0)
