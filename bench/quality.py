@@ -162,13 +162,14 @@ def _errors(predicted, truth, regression):
             "log_loss": float(-np.mean(np.log(chosen)))}
 
 
-def _gkeflow_model(model_type, dataset_dir, schema, test, work):
+def _gkeflow_model(model_type, dataset_dir, schema, test, work, settings=None):
     from gkeflow.components.train.exported import ExportedModel
     from gkeflow.components.train.inputs import to_model_inputs
     from gkeflow.components.train.logic import TrainParams, train
 
     model_dir = work / f"model-{model_type}"
-    train(dataset_dir, schema, model_dir, TrainParams(model_type=model_type, seed=SEED))
+    train(dataset_dir, schema, model_dir,
+          TrainParams(model_type=model_type, seed=SEED, **(settings or {})))
     model = ExportedModel(model_dir)
     return model.predict_proba(to_model_inputs(test, schema))
 
@@ -178,10 +179,11 @@ def _gkeflow_model(model_type, dataset_dir, schema, test, work):
 SPLIT_KEY = "bench_split_key"
 
 
-def run_table(table: Table, models, baselines, work: Path, split: int | None = None) -> dict:
+def run_table(table: Table, models, baselines, work: Path, split: int | None = None,
+              settings: dict | None = None) -> dict:
     """Every model's test error on ``table``; ``split`` N (from 0) places the rows by the
     hash of ``N:row``, another 70/15/15 split per N (None: by the row's content, gkeflow's
-    default)."""
+    default); ``settings``: TrainParams fields for gkeflow's models (default: theirs)."""
     import contextlib
     import io
 
@@ -217,7 +219,8 @@ def run_table(table: Table, models, baselines, work: Path, split: int | None = N
     for model_type in models:
         started = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):
-            predicted = _gkeflow_model(model_type, dataset_dir, schema, splits["test"], work)
+            predicted = _gkeflow_model(model_type, dataset_dir, schema, splits["test"], work,
+                                       settings)
         result["models"][f"gkeflow_{model_type}"] = {
             **_errors(predicted, truth, schema.regression),
             "seconds": round(time.perf_counter() - started, 2)}

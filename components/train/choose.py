@@ -235,6 +235,7 @@ def choose_ensemble(dataset_dir: Path, schema: Schema, params: TrainParams,
     from gkeflow.components.prepare.reader import load_split
     from gkeflow.components.train.ensemble import (
         MIN_GAIN,
+        blend,
         eval_error,
         greedy_weights,
         indistinguishable,
@@ -255,11 +256,8 @@ def choose_ensemble(dataset_dir: Path, schema: Schema, params: TrainParams,
         predictions[name] = held_out
     close = indistinguishable(predictions, truth, schema.regression, params.label_transform)
     if len(close) > 1:
-        import numpy as np
-
         weights = {name: 1 / len(close) for name in close}
-        blended = sum(w * np.asarray(predictions[n], np.float64) for n, w in weights.items())
-        return weights, eval_error(blended, truth, schema.regression,
+        return weights, eval_error(blend(predictions, weights), truth, schema.regression,
                                    params.label_transform), True
     single = min(eval_error(p, truth, schema.regression, params.label_transform)
                  for p in predictions.values())

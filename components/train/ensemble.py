@@ -13,8 +13,9 @@ the candidates whose mean per-row loss exceeds the best's by less than one stand
 of the paired difference (the one-standard-error rule of model selection) are
 :func:`indistinguishable` from it, and when there are two or more, the model serves their
 equal-weight average rather than one of them picked by chance (over 13 real tables and 3
-splits each, `bench/quality.py`: the worst table 1.23x -> 1.09x the best default GBDT's error,
-the geometric mean 0.981x -> 0.969x; bench/RESULTS.md).
+splits each, `bench/quality.py --splits 3`: the worst table 1.21x -> 1.07x the best default
+GBDT's error, the geometric mean 0.965x -> 0.953x; the rules compared in bench/auto_rules.py;
+bench/RESULTS.md).
 
 The exported model holds every member's SavedModel and serves the weighted average of
 their outputs (class probabilities, or values in the label's units) behind the same
@@ -37,14 +38,8 @@ MIN_GAIN = 0.005
 def eval_error(predictions: np.ndarray, truth: np.ndarray, regression: bool,
                transform: str = "none") -> float:
     """Log loss of class probabilities, or RMSE of values (of their log under ``log``)."""
-    predictions = np.asarray(predictions, np.float64)
-    if regression:
-        values, target = predictions.reshape(-1), np.asarray(truth, np.float64).reshape(-1)
-        if transform == "log":
-            values, target = np.log(np.maximum(values, 1e-300)), np.log(target)
-        return float(np.sqrt(np.mean((values - target) ** 2)))
-    chosen = predictions[np.arange(truth.size), np.asarray(truth, int)]
-    return float(-np.mean(np.log(np.clip(chosen, 1e-15, 1.0))))
+    losses = row_losses(predictions, truth, regression, transform)
+    return float(np.sqrt(np.mean(losses)) if regression else np.mean(losses))
 
 
 def row_losses(predictions: np.ndarray, truth: np.ndarray, regression: bool,
@@ -61,11 +56,17 @@ def row_losses(predictions: np.ndarray, truth: np.ndarray, regression: bool,
     return -np.log(np.clip(chosen, 1e-15, 1.0))
 
 
+def blend(predictions: dict[str, np.ndarray], weights: dict[str, float]) -> np.ndarray:
+    """The members' predictions averaged with ``weights``, as the ensemble serves them."""
+    return sum(w * np.asarray(predictions[n], np.float64) for n, w in weights.items())
+
+
 def indistinguishable(predictions: dict[str, np.ndarray], truth: np.ndarray,
-                      regression: bool, transform: str = "none") -> list[str]:
+                      regression: bool, transform: str = "none",
+                      errors: float = 1.0) -> list[str]:
     """The best candidate on the eval rows and those the rows cannot tell from it: their
-    mean per-row loss exceeds the best's by less than one standard error of the paired
-    difference."""
+    mean per-row loss exceeds the best's by less than ``errors`` standard errors of the
+    paired difference."""
     losses = {n: row_losses(p, truth, regression, transform) for n, p in predictions.items()}
     names = list(losses)
     best = min(names, key=lambda n: (losses[n].mean(), names.index(n)))
@@ -75,7 +76,7 @@ def indistinguishable(predictions: dict[str, np.ndarray], truth: np.ndarray,
             continue
         difference = losses[name] - losses[best]
         error = difference.std(ddof=1) / np.sqrt(difference.size)
-        if difference.mean() < error:
+        if difference.mean() < errors * error:
             close.append(name)
     return sorted(close, key=names.index)
 
@@ -97,8 +98,7 @@ def greedy_weights(predictions: dict[str, np.ndarray], truth: np.ndarray, regres
         counts[pick] += 1
         total += predictions[pick]
     weights = {n: c / steps for n, c in counts.items() if c}
-    blended = sum(w * np.asarray(predictions[n], np.float64) for n, w in weights.items())
-    return weights, eval_error(blended, truth, regression, transform)
+    return weights, eval_error(blend(predictions, weights), truth, regression, transform)
 
 
 def export_ensemble(model_dir: Path, members: dict[str, Path], weights: dict[str, float],

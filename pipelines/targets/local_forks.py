@@ -45,10 +45,23 @@ def enabled(environ=os.environ) -> bool:
     return value not in ("0", "false", "no", "off")
 
 
+def step_backend(setting: str, environ=os.environ) -> str | None:
+    """The Keras backend a step on this (TPU-less) host imports: the one its ``backend``
+    setting resolves to, as the step resolves it; with none, ``KERAS_BACKEND``'s (Keras'
+    default: TensorFlow); None for a setting no step accepts."""
+    from gkeflow.components.train.backend import BackendError, resolve_backend
+
+    if not setting:
+        return environ.get("KERAS_BACKEND") or "tensorflow"
+    try:
+        return resolve_backend(setting, on_tpu=False)
+    except BackendError:  # the step itself refuses it
+        return None
+
+
 def run_flavour(backend: str, environ=os.environ) -> str | None:
-    """The server a run needs: its steps' Keras backend (``backend``: the run's setting,
-    ``auto`` and "" mean TensorFlow off a TPU host); None on a TPU host, where ``auto``
-    steps pick JAX themselves."""
+    """The server a run needs: its training steps' Keras backend (``backend``: the run's
+    setting); None on a TPU host, where ``auto`` steps pick JAX themselves."""
     from gkeflow.components.train.tpu import find_tpu, tpu_device_files
 
     try:
@@ -56,8 +69,7 @@ def run_flavour(backend: str, environ=os.environ) -> str | None:
             return None
     except ValueError:  # the step itself says what is wrong with its TPU variables
         return None
-    flavour = backend if backend in FLAVOURS else (environ.get("KERAS_BACKEND")
-                                                   or "tensorflow")
+    flavour = step_backend(backend, environ)
     return flavour if flavour in FLAVOURS else None
 
 
@@ -68,8 +80,7 @@ def rewrite(full_command: list[str], address: str, flavour: str, environ=os.envi
     it asks for, else ``KERAS_BACKEND``'s), for one that installs packages first, or one
     not started that way."""
     asked = {m.group(1) for part in full_command for m in _BACKEND.finditer(part)}
-    backend = next(iter(asked)) if asked else (environ.get("KERAS_BACKEND") or "tensorflow")
-    if len(asked) > 1 or (backend if backend != "auto" else "tensorflow") != flavour:
+    if len(asked) > 1 or step_backend(next(iter(asked), ""), environ) != flavour:
         return list(full_command)
     if any("pip install" in part for part in full_command):  # may replace what was imported
         return list(full_command)

@@ -125,6 +125,7 @@ COMMAND = ["sh", "-ec", 'program_path=$(mktemp -d)\nprintf "%s" "$0" > '
     ("", {"KERAS_BACKEND": "jax"}, "jax", True),
     ("", {}, "jax", False),
     ("auto", {}, "jax", False),
+    ("auto", {"KERAS_BACKEND": "jax"}, "tensorflow", True),  # auto off a TPU: TensorFlow
 ])
 def test_a_step_is_handed_over_only_to_the_server_of_its_keras_backend(backend, environ,
                                                                         flavour, forked):
@@ -164,3 +165,6 @@ def test_the_run_backend_picks_the_server(monkeypatch):
     assert local_forks.run_flavour("jax", {}) == "jax"
     assert local_forks.run_flavour("", {"KERAS_BACKEND": "jax"}) == "jax"
     assert local_forks.run_flavour("", {"KERAS_BACKEND": "torch"}) is None
+    # as train-model resolves it: auto is TensorFlow off a TPU, whatever KERAS_BACKEND says
+    assert local_forks.run_flavour("auto", {"KERAS_BACKEND": "jax"}) == "tensorflow"
+    assert local_forks.run_flavour("bogus", {}) is None
